@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs tandem's build, test and run dependencies from Debian 12's packages.
+# Idempotent: when everything is present it prints nothing and touches nothing.
+set -eu
+packages="build-essential cmake ninja-build pkg-config ccache
+  libdnnl-dev zlib1g-dev libhwloc-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages:$missing; run as root or install them with apt-get" >&2
+  exit 1
+fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,97 @@
+// Differentiable pointwise ops, reductions and shape changes.
+#include "tandem/autograd/functions.h"
+#include "tandem/autograd/node.h"
+#include "tandem/base/error.h"
+#include "tandem/kernels/dropout.h"
+#include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/reduce.h"
+
+namespace tandem {
+
+Variable relu(const Variable& x) {
+  Tensor y = kernels::relu(x.value());
+  return record_op("relu", y, {&x}, [y](BackwardContext& ctx) {
+    ctx.set(0, kernels::relu_backward(ctx.grad_output(), y));
+  });
+}
+
+Variable gelu(const Variable& x) {
+  const Tensor xv = x.value();
+  return record_op("gelu", kernels::gelu(xv), {&x}, [xv](BackwardContext& ctx) {
+    ctx.set(0, kernels::gelu_backward(ctx.grad_output(), xv));
+  });
+}
+
+Variable dropout(const Variable& x, float p, bool training, Generator& generator) {
+  if (!(p >= 0.0f && p < 1.0f)) {
+    TANDEM_THROW(InvalidArgument, "dropout probability must be in [0, 1), got ", p);
+  }
+  if (!training || p == 0.0f) return x;
+  const uint64_t offset = generator.reserve(x.value().numel());
+  kernels::DropoutResult r = kernels::dropout(x.value(), p, generator.seed(), offset);
+  return record_op("dropout", r.y, {&x}, [mask = r.mask, p](BackwardContext& ctx) {
+    ctx.set(0, kernels::dropout_backward(ctx.grad_output(), mask, p));
+  });
+}
+
+Variable add(const Variable& a, const Variable& b) {
+  return record_op("add", kernels::add(a.value(), b.value()), {&a, &b},
+                   [b_shape = b.shape(), b_dtype = b.dtype()](BackwardContext& ctx) {
+                     const Tensor& g = ctx.grad_output();
+                     if (ctx.needs(0)) ctx.set(0, g);
+                     if (ctx.needs(1)) ctx.set(1, kernels::sum_to_shape(g, b_shape).to(b_dtype));
+                   });
+}
+
+Variable mul(const Variable& a, const Variable& b) {
+  const Tensor av = a.value(), bv = b.value();
+  return record_op("mul", kernels::mul(av, bv), {&a, &b}, [av, bv](BackwardContext& ctx) {
+    const Tensor& g = ctx.grad_output();
+    if (ctx.needs(0)) ctx.set(0, kernels::mul(g, bv));
+    if (ctx.needs(1)) {
+      ctx.set(1, kernels::sum_to_shape(kernels::mul(g, av), bv.shape()).to(bv.dtype()));
+    }
+  });
+}
+
+Variable scale(const Variable& a, float factor) {
+  return record_op("scale", kernels::scale(a.value(), factor), {&a}, [factor](BackwardContext& ctx) {
+    ctx.set(0, kernels::scale(ctx.grad_output(), factor));
+  });
+}
+
+Variable sum(const Variable& x) {
+  return record_op("sum", kernels::sum(x.value()), {&x},
+                   [shape = x.shape(), dtype = x.dtype()](BackwardContext& ctx) {
+                     ctx.set(0, Tensor::full(shape, ctx.grad_output().item(), dtype));
+                   });
+}
+
+Variable mean(const Variable& x) {
+  return record_op("mean", kernels::mean(x.value()), {&x},
+                   [shape = x.shape(), dtype = x.dtype()](BackwardContext& ctx) {
+                     const float g = ctx.grad_output().item() / static_cast<float>(shape.numel());
+                     ctx.set(0, Tensor::full(shape, g, dtype));
+                   });
+}
+
+Variable reshape(const Variable& x, const Shape& shape) {
+  return record_op("reshape", x.value().reshape(shape), {&x},
+                   [from = x.shape()](BackwardContext& ctx) {
+                     ctx.set(0, ctx.grad_output().reshape(from));
+                   });
+}
+
+Variable flatten(const Variable& x) {
+  if (x.value().rank() < 1) TANDEM_THROW(ShapeError, "flatten needs rank >= 1, got a scalar");
+  return reshape(x, Shape{x.shape()[0], x.shape().row_numel()});
+}
+
+Variable cast(const Variable& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return record_op("cast", x.value().to(dtype), {&x}, [from = x.dtype()](BackwardContext& ctx) {
+    ctx.set(0, ctx.grad_output().to(from));
+  });
+}
+
+}  // namespace tandem

@@ -1,0 +1,291 @@
+#include "tandem/kernels/conv.h"
+
+#include "tandem/kernels/detail/onednn.h"
+
+namespace tandem::kernels {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct ConvShapes {
+  memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
+};
+
+ConvShapes conv_shapes(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
+  const Shape y = conv2d_output_shape(x, w, g);
+  ConvShapes s;
+  // oneDNN's logical order is (N, C, H, W) and (O, I, KH, KW) whatever the layout.
+  s.src = {x[0], x[3], x[1], x[2]};
+  s.weights = {w[3], w[2], w[0], w[1]};
+  s.bias = {w[3]};
+  s.dst = {y[0], y[3], y[1], y[2]};
+  s.strides = {g.stride_h, g.stride_w};
+  s.dilates = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts extra gaps
+  s.pad_l = {g.pad_h, g.pad_w};
+  s.pad_r = {g.pad_h, g.pad_w};
+  return s;
+}
+
+std::string geometry_key(const Conv2dGeometry& g) {
+  return tandem::detail::concat("s", g.stride_h, ",", g.stride_w, "p", g.pad_h, ",", g.pad_w, "d",
+                                g.dilation_h, ",", g.dilation_w);
+}
+
+memory::desc nhwc(const memory::dims& dims, DType dtype) {
+  return memory::desc(dims, detail::to_dnnl(dtype), tag::nhwc);
+}
+
+memory::desc hwio(const memory::dims& dims, DType dtype) {
+  return memory::desc(dims, detail::to_dnnl(dtype), tag::hwio);
+}
+
+void check_float_pair(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
+    TANDEM_THROW(ShapeError, op, ": operands must both be f32 or both bf16, got ",
+                 a.to_string(), " and ", b.to_string());
+  }
+}
+
+// A reorder between a user layout and the layout a primitive chose, built
+// with the primitive (empty when the layouts match).
+struct LayoutReorder {
+  memory::desc user, chosen;
+  dnnl::reorder primitive;
+  bool needed = false;
+
+  void init(const memory::desc& user_desc, const memory::desc& chosen_desc, bool user_to_chosen) {
+    user = user_desc;
+    chosen = chosen_desc;
+    needed = !(user == chosen);
+    if (!needed) return;
+    const auto& from = user_to_chosen ? user : chosen;
+    const auto& to = user_to_chosen ? chosen : user;
+    primitive = dnnl::reorder(
+        dnnl::reorder::primitive_desc(detail::cpu_engine(), from, detail::cpu_engine(), to));
+  }
+};
+
+// The weights as a memory in the primitive's layout; `holder` keeps a
+// reordered copy alive.
+memory weights_for(const LayoutReorder& r, const Tensor& w, Tensor& holder) {
+  if (!r.needed) return detail::memory_of(w, r.user);
+  holder = Tensor::empty(Shape{static_cast<int64_t>(r.chosen.get_size())}, DType::u8, w.device(),
+                         MemoryCategory::workspace);
+  memory chosen = detail::memory_of(holder, r.chosen);
+  detail::execute(r.primitive, memory::desc(),
+                  {{DNNL_ARG_FROM, detail::memory_of(w, r.user)}, {DNNL_ARG_TO, chosen}},
+                  w.device());
+  return chosen;
+}
+
+struct ConvForward {
+  dnnl::convolution_forward primitive;
+  dnnl::convolution_forward::primitive_desc pd;
+  LayoutReorder weights;
+};
+
+std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, DType in_dtype,
+                                               bool has_bias, const Conv2dGeometry& g,
+                                               Activation activation, DType out_dtype,
+                                               dnnl::prop_kind prop) {
+  const std::string key = tandem::detail::concat(
+      "conv_fwd:", dtype_name(in_dtype), x.to_string(), w.to_string(), has_bias,
+      geometry_key(g), static_cast<int>(activation), dtype_name(out_dtype),
+      static_cast<int>(prop));
+  return detail::cached<ConvForward>(key, [&] {
+    return detail::guarded("convolution forward creation", [&] {
+      const ConvShapes s = conv_shapes(x, w, g);
+      auto p = std::make_shared<ConvForward>();
+      const memory::desc weights_any(s.weights, detail::to_dnnl(in_dtype), tag::any);
+      const memory::desc bias_desc =
+          has_bias ? memory::desc(s.bias, memory::data_type::f32, tag::x) : memory::desc();
+      dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct,
+                                           nhwc(s.src, in_dtype), weights_any, bias_desc,
+                                           nhwc(s.dst, out_dtype), s.strides, s.dilates, s.pad_l,
+                                           s.pad_r);
+      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
+      if (activation != Activation::none) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f,
+                           activation == Activation::relu ? dnnl::algorithm::eltwise_relu
+                                                          : dnnl::algorithm::eltwise_gelu_erf,
+                           0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      p->pd = dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpu_engine());
+      p->primitive = dnnl::convolution_forward(p->pd);
+      p->weights.init(hwio(s.weights, in_dtype), p->pd.weights_desc(), true);
+      return p;
+    });
+  });
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
+  if (x.rank() != 4 || w.rank() != 4) {
+    TANDEM_THROW(ShapeError, "conv2d: expected x (N, H, W, C) and weights (KH, KW, C, O), got ",
+                 x.to_string(), " and ", w.to_string());
+  }
+  if (x[3] != w[2]) {
+    TANDEM_THROW(ShapeError, "conv2d: input has ", x[3], " channels but weights ", w.to_string(),
+                 " expect ", w[2]);
+  }
+  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1 || g.pad_h < 0 ||
+      g.pad_w < 0) {
+    TANDEM_THROW(InvalidArgument, "conv2d: strides and dilations must be >= 1 and padding >= 0");
+  }
+  const int64_t span_h = g.dilation_h * (w[0] - 1) + 1;
+  const int64_t span_w = g.dilation_w * (w[1] - 1) + 1;
+  const int64_t oh = (x[1] + 2 * g.pad_h - span_h) / g.stride_h + 1;
+  const int64_t ow = (x[2] + 2 * g.pad_w - span_w) / g.stride_w + 1;
+  if (w[0] < 1 || w[1] < 1 || x[1] + 2 * g.pad_h < span_h || x[2] + 2 * g.pad_w < span_w) {
+    TANDEM_THROW(ShapeError, "conv2d: kernel ", w[0], "x", w[1], " does not fit input ",
+                 x.to_string(), " with padding ", g.pad_h, ",", g.pad_w);
+  }
+  return Shape{x[0], oh, ow, w[3]};
+}
+
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2dGeometry& g, Activation activation, DType out_dtype) {
+  check_float_pair(x, w, "conv2d_forward");
+  const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
+  if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
+                 bias.to_string());
+  }
+  Tensor y = Tensor::empty(y_shape, out_dtype, x.device());
+  if (y.numel() == 0) return y;
+  auto prim = forward_primitive(x.shape(), w.shape(), x.dtype(), bias.defined(), g, activation,
+                                out_dtype, dnnl::prop_kind::forward_training);
+  detail::guarded("convolution forward", [&] {
+    Tensor holder;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
+        {DNNL_ARG_WEIGHTS, weights_for(prim->weights, w, holder)},
+        {DNNL_ARG_DST, detail::memory_of(y, prim->pd.dst_desc())}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->pd.bias_desc()));
+    detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
+  });
+  return y;
+}
+
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                            const Conv2dGeometry& g, DType out_dtype) {
+  check_float_pair(dy, w, "conv2d_backward_data");
+  const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
+  if (dy.shape() != y_shape) {
+    TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(),
+                 " should be ", y_shape.to_string());
+  }
+  Tensor dx = Tensor::empty(x_shape, out_dtype, dy.device());
+  if (dx.numel() == 0) return dx;
+  if (dy.numel() == 0) {
+    dx.zero();
+    return dx;
+  }
+  struct ConvBackwardData {
+    dnnl::convolution_backward_data primitive;
+    dnnl::convolution_backward_data::primitive_desc pd;
+    LayoutReorder weights;
+  };
+  const std::string key = tandem::detail::concat("conv_bwd_data:", detail::key_of(dy),
+                                                 x_shape.to_string(), w.shape().to_string(),
+                                                 geometry_key(g), dtype_name(out_dtype));
+  auto prim = detail::cached<ConvBackwardData>(key, [&] {
+    return detail::guarded("convolution backward-data creation", [&] {
+      const ConvShapes s = conv_shapes(x_shape, w.shape(), g);
+      auto hint = forward_primitive(x_shape, w.shape(), dy.dtype(), false, g, Activation::none,
+                                    dy.dtype(), dnnl::prop_kind::forward_training);
+      auto p = std::make_shared<ConvBackwardData>();
+      const memory::desc weights_any(s.weights, detail::to_dnnl(w.dtype()), tag::any);
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct,
+                                                 nhwc(s.src, out_dtype), weights_any,
+                                                 nhwc(s.dst, dy.dtype()), s.strides, s.dilates,
+                                                 s.pad_l, s.pad_r);
+      p->pd = dnnl::convolution_backward_data::primitive_desc(
+          desc, detail::user_scratchpad_attr(), detail::cpu_engine(), hint->pd);
+      p->primitive = dnnl::convolution_backward_data(p->pd);
+      p->weights.init(hwio(s.weights, w.dtype()), p->pd.weights_desc(), true);
+      return p;
+    });
+  });
+  detail::guarded("convolution backward data", [&] {
+    Tensor holder;
+    detail::execute(prim->primitive, prim->pd.scratchpad_desc(),
+                    {{DNNL_ARG_DIFF_DST, detail::memory_of(dy, prim->pd.diff_dst_desc())},
+                     {DNNL_ARG_WEIGHTS, weights_for(prim->weights, w, holder)},
+                     {DNNL_ARG_DIFF_SRC, detail::memory_of(dx, prim->pd.diff_src_desc())}},
+                    dy.device());
+  });
+  return dx;
+}
+
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g,
+                             Tensor& dw, Tensor* db) {
+  check_float_pair(x, dy, "conv2d_backward_weights");
+  const Shape y_shape = conv2d_output_shape(x.shape(), dw.shape(), g);
+  if (dy.shape() != y_shape) {
+    TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(),
+                 " should be ", y_shape.to_string());
+  }
+  if (dw.dtype() != DType::f32 || (db != nullptr && (db->dtype() != DType::f32 ||
+                                                     db->numel() != dw.dim(3)))) {
+    TANDEM_THROW(ShapeError, "conv2d_backward_weights: dw and db must be f32 with matching O, got ",
+                 dw.to_string(), db ? " and " + db->to_string() : std::string());
+  }
+  if (dy.numel() == 0 || x.numel() == 0) {
+    dw.zero();
+    if (db != nullptr) db->zero();
+    return;
+  }
+  struct ConvBackwardWeights {
+    dnnl::convolution_backward_weights primitive;
+    dnnl::convolution_backward_weights::primitive_desc pd;
+    LayoutReorder weights;  // chosen -> user
+  };
+  const bool has_bias = db != nullptr;
+  const std::string key =
+      tandem::detail::concat("conv_bwd_weights:", detail::key_of(x), detail::key_of(dy),
+                             dw.shape().to_string(), has_bias, geometry_key(g));
+  auto prim = detail::cached<ConvBackwardWeights>(key, [&] {
+    return detail::guarded("convolution backward-weights creation", [&] {
+      const ConvShapes s = conv_shapes(x.shape(), dw.shape(), g);
+      auto hint = forward_primitive(x.shape(), dw.shape(), x.dtype(), has_bias, g,
+                                    Activation::none, dy.dtype(), dnnl::prop_kind::forward_training);
+      auto p = std::make_shared<ConvBackwardWeights>();
+      const memory::desc weights_any(s.weights, memory::data_type::f32, tag::any);
+      const memory::desc bias_desc =
+          has_bias ? memory::desc(s.bias, memory::data_type::f32, tag::x) : memory::desc();
+      dnnl::convolution_backward_weights::desc desc(
+          dnnl::algorithm::convolution_direct, nhwc(s.src, x.dtype()), weights_any, bias_desc,
+          nhwc(s.dst, dy.dtype()), s.strides, s.dilates, s.pad_l, s.pad_r);
+      p->pd = dnnl::convolution_backward_weights::primitive_desc(
+          desc, detail::user_scratchpad_attr(), detail::cpu_engine(), hint->pd);
+      p->primitive = dnnl::convolution_backward_weights(p->pd);
+      p->weights.init(hwio(s.weights, DType::f32), p->pd.diff_weights_desc(), false);
+      return p;
+    });
+  });
+  detail::guarded("convolution backward weights", [&] {
+    const LayoutReorder& r = prim->weights;
+    Tensor staging = !r.needed ? dw
+                               : Tensor::empty(Shape{static_cast<int64_t>(r.chosen.get_size())},
+                                               DType::u8, x.device(), MemoryCategory::workspace);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
+        {DNNL_ARG_DIFF_DST, detail::memory_of(dy, prim->pd.diff_dst_desc())},
+        {DNNL_ARG_DIFF_WEIGHTS, detail::memory_of(staging, r.chosen)}};
+    if (has_bias) args.emplace(DNNL_ARG_DIFF_BIAS, detail::memory_of(*db, prim->pd.diff_bias_desc()));
+    detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
+    if (r.needed) {
+      detail::execute(r.primitive, memory::desc(),
+                      {{DNNL_ARG_FROM, detail::memory_of(staging, r.chosen)},
+                       {DNNL_ARG_TO, detail::memory_of(dw, r.user)}},
+                      x.device());
+    }
+  });
+}
+
+}  // namespace tandem::kernels

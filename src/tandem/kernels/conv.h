@@ -1,0 +1,38 @@
+#pragma once
+// 2-D convolution on oneDNN, channels-last. Legend: N batch, H/W height and
+// width, C input channels, O output channels, KH/KW kernel size.
+//   x (N, H, W, C), weights (KH, KW, C, O) "HWIO" as in TensorFlow,
+//   bias (O,) f32, y (N, OH, OW, O).
+// f32, or bf16 inputs (AMX/AVX512-BF16 where present) with f32 or bf16 output.
+
+#include <cstdint>
+
+#include "tandem/kernels/activation.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels {
+
+struct Conv2dGeometry {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;  // zero padding on each side
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
+// (N, OH, OW, O) for input shape x and weight shape w; throws ShapeError when
+// they do not fit (rank, channel mismatch, empty output).
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& geometry);
+
+// y = act(conv(x, w) + bias). bias may be undefined.
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2dGeometry& geometry, Activation activation = Activation::none,
+                      DType out_dtype = DType::f32);
+
+// dx (x_shape) from dy and w; dx has out_dtype.
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                            const Conv2dGeometry& geometry, DType out_dtype = DType::f32);
+
+// dw (KH, KW, C, O) f32 and, when db is non-null, db (O,) f32, from x and dy.
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
+                             Tensor& dw, Tensor* db);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,116 @@
+#include "tandem/kernels/detail/onednn.h"
+
+#include <list>
+#include <mutex>
+
+namespace tandem::kernels::detail {
+namespace {
+
+constexpr size_t kCacheCapacity = 2048;
+
+struct PrimitiveCache {
+  std::mutex mutex;
+  // Most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<void>>> entries;
+  std::unordered_map<std::string, decltype(entries)::iterator> index;
+};
+
+PrimitiveCache& primitive_cache() {
+  static auto* cache = new PrimitiveCache();  // never destroyed: used until exit
+  return *cache;
+}
+
+}  // namespace
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+dnnl::memory::data_type to_dnnl(DType dtype) {
+  using dt = dnnl::memory::data_type;
+  switch (dtype) {
+    case DType::f32:
+      return dt::f32;
+    case DType::bf16:
+      return dt::bf16;
+    case DType::f16:
+      return dt::f16;
+    case DType::i32:
+      return dt::s32;
+    case DType::u8:
+      return dt::u8;
+  }
+  return dt::undef;
+}
+
+dnnl::memory::dims to_dims(const Shape& shape) {
+  return dnnl::memory::dims(shape.dims().begin(), shape.dims().end());
+}
+
+dnnl::memory memory_of(const Tensor& tensor, const dnnl::memory::desc& desc) {
+  return dnnl::memory(desc, cpu_engine(), tensor.raw_data());
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+std::shared_ptr<void> cache_lookup(const std::string& key,
+                                   const std::function<std::shared_ptr<void>()>& make) {
+  PrimitiveCache& cache = primitive_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.index.find(key);
+    if (it != cache.index.end()) {
+      cache.entries.splice(cache.entries.begin(), cache.entries, it->second);
+      return it->second->second;
+    }
+  }
+  // Build outside the lock: primitive creation can take milliseconds. Two
+  // threads may build the same entry; the first one inserted wins.
+  std::shared_ptr<void> value = make();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.index.find(key);
+  if (it != cache.index.end()) return it->second->second;
+  cache.entries.emplace_front(key, value);
+  cache.index[key] = cache.entries.begin();
+  if (cache.entries.size() > kCacheCapacity) {
+    cache.index.erase(cache.entries.back().first);
+    cache.entries.pop_back();
+  }
+  return value;
+}
+
+size_t cache_size() {
+  PrimitiveCache& cache = primitive_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.entries.size();
+}
+
+void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad_desc,
+             std::unordered_map<int, dnnl::memory> args, Device device) {
+  Tensor scratchpad;
+  const size_t scratch_bytes = scratchpad_desc.get_size();
+  if (scratch_bytes > 0) {
+    scratchpad = Tensor::empty(Shape{static_cast<int64_t>(scratch_bytes)}, DType::u8, device,
+                               MemoryCategory::workspace);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory_of(scratchpad, scratchpad_desc));
+  }
+  dnnl::stream& stream = thread_stream();
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+std::string key_of(const Tensor& tensor) {
+  return std::string(dtype_name(tensor.dtype())) + tensor.shape().to_string();
+}
+
+}  // namespace tandem::kernels::detail

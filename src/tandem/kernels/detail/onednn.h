@@ -1,0 +1,64 @@
+#pragma once
+// Private glue between tandem tensors and oneDNN 2.6: the engine, a stream per
+// thread, a cache of primitives keyed by (op, shapes, dtypes, attributes), and
+// execution with a user-managed scratchpad taken from the device's allocator
+// (so primitives can run concurrently on several replica threads and their
+// workspace shows up in the memory accounting).
+
+#include <dnnl.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "tandem/base/error.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels::detail {
+
+dnnl::engine& cpu_engine();
+dnnl::stream& thread_stream();
+
+dnnl::memory::data_type to_dnnl(DType dtype);
+dnnl::memory::dims to_dims(const Shape& shape);
+
+// A memory object over a tensor's data with the given descriptor.
+dnnl::memory memory_of(const Tensor& tensor, const dnnl::memory::desc& desc);
+
+// A primitive attribute with the user scratchpad mode set.
+dnnl::primitive_attr user_scratchpad_attr();
+
+// Returns the cached object for key, creating it with make() on a miss.
+// Thread-safe; least-recently-used entries are evicted past a capacity.
+std::shared_ptr<void> cache_lookup(const std::string& key,
+                                   const std::function<std::shared_ptr<void>()>& make);
+
+template <typename T>
+std::shared_ptr<T> cached(const std::string& key, const std::function<std::shared_ptr<T>()>& make) {
+  return std::static_pointer_cast<T>(
+      cache_lookup(key, [&]() -> std::shared_ptr<void> { return make(); }));
+}
+
+// Number of entries in the primitive cache (for tests).
+size_t cache_size();
+
+// Runs a primitive on the calling thread's stream, giving it a scratchpad of
+// scratchpad_desc's size from the device's allocator, and waits for it.
+void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad_desc,
+             std::unordered_map<int, dnnl::memory> args, Device device);
+
+// Runs fn, rethrowing a dnnl::error as tandem::Error naming the operation.
+template <typename Fn>
+auto guarded(const std::string& operation, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    TANDEM_THROW(Error, "oneDNN ", operation, " failed: ", e.what(), " (status ",
+                 static_cast<int>(e.status), ")");
+  }
+}
+
+// Key fragment describing a tensor's shape and dtype: "f32(2,3)".
+std::string key_of(const Tensor& tensor);
+
+}  // namespace tandem::kernels::detail

@@ -1,0 +1,92 @@
+#include "tandem/kernels/elementwise.h"
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/float_io.h"
+
+namespace tandem::kernels {
+namespace {
+
+using detail::dispatch_floating;
+using detail::from_f32;
+using detail::kPointwiseGrain;
+using detail::to_f32;
+
+template <typename F>
+Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+  if (a.dtype() != b.dtype() || !broadcastable(a.shape(), b.shape())) {
+    TANDEM_THROW(ShapeError, op, ": cannot combine ", a.to_string(), " with ", b.to_string(),
+                 " (b must match a's dtype and have a's shape, its trailing dimensions, or one "
+                 "element)");
+  }
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const int64_t n = a.numel();
+  const int64_t period = b.numel();  // b repeats every `period` elements of a
+  dispatch_floating(a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = static_cast<const T*>(a.raw_data());
+    const T* pb = static_cast<const T*>(b.raw_data());
+    T* o = static_cast<T*>(out.raw_data());
+    parallel_for(n, kPointwiseGrain, [&](int64_t begin, int64_t end) {
+      if (period == n) {
+        for (int64_t i = begin; i < end; ++i) o[i] = from_f32<T>(f(to_f32(pa[i]), to_f32(pb[i])));
+      } else {
+        for (int64_t i = begin; i < end; ++i) {
+          o[i] = from_f32<T>(f(to_f32(pa[i]), to_f32(pb[i % period])));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+bool broadcastable(const Shape& a, const Shape& b) {
+  if (b.numel() == 1) return true;
+  if (b.rank() > a.rank()) return false;
+  for (int i = 1; i <= b.rank(); ++i) {
+    if (a[a.rank() - i] != b[b.rank() - i]) return false;
+  }
+  return true;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return broadcast_binary(a, b, "add", [](float x, float y) { return x + y; });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return broadcast_binary(a, b, "mul", [](float x, float y) { return x * y; });
+}
+
+Tensor scale(const Tensor& a, float factor) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  dispatch_floating(a.dtype(), "scale", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = static_cast<const T*>(a.raw_data());
+    T* o = static_cast<T*>(out.raw_data());
+    parallel_for(a.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = from_f32<T>(to_f32(pa[i]) * factor);
+    });
+  });
+  return out;
+}
+
+void add_into(Tensor& dst, const Tensor& src, float alpha) {
+  if (dst.numel() != src.numel()) {
+    TANDEM_THROW(ShapeError, "add_into: ", dst.to_string(), " and ", src.to_string(),
+                 " differ in element count");
+  }
+  dispatch_floating(dst.dtype(), "add_into", [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    D* d = static_cast<D*>(dst.raw_data());
+    dispatch_floating(src.dtype(), "add_into", [&](auto src_tag) {
+      using S = decltype(src_tag);
+      const S* s = static_cast<const S*>(src.raw_data());
+      parallel_for(dst.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) d[i] = from_f32<D>(to_f32(d[i]) + alpha * to_f32(s[i]));
+      });
+    });
+  });
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,21 @@
+#pragma once
+// Pointwise arithmetic for f32, bf16 and f16 tensors (computed in f32).
+// Broadcasting: b may have a's shape, a's trailing dimensions (repeated over
+// the leading ones, e.g. a bias row), or a single element.
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels {
+
+// out = a + b (out has a's shape and dtype; b must have a's dtype).
+Tensor add(const Tensor& a, const Tensor& b);
+// out = a * b, same broadcasting as add.
+Tensor mul(const Tensor& a, const Tensor& b);
+// out = a * factor.
+Tensor scale(const Tensor& a, float factor);
+// dst += alpha * src; same element count; dtypes may differ (src converted).
+void add_into(Tensor& dst, const Tensor& src, float alpha = 1.0f);
+// True when b broadcasts onto a under the rules above.
+bool broadcastable(const Shape& a, const Shape& b);
+
+}  // namespace tandem::kernels

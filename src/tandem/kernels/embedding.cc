@@ -1,0 +1,76 @@
+#include "tandem/kernels/embedding.h"
+
+#include <cstring>
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/float_io.h"
+
+namespace tandem::kernels {
+namespace {
+
+void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
+  if (indices.dtype() != DType::i32) {
+    TANDEM_THROW(ShapeError, op, ": indices must be i32, got ", indices.to_string());
+  }
+  const int32_t* idx = indices.data<int32_t>();
+  for (int64_t i = 0; i < indices.numel(); ++i) {
+    if (idx[i] < 0 || idx[i] >= vocabulary) {
+      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i,
+                   " is outside [0, ", vocabulary, ")");
+    }
+  }
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  if (weight.rank() != 2 || !is_floating(weight.dtype())) {
+    TANDEM_THROW(ShapeError, "embedding: weight must be a floating (V, D) table, got ",
+                 weight.to_string());
+  }
+  const int64_t V = weight.dim(0), D = weight.dim(1);
+  check_indices(indices, V, "embedding");
+  std::vector<int64_t> dims = indices.shape().to_vector();
+  dims.push_back(D);
+  Tensor out = Tensor::empty(Shape(dims), weight.dtype(), weight.device());
+  const size_t row_bytes = static_cast<size_t>(D) * dtype_size(weight.dtype());
+  const auto* table = static_cast<const char*>(weight.raw_data());
+  auto* o = static_cast<char*>(out.raw_data());
+  const int32_t* idx = indices.data<int32_t>();
+  parallel_for(indices.numel(), 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::memcpy(o + i * row_bytes, table + idx[i] * row_bytes, row_bytes);
+    }
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary) {
+  check_indices(indices, vocabulary, "embedding_backward");
+  const int64_t count = indices.numel();
+  if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {
+    TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(), " does not match indices ",
+                 indices.to_string());
+  }
+  const int64_t D = dy.dim(-1);
+  Tensor grad = Tensor::zeros(Shape{vocabulary, D}, DType::f32, dy.device());
+  float* g = grad.data<float>();
+  const int32_t* idx = indices.data<int32_t>();
+  detail::dispatch_floating(dy.dtype(), "embedding_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* d = static_cast<const T*>(dy.raw_data());
+    // Split over the embedding dimension so that no two threads add into the
+    // same element and every element sums its rows in index order.
+    parallel_for(D, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < count; ++i) {
+        float* row = g + static_cast<int64_t>(idx[i]) * D;
+        const T* src = d + i * D;
+        for (int64_t c = c0; c < c1; ++c) row[c] += detail::to_f32(src[c]);
+      }
+    });
+  });
+  return grad;
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,121 @@
+#include "tandem/kernels/matmul.h"
+
+#include "tandem/kernels/detail/onednn.h"
+
+namespace tandem::kernels {
+namespace {
+
+using dnnl::memory;
+
+struct MatmulPrimitive {
+  dnnl::matmul primitive;
+  memory::desc a, b, bias, out, scratchpad;
+};
+
+dnnl::algorithm eltwise_algorithm(Activation activation) {
+  return activation == Activation::relu ? dnnl::algorithm::eltwise_relu
+                                        : dnnl::algorithm::eltwise_gelu_erf;
+}
+
+void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                    const MatmulOptions& o, int64_t& M, int64_t& K, int64_t& N) {
+  if (a.rank() != 2 || b.rank() != 2) {
+    TANDEM_THROW(ShapeError, "matmul needs rank-2 operands, got a ", a.shape().to_string(),
+                 " and b ", b.shape().to_string());
+  }
+  M = o.transpose_a ? a.dim(1) : a.dim(0);
+  K = o.transpose_a ? a.dim(0) : a.dim(1);
+  const int64_t Kb = o.transpose_b ? b.dim(1) : b.dim(0);
+  N = o.transpose_b ? b.dim(0) : b.dim(1);
+  if (K != Kb) {
+    TANDEM_THROW(ShapeError, "matmul: inner dimensions differ: a ", a.shape().to_string(),
+                 o.transpose_a ? " (transposed)" : "", " and b ", b.shape().to_string(),
+                 o.transpose_b ? " (transposed)" : "");
+  }
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
+    TANDEM_THROW(ShapeError, "matmul: operands must both be f32 or both bf16, got ",
+                 dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  }
+  if (bias.defined() && (bias.numel() != N || bias.dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "matmul: bias must be f32 with ", N, " elements, got ",
+                 bias.to_string());
+  }
+  if (out.shape() != Shape{M, N}) {
+    TANDEM_THROW(ShapeError, "matmul: output shape ", out.shape().to_string(), " should be (",
+                 M, ", ", N, ")");
+  }
+  if (out.dtype() != DType::f32 && out.dtype() != DType::bf16) {
+    TANDEM_THROW(ShapeError, "matmul: output dtype must be f32 or bf16, got ",
+                 dtype_name(out.dtype()));
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
+  if (a.rank() != 2 || b.rank() != 2) {
+    TANDEM_THROW(ShapeError, "matmul needs rank-2 operands, got a ", a.shape().to_string(),
+                 " and b ", b.shape().to_string());
+  }
+  const int64_t M = options.transpose_a ? a.dim(1) : a.dim(0);
+  const int64_t N = options.transpose_b ? b.dim(0) : b.dim(1);
+  Tensor out = Tensor::empty(Shape{M, N}, options.out_dtype, a.device());
+  matmul_into(a, b, bias, out, options);
+  return out;
+}
+
+void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out,
+                 const MatmulOptions& options) {
+  int64_t M = 0, K = 0, N = 0;
+  check_operands(a, b, bias, out, options, M, K, N);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    // oneDNN rejects empty reductions; the product is zero (plus bias).
+    if (bias.defined()) {
+      Tensor row = bias.reshape(Shape{1, N});
+      for (int64_t m = 0; m < M; ++m) out.slice(m, m + 1).copy_from(row);
+    } else {
+      out.zero();
+    }
+    if (options.activation == Activation::relu) out.copy_from(relu(out));
+    if (options.activation == Activation::gelu) out.copy_from(gelu(out));
+    return;
+  }
+  const std::string key = tandem::detail::concat("matmul:", detail::key_of(a), options.transpose_a,
+                                         detail::key_of(b), options.transpose_b,
+                                         bias.defined(), static_cast<int>(options.activation),
+                                         dtype_name(out.dtype()));
+  auto prim = detail::cached<MatmulPrimitive>(key, [&] {
+    return detail::guarded("matmul primitive creation", [&] {
+      auto p = std::make_shared<MatmulPrimitive>();
+      const auto dt_in = detail::to_dnnl(a.dtype());
+      p->a = options.transpose_a ? memory::desc({M, K}, dt_in, memory::dims{1, M})
+                                 : memory::desc({M, K}, dt_in, memory::dims{K, 1});
+      p->b = options.transpose_b ? memory::desc({K, N}, dt_in, memory::dims{1, K})
+                                 : memory::desc({K, N}, dt_in, memory::dims{N, 1});
+      p->out = memory::desc({M, N}, detail::to_dnnl(out.dtype()), memory::dims{N, 1});
+      if (bias.defined()) p->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
+      if (options.activation != Activation::none) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, eltwise_algorithm(options.activation), 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::matmul::desc desc(p->a, p->b, p->bias, p->out);
+      dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
+      p->primitive = dnnl::matmul(pd);
+      p->scratchpad = pd.scratchpad_desc();
+      return p;
+    });
+  });
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
+      {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
+      {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->bias));
+  detail::guarded("matmul", [&] {
+    detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
+  });
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,28 @@
+#pragma once
+// Matrix multiplication on oneDNN: out = act(op(a) . op(b) + bias), where op
+// transposes when asked. f32 x f32 and bf16 x bf16 (AMX/AVX512-BF16 where the
+// CPU has them), writing f32 or bf16. Legend: M rows of out, N columns, K the
+// contracted dimension.
+
+#include "tandem/kernels/activation.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels {
+
+struct MatmulOptions {
+  bool transpose_a = false;  // a is stored (K, M)
+  bool transpose_b = false;  // b is stored (N, K)
+  Activation activation = Activation::none;
+  DType out_dtype = DType::f32;
+};
+
+// a: (M, K), b: (K, N), bias: (N,) f32 or undefined; returns (M, N) of
+// options.out_dtype. a and b must share a dtype (f32 or bf16). Throws ShapeError.
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias = {},
+              const MatmulOptions& options = {});
+
+// As above, writing into out (M, N), whose dtype sets the output type.
+void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out,
+                 const MatmulOptions& options = {});
+
+}  // namespace tandem::kernels

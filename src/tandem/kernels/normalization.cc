@@ -1,0 +1,322 @@
+#include "tandem/kernels/normalization.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/float_io.h"
+
+namespace tandem::kernels {
+namespace {
+
+using detail::dispatch_floating;
+using detail::from_f32;
+using detail::to_f32;
+
+// Rows per block of a column reduction; blocks are combined in order, so the
+// result does not depend on the thread count.
+constexpr int64_t kRowBlock = 256;
+
+struct RowsCols {
+  int64_t rows, cols;
+};
+
+RowsCols rows_cols(const Tensor& x, const char* op) {
+  if (x.rank() < 1) TANDEM_THROW(ShapeError, op, ": needs rank >= 1, got a scalar");
+  const int64_t cols = x.dim(-1);
+  return {cols == 0 ? 0 : x.numel() / cols, cols};
+}
+
+void check_param(const Tensor& p, int64_t cols, const char* op, const char* name) {
+  if (!p.defined() || p.dtype() != DType::f32 || p.numel() != cols) {
+    TANDEM_THROW(ShapeError, op, ": ", name, " must be f32 with ", cols, " elements, got ",
+                 p.to_string());
+  }
+}
+
+// Sums per-row contributions into `width` doubles: add_row(r, acc) adds row r.
+template <typename AddRow>
+std::vector<double> reduce_rows(int64_t rows, int64_t width, AddRow add_row) {
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double* acc = partial.data() + b * width;
+      const int64_t end = std::min(rows, (b + 1) * kRowBlock);
+      for (int64_t r = b * kRowBlock; r < end; ++r) add_row(r, acc);
+    }
+  });
+  std::vector<double> total(static_cast<size_t>(width), 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t c = 0; c < width; ++c) total[c] += partial[b * width + c];
+  }
+  return total;
+}
+
+Tensor f32_vector(const std::vector<double>& values, Device device) {
+  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::f32, device);
+  float* p = t.data<float>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<float>(values[i]);
+  return t;
+}
+
+}  // namespace
+
+NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
+  const auto [R, C] = rows_cols(x, "layer_norm");
+  check_param(gamma, C, "layer_norm", "gamma");
+  check_param(beta, C, "layer_norm", "beta");
+  NormResult result;
+  result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  result.mean = Tensor::empty(Shape{R}, DType::f32, x.device());
+  result.rstd = Tensor::empty(Shape{R}, DType::f32, x.device());
+  const float* g = gamma.data<float>();
+  const float* b = beta.data<float>();
+  float* mean = result.mean.data<float>();
+  float* rstd = result.rstd.data<float>();
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.raw_data());
+    T* out = static_cast<T*>(result.y.raw_data());
+    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = in + r * C;
+        double sum = 0.0;
+        for (int64_t c = 0; c < C; ++c) sum += to_f32(row[c]);
+        const double m = sum / static_cast<double>(C);
+        double sq = 0.0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double d = to_f32(row[c]) - m;
+          sq += d * d;
+        }
+        const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + eps));
+        mean[r] = static_cast<float>(m);
+        rstd[r] = s;
+        for (int64_t c = 0; c < C; ++c) {
+          out[r * C + c] = from_f32<T>((to_f32(row[c]) - mean[r]) * s * g[c] + b[c]);
+        }
+      }
+    });
+  });
+  return result;
+}
+
+NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma) {
+  const auto [R, C] = rows_cols(x, "layer_norm_backward");
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    TANDEM_THROW(ShapeError, "layer_norm_backward: dy ", dy.to_string(), " does not match x ",
+                 x.to_string());
+  }
+  check_param(gamma, C, "layer_norm_backward", "gamma");
+  NormGrads grads;
+  grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const float* g = gamma.data<float>();
+  const float* mu = mean.data<float>();
+  const float* rs = rstd.data<float>();
+  std::vector<double> param_sums;
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const T* gy = static_cast<const T*>(dy.raw_data());
+    T* dx = static_cast<T*>(grads.dx.raw_data());
+    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        double mean_g = 0.0, mean_gx = 0.0;  // means of dxhat and dxhat * xhat
+        for (int64_t c = 0; c < C; ++c) {
+          const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
+          const double dxhat = to_f32(gy[r * C + c]) * g[c];
+          mean_g += dxhat;
+          mean_gx += dxhat * xhat;
+        }
+        mean_g /= static_cast<double>(C);
+        mean_gx /= static_cast<double>(C);
+        for (int64_t c = 0; c < C; ++c) {
+          const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
+          const double dxhat = to_f32(gy[r * C + c]) * g[c];
+          dx[r * C + c] = from_f32<T>(static_cast<float>(rs[r] * (dxhat - mean_g - xhat * mean_gx)));
+        }
+      }
+    });
+    // dgamma in [0, C), dbeta in [C, 2C).
+    param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
+      for (int64_t c = 0; c < C; ++c) {
+        const double gyv = to_f32(gy[r * C + c]);
+        acc[c] += gyv * (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
+        acc[C + c] += gyv;
+      }
+    });
+  });
+  grads.dgamma = f32_vector({param_sums.begin(), param_sums.begin() + C}, x.device());
+  grads.dbeta = f32_vector({param_sums.begin() + C, param_sums.end()}, x.device());
+  return grads;
+}
+
+Moments batch_norm_moments(const Tensor& x) {
+  const auto [R, C] = rows_cols(x, "batch_norm");
+  if (R == 0) TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
+  Moments m;
+  m.count = R;
+  dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.raw_data());
+    std::vector<double> mean = reduce_rows(R, C, [&](int64_t r, double* acc) {
+      for (int64_t c = 0; c < C; ++c) acc[c] += to_f32(in[r * C + c]);
+    });
+    for (double& v : mean) v /= static_cast<double>(R);
+    std::vector<double> var = reduce_rows(R, C, [&](int64_t r, double* acc) {
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = to_f32(in[r * C + c]) - mean[c];
+        acc[c] += d * d;
+      }
+    });
+    for (double& v : var) v /= static_cast<double>(R);
+    m.mean = f32_vector(mean, x.device());
+    m.variance = f32_vector(var, x.device());
+  });
+  return m;
+}
+
+Tensor inverse_std(const Tensor& variance, float eps) {
+  Tensor out = Tensor::empty(variance.shape(), DType::f32, variance.device());
+  const float* v = variance.data<float>();
+  float* o = out.data<float>();
+  for (int64_t c = 0; c < variance.numel(); ++c) {
+    o[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v[c]) + eps));
+  }
+  return out;
+}
+
+Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& gamma, const Tensor& beta) {
+  const auto [R, C] = rows_cols(x, "batch_norm");
+  check_param(mean, C, "batch_norm", "mean");
+  check_param(rstd, C, "batch_norm", "rstd");
+  check_param(gamma, C, "batch_norm", "gamma");
+  check_param(beta, C, "batch_norm", "beta");
+  // Fold into y = x * a + b per channel.
+  std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    a[c] = rstd.data<float>()[c] * gamma.data<float>()[c];
+    b[c] = beta.data<float>()[c] - mean.data<float>()[c] * a[c];
+  }
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.raw_data());
+    T* out = static_cast<T*>(y.raw_data());
+    parallel_for(R, std::max<int64_t>(1, detail::kPointwiseGrain / std::max<int64_t>(C, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for (int64_t r = r0; r < r1; ++r) {
+                     for (int64_t c = 0; c < C; ++c) {
+                       out[r * C + c] = from_f32<T>(to_f32(in[r * C + c]) * a[c] + b[c]);
+                     }
+                   }
+                 });
+  });
+  return y;
+}
+
+void update_running_moments(Tensor& running_mean, Tensor& running_var, const Moments& batch,
+                            float momentum) {
+  const int64_t C = batch.mean.numel();
+  check_param(running_mean, C, "batch_norm", "running_mean");
+  check_param(running_var, C, "batch_norm", "running_var");
+  const double unbias = batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
+  float* rm = running_mean.data<float>();
+  float* rv = running_var.data<float>();
+  for (int64_t c = 0; c < C; ++c) {
+    rm[c] = (1.0f - momentum) * rm[c] + momentum * batch.mean.data<float>()[c];
+    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] +
+                               momentum * batch.variance.data<float>()[c] * unbias);
+  }
+}
+
+NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
+  Moments m = batch_norm_moments(x);
+  update_running_moments(running_mean, running_var, m, momentum);
+  NormResult result;
+  result.mean = m.mean;
+  result.rstd = inverse_std(m.variance, eps);
+  result.y = batch_norm_apply(x, result.mean, result.rstd, gamma, beta);
+  return result;
+}
+
+Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& running_mean, const Tensor& running_var, float eps) {
+  return batch_norm_apply(x, running_mean, inverse_std(running_var, eps), gamma, beta);
+}
+
+BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                       const Tensor& rstd) {
+  const auto [R, C] = rows_cols(x, "batch_norm_backward");
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    TANDEM_THROW(ShapeError, "batch_norm_backward: dy ", dy.to_string(), " does not match x ",
+                 x.to_string());
+  }
+  check_param(mean, C, "batch_norm_backward", "mean");
+  check_param(rstd, C, "batch_norm_backward", "rstd");
+  const float* mu = mean.data<float>();
+  const float* rs = rstd.data<float>();
+  std::vector<double> sums;
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const T* gy = static_cast<const T*>(dy.raw_data());
+    sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
+      for (int64_t c = 0; c < C; ++c) {
+        const double g = to_f32(gy[r * C + c]);
+        acc[c] += g;
+        acc[C + c] += g * (to_f32(xs[r * C + c]) - mu[c]) * rs[c];
+      }
+    });
+  });
+  return {f32_vector({sums.begin(), sums.begin() + C}, x.device()),
+          f32_vector({sums.begin() + C, sums.end()}, x.device())};
+}
+
+Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma, const BatchNormSums& sums,
+                              int64_t count) {
+  const auto [R, C] = rows_cols(x, "batch_norm_backward");
+  check_param(gamma, C, "batch_norm_backward", "gamma");
+  const float* mu = mean.data<float>();
+  const float* rs = rstd.data<float>();
+  const float* g = gamma.data<float>();
+  const float* sdy = sums.sum_dy.data<float>();
+  const float* sdx = sums.sum_dy_xhat.data<float>();
+  const float inv_count = 1.0f / static_cast<float>(count);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const T* gy = static_cast<const T*>(dy.raw_data());
+    T* out = static_cast<T*>(dx.raw_data());
+    parallel_for(R, std::max<int64_t>(1, detail::kPointwiseGrain / std::max<int64_t>(C, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for (int64_t r = r0; r < r1; ++r) {
+                     for (int64_t c = 0; c < C; ++c) {
+                       const float xhat = (to_f32(xs[r * C + c]) - mu[c]) * rs[c];
+                       out[r * C + c] = from_f32<T>(g[c] * rs[c] *
+                                                    (to_f32(gy[r * C + c]) - sdy[c] * inv_count -
+                                                     xhat * sdx[c] * inv_count));
+                     }
+                   }
+                 });
+  });
+  return dx;
+}
+
+NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma) {
+  BatchNormSums sums = batch_norm_backward_sums(dy, x, mean, rstd);
+  NormGrads grads;
+  grads.dx = batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, x.numel() / x.dim(-1));
+  grads.dgamma = sums.sum_dy_xhat;
+  grads.dbeta = sums.sum_dy;
+  return grads;
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,70 @@
+#pragma once
+// Layer and batch normalisation over the last dimension (features/channels;
+// tandem images are channels-last). Statistics are accumulated in double and
+// stored in f32; x may be f32, bf16 or f16 and y has x's dtype.
+// Legend: R rows (every dimension but the last), C the last dimension.
+// Batch norm is split the way synchronised batch norm needs it: per-channel
+// moments, then the normalisation; in backward, per-channel sums, then dx.
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels {
+
+struct NormResult {
+  Tensor y;     // x's shape and dtype
+  Tensor mean;  // f32: (R,) for layer norm, (C,) for batch norm
+  Tensor rstd;  // f32: 1 / sqrt(var + eps), same shape as mean
+};
+
+struct NormGrads {
+  Tensor dx;      // x's shape and dtype
+  Tensor dgamma;  // (C,) f32
+  Tensor dbeta;   // (C,) f32
+};
+
+// Normalises each row over C; gamma, beta (C,) f32.
+NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps);
+NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma);
+
+struct Moments {
+  Tensor mean;      // (C,) f32
+  Tensor variance;  // (C,) f32, biased (divided by R)
+  int64_t count = 0;  // rows R
+};
+
+// Per-channel mean and biased variance over all rows.
+Moments batch_norm_moments(const Tensor& x);
+// y = (x - mean) * rstd * gamma + beta, per channel. mean, rstd, gamma, beta (C,) f32.
+Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& gamma, const Tensor& beta);
+// rstd = 1 / sqrt(variance + eps).
+Tensor inverse_std(const Tensor& variance, float eps);
+// Training-mode batch norm on one device: moments, running-stat update
+// (running = (1 - momentum) * running + momentum * batch, unbiased variance,
+// as PyTorch), then apply.
+NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            Tensor& running_mean, Tensor& running_var, float momentum, float eps);
+// Inference-mode batch norm with the running statistics.
+Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& running_mean, const Tensor& running_var, float eps);
+// Updates running statistics from batch moments (count rows).
+void update_running_moments(Tensor& running_mean, Tensor& running_var, const Moments& batch,
+                            float momentum);
+
+struct BatchNormSums {
+  Tensor sum_dy;       // (C,) f32
+  Tensor sum_dy_xhat;  // (C,) f32, xhat = (x - mean) * rstd
+};
+BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                       const Tensor& rstd);
+// dx = gamma * rstd / count * (count * dy - sum_dy - xhat * sum_dy_xhat), where
+// count is the number of rows the statistics covered (all replicas' for sync BN).
+Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma, const BatchNormSums& sums,
+                              int64_t count);
+// All three gradients for single-device batch norm.
+NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,79 @@
+#include "tandem/kernels/reduce.h"
+
+#include <limits>
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/elementwise.h"
+
+namespace tandem::kernels {
+namespace {
+
+using detail::dispatch_floating;
+using detail::to_f32;
+
+// Fixed block size: partial sums per block, added in block order.
+constexpr int64_t kBlock = 1 << 14;
+
+double sum_as_double(const Tensor& x) {
+  const int64_t n = x.numel();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw_data());
+    parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        double acc = 0.0;
+        const int64_t end = std::min(n, (b + 1) * kBlock);
+        for (int64_t i = b * kBlock; i < end; ++i) acc += to_f32(p[i]);
+        partial[static_cast<size_t>(b)] = acc;
+      }
+    });
+  });
+  double total = 0.0;
+  for (double v : partial) total += v;
+  return total;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) {
+  return Tensor::full(Shape{}, static_cast<float>(sum_as_double(x)), DType::f32, x.device());
+}
+
+Tensor mean(const Tensor& x) {
+  const float value = x.numel() == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                     : static_cast<float>(sum_as_double(x) / x.numel());
+  return Tensor::full(Shape{}, value, DType::f32, x.device());
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& target) {
+  if (x.shape() == target) return x.to(DType::f32);
+  if (!broadcastable(x.shape(), target)) {
+    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(),
+                 " is not a broadcast target of ", x.shape().to_string());
+  }
+  const int64_t cols = target.numel();
+  if (cols == 1) return sum(x).reshape(target);
+  const int64_t rows = x.numel() / cols;
+  Tensor out = Tensor::empty(target, DType::f32, x.device());
+  float* o = out.data<float>();
+  dispatch_floating(x.dtype(), "sum_to_shape", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw_data());
+    // Split over columns: each column is summed over rows in order.
+    parallel_for(cols, 256, [&](int64_t c0, int64_t c1) {
+      std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = p + r * cols;
+        for (int64_t c = c0; c < c1; ++c) acc[static_cast<size_t>(c - c0)] += to_f32(row[c]);
+      }
+      for (int64_t c = c0; c < c1; ++c) o[c] = static_cast<float>(acc[static_cast<size_t>(c - c0)]);
+    });
+  });
+  return out;
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,17 @@
+#pragma once
+// Reductions, accumulated in double and combined in a fixed order so that the
+// result does not depend on the thread count. Outputs are f32.
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels {
+
+// Sum of all elements, shape () f32.
+Tensor sum(const Tensor& x);
+// Mean of all elements, shape () f32; 0 elements give NaN, as in PyTorch.
+Tensor mean(const Tensor& x);
+// Sums x over its leading dimensions down to `target`, which must be x's
+// trailing dimensions (the backward of a broadcast). Output f32 of shape target.
+Tensor sum_to_shape(const Tensor& x, const Shape& target);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,10 @@
+#include "tandem/nn/activation.h"
+
+#include "tandem/autograd/functions.h"
+
+namespace tandem::nn {
+
+Variable ReLU::forward(const Variable& input) { return relu(input); }
+Variable GELU::forward(const Variable& input) { return gelu(input); }
+
+}  // namespace tandem::nn

@@ -1,0 +1,20 @@
+#pragma once
+// Parameter-free activation layers.
+
+#include "tandem/nn/module.h"
+
+namespace tandem::nn {
+
+class ReLU : public Module {
+ public:
+  Variable forward(const Variable& input) override;
+  std::string describe() const override { return "ReLU"; }
+};
+
+class GELU : public Module {
+ public:
+  Variable forward(const Variable& input) override;
+  std::string describe() const override { return "GELU"; }
+};
+
+}  // namespace tandem::nn

@@ -1,0 +1,49 @@
+#pragma once
+// Conv2d and MaxPool2d on channels-last images (N, H, W, C); Conv2d weights
+// are (KH, KW, C, O).
+
+#include "tandem/autograd/functions.h"
+#include "tandem/nn/module.h"
+
+namespace tandem::nn {
+
+struct Conv2dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool bias = true;
+  kernels::Activation activation = kernels::Activation::none;  // fused when possible
+  DType compute_dtype = DType::f32;
+};
+
+class Conv2d : public Module {
+ public:
+  // Square kernel of kernel_size; throws InvalidArgument for bad sizes.
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         const Conv2dOptions& options = {}, Generator& generator = thread_generator());
+
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+
+ private:
+  int64_t in_channels_, out_channels_, kernel_size_;
+  Conv2dOptions options_;
+  Variable weight_, bias_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  // stride 0 means stride = kernel_size (PyTorch's default).
+  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+ private:
+  kernels::Pool2dGeometry geometry_;
+};
+
+}  // namespace tandem::nn

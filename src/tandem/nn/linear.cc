@@ -1,0 +1,43 @@
+#include "tandem/nn/linear.h"
+
+#include <cmath>
+
+#include "tandem/base/error.h"
+#include "tandem/nn/init.h"
+
+namespace tandem::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& options,
+               Generator& generator)
+    : in_features_(in_features), out_features_(out_features), options_(options) {
+  if (in_features <= 0 || out_features <= 0) {
+    TANDEM_THROW(InvalidArgument, "Linear: feature counts must be positive, got ", in_features,
+                 " -> ", out_features);
+  }
+  Tensor w = Tensor::empty(Shape{out_features, in_features}, DType::f32, cpu_device(),
+                           MemoryCategory::parameters);
+  init::kaiming_uniform(w, in_features, std::sqrt(5.0f), generator);
+  weight_ = register_parameter("weight", w);
+  if (options.bias) {
+    Tensor b = Tensor::empty(Shape{out_features}, DType::f32, cpu_device(), MemoryCategory::parameters);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+    init::uniform(b, -bound, bound, generator);
+    bias_ = register_parameter("bias", b);
+  }
+}
+
+Variable Linear::forward(const Variable& input) {
+  return linear(input, weight_, bias_,
+                {.activation = options_.activation, .compute_dtype = options_.compute_dtype});
+}
+
+std::string Linear::describe() const {
+  std::string text = "Linear(" + std::to_string(in_features_) + " -> " + std::to_string(out_features_);
+  if (options_.activation != kernels::Activation::none) {
+    text += ", " + std::string(kernels::activation_name(options_.activation));
+  }
+  if (options_.compute_dtype != DType::f32) text += ", " + std::string(dtype_name(options_.compute_dtype));
+  return text + ")";
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,49 @@
+#include "tandem/nn/models.h"
+
+#include "tandem/base/error.h"
+#include "tandem/nn/conv.h"
+#include "tandem/nn/flatten.h"
+#include "tandem/nn/linear.h"
+
+namespace tandem::nn {
+
+using kernels::Activation;
+
+std::shared_ptr<Sequential> make_cnn(const ModelOptions& options) {
+  Generator generator(options.seed);
+  const Conv2dOptions conv{.padding = 1, .activation = Activation::relu,
+                           .compute_dtype = options.compute_dtype};
+  auto model = std::make_shared<Sequential>();
+  model->emplace<Conv2d>(1, 32, 3, conv, generator)
+      .emplace<MaxPool2d>(2)
+      .emplace<Conv2d>(32, 64, 3, conv, generator)
+      .emplace<MaxPool2d>(2)
+      .emplace<Flatten>()
+      .emplace<Linear>(3136, 128,
+                       LinearOptions{.activation = Activation::relu,
+                                     .compute_dtype = options.compute_dtype},
+                       generator)
+      .emplace<Linear>(128, 10, LinearOptions{.compute_dtype = options.compute_dtype}, generator);
+  return model;
+}
+
+std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
+  Generator generator(options.seed);
+  const LinearOptions hidden{.activation = Activation::relu, .compute_dtype = options.compute_dtype};
+  auto model = std::make_shared<Sequential>();
+  model->emplace<Flatten>()
+      .emplace<Linear>(784, 512, hidden, generator)
+      .emplace<Linear>(512, 512, hidden, generator)
+      .emplace<Linear>(512, 10, LinearOptions{.compute_dtype = options.compute_dtype}, generator);
+  return model;
+}
+
+std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options) {
+  if (name == "cnn") return make_cnn(options);
+  if (name == "mlp") return make_mlp(options);
+  TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn or mlp)");
+}
+
+std::vector<std::string> model_names() { return {"cnn", "mlp"}; }
+
+}  // namespace tandem::nn

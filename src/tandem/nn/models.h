@@ -1,0 +1,29 @@
+#pragma once
+// The reference models of DESIGN.md, exactly as defined there, for 28x28x1
+// channels-last images and 10 classes.
+//   cnn: Conv 1->32 3x3 pad 1 + ReLU, MaxPool 2, Conv 32->64 3x3 pad 1 + ReLU,
+//        MaxPool 2, Flatten, Dense 3136->128 + ReLU, Dense 128->10 (421,642 parameters)
+//   mlp: Flatten, Dense 784->512 + ReLU, Dense 512->512 + ReLU, Dense 512->10
+// ReLUs are fused into the preceding layer (oneDNN post-op), which computes
+// the same function as a separate ReLU layer.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/nn/sequential.h"
+
+namespace tandem::nn {
+
+struct ModelOptions {
+  uint64_t seed = 0;                 // initialisation
+  DType compute_dtype = DType::f32;  // dtype of the matmul/conv units
+};
+
+std::shared_ptr<Sequential> make_cnn(const ModelOptions& options = {});
+std::shared_ptr<Sequential> make_mlp(const ModelOptions& options = {});
+// "cnn" or "mlp"; throws InvalidArgument naming the known models otherwise.
+std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options = {});
+std::vector<std::string> model_names();
+
+}  // namespace tandem::nn

@@ -1,0 +1,101 @@
+#include "tandem/nn/module.h"
+
+#include <fmt/format.h>
+
+#include "tandem/base/error.h"
+
+namespace tandem::nn {
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
+Variable Module::register_parameter(const std::string& name, Tensor value) {
+  for (const auto& [existing, v] : parameters_) {
+    if (existing == name) TANDEM_THROW(InvalidArgument, "parameter '", name, "' registered twice");
+  }
+  Variable parameter(std::move(value), true);
+  parameter.set_name(name);
+  parameters_.emplace_back(name, parameter);
+  return parameter;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor value) {
+  buffers_.emplace_back(name, std::move(value));
+  return buffers_.back().second;
+}
+
+void Module::register_module(const std::string& name, std::shared_ptr<Module> module) {
+  if (!module) TANDEM_THROW(InvalidArgument, "register_module('", name, "') with a null module");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect_parameters(const std::string& prefix,
+                                std::vector<std::pair<std::string, Variable>>& out) const {
+  for (const auto& [name, p] : parameters_) out.emplace_back(join(prefix, name), p);
+  for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), out);
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  collect_parameters("", out);
+  // Full names on the variables make gradient errors name the parameter.
+  for (auto& [name, p] : out) p.set_name(name);
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+void Module::collect_buffers(const std::string& prefix,
+                             std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (auto& [name, t] : buffers_) out.emplace_back(join(prefix, name), &t);
+  for (auto& [name, child] : children_) child->collect_buffers(join(prefix, name), out);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect_buffers("", out);
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& [name, p] : named_parameters()) count += p.value().numel();
+  return count;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [name, p] : parameters_) p.zero_grad();
+  for (auto& [name, child] : children_) child->zero_grad();
+}
+
+void Module::collect_summary(const std::string& prefix, std::string& out) const {
+  if (children_.empty()) {
+    int64_t count = 0;
+    for (const auto& [name, p] : parameters_) count += p.value().numel();
+    out += fmt::format("  {:<6} {:<44} {:>10}\n", prefix.empty() ? "-" : prefix, describe(), count);
+    return;
+  }
+  for (const auto& [name, child] : children_) child->collect_summary(join(prefix, name), out);
+}
+
+std::string Module::summary() const {
+  std::string out = fmt::format("  {:<6} {:<44} {:>10}\n", "name", "layer", "parameters");
+  collect_summary("", out);
+  out += fmt::format("  total parameters: {}\n", parameter_count());
+  return out;
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,66 @@
+#pragma once
+// Module: a layer or model owning Parameters (Variables that require grad),
+// buffers (state that is saved but not trained, e.g. running statistics) and
+// sub-modules. named_parameters() lists them depth-first in registration
+// order with dotted names ("0.weight"); that order fixes the layout of
+// gradient buckets and the names in checkpoints, so it must never depend on
+// anything but the model's definition.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+
+namespace tandem::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Variable forward(const Variable& input) = 0;
+  Variable operator()(const Variable& input) { return forward(input); }
+
+  // One line describing the layer, e.g. "Linear(784 -> 512, relu)".
+  virtual std::string describe() const = 0;
+
+  std::vector<std::pair<std::string, Variable>> named_parameters() const;
+  std::vector<Variable> parameters() const;
+  // Buffers by name; the pointers stay valid for the module's lifetime.
+  std::vector<std::pair<std::string, Tensor*>> named_buffers();
+  int64_t parameter_count() const;
+
+  // Training mode (dropout active, batch statistics) or evaluation mode.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad();
+
+  // Multi-line summary: each leaf module, its parameter count, the total.
+  std::string summary() const;
+
+ protected:
+  Variable register_parameter(const std::string& name, Tensor value);
+  Tensor& register_buffer(const std::string& name, Tensor value);
+  void register_module(const std::string& name, std::shared_ptr<Module> module);
+
+ private:
+  void collect_parameters(const std::string& prefix,
+                          std::vector<std::pair<std::string, Variable>>& out) const;
+  void collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  void collect_summary(const std::string& prefix, std::string& out) const;
+
+  std::vector<std::pair<std::string, Variable>> parameters_;
+  std::deque<std::pair<std::string, Tensor>> buffers_;  // deque: stable addresses
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tandem::nn

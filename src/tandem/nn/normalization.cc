@@ -1,0 +1,61 @@
+#include "tandem/nn/normalization.h"
+
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+
+namespace tandem::nn {
+namespace {
+
+Tensor filled(int64_t n, float value) {
+  return Tensor::full(Shape{n}, value, DType::f32, cpu_device(), MemoryCategory::parameters);
+}
+
+void check_last_dim(const Variable& input, int64_t expected, const char* layer) {
+  const Shape& s = input.shape();
+  if (s.rank() < 2 || s[-1] != expected) {
+    TANDEM_THROW(ShapeError, layer, " expects inputs whose last dimension is ", expected,
+                 ", got ", s.to_string());
+  }
+}
+
+}  // namespace
+
+LayerNorm::LayerNorm(int64_t features, float eps) : features_(features), eps_(eps) {
+  if (features <= 0 || !(eps > 0.0f)) {
+    TANDEM_THROW(InvalidArgument, "LayerNorm: features and eps must be positive, got ", features,
+                 " and ", eps);
+  }
+  gamma_ = register_parameter("weight", filled(features, 1.0f));
+  beta_ = register_parameter("bias", filled(features, 0.0f));
+}
+
+Variable LayerNorm::forward(const Variable& input) {
+  if (input.shape().rank() < 1 || input.shape()[-1] != features_) {
+    TANDEM_THROW(ShapeError, "LayerNorm(", features_, ") got input ", input.shape().to_string());
+  }
+  return layer_norm(input, gamma_, beta_, eps_);
+}
+
+std::string LayerNorm::describe() const { return "LayerNorm(" + std::to_string(features_) + ")"; }
+
+BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum)
+    : channels_(channels), eps_(eps), momentum_(momentum) {
+  if (channels <= 0 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) {
+    TANDEM_THROW(InvalidArgument, "BatchNorm2d: channels and eps must be positive and momentum "
+                 "in [0, 1], got ", channels, ", ", eps, ", ", momentum);
+  }
+  gamma_ = register_parameter("weight", filled(channels, 1.0f));
+  beta_ = register_parameter("bias", filled(channels, 0.0f));
+  running_mean_ = &register_buffer("running_mean", filled(channels, 0.0f));
+  running_var_ = &register_buffer("running_var", filled(channels, 1.0f));
+}
+
+Variable BatchNorm2d::forward(const Variable& input) {
+  check_last_dim(input, channels_, "BatchNorm2d");
+  return batch_norm(input, gamma_, beta_, *running_mean_, *running_var_, is_training(), momentum_,
+                    eps_);
+}
+
+std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(channels_) + ")"; }
+
+}  // namespace tandem::nn

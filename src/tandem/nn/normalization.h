@@ -1,0 +1,38 @@
+#pragma once
+// LayerNorm (over the last dimension) and BatchNorm2d (per channel of
+// channels-last images; also works on (N, C)), with PyTorch's defaults.
+
+#include "tandem/nn/module.h"
+
+namespace tandem::nn {
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t features, float eps = 1e-5f);
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+ private:
+  int64_t features_;
+  float eps_;
+  Variable gamma_, beta_;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+  const Tensor& running_mean() const { return *running_mean_; }
+  const Tensor& running_var() const { return *running_var_; }
+
+ private:
+  int64_t channels_;
+  float eps_, momentum_;
+  Variable gamma_, beta_;
+  Tensor* running_mean_;
+  Tensor* running_var_;
+};
+
+}  // namespace tandem::nn

@@ -1,0 +1,21 @@
+#include "tandem/nn/sequential.h"
+
+namespace tandem::nn {
+
+Sequential& Sequential::add(std::shared_ptr<Module> module) {
+  register_module(std::to_string(layers_.size()), module);
+  layers_.push_back(std::move(module));
+  return *this;
+}
+
+Variable Sequential::forward(const Variable& input) {
+  Variable x = input;
+  for (auto& layer : layers_) x = layer->forward(x);
+  return x;
+}
+
+std::string Sequential::describe() const {
+  return "Sequential(" + std::to_string(layers_.size()) + " layers)";
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,120 @@
+#include "tandem/tensor/allocator.h"
+
+#include <cstdlib>
+#include <map>
+
+#include "tandem/base/error.h"
+
+namespace tandem {
+namespace {
+
+// Freed blocks beyond this many bytes go back to the system instead of the cache.
+constexpr int64_t kMaxCachedBytes = int64_t{2} << 30;
+
+size_t rounded_size(size_t bytes) {
+  const size_t nonzero = bytes == 0 ? 1 : bytes;
+  return (nonzero + Allocator::kAlignment - 1) / Allocator::kAlignment * Allocator::kAlignment;
+}
+
+}  // namespace
+
+std::string_view memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer_state:
+      return "optimizer_state";
+    case MemoryCategory::activations:
+      return "activations";
+    case MemoryCategory::workspace:
+      return "workspace";
+    case MemoryCategory::communication:
+      return "communication";
+  }
+  return "invalid";
+}
+
+Allocator::~Allocator() { release_cache(); }
+
+void* Allocator::allocate(size_t bytes, MemoryCategory category) {
+  const size_t size = rounded_size(bytes);
+  void* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_blocks_.find(size);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      block = it->second.back();
+      it->second.pop_back();
+      stats_.cached_bytes -= static_cast<int64_t>(size);
+    }
+    const int c = static_cast<int>(category);
+    stats_.current_bytes[c] += static_cast<int64_t>(bytes);
+    stats_.peak_bytes[c] = std::max(stats_.peak_bytes[c], stats_.current_bytes[c]);
+    stats_.current_total_bytes += static_cast<int64_t>(bytes);
+    stats_.peak_total_bytes = std::max(stats_.peak_total_bytes, stats_.current_total_bytes);
+    ++stats_.allocation_count;
+  }
+  if (block == nullptr) {
+    block = std::aligned_alloc(kAlignment, size);
+    if (block == nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.current_bytes[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
+      stats_.current_total_bytes -= static_cast<int64_t>(bytes);
+      TANDEM_THROW(Error, "out of memory: cannot allocate ", bytes, " bytes of ",
+                   memory_category_name(category), " on ", device_.to_string());
+    }
+  }
+  return block;
+}
+
+void Allocator::deallocate(void* block, size_t bytes, MemoryCategory category) {
+  if (block == nullptr) return;
+  const size_t size = rounded_size(bytes);
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int c = static_cast<int>(category);
+    stats_.current_bytes[c] -= static_cast<int64_t>(bytes);
+    stats_.current_total_bytes -= static_cast<int64_t>(bytes);
+    if (stats_.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedBytes) {
+      free_blocks_[size].push_back(block);
+      stats_.cached_bytes += static_cast<int64_t>(size);
+      keep = true;
+    }
+  }
+  if (!keep) std::free(block);
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes = stats_.current_bytes;
+  stats_.peak_total_bytes = stats_.current_total_bytes;
+}
+
+void Allocator::release_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* block : blocks) std::free(block);
+  }
+  free_blocks_.clear();
+  stats_.cached_bytes = 0;
+}
+
+Allocator& allocator_for(Device device) {
+  static std::mutex registry_mutex;
+  // Never destroyed: tensors in static storage may outlive main().
+  static auto* registry = new std::map<std::pair<int, int>, std::unique_ptr<Allocator>>();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& slot = (*registry)[{static_cast<int>(device.kind), device.index}];
+  if (!slot) slot = std::make_unique<Allocator>(device);
+  return *slot;
+}
+
+}  // namespace tandem

@@ -1,0 +1,77 @@
+#pragma once
+// Per-device memory: 64-byte aligned blocks, accounted by category with current
+// and peak figures, and a cache of freed blocks so that a training step's
+// repeated allocations do not page-fault fresh memory every time.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tandem/tensor/device.h"
+
+namespace tandem {
+
+enum class MemoryCategory : uint8_t {
+  parameters,
+  gradients,
+  optimizer_state,
+  activations,
+  workspace,
+  communication,
+};
+inline constexpr int kMemoryCategoryCount = 6;
+
+std::string_view memory_category_name(MemoryCategory category);
+
+// Byte counts (requested sizes, not rounded) for one device.
+struct MemoryStats {
+  std::array<int64_t, kMemoryCategoryCount> current_bytes{};
+  std::array<int64_t, kMemoryCategoryCount> peak_bytes{};
+  int64_t current_total_bytes = 0;
+  int64_t peak_total_bytes = 0;
+  int64_t cached_bytes = 0;       // freed blocks held for reuse
+  int64_t allocation_count = 0;   // calls to allocate()
+
+  int64_t current(MemoryCategory c) const { return current_bytes[static_cast<int>(c)]; }
+  int64_t peak(MemoryCategory c) const { return peak_bytes[static_cast<int>(c)]; }
+};
+
+class Allocator {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  explicit Allocator(Device device) : device_(device) {}
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Returns a kAlignment-aligned block of at least `bytes` bytes (non-null even
+  // for 0). Thread-safe. Throws Error when the system is out of memory.
+  void* allocate(size_t bytes, MemoryCategory category);
+  // Returns a block from allocate() with the same size and category.
+  void deallocate(void* block, size_t bytes, MemoryCategory category);
+
+  MemoryStats stats() const;
+  // Sets every peak to the current value (e.g. at the start of a step).
+  void reset_peaks();
+  // Frees the cached blocks.
+  void release_cache();
+
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // by rounded size
+};
+
+// The allocator of a device; created on first use, lives for the process.
+Allocator& allocator_for(Device device);
+
+}  // namespace tandem

@@ -1,0 +1,109 @@
+#include "tandem/tensor/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+
+namespace tandem {
+namespace {
+
+// Elements per parallel range: conversions are memory-bound, so only large
+// buffers are worth splitting.
+constexpr int64_t kGrain = 1 << 16;
+
+#define TANDEM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+TANDEM_VECTOR_CLONES void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+TANDEM_VECTOR_CLONES void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+TANDEM_VECTOR_CLONES void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+TANDEM_VECTOR_CLONES void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+
+float load_as_float(const void* src, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<const float*>(src)[i];
+    case DType::bf16:
+      return bf16_to_float(static_cast<const uint16_t*>(src)[i]);
+    case DType::f16:
+      return f16_to_float(static_cast<const uint16_t*>(src)[i]);
+    case DType::i32:
+      return static_cast<float>(static_cast<const int32_t*>(src)[i]);
+    case DType::u8:
+      return static_cast<float>(static_cast<const uint8_t*>(src)[i]);
+  }
+  return 0.0f;
+}
+
+template <typename Int>
+Int saturate(float value) {
+  if (std::isnan(value)) return 0;
+  const float rounded = std::nearbyint(value);
+  if (rounded <= static_cast<float>(std::numeric_limits<Int>::min())) {
+    return std::numeric_limits<Int>::min();
+  }
+  if (rounded >= static_cast<float>(std::numeric_limits<Int>::max())) {
+    return std::numeric_limits<Int>::max();
+  }
+  return static_cast<Int>(rounded);
+}
+
+void store_from_float(void* dst, DType dtype, int64_t i, float value) {
+  switch (dtype) {
+    case DType::f32:
+      static_cast<float*>(dst)[i] = value;
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(dst)[i] = float_to_bf16(value);
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(dst)[i] = float_to_f16(value);
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(dst)[i] = saturate<int32_t>(value);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(dst)[i] = saturate<uint8_t>(value);
+      break;
+  }
+}
+
+void convert_range(const void* src, DType s, void* dst, DType d, int64_t begin, int64_t end) {
+  const int64_t n = end - begin;
+  const auto* src_f32 = static_cast<const float*>(src) + begin;
+  const auto* src_u16 = static_cast<const uint16_t*>(src) + begin;
+  auto* dst_f32 = static_cast<float*>(dst) + begin;
+  auto* dst_u16 = static_cast<uint16_t*>(dst) + begin;
+  if (s == DType::f32 && d == DType::bf16) return f32_to_bf16(src_f32, dst_u16, n);
+  if (s == DType::bf16 && d == DType::f32) return bf16_to_f32(src_u16, dst_f32, n);
+  if (s == DType::f32 && d == DType::f16) return f32_to_f16(src_f32, dst_u16, n);
+  if (s == DType::f16 && d == DType::f32) return f16_to_f32(src_u16, dst_f32, n);
+  for (int64_t i = begin; i < end; ++i) store_from_float(dst, d, i, load_as_float(src, s, i));
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
+  if (count < 0) TANDEM_THROW(InvalidArgument, "convert: negative count ", count);
+  if (count == 0) return;
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
+    return;
+  }
+  parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+    convert_range(src, src_dtype, dst, dst_dtype, begin, end);
+  });
+}
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+#include "tandem/tensor/device.h"
+
+#include <atomic>
+#include <charconv>
+#include <ostream>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kMaxVirtualDevices = 1024;
+std::atomic<int> configured_cpu_devices{0};  // 0: one per physical core
+
+}  // namespace
+
+std::string Device::to_string() const {
+  return std::string(kind == DeviceKind::cpu ? "cpu:" : "cuda:") + std::to_string(index);
+}
+
+Device parse_device(std::string_view text) {
+  const auto colon = text.find(':');
+  const std::string_view kind = text.substr(0, colon);
+  Device device;
+  if (kind == "cpu") {
+    device.kind = DeviceKind::cpu;
+  } else if (kind == "cuda") {
+    device.kind = DeviceKind::cuda;
+  } else {
+    TANDEM_THROW(InvalidArgument, "unknown device '", text, "' (expected cpu, cpu:N or cuda:N)");
+  }
+  if (colon != std::string_view::npos) {
+    const std::string_view digits = text.substr(colon + 1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), device.index);
+    if (ec != std::errc() || end != digits.data() + digits.size() || device.index < 0) {
+      TANDEM_THROW(InvalidArgument, "bad device index in '", text, "'");
+    }
+  }
+  return device;
+}
+
+int virtual_cpu_device_count() {
+  const int configured = configured_cpu_devices.load();
+  return configured > 0 ? configured : std::max(1, cpu_info().physical_cores);
+}
+
+std::vector<Device> virtual_cpu_devices() {
+  std::vector<Device> devices;
+  const int count = virtual_cpu_device_count();
+  for (int i = 0; i < count; ++i) devices.push_back(cpu_device(i));
+  return devices;
+}
+
+void set_virtual_cpu_device_count(int count) {
+  if (count < 1 || count > kMaxVirtualDevices) {
+    TANDEM_THROW(InvalidArgument, "virtual CPU device count must be in 1..", kMaxVirtualDevices,
+                 ", got ", count);
+  }
+  configured_cpu_devices.store(count);
+}
+
+std::ostream& operator<<(std::ostream& out, const Device& device) {
+  return out << device.to_string();
+}
+
+}  // namespace tandem

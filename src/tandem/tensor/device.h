@@ -1,0 +1,38 @@
+#pragma once
+// Devices: {kind, index}. On a machine without GPUs the CPU is split into
+// virtual CPU devices (as TensorFlow does to test strategies without GPUs);
+// each has its own Allocator and, at run time, its own replica thread.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+
+  // "cpu:0", "cuda:1"
+  std::string to_string() const;
+  bool operator==(const Device&) const = default;
+};
+
+inline Device cpu_device(int index = 0) { return Device{DeviceKind::cpu, index}; }
+
+// Parses "cpu", "cpu:3", "cuda:0". Throws InvalidArgument otherwise.
+Device parse_device(std::string_view text);
+
+// The virtual CPU devices of this process: cpu:0 .. cpu:(n-1). By default one
+// per physical core. Thread-safe.
+std::vector<Device> virtual_cpu_devices();
+int virtual_cpu_device_count();
+// Sets the number of virtual CPU devices (1..1024). Call before creating replicas.
+void set_virtual_cpu_device_count(int count);
+
+std::ostream& operator<<(std::ostream& out, const Device& device);
+
+}  // namespace tandem

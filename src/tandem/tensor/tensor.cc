@@ -1,0 +1,200 @@
+#include "tandem/tensor/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tandem/base/error.h"
+#include "tandem/tensor/convert.h"
+
+namespace tandem {
+
+Storage::Storage(size_t bytes, Device device, MemoryCategory category)
+    : bytes_(bytes), device_(device), category_(category), allocator_(&allocator_for(device)) {
+  if (device.kind != DeviceKind::cpu) {
+    TANDEM_THROW(NotImplemented, "no allocator for ", device.to_string(), " in this build");
+  }
+  data_ = allocator_->allocate(bytes, category);
+}
+
+Storage::Storage(void* external, size_t bytes, Device device)
+    : data_(external), bytes_(bytes), device_(device) {}
+
+Storage::~Storage() {
+  if (allocator_ != nullptr) allocator_->deallocate(data_, bytes_, category_);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryCategory category) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), device, category);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, MemoryCategory category) {
+  Tensor t = empty(shape, dtype, device, category);
+  t.zero();
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device,
+                    MemoryCategory category) {
+  Tensor t = empty(shape, dtype, device, category);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values, DType dtype,
+                           Device device) {
+  if (static_cast<int64_t>(values.size()) != shape.numel()) {
+    TANDEM_THROW(ShapeError, "from_floats: ", values.size(), " values for shape ",
+                 shape.to_string(), " (", shape.numel(), " elements)");
+  }
+  Tensor t = empty(shape, dtype, device);
+  convert(values.data(), DType::f32, t.raw_data(), dtype, shape.numel());
+  return t;
+}
+
+Tensor Tensor::from_ints(const Shape& shape, std::span<const int32_t> values, Device device) {
+  if (static_cast<int64_t>(values.size()) != shape.numel()) {
+    TANDEM_THROW(ShapeError, "from_ints: ", values.size(), " values for shape ", shape.to_string(),
+                 " (", shape.numel(), " elements)");
+  }
+  Tensor t = empty(shape, DType::i32, device);
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device);
+  return t;
+}
+
+Device Tensor::device() const {
+  check_defined("device");
+  return storage_->device();
+}
+
+MemoryCategory Tensor::category() const {
+  check_defined("category");
+  return storage_->category();
+}
+
+void* Tensor::raw_data() const {
+  check_defined("data");
+  return static_cast<char*>(storage_->data()) + offset_bytes_;
+}
+
+void Tensor::check_defined(const char* what) const {
+  if (!storage_) TANDEM_THROW(Error, "Tensor::", what, " on an undefined tensor");
+}
+
+void Tensor::check_element_type(size_t element_size, bool floating) const {
+  const bool ok = floating ? (dtype_ == DType::f32 && element_size == 4)
+                           : (dtype_size(dtype_) == element_size && !(dtype_ == DType::f32));
+  if (!ok) {
+    TANDEM_THROW(ShapeError, "Tensor::data: element type of size ", element_size,
+                 floating ? " (floating)" : " (integer)", " does not match dtype ",
+                 dtype_name(dtype_));
+  }
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  check_defined("slice");
+  if (shape_.rank() == 0) TANDEM_THROW(ShapeError, "slice of a rank-0 tensor");
+  if (begin < 0 || end < begin || end > shape_[0]) {
+    TANDEM_THROW(ShapeError, "slice [", begin, ", ", end, ") out of range for shape ",
+                 shape_.to_string());
+  }
+  Tensor view = *this;
+  view.offset_bytes_ += static_cast<size_t>(begin * shape_.row_numel()) * dtype_size(dtype_);
+  view.shape_ = shape_.with_dim(0, end - begin);
+  return view;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  check_defined("reshape");
+  if (shape.numel() != numel()) {
+    TANDEM_THROW(ShapeError, "cannot reshape ", shape_.to_string(), " (", numel(),
+                 " elements) to ", shape.to_string(), " (", shape.numel(), " elements)");
+  }
+  Tensor view = *this;
+  view.shape_ = shape;
+  return view;
+}
+
+Tensor Tensor::clone() const { return clone(category()); }
+
+Tensor Tensor::clone(MemoryCategory category) const {
+  Tensor copy = empty(shape_, dtype_, device(), category);
+  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  return copy;
+}
+
+void Tensor::copy_from(const Tensor& other) {
+  if (other.numel() != numel()) {
+    TANDEM_THROW(ShapeError, "copy_from: source ", other.shape().to_string(),
+                 " and destination ", shape_.to_string(), " differ in element count");
+  }
+  convert(other.raw_data(), other.dtype(), raw_data(), dtype_, numel());
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out = empty(shape_, dtype, device(), category());
+  convert(raw_data(), dtype_, out.raw_data(), dtype, numel());
+  return out;
+}
+
+void Tensor::fill(float value) {
+  const int64_t n = numel();
+  if (n == 0) return;
+  if (value == 0.0f) {
+    std::memset(raw_data(), 0, nbytes());
+    return;
+  }
+  if (dtype_ == DType::f32) {
+    std::fill_n(static_cast<float*>(raw_data()), n, value);
+    return;
+  }
+  // Convert once, then replicate the element's bytes.
+  const size_t size = dtype_size(dtype_);
+  unsigned char element[4];
+  convert(&value, DType::f32, element, dtype_, 1);
+  auto* out = static_cast<unsigned char*>(raw_data());
+  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * size, element, size);
+}
+
+void Tensor::zero() { fill(0.0f); }
+
+std::vector<float> Tensor::to_floats() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  if (!out.empty()) convert(raw_data(), dtype_, out.data(), DType::f32, numel());
+  return out;
+}
+
+std::vector<int32_t> Tensor::to_ints() const {
+  std::vector<int32_t> out(static_cast<size_t>(numel()));
+  if (!out.empty()) convert(raw_data(), dtype_, out.data(), DType::i32, numel());
+  return out;
+}
+
+float Tensor::item() const {
+  if (numel() != 1) {
+    TANDEM_THROW(ShapeError, "item() needs a one-element tensor, got shape ", shape_.to_string());
+  }
+  float value = 0.0f;
+  convert(raw_data(), dtype_, &value, DType::f32, 1);
+  return value;
+}
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "Tensor(undefined)";
+  return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_.to_string() + ", " +
+         device().to_string() + ")";
+}
+
+}  // namespace tandem
