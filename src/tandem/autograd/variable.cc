@@ -181,7 +181,7 @@ void Variable::accumulate_grad(const Tensor& g) {
   }
 }
 
-void Variable::backward() {
+void Variable::backward() const {
   const Tensor& v = value();
   if (v.numel() != 1) {
     TANDEM_THROW(ShapeError, "backward() without a gradient needs a one-element value, got ",
@@ -190,7 +190,7 @@ void Variable::backward() {
   backward(Tensor::full(v.shape(), 1.0f, v.dtype(), v.device()));
 }
 
-void Variable::backward(const Tensor& grad_output) {
+void Variable::backward(const Tensor& grad_output) const {
   VariableImpl& impl = checked(impl_, "backward");
   check_gradient(grad_output, impl.value.shape(), impl.value.dtype(), "output", impl.name);
   if (!impl.requires_grad) {
@@ -198,7 +198,7 @@ void Variable::backward(const Tensor& grad_output) {
                  "input requiring grad took part, or it was computed under no-grad)");
   }
   if (!impl.grad_fn) {
-    accumulate_grad(grad_output);
+    from_impl(impl_).accumulate_grad(grad_output);
     fire_hooks(impl_);
     return;
   }

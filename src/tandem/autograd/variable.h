@@ -61,8 +61,8 @@ class Variable {
   // Back-propagates from this variable. The no-argument form needs a
   // one-element value and seeds the gradient with 1. Frees the graph's saved
   // tensors; a second backward through the same graph throws.
-  void backward();
-  void backward(const Tensor& grad_output);
+  void backward() const;
+  void backward(const Tensor& grad_output) const;
 
   void add_grad_ready_hook(GradReadyHook hook);
   void clear_grad_ready_hooks();

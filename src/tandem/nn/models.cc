@@ -39,6 +39,10 @@ std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
 }
 
 std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options) {
+  if (options.compute_dtype != DType::f32 && options.compute_dtype != DType::bf16) {
+    TANDEM_THROW(InvalidArgument, "compute dtype must be f32 or bf16, got ",
+                 dtype_name(options.compute_dtype));
+  }
   if (name == "cnn") return make_cnn(options);
   if (name == "mlp") return make_mlp(options);
   TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn or mlp)");

@@ -1,0 +1,147 @@
+// `tandem bench ...`: measurements. `bench train` times training steps of the
+// reference models for each (model, dtype, threads) variant, interleaving the
+// variants within every repeat so that machine noise hits them alike, and
+// reports the median with its spread.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/cli/commands.h"
+#include "tandem/kernels/backend_info.h"
+#include "tandem/train/throughput.h"
+
+namespace tandem::cli {
+namespace {
+
+struct BenchTrainOptions {
+  std::string models = "cnn,mlp";
+  std::string dtypes = "f32,bf16";
+  std::string threads = "";  // default: 1 and the physical core count
+  int64_t batch_size = 128;
+  int64_t steps = 30;
+  int64_t warmup = 5;
+  int repeats = 5;
+  bool json = false;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+int parse_threads(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int value = std::stoi(text, &used);
+    if (used == text.size() && value >= 1) return value;
+  } catch (const std::exception&) {
+  }
+  TANDEM_THROW(InvalidArgument, "--threads: '", text, "' is not a positive thread count");
+}
+
+int run_bench_train(const BenchTrainOptions& o) {
+  if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
+  struct Variant {
+    std::string model;
+    DType dtype;
+    int threads;
+    std::vector<double> samples;
+  };
+  std::vector<int> thread_counts;
+  const std::string threads_text =
+      o.threads.empty() ? fmt::format("1,{}", std::max(1, cpu_info().physical_cores)) : o.threads;
+  for (const auto& t : split_list(threads_text)) {
+    const int n = parse_threads(t);
+    if (std::find(thread_counts.begin(), thread_counts.end(), n) == thread_counts.end()) {
+      thread_counts.push_back(n);
+    }
+  }
+  std::vector<Variant> variants;
+  for (const auto& model : split_list(o.models)) {
+    for (const auto& dtype : split_list(o.dtypes)) {
+      const DType d = parse_dtype(dtype);
+      if (d != DType::f32 && d != DType::bf16) {
+        TANDEM_THROW(InvalidArgument, "--dtypes: ", dtype, " is not a compute dtype (f32 or bf16)");
+      }
+      for (int t : thread_counts) variants.push_back({model, d, t, {}});
+    }
+  }
+  if (variants.empty()) TANDEM_THROW(InvalidArgument, "nothing to measure: empty --models or --dtypes");
+  const int saved_threads = num_threads();
+  for (int r = 0; r < o.repeats; ++r) {
+    for (Variant& v : variants) {
+      set_num_threads(v.threads);
+      const train::ThroughputResult result = train::measure_training_throughput(
+          {.model = v.model, .compute_dtype = v.dtype, .batch_size = o.batch_size,
+           .warmup_steps = o.warmup, .steps = o.steps, .seed = static_cast<uint64_t>(r)});
+      v.samples.push_back(result.examples_per_second);
+      if (!o.json) {
+        fmt::print(stderr, "  repeat {}/{}: {} {} {} thread(s): {:.0f} ex/s\n", r + 1, o.repeats,
+                   v.model, dtype_name(v.dtype), v.threads, result.examples_per_second);
+      }
+    }
+  }
+  set_num_threads(saved_threads);
+  const kernels::BackendInfo backend = kernels::backend_info();
+  if (o.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Variant& v : variants) {
+      rows.push_back({{"model", v.model},
+                      {"dtype", std::string(dtype_name(v.dtype))},
+                      {"threads", v.threads},
+                      {"batch_size", o.batch_size},
+                      {"examples_per_second_median", median(v.samples)},
+                      {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
+                      {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
+                      {"samples", v.samples}});
+    }
+    nlohmann::json out = {{"bench", "train"},
+                          {"cpu", cpu_info().model_name},
+                          {"onednn_isa", backend.cpu_isa},
+                          {"steps", o.steps},
+                          {"repeats", o.repeats},
+                          {"results", rows}};
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("training throughput, batch {}, {} timed steps x {} repeats (interleaved), {} on {}\n",
+             o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
+  fmt::print("{:<6} {:<6} {:>7} {:>12} {:>12} {:>12}\n", "model", "dtype", "threads", "median ex/s",
+             "min", "max");
+  for (const Variant& v : variants) {
+    fmt::print("{:<6} {:<6} {:>7} {:>12.0f} {:>12.0f} {:>12.0f}\n", v.model, dtype_name(v.dtype),
+               v.threads, median(v.samples), *std::min_element(v.samples.begin(), v.samples.end()),
+               *std::max_element(v.samples.begin(), v.samples.end()));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("bench", "Measure tandem's speed");
+  command->require_subcommand(1);
+  CLI::App* train = command->add_subcommand("train", "Training throughput of the reference models");
+  auto o = std::make_shared<BenchTrainOptions>();
+  train->add_option("--models", o->models, "Comma-separated models")->capture_default_str();
+  train->add_option("--dtypes", o->dtypes, "Comma-separated compute dtypes (f32, bf16)")
+      ->capture_default_str();
+  train->add_option("--threads", o->threads,
+                    "Comma-separated thread counts (default: 1 and the physical core count)");
+  train->add_option("--batch-size,--batch", o->batch_size, "Batch size")->capture_default_str();
+  train->add_option("--steps", o->steps, "Timed steps per sample")->capture_default_str();
+  train->add_option("--warmup", o->warmup, "Untimed steps before each sample")->capture_default_str();
+  train->add_option("--repeats", o->repeats, "Samples per variant")->capture_default_str();
+  train->add_flag("--json", o->json, "Print the table as JSON");
+  return {command, [o, train]() {
+            if (train->parsed()) return run_bench_train(*o);
+            return 2;
+          }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,28 @@
+#pragma once
+// The `tandem` command's subcommands. Each add_* registers its options on the
+// app and returns it with the function to run once parsing succeeded; that
+// function returns the process exit status and may throw tandem::Error.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tandem::cli {
+
+struct Command {
+  CLI::App* app;             // the subcommand
+  std::function<int()> run;  // called when it was given
+};
+
+Command add_train_command(CLI::App& app);
+Command add_info_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+
+// Parses a comma-separated list ("1,2,4").
+std::vector<std::string> split_list(const std::string& text);
+
+}  // namespace tandem::cli

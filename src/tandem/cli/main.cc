@@ -1,0 +1,59 @@
+// The `tandem` command: train, info, bench. Errors become one line on stderr
+// and a non-zero exit status (1: the run failed, 2: bad command line).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/config.h"
+
+namespace tandem::cli {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+}  // namespace tandem::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: data-parallel deep-learning training for multi-device machines", "tandem"};
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION_STRING);
+  app.require_subcommand(1);
+  const tandem::cli::Command commands[] = {tandem::cli::add_train_command(app),
+                                           tandem::cli::add_info_command(app),
+                                           tandem::cli::add_bench_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "tandem: error: %s (see tandem --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (const auto& command : commands) {
+      if (command.app->parsed()) return command.run();
+    }
+    return 2;
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
+    return 1;
+  }
+}

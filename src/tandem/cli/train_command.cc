@@ -1,0 +1,186 @@
+// `tandem train`: trains a reference model on Fashion-MNIST, checkpointing
+// every epoch and on Ctrl-C, and writes summary.json into the run directory.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/cli/commands.h"
+#include "tandem/data/fashion_mnist.h"
+#include "tandem/nn/models.h"
+#include "tandem/train/summary.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct TrainOptions {
+  train::TrainConfig config;
+  std::string compute_dtype = "f32";
+  double weight_decay = -1.0;  // negative: the optimizer's default
+  int threads = 0;             // 0: one per physical core
+  std::string data_dir = data::default_fashion_mnist_dir();
+  int64_t train_examples = 0;  // 0: all
+  int64_t test_examples = 0;
+  bool quiet = false;
+};
+
+// The trainer a SIGINT should stop; the handler only does an atomic store.
+std::atomic<train::Trainer*> interruptible{nullptr};
+
+extern "C" void on_interrupt(int) {
+  if (train::Trainer* trainer = interruptible.load()) trainer->request_stop();
+  static const char message[] = "\ntandem: interrupted, saving a checkpoint (Ctrl-C again to abort)\n";
+  [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+}
+
+data::LabeledImages first(const data::LabeledImages& d, int64_t count) {
+  if (count <= 0 || count >= d.size()) return d;
+  return {d.images.slice(0, count), d.labels.slice(0, count)};
+}
+
+std::string default_output_dir(const std::string& model) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return (std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp)).string();
+}
+
+int run_train(TrainOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
+  set_num_threads(threads);
+  train::TrainConfig& config = o.config;
+  config.compute_dtype = parse_dtype(o.compute_dtype);
+  if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
+  if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
+  auto model = nn::make_model(config.model, {.seed = config.seed, .compute_dtype = config.compute_dtype});
+
+  const auto load_start = std::chrono::steady_clock::now();
+  data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
+  data::LabeledImages train_data = first(dataset.train, o.train_examples);
+  data::LabeledImages test_data = first(dataset.test, o.test_examples);
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+
+  train::Trainer trainer(config, model, train_data, test_data);
+  if (!o.quiet) {
+    fmt::print("tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
+               "(loaded in {:.1f} s)\n",
+               config.model, model->parameter_count(), train_data.size(), test_data.size(), load_seconds);
+    fmt::print("  1 device (cpu:0), {} thread(s), {} compute, batch {}, {} lr {}, {} epoch(s)\n",
+               threads, dtype_name(config.compute_dtype), config.batch_size,
+               config.optimizer.name, config.optimizer.learning_rate, config.epochs);
+    fmt::print("  output {}\n", config.output_dir);
+  }
+  const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet;
+  auto last_draw = std::chrono::steady_clock::now();
+  train::TrainCallbacks callbacks;
+  callbacks.on_step = [&](const train::StepInfo& s) {
+    if (!tty) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_draw < std::chrono::milliseconds(200) && s.step != s.steps_per_epoch) return;
+    last_draw = now;
+    fmt::print("\r  epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.4g}   ", s.epoch, config.epochs,
+               s.step, s.steps_per_epoch, s.loss, s.learning_rate);
+    std::fflush(stdout);
+  };
+  callbacks.on_epoch = [&](const train::EpochResult& e) {
+    if (o.quiet) return;
+    fmt::print("{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
+               "{:.2f}%  {:.0f} ex/s  {:.1f} s\n",
+               tty ? "\r" : "", e.epoch, config.epochs, e.train_loss, 100.0 * e.train_accuracy,
+               e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds);
+    std::fflush(stdout);
+  };
+
+  struct sigaction action = {};
+  action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESETHAND;  // a second Ctrl-C terminates
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous = {};
+  interruptible.store(&trainer);
+  sigaction(SIGINT, &action, &previous);
+  train::TrainResult result;
+  try {
+    result = trainer.fit(callbacks);
+  } catch (...) {
+    interruptible.store(nullptr);
+    sigaction(SIGINT, &previous, nullptr);
+    throw;
+  }
+  interruptible.store(nullptr);
+  sigaction(SIGINT, &previous, nullptr);
+
+  const std::string summary_path = (std::filesystem::path(config.output_dir) / "summary.json").string();
+  train::write_summary(summary_path, config, result,
+                       {{"threads", std::to_string(threads)},
+                        {"data_dir", o.data_dir},
+                        {"train_examples", std::to_string(train_data.size())},
+                        {"test_examples", std::to_string(test_data.size())},
+                        {"devices", "cpu:0"}});
+  if (result.interrupted) {
+    fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
+               trainer.checkpoint_path(), config.output_dir);
+    return 130;
+  }
+  if (!o.quiet && !result.history.empty()) {
+    const auto& last = result.history.back();
+    fmt::print("done: test accuracy {:.2f}%, {:.1f} s; summary in {}\n", 100.0 * last.test_accuracy,
+               result.wall_seconds, summary_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("train", "Train a reference model on Fashion-MNIST");
+  auto o = std::make_shared<TrainOptions>();
+  train::TrainConfig& c = o->config;
+  command->add_option("--model", c.model, "Model: cnn or mlp")->capture_default_str();
+  command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
+  command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")->capture_default_str();
+  command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
+      ->capture_default_str();
+  command->add_flag("--drop-remainder", c.drop_remainder,
+                    "Skip the last partial batch of each epoch (default: train on it)");
+  command->add_option("--optimizer", c.optimizer.name, "sgd, adam or adamw")->capture_default_str();
+  command->add_option("--lr", c.optimizer.learning_rate, "Learning rate")->capture_default_str();
+  command->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
+  command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
+  command->add_option("--weight-decay", o->weight_decay,
+                      "Weight decay (default: 0, or 0.01 for adamw)");
+  command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
+      ->capture_default_str();
+  command->add_option("--lr-step-epochs", c.lr_step_epochs, "Step schedule: epochs between decays")
+      ->capture_default_str();
+  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor")->capture_default_str();
+  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate")->capture_default_str();
+  command->add_option("--warmup-epochs", c.warmup_epochs, "Linear warm-up length in epochs")
+      ->capture_default_str();
+  command->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")
+      ->capture_default_str();
+  command->add_option("--threads", o->threads, "Intra-op threads (default: one per physical core)");
+  command->add_option("--compute-dtype", o->compute_dtype,
+                      "Matrix-unit dtype for matmul/conv: f32 or bf16")
+      ->capture_default_str();
+  command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  command->add_option("--train-examples", o->train_examples,
+                      "Use only the first N training examples (0: all)");
+  command->add_option("--test-examples", o->test_examples, "Use only the first N test examples (0: all)");
+  command->add_option("--output,-o", c.output_dir, "Run directory (default: runs/MODEL-TIMESTAMP)");
+  command->add_flag("--resume", c.resume, "Continue from the checkpoint in --output");
+  command->add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
+  return {command, [o]() { return run_train(*o); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,161 @@
+#include "tandem/optim/optimizer.h"
+
+#include <cmath>
+
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+
+namespace tandem::optim {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;
+
+void check_finite_non_negative(double value, const char* what) {
+  if (!(value >= 0.0) || !std::isfinite(value)) {
+    TANDEM_THROW(InvalidArgument, what, " must be a finite non-negative number, got ", value);
+  }
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Variable> parameters, double learning_rate)
+    : parameters_(std::move(parameters)), learning_rate_(learning_rate) {
+  check_finite_non_negative(learning_rate, "learning rate");
+  for (const Variable& p : parameters_) {
+    if (!p.defined() || p.dtype() != DType::f32) {
+      TANDEM_THROW(InvalidArgument, "optimizer parameters must be f32 variables, got '",
+                   p.defined() ? p.name() : "undefined", "'");
+    }
+  }
+  update_counts_ = Tensor::zeros(Shape{static_cast<int64_t>(parameters_.size())}, DType::i32,
+                                 cpu_device(), MemoryCategory::optimizer_state);
+}
+
+void Optimizer::zero_grad() {
+  for (Variable& p : parameters_) p.zero_grad();
+}
+
+void Optimizer::set_learning_rate(double learning_rate) {
+  check_finite_non_negative(learning_rate, "learning rate");
+  learning_rate_ = learning_rate;
+}
+
+Tensor& Optimizer::add_state(size_t parameter, const std::string& slot) {
+  const Tensor& value = parameters_.at(parameter).value();
+  state_.emplace_back(std::to_string(parameter) + "." + slot,
+                      std::make_unique<Tensor>(Tensor::zeros(value.shape(), DType::f32,
+                                                             value.device(),
+                                                             MemoryCategory::optimizer_state)));
+  return *state_.back().second;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
+  std::vector<std::pair<std::string, Tensor*>> out{{"updates", &update_counts_}};
+  for (auto& [name, tensor] : state_) out.emplace_back(name, tensor.get());
+  return out;
+}
+
+Sgd::Sgd(std::vector<Variable> parameters, double learning_rate, const SgdOptions& options)
+    : Optimizer(std::move(parameters), learning_rate), options_(options) {
+  check_finite_non_negative(options.momentum, "SGD momentum");
+  check_finite_non_negative(options.dampening, "SGD dampening");
+  check_finite_non_negative(options.weight_decay, "SGD weight decay");
+  if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0)) {
+    TANDEM_THROW(InvalidArgument, "Nesterov momentum needs momentum > 0 and zero dampening");
+  }
+  if (options.momentum > 0.0) {
+    for (size_t i = 0; i < this->parameters().size(); ++i) momentum_.push_back(&add_state(i, "momentum"));
+  }
+}
+
+void Sgd::step() {
+  const auto lr = static_cast<float>(learning_rate());
+  const auto momentum = static_cast<float>(options_.momentum);
+  const auto dampening = static_cast<float>(options_.dampening);
+  const auto decay = static_cast<float>(options_.weight_decay);
+  const bool nesterov = options_.nesterov;
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const Variable& param = parameters()[i];
+    if (!param.has_grad()) continue;
+    float* w = param.value().data<float>();
+    const float* g = param.grad().data<float>();
+    float* buf = momentum > 0.0f ? momentum_[i]->data<float>() : nullptr;
+    const bool first = updates(i) == 0;
+    parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        float d = g[j] + decay * w[j];
+        if (buf != nullptr) {
+          buf[j] = first ? d : momentum * buf[j] + (1.0f - dampening) * d;
+          d = nesterov ? d + momentum * buf[j] : buf[j];
+        }
+        w[j] -= lr * d;
+      }
+    });
+    ++updates(i);
+  }
+}
+
+Adam::Adam(std::vector<Variable> parameters, double learning_rate, const AdamOptions& options)
+    : Optimizer(std::move(parameters), learning_rate), options_(options) {
+  if (!(options.beta1 >= 0.0 && options.beta1 < 1.0) || !(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
+    TANDEM_THROW(InvalidArgument, "Adam betas must be in [0, 1), got ", options.beta1, " and ",
+                 options.beta2);
+  }
+  if (!(options.eps > 0.0)) TANDEM_THROW(InvalidArgument, "Adam eps must be positive, got ", options.eps);
+  check_finite_non_negative(options.weight_decay, "Adam weight decay");
+  for (size_t i = 0; i < this->parameters().size(); ++i) {
+    first_moment_.push_back(&add_state(i, "exp_avg"));
+    second_moment_.push_back(&add_state(i, "exp_avg_sq"));
+  }
+}
+
+void Adam::step() {
+  const double lr = learning_rate();
+  const auto b1 = static_cast<float>(options_.beta1);
+  const auto b2 = static_cast<float>(options_.beta2);
+  const auto eps = static_cast<float>(options_.eps);
+  const bool decoupled = options_.decoupled_weight_decay;
+  const auto l2 = static_cast<float>(decoupled ? 0.0 : options_.weight_decay);
+  const auto shrink = static_cast<float>(decoupled ? 1.0 - lr * options_.weight_decay : 1.0);
+  for (size_t i = 0; i < parameters().size(); ++i) {
+    const Variable& param = parameters()[i];
+    if (!param.has_grad()) continue;
+    const int32_t t = ++updates(i);
+    const double correction1 = 1.0 - std::pow(options_.beta1, t);
+    const auto step_size = static_cast<float>(lr / correction1);
+    const auto inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)));
+    float* w = param.value().data<float>();
+    const float* g = param.grad().data<float>();
+    float* m = first_moment_[i]->data<float>();
+    float* v = second_moment_[i]->data<float>();
+    parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        const float d = g[j] + l2 * w[j];
+        m[j] = b1 * m[j] + (1.0f - b1) * d;
+        v[j] = b2 * v[j] + (1.0f - b2) * d * d;
+        w[j] = w[j] * shrink - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_correction2 + eps);
+      }
+    });
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
+                                          std::vector<Variable> parameters) {
+  if (config.name == "sgd") {
+    return std::make_unique<Sgd>(std::move(parameters), config.learning_rate,
+                                 SgdOptions{.momentum = config.momentum,
+                                            .weight_decay = config.weight_decay.value_or(0.0),
+                                            .nesterov = config.nesterov});
+  }
+  if (config.name == "adam" || config.name == "adamw") {
+    const bool decoupled = config.name == "adamw";
+    const double decay = config.weight_decay.value_or(decoupled ? 0.01 : 0.0);
+    return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
+                                  AdamOptions{.beta1 = config.beta1, .beta2 = config.beta2,
+                                              .eps = config.eps, .weight_decay = decay,
+                                              .decoupled_weight_decay = decoupled});
+  }
+  TANDEM_THROW(InvalidArgument, "unknown optimizer '", config.name, "' (expected sgd, adam or adamw)");
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,108 @@
+#pragma once
+// Optimizers update Parameters (f32 master weights) from their accumulated
+// gradients, in place. Parameters without a gradient this step are skipped,
+// their state untouched. State tensors live in the optimizer_state memory
+// category and are exposed by name for checkpoints.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+
+namespace tandem::optim {
+
+class Optimizer {
+ public:
+  // Throws InvalidArgument for a negative or non-finite learning rate, or a
+  // parameter that is not f32.
+  Optimizer(std::vector<Variable> parameters, double learning_rate);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Applies one update with the current learning rate. Not thread-safe.
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+
+  void zero_grad();
+  double learning_rate() const { return learning_rate_; }
+  void set_learning_rate(double learning_rate);
+  const std::vector<Variable>& parameters() const { return parameters_; }
+
+  // Every state tensor, named "<parameter index>.<slot>" (e.g. "3.momentum"),
+  // in a fixed order; checkpoints save and restore through these pointers.
+  std::vector<std::pair<std::string, Tensor*>> state();
+
+ protected:
+  // A zero-initialised f32 state tensor shaped like parameter i.
+  Tensor& add_state(size_t parameter, const std::string& slot);
+  // Per-parameter update counts (i32), also part of state().
+  int32_t& updates(size_t parameter) { return update_counts_.data<int32_t>()[parameter]; }
+
+ private:
+  std::vector<Variable> parameters_;
+  double learning_rate_;
+  Tensor update_counts_;
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> state_;
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // L2, added to the gradient
+  bool nesterov = false;
+};
+
+// SGD with PyTorch's semantics: the first update sets the momentum buffer to
+// the gradient.
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<Variable> parameters, double learning_rate, const SgdOptions& options = {});
+  void step() override;
+  std::string name() const override { return "sgd"; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor*> momentum_;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // true: AdamW
+};
+
+// Adam (L2 weight decay in the gradient) or AdamW (decoupled decay), with
+// bias correction, as PyTorch.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Variable> parameters, double learning_rate, const AdamOptions& options = {});
+  void step() override;
+  std::string name() const override { return options_.decoupled_weight_decay ? "adamw" : "adam"; }
+
+ private:
+  AdamOptions options_;
+  std::vector<Tensor*> first_moment_, second_moment_;
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd, adam, adamw
+  double learning_rate = 0.05;
+  double momentum = 0.9;  // sgd
+  bool nesterov = false;  // sgd
+  // Unset: PyTorch's default (0 for sgd and adam, 0.01 for adamw).
+  std::optional<double> weight_decay;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+// Builds the named optimizer; throws InvalidArgument naming the known ones.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
+                                          std::vector<Variable> parameters);
+
+}  // namespace tandem::optim

@@ -1,0 +1,178 @@
+#include "tandem/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+
+namespace tandem::train {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kAlignment = 64;
+
+size_t align_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+template <typename T>
+void append_pod(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+template <typename T>
+T read_pod(const std::string& in, size_t offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof(T));
+  return value;
+}
+
+uint32_t crc_of(const char* data, size_t bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (bytes > 0) {
+    const auto chunk = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    data += chunk;
+    bytes -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void write_all(int fd, const std::string& bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      TANDEM_THROW(IoError, "cannot write checkpoint '", path, "': ", std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+const Tensor& Checkpoint::tensor(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+  }
+  TANDEM_THROW(IoError, "checkpoint has no tensor '", name, "'");
+}
+
+const std::string& Checkpoint::meta(const std::string& key) const {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");
+  return it->second;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+  nlohmann::json header;
+  header["metadata"] = checkpoint.metadata;
+  header["tensors"] = nlohmann::json::array();
+  size_t offset = 0;
+  for (const auto& [name, t] : checkpoint.tensors) {
+    header["tensors"].push_back({{"name", name},
+                                 {"dtype", std::string(dtype_name(t.dtype()))},
+                                 {"shape", t.shape().to_vector()},
+                                 {"offset", offset},
+                                 {"bytes", t.nbytes()}});
+    offset = align_up(offset + t.nbytes());
+  }
+  const std::string header_text = header.dump();
+  std::string bytes;
+  bytes.append(kMagic, sizeof(kMagic));
+  append_pod<uint32_t>(bytes, kVersion);
+  append_pod<uint64_t>(bytes, header_text.size());
+  bytes += header_text;
+  bytes.resize(align_up(bytes.size()), '\0');
+  const size_t data_start = bytes.size();
+  bytes.resize(data_start + offset, '\0');
+  size_t position = data_start;
+  for (const auto& [name, t] : checkpoint.tensors) {
+    if (t.nbytes() > 0) std::memcpy(bytes.data() + position, t.raw_data(), t.nbytes());
+    position = data_start + align_up(position - data_start + t.nbytes());
+  }
+  append_pod<uint32_t>(bytes, crc_of(bytes.data(), bytes.size()));
+
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    TANDEM_THROW(IoError, "cannot create checkpoint '", temporary, "': ", std::strerror(errno));
+  }
+  try {
+    write_all(fd, bytes, temporary);
+    if (::fsync(fd) != 0) {
+      TANDEM_THROW(IoError, "cannot sync checkpoint '", temporary, "': ", std::strerror(errno));
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    TANDEM_THROW(IoError, "cannot move checkpoint into place at '", path, "': ", std::strerror(error));
+  }
+  // Make the rename itself durable.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TANDEM_THROW(IoError, "cannot open checkpoint '", path, "'");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr size_t kFixed = sizeof(kMagic) + 4 + 8;
+  if (bytes.size() < kFixed + 4 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    TANDEM_THROW(IoError, "'", path, "' is not a tandem checkpoint (bad magic or too short)");
+  }
+  const auto version = read_pod<uint32_t>(bytes, sizeof(kMagic));
+  if (version != kVersion) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' has format version ", version,
+                 ", this build reads version ", kVersion);
+  }
+  const uint32_t stored_crc = read_pod<uint32_t>(bytes, bytes.size() - 4);
+  if (crc_of(bytes.data(), bytes.size() - 4) != stored_crc) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (checksum mismatch)");
+  }
+  const auto header_bytes = read_pod<uint64_t>(bytes, sizeof(kMagic) + 4);
+  if (header_bytes > bytes.size() - kFixed - 4) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (header length)");
+  }
+  Checkpoint checkpoint;
+  try {
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(kFixed, header_bytes));
+    checkpoint.metadata = header.at("metadata").get<std::map<std::string, std::string>>();
+    const size_t data_start = align_up(kFixed + header_bytes);
+    const size_t data_end = bytes.size() - 4;
+    for (const auto& entry : header.at("tensors")) {
+      const auto offset = entry.at("offset").get<size_t>();
+      const auto length = entry.at("bytes").get<size_t>();
+      Tensor t = Tensor::empty(Shape(entry.at("shape").get<std::vector<int64_t>>()),
+                               parse_dtype(entry.at("dtype").get<std::string>()));
+      if (t.nbytes() != length || data_start + offset + length > data_end) {
+        TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '", entry.at("name").get<std::string>(),
+                     "' has an inconsistent size");
+      }
+      if (length > 0) std::memcpy(t.raw_data(), bytes.data() + data_start + offset, length);
+      checkpoint.tensors.emplace_back(entry.at("name").get<std::string>(), t);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed header: ", e.what());
+  }
+  return checkpoint;
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,64 @@
+#include "tandem/train/summary.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/config.h"
+
+namespace tandem::train {
+
+void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
+                   const std::map<std::string, std::string>& extra_config) {
+  nlohmann::json c = {{"model", config.model},
+                      {"epochs", config.epochs},
+                      {"batch_size", config.batch_size},
+                      {"optimizer", config.optimizer.name},
+                      {"learning_rate", config.optimizer.learning_rate},
+                      {"momentum", config.optimizer.momentum},
+                      {"schedule", config.schedule},
+                      {"seed", config.seed},
+                      {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
+                      {"drop_remainder", config.drop_remainder}};
+  for (const auto& [key, value] : extra_config) c[key] = value;
+  nlohmann::json history = nlohmann::json::array();
+  double examples = 0.0, seconds = 0.0;
+  for (const EpochResult& e : result.history) {
+    history.push_back({{"epoch", e.epoch},
+                       {"train_loss", e.train_loss},
+                       {"train_accuracy", e.train_accuracy},
+                       {"test_loss", e.test_loss},
+                       {"test_accuracy", e.test_accuracy},
+                       {"examples_per_second", e.examples_per_second},
+                       {"train_seconds", e.train_seconds},
+                       {"learning_rate", e.learning_rate}});
+    examples += e.examples_per_second * e.train_seconds;
+    seconds += e.train_seconds;
+  }
+  nlohmann::json s = {{"tandem_version", TANDEM_VERSION_STRING},
+                      {"config", c},
+                      {"epochs", result.history.size()},
+                      {"interrupted", result.interrupted},
+                      {"wall_seconds", result.wall_seconds},
+                      {"examples_per_second", seconds > 0.0 ? examples / seconds : 0.0},
+                      {"history", history}};
+  if (!result.history.empty()) {
+    const EpochResult& last = result.history.back();
+    s["train_loss"] = last.train_loss;
+    s["train_accuracy"] = last.train_accuracy;
+    s["test_loss"] = last.test_loss;
+    s["test_accuracy"] = last.test_accuracy;
+  }
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << s.dump(2) << "\n";
+    if (!out) TANDEM_THROW(IoError, "cannot write '", temporary, "'");
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    TANDEM_THROW(IoError, "cannot move summary into place at '", path, "'");
+  }
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,18 @@
+#pragma once
+// summary.json: a run's configuration and final figures under stable names
+// (test_accuracy, test_loss, train_loss, train_accuracy, examples_per_second,
+// wall_seconds, epochs, interrupted, history, config).
+
+#include <map>
+#include <string>
+
+#include "tandem/train/trainer.h"
+
+namespace tandem::train {
+
+// Writes the summary atomically. `extra_config` holds settings the trainer
+// does not know (threads, data directory, ...), as JSON-ready strings.
+void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
+                   const std::map<std::string, std::string>& extra_config);
+
+}  // namespace tandem::train
