@@ -43,7 +43,7 @@ Variable matmul(const Variable& a, const Variable& b, bool transpose_a, bool tra
     if (ctx.needs(1)) {
       // dB = op(A)^T . g, stored transposed when B was.
       Tensor db = transpose_b ? kernels::matmul(g, av, {}, {.transpose_a = true,
-                                                            .transpose_b = !transpose_a,
+                                                            .transpose_b = transpose_a,
                                                             .out_dtype = bv.dtype()})
                               : kernels::matmul(av, g, {}, {.transpose_a = !transpose_a,
                                                             .out_dtype = bv.dtype()});

@@ -32,6 +32,15 @@ int main(int argc, char** argv) {
   const tandem::cli::Command commands[] = {tandem::cli::add_train_command(app),
                                            tandem::cli::add_info_command(app),
                                            tandem::cli::add_bench_command(app)};
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto& command : commands) known = known || command.app->check_name(argv[1]);
+    if (!known) {
+      std::fprintf(stderr, "tandem: error: unknown command '%s' (expected train, info or bench; see tandem --help)\n",
+                   argv[1]);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <fmt/format.h>
 
 #include "tandem/base/cpu_info.h"
@@ -26,7 +27,7 @@ struct TrainOptions {
   train::TrainConfig config;
   std::string compute_dtype = "f32";
   double weight_decay = -1.0;  // negative: the optimizer's default
-  int threads = 0;             // 0: one per physical core
+  std::optional<int> threads;  // unset: one per physical core
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
   int64_t test_examples = 0;
@@ -55,7 +56,7 @@ std::string default_output_dir(const std::string& model) {
 }
 
 int run_train(TrainOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
+  const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   set_num_threads(threads);
   train::TrainConfig& config = o.config;
   config.compute_dtype = parse_dtype(o.compute_dtype);

@@ -1,0 +1,110 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/base/random.h"
+
+namespace tandem {
+namespace {
+
+TEST(Error, CheckMacrosNameConditionValuesAndLocation) {
+  try {
+    const int a = 3, b = 4;
+    TANDEM_CHECK_EQ(a, b, "while testing");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a == b"), std::string::npos) << what;
+    EXPECT_NE(what.find("(3 vs 4)"), std::string::npos) << what;
+    EXPECT_NE(what.find("while testing"), std::string::npos) << what;
+    EXPECT_NE(what.find("base_test.cc"), std::string::npos) << what;
+  }
+  EXPECT_THROW(TANDEM_CHECK(1 + 1 == 3), Error);
+  EXPECT_NO_THROW(TANDEM_CHECK(1 + 1 == 2, "fine"));
+}
+
+TEST(Error, TypedErrorsDeriveFromError) {
+  EXPECT_THROW(TANDEM_THROW(InvalidArgument, "x ", 1), Error);
+  EXPECT_THROW(TANDEM_THROW(IoError, "f"), IoError);
+}
+
+TEST(Random, SameSeedSameStreamDifferentSeedDifferentStream) {
+  std::vector<float> a(1000), b(1000), c(1000);
+  Generator(5).uniform(a.data(), 1000);
+  Generator(5).uniform(b.data(), 1000);
+  Generator(6).uniform(c.data(), 1000);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Random, DrawsInPiecesEqualOneDraw) {
+  Generator whole(9), pieces(9);
+  std::vector<uint32_t> a(37), b(37);
+  whole.bits(a.data(), 37);
+  pieces.bits(b.data(), 10);
+  pieces.bits(b.data() + 10, 27);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(random_bits_at(9, 12), a[12]);
+}
+
+TEST(Random, UniformAndNormalMoments) {
+  constexpr int64_t n = 200000;
+  std::vector<float> u(n), z(n);
+  Generator g(1);
+  g.uniform(u.data(), n, -2.0f, 2.0f);
+  g.normal(z.data(), n, 1.0f, 3.0f);
+  double su = 0, sz = 0, szz = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_GE(u[i], -2.0f);
+    ASSERT_LT(u[i], 2.0f);
+    su += u[i];
+    sz += z[i];
+    szz += (z[i] - 1.0) * (z[i] - 1.0);
+  }
+  EXPECT_NEAR(su / n, 0.0, 0.02);
+  EXPECT_NEAR(sz / n, 1.0, 0.03);
+  EXPECT_NEAR(std::sqrt(szz / n), 3.0, 0.03);
+}
+
+TEST(Random, NextBelowStaysInRangeAndCoversIt) {
+  Generator g(3);
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t v = g.next_below(7);
+    ASSERT_LT(v, 7u);
+    seen.insert(v);
+  }
+  EXPECT_EQ(seen.size(), 7u);
+}
+
+TEST(Parallel, RangesCoverEverythingOnceForManySizes) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 100, 1009, 100000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+    }
+  }
+  set_num_threads(2);
+}
+
+TEST(Parallel, ExceptionReachesCaller) {
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for(1000, 1, [](int64_t begin, int64_t) {
+                 if (begin > 0) TANDEM_THROW(InvalidArgument, "boom");
+               }),
+               InvalidArgument);
+  EXPECT_THROW(set_num_threads(0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,143 @@
+// The tandem command end to end: help, bad flags and bad inputs give one clear
+// line and a non-zero status; a tiny training run writes summary.json.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tandem/data/idx.h"
+#include "tandem/tensor/tensor.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+// Runs tandem with the arguments; output holds stdout and stderr, or only
+// stderr when errors_only.
+CommandResult run(const std::string& arguments, bool errors_only = false) {
+  const std::string command = std::string(TANDEM_CLI_PATH) + " " + arguments +
+                              (errors_only ? " 2>&1 >/dev/null" : " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  CommandResult r{-1, ""};
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+std::string tmp(const std::string& name) {
+  const fs::path p = fs::path(TANDEM_TEST_TMPDIR) / name;
+  fs::remove_all(p);
+  return p.string();
+}
+
+void expect_one_line_error(const std::string& arguments, const std::string& needle) {
+  const CommandResult r = run(arguments, true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tandem: error:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
+}
+
+TEST(Cli, HelpAndVersion) {
+  for (const char* args : {"--help", "train --help", "info --help", "bench --help", "bench train --help"}) {
+    const CommandResult r = run(args);
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("Usage"), std::string::npos) << args;
+  }
+  EXPECT_NE(run("--version").output.find("tandem 0."), std::string::npos);
+}
+
+TEST(Cli, InfoPrintsCpuAndOnednn) {
+  const CommandResult text = run("info");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.output.find("oneDNN"), std::string::npos);
+  const CommandResult json = run("info --json");
+  ASSERT_EQ(json.status, 0) << json.output;
+  const auto j = nlohmann::json::parse(json.output);
+  EXPECT_GT(j.at("physical_cores").get<int>(), 0);
+  EXPECT_FALSE(j.at("onednn_version").get<std::string>().empty());
+}
+
+TEST(Cli, BadFlagsAndValues) {
+  expect_one_line_error("train --no-such-flag", "--no-such-flag");
+  expect_one_line_error("train --epochs abc", "abc");
+  expect_one_line_error("frobnicate", "frobnicate");
+  EXPECT_EQ(run("train --no-such-flag").status, 2);
+}
+
+TEST(Cli, BadInputsNameTheProblem) {
+  // Small sizes, so that a bad input that were wrongly accepted would not
+  // start a long training run.
+  const std::string out = " --epochs 1 --train-examples 256 --test-examples 64 --output " + tmp("cli-bad");
+  expect_one_line_error("train --data-dir /nonexistent/dir" + out, "/nonexistent/dir");
+  expect_one_line_error("train --model resnet" + out, "unknown model 'resnet'");
+  expect_one_line_error("train --batch-size -5" + out, "batch size must be at least 1");
+  expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
+  expect_one_line_error("train --optimizer lamb" + out, "unknown optimizer 'lamb'");
+  expect_one_line_error("train --compute-dtype f64" + out, "f64");
+  expect_one_line_error("train --threads 0" + out, "thread count must be at least 1");
+  expect_one_line_error("train --resume" + out, "no checkpoint");
+
+  // A truncated IDX file in an otherwise complete data directory.
+  const std::string data = tmp("cli-truncated-data");
+  fs::create_directories(data);
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    fs::copy_file(fs::path(TANDEM_FASHION_MNIST_DIR) / name, fs::path(data) / name);
+  }
+  const fs::path images = fs::path(data) / "train-images-idx3-ubyte.gz";
+  fs::resize_file(images, fs::file_size(images) / 3);
+  const CommandResult truncated = run("train --data-dir " + data + out);
+  EXPECT_NE(truncated.status, 0);
+  EXPECT_NE(truncated.output.find("train-images-idx3-ubyte.gz"), std::string::npos) << truncated.output;
+}
+
+TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
+  const std::string out = tmp("cli-run");
+  const CommandResult r = run("train --model mlp --epochs 1 --train-examples 512 --test-examples 256 --threads 1 "
+                    "--output " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/1"), std::string::npos) << r.output;
+  std::ifstream in(out + "/summary.json");
+  const auto s = nlohmann::json::parse(in);
+  for (const char* key : {"test_accuracy", "train_loss", "examples_per_second", "wall_seconds", "epochs"}) {
+    EXPECT_TRUE(s.contains(key)) << key;
+  }
+  EXPECT_EQ(s.at("epochs").get<int>(), 1);
+  EXPECT_GT(s.at("test_accuracy").get<double>(), 0.3);
+  EXPECT_TRUE(fs::exists(out + "/checkpoint.tckpt"));
+  // Continue for one more epoch from the checkpoint.
+  const CommandResult more = run("train --model mlp --epochs 2 --train-examples 512 --test-examples 256 "
+                       "--threads 1 --quiet --resume --output " + out);
+  ASSERT_EQ(more.status, 0) << more.output;
+  std::ifstream in2(out + "/summary.json");
+  EXPECT_EQ(nlohmann::json::parse(in2).at("epochs").get<int>(), 2);
+  // Training into a run directory that already has a checkpoint needs --resume.
+  expect_one_line_error("train --model mlp --epochs 1 --train-examples 512 --output " + out,
+                        "already exists");
+}
+
+TEST(Cli, BenchTrainJson) {
+  const CommandResult r = run("bench train --models mlp --dtypes f32 --threads 1 --steps 2 --warmup 1 --repeats 2 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.at("results").size(), 1u);
+  EXPECT_GT(j.at("results")[0].at("examples_per_second_median").get<double>(), 0.0);
+  EXPECT_EQ(j.at("results")[0].at("samples").size(), 2u);
+  expect_one_line_error("bench train --dtypes i32", "i32");
+}
+
+}  // namespace

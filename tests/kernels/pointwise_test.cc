@@ -1,0 +1,259 @@
+// Hand-written kernels against naive double references, f32 and bf16/f16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "support/gradcheck.h"
+#include "support/reference.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/activation.h"
+#include "tandem/kernels/dropout.h"
+#include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/embedding.h"
+#include "tandem/kernels/loss.h"
+#include "tandem/kernels/normalization.h"
+#include "tandem/kernels/reduce.h"
+
+namespace tandem {
+namespace {
+
+using testing::expect_close;
+using testing::random_tensor;
+using testing::to_doubles;
+
+template <typename F>
+std::vector<double> map(const std::vector<double>& v, F f) {
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f(v[i]);
+  return out;
+}
+
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+class PointwiseDTypeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PointwiseDTypeTest, ActivationsMatchReference) {
+  const DType d = GetParam();
+  const double tol = testing::dtype_rtol(d);
+  for (const Shape& shape : {Shape{1}, Shape{7, 13}, Shape{3, 5, 5, 2}, Shape{100003}}) {
+    const Tensor x = random_tensor(shape, -3, 3, 1).to(d);
+    const std::vector<double> xs = to_doubles(x);
+    const Tensor y = kernels::relu(x);
+    EXPECT_EQ(y.dtype(), d);
+    expect_close(to_doubles(y), map(xs, [](double v) { return std::max(v, 0.0); }), 0, 0, "relu");
+    expect_close(to_doubles(kernels::gelu(x)), map(xs, gelu_ref), 1e-6, tol, "gelu");
+    const Tensor dy = random_tensor(shape, -1, 1, 2).to(d);
+    const std::vector<double> dys = to_doubles(dy);
+    std::vector<double> expected(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) expected[i] = xs[i] > 0 ? dys[i] : 0.0;
+    expect_close(to_doubles(kernels::relu_backward(dy, y)), expected, 0, 0, "relu backward");
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double h = 1e-4;
+      expected[i] = dys[i] * (gelu_ref(xs[i] + h) - gelu_ref(xs[i] - h)) / (2 * h);
+    }
+    expect_close(to_doubles(kernels::gelu_backward(dy, x)), expected, 1e-5, 2 * tol, "gelu backward");
+  }
+}
+
+TEST_P(PointwiseDTypeTest, ArithmeticWithBroadcasting) {
+  const DType d = GetParam();
+  const double tol = testing::dtype_rtol(d);
+  const Tensor a = random_tensor(Shape{6, 4, 5}, -2, 2, 3).to(d);
+  const std::vector<double> as = to_doubles(a);
+  for (const Shape& bshape : {Shape{6, 4, 5}, Shape{4, 5}, Shape{5}, Shape{1}}) {
+    const Tensor b = random_tensor(bshape, -2, 2, 4).to(d);
+    const std::vector<double> bs = to_doubles(b);
+    std::vector<double> sum(as.size()), product(as.size());
+    for (size_t i = 0; i < as.size(); ++i) {
+      sum[i] = as[i] + bs[i % bs.size()];
+      product[i] = as[i] * bs[i % bs.size()];
+    }
+    expect_close(to_doubles(kernels::add(a, b)), sum, 1e-6, tol, "add");
+    expect_close(to_doubles(kernels::mul(a, b)), product, 1e-6, tol, "mul");
+  }
+  expect_close(to_doubles(kernels::scale(a, -0.5f)), map(as, [](double v) { return -0.5 * v; }), 1e-6,
+               tol, "scale");
+  EXPECT_THROW(kernels::add(a, random_tensor(Shape{4}, 0, 1, 1).to(d)), ShapeError);
+  EXPECT_THROW(kernels::add(a, random_tensor(Shape{6, 4, 5}, 0, 1, 1).to(DType::i32)), ShapeError);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, PointwiseDTypeTest, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
+
+TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
+  Tensor dst = Tensor::full(Shape{10}, 1.0f);
+  kernels::add_into(dst, Tensor::full(Shape{10}, 2.0f, DType::bf16), 0.5f);
+  EXPECT_EQ(dst.to_floats(), std::vector<float>(10, 2.0f));
+  EXPECT_THROW(kernels::add_into(dst, Tensor::full(Shape{9}, 1.0f)), ShapeError);
+}
+
+TEST(Reduce, SumMeanAndSumToShape) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    const Tensor x = random_tensor(Shape{37, 3, 11}, -1, 1, 5).to(d);
+    const std::vector<double> xs = to_doubles(x);
+    const double total = std::accumulate(xs.begin(), xs.end(), 0.0);
+    EXPECT_NEAR(kernels::sum(x).item(), total, 1e-4);
+    EXPECT_NEAR(kernels::mean(x).item(), total / xs.size(), 1e-6);
+    std::vector<double> cols(33, 0.0);
+    for (size_t i = 0; i < xs.size(); ++i) cols[i % 33] += xs[i];
+    expect_close(to_doubles(kernels::sum_to_shape(x, Shape{3, 11})), cols, 1e-5, 1e-5, "sum_to_shape");
+    EXPECT_EQ(kernels::sum_to_shape(x, Shape{1}).shape(), Shape{1});
+  }
+  EXPECT_TRUE(std::isnan(kernels::mean(Tensor::empty(Shape{0})).item()));
+  EXPECT_THROW(kernels::sum_to_shape(Tensor::empty(Shape{2, 3}), Shape{2}), ShapeError);
+}
+
+TEST(Reduce, ResultDoesNotDependOnThreadCount) {
+  const Tensor x = random_tensor(Shape{1 << 20}, -1, 1, 6);
+  set_num_threads(1);
+  const float one = kernels::sum(x).item();
+  set_num_threads(2);
+  EXPECT_EQ(kernels::sum(x).item(), one);
+}
+
+TEST(Loss, SoftmaxCrossEntropyMatchesReference) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    const int64_t B = 9, K = 7;
+    const Tensor logits = random_tensor(Shape{B, K}, -5, 5, 7).to(d);
+    std::vector<int32_t> labels(B);
+    for (int64_t i = 0; i < B; ++i) labels[i] = static_cast<int32_t>((i * 3) % K);
+    const Tensor y = Tensor::from_ints(Shape{B}, labels);
+    const std::vector<double> z = to_doubles(logits);
+    double loss = 0.0;
+    std::vector<double> grad(z.size());
+    for (int64_t r = 0; r < B; ++r) {
+      double m = -1e300, s = 0.0;
+      for (int64_t k = 0; k < K; ++k) m = std::max(m, z[r * K + k]);
+      for (int64_t k = 0; k < K; ++k) s += std::exp(z[r * K + k] - m);
+      loss += std::log(s) + m - z[r * K + labels[r]];
+      for (int64_t k = 0; k < K; ++k) {
+        grad[r * K + k] = (std::exp(z[r * K + k] - m) / s - (k == labels[r])) / B;
+      }
+    }
+    const kernels::CrossEntropyResult result = kernels::softmax_cross_entropy(logits, y);
+    EXPECT_NEAR(result.loss.item(), loss / B, 1e-5);
+    expect_close(to_doubles(kernels::softmax_cross_entropy_backward(result.probabilities, y, 1.0f)),
+                 grad, 1e-6, 1e-4, "cross-entropy gradient");
+    // A global normaliser scales loss and gradient alike.
+    EXPECT_NEAR(kernels::softmax_cross_entropy(logits, y, 4 * B).loss.item(), loss / (4 * B), 1e-5);
+  }
+}
+
+TEST(Loss, StableForHugeLogitsAndChecksLabels) {
+  const Tensor logits = Tensor::from_floats(Shape{2, 3}, std::vector<float>{1000, 0, -1000, -1000, 0, 1000});
+  const Tensor labels = Tensor::from_ints(Shape{2}, std::vector<int32_t>{2, 2});
+  const auto r = kernels::softmax_cross_entropy(logits, labels);
+  EXPECT_NEAR(r.loss.item(), 1000.0, 1e-3);
+  EXPECT_TRUE(std::isfinite(r.loss.item()));
+  EXPECT_EQ(kernels::count_correct(logits, labels), 1);
+  try {
+    kernels::softmax_cross_entropy(logits, Tensor::from_ints(Shape{2}, std::vector<int32_t>{0, 3}));
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kernels::softmax_cross_entropy(logits, Tensor::from_ints(Shape{3}, std::vector<int32_t>{0, 1, 2})),
+               ShapeError);
+  const std::vector<float> p = kernels::softmax(logits).to_floats();
+  EXPECT_NEAR(p[0], 1.0f, 1e-6);
+}
+
+TEST(Dropout, KeepsAboutOneMinusPScaledAndIsDeterministic) {
+  const Tensor x = Tensor::full(Shape{100000}, 1.0f);
+  const auto a = kernels::dropout(x, 0.3f, 42, 0);
+  const std::vector<float> ys = a.y.to_floats();
+  int64_t kept = 0;
+  for (float v : ys) {
+    ASSERT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.7f) < 1e-6f);
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept / 100000.0, 0.7, 0.01);
+  set_num_threads(1);
+  const auto b = kernels::dropout(x, 0.3f, 42, 0);
+  set_num_threads(2);
+  EXPECT_EQ(b.y.to_floats(), ys);
+  EXPECT_NE(kernels::dropout(x, 0.3f, 42, 1).y.to_floats(), ys);
+  const Tensor dx = kernels::dropout_backward(Tensor::full(Shape{100000}, 2.0f), a.mask, 0.3f);
+  const std::vector<float> dxs = dx.to_floats();
+  for (size_t i = 0; i < dxs.size(); ++i) ASSERT_FLOAT_EQ(dxs[i], ys[i] * 2.0f);
+  EXPECT_THROW(kernels::dropout(x, 1.0f, 0, 0), InvalidArgument);
+  EXPECT_THROW(kernels::dropout(x, -0.1f, 0, 0), InvalidArgument);
+}
+
+TEST(Normalization, LayerNormMatchesReference) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    const int64_t R = 6, C = 13;
+    const Tensor x = random_tensor(Shape{2, 3, C}, -2, 3, 8).to(d);
+    const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 9), beta = random_tensor(Shape{C}, -1, 1, 10);
+    const auto r = kernels::layer_norm(x, gamma, beta, 1e-5f);
+    const std::vector<double> xs = to_doubles(x), g = to_doubles(gamma), b = to_doubles(beta);
+    std::vector<double> expected(xs.size());
+    for (int64_t row = 0; row < R; ++row) {
+      double m = 0, v = 0;
+      for (int64_t c = 0; c < C; ++c) m += xs[row * C + c] / C;
+      for (int64_t c = 0; c < C; ++c) v += (xs[row * C + c] - m) * (xs[row * C + c] - m) / C;
+      for (int64_t c = 0; c < C; ++c) {
+        expected[row * C + c] = (xs[row * C + c] - m) / std::sqrt(v + 1e-5) * g[c] + b[c];
+      }
+    }
+    expect_close(to_doubles(r.y), expected, 1e-5, testing::dtype_rtol(d) * 2, "layer_norm");
+  }
+}
+
+TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {
+  const int64_t C = 5;
+  const Tensor x = random_tensor(Shape{4, 3, 3, C}, -2, 4, 11);
+  const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 12), beta = random_tensor(Shape{C}, -1, 1, 13);
+  Tensor running_mean = Tensor::zeros(Shape{C}), running_var = Tensor::full(Shape{C}, 1.0f);
+  const auto r = kernels::batch_norm_train(x, gamma, beta, running_mean, running_var, 0.1f, 1e-5f);
+  const std::vector<double> xs = to_doubles(x), g = to_doubles(gamma), b = to_doubles(beta);
+  const int64_t R = x.numel() / C;
+  std::vector<double> mean(C, 0), var(C, 0), expected(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) mean[i % C] += xs[i] / R;
+  for (size_t i = 0; i < xs.size(); ++i) var[i % C] += (xs[i] - mean[i % C]) * (xs[i] - mean[i % C]) / R;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t c = i % C;
+    expected[i] = (xs[i] - mean[c]) / std::sqrt(var[c] + 1e-5) * g[c] + b[c];
+  }
+  expect_close(to_doubles(r.y), expected, 1e-5, 1e-5, "batch_norm train");
+  std::vector<double> rm(C), rv(C);
+  for (int64_t c = 0; c < C; ++c) {
+    rm[c] = 0.1 * mean[c];
+    rv[c] = 0.9 + 0.1 * var[c] * R / (R - 1);
+  }
+  expect_close(to_doubles(running_mean), rm, 1e-6, 1e-5, "running mean");
+  expect_close(to_doubles(running_var), rv, 1e-6, 1e-5, "running var");
+  const Tensor inference = kernels::batch_norm_inference(x, gamma, beta, running_mean, running_var, 1e-5f);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t c = i % C;
+    expected[i] = (xs[i] - rm[c]) / std::sqrt(rv[c] + 1e-5) * g[c] + b[c];
+  }
+  expect_close(to_doubles(inference), expected, 1e-5, 1e-5, "batch_norm inference");
+  EXPECT_THROW(kernels::batch_norm_train(x, Tensor::zeros(Shape{4}), beta, running_mean, running_var, 0.1f, 1e-5f),
+               ShapeError);
+}
+
+TEST(Embedding, GatherAndScatterAdd) {
+  const Tensor table = random_tensor(Shape{5, 3}, -1, 1, 14);
+  const Tensor idx = Tensor::from_ints(Shape{2, 2}, std::vector<int32_t>{4, 0, 4, 2});
+  const Tensor out = kernels::embedding(table, idx);
+  ASSERT_EQ(out.shape(), (Shape{2, 2, 3}));
+  const std::vector<float> t = table.to_floats(), o = out.to_floats();
+  for (int i = 0; i < 4; ++i) {
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(o[i * 3 + c], t[idx.to_ints()[i] * 3 + c]);
+  }
+  const Tensor grad = kernels::embedding_backward(Tensor::full(Shape{2, 2, 3}, 1.0f), idx, 5);
+  EXPECT_EQ(grad.to_floats(), (std::vector<float>{1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 2, 2, 2}));
+  try {
+    kernels::embedding(table, Tensor::from_ints(Shape{2}, std::vector<int32_t>{1, 5}));
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kernels::embedding(table.to(DType::bf16), idx).dtype(), DType::bf16);
+}
+
+}  // namespace
+}  // namespace tandem

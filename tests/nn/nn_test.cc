@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/gradcheck.h"
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+#include "tandem/nn/activation.h"
+#include "tandem/nn/conv.h"
+#include "tandem/nn/dropout.h"
+#include "tandem/nn/embedding.h"
+#include "tandem/nn/flatten.h"
+#include "tandem/nn/init.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/models.h"
+#include "tandem/nn/normalization.h"
+
+namespace tandem {
+namespace {
+
+TEST(Models, CnnHasTheReferenceParameterCountAndOrder) {
+  auto cnn = nn::make_cnn();
+  EXPECT_EQ(cnn->parameter_count(), 421642);
+  std::vector<std::string> names;
+  for (const auto& [name, p] : cnn->named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "5.weight",
+                                             "5.bias", "6.weight", "6.bias"}));
+  EXPECT_EQ(cnn->named_parameters()[0].second.shape(), (Shape{3, 3, 1, 32}));
+  EXPECT_EQ(cnn->named_parameters()[4].second.shape(), (Shape{128, 3136}));
+  const Variable out = cnn->forward(Variable(Tensor::zeros(Shape{3, 28, 28, 1})));
+  EXPECT_EQ(out.shape(), (Shape{3, 10}));
+}
+
+TEST(Models, MlpShapesAndUnknownName) {
+  auto mlp = nn::make_model("mlp");
+  EXPECT_EQ(mlp->parameter_count(), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+  EXPECT_EQ(mlp->forward(Variable(Tensor::zeros(Shape{2, 28, 28, 1}))).shape(), (Shape{2, 10}));
+  try {
+    nn::make_model("resnet");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cnn"), std::string::npos);
+  }
+  EXPECT_THROW(nn::make_model("mlp", {.compute_dtype = DType::i32}), InvalidArgument);
+}
+
+TEST(Models, SameSeedSameWeightsDifferentSeedDifferentWeights) {
+  auto a = nn::make_cnn({.seed = 3}), b = nn::make_cnn({.seed = 3}), c = nn::make_cnn({.seed = 4});
+  EXPECT_EQ(a->parameters()[2].value().to_floats(), b->parameters()[2].value().to_floats());
+  EXPECT_NE(a->parameters()[2].value().to_floats(), c->parameters()[2].value().to_floats());
+}
+
+TEST(Init, LinearAndConvFollowPyTorchDefaults) {
+  Generator g(1);
+  nn::Linear linear(400, 30, {}, g);
+  const float bound = 1.0f / std::sqrt(400.0f);
+  float max_abs = 0;
+  for (float v : linear.weight().value().to_floats()) max_abs = std::max(max_abs, std::abs(v));
+  EXPECT_LE(max_abs, bound);
+  EXPECT_GT(max_abs, 0.95f * bound);  // 12,000 draws reach close to the bound
+  for (float v : linear.bias().value().to_floats()) EXPECT_LE(std::abs(v), bound);
+  nn::Conv2d conv(8, 4, 3, {}, g);
+  const float conv_bound = 1.0f / std::sqrt(72.0f);
+  for (float v : conv.weight().value().to_floats()) EXPECT_LE(std::abs(v), conv_bound);
+  Tensor t = Tensor::empty(Shape{1000});
+  nn::init::xavier_uniform(t, 10, 20, g);
+  for (float v : t.to_floats()) EXPECT_LE(std::abs(v), std::sqrt(6.0f / 30.0f));
+  EXPECT_THROW(nn::init::kaiming_uniform(t, 0, 1.0f, g), InvalidArgument);
+}
+
+TEST(Layers, BatchNormUsesBatchStatsInTrainingAndRunningStatsInEval) {
+  nn::BatchNorm2d bn(3);
+  const Tensor x = testing::random_tensor(Shape{4, 2, 2, 3}, 1, 3, 5);
+  const Variable train_out = bn.forward(Variable(x));
+  // Normalised per channel in training mode: mean ~0.
+  const std::vector<float> y = train_out.value().to_floats();
+  for (int c = 0; c < 3; ++c) {
+    double m = 0;
+    for (size_t i = c; i < y.size(); i += 3) m += y[i];
+    EXPECT_NEAR(m / 16, 0.0, 1e-5);
+  }
+  EXPECT_GT(bn.running_mean().to_floats()[0], 0.1f);
+  bn.eval();
+  EXPECT_FALSE(bn.is_training());
+  const std::vector<float> e = bn.forward(Variable(x)).value().to_floats();
+  EXPECT_NE(e, y);
+  EXPECT_EQ(bn.named_buffers().size(), 2u);
+  EXPECT_THROW(bn.forward(Variable(Tensor::zeros(Shape{2, 4}))), ShapeError);
+}
+
+TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {
+  nn::Sequential s;
+  s.emplace<nn::Flatten>().emplace<nn::Dropout>(0.5f).emplace<nn::ReLU>();
+  const Tensor x = Tensor::full(Shape{2, 50}, 1.0f);
+  s.eval();
+  EXPECT_EQ(s.forward(Variable(x)).value().to_floats(), x.to_floats());
+  s.train();
+  EXPECT_NE(s.forward(Variable(x)).value().to_floats(), x.to_floats());
+  EXPECT_THROW(nn::Dropout(1.5f), InvalidArgument);
+}
+
+TEST(Layers, LayerNormEmbeddingGeluAndSummary) {
+  nn::Sequential s;
+  s.emplace<nn::Embedding>(10, 8).emplace<nn::LayerNorm>(8).emplace<nn::GELU>();
+  const Variable out = s.forward(Variable(Tensor::from_ints(Shape{2, 3}, std::vector<int32_t>{1, 2, 3, 4, 5, 9})));
+  EXPECT_EQ(out.shape(), (Shape{2, 3, 8}));
+  sum(out).backward();
+  for (const auto& [name, p] : s.named_parameters()) EXPECT_TRUE(p.has_grad()) << name;
+  EXPECT_NE(s.summary().find("Embedding(10, 8)"), std::string::npos);
+  EXPECT_THROW(nn::Linear(0, 3), InvalidArgument);
+  EXPECT_THROW(nn::Conv2d(1, 2, 3, {.stride = 0}), InvalidArgument);
+}
+
+TEST(Layers, LinearRejectsAWrongInputWidth) {
+  nn::Linear l(5, 3);
+  try {
+    l.forward(Variable(Tensor::zeros(Shape{2, 4})));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("(2, 4)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Models, Bf16ForwardIsCloseToF32) {
+  for (const char* name : {"mlp", "cnn"}) {
+    auto f32 = nn::make_model(name, {.seed = 1});
+    auto bf16 = nn::make_model(name, {.seed = 1, .compute_dtype = DType::bf16});
+    const Tensor x = testing::random_tensor(Shape{16, 28, 28, 1}, -1, 2, 2);
+    NoGradGuard no_grad;
+    const auto a = f32->forward(Variable(x)).value().to_floats();
+    const auto b = bf16->forward(Variable(x)).value().to_floats();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err += (a[i] - b[i]) * (a[i] - b[i]);
+      norm += a[i] * a[i];
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-2) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,128 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tandem/base/error.h"
+#include "tandem/optim/lr_schedule.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem {
+namespace {
+
+Variable param(std::vector<float> values) {
+  return Variable(Tensor::from_floats(Shape{static_cast<int64_t>(values.size())}, values), true);
+}
+
+void set_grad(Variable& p, std::vector<float> g) {
+  p.zero_grad();
+  p.accumulate_grad(Tensor::from_floats(p.shape(), g));
+}
+
+// Reference SGD (PyTorch's algorithm) in double, one scalar parameter.
+struct SgdReference {
+  double w, buf = 0;
+  bool first = true;
+  void step(double g, double lr, double momentum, double dampening, double wd, bool nesterov) {
+    double d = g + wd * w;
+    if (momentum > 0) {
+      buf = first ? d : momentum * buf + (1 - dampening) * d;
+      first = false;
+      d = nesterov ? d + momentum * buf : buf;
+    }
+    w -= lr * d;
+  }
+};
+
+TEST(Sgd, MatchesReferenceWithMomentumNesterovAndDecay) {
+  const double grads[] = {0.5, -1.0, 0.25, 2.0, -0.75};
+  for (bool nesterov : {false, true}) {
+    for (double wd : {0.0, 0.1}) {
+      Variable p = param({1.5f});
+      optim::Sgd sgd({p}, 0.1, {.momentum = 0.9, .weight_decay = wd, .nesterov = nesterov});
+      SgdReference ref{1.5};
+      for (double g : grads) {
+        set_grad(p, {static_cast<float>(g)});
+        sgd.step();
+        ref.step(g, 0.1, 0.9, 0.0, wd, nesterov);
+        EXPECT_NEAR(p.value().item(), ref.w, 1e-6) << "nesterov " << nesterov << " wd " << wd;
+      }
+    }
+  }
+}
+
+TEST(Sgd, SkipsParametersWithoutGradientAndValidatesOptions) {
+  Variable a = param({1.0f}), b = param({2.0f});
+  optim::Sgd sgd({a, b}, 0.5, {.momentum = 0.9});
+  set_grad(a, {1.0f});
+  b.zero_grad();
+  sgd.step();
+  EXPECT_FLOAT_EQ(a.value().item(), 0.5f);
+  EXPECT_FLOAT_EQ(b.value().item(), 2.0f);
+  EXPECT_THROW(optim::Sgd({a}, -1.0), InvalidArgument);
+  EXPECT_THROW(optim::Sgd({a}, 0.1, {.nesterov = true}), InvalidArgument);
+  EXPECT_THROW(optim::Sgd({Variable(Tensor::zeros(Shape{1}, DType::bf16), true)}, 0.1), InvalidArgument);
+}
+
+TEST(Adam, MatchesReferenceForAdamAndAdamW) {
+  for (bool decoupled : {false, true}) {
+    Variable p = param({0.3f, -1.2f});
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.05;
+    optim::Adam adam({p}, lr, {.weight_decay = wd, .decoupled_weight_decay = decoupled});
+    double w[2] = {0.3, -1.2}, m[2] = {0, 0}, v[2] = {0, 0};
+    const double grads[4][2] = {{0.1, -0.2}, {0.3, 0.1}, {-0.5, 0.05}, {0.2, 0.2}};
+    for (int t = 1; t <= 4; ++t) {
+      set_grad(p, {static_cast<float>(grads[t - 1][0]), static_cast<float>(grads[t - 1][1])});
+      adam.step();
+      for (int i = 0; i < 2; ++i) {
+        double g = grads[t - 1][i];
+        if (decoupled) {
+          w[i] *= 1 - lr * wd;
+        } else {
+          g += wd * w[i];
+        }
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double mhat = m[i] / (1 - std::pow(b1, t)), vhat = v[i] / (1 - std::pow(b2, t));
+        w[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+      }
+      const auto values = p.value().to_floats();
+      EXPECT_NEAR(values[0], w[0], 1e-6);
+      EXPECT_NEAR(values[1], w[1], 1e-6);
+    }
+    EXPECT_EQ(adam.name(), decoupled ? "adamw" : "adam");
+  }
+}
+
+TEST(Optimizer, StateIsNamedAndFactoryChecksNames) {
+  Variable a = param({1.0f, 2.0f}), b = param({3.0f});
+  auto adam = optim::make_optimizer({.name = "adamw", .learning_rate = 0.1}, {a, b});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : adam->state()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"updates", "0.exp_avg", "0.exp_avg_sq", "1.exp_avg",
+                                             "1.exp_avg_sq"}));
+  EXPECT_THROW(optim::make_optimizer({.name = "lamb"}, {a}), InvalidArgument);
+}
+
+TEST(LrSchedule, ConstantStepCosineAndWarmup) {
+  auto constant = optim::make_schedule({.name = "constant", .base_lr = 0.1});
+  EXPECT_DOUBLE_EQ(constant->lr(1000), 0.1);
+  auto step = optim::make_schedule({.name = "step", .base_lr = 1.0, .step_size = 10, .gamma = 0.5});
+  EXPECT_DOUBLE_EQ(step->lr(9), 1.0);
+  EXPECT_DOUBLE_EQ(step->lr(10), 0.5);
+  EXPECT_DOUBLE_EQ(step->lr(25), 0.25);
+  auto cosine = optim::make_schedule({.name = "cosine", .base_lr = 1.0, .total_steps = 100, .min_lr = 0.1});
+  EXPECT_DOUBLE_EQ(cosine->lr(0), 1.0);
+  EXPECT_NEAR(cosine->lr(50), 0.55, 1e-12);
+  EXPECT_NEAR(cosine->lr(100), 0.1, 1e-12);
+  EXPECT_NEAR(cosine->lr(150), 0.1, 1e-12);
+  auto warm = optim::make_schedule({.name = "constant", .base_lr = 0.4, .warmup_steps = 4});
+  EXPECT_DOUBLE_EQ(warm->lr(0), 0.1);
+  EXPECT_DOUBLE_EQ(warm->lr(3), 0.4);
+  EXPECT_DOUBLE_EQ(warm->lr(10), 0.4);
+  EXPECT_THROW(optim::make_schedule({.name = "linear"}), InvalidArgument);
+  EXPECT_THROW(optim::make_schedule({.name = "step", .step_size = 0}), InvalidArgument);
+  EXPECT_THROW(optim::make_schedule({.name = "constant", .base_lr = -1}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem

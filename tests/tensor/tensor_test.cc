@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "tandem/base/error.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem {
+namespace {
+
+TEST(Shape, BasicsAndErrors) {
+  const Shape s{2, 3, 4};
+  EXPECT_EQ(s.rank(), 3);
+  EXPECT_EQ(s.numel(), 24);
+  EXPECT_EQ(s.row_numel(), 12);
+  EXPECT_EQ(s[-1], 4);
+  EXPECT_EQ(s.to_string(), "(2, 3, 4)");
+  EXPECT_EQ(Shape{5}.to_string(), "(5,)");
+  EXPECT_EQ(Shape{}.numel(), 1);
+  EXPECT_EQ(s.with_dim(0, 7), (Shape{7, 3, 4}));
+  EXPECT_THROW(Shape({2, -1}), ShapeError);
+  EXPECT_THROW(Shape({1, 1, 1, 1, 1, 1, 1, 1, 1}), ShapeError);
+  EXPECT_THROW(s.dim(3), ShapeError);
+}
+
+TEST(DTypeNames, RoundTripAndErrors) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8}) {
+    EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  }
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  try {
+    parse_dtype("f64");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("f64"), std::string::npos);
+  }
+}
+
+TEST(Device, ParseAndVirtualDevices) {
+  EXPECT_EQ(parse_device("cpu:3"), (Device{DeviceKind::cpu, 3}));
+  EXPECT_EQ(parse_device("cpu").index, 0);
+  EXPECT_EQ(parse_device("cuda:1").to_string(), "cuda:1");
+  EXPECT_THROW(parse_device("tpu:0"), InvalidArgument);
+  EXPECT_THROW(parse_device("cpu:x"), InvalidArgument);
+  set_virtual_cpu_device_count(4);
+  EXPECT_EQ(virtual_cpu_devices().size(), 4u);
+  EXPECT_EQ(virtual_cpu_devices()[3], cpu_device(3));
+  EXPECT_THROW(set_virtual_cpu_device_count(0), InvalidArgument);
+}
+
+TEST(Allocator, AlignedAndAccountedByCategoryWithPeaks) {
+  Allocator& a = allocator_for(cpu_device(7));
+  a.release_cache();
+  const MemoryStats before = a.stats();
+  {
+    Tensor p = Tensor::empty(Shape{1000}, DType::f32, cpu_device(7), MemoryCategory::parameters);
+    Tensor g = Tensor::empty(Shape{10}, DType::bf16, cpu_device(7), MemoryCategory::gradients);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.raw_data()) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(g.raw_data()) % 64, 0u);
+    const MemoryStats during = a.stats();
+    EXPECT_EQ(during.current(MemoryCategory::parameters) - before.current(MemoryCategory::parameters), 4000);
+    EXPECT_EQ(during.current(MemoryCategory::gradients) - before.current(MemoryCategory::gradients), 20);
+    EXPECT_EQ(during.current_total_bytes - before.current_total_bytes, 4020);
+    {
+      Tensor act = Tensor::empty(Shape{256}, DType::f32, cpu_device(7));
+      EXPECT_EQ(a.stats().current(MemoryCategory::activations) - before.current(MemoryCategory::activations), 1024);
+    }
+    EXPECT_EQ(a.stats().peak(MemoryCategory::activations) - before.current(MemoryCategory::activations), 1024);
+  }
+  const MemoryStats after = a.stats();
+  EXPECT_EQ(after.current_total_bytes, before.current_total_bytes);
+  EXPECT_GT(after.cached_bytes, 0);
+  a.reset_peaks();
+  EXPECT_EQ(a.stats().peak_total_bytes, a.stats().current_total_bytes);
+}
+
+TEST(Allocator, ReusesFreedBlocksOfTheSameSize) {
+  Allocator& a = allocator_for(cpu_device(8));
+  void* first = a.allocate(12345, MemoryCategory::workspace);
+  a.deallocate(first, 12345, MemoryCategory::workspace);
+  void* second = a.allocate(12345, MemoryCategory::activations);
+  EXPECT_EQ(first, second);
+  a.deallocate(second, 12345, MemoryCategory::activations);
+  a.release_cache();
+  EXPECT_EQ(a.stats().cached_bytes, 0);
+}
+
+TEST(Tensor, SliceAndReshapeShareStorage) {
+  Tensor t = Tensor::from_floats(Shape{4, 2}, std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7});
+  Tensor rows = t.slice(1, 3);
+  EXPECT_EQ(rows.shape(), (Shape{2, 2}));
+  EXPECT_EQ(rows.to_floats(), (std::vector<float>{2, 3, 4, 5}));
+  rows.data<float>()[0] = 42;
+  EXPECT_EQ(t.to_floats()[2], 42);
+  EXPECT_TRUE(rows.shares_storage(t));
+  Tensor flat = t.reshape(Shape{8});
+  EXPECT_EQ(flat.to_floats()[2], 42);
+  EXPECT_THROW(t.reshape(Shape{3, 3}), ShapeError);
+  EXPECT_THROW(t.slice(3, 5), ShapeError);
+  EXPECT_THROW(t.slice(2, 1), ShapeError);
+  EXPECT_EQ(t.slice(4, 4).numel(), 0);
+}
+
+TEST(Tensor, CloneCopyConvertFill) {
+  Tensor t = Tensor::from_floats(Shape{3}, std::vector<float>{1.5f, -2.25f, 3.0f});
+  Tensor c = t.clone();
+  c.data<float>()[0] = 0;
+  EXPECT_EQ(t.to_floats()[0], 1.5f);
+  Tensor b = t.to(DType::bf16);
+  EXPECT_EQ(b.dtype(), DType::bf16);
+  EXPECT_EQ(b.to_floats(), (std::vector<float>{1.5f, -2.25f, 3.0f}));
+  EXPECT_TRUE(t.to(DType::f32).shares_storage(t));
+  Tensor h = Tensor::full(Shape{5}, 0.5f, DType::f16);
+  EXPECT_EQ(h.to_floats(), std::vector<float>(5, 0.5f));
+  Tensor i = Tensor::zeros(Shape{2}, DType::i32);
+  i.copy_from(t.slice(0, 2));
+  EXPECT_EQ(i.to_ints(), (std::vector<int32_t>{2, -2}));
+  EXPECT_THROW(i.copy_from(t), ShapeError);
+  EXPECT_THROW(t.data<int32_t>(), ShapeError);
+  EXPECT_THROW(Tensor().raw_data(), Error);
+  EXPECT_FLOAT_EQ(Tensor::full(Shape{}, 7.0f).item(), 7.0f);
+  EXPECT_THROW(t.item(), ShapeError);
+}
+
+TEST(Tensor, FromValuesChecksCount) {
+  EXPECT_THROW(Tensor::from_floats(Shape{2, 2}, std::vector<float>{1, 2, 3}), ShapeError);
+  EXPECT_THROW(Tensor::from_ints(Shape{2}, std::vector<int32_t>{1}), ShapeError);
+}
+
+}  // namespace
+}  // namespace tandem

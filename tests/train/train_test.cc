@@ -1,0 +1,226 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/data/fashion_mnist.h"
+#include "tandem/nn/dropout.h"
+#include "tandem/nn/flatten.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/models.h"
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / name;
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+const data::FashionMnist& fashion() {
+  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
+  return d;
+}
+
+data::LabeledImages head(const data::LabeledImages& d, int64_t n) {
+  return {d.images.slice(0, n), d.labels.slice(0, n)};
+}
+
+// A small model with dropout, so that determinism covers the mask stream too.
+std::shared_ptr<nn::Module> small_dropout_model(uint64_t seed) {
+  Generator g(seed);
+  auto m = std::make_shared<nn::Sequential>();
+  m->emplace<nn::Flatten>()
+      .emplace<nn::Linear>(784, 64, nn::LinearOptions{.activation = kernels::Activation::relu}, g)
+      .emplace<nn::Dropout>(0.2f)
+      .emplace<nn::Linear>(64, 10, nn::LinearOptions{}, g);
+  return m;
+}
+
+std::vector<double> step_losses(train::Trainer& trainer, train::TrainResult* result = nullptr,
+                                int64_t stop_at = -1) {
+  std::vector<double> losses;
+  train::TrainCallbacks callbacks;
+  callbacks.on_step = [&](const train::StepInfo& s) {
+    losses.push_back(s.loss);
+    if (s.global_step == stop_at) trainer.request_stop();
+  };
+  train::TrainResult r = trainer.fit(callbacks);
+  if (result) *result = r;
+  return losses;
+}
+
+TEST(Checkpoint, RoundTripsTensorsAndMetadata) {
+  const std::string dir = fresh_dir("ckpt");
+  fs::create_directories(dir);
+  train::Checkpoint c;
+  c.metadata = {{"epoch", "3"}, {"note", "hello"}};
+  c.tensors = {{"a", Tensor::from_floats(Shape{2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6})},
+               {"b", Tensor::from_ints(Shape{1}, std::vector<int32_t>{-9})},
+               {"empty", Tensor::empty(Shape{0})},
+               {"half", Tensor::full(Shape{5}, 0.25f, DType::bf16)}};
+  const std::string path = dir + "/x.tckpt";
+  train::save_checkpoint(path, c);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  const train::Checkpoint back = train::load_checkpoint(path);
+  EXPECT_EQ(back.metadata, c.metadata);
+  ASSERT_EQ(back.tensors.size(), 4u);
+  EXPECT_EQ(back.tensor("a").to_floats(), c.tensors[0].second.to_floats());
+  EXPECT_EQ(back.tensor("b").to_ints(), std::vector<int32_t>{-9});
+  EXPECT_EQ(back.tensor("half").dtype(), DType::bf16);
+  EXPECT_THROW(back.tensor("zzz"), IoError);
+}
+
+TEST(Checkpoint, CorruptTruncatedAndForeignFilesAreRejected) {
+  const std::string dir = fresh_dir("ckpt-bad");
+  fs::create_directories(dir);
+  const std::string path = dir + "/x.tckpt";
+  train::Checkpoint c;
+  c.tensors = {{"w", Tensor::full(Shape{100}, 1.0f)}};
+  train::save_checkpoint(path, c);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto rewrite = [&](const std::string& content) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(content.data(), static_cast<std::streamsize>(content.size()));
+  };
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x40;
+  rewrite(flipped);
+  try {
+    train::load_checkpoint(path);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+  }
+  rewrite(bytes.substr(0, bytes.size() - 100));
+  EXPECT_THROW(train::load_checkpoint(path), IoError);
+  rewrite("hello world, not a checkpoint");
+  EXPECT_THROW(train::load_checkpoint(path), IoError);
+  EXPECT_THROW(train::load_checkpoint(dir + "/missing.tckpt"), IoError);
+}
+
+TEST(Trainer, ShortCnnRunLearnsFashionMnist) {
+  set_num_threads(2);
+  train::Trainer trainer({.model = "cnn", .epochs = 1}, nn::make_cnn({.seed = 1}),
+                         head(fashion().train, 6400), head(fashion().test, 2000));
+  train::TrainResult result;
+  const std::vector<double> losses = step_losses(trainer, &result);
+  ASSERT_EQ(losses.size(), 50u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    first += losses[i] / 5;
+    last += losses[losses.size() - 1 - i] / 5;
+  }
+  EXPECT_LT(last, 0.6 * first) << "loss did not fall: " << first << " -> " << last;
+  ASSERT_EQ(result.history.size(), 1u);
+  EXPECT_GT(result.history[0].test_accuracy, 0.75);
+  EXPECT_GT(result.history[0].examples_per_second, 0.0);
+  const train::EvalResult eval = trainer.evaluate(head(fashion().test, 2000));
+  EXPECT_DOUBLE_EQ(eval.accuracy, result.history[0].test_accuracy);
+}
+
+TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
+  set_num_threads(2);
+  auto run = [&](uint64_t seed) {
+    train::Trainer trainer({.model = "cnn", .epochs = 1, .batch_size = 64, .seed = seed},
+                           nn::make_cnn({.seed = seed}), head(fashion().train, 1280),
+                           head(fashion().test, 200));
+    return step_losses(trainer);
+  };
+  const std::vector<double> a = run(3), b = run(3), c = run(4);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  auto run_dropout = [&]() {
+    train::Trainer trainer({.model = "small", .epochs = 2, .batch_size = 50, .seed = 9},
+                           small_dropout_model(9), head(fashion().train, 600), head(fashion().test, 100));
+    return step_losses(trainer);
+  };
+  EXPECT_EQ(run_dropout(), run_dropout());
+}
+
+TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
+  set_num_threads(2);
+  const train::TrainConfig base{.model = "small", .epochs = 3, .batch_size = 64,
+                                .optimizer = {.name = "adam", .learning_rate = 0.002}, .seed = 11};
+  const auto train_data = head(fashion().train, 1000);  // 16 steps per epoch, the last one partial
+  const auto test_data = head(fashion().test, 300);
+
+  train::TrainConfig plain = base;
+  train::Trainer uninterrupted(plain, small_dropout_model(11), train_data, test_data);
+  train::TrainResult expected_result;
+  const std::vector<double> expected = step_losses(uninterrupted, &expected_result);
+
+  train::TrainConfig with_output = base;
+  with_output.output_dir = fresh_dir("resume");
+  std::vector<double> losses;
+  {
+    train::Trainer first(with_output, small_dropout_model(11), train_data, test_data);
+    train::TrainResult r;
+    losses = step_losses(first, &r, /*stop_at=*/21);  // mid-way through epoch 2
+    EXPECT_TRUE(r.interrupted);
+    EXPECT_EQ(r.history.size(), 1u);
+  }
+  {
+    // A fresh process's view: new model with other weights, restored from disk.
+    train::TrainConfig resume = with_output;
+    resume.resume = true;
+    train::Trainer second(resume, small_dropout_model(999), train_data, test_data);
+    train::TrainResult r;
+    const std::vector<double> rest = step_losses(second, &r);
+    losses.insert(losses.end(), rest.begin(), rest.end());
+    EXPECT_EQ(r.resumed_from_step, 21);
+    ASSERT_EQ(r.history.size(), 3u);
+    for (size_t e = 0; e < 3; ++e) {
+      EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss) << "epoch " << e + 1;
+      EXPECT_EQ(r.history[e].test_accuracy, expected_result.history[e].test_accuracy);
+    }
+    const auto pa = uninterrupted.model().parameters(), pb = second.model().parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_EQ(pa[i].value().to_floats(), pb[i].value().to_floats()) << "parameter " << i;
+    }
+  }
+  EXPECT_EQ(losses, expected);
+}
+
+TEST(Trainer, BadConfigurationsAreClearErrors) {
+  const auto d = head(fashion().train, 100);
+  auto make = [&](train::TrainConfig c) { return train::Trainer(c, nn::make_mlp(), d, d); };
+  try {
+    make({.batch_size = 101});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than the training set"), std::string::npos);
+  }
+  EXPECT_THROW(make({.batch_size = -5}), InvalidArgument);
+  EXPECT_THROW(make({.epochs = 0}), InvalidArgument);
+  EXPECT_THROW(make({.optimizer = {.name = "rmsprop"}}), InvalidArgument);
+  EXPECT_THROW(make({.schedule = "exponential"}), InvalidArgument);
+  EXPECT_THROW(make({.resume = true}), InvalidArgument);
+
+  const std::string dir = fresh_dir("conflict");
+  train::Trainer first({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir}, nn::make_mlp(), d, d);
+  first.fit();
+  train::Trainer again({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir}, nn::make_mlp(), d, d);
+  EXPECT_THROW(again.fit(), InvalidArgument);  // would overwrite the checkpoint
+  train::Trainer mismatch({.model = "mlp", .epochs = 2, .batch_size = 25, .output_dir = dir, .resume = true},
+                          nn::make_mlp(), d, d);
+  try {
+    mismatch.fit();
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_size"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem
