@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Interleaved training-throughput comparison: tandem vs PyTorch 1.13 (Debian's
+python3-torch, same oneDNN 2.6) on the reference models and recipe.
+
+Each round runs one sample of every variant for every framework, so machine
+noise hits all of them alike; the table reports medians with min and max.
+PyTorch's f32 Linear layers go through the system BLAS: Debian's default is
+the reference BLAS, so when OpenBLAS is installed (libopenblas0-openmp) the
+script also measures PyTorch with it, through LD_LIBRARY_PATH.
+
+Usage (from the repository root, after building):
+  /usr/bin/python3 bench/compare_pytorch.py [--rounds 5] [--threads 1,2] [--models cnn,mlp]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
+def run_tandem(binary, model, dtype, threads, steps):
+    out = subprocess.run([binary, "bench", "train", "--models", model, "--dtypes", dtype,
+                          "--threads", str(threads), "--steps", str(steps), "--repeats", "1",
+                          "--json"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["results"][0]["examples_per_second_median"]
+
+
+def run_torch(model, dtype, threads, steps, blas_dir=None):
+    env = dict(os.environ)
+    if blas_dir:
+        env["LD_LIBRARY_PATH"] = blas_dir
+    out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "pytorch_baseline.py"),
+                          "--models", model, "--dtypes", dtype, "--threads", str(threads),
+                          "--steps", str(steps)], check=True, capture_output=True, text=True,
+                         env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tandem", default="build/tandem")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--models", default="cnn,mlp")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--steps", type=int, default=30)
+    a = p.parse_args()
+    frameworks = ["tandem", "pytorch"]
+    if os.path.exists(os.path.join(OPENBLAS_DIR, "libblas.so.3")):
+        frameworks.append("pytorch+openblas")
+    variants = [(m, d, int(t)) for m in a.models.split(",") for d in a.dtypes.split(",")
+                for t in a.threads.split(",")]
+    samples = {(f, v): [] for f in frameworks for v in variants}
+    for r in range(a.rounds):
+        for v in variants:
+            for f in frameworks:
+                if f == "tandem":
+                    eps = run_tandem(a.tandem, *v, a.steps)
+                else:
+                    eps = run_torch(*v, a.steps, OPENBLAS_DIR if f.endswith("openblas") else None)
+                samples[(f, v)].append(eps)
+                print(f"round {r + 1}: {f:17} {v[0]} {v[1]:4} {v[2]} thr: {eps:9.0f} ex/s",
+                      file=sys.stderr, flush=True)
+    print(f"{'model':5} {'dtype':5} {'thr':>3} " +
+          " ".join(f"{f + ' median [min-max]':>34}" for f in frameworks) + "  tandem/best-pytorch")
+    for v in variants:
+        cells = []
+        for f in frameworks:
+            s = samples[(f, v)]
+            cells.append(f"{statistics.median(s):10.0f} [{min(s):9.0f}-{max(s):9.0f}]")
+        best_torch = max(statistics.median(samples[(f, v)]) for f in frameworks[1:])
+        ratio = statistics.median(samples[("tandem", v)]) / best_torch
+        print(f"{v[0]:5} {v[1]:5} {v[2]:>3} " + " ".join(f"{c:>34}" for c in cells) + f"  {ratio:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
