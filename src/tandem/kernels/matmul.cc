@@ -17,32 +17,39 @@ dnnl::algorithm eltwise_algorithm(Activation activation) {
                                         : dnnl::algorithm::eltwise_gelu_erf;
 }
 
-void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-                    const MatmulOptions& o, int64_t& M, int64_t& K, int64_t& N) {
+struct MatmulDims {
+  int64_t M, K, N;
+};
+
+// Checks ranks and the contracted dimension; returns the problem's sizes.
+MatmulDims matmul_dims(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   if (a.rank() != 2 || b.rank() != 2) {
     TANDEM_THROW(ShapeError, "matmul needs rank-2 operands, got a ", a.shape().to_string(),
                  " and b ", b.shape().to_string());
   }
-  M = o.transpose_a ? a.dim(1) : a.dim(0);
-  K = o.transpose_a ? a.dim(0) : a.dim(1);
-  const int64_t Kb = o.transpose_b ? b.dim(1) : b.dim(0);
-  N = o.transpose_b ? b.dim(0) : b.dim(1);
-  if (K != Kb) {
+  const MatmulDims d{o.transpose_a ? a.dim(1) : a.dim(0), o.transpose_a ? a.dim(0) : a.dim(1),
+                     o.transpose_b ? b.dim(0) : b.dim(1)};
+  if (d.K != (o.transpose_b ? b.dim(1) : b.dim(0))) {
     TANDEM_THROW(ShapeError, "matmul: inner dimensions differ: a ", a.shape().to_string(),
                  o.transpose_a ? " (transposed)" : "", " and b ", b.shape().to_string(),
                  o.transpose_b ? " (transposed)" : "");
   }
+  return d;
+}
+
+void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                    const MatmulDims& d) {
   if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
     TANDEM_THROW(ShapeError, "matmul: operands must both be f32 or both bf16, got ",
                  dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
   }
-  if (bias.defined() && (bias.numel() != N || bias.dtype() != DType::f32)) {
-    TANDEM_THROW(ShapeError, "matmul: bias must be f32 with ", N, " elements, got ",
+  if (bias.defined() && (bias.numel() != d.N || bias.dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "matmul: bias must be f32 with ", d.N, " elements, got ",
                  bias.to_string());
   }
-  if (out.shape() != Shape{M, N}) {
+  if (out.shape() != Shape{d.M, d.N}) {
     TANDEM_THROW(ShapeError, "matmul: output shape ", out.shape().to_string(), " should be (",
-                 M, ", ", N, ")");
+                 d.M, ", ", d.N, ")");
   }
   if (out.dtype() != DType::f32 && out.dtype() != DType::bf16) {
     TANDEM_THROW(ShapeError, "matmul: output dtype must be f32 or bf16, got ",
@@ -53,21 +60,17 @@ void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
-  if (a.rank() != 2 || b.rank() != 2) {
-    TANDEM_THROW(ShapeError, "matmul needs rank-2 operands, got a ", a.shape().to_string(),
-                 " and b ", b.shape().to_string());
-  }
-  const int64_t M = options.transpose_a ? a.dim(1) : a.dim(0);
-  const int64_t N = options.transpose_b ? b.dim(0) : b.dim(1);
-  Tensor out = Tensor::empty(Shape{M, N}, options.out_dtype, a.device());
+  const MatmulDims d = matmul_dims(a, b, options);
+  Tensor out = Tensor::empty(Shape{d.M, d.N}, options.out_dtype, a.device());
   matmul_into(a, b, bias, out, options);
   return out;
 }
 
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out,
                  const MatmulOptions& options) {
-  int64_t M = 0, K = 0, N = 0;
-  check_operands(a, b, bias, out, options, M, K, N);
+  const MatmulDims d = matmul_dims(a, b, options);
+  check_operands(a, b, bias, out, d);
+  const int64_t M = d.M, K = d.K, N = d.N;
   if (M == 0 || N == 0) return;
   if (K == 0) {
     // oneDNN rejects empty reductions; the product is zero (plus bias).

@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
 #include "tandem/config.h"
+#include "tandem/train/detail/epoch_json.h"
 
 namespace tandem::train {
 
@@ -22,17 +22,8 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
                       {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
                       {"drop_remainder", config.drop_remainder}};
   for (const auto& [key, value] : extra_config) c[key] = value;
-  nlohmann::json history = nlohmann::json::array();
   double examples = 0.0, seconds = 0.0;
   for (const EpochResult& e : result.history) {
-    history.push_back({{"epoch", e.epoch},
-                       {"train_loss", e.train_loss},
-                       {"train_accuracy", e.train_accuracy},
-                       {"test_loss", e.test_loss},
-                       {"test_accuracy", e.test_accuracy},
-                       {"examples_per_second", e.examples_per_second},
-                       {"train_seconds", e.train_seconds},
-                       {"learning_rate", e.learning_rate}});
     examples += e.examples_per_second * e.train_seconds;
     seconds += e.train_seconds;
   }
@@ -42,7 +33,7 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
                       {"interrupted", result.interrupted},
                       {"wall_seconds", result.wall_seconds},
                       {"examples_per_second", seconds > 0.0 ? examples / seconds : 0.0},
-                      {"history", history}};
+                      {"history", result.history}};
   if (!result.history.empty()) {
     const EpochResult& last = result.history.back();
     s["train_loss"] = last.train_loss;

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
@@ -13,6 +12,7 @@
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/detail/epoch_json.h"
 
 namespace tandem::train {
 
@@ -42,30 +42,6 @@ void check_data(const data::LabeledImages& d, const char* what) {
 }
 
 std::string number(double value) { return fmt::format("{}", value); }
-
-nlohmann::json epoch_json(const EpochResult& e) {
-  return {{"epoch", e.epoch},
-          {"train_loss", e.train_loss},
-          {"train_accuracy", e.train_accuracy},
-          {"test_loss", e.test_loss},
-          {"test_accuracy", e.test_accuracy},
-          {"examples_per_second", e.examples_per_second},
-          {"train_seconds", e.train_seconds},
-          {"learning_rate", e.learning_rate}};
-}
-
-EpochResult epoch_from_json(const nlohmann::json& j) {
-  EpochResult e;
-  e.epoch = j.at("epoch").get<int64_t>();
-  e.train_loss = j.at("train_loss").get<double>();
-  e.train_accuracy = j.at("train_accuracy").get<double>();
-  e.test_loss = j.at("test_loss").get<double>();
-  e.test_accuracy = j.at("test_accuracy").get<double>();
-  e.examples_per_second = j.at("examples_per_second").get<double>();
-  e.train_seconds = j.at("train_seconds").get<double>();
-  e.learning_rate = j.at("learning_rate").get<double>();
-  return e;
-}
 
 int64_t to_steps(double epochs, int64_t steps_per_epoch) {
   return static_cast<int64_t>(std::llround(epochs * static_cast<double>(steps_per_epoch)));
@@ -246,9 +222,7 @@ void Trainer::save(const Progress& progress, const std::vector<EpochResult>& his
                 {"correct", std::to_string(progress.correct)},
                 {"seen", std::to_string(progress.seen)},
                 {"train_seconds", number(progress.train_seconds)}};
-  nlohmann::json h = nlohmann::json::array();
-  for (const EpochResult& e : history) h.push_back(epoch_json(e));
-  c.metadata["history"] = h.dump();
+  c.metadata["history"] = nlohmann::json(history).dump();
   for (const auto& [name, p] : model_->named_parameters()) c.tensors.emplace_back("model." + name, p.value());
   for (const auto& [name, t] : model_->named_buffers()) c.tensors.emplace_back("buffer." + name, *t);
   for (const auto& [name, t] : optimizer_->state()) c.tensors.emplace_back("optimizer." + name, *t);
@@ -297,8 +271,7 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   progress.correct = std::stoll(c.meta("correct"));
   progress.seen = std::stoll(c.meta("seen"));
   progress.train_seconds = std::stod(c.meta("train_seconds"));
-  history.clear();
-  for (const auto& e : nlohmann::json::parse(c.meta("history"))) history.push_back(epoch_from_json(e));
+  history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
 }
 
 }  // namespace tandem::train
