@@ -4,9 +4,10 @@ python3-torch, same oneDNN 2.6) on the reference models and recipe.
 
 Each round runs one sample of every variant for every framework, so machine
 noise hits all of them alike; the table reports medians with min and max.
-PyTorch's f32 Linear layers go through the system BLAS: Debian's default is
-the reference BLAS, so when OpenBLAS is installed (libopenblas0-openmp) the
-script also measures PyTorch with it, through LD_LIBRARY_PATH.
+PyTorch's f32 Linear layers go through the system BLAS, which on a plain
+Debian install is the reference BLAS. The script measures PyTorch with each
+BLAS that is installed (reference: libblas3; OpenBLAS: libopenblas0-openmp),
+chosen through LD_LIBRARY_PATH, and compares tandem with the best of them.
 
 Usage (from the repository root, after building):
   /usr/bin/python3 bench/compare_pytorch.py [--rounds 5] [--threads 1,2] [--models cnn,mlp]
@@ -19,7 +20,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+BLAS_DIRS = {"pytorch-refblas": "/usr/lib/x86_64-linux-gnu/blas",
+             "pytorch-openblas": "/usr/lib/x86_64-linux-gnu/openblas-openmp"}
 
 
 def run_tandem(binary, model, dtype, threads, steps):
@@ -49,9 +51,10 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--steps", type=int, default=30)
     a = p.parse_args()
-    frameworks = ["tandem", "pytorch"]
-    if os.path.exists(os.path.join(OPENBLAS_DIR, "libblas.so.3")):
-        frameworks.append("pytorch+openblas")
+    frameworks = ["tandem"] + [f for f, d in BLAS_DIRS.items()
+                               if os.path.exists(os.path.join(d, "libblas.so.3"))]
+    if len(frameworks) == 1:
+        frameworks.append("pytorch")
     variants = [(m, d, int(t)) for m in a.models.split(",") for d in a.dtypes.split(",")
                 for t in a.threads.split(",")]
     samples = {(f, v): [] for f in frameworks for v in variants}
@@ -61,7 +64,7 @@ def main():
                 if f == "tandem":
                     eps = run_tandem(a.tandem, *v, a.steps)
                 else:
-                    eps = run_torch(*v, a.steps, OPENBLAS_DIR if f.endswith("openblas") else None)
+                    eps = run_torch(*v, a.steps, BLAS_DIRS.get(f))
                 samples[(f, v)].append(eps)
                 print(f"round {r + 1}: {f:17} {v[0]} {v[1]:4} {v[2]} thr: {eps:9.0f} ex/s",
                       file=sys.stderr, flush=True)

@@ -21,17 +21,18 @@ Tensor random(const Shape& shape, DType dtype) {
 void Matmul(benchmark::State& state, int64_t M, int64_t K, int64_t N, DType dtype) {
   const Tensor a = random(Shape{M, K}, dtype), b = random(Shape{N, K}, dtype);
   for (auto _ : state) benchmark::DoNotOptimize(kernels::matmul(a, b, {}, {.transpose_b = true}));
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void ConvForward(benchmark::State& state, Shape x_shape, Shape w_shape, DType dtype) {
   const Tensor x = random(x_shape, dtype), w = random(w_shape, dtype);
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
   for (auto _ : state) benchmark::DoNotOptimize(kernels::conv2d_forward(x, w, {}, g));
-  const double flops = 2.0 * x_shape[0] * x_shape[1] * x_shape[2] * w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3];
-  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  const double flops = 2.0 * x_shape[0] * x_shape[1] * x_shape[2] * w_shape[0] * w_shape[1] *
+                       w_shape[2] * w_shape[3];
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void ConvBackwardWeights(benchmark::State& state, Shape x_shape, Shape w_shape, DType dtype) {
@@ -52,10 +53,13 @@ BENCHMARK_CAPTURE(Matmul, mlp_784x512_bf16, 128, 784, 512, DType::bf16);
 BENCHMARK_CAPTURE(Matmul, cnn_3136x128_f32, 128, 3136, 128, DType::f32);
 BENCHMARK_CAPTURE(Matmul, cnn_3136x128_bf16, 128, 3136, 128, DType::bf16);
 BENCHMARK_CAPTURE(ConvForward, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::f32);
-BENCHMARK_CAPTURE(ConvForward, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::bf16);
+BENCHMARK_CAPTURE(ConvForward, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
+                  DType::bf16);
 BENCHMARK_CAPTURE(ConvForward, conv1_f32, Shape{128, 28, 28, 1}, Shape{3, 3, 1, 32}, DType::f32);
-BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::f32);
-BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::bf16);
+BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
+                  DType::f32);
+BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
+                  DType::bf16);
 BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32});
 
 }  // namespace

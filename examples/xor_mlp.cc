@@ -6,7 +6,8 @@
 
 int main() {
   using namespace tandem;
-  const Tensor inputs = Tensor::from_floats(Shape{4, 2}, std::vector<float>{0, 0, 0, 1, 1, 0, 1, 1});
+  const Tensor inputs =
+      Tensor::from_floats(Shape{4, 2}, std::vector<float>{0, 0, 0, 1, 1, 0, 1, 1});
   const Tensor labels = Tensor::from_ints(Shape{4}, std::vector<int32_t>{0, 1, 1, 0});
 
   Generator init(42);
@@ -25,6 +26,7 @@ int main() {
   }
   NoGradGuard no_grad;
   const int64_t correct = kernels::count_correct(model(Variable(inputs)).value(), labels);
-  std::printf("xor: final loss %.4f, %lld/4 correct\n", loss_value, static_cast<long long>(correct));
+  std::printf("xor: final loss %.4f, %lld/4 correct\n", loss_value,
+              static_cast<long long>(correct));
   return correct == 4 ? 0 : 1;
 }

@@ -47,7 +47,7 @@ TEST(Engine, HookFiresOnceWhenTheGradientIsFinal) {
   });
   b.add_grad_ready_hook([&](Variable& v) { order.push_back(v.name()); });
   // a feeds both the early and the late part of the graph; b only the late one.
-  Variable h = mul(a, b);          // recorded first
+  Variable h = mul(a, b);  // recorded first
   Variable out = sum(add(h, scale(a, 2)));
   out.backward();
   ASSERT_EQ(order.size(), 2u);

@@ -11,7 +11,9 @@ using testing::distinct_tensor;
 using testing::expect_gradients_match;
 using testing::random_tensor;
 
-Variable leaf(Tensor t) { return Variable(std::move(t), true); }
+Variable leaf(Tensor t) {
+  return Variable(std::move(t), true);
+}
 
 TEST(Gradcheck, Matmul) {
   for (bool ta : {false, true}) {
@@ -27,10 +29,12 @@ TEST(Gradcheck, LinearWithFusedReluAndBias) {
   Variable x = leaf(distinct_tensor(Shape{4, 6}, 0.05f, 3));
   Variable w = leaf(random_tensor(Shape{5, 6}, -1, 1, 4));
   Variable b = leaf(random_tensor(Shape{5}, -1, 1, 5));
-  for (auto act : {kernels::Activation::none, kernels::Activation::relu, kernels::Activation::gelu}) {
+  for (auto act :
+       {kernels::Activation::none, kernels::Activation::relu, kernels::Activation::gelu}) {
     // Pre-activations near zero would straddle ReLU's kink; this seed keeps them away.
-    expect_gradients_match([&](const auto& in) { return linear(in[0], in[1], in[2], {.activation = act}); },
-                           {x, w, b}, {.eps = 1e-3, .atol = 3e-3, .rtol = 2e-2});
+    expect_gradients_match(
+        [&](const auto& in) { return linear(in[0], in[1], in[2], {.activation = act}); }, {x, w, b},
+        {.eps = 1e-3, .atol = 3e-3, .rtol = 2e-2});
   }
   Variable no_bias;
   expect_gradients_match([&](const auto& in) { return linear(in[0], in[1], no_bias); }, {x, w});
@@ -38,7 +42,9 @@ TEST(Gradcheck, LinearWithFusedReluAndBias) {
 
 TEST(Gradcheck, Conv2dStridesPaddingDilation) {
   const kernels::Conv2dGeometry geometries[] = {
-      {}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, {.pad_h = 2, .pad_w = 1, .dilation_h = 2}};
+      {},
+      {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+      {.pad_h = 2, .pad_w = 1, .dilation_h = 2}};
   for (const auto& g : geometries) {
     Variable x = leaf(random_tensor(Shape{2, 6, 5, 3}, -1, 1, 6));
     Variable w = leaf(random_tensor(Shape{3, 3, 3, 4}, -1, 1, 7));
@@ -54,8 +60,9 @@ TEST(Gradcheck, Conv2dWithFusedRelu) {
   Variable b = leaf(random_tensor(Shape{3}, -1, 1, 11));
   expect_gradients_match(
       [&](const auto& in) {
-        return conv2d(in[0], in[1], in[2],
-                      {.geometry = {.pad_h = 1, .pad_w = 1}, .activation = kernels::Activation::relu});
+        return conv2d(
+            in[0], in[1], in[2],
+            {.geometry = {.pad_h = 1, .pad_w = 1}, .activation = kernels::Activation::relu});
       },
       {x, w, b}, {.eps = 1e-3, .atol = 3e-3, .rtol = 2e-2});
 }
@@ -65,8 +72,9 @@ TEST(Gradcheck, MaxPool) {
   expect_gradients_match([](const auto& in) { return max_pool2d(in[0], {}); }, {x}, {.eps = 1e-3});
   expect_gradients_match(
       [](const auto& in) {
-        return max_pool2d(in[0], {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
-                                  .pad_h = 1, .pad_w = 1});
+        return max_pool2d(
+            in[0],
+            {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1});
       },
       {x}, {.eps = 1e-3});
 }
@@ -85,9 +93,13 @@ TEST(Gradcheck, PointwiseOps) {
   expect_gradients_match([](const auto& in) { return scale(in[0], -1.5f); }, {x});
   expect_gradients_match([](const auto& in) { return sum(in[0]); }, {x});
   expect_gradients_match([](const auto& in) { return mean(in[0]); }, {x});
-  expect_gradients_match([](const auto& in) { return flatten(reshape(in[0], Shape{7, 3, 1})); }, {x});
-  expect_gradients_match([](const auto& in) { return cast(cast(in[0], DType::bf16), DType::f32); }, {x},
-                         {.eps = 5e-2, .atol = 2e-2, .rtol = 5e-2});
+  expect_gradients_match(
+      [](const auto& in) {
+        return flatten(reshape(in[0], Shape{7, 3, 1}));
+      },
+      {x});
+  expect_gradients_match([](const auto& in) { return cast(cast(in[0], DType::bf16), DType::f32); },
+                         {x}, {.eps = 5e-2, .atol = 2e-2, .rtol = 5e-2});
 }
 
 TEST(Gradcheck, DropoutWithAFixedMask) {
@@ -106,7 +118,8 @@ TEST(Gradcheck, DropoutWithAFixedMask) {
 TEST(Gradcheck, SoftmaxCrossEntropy) {
   Variable logits = leaf(random_tensor(Shape{6, 5}, -3, 3, 18));
   const Tensor labels = Tensor::from_ints(Shape{6}, std::vector<int32_t>{0, 4, 2, 2, 1, 3});
-  expect_gradients_match([&](const auto& in) { return softmax_cross_entropy(in[0], labels); }, {logits});
+  expect_gradients_match([&](const auto& in) { return softmax_cross_entropy(in[0], labels); },
+                         {logits});
   expect_gradients_match([&](const auto& in) { return softmax_cross_entropy(in[0], labels, 24.0); },
                          {logits});
 }
@@ -115,7 +128,8 @@ TEST(Gradcheck, LayerNorm) {
   Variable x = leaf(random_tensor(Shape{4, 9}, -2, 2, 19));
   Variable g = leaf(random_tensor(Shape{9}, 0.5, 1.5, 20));
   Variable b = leaf(random_tensor(Shape{9}, -1, 1, 21));
-  expect_gradients_match([](const auto& in) { return layer_norm(in[0], in[1], in[2], 1e-5f); }, {x, g, b});
+  expect_gradients_match([](const auto& in) { return layer_norm(in[0], in[1], in[2], 1e-5f); },
+                         {x, g, b});
 }
 
 TEST(Gradcheck, BatchNormTrainingAndInference) {
@@ -126,7 +140,8 @@ TEST(Gradcheck, BatchNormTrainingAndInference) {
   expect_gradients_match(
       [&](const auto& in) { return batch_norm(in[0], in[1], in[2], mean, var, true, 0.1f, 1e-5f); },
       {x, g, b});
-  Tensor fixed_mean = random_tensor(Shape{4}, -1, 1, 25), fixed_var = random_tensor(Shape{4}, 0.5, 2, 26);
+  Tensor fixed_mean = random_tensor(Shape{4}, -1, 1, 25),
+         fixed_var = random_tensor(Shape{4}, 0.5, 2, 26);
   expect_gradients_match(
       [&](const auto& in) {
         return batch_norm(in[0], in[1], in[2], fixed_mean, fixed_var, false, 0.1f, 1e-5f);

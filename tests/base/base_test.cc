@@ -91,7 +91,8 @@ TEST(Parallel, RangesCoverEverythingOnceForManySizes) {
       parallel_for(n, 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << n << " " << i;
     }
   }
   set_num_threads(2);
@@ -99,9 +100,10 @@ TEST(Parallel, RangesCoverEverythingOnceForManySizes) {
 
 TEST(Parallel, ExceptionReachesCaller) {
   set_num_threads(2);
-  EXPECT_THROW(parallel_for(1000, 1, [](int64_t begin, int64_t) {
-                 if (begin > 0) TANDEM_THROW(InvalidArgument, "boom");
-               }),
+  EXPECT_THROW(parallel_for(1000, 1,
+                            [](int64_t begin, int64_t) {
+                              if (begin > 0) TANDEM_THROW(InvalidArgument, "boom");
+                            }),
                InvalidArgument);
   EXPECT_THROW(set_num_threads(0), InvalidArgument);
 }

@@ -24,8 +24,8 @@ struct CommandResult {
 // Runs tandem with the arguments; output holds stdout and stderr, or only
 // stderr when errors_only.
 CommandResult run(const std::string& arguments, bool errors_only = false) {
-  const std::string command = std::string(TANDEM_CLI_PATH) + " " + arguments +
-                              (errors_only ? " 2>&1 >/dev/null" : " 2>&1");
+  const std::string command =
+      std::string(TANDEM_CLI_PATH) + " " + arguments + (errors_only ? " 2>&1 >/dev/null" : " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   CommandResult r{-1, ""};
   if (!pipe) return r;
@@ -52,7 +52,8 @@ void expect_one_line_error(const std::string& arguments, const std::string& need
 }
 
 TEST(Cli, HelpAndVersion) {
-  for (const char* args : {"--help", "train --help", "info --help", "bench --help", "bench train --help"}) {
+  for (const char* args :
+       {"--help", "train --help", "info --help", "bench --help", "bench train --help"}) {
     const CommandResult r = run(args);
     EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << args;
@@ -81,7 +82,8 @@ TEST(Cli, BadFlagsAndValues) {
 TEST(Cli, BadInputsNameTheProblem) {
   // Small sizes, so that a bad input that were wrongly accepted would not
   // start a long training run.
-  const std::string out = " --epochs 1 --train-examples 256 --test-examples 64 --output " + tmp("cli-bad");
+  const std::string out =
+      " --epochs 1 --train-examples 256 --test-examples 64 --output " + tmp("cli-bad");
   expect_one_line_error("train --data-dir /nonexistent/dir" + out, "/nonexistent/dir");
   expect_one_line_error("train --model resnet" + out, "unknown model 'resnet'");
   expect_one_line_error("train --batch-size -5" + out, "batch size must be at least 1");
@@ -90,6 +92,9 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --compute-dtype f64" + out, "f64");
   expect_one_line_error("train --threads 0" + out, "thread count must be at least 1");
   expect_one_line_error("train --resume" + out, "no checkpoint");
+  expect_one_line_error(
+      "train --epochs 1 --train-examples 256 --test-examples 64 --output /proc/tandem-run",
+      "cannot create output directory");
 
   // A truncated IDX file in an otherwise complete data directory.
   const std::string data = tmp("cli-truncated-data");
@@ -102,26 +107,32 @@ TEST(Cli, BadInputsNameTheProblem) {
   fs::resize_file(images, fs::file_size(images) / 3);
   const CommandResult truncated = run("train --data-dir " + data + out);
   EXPECT_NE(truncated.status, 0);
-  EXPECT_NE(truncated.output.find("train-images-idx3-ubyte.gz"), std::string::npos) << truncated.output;
+  EXPECT_NE(truncated.output.find("train-images-idx3-ubyte.gz"), std::string::npos)
+      << truncated.output;
 }
 
 TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   const std::string out = tmp("cli-run");
-  const CommandResult r = run("train --model mlp --epochs 1 --train-examples 512 --test-examples 256 --threads 1 "
-                    "--output " + out);
+  const CommandResult r =
+      run("train --model mlp --epochs 1 --train-examples 512 --test-examples 256 --threads 1 "
+          "--output " +
+          out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("epoch 1/1"), std::string::npos) << r.output;
   std::ifstream in(out + "/summary.json");
   const auto s = nlohmann::json::parse(in);
-  for (const char* key : {"test_accuracy", "train_loss", "examples_per_second", "wall_seconds", "epochs"}) {
+  for (const char* key :
+       {"test_accuracy", "train_loss", "examples_per_second", "wall_seconds", "epochs"}) {
     EXPECT_TRUE(s.contains(key)) << key;
   }
   EXPECT_EQ(s.at("epochs").get<int>(), 1);
   EXPECT_GT(s.at("test_accuracy").get<double>(), 0.3);
   EXPECT_TRUE(fs::exists(out + "/checkpoint.tckpt"));
   // Continue for one more epoch from the checkpoint.
-  const CommandResult more = run("train --model mlp --epochs 2 --train-examples 512 --test-examples 256 "
-                       "--threads 1 --quiet --resume --output " + out);
+  const CommandResult more =
+      run("train --model mlp --epochs 2 --train-examples 512 --test-examples 256 "
+          "--threads 1 --quiet --resume --output " +
+          out);
   ASSERT_EQ(more.status, 0) << more.output;
   std::ifstream in2(out + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(in2).at("epochs").get<int>(), 2);
@@ -131,7 +142,8 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
 }
 
 TEST(Cli, BenchTrainJson) {
-  const CommandResult r = run("bench train --models mlp --dtypes f32 --threads 1 --steps 2 --warmup 1 --repeats 2 --json");
+  const CommandResult r = run(
+      "bench train --models mlp --dtypes f32 --threads 1 --steps 2 --warmup 1 --repeats 2 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j.at("results").size(), 1u);

@@ -28,13 +28,15 @@ std::string read_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 void write_gz(const std::string& path, const std::string& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
   gzclose(f);
 }
 
@@ -48,9 +50,11 @@ std::string error_of(const std::string& path) {
 }
 
 TEST(Idx, RoundTripsRawAndGzipForEachType) {
-  const Tensor u8 = Tensor::from_floats(Shape{2, 3}, std::vector<float>{0, 1, 2, 253, 254, 255}, DType::u8);
+  const Tensor u8 =
+      Tensor::from_floats(Shape{2, 3}, std::vector<float>{0, 1, 2, 253, 254, 255}, DType::u8);
   const Tensor i32 = Tensor::from_ints(Shape{4}, std::vector<int32_t>{-7, 0, 1 << 20, 42});
-  const Tensor f32 = Tensor::from_floats(Shape{1, 2, 2}, std::vector<float>{1.5f, -2.0f, 1e-30f, 3e30f});
+  const Tensor f32 =
+      Tensor::from_floats(Shape{1, 2, 2}, std::vector<float>{1.5f, -2.0f, 1e-30f, 3e30f});
   for (const Tensor& t : {u8, i32, f32}) {
     const std::string raw = temp_path("roundtrip.idx");
     data::write_idx(raw, t);
@@ -138,8 +142,9 @@ TEST(FashionMnist, InconsistentCountsAndBadLabelsAreErrors) {
   auto write_split = [&](const std::string& prefix, int64_t images, std::vector<float> labels) {
     data::write_idx(dir + "/" + prefix + "-images-idx3-ubyte",
                     Tensor::zeros(Shape{images, 28, 28}, DType::u8));
-    data::write_idx(dir + "/" + prefix + "-labels-idx1-ubyte",
-                    Tensor::from_floats(Shape{static_cast<int64_t>(labels.size())}, labels, DType::u8));
+    data::write_idx(
+        dir + "/" + prefix + "-labels-idx1-ubyte",
+        Tensor::from_floats(Shape{static_cast<int64_t>(labels.size())}, labels, DType::u8));
   };
   write_split("train", 3, {1, 2, 3});
   write_split("t10k", 2, {0, 9});

@@ -35,9 +35,9 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
   const Tensor bias = c.bias ? random_tensor(Shape{c.N}, -1, 1, 3) : Tensor();
   // The reference sees the operands as rounded to the compute dtype.
   const Tensor a = a32.to(c.dtype), b = b32.to(c.dtype);
-  const Tensor out = kernels::matmul(a, b, bias, {.transpose_a = c.transpose_a,
-                                                  .transpose_b = c.transpose_b,
-                                                  .activation = c.activation});
+  const Tensor out = kernels::matmul(
+      a, b, bias,
+      {.transpose_a = c.transpose_a, .transpose_b = c.transpose_b, .activation = c.activation});
   ASSERT_EQ(out.shape(), (Shape{c.M, c.N}));
   std::vector<double> expected = testing::matmul_reference(a, b, c.transpose_a, c.transpose_b);
   const std::vector<double> bias_values = c.bias ? to_doubles(bias) : std::vector<double>();
@@ -46,7 +46,8 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
       double& v = expected[m * c.N + n];
       if (c.bias) v += bias_values[n];
       if (c.activation == kernels::Activation::relu) v = std::max(v, 0.0);
-      if (c.activation == kernels::Activation::gelu) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      if (c.activation == kernels::Activation::gelu)
+        v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
     }
   }
   // Accumulation is f32 in both paths; allow for K-term rounding.
@@ -56,32 +57,36 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MatmulTest,
-    ::testing::Values(MatmulCase{1, 1, 1, false, false, false, kernels::Activation::none, DType::f32},
-                      MatmulCase{3, 5, 7, false, false, true, kernels::Activation::none, DType::f32},
-                      MatmulCase{17, 31, 13, true, false, false, kernels::Activation::none, DType::f32},
-                      MatmulCase{17, 31, 13, false, true, true, kernels::Activation::relu, DType::f32},
-                      MatmulCase{16, 64, 33, true, true, false, kernels::Activation::gelu, DType::f32},
-                      MatmulCase{128, 784, 10, false, true, true, kernels::Activation::none, DType::f32},
-                      MatmulCase{5, 37, 11, false, false, true, kernels::Activation::relu, DType::bf16},
-                      MatmulCase{64, 128, 48, true, true, false, kernels::Activation::none, DType::bf16},
-                      MatmulCase{7, 0, 5, false, false, true, kernels::Activation::relu, DType::f32},
-                      MatmulCase{0, 3, 5, false, false, false, kernels::Activation::none, DType::f32}));
+    ::testing::Values(
+        MatmulCase{1, 1, 1, false, false, false, kernels::Activation::none, DType::f32},
+        MatmulCase{3, 5, 7, false, false, true, kernels::Activation::none, DType::f32},
+        MatmulCase{17, 31, 13, true, false, false, kernels::Activation::none, DType::f32},
+        MatmulCase{17, 31, 13, false, true, true, kernels::Activation::relu, DType::f32},
+        MatmulCase{16, 64, 33, true, true, false, kernels::Activation::gelu, DType::f32},
+        MatmulCase{128, 784, 10, false, true, true, kernels::Activation::none, DType::f32},
+        MatmulCase{5, 37, 11, false, false, true, kernels::Activation::relu, DType::bf16},
+        MatmulCase{64, 128, 48, true, true, false, kernels::Activation::none, DType::bf16},
+        MatmulCase{7, 0, 5, false, false, true, kernels::Activation::relu, DType::f32},
+        MatmulCase{0, 3, 5, false, false, false, kernels::Activation::none, DType::f32}));
 
 TEST(Matmul, Bf16OutputAndErrors) {
   const Tensor a = random_tensor(Shape{4, 6}, -1, 1, 1).to(DType::bf16);
   const Tensor b = random_tensor(Shape{6, 3}, -1, 1, 2).to(DType::bf16);
   const Tensor out = kernels::matmul(a, b, {}, {.out_dtype = DType::bf16});
   EXPECT_EQ(out.dtype(), DType::bf16);
-  expect_close(to_doubles(out), testing::matmul_reference(a, b, false, false), 0.02, 0.01, "bf16 out");
-  EXPECT_THROW(kernels::matmul(random_tensor(Shape{4, 6}, 0, 1, 1), random_tensor(Shape{5, 3}, 0, 1, 1)),
-               ShapeError);
+  expect_close(to_doubles(out), testing::matmul_reference(a, b, false, false), 0.02, 0.01,
+               "bf16 out");
+  EXPECT_THROW(
+      kernels::matmul(random_tensor(Shape{4, 6}, 0, 1, 1), random_tensor(Shape{5, 3}, 0, 1, 1)),
+      ShapeError);
   EXPECT_THROW(kernels::matmul(a, random_tensor(Shape{6, 3}, 0, 1, 1)), ShapeError);
   EXPECT_THROW(kernels::matmul(random_tensor(Shape{4}, 0, 1, 1), b), ShapeError);
   EXPECT_THROW(kernels::matmul(a, b, random_tensor(Shape{4}, 0, 1, 1)), ShapeError);
 }
 
 TEST(Matmul, PrimitivesAreCachedByShape) {
-  const Tensor a = random_tensor(Shape{9, 10}, -1, 1, 1), b = random_tensor(Shape{10, 11}, -1, 1, 2);
+  const Tensor a = random_tensor(Shape{9, 10}, -1, 1, 1),
+               b = random_tensor(Shape{10, 11}, -1, 1, 2);
   kernels::matmul(a, b);
   const size_t after_first = kernels::detail::cache_size();
   kernels::matmul(a, b);
@@ -140,12 +145,21 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ConvCase{Shape{2, 5, 5, 1}, Shape{3, 3, 1, 4}, {.pad_h = 1, .pad_w = 1}, DType::f32},
         ConvCase{Shape{3, 7, 6, 3}, Shape{3, 3, 3, 5}, {}, DType::f32},
-        ConvCase{Shape{2, 9, 11, 4}, Shape{3, 2, 4, 6}, {.stride_h = 2, .stride_w = 3, .pad_h = 1}, DType::f32},
-        ConvCase{Shape{1, 10, 10, 2}, Shape{3, 3, 2, 3}, {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}, DType::f32},
+        ConvCase{Shape{2, 9, 11, 4},
+                 Shape{3, 2, 4, 6},
+                 {.stride_h = 2, .stride_w = 3, .pad_h = 1},
+                 DType::f32},
+        ConvCase{Shape{1, 10, 10, 2},
+                 Shape{3, 3, 2, 3},
+                 {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2},
+                 DType::f32},
         ConvCase{Shape{4, 14, 14, 32}, Shape{3, 3, 32, 64}, {.pad_h = 1, .pad_w = 1}, DType::f32},
         ConvCase{Shape{1, 1, 1, 1}, Shape{1, 1, 1, 1}, {}, DType::f32},
         ConvCase{Shape{2, 8, 8, 16}, Shape{3, 3, 16, 16}, {.pad_h = 1, .pad_w = 1}, DType::bf16},
-        ConvCase{Shape{3, 7, 5, 3}, Shape{3, 3, 3, 7}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, DType::bf16}));
+        ConvCase{Shape{3, 7, 5, 3},
+                 Shape{3, 3, 3, 7},
+                 {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+                 DType::bf16}));
 
 TEST(Conv, ShapeErrorsNameTheProblem) {
   const Tensor x = random_tensor(Shape{1, 5, 5, 3}, -1, 1, 1);
@@ -155,7 +169,8 @@ TEST(Conv, ShapeErrorsNameTheProblem) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("3 channels"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(kernels::conv2d_forward(x, random_tensor(Shape{7, 7, 3, 4}, -1, 1, 1), {}, {}), ShapeError);
+  EXPECT_THROW(kernels::conv2d_forward(x, random_tensor(Shape{7, 7, 3, 4}, -1, 1, 1), {}, {}),
+               ShapeError);
   EXPECT_THROW(kernels::conv2d_output_shape(Shape{1, 5, 5}, Shape{3, 3, 3, 4}, {}), ShapeError);
   EXPECT_THROW(kernels::conv2d_output_shape(Shape{1, 5, 5, 3}, Shape{3, 3, 3, 4}, {.stride_h = 0}),
                InvalidArgument);
@@ -194,7 +209,8 @@ TEST_P(PoolTest, ForwardAndBackwardMatchReferences) {
           int64_t best = -1;
           for (int64_t kh = 0; kh < g.kernel_h; ++kh)
             for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-              const int64_t ih = oh * g.stride_h - g.pad_h + kh, iw = ow * g.stride_w - g.pad_w + kw;
+              const int64_t ih = oh * g.stride_h - g.pad_h + kh,
+                            iw = ow * g.stride_w - g.pad_w + kw;
               if (ih < 0 || ih >= c.x[1] || iw < 0 || iw >= c.x[2]) continue;
               const int64_t idx = ((n * c.x[1] + ih) * c.x[2] + iw) * c.x[3] + ch;
               if (best < 0 || xs[idx] > xs[best]) best = idx;
@@ -207,12 +223,17 @@ TEST_P(PoolTest, ForwardAndBackwardMatchReferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PoolTest,
-    ::testing::Values(PoolCase{Shape{2, 4, 4, 3}, {}, DType::f32},
-                      PoolCase{Shape{1, 7, 5, 2}, {}, DType::f32},
-                      PoolCase{Shape{3, 9, 9, 5}, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, DType::f32},
-                      PoolCase{Shape{2, 6, 6, 4}, {.kernel_h = 3, .kernel_w = 2, .stride_h = 1, .stride_w = 2}, DType::f32},
-                      PoolCase{Shape{2, 28, 28, 32}, {}, DType::f32},
-                      PoolCase{Shape{2, 8, 6, 16}, {}, DType::bf16}));
+    ::testing::Values(
+        PoolCase{Shape{2, 4, 4, 3}, {}, DType::f32}, PoolCase{Shape{1, 7, 5, 2}, {}, DType::f32},
+        PoolCase{
+            Shape{3, 9, 9, 5},
+            {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+            DType::f32},
+        PoolCase{Shape{2, 6, 6, 4},
+                 {.kernel_h = 3, .kernel_w = 2, .stride_h = 1, .stride_w = 2},
+                 DType::f32},
+        PoolCase{Shape{2, 28, 28, 32}, {}, DType::f32},
+        PoolCase{Shape{2, 8, 6, 16}, {}, DType::bf16}));
 
 TEST(Pool, BadGeometryAndMissingWorkspace) {
   const Tensor x = random_tensor(Shape{1, 4, 4, 1}, -1, 1, 1);

@@ -30,7 +30,9 @@ std::vector<double> map(const std::vector<double>& v, F f) {
   return out;
 }
 
-double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
 
 class PointwiseDTypeTest : public ::testing::TestWithParam<DType> {};
 
@@ -53,7 +55,8 @@ TEST_P(PointwiseDTypeTest, ActivationsMatchReference) {
       const double h = 1e-4;
       expected[i] = dys[i] * (gelu_ref(xs[i] + h) - gelu_ref(xs[i] - h)) / (2 * h);
     }
-    expect_close(to_doubles(kernels::gelu_backward(dy, x)), expected, 1e-5, 2 * tol, "gelu backward");
+    expect_close(to_doubles(kernels::gelu_backward(dy, x)), expected, 1e-5, 2 * tol,
+                 "gelu backward");
   }
 }
 
@@ -73,14 +76,17 @@ TEST_P(PointwiseDTypeTest, ArithmeticWithBroadcasting) {
     expect_close(to_doubles(kernels::add(a, b)), sum, 1e-6, tol, "add");
     expect_close(to_doubles(kernels::mul(a, b)), product, 1e-6, tol, "mul");
   }
-  expect_close(to_doubles(kernels::scale(a, -0.5f)), map(as, [](double v) { return -0.5 * v; }), 1e-6,
-               tol, "scale");
+  expect_close(to_doubles(kernels::scale(a, -0.5f)), map(as, [](double v) { return -0.5 * v; }),
+               1e-6, tol, "scale");
   EXPECT_THROW(kernels::add(a, random_tensor(Shape{4}, 0, 1, 1).to(d)), ShapeError);
   EXPECT_THROW(kernels::add(a, random_tensor(Shape{6, 4, 5}, 0, 1, 1).to(DType::i32)), ShapeError);
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, PointwiseDTypeTest, ::testing::Values(DType::f32, DType::bf16, DType::f16),
-                         [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
+INSTANTIATE_TEST_SUITE_P(DTypes, PointwiseDTypeTest,
+                         ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& param_info) {
+                           return std::string(dtype_name(param_info.param));
+                         });
 
 TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
   Tensor dst = Tensor::full(Shape{10}, 1.0f);
@@ -98,7 +104,8 @@ TEST(Reduce, SumMeanAndSumToShape) {
     EXPECT_NEAR(kernels::mean(x).item(), total / xs.size(), 1e-6);
     std::vector<double> cols(33, 0.0);
     for (size_t i = 0; i < xs.size(); ++i) cols[i % 33] += xs[i];
-    expect_close(to_doubles(kernels::sum_to_shape(x, Shape{3, 11})), cols, 1e-5, 1e-5, "sum_to_shape");
+    expect_close(to_doubles(kernels::sum_to_shape(x, Shape{3, 11})), cols, 1e-5, 1e-5,
+                 "sum_to_shape");
     EXPECT_EQ(kernels::sum_to_shape(x, Shape{1}).shape(), Shape{1});
   }
   EXPECT_TRUE(std::isnan(kernels::mean(Tensor::empty(Shape{0})).item()));
@@ -142,7 +149,8 @@ TEST(Loss, SoftmaxCrossEntropyMatchesReference) {
 }
 
 TEST(Loss, StableForHugeLogitsAndChecksLabels) {
-  const Tensor logits = Tensor::from_floats(Shape{2, 3}, std::vector<float>{1000, 0, -1000, -1000, 0, 1000});
+  const Tensor logits =
+      Tensor::from_floats(Shape{2, 3}, std::vector<float>{1000, 0, -1000, -1000, 0, 1000});
   const Tensor labels = Tensor::from_ints(Shape{2}, std::vector<int32_t>{2, 2});
   const auto r = kernels::softmax_cross_entropy(logits, labels);
   EXPECT_NEAR(r.loss.item(), 1000.0, 1e-3);
@@ -154,7 +162,8 @@ TEST(Loss, StableForHugeLogitsAndChecksLabels) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(kernels::softmax_cross_entropy(logits, Tensor::from_ints(Shape{3}, std::vector<int32_t>{0, 1, 2})),
+  EXPECT_THROW(kernels::softmax_cross_entropy(
+                   logits, Tensor::from_ints(Shape{3}, std::vector<int32_t>{0, 1, 2})),
                ShapeError);
   const std::vector<float> p = kernels::softmax(logits).to_floats();
   EXPECT_NEAR(p[0], 1.0f, 1e-6);
@@ -186,7 +195,8 @@ TEST(Normalization, LayerNormMatchesReference) {
   for (DType d : {DType::f32, DType::bf16}) {
     const int64_t R = 6, C = 13;
     const Tensor x = random_tensor(Shape{2, 3, C}, -2, 3, 8).to(d);
-    const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 9), beta = random_tensor(Shape{C}, -1, 1, 10);
+    const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 9),
+                 beta = random_tensor(Shape{C}, -1, 1, 10);
     const auto r = kernels::layer_norm(x, gamma, beta, 1e-5f);
     const std::vector<double> xs = to_doubles(x), g = to_doubles(gamma), b = to_doubles(beta);
     std::vector<double> expected(xs.size());
@@ -205,14 +215,16 @@ TEST(Normalization, LayerNormMatchesReference) {
 TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {
   const int64_t C = 5;
   const Tensor x = random_tensor(Shape{4, 3, 3, C}, -2, 4, 11);
-  const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 12), beta = random_tensor(Shape{C}, -1, 1, 13);
+  const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 12),
+               beta = random_tensor(Shape{C}, -1, 1, 13);
   Tensor running_mean = Tensor::zeros(Shape{C}), running_var = Tensor::full(Shape{C}, 1.0f);
   const auto r = kernels::batch_norm_train(x, gamma, beta, running_mean, running_var, 0.1f, 1e-5f);
   const std::vector<double> xs = to_doubles(x), g = to_doubles(gamma), b = to_doubles(beta);
   const int64_t R = x.numel() / C;
   std::vector<double> mean(C, 0), var(C, 0), expected(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) mean[i % C] += xs[i] / R;
-  for (size_t i = 0; i < xs.size(); ++i) var[i % C] += (xs[i] - mean[i % C]) * (xs[i] - mean[i % C]) / R;
+  for (size_t i = 0; i < xs.size(); ++i)
+    var[i % C] += (xs[i] - mean[i % C]) * (xs[i] - mean[i % C]) / R;
   for (size_t i = 0; i < xs.size(); ++i) {
     const size_t c = i % C;
     expected[i] = (xs[i] - mean[c]) / std::sqrt(var[c] + 1e-5) * g[c] + b[c];
@@ -225,13 +237,15 @@ TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {
   }
   expect_close(to_doubles(running_mean), rm, 1e-6, 1e-5, "running mean");
   expect_close(to_doubles(running_var), rv, 1e-6, 1e-5, "running var");
-  const Tensor inference = kernels::batch_norm_inference(x, gamma, beta, running_mean, running_var, 1e-5f);
+  const Tensor inference =
+      kernels::batch_norm_inference(x, gamma, beta, running_mean, running_var, 1e-5f);
   for (size_t i = 0; i < xs.size(); ++i) {
     const size_t c = i % C;
     expected[i] = (xs[i] - rm[c]) / std::sqrt(rv[c] + 1e-5) * g[c] + b[c];
   }
   expect_close(to_doubles(inference), expected, 1e-5, 1e-5, "batch_norm inference");
-  EXPECT_THROW(kernels::batch_norm_train(x, Tensor::zeros(Shape{4}), beta, running_mean, running_var, 0.1f, 1e-5f),
+  EXPECT_THROW(kernels::batch_norm_train(x, Tensor::zeros(Shape{4}), beta, running_mean,
+                                         running_var, 0.1f, 1e-5f),
                ShapeError);
 }
 

@@ -103,7 +103,8 @@ TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {
 TEST(Layers, LayerNormEmbeddingGeluAndSummary) {
   nn::Sequential s;
   s.emplace<nn::Embedding>(10, 8).emplace<nn::LayerNorm>(8).emplace<nn::GELU>();
-  const Variable out = s.forward(Variable(Tensor::from_ints(Shape{2, 3}, std::vector<int32_t>{1, 2, 3, 4, 5, 9})));
+  const Variable out =
+      s.forward(Variable(Tensor::from_ints(Shape{2, 3}, std::vector<int32_t>{1, 2, 3, 4, 5, 9})));
   EXPECT_EQ(out.shape(), (Shape{2, 3, 8}));
   sum(out).backward();
   for (const auto& [name, p] : s.named_parameters()) EXPECT_TRUE(p.has_grad()) << name;

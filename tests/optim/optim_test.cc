@@ -60,7 +60,8 @@ TEST(Sgd, SkipsParametersWithoutGradientAndValidatesOptions) {
   EXPECT_FLOAT_EQ(b.value().item(), 2.0f);
   EXPECT_THROW(optim::Sgd({a}, -1.0), InvalidArgument);
   EXPECT_THROW(optim::Sgd({a}, 0.1, {.nesterov = true}), InvalidArgument);
-  EXPECT_THROW(optim::Sgd({Variable(Tensor::zeros(Shape{1}, DType::bf16), true)}, 0.1), InvalidArgument);
+  EXPECT_THROW(optim::Sgd({Variable(Tensor::zeros(Shape{1}, DType::bf16), true)}, 0.1),
+               InvalidArgument);
 }
 
 TEST(Adam, MatchesReferenceForAdamAndAdamW) {
@@ -110,7 +111,8 @@ TEST(LrSchedule, ConstantStepCosineAndWarmup) {
   EXPECT_DOUBLE_EQ(step->lr(9), 1.0);
   EXPECT_DOUBLE_EQ(step->lr(10), 0.5);
   EXPECT_DOUBLE_EQ(step->lr(25), 0.25);
-  auto cosine = optim::make_schedule({.name = "cosine", .base_lr = 1.0, .total_steps = 100, .min_lr = 0.1});
+  auto cosine =
+      optim::make_schedule({.name = "cosine", .base_lr = 1.0, .total_steps = 100, .min_lr = 0.1});
   EXPECT_DOUBLE_EQ(cosine->lr(0), 1.0);
   EXPECT_NEAR(cosine->lr(50), 0.55, 1e-12);
   EXPECT_NEAR(cosine->lr(100), 0.1, 1e-12);

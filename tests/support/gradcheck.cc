@@ -36,8 +36,8 @@ Tensor distinct_tensor(const Shape& shape, float margin, uint64_t seed) {
   // Evenly spaced magnitudes in [margin, 1], alternating signs.
   for (int64_t i = 0; i < n; ++i) {
     const int64_t rank = order[i];
-    const float magnitude = margin + (1.0f - margin) * static_cast<float>(rank / 2 + 1) /
-                                         static_cast<float>(n / 2 + 1);
+    const float magnitude =
+        margin + (1.0f - margin) * static_cast<float>(rank / 2 + 1) / static_cast<float>(n / 2 + 1);
     values[i] = rank % 2 ? magnitude : -magnitude;
   }
   return Tensor::from_floats(shape, values);
@@ -50,7 +50,8 @@ void expect_gradients_match(const VariableFunction& f, const std::vector<Variabl
   }
   const Variable out = f(inputs);
   std::vector<float> weights(static_cast<size_t>(out.value().numel()));
-  Generator(options.seed).uniform(weights.data(), static_cast<int64_t>(weights.size()), -1.0f, 1.0f);
+  Generator(options.seed)
+      .uniform(weights.data(), static_cast<int64_t>(weights.size()), -1.0f, 1.0f);
   out.backward(Tensor::from_floats(out.shape(), weights, out.dtype()));
 
   for (size_t k = 0; k < inputs.size(); ++k) {

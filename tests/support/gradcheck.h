@@ -14,8 +14,8 @@ namespace tandem::testing {
 using VariableFunction = std::function<Variable(const std::vector<Variable>&)>;
 
 struct GradcheckOptions {
-  double eps = 1e-2;    // perturbation
-  double atol = 2e-3;   // |analytic - numeric| <= atol + rtol * |numeric|
+  double eps = 1e-2;   // perturbation
+  double atol = 2e-3;  // |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 2e-2;
   uint64_t seed = 7;
 };

@@ -60,25 +60,30 @@ std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w,
   const Shape ys = kernels::conv2d_output_shape(xs, ws, g);
   const std::vector<double> X = to_doubles(x), W = to_doubles(w);
   std::vector<double> y(static_cast<size_t>(ys.numel()), 0.0);
-  for_each_tap(xs, ws, g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw,
-                              int64_t c, int64_t kh, int64_t kw) {
-    y[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] +=
-        X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] * W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
-  });
+  for_each_tap(xs, ws, g,
+               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
+                   int64_t kh, int64_t kw) {
+                 y[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] +=
+                     X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] *
+                     W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
+               });
   return y;
 }
 
 std::vector<double> conv2d_backward_data_reference(const Tensor& dy, const Tensor& w,
-                                                   const Shape& xs, const kernels::Conv2dGeometry& g) {
+                                                   const Shape& xs,
+                                                   const kernels::Conv2dGeometry& g) {
   const Shape ws = w.shape();
   const Shape ys = dy.shape();
   const std::vector<double> DY = to_doubles(dy), W = to_doubles(w);
   std::vector<double> dx(static_cast<size_t>(xs.numel()), 0.0);
-  for_each_tap(xs, ws, g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw,
-                              int64_t c, int64_t kh, int64_t kw) {
-    dx[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] +=
-        DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] * W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
-  });
+  for_each_tap(xs, ws, g,
+               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
+                   int64_t kh, int64_t kw) {
+                 dx[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] +=
+                     DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] *
+                     W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
+               });
   return dx;
 }
 
@@ -88,11 +93,13 @@ std::vector<double> conv2d_backward_weights_reference(const Tensor& x, const Ten
   const Shape xs = x.shape(), ys = dy.shape();
   const std::vector<double> X = to_doubles(x), DY = to_doubles(dy);
   std::vector<double> dw(static_cast<size_t>(ws.numel()), 0.0);
-  for_each_tap(xs, ws, g, [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw,
-                              int64_t c, int64_t kh, int64_t kw) {
-    dw[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o] +=
-        X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] * DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o];
-  });
+  for_each_tap(xs, ws, g,
+               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
+                   int64_t kh, int64_t kw) {
+                 dw[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o] +=
+                     X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] *
+                     DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o];
+               });
   return dw;
 }
 

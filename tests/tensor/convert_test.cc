@@ -19,14 +19,27 @@ float bf16_reference(float x) {
   std::frexp(static_cast<double>(x), &exponent);  // |x| in [2^(e-1), 2^e)
   // 8 significant bits; below the normal range the spacing stays 2^-133.
   const int quantum = std::max(exponent - 8, -133);
-  const double rounded = std::nearbyint(std::ldexp(static_cast<double>(x), -quantum));  // ties to even
+  const double rounded =
+      std::nearbyint(std::ldexp(static_cast<double>(x), -quantum));  // ties to even
   return static_cast<float>(std::ldexp(rounded, quantum));
 }
 
 std::vector<float> interesting_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f,
-                          6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f, 1.0009765625f,
-                          1.00390625f, 1.01171875f, std::numeric_limits<float>::max(),
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e-8f,
+                          6.1035156e-05f,
+                          5.9604645e-08f,
+                          2.9802322e-08f,
+                          1.0009765625f,
+                          1.00390625f,
+                          1.01171875f,
+                          std::numeric_limits<float>::max(),
                           std::numeric_limits<float>::denorm_min(),
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity()};

@@ -59,14 +59,21 @@ TEST(Allocator, AlignedAndAccountedByCategoryWithPeaks) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p.raw_data()) % 64, 0u);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(g.raw_data()) % 64, 0u);
     const MemoryStats during = a.stats();
-    EXPECT_EQ(during.current(MemoryCategory::parameters) - before.current(MemoryCategory::parameters), 4000);
-    EXPECT_EQ(during.current(MemoryCategory::gradients) - before.current(MemoryCategory::gradients), 20);
+    EXPECT_EQ(
+        during.current(MemoryCategory::parameters) - before.current(MemoryCategory::parameters),
+        4000);
+    EXPECT_EQ(during.current(MemoryCategory::gradients) - before.current(MemoryCategory::gradients),
+              20);
     EXPECT_EQ(during.current_total_bytes - before.current_total_bytes, 4020);
     {
       Tensor act = Tensor::empty(Shape{256}, DType::f32, cpu_device(7));
-      EXPECT_EQ(a.stats().current(MemoryCategory::activations) - before.current(MemoryCategory::activations), 1024);
+      EXPECT_EQ(a.stats().current(MemoryCategory::activations) -
+                    before.current(MemoryCategory::activations),
+                1024);
     }
-    EXPECT_EQ(a.stats().peak(MemoryCategory::activations) - before.current(MemoryCategory::activations), 1024);
+    EXPECT_EQ(
+        a.stats().peak(MemoryCategory::activations) - before.current(MemoryCategory::activations),
+        1024);
   }
   const MemoryStats after = a.stats();
   EXPECT_EQ(after.current_total_bytes, before.current_total_bytes);

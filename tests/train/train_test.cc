@@ -91,7 +91,8 @@ TEST(Checkpoint, CorruptTruncatedAndForeignFilesAreRejected) {
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   auto rewrite = [&](const std::string& content) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc).write(content.data(), static_cast<std::streamsize>(content.size()));
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(content.data(), static_cast<std::streamsize>(content.size()));
   };
   std::string flipped = bytes;
   flipped[bytes.size() / 2] ^= 0x40;
@@ -142,7 +143,8 @@ TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
   EXPECT_NE(a, c);
   auto run_dropout = [&]() {
     train::Trainer trainer({.model = "small", .epochs = 2, .batch_size = 50, .seed = 9},
-                           small_dropout_model(9), head(fashion().train, 600), head(fashion().test, 100));
+                           small_dropout_model(9), head(fashion().train, 600),
+                           head(fashion().test, 100));
     return step_losses(trainer);
   };
   EXPECT_EQ(run_dropout(), run_dropout());
@@ -150,8 +152,11 @@ TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
 
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   set_num_threads(2);
-  const train::TrainConfig base{.model = "small", .epochs = 3, .batch_size = 64,
-                                .optimizer = {.name = "adam", .learning_rate = 0.002}, .seed = 11};
+  const train::TrainConfig base{.model = "small",
+                                .epochs = 3,
+                                .batch_size = 64,
+                                .optimizer = {.name = "adam", .learning_rate = 0.002},
+                                .seed = 11};
   const auto train_data = head(fashion().train, 1000);  // 16 steps per epoch, the last one partial
   const auto test_data = head(fashion().test, 300);
 
@@ -181,7 +186,8 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
     EXPECT_EQ(r.resumed_from_step, 21);
     ASSERT_EQ(r.history.size(), 3u);
     for (size_t e = 0; e < 3; ++e) {
-      EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss) << "epoch " << e + 1;
+      EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss)
+          << "epoch " << e + 1;
       EXPECT_EQ(r.history[e].test_accuracy, expected_result.history[e].test_accuracy);
     }
     const auto pa = uninterrupted.model().parameters(), pb = second.model().parameters();
@@ -208,12 +214,15 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   EXPECT_THROW(make({.resume = true}), InvalidArgument);
 
   const std::string dir = fresh_dir("conflict");
-  train::Trainer first({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir}, nn::make_mlp(), d, d);
+  train::Trainer first({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir},
+                       nn::make_mlp(), d, d);
   first.fit();
-  train::Trainer again({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir}, nn::make_mlp(), d, d);
+  train::Trainer again({.model = "mlp", .epochs = 1, .batch_size = 50, .output_dir = dir},
+                       nn::make_mlp(), d, d);
   EXPECT_THROW(again.fit(), InvalidArgument);  // would overwrite the checkpoint
-  train::Trainer mismatch({.model = "mlp", .epochs = 2, .batch_size = 25, .output_dir = dir, .resume = true},
-                          nn::make_mlp(), d, d);
+  train::Trainer mismatch(
+      {.model = "mlp", .epochs = 2, .batch_size = 25, .output_dir = dir, .resume = true},
+      nn::make_mlp(), d, d);
   try {
     mismatch.fit();
     FAIL();

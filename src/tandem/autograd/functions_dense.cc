@@ -27,29 +27,35 @@ void check_compute_dtype(DType dtype, const char* op) {
 
 Variable matmul(const Variable& a, const Variable& b, bool transpose_a, bool transpose_b) {
   const Tensor av = a.value(), bv = b.value();
-  Tensor out = kernels::matmul(av, bv, {}, {.transpose_a = transpose_a, .transpose_b = transpose_b,
-                                            .out_dtype = av.dtype()});
-  return record_op("matmul", out, {&a, &b}, [av, bv, transpose_a, transpose_b](BackwardContext& ctx) {
-    const Tensor& g = ctx.grad_output();  // (M, N)
-    if (ctx.needs(0)) {
-      // dA = g . op(B)^T, stored transposed when A was.
-      Tensor da = transpose_a ? kernels::matmul(bv, g, {}, {.transpose_a = transpose_b,
-                                                            .transpose_b = true,
-                                                            .out_dtype = av.dtype()})
-                              : kernels::matmul(g, bv, {}, {.transpose_b = !transpose_b,
-                                                            .out_dtype = av.dtype()});
-      ctx.set(0, da);
-    }
-    if (ctx.needs(1)) {
-      // dB = op(A)^T . g, stored transposed when B was.
-      Tensor db = transpose_b ? kernels::matmul(g, av, {}, {.transpose_a = true,
-                                                            .transpose_b = transpose_a,
-                                                            .out_dtype = bv.dtype()})
-                              : kernels::matmul(av, g, {}, {.transpose_a = !transpose_a,
-                                                            .out_dtype = bv.dtype()});
-      ctx.set(1, db);
-    }
-  });
+  Tensor out = kernels::matmul(
+      av, bv, {},
+      {.transpose_a = transpose_a, .transpose_b = transpose_b, .out_dtype = av.dtype()});
+  return record_op(
+      "matmul", out, {&a, &b}, [av, bv, transpose_a, transpose_b](BackwardContext& ctx) {
+        const Tensor& g = ctx.grad_output();  // (M, N)
+        if (ctx.needs(0)) {
+          // dA = g . op(B)^T, stored transposed when A was.
+          Tensor da =
+              transpose_a
+                  ? kernels::matmul(
+                        bv, g, {},
+                        {.transpose_a = transpose_b, .transpose_b = true, .out_dtype = av.dtype()})
+                  : kernels::matmul(g, bv, {},
+                                    {.transpose_b = !transpose_b, .out_dtype = av.dtype()});
+          ctx.set(0, da);
+        }
+        if (ctx.needs(1)) {
+          // dB = op(A)^T . g, stored transposed when B was.
+          Tensor db =
+              transpose_b
+                  ? kernels::matmul(
+                        g, av, {},
+                        {.transpose_a = true, .transpose_b = transpose_a, .out_dtype = bv.dtype()})
+                  : kernels::matmul(av, g, {},
+                                    {.transpose_a = !transpose_a, .out_dtype = bv.dtype()});
+          ctx.set(1, db);
+        }
+      });
 }
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
@@ -126,11 +132,11 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
 Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) {
   const bool recording = records_grad({&x});
   kernels::MaxPoolResult r = kernels::max_pool2d_forward(x.value(), geometry, recording);
-  return record_op("max_pool2d", r.y, {&x},
-                   [workspace = r.workspace, x_shape = x.shape(), geometry](BackwardContext& ctx) {
-                     ctx.set(0, kernels::max_pool2d_backward(ctx.grad_output(), workspace, x_shape,
-                                                             geometry));
-                   });
+  return record_op(
+      "max_pool2d", r.y, {&x},
+      [workspace = r.workspace, x_shape = x.shape(), geometry](BackwardContext& ctx) {
+        ctx.set(0, kernels::max_pool2d_backward(ctx.grad_output(), workspace, x_shape, geometry));
+      });
 }
 
 }  // namespace tandem

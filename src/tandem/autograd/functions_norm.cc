@@ -9,13 +9,14 @@
 namespace tandem {
 
 Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, double normalizer) {
-  kernels::CrossEntropyResult r = kernels::softmax_cross_entropy(logits.value(), labels, normalizer);
-  return record_op("softmax_cross_entropy", r.loss, {&logits},
-                   [probs = r.probabilities, labels, normalizer,
-                    dtype = logits.dtype()](BackwardContext& ctx) {
-                     ctx.set(0, kernels::softmax_cross_entropy_backward(
-                                    probs, labels, ctx.grad_output().item(), normalizer, dtype));
-                   });
+  kernels::CrossEntropyResult r =
+      kernels::softmax_cross_entropy(logits.value(), labels, normalizer);
+  return record_op(
+      "softmax_cross_entropy", r.loss, {&logits},
+      [probs = r.probabilities, labels, normalizer, dtype = logits.dtype()](BackwardContext& ctx) {
+        ctx.set(0, kernels::softmax_cross_entropy_backward(probs, labels, ctx.grad_output().item(),
+                                                           normalizer, dtype));
+      });
 }
 
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps) {
@@ -39,21 +40,20 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
                                              running_var, eps);
     // Inference mode still differentiates through the fixed affine map.
     const Tensor rstd = kernels::inverse_std(running_var, eps);
-    return record_op("batch_norm", y, {&x, &gamma, &beta},
-                     [xv = x.value(), gv = gamma.value(), mean = running_mean, rstd](
-                         BackwardContext& ctx) {
-                       const Tensor& g = ctx.grad_output();
-                       kernels::BatchNormSums sums =
-                           kernels::batch_norm_backward_sums(g, xv, mean, rstd);
-                       if (ctx.needs(0)) {
-                         // dx = dy * gamma * rstd: the statistics are constants here.
-                         Tensor a = kernels::batch_norm_apply(
-                             g, Tensor::zeros(rstd.shape()), rstd, gv, Tensor::zeros(rstd.shape()));
-                         ctx.set(0, a);
-                       }
-                       if (ctx.needs(1)) ctx.set(1, sums.sum_dy_xhat);
-                       if (ctx.needs(2)) ctx.set(2, sums.sum_dy);
-                     });
+    return record_op(
+        "batch_norm", y, {&x, &gamma, &beta},
+        [xv = x.value(), gv = gamma.value(), mean = running_mean, rstd](BackwardContext& ctx) {
+          const Tensor& g = ctx.grad_output();
+          kernels::BatchNormSums sums = kernels::batch_norm_backward_sums(g, xv, mean, rstd);
+          if (ctx.needs(0)) {
+            // dx = dy * gamma * rstd: the statistics are constants here.
+            Tensor a = kernels::batch_norm_apply(g, Tensor::zeros(rstd.shape()), rstd, gv,
+                                                 Tensor::zeros(rstd.shape()));
+            ctx.set(0, a);
+          }
+          if (ctx.needs(1)) ctx.set(1, sums.sum_dy_xhat);
+          if (ctx.needs(2)) ctx.set(2, sums.sum_dy);
+        });
   }
   const Tensor xv = x.value(), gv = gamma.value();
   kernels::NormResult r =
@@ -69,12 +69,11 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 }
 
 Variable embedding(const Variable& weight, const Tensor& indices) {
-  return record_op("embedding", kernels::embedding(weight.value(), indices), {&weight},
-                   [indices, vocabulary = weight.shape()[0], dtype = weight.dtype()](
-                       BackwardContext& ctx) {
-                     ctx.set(0, kernels::embedding_backward(ctx.grad_output(), indices, vocabulary)
-                                    .to(dtype));
-                   });
+  return record_op(
+      "embedding", kernels::embedding(weight.value(), indices), {&weight},
+      [indices, vocabulary = weight.shape()[0], dtype = weight.dtype()](BackwardContext& ctx) {
+        ctx.set(0, kernels::embedding_backward(ctx.grad_output(), indices, vocabulary).to(dtype));
+      });
 }
 
 }  // namespace tandem

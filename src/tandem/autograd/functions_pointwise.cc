@@ -55,9 +55,9 @@ Variable mul(const Variable& a, const Variable& b) {
 }
 
 Variable scale(const Variable& a, float factor) {
-  return record_op("scale", kernels::scale(a.value(), factor), {&a}, [factor](BackwardContext& ctx) {
-    ctx.set(0, kernels::scale(ctx.grad_output(), factor));
-  });
+  return record_op(
+      "scale", kernels::scale(a.value(), factor), {&a},
+      [factor](BackwardContext& ctx) { ctx.set(0, kernels::scale(ctx.grad_output(), factor)); });
 }
 
 Variable sum(const Variable& x) {
@@ -76,10 +76,9 @@ Variable mean(const Variable& x) {
 }
 
 Variable reshape(const Variable& x, const Shape& shape) {
-  return record_op("reshape", x.value().reshape(shape), {&x},
-                   [from = x.shape()](BackwardContext& ctx) {
-                     ctx.set(0, ctx.grad_output().reshape(from));
-                   });
+  return record_op(
+      "reshape", x.value().reshape(shape), {&x},
+      [from = x.shape()](BackwardContext& ctx) { ctx.set(0, ctx.grad_output().reshape(from)); });
 }
 
 Variable flatten(const Variable& x) {

@@ -113,7 +113,9 @@ Variable Variable::from_impl(std::shared_ptr<VariableImpl> impl) {
   return v;
 }
 
-const Tensor& Variable::value() const { return checked(impl_, "value").value; }
+const Tensor& Variable::value() const {
+  return checked(impl_, "value").value;
+}
 
 void Variable::set_value(const Tensor& value) {
   VariableImpl& impl = checked(impl_, "set_value");
@@ -125,7 +127,9 @@ void Variable::set_value(const Tensor& value) {
   impl.value = value;
 }
 
-bool Variable::requires_grad() const { return checked(impl_, "requires_grad").requires_grad; }
+bool Variable::requires_grad() const {
+  return checked(impl_, "requires_grad").requires_grad;
+}
 
 void Variable::set_requires_grad(bool requires_grad) {
   VariableImpl& impl = checked(impl_, "set_requires_grad");
@@ -135,14 +139,18 @@ void Variable::set_requires_grad(bool requires_grad) {
   impl.requires_grad = requires_grad;
 }
 
-bool Variable::is_leaf() const { return checked(impl_, "is_leaf").grad_fn == nullptr; }
+bool Variable::is_leaf() const {
+  return checked(impl_, "is_leaf").grad_fn == nullptr;
+}
 
 Tensor Variable::grad() const {
   const VariableImpl& impl = checked(impl_, "grad");
   return impl.grad_defined ? impl.grad_buffer : Tensor();
 }
 
-bool Variable::has_grad() const { return checked(impl_, "has_grad").grad_defined; }
+bool Variable::has_grad() const {
+  return checked(impl_, "has_grad").grad_defined;
+}
 
 const Tensor& Variable::grad_buffer() const {
   VariableImpl& impl = checked(impl_, "grad_buffer");
@@ -167,7 +175,9 @@ void Variable::set_grad_buffer(const Tensor& buffer) {
   impl.grad_buffer = buffer;
 }
 
-void Variable::zero_grad() { checked(impl_, "zero_grad").grad_defined = false; }
+void Variable::zero_grad() {
+  checked(impl_, "zero_grad").grad_defined = false;
+}
 
 void Variable::accumulate_grad(const Tensor& g) {
   VariableImpl& impl = checked(impl_, "accumulate_grad");
@@ -194,7 +204,8 @@ void Variable::backward(const Tensor& grad_output) const {
   VariableImpl& impl = checked(impl_, "backward");
   check_gradient(grad_output, impl.value.shape(), impl.value.dtype(), "output", impl.name);
   if (!impl.requires_grad) {
-    TANDEM_THROW(Error, "backward() on a variable that does not require grad (no parameter or "
+    TANDEM_THROW(Error,
+                 "backward() on a variable that does not require grad (no parameter or "
                  "input requiring grad took part, or it was computed under no-grad)");
   }
   if (!impl.grad_fn) {
@@ -209,19 +220,33 @@ void Variable::add_grad_ready_hook(GradReadyHook hook) {
   checked(impl_, "add_grad_ready_hook").hooks.push_back(std::move(hook));
 }
 
-void Variable::clear_grad_ready_hooks() { checked(impl_, "clear_grad_ready_hooks").hooks.clear(); }
+void Variable::clear_grad_ready_hooks() {
+  checked(impl_, "clear_grad_ready_hooks").hooks.clear();
+}
 
-const std::string& Variable::name() const { return checked(impl_, "name").name; }
+const std::string& Variable::name() const {
+  return checked(impl_, "name").name;
+}
 
-void Variable::set_name(const std::string& name) { checked(impl_, "set_name").name = name; }
+void Variable::set_name(const std::string& name) {
+  checked(impl_, "set_name").name = name;
+}
 
-Variable Variable::detach() const { return Variable(value(), false); }
+Variable Variable::detach() const {
+  return Variable(value(), false);
+}
 
-const std::shared_ptr<Node>& Variable::grad_fn() const { return checked(impl_, "grad_fn").grad_fn; }
+const std::shared_ptr<Node>& Variable::grad_fn() const {
+  return checked(impl_, "grad_fn").grad_fn;
+}
 
-bool grad_enabled() { return grad_mode_enabled; }
+bool grad_enabled() {
+  return grad_mode_enabled;
+}
 
-void set_grad_enabled(bool enabled) { grad_mode_enabled = enabled; }
+void set_grad_enabled(bool enabled) {
+  grad_mode_enabled = enabled;
+}
 
 bool records_grad(std::initializer_list<const Variable*> inputs) {
   if (!grad_mode_enabled) return false;

@@ -94,7 +94,8 @@ CpuInfo detect() {
   CpuInfo info;
   info.model_name = read_model_name();
   read_topology(info);
-  if (info.logical_cpus <= 0) info.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (info.logical_cpus <= 0)
+    info.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (info.physical_cores <= 0) info.physical_cores = info.logical_cpus;
   info.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   info.features = detect_features();

@@ -66,21 +66,22 @@ std::string concat(const Args&... args) {
 
 // Invariant checks: throw tandem::Error naming the condition, the values and file:line.
 // Use the typed exceptions above for user-facing argument errors.
-#define TANDEM_CHECK(cond, ...)                                                       \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
-      ::tandem::detail::throw_check_failure(#cond, __FILE__, __LINE__,                \
+#define TANDEM_CHECK(cond, ...)                                                     \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]]                                                       \
+      ::tandem::detail::throw_check_failure(#cond, __FILE__, __LINE__,              \
                                             ::tandem::detail::concat(__VA_ARGS__)); \
   } while (0)
 
-#define TANDEM_CHECK_EQ(a, b, ...)                                                            \
-  do {                                                                                        \
-    const auto& tandem_check_a_ = (a);                                                        \
-    const auto& tandem_check_b_ = (b);                                                        \
-    if (!(tandem_check_a_ == tandem_check_b_)) [[unlikely]]                                   \
-      ::tandem::detail::throw_check_failure(                                                  \
-          #a " == " #b, __FILE__, __LINE__,                                                   \
-          ::tandem::detail::concat("(", tandem_check_a_, " vs ", tandem_check_b_, ") " __VA_OPT__(, ) __VA_ARGS__)); \
+#define TANDEM_CHECK_EQ(a, b, ...)                                                \
+  do {                                                                            \
+    const auto& tandem_check_a_ = (a);                                            \
+    const auto& tandem_check_b_ = (b);                                            \
+    if (!(tandem_check_a_ == tandem_check_b_)) [[unlikely]]                       \
+      ::tandem::detail::throw_check_failure(                                      \
+          #a " == " #b, __FILE__, __LINE__,                                       \
+          ::tandem::detail::concat("(", tandem_check_a_, " vs ", tandem_check_b_, \
+                                   ") " __VA_OPT__(, ) __VA_ARGS__));             \
   } while (0)
 
 // Throws the given Error subclass with a message built from the arguments.

@@ -10,7 +10,9 @@
 
 namespace tandem {
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 void set_num_threads(int n) {
   if (n < 1) TANDEM_THROW(InvalidArgument, "thread count must be at least 1, got ", n);

@@ -2,9 +2,9 @@
 // reference models for each (model, dtype, threads) variant, interleaving the
 // variants within every repeat so that machine noise hits them alike, and
 // reports the median with its spread.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/cpu_info.h"
@@ -71,14 +71,19 @@ int run_bench_train(const BenchTrainOptions& o) {
       for (int t : thread_counts) variants.push_back({model, d, t, {}});
     }
   }
-  if (variants.empty()) TANDEM_THROW(InvalidArgument, "nothing to measure: empty --models or --dtypes");
+  if (variants.empty())
+    TANDEM_THROW(InvalidArgument, "nothing to measure: empty --models or --dtypes");
   const int saved_threads = num_threads();
   for (int r = 0; r < o.repeats; ++r) {
     for (Variant& v : variants) {
       set_num_threads(v.threads);
-      const train::ThroughputResult result = train::measure_training_throughput(
-          {.model = v.model, .compute_dtype = v.dtype, .batch_size = o.batch_size,
-           .warmup_steps = o.warmup, .steps = o.steps, .seed = static_cast<uint64_t>(r)});
+      const train::ThroughputResult result =
+          train::measure_training_throughput({.model = v.model,
+                                              .compute_dtype = v.dtype,
+                                              .batch_size = o.batch_size,
+                                              .warmup_steps = o.warmup,
+                                              .steps = o.steps,
+                                              .seed = static_cast<uint64_t>(r)});
       v.samples.push_back(result.examples_per_second);
       if (!o.json) {
         fmt::print(stderr, "  repeat {}/{}: {} {} {} thread(s): {:.0f} ex/s\n", r + 1, o.repeats,
@@ -91,21 +96,19 @@ int run_bench_train(const BenchTrainOptions& o) {
   if (o.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const Variant& v : variants) {
-      rows.push_back({{"model", v.model},
-                      {"dtype", std::string(dtype_name(v.dtype))},
-                      {"threads", v.threads},
-                      {"batch_size", o.batch_size},
-                      {"examples_per_second_median", median(v.samples)},
-                      {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
-                      {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
-                      {"samples", v.samples}});
+      rows.push_back(
+          {{"model", v.model},
+           {"dtype", std::string(dtype_name(v.dtype))},
+           {"threads", v.threads},
+           {"batch_size", o.batch_size},
+           {"examples_per_second_median", median(v.samples)},
+           {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
+           {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
+           {"samples", v.samples}});
     }
-    nlohmann::json out = {{"bench", "train"},
-                          {"cpu", cpu_info().model_name},
-                          {"onednn_isa", backend.cpu_isa},
-                          {"steps", o.steps},
-                          {"repeats", o.repeats},
-                          {"results", rows}};
+    nlohmann::json out = {
+        {"bench", "train"}, {"cpu", cpu_info().model_name}, {"onednn_isa", backend.cpu_isa},
+        {"steps", o.steps}, {"repeats", o.repeats},         {"results", rows}};
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
@@ -135,7 +138,8 @@ Command add_bench_command(CLI::App& app) {
                     "Comma-separated thread counts (default: 1 and the physical core count)");
   train->add_option("--batch-size,--batch", o->batch_size, "Batch size")->capture_default_str();
   train->add_option("--steps", o->steps, "Timed steps per sample")->capture_default_str();
-  train->add_option("--warmup", o->warmup, "Untimed steps before each sample")->capture_default_str();
+  train->add_option("--warmup", o->warmup, "Untimed steps before each sample")
+      ->capture_default_str();
   train->add_option("--repeats", o->repeats, "Samples per variant")->capture_default_str();
   train->add_flag("--json", o->json, "Print the table as JSON");
   return {command, [o, train]() {

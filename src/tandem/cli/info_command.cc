@@ -1,6 +1,6 @@
 // `tandem info`: the machine as tandem sees it.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/cpu_info.h"
@@ -12,7 +12,8 @@
 namespace tandem::cli {
 
 Command add_info_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand("info", "Show the CPU, its ISA features, memory, oneDNN and devices");
+  CLI::App* command =
+      app.add_subcommand("info", "Show the CPU, its ISA features, memory, oneDNN and devices");
   auto json = std::make_shared<bool>(false);
   command->add_flag("--json", *json, "Print as JSON");
   return {command, [json]() {
@@ -31,7 +32,9 @@ Command add_info_command(CLI::App& app) {
                                   {"l3_cache_bytes", cpu.l3_cache_bytes},
                                   {"memory_bytes", cpu.memory_bytes},
                                   {"isa_features", cpu.features},
-                                  {"bf16_matrix_unit", has_amx ? "amx" : has_bf16 ? "avx512_bf16" : "none"},
+                                  {"bf16_matrix_unit", has_amx    ? "amx"
+                                                       : has_bf16 ? "avx512_bf16"
+                                                                  : "none"},
                                   {"onednn_version", backend.onednn_version},
                                   {"onednn_isa", backend.cpu_isa},
                                   {"virtual_cpu_devices", virtual_cpu_device_count()},
@@ -47,12 +50,14 @@ Command add_info_command(CLI::App& app) {
                        cpu.physical_cores, cpu.logical_cpus, cpu.sockets, cpu.numa_nodes);
             fmt::print("caches         L2 {} KiB per core, L3 {} MiB\n", cpu.l2_cache_bytes >> 10,
                        cpu.l3_cache_bytes >> 20);
-            fmt::print("memory         {:.1f} GiB\n", static_cast<double>(cpu.memory_bytes) / (1 << 30));
+            fmt::print("memory         {:.1f} GiB\n",
+                       static_cast<double>(cpu.memory_bytes) / (1 << 30));
             fmt::print("isa features   {}\n", features.empty() ? "(none of interest)" : features);
             fmt::print("bf16 matmul    {}\n", has_amx    ? "AMX tiles"
                                               : has_bf16 ? "AVX512-BF16 (no AMX)"
                                                          : "emulated (no bf16 instructions)");
-            fmt::print("oneDNN         {} (dispatching to {})\n", backend.onednn_version, backend.cpu_isa);
+            fmt::print("oneDNN         {} (dispatching to {})\n", backend.onednn_version,
+                       backend.cpu_isa);
             fmt::print("devices        {} virtual CPU device(s) (one per physical core)\n",
                        virtual_cpu_device_count());
             return 0;

@@ -15,7 +15,8 @@ std::vector<std::string> split_list(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -36,7 +37,9 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const auto& command : commands) known = known || command.app->check_name(argv[1]);
     if (!known) {
-      std::fprintf(stderr, "tandem: error: unknown command '%s' (expected train, info or bench; see tandem --help)\n",
+      std::fprintf(stderr,
+                   "tandem: error: unknown command '%s' (expected train, info or bench; see tandem "
+                   "--help)\n",
                    argv[1]);
       return 2;
     }

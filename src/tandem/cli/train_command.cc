@@ -2,6 +2,7 @@
 // every epoch and on Ctrl-C, and writes summary.json into the run directory.
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
@@ -9,7 +10,6 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
-#include <fmt/format.h>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
@@ -39,7 +39,8 @@ std::atomic<train::Trainer*> interruptible{nullptr};
 
 extern "C" void on_interrupt(int) {
   if (train::Trainer* trainer = interruptible.load()) trainer->request_stop();
-  static const char message[] = "\ntandem: interrupted, saving a checkpoint (Ctrl-C again to abort)\n";
+  static const char message[] =
+      "\ntandem: interrupted, saving a checkpoint (Ctrl-C again to abort)\n";
   [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, sizeof(message) - 1);
 }
 
@@ -62,7 +63,8 @@ int run_train(TrainOptions& o) {
   config.compute_dtype = parse_dtype(o.compute_dtype);
   if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
-  auto model = nn::make_model(config.model, {.seed = config.seed, .compute_dtype = config.compute_dtype});
+  auto model =
+      nn::make_model(config.model, {.seed = config.seed, .compute_dtype = config.compute_dtype});
 
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
@@ -73,12 +75,13 @@ int run_train(TrainOptions& o) {
 
   train::Trainer trainer(config, model, train_data, test_data);
   if (!o.quiet) {
-    fmt::print("tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
-               "(loaded in {:.1f} s)\n",
-               config.model, model->parameter_count(), train_data.size(), test_data.size(), load_seconds);
+    fmt::print(
+        "tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
+        "(loaded in {:.1f} s)\n",
+        config.model, model->parameter_count(), train_data.size(), test_data.size(), load_seconds);
     fmt::print("  1 device (cpu:0), {} thread(s), {} compute, batch {}, {} lr {}, {} epoch(s)\n",
-               threads, dtype_name(config.compute_dtype), config.batch_size,
-               config.optimizer.name, config.optimizer.learning_rate, config.epochs);
+               threads, dtype_name(config.compute_dtype), config.batch_size, config.optimizer.name,
+               config.optimizer.learning_rate, config.epochs);
     fmt::print("  output {}\n", config.output_dir);
   }
   const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet;
@@ -95,10 +98,11 @@ int run_train(TrainOptions& o) {
   };
   callbacks.on_epoch = [&](const train::EpochResult& e) {
     if (o.quiet) return;
-    fmt::print("{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
-               "{:.2f}%  {:.0f} ex/s  {:.1f} s\n",
-               tty ? "\r" : "", e.epoch, config.epochs, e.train_loss, 100.0 * e.train_accuracy,
-               e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds);
+    fmt::print(
+        "{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
+        "{:.2f}%  {:.0f} ex/s  {:.1f} s\n",
+        tty ? "\r" : "", e.epoch, config.epochs, e.train_loss, 100.0 * e.train_accuracy,
+        e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds);
     std::fflush(stdout);
   };
 
@@ -120,7 +124,8 @@ int run_train(TrainOptions& o) {
   interruptible.store(nullptr);
   sigaction(SIGINT, &previous, nullptr);
 
-  const std::string summary_path = (std::filesystem::path(config.output_dir) / "summary.json").string();
+  const std::string summary_path =
+      (std::filesystem::path(config.output_dir) / "summary.json").string();
   train::write_summary(summary_path, config, result,
                        {{"threads", std::to_string(threads)},
                         {"data_dir", o.data_dir},
@@ -148,7 +153,8 @@ Command add_train_command(CLI::App& app) {
   train::TrainConfig& c = o->config;
   command->add_option("--model", c.model, "Model: cnn or mlp")->capture_default_str();
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
-  command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")->capture_default_str();
+  command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")
+      ->capture_default_str();
   command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
       ->capture_default_str();
   command->add_flag("--drop-remainder", c.drop_remainder,
@@ -163,21 +169,25 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--lr-step-epochs", c.lr_step_epochs, "Step schedule: epochs between decays")
       ->capture_default_str();
-  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor")->capture_default_str();
-  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate")->capture_default_str();
+  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor")
+      ->capture_default_str();
+  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate")
+      ->capture_default_str();
   command->add_option("--warmup-epochs", c.warmup_epochs, "Linear warm-up length in epochs")
       ->capture_default_str();
   command->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")
       ->capture_default_str();
   command->add_option("--threads", o->threads, "Intra-op threads (default: one per physical core)");
-  command->add_option("--compute-dtype", o->compute_dtype,
-                      "Matrix-unit dtype for matmul/conv: f32 or bf16")
+  command
+      ->add_option("--compute-dtype", o->compute_dtype,
+                   "Matrix-unit dtype for matmul/conv: f32 or bf16")
       ->capture_default_str();
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   command->add_option("--train-examples", o->train_examples,
                       "Use only the first N training examples (0: all)");
-  command->add_option("--test-examples", o->test_examples, "Use only the first N test examples (0: all)");
+  command->add_option("--test-examples", o->test_examples,
+                      "Use only the first N test examples (0: all)");
   command->add_option("--output,-o", c.output_dir, "Run directory (default: runs/MODEL-TIMESTAMP)");
   command->add_flag("--resume", c.resume, "Continue from the checkpoint in --output");
   command->add_flag("--quiet,-q", o->quiet, "Print nothing but errors");

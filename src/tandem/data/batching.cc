@@ -26,7 +26,8 @@ Tensor gather_rows(const Tensor& source, std::span<const int64_t> rows) {
   const int64_t available = source.dim(0);
   Tensor out = Tensor::empty(source.shape().with_dim(0, static_cast<int64_t>(rows.size())),
                              source.dtype(), source.device());
-  const size_t row_bytes = static_cast<size_t>(source.shape().row_numel()) * dtype_size(source.dtype());
+  const size_t row_bytes =
+      static_cast<size_t>(source.shape().row_numel()) * dtype_size(source.dtype());
   const auto* src = static_cast<const char*>(source.raw_data());
   auto* dst = static_cast<char*>(out.raw_data());
   for (int64_t r : rows) {
@@ -35,7 +36,8 @@ Tensor gather_rows(const Tensor& source, std::span<const int64_t> rows) {
     }
   }
   parallel_for(static_cast<int64_t>(rows.size()), 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) std::memcpy(dst + i * row_bytes, src + rows[i] * row_bytes, row_bytes);
+    for (int64_t i = begin; i < end; ++i)
+      std::memcpy(dst + i * row_bytes, src + rows[i] * row_bytes, row_bytes);
   });
   return out;
 }

@@ -24,12 +24,14 @@ LabeledImages load_split(const std::string& dir, const std::string& prefix) {
   const std::string label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
   Tensor images = read_idx(image_path);
   Tensor labels = read_idx(label_path);
-  if (images.dtype() != DType::u8 || images.rank() != 3 || images.dim(1) != 28 || images.dim(2) != 28) {
+  if (images.dtype() != DType::u8 || images.rank() != 3 || images.dim(1) != 28 ||
+      images.dim(2) != 28) {
     TANDEM_THROW(IoError, "'", image_path, "' should hold u8 images (N, 28, 28), got ",
                  images.to_string());
   }
   if (labels.dtype() != DType::u8 || labels.rank() != 1) {
-    TANDEM_THROW(IoError, "'", label_path, "' should hold u8 labels (N,), got ", labels.to_string());
+    TANDEM_THROW(IoError, "'", label_path, "' should hold u8 labels (N,), got ",
+                 labels.to_string());
   }
   if (labels.dim(0) != images.dim(0)) {
     TANDEM_THROW(IoError, "'", image_path, "' has ", images.dim(0), " images but '", label_path,
@@ -47,11 +49,14 @@ LabeledImages load_split(const std::string& dir, const std::string& prefix) {
 
 }  // namespace
 
-std::string default_fashion_mnist_dir() { return "/usr/share/datasets/fashion-mnist"; }
+std::string default_fashion_mnist_dir() {
+  return "/usr/share/datasets/fashion-mnist";
+}
 
 FashionMnist load_fashion_mnist(const std::string& dir) {
   if (!fs::is_directory(dir)) {
-    TANDEM_THROW(IoError, "data directory '", dir, "' does not exist (install Debian's "
+    TANDEM_THROW(IoError, "data directory '", dir,
+                 "' does not exist (install Debian's "
                  "dataset-fashion-mnist package or pass the directory holding the IDX files)");
   }
   return {load_split(dir, "train"), load_split(dir, "t10k")};
@@ -59,7 +64,8 @@ FashionMnist load_fashion_mnist(const std::string& dir) {
 
 Tensor normalize_images(const Tensor& u8_images, float mean, float stddev) {
   if (u8_images.dtype() != DType::u8 || u8_images.rank() < 3) {
-    TANDEM_THROW(ShapeError, "normalize_images expects u8 (N, H, W[, 1]), got ", u8_images.to_string());
+    TANDEM_THROW(ShapeError, "normalize_images expects u8 (N, H, W[, 1]), got ",
+                 u8_images.to_string());
   }
   const Shape& s = u8_images.shape();
   Tensor out = Tensor::empty(Shape{s[0], s[1], s[2], 1}, DType::f32);

@@ -86,7 +86,8 @@ void decode(const std::vector<unsigned char>& raw, unsigned char code, Tensor& o
       }
       break;
     case 0x0C:
-      for (int64_t i = 0; i < n; ++i) out.data<int32_t>()[i] = static_cast<int32_t>(big_endian_u32(p + 4 * i));
+      for (int64_t i = 0; i < n; ++i)
+        out.data<int32_t>()[i] = static_cast<int32_t>(big_endian_u32(p + 4 * i));
       break;
     case 0x0D:
       for (int64_t i = 0; i < n; ++i) {
@@ -96,7 +97,8 @@ void decode(const std::vector<unsigned char>& raw, unsigned char code, Tensor& o
       break;
     case 0x0E:
       for (int64_t i = 0; i < n; ++i) {
-        const uint64_t bits = (uint64_t{big_endian_u32(p + 8 * i)} << 32) | big_endian_u32(p + 8 * i + 4);
+        const uint64_t bits =
+            (uint64_t{big_endian_u32(p + 8 * i)} << 32) | big_endian_u32(p + 8 * i + 4);
         double value;
         std::memcpy(&value, &bits, 8);
         out.data<float>()[i] = static_cast<float>(value);
@@ -111,8 +113,8 @@ Tensor read_idx(const std::string& path) {
   errno = 0;
   GzFile file(gzopen(path.c_str(), "rb"));
   if (!file) {
-    TANDEM_THROW(IoError, "cannot open IDX file '", path, "': ",
-                 errno ? std::strerror(errno) : "out of memory");
+    TANDEM_THROW(IoError, "cannot open IDX file '", path,
+                 "': ", errno ? std::strerror(errno) : "out of memory");
   }
   gzbuffer(file.get(), 1 << 20);
   unsigned char magic[4];
@@ -168,7 +170,8 @@ void write_idx(const std::string& path, const Tensor& tensor) {
   }
   std::vector<unsigned char> bytes{0, 0, code, static_cast<unsigned char>(tensor.rank())};
   auto put_u32 = [&](uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<unsigned char>(v >> shift));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      bytes.push_back(static_cast<unsigned char>(v >> shift));
   };
   for (int64_t d : tensor.shape().dims()) put_u32(static_cast<uint32_t>(d));
   const auto* p = static_cast<const unsigned char*>(tensor.raw_data());
@@ -183,7 +186,8 @@ void write_idx(const std::string& path, const Tensor& tensor) {
     }
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) TANDEM_THROW(IoError, "cannot write IDX file '", path, "'");
 }
 

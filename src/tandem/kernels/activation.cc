@@ -53,7 +53,8 @@ Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
 }
 
 constexpr float kInvSqrt2 = static_cast<float>(1.0 / std::numbers::sqrt2);
-constexpr float kInvSqrt2Pi = static_cast<float>(1.0 / (std::numbers::sqrt2 * 1.7724538509055160273));
+constexpr float kInvSqrt2Pi =
+    static_cast<float>(1.0 / (std::numbers::sqrt2 * 1.7724538509055160273));
 
 }  // namespace
 

@@ -40,8 +40,8 @@ std::string isa_name(dnnl_cpu_isa_t isa) {
 BackendInfo backend_info() {
   BackendInfo info;
   const dnnl_version_t* v = dnnl_version();
-  info.onednn_version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                        std::to_string(v->patch);
+  info.onednn_version =
+      std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   info.cpu_isa = isa_name(dnnl_get_effective_cpu_isa());
   info.max_threads = omp_get_max_threads();
   return info;

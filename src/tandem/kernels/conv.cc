@@ -42,8 +42,8 @@ memory::desc hwio(const memory::dims& dims, DType dtype) {
 
 void check_float_pair(const Tensor& a, const Tensor& b, const char* op) {
   if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
-    TANDEM_THROW(ShapeError, op, ": operands must both be f32 or both bf16, got ",
-                 a.to_string(), " and ", b.to_string());
+    TANDEM_THROW(ShapeError, op, ": operands must both be f32 or both bf16, got ", a.to_string(),
+                 " and ", b.to_string());
   }
 }
 
@@ -90,9 +90,8 @@ std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, D
                                                Activation activation, DType out_dtype,
                                                dnnl::prop_kind prop) {
   const std::string key = tandem::detail::concat(
-      "conv_fwd:", dtype_name(in_dtype), x.to_string(), w.to_string(), has_bias,
-      geometry_key(g), static_cast<int>(activation), dtype_name(out_dtype),
-      static_cast<int>(prop));
+      "conv_fwd:", dtype_name(in_dtype), x.to_string(), w.to_string(), has_bias, geometry_key(g),
+      static_cast<int>(activation), dtype_name(out_dtype), static_cast<int>(prop));
   return detail::cached<ConvForward>(key, [&] {
     return detail::guarded("convolution forward creation", [&] {
       const ConvShapes s = conv_shapes(x, w, g);
@@ -100,10 +99,9 @@ std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, D
       const memory::desc weights_any(s.weights, detail::to_dnnl(in_dtype), tag::any);
       const memory::desc bias_desc =
           has_bias ? memory::desc(s.bias, memory::data_type::f32, tag::x) : memory::desc();
-      dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct,
-                                           nhwc(s.src, in_dtype), weights_any, bias_desc,
-                                           nhwc(s.dst, out_dtype), s.strides, s.dilates, s.pad_l,
-                                           s.pad_r);
+      dnnl::convolution_forward::desc desc(
+          prop, dnnl::algorithm::convolution_direct, nhwc(s.src, in_dtype), weights_any, bias_desc,
+          nhwc(s.dst, out_dtype), s.strides, s.dilates, s.pad_l, s.pad_r);
       dnnl::primitive_attr attr = detail::user_scratchpad_attr();
       if (activation != Activation::none) {
         dnnl::post_ops ops;
@@ -147,8 +145,8 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& 
   return Shape{x[0], oh, ow, w[3]};
 }
 
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Conv2dGeometry& g, Activation activation, DType out_dtype) {
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
+                      Activation activation, DType out_dtype) {
   check_float_pair(x, w, "conv2d_forward");
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
   if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
@@ -161,10 +159,9 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 out_dtype, dnnl::prop_kind::forward_training);
   detail::guarded("convolution forward", [&] {
     Tensor holder;
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
-        {DNNL_ARG_WEIGHTS, weights_for(prim->weights, w, holder)},
-        {DNNL_ARG_DST, detail::memory_of(y, prim->pd.dst_desc())}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
+                                         {DNNL_ARG_WEIGHTS, weights_for(prim->weights, w, holder)},
+                                         {DNNL_ARG_DST, detail::memory_of(y, prim->pd.dst_desc())}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->pd.bias_desc()));
     detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
   });
@@ -176,8 +173,8 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   check_float_pair(dy, w, "conv2d_backward_data");
   const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
   if (dy.shape() != y_shape) {
-    TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(),
-                 " should be ", y_shape.to_string());
+    TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(), " should be ",
+                 y_shape.to_string());
   }
   Tensor dx = Tensor::empty(x_shape, out_dtype, dy.device());
   if (dx.numel() == 0) return dx;
@@ -190,9 +187,9 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
     dnnl::convolution_backward_data::primitive_desc pd;
     LayoutReorder weights;
   };
-  const std::string key = tandem::detail::concat("conv_bwd_data:", detail::key_of(dy),
-                                                 x_shape.to_string(), w.shape().to_string(),
-                                                 geometry_key(g), dtype_name(out_dtype));
+  const std::string key =
+      tandem::detail::concat("conv_bwd_data:", detail::key_of(dy), x_shape.to_string(),
+                             w.shape().to_string(), geometry_key(g), dtype_name(out_dtype));
   auto prim = detail::cached<ConvBackwardData>(key, [&] {
     return detail::guarded("convolution backward-data creation", [&] {
       const ConvShapes s = conv_shapes(x_shape, w.shape(), g);
@@ -200,12 +197,11 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
                                     dy.dtype(), dnnl::prop_kind::forward_training);
       auto p = std::make_shared<ConvBackwardData>();
       const memory::desc weights_any(s.weights, detail::to_dnnl(w.dtype()), tag::any);
-      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct,
-                                                 nhwc(s.src, out_dtype), weights_any,
-                                                 nhwc(s.dst, dy.dtype()), s.strides, s.dilates,
-                                                 s.pad_l, s.pad_r);
-      p->pd = dnnl::convolution_backward_data::primitive_desc(
-          desc, detail::user_scratchpad_attr(), detail::cpu_engine(), hint->pd);
+      dnnl::convolution_backward_data::desc desc(
+          dnnl::algorithm::convolution_direct, nhwc(s.src, out_dtype), weights_any,
+          nhwc(s.dst, dy.dtype()), s.strides, s.dilates, s.pad_l, s.pad_r);
+      p->pd = dnnl::convolution_backward_data::primitive_desc(desc, detail::user_scratchpad_attr(),
+                                                              detail::cpu_engine(), hint->pd);
       p->primitive = dnnl::convolution_backward_data(p->pd);
       p->weights.init(hwio(s.weights, w.dtype()), p->pd.weights_desc(), true);
       return p;
@@ -222,16 +218,16 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   return dx;
 }
 
-void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g,
-                             Tensor& dw, Tensor* db) {
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g, Tensor& dw,
+                             Tensor* db) {
   check_float_pair(x, dy, "conv2d_backward_weights");
   const Shape y_shape = conv2d_output_shape(x.shape(), dw.shape(), g);
   if (dy.shape() != y_shape) {
-    TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(),
-                 " should be ", y_shape.to_string());
+    TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(), " should be ",
+                 y_shape.to_string());
   }
-  if (dw.dtype() != DType::f32 || (db != nullptr && (db->dtype() != DType::f32 ||
-                                                     db->numel() != dw.dim(3)))) {
+  if (dw.dtype() != DType::f32 ||
+      (db != nullptr && (db->dtype() != DType::f32 || db->numel() != dw.dim(3)))) {
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dw and db must be f32 with matching O, got ",
                  dw.to_string(), db ? " and " + db->to_string() : std::string());
   }
@@ -252,8 +248,8 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
   auto prim = detail::cached<ConvBackwardWeights>(key, [&] {
     return detail::guarded("convolution backward-weights creation", [&] {
       const ConvShapes s = conv_shapes(x.shape(), dw.shape(), g);
-      auto hint = forward_primitive(x.shape(), dw.shape(), x.dtype(), has_bias, g,
-                                    Activation::none, dy.dtype(), dnnl::prop_kind::forward_training);
+      auto hint = forward_primitive(x.shape(), dw.shape(), x.dtype(), has_bias, g, Activation::none,
+                                    dy.dtype(), dnnl::prop_kind::forward_training);
       auto p = std::make_shared<ConvBackwardWeights>();
       const memory::desc weights_any(s.weights, memory::data_type::f32, tag::any);
       const memory::desc bias_desc =
@@ -277,7 +273,8 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
         {DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
         {DNNL_ARG_DIFF_DST, detail::memory_of(dy, prim->pd.diff_dst_desc())},
         {DNNL_ARG_DIFF_WEIGHTS, detail::memory_of(staging, r.chosen)}};
-    if (has_bias) args.emplace(DNNL_ARG_DIFF_BIAS, detail::memory_of(*db, prim->pd.diff_bias_desc()));
+    if (has_bias)
+      args.emplace(DNNL_ARG_DIFF_BIAS, detail::memory_of(*db, prim->pd.diff_bias_desc()));
     detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
     if (r.needed) {
       detail::execute(r.primitive, memory::desc(),

@@ -83,7 +83,8 @@ void add_into(Tensor& dst, const Tensor& src, float alpha) {
       using S = decltype(src_tag);
       const S* s = static_cast<const S*>(src.raw_data());
       parallel_for(dst.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) d[i] = from_f32<D>(to_f32(d[i]) + alpha * to_f32(s[i]));
+        for (int64_t i = begin; i < end; ++i)
+          d[i] = from_f32<D>(to_f32(d[i]) + alpha * to_f32(s[i]));
       });
     });
   });

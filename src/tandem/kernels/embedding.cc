@@ -16,8 +16,8 @@ void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
   const int32_t* idx = indices.data<int32_t>();
   for (int64_t i = 0; i < indices.numel(); ++i) {
     if (idx[i] < 0 || idx[i] >= vocabulary) {
-      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i,
-                   " is outside [0, ", vocabulary, ")");
+      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i, " is outside [0, ",
+                   vocabulary, ")");
     }
   }
 }

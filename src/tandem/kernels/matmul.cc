@@ -48,8 +48,8 @@ void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const 
                  bias.to_string());
   }
   if (out.shape() != Shape{d.M, d.N}) {
-    TANDEM_THROW(ShapeError, "matmul: output shape ", out.shape().to_string(), " should be (",
-                 d.M, ", ", d.N, ")");
+    TANDEM_THROW(ShapeError, "matmul: output shape ", out.shape().to_string(), " should be (", d.M,
+                 ", ", d.N, ")");
   }
   if (out.dtype() != DType::f32 && out.dtype() != DType::bf16) {
     TANDEM_THROW(ShapeError, "matmul: output dtype must be f32 or bf16, got ",
@@ -84,10 +84,9 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
     if (options.activation == Activation::gelu) out.copy_from(gelu(out));
     return;
   }
-  const std::string key = tandem::detail::concat("matmul:", detail::key_of(a), options.transpose_a,
-                                         detail::key_of(b), options.transpose_b,
-                                         bias.defined(), static_cast<int>(options.activation),
-                                         dtype_name(out.dtype()));
+  const std::string key = tandem::detail::concat(
+      "matmul:", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
+      bias.defined(), static_cast<int>(options.activation), dtype_name(out.dtype()));
   auto prim = detail::cached<MatmulPrimitive>(key, [&] {
     return detail::guarded("matmul primitive creation", [&] {
       auto p = std::make_shared<MatmulPrimitive>();
@@ -97,7 +96,8 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
       p->b = options.transpose_b ? memory::desc({K, N}, dt_in, memory::dims{1, K})
                                  : memory::desc({K, N}, dt_in, memory::dims{N, 1});
       p->out = memory::desc({M, N}, detail::to_dnnl(out.dtype()), memory::dims{N, 1});
-      if (bias.defined()) p->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+      if (bias.defined())
+        p->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
       dnnl::primitive_attr attr = detail::user_scratchpad_attr();
       if (options.activation != Activation::none) {
         dnnl::post_ops ops;
@@ -111,10 +111,9 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
       return p;
     });
   });
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
-      {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
-      {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
+                                       {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
+                                       {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->bias));
   detail::guarded("matmul", [&] {
     detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());

@@ -135,7 +135,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
         for (int64_t c = 0; c < C; ++c) {
           const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
           const double dxhat = to_f32(gy[r * C + c]) * g[c];
-          dx[r * C + c] = from_f32<T>(static_cast<float>(rs[r] * (dxhat - mean_g - xhat * mean_gx)));
+          dx[r * C + c] =
+              from_f32<T>(static_cast<float>(rs[r] * (dxhat - mean_g - xhat * mean_gx)));
         }
       }
     });
@@ -155,7 +156,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
 
 Moments batch_norm_moments(const Tensor& x) {
   const auto [R, C] = rows_cols(x, "batch_norm");
-  if (R == 0) TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
+  if (R == 0)
+    TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
   Moments m;
   m.count = R;
   dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
@@ -223,7 +225,8 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
   const int64_t C = batch.mean.numel();
   check_param(running_mean, C, "batch_norm", "running_mean");
   check_param(running_var, C, "batch_norm", "running_var");
-  const double unbias = batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
+  const double unbias =
+      batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
   float* rm = running_mean.data<float>();
   float* rv = running_var.data<float>();
   for (int64_t c = 0; c < C; ++c) {

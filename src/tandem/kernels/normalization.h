@@ -28,8 +28,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
                               const Tensor& rstd, const Tensor& gamma);
 
 struct Moments {
-  Tensor mean;      // (C,) f32
-  Tensor variance;  // (C,) f32, biased (divided by R)
+  Tensor mean;        // (C,) f32
+  Tensor variance;    // (C,) f32, biased (divided by R)
   int64_t count = 0;  // rows R
 };
 

@@ -18,8 +18,13 @@ struct PoolDims {
 
 PoolDims pool_dims(const Shape& x, const Pool2dGeometry& g) {
   const Shape y = pool2d_output_shape(x, g);
-  return {{x[0], x[3], x[1], x[2]}, {y[0], y[3], y[1], y[2]}, {g.kernel_h, g.kernel_w},
-          {g.stride_h, g.stride_w}, {0, 0}, {g.pad_h, g.pad_w}, {g.pad_h, g.pad_w}};
+  return {{x[0], x[3], x[1], x[2]},
+          {y[0], y[3], y[1], y[2]},
+          {g.kernel_h, g.kernel_w},
+          {g.stride_h, g.stride_w},
+          {0, 0},
+          {g.pad_h, g.pad_w},
+          {g.pad_h, g.pad_w}};
 }
 
 std::string geometry_key(const Pool2dGeometry& g) {
@@ -27,8 +32,8 @@ std::string geometry_key(const Pool2dGeometry& g) {
                                 "p", g.pad_h, ",", g.pad_w);
 }
 
-std::shared_ptr<PoolForward> forward_primitive(const Shape& x, DType dtype,
-                                               const Pool2dGeometry& g, bool training) {
+std::shared_ptr<PoolForward> forward_primitive(const Shape& x, DType dtype, const Pool2dGeometry& g,
+                                               bool training) {
   const std::string key = tandem::detail::concat("maxpool_fwd:", dtype_name(dtype), x.to_string(),
                                                  geometry_key(g), training);
   return detail::cached<PoolForward>(key, [&] {
@@ -57,8 +62,10 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dGeometry& g) {
   }
   if (g.kernel_h < 1 || g.kernel_w < 1 || g.stride_h < 1 || g.stride_w < 1 || g.pad_h < 0 ||
       g.pad_w < 0 || g.pad_h >= g.kernel_h || g.pad_w >= g.kernel_w) {
-    TANDEM_THROW(InvalidArgument, "max_pool2d: kernel and stride must be >= 1 and padding in "
-                 "[0, kernel), got ", geometry_key(g));
+    TANDEM_THROW(InvalidArgument,
+                 "max_pool2d: kernel and stride must be >= 1 and padding in "
+                 "[0, kernel), got ",
+                 geometry_key(g));
   }
   if (x[1] + 2 * g.pad_h < g.kernel_h || x[2] + 2 * g.pad_w < g.kernel_w) {
     TANDEM_THROW(ShapeError, "max_pool2d: window ", g.kernel_h, "x", g.kernel_w,
@@ -116,10 +123,10 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
       auto hint = forward_primitive(x_shape, dy.dtype(), g, true);
       const PoolDims d = pool_dims(x_shape, g);
       const auto dt = detail::to_dnnl(dy.dtype());
-      dnnl::pooling_v2_backward::desc desc(
-          dnnl::algorithm::pooling_max, memory::desc(d.src, dt, memory::format_tag::nhwc),
-          memory::desc(d.dst, dt, memory::format_tag::nhwc), d.strides, d.kernel, d.dilation,
-          d.pad_l, d.pad_r);
+      dnnl::pooling_v2_backward::desc desc(dnnl::algorithm::pooling_max,
+                                           memory::desc(d.src, dt, memory::format_tag::nhwc),
+                                           memory::desc(d.dst, dt, memory::format_tag::nhwc),
+                                           d.strides, d.kernel, d.dilation, d.pad_l, d.pad_r);
       auto p = std::make_shared<PoolBackward>();
       p->pd = dnnl::pooling_v2_backward::primitive_desc(desc, detail::user_scratchpad_attr(),
                                                         detail::cpu_engine(), hint->pd);

@@ -52,8 +52,8 @@ Tensor mean(const Tensor& x) {
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
   if (x.shape() == target) return x.to(DType::f32);
   if (!broadcastable(x.shape(), target)) {
-    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(),
-                 " is not a broadcast target of ", x.shape().to_string());
+    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a broadcast target of ",
+                 x.shape().to_string());
   }
   const int64_t cols = target.numel();
   if (cols == 1) return sum(x).reshape(target);

@@ -4,7 +4,11 @@
 
 namespace tandem::nn {
 
-Variable ReLU::forward(const Variable& input) { return relu(input); }
-Variable GELU::forward(const Variable& input) { return gelu(input); }
+Variable ReLU::forward(const Variable& input) {
+  return relu(input);
+}
+Variable GELU::forward(const Variable& input) {
+  return gelu(input);
+}
 
 }  // namespace tandem::nn

@@ -15,9 +15,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
       options_(options) {
   if (in_channels <= 0 || out_channels <= 0 || kernel_size <= 0 || options.stride <= 0 ||
       options.padding < 0 || options.dilation <= 0) {
-    TANDEM_THROW(InvalidArgument, "Conv2d: channels, kernel, stride and dilation must be positive "
-                 "and padding non-negative, got ", in_channels, " -> ", out_channels, " kernel ",
-                 kernel_size, " stride ", options.stride, " padding ", options.padding);
+    TANDEM_THROW(InvalidArgument,
+                 "Conv2d: channels, kernel, stride and dilation must be positive "
+                 "and padding non-negative, got ",
+                 in_channels, " -> ", out_channels, " kernel ", kernel_size, " stride ",
+                 options.stride, " padding ", options.padding);
   }
   const int64_t fan_in = in_channels * kernel_size * kernel_size;
   Tensor w = Tensor::empty(Shape{kernel_size, kernel_size, in_channels, out_channels}, DType::f32,
@@ -25,7 +27,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
   init::kaiming_uniform(w, fan_in, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {
-    Tensor b = Tensor::empty(Shape{out_channels}, DType::f32, cpu_device(), MemoryCategory::parameters);
+    Tensor b =
+        Tensor::empty(Shape{out_channels}, DType::f32, cpu_device(), MemoryCategory::parameters);
     const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
     init::uniform(b, -bound, bound, generator);
     bias_ = register_parameter("bias", b);
@@ -34,9 +37,12 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
 
 Variable Conv2d::forward(const Variable& input) {
   tandem::Conv2dOptions op;
-  op.geometry = {.stride_h = options_.stride, .stride_w = options_.stride,
-                 .pad_h = options_.padding, .pad_w = options_.padding,
-                 .dilation_h = options_.dilation, .dilation_w = options_.dilation};
+  op.geometry = {.stride_h = options_.stride,
+                 .stride_w = options_.stride,
+                 .pad_h = options_.padding,
+                 .pad_w = options_.padding,
+                 .dilation_h = options_.dilation,
+                 .dilation_w = options_.dilation};
   op.activation = options_.activation;
   op.compute_dtype = options_.compute_dtype;
   return conv2d(input, weight_, bias_, op);
@@ -51,7 +57,8 @@ std::string Conv2d::describe() const {
   if (options_.activation != kernels::Activation::none) {
     text += ", " + std::string(kernels::activation_name(options_.activation));
   }
-  if (options_.compute_dtype != DType::f32) text += ", " + std::string(dtype_name(options_.compute_dtype));
+  if (options_.compute_dtype != DType::f32)
+    text += ", " + std::string(dtype_name(options_.compute_dtype));
   return text + ")";
 }
 
@@ -61,15 +68,22 @@ MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding) {
                  " padding ", padding);
   }
   const int64_t s = stride == 0 ? kernel_size : stride;
-  geometry_ = {.kernel_h = kernel_size, .kernel_w = kernel_size, .stride_h = s, .stride_w = s,
-               .pad_h = padding, .pad_w = padding};
+  geometry_ = {.kernel_h = kernel_size,
+               .kernel_w = kernel_size,
+               .stride_h = s,
+               .stride_w = s,
+               .pad_h = padding,
+               .pad_w = padding};
 }
 
-Variable MaxPool2d::forward(const Variable& input) { return max_pool2d(input, geometry_); }
+Variable MaxPool2d::forward(const Variable& input) {
+  return max_pool2d(input, geometry_);
+}
 
 std::string MaxPool2d::describe() const {
-  return "MaxPool2d(" + std::to_string(geometry_.kernel_h) + "x" + std::to_string(geometry_.kernel_w) +
-         ", stride " + std::to_string(geometry_.stride_h) + ")";
+  return "MaxPool2d(" + std::to_string(geometry_.kernel_h) + "x" +
+         std::to_string(geometry_.kernel_w) + ", stride " + std::to_string(geometry_.stride_h) +
+         ")";
 }
 
 }  // namespace tandem::nn

@@ -17,6 +17,8 @@ Variable Dropout::forward(const Variable& input) {
   return dropout(input, p_, is_training(), thread_generator());
 }
 
-std::string Dropout::describe() const { return fmt::format("Dropout(p={})", p_); }
+std::string Dropout::describe() const {
+  return fmt::format("Dropout(p={})", p_);
+}
 
 }  // namespace tandem::nn

@@ -4,6 +4,8 @@
 
 namespace tandem::nn {
 
-Variable Flatten::forward(const Variable& input) { return flatten(input); }
+Variable Flatten::forward(const Variable& input) {
+  return flatten(input);
+}
 
 }  // namespace tandem::nn

@@ -19,7 +19,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
   init::kaiming_uniform(w, in_features, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {
-    Tensor b = Tensor::empty(Shape{out_features}, DType::f32, cpu_device(), MemoryCategory::parameters);
+    Tensor b =
+        Tensor::empty(Shape{out_features}, DType::f32, cpu_device(), MemoryCategory::parameters);
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
     init::uniform(b, -bound, bound, generator);
     bias_ = register_parameter("bias", b);
@@ -32,11 +33,13 @@ Variable Linear::forward(const Variable& input) {
 }
 
 std::string Linear::describe() const {
-  std::string text = "Linear(" + std::to_string(in_features_) + " -> " + std::to_string(out_features_);
+  std::string text =
+      "Linear(" + std::to_string(in_features_) + " -> " + std::to_string(out_features_);
   if (options_.activation != kernels::Activation::none) {
     text += ", " + std::string(kernels::activation_name(options_.activation));
   }
-  if (options_.compute_dtype != DType::f32) text += ", " + std::string(dtype_name(options_.compute_dtype));
+  if (options_.compute_dtype != DType::f32)
+    text += ", " + std::string(dtype_name(options_.compute_dtype));
   return text + ")";
 }
 

@@ -11,25 +11,26 @@ using kernels::Activation;
 
 std::shared_ptr<Sequential> make_cnn(const ModelOptions& options) {
   Generator generator(options.seed);
-  const Conv2dOptions conv{.padding = 1, .activation = Activation::relu,
-                           .compute_dtype = options.compute_dtype};
+  const Conv2dOptions conv{
+      .padding = 1, .activation = Activation::relu, .compute_dtype = options.compute_dtype};
   auto model = std::make_shared<Sequential>();
   model->emplace<Conv2d>(1, 32, 3, conv, generator)
       .emplace<MaxPool2d>(2)
       .emplace<Conv2d>(32, 64, 3, conv, generator)
       .emplace<MaxPool2d>(2)
       .emplace<Flatten>()
-      .emplace<Linear>(3136, 128,
-                       LinearOptions{.activation = Activation::relu,
-                                     .compute_dtype = options.compute_dtype},
-                       generator)
+      .emplace<Linear>(
+          3136, 128,
+          LinearOptions{.activation = Activation::relu, .compute_dtype = options.compute_dtype},
+          generator)
       .emplace<Linear>(128, 10, LinearOptions{.compute_dtype = options.compute_dtype}, generator);
   return model;
 }
 
 std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
   Generator generator(options.seed);
-  const LinearOptions hidden{.activation = Activation::relu, .compute_dtype = options.compute_dtype};
+  const LinearOptions hidden{.activation = Activation::relu,
+                             .compute_dtype = options.compute_dtype};
   auto model = std::make_shared<Sequential>();
   model->emplace<Flatten>()
       .emplace<Linear>(784, 512, hidden, generator)
@@ -48,6 +49,8 @@ std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptio
   TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn or mlp)");
 }
 
-std::vector<std::string> model_names() { return {"cnn", "mlp"}; }
+std::vector<std::string> model_names() {
+  return {"cnn", "mlp"};
+}
 
 }  // namespace tandem::nn

@@ -54,7 +54,8 @@ class Module {
  private:
   void collect_parameters(const std::string& prefix,
                           std::vector<std::pair<std::string, Variable>>& out) const;
-  void collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  void collect_buffers(const std::string& prefix,
+                       std::vector<std::pair<std::string, Tensor*>>& out);
   void collect_summary(const std::string& prefix, std::string& out) const;
 
   std::vector<std::pair<std::string, Variable>> parameters_;

@@ -13,8 +13,8 @@ Tensor filled(int64_t n, float value) {
 void check_last_dim(const Variable& input, int64_t expected, const char* layer) {
   const Shape& s = input.shape();
   if (s.rank() < 2 || s[-1] != expected) {
-    TANDEM_THROW(ShapeError, layer, " expects inputs whose last dimension is ", expected,
-                 ", got ", s.to_string());
+    TANDEM_THROW(ShapeError, layer, " expects inputs whose last dimension is ", expected, ", got ",
+                 s.to_string());
   }
 }
 
@@ -36,13 +36,17 @@ Variable LayerNorm::forward(const Variable& input) {
   return layer_norm(input, gamma_, beta_, eps_);
 }
 
-std::string LayerNorm::describe() const { return "LayerNorm(" + std::to_string(features_) + ")"; }
+std::string LayerNorm::describe() const {
+  return "LayerNorm(" + std::to_string(features_) + ")";
+}
 
 BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum)
     : channels_(channels), eps_(eps), momentum_(momentum) {
   if (channels <= 0 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) {
-    TANDEM_THROW(InvalidArgument, "BatchNorm2d: channels and eps must be positive and momentum "
-                 "in [0, 1], got ", channels, ", ", eps, ", ", momentum);
+    TANDEM_THROW(InvalidArgument,
+                 "BatchNorm2d: channels and eps must be positive and momentum "
+                 "in [0, 1], got ",
+                 channels, ", ", eps, ", ", momentum);
   }
   gamma_ = register_parameter("weight", filled(channels, 1.0f));
   beta_ = register_parameter("bias", filled(channels, 0.0f));
@@ -56,6 +60,8 @@ Variable BatchNorm2d::forward(const Variable& input) {
                     eps_);
 }
 
-std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(channels_) + ")"; }
+std::string BatchNorm2d::describe() const {
+  return "BatchNorm2d(" + std::to_string(channels_) + ")";
+}
 
 }  // namespace tandem::nn

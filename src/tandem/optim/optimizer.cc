@@ -42,10 +42,10 @@ void Optimizer::set_learning_rate(double learning_rate) {
 
 Tensor& Optimizer::add_state(size_t parameter, const std::string& slot) {
   const Tensor& value = parameters_.at(parameter).value();
-  state_.emplace_back(std::to_string(parameter) + "." + slot,
-                      std::make_unique<Tensor>(Tensor::zeros(value.shape(), DType::f32,
-                                                             value.device(),
-                                                             MemoryCategory::optimizer_state)));
+  state_.emplace_back(
+      std::to_string(parameter) + "." + slot,
+      std::make_unique<Tensor>(Tensor::zeros(value.shape(), DType::f32, value.device(),
+                                             MemoryCategory::optimizer_state)));
   return *state_.back().second;
 }
 
@@ -64,7 +64,8 @@ Sgd::Sgd(std::vector<Variable> parameters, double learning_rate, const SgdOption
     TANDEM_THROW(InvalidArgument, "Nesterov momentum needs momentum > 0 and zero dampening");
   }
   if (options.momentum > 0.0) {
-    for (size_t i = 0; i < this->parameters().size(); ++i) momentum_.push_back(&add_state(i, "momentum"));
+    for (size_t i = 0; i < this->parameters().size(); ++i)
+      momentum_.push_back(&add_state(i, "momentum"));
   }
 }
 
@@ -97,11 +98,13 @@ void Sgd::step() {
 
 Adam::Adam(std::vector<Variable> parameters, double learning_rate, const AdamOptions& options)
     : Optimizer(std::move(parameters), learning_rate), options_(options) {
-  if (!(options.beta1 >= 0.0 && options.beta1 < 1.0) || !(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
+  if (!(options.beta1 >= 0.0 && options.beta1 < 1.0) ||
+      !(options.beta2 >= 0.0 && options.beta2 < 1.0)) {
     TANDEM_THROW(InvalidArgument, "Adam betas must be in [0, 1), got ", options.beta1, " and ",
                  options.beta2);
   }
-  if (!(options.eps > 0.0)) TANDEM_THROW(InvalidArgument, "Adam eps must be positive, got ", options.eps);
+  if (!(options.eps > 0.0))
+    TANDEM_THROW(InvalidArgument, "Adam eps must be positive, got ", options.eps);
   check_finite_non_negative(options.weight_decay, "Adam weight decay");
   for (size_t i = 0; i < this->parameters().size(); ++i) {
     first_moment_.push_back(&add_state(i, "exp_avg"));
@@ -123,7 +126,8 @@ void Adam::step() {
     const int32_t t = ++updates(i);
     const double correction1 = 1.0 - std::pow(options_.beta1, t);
     const auto step_size = static_cast<float>(lr / correction1);
-    const auto inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)));
+    const auto inv_sqrt_correction2 =
+        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)));
     float* w = param.value().data<float>();
     const float* g = param.grad().data<float>();
     float* m = first_moment_[i]->data<float>();
@@ -151,11 +155,14 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
     const bool decoupled = config.name == "adamw";
     const double decay = config.weight_decay.value_or(decoupled ? 0.01 : 0.0);
     return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
-                                  AdamOptions{.beta1 = config.beta1, .beta2 = config.beta2,
-                                              .eps = config.eps, .weight_decay = decay,
+                                  AdamOptions{.beta1 = config.beta1,
+                                              .beta2 = config.beta2,
+                                              .eps = config.eps,
+                                              .weight_decay = decay,
                                               .decoupled_weight_decay = decoupled});
   }
-  TANDEM_THROW(InvalidArgument, "unknown optimizer '", config.name, "' (expected sgd, adam or adamw)");
+  TANDEM_THROW(InvalidArgument, "unknown optimizer '", config.name,
+               "' (expected sgd, adam or adamw)");
 }
 
 }  // namespace tandem::optim

@@ -36,7 +36,9 @@ std::string_view memory_category_name(MemoryCategory category) {
   return "invalid";
 }
 
-Allocator::~Allocator() { release_cache(); }
+Allocator::~Allocator() {
+  release_cache();
+}
 
 void* Allocator::allocate(size_t bytes, MemoryCategory category) {
   const size_t size = rounded_size(bytes);

@@ -34,8 +34,8 @@ struct MemoryStats {
   std::array<int64_t, kMemoryCategoryCount> peak_bytes{};
   int64_t current_total_bytes = 0;
   int64_t peak_total_bytes = 0;
-  int64_t cached_bytes = 0;       // freed blocks held for reuse
-  int64_t allocation_count = 0;   // calls to allocate()
+  int64_t cached_bytes = 0;      // freed blocks held for reuse
+  int64_t allocation_count = 0;  // calls to allocate()
 
   int64_t current(MemoryCategory c) const { return current_bytes[static_cast<int>(c)]; }
   int64_t peak(MemoryCategory c) const { return peak_bytes[static_cast<int>(c)]; }

@@ -29,9 +29,10 @@ inline uint16_t float_to_f16(float value) {
   const uint32_t normal = (abs - 0x38000000u + 0xFFFu + ((abs >> 13) & 1u)) >> 13;
   // Below 2^-14: adding 0.5 lines the value up on the half subnormal grid
   // (0.5's ulp is 2^-24) and lets the FPU round to nearest even.
-  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3F000000u;
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3F000000u;
   uint32_t r = abs < 0x38800000u ? subnormal : normal;
-  r = abs >= 0x477FF000u ? 0x7C00u : r;                             // rounds past 65504
+  r = abs >= 0x477FF000u ? 0x7C00u : r;                            // rounds past 65504
   r = abs > 0x7F800000u ? (0x7E00u | ((abs >> 13) & 0x3FFu)) : r;  // NaN stays quiet NaN
   return static_cast<uint16_t>(sign | r);
 }
@@ -44,7 +45,8 @@ inline float f16_to_float(uint16_t bits) {
   const uint32_t normal = shifted + 0x38000000u;
   const uint32_t special = shifted + 0x70000000u;  // inf/NaN: exponent 255
   // Subnormal: mantissa * 2^-24, exact in float.
-  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 5.9604644775390625e-8f);
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 5.9604644775390625e-8f);
   uint32_t r = exponent == 0x1Fu ? special : normal;
   r = exponent == 0 ? subnormal : r;
   return std::bit_cast<float>(sign | r);

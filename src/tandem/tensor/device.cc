@@ -32,7 +32,8 @@ Device parse_device(std::string_view text) {
   }
   if (colon != std::string_view::npos) {
     const std::string_view digits = text.substr(colon + 1);
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), device.index);
+    const auto [end, ec] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), device.index);
     if (ec != std::errc() || end != digits.data() + digits.size() || device.index < 0) {
       TANDEM_THROW(InvalidArgument, "bad device index in '", text, "'");
     }

@@ -21,7 +21,9 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
-inline Device cpu_device(int index = 0) { return Device{DeviceKind::cpu, index}; }
+inline Device cpu_device(int index = 0) {
+  return Device{DeviceKind::cpu, index};
+}
 
 // Parses "cpu", "cpu:3", "cuda:0". Throws InvalidArgument otherwise.
 Device parse_device(std::string_view text);

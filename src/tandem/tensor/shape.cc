@@ -66,6 +66,8 @@ bool Shape::operator==(const Shape& other) const {
   return rank_ == other.rank_ && std::equal(dims_, dims_ + rank_, other.dims_);
 }
 
-std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape.to_string(); }
+std::ostream& operator<<(std::ostream& out, const Shape& shape) {
+  return out << shape.to_string();
+}
 
 }  // namespace tandem

@@ -118,15 +118,17 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 Tensor Tensor::reshape(const Shape& shape) const {
   check_defined("reshape");
   if (shape.numel() != numel()) {
-    TANDEM_THROW(ShapeError, "cannot reshape ", shape_.to_string(), " (", numel(),
-                 " elements) to ", shape.to_string(), " (", shape.numel(), " elements)");
+    TANDEM_THROW(ShapeError, "cannot reshape ", shape_.to_string(), " (", numel(), " elements) to ",
+                 shape.to_string(), " (", shape.numel(), " elements)");
   }
   Tensor view = *this;
   view.shape_ = shape;
   return view;
 }
 
-Tensor Tensor::clone() const { return clone(category()); }
+Tensor Tensor::clone() const {
+  return clone(category());
+}
 
 Tensor Tensor::clone(MemoryCategory category) const {
   Tensor copy = empty(shape_, dtype_, device(), category);
@@ -136,8 +138,8 @@ Tensor Tensor::clone(MemoryCategory category) const {
 
 void Tensor::copy_from(const Tensor& other) {
   if (other.numel() != numel()) {
-    TANDEM_THROW(ShapeError, "copy_from: source ", other.shape().to_string(),
-                 " and destination ", shape_.to_string(), " differ in element count");
+    TANDEM_THROW(ShapeError, "copy_from: source ", other.shape().to_string(), " and destination ",
+                 shape_.to_string(), " differ in element count");
   }
   convert(other.raw_data(), other.dtype(), raw_data(), dtype_, numel());
 }
@@ -168,7 +170,9 @@ void Tensor::fill(float value) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * size, element, size);
 }
 
-void Tensor::zero() { fill(0.0f); }
+void Tensor::zero() {
+  fill(0.0f);
+}
 
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel()));

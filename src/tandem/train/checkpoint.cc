@@ -19,7 +19,9 @@ constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kAlignment = 64;
 
-size_t align_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+size_t align_up(size_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 template <typename T>
 void append_pod(std::string& out, T value) {
@@ -119,7 +121,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
-    TANDEM_THROW(IoError, "cannot move checkpoint into place at '", path, "': ", std::strerror(error));
+    TANDEM_THROW(IoError, "cannot move checkpoint into place at '", path,
+                 "': ", std::strerror(error));
   }
   // Make the rename itself durable.
   const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -163,8 +166,8 @@ Checkpoint load_checkpoint(const std::string& path) {
       Tensor t = Tensor::empty(Shape(entry.at("shape").get<std::vector<int64_t>>()),
                                parse_dtype(entry.at("dtype").get<std::string>()));
       if (t.nbytes() != length || data_start + offset + length > data_end) {
-        TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '", entry.at("name").get<std::string>(),
-                     "' has an inconsistent size");
+        TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '",
+                     entry.at("name").get<std::string>(), "' has an inconsistent size");
       }
       if (length > 0) std::memcpy(t.raw_data(), bytes.data() + data_start + offset, length);
       checkpoint.tensors.emplace_back(entry.at("name").get<std::string>(), t);

@@ -16,7 +16,8 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
     TANDEM_THROW(InvalidArgument, "throughput: batch size and steps must be positive, got batch ",
                  options.batch_size, " steps ", options.steps, " warm-up ", options.warmup_steps);
   }
-  auto model = nn::make_model(options.model, {.seed = options.seed, .compute_dtype = options.compute_dtype});
+  auto model =
+      nn::make_model(options.model, {.seed = options.seed, .compute_dtype = options.compute_dtype});
   auto optimizer = optim::make_optimizer({.name = "sgd", .learning_rate = 0.05, .momentum = 0.9},
                                          model->parameters());
   // A few distinct batches so that no step sees exactly the previous data.
@@ -34,8 +35,8 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   ThroughputResult result;
   auto train_step = [&](int64_t i) {
     optimizer->zero_grad();
-    const Variable loss = softmax_cross_entropy(model->forward(Variable(inputs[i % kBatches])),
-                                                labels[i % kBatches]);
+    const Variable loss =
+        softmax_cross_entropy(model->forward(Variable(inputs[i % kBatches])), labels[i % kBatches]);
     loss.backward();
     optimizer->step();
     result.final_loss = loss.value().item();

@@ -18,8 +18,8 @@ namespace tandem::train {
 
 // Where the run stands: the next step to run and the sums of the epoch so far.
 struct Trainer::Progress {
-  int64_t epoch = 0;  // 0-based epoch in progress
-  int64_t step = 0;   // next step inside it
+  int64_t epoch = 0;      // 0-based epoch in progress
+  int64_t step = 0;       // next step inside it
   double loss_sum = 0.0;  // sum over examples of the per-example loss
   int64_t correct = 0;
   int64_t seen = 0;
@@ -35,13 +35,16 @@ constexpr const char* kFormat = "tandem-trainer-1";
 
 void check_data(const data::LabeledImages& d, const char* what) {
   if (!d.images.defined() || !d.labels.defined() || d.images.rank() < 2 ||
-      d.labels.dtype() != DType::i32 || d.labels.rank() != 1 || d.images.dim(0) != d.labels.dim(0)) {
+      d.labels.dtype() != DType::i32 || d.labels.rank() != 1 ||
+      d.images.dim(0) != d.labels.dim(0)) {
     TANDEM_THROW(InvalidArgument, what, " data must be images (N, ...) with i32 labels (N,), got ",
                  d.images.to_string(), " and ", d.labels.to_string());
   }
 }
 
-std::string number(double value) { return fmt::format("{}", value); }
+std::string number(double value) {
+  return fmt::format("{}", value);
+}
 
 int64_t to_steps(double epochs, int64_t steps_per_epoch) {
   return static_cast<int64_t>(std::llround(epochs * static_cast<double>(steps_per_epoch)));
@@ -58,7 +61,8 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model,
   if (!model_) TANDEM_THROW(InvalidArgument, "Trainer needs a model");
   check_data(train_, "training");
   if (test_.size() > 0) check_data(test_, "test");
-  if (config_.epochs < 1) TANDEM_THROW(InvalidArgument, "epochs must be at least 1, got ", config_.epochs);
+  if (config_.epochs < 1)
+    TANDEM_THROW(InvalidArgument, "epochs must be at least 1, got ", config_.epochs);
   if (config_.batch_size < 1) {
     TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", config_.batch_size);
   }
@@ -75,13 +79,14 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model,
   }
   optimizer_ = optim::make_optimizer(config_.optimizer, model_->parameters());
   const int64_t per_epoch = steps_per_epoch();
-  schedule_ = optim::make_schedule({.name = config_.schedule,
-                                    .base_lr = config_.optimizer.learning_rate,
-                                    .step_size = std::max<int64_t>(1, to_steps(config_.lr_step_epochs, per_epoch)),
-                                    .gamma = config_.lr_gamma,
-                                    .total_steps = per_epoch * config_.epochs,
-                                    .min_lr = config_.min_lr,
-                                    .warmup_steps = to_steps(config_.warmup_epochs, per_epoch)});
+  schedule_ = optim::make_schedule(
+      {.name = config_.schedule,
+       .base_lr = config_.optimizer.learning_rate,
+       .step_size = std::max<int64_t>(1, to_steps(config_.lr_step_epochs, per_epoch)),
+       .gamma = config_.lr_gamma,
+       .total_steps = per_epoch * config_.epochs,
+       .min_lr = config_.min_lr,
+       .warmup_steps = to_steps(config_.warmup_epochs, per_epoch)});
   if (config_.resume && config_.output_dir.empty()) {
     TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
   }
@@ -115,7 +120,8 @@ EvalResult Trainer::evaluate(const data::LabeledImages& data) {
     const Tensor x = data.images.slice(begin, end);
     const Tensor y = data.labels.slice(begin, end);
     const Variable logits = model_->forward(Variable(x));
-    loss_sum += static_cast<double>(softmax_cross_entropy(logits, y).value().item()) * (end - begin);
+    loss_sum +=
+        static_cast<double>(softmax_cross_entropy(logits, y).value().item()) * (end - begin);
     correct += kernels::count_correct(logits.value(), y);
   }
   model_->train(was_training);
@@ -133,10 +139,18 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     restore(progress, result.history);
     result.resumed_from_step = progress.epoch * steps_per_epoch() + progress.step;
   } else if (!config_.output_dir.empty() && std::filesystem::exists(checkpoint_path())) {
-    TANDEM_THROW(InvalidArgument, "'", checkpoint_path(), "' already exists: resume it or choose "
+    TANDEM_THROW(InvalidArgument, "'", checkpoint_path(),
+                 "' already exists: resume it or choose "
                  "another output directory rather than overwrite it");
   }
-  if (!config_.output_dir.empty()) std::filesystem::create_directories(config_.output_dir);
+  if (!config_.output_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(config_.output_dir, error);
+    if (error) {
+      TANDEM_THROW(IoError, "cannot create output directory '", config_.output_dir,
+                   "': ", error.message());
+    }
+  }
   stop_requested_.store(false);
   model_->train();
   const int64_t n = train_.size();
@@ -160,7 +174,8 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const int64_t global_step = progress.epoch * per_epoch + progress.step;
       lr = schedule_->lr(global_step);
       optimizer_->set_learning_rate(lr);
-      thread_generator().set_state(mix_seed(config_.seed ^ 0xD50Dull, static_cast<uint64_t>(global_step)), 0);
+      thread_generator().set_state(
+          mix_seed(config_.seed ^ 0xD50Dull, static_cast<uint64_t>(global_step)), 0);
       optimizer_->zero_grad();
       const Variable logits = model_->forward(Variable(x));
       const Variable loss = softmax_cross_entropy(logits, y);
@@ -169,17 +184,20 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const double loss_value = loss.value().item();
       if (!std::isfinite(loss_value)) {
         TANDEM_THROW(Error, "training diverged: loss is ", loss_value, " at epoch ",
-                     progress.epoch + 1, " step ", progress.step + 1,
-                     " (lower the learning rate)");
+                     progress.epoch + 1, " step ", progress.step + 1, " (lower the learning rate)");
       }
       progress.loss_sum += loss_value * static_cast<double>(end - begin);
       progress.correct += kernels::count_correct(logits.value(), y);
       progress.seen += end - begin;
       progress.train_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (callbacks.on_step) {
-        callbacks.on_step({.epoch = progress.epoch + 1, .step = progress.step + 1,
-                           .steps_per_epoch = per_epoch, .global_step = global_step + 1,
-                           .loss = loss_value, .learning_rate = lr, .batch_examples = end - begin});
+        callbacks.on_step({.epoch = progress.epoch + 1,
+                           .step = progress.step + 1,
+                           .steps_per_epoch = per_epoch,
+                           .global_step = global_step + 1,
+                           .loss = loss_value,
+                           .learning_rate = lr,
+                           .batch_examples = end - begin});
       }
     }
     EpochResult epoch;
@@ -223,8 +241,10 @@ void Trainer::save(const Progress& progress, const std::vector<EpochResult>& his
                 {"seen", std::to_string(progress.seen)},
                 {"train_seconds", number(progress.train_seconds)}};
   c.metadata["history"] = nlohmann::json(history).dump();
-  for (const auto& [name, p] : model_->named_parameters()) c.tensors.emplace_back("model." + name, p.value());
-  for (const auto& [name, t] : model_->named_buffers()) c.tensors.emplace_back("buffer." + name, *t);
+  for (const auto& [name, p] : model_->named_parameters())
+    c.tensors.emplace_back("model." + name, p.value());
+  for (const auto& [name, t] : model_->named_buffers())
+    c.tensors.emplace_back("buffer." + name, *t);
   for (const auto& [name, t] : optimizer_->state()) c.tensors.emplace_back("optimizer." + name, *t);
   save_checkpoint(checkpoint_path(), c);
 }
@@ -236,7 +256,8 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   }
   const Checkpoint c = load_checkpoint(path);
   if (c.meta("format") != kFormat) {
-    TANDEM_THROW(IoError, "'", path, "' is not a trainer checkpoint (format ", c.meta("format"), ")");
+    TANDEM_THROW(IoError, "'", path, "' is not a trainer checkpoint (format ", c.meta("format"),
+                 ")");
   }
   const std::pair<const char*, std::string> expected[] = {
       {"model", config_.model},

@@ -57,10 +57,10 @@ struct EvalResult {
 };
 
 struct StepInfo {
-  int64_t epoch = 0;         // 1-based
-  int64_t step = 0;          // within the epoch, 1-based
+  int64_t epoch = 0;  // 1-based
+  int64_t step = 0;   // within the epoch, 1-based
   int64_t steps_per_epoch = 0;
-  int64_t global_step = 0;   // 1-based, over the whole run
+  int64_t global_step = 0;  // 1-based, over the whole run
   double loss = 0.0;
   double learning_rate = 0.0;
   int64_t batch_examples = 0;

@@ -19,9 +19,15 @@ struct F16 {
   uint16_t bits;
 };
 
-inline float to_f32(float v) { return v; }
-inline float to_f32(Bf16 v) { return bf16_to_float(v.bits); }
-inline float to_f32(F16 v) { return f16_to_float(v.bits); }
+inline float to_f32(float v) {
+  return v;
+}
+inline float to_f32(Bf16 v) {
+  return bf16_to_float(v.bits);
+}
+inline float to_f32(F16 v) {
+  return f16_to_float(v.bits);
+}
 
 template <typename T>
 inline T from_f32(float v);
