@@ -1,0 +1,142 @@
+#pragma once
+// Communicator: the one interface for collectives between ranks (devices),
+// whatever carries the bytes: threads of one process (InProcessGroup), MPI
+// processes (make_mpi_communicator), or both (HierarchicalCommunicator).
+//
+// Contract shared by every implementation:
+//  1. Every rank of a group calls the same collectives in the same order, with
+//     the same dtype, element count, op and root. Where an implementation can
+//     detect a mismatch, every rank throws CommError naming it instead of
+//     hanging or returning a wrong answer.
+//  2. Buffers are contiguous tensors of f32, bf16, f16 or i32. input and
+//     output may be the same tensor (in place). bf16/f16 sums accumulate in
+//     float32 where the implementation reduces itself.
+//  3. Synchronous calls return when this rank's output is complete and its
+//     input may be reused. Asynchronous calls return a Work to wait on; the
+//     collectives of one communicator run in the order they were issued,
+//     synchronous ones after every earlier asynchronous one.
+//  4. Blocking waits time out (CommOptions::timeout) with a Timeout error
+//     naming the ranks that did not arrive, where that is known.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::comm {
+
+enum class ReduceOp : uint8_t { sum, mean, max, min };
+
+std::string_view reduce_op_name(ReduceOp op);
+// "sum", "mean", "max", "min"; throws InvalidArgument otherwise.
+ReduceOp parse_reduce_op(std::string_view name);
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Cross-rank check of every call's (collective, dtype, count, op, root).
+  bool verify_calls = true;
+};
+
+// Completion of an asynchronous collective.
+class Work {
+ public:
+  // Blocks until done; rethrows the collective's error. Throws Timeout after
+  // `timeout` (the collective itself keeps running).
+  void wait(std::chrono::milliseconds timeout = std::chrono::hours(24));
+  bool done() const;
+
+  // For implementations: marks completion, with the error if it failed.
+  void finish(std::exception_ptr error = nullptr);
+  void set_description(std::string description) { description_ = std::move(description); }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::string description_;
+};
+
+enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+std::string_view collective_name(Collective collective);
+
+// One collective call as an implementation sees it.
+struct Call {
+  Collective collective = Collective::barrier;
+  DType dtype = DType::f32;
+  int64_t count = 0;  // elements of this rank's input (broadcast: of the buffer)
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  Tensor input, output;  // broadcast: both the buffer
+  // Non-empty when this rank's arguments are invalid: implementations still
+  // take part in the cross-rank check (so no rank hangs), then throw.
+  std::string error;
+
+  // "all_reduce(sum, f32, 1000 elements)"
+  std::string describe() const;
+  // True when two ranks' calls can pair up.
+  bool matches(const Call& other) const;
+};
+
+class WorkQueue;
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "inprocess", "mpi", "hierarchical"
+  virtual std::string backend() const = 0;
+
+  // output = op over ranks of input (same shape and dtype).
+  void all_reduce(const Tensor& input, const Tensor& output, ReduceOp op);
+  void all_reduce(const Tensor& buffer, ReduceOp op) { all_reduce(buffer, buffer, op); }
+  // input has size() * output.numel() elements; rank r receives op over ranks of
+  // input elements [r * n, (r + 1) * n).
+  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op);
+  // output has size() * input.numel() elements: rank r's input at [r * n, (r + 1) * n).
+  void all_gather(const Tensor& input, const Tensor& output);
+  // Every rank's buffer becomes root's.
+  void broadcast(const Tensor& buffer, int root);
+  void barrier();
+
+  std::shared_ptr<Work> all_reduce_async(const Tensor& input, const Tensor& output, ReduceOp op);
+  std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output,
+                                             ReduceOp op);
+  std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output);
+  std::shared_ptr<Work> broadcast_async(const Tensor& buffer, int root);
+
+  const CommOptions& options() const { return options_; }
+
+ protected:
+  explicit Communicator(CommOptions options);
+
+  // Carries out one call, from the calling thread or the progress thread, in
+  // issue order. Must throw (after the cross-rank check) when call.error is set.
+  virtual void run(const Call& call) = 0;
+
+  // Waits until every asynchronous collective issued so far has finished.
+  void drain();
+
+ private:
+  Call make_call(Collective collective, const Tensor& input, const Tensor& output, ReduceOp op,
+                 int root) const;
+  void run_now(const Call& call);
+  std::shared_ptr<Work> submit(Call call);
+
+  CommOptions options_;
+  std::mutex queue_mutex_;
+  std::unique_ptr<WorkQueue> queue_;
+};
+
+// True for the dtypes collectives accept (f32, bf16, f16, i32).
+bool collective_dtype(DType dtype);
+
+}  // namespace tandem::comm

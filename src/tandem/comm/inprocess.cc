@@ -1,0 +1,211 @@
+#include "tandem/comm/inprocess.h"
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "tandem/base/error.h"
+#include "tandem/comm/detail/reduce_kernels.h"
+#include "tandem/comm/detail/spin_barrier.h"
+
+namespace tandem::comm {
+
+struct InProcessGroup::State {
+  struct alignas(64) Slot {
+    Call call;  // signature only: no tensors
+    const void* input = nullptr;
+    void* output = nullptr;
+    bool small = false;
+  };
+
+  State(int ranks, InProcessOptions o)
+      : size(ranks),
+        options(o),
+        barrier(ranks),
+        slots{std::vector<Slot>(static_cast<size_t>(ranks)),
+              std::vector<Slot>(static_cast<size_t>(ranks))},
+        staging_bytes(static_cast<size_t>((o.small_message_bytes + 63) / 64 * 64)) {
+    for (auto& parity : staging) {
+      parity = Tensor::empty(Shape{static_cast<int64_t>(staging_bytes) * ranks}, DType::u8,
+                             cpu_device(), MemoryCategory::communication);
+    }
+  }
+
+  void* staged(int parity, int rank) const {
+    return static_cast<char*>(staging[parity].raw_data()) +
+           staging_bytes * static_cast<size_t>(rank);
+  }
+
+  const int size;
+  const InProcessOptions options;
+  sync::SpinBarrier barrier;
+  // Slots and staging are double-buffered by the parity of the call count: a
+  // rank rewrites parity p two calls later, after a barrier that every rank
+  // reaches only once done reading this call's slots.
+  std::vector<Slot> slots[2];
+  const size_t staging_bytes;
+  Tensor staging[2];
+  std::atomic<bool> broken{false};
+};
+
+namespace {
+
+class InProcessCommunicator : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<InProcessGroup::State> state, int rank)
+      : Communicator(state->options.comm), state_(std::move(state)), rank_(rank) {}
+  ~InProcessCommunicator() override { drain(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return state_->size; }
+  std::string backend() const override { return "inprocess"; }
+
+ protected:
+  void run(const Call& call) override;
+
+ private:
+  void wait_all(const Call& call);
+  void check_calls(const Call& call, int parity) const;
+  void reduce_slice(const Call& call, int parity);
+
+  std::shared_ptr<InProcessGroup::State> state_;
+  int rank_;
+  uint64_t calls_ = 0;  // collectives started on this rank: the same on every rank
+};
+
+void InProcessCommunicator::wait_all(const Call& call) {
+  try {
+    state_->barrier.arrive_and_wait(rank_, options().timeout,
+                                    call.describe() + " #" + std::to_string(calls_));
+  } catch (const Timeout&) {
+    state_->broken.store(true);
+    throw;
+  }
+}
+
+void InProcessCommunicator::check_calls(const Call& call, int parity) const {
+  const auto& slots = state_->slots[parity];
+  for (int r = 0; r < size(); ++r) {
+    if (!slots[r].call.error.empty()) {
+      TANDEM_THROW(CommError, slots[r].call.error,
+                   r == rank_ ? "" : tandem::detail::concat(" (seen on rank ", rank_, ")"));
+    }
+  }
+  if (!options().verify_calls) return;
+  for (int r = 0; r < size(); ++r) {
+    if (!slots[r].call.matches(call)) {
+      TANDEM_THROW(CommError, "collective mismatch: rank ", rank_, " called ", call.describe(),
+                   " but rank ", r, " called ", slots[r].call.describe());
+    }
+  }
+}
+
+void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
+  const int n = size();
+  const auto& slots = state_->slots[parity];
+  std::vector<const void*> inputs(static_cast<size_t>(n));
+  std::vector<void*> outputs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    inputs[r] = slots[r].input;
+    outputs[r] = slots[r].output;
+  }
+  // Slices start on 64-byte boundaries so that no two ranks write one cache line.
+  constexpr int64_t kAlign = 16;
+  const int64_t per_rank = ((call.count + n - 1) / n + kAlign - 1) / kAlign * kAlign;
+  const int64_t begin = std::min(call.count, per_rank * rank_);
+  const int64_t end = std::min(call.count, per_rank * (rank_ + 1));
+  const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
+  kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, outputs.data(), n, begin,
+                        end);
+}
+
+void InProcessCommunicator::run(const Call& call) {
+  if (state_->broken.load()) {
+    TANDEM_THROW(CommError, "in-process group is broken by an earlier timeout; ", call.describe(),
+                 " on rank ", rank_, " refused");
+  }
+  const int n = size();
+  const int parity = static_cast<int>(calls_ & 1);
+  auto& slot = state_->slots[parity][rank_];
+  const size_t bytes = static_cast<size_t>(call.count) * dtype_size(call.dtype);
+  slot.call.collective = call.collective;
+  slot.call.dtype = call.dtype;
+  slot.call.count = call.count;
+  slot.call.op = call.op;
+  slot.call.root = call.root;
+  slot.call.error = call.error;
+  slot.input = call.input.defined() ? call.input.raw_data() : nullptr;
+  slot.output = call.output.defined() ? call.output.raw_data() : nullptr;
+  slot.small = call.collective == Collective::all_reduce && call.error.empty() &&
+               static_cast<int64_t>(bytes) <= state_->options.small_message_bytes;
+  if (slot.small && bytes > 0) std::memcpy(state_->staged(parity, rank_), slot.input, bytes);
+  wait_all(call);
+  ++calls_;
+  check_calls(call, parity);
+
+  const auto& slots = state_->slots[parity];
+  switch (call.collective) {
+    case Collective::barrier:
+      return;
+    case Collective::all_reduce:
+      if (slot.small) {
+        std::vector<const void*> inputs(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) inputs[r] = state_->staged(parity, r);
+        void* out = slot.output;
+        const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
+        kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, &out, 1, 0, call.count);
+        return;
+      }
+      reduce_slice(call, parity);
+      break;
+    case Collective::reduce_scatter: {
+      const int64_t segment = call.count / n;
+      const size_t offset = static_cast<size_t>(segment * rank_) * dtype_size(call.dtype);
+      std::vector<const void*> inputs(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(slots[r].input) + offset;
+      void* out = slot.output;
+      const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
+      kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, &out, 1, 0, segment);
+      break;
+    }
+    case Collective::all_gather:
+      for (int r = 0; r < n; ++r) {
+        if (bytes > 0)
+          std::memcpy(static_cast<char*>(slot.output) + bytes * r, slots[r].input, bytes);
+      }
+      break;
+    case Collective::broadcast:
+      if (rank_ != call.root && bytes > 0) std::memcpy(slot.output, slots[call.root].input, bytes);
+      break;
+  }
+  // Peers may still be reading this rank's input: hold it until all are done.
+  wait_all(call);
+}
+
+}  // namespace
+
+InProcessGroup::InProcessGroup(int size, InProcessOptions options) {
+  if (size < 1 || size > 1024) {
+    TANDEM_THROW(InvalidArgument, "in-process group size must be in 1..1024, got ", size);
+  }
+  if (options.small_message_bytes < 0) {
+    TANDEM_THROW(InvalidArgument, "small_message_bytes must be >= 0, got ",
+                 options.small_message_bytes);
+  }
+  state_ = std::make_shared<State>(size, options);
+}
+
+InProcessGroup::~InProcessGroup() = default;
+
+int InProcessGroup::size() const {
+  return state_->size;
+}
+
+std::unique_ptr<Communicator> InProcessGroup::communicator(int rank) {
+  if (rank < 0 || rank >= state_->size) {
+    TANDEM_THROW(InvalidArgument, "rank ", rank, " is outside the group of ", state_->size);
+  }
+  return std::make_unique<InProcessCommunicator>(state_, rank);
+}
+
+}  // namespace tandem::comm
