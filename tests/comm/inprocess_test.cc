@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "support/collective_values.h"
 #include "support/ranks.h"
 #include "tandem/base/error.h"
 #include "tandem/comm/inprocess.h"
@@ -16,39 +17,19 @@ namespace {
 
 using testing::run_ranks;
 
-// Rank r's element i: small values, exact in every dtype, distinct per rank.
 double value(int r, int64_t i, DType dtype) {
-  const double v = static_cast<double>((i * 7 + r * 3) % 11) - 5.0;
-  return dtype == DType::i32 ? v * (r + 1) : v + 0.25 * r;
+  return testing::collective_value(r, i, dtype);
 }
-
 Tensor rank_input(int r, int64_t n, DType dtype) {
-  std::vector<float> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(value(r, i, dtype));
-  return Tensor::from_floats(Shape{n}, values, dtype);
+  return testing::collective_input(r, n, dtype);
 }
-
 double reduce_reference(ReduceOp op, int ranks, int64_t i, DType dtype) {
-  double acc = value(0, i, dtype);
-  for (int r = 1; r < ranks; ++r) {
-    const double v = value(r, i, dtype);
-    acc = op == ReduceOp::max ? std::max(acc, v) : op == ReduceOp::min ? std::min(acc, v) : acc + v;
-  }
-  return op == ReduceOp::mean ? acc / ranks : acc;
+  return testing::collective_reference(op, ranks, i, dtype);
 }
-
 double tolerance(DType dtype, double expected) {
-  // One rounding of the float32 accumulation to the output dtype.
-  switch (dtype) {
-    case DType::bf16:
-      return std::abs(expected) / 128;
-    case DType::f16:
-      return std::abs(expected) / 1024;
-    case DType::f32:
-      return std::abs(expected) * 1e-6;
-    default:
-      return 0;
-  }
+  return dtype == DType::f32 || dtype == DType::i32
+             ? testing::collective_tolerance(dtype, expected)
+             : std::abs(expected) * (dtype == DType::bf16 ? 1.0 / 128 : 1.0 / 1024);
 }
 
 struct Case {

@@ -1,0 +1,158 @@
+#include "tandem/comm/hierarchical.h"
+
+#include <cstring>
+
+#include "tandem/base/error.h"
+#include "tandem/comm/detail/reduce_kernels.h"
+#include "tandem/comm/mpi.h"
+
+namespace tandem::comm {
+
+struct HierarchicalGroup::State {
+  int local_size = 1;
+  int process_rank = 0;
+  int process_count = 1;
+  CommOptions options;
+  std::unique_ptr<InProcessGroup> local;
+  std::unique_ptr<Communicator> leaders;  // used by local rank 0 only
+};
+
+namespace {
+
+class HierarchicalCommunicator : public Communicator {
+ public:
+  HierarchicalCommunicator(std::shared_ptr<HierarchicalGroup::State> state, int local_rank)
+      : Communicator(state->options),
+        state_(std::move(state)),
+        local_rank_(local_rank),
+        local_(state_->local->communicator(local_rank)) {}
+  ~HierarchicalCommunicator() override { drain(); }
+
+  int rank() const override { return state_->process_rank * state_->local_size + local_rank_; }
+  int size() const override { return state_->process_count * state_->local_size; }
+  std::string backend() const override { return "hierarchical"; }
+
+ protected:
+  void run(const Call& call) override;
+
+ private:
+  bool leader() const { return local_rank_ == 0; }
+  void all_reduce(const Tensor& buffer, ReduceOp op);
+
+  std::shared_ptr<HierarchicalGroup::State> state_;
+  int local_rank_;
+  std::unique_ptr<Communicator> local_;
+};
+
+void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
+  const ReduceOp partial = op == ReduceOp::mean ? ReduceOp::sum : op;
+  local_->all_reduce(buffer, partial);
+  if (leader()) state_->leaders->all_reduce(buffer, partial);
+  local_->broadcast(buffer, 0);
+  if (op == ReduceOp::mean) {
+    const void* in = buffer.raw_data();
+    void* out = buffer.raw_data();
+    kernels::reduce_range(buffer.dtype(), ReduceOp::sum, 1.0f / static_cast<float>(size()), &in, 1,
+                          &out, 1, 0, buffer.numel());
+  }
+}
+
+void HierarchicalCommunicator::run(const Call& call) {
+  // Local argument errors are reported at once; the peers see this rank go
+  // missing and time out.
+  if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
+  const int local_size = state_->local_size;
+  switch (call.collective) {
+    case Collective::barrier:
+      local_->barrier();
+      if (leader()) state_->leaders->barrier();
+      local_->barrier();
+      return;
+    case Collective::all_reduce:
+      if (call.input.raw_data() != call.output.raw_data()) {
+        std::memcpy(call.output.raw_data(), call.input.raw_data(), call.input.nbytes());
+      }
+      all_reduce(call.output, call.op);
+      return;
+    case Collective::reduce_scatter: {
+      const Tensor whole = call.input.clone(MemoryCategory::communication);
+      all_reduce(whole, call.op);
+      const int64_t segment = call.output.numel();
+      Tensor out = call.output;
+      out.copy_from(
+          whole.reshape(Shape{whole.numel()}).slice(segment * rank(), segment * (rank() + 1)));
+      return;
+    }
+    case Collective::all_gather: {
+      const int64_t n = call.count;
+      const Tensor flat = call.output.reshape(Shape{call.output.numel()});
+      const int64_t block = n * local_size;
+      const Tensor mine =
+          flat.slice(block * state_->process_rank, block * (state_->process_rank + 1));
+      local_->all_gather(call.input, mine);
+      if (leader()) {
+        // Each leader's block is already in place; gather the others around it.
+        const Tensor gathered =
+            Tensor::empty(flat.shape(), flat.dtype(), flat.device(), MemoryCategory::communication);
+        state_->leaders->all_gather(mine, gathered);
+        std::memcpy(flat.raw_data(), gathered.raw_data(), flat.nbytes());
+      }
+      local_->broadcast(flat, 0);
+      return;
+    }
+    case Collective::broadcast: {
+      const int root_process = call.root / local_size;
+      const int root_local = call.root % local_size;
+      if (state_->process_rank == root_process && root_local != 0)
+        local_->broadcast(call.output, root_local);
+      if (leader()) state_->leaders->broadcast(call.output, root_process);
+      local_->broadcast(call.output, 0);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+HierarchicalGroup::HierarchicalGroup(int local_size, CommOptions options)
+    : state_(std::make_shared<State>()) {
+  if (local_size < 1)
+    TANDEM_THROW(InvalidArgument, "local size must be at least 1, got ", local_size);
+  state_->local_size = local_size;
+  state_->options = options;
+  state_->local = std::make_unique<InProcessGroup>(local_size, InProcessOptions{.comm = options});
+  state_->leaders = make_mpi_communicator(options);
+  state_->process_rank = state_->leaders->rank();
+  state_->process_count = state_->leaders->size();
+  // Every process must have the same number of local ranks.
+  Tensor sizes = Tensor::full(Shape{2}, 0.0f, DType::i32);
+  sizes.data<int32_t>()[0] = local_size;
+  sizes.data<int32_t>()[1] = -local_size;
+  state_->leaders->all_reduce(sizes, ReduceOp::max);
+  if (sizes.data<int32_t>()[0] != -sizes.data<int32_t>()[1]) {
+    TANDEM_THROW(CommError, "processes disagree on the number of local devices (between ",
+                 -sizes.data<int32_t>()[1], " and ", sizes.data<int32_t>()[0], ")");
+  }
+}
+
+HierarchicalGroup::~HierarchicalGroup() = default;
+
+int HierarchicalGroup::local_size() const {
+  return state_->local_size;
+}
+int HierarchicalGroup::process_rank() const {
+  return state_->process_rank;
+}
+int HierarchicalGroup::process_count() const {
+  return state_->process_count;
+}
+
+std::unique_ptr<Communicator> HierarchicalGroup::communicator(int local_rank) {
+  if (local_rank < 0 || local_rank >= state_->local_size) {
+    TANDEM_THROW(InvalidArgument, "local rank ", local_rank, " is outside 0..",
+                 state_->local_size - 1);
+  }
+  return std::make_unique<HierarchicalCommunicator>(state_, local_rank);
+}
+
+}  // namespace tandem::comm

@@ -1,0 +1,45 @@
+#pragma once
+// Collectives over several devices per process and several processes: the
+// replica threads of a process form an in-process group, and local rank 0 of
+// every process (the leader) talks to the other leaders over MPI. Global rank
+// = process rank x local size + local rank; every process must hold the same
+// number of local ranks.
+//
+// All-reduce, in three steps:
+//  1. reduce inside the process (in-process all-reduce),
+//  2. the leaders all-reduce across processes (MPI),
+//  3. broadcast back inside the process.
+// All-gather: gather inside, leaders all-gather the process blocks, broadcast
+// inside. Broadcast: inside the root's process to its leader, across leaders,
+// inside every process. Reduce-scatter is an all-reduce keeping each rank's
+// segment (simple, not traffic-optimal).
+
+#include <memory>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/comm/inprocess.h"
+
+namespace tandem::comm {
+
+class HierarchicalGroup {
+ public:
+  // Collective across processes (creates the leaders' MPI communicator):
+  // every process calls it, from its main thread, with the same local_size.
+  // Throws CommError when processes disagree on local_size.
+  HierarchicalGroup(int local_size, CommOptions options = {});
+  ~HierarchicalGroup();
+
+  int local_size() const;
+  int process_rank() const;
+  int process_count() const;
+  // The communicator of local rank `local_rank` (global rank
+  // process_rank() * local_size() + local_rank), for that rank's thread.
+  std::unique_ptr<Communicator> communicator(int local_rank);
+
+  struct State;  // shared with the communicators (defined in hierarchical.cc)
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace tandem::comm
