@@ -142,8 +142,12 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   train->add_option("--repeats", o->repeats, "Samples per variant")->capture_default_str();
   train->add_flag("--json", o->json, "Print the table as JSON");
-  return {command, [o, train]() {
+  std::vector<Command> others = add_bench_comm_commands(*command);
+  return {command, [o, train, others]() {
             if (train->parsed()) return run_bench_train(*o);
+            for (const Command& c : others) {
+              if (c.app->parsed()) return c.run();
+            }
             return 2;
           }};
 }

@@ -53,7 +53,11 @@ namespace {
 class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(std::shared_ptr<InProcessGroup::State> state, int rank)
-      : Communicator(state->options.comm), state_(std::move(state)), rank_(rank) {}
+      : Communicator(state->options.comm),
+        state_(std::move(state)),
+        rank_(rank),
+        inputs_(static_cast<size_t>(state_->size)),
+        outputs_(static_cast<size_t>(state_->size)) {}
   ~InProcessCommunicator() override { drain(); }
 
   int rank() const override { return rank_; }
@@ -70,13 +74,15 @@ class InProcessCommunicator : public Communicator {
 
   std::shared_ptr<InProcessGroup::State> state_;
   int rank_;
+  std::vector<const void*> inputs_;  // per-call scratch, one entry per rank
+  std::vector<void*> outputs_;
   uint64_t calls_ = 0;  // collectives started on this rank: the same on every rank
 };
 
 void InProcessCommunicator::wait_all(const Call& call) {
   try {
-    state_->barrier.arrive_and_wait(rank_, options().timeout,
-                                    call.describe() + " #" + std::to_string(calls_));
+    state_->barrier.arrive_and_wait(
+        rank_, options().timeout, [&] { return call.describe() + " #" + std::to_string(calls_); });
   } catch (const Timeout&) {
     state_->broken.store(true);
     throw;
@@ -103,11 +109,9 @@ void InProcessCommunicator::check_calls(const Call& call, int parity) const {
 void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
   const int n = size();
   const auto& slots = state_->slots[parity];
-  std::vector<const void*> inputs(static_cast<size_t>(n));
-  std::vector<void*> outputs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    inputs[r] = slots[r].input;
-    outputs[r] = slots[r].output;
+    inputs_[r] = slots[r].input;
+    outputs_[r] = slots[r].output;
   }
   // Slices start on 64-byte boundaries so that no two ranks write one cache line.
   constexpr int64_t kAlign = 16;
@@ -115,7 +119,7 @@ void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
   const int64_t begin = std::min(call.count, per_rank * rank_);
   const int64_t end = std::min(call.count, per_rank * (rank_ + 1));
   const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
-  kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, outputs.data(), n, begin,
+  kernels::reduce_range(call.dtype, call.op, scale, inputs_.data(), n, outputs_.data(), n, begin,
                         end);
 }
 
@@ -149,11 +153,11 @@ void InProcessCommunicator::run(const Call& call) {
       return;
     case Collective::all_reduce:
       if (slot.small) {
-        std::vector<const void*> inputs(static_cast<size_t>(n));
-        for (int r = 0; r < n; ++r) inputs[r] = state_->staged(parity, r);
+        for (int r = 0; r < n; ++r) inputs_[r] = state_->staged(parity, r);
         void* out = slot.output;
         const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
-        kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, &out, 1, 0, call.count);
+        kernels::reduce_range(call.dtype, call.op, scale, inputs_.data(), n, &out, 1, 0,
+                              call.count);
         return;
       }
       reduce_slice(call, parity);
@@ -161,11 +165,10 @@ void InProcessCommunicator::run(const Call& call) {
     case Collective::reduce_scatter: {
       const int64_t segment = call.count / n;
       const size_t offset = static_cast<size_t>(segment * rank_) * dtype_size(call.dtype);
-      std::vector<const void*> inputs(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(slots[r].input) + offset;
+      for (int r = 0; r < n; ++r) inputs_[r] = static_cast<const char*>(slots[r].input) + offset;
       void* out = slot.output;
       const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
-      kernels::reduce_range(call.dtype, call.op, scale, inputs.data(), n, &out, 1, 0, segment);
+      kernels::reduce_range(call.dtype, call.op, scale, inputs_.data(), n, &out, 1, 0, segment);
       break;
     }
     case Collective::all_gather:

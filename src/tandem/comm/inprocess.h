@@ -29,8 +29,10 @@ namespace tandem::comm {
 struct InProcessOptions {
   CommOptions comm;
   // All-reduces of at most this many bytes per rank use the one-barrier
-  // staged path.
-  int64_t small_message_bytes = 32 * 1024;
+  // staged path. Past about 512 B the staged copies cost more cross-core
+  // traffic than the second barrier of the sliced path (measured with
+  // `tandem bench allreduce --small-message-bytes`).
+  int64_t small_message_bytes = 512;
 };
 
 class InProcessGroup {

@@ -26,48 +26,57 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
           nullptr, 0);
 }
 
+// True when counter `seen` has reached `target` (modulo 2^32).
+bool reached(uint32_t seen, uint32_t target) {
+  return static_cast<int32_t>(seen - target) >= 0;
+}
+
 }  // namespace
 
 SpinBarrier::SpinBarrier(int size)
     : size_(size), arrivals_(new Arrival[static_cast<size_t>(size)]) {}
 
 void SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
-                                  const std::string& what) {
-  const uint32_t generation = generation_.load(std::memory_order_acquire);
-  const uint64_t my_arrivals = arrivals_[rank].count.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
-    arrived_.store(0, std::memory_order_relaxed);
-    // seq_cst pairs with the sleepers' increment-then-check: no lost wake-up.
-    generation_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
-    return;
-  }
+                                  const std::function<std::string()>& what) {
+  Arrival& mine = arrivals_[rank];
+  const uint32_t target = mine.count.load(std::memory_order_relaxed) + 1;
+  // seq_cst pairs with the sleepers' increment-then-check: no lost wake-up.
+  mine.count.store(target, std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(mine.count);
+
   const auto start = Clock::now();
-  // 1. Spin: peers usually arrive within microseconds.
-  for (uint32_t i = 0;; ++i) {
-    if (generation_.load(std::memory_order_acquire) != generation) return;
-    _mm_pause();
-    if ((i & 255) == 255 && Clock::now() - start > kSpinTime) break;
-  }
-  // 2. Sleep on the futex, in slices so the deadline is checked.
   const auto deadline = start + timeout;
-  for (;;) {
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (generation_.load(std::memory_order_seq_cst) == generation) {
-      futex_wait(generation_, generation, std::chrono::microseconds(100000));
-    }
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    if (generation_.load(std::memory_order_acquire) != generation) return;
-    if (Clock::now() > deadline) {
-      std::string missing;
-      for (int r = 0; r < size_; ++r) {
-        if (arrivals_[r].count.load(std::memory_order_relaxed) < my_arrivals) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank) continue;
+    Arrival& peer = arrivals_[r];
+    // 1. Spin: peers usually arrive within microseconds.
+    bool arrived = false;
+    for (uint32_t i = 0;; ++i) {
+      if (reached(peer.count.load(std::memory_order_acquire), target)) {
+        arrived = true;
+        break;
       }
-      TANDEM_THROW(Timeout, what, " on rank ", rank, " timed out after ", timeout.count(),
-                   " ms waiting for rank(s) ", missing.empty() ? "?" : missing,
-                   " (a rank that failed or skipped the call leaves its peers waiting)");
+      _mm_pause();
+      if ((i & 255) == 255 && Clock::now() - start > kSpinTime) break;
+    }
+    // 2. Sleep on the peer's counter, in slices so the deadline is checked.
+    while (!arrived) {
+      peer.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = peer.count.load(std::memory_order_seq_cst);
+      if (!reached(seen, target)) futex_wait(peer.count, seen, std::chrono::microseconds(100000));
+      peer.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (reached(peer.count.load(std::memory_order_acquire), target)) break;
+      if (Clock::now() > deadline) {
+        std::string missing;
+        for (int m = 0; m < size_; ++m) {
+          if (!reached(arrivals_[m].count.load(std::memory_order_relaxed), target)) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+          }
+        }
+        TANDEM_THROW(Timeout, what(), " on rank ", rank, " timed out after ", timeout.count(),
+                     " ms waiting for rank(s) ", missing,
+                     " (a rank that failed or skipped the call leaves its peers waiting)");
+      }
     }
   }
 }

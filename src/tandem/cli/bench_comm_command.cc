@@ -1,0 +1,387 @@
+// `tandem bench memory` and `tandem bench allreduce|reducescatter|allgather`:
+// the machine's memory bandwidth, and collectives in the convention of
+// nccl-tests (algbw = bytes / time; all-reduce busbw = algbw x 2(n-1)/n,
+// reduce-scatter and all-gather busbw = algbw x (n-1)/n, bytes being the
+// full buffer), each size's result checked against a naive reduction. For
+// in-place all-reduce the table also gives the fraction of the memory-traffic
+// bound: n buffers of S bytes must be read and written once, so no all-reduce
+// takes less than 2 n S / B, B being the read2_write2 bandwidth.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/base/memory_bandwidth.h"
+#include "tandem/base/parallel.h"
+#include "tandem/cli/commands.h"
+#include "tandem/comm/hierarchical.h"
+#include "tandem/comm/inprocess.h"
+#include "tandem/comm/mpi.h"
+
+namespace tandem::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct MemoryOptions {
+  int64_t buffer_mib = 256;
+  int threads = 0;
+  int repeats = 5;
+  bool json = false;
+};
+
+int run_bench_memory(const MemoryOptions& o) {
+  const auto results = measure_memory_bandwidth(
+      {.buffer_bytes = o.buffer_mib << 20, .threads = o.threads, .repeats = o.repeats});
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
+  if (o.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : results) {
+      rows.push_back({{"kernel", r.kernel},
+                      {"bytes_per_pass", r.bytes_per_pass},
+                      {"gbps_median", r.median_gbps},
+                      {"gbps_min", r.min_gbps},
+                      {"gbps_max", r.max_gbps}});
+    }
+    fmt::print("{}\n", nlohmann::json{{"bench", "memory"},
+                                      {"threads", threads},
+                                      {"buffer_mib", o.buffer_mib},
+                                      {"repeats", o.repeats},
+                                      {"results", rows}}
+                           .dump(2));
+    return 0;
+  }
+  fmt::print(
+      "memory bandwidth: {} thread(s), buffers of {} MiB, median of {} (bytes read + written per "
+      "s)\n",
+      threads, o.buffer_mib, o.repeats);
+  fmt::print("{:<14} {:>12} {:>10} {:>10}\n", "kernel", "GB/s", "min", "max");
+  for (const auto& r : results) {
+    fmt::print("{:<14} {:>12.2f} {:>10.2f} {:>10.2f}\n", r.kernel, r.median_gbps, r.min_gbps,
+               r.max_gbps);
+  }
+  return 0;
+}
+
+struct CollectiveOptions {
+  std::string backend = "inprocess";
+  int ranks = 2;  // in-process ranks (threads); per process for hierarchical
+  std::string dtype = "f32";
+  std::string op = "sum";
+  std::string min_bytes = "4";
+  std::string max_bytes = "256M";
+  int factor = 4;
+  bool out_of_place = false;
+  double bound_gbps = 0;  // 0: measure the read2_write2 bandwidth first
+  int repeats = 5;
+  int64_t small_message_bytes = comm::InProcessOptions{}.small_message_bytes;
+  bool json = false;
+};
+
+int64_t parse_bytes(const std::string& text, const char* flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    TANDEM_THROW(InvalidArgument, flag, ": '", text, "' is not a size (e.g. 4, 64K, 256M)");
+  }
+  const std::string suffix = text.substr(used);
+  double scale = 1;
+  if (suffix == "K" || suffix == "KiB") {
+    scale = 1 << 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    scale = 1 << 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    scale = 1 << 30;
+  } else if (!suffix.empty() && suffix != "B") {
+    TANDEM_THROW(InvalidArgument, flag, ": unknown unit in '", text, "' (use B, K, M or G)");
+  }
+  if (value < 0) TANDEM_THROW(InvalidArgument, flag, ": negative size '", text, "'");
+  return static_cast<int64_t>(value * scale);
+}
+
+struct SizeResult {
+  int64_t bytes = 0, count = 0, iterations = 0;
+  double seconds = 0;  // median time of one collective
+  double seconds_min = 0, seconds_max = 0;
+  bool correct = true;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Rank r's known input: element i = (i % 13) + r, exact in every dtype.
+float input_value(int rank, int64_t i) {
+  return static_cast<float>(i % 13 + rank);
+}
+
+// Runs `collective` at every size on communicator `comm`; every rank calls
+// this with the same arguments. Rank 0's timings are returned.
+std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective collective, DType dtype,
+                                comm::ReduceOp op, const std::vector<int64_t>& sizes, bool in_place,
+                                int repeats) {
+  const int n = comm.size(), r = comm.rank();
+  const int64_t element = static_cast<int64_t>(dtype_size(dtype));
+  std::vector<SizeResult> results;
+  for (int64_t bytes : sizes) {
+    SizeResult s;
+    // nccl-tests' convention: the size is the full buffer (all-gather output,
+    // reduce-scatter input).
+    s.count = std::max<int64_t>(1, bytes / element);
+    if (collective != comm::Collective::all_reduce) s.count = std::max<int64_t>(n, s.count / n * n);
+    s.bytes = s.count * element;
+    const int64_t per_rank = collective == comm::Collective::all_reduce ? s.count : s.count / n;
+    Tensor big = Tensor::empty(Shape{s.count}, dtype, cpu_device(), MemoryCategory::communication);
+    Tensor small =
+        collective == comm::Collective::all_reduce
+            ? (in_place ? big
+                        : Tensor::empty(Shape{s.count}, dtype, cpu_device(),
+                                        MemoryCategory::communication))
+            : Tensor::empty(Shape{per_rank}, dtype, cpu_device(), MemoryCategory::communication);
+    auto fill = [&] {
+      std::vector<float> values(
+          static_cast<size_t>(collective == comm::Collective::all_gather ? per_rank : s.count));
+      for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i)
+        values[i] = input_value(r, i);
+      (collective == comm::Collective::all_gather ? small : big)
+          .copy_from(Tensor::from_floats(Shape{static_cast<int64_t>(values.size())}, values));
+    };
+    auto once = [&] {
+      switch (collective) {
+        case comm::Collective::all_reduce:
+          comm.all_reduce(big, small, op);
+          break;
+        case comm::Collective::reduce_scatter:
+          comm.reduce_scatter(big, small, op);
+          break;
+        default:
+          comm.all_gather(small, big);
+          break;
+      }
+    };
+    fill();
+    s.iterations =
+        std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(s.bytes, 1), 3, 20000);
+    once();  // warm-up: page faults, caches
+    std::vector<double> samples;
+    for (int rep = 0; rep < repeats; ++rep) {
+      comm.barrier();
+      const auto start = Clock::now();
+      for (int64_t it = 0; it < s.iterations; ++it) once();
+      comm.barrier();
+      samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / s.iterations);
+    }
+    s.seconds = median(samples);
+    s.seconds_min = *std::min_element(samples.begin(), samples.end());
+    s.seconds_max = *std::max_element(samples.begin(), samples.end());
+    // Check one fresh call against the closed form.
+    fill();
+    once();
+    const std::vector<float> out = (collective == comm::Collective::reduce_scatter ? small
+                                    : collective == comm::Collective::all_reduce   ? small
+                                                                                   : big)
+                                       .to_floats();
+    for (int64_t i = 0; i < static_cast<int64_t>(out.size()) && s.correct; ++i) {
+      double expected = 0;
+      if (collective == comm::Collective::all_gather) {
+        expected = input_value(static_cast<int>(i / per_rank), i % per_rank);
+      } else {
+        const int64_t index = collective == comm::Collective::reduce_scatter ? r * per_rank + i : i;
+        for (int j = 0; j < n; ++j) {
+          const double v = input_value(j, index);
+          expected = j == 0                      ? v
+                     : op == comm::ReduceOp::max ? std::max(expected, v)
+                     : op == comm::ReduceOp::min ? std::min(expected, v)
+                                                 : expected + v;
+        }
+        if (op == comm::ReduceOp::mean) expected /= n;
+      }
+      const double tolerance = dtype == DType::f32 || dtype == DType::i32
+                                   ? 1e-5 * std::abs(expected)
+                                   : std::abs(expected) / 100 * n;
+      if (std::abs(out[i] - expected) > tolerance + 1e-6) s.correct = false;
+    }
+    results.push_back(s);
+  }
+  return results;
+}
+
+int run_bench_collective(const CollectiveOptions& o, comm::Collective collective) {
+  const DType dtype = parse_dtype(o.dtype);
+  const comm::ReduceOp op = comm::parse_reduce_op(o.op);
+  const int64_t lo = parse_bytes(o.min_bytes, "--min-bytes"),
+                hi = parse_bytes(o.max_bytes, "--max-bytes");
+  if (lo < 1 || hi < lo) TANDEM_THROW(InvalidArgument, "need 1 <= --min-bytes <= --max-bytes");
+  if (o.factor < 2) TANDEM_THROW(InvalidArgument, "--factor must be at least 2, got ", o.factor);
+  if (o.ranks < 1) TANDEM_THROW(InvalidArgument, "--ranks must be at least 1, got ", o.ranks);
+  if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
+  std::vector<int64_t> sizes;
+  for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
+  const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
+  const comm::CommOptions comm_options{.verify_calls = false};
+
+  std::vector<SizeResult> results;
+  int world = 1;
+  bool print = true;
+  if (o.backend == "inprocess") {
+    comm::InProcessGroup group(
+        o.ranks, {.comm = comm_options, .small_message_bytes = o.small_message_bytes});
+    world = o.ranks;
+    std::vector<std::thread> threads;
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    for (int r = 0; r < o.ranks; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          set_num_threads(1);
+          auto c = group.communicator(r);
+          auto mine = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+          if (r == 0) results = std::move(mine);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (error) std::rethrow_exception(error);
+  } else if (o.backend == "mpi") {
+    auto c = comm::make_mpi_communicator(comm_options);
+    world = c->size();
+    print = c->rank() == 0;
+    results = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+  } else if (o.backend == "hierarchical") {
+    comm::HierarchicalGroup group(o.ranks, comm_options);
+    world = group.process_count() * o.ranks;
+    print = group.process_rank() == 0;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < o.ranks; ++r) {
+      threads.emplace_back([&, r] {
+        auto c = group.communicator(r);
+        auto mine = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+        if (r == 0) results = std::move(mine);
+      });
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    TANDEM_THROW(InvalidArgument, "--backend: unknown backend '", o.backend,
+                 "' (expected inprocess, mpi or hierarchical)");
+  }
+  if (!print) return 0;
+
+  // The bound applies to in-place all-reduce, whose traffic is 2 n S.
+  double bound = o.bound_gbps * 1e9;
+  const bool with_bound =
+      collective == comm::Collective::all_reduce && in_place && o.backend == "inprocess";
+  if (with_bound && bound <= 0) bound = all_reduce_pattern_bandwidth({.repeats = 3});
+  const double bus_factor = collective == comm::Collective::all_reduce
+                                ? 2.0 * (world - 1) / world
+                                : static_cast<double>(world - 1) / world;
+  const std::string name(comm::collective_name(collective));
+  bool all_correct = true;
+  nlohmann::json rows = nlohmann::json::array();
+  if (!o.json) {
+    fmt::print("{} {} {}{}, {} rank(s), backend {}, {} (median of {})\n", name, o.dtype,
+               collective == comm::Collective::all_gather ? "" : o.op + " ",
+               in_place ? "in place" : "out of place", world, o.backend,
+               o.backend == "inprocess" ? "ranks are threads" : "ranks are processes", o.repeats);
+    if (with_bound)
+      fmt::print("memory-traffic bound: read2_write2 bandwidth {:.2f} GB/s\n", bound / 1e9);
+    fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}\n", "bytes", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "", "check");
+  }
+  for (const SizeResult& s : results) {
+    all_correct = all_correct && s.correct;
+    const double algbw = static_cast<double>(s.bytes) / s.seconds / 1e9;
+    const double busbw = algbw * bus_factor;
+    const double fraction = with_bound ? (2.0 * world * s.bytes / bound) / s.seconds : 0;
+    const double spread = 100.0 * (s.seconds_max - s.seconds_min) / s.seconds;
+    if (o.json) {
+      nlohmann::json row = {{"bytes", s.bytes},
+                            {"count", s.count},
+                            {"time_us", s.seconds * 1e6},
+                            {"time_us_min", s.seconds_min * 1e6},
+                            {"time_us_max", s.seconds_max * 1e6},
+                            {"algbw_gbps", algbw},
+                            {"busbw_gbps", busbw},
+                            {"iterations", s.iterations},
+                            {"correct", s.correct}};
+      if (with_bound) row["bound_fraction"] = fraction;
+      rows.push_back(row);
+    } else {
+      fmt::print("{:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>11.1f} {:>8} {:>6}\n", s.bytes,
+                 s.seconds * 1e6, algbw, busbw, spread,
+                 with_bound ? fmt::format("{:.1f}", 100 * fraction) : "",
+                 s.correct ? "ok" : "WRONG");
+    }
+  }
+  if (o.json) {
+    nlohmann::json out = {{"bench", name},        {"backend", o.backend}, {"ranks", world},
+                          {"dtype", o.dtype},     {"op", o.op},           {"in_place", in_place},
+                          {"repeats", o.repeats}, {"results", rows}};
+    if (with_bound) out["bound_gbps"] = bound / 1e9;
+    fmt::print("{}\n", out.dump(2));
+  }
+  if (!all_correct) TANDEM_THROW(Error, name, " returned wrong results (see the check column)");
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
+  std::vector<Command> commands;
+  CLI::App* memory =
+      bench.add_subcommand("memory", "Memory bandwidth (read, write, copy, all-reduce pattern)");
+  auto mo = std::make_shared<MemoryOptions>();
+  memory->add_option("--buffer-mib", mo->buffer_mib, "Size of each buffer in MiB")
+      ->capture_default_str();
+  memory->add_option("--threads", mo->threads, "Threads (default: one per physical core)");
+  memory->add_option("--repeats", mo->repeats, "Samples per kernel")->capture_default_str();
+  memory->add_flag("--json", mo->json, "Print the table as JSON");
+  commands.push_back({memory, [mo] { return run_bench_memory(*mo); }});
+
+  const std::pair<const char*, comm::Collective> kinds[] = {
+      {"allreduce", comm::Collective::all_reduce},
+      {"reducescatter", comm::Collective::reduce_scatter},
+      {"allgather", comm::Collective::all_gather}};
+  for (const auto& [name, collective] : kinds) {
+    CLI::App* c = bench.add_subcommand(
+        name, std::string("Time and bandwidth of ") + name + " per buffer size");
+    auto o = std::make_shared<CollectiveOptions>();
+    c->add_option("--backend", o->backend,
+                  "inprocess (threads), mpi (processes under mpirun) or hierarchical")
+        ->capture_default_str();
+    c->add_option("--ranks", o->ranks, "In-process ranks (per process for hierarchical)")
+        ->capture_default_str();
+    c->add_option("--dtype", o->dtype, "f32, bf16, f16 or i32")->capture_default_str();
+    if (collective != comm::Collective::all_gather) {
+      c->add_option("--op", o->op, "sum, mean, max or min")->capture_default_str();
+    }
+    c->add_option("--min-bytes", o->min_bytes, "Smallest buffer (B, K, M, G)")
+        ->capture_default_str();
+    c->add_option("--max-bytes", o->max_bytes, "Largest buffer")->capture_default_str();
+    c->add_option("--factor", o->factor, "Size step factor")->capture_default_str();
+    if (collective == comm::Collective::all_reduce) {
+      c->add_flag("--out-of-place", o->out_of_place, "Separate input and output buffers");
+      c->add_option("--bound-gbps", o->bound_gbps,
+                    "Memory bandwidth for the bound column (default: measure)");
+      c->add_option("--small-message-bytes", o->small_message_bytes,
+                    "In-process: largest all-reduce on the one-barrier staged path")
+          ->capture_default_str();
+    }
+    c->add_option("--repeats", o->repeats, "Samples per size")->capture_default_str();
+    c->add_flag("--json", o->json, "Print the table as JSON");
+    commands.push_back({c, [o, collective] { return run_bench_collective(*o, collective); }});
+  }
+  return commands;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,47 @@
+#include "tandem/comm/bucketer.h"
+
+#include "tandem/base/error.h"
+
+namespace tandem::comm {
+
+Bucketer::Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptions& options)
+    : layouts_(tensors), placement_(tensors.size()) {
+  if (options.bucket_bytes <= 0 || options.first_bucket_bytes <= 0) {
+    TANDEM_THROW(InvalidArgument, "bucket sizes must be positive, got ", options.bucket_bytes,
+                 " and ", options.first_bucket_bytes, " bytes");
+  }
+  struct Open {
+    DType dtype = DType::f32;
+    int64_t elements = 0;
+    std::vector<size_t> members;
+  };
+  std::vector<Open> open;  // buckets being filled, in order
+  auto limit = [&](size_t bucket) {
+    return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes;
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t elements = tensors[i].shape.numel();
+    const auto bytes = static_cast<int64_t>(elements * dtype_size(tensors[i].dtype));
+    const bool fits =
+        !open.empty() && open.back().dtype == tensors[i].dtype &&
+        static_cast<int64_t>(open.back().elements * dtype_size(open.back().dtype)) + bytes <=
+            limit(open.size() - 1);
+    if (!fits) open.push_back({tensors[i].dtype, 0, {}});
+    placement_[i] = {open.size() - 1, open.back().elements};
+    open.back().elements += elements;
+    open.back().members.push_back(i);
+  }
+  for (const Open& b : open) {
+    buckets_.push_back(Tensor::zeros(Shape{b.elements}, b.dtype, options.device, options.category));
+    members_.push_back(b.members);
+  }
+}
+
+Tensor Bucketer::view(size_t tensor) const {
+  const auto [bucket, offset] = placement_.at(tensor);
+  return buckets_[bucket]
+      .slice(offset, offset + layouts_[tensor].shape.numel())
+      .reshape(layouts_[tensor].shape);
+}
+
+}  // namespace tandem::comm

@@ -1,0 +1,55 @@
+#pragma once
+// Fusion buckets (Horovod's tensor fusion, DDP's gradient_as_bucket_view):
+// many small tensors laid out in a few flat buffers so that one collective
+// serves them all, each tensor being a view into its bucket (no packing copy).
+// Tensors are placed in the order given (a model's gradients in reverse
+// parameter order, the order backward produces them); a bucket closes when
+// the next tensor would take it past its size, and the first bucket is
+// smaller so that the first all-reduce can start early, as in PyTorch DDP.
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::comm {
+
+struct BucketerOptions {
+  int64_t bucket_bytes = int64_t{25} << 20;
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+  MemoryCategory category = MemoryCategory::gradients;
+  Device device = cpu_device();
+};
+
+struct TensorLayout {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+class Bucketer {
+ public:
+  // Throws InvalidArgument for non-positive bucket sizes. Tensors of different
+  // dtypes never share a bucket; a tensor larger than a bucket gets its own.
+  explicit Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptions& options = {});
+
+  size_t bucket_count() const { return buckets_.size(); }
+  // The flat (1-D) buffer of bucket b.
+  const Tensor& bucket(size_t b) const { return buckets_.at(b); }
+  // Indices (into the constructor's list) of the tensors in bucket b, in layout order.
+  const std::vector<size_t>& tensors_in(size_t b) const { return members_.at(b); }
+  size_t bucket_of(size_t tensor) const { return placement_.at(tensor).first; }
+  // Element offset of a tensor inside its bucket.
+  int64_t offset_of(size_t tensor) const { return placement_.at(tensor).second; }
+  // A view of tensor i's elements in its bucket, with its shape.
+  Tensor view(size_t tensor) const;
+  size_t tensor_count() const { return layouts_.size(); }
+
+ private:
+  std::vector<TensorLayout> layouts_;
+  std::vector<Tensor> buckets_;
+  std::vector<std::vector<size_t>> members_;
+  std::vector<std::pair<size_t, int64_t>> placement_;  // (bucket, element offset)
+};
+
+}  // namespace tandem::comm
