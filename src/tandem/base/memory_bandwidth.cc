@@ -10,13 +10,12 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/target_clones.h"
 
 namespace tandem {
 namespace {
 
-#define TANDEM_BANDWIDTH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-TANDEM_BANDWIDTH_CLONES float read_kernel(const float* a, int64_t n) {
+TANDEM_TARGET_CLONES float read_kernel(const float* a, int64_t n) {
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -28,14 +27,14 @@ TANDEM_BANDWIDTH_CLONES float read_kernel(const float* a, int64_t n) {
   for (; i < n; ++i) s0 += a[i];
   return s0 + s1 + s2 + s3;
 }
-TANDEM_BANDWIDTH_CLONES void write_kernel(float* a, int64_t n, float v) {
+TANDEM_TARGET_CLONES void write_kernel(float* a, int64_t n, float v) {
   for (int64_t i = 0; i < n; ++i) a[i] = v;
 }
-TANDEM_BANDWIDTH_CLONES void copy_kernel(float* dst, const float* src, int64_t n) {
+TANDEM_TARGET_CLONES void copy_kernel(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 // The in-place two-rank all-reduce: a[i] = b[i] = a[i] + b[i].
-TANDEM_BANDWIDTH_CLONES void read2_write2_kernel(float* a, float* b, int64_t n) {
+TANDEM_TARGET_CLONES void read2_write2_kernel(float* a, float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float s = a[i] + b[i];
     a[i] = s;

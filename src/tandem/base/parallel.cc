@@ -29,6 +29,10 @@ int parallel_chunks(int64_t n, int64_t grain) {
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
   const int chunks = parallel_chunks(n, grain);
   if (chunks <= 0) return;
+#if defined(TANDEM_SERIAL_PARALLEL_FOR)
+  body(0, n);
+  return;
+#endif
   if (chunks == 1 || omp_in_parallel()) {
     body(0, n);
     return;

@@ -7,6 +7,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 
 namespace tandem {
 namespace {
@@ -15,18 +16,16 @@ namespace {
 // buffers are worth splitting.
 constexpr int64_t kGrain = 1 << 16;
 
-#define TANDEM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-TANDEM_VECTOR_CLONES void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+TANDEM_TARGET_CLONES void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
-TANDEM_VECTOR_CLONES void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+TANDEM_TARGET_CLONES void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
-TANDEM_VECTOR_CLONES void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+TANDEM_TARGET_CLONES void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
-TANDEM_VECTOR_CLONES void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+TANDEM_TARGET_CLONES void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_float(src[i]);
 }
 

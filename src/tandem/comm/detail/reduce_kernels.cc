@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tandem/base/target_clones.h"
 #include "tandem/tensor/convert.h"
 
 namespace tandem::comm::kernels {
@@ -12,47 +13,45 @@ namespace {
 // rank's chunk streams through once.
 constexpr int64_t kChunk = 2048;
 
-#define TANDEM_REDUCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-TANDEM_REDUCE_CLONES void load_f32(float* acc, const float* src, int64_t n) {
+TANDEM_TARGET_CLONES void load_f32(float* acc, const float* src, int64_t n) {
   std::memcpy(acc, src, static_cast<size_t>(n) * sizeof(float));
 }
-TANDEM_REDUCE_CLONES void load_bf16(float* acc, const uint16_t* src, int64_t n) {
+TANDEM_TARGET_CLONES void load_bf16(float* acc, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] = bf16_to_float(src[i]);
 }
-TANDEM_REDUCE_CLONES void load_f16(float* acc, const uint16_t* src, int64_t n) {
+TANDEM_TARGET_CLONES void load_f16(float* acc, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] = f16_to_float(src[i]);
 }
 
-TANDEM_REDUCE_CLONES void add_f32(float* acc, const float* src, int64_t n) {
+TANDEM_TARGET_CLONES void add_f32(float* acc, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += src[i];
 }
-TANDEM_REDUCE_CLONES void max_f32(float* acc, const float* src, int64_t n) {
+TANDEM_TARGET_CLONES void max_f32(float* acc, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], src[i]);
 }
-TANDEM_REDUCE_CLONES void min_f32(float* acc, const float* src, int64_t n) {
+TANDEM_TARGET_CLONES void min_f32(float* acc, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], src[i]);
 }
-TANDEM_REDUCE_CLONES void add_bf16(float* acc, const uint16_t* src, int64_t n) {
+TANDEM_TARGET_CLONES void add_bf16(float* acc, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += bf16_to_float(src[i]);
 }
-TANDEM_REDUCE_CLONES void add_f16(float* acc, const uint16_t* src, int64_t n) {
+TANDEM_TARGET_CLONES void add_f16(float* acc, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += f16_to_float(src[i]);
 }
 
-TANDEM_REDUCE_CLONES void store_f32(float* dst, const float* acc, int64_t n, float scale) {
+TANDEM_TARGET_CLONES void store_f32(float* dst, const float* acc, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) dst[i] = acc[i] * scale;
 }
-TANDEM_REDUCE_CLONES void store_bf16(uint16_t* dst, const float* acc, int64_t n, float scale) {
+TANDEM_TARGET_CLONES void store_bf16(uint16_t* dst, const float* acc, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(acc[i] * scale);
 }
-TANDEM_REDUCE_CLONES void store_f16(uint16_t* dst, const float* acc, int64_t n, float scale) {
+TANDEM_TARGET_CLONES void store_f16(uint16_t* dst, const float* acc, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_f16(acc[i] * scale);
 }
 
 // The two-rank f32 sum, the common gradient case, fused into one pass:
 // a[i] = b[i] = a[i] + b[i] (or into separate outputs).
-TANDEM_REDUCE_CLONES void sum2_f32(const float* a, const float* b, float* out0, float* out1,
+TANDEM_TARGET_CLONES void sum2_f32(const float* a, const float* b, float* out0, float* out1,
                                    int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) {
     const float s = (a[i] + b[i]) * scale;
