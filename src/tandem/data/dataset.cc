@@ -1,0 +1,63 @@
+#include "tandem/data/dataset.h"
+
+#include <thread>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/data/detail/node.h"
+
+namespace tandem::data {
+
+namespace detail {
+
+int data_threads() {
+  static const int threads = std::max(2, cpu_info().logical_cpus);
+  return threads;
+}
+
+}  // namespace detail
+
+Iterator::Iterator() = default;
+Iterator::Iterator(std::unique_ptr<IteratorBase> impl, std::shared_ptr<detail::Node> pipeline)
+    : pipeline_(std::move(pipeline)), impl_(std::move(impl)) {}
+Iterator::~Iterator() = default;
+Iterator::Iterator(Iterator&&) noexcept = default;
+Iterator& Iterator::operator=(Iterator&&) noexcept = default;
+
+std::optional<Element> Iterator::next() {
+  if (!impl_) TANDEM_THROW(Error, "next() on an empty Iterator");
+  return impl_->next();
+}
+
+Dataset::Dataset(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {
+  if (!node_) TANDEM_THROW(InvalidArgument, "Dataset needs a pipeline node");
+}
+
+Iterator Dataset::iterator() const { return Iterator(node_->make_iterator(), node_); }
+
+std::string Dataset::describe() const {
+  std::vector<std::string> labels;
+  for (auto n = node_; n; n = n->input()) labels.push_back(n->label());
+  std::string out;
+  for (auto it = labels.rbegin(); it != labels.rend(); ++it) out += (out.empty() ? "" : " -> ") + *it;
+  return out;
+}
+
+std::vector<StageStats> Dataset::stats() const {
+  std::vector<StageStats> out;
+  for (auto n = node_; n; n = n->input()) {
+    const detail::Counters& c = n->counters;
+    StageStats s;
+    s.stage = n->label();
+    s.elements = c.elements.load();
+    s.busy_seconds = static_cast<double>(c.busy_ns.load()) * 1e-9;
+    s.wait_seconds = static_cast<double>(c.wait_ns.load()) * 1e-9;
+    const int64_t samples = c.buffer_samples.load();
+    s.mean_buffer = samples > 0 ? static_cast<double>(c.buffer_sum.load()) / static_cast<double>(samples) : 0.0;
+    s.buffer_capacity = c.capacity.load();
+    out.push_back(s);
+  }
+  return {out.rbegin(), out.rend()};
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,140 @@
+#pragma once
+// Dataset: tandem's tf.data. A Dataset is an immutable, lazily evaluated
+// description of a pipeline (a chain of nodes: a source, then
+// transformations); iterator() starts one pass over it. Copies are cheap and
+// share the pipeline.
+//
+// Guarantees:
+//  - Order: every transformation keeps its input's order unless asked not to
+//    (map/interleave with deterministic = false).
+//  - Determinism: the same seeds and configuration give the same elements in
+//    the same order, whatever the parallelism and thread timing.
+//  - Errors: an exception in a user function (map, filter, interleave) or a
+//    bad input file reaches the consumer from next() at the position of the
+//    element it concerns; background threads stop; nothing hangs.
+//  - Reshuffling: a shuffle with reshuffle_each_iteration draws a new order on
+//    each pass (each iterator() or each repeat), from (seed, pass).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/element.h"
+#include "tandem/data/stats.h"
+
+namespace tandem::data {
+
+// For num_parallel_calls, prefetch buffer sizes and interleave parallelism:
+// sized at run time from measured producer and consumer rates.
+inline constexpr int kAutotune = -1;
+
+class Dataset;
+using MapFn = std::function<Element(Element)>;
+using FilterFn = std::function<bool(const Element&)>;
+using InterleaveFn = std::function<Dataset(const Element&)>;
+
+struct MapOptions {
+  int num_parallel_calls = 1;  // or kAutotune
+  bool deterministic = true;   // false: yield results as they complete
+};
+
+struct InterleaveOptions {
+  int cycle_length = 4;        // input elements open at once
+  int block_length = 1;        // consecutive elements taken from each
+  // 1: open datasets are read on the consumer's thread. More (or kAutotune):
+  // each open dataset is read ahead by its own thread; the order is the same.
+  int num_parallel_calls = 1;
+};
+
+enum class Compression : uint8_t { none, gzip, zlib };
+
+namespace detail {
+class Node;
+}
+
+// One pass over a Dataset. Not thread-safe: one consumer at a time.
+class Iterator {
+ public:
+  Iterator();
+  // `pipeline` keeps the nodes alive for as long as the iterator runs.
+  Iterator(std::unique_ptr<class IteratorBase> impl, std::shared_ptr<detail::Node> pipeline);
+  ~Iterator();
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+
+  // The next element, or nullopt at the end. Rethrows pipeline errors.
+  std::optional<Element> next();
+
+ private:
+  std::shared_ptr<detail::Node> pipeline_;  // declared first: destroyed after impl_
+  std::unique_ptr<IteratorBase> impl_;
+};
+
+// The iterator interface that pipeline nodes implement.
+class IteratorBase {
+ public:
+  virtual ~IteratorBase() = default;
+  virtual std::optional<Element> next() = 0;
+};
+
+class Dataset {
+ public:
+  explicit Dataset(std::shared_ptr<detail::Node> node);
+
+  // --- Sources ---------------------------------------------------------
+  // One element per row (dimension 0) of the named tensors, which must share
+  // their first dimension (tf.data.Dataset.from_tensor_slices).
+  static Dataset from_tensors(std::vector<std::pair<std::string, Tensor>> columns);
+  // Elements given explicitly.
+  static Dataset from_elements(std::vector<Element> elements);
+  // {"index": i32 ()} for 0 .. count-1.
+  static Dataset range(int64_t count);
+  // {"image": u8 (H, W[, C]), "label": i32 ()} from a pair of IDX files (gz or raw).
+  static Dataset from_idx(const std::string& images_path, const std::string& labels_path);
+  // One {"filename": u8 bytes} element per path, in order (for interleave).
+  static Dataset from_files(std::vector<std::string> paths);
+  // {"record": u8 (length,)} for each record of the TFRecord files, in order;
+  // every record's masked CRC-32C is checked.
+  static Dataset from_tfrecord(std::vector<std::string> paths, Compression compression = Compression::none);
+
+  // --- Transformations -------------------------------------------------
+  Dataset map(MapFn fn, MapOptions options = {}) const;
+  Dataset filter(FilterFn predicate) const;
+  // Stacks batch_size consecutive elements along a new dimension 0; the last
+  // batch is partial unless drop_remainder. Elements must share shapes and
+  // dtypes feature by feature (ShapeError naming the feature otherwise).
+  Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // Fills a buffer of buffer_size elements and yields a random one each time.
+  Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
+  // count < 0: forever.
+  Dataset repeat(int64_t count = -1) const;
+  Dataset take(int64_t count) const;
+  Dataset skip(int64_t count) const;
+  // Every num_shards-th element, starting at index (element-wise sharding).
+  Dataset shard(int64_t num_shards, int64_t index) const;
+  // The first pass fills the cache (memory, or the file at path); later passes
+  // read it. A pass stopped early does not leave a partial cache behind.
+  Dataset cache(const std::string& path = "") const;
+  // A background thread keeps up to buffer_size elements ready.
+  Dataset prefetch(int64_t buffer_size = kAutotune) const;
+  // Maps each input element to a dataset and interleaves their elements.
+  Dataset interleave(InterleaveFn fn, InterleaveOptions options = {}) const;
+
+  // Starts a pass.
+  Iterator iterator() const;
+  // "tensors -> map(autotune) -> batch(128) -> prefetch(autotune)"
+  std::string describe() const;
+  // Per-stage counters of every pass so far, source first.
+  std::vector<StageStats> stats() const;
+
+  const std::shared_ptr<detail::Node>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<detail::Node> node_;
+};
+
+}  // namespace tandem::data

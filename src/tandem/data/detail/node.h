@@ -1,0 +1,70 @@
+#pragma once
+// Private: the pipeline node interface behind Dataset, and helpers shared by
+// the node implementations.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "tandem/data/dataset.h"
+
+namespace tandem::data::detail {
+
+// Counters of one stage, updated by its iterators (any thread).
+struct Counters {
+  std::atomic<int64_t> elements{0};
+  std::atomic<int64_t> busy_ns{0};
+  std::atomic<int64_t> wait_ns{0};
+  std::atomic<int64_t> buffer_sum{0};      // sum of sampled occupancies
+  std::atomic<int64_t> buffer_samples{0};
+  std::atomic<int64_t> capacity{0};        // current buffer size / parallelism
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  // A fresh iterator for one pass.
+  virtual std::unique_ptr<IteratorBase> make_iterator() = 0;
+  // "map(autotune)", "batch(128, drop_remainder)"
+  virtual std::string label() const = 0;
+  // The upstream node (null for a source).
+  virtual std::shared_ptr<Node> input() const { return nullptr; }
+
+  // 0, 1, 2, ...: numbers the passes that reach this node.
+  int64_t next_pass() { return passes_.fetch_add(1); }
+
+  Counters counters;
+
+ private:
+  std::atomic<int64_t> passes_{0};
+};
+
+using Clock = std::chrono::steady_clock;
+
+inline int64_t elapsed_ns(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
+}
+
+// Times a call to the input iterator as this stage's wait.
+inline std::optional<Element> timed_next(IteratorBase& input, Counters& counters) {
+  const auto start = Clock::now();
+  std::optional<Element> e = input.next();
+  counters.wait_ns.fetch_add(elapsed_ns(start), std::memory_order_relaxed);
+  return e;
+}
+
+// Helper for nodes with one input.
+class UnaryNode : public Node {
+ public:
+  explicit UnaryNode(std::shared_ptr<Node> input) : input_(std::move(input)) {}
+  std::shared_ptr<Node> input() const override { return input_; }
+
+ protected:
+  std::shared_ptr<Node> input_;
+};
+
+// Number of threads the data layer may use for parallel work.
+int data_threads();
+
+}  // namespace tandem::data::detail

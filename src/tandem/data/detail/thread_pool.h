@@ -1,0 +1,36 @@
+#pragma once
+// Private: the data layer's worker threads, shared by all pipelines (parallel
+// map calls run here). Tasks run in submission order on data_threads() threads.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tandem::data::detail {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // The task must not throw (catch and report through its own state).
+  void submit(std::function<void()> task);
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// The process-wide pool (created on first use).
+ThreadPool& data_pool();
+
+}  // namespace tandem::data::detail

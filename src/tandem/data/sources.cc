@@ -1,0 +1,101 @@
+// In-memory and file-list sources: from_tensors, from_elements, range,
+// from_idx, from_files.
+#include "tandem/base/error.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/detail/node.h"
+#include "tandem/data/idx.h"
+
+namespace tandem::data {
+namespace {
+
+// Yields elements[i] for i in order; elements are built on demand by `make`.
+class IndexedNode : public detail::Node {
+ public:
+  IndexedNode(std::string label, int64_t count, std::function<Element(int64_t)> make)
+      : label_(std::move(label)), count_(count), make_(std::move(make)) {}
+
+  std::unique_ptr<IteratorBase> make_iterator() override {
+    struct It : IteratorBase {
+      IndexedNode* node;
+      int64_t next_index = 0;
+      std::optional<Element> next() override {
+        if (next_index >= node->count_) return std::nullopt;
+        const auto start = detail::Clock::now();
+        Element e = node->make_(next_index++);
+        node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+        node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+        return e;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->node = this;
+    return it;
+  }
+  std::string label() const override { return label_; }
+
+ private:
+  std::string label_;
+  int64_t count_;
+  std::function<Element(int64_t)> make_;
+};
+
+// Row i of t, shaped like t without its first dimension; shares t's memory.
+Tensor row(const Tensor& t, int64_t i) {
+  std::vector<int64_t> dims = t.shape().to_vector();
+  dims.erase(dims.begin());
+  return t.slice(i, i + 1).reshape(Shape(dims));
+}
+
+}  // namespace
+
+Dataset Dataset::from_tensors(std::vector<std::pair<std::string, Tensor>> columns) {
+  if (columns.empty()) TANDEM_THROW(InvalidArgument, "from_tensors needs at least one named tensor");
+  const int64_t rows = columns[0].second.rank() > 0 ? columns[0].second.dim(0) : -1;
+  for (const auto& [name, t] : columns) {
+    if (!t.defined() || t.rank() == 0 || t.dim(0) != rows) {
+      TANDEM_THROW(ShapeError, "from_tensors: every tensor needs the same first dimension; '", name, "' is ",
+                   t.to_string(), ", '", columns[0].first, "' has ", rows, " rows");
+    }
+  }
+  return Dataset(std::make_shared<IndexedNode>("tensors", rows, [columns](int64_t i) {
+    Element e;
+    for (const auto& [name, t] : columns) e.set(name, row(t, i));
+    return e;
+  }));
+}
+
+Dataset Dataset::from_elements(std::vector<Element> elements) {
+  const auto count = static_cast<int64_t>(elements.size());
+  auto shared = std::make_shared<std::vector<Element>>(std::move(elements));
+  return Dataset(std::make_shared<IndexedNode>("elements", count, [shared](int64_t i) { return (*shared)[i]; }));
+}
+
+Dataset Dataset::range(int64_t count) {
+  if (count < 0) TANDEM_THROW(InvalidArgument, "range: negative count ", count);
+  return Dataset(std::make_shared<IndexedNode>("range(" + std::to_string(count) + ")", count, [](int64_t i) {
+    Tensor t = Tensor::empty(Shape{}, DType::i32);
+    t.data<int32_t>()[0] = static_cast<int32_t>(i);
+    return Element{{"index", t}};
+  }));
+}
+
+Dataset Dataset::from_idx(const std::string& images_path, const std::string& labels_path) {
+  const Tensor images = read_idx(images_path);
+  const Tensor labels = read_idx(labels_path).to(DType::i32);
+  if (labels.rank() != 1 || images.rank() < 2 || images.dim(0) != labels.dim(0)) {
+    TANDEM_THROW(IoError, "IDX files '", images_path, "' ", images.shape().to_string(), " and '", labels_path,
+                 "' ", labels.shape().to_string(), " do not pair up (need N images and N labels)");
+  }
+  return Dataset(std::make_shared<IndexedNode>("idx", labels.dim(0), [images, labels](int64_t i) {
+    return Element{{"image", row(images, i)}, {"label", row(labels, i)}};
+  }));
+}
+
+Dataset Dataset::from_files(std::vector<std::string> paths) {
+  const auto count = static_cast<int64_t>(paths.size());
+  auto shared = std::make_shared<std::vector<std::string>>(std::move(paths));
+  return Dataset(std::make_shared<IndexedNode>("files(" + std::to_string(count) + ")", count,
+                                               [shared](int64_t i) { return Element{{"filename", bytes_tensor((*shared)[i])}}; }));
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,241 @@
+#include "tandem/data/tfrecord.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "tandem/base/error.h"
+#include "tandem/data/crc32c.h"
+#include "tandem/data/detail/node.h"
+
+namespace tandem::data {
+
+// A byte stream over a raw, gzip or zlib file.
+class TFRecordReader::Stream {
+ public:
+  Stream(const std::string& path, Compression compression) : path_(path), compression_(compression) {
+    if (compression == Compression::gzip) {
+      gz_ = gzopen(path.c_str(), "rb");
+      if (!gz_) TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
+      gzbuffer(gz_, 1 << 18);
+      return;
+    }
+    file_.open(path, std::ios::binary);
+    if (!file_) TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
+    if (compression == Compression::zlib) {
+      std::memset(&z_, 0, sizeof(z_));
+      if (inflateInit(&z_) != Z_OK) TANDEM_THROW(IoError, "zlib initialisation failed for '", path, "'");
+      z_open_ = true;
+      in_buffer_.resize(1 << 18);
+    }
+  }
+  ~Stream() {
+    if (gz_) gzclose_r(gz_);
+    if (z_open_) inflateEnd(&z_);
+  }
+
+  // Reads up to n bytes; returns how many (fewer only at the end).
+  size_t read(char* out, size_t n) {
+    switch (compression_) {
+      case Compression::none:
+        file_.read(out, static_cast<std::streamsize>(n));
+        return static_cast<size_t>(file_.gcount());
+      case Compression::gzip: {
+        size_t done = 0;
+        while (done < n) {
+          const int got = gzread(gz_, out + done, static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30)));
+          if (got < 0) {
+            int code = 0;
+            TANDEM_THROW(IoError, "TFRecord file '", path_, "': gzip error: ", gzerror(gz_, &code));
+          }
+          if (got == 0) break;
+          done += static_cast<size_t>(got);
+        }
+        return done;
+      }
+      case Compression::zlib: {
+        z_.next_out = reinterpret_cast<Bytef*>(out);
+        z_.avail_out = static_cast<uInt>(n);
+        while (z_.avail_out > 0 && !z_end_) {
+          if (z_.avail_in == 0) {
+            file_.read(in_buffer_.data(), static_cast<std::streamsize>(in_buffer_.size()));
+            z_.next_in = reinterpret_cast<Bytef*>(in_buffer_.data());
+            z_.avail_in = static_cast<uInt>(file_.gcount());
+            if (z_.avail_in == 0) break;  // truncated stream: caller reports short read
+          }
+          const int status = inflate(&z_, Z_NO_FLUSH);
+          if (status == Z_STREAM_END) z_end_ = true;
+          else if (status != Z_OK && status != Z_BUF_ERROR) {
+            TANDEM_THROW(IoError, "TFRecord file '", path_, "': zlib error: ", z_.msg ? z_.msg : "corrupt stream");
+          }
+        }
+        return n - z_.avail_out;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  std::string path_;
+  Compression compression_;
+  std::ifstream file_;
+  gzFile gz_ = nullptr;
+  z_stream z_{};
+  bool z_open_ = false;
+  bool z_end_ = false;
+  std::vector<char> in_buffer_;
+};
+
+namespace {
+
+uint64_t read_u64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+uint32_t read_u32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Records longer than this are taken for a corrupt length.
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 34;
+
+}  // namespace
+
+Compression detect_compression(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TANDEM_THROW(IoError, "cannot open '", path, "': ", std::strerror(errno));
+  unsigned char head[12] = {};
+  in.read(reinterpret_cast<char*>(head), 12);
+  const auto got = in.gcount();
+  if (got >= 2 && head[0] == 0x1F && head[1] == 0x8B) return Compression::gzip;
+  if (got >= 12) {
+    // A raw file starts with a length whose masked CRC follows it.
+    if (read_u32(reinterpret_cast<const char*>(head) + 8) == masked_crc32c(head, 8)) return Compression::none;
+  }
+  if (got >= 2 && (head[0] & 0x0F) == 8 && ((head[0] << 8) | head[1]) % 31 == 0) return Compression::zlib;
+  return Compression::none;
+}
+
+TFRecordReader::TFRecordReader(const std::string& path, Compression compression)
+    : stream_(std::make_unique<Stream>(path, compression)), path_(path) {}
+
+TFRecordReader::~TFRecordReader() = default;
+
+std::optional<std::string> TFRecordReader::next() {
+  char header[12];
+  const size_t got = stream_->read(header, 12);
+  if (got == 0) return std::nullopt;
+  if (got < 12) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (", got,
+                 " of 12 header bytes)");
+  }
+  const uint64_t length = read_u64(header);
+  if (read_u32(header + 8) != masked_crc32c(header, 8)) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_,
+                 " has a corrupt length (length CRC mismatch); wrong compression setting?");
+  }
+  if (length > kMaxRecordBytes) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " claims ", length, " bytes");
+  }
+  std::string data(static_cast<size_t>(length) + 4, '\0');
+  const size_t body = stream_->read(data.data(), data.size());
+  if (body < data.size()) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (", body, " of ",
+                 data.size(), " bytes after the header)");
+  }
+  const uint32_t stored = read_u32(data.data() + length);
+  data.resize(static_cast<size_t>(length));
+  if (stored != masked_crc32c(data.data(), data.size())) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " has corrupt data (data CRC mismatch)");
+  }
+  ++index_;
+  return data;
+}
+
+void write_tfrecord(const std::string& path, const std::vector<std::string>& records, Compression compression) {
+  std::string bytes;
+  for (const std::string& r : records) {
+    const uint64_t length = r.size();
+    char header[12];
+    std::memcpy(header, &length, 8);
+    const uint32_t length_crc = masked_crc32c(header, 8);
+    std::memcpy(header + 8, &length_crc, 4);
+    bytes.append(header, 12);
+    bytes += r;
+    const uint32_t data_crc = masked_crc32c(r.data(), r.size());
+    bytes.append(reinterpret_cast<const char*>(&data_crc), 4);
+  }
+  if (compression == Compression::gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    if (!f || gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) != static_cast<int>(bytes.size())) {
+      if (f) gzclose(f);
+      TANDEM_THROW(IoError, "cannot write '", path, "'");
+    }
+    gzclose(f);
+    return;
+  }
+  if (compression == Compression::zlib) {
+    uLongf size = compressBound(bytes.size());
+    std::string packed(size, '\0');
+    if (compress(reinterpret_cast<Bytef*>(packed.data()), &size, reinterpret_cast<const Bytef*>(bytes.data()),
+                 bytes.size()) != Z_OK) {
+      TANDEM_THROW(IoError, "zlib compression failed for '", path, "'");
+    }
+    packed.resize(size);
+    bytes = std::move(packed);
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) TANDEM_THROW(IoError, "cannot write '", path, "'");
+}
+
+namespace {
+
+class TFRecordNode : public detail::Node {
+ public:
+  TFRecordNode(std::vector<std::string> paths, Compression compression)
+      : paths_(std::move(paths)), compression_(compression) {}
+  std::unique_ptr<IteratorBase> make_iterator() override {
+    struct It : IteratorBase {
+      TFRecordNode* node;
+      size_t file = 0;
+      std::unique_ptr<TFRecordReader> reader;
+      std::optional<Element> next() override {
+        const auto start = detail::Clock::now();
+        while (file < node->paths_.size()) {
+          if (!reader) reader = std::make_unique<TFRecordReader>(node->paths_[file], node->compression_);
+          if (auto record = reader->next()) {
+            node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+            node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+            return Element{{"record", bytes_tensor(*record)}};
+          }
+          reader.reset();
+          ++file;
+        }
+        return std::nullopt;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->node = this;
+    return it;
+  }
+  std::string label() const override { return "tfrecord(" + std::to_string(paths_.size()) + " files)"; }
+
+ private:
+  std::vector<std::string> paths_;
+  Compression compression_;
+};
+
+}  // namespace
+
+Dataset Dataset::from_tfrecord(std::vector<std::string> paths, Compression compression) {
+  if (paths.empty()) TANDEM_THROW(InvalidArgument, "from_tfrecord needs at least one file");
+  return Dataset(std::make_shared<TFRecordNode>(std::move(paths), compression));
+}
+
+}  // namespace tandem::data

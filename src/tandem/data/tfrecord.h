@@ -1,0 +1,46 @@
+#pragma once
+// TFRecord files: a sequence of records, each framed as
+//   u64 length | u32 masked CRC-32C of the length | data | u32 masked CRC-32C of the data
+// (little-endian), optionally inside a GZIP or ZLIB stream. Every CRC is
+// checked; damage is reported with the file name and the record's index.
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/dataset.h"
+
+namespace tandem::data {
+
+// Guesses a file's compression from its first bytes (gzip: 1f 8b; zlib: a
+// valid zlib header whose first record length would be implausible raw).
+Compression detect_compression(const std::string& path);
+
+class TFRecordReader {
+ public:
+  // Throws IoError when the file cannot be opened.
+  TFRecordReader(const std::string& path, Compression compression);
+  ~TFRecordReader();
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // The next record's bytes, or nullopt at the end of the file. Throws
+  // IoError for a bad length or data CRC, or a truncated record.
+  std::optional<std::string> next();
+  int64_t records_read() const { return index_; }
+
+ private:
+  class Stream;
+  std::unique_ptr<Stream> stream_;
+  std::string path_;
+  int64_t index_ = 0;
+};
+
+// Writes records as a TFRecord file (for tests and exports).
+void write_tfrecord(const std::string& path, const std::vector<std::string>& records,
+                    Compression compression = Compression::none);
+
+}  // namespace tandem::data
