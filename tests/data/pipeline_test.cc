@@ -1,0 +1,253 @@
+// The Dataset pipeline: every transformation's semantics, order and
+// determinism under parallelism, error propagation, cache, statistics.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "tandem/base/error.h"
+#include "tandem/base/random.h"
+#include "tandem/data/dataset.h"
+
+namespace tandem::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> drain(const Dataset& d, const std::string& feature = "index") {
+  std::vector<int32_t> out;
+  Iterator it = d.iterator();
+  while (auto e = it.next()) {
+    const std::vector<int32_t> values = e->at(feature).to_ints();
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+std::vector<int32_t> iota(int32_t n, int32_t start = 0) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) v[i] = start + i;
+  return v;
+}
+
+// Adds 1000 after a random delay, so that parallel calls finish out of order.
+Element slow_plus_1000(Element e) {
+  const int32_t v = e.at("index").to_ints()[0];
+  std::this_thread::sleep_for(std::chrono::microseconds(mix_seed(v, 1) % 300));
+  Tensor t = Tensor::empty(Shape{}, DType::i32);
+  t.data<int32_t>()[0] = v + 1000;
+  return Element{{"index", t}};
+}
+
+TEST(Pipeline, SourcesAndDescribe) {
+  EXPECT_EQ(drain(Dataset::range(5)), iota(5));
+  const Tensor x = Tensor::from_floats(Shape{3, 2}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  const Tensor y = Tensor::from_ints(Shape{3}, std::vector<int32_t>{7, 8, 9});
+  Iterator it = Dataset::from_tensors({{"x", x}, {"y", y}}).iterator();
+  auto first = it.next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->at("x").shape(), (Shape{2}));
+  EXPECT_EQ(first->at("x").to_floats(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(first->at("y").shape(), Shape{});
+  EXPECT_THROW(first->at("z"), InvalidArgument);
+  EXPECT_THROW(Dataset::from_tensors({{"x", x}, {"y", Tensor::zeros(Shape{2})}}), ShapeError);
+  EXPECT_EQ(Dataset::range(3).map([](Element e) { return e; }).batch(2).prefetch(4).describe(),
+            "range(3) -> map -> batch(2) -> prefetch(4)");
+}
+
+TEST(Pipeline, ParallelMapKeepsOrderForEveryParallelism) {
+  const std::vector<int32_t> expected = iota(200, 1000);
+  for (int parallel : {1, 2, 3, 8, kAutotune}) {
+    EXPECT_EQ(drain(Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = parallel})), expected)
+        << parallel;
+  }
+  // Non-deterministic mode may reorder but yields the same elements.
+  std::vector<int32_t> any = drain(Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = 4, .deterministic = false}));
+  std::sort(any.begin(), any.end());
+  EXPECT_EQ(any, expected);
+}
+
+TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
+  for (int parallel : {1, 3}) {
+    auto failing = [](Element e) {
+      if (e.at("index").to_ints()[0] == 5) TANDEM_THROW(InvalidArgument, "bad element 5");
+      return e;
+    };
+    Iterator it = Dataset::range(100).map(failing, {.num_parallel_calls = parallel}).prefetch(2).iterator();
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(it.next()) << i;
+    try {
+      it.next();
+      FAIL() << "no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("bad element 5"), std::string::npos);
+    }
+    EXPECT_FALSE(it.next());  // the pass ends after an error
+  }
+  // Destroying an iterator mid-pass stops its threads without hanging.
+  for (int k = 0; k < 20; ++k) {
+    Iterator it = Dataset::range(1000).map(slow_plus_1000, {.num_parallel_calls = 4}).prefetch(8).iterator();
+    it.next();
+  }
+}
+
+TEST(Pipeline, BatchRemainderAndShapeMismatch) {
+  Iterator it = Dataset::range(7).batch(3).iterator();
+  std::vector<Shape> shapes;
+  while (auto e = it.next()) shapes.push_back(e->at("index").shape());
+  EXPECT_EQ(shapes, (std::vector<Shape>{Shape{3}, Shape{3}, Shape{1}}));
+  EXPECT_EQ(drain(Dataset::range(7).batch(3, true)), iota(6));
+  auto ragged = Dataset::range(4).map([](Element e) {
+    const int32_t v = e.at("index").to_ints()[0];
+    return Element{{"x", Tensor::zeros(Shape{v == 2 ? 3 : 2})}};
+  });
+  try {
+    drain(ragged.batch(4), "x");
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("feature 'x' of element 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Dataset::range(3).batch(0), InvalidArgument);
+}
+
+TEST(Pipeline, ShuffleIsAPermutationDeterministicPerSeedAndPass) {
+  const Dataset shuffled = Dataset::range(100).shuffle(30, 7);
+  const std::vector<int32_t> a = drain(shuffled), b = drain(shuffled);
+  std::vector<int32_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, iota(100));
+  EXPECT_NE(a, iota(100));
+  EXPECT_NE(a, b);  // reshuffled on the second pass
+  EXPECT_EQ(a, drain(Dataset::range(100).shuffle(30, 7)));  // same seed, first pass
+  EXPECT_NE(a, drain(Dataset::range(100).shuffle(30, 8)));
+  const Dataset fixed = Dataset::range(50).shuffle(50, 3, false);
+  EXPECT_EQ(drain(fixed), drain(fixed));
+  // Order does not depend on upstream parallelism.
+  EXPECT_EQ(drain(Dataset::range(100).map(slow_plus_1000, {.num_parallel_calls = 4}).shuffle(30, 7)),
+            drain(Dataset::range(100).map(slow_plus_1000).shuffle(30, 7)));
+}
+
+TEST(Pipeline, RepeatTakeSkipFilter) {
+  EXPECT_EQ(drain(Dataset::range(3).repeat(2)), (std::vector<int32_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(drain(Dataset::range(3).repeat().take(7)), (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0}));
+  EXPECT_EQ(drain(Dataset::range(0).repeat()), std::vector<int32_t>{});  // no endless empty loop
+  EXPECT_EQ(drain(Dataset::range(10).skip(7)), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(drain(Dataset::range(10).skip(20)), std::vector<int32_t>{});
+  EXPECT_EQ(drain(Dataset::range(10).filter([](const Element& e) { return e.at("index").to_ints()[0] % 3 == 0; })),
+            (std::vector<int32_t>{0, 3, 6, 9}));
+  // Each repeat reshuffles.
+  const std::vector<int32_t> twice = drain(Dataset::range(20).shuffle(20, 1).repeat(2));
+  EXPECT_NE(std::vector<int32_t>(twice.begin(), twice.begin() + 20), std::vector<int32_t>(twice.begin() + 20, twice.end()));
+}
+
+TEST(Pipeline, ShardsAreDisjointAndCoverTheDataset) {
+  for (int64_t shards : {1, 2, 3, 7}) {
+    std::vector<int32_t> all;
+    for (int64_t i = 0; i < shards; ++i) {
+      const std::vector<int32_t> part = drain(Dataset::range(50).shard(shards, i));
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, iota(50)) << shards;
+  }
+  EXPECT_THROW(Dataset::range(5).shard(2, 2), InvalidArgument);
+}
+
+TEST(Pipeline, MemoryCacheRunsUpstreamOnce) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  const Dataset cached = Dataset::range(20).map([calls](Element e) {
+                                             ++*calls;
+                                             return e;
+                                           })
+                             .cache();
+  // A pass stopped early does not fill the cache.
+  {
+    Iterator it = cached.iterator();
+    it.next();
+  }
+  EXPECT_EQ(drain(cached), iota(20));
+  const int after_full_pass = calls->load();
+  EXPECT_EQ(drain(cached), iota(20));
+  EXPECT_EQ(calls->load(), after_full_pass);
+}
+
+TEST(Pipeline, FileCacheIsWrittenWhenCompleteAndReadBack) {
+  const std::string path = (fs::path(TANDEM_TEST_TMPDIR) / "pipeline.cache").string();
+  fs::remove(path);
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto counted = [calls](Element e) {
+    ++*calls;
+    return e;
+  };
+  {
+    Iterator it = Dataset::range(10).map(counted).cache(path).iterator();
+    it.next();
+  }
+  EXPECT_FALSE(fs::exists(path));  // incomplete pass
+  EXPECT_EQ(drain(Dataset::range(10).map(counted).cache(path).batch(4)), iota(10));
+  EXPECT_TRUE(fs::exists(path));
+  calls->store(0);
+  EXPECT_EQ(drain(Dataset::range(10).map(counted).cache(path)), iota(10));
+  EXPECT_EQ(calls->load(), 0);  // read from the file
+  fs::resize_file(path, fs::file_size(path) - 3);
+  EXPECT_THROW(drain(Dataset::range(10).cache(path)), IoError);
+}
+
+TEST(Pipeline, PrefetchKeepsOrderAndAutotuneGrowsForASlowProducer) {
+  const Dataset d = Dataset::range(300).map(slow_plus_1000, {.num_parallel_calls = kAutotune}).prefetch(kAutotune);
+  EXPECT_EQ(drain(d), iota(300, 1000));
+  const std::vector<StageStats> stats = d.stats();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats[0].stage, "range(300)");
+  EXPECT_EQ(stats[1].stage, "map(autotune)");
+  EXPECT_EQ(stats[1].elements, 300);
+  EXPECT_GT(stats[1].busy_seconds, 0.0);
+  EXPECT_GT(stats[1].buffer_capacity, 1);  // parallelism grew: the consumer was waiting
+  EXPECT_GT(stats[2].buffer_capacity, 1);
+  EXPECT_THROW(Dataset::range(3).prefetch(0), InvalidArgument);
+}
+
+TEST(Pipeline, InterleaveRoundRobinsOpenDatasets) {
+  // Element k opens range(3) shifted by 10 k.
+  auto make = [](const Element& e) {
+    const int32_t k = e.at("index").to_ints()[0];
+    return Dataset::range(3).map([k](Element x) {
+      Tensor t = Tensor::empty(Shape{}, DType::i32);
+      t.data<int32_t>()[0] = x.at("index").to_ints()[0] + 10 * k;
+      return Element{{"index", t}};
+    });
+  };
+  const std::vector<int32_t> expected = {0, 10, 1, 11, 2, 12, 20, 21, 22};
+  EXPECT_EQ(drain(Dataset::range(3).interleave(make, {.cycle_length = 2})), expected);
+  EXPECT_EQ(drain(Dataset::range(3).interleave(make, {.cycle_length = 2, .num_parallel_calls = 2})), expected);
+  EXPECT_EQ(drain(Dataset::range(2).interleave(make, {.cycle_length = 2, .block_length = 2})),
+            (std::vector<int32_t>{0, 1, 10, 11, 2, 12}));
+  EXPECT_THROW(Dataset::range(2).interleave(make, {.cycle_length = 0}), InvalidArgument);
+}
+
+TEST(Pipeline, TemporaryDatasetsStayAliveWhileIterated) {
+  Iterator it = Dataset::range(50).map(slow_plus_1000, {.num_parallel_calls = 2}).prefetch(4).iterator();
+  int count = 0;
+  while (it.next()) ++count;
+  EXPECT_EQ(count, 50);
+}
+
+TEST(Pipeline, FromIdxReadsFashionMnist) {
+  const std::string dir = TANDEM_FASHION_MNIST_DIR;
+  const Dataset d = Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  Iterator it = d.batch(1000).iterator();
+  int batches = 0;
+  while (auto e = it.next()) {
+    EXPECT_EQ(e->at("image").shape(), (Shape{1000, 28, 28}));
+    EXPECT_EQ(e->at("label").dtype(), DType::i32);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 10);
+  EXPECT_THROW(Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz"), IoError);
+}
+
+}  // namespace
+}  // namespace tandem::data
