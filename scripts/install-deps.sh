@@ -5,7 +5,7 @@ set -eu
 # ocl-icd-opencl-dev: Debian's oneDNN CMake package looks for OpenCL (its GPU
 # runtime) and fails to configure without it.
 packages="build-essential cmake ninja-build pkg-config ccache
-  libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libhwloc-dev libfmt-dev
+  libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist"
 missing=""

@@ -62,11 +62,13 @@ TEST(Pipeline, SourcesAndDescribe) {
 TEST(Pipeline, ParallelMapKeepsOrderForEveryParallelism) {
   const std::vector<int32_t> expected = iota(200, 1000);
   for (int parallel : {1, 2, 3, 8, kAutotune}) {
-    EXPECT_EQ(drain(Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = parallel})), expected)
+    EXPECT_EQ(drain(Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = parallel})),
+              expected)
         << parallel;
   }
   // Non-deterministic mode may reorder but yields the same elements.
-  std::vector<int32_t> any = drain(Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = 4, .deterministic = false}));
+  std::vector<int32_t> any = drain(
+      Dataset::range(200).map(slow_plus_1000, {.num_parallel_calls = 4, .deterministic = false}));
   std::sort(any.begin(), any.end());
   EXPECT_EQ(any, expected);
 }
@@ -77,7 +79,8 @@ TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
       if (e.at("index").to_ints()[0] == 5) TANDEM_THROW(InvalidArgument, "bad element 5");
       return e;
     };
-    Iterator it = Dataset::range(100).map(failing, {.num_parallel_calls = parallel}).prefetch(2).iterator();
+    Iterator it =
+        Dataset::range(100).map(failing, {.num_parallel_calls = parallel}).prefetch(2).iterator();
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(it.next()) << i;
     try {
       it.next();
@@ -89,7 +92,8 @@ TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
   }
   // Destroying an iterator mid-pass stops its threads without hanging.
   for (int k = 0; k < 20; ++k) {
-    Iterator it = Dataset::range(1000).map(slow_plus_1000, {.num_parallel_calls = 4}).prefetch(8).iterator();
+    Iterator it =
+        Dataset::range(1000).map(slow_plus_1000, {.num_parallel_calls = 4}).prefetch(8).iterator();
     it.next();
   }
 }
@@ -108,7 +112,8 @@ TEST(Pipeline, BatchRemainderAndShapeMismatch) {
     drain(ragged.batch(4), "x");
     FAIL();
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("feature 'x' of element 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("feature 'x' of element 2"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(Dataset::range(3).batch(0), InvalidArgument);
 }
@@ -120,14 +125,15 @@ TEST(Pipeline, ShuffleIsAPermutationDeterministicPerSeedAndPass) {
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(sorted, iota(100));
   EXPECT_NE(a, iota(100));
-  EXPECT_NE(a, b);  // reshuffled on the second pass
+  EXPECT_NE(a, b);                                          // reshuffled on the second pass
   EXPECT_EQ(a, drain(Dataset::range(100).shuffle(30, 7)));  // same seed, first pass
   EXPECT_NE(a, drain(Dataset::range(100).shuffle(30, 8)));
   const Dataset fixed = Dataset::range(50).shuffle(50, 3, false);
   EXPECT_EQ(drain(fixed), drain(fixed));
   // Order does not depend on upstream parallelism.
-  EXPECT_EQ(drain(Dataset::range(100).map(slow_plus_1000, {.num_parallel_calls = 4}).shuffle(30, 7)),
-            drain(Dataset::range(100).map(slow_plus_1000).shuffle(30, 7)));
+  EXPECT_EQ(
+      drain(Dataset::range(100).map(slow_plus_1000, {.num_parallel_calls = 4}).shuffle(30, 7)),
+      drain(Dataset::range(100).map(slow_plus_1000).shuffle(30, 7)));
 }
 
 TEST(Pipeline, RepeatTakeSkipFilter) {
@@ -136,11 +142,13 @@ TEST(Pipeline, RepeatTakeSkipFilter) {
   EXPECT_EQ(drain(Dataset::range(0).repeat()), std::vector<int32_t>{});  // no endless empty loop
   EXPECT_EQ(drain(Dataset::range(10).skip(7)), (std::vector<int32_t>{7, 8, 9}));
   EXPECT_EQ(drain(Dataset::range(10).skip(20)), std::vector<int32_t>{});
-  EXPECT_EQ(drain(Dataset::range(10).filter([](const Element& e) { return e.at("index").to_ints()[0] % 3 == 0; })),
+  EXPECT_EQ(drain(Dataset::range(10).filter(
+                [](const Element& e) { return e.at("index").to_ints()[0] % 3 == 0; })),
             (std::vector<int32_t>{0, 3, 6, 9}));
   // Each repeat reshuffles.
   const std::vector<int32_t> twice = drain(Dataset::range(20).shuffle(20, 1).repeat(2));
-  EXPECT_NE(std::vector<int32_t>(twice.begin(), twice.begin() + 20), std::vector<int32_t>(twice.begin() + 20, twice.end()));
+  EXPECT_NE(std::vector<int32_t>(twice.begin(), twice.begin() + 20),
+            std::vector<int32_t>(twice.begin() + 20, twice.end()));
 }
 
 TEST(Pipeline, ShardsAreDisjointAndCoverTheDataset) {
@@ -158,10 +166,11 @@ TEST(Pipeline, ShardsAreDisjointAndCoverTheDataset) {
 
 TEST(Pipeline, MemoryCacheRunsUpstreamOnce) {
   auto calls = std::make_shared<std::atomic<int>>(0);
-  const Dataset cached = Dataset::range(20).map([calls](Element e) {
-                                             ++*calls;
-                                             return e;
-                                           })
+  const Dataset cached = Dataset::range(20)
+                             .map([calls](Element e) {
+                               ++*calls;
+                               return e;
+                             })
                              .cache();
   // A pass stopped early does not fill the cache.
   {
@@ -197,7 +206,9 @@ TEST(Pipeline, FileCacheIsWrittenWhenCompleteAndReadBack) {
 }
 
 TEST(Pipeline, PrefetchKeepsOrderAndAutotuneGrowsForASlowProducer) {
-  const Dataset d = Dataset::range(300).map(slow_plus_1000, {.num_parallel_calls = kAutotune}).prefetch(kAutotune);
+  const Dataset d = Dataset::range(300)
+                        .map(slow_plus_1000, {.num_parallel_calls = kAutotune})
+                        .prefetch(kAutotune);
   EXPECT_EQ(drain(d), iota(300, 1000));
   const std::vector<StageStats> stats = d.stats();
   ASSERT_EQ(stats.size(), 3u);
@@ -222,14 +233,16 @@ TEST(Pipeline, InterleaveRoundRobinsOpenDatasets) {
   };
   const std::vector<int32_t> expected = {0, 10, 1, 11, 2, 12, 20, 21, 22};
   EXPECT_EQ(drain(Dataset::range(3).interleave(make, {.cycle_length = 2})), expected);
-  EXPECT_EQ(drain(Dataset::range(3).interleave(make, {.cycle_length = 2, .num_parallel_calls = 2})), expected);
+  EXPECT_EQ(drain(Dataset::range(3).interleave(make, {.cycle_length = 2, .num_parallel_calls = 2})),
+            expected);
   EXPECT_EQ(drain(Dataset::range(2).interleave(make, {.cycle_length = 2, .block_length = 2})),
             (std::vector<int32_t>{0, 1, 10, 11, 2, 12}));
   EXPECT_THROW(Dataset::range(2).interleave(make, {.cycle_length = 0}), InvalidArgument);
 }
 
 TEST(Pipeline, TemporaryDatasetsStayAliveWhileIterated) {
-  Iterator it = Dataset::range(50).map(slow_plus_1000, {.num_parallel_calls = 2}).prefetch(4).iterator();
+  Iterator it =
+      Dataset::range(50).map(slow_plus_1000, {.num_parallel_calls = 2}).prefetch(4).iterator();
   int count = 0;
   while (it.next()) ++count;
   EXPECT_EQ(count, 50);
@@ -237,7 +250,8 @@ TEST(Pipeline, TemporaryDatasetsStayAliveWhileIterated) {
 
 TEST(Pipeline, FromIdxReadsFashionMnist) {
   const std::string dir = TANDEM_FASHION_MNIST_DIR;
-  const Dataset d = Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  const Dataset d =
+      Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
   Iterator it = d.batch(1000).iterator();
   int batches = 0;
   while (auto e = it.next()) {
@@ -246,7 +260,9 @@ TEST(Pipeline, FromIdxReadsFashionMnist) {
     ++batches;
   }
   EXPECT_EQ(batches, 10);
-  EXPECT_THROW(Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz"), IoError);
+  EXPECT_THROW(
+      Dataset::from_idx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz"),
+      IoError);
 }
 
 }  // namespace

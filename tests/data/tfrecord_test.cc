@@ -1,6 +1,6 @@
 // TFRecord and tf.train.Example against real files written by TensorFlow
-// (tests/testdata/tfrecord, a copy of shared/testdata/tfrecord; SOURCES.md there says where they come from), record by record
-// against their .expected.json, plus corrupted and truncated copies.
+// (tests/testdata/tfrecord, a copy of shared/testdata/tfrecord; SOURCES.md there says where they
+// come from), record by record against their .expected.json, plus corrupted and truncated copies.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -29,7 +29,9 @@ std::string hex(std::string_view bytes, size_t limit = std::string::npos) {
   return out;
 }
 
-std::vector<nlohmann::json> expected_records(const nlohmann::json& file) { return file.at("records"); }
+std::vector<nlohmann::json> expected_records(const nlohmann::json& file) {
+  return file.at("records");
+}
 
 void check_file(const std::string& name) {
   SCOPED_TRACE(name);
@@ -38,7 +40,8 @@ void check_file(const std::string& name) {
   const nlohmann::json expected = nlohmann::json::parse(in);
   const std::string path = kDir + "/" + name;
   const Compression compression = detect_compression(path);
-  EXPECT_EQ(compression == Compression::gzip ? "GZIP" : "NONE", expected.at("compression").get<std::string>());
+  EXPECT_EQ(compression == Compression::gzip ? "GZIP" : "NONE",
+            expected.at("compression").get<std::string>());
   TFRecordReader reader(path, compression);
   const std::vector<nlohmann::json> records = expected_records(expected);
   size_t index = 0;
@@ -60,7 +63,8 @@ void check_file(const std::string& name) {
       } else if (feature.kind == Feature::Kind::float_list) {
         const std::vector<double> values = w.at("values").get<std::vector<double>>();
         ASSERT_EQ(feature.floats.size(), values.size());
-        for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(feature.floats[i], static_cast<float>(values[i]));
+        for (size_t i = 0; i < values.size(); ++i)
+          EXPECT_EQ(feature.floats[i], static_cast<float>(values[i]));
       } else if (feature.kind == Feature::Kind::bytes_list) {
         const auto& values = w.at("values");
         ASSERT_EQ(feature.bytes.size(), values.size());
@@ -92,9 +96,15 @@ TEST(TFRecord, Crc32cKnownAnswers) {
   EXPECT_EQ(crc32c("56789", 5, crc32c("1234", 4)), crc32c("123456789", 9));
 }
 
-TEST(TFRecord, ReadsTheTorchdataFile) { check_file("torchdata_example.tfrecord"); }
-TEST(TFRecord, ReadsTheGzippedTaxiFileWithKindlessFeatures) { check_file("tfx_chicago_taxi_eval_shard0.tfrecord.gz"); }
-TEST(TFRecord, ReadsTheCifarPngFile) { check_file("tfx_cifar10_test_png.tfrecord"); }
+TEST(TFRecord, ReadsTheTorchdataFile) {
+  check_file("torchdata_example.tfrecord");
+}
+TEST(TFRecord, ReadsTheGzippedTaxiFileWithKindlessFeatures) {
+  check_file("tfx_chicago_taxi_eval_shard0.tfrecord.gz");
+}
+TEST(TFRecord, ReadsTheCifarPngFile) {
+  check_file("tfx_cifar10_test_png.tfrecord");
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -103,7 +113,8 @@ std::string read_all(const std::string& path) {
 
 std::string write_copy(const std::string& name, const std::string& bytes) {
   const std::string path = (fs::path(TANDEM_TEST_TMPDIR) / name).string();
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
 }
 
@@ -130,7 +141,8 @@ TEST(TFRecord, CorruptionAndTruncationNameFileAndRecord) {
   bad_length[124] ^= 0x04;
   message = error_reading(write_copy("bad_length.tfrecord", bad_length));
   EXPECT_NE(message.find("record 1 has a corrupt length"), std::string::npos) << message;
-  message = error_reading(write_copy("truncated.tfrecord", original.substr(0, original.size() - 10)));
+  message =
+      error_reading(write_copy("truncated.tfrecord", original.substr(0, original.size() - 10)));
   EXPECT_NE(message.find("record 3 is truncated"), std::string::npos) << message;
   message = error_reading(write_copy("truncated_header.tfrecord", original.substr(0, 124 + 5)));
   EXPECT_NE(message.find("record 1 is truncated"), std::string::npos) << message;
@@ -140,7 +152,9 @@ TEST(TFRecord, CorruptionAndTruncationNameFileAndRecord) {
 TEST(TFRecord, WritesAndReadsEveryCompression) {
   const std::vector<std::string> records = {"", "a", std::string(100000, 'x'), "last"};
   for (Compression c : {Compression::none, Compression::gzip, Compression::zlib}) {
-    const std::string path = (fs::path(TANDEM_TEST_TMPDIR) / ("roundtrip" + std::to_string(static_cast<int>(c)))).string();
+    const std::string path =
+        (fs::path(TANDEM_TEST_TMPDIR) / ("roundtrip" + std::to_string(static_cast<int>(c))))
+            .string();
     write_tfrecord(path, records, c);
     EXPECT_EQ(detect_compression(path), c);
     TFRecordReader reader(path, c);
@@ -157,7 +171,10 @@ TEST(Example, ParsesBySpecAndReportsBadFeatures) {
       {.name = "fare", .dtype = DType::f32, .shape = Shape{}},
       {.name = "pickup_community_area", .dtype = DType::i32, .shape = Shape{1}},
       {.name = "payment_type", .dtype = DType::u8},
-      {.name = "company", .dtype = DType::f32, .shape = Shape{}, .default_value = std::vector<float>{-1}},
+      {.name = "company",
+       .dtype = DType::f32,
+       .shape = Shape{},
+       .default_value = std::vector<float>{-1}},
       {.name = "dropoff_census_tract", .dtype = DType::f32, .variable_length = true}};
   const Element e = parse_example(record, spec);
   EXPECT_FLOAT_EQ(e.at("fare").item(), 12.25f);
@@ -173,18 +190,26 @@ TEST(Example, ParsesBySpecAndReportsBadFeatures) {
     }
     return std::string();
   };
-  EXPECT_NE(error_of({.name = "missing", .dtype = DType::f32}).find("lacks required feature 'missing'"), std::string::npos);
-  EXPECT_NE(error_of({.name = "fare", .dtype = DType::i32}).find("'fare' is float_list"), std::string::npos);
-  EXPECT_NE(error_of({.name = "fare", .dtype = DType::f32, .shape = Shape{2}}).find("has 1 values"), std::string::npos);
-  EXPECT_NE(error_of({.name = "dropoff_census_tract", .dtype = DType::i32, .shape = Shape{1}}).find("does not fit i32"),
+  EXPECT_NE(
+      error_of({.name = "missing", .dtype = DType::f32}).find("lacks required feature 'missing'"),
+      std::string::npos);
+  EXPECT_NE(error_of({.name = "fare", .dtype = DType::i32}).find("'fare' is float_list"),
             std::string::npos);
-  EXPECT_NE(error_of({.name = "company", .dtype = DType::f32}).find("no value list"), std::string::npos);
+  EXPECT_NE(error_of({.name = "fare", .dtype = DType::f32, .shape = Shape{2}}).find("has 1 values"),
+            std::string::npos);
+  EXPECT_NE(error_of({.name = "dropoff_census_tract", .dtype = DType::i32, .shape = Shape{1}})
+                .find("does not fit i32"),
+            std::string::npos);
+  EXPECT_NE(error_of({.name = "company", .dtype = DType::f32}).find("no value list"),
+            std::string::npos);
   EXPECT_THROW(decode_example(std::string("\x0a\x05\x0a\x03", 4)), IoError);
 }
 
 TEST(Example, PipelineFromTFRecordFiles) {
-  const Dataset d = Dataset::from_tfrecord({kDir + "/torchdata_example.tfrecord", kDir + "/torchdata_example.tfrecord"})
-                        .map(example_parser({{.name = "x_int", .dtype = DType::i32, .variable_length = true}}));
+  const Dataset d =
+      Dataset::from_tfrecord(
+          {kDir + "/torchdata_example.tfrecord", kDir + "/torchdata_example.tfrecord"})
+          .map(example_parser({{.name = "x_int", .dtype = DType::i32, .variable_length = true}}));
   Iterator it = d.iterator();
   int count = 0;
   while (auto e = it.next()) {

@@ -49,7 +49,8 @@ std::optional<Element> read_element(std::istream& in, const std::string& path) {
   uint32_t features = 0;
   if (!get(in, features)) return std::nullopt;
   auto damaged = [&](const char* what) -> IoError {
-    return IoError("cache file '" + path + "' is damaged (" + what + "); delete it to rebuild the cache");
+    return IoError("cache file '" + path + "' is damaged (" + what +
+                   "); delete it to rebuild the cache");
   };
   Element e;
   for (uint32_t f = 0; f < features; ++f) {
@@ -57,8 +58,8 @@ std::optional<Element> read_element(std::istream& in, const std::string& path) {
     if (!get(in, name_length) || name_length > 4096) throw damaged("feature name");
     std::string name(name_length, '\0');
     uint8_t dtype = 0, rank = 0;
-    if (!in.read(name.data(), name_length) || !get(in, dtype) || !get(in, rank) || rank > Shape::kMaxRank ||
-        dtype > static_cast<uint8_t>(DType::u8)) {
+    if (!in.read(name.data(), name_length) || !get(in, dtype) || !get(in, rank) ||
+        rank > Shape::kMaxRank || dtype > static_cast<uint8_t>(DType::u8)) {
       throw damaged("feature header");
     }
     std::vector<int64_t> dims(rank);
@@ -68,7 +69,8 @@ std::optional<Element> read_element(std::istream& in, const std::string& path) {
     uint64_t bytes = 0;
     Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
     if (!get(in, bytes) || bytes != t.nbytes()) throw damaged("size");
-    if (!in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes))) throw damaged("truncated data");
+    if (!in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes)))
+      throw damaged("truncated data");
     e.set(name, t);
   }
   return e;
@@ -76,9 +78,12 @@ std::optional<Element> read_element(std::istream& in, const std::string& path) {
 
 class CacheNode : public detail::UnaryNode {
  public:
-  CacheNode(std::shared_ptr<detail::Node> input, std::string path) : UnaryNode(std::move(input)), path_(std::move(path)) {}
+  CacheNode(std::shared_ptr<detail::Node> input, std::string path)
+      : UnaryNode(std::move(input)), path_(std::move(path)) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
-  std::string label() const override { return path_.empty() ? "cache(memory)" : "cache(" + path_ + ")"; }
+  std::string label() const override {
+    return path_.empty() ? "cache(memory)" : "cache(" + path_ + ")";
+  }
 
   const std::string path_;
   std::mutex mutex_;
@@ -127,7 +132,8 @@ class FileReplay : public IteratorBase {
 // Runs the upstream pipeline and records what passes through.
 class Recorder : public IteratorBase {
  public:
-  Recorder(CacheNode* node, std::unique_ptr<IteratorBase> input) : node_(node), input_(std::move(input)) {
+  Recorder(CacheNode* node, std::unique_ptr<IteratorBase> input)
+      : node_(node), input_(std::move(input)) {
     if (!node_->path_.empty()) {
       temporary_ = node_->path_ + ".tmp." + std::to_string(reinterpret_cast<uintptr_t>(this));
       out_.open(temporary_, std::ios::binary | std::ios::trunc);
@@ -165,7 +171,8 @@ class Recorder : public IteratorBase {
     completed_ = true;
     std::lock_guard<std::mutex> lock(node_->mutex_);
     if (temporary_.empty()) {
-      if (!node_->memory_) node_->memory_ = std::make_shared<const std::vector<Element>>(std::move(recorded_));
+      if (!node_->memory_)
+        node_->memory_ = std::make_shared<const std::vector<Element>>(std::move(recorded_));
       return;
     }
     out_.close();

@@ -26,7 +26,8 @@ uint32_t crc_table(const unsigned char* p, size_t n, uint32_t crc) {
   return crc;
 }
 
-__attribute__((target("sse4.2"))) uint32_t crc_hardware(const unsigned char* p, size_t n, uint32_t crc) {
+__attribute__((target("sse4.2"))) uint32_t crc_hardware(const unsigned char* p, size_t n,
+                                                        uint32_t crc) {
   uint64_t c = crc;
   while (n >= 8) {
     uint64_t word;

@@ -33,13 +33,16 @@ Dataset::Dataset(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {
   if (!node_) TANDEM_THROW(InvalidArgument, "Dataset needs a pipeline node");
 }
 
-Iterator Dataset::iterator() const { return Iterator(node_->make_iterator(), node_); }
+Iterator Dataset::iterator() const {
+  return Iterator(node_->make_iterator(), node_);
+}
 
 std::string Dataset::describe() const {
   std::vector<std::string> labels;
   for (auto n = node_; n; n = n->input()) labels.push_back(n->label());
   std::string out;
-  for (auto it = labels.rbegin(); it != labels.rend(); ++it) out += (out.empty() ? "" : " -> ") + *it;
+  for (auto it = labels.rbegin(); it != labels.rend(); ++it)
+    out += (out.empty() ? "" : " -> ") + *it;
   return out;
 }
 
@@ -53,7 +56,8 @@ std::vector<StageStats> Dataset::stats() const {
     s.busy_seconds = static_cast<double>(c.busy_ns.load()) * 1e-9;
     s.wait_seconds = static_cast<double>(c.wait_ns.load()) * 1e-9;
     const int64_t samples = c.buffer_samples.load();
-    s.mean_buffer = samples > 0 ? static_cast<double>(c.buffer_sum.load()) / static_cast<double>(samples) : 0.0;
+    s.mean_buffer =
+        samples > 0 ? static_cast<double>(c.buffer_sum.load()) / static_cast<double>(samples) : 0.0;
     s.buffer_capacity = c.capacity.load();
     out.push_back(s);
   }

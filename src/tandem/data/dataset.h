@@ -43,8 +43,8 @@ struct MapOptions {
 };
 
 struct InterleaveOptions {
-  int cycle_length = 4;        // input elements open at once
-  int block_length = 1;        // consecutive elements taken from each
+  int cycle_length = 4;  // input elements open at once
+  int block_length = 1;  // consecutive elements taken from each
   // 1: open datasets are read on the consumer's thread. More (or kAutotune):
   // each open dataset is read ahead by its own thread; the order is the same.
   int num_parallel_calls = 1;
@@ -55,6 +55,12 @@ enum class Compression : uint8_t { none, gzip, zlib };
 namespace detail {
 class Node;
 }
+
+// Inside a map function: a seed identifying the element being mapped (its
+// position in the map's input and the pass), for random augmentations that
+// must not depend on which thread runs the call or when. Throws Error outside
+// a map call.
+uint64_t element_random_seed();
 
 // One pass over a Dataset. Not thread-safe: one consumer at a time.
 class Iterator {
@@ -99,7 +105,8 @@ class Dataset {
   static Dataset from_files(std::vector<std::string> paths);
   // {"record": u8 (length,)} for each record of the TFRecord files, in order;
   // every record's masked CRC-32C is checked.
-  static Dataset from_tfrecord(std::vector<std::string> paths, Compression compression = Compression::none);
+  static Dataset from_tfrecord(std::vector<std::string> paths,
+                               Compression compression = Compression::none);
 
   // --- Transformations -------------------------------------------------
   Dataset map(MapFn fn, MapOptions options = {}) const;

@@ -26,7 +26,8 @@ class Wire {
   }
   std::string_view bytes() {
     const uint64_t n = varint();
-    if (n > static_cast<uint64_t>(end_ - p_)) throw IoError("Example: length-delimited field runs past its message");
+    if (n > static_cast<uint64_t>(end_ - p_))
+      throw IoError("Example: length-delimited field runs past its message");
     std::string_view out(p_, static_cast<size_t>(n));
     p_ += n;
     return out;
@@ -197,41 +198,45 @@ Element parse_example(std::string_view serialized, const std::vector<FeatureSpec
     const Feature* f = find(example, s.name);
     const bool absent = f == nullptr || f->kind == Feature::Kind::none;
     if (s.dtype != DType::u8 && s.dtype != DType::f32 && s.dtype != DType::i32) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name, "': spec dtype must be f32, i32 or u8, got ",
-                   dtype_name(s.dtype));
+      TANDEM_THROW(InvalidArgument, "feature '", s.name,
+                   "': spec dtype must be f32, i32 or u8, got ", dtype_name(s.dtype));
     }
     if (absent) {
       if (!s.default_value) {
         TANDEM_THROW(InvalidArgument, "Example lacks required feature '", s.name,
                      f ? "' (present with no value list)" : "'");
       }
-      const Shape shape = s.variable_length ? Shape{static_cast<int64_t>(s.default_value->size())} : s.shape;
+      const Shape shape =
+          s.variable_length ? Shape{static_cast<int64_t>(s.default_value->size())} : s.shape;
       if (static_cast<int64_t>(s.default_value->size()) != shape.numel()) {
-        TANDEM_THROW(InvalidArgument, "feature '", s.name, "': default has ", s.default_value->size(),
-                     " values, shape ", shape.to_string(), " needs ", shape.numel());
+        TANDEM_THROW(InvalidArgument, "feature '", s.name, "': default has ",
+                     s.default_value->size(), " values, shape ", shape.to_string(), " needs ",
+                     shape.numel());
       }
       out.set(s.name, Tensor::from_floats(shape, *s.default_value, s.dtype));
       continue;
     }
     if (s.dtype == DType::u8) {
       if (f->kind != Feature::Kind::bytes_list || f->bytes.size() != 1) {
-        TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind), " with ", f->count(),
-                     " value(s); the spec expects one bytes_list value");
+        TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind),
+                     " with ", f->count(), " value(s); the spec expects one bytes_list value");
       }
       out.set(s.name, bytes_tensor(f->bytes[0]));
       continue;
     }
-    const bool numeric_ok = f->kind == Feature::Kind::float_list ? s.dtype == DType::f32
-                                                                 : f->kind == Feature::Kind::int64_list;
+    const bool numeric_ok = f->kind == Feature::Kind::float_list
+                                ? s.dtype == DType::f32
+                                : f->kind == Feature::Kind::int64_list;
     if (!numeric_ok) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind), " but the spec expects ",
+      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind),
+                   " but the spec expects ",
                    s.dtype == DType::i32 ? "int64_list" : "float_list or int64_list");
     }
     const auto count = static_cast<int64_t>(f->count());
     const Shape shape = s.variable_length ? Shape{count} : s.shape;
     if (count != shape.numel()) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' has ", count, " values; the spec's shape ",
-                   shape.to_string(), " needs ", shape.numel());
+      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' has ", count,
+                   " values; the spec's shape ", shape.to_string(), " needs ", shape.numel());
     }
     Tensor t = Tensor::empty(shape, s.dtype);
     if (f->kind == Feature::Kind::float_list) {
@@ -240,7 +245,8 @@ Element parse_example(std::string_view serialized, const std::vector<FeatureSpec
       for (int64_t i = 0; i < count; ++i) {
         const int64_t v = f->int64s[i];
         if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-          TANDEM_THROW(InvalidArgument, "feature '", s.name, "' value ", v, " does not fit i32 (use f32)");
+          TANDEM_THROW(InvalidArgument, "feature '", s.name, "' value ", v,
+                       " does not fit i32 (use f32)");
         }
         t.data<int32_t>()[i] = static_cast<int32_t>(v);
       }

@@ -42,8 +42,8 @@ Example decode_example(std::string_view serialized);
 struct FeatureSpec {
   std::string name;
   DType dtype = DType::f32;
-  Shape shape;                  // fixed length: shape.numel() values
-  bool variable_length = false; // any count, as a 1-D tensor
+  Shape shape;                                      // fixed length: shape.numel() values
+  bool variable_length = false;                     // any count, as a 1-D tensor
   std::optional<std::vector<float>> default_value;  // used when the feature is absent
 };
 

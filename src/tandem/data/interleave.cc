@@ -16,8 +16,9 @@ class InterleaveNode : public detail::UnaryNode {
       : UnaryNode(std::move(input)), fn_(std::move(fn)), options_(options) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
   std::string label() const override {
-    const std::string p = options_.num_parallel_calls == kAutotune ? "autotune"
-                                                                   : std::to_string(options_.num_parallel_calls);
+    const std::string p = options_.num_parallel_calls == kAutotune
+                              ? "autotune"
+                              : std::to_string(options_.num_parallel_calls);
     return "interleave(cycle " + std::to_string(options_.cycle_length) + ", block " +
            std::to_string(options_.block_length) + ", parallel " + p + ")";
   }
@@ -28,7 +29,9 @@ class InterleaveNode : public detail::UnaryNode {
 class InterleaveIterator : public IteratorBase {
  public:
   InterleaveIterator(InterleaveNode* node, std::unique_ptr<IteratorBase> input)
-      : node_(node), input_(std::move(input)), slots_(static_cast<size_t>(node->options_.cycle_length)) {}
+      : node_(node),
+        input_(std::move(input)),
+        slots_(static_cast<size_t>(node->options_.cycle_length)) {}
 
   std::optional<Element> next() override {
     for (;;) {
@@ -79,7 +82,8 @@ class InterleaveIterator : public IteratorBase {
     }
     const auto start = detail::Clock::now();
     Dataset d = node_->fn_(*e);
-    if (node_->options_.num_parallel_calls != 1) d = d.prefetch(std::max(2, node_->options_.block_length));
+    if (node_->options_.num_parallel_calls != 1)
+      d = d.prefetch(std::max(2, node_->options_.block_length));
     slot.iterator = d.iterator();
     slot.open = true;
     slot.taken = 0;
@@ -106,7 +110,8 @@ Dataset Dataset::interleave(InterleaveFn fn, InterleaveOptions options) const {
                  options.cycle_length, " and ", options.block_length);
   }
   if (options.num_parallel_calls < 1 && options.num_parallel_calls != kAutotune) {
-    TANDEM_THROW(InvalidArgument, "interleave: num_parallel_calls must be at least 1 or kAutotune, got ",
+    TANDEM_THROW(InvalidArgument,
+                 "interleave: num_parallel_calls must be at least 1 or kAutotune, got ",
                  options.num_parallel_calls);
   }
   return Dataset(std::make_shared<InterleaveNode>(node_, std::move(fn), options));

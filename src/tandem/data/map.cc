@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tandem/base/error.h"
+#include "tandem/base/random.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
 #include "tandem/data/detail/thread_pool.h"
@@ -17,6 +18,19 @@ namespace {
 
 using detail::Clock;
 
+thread_local bool in_map_call = false;
+thread_local uint64_t map_call_seed = 0;
+
+// Runs fn with element_random_seed() = (pass, position) for the call.
+Element call_with_seed(const MapFn& fn, Element e, int64_t pass, int64_t position) {
+  in_map_call = true;
+  map_call_seed = mix_seed(static_cast<uint64_t>(pass), static_cast<uint64_t>(position));
+  struct Reset {
+    ~Reset() { in_map_call = false; }
+  } reset;
+  return fn(std::move(e));
+}
+
 class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<MapNode> {
  public:
   MapNode(std::shared_ptr<detail::Node> input, MapFn fn, MapOptions options)
@@ -25,7 +39,9 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
   std::unique_ptr<IteratorBase> make_iterator() override;
   std::string label() const override {
     if (options_.num_parallel_calls == 1) return "map";
-    const std::string p = options_.num_parallel_calls == kAutotune ? "autotune" : std::to_string(options_.num_parallel_calls);
+    const std::string p = options_.num_parallel_calls == kAutotune
+                              ? "autotune"
+                              : std::to_string(options_.num_parallel_calls);
     return "map(" + p + (options_.deterministic ? ")" : ", nondeterministic)");
   }
 
@@ -35,12 +51,13 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
 
 class SequentialMap : public IteratorBase {
  public:
-  SequentialMap(MapNode* node, std::unique_ptr<IteratorBase> input) : node_(node), input_(std::move(input)) {}
+  SequentialMap(MapNode* node, std::unique_ptr<IteratorBase> input)
+      : node_(node), input_(std::move(input)), pass_(node->next_pass()) {}
   std::optional<Element> next() override {
     auto e = detail::timed_next(*input_, node_->counters);
     if (!e) return std::nullopt;
     const auto start = Clock::now();
-    Element out = node_->fn_(std::move(*e));
+    Element out = call_with_seed(node_->fn_, std::move(*e), pass_, position_++);
     node_->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
     node_->counters.elements.fetch_add(1, std::memory_order_relaxed);
     return out;
@@ -49,13 +66,16 @@ class SequentialMap : public IteratorBase {
  private:
   MapNode* node_;
   std::unique_ptr<IteratorBase> input_;
+  int64_t pass_;
+  int64_t position_ = 0;
 };
 
 class ParallelMap : public IteratorBase {
  public:
   ParallelMap(std::shared_ptr<MapNode> node, std::unique_ptr<IteratorBase> input)
       : node_(std::move(node)), input_(std::move(input)), shared_(std::make_shared<Shared>()) {
-    const MapNode* n = node_.get();
+    MapNode* n = node_.get();
+    pass_ = n->next_pass();
     const int max = detail::data_pool().size();
     const int requested = n->options_.num_parallel_calls;
     shared_->autotune = requested == kAutotune;
@@ -98,7 +118,8 @@ class ParallelMap : public IteratorBase {
       if (ready != shared_->results.end()) {
         std::shared_ptr<Slot> slot = *ready;
         shared_->results.erase(ready);
-        node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(shared_->results.size()), std::memory_order_relaxed);
+        node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(shared_->results.size()),
+                                             std::memory_order_relaxed);
         node_->counters.buffer_samples.fetch_add(1, std::memory_order_relaxed);
         adapt(waited);
         lock.unlock();
@@ -185,10 +206,11 @@ class ParallelMap : public IteratorBase {
         s->cv.notify_all();
         return;
       }
-      detail::data_pool().submit([s, slot, node = node_, element = std::move(*input)]() mutable {
+      detail::data_pool().submit([s, slot, node = node_, pass = pass_, position = position_++,
+                                  element = std::move(*input)]() mutable {
         const auto start = Clock::now();
         try {
-          slot->value = node->fn_(std::move(element));
+          slot->value = call_with_seed(node->fn_, std::move(element), pass, position);
         } catch (...) {
           slot->error = std::current_exception();
         }
@@ -208,14 +230,22 @@ class ParallelMap : public IteratorBase {
   std::shared_ptr<Shared> shared_;
   std::thread runner_;
   bool finished_ = false;
+  int64_t pass_ = 0;
+  int64_t position_ = 0;  // next input position (runner thread only)
 };
 
 std::unique_ptr<IteratorBase> MapNode::make_iterator() {
-  if (options_.num_parallel_calls == 1) return std::make_unique<SequentialMap>(this, input_->make_iterator());
+  if (options_.num_parallel_calls == 1)
+    return std::make_unique<SequentialMap>(this, input_->make_iterator());
   return std::make_unique<ParallelMap>(shared_from_this(), input_->make_iterator());
 }
 
 }  // namespace
+
+uint64_t element_random_seed() {
+  if (!in_map_call) TANDEM_THROW(Error, "element_random_seed() called outside a map function");
+  return map_call_seed;
+}
 
 Dataset Dataset::map(MapFn fn, MapOptions options) const {
   if (!fn) TANDEM_THROW(InvalidArgument, "map needs a function");

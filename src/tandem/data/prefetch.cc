@@ -26,10 +26,12 @@ int64_t element_bytes(const Element& e) {
 
 class PrefetchNode : public detail::UnaryNode {
  public:
-  PrefetchNode(std::shared_ptr<detail::Node> input, int64_t buffer) : UnaryNode(std::move(input)), buffer_(buffer) {}
+  PrefetchNode(std::shared_ptr<detail::Node> input, int64_t buffer)
+      : UnaryNode(std::move(input)), buffer_(buffer) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
   std::string label() const override {
-    return "prefetch(" + (buffer_ == kAutotune ? std::string("autotune") : std::to_string(buffer_)) + ")";
+    return "prefetch(" +
+           (buffer_ == kAutotune ? std::string("autotune") : std::to_string(buffer_)) + ")";
   }
   const int64_t buffer_;
 };
@@ -37,7 +39,9 @@ class PrefetchNode : public detail::UnaryNode {
 class PrefetchIterator : public IteratorBase {
  public:
   PrefetchIterator(PrefetchNode* node, std::unique_ptr<IteratorBase> input)
-      : node_(node), input_(std::move(input)), autotune_(node->buffer_ == kAutotune),
+      : node_(node),
+        input_(std::move(input)),
+        autotune_(node->buffer_ == kAutotune),
         capacity_(autotune_ ? 1 : node->buffer_) {
     node_->counters.capacity.store(capacity_);
     producer_ = std::thread([this] { produce(); });
@@ -67,7 +71,8 @@ class PrefetchIterator : public IteratorBase {
       cv_.wait(lock, [this] { return !queue_.empty() || done_; });
       node_->counters.wait_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
     }
-    node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+    node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(queue_.size()),
+                                         std::memory_order_relaxed);
     node_->counters.buffer_samples.fetch_add(1, std::memory_order_relaxed);
     if (queue_.empty()) {
       if (error_) {
@@ -90,7 +95,8 @@ class PrefetchIterator : public IteratorBase {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [this] { return cancelled_ || static_cast<int64_t>(queue_.size()) < capacity_; });
+        cv_.wait(lock,
+                 [this] { return cancelled_ || static_cast<int64_t>(queue_.size()) < capacity_; });
         if (cancelled_) return;
       }
       std::optional<Element> e;
@@ -137,7 +143,8 @@ std::unique_ptr<IteratorBase> PrefetchNode::make_iterator() {
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {
   if (buffer_size < 1 && buffer_size != kAutotune) {
-    TANDEM_THROW(InvalidArgument, "prefetch buffer must be at least 1 or kAutotune, got ", buffer_size);
+    TANDEM_THROW(InvalidArgument, "prefetch buffer must be at least 1 or kAutotune, got ",
+                 buffer_size);
   }
   return Dataset(std::make_shared<PrefetchNode>(node_, buffer_size));
 }

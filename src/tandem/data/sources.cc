@@ -49,12 +49,13 @@ Tensor row(const Tensor& t, int64_t i) {
 }  // namespace
 
 Dataset Dataset::from_tensors(std::vector<std::pair<std::string, Tensor>> columns) {
-  if (columns.empty()) TANDEM_THROW(InvalidArgument, "from_tensors needs at least one named tensor");
+  if (columns.empty())
+    TANDEM_THROW(InvalidArgument, "from_tensors needs at least one named tensor");
   const int64_t rows = columns[0].second.rank() > 0 ? columns[0].second.dim(0) : -1;
   for (const auto& [name, t] : columns) {
     if (!t.defined() || t.rank() == 0 || t.dim(0) != rows) {
-      TANDEM_THROW(ShapeError, "from_tensors: every tensor needs the same first dimension; '", name, "' is ",
-                   t.to_string(), ", '", columns[0].first, "' has ", rows, " rows");
+      TANDEM_THROW(ShapeError, "from_tensors: every tensor needs the same first dimension; '", name,
+                   "' is ", t.to_string(), ", '", columns[0].first, "' has ", rows, " rows");
     }
   }
   return Dataset(std::make_shared<IndexedNode>("tensors", rows, [columns](int64_t i) {
@@ -67,24 +68,27 @@ Dataset Dataset::from_tensors(std::vector<std::pair<std::string, Tensor>> column
 Dataset Dataset::from_elements(std::vector<Element> elements) {
   const auto count = static_cast<int64_t>(elements.size());
   auto shared = std::make_shared<std::vector<Element>>(std::move(elements));
-  return Dataset(std::make_shared<IndexedNode>("elements", count, [shared](int64_t i) { return (*shared)[i]; }));
+  return Dataset(std::make_shared<IndexedNode>("elements", count,
+                                               [shared](int64_t i) { return (*shared)[i]; }));
 }
 
 Dataset Dataset::range(int64_t count) {
   if (count < 0) TANDEM_THROW(InvalidArgument, "range: negative count ", count);
-  return Dataset(std::make_shared<IndexedNode>("range(" + std::to_string(count) + ")", count, [](int64_t i) {
-    Tensor t = Tensor::empty(Shape{}, DType::i32);
-    t.data<int32_t>()[0] = static_cast<int32_t>(i);
-    return Element{{"index", t}};
-  }));
+  return Dataset(
+      std::make_shared<IndexedNode>("range(" + std::to_string(count) + ")", count, [](int64_t i) {
+        Tensor t = Tensor::empty(Shape{}, DType::i32);
+        t.data<int32_t>()[0] = static_cast<int32_t>(i);
+        return Element{{"index", t}};
+      }));
 }
 
 Dataset Dataset::from_idx(const std::string& images_path, const std::string& labels_path) {
   const Tensor images = read_idx(images_path);
   const Tensor labels = read_idx(labels_path).to(DType::i32);
   if (labels.rank() != 1 || images.rank() < 2 || images.dim(0) != labels.dim(0)) {
-    TANDEM_THROW(IoError, "IDX files '", images_path, "' ", images.shape().to_string(), " and '", labels_path,
-                 "' ", labels.shape().to_string(), " do not pair up (need N images and N labels)");
+    TANDEM_THROW(IoError, "IDX files '", images_path, "' ", images.shape().to_string(), " and '",
+                 labels_path, "' ", labels.shape().to_string(),
+                 " do not pair up (need N images and N labels)");
   }
   return Dataset(std::make_shared<IndexedNode>("idx", labels.dim(0), [images, labels](int64_t i) {
     return Element{{"image", row(images, i)}, {"label", row(labels, i)}};
@@ -94,8 +98,10 @@ Dataset Dataset::from_idx(const std::string& images_path, const std::string& lab
 Dataset Dataset::from_files(std::vector<std::string> paths) {
   const auto count = static_cast<int64_t>(paths.size());
   auto shared = std::make_shared<std::vector<std::string>>(std::move(paths));
-  return Dataset(std::make_shared<IndexedNode>("files(" + std::to_string(count) + ")", count,
-                                               [shared](int64_t i) { return Element{{"filename", bytes_tensor((*shared)[i])}}; }));
+  return Dataset(std::make_shared<IndexedNode>(
+      "files(" + std::to_string(count) + ")", count, [shared](int64_t i) {
+        return Element{{"filename", bytes_tensor((*shared)[i])}};
+      }));
 }
 
 }  // namespace tandem::data

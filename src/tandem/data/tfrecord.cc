@@ -14,18 +14,22 @@ namespace tandem::data {
 // A byte stream over a raw, gzip or zlib file.
 class TFRecordReader::Stream {
  public:
-  Stream(const std::string& path, Compression compression) : path_(path), compression_(compression) {
+  Stream(const std::string& path, Compression compression)
+      : path_(path), compression_(compression) {
     if (compression == Compression::gzip) {
       gz_ = gzopen(path.c_str(), "rb");
-      if (!gz_) TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
+      if (!gz_)
+        TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
       gzbuffer(gz_, 1 << 18);
       return;
     }
     file_.open(path, std::ios::binary);
-    if (!file_) TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
+    if (!file_)
+      TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
     if (compression == Compression::zlib) {
       std::memset(&z_, 0, sizeof(z_));
-      if (inflateInit(&z_) != Z_OK) TANDEM_THROW(IoError, "zlib initialisation failed for '", path, "'");
+      if (inflateInit(&z_) != Z_OK)
+        TANDEM_THROW(IoError, "zlib initialisation failed for '", path, "'");
       z_open_ = true;
       in_buffer_.resize(1 << 18);
     }
@@ -44,7 +48,8 @@ class TFRecordReader::Stream {
       case Compression::gzip: {
         size_t done = 0;
         while (done < n) {
-          const int got = gzread(gz_, out + done, static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30)));
+          const int got =
+              gzread(gz_, out + done, static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30)));
           if (got < 0) {
             int code = 0;
             TANDEM_THROW(IoError, "TFRecord file '", path_, "': gzip error: ", gzerror(gz_, &code));
@@ -65,9 +70,11 @@ class TFRecordReader::Stream {
             if (z_.avail_in == 0) break;  // truncated stream: caller reports short read
           }
           const int status = inflate(&z_, Z_NO_FLUSH);
-          if (status == Z_STREAM_END) z_end_ = true;
+          if (status == Z_STREAM_END)
+            z_end_ = true;
           else if (status != Z_OK && status != Z_BUF_ERROR) {
-            TANDEM_THROW(IoError, "TFRecord file '", path_, "': zlib error: ", z_.msg ? z_.msg : "corrupt stream");
+            TANDEM_THROW(IoError, "TFRecord file '", path_,
+                         "': zlib error: ", z_.msg ? z_.msg : "corrupt stream");
           }
         }
         return n - z_.avail_out;
@@ -115,9 +122,11 @@ Compression detect_compression(const std::string& path) {
   if (got >= 2 && head[0] == 0x1F && head[1] == 0x8B) return Compression::gzip;
   if (got >= 12) {
     // A raw file starts with a length whose masked CRC follows it.
-    if (read_u32(reinterpret_cast<const char*>(head) + 8) == masked_crc32c(head, 8)) return Compression::none;
+    if (read_u32(reinterpret_cast<const char*>(head) + 8) == masked_crc32c(head, 8))
+      return Compression::none;
   }
-  if (got >= 2 && (head[0] & 0x0F) == 8 && ((head[0] << 8) | head[1]) % 31 == 0) return Compression::zlib;
+  if (got >= 2 && (head[0] & 0x0F) == 8 && ((head[0] << 8) | head[1]) % 31 == 0)
+    return Compression::zlib;
   return Compression::none;
 }
 
@@ -140,24 +149,27 @@ std::optional<std::string> TFRecordReader::next() {
                  " has a corrupt length (length CRC mismatch); wrong compression setting?");
   }
   if (length > kMaxRecordBytes) {
-    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " claims ", length, " bytes");
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " claims ", length,
+                 " bytes");
   }
   std::string data(static_cast<size_t>(length) + 4, '\0');
   const size_t body = stream_->read(data.data(), data.size());
   if (body < data.size()) {
-    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (", body, " of ",
-                 data.size(), " bytes after the header)");
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (", body,
+                 " of ", data.size(), " bytes after the header)");
   }
   const uint32_t stored = read_u32(data.data() + length);
   data.resize(static_cast<size_t>(length));
   if (stored != masked_crc32c(data.data(), data.size())) {
-    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " has corrupt data (data CRC mismatch)");
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_,
+                 " has corrupt data (data CRC mismatch)");
   }
   ++index_;
   return data;
 }
 
-void write_tfrecord(const std::string& path, const std::vector<std::string>& records, Compression compression) {
+void write_tfrecord(const std::string& path, const std::vector<std::string>& records,
+                    Compression compression) {
   std::string bytes;
   for (const std::string& r : records) {
     const uint64_t length = r.size();
@@ -172,7 +184,8 @@ void write_tfrecord(const std::string& path, const std::vector<std::string>& rec
   }
   if (compression == Compression::gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
-    if (!f || gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) != static_cast<int>(bytes.size())) {
+    if (!f || gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) !=
+                  static_cast<int>(bytes.size())) {
       if (f) gzclose(f);
       TANDEM_THROW(IoError, "cannot write '", path, "'");
     }
@@ -182,8 +195,8 @@ void write_tfrecord(const std::string& path, const std::vector<std::string>& rec
   if (compression == Compression::zlib) {
     uLongf size = compressBound(bytes.size());
     std::string packed(size, '\0');
-    if (compress(reinterpret_cast<Bytef*>(packed.data()), &size, reinterpret_cast<const Bytef*>(bytes.data()),
-                 bytes.size()) != Z_OK) {
+    if (compress(reinterpret_cast<Bytef*>(packed.data()), &size,
+                 reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()) != Z_OK) {
       TANDEM_THROW(IoError, "zlib compression failed for '", path, "'");
     }
     packed.resize(size);
@@ -208,7 +221,8 @@ class TFRecordNode : public detail::Node {
       std::optional<Element> next() override {
         const auto start = detail::Clock::now();
         while (file < node->paths_.size()) {
-          if (!reader) reader = std::make_unique<TFRecordReader>(node->paths_[file], node->compression_);
+          if (!reader)
+            reader = std::make_unique<TFRecordReader>(node->paths_[file], node->compression_);
           if (auto record = reader->next()) {
             node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
             node->counters.elements.fetch_add(1, std::memory_order_relaxed);
@@ -224,7 +238,9 @@ class TFRecordNode : public detail::Node {
     it->node = this;
     return it;
   }
-  std::string label() const override { return "tfrecord(" + std::to_string(paths_.size()) + " files)"; }
+  std::string label() const override {
+    return "tfrecord(" + std::to_string(paths_.size()) + " files)";
+  }
 
  private:
   std::vector<std::string> paths_;

@@ -16,7 +16,8 @@ using detail::UnaryNode;
 // A node whose iterator is a function of the input iterator and the pass.
 class SimpleNode : public UnaryNode {
  public:
-  using Step = std::function<std::optional<Element>(IteratorBase& input, detail::Counters& counters)>;
+  using Step =
+      std::function<std::optional<Element>(IteratorBase& input, detail::Counters& counters)>;
   using Factory = std::function<Step(int64_t pass)>;
 
   SimpleNode(std::shared_ptr<Node> input, std::string label, Factory factory)
@@ -31,7 +32,8 @@ class SimpleNode : public UnaryNode {
         const auto start = Clock::now();
         const int64_t waited_before = node->counters.wait_ns.load(std::memory_order_relaxed);
         std::optional<Element> e = step(*input, node->counters);
-        const int64_t waited = node->counters.wait_ns.load(std::memory_order_relaxed) - waited_before;
+        const int64_t waited =
+            node->counters.wait_ns.load(std::memory_order_relaxed) - waited_before;
         node->counters.busy_ns.fetch_add(std::max<int64_t>(0, detail::elapsed_ns(start) - waited),
                                          std::memory_order_relaxed);
         if (e) node->counters.elements.fetch_add(1, std::memory_order_relaxed);
@@ -65,9 +67,10 @@ Tensor stack(const std::vector<Element>& elements, size_t feature) {
     }
     const Tensor& t = features[feature].second;
     if (t.shape() != first.shape() || t.dtype() != first.dtype()) {
-      TANDEM_THROW(ShapeError, "batch: feature '", name, "' of element ", i, " is ", dtype_name(t.dtype()), " ",
-                   t.shape().to_string(), " but element 0's is ", dtype_name(first.dtype()), " ",
-                   first.shape().to_string(), " (pad or resize before batching)");
+      TANDEM_THROW(ShapeError, "batch: feature '", name, "' of element ", i, " is ",
+                   dtype_name(t.dtype()), " ", t.shape().to_string(), " but element 0's is ",
+                   dtype_name(first.dtype()), " ", first.shape().to_string(),
+                   " (pad or resize before batching)");
     }
     if (bytes > 0) std::memcpy(static_cast<char*>(out.raw_data()) + i * bytes, t.raw_data(), bytes);
   }
@@ -89,11 +92,13 @@ Dataset Dataset::filter(FilterFn predicate) const {
 }
 
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
-  if (batch_size < 1) TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", batch_size);
+  if (batch_size < 1)
+    TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", batch_size);
   const std::string label =
       "batch(" + std::to_string(batch_size) + (drop_remainder ? ", drop_remainder)" : ")");
   return Dataset(std::make_shared<SimpleNode>(node_, label, [batch_size, drop_remainder](int64_t) {
-    return [batch_size, drop_remainder](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+    return [batch_size, drop_remainder](IteratorBase& input,
+                                        detail::Counters& c) -> std::optional<Element> {
       std::vector<Element> elements;
       elements.reserve(static_cast<size_t>(batch_size));
       while (static_cast<int64_t>(elements.size()) < batch_size) {
@@ -101,18 +106,21 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
         if (!e) break;
         elements.push_back(std::move(*e));
       }
-      if (elements.empty() || (drop_remainder && static_cast<int64_t>(elements.size()) < batch_size)) {
+      if (elements.empty() ||
+          (drop_remainder && static_cast<int64_t>(elements.size()) < batch_size)) {
         return std::nullopt;
       }
       Element out;
-      for (size_t f = 0; f < elements[0].size(); ++f) out.set(elements[0].features()[f].first, stack(elements, f));
+      for (size_t f = 0; f < elements[0].size(); ++f)
+        out.set(elements[0].features()[f].first, stack(elements, f));
       return out;
     };
   }));
 }
 
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
-  if (buffer_size < 1) TANDEM_THROW(InvalidArgument, "shuffle buffer must be at least 1, got ", buffer_size);
+  if (buffer_size < 1)
+    TANDEM_THROW(InvalidArgument, "shuffle buffer must be at least 1, got ", buffer_size);
   const std::string label = "shuffle(" + std::to_string(buffer_size) + ")";
   return Dataset(std::make_shared<SimpleNode>(node_, label, [=](int64_t pass) {
     struct State {
@@ -121,63 +129,71 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
       bool input_done = false;
     };
     auto state = std::make_shared<State>();
-    state->generator = Generator(mix_seed(seed, reshuffle_each_iteration ? static_cast<uint64_t>(pass) : 0));
-    return [state, buffer_size](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-      while (!state->input_done && static_cast<int64_t>(state->buffer.size()) < buffer_size) {
-        auto e = detail::timed_next(input, c);
-        if (!e) {
-          state->input_done = true;
-          break;
-        }
-        state->buffer.push_back(std::move(*e));
-      }
-      if (state->buffer.empty()) return std::nullopt;
-      const auto j = static_cast<size_t>(state->generator.next_below(state->buffer.size()));
-      Element out = std::move(state->buffer[j]);
-      state->buffer[j] = std::move(state->buffer.back());
-      state->buffer.pop_back();
-      return out;
-    };
+    state->generator =
+        Generator(mix_seed(seed, reshuffle_each_iteration ? static_cast<uint64_t>(pass) : 0));
+    return
+        [state, buffer_size](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+          while (!state->input_done && static_cast<int64_t>(state->buffer.size()) < buffer_size) {
+            auto e = detail::timed_next(input, c);
+            if (!e) {
+              state->input_done = true;
+              break;
+            }
+            state->buffer.push_back(std::move(*e));
+          }
+          if (state->buffer.empty()) return std::nullopt;
+          const auto j = static_cast<size_t>(state->generator.next_below(state->buffer.size()));
+          Element out = std::move(state->buffer[j]);
+          state->buffer[j] = std::move(state->buffer.back());
+          state->buffer.pop_back();
+          return out;
+        };
   }));
 }
 
 Dataset Dataset::take(int64_t count) const {
   if (count < 0) TANDEM_THROW(InvalidArgument, "take: negative count ", count);
-  return Dataset(std::make_shared<SimpleNode>(node_, "take(" + std::to_string(count) + ")", [count](int64_t) {
-    auto taken = std::make_shared<int64_t>(0);
-    return [count, taken](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-      if (*taken >= count) return std::nullopt;
-      auto e = detail::timed_next(input, c);
-      if (e) ++*taken;
-      return e;
-    };
-  }));
+  return Dataset(
+      std::make_shared<SimpleNode>(node_, "take(" + std::to_string(count) + ")", [count](int64_t) {
+        auto taken = std::make_shared<int64_t>(0);
+        return [count, taken](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+          if (*taken >= count) return std::nullopt;
+          auto e = detail::timed_next(input, c);
+          if (e) ++*taken;
+          return e;
+        };
+      }));
 }
 
 Dataset Dataset::skip(int64_t count) const {
   if (count < 0) TANDEM_THROW(InvalidArgument, "skip: negative count ", count);
-  return Dataset(std::make_shared<SimpleNode>(node_, "skip(" + std::to_string(count) + ")", [count](int64_t) {
-    auto skipped = std::make_shared<bool>(false);
-    return [count, skipped](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-      if (!*skipped) {
-        *skipped = true;
-        for (int64_t i = 0; i < count; ++i) {
-          if (!detail::timed_next(input, c)) return std::nullopt;
-        }
-      }
-      return detail::timed_next(input, c);
-    };
-  }));
+  return Dataset(
+      std::make_shared<SimpleNode>(node_, "skip(" + std::to_string(count) + ")", [count](int64_t) {
+        auto skipped = std::make_shared<bool>(false);
+        return
+            [count, skipped](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+              if (!*skipped) {
+                *skipped = true;
+                for (int64_t i = 0; i < count; ++i) {
+                  if (!detail::timed_next(input, c)) return std::nullopt;
+                }
+              }
+              return detail::timed_next(input, c);
+            };
+      }));
 }
 
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   if (num_shards < 1 || index < 0 || index >= num_shards) {
-    TANDEM_THROW(InvalidArgument, "shard: need 0 <= index < num_shards, got index ", index, " of ", num_shards);
+    TANDEM_THROW(InvalidArgument, "shard: need 0 <= index < num_shards, got index ", index, " of ",
+                 num_shards);
   }
-  const std::string label = "shard(" + std::to_string(index) + "/" + std::to_string(num_shards) + ")";
+  const std::string label =
+      "shard(" + std::to_string(index) + "/" + std::to_string(num_shards) + ")";
   return Dataset(std::make_shared<SimpleNode>(node_, label, [num_shards, index](int64_t) {
     auto position = std::make_shared<int64_t>(0);
-    return [num_shards, index, position](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+    return [num_shards, index, position](IteratorBase& input,
+                                         detail::Counters& c) -> std::optional<Element> {
       while (auto e = detail::timed_next(input, c)) {
         if ((*position)++ % num_shards == index) return e;
       }

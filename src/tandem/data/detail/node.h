@@ -16,9 +16,9 @@ struct Counters {
   std::atomic<int64_t> elements{0};
   std::atomic<int64_t> busy_ns{0};
   std::atomic<int64_t> wait_ns{0};
-  std::atomic<int64_t> buffer_sum{0};      // sum of sampled occupancies
+  std::atomic<int64_t> buffer_sum{0};  // sum of sampled occupancies
   std::atomic<int64_t> buffer_samples{0};
-  std::atomic<int64_t> capacity{0};        // current buffer size / parallelism
+  std::atomic<int64_t> capacity{0};  // current buffer size / parallelism
 };
 
 class Node {

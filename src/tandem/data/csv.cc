@@ -1,0 +1,190 @@
+#include "tandem/data/csv.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+
+#include "tandem/base/error.h"
+#include "tandem/data/detail/node.h"
+
+namespace tandem::data {
+
+struct CsvReader::Impl {
+  std::string path;
+  std::ifstream in;
+  char delimiter;
+  int64_t line = 1;  // current line of the stream
+};
+
+CsvReader::CsvReader(const std::string& path, char delimiter) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->delimiter = delimiter;
+  impl_->in.open(path, std::ios::binary);
+  if (!impl_->in)
+    TANDEM_THROW(IoError, "cannot open CSV file '", path, "': ", std::strerror(errno));
+}
+
+CsvReader::~CsvReader() = default;
+
+std::optional<std::vector<std::string>> CsvReader::next() {
+  std::istream& in = impl_->in;
+  // Skip blank lines between records.
+  for (;;) {
+    const int c = in.peek();
+    if (c == EOF) return std::nullopt;
+    if (c == '\n') {
+      in.get();
+      ++impl_->line;
+    } else if (c == '\r') {
+      in.get();
+    } else {
+      break;
+    }
+  }
+  record_line_ = impl_->line;
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (;;) {
+    const int c = in.get();
+    if (c == EOF) {
+      if (quoted) {
+        TANDEM_THROW(IoError, "CSV file '", impl_->path, "' line ", record_line_,
+                     ": unterminated quoted field");
+      }
+      break;
+    }
+    if (quoted) {
+      if (c == '"') {
+        if (in.peek() == '"') {
+          in.get();
+          fields.back() += '"';
+        } else {
+          quoted = false;
+        }
+      } else {
+        if (c == '\n') ++impl_->line;
+        fields.back() += static_cast<char>(c);
+      }
+      continue;
+    }
+    if (c == '"' && fields.back().empty()) {
+      quoted = true;
+    } else if (c == impl_->delimiter) {
+      fields.emplace_back();
+    } else if (c == '\n') {
+      ++impl_->line;
+      break;
+    } else if (c != '\r') {
+      fields.back() += static_cast<char>(c);
+    }
+  }
+  return fields;
+}
+
+namespace {
+
+class CsvNode : public detail::Node {
+ public:
+  CsvNode(std::string path, CsvOptions options, std::vector<CsvColumn> columns)
+      : path_(std::move(path)), options_(std::move(options)), columns_(std::move(columns)) {}
+
+  std::unique_ptr<IteratorBase> make_iterator() override {
+    struct It : IteratorBase {
+      CsvNode* node;
+      CsvReader reader;
+      It(CsvNode* n) : node(n), reader(n->path_, n->options_.delimiter) {
+        if (n->options_.header) reader.next();
+      }
+      std::optional<Element> next() override {
+        const auto start = detail::Clock::now();
+        auto fields = reader.next();
+        if (!fields) return std::nullopt;
+        Element e = node->parse_row(*fields, reader.line());
+        node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+        node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+        return e;
+      }
+    };
+    return std::make_unique<It>(this);
+  }
+  std::string label() const override { return "csv"; }
+
+  Element parse_row(const std::vector<std::string>& fields, int64_t line) const {
+    if (fields.size() != columns_.size()) {
+      TANDEM_THROW(IoError, "CSV file '", path_, "' line ", line, ": expected ", columns_.size(),
+                   " fields, got ", fields.size());
+    }
+    Element e;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const CsvColumn& col = columns_[i];
+      std::string text = fields[i];
+      if (text.empty() && col.dtype != DType::u8) {
+        if (!col.default_value) {
+          TANDEM_THROW(IoError, "CSV file '", path_, "' line ", line, ": column '", col.name,
+                       "' is empty and has no default");
+        }
+        text = *col.default_value;
+      }
+      if (col.dtype == DType::u8) {
+        e.set(col.name, bytes_tensor(text));
+        continue;
+      }
+      // Tolerate surrounding spaces, as spreadsheet exports often have them.
+      const size_t first = text.find_first_not_of(" \t"), last = text.find_last_not_of(" \t");
+      const std::string trimmed =
+          first == std::string::npos ? "" : text.substr(first, last - first + 1);
+      Tensor t = Tensor::empty(Shape{}, col.dtype);
+      const char* begin = trimmed.data();
+      const char* end = trimmed.data() + trimmed.size();
+      std::from_chars_result r{};
+      if (col.dtype == DType::i32) {
+        r = std::from_chars(begin, end, t.data<int32_t>()[0]);
+      } else {
+        r = std::from_chars(begin, end, t.data<float>()[0]);
+      }
+      if (trimmed.empty() || r.ec != std::errc() || r.ptr != end) {
+        TANDEM_THROW(IoError, "CSV file '", path_, "' line ", line, ": column '", col.name, "': '",
+                     text, "' is not ", col.dtype == DType::i32 ? "an integer" : "a number");
+      }
+      e.set(col.name, t);
+    }
+    return e;
+  }
+
+ private:
+  std::string path_;
+  CsvOptions options_;
+  std::vector<CsvColumn> columns_;
+};
+
+}  // namespace
+
+Dataset from_csv(const std::string& path, CsvOptions options) {
+  std::vector<CsvColumn> columns = options.columns;
+  for (const CsvColumn& c : columns) {
+    if (c.dtype != DType::f32 && c.dtype != DType::i32 && c.dtype != DType::u8) {
+      TANDEM_THROW(InvalidArgument, "CSV column '", c.name, "': dtype must be f32, i32 or u8, got ",
+                   dtype_name(c.dtype));
+    }
+  }
+  // Read the header now: it names the columns, and a missing file fails here.
+  CsvReader reader(path, options.delimiter);
+  std::optional<std::vector<std::string>> first = reader.next();
+  if (options.header) {
+    if (!first) TANDEM_THROW(IoError, "CSV file '", path, "' is empty but a header was expected");
+    if (columns.empty()) {
+      for (const std::string& name : *first) columns.push_back({name, DType::f32, std::nullopt});
+    } else if (first->size() != columns.size()) {
+      TANDEM_THROW(IoError, "CSV file '", path, "': the header has ", first->size(),
+                   " columns, the spec ", columns.size());
+    }
+  } else if (columns.empty()) {
+    const size_t n = first ? first->size() : 0;
+    for (size_t i = 0; i < n; ++i)
+      columns.push_back({"column" + std::to_string(i), DType::f32, std::nullopt});
+  }
+  return Dataset(std::make_shared<CsvNode>(path, std::move(options), std::move(columns)));
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,222 @@
+#include "tandem/data/image.h"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <memory>
+
+#include "tandem/base/error.h"
+#include "tandem/base/random.h"
+
+namespace tandem::data {
+namespace {
+
+bool is_jpeg(const unsigned char* p, size_t n) {
+  return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF;
+}
+bool is_png(const unsigned char* p, size_t n) {
+  return n >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
+struct TjHandle {
+  tjhandle h;
+  explicit TjHandle(bool compress) : h(compress ? tjInitCompress() : tjInitDecompress()) {
+    if (!h) TANDEM_THROW(Error, "libjpeg-turbo initialisation failed");
+  }
+  ~TjHandle() { tjDestroy(h); }
+};
+
+Tensor decode_jpeg(const unsigned char* p, size_t n, int channels) {
+  thread_local TjHandle handle(false);
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (tjDecompressHeader3(handle.h, p, static_cast<unsigned long>(n), &width, &height, &subsampling,
+                          &colorspace) != 0) {
+    TANDEM_THROW(IoError, "bad JPEG header: ", tjGetErrorStr2(handle.h));
+  }
+  const int c = channels != 0 ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
+  Tensor image = Tensor::empty(Shape{height, width, c}, DType::u8);
+  if (tjDecompress2(handle.h, p, static_cast<unsigned long>(n),
+                    static_cast<unsigned char*>(image.raw_data()), width, 0, height,
+                    c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0 &&
+      tjGetErrorCode(handle.h) == TJERR_FATAL) {
+    TANDEM_THROW(IoError, "corrupt JPEG data: ", tjGetErrorStr2(handle.h));
+  }
+  return image;
+}
+
+Tensor decode_png(const unsigned char* p, size_t n, int channels) {
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&img, p, n)) {
+    TANDEM_THROW(IoError, "bad PNG data: ", img.message);
+  }
+  const bool gray = (img.format & PNG_FORMAT_FLAG_COLOR) == 0;
+  const int c = channels != 0 ? channels : (gray ? 1 : 3);
+  img.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  Tensor image = Tensor::empty(Shape{img.height, img.width, c}, DType::u8);
+  if (!png_image_finish_read(&img, nullptr, image.raw_data(), 0, nullptr)) {
+    png_image_free(&img);
+    TANDEM_THROW(IoError, "corrupt PNG data: ", img.message);
+  }
+  return image;
+}
+
+void check_image(const Tensor& image, const char* what) {
+  if (image.rank() != 3)
+    TANDEM_THROW(ShapeError, what, ": expected an (H, W, C) image, got ", image.to_string());
+}
+
+}  // namespace
+
+Tensor decode_image(const Tensor& bytes, int channels) {
+  if (bytes.dtype() != DType::u8 || bytes.rank() != 1) {
+    TANDEM_THROW(ShapeError, "decode_image: expected 1-D u8 bytes, got ", bytes.to_string());
+  }
+  if (channels != 0 && channels != 1 && channels != 3) {
+    TANDEM_THROW(InvalidArgument, "decode_image: channels must be 0, 1 or 3, got ", channels);
+  }
+  const auto* p = static_cast<const unsigned char*>(bytes.raw_data());
+  const size_t n = bytes.nbytes();
+  if (is_jpeg(p, n)) return decode_jpeg(p, n, channels);
+  if (is_png(p, n)) return decode_png(p, n, channels);
+  TANDEM_THROW(IoError, "decode_image: ", n, " bytes are neither JPEG nor PNG");
+}
+
+Tensor encode_jpeg(const Tensor& image, int quality) {
+  check_image(image, "encode_jpeg");
+  if (image.dtype() != DType::u8 || (image.dim(2) != 1 && image.dim(2) != 3) || quality < 1 ||
+      quality > 100) {
+    TANDEM_THROW(InvalidArgument, "encode_jpeg: need u8 (H, W, 1|3) and quality 1..100, got ",
+                 image.to_string(), " quality ", quality);
+  }
+  thread_local TjHandle handle(true);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const bool gray = image.dim(2) == 1;
+  if (tjCompress2(handle.h, static_cast<const unsigned char*>(image.raw_data()),
+                  static_cast<int>(image.dim(1)), 0, static_cast<int>(image.dim(0)),
+                  gray ? TJPF_GRAY : TJPF_RGB, &out, &size, gray ? TJSAMP_GRAY : TJSAMP_420,
+                  quality, 0) != 0) {
+    TANDEM_THROW(Error, "JPEG encoding failed: ", tjGetErrorStr2(handle.h));
+  }
+  Tensor bytes = Tensor::empty(Shape{static_cast<int64_t>(size)}, DType::u8);
+  std::memcpy(bytes.raw_data(), out, size);
+  tjFree(out);
+  return bytes;
+}
+
+Tensor encode_png(const Tensor& image) {
+  check_image(image, "encode_png");
+  if (image.dtype() != DType::u8 || (image.dim(2) != 1 && image.dim(2) != 3)) {
+    TANDEM_THROW(InvalidArgument, "encode_png: need u8 (H, W, 1|3), got ", image.to_string());
+  }
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  img.width = static_cast<png_uint_32>(image.dim(1));
+  img.height = static_cast<png_uint_32>(image.dim(0));
+  img.format = image.dim(2) == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&img, nullptr, &size, 0, image.raw_data(), 0, nullptr)) {
+    TANDEM_THROW(Error, "PNG encoding failed: ", img.message);
+  }
+  Tensor bytes = Tensor::empty(Shape{static_cast<int64_t>(size)}, DType::u8);
+  if (!png_image_write_to_memory(&img, bytes.raw_data(), &size, 0, image.raw_data(), 0, nullptr)) {
+    TANDEM_THROW(Error, "PNG encoding failed: ", img.message);
+  }
+  return bytes.slice(0, static_cast<int64_t>(size));
+}
+
+MapFn decode_image_fn(std::string key, int channels) {
+  return [key, channels](Element e) {
+    e.set(key, decode_image(e.at(key), channels));
+    return e;
+  };
+}
+
+MapFn random_crop_with_padding(int64_t padding, uint64_t seed, std::string key) {
+  if (padding < 0)
+    TANDEM_THROW(InvalidArgument, "random_crop_with_padding: negative padding ", padding);
+  return [padding, seed, key](Element e) {
+    const Tensor& in = e.at(key);
+    check_image(in, "random_crop_with_padding");
+    const int64_t H = in.dim(0), W = in.dim(1), C = in.dim(2);
+    Generator g(mix_seed(seed, element_random_seed()));
+    const int64_t dy =
+        static_cast<int64_t>(g.next_below(static_cast<uint64_t>(2 * padding + 1))) - padding;
+    const int64_t dx =
+        static_cast<int64_t>(g.next_below(static_cast<uint64_t>(2 * padding + 1))) - padding;
+    Tensor out = Tensor::zeros(in.shape(), in.dtype());
+    const size_t pixel = static_cast<size_t>(C) * dtype_size(in.dtype());
+    const auto* src = static_cast<const char*>(in.raw_data());
+    auto* dst = static_cast<char*>(out.raw_data());
+    // Output pixel (y, x) shows input pixel (y + dy, x + dx), zero outside.
+    for (int64_t y = 0; y < H; ++y) {
+      const int64_t sy = y + dy;
+      if (sy < 0 || sy >= H) continue;
+      const int64_t x0 = std::max<int64_t>(0, -dx), x1 = std::min(W, W - dx);
+      if (x1 > x0)
+        std::memcpy(dst + (y * W + x0) * pixel, src + (sy * W + x0 + dx) * pixel,
+                    (x1 - x0) * pixel);
+    }
+    e.set(key, out);
+    return e;
+  };
+}
+
+MapFn random_flip_horizontal(uint64_t seed, std::string key) {
+  return [seed, key](Element e) {
+    if (Generator(mix_seed(seed, element_random_seed())).next_below(2) == 0) return e;
+    const Tensor& in = e.at(key);
+    check_image(in, "random_flip_horizontal");
+    const int64_t H = in.dim(0), W = in.dim(1);
+    const size_t pixel = static_cast<size_t>(in.dim(2)) * dtype_size(in.dtype());
+    Tensor out = Tensor::empty(in.shape(), in.dtype());
+    const auto* src = static_cast<const char*>(in.raw_data());
+    auto* dst = static_cast<char*>(out.raw_data());
+    for (int64_t y = 0; y < H; ++y) {
+      for (int64_t x = 0; x < W; ++x)
+        std::memcpy(dst + (y * W + x) * pixel, src + (y * W + (W - 1 - x)) * pixel, pixel);
+    }
+    e.set(key, out);
+    return e;
+  };
+}
+
+MapFn normalize(std::vector<float> mean, std::vector<float> stddev, std::string key) {
+  if (mean.empty() || mean.size() != stddev.size()) {
+    TANDEM_THROW(InvalidArgument, "normalize: mean and stddev need one value per channel, got ",
+                 mean.size(), " and ", stddev.size());
+  }
+  for (float s : stddev) {
+    if (!(s > 0.0f)) TANDEM_THROW(InvalidArgument, "normalize: stddev must be positive, got ", s);
+  }
+  return [mean, stddev, key](Element e) {
+    const Tensor& in = e.at(key);
+    const int64_t C = in.rank() > 0 ? in.dim(-1) : 1;
+    if (static_cast<size_t>(C) != mean.size()) {
+      TANDEM_THROW(ShapeError, "normalize: feature '", key, "' has ", C,
+                   " channels, mean/stddev have ", mean.size());
+    }
+    const float scale = in.dtype() == DType::u8 ? 1.0f / 255.0f : 1.0f;
+    const std::vector<float> x = in.to_floats();
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = i % static_cast<size_t>(C);
+      y[i] = (x[i] * scale - mean[c]) / stddev[c];
+    }
+    e.set(key, Tensor::from_floats(in.shape(), y));
+    return e;
+  };
+}
+
+MapFn cast_to(DType dtype, std::string key) {
+  return [dtype, key](Element e) {
+    e.set(key, e.at(key).to(dtype));
+    return e;
+  };
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,170 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/base/error.h"
+#include "tandem/base/random.h"
+#include "tandem/data/csv.h"
+#include "tandem/data/example.h"
+#include "tandem/data/image.h"
+
+namespace tandem::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = (fs::path(TANDEM_TEST_TMPDIR) / name).string();
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  return path;
+}
+
+std::string csv_error(const std::string& path, CsvOptions options = {}) {
+  try {
+    Iterator it = from_csv(path, options).iterator();
+    while (it.next()) {
+    }
+  } catch (const IoError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Csv, TypedColumnsQuotesAndDefaults) {
+  const std::string path = write_file("typed.csv",
+                                      "id,score,name\n"
+                                      "1,0.5,plain\n"
+                                      "2, -3.25 ,\"with, comma\"\n"
+                                      "\n"
+                                      "3,,\"quote \"\"inside\"\"\nand newline\"\r\n");
+  CsvOptions options{
+      .columns = {{"id", DType::i32}, {"score", DType::f32, "7.5"}, {"name", DType::u8}}};
+  Iterator it = from_csv(path, options).iterator();
+  std::vector<int32_t> ids;
+  std::vector<float> scores;
+  std::vector<std::string> names;
+  while (auto e = it.next()) {
+    ids.push_back(e->at("id").to_ints()[0]);
+    scores.push_back(e->at("score").item());
+    names.push_back(tensor_bytes(e->at("name")));
+  }
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(scores, (std::vector<float>{0.5f, -3.25f, 7.5f}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"plain", "with, comma", "quote \"inside\"\nand newline"}));
+  // Without a column spec: f32 columns named by the header.
+  Iterator plain = from_csv(write_file("plain.csv", "a,b\n1,2\n3,4\n")).batch(2).iterator();
+  auto batch = plain.next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->at("b").to_floats(), (std::vector<float>{2, 4}));
+}
+
+TEST(Csv, BadRowsNameFileLineAndColumn) {
+  std::string message = csv_error(write_file("fields.csv", "a,b\n1,2\n3\n"));
+  EXPECT_NE(message.find("fields.csv' line 3: expected 2 fields, got 1"), std::string::npos)
+      << message;
+  message = csv_error(write_file("number.csv", "a,b\n1,2\n3,x4\n"));
+  EXPECT_NE(message.find("line 3: column 'b': 'x4' is not a number"), std::string::npos) << message;
+  message = csv_error(write_file("int.csv", "a\n1.5\n"), {.columns = {{"a", DType::i32}}});
+  EXPECT_NE(message.find("'1.5' is not an integer"), std::string::npos) << message;
+  message = csv_error(write_file("empty_field.csv", "a,b\n1,\n"));
+  EXPECT_NE(message.find("column 'b' is empty and has no default"), std::string::npos) << message;
+  message = csv_error(write_file("quote.csv", "a\n\"open\n"));
+  EXPECT_NE(message.find("unterminated quoted field"), std::string::npos) << message;
+  EXPECT_THROW(from_csv("/nonexistent.csv"), IoError);
+  EXPECT_THROW(from_csv(write_file("hdr.csv", "a,b\n"), {.columns = {{"a"}}}), IoError);
+}
+
+Tensor gradient_image(int64_t h, int64_t w, int64_t c) {
+  Tensor t = Tensor::empty(Shape{h, w, c}, DType::u8);
+  auto* p = t.data<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<uint8_t>((i * 7) % 256);
+  return t;
+}
+
+TEST(Image, PngRoundTripsExactlyAndJpegApproximately) {
+  for (int64_t c : {1, 3}) {
+    const Tensor image = gradient_image(13, 17, c);
+    EXPECT_EQ(decode_image(encode_png(image)).to_floats(), image.to_floats());
+    const Tensor smooth = Tensor::full(Shape{16, 24, c}, 120.0f, DType::u8);
+    const Tensor back = decode_image(encode_jpeg(smooth, 95));
+    EXPECT_EQ(back.shape(), smooth.shape());
+    for (float v : back.to_floats()) EXPECT_NEAR(v, 120.0f, 3.0f);
+  }
+  EXPECT_EQ(decode_image(encode_png(gradient_image(5, 5, 3)), 1).shape(), (Shape{5, 5, 1}));
+  EXPECT_THROW(decode_image(bytes_tensor("not an image")), IoError);
+  Tensor truncated = encode_png(gradient_image(20, 20, 3));
+  EXPECT_THROW(decode_image(truncated.slice(0, truncated.numel() / 2)), IoError);
+}
+
+TEST(Image, CifarPngsFromTheTFRecordFileDecode) {
+  // Every PNG in the TensorFlow-written file is 32x32 RGB.
+  const Dataset d =
+      Dataset::from_tfrecord({TANDEM_TESTDATA_DIR "/tfrecord/tfx_cifar10_test_png.tfrecord"})
+          .map(example_parser({{.name = "image", .dtype = DType::u8},
+                               {.name = "label", .dtype = DType::i32, .shape = Shape{}}}))
+          .map(decode_image_fn(), {.num_parallel_calls = 2})
+          .batch(32);
+  Iterator it = d.iterator();
+  int batches = 0;
+  while (auto e = it.next()) {
+    EXPECT_EQ(e->at("image").shape(), (Shape{32, 32, 32, 3}));
+    for (int32_t label : e->at("label").to_ints()) EXPECT_TRUE(label >= 0 && label < 10);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 4);
+}
+
+TEST(Image, AugmentationsAreDeterministicAcrossParallelism) {
+  std::vector<Element> images;
+  for (int i = 0; i < 64; ++i) images.push_back(Element{{"image", gradient_image(8, 8, 3)}});
+  auto pipeline = [&](int parallel) {
+    return Dataset::from_elements(images)
+        .map(random_crop_with_padding(2, 11), {.num_parallel_calls = parallel})
+        .map(random_flip_horizontal(12), {.num_parallel_calls = parallel})
+        .map(normalize({0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f}))
+        .map(cast_to(DType::bf16));
+  };
+  auto collect = [](const Dataset& d) {
+    std::vector<std::vector<float>> out;
+    Iterator it = d.iterator();
+    while (auto e = it.next()) out.push_back(e->at("image").to_floats());
+    return out;
+  };
+  const auto one = collect(pipeline(1));
+  EXPECT_EQ(one, collect(pipeline(4)));
+  EXPECT_EQ(one, collect(pipeline(kAutotune)));
+  // The augmentations really vary between elements.
+  int distinct = 0;
+  for (size_t i = 1; i < one.size(); ++i) distinct += one[i] != one[0];
+  EXPECT_GT(distinct, 32);
+  Iterator it = pipeline(1).iterator();
+  EXPECT_EQ(it.next()->at("image").dtype(), DType::bf16);
+  EXPECT_THROW(element_random_seed(), Error);
+}
+
+TEST(Image, CropAndFlipMoveThePixels) {
+  Tensor image = Tensor::zeros(Shape{4, 4, 1}, DType::u8);
+  image.data<uint8_t>()[0] = 200;  // top-left
+  // Find a seed whose flip happens: the pixel moves to the top-right.
+  bool flipped = false;
+  for (uint64_t seed = 0; seed < 8 && !flipped; ++seed) {
+    Iterator it = Dataset::from_elements({Element{{"image", image}}})
+                      .map(random_flip_horizontal(seed))
+                      .iterator();
+    const std::vector<float> out = it.next()->at("image").to_floats();
+    flipped = out[3] == 200.0f;
+    if (!flipped) {
+      EXPECT_EQ(out[0], 200.0f);
+    }
+  }
+  EXPECT_TRUE(flipped);
+  Iterator crop = Dataset::from_elements({Element{{"image", image}}})
+                      .map(random_crop_with_padding(0, 1))
+                      .iterator();
+  EXPECT_EQ(crop.next()->at("image").to_floats(), image.to_floats());  // no padding: identity
+}
+
+}  // namespace
+}  // namespace tandem::data
