@@ -84,6 +84,9 @@ class CacheNode : public detail::UnaryNode {
   std::string label() const override {
     return path_.empty() ? "cache(memory)" : "cache(" + path_ + ")";
   }
+  std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
+    return std::make_shared<CacheNode>(std::move(input), path_);
+  }
 
   const std::string path_;
   std::mutex mutex_;

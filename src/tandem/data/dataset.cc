@@ -10,6 +10,14 @@ namespace tandem::data {
 
 namespace detail {
 
+std::shared_ptr<Node> Node::with_input(std::shared_ptr<Node>) const {
+  TANDEM_THROW(Error, "pipeline stage '", label(), "' has no input to replace");
+}
+
+std::shared_ptr<Node> Node::with_files(std::vector<std::string>) const {
+  TANDEM_THROW(Error, "pipeline stage '", label(), "' does not read files");
+}
+
 int data_threads() {
   static const int threads = std::max(2, cpu_info().logical_cpus);
   return threads;

@@ -15,6 +15,9 @@ class InterleaveNode : public detail::UnaryNode {
   InterleaveNode(std::shared_ptr<detail::Node> input, InterleaveFn fn, InterleaveOptions options)
       : UnaryNode(std::move(input)), fn_(std::move(fn)), options_(options) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
+  std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
+    return std::make_shared<InterleaveNode>(std::move(input), fn_, options_);
+  }
   std::string label() const override {
     const std::string p = options_.num_parallel_calls == kAutotune
                               ? "autotune"

@@ -37,6 +37,9 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
       : UnaryNode(std::move(input)), fn_(std::move(fn)), options_(options) {}
 
   std::unique_ptr<IteratorBase> make_iterator() override;
+  std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
+    return std::make_shared<MapNode>(std::move(input), fn_, options_);
+  }
   std::string label() const override {
     if (options_.num_parallel_calls == 1) return "map";
     const std::string p = options_.num_parallel_calls == kAutotune

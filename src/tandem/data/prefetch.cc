@@ -29,6 +29,9 @@ class PrefetchNode : public detail::UnaryNode {
   PrefetchNode(std::shared_ptr<detail::Node> input, int64_t buffer)
       : UnaryNode(std::move(input)), buffer_(buffer) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
+  std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
+    return std::make_shared<PrefetchNode>(std::move(input), buffer_);
+  }
   std::string label() const override {
     return "prefetch(" +
            (buffer_ == kAutotune ? std::string("autotune") : std::to_string(buffer_)) + ")";

@@ -95,13 +95,31 @@ Dataset Dataset::from_idx(const std::string& images_path, const std::string& lab
   }));
 }
 
+namespace {
+
+// The file list source: one {"filename"} element per path.
+class FilesNode : public IndexedNode {
+ public:
+  explicit FilesNode(std::vector<std::string> paths)
+      : IndexedNode("files(" + std::to_string(paths.size()) + ")",
+                    static_cast<int64_t>(paths.size()),
+                    [paths](int64_t i) {
+                      return Element{{"filename", bytes_tensor(paths[i])}};
+                    }),
+        paths_(std::move(paths)) {}
+  std::vector<std::string> files() const override { return paths_; }
+  std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
+    return std::make_shared<FilesNode>(std::move(files));
+  }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
+}  // namespace
+
 Dataset Dataset::from_files(std::vector<std::string> paths) {
-  const auto count = static_cast<int64_t>(paths.size());
-  auto shared = std::make_shared<std::vector<std::string>>(std::move(paths));
-  return Dataset(std::make_shared<IndexedNode>(
-      "files(" + std::to_string(count) + ")", count, [shared](int64_t i) {
-        return Element{{"filename", bytes_tensor((*shared)[i])}};
-      }));
+  return Dataset(std::make_shared<FilesNode>(std::move(paths)));
 }
 
 }  // namespace tandem::data

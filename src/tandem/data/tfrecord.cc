@@ -241,6 +241,10 @@ class TFRecordNode : public detail::Node {
   std::string label() const override {
     return "tfrecord(" + std::to_string(paths_.size()) + " files)";
   }
+  std::vector<std::string> files() const override { return paths_; }
+  std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
+    return std::make_shared<TFRecordNode>(std::move(files), compression_);
+  }
 
  private:
   std::vector<std::string> paths_;

@@ -47,6 +47,9 @@ class SimpleNode : public UnaryNode {
     return it;
   }
   std::string label() const override { return label_; }
+  std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const override {
+    return std::make_shared<SimpleNode>(std::move(input), label_, factory_);
+  }
 
  private:
   std::string label_;
@@ -237,6 +240,9 @@ Dataset Dataset::repeat(int64_t count) const {
       return it;
     }
     std::string label() const override { return label_; }
+    std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const override {
+      return std::make_shared<RepeatNode>(std::move(input), count_, label_);
+    }
 
    private:
     int64_t count_;

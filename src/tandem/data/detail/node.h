@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/data/dataset.h"
 
@@ -30,6 +31,13 @@ class Node {
   virtual std::string label() const = 0;
   // The upstream node (null for a source).
   virtual std::shared_ptr<Node> input() const { return nullptr; }
+  // The same transformation over another input (for pipeline rewrites such as
+  // auto-sharding). Sources throw.
+  virtual std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const;
+  // File sources: the files read, in order; others: empty.
+  virtual std::vector<std::string> files() const { return {}; }
+  // File sources: the same source over other files.
+  virtual std::shared_ptr<Node> with_files(std::vector<std::string> files) const;
 
   // 0, 1, 2, ...: numbers the passes that reach this node.
   int64_t next_pass() { return passes_.fetch_add(1); }

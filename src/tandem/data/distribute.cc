@@ -1,0 +1,89 @@
+#include "tandem/data/distribute.h"
+
+#include "tandem/base/error.h"
+#include "tandem/data/detail/node.h"
+
+namespace tandem::data {
+
+std::string_view auto_shard_policy_name(AutoShardPolicy policy) {
+  switch (policy) {
+    case AutoShardPolicy::automatic:
+      return "auto";
+    case AutoShardPolicy::file:
+      return "file";
+    case AutoShardPolicy::data:
+      return "data";
+    case AutoShardPolicy::off:
+      return "off";
+  }
+  return "invalid";
+}
+
+AutoShardPolicy parse_auto_shard_policy(std::string_view name) {
+  if (name == "auto") return AutoShardPolicy::automatic;
+  if (name == "file") return AutoShardPolicy::file;
+  if (name == "data") return AutoShardPolicy::data;
+  if (name == "off") return AutoShardPolicy::off;
+  TANDEM_THROW(InvalidArgument, "unknown auto-shard policy '", name,
+               "' (expected auto, file, data or off)");
+}
+
+Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
+                   AutoShardPolicy policy) {
+  if (num_shards < 1 || index < 0 || index >= num_shards) {
+    TANDEM_THROW(InvalidArgument, "auto_shard: need 0 <= index < num_shards, got ", index, " of ",
+                 num_shards);
+  }
+  if (policy == AutoShardPolicy::off || num_shards == 1) return dataset;
+  // The chain from the root down to the source.
+  std::vector<std::shared_ptr<detail::Node>> chain;
+  for (auto n = dataset.node(); n; n = n->input()) chain.push_back(n);
+  const std::shared_ptr<detail::Node>& source = chain.back();
+  const std::vector<std::string> files = source->files();
+  std::shared_ptr<detail::Node> replacement;
+  const bool enough_files = static_cast<int64_t>(files.size()) >= num_shards;
+  if (policy == AutoShardPolicy::file && !enough_files) {
+    TANDEM_THROW(InvalidArgument, "FILE auto-sharding over ", num_shards,
+                 " workers needs at least ", num_shards, " files, the pipeline reads ",
+                 files.size(), " (", source->label(), "); use DATA or AUTO");
+  }
+  if (policy != AutoShardPolicy::data && enough_files) {
+    std::vector<std::string> mine;
+    for (size_t i = static_cast<size_t>(index); i < files.size();
+         i += static_cast<size_t>(num_shards)) {
+      mine.push_back(files[i]);
+    }
+    replacement = source->with_files(std::move(mine));
+  } else {
+    replacement = Dataset(source).shard(num_shards, index).node();
+  }
+  for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it)
+    replacement = (*it)->with_input(replacement);
+  return Dataset(replacement);
+}
+
+std::vector<Element> split_batch(const Element& batch, int parts) {
+  if (parts < 1)
+    TANDEM_THROW(InvalidArgument, "split_batch: parts must be at least 1, got ", parts);
+  if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "split_batch: the batch has no features");
+  const Tensor& first = batch.features()[0].second;
+  if (first.rank() == 0)
+    TANDEM_THROW(ShapeError, "split_batch: features must have a batch dimension");
+  const int64_t rows = first.dim(0);
+  for (const auto& [name, t] : batch.features()) {
+    if (t.rank() == 0 || t.dim(0) != rows) {
+      TANDEM_THROW(ShapeError, "split_batch: feature '", name, "' has ", t.to_string(),
+                   ", expected ", rows, " rows");
+    }
+  }
+  std::vector<Element> out(static_cast<size_t>(parts));
+  int64_t begin = 0;
+  for (int p = 0; p < parts; ++p) {
+    const int64_t size = rows / parts + (p < rows % parts ? 1 : 0);
+    for (const auto& [name, t] : batch.features()) out[p].set(name, t.slice(begin, begin + size));
+    begin += size;
+  }
+  return out;
+}
+
+}  // namespace tandem::data
