@@ -141,6 +141,55 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
                         "already exists");
 }
 
+TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
+  ASSERT_EQ(run(std::string("data inspect ") + TANDEM_TESTDATA_DIR +
+                "/tfrecord/tfx_chicago_taxi_eval_shard0.tfrecord.gz -n 2")
+                .status,
+            0);
+  const auto t =
+      nlohmann::json::parse(run(std::string("data inspect ") + TANDEM_TESTDATA_DIR +
+                                "/tfrecord/tfx_chicago_taxi_eval_shard0.tfrecord.gz -n 2")
+                                .output);
+  EXPECT_EQ(t.at("format"), "tfrecord");
+  EXPECT_EQ(t.at("compression"), "gzip");
+  EXPECT_EQ(t.at("records"), 424);
+  ASSERT_EQ(t.at("first").size(), 2u);
+  EXPECT_EQ(t.at("first")[0].at("features").at("payment_type").at("values")[0].at("length"), 11);
+  const auto idx = nlohmann::json::parse(
+      run(std::string("data inspect ") + TANDEM_FASHION_MNIST_DIR + "/t10k-labels-idx1-ubyte.gz")
+          .output);
+  EXPECT_EQ(idx.at("format"), "idx");
+  EXPECT_EQ(idx.at("records"), 10000);
+  const std::string csv = tmp("inspect.csv");
+  std::ofstream(csv) << "a,b\n1,x\n2,y\n";
+  const auto c = nlohmann::json::parse(run("data inspect " + csv).output);
+  EXPECT_EQ(c.at("format"), "csv");
+  EXPECT_EQ(c.at("records"), 2);
+  EXPECT_EQ(c.at("columns")[0].at("dtype"), "i32");
+  expect_one_line_error("data inspect /nonexistent/file", "cannot open");
+  const std::string ragged = tmp("ragged.csv");
+  std::ofstream(ragged) << "a,b\n1\n";
+  expect_one_line_error("data inspect " + ragged, "line 2: expected 2 fields, got 1");
+}
+
+TEST(Cli, BenchPipelineAndAllreduceJson) {
+  const CommandResult p =
+      run("bench pipeline --which images --images 32 --image-size 16 --repeats 1 --json");
+  ASSERT_EQ(p.status, 0) << p.output;
+  const auto pj = nlohmann::json::parse(p.output);
+  EXPECT_GT(pj.at("images").at("results")[0].at("elements_per_second_median").get<double>(), 0.0);
+  const CommandResult a = run(
+      "bench allreduce --ranks 3 --max-bytes 64K --factor 16 --repeats 1 --bound-gbps 10 --json");
+  ASSERT_EQ(a.status, 0) << a.output;
+  const auto aj = nlohmann::json::parse(a.output);
+  for (const auto& row : aj.at("results")) EXPECT_TRUE(row.at("correct").get<bool>());
+  const CommandResult m = run("bench memory --buffer-mib 8 --repeats 1 --json");
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_EQ(nlohmann::json::parse(m.output).at("results").size(), 4u);
+  expect_one_line_error("bench allreduce --backend carrier-pigeon", "unknown backend");
+  expect_one_line_error("bench allreduce --max-bytes 12Q", "unknown unit");
+}
+
 TEST(Cli, BenchTrainJson) {
   const CommandResult r = run(
       "bench train --models mlp --dtypes f32 --threads 1 --steps 2 --warmup 1 --repeats 2 --json");

@@ -30,9 +30,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem: data-parallel deep-learning training for multi-device machines", "tandem"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION_STRING);
   app.require_subcommand(1);
-  const tandem::cli::Command commands[] = {tandem::cli::add_train_command(app),
-                                           tandem::cli::add_info_command(app),
-                                           tandem::cli::add_bench_command(app)};
+  const tandem::cli::Command commands[] = {
+      tandem::cli::add_train_command(app), tandem::cli::add_info_command(app),
+      tandem::cli::add_bench_command(app), tandem::cli::add_data_command(app)};
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) known = known || command.app->check_name(argv[1]);

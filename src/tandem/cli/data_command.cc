@@ -1,0 +1,225 @@
+// `tandem data inspect FILE`: what a TFRecord, IDX or CSV file holds: the
+// record count and the first records as JSON (feature names, dtypes, shapes,
+// values; bytes as length and leading hex), before training on it.
+#include <zlib.h>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/data/crc32c.h"
+#include "tandem/data/csv.h"
+#include "tandem/data/example.h"
+#include "tandem/data/idx.h"
+#include "tandem/data/tfrecord.h"
+
+namespace tandem::cli {
+namespace {
+
+struct InspectOptions {
+  std::string path;
+  int records = 3;
+  std::string format = "auto";
+  int max_values = 64;
+};
+
+std::string hex(const std::string& bytes, size_t limit) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < bytes.size() && i < limit; ++i) {
+    out += digits[static_cast<unsigned char>(bytes[i]) >> 4];
+    out += digits[static_cast<unsigned char>(bytes[i]) & 15];
+  }
+  return out;
+}
+
+// The first bytes of the file after gzip decompression (if any).
+std::string head_bytes(const std::string& path, size_t n) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) TANDEM_THROW(IoError, "cannot open '", path, "'");
+  std::string out(n, '\0');
+  const int got = gzread(f, out.data(), static_cast<unsigned>(n));
+  gzclose(f);
+  out.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return out;
+}
+
+std::string detect_format(const std::string& path) {
+  const std::string head = head_bytes(path, 12);
+  if (head.size() >= 12) {
+    uint32_t crc;
+    std::memcpy(&crc, head.data() + 8, 4);
+    if (crc == data::masked_crc32c(head.data(), 8)) return "tfrecord";
+  }
+  if (data::detect_compression(path) == data::Compression::zlib) return "tfrecord";
+  if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && head[3] >= 1 && head[3] <= 8)
+    return "idx";
+  return "csv";
+}
+
+nlohmann::json feature_json(const data::Feature& f, int max_values) {
+  nlohmann::json j = {{"type", std::string(data::feature_kind_name(f.kind))}, {"count", f.count()}};
+  nlohmann::json values = nlohmann::json::array();
+  switch (f.kind) {
+    case data::Feature::Kind::int64_list:
+      j["dtype"] = "int64";
+      for (size_t i = 0; i < f.int64s.size() && static_cast<int>(i) < max_values; ++i)
+        values.push_back(f.int64s[i]);
+      break;
+    case data::Feature::Kind::float_list:
+      j["dtype"] = "float32";
+      for (size_t i = 0; i < f.floats.size() && static_cast<int>(i) < max_values; ++i)
+        values.push_back(f.floats[i]);
+      break;
+    case data::Feature::Kind::bytes_list:
+      j["dtype"] = "bytes";
+      for (size_t i = 0; i < f.bytes.size() && static_cast<int>(i) < max_values; ++i) {
+        values.push_back({{"length", f.bytes[i].size()}, {"hex", hex(f.bytes[i], 16)}});
+      }
+      break;
+    default:
+      j["dtype"] = "none";
+  }
+  j["shape"] = {f.count()};
+  j["values"] = values;
+  if (static_cast<int64_t>(f.count()) > max_values) j["truncated"] = true;
+  return j;
+}
+
+nlohmann::json inspect_tfrecord(const InspectOptions& o) {
+  const data::Compression compression = data::detect_compression(o.path);
+  data::TFRecordReader reader(o.path, compression);
+  nlohmann::json first = nlohmann::json::array();
+  int64_t count = 0;
+  while (auto record = reader.next()) {
+    if (count < o.records) {
+      nlohmann::json r = {{"index", count}, {"length", record->size()}};
+      try {
+        nlohmann::json features = nlohmann::json::object();
+        for (const auto& [name, f] : data::decode_example(*record))
+          features[name] = feature_json(f, o.max_values);
+        r["features"] = features;
+      } catch (const IoError& e) {
+        r["not_an_example"] = e.what();
+        r["hex"] = hex(*record, 32);
+      }
+      first.push_back(r);
+    }
+    ++count;
+  }
+  const char* names[] = {"none", "gzip", "zlib"};
+  return {{"file", o.path},
+          {"format", "tfrecord"},
+          {"compression", names[static_cast<int>(compression)]},
+          {"records", count},
+          {"first", first}};
+}
+
+nlohmann::json inspect_idx(const InspectOptions& o) {
+  const Tensor t = data::read_idx(o.path);
+  nlohmann::json first = nlohmann::json::array();
+  const int64_t rows = t.rank() > 0 ? t.dim(0) : 0;
+  std::vector<int64_t> row_shape = t.shape().to_vector();
+  if (!row_shape.empty()) row_shape.erase(row_shape.begin());
+  for (int64_t i = 0; i < rows && i < o.records; ++i) {
+    const std::vector<float> values = t.slice(i, i + 1).to_floats();
+    nlohmann::json v = nlohmann::json::array();
+    for (size_t k = 0; k < values.size() && static_cast<int>(k) < o.max_values; ++k)
+      v.push_back(values[k]);
+    nlohmann::json r = {{"index", i}, {"shape", row_shape}, {"values", v}};
+    if (static_cast<int>(values.size()) > o.max_values) r["truncated"] = true;
+    first.push_back(r);
+  }
+  return {{"file", o.path},
+          {"format", "idx"},
+          {"dtype", std::string(dtype_name(t.dtype()))},
+          {"shape", t.shape().to_vector()},
+          {"records", rows},
+          {"first", first}};
+}
+
+nlohmann::json inspect_csv(const InspectOptions& o) {
+  data::CsvReader reader(o.path, ',');
+  auto header = reader.next();
+  if (!header) TANDEM_THROW(IoError, "CSV file '", o.path, "' is empty");
+  // Infer each column's dtype from every row: i32, f32 or bytes.
+  std::vector<std::string> kinds(header->size(), "i32");
+  nlohmann::json first = nlohmann::json::array();
+  int64_t count = 0;
+  while (auto fields = reader.next()) {
+    if (fields->size() != header->size()) {
+      TANDEM_THROW(IoError, "CSV file '", o.path, "' line ", reader.line(), ": expected ",
+                   header->size(), " fields, got ", fields->size());
+    }
+    for (size_t c = 0; c < fields->size(); ++c) {
+      const std::string& v = (*fields)[c];
+      if (v.empty()) continue;
+      char* end = nullptr;
+      std::strtol(v.c_str(), &end, 10);
+      if (kinds[c] == "i32" && *end != '\0') kinds[c] = "f32";
+      std::strtod(v.c_str(), &end);
+      if (kinds[c] == "f32" && *end != '\0') kinds[c] = "bytes";
+    }
+    if (count < o.records) {
+      nlohmann::json r = {{"index", count}, {"line", reader.line()}};
+      nlohmann::json values = nlohmann::json::object();
+      for (size_t c = 0; c < fields->size(); ++c) values[(*header)[c]] = (*fields)[c];
+      r["fields"] = values;
+      first.push_back(r);
+    }
+    ++count;
+  }
+  nlohmann::json columns = nlohmann::json::array();
+  for (size_t c = 0; c < header->size(); ++c)
+    columns.push_back({{"name", (*header)[c]}, {"dtype", kinds[c]}});
+  return {{"file", o.path},
+          {"format", "csv"},
+          {"columns", columns},
+          {"records", count},
+          {"first", first}};
+}
+
+int run_inspect(const InspectOptions& o) {
+  if (o.records < 0) TANDEM_THROW(InvalidArgument, "--records must be >= 0, got ", o.records);
+  {
+    std::ifstream probe(o.path);
+    if (!probe) TANDEM_THROW(IoError, "cannot open '", o.path, "'");
+  }
+  const std::string format = o.format == "auto" ? detect_format(o.path) : o.format;
+  nlohmann::json out;
+  if (format == "tfrecord") {
+    out = inspect_tfrecord(o);
+  } else if (format == "idx") {
+    out = inspect_idx(o);
+  } else if (format == "csv") {
+    out = inspect_csv(o);
+  } else {
+    TANDEM_THROW(InvalidArgument, "--format: unknown format '", format,
+                 "' (expected auto, tfrecord, idx or csv)");
+  }
+  fmt::print("{}\n", out.dump(2));
+  return 0;
+}
+
+}  // namespace
+
+Command add_data_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand("data", "Look at datasets");
+  command->require_subcommand(1);
+  CLI::App* inspect =
+      command->add_subcommand("inspect", "Print what a TFRecord, IDX or CSV file holds, as JSON");
+  auto o = std::make_shared<InspectOptions>();
+  inspect->add_option("file", o->path, "The file (gzip/zlib compression is detected)")->required();
+  inspect->add_option("--records,-n", o->records, "How many records to print")
+      ->capture_default_str();
+  inspect->add_option("--format", o->format, "auto, tfrecord, idx or csv")->capture_default_str();
+  inspect->add_option("--max-values", o->max_values, "Values printed per feature")
+      ->capture_default_str();
+  return {command, [o]() { return run_inspect(*o); }};
+}
+
+}  // namespace tandem::cli
