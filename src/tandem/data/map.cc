@@ -2,6 +2,7 @@
 // `parallelism` calls in flight on the data thread pool. With kAutotune the
 // parallelism starts at 1 and grows while the consumer finds no result ready
 // (it is then the bottleneck), up to the pool's size.
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -73,6 +74,12 @@ class SequentialMap : public IteratorBase {
   int64_t position_ = 0;
 };
 
+// Parallel map. A runner thread pulls input elements and hands them to the
+// data pool in chunks: cheap functions (a few microseconds) get chunks of
+// many elements so that the thread hand-offs, not the work, do not dominate;
+// expensive ones get one element per task. At most `parallelism` chunks are
+// in flight, and results (in input order) wait in a window of
+// parallelism x chunk elements, which bounds memory.
 class ParallelMap : public IteratorBase {
  public:
   ParallelMap(std::shared_ptr<MapNode> node, std::unique_ptr<IteratorBase> input)
@@ -82,8 +89,8 @@ class ParallelMap : public IteratorBase {
     const int max = detail::data_pool().size();
     const int requested = n->options_.num_parallel_calls;
     shared_->autotune = requested == kAutotune;
-    shared_->parallelism = shared_->autotune ? 1 : std::min(requested, std::max(max, requested));
-    shared_->max_parallelism = shared_->autotune ? max : shared_->parallelism;
+    shared_->parallelism = shared_->autotune ? 1 : requested;
+    shared_->max_parallelism = shared_->autotune ? max : requested;
     node_->counters.capacity.store(shared_->parallelism);
     runner_ = std::thread([this] { run(); });
   }
@@ -93,40 +100,42 @@ class ParallelMap : public IteratorBase {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->cancelled = true;
     }
-    shared_->cv.notify_all();
+    shared_->runner_cv.notify_all();
     runner_.join();
-    // Calls still running on the pool hold `shared_` and finish on their own.
+    // Chunks still running on the pool hold `shared_` and the node.
   }
 
   std::optional<Element> next() override {
     if (finished_) return std::nullopt;
-    std::unique_lock<std::mutex> lock(shared_->mutex);
+    Shared& s = *shared_;
+    std::unique_lock<std::mutex> lock(s.mutex);
     const auto start = Clock::now();
     bool waited = false;
     for (;;) {
-      auto ready = shared_->results.end();
-      if (!shared_->results.empty()) {
+      auto ready = s.results.end();
+      if (!s.results.empty()) {
         if (node_->options_.deterministic) {
-          if (shared_->results.front()->done) ready = shared_->results.begin();
+          if (s.results.front()->done) ready = s.results.begin();
         } else {
           // Any finished call; the end of the input only once all calls before it are consumed.
-          for (auto it = shared_->results.begin(); it != shared_->results.end(); ++it) {
-            if ((*it)->done && (!(*it)->terminal || it == shared_->results.begin())) {
+          for (auto it = s.results.begin(); it != s.results.end(); ++it) {
+            if ((*it)->done && (!(*it)->terminal || it == s.results.begin())) {
               ready = it;
               break;
             }
           }
         }
       }
-      if (ready != shared_->results.end()) {
+      if (ready != s.results.end()) {
         std::shared_ptr<Slot> slot = *ready;
-        shared_->results.erase(ready);
-        node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(shared_->results.size()),
+        s.results.erase(ready);
+        node_->counters.buffer_sum.fetch_add(static_cast<int64_t>(s.results.size()),
                                              std::memory_order_relaxed);
         node_->counters.buffer_samples.fetch_add(1, std::memory_order_relaxed);
         adapt(waited);
+        const bool wake_runner = s.runner_waiting;
         lock.unlock();
-        shared_->cv.notify_all();
+        if (wake_runner) s.runner_cv.notify_one();
         node_->counters.wait_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
         if (slot->terminal) finished_ = true;
         if (slot->error) std::rethrow_exception(slot->error);
@@ -135,7 +144,9 @@ class ParallelMap : public IteratorBase {
         return std::move(slot->value);
       }
       waited = true;
-      shared_->cv.wait(lock);
+      s.consumer_waiting = true;
+      s.consumer_cv.wait(lock);
+      s.consumer_waiting = false;
     }
   }
 
@@ -148,17 +159,23 @@ class ParallelMap : public IteratorBase {
   };
   struct Shared {
     std::mutex mutex;
-    std::condition_variable cv;
+    std::condition_variable consumer_cv, runner_cv;
+    bool consumer_waiting = false, runner_waiting = false;
     std::deque<std::shared_ptr<Slot>> results;  // in input order
-    int in_flight = 0;
+    int chunks_in_flight = 0;
     int parallelism = 1;
     int max_parallelism = 1;
+    int64_t chunk = 1;
     bool autotune = false;
     bool cancelled = false;
     // Autotune window.
     int64_t window_calls = 0;
     int64_t window_waits = 0;
   };
+
+  // Chunks of about this much work amortise a hand-off (a few microseconds).
+  static constexpr int64_t kChunkWorkNs = 200000;
+  static constexpr int64_t kMaxChunk = 256;
 
   // Called with the lock held after each consumed element: grow the
   // parallelism while the consumer keeps waiting for results.
@@ -167,7 +184,7 @@ class ParallelMap : public IteratorBase {
     if (!s.autotune) return;
     ++s.window_calls;
     s.window_waits += waited ? 1 : 0;
-    if (s.window_calls < 16) return;
+    if (s.window_calls < 16 * s.chunk) return;
     if (s.window_waits * 10 > s.window_calls && s.parallelism < s.max_parallelism) {
       ++s.parallelism;
       node_->counters.capacity.store(s.parallelism);
@@ -175,66 +192,95 @@ class ParallelMap : public IteratorBase {
     s.window_calls = s.window_waits = 0;
   }
 
+  // Elements per chunk from the mean cost of a call so far.
+  int64_t chunk_size() const {
+    const int64_t calls = node_->counters.elements.load(std::memory_order_relaxed);
+    if (calls < 8) return 1;
+    const int64_t mean_ns =
+        std::max<int64_t>(1, node_->counters.busy_ns.load(std::memory_order_relaxed) / calls);
+    return std::clamp<int64_t>(kChunkWorkNs / mean_ns, 1, kMaxChunk);
+  }
+
   void run() {
     std::shared_ptr<Shared> s = shared_;
     for (;;) {
+      int64_t chunk = 0;
       {
         std::unique_lock<std::mutex> lock(s->mutex);
-        // Results not yet consumed count against the window, so memory stays
-        // bounded by the parallelism even when the consumer is slow.
-        s->cv.wait(lock, [&] {
-          return s->cancelled || static_cast<int>(s->results.size()) < s->parallelism;
+        s->chunk = chunk_size();
+        chunk = s->chunk;
+        s->runner_waiting = true;
+        s->runner_cv.wait(lock, [&] {
+          return s->cancelled || (s->chunks_in_flight < s->parallelism &&
+                                  static_cast<int64_t>(s->results.size()) < s->parallelism * chunk);
         });
+        s->runner_waiting = false;
         if (s->cancelled) return;
       }
-      auto slot = std::make_shared<Slot>();
-      std::optional<Element> input;
-      try {
-        input = detail::timed_next(*input_, node_->counters);
-      } catch (...) {
-        slot->error = std::current_exception();
-      }
-      const bool stop = slot->error || !input;
-      {
-        std::lock_guard<std::mutex> lock(s->mutex);
-        s->results.push_back(slot);
-        if (stop) {
-          slot->terminal = true;
-          slot->done = true;
-        } else {
-          ++s->in_flight;
-        }
-      }
-      if (stop) {
-        s->cv.notify_all();
-        return;
-      }
-      detail::data_pool().submit([s, slot, node = node_, pass = pass_, position = position_++,
-                                  element = std::move(*input)]() mutable {
-        const auto start = Clock::now();
+      // Pull a chunk from the input (this thread is the input's only user).
+      std::vector<std::pair<std::shared_ptr<Slot>, Element>> work;
+      std::shared_ptr<Slot> terminal;
+      for (int64_t i = 0; i < chunk; ++i) {
+        std::optional<Element> input;
+        auto slot = std::make_shared<Slot>();
         try {
-          slot->value = call_with_seed(node->fn_, std::move(element), pass, position);
+          input = detail::timed_next(*input_, node_->counters);
         } catch (...) {
           slot->error = std::current_exception();
         }
-        node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
-        {
-          std::lock_guard<std::mutex> lock(s->mutex);
+        if (slot->error || !input) {
+          slot->terminal = true;
           slot->done = true;
-          --s->in_flight;
+          terminal = slot;
+          break;
         }
-        s->cv.notify_all();
-      });
+        work.emplace_back(std::move(slot), std::move(*input));
+      }
+      {
+        std::lock_guard<std::mutex> lock(s->mutex);
+        for (auto& [slot, element] : work) s->results.push_back(slot);
+        if (terminal) s->results.push_back(terminal);
+        if (!work.empty()) ++s->chunks_in_flight;
+      }
+      if (!work.empty()) {
+        const auto count = static_cast<int64_t>(work.size());
+        detail::data_pool().submit([s, node = node_, pass = pass_, first = position_,
+                                    work = std::move(work)]() mutable {
+          int64_t position = first;
+          for (auto& [slot, element] : work) {
+            const auto start = Clock::now();
+            try {
+              slot->value = call_with_seed(node->fn_, std::move(element), pass, position);
+            } catch (...) {
+              slot->error = std::current_exception();
+            }
+            ++position;
+            node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+            std::lock_guard<std::mutex> lock(s->mutex);
+            slot->done = true;
+            if (s->consumer_waiting) s->consumer_cv.notify_one();
+          }
+          std::lock_guard<std::mutex> lock(s->mutex);
+          --s->chunks_in_flight;
+          if (s->runner_waiting) s->runner_cv.notify_one();
+        });
+        position_ += count;  // `work` was moved into the task
+      }
+      if (terminal) {
+        std::lock_guard<std::mutex> lock(s->mutex);
+        if (s->consumer_waiting) s->consumer_cv.notify_one();
+        return;
+      }
     }
   }
 
-  std::shared_ptr<MapNode> node_;  // pool tasks hold it too: the node may outlive nothing else
+  std::shared_ptr<MapNode> node_;
   std::unique_ptr<IteratorBase> input_;
   std::shared_ptr<Shared> shared_;
   std::thread runner_;
   bool finished_ = false;
   int64_t pass_ = 0;
-  int64_t position_ = 0;  // next input position (runner thread only)
+  int64_t position_ = 0;  // input position of the next element (runner thread only)
 };
 
 std::unique_ptr<IteratorBase> MapNode::make_iterator() {
