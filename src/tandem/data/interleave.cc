@@ -85,8 +85,13 @@ class InterleaveIterator : public IteratorBase {
     }
     const auto start = detail::Clock::now();
     Dataset d = node_->fn_(*e);
-    if (node_->options_.num_parallel_calls != 1)
+    if (node_->options_.num_parallel_calls == kAutotune) {
+      // Each open dataset is read ahead; its buffer grows while this
+      // interleave keeps finding it empty.
+      d = d.prefetch(kAutotune);
+    } else if (node_->options_.num_parallel_calls != 1) {
       d = d.prefetch(std::max(2, node_->options_.block_length));
+    }
     slot.iterator = d.iterator();
     slot.open = true;
     slot.taken = 0;
