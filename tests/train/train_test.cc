@@ -112,7 +112,7 @@ TEST(Checkpoint, CorruptTruncatedAndForeignFilesAreRejected) {
 
 TEST(Trainer, ShortCnnRunLearnsFashionMnist) {
   set_num_threads(2);
-  train::Trainer trainer({.model = "cnn", .epochs = 1}, nn::make_cnn({.seed = 1}),
+  train::Trainer trainer({.model = "cnn", .epochs = 1, .schedule = "constant"}, nn::make_cnn({.seed = 1}),
                          head(fashion().train, 6400), head(fashion().test, 2000));
   train::TrainResult result;
   const std::vector<double> losses = step_losses(trainer, &result);
