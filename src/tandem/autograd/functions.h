@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "tandem/autograd/cross_replica.h"
 #include "tandem/autograd/variable.h"
 #include "tandem/base/random.h"
 #include "tandem/kernels/activation.h"
@@ -72,6 +73,12 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                     Tensor& running_mean, Tensor& running_var, bool training, float momentum,
                     float eps);
+// Synchronised batch norm (training): the statistics are over all replicas'
+// rows, combined through `replicas`; running statistics are updated with the
+// global ones, so they stay identical on every replica.
+Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
+                         Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                         CrossReplicaSum& replicas);
 // Rows of weight (V, D) gathered by i32 indices -> (indices..., D).
 Variable embedding(const Variable& weight, const Tensor& indices);
 

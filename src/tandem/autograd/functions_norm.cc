@@ -1,6 +1,8 @@
 // Differentiable loss, normalisation and embedding ops.
 #include "tandem/autograd/functions.h"
 #include "tandem/autograd/node.h"
+
+#include <cstring>
 #include "tandem/base/error.h"
 #include "tandem/kernels/embedding.h"
 #include "tandem/kernels/loss.h"
@@ -66,6 +68,74 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
                      if (ctx.needs(1)) ctx.set(1, g.dgamma);
                      if (ctx.needs(2)) ctx.set(2, g.dbeta);
                    });
+}
+
+Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
+                         Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                         CrossReplicaSum& replicas) {
+  const Tensor xv = x.value(), gv = gamma.value();
+  const int64_t C = xv.dim(-1);
+  const int64_t local_rows = C == 0 ? 0 : xv.numel() / C;
+  // 1. Global count and mean: sum (rows, rows x local mean) over replicas.
+  Tensor sums = Tensor::zeros(Shape{C + 1});
+  float* s = sums.data<float>();
+  kernels::Moments local;
+  if (local_rows > 0) {
+    local = kernels::batch_norm_moments(xv);
+    const float* m = local.mean.data<float>();
+    for (int64_t c = 0; c < C; ++c) s[c] = m[c] * static_cast<float>(local_rows);
+  }
+  s[C] = static_cast<float>(local_rows);
+  replicas.sum(sums);
+  const auto count = static_cast<int64_t>(s[C] + 0.5f);
+  if (count == 0) TANDEM_THROW(ShapeError, "sync_batch_norm: no rows on any replica");
+  Tensor mean = Tensor::empty(Shape{C});
+  for (int64_t c = 0; c < C; ++c) mean.data<float>()[c] = s[c] / static_cast<float>(count);
+  // 2. Global biased variance around the global mean.
+  Tensor squares = Tensor::zeros(Shape{C});
+  if (local_rows > 0) {
+    const std::vector<float> values = xv.to_floats();
+    std::vector<double> acc(static_cast<size_t>(C), 0.0);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double d = values[i] - mean.data<float>()[i % C];
+      acc[i % C] += d * d;
+    }
+    for (int64_t c = 0; c < C; ++c) squares.data<float>()[c] = static_cast<float>(acc[c]);
+  }
+  replicas.sum(squares);
+  kernels::Moments global;
+  global.mean = mean;
+  global.variance = squares;
+  for (int64_t c = 0; c < C; ++c) global.variance.data<float>()[c] /= static_cast<float>(count);
+  global.count = count;
+  kernels::update_running_moments(running_mean, running_var, global, momentum);
+  const Tensor rstd = kernels::inverse_std(global.variance, eps);
+  Tensor y = local_rows > 0 ? kernels::batch_norm_apply(xv, mean, rstd, gv, beta.value())
+                            : Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  CrossReplicaSum* sum = &replicas;
+  return record_op(
+      "sync_batch_norm", y, {&x, &gamma, &beta},
+      [xv, gv, mean, rstd, count, sum, C, local_rows](BackwardContext& ctx) {
+        // 3. dx needs the global sums of dy and dy * xhat.
+        kernels::BatchNormSums local_sums{Tensor::zeros(Shape{C}), Tensor::zeros(Shape{C})};
+        if (local_rows > 0)
+          local_sums = kernels::batch_norm_backward_sums(ctx.grad_output(), xv, mean, rstd);
+        Tensor packed = Tensor::empty(Shape{2 * C});
+        std::memcpy(packed.data<float>(), local_sums.sum_dy.data<float>(), C * sizeof(float));
+        std::memcpy(packed.data<float>() + C, local_sums.sum_dy_xhat.data<float>(),
+                    C * sizeof(float));
+        sum->sum(packed);
+        const kernels::BatchNormSums global_sums{packed.slice(0, C).clone(),
+                                                 packed.slice(C, 2 * C).clone()};
+        if (ctx.needs(0)) {
+          ctx.set(0, local_rows > 0 ? kernels::batch_norm_backward_dx(ctx.grad_output(), xv, mean,
+                                                                      rstd, gv, global_sums, count)
+                                    : Tensor::zeros(xv.shape(), xv.dtype()));
+        }
+        // Parameter gradients stay local: the reducer sums them over replicas.
+        if (ctx.needs(1)) ctx.set(1, local_sums.sum_dy_xhat);
+        if (ctx.needs(2)) ctx.set(2, local_sums.sum_dy);
+      });
 }
 
 Variable embedding(const Variable& weight, const Tensor& indices) {

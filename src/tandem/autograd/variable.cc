@@ -191,6 +191,11 @@ void Variable::accumulate_grad(const Tensor& g) {
   }
 }
 
+void Variable::define_grad() {
+  grad_buffer();  // allocated on first use
+  impl_->grad_defined = true;
+}
+
 void Variable::backward() const {
   const Tensor& v = value();
   if (v.numel() != 1) {

@@ -57,6 +57,9 @@ class Variable {
   void zero_grad();
   // Adds g into the gradient (copies on the first contribution).
   void accumulate_grad(const Tensor& g);
+  // Declares the gradient buffer's current contents the accumulated gradient
+  // (a reducer does this after writing all-reduced values into it).
+  void define_grad();
 
   // Back-propagates from this variable. The no-argument form needs a
   // one-element value and seeds the gradient with 1. Frees the graph's saved

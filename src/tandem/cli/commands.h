@@ -25,6 +25,7 @@ Command add_data_command(CLI::App& app);
 // The bench subcommands about memory and collectives, under `bench`.
 std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);
+Command add_bench_scaling_command(CLI::App& bench);
 
 // Parses a comma-separated list ("1,2,4").
 std::vector<std::string> split_list(const std::string& text);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -15,7 +16,9 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
+#include "tandem/comm/compression.h"
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/nn/models.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
@@ -27,7 +30,12 @@ struct TrainOptions {
   train::TrainConfig config;
   std::string compute_dtype = "f32";
   double weight_decay = -1.0;  // negative: the optimizer's default
-  std::optional<int> threads;  // unset: one per physical core
+  std::optional<int> threads;  // unset: one per physical core (split between devices)
+  std::string strategy = "one-device";
+  int devices = 0;
+  bool allow_oversubscription = false;
+  double bucket_mb = 25.0;
+  std::string wire = "f32";
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
   int64_t test_examples = 0;
@@ -57,15 +65,27 @@ std::string default_output_dir(const std::string& model) {
 }
 
 int run_train(TrainOptions& o) {
-  const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
-  set_num_threads(threads);
   train::TrainConfig& config = o.config;
   config.compute_dtype = parse_dtype(o.compute_dtype);
   if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
+  config.strategy.name = o.strategy;
+  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
+  config.strategy.devices = o.devices;
+  config.strategy.threads_per_device = o.threads.value_or(0);
+  config.strategy.allow_oversubscription = o.allow_oversubscription;
+  if (o.threads && *o.threads < 1)
+    TANDEM_THROW(InvalidArgument, "thread count must be at least 1, got ", *o.threads);
+  if (!(o.bucket_mb > 0.0))
+    TANDEM_THROW(InvalidArgument, "--bucket-mb must be positive, got ", o.bucket_mb);
+  config.reducer.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  config.reducer.first_bucket_bytes =
+      std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
+  config.reducer.wire = comm::parse_wire_dtype(o.wire);
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
-  auto model =
-      nn::make_model(config.model, {.seed = config.seed, .compute_dtype = config.compute_dtype});
-
+  nn::make_model(config.model,
+                 {.compute_dtype = config.compute_dtype});  // validates the name early
+  const nn::ModelOptions model_options{.seed = config.seed, .compute_dtype = config.compute_dtype};
+  const std::string model_name = config.model;
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
   data::LabeledImages train_data = first(dataset.train, o.train_examples);
@@ -73,18 +93,26 @@ int run_train(TrainOptions& o) {
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
-  train::Trainer trainer(config, model, train_data, test_data);
-  if (!o.quiet) {
+  train::Trainer trainer(
+      config, [&] { return nn::make_model(model_name, model_options); }, train_data, test_data);
+  distribute::Strategy& strategy = trainer.strategy();
+  const bool chief = strategy.is_chief();
+  if (!o.quiet && chief) {
     fmt::print(
         "tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
         "(loaded in {:.1f} s)\n",
-        config.model, model->parameter_count(), train_data.size(), test_data.size(), load_seconds);
-    fmt::print("  1 device (cpu:0), {} thread(s), {} compute, batch {}, {} lr {}, {} epoch(s)\n",
-               threads, dtype_name(config.compute_dtype), config.batch_size, config.optimizer.name,
-               config.optimizer.learning_rate, config.epochs);
+        config.model, trainer.model().parameter_count(), train_data.size(), test_data.size(),
+        load_seconds);
+    fmt::print(
+        "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), {} compute, global "
+        "batch "
+        "{}, {} lr {} ({}), {} epoch(s)\n",
+        strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
+        strategy.threads_per_replica(), dtype_name(config.compute_dtype), config.batch_size,
+        config.optimizer.name, config.optimizer.learning_rate, config.schedule, config.epochs);
     fmt::print("  output {}\n", config.output_dir);
   }
-  const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet;
+  const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet && chief;
   auto last_draw = std::chrono::steady_clock::now();
   train::TrainCallbacks callbacks;
   callbacks.on_step = [&](const train::StepInfo& s) {
@@ -97,7 +125,7 @@ int run_train(TrainOptions& o) {
     std::fflush(stdout);
   };
   callbacks.on_epoch = [&](const train::EpochResult& e) {
-    if (o.quiet) return;
+    if (o.quiet || !chief) return;
     fmt::print(
         "{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
         "{:.2f}%  {:.0f} ex/s  {:.1f} s\n",
@@ -126,12 +154,14 @@ int run_train(TrainOptions& o) {
 
   const std::string summary_path =
       (std::filesystem::path(config.output_dir) / "summary.json").string();
+  if (!chief) return result.interrupted ? 130 : 0;
   train::write_summary(summary_path, config, result,
-                       {{"threads", std::to_string(threads)},
+                       {{"strategy", strategy.name()},
+                        {"replicas", std::to_string(strategy.global_replicas())},
+                        {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
                         {"data_dir", o.data_dir},
                         {"train_examples", std::to_string(train_data.size())},
-                        {"test_examples", std::to_string(test_data.size())},
-                        {"devices", "cpu:0"}});
+                        {"test_examples", std::to_string(test_data.size())}});
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
                trainer.checkpoint_path(), config.output_dir);
@@ -177,7 +207,20 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")
       ->capture_default_str();
-  command->add_option("--threads", o->threads, "Intra-op threads (default: one per physical core)");
+  command->add_option("--threads", o->threads,
+                      "Intra-op threads per device (default: physical cores / devices)");
+  command
+      ->add_option("--strategy", o->strategy, "one-device, mirrored or multi-worker (under mpirun)")
+      ->capture_default_str();
+  command->add_option(
+      "--devices", o->devices,
+      "Replicas (virtual CPU devices) in this process (default: one per physical core)");
+  command->add_flag("--allow-oversubscription", o->allow_oversubscription,
+                    "Allow more devices x threads than physical cores");
+  command->add_option("--bucket-mb", o->bucket_mb, "Gradient fusion bucket size in MiB")
+      ->capture_default_str();
+  command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
+      ->capture_default_str();
   command
       ->add_option("--compute-dtype", o->compute_dtype,
                    "Matrix-unit dtype for matmul/conv: f32 or bf16")

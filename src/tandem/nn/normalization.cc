@@ -40,8 +40,8 @@ std::string LayerNorm::describe() const {
   return "LayerNorm(" + std::to_string(features_) + ")";
 }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum)
-    : channels_(channels), eps_(eps), momentum_(momentum) {
+BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool synchronized)
+    : channels_(channels), eps_(eps), momentum_(momentum), synchronized_(synchronized) {
   if (channels <= 0 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) {
     TANDEM_THROW(InvalidArgument,
                  "BatchNorm2d: channels and eps must be positive and momentum "
@@ -56,6 +56,12 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum)
 
 Variable BatchNorm2d::forward(const Variable& input) {
   check_last_dim(input, channels_, "BatchNorm2d");
+  if (synchronized_ && is_training()) {
+    if (CrossReplicaSum* replicas = current_cross_replica_sum()) {
+      return sync_batch_norm(input, gamma_, beta_, *running_mean_, *running_var_, momentum_, eps_,
+                             *replicas);
+    }
+  }
   return batch_norm(input, gamma_, beta_, *running_mean_, *running_var_, is_training(), momentum_,
                     eps_);
 }

@@ -20,7 +20,11 @@ class LayerNorm : public Module {
 
 class BatchNorm2d : public Module {
  public:
-  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  // synchronized: in training under a replicated strategy, take the batch
+  // statistics over all replicas (synchronised batch norm) instead of each
+  // replica's own rows.
+  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
+                       bool synchronized = false);
   Variable forward(const Variable& input) override;
   std::string describe() const override;
 
@@ -30,6 +34,7 @@ class BatchNorm2d : public Module {
  private:
   int64_t channels_;
   float eps_, momentum_;
+  bool synchronized_;
   Variable gamma_, beta_;
   Tensor* running_mean_;
   Tensor* running_var_;

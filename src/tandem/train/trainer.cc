@@ -8,6 +8,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
@@ -50,15 +51,36 @@ int64_t to_steps(double epochs, int64_t steps_per_epoch) {
   return static_cast<int64_t>(std::llround(epochs * static_cast<double>(steps_per_epoch)));
 }
 
+// The rows [begin, end) of a global batch of `count` examples that global
+// replica g of n trains on: consecutive, sizes as even as possible.
+std::pair<int64_t, int64_t> replica_rows(int64_t count, int g, int n) {
+  const int64_t base = count / n, extra = count % n;
+  const int64_t begin = g * base + std::min<int64_t>(g, extra);
+  return {begin, begin + base + (g < extra ? 1 : 0)};
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model,
                  data::LabeledImages train_data, data::LabeledImages test_data)
-    : config_(std::move(config)),
-      model_(std::move(model)),
-      train_(std::move(train_data)),
-      test_(std::move(test_data)) {
-  if (!model_) TANDEM_THROW(InvalidArgument, "Trainer needs a model");
+    : Trainer(
+          std::move(config),
+          [model, used = std::make_shared<bool>(false)]() {
+            if (!model) TANDEM_THROW(InvalidArgument, "Trainer needs a model");
+            if (*used) {
+              TANDEM_THROW(InvalidArgument,
+                           "a Trainer given one model runs one replica; "
+                           "pass a model factory to replicate it");
+            }
+            *used = true;
+            return model;
+          },
+          std::move(train_data), std::move(test_data)) {}
+
+Trainer::Trainer(TrainConfig config, const ModelFactory& factory, data::LabeledImages train_data,
+                 data::LabeledImages test_data)
+    : config_(std::move(config)), train_(std::move(train_data)), test_(std::move(test_data)) {
+  if (!factory) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
   check_data(train_, "training");
   if (test_.size() > 0) check_data(test_, "test");
   if (config_.epochs < 1)
@@ -77,7 +99,20 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model,
   if (config_.warmup_epochs < 0.0) {
     TANDEM_THROW(InvalidArgument, "warm-up epochs must be >= 0, got ", config_.warmup_epochs);
   }
-  optimizer_ = optim::make_optimizer(config_.optimizer, model_->parameters());
+  if (config_.resume && config_.output_dir.empty()) {
+    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
+  }
+  strategy_ = distribute::make_strategy(config_.strategy);
+  if (config_.batch_size < strategy_->global_replicas()) {
+    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size,
+                 " has fewer examples than the ", strategy_->global_replicas(), " replicas");
+  }
+  if (config_.batch_size % strategy_->global_replicas() != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size, " does not divide among ",
+                 strategy_->global_replicas(),
+                 " replicas (each replica takes global / replicas examples; "
+                 "only an epoch's last, partial batch is split unevenly)");
+  }
   const int64_t per_epoch = steps_per_epoch();
   schedule_ = optim::make_schedule(
       {.name = config_.schedule,
@@ -87,12 +122,86 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model,
        .total_steps = per_epoch * config_.epochs,
        .min_lr = config_.min_lr,
        .warmup_steps = to_steps(config_.warmup_epochs, per_epoch)});
-  if (config_.resume && config_.output_dir.empty()) {
-    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
+  build_replicas(factory);
+}
+
+Trainer::~Trainer() {
+  // Reducers hold hooks on the replicas' parameters and work on their communicators.
+  for (Replica& r : replicas_) r.reducer.reset();
+}
+
+void Trainer::build_replicas(const ModelFactory& factory) {
+  const int local = strategy_->local_replicas();
+  for (int r = 0; r < local; ++r) {
+    Replica replica;
+    replica.model = factory();
+    if (!replica.model) TANDEM_THROW(InvalidArgument, "the model factory returned no model");
+    replica.optimizer = optim::make_optimizer(config_.optimizer, replica.model->parameters());
+    replicas_.push_back(std::move(replica));
+  }
+  if (strategy_->global_replicas() > 1) {
+    check_and_broadcast_weights();
+    for (int r = 0; r < local; ++r) {
+      replicas_[r].reducer = std::make_unique<distribute::Reducer>(
+          replicas_[r].model->parameters(), *strategy_->communicator(r), config_.reducer);
+    }
   }
 }
 
-Trainer::~Trainer() = default;
+void Trainer::check_and_broadcast_weights() {
+  strategy_->run([&](int r) {
+    comm::Communicator& comm = *strategy_->communicator(r);
+    // Every replica must hold the same architecture: compare a signature of
+    // the parameter count and shapes (max and -min over all replicas).
+    int64_t signature = 0, count = 0;
+    for (const auto& [name, p] : replicas_[r].model->named_parameters()) {
+      ++count;
+      for (int64_t d : p.shape().dims()) signature = signature * 31 + d + 7;
+      signature %= 1000000007;
+    }
+    Tensor check = Tensor::empty(Shape{4}, DType::i32);
+    int32_t* c = check.data<int32_t>();
+    c[0] = static_cast<int32_t>(signature);
+    c[1] = -static_cast<int32_t>(signature);
+    c[2] = static_cast<int32_t>(count);
+    c[3] = -static_cast<int32_t>(count);
+    comm.all_reduce(check, comm::ReduceOp::max);
+    if (c[0] != -c[1] || c[2] != -c[3]) {
+      TANDEM_THROW(InvalidArgument,
+                   "replicas were built with different models (parameter count or shapes differ "
+                   "between replicas or workers)");
+    }
+    // Initial weights and buffers from global replica 0.
+    for (auto& [name, p] : replicas_[r].model->named_parameters()) comm.broadcast(p.value(), 0);
+    for (auto& [name, t] : replicas_[r].model->named_buffers()) comm.broadcast(*t, 0);
+  });
+}
+
+std::vector<double> Trainer::sum_over_replicas(
+    const std::vector<std::vector<double>>& per_replica) {
+  const size_t n = per_replica.front().size();
+  if (strategy_->global_replicas() == 1) return per_replica.front();
+  std::vector<double> total(n, 0.0);
+  std::mutex mutex;
+  strategy_->run([&](int r) {
+    // Sums travel as f32 pairs (value rounded, remainder) to keep double precision.
+    Tensor t = Tensor::empty(Shape{static_cast<int64_t>(2 * n)});
+    for (size_t i = 0; i < n; ++i) {
+      const auto hi = static_cast<float>(per_replica[r][i]);
+      t.data<float>()[2 * i] = hi;
+      t.data<float>()[2 * i + 1] = static_cast<float>(per_replica[r][i] - hi);
+    }
+    strategy_->communicator(r)->all_reduce(t, comm::ReduceOp::sum);
+    if (r == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (size_t i = 0; i < n; ++i) {
+        total[i] = static_cast<double>(t.data<float>()[2 * i]) +
+                   static_cast<double>(t.data<float>()[2 * i + 1]);
+      }
+    }
+  });
+  return total;
+}
 
 int64_t Trainer::steps_per_epoch() const {
   const int64_t n = train_.size();
@@ -106,28 +215,50 @@ std::string Trainer::checkpoint_path() const {
              : (std::filesystem::path(config_.output_dir) / kCheckpointFile).string();
 }
 
+std::vector<distribute::ReducerStats> Trainer::last_reducer_stats() const {
+  std::vector<distribute::ReducerStats> out;
+  for (const Replica& r : replicas_)
+    out.push_back(r.reducer ? r.reducer->last_step() : distribute::ReducerStats{});
+  return out;
+}
+
+double Trainer::last_exposed_communication() const {
+  double last_backward = 0.0, last_reduced = 0.0;
+  for (const auto& s : last_reducer_stats()) {
+    last_backward = std::max(last_backward, s.backward_done);
+    last_reduced = std::max(last_reduced, s.reduced);
+  }
+  return std::max(0.0, last_reduced - last_backward);
+}
+
 EvalResult Trainer::evaluate(const data::LabeledImages& data) {
   EvalResult result;
   if (data.size() == 0) return result;
   check_data(data, "evaluation");
-  NoGradGuard no_grad;
-  const bool was_training = model_->is_training();
-  model_->eval();
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < data.size(); begin += config_.eval_batch_size) {
-    const int64_t end = std::min(data.size(), begin + config_.eval_batch_size);
-    const Tensor x = data.images.slice(begin, end);
-    const Tensor y = data.labels.slice(begin, end);
-    const Variable logits = model_->forward(Variable(x));
-    loss_sum +=
-        static_cast<double>(softmax_cross_entropy(logits, y).value().item()) * (end - begin);
-    correct += kernels::count_correct(logits.value(), y);
-  }
-  model_->train(was_training);
+  const int n = strategy_->global_replicas();
+  std::vector<std::vector<double>> sums(replicas_.size(), std::vector<double>(2, 0.0));
+  strategy_->run([&](int r) {
+    NoGradGuard no_grad;
+    nn::Module& model = *replicas_[r].model;
+    const bool was_training = model.is_training();
+    model.eval();
+    // Each replica evaluates its own contiguous part of the data.
+    const auto [first, last] = replica_rows(data.size(), strategy_->global_replica(r), n);
+    for (int64_t begin = first; begin < last; begin += config_.eval_batch_size) {
+      const int64_t end = std::min(last, begin + config_.eval_batch_size);
+      const Tensor x = data.images.slice(begin, end);
+      const Tensor y = data.labels.slice(begin, end);
+      const Variable logits = model.forward(Variable(x));
+      sums[r][0] +=
+          static_cast<double>(softmax_cross_entropy(logits, y).value().item()) * (end - begin);
+      sums[r][1] += static_cast<double>(kernels::count_correct(logits.value(), y));
+    }
+    model.train(was_training);
+  });
+  const std::vector<double> total = sum_over_replicas(sums);
   result.examples = data.size();
-  result.loss = loss_sum / static_cast<double>(data.size());
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(data.size());
+  result.loss = total[0] / static_cast<double>(data.size());
+  result.accuracy = total[1] / static_cast<double>(data.size());
   return result;
 }
 
@@ -138,12 +269,13 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   if (config_.resume) {
     restore(progress, result.history);
     result.resumed_from_step = progress.epoch * steps_per_epoch() + progress.step;
-  } else if (!config_.output_dir.empty() && std::filesystem::exists(checkpoint_path())) {
+  } else if (strategy_->is_chief() && !config_.output_dir.empty() &&
+             std::filesystem::exists(checkpoint_path())) {
     TANDEM_THROW(InvalidArgument, "'", checkpoint_path(),
                  "' already exists: resume it or choose "
                  "another output directory rather than overwrite it");
   }
-  if (!config_.output_dir.empty()) {
+  if (!config_.output_dir.empty() && strategy_->is_chief()) {
     std::error_code error;
     std::filesystem::create_directories(config_.output_dir, error);
     if (error) {
@@ -152,14 +284,28 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     }
   }
   stop_requested_.store(false);
-  model_->train();
+  for (Replica& r : replicas_) r.model->train();
+  // With replica threads on every core, the main thread must not start
+  // OpenMP teams: their workers spin after each region and steal a replica's core.
+  const int saved_threads = num_threads();
+  if (strategy_->local_replicas() > 1) set_num_threads(1);
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { set_num_threads(threads); }
+  } restore_threads{saved_threads};
+  const int n_global = strategy_->global_replicas();
   const int64_t n = train_.size();
   const int64_t per_epoch = steps_per_epoch();
+  // Per local replica: loss sum and correct count of the epoch so far.
+  std::vector<std::vector<double>> partial(replicas_.size(), std::vector<double>(2, 0.0));
   for (; progress.epoch < config_.epochs; ++progress.epoch) {
     const std::vector<int64_t> order = data::epoch_permutation(n, config_.seed, progress.epoch);
-    double lr = optimizer_->learning_rate();
+    double lr = replicas_.front().optimizer->learning_rate();
     for (; progress.step < per_epoch; ++progress.step) {
-      if (stop_requested_.load()) {
+      if (should_stop()) {
+        const std::vector<double> so_far = sum_over_replicas(partial);
+        progress.loss_sum += so_far[0];
+        progress.correct += static_cast<int64_t>(std::llround(so_far[1]));
         save(progress, result.history);
         result.interrupted = true;
         result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -168,38 +314,71 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const auto step_start = Clock::now();
       const int64_t begin = progress.step * config_.batch_size;
       const int64_t end = std::min(n, begin + config_.batch_size);
-      const std::span<const int64_t> rows(order.data() + begin, static_cast<size_t>(end - begin));
+      const int64_t count = end - begin;
+      const std::span<const int64_t> rows(order.data() + begin, static_cast<size_t>(count));
       const Tensor x = data::gather_rows(train_.images, rows);
       const Tensor y = data::gather_rows(train_.labels, rows);
+      const double input_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
       const int64_t global_step = progress.epoch * per_epoch + progress.step;
       lr = schedule_->lr(global_step);
-      optimizer_->set_learning_rate(lr);
-      thread_generator().set_state(
-          mix_seed(config_.seed ^ 0xD50Dull, static_cast<uint64_t>(global_step)), 0);
-      optimizer_->zero_grad();
-      const Variable logits = model_->forward(Variable(x));
-      const Variable loss = softmax_cross_entropy(logits, y);
-      loss.backward();
-      optimizer_->step();
-      const double loss_value = loss.value().item();
+      std::vector<double> step_loss(replicas_.size(), 0.0);
+      strategy_->run([&](int r) {
+        Replica& rep = replicas_[r];
+        const int g = strategy_->global_replica(r);
+        const auto [first, last] = replica_rows(count, g, n_global);
+        rep.optimizer->set_learning_rate(lr);
+        const uint64_t stream =
+            static_cast<uint64_t>(global_step) * static_cast<uint64_t>(n_global) + g;
+        thread_generator().set_state(mix_seed(config_.seed ^ 0xD50Dull, stream), 0);
+        rep.optimizer->zero_grad();
+        if (rep.reducer) rep.reducer->prepare();
+        if (last > first) {
+          const Variable logits = rep.model->forward(Variable(x.slice(first, last)));
+          const Tensor labels = y.slice(first, last);
+          // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+          const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
+          loss.backward();
+          step_loss[r] = loss.value().item();
+          partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
+        }
+        if (rep.reducer) rep.reducer->finish();
+        rep.optimizer->step();
+        partial[r][0] += step_loss[r] * static_cast<double>(count);
+      });
+      double loss_value = 0.0;
+      for (double l : step_loss) loss_value += l;  // this worker's share of the global mean
       if (!std::isfinite(loss_value)) {
         TANDEM_THROW(Error, "training diverged: loss is ", loss_value, " at epoch ",
                      progress.epoch + 1, " step ", progress.step + 1, " (lower the learning rate)");
       }
-      progress.loss_sum += loss_value * static_cast<double>(end - begin);
-      progress.correct += kernels::count_correct(logits.value(), y);
-      progress.seen += end - begin;
-      progress.train_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+      progress.seen += count;
+      const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      progress.train_seconds += step_seconds;
       if (callbacks.on_step) {
+        double idle = 0.0;
+        const auto reducer_stats = last_reducer_stats();
+        double last_backward = 0.0;
+        for (const auto& st : reducer_stats)
+          last_backward = std::max(last_backward, st.backward_done);
+        for (const auto& st : reducer_stats) idle += last_backward - st.backward_done;
         callbacks.on_step({.epoch = progress.epoch + 1,
                            .step = progress.step + 1,
                            .steps_per_epoch = per_epoch,
                            .global_step = global_step + 1,
                            .loss = loss_value,
                            .learning_rate = lr,
-                           .batch_examples = end - begin});
+                           .batch_examples = count,
+                           .input_seconds = input_seconds,
+                           .step_seconds = step_seconds,
+                           .exposed_communication_seconds = last_exposed_communication(),
+                           .idle_seconds = idle / static_cast<double>(reducer_stats.size())});
       }
     }
+    // The epoch's sums over every replica and worker.
+    const std::vector<double> epoch_sums = sum_over_replicas(partial);
+    progress.loss_sum += epoch_sums[0];
+    progress.correct += static_cast<int64_t>(std::llround(epoch_sums[1]));
+    for (auto& p : partial) std::fill(p.begin(), p.end(), 0.0);
     EpochResult epoch;
     epoch.epoch = progress.epoch + 1;
     epoch.train_loss = progress.loss_sum / static_cast<double>(std::max<int64_t>(progress.seen, 1));
@@ -224,8 +403,21 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   return result;
 }
 
+bool Trainer::should_stop() {
+  bool stop = stop_requested_.load();
+  if (strategy_->global_replicas() == strategy_->local_replicas()) return stop;
+  // Across processes every worker must stop at the same step: agree on it.
+  std::atomic<bool> any{false};
+  strategy_->run([&](int r) {
+    Tensor flag = Tensor::full(Shape{1}, stop ? 1.0f : 0.0f);
+    strategy_->communicator(r)->all_reduce(flag, comm::ReduceOp::max);
+    if (flag.data<float>()[0] > 0.0f) any.store(true);
+  });
+  return any.load();
+}
+
 void Trainer::save(const Progress& progress, const std::vector<EpochResult>& history) {
-  if (config_.output_dir.empty()) return;
+  if (config_.output_dir.empty() || !strategy_->is_chief()) return;
   Checkpoint c;
   c.metadata = {{"format", kFormat},
                 {"model", config_.model},
@@ -233,7 +425,7 @@ void Trainer::save(const Progress& progress, const std::vector<EpochResult>& his
                 {"seed", std::to_string(config_.seed)},
                 {"train_examples", std::to_string(train_.size())},
                 {"drop_remainder", config_.drop_remainder ? "true" : "false"},
-                {"optimizer", optimizer_->name()},
+                {"optimizer", optimizer().name()},
                 {"epoch", std::to_string(progress.epoch)},
                 {"step", std::to_string(progress.step)},
                 {"loss_sum", number(progress.loss_sum)},
@@ -241,11 +433,11 @@ void Trainer::save(const Progress& progress, const std::vector<EpochResult>& his
                 {"seen", std::to_string(progress.seen)},
                 {"train_seconds", number(progress.train_seconds)}};
   c.metadata["history"] = nlohmann::json(history).dump();
-  for (const auto& [name, p] : model_->named_parameters())
+  for (const auto& [name, p] : model().named_parameters())
     c.tensors.emplace_back("model." + name, p.value());
-  for (const auto& [name, t] : model_->named_buffers())
+  for (const auto& [name, t] : model().named_buffers())
     c.tensors.emplace_back("buffer." + name, *t);
-  for (const auto& [name, t] : optimizer_->state()) c.tensors.emplace_back("optimizer." + name, *t);
+  for (const auto& [name, t] : optimizer().state()) c.tensors.emplace_back("optimizer." + name, *t);
   save_checkpoint(checkpoint_path(), c);
 }
 
@@ -265,7 +457,7 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
       {"seed", std::to_string(config_.seed)},
       {"train_examples", std::to_string(train_.size())},
       {"drop_remainder", config_.drop_remainder ? "true" : "false"},
-      {"optimizer", optimizer_->name()}};
+      {"optimizer", optimizer().name()}};
   for (const auto& [key, value] : expected) {
     if (c.meta(key) != value) {
       TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", key, " ",
@@ -280,12 +472,15 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
     }
     target.copy_from(saved);
   };
-  for (auto& [name, p] : model_->named_parameters()) {
-    Tensor value = p.value();
-    load_into("model." + name, value);
+  // Every replica takes the same saved state: a checkpoint loads into any count.
+  for (Replica& replica : replicas_) {
+    for (auto& [name, p] : replica.model->named_parameters()) {
+      Tensor value = p.value();
+      load_into("model." + name, value);
+    }
+    for (auto& [name, t] : replica.model->named_buffers()) load_into("buffer." + name, *t);
+    for (auto& [name, t] : replica.optimizer->state()) load_into("optimizer." + name, *t);
   }
-  for (auto& [name, t] : model_->named_buffers()) load_into("buffer." + name, *t);
-  for (auto& [name, t] : optimizer_->state()) load_into("optimizer." + name, *t);
   progress.epoch = std::stoll(c.meta("epoch"));
   progress.step = std::stoll(c.meta("step"));
   progress.loss_sum = std::stod(c.meta("loss_sum"));

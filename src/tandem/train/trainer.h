@@ -1,10 +1,16 @@
 #pragma once
 // Trainer: fit() and evaluate() for classification on in-memory labelled
-// images, on one device. Each epoch visits the training set in an order drawn
-// from (seed, epoch); each step's dropout masks come from (seed, step); the
-// learning rate is a function of the step. Together with checkpoints that
-// record the position inside an epoch and the running sums, this makes a
-// resumed run produce the same losses as an uninterrupted one.
+// images, on one device or replicated by a distribution strategy. Each epoch
+// visits the training set in an order drawn from (seed, epoch); each global
+// batch is split between the replicas as evenly as possible (nothing is
+// dropped unless drop_remainder) and every replica normalises its loss by the
+// global batch's example count, so that the replicas' all-reduced gradients
+// are the one-device gradient of the whole batch. Dropout masks come from
+// (seed, step, replica); the learning rate is a function of the step.
+// Together with checkpoints that record the position inside an epoch and the
+// running sums, a resumed run produces the same losses as an uninterrupted
+// one. Checkpoints hold one replica's state (they are identical), written by
+// the chief, and load into any number of replicas.
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/nn/module.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/optim/optimizer.h"
@@ -31,12 +38,14 @@ struct TrainConfig {
   // fixes the rate, not its schedule, and decay converges further (see
   // docs/performance.md for both).
   std::string schedule = "cosine";  // constant, step, cosine
-  double lr_step_epochs = 1.0;        // step schedule period, in epochs
-  double lr_gamma = 0.1;              // step schedule factor
-  double min_lr = 0.0;                // cosine floor
+  double lr_step_epochs = 1.0;      // step schedule period, in epochs
+  double lr_gamma = 0.1;            // step schedule factor
+  double min_lr = 0.0;              // cosine floor
   double warmup_epochs = 0.0;
   uint64_t seed = 0;
   DType compute_dtype = DType::f32;
+  distribute::StrategyConfig strategy;  // one_device by default
+  distribute::ReducerOptions reducer;
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;
@@ -67,6 +76,14 @@ struct StepInfo {
   double loss = 0.0;
   double learning_rate = 0.0;
   int64_t batch_examples = 0;
+  // Where the step's time went (seconds): assembling the batch on the main
+  // thread (input), the whole step, and, with several replicas, the
+  // communication not hidden behind backward and the mean time replicas
+  // waited for the slowest one before that.
+  double input_seconds = 0.0;
+  double step_seconds = 0.0;
+  double exposed_communication_seconds = 0.0;
+  double idle_seconds = 0.0;
 };
 
 struct TrainResult {
@@ -81,10 +98,18 @@ struct TrainCallbacks {
   std::function<void(const EpochResult&)> on_epoch;
 };
 
+// Builds one replica's model; called once per local replica. Every call must
+// build the same architecture (checked across replicas and workers).
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+
 class Trainer {
  public:
   // Throws InvalidArgument for a configuration that cannot work (non-positive
-  // epochs or batch size, a batch larger than the training set, ...).
+  // epochs or batch size, a batch larger than the training set, a global batch
+  // with fewer examples than replicas, a bad strategy, ...).
+  Trainer(TrainConfig config, const ModelFactory& factory, data::LabeledImages train_data,
+          data::LabeledImages test_data);
+  // One device with this model (the strategy in config must be one_device).
   Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, data::LabeledImages train_data,
           data::LabeledImages test_data);
   ~Trainer();
@@ -98,20 +123,40 @@ class Trainer {
   // call from a signal handler or another thread.
   void request_stop() { stop_requested_.store(true); }
 
-  nn::Module& model() { return *model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  // Local replica 0's model and optimizer (every replica holds the same values).
+  nn::Module& model() { return *replicas_.front().model; }
+  optim::Optimizer& optimizer() { return *replicas_.front().optimizer; }
+  nn::Module& replica_model(int local_replica) { return *replicas_.at(local_replica).model; }
+  distribute::Strategy& strategy() { return *strategy_; }
   std::string checkpoint_path() const;
   int64_t steps_per_epoch() const;
+  // The last step's communication not hidden behind backward: from the
+  // moment the last local replica finished backward until the gradients were
+  // reduced (seconds; 0 on one device).
+  double last_exposed_communication() const;
+  // The last step's reducer statistics, per local replica.
+  std::vector<distribute::ReducerStats> last_reducer_stats() const;
 
  private:
   struct Progress;
+  struct Replica {
+    std::shared_ptr<nn::Module> model;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<distribute::Reducer> reducer;
+  };
+  void build_replicas(const ModelFactory& factory);
+  // Whether to stop now; agreed by all workers when there are several processes.
+  bool should_stop();
+  void check_and_broadcast_weights();
+  // Sums values over every replica of every worker (each local replica passes its own).
+  std::vector<double> sum_over_replicas(const std::vector<std::vector<double>>& per_replica);
   void save(const Progress& progress, const std::vector<EpochResult>& history);
   void restore(Progress& progress, std::vector<EpochResult>& history);
 
   TrainConfig config_;
-  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<distribute::Strategy> strategy_;
+  std::vector<Replica> replicas_;
   data::LabeledImages train_, test_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::atomic<bool> stop_requested_{false};
 };

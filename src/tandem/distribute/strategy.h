@@ -1,0 +1,60 @@
+#pragma once
+// Distribution strategies (tf.distribute): where replicas run and how their
+// gradients are combined.
+//  - one_device:   one replica on the calling thread.
+//  - mirrored:     one replica per virtual CPU device, each on its own thread
+//                  with its own intra-op threads, all-reducing in process.
+//  - multi_worker: mirrored inside each MPI process, hierarchical all-reduce
+//                  across processes (start with mpirun).
+// The user states the global batch; each replica gets a share of it (see
+// data::split_batch) and normalises its loss by the global example count, so
+// that N replicas take the same step as one device on the whole batch.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/cross_replica.h"
+#include "tandem/comm/communicator.h"
+#include "tandem/distribute/reducer.h"
+
+namespace tandem::distribute {
+
+struct StrategyConfig {
+  std::string name = "one_device";      // one_device, mirrored, multi_worker
+  int devices = 0;                      // local replicas; 0: one per physical core
+  int threads_per_device = 0;           // 0: physical cores / devices (at least 1)
+  bool allow_oversubscription = false;  // more devices than cores
+  comm::CommOptions comm;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  virtual std::string name() const = 0;
+  virtual int local_replicas() const = 0;
+  virtual int global_replicas() const = 0;
+  // Global index of local replica 0.
+  virtual int first_replica() const = 0;
+  // The communicator of local replica i (null for one_device).
+  virtual comm::Communicator* communicator(int local_replica) = 0;
+  // Runs fn(local replica) on every local replica's thread at once and waits;
+  // rethrows the first error (after every replica has returned). Inside fn a
+  // CrossReplicaSum for the replica is installed (synchronised batch norm).
+  virtual void run(const std::function<void(int local_replica)>& fn) = 0;
+  // Intra-op threads of each replica.
+  virtual int threads_per_replica() const = 0;
+  // The replica that writes checkpoints and summaries.
+  bool is_chief() const { return first_replica() == 0; }
+  // Global replica index of a local one.
+  int global_replica(int local_replica) const { return first_replica() + local_replica; }
+};
+
+// Builds a strategy. Throws InvalidArgument for an unknown name, more devices
+// than physical cores without allow_oversubscription, or multi_worker outside
+// an MPI launcher.
+std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config);
+
+}  // namespace tandem::distribute
