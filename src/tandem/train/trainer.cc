@@ -332,15 +332,15 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         thread_generator().set_state(mix_seed(config_.seed ^ 0xD50Dull, stream), 0);
         rep.optimizer->zero_grad();
         if (rep.reducer) rep.reducer->prepare();
-        if (last > first) {
-          const Variable logits = rep.model->forward(Variable(x.slice(first, last)));
-          const Tensor labels = y.slice(first, last);
-          // Normalised by the global batch: the replicas' gradients sum to the batch mean.
-          const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
-          loss.backward();
-          step_loss[r] = loss.value().item();
-          partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
-        }
+        // A replica with no examples (an epoch's last, short batch) still runs
+        // its empty batch: cross-replica layers need every replica's part.
+        const Variable logits = rep.model->forward(Variable(x.slice(first, last)));
+        const Tensor labels = y.slice(first, last);
+        // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+        const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
+        loss.backward();
+        step_loss[r] = loss.value().item();
+        partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
         if (rep.reducer) rep.reducer->finish();
         rep.optimizer->step();
         partial[r][0] += step_loss[r] * static_cast<double>(count);
