@@ -1,6 +1,7 @@
 #include "tandem/distribute/strategy.h"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -193,15 +194,22 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
     TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
                  "' (expected one_device, mirrored or multi_worker)");
   }
-  const int devices = c.devices > 0 ? c.devices : cores;
-  const int threads =
-      c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores / devices);
-  if (devices * threads > cores && !c.allow_oversubscription) {
-    TANDEM_THROW(InvalidArgument, devices, " device(s) x ", threads, " thread(s) need ",
-                 devices * threads, " cores but this machine has ", cores,
-                 " physical cores (replicas would slow each other down; pass the oversubscription "
-                 "override to "
-                 "do it anyway)");
+  // Processes of this job on this host share its cores (multi_worker under mpirun).
+  int processes_here = 1;
+  if (c.name == "multi_worker") {
+    for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+      if (const char* value = std::getenv(variable)) processes_here = std::max(1, std::atoi(value));
+    }
+  }
+  const int cores_here = std::max(1, cores / processes_here);
+  const int devices = c.devices > 0 ? c.devices : cores_here;
+  const int threads = c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores_here / devices);
+  if (devices * threads * processes_here > cores && !c.allow_oversubscription) {
+    TANDEM_THROW(InvalidArgument, processes_here > 1 ? std::to_string(processes_here) + " processes x " : "",
+                 devices, " device(s) x ", threads, " thread(s) need ", devices * threads * processes_here,
+                 " cores but this machine has ", cores,
+                 " physical cores (replicas would slow each other down; set allow_oversubscription, "
+                 "--allow-oversubscription on the command line, to do it anyway)");
   }
   if (c.name == "mirrored") return std::make_unique<Mirrored>(devices, threads, c.comm);
   if (!comm::launched_by_mpi()) {

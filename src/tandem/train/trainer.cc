@@ -315,7 +315,12 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const int64_t begin = progress.step * config_.batch_size;
       const int64_t end = std::min(n, begin + config_.batch_size);
       const int64_t count = end - begin;
-      const std::span<const int64_t> rows(order.data() + begin, static_cast<size_t>(count));
+      // Only the rows of this process's replicas (all of them unless multi-worker).
+      const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
+      const int64_t local_end =
+          replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1, n_global).second;
+      const std::span<const int64_t> rows(order.data() + begin + local_begin,
+                                          static_cast<size_t>(local_end - local_begin));
       const Tensor x = data::gather_rows(train_.images, rows);
       const Tensor y = data::gather_rows(train_.labels, rows);
       const double input_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
@@ -334,8 +339,8 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         if (rep.reducer) rep.reducer->prepare();
         // A replica with no examples (an epoch's last, short batch) still runs
         // its empty batch: cross-replica layers need every replica's part.
-        const Variable logits = rep.model->forward(Variable(x.slice(first, last)));
-        const Tensor labels = y.slice(first, last);
+        const Variable logits = rep.model->forward(Variable(x.slice(first - local_begin, last - local_begin)));
+        const Tensor labels = y.slice(first - local_begin, last - local_begin);
         // Normalised by the global batch: the replicas' gradients sum to the batch mean.
         const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
         loss.backward();
