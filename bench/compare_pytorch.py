@@ -25,7 +25,8 @@ BLAS_DIRS = {"pytorch-refblas": "/usr/lib/x86_64-linux-gnu/blas",
 
 
 def run_tandem(binary, model, dtype, threads, steps):
-    out = subprocess.run([binary, "bench", "train", "--models", model, "--dtypes", dtype,
+    policy = {"f32": "float32", "bf16": "mixed_bfloat16"}[dtype]
+    out = subprocess.run([binary, "bench", "train", "--models", model, "--precisions", policy,
                           "--threads", str(threads), "--steps", str(steps), "--repeats", "1",
                           "--json"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)["results"][0]["examples_per_second_median"]

@@ -90,6 +90,9 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
   expect_one_line_error("train --optimizer lamb" + out, "unknown optimizer 'lamb'");
   expect_one_line_error("train --compute-dtype f64" + out, "f64");
+  expect_one_line_error("train --precision mixed_float8" + out, "unknown precision policy");
+  expect_one_line_error("train --loss-scale -4" + out, "--loss-scale must be");
+  expect_one_line_error("train --loss-scale often" + out, "'often'");
   expect_one_line_error("train --threads 0" + out, "thread count must be at least 1");
   expect_one_line_error("train --resume" + out, "no checkpoint");
   expect_one_line_error(
@@ -192,13 +195,19 @@ TEST(Cli, BenchPipelineAndAllreduceJson) {
 
 TEST(Cli, BenchTrainJson) {
   const CommandResult r = run(
-      "bench train --models mlp --dtypes f32 --threads 1 --steps 2 --warmup 1 --repeats 2 --json");
+      "bench train --models mlp --precisions float32,mixed_bfloat16 --threads 1 --steps 2 --warmup "
+      "1 --repeats 2 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
-  ASSERT_EQ(j.at("results").size(), 1u);
+  ASSERT_EQ(j.at("results").size(), 2u);
   EXPECT_GT(j.at("results")[0].at("examples_per_second_median").get<double>(), 0.0);
   EXPECT_EQ(j.at("results")[0].at("samples").size(), 2u);
-  expect_one_line_error("bench train --dtypes i32", "i32");
+  // bf16 activations take half the bytes of f32 ones (plus the f32 logits).
+  const auto f32_bytes = j.at("results")[0].at("peak_activation_bytes").get<int64_t>();
+  const auto bf16_bytes = j.at("results")[1].at("peak_activation_bytes").get<int64_t>();
+  EXPECT_GT(f32_bytes, 0);
+  EXPECT_LT(bf16_bytes, f32_bytes * 0.7);
+  expect_one_line_error("bench train --precisions float64", "float64");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // linear weights (out, in) as in PyTorch, conv weights (KH, KW, C, O).
 
 #include <cstdint>
+#include <optional>
 
 #include "tandem/autograd/cross_replica.h"
 #include "tandem/autograd/variable.h"
@@ -16,17 +17,22 @@
 namespace tandem {
 
 // compute_dtype: the dtype the matrix unit works in. bf16 casts the input and
-// weights to bf16 for the matmul/conv (AMX or AVX512-BF16 through oneDNN) and
-// keeps the output and the weight gradient in their own dtypes.
+// the weights to bf16 for the matmul/conv (AMX or AVX512-BF16 through oneDNN);
+// the weights' cast is cached until they change (Variable::value_as), so it
+// happens once per step. output_dtype: the dtype of the result (activations
+// between layers; default: the input's dtype). Weight gradients keep the
+// weights' dtype (f32 master weights).
 struct LinearOptions {
   kernels::Activation activation = kernels::Activation::none;
   DType compute_dtype = DType::f32;
+  std::optional<DType> output_dtype;
 };
 
 struct Conv2dOptions {
   kernels::Conv2dGeometry geometry;
   kernels::Activation activation = kernels::Activation::none;
   DType compute_dtype = DType::f32;
+  std::optional<DType> output_dtype;
 };
 
 // a (M, K) . b (K, N), with optional transposes.

@@ -16,6 +16,16 @@ bool fuse(Activation activation, bool recording) {
   return activation == Activation::relu || (activation == Activation::gelu && !recording);
 }
 
+// The result dtype of a layer: asked for, or the input's.
+DType output_dtype(const std::optional<DType>& asked, DType input) {
+  return asked.value_or(input);
+}
+
+// oneDNN writes f32 or bf16 results here; others (f16) are converted after.
+DType matmul_output(DType wanted) {
+  return wanted == DType::bf16 ? DType::bf16 : DType::f32;
+}
+
 void check_compute_dtype(DType dtype, const char* op) {
   if (dtype != DType::f32 && dtype != DType::bf16) {
     TANDEM_THROW(InvalidArgument, op, ": compute dtype must be f32 or bf16, got ",
@@ -71,22 +81,36 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   const bool recording = records_grad({&x, &weight, &bias});
   const bool fused = fuse(options.activation, recording);
   const Tensor xc = xv.to(options.compute_dtype);
-  const Tensor wc = wv.to(options.compute_dtype);
+  const Tensor wc = weight.value_as(options.compute_dtype);
   const Tensor bv = bias.defined() ? bias.value() : Tensor();
+  const DType out_dtype = output_dtype(options.output_dtype, xv.dtype());
   Tensor y = kernels::matmul(xc, wc, bv,
                              {.transpose_b = true,
                               .activation = fused ? options.activation : Activation::none,
-                              .out_dtype = xv.dtype()});
+                              .out_dtype = matmul_output(out_dtype)});
+  if (y.dtype() != out_dtype) y = y.to(out_dtype);
   const Activation saved_activation = fused ? options.activation : Activation::none;
   Variable out = record_op(
       "linear", y, {&x, &weight, &bias},
-      [xc, wc, y, saved_activation, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
+      [xv, wc, y, saved_activation, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
        compute = options.compute_dtype](BackwardContext& ctx) {
         const Tensor g = kernels::activation_backward(saved_activation, ctx.grad_output(), y);
         const Tensor gc = g.to(compute);
-        if (ctx.needs(0)) ctx.set(0, kernels::matmul(gc, wc, {}, {.out_dtype = x_dtype}));
+        if (ctx.needs(0)) {
+          ctx.set(0,
+                  kernels::matmul(gc, wc, {}, {.out_dtype = matmul_output(x_dtype)}).to(x_dtype));
+        }
         if (ctx.needs(1)) {
-          ctx.set(1, kernels::matmul(gc, xc, {}, {.transpose_a = true, .out_dtype = w_dtype}));
+          // Cast again rather than keep the cast copy alive until backward: the
+          // input itself is held anyway (by the caller, or as the previous
+          // layer's saved output), so a kept copy (e.g. of the f32 network input
+          // under a bf16 policy) would only add to the activation memory.
+          const Tensor x_compute = xv.to(compute);
+          // Weight gradients are gradient memory, not activations, whatever
+          // the policy (the accounting compares activations across policies).
+          Tensor dw = Tensor::empty(wc.shape(), w_dtype, wc.device(), MemoryCategory::gradients);
+          kernels::matmul_into(gc, x_compute, {}, dw, {.transpose_a = true});
+          ctx.set(1, dw);
         }
         if (ctx.needs(2)) ctx.set(2, kernels::sum_to_shape(g, Shape{g.dim(1)}));
       });
@@ -102,25 +126,33 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   const bool recording = records_grad({&x, &weight, &bias});
   const bool fused = fuse(options.activation, recording);
   const Tensor xc = xv.to(options.compute_dtype);
-  const Tensor wc = wv.to(options.compute_dtype);
+  const Tensor wc = weight.value_as(options.compute_dtype);
   const Tensor bv = bias.defined() ? bias.value() : Tensor();
   const kernels::Conv2dGeometry geometry = options.geometry;
-  Tensor y = kernels::conv2d_forward(xc, wc, bv, geometry,
-                                     fused ? options.activation : Activation::none, xv.dtype());
+  const DType out_dtype = output_dtype(options.output_dtype, xv.dtype());
+  Tensor y =
+      kernels::conv2d_forward(xc, wc, bv, geometry, fused ? options.activation : Activation::none,
+                              matmul_output(out_dtype));
+  if (y.dtype() != out_dtype) y = y.to(out_dtype);
   const Activation saved_activation = fused ? options.activation : Activation::none;
   Variable out = record_op(
       "conv2d", y, {&x, &weight, &bias},
-      [xc, wc, y, saved_activation, geometry, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
+      [xv, wc, y, saved_activation, geometry, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
        compute = options.compute_dtype](BackwardContext& ctx) {
         const Tensor g = kernels::activation_backward(saved_activation, ctx.grad_output(), y);
         const Tensor gc = g.to(compute);
         if (ctx.needs(0)) {
-          ctx.set(0, kernels::conv2d_backward_data(gc, wc, xc.shape(), geometry, x_dtype));
+          ctx.set(
+              0, kernels::conv2d_backward_data(gc, wc, xv.shape(), geometry, matmul_output(x_dtype))
+                     .to(x_dtype));
         }
         if (ctx.needs(1) || ctx.needs(2)) {
-          Tensor dw = Tensor::empty(wc.shape(), DType::f32, wc.device());
-          Tensor db = Tensor::empty(Shape{wc.dim(3)}, DType::f32, wc.device());
-          kernels::conv2d_backward_weights(xc, gc, geometry, dw, ctx.needs(2) ? &db : nullptr);
+          // xv cast again: see linear().
+          Tensor dw = Tensor::empty(wc.shape(), DType::f32, wc.device(), MemoryCategory::gradients);
+          Tensor db =
+              Tensor::empty(Shape{wc.dim(3)}, DType::f32, wc.device(), MemoryCategory::gradients);
+          kernels::conv2d_backward_weights(xv.to(compute), gc, geometry, dw,
+                                           ctx.needs(2) ? &db : nullptr);
           if (ctx.needs(1)) ctx.set(1, dw.to(w_dtype));
           if (ctx.needs(2)) ctx.set(2, db);
         }

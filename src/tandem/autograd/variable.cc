@@ -19,6 +19,9 @@ struct VariableImpl {
   bool grad_defined = false;
   std::vector<GradReadyHook> hooks;
   std::string name;
+  uint64_t version = 0;
+  Tensor cast;  // value_as() cache
+  uint64_t cast_version = 0;
 };
 
 namespace {
@@ -125,6 +128,22 @@ void Variable::set_value(const Tensor& value) {
                  " does not match ", impl.value.to_string());
   }
   impl.value = value;
+  ++impl.version;
+}
+
+uint64_t Variable::version() const { return checked(impl_, "version").version; }
+
+void Variable::mark_modified() const { ++checked(impl_, "mark_modified").version; }
+
+Tensor Variable::value_as(DType dtype) const {
+  VariableImpl& impl = checked(impl_, "value_as");
+  if (impl.value.dtype() == dtype) return impl.value;
+  if (!impl.cast.defined() || impl.cast.dtype() != dtype || impl.cast_version != impl.version ||
+      impl.cast.shape() != impl.value.shape()) {
+    impl.cast = impl.value.to(dtype);
+    impl.cast_version = impl.version;
+  }
+  return impl.cast;
 }
 
 bool Variable::requires_grad() const {

@@ -36,6 +36,15 @@ class Variable {
   // Replaces the value in place (optimizers, checkpoint loading). Shape and
   // dtype must not change; use under no-grad.
   void set_value(const Tensor& value);
+  // A counter that changes whenever the value is modified through the API
+  // (set_value, mark_modified): layers cache derived copies (e.g. bf16 weights)
+  // against it. Code that writes the value's memory directly calls mark_modified().
+  uint64_t version() const;
+  void mark_modified() const;
+  // The value converted to dtype; cached on the variable until its version
+  // changes, so a layer casts its weights once per step however often it is
+  // used (Keras mixed precision). Returns the value itself for its own dtype.
+  Tensor value_as(DType dtype) const;
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
 

@@ -1,5 +1,5 @@
 // `tandem bench ...`: measurements. `bench train` times training steps of the
-// reference models for each (model, dtype, threads) variant, interleaving the
+// reference models for each (model, precision policy, threads) variant, interleaving the
 // variants within every repeat so that machine noise hits them alike, and
 // reports the median with its spread.
 #include <fmt/format.h>
@@ -12,6 +12,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
 #include "tandem/kernels/backend_info.h"
+#include "tandem/precision/policy.h"
 #include "tandem/train/throughput.h"
 
 namespace tandem::cli {
@@ -19,7 +20,7 @@ namespace {
 
 struct BenchTrainOptions {
   std::string models = "cnn,mlp";
-  std::string dtypes = "f32,bf16";
+  std::string precisions = "float32,mixed_bfloat16";
   std::string threads = "";  // default: 1 and the physical core count
   int64_t batch_size = 128;
   int64_t steps = 30;
@@ -48,9 +49,10 @@ int run_bench_train(const BenchTrainOptions& o) {
   if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
   struct Variant {
     std::string model;
-    DType dtype;
+    precision::Policy policy;
     int threads;
     std::vector<double> samples;
+    int64_t peak_activation_bytes = 0;
   };
   std::vector<int> thread_counts;
   const std::string threads_text =
@@ -63,31 +65,30 @@ int run_bench_train(const BenchTrainOptions& o) {
   }
   std::vector<Variant> variants;
   for (const auto& model : split_list(o.models)) {
-    for (const auto& dtype : split_list(o.dtypes)) {
-      const DType d = parse_dtype(dtype);
-      if (d != DType::f32 && d != DType::bf16) {
-        TANDEM_THROW(InvalidArgument, "--dtypes: ", dtype, " is not a compute dtype (f32 or bf16)");
-      }
-      for (int t : thread_counts) variants.push_back({model, d, t, {}});
+    for (const auto& name : split_list(o.precisions)) {
+      const precision::Policy policy = precision::parse_policy(name);
+      for (int t : thread_counts) variants.push_back({model, policy, t, {}});
     }
   }
   if (variants.empty())
-    TANDEM_THROW(InvalidArgument, "nothing to measure: empty --models or --dtypes");
+    TANDEM_THROW(InvalidArgument, "nothing to measure: empty --models or --precisions");
   const int saved_threads = num_threads();
   for (int r = 0; r < o.repeats; ++r) {
     for (Variant& v : variants) {
       set_num_threads(v.threads);
       const train::ThroughputResult result =
           train::measure_training_throughput({.model = v.model,
-                                              .compute_dtype = v.dtype,
+                                              .policy = v.policy,
                                               .batch_size = o.batch_size,
                                               .warmup_steps = o.warmup,
                                               .steps = o.steps,
                                               .seed = static_cast<uint64_t>(r)});
       v.samples.push_back(result.examples_per_second);
+      v.peak_activation_bytes = std::max(v.peak_activation_bytes, result.peak_activation_bytes);
       if (!o.json) {
         fmt::print(stderr, "  repeat {}/{}: {} {} {} thread(s): {:.0f} ex/s\n", r + 1, o.repeats,
-                   v.model, dtype_name(v.dtype), v.threads, result.examples_per_second);
+                   v.model, precision::policy_name(v.policy), v.threads,
+                   result.examples_per_second);
       }
     }
   }
@@ -98,13 +99,14 @@ int run_bench_train(const BenchTrainOptions& o) {
     for (const Variant& v : variants) {
       rows.push_back(
           {{"model", v.model},
-           {"dtype", std::string(dtype_name(v.dtype))},
+           {"precision", std::string(precision::policy_name(v.policy))},
            {"threads", v.threads},
            {"batch_size", o.batch_size},
            {"examples_per_second_median", median(v.samples)},
            {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
            {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
-           {"samples", v.samples}});
+           {"samples", v.samples},
+           {"peak_activation_bytes", v.peak_activation_bytes}});
     }
     nlohmann::json out = {
         {"bench", "train"}, {"cpu", cpu_info().model_name}, {"onednn_isa", backend.cpu_isa},
@@ -114,12 +116,14 @@ int run_bench_train(const BenchTrainOptions& o) {
   }
   fmt::print("training throughput, batch {}, {} timed steps x {} repeats (interleaved), {} on {}\n",
              o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
-  fmt::print("{:<6} {:<6} {:>7} {:>12} {:>12} {:>12}\n", "model", "dtype", "threads", "median ex/s",
-             "min", "max");
+  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>16}\n", "model", "precision", "threads",
+             "median ex/s", "min", "max", "peak act. MiB");
   for (const Variant& v : variants) {
-    fmt::print("{:<6} {:<6} {:>7} {:>12.0f} {:>12.0f} {:>12.0f}\n", v.model, dtype_name(v.dtype),
-               v.threads, median(v.samples), *std::min_element(v.samples.begin(), v.samples.end()),
-               *std::max_element(v.samples.begin(), v.samples.end()));
+    fmt::print("{:<6} {:<15} {:>7} {:>12.0f} {:>8.0f} {:>8.0f} {:>16.1f}\n", v.model,
+               precision::policy_name(v.policy), v.threads, median(v.samples),
+               *std::min_element(v.samples.begin(), v.samples.end()),
+               *std::max_element(v.samples.begin(), v.samples.end()),
+               static_cast<double>(v.peak_activation_bytes) / (1 << 20));
   }
   return 0;
 }
@@ -132,7 +136,9 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* train = command->add_subcommand("train", "Training throughput of the reference models");
   auto o = std::make_shared<BenchTrainOptions>();
   train->add_option("--models", o->models, "Comma-separated models")->capture_default_str();
-  train->add_option("--dtypes", o->dtypes, "Comma-separated compute dtypes (f32, bf16)")
+  train
+      ->add_option("--precisions", o->precisions,
+                   "Comma-separated policies (float32, mixed_bfloat16, mixed_float16)")
       ->capture_default_str();
   train->add_option("--threads", o->threads,
                     "Comma-separated thread counts (default: 1 and the physical core count)");

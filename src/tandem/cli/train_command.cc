@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/nn/models.h"
+#include "tandem/precision/policy.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
@@ -28,7 +30,9 @@ namespace {
 
 struct TrainOptions {
   train::TrainConfig config;
-  std::string compute_dtype = "f32";
+  std::string precision = "float32";
+  std::string compute_dtype;   // empty: the policy's
+  std::string loss_scale;      // empty: dynamic under mixed_float16, none otherwise
   double weight_decay = -1.0;  // negative: the optimizer's default
   std::optional<int> threads;  // unset: one per physical core (split between devices)
   std::string strategy = "one-device";
@@ -64,9 +68,45 @@ std::string default_output_dir(const std::string& model) {
   return (std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp)).string();
 }
 
+// --loss-scale: "dynamic", "none" or a fixed positive number; unset picks
+// dynamic for mixed_float16 and none otherwise, as Keras does.
+std::optional<precision::LossScalerOptions> parse_loss_scale(const std::string& text,
+                                                             precision::Policy policy) {
+  if (text.empty()) {
+    if (policy == precision::Policy::mixed_float16) return precision::LossScalerOptions{};
+    return std::nullopt;
+  }
+  if (text == "dynamic") return precision::LossScalerOptions{};
+  if (text == "none") {
+    if (policy == precision::Policy::mixed_float16) {
+      fmt::print(stderr,
+                 "tandem: warning: mixed_float16 without loss scaling; small gradients will "
+                 "flush to zero and overflowing steps are skipped at scale 1\n");
+      return precision::LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
+    }
+    return std::nullopt;
+  }
+  double scale = 0.0;
+  try {
+    size_t used = 0;
+    scale = std::stod(text, &used);
+    if (used != text.size()) scale = 0.0;
+  } catch (const std::exception&) {
+    scale = 0.0;
+  }
+  if (!(scale > 0.0) || !std::isfinite(scale)) {
+    TANDEM_THROW(InvalidArgument, "--loss-scale must be dynamic, none or a positive number, got '",
+                 text, "'");
+  }
+  return precision::LossScalerOptions{.dynamic = false, .initial_scale = scale};
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
-  config.compute_dtype = parse_dtype(o.compute_dtype);
+  config.policy = precision::parse_policy(o.precision);
+  config.compute_dtype = o.compute_dtype.empty() ? precision::matrix_dtype(config.policy)
+                                                 : parse_dtype(o.compute_dtype);
+  config.loss_scale = parse_loss_scale(o.loss_scale, config.policy);
   if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
   config.strategy.name = o.strategy;
   std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
@@ -82,9 +122,9 @@ int run_train(TrainOptions& o) {
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
   config.reducer.wire = comm::parse_wire_dtype(o.wire);
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
-  nn::make_model(config.model,
-                 {.compute_dtype = config.compute_dtype});  // validates the name early
-  const nn::ModelOptions model_options{.seed = config.seed, .compute_dtype = config.compute_dtype};
+  nn::ModelOptions model_options = precision::model_options(config.policy, {.seed = config.seed});
+  model_options.compute_dtype = config.compute_dtype;
+  nn::make_model(config.model, model_options);  // validates the name early
   const std::string model_name = config.model;
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
@@ -104,12 +144,16 @@ int run_train(TrainOptions& o) {
         config.model, trainer.model().parameter_count(), train_data.size(), test_data.size(),
         load_seconds);
     fmt::print(
-        "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), {} compute, global "
-        "batch "
-        "{}, {} lr {} ({}), {} epoch(s)\n",
+        "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
+        "matmul{}), global batch {}, {} lr {} ({}), {} epoch(s)\n",
         strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
-        strategy.threads_per_replica(), dtype_name(config.compute_dtype), config.batch_size,
-        config.optimizer.name, config.optimizer.learning_rate, config.schedule, config.epochs);
+        strategy.threads_per_replica(), precision::policy_name(config.policy),
+        dtype_name(config.compute_dtype),
+        config.loss_scale
+            ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
+            : "",
+        config.batch_size, config.optimizer.name, config.optimizer.learning_rate, config.schedule,
+        config.epochs);
     fmt::print("  output {}\n", config.output_dir);
   }
   const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet && chief;
@@ -120,17 +164,21 @@ int run_train(TrainOptions& o) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_draw < std::chrono::milliseconds(200) && s.step != s.steps_per_epoch) return;
     last_draw = now;
-    fmt::print("\r  epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.4g}   ", s.epoch, config.epochs,
-               s.step, s.steps_per_epoch, s.loss, s.learning_rate);
+    fmt::print("\r  epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.4g}{}   ", s.epoch, config.epochs,
+               s.step, s.steps_per_epoch, s.loss, s.learning_rate,
+               config.loss_scale ? fmt::format("  scale {:g}", s.loss_scale) : std::string());
     std::fflush(stdout);
   };
   callbacks.on_epoch = [&](const train::EpochResult& e) {
     if (o.quiet || !chief) return;
     fmt::print(
         "{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
-        "{:.2f}%  {:.0f} ex/s  {:.1f} s\n",
+        "{:.2f}%  {:.0f} ex/s  {:.1f} s{}\n",
         tty ? "\r" : "", e.epoch, config.epochs, e.train_loss, 100.0 * e.train_accuracy,
-        e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds);
+        e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds,
+        config.loss_scale
+            ? fmt::format("  loss scale {:g} ({} skipped)", e.loss_scale, e.skipped_steps)
+            : std::string());
     std::fflush(stdout);
   };
 
@@ -222,9 +270,14 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
       ->capture_default_str();
   command
-      ->add_option("--compute-dtype", o->compute_dtype,
-                   "Matrix-unit dtype for matmul/conv: f32 or bf16")
+      ->add_option("--precision", o->precision,
+                   "Mixed-precision policy: float32, mixed_bfloat16 or mixed_float16")
       ->capture_default_str();
+  command->add_option("--loss-scale", o->loss_scale,
+                      "Loss scaling: dynamic, none or a fixed number (default: dynamic under "
+                      "mixed_float16, none otherwise)");
+  command->add_option("--compute-dtype", o->compute_dtype,
+                      "Override the matmul/conv dtype: f32 or bf16 (default: the policy's)");
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   command->add_option("--train-examples", o->train_examples,

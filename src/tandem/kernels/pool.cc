@@ -76,8 +76,15 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dGeometry& g) {
 }
 
 MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool training) {
-  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) {
-    TANDEM_THROW(ShapeError, "max_pool2d: expected f32 or bf16, got ", x.to_string());
+  if (!is_floating(x.dtype())) {
+    TANDEM_THROW(ShapeError, "max_pool2d: expected f32, bf16 or f16, got ", x.to_string());
+  }
+  if (x.dtype() == DType::f16) {
+    // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs: pool in f32 (max is
+    // exact in either) and narrow; the f32 workspace serves the backward.
+    MaxPoolResult wide = max_pool2d_forward(x.to(DType::f32), g, training);
+    wide.y = wide.y.to(DType::f16);
+    return wide;
   }
   MaxPoolResult result;
   result.y = Tensor::empty(pool2d_output_shape(x.shape(), g), x.dtype(), x.device());
@@ -104,6 +111,9 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   if (dy.shape() != y_shape) {
     TANDEM_THROW(ShapeError, "max_pool2d_backward: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
+  }
+  if (dy.dtype() == DType::f16) {  // see max_pool2d_forward
+    return max_pool2d_backward(dy.to(DType::f32), workspace, x_shape, g).to(DType::f16);
   }
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
   if (dx.numel() == 0) return dx;

@@ -45,6 +45,7 @@ Variable Conv2d::forward(const Variable& input) {
                  .dilation_w = options_.dilation};
   op.activation = options_.activation;
   op.compute_dtype = options_.compute_dtype;
+  op.output_dtype = options_.output_dtype;
   return conv2d(input, weight_, bias_, op);
 }
 

@@ -2,6 +2,8 @@
 // Conv2d and MaxPool2d on channels-last images (N, H, W, C); Conv2d weights
 // are (KH, KW, C, O).
 
+#include <optional>
+
 #include "tandem/autograd/functions.h"
 #include "tandem/nn/module.h"
 
@@ -14,6 +16,7 @@ struct Conv2dOptions {
   bool bias = true;
   kernels::Activation activation = kernels::Activation::none;  // fused when possible
   DType compute_dtype = DType::f32;
+  std::optional<DType> output_dtype;  // default: the input's dtype
 };
 
 class Conv2d : public Module {

@@ -29,7 +29,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
 
 Variable Linear::forward(const Variable& input) {
   return linear(input, weight_, bias_,
-                {.activation = options_.activation, .compute_dtype = options_.compute_dtype});
+                {.activation = options_.activation, .compute_dtype = options_.compute_dtype,
+                 .output_dtype = options_.output_dtype});
 }
 
 std::string Linear::describe() const {

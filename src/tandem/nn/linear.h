@@ -1,6 +1,8 @@
 #pragma once
 // Linear (Dense): y = act(x W^T + b), W (out, in) as in PyTorch.
 
+#include <optional>
+
 #include "tandem/autograd/functions.h"
 #include "tandem/nn/module.h"
 
@@ -10,6 +12,7 @@ struct LinearOptions {
   bool bias = true;
   kernels::Activation activation = kernels::Activation::none;  // fused when possible
   DType compute_dtype = DType::f32;
+  std::optional<DType> output_dtype;  // default: the input's dtype
 };
 
 class Linear : public Module {

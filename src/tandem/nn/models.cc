@@ -9,33 +9,50 @@ namespace tandem::nn {
 
 using kernels::Activation;
 
+namespace {
+
+// The logits' dtype: f32 when asked for, else the activations'.
+std::optional<DType> last_layer_output(const ModelOptions& options) {
+  if (options.float32_outputs && options.activation_dtype) return DType::f32;
+  return options.activation_dtype;
+}
+
+}  // namespace
+
 std::shared_ptr<Sequential> make_cnn(const ModelOptions& options) {
   Generator generator(options.seed);
-  const Conv2dOptions conv{
-      .padding = 1, .activation = Activation::relu, .compute_dtype = options.compute_dtype};
+  const Conv2dOptions conv{.padding = 1,
+                           .activation = Activation::relu,
+                           .compute_dtype = options.compute_dtype,
+                           .output_dtype = options.activation_dtype};
+  const LinearOptions hidden{.activation = Activation::relu,
+                             .compute_dtype = options.compute_dtype,
+                             .output_dtype = options.activation_dtype};
+  const LinearOptions logits{.compute_dtype = options.compute_dtype,
+                             .output_dtype = last_layer_output(options)};
   auto model = std::make_shared<Sequential>();
   model->emplace<Conv2d>(1, 32, 3, conv, generator)
       .emplace<MaxPool2d>(2)
       .emplace<Conv2d>(32, 64, 3, conv, generator)
       .emplace<MaxPool2d>(2)
       .emplace<Flatten>()
-      .emplace<Linear>(
-          3136, 128,
-          LinearOptions{.activation = Activation::relu, .compute_dtype = options.compute_dtype},
-          generator)
-      .emplace<Linear>(128, 10, LinearOptions{.compute_dtype = options.compute_dtype}, generator);
+      .emplace<Linear>(3136, 128, hidden, generator)
+      .emplace<Linear>(128, 10, logits, generator);
   return model;
 }
 
 std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
   Generator generator(options.seed);
   const LinearOptions hidden{.activation = Activation::relu,
-                             .compute_dtype = options.compute_dtype};
+                             .compute_dtype = options.compute_dtype,
+                             .output_dtype = options.activation_dtype};
+  const LinearOptions logits{.compute_dtype = options.compute_dtype,
+                             .output_dtype = last_layer_output(options)};
   auto model = std::make_shared<Sequential>();
   model->emplace<Flatten>()
       .emplace<Linear>(784, 512, hidden, generator)
       .emplace<Linear>(512, 512, hidden, generator)
-      .emplace<Linear>(512, 10, LinearOptions{.compute_dtype = options.compute_dtype}, generator);
+      .emplace<Linear>(512, 10, logits, generator);
   return model;
 }
 
@@ -43,6 +60,10 @@ std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptio
   if (options.compute_dtype != DType::f32 && options.compute_dtype != DType::bf16) {
     TANDEM_THROW(InvalidArgument, "compute dtype must be f32 or bf16, got ",
                  dtype_name(options.compute_dtype));
+  }
+  if (options.activation_dtype && !is_floating(*options.activation_dtype)) {
+    TANDEM_THROW(InvalidArgument, "activation dtype must be f32, bf16 or f16, got ",
+                 dtype_name(*options.activation_dtype));
   }
   if (name == "cnn") return make_cnn(options);
   if (name == "mlp") return make_mlp(options);

@@ -8,6 +8,7 @@
 // the same function as a separate ReLU layer.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ namespace tandem::nn {
 struct ModelOptions {
   uint64_t seed = 0;                 // initialisation
   DType compute_dtype = DType::f32;  // dtype of the matmul/conv units
+  // dtype of the activations between layers (mixed precision stores them in
+  // bf16 or f16); default: the input's (f32).
+  std::optional<DType> activation_dtype;
+  bool float32_outputs = true;  // the logits in f32 whatever the activations
 };
 
 std::shared_ptr<Sequential> make_cnn(const ModelOptions& options = {});

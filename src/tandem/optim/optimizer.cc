@@ -92,6 +92,7 @@ void Sgd::step() {
         w[j] -= lr * d;
       }
     });
+    param.mark_modified();
     ++updates(i);
   }
 }
@@ -140,6 +141,7 @@ void Adam::step() {
         w[j] = w[j] * shrink - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_correction2 + eps);
       }
     });
+    param.mark_modified();
   }
 }
 

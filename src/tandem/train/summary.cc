@@ -20,6 +20,13 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
                       {"schedule", config.schedule},
                       {"seed", config.seed},
                       {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
+                      {"precision", std::string(precision::policy_name(config.policy))},
+                      {"loss_scale", config.loss_scale ? (config.loss_scale->dynamic
+                                                              ? std::string("dynamic")
+                                                              : std::to_string(config.loss_scale->initial_scale))
+                                                       : std::string(config.policy == precision::Policy::mixed_float16
+                                                                         ? "dynamic"
+                                                                         : "none")},
                       {"drop_remainder", config.drop_remainder}};
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
@@ -40,6 +47,9 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
     s["train_accuracy"] = last.train_accuracy;
     s["test_loss"] = last.test_loss;
     s["test_accuracy"] = last.test_accuracy;
+    s["loss_scale"] = last.loss_scale;
+    s["skipped_steps"] = last.skipped_steps;
+    s["steps_since_overflow"] = last.steps_since_overflow;
   }
   const std::string temporary = path + ".tmp";
   {

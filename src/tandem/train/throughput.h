@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <string>
 
-#include "tandem/tensor/dtype.h"
+#include "tandem/precision/policy.h"
 
 namespace tandem::train {
 
 struct ThroughputOptions {
   std::string model = "cnn";
-  DType compute_dtype = DType::f32;
+  precision::Policy policy = precision::Policy::float32;
   int64_t batch_size = 128;
   int64_t warmup_steps = 5;  // untimed: primitive creation, allocator warm-up
   int64_t steps = 30;        // timed
@@ -23,6 +23,9 @@ struct ThroughputResult {
   double examples_per_second = 0.0;
   double seconds = 0.0;  // timed steps only
   double final_loss = 0.0;
+  // Largest rise of the activation memory (forward activations, their
+  // gradients, saved tensors) over a timed step's starting level.
+  int64_t peak_activation_bytes = 0;
 };
 
 // Runs on the calling thread with its current intra-op thread count.

@@ -137,6 +137,10 @@ void Trainer::build_replicas(const ModelFactory& factory) {
     replica.model = factory();
     if (!replica.model) TANDEM_THROW(InvalidArgument, "the model factory returned no model");
     replica.optimizer = optim::make_optimizer(config_.optimizer, replica.model->parameters());
+    std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
+    if (!scaling && config_.policy == precision::Policy::mixed_float16)
+      scaling = precision::LossScalerOptions{};
+    if (scaling) replica.scaler = std::make_unique<precision::LossScaler>(*scaling);
     replicas_.push_back(std::move(replica));
   }
   if (strategy_->global_replicas() > 1) {
@@ -172,7 +176,10 @@ void Trainer::check_and_broadcast_weights() {
                    "between replicas or workers)");
     }
     // Initial weights and buffers from global replica 0.
-    for (auto& [name, p] : replicas_[r].model->named_parameters()) comm.broadcast(p.value(), 0);
+    for (auto& [name, p] : replicas_[r].model->named_parameters()) {
+      comm.broadcast(p.value(), 0);
+      p.mark_modified();
+    }
     for (auto& [name, t] : replicas_[r].model->named_buffers()) comm.broadcast(*t, 0);
   });
 }
@@ -318,7 +325,9 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       // Only the rows of this process's replicas (all of them unless multi-worker).
       const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
       const int64_t local_end =
-          replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1, n_global).second;
+          replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1,
+                       n_global)
+              .second;
       const std::span<const int64_t> rows(order.data() + begin + local_begin,
                                           static_cast<size_t>(local_end - local_begin));
       const Tensor x = data::gather_rows(train_.images, rows);
@@ -327,6 +336,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const int64_t global_step = progress.epoch * per_epoch + progress.step;
       lr = schedule_->lr(global_step);
       std::vector<double> step_loss(replicas_.size(), 0.0);
+      bool skipped_this_step = false;
       strategy_->run([&](int r) {
         Replica& rep = replicas_[r];
         const int g = strategy_->global_replica(r);
@@ -339,20 +349,30 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         if (rep.reducer) rep.reducer->prepare();
         // A replica with no examples (an epoch's last, short batch) still runs
         // its empty batch: cross-replica layers need every replica's part.
-        const Variable logits = rep.model->forward(Variable(x.slice(first - local_begin, last - local_begin)));
+        const Variable logits =
+            rep.model->forward(Variable(x.slice(first - local_begin, last - local_begin)));
         const Tensor labels = y.slice(first - local_begin, last - local_begin);
         // Normalised by the global batch: the replicas' gradients sum to the batch mean.
         const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
-        loss.backward();
+        (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
         step_loss[r] = loss.value().item();
         partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
         if (rep.reducer) rep.reducer->finish();
-        rep.optimizer->step();
-        partial[r][0] += step_loss[r] * static_cast<double>(count);
+        if (rep.scaler) {
+          // On the reduced gradients, identical on every replica: all skip together.
+          const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
+          if (finite) rep.optimizer->step();
+          rep.scaler->update(finite);
+          if (r == 0) skipped_this_step = !finite;
+        } else {
+          rep.optimizer->step();
+        }
+        if (std::isfinite(step_loss[r])) partial[r][0] += step_loss[r] * static_cast<double>(count);
       });
       double loss_value = 0.0;
       for (double l : step_loss) loss_value += l;  // this worker's share of the global mean
-      if (!std::isfinite(loss_value)) {
+      const precision::LossScaler* scaler = replicas_.front().scaler.get();
+      if (!std::isfinite(loss_value) && scaler == nullptr) {
         TANDEM_THROW(Error, "training diverged: loss is ", loss_value, " at epoch ",
                      progress.epoch + 1, " step ", progress.step + 1, " (lower the learning rate)");
       }
@@ -376,7 +396,9 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
                            .input_seconds = input_seconds,
                            .step_seconds = step_seconds,
                            .exposed_communication_seconds = last_exposed_communication(),
-                           .idle_seconds = idle / static_cast<double>(reducer_stats.size())});
+                           .idle_seconds = idle / static_cast<double>(reducer_stats.size()),
+                           .loss_scale = scaler ? scaler->scale() : 1.0,
+                           .skipped = skipped_this_step});
       }
     }
     // The epoch's sums over every replica and worker.
@@ -392,6 +414,11 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     epoch.train_seconds = progress.train_seconds;
     epoch.examples_per_second = progress.seen / std::max(progress.train_seconds, 1e-9);
     epoch.learning_rate = lr;
+    if (const precision::LossScaler* scaler = replicas_.front().scaler.get()) {
+      epoch.loss_scale = scaler->scale();
+      epoch.skipped_steps = scaler->skipped_steps();
+      epoch.steps_since_overflow = scaler->steps_since_overflow();
+    }
     const EvalResult test = evaluate(test_);
     epoch.test_loss = test.loss;
     epoch.test_accuracy = test.accuracy;
@@ -438,6 +465,11 @@ void Trainer::save(const Progress& progress, const std::vector<EpochResult>& his
                 {"seen", std::to_string(progress.seen)},
                 {"train_seconds", number(progress.train_seconds)}};
   c.metadata["history"] = nlohmann::json(history).dump();
+  if (const precision::LossScaler* scaler = replicas_.front().scaler.get()) {
+    c.metadata["loss_scale"] = number(scaler->scale());
+    c.metadata["loss_scale_skipped"] = std::to_string(scaler->skipped_steps());
+    c.metadata["loss_scale_good_steps"] = std::to_string(scaler->steps_since_overflow());
+  }
   for (const auto& [name, p] : model().named_parameters())
     c.tensors.emplace_back("model." + name, p.value());
   for (const auto& [name, t] : model().named_buffers())
@@ -482,6 +514,12 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
     for (auto& [name, p] : replica.model->named_parameters()) {
       Tensor value = p.value();
       load_into("model." + name, value);
+      p.mark_modified();
+    }
+    if (replica.scaler && c.metadata.count("loss_scale")) {
+      replica.scaler->restore(std::stod(c.meta("loss_scale")),
+                              std::stoll(c.meta("loss_scale_skipped")),
+                              std::stoll(c.meta("loss_scale_good_steps")));
     }
     for (auto& [name, t] : replica.model->named_buffers()) load_into("buffer." + name, *t);
     for (auto& [name, t] : replica.optimizer->state()) load_into("optimizer." + name, *t);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 #include "tandem/nn/module.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/optim/optimizer.h"
+#include "tandem/precision/loss_scaler.h"
+#include "tandem/precision/policy.h"
 
 namespace tandem::train {
 
@@ -46,6 +49,12 @@ struct TrainConfig {
   DType compute_dtype = DType::f32;
   distribute::StrategyConfig strategy;  // one_device by default
   distribute::ReducerOptions reducer;
+  // Mixed precision: the policy the models were built with (the factory's
+  // job) and the loss scaling. Unset loss_scale: dynamic for mixed_float16,
+  // none otherwise. With a scaler, steps with non-finite gradients are
+  // skipped instead of failing.
+  precision::Policy policy = precision::global_policy();
+  std::optional<precision::LossScalerOptions> loss_scale;
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;
@@ -60,6 +69,10 @@ struct EpochResult {
   double examples_per_second = 0.0;  // training examples over training time
   double train_seconds = 0.0;
   double learning_rate = 0.0;  // at the epoch's last step
+  // Loss scaling at the epoch's end (scale 1 and zeros without a scaler).
+  double loss_scale = 1.0;
+  int64_t skipped_steps = 0;  // over the run so far
+  int64_t steps_since_overflow = 0;
 };
 
 struct EvalResult {
@@ -84,6 +97,8 @@ struct StepInfo {
   double step_seconds = 0.0;
   double exposed_communication_seconds = 0.0;
   double idle_seconds = 0.0;
+  double loss_scale = 1.0;
+  bool skipped = false;  // non-finite gradients: the update was skipped
 };
 
 struct TrainResult {
@@ -143,6 +158,7 @@ class Trainer {
     std::shared_ptr<nn::Module> model;
     std::unique_ptr<optim::Optimizer> optimizer;
     std::unique_ptr<distribute::Reducer> reducer;
+    std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
   };
   void build_replicas(const ModelFactory& factory);
   // Whether to stop now; agreed by all workers when there are several processes.

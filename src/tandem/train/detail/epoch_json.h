@@ -16,7 +16,10 @@ inline void to_json(nlohmann::json& j, const EpochResult& e) {
        {"test_accuracy", e.test_accuracy},
        {"examples_per_second", e.examples_per_second},
        {"train_seconds", e.train_seconds},
-       {"learning_rate", e.learning_rate}};
+       {"learning_rate", e.learning_rate},
+       {"loss_scale", e.loss_scale},
+       {"skipped_steps", e.skipped_steps},
+       {"steps_since_overflow", e.steps_since_overflow}};
 }
 
 inline void from_json(const nlohmann::json& j, EpochResult& e) {
@@ -28,6 +31,9 @@ inline void from_json(const nlohmann::json& j, EpochResult& e) {
   e.examples_per_second = j.at("examples_per_second").get<double>();
   e.train_seconds = j.at("train_seconds").get<double>();
   e.learning_rate = j.at("learning_rate").get<double>();
+  e.loss_scale = j.value("loss_scale", 1.0);
+  e.skipped_steps = j.value("skipped_steps", int64_t{0});
+  e.steps_since_overflow = j.value("steps_since_overflow", int64_t{0});
 }
 
 }  // namespace tandem::train

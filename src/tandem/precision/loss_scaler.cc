@@ -1,0 +1,79 @@
+#include "tandem/precision/loss_scaler.h"
+
+#include <atomic>
+#include <cmath>
+
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+
+namespace tandem::precision {
+
+LossScaler::LossScaler(LossScalerOptions options)
+    : options_(options), scale_(options.initial_scale) {
+  if (!(options.initial_scale > 0.0) || !std::isfinite(options.initial_scale)) {
+    TANDEM_THROW(InvalidArgument, "loss scale must be a positive finite number, got ",
+                 options.initial_scale);
+  }
+  if (!(options.growth_factor >= 1.0) ||
+      !(options.backoff_factor > 0.0 && options.backoff_factor < 1.0) ||
+      options.growth_interval < 1 || !(options.min_scale > 0.0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "loss scaler: growth factor >= 1, backoff in (0, 1), growth interval >= 1 and "
+                 "a positive minimum are required");
+  }
+}
+
+Variable LossScaler::scale_loss(const Variable& loss) const {
+  return scale_ == 1.0 ? loss : tandem::scale(loss, static_cast<float>(scale_));
+}
+
+bool LossScaler::unscale_and_check(const std::vector<Variable>& parameters) const {
+  const auto inverse = static_cast<float>(1.0 / scale_);
+  bool finite = true;
+  for (const Variable& p : parameters) {
+    if (!p.has_grad()) continue;
+    Tensor g = p.grad();
+    if (g.dtype() != DType::f32) {
+      TANDEM_THROW(InvalidArgument, "loss scaling needs f32 gradients, '", p.name(), "' has ",
+                   dtype_name(g.dtype()));
+    }
+    float* data = g.data<float>();
+    std::atomic<bool> ok{true};
+    parallel_for(g.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+      // Unscale and test in one pass: finite values stay finite when scaled
+      // down, so testing the product is testing the gradient.
+      bool chunk_ok = true;
+      for (int64_t i = begin; i < end; ++i) {
+        data[i] *= inverse;
+        chunk_ok &= std::isfinite(data[i]);
+      }
+      if (!chunk_ok) ok.store(false, std::memory_order_relaxed);
+    });
+    finite &= ok.load();
+  }
+  return finite;
+}
+
+void LossScaler::update(bool finite) {
+  if (!finite) {
+    ++skipped_;
+    good_steps_ = 0;
+    if (options_.dynamic) scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    return;
+  }
+  ++good_steps_;
+  if (options_.dynamic && good_steps_ % options_.growth_interval == 0) {
+    const double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(static_cast<float>(grown))) scale_ = grown;
+  }
+}
+
+void LossScaler::restore(double scale, int64_t skipped, int64_t good_steps) {
+  if (!(scale > 0.0)) TANDEM_THROW(IoError, "checkpoint holds an invalid loss scale ", scale);
+  scale_ = scale;
+  skipped_ = skipped;
+  good_steps_ = good_steps;
+}
+
+}  // namespace tandem::precision
