@@ -64,4 +64,17 @@ BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32});
 
 }  // namespace
 
+// Dtype conversion of a cnn conv1 activation (3.2M elements): the cost that
+// mixed precision adds around kernels.
+void Convert(benchmark::State& state, DType from, DType to) {
+  const Tensor x = random(Shape{128, 28, 28, 32}, from);
+  for (auto _ : state) benchmark::DoNotOptimize(x.to(to));
+  state.counters["elements/s"] = benchmark::Counter(static_cast<double>(x.numel()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(Convert, f32_to_bf16, DType::f32, DType::bf16);
+BENCHMARK_CAPTURE(Convert, bf16_to_f32, DType::bf16, DType::f32);
+BENCHMARK_CAPTURE(Convert, f32_to_f16, DType::f32, DType::f16);
+BENCHMARK_CAPTURE(Convert, f16_to_f32, DType::f16, DType::f32);
+
 BENCHMARK_MAIN();

@@ -1,5 +1,7 @@
 #include "tandem/tensor/convert.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,10 +24,74 @@ TANDEM_TARGET_CLONES void f32_to_bf16(const float* src, uint16_t* dst, int64_t n
 TANDEM_TARGET_CLONES void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
-TANDEM_TARGET_CLONES void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+// f16 has conversion instructions (F16C, and AVX-512's 16-lane forms) that
+// the compiler does not derive from the portable bit manipulation; they round
+// to nearest even and keep subnormals, inf and NaN as float_to_f16 does.
+__attribute__((target("avx512f"))) void f32_to_f16_avx512(const float* src, uint16_t* dst,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+__attribute__((target("avx512f"))) void f16_to_f32_avx512(const uint16_t* src, float* dst,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src, uint16_t* dst,
+                                                         int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* src, float* dst,
+                                                         int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+
+enum class F16Isa { avx512, f16c, none };
+F16Isa f16_isa() {
+  static const F16Isa isa = __builtin_cpu_supports("avx512f") ? F16Isa::avx512
+                            : __builtin_cpu_supports("f16c")  ? F16Isa::f16c
+                                                              : F16Isa::none;
+  return isa;
+}
+
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  switch (f16_isa()) {
+    case F16Isa::avx512:
+      return f32_to_f16_avx512(src, dst, n);
+    case F16Isa::f16c:
+      return f32_to_f16_f16c(src, dst, n);
+    case F16Isa::none:
+      break;
+  }
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
-TANDEM_TARGET_CLONES void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  switch (f16_isa()) {
+    case F16Isa::avx512:
+      return f16_to_f32_avx512(src, dst, n);
+    case F16Isa::f16c:
+      return f16_to_f32_f16c(src, dst, n);
+    case F16Isa::none:
+      break;
+  }
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_float(src[i]);
 }
 
@@ -103,6 +169,16 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64
   parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
     convert_range(src, src_dtype, dst, dst_dtype, begin, end);
   });
+}
+
+void convert_on_this_thread(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                            int64_t count) {
+  if (count <= 0) return;
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
+    return;
+  }
+  convert_range(src, src_dtype, dst, dst_dtype, 0, count);
 }
 
 }  // namespace tandem

@@ -43,7 +43,8 @@ inline float f16_to_float(uint16_t bits) {
   const uint32_t mantissa = bits & 0x3FFu;
   const uint32_t shifted = static_cast<uint32_t>(bits & 0x7FFFu) << 13;
   const uint32_t normal = shifted + 0x38000000u;
-  const uint32_t special = shifted + 0x70000000u;  // inf/NaN: exponent 255
+  // inf/NaN: exponent 255; a NaN comes out quiet, as from the F16C instruction.
+  const uint32_t special = (shifted + 0x70000000u) | (mantissa != 0 ? 0x00400000u : 0u);
   // Subnormal: mantissa * 2^-24, exact in float.
   const uint32_t subnormal =
       std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 5.9604644775390625e-8f);
@@ -57,5 +58,8 @@ inline float f16_to_float(uint16_t bits) {
 // to nearest and saturated. Same dtype copies. Thread-safe; runs on the
 // calling thread's intra-op threads for large counts.
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count);
+// As convert(), on the calling thread only: for blocks inside parallel loops.
+void convert_on_this_thread(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                            int64_t count);
 
 }  // namespace tandem
