@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "support/gradcheck.h"
@@ -323,6 +324,51 @@ TEST(Trainer, EveryStepOverflowingLeavesTheInitialWeights) {
   EXPECT_EQ(final.state, initial.state);
   EXPECT_EQ(result.history.back().skipped_steps, 4);
   EXPECT_EQ(result.history.back().loss_scale, 32768.0 / 16);
+}
+
+TEST(Trainer, ResumeRestoresTheLossScalerState) {
+  set_num_threads(1);
+  namespace fs = std::filesystem;
+  auto config = f16_config(1);
+  config.epochs = 3;
+  config.loss_scale = LossScalerOptions{.initial_scale = 1024.0, .growth_interval = 3};
+  const auto data = with_huge_examples(96, {37});
+  struct Record {
+    double scale;
+    bool skipped;
+    bool operator==(const Record&) const = default;
+  };
+  auto run = [&](train::Trainer& trainer, int64_t stop_at) {
+    std::vector<Record> records;
+    train::TrainCallbacks callbacks;
+    callbacks.on_step = [&](const train::StepInfo& s) {
+      records.push_back({s.loss_scale, s.skipped});
+      if (s.global_step == stop_at) trainer.request_stop();
+    };
+    trainer.fit(callbacks);
+    return records;
+  };
+  train::Trainer uninterrupted(config, f16_mlp(), data, {});
+  const std::vector<Record> expected = run(uninterrupted, -1);
+  ASSERT_EQ(expected.size(), 18u);
+
+  config.output_dir = (fs::path(TANDEM_TEST_TMPDIR) / "precision_resume").string();
+  fs::remove_all(config.output_dir);
+  std::vector<Record> records;
+  {
+    train::Trainer first(config, f16_mlp(), data, {});
+    records = run(first, 10);  // at scale 512, one finite step since the overflow
+  }
+  config.resume = true;
+  train::Trainer second(config, f16_mlp(), data, {});
+  const std::vector<Record> rest = run(second, -1);
+  records.insert(records.end(), rest.begin(), rest.end());
+  ASSERT_EQ(records.size(), expected.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i].scale, expected[i].scale) << "step " << i + 1;
+    EXPECT_EQ(records[i].skipped, expected[i].skipped) << "step " << i + 1;
+  }
+  EXPECT_EQ(snapshot(second).parameters, snapshot(uninterrupted).parameters);
 }
 
 TEST(Trainer, MixedBfloat16LearnsWithFloat32MasterWeights) {
