@@ -4,6 +4,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 
 namespace tandem::optim {
 namespace {
@@ -13,6 +14,54 @@ constexpr int64_t kGrain = 1 << 15;
 void check_finite_non_negative(double value, const char* what) {
   if (!(value >= 0.0) || !std::isfinite(value)) {
     TANDEM_THROW(InvalidArgument, what, " must be a finite non-negative number, got ", value);
+  }
+}
+
+// The update loops are memory-bound streams over the parameters and their
+// state: written branch-free over non-aliasing arrays so that they compile to
+// vector code for each ISA clone (the optimizer step was a fifth of an mlp
+// bf16 training step as a scalar loop).
+struct SgdStep {
+  float lr, momentum, dampening, decay;
+  bool first, nesterov;
+};
+
+TANDEM_TARGET_CLONES void sgd_update(float* __restrict w, const float* __restrict g,
+                                     float* __restrict buf, int64_t n, SgdStep s) {
+  if (buf == nullptr) {
+    for (int64_t j = 0; j < n; ++j) w[j] -= s.lr * (g[j] + s.decay * w[j]);
+    return;
+  }
+  const float keep = s.first ? 0.0f : s.momentum;
+  const float take = s.first ? 1.0f : 1.0f - s.dampening;
+  const float look_ahead = s.nesterov ? s.momentum : 0.0f;
+  if (s.nesterov) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float d = g[j] + s.decay * w[j];
+      buf[j] = keep * buf[j] + take * d;
+      w[j] -= s.lr * (d + look_ahead * buf[j]);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      buf[j] = keep * buf[j] + take * (g[j] + s.decay * w[j]);
+      w[j] -= s.lr * buf[j];
+    }
+  }
+}
+
+struct AdamStep {
+  float b1, b2, eps, l2, shrink, step_size, inv_sqrt_correction2;
+};
+
+TANDEM_TARGET_CLONES void adam_update(float* __restrict w, const float* __restrict g,
+                                      float* __restrict m, float* __restrict v, int64_t n,
+                                      AdamStep s) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float d = g[j] + s.l2 * w[j];
+    m[j] = s.b1 * m[j] + (1.0f - s.b1) * d;
+    v[j] = s.b2 * v[j] + (1.0f - s.b2) * d * d;
+    w[j] =
+        w[j] * s.shrink - s.step_size * m[j] / (std::sqrt(v[j]) * s.inv_sqrt_correction2 + s.eps);
   }
 }
 
@@ -81,16 +130,14 @@ void Sgd::step() {
     float* w = param.value().data<float>();
     const float* g = param.grad().data<float>();
     float* buf = momentum > 0.0f ? momentum_[i]->data<float>() : nullptr;
-    const bool first = updates(i) == 0;
+    const SgdStep step{.lr = lr,
+                       .momentum = momentum,
+                       .dampening = dampening,
+                       .decay = decay,
+                       .first = updates(i) == 0,
+                       .nesterov = nesterov};
     parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        float d = g[j] + decay * w[j];
-        if (buf != nullptr) {
-          buf[j] = first ? d : momentum * buf[j] + (1.0f - dampening) * d;
-          d = nesterov ? d + momentum * buf[j] : buf[j];
-        }
-        w[j] -= lr * d;
-      }
+      sgd_update(w + begin, g + begin, buf != nullptr ? buf + begin : nullptr, end - begin, step);
     });
     param.mark_modified();
     ++updates(i);
@@ -133,13 +180,15 @@ void Adam::step() {
     const float* g = param.grad().data<float>();
     float* m = first_moment_[i]->data<float>();
     float* v = second_moment_[i]->data<float>();
+    const AdamStep step{.b1 = b1,
+                        .b2 = b2,
+                        .eps = eps,
+                        .l2 = l2,
+                        .shrink = shrink,
+                        .step_size = step_size,
+                        .inv_sqrt_correction2 = inv_sqrt_correction2};
     parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        const float d = g[j] + l2 * w[j];
-        m[j] = b1 * m[j] + (1.0f - b1) * d;
-        v[j] = b2 * v[j] + (1.0f - b2) * d * d;
-        w[j] = w[j] * shrink - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_correction2 + eps);
-      }
+      adam_update(w + begin, g + begin, m + begin, v + begin, end - begin, step);
     });
     param.mark_modified();
   }
