@@ -144,6 +144,33 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
                         "already exists");
 }
 
+TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
+  const std::string out = tmp("cli-f16");
+  fs::remove_all(out);
+  const CommandResult r =
+      run("train --model mlp --epochs 1 --train-examples 512 --test-examples 256 --threads 1 "
+          "--precision mixed_float16 --output " +
+          out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("precision mixed_float16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loss scale 32768 (0 skipped)"), std::string::npos) << r.output;
+  std::ifstream in(out + "/summary.json");
+  const auto s = nlohmann::json::parse(in);
+  EXPECT_EQ(s.at("config").at("precision").get<std::string>(), "mixed_float16");
+  EXPECT_EQ(s.at("history")[0].at("loss_scale").get<double>(), 32768.0);
+  EXPECT_EQ(s.at("history")[0].at("skipped_steps").get<int>(), 0);
+  // f16 without loss scaling is allowed, with a warning.
+  const std::string unscaled = tmp("cli-f16-unscaled");
+  fs::remove_all(unscaled);
+  const CommandResult w =
+      run("train --model mlp --epochs 1 --train-examples 256 --test-examples 64 --threads 1 "
+          "--precision mixed_float16 --loss-scale none --quiet --output " +
+          unscaled);
+  ASSERT_EQ(w.status, 0) << w.output;
+  EXPECT_NE(w.output.find("warning: mixed_float16 without loss scaling"), std::string::npos)
+      << w.output;
+}
+
 TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   ASSERT_EQ(run(std::string("data inspect ") + TANDEM_TESTDATA_DIR +
                 "/tfrecord/tfx_chicago_taxi_eval_shard0.tfrecord.gz -n 2")

@@ -11,23 +11,23 @@ namespace tandem::train {
 
 void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
                    const std::map<std::string, std::string>& extra_config) {
-  nlohmann::json c = {{"model", config.model},
-                      {"epochs", config.epochs},
-                      {"batch_size", config.batch_size},
-                      {"optimizer", config.optimizer.name},
-                      {"learning_rate", config.optimizer.learning_rate},
-                      {"momentum", config.optimizer.momentum},
-                      {"schedule", config.schedule},
-                      {"seed", config.seed},
-                      {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
-                      {"precision", std::string(precision::policy_name(config.policy))},
-                      {"loss_scale", config.loss_scale ? (config.loss_scale->dynamic
-                                                              ? std::string("dynamic")
-                                                              : std::to_string(config.loss_scale->initial_scale))
-                                                       : std::string(config.policy == precision::Policy::mixed_float16
-                                                                         ? "dynamic"
-                                                                         : "none")},
-                      {"drop_remainder", config.drop_remainder}};
+  nlohmann::json c = {
+      {"model", config.model},
+      {"epochs", config.epochs},
+      {"batch_size", config.batch_size},
+      {"optimizer", config.optimizer.name},
+      {"learning_rate", config.optimizer.learning_rate},
+      {"momentum", config.optimizer.momentum},
+      {"schedule", config.schedule},
+      {"seed", config.seed},
+      {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
+      {"precision", std::string(precision::policy_name(config.policy))},
+      {"loss_scale",
+       config.loss_scale
+           ? (config.loss_scale->dynamic ? std::string("dynamic")
+                                         : std::to_string(config.loss_scale->initial_scale))
+           : std::string(config.policy == precision::Policy::mixed_float16 ? "dynamic" : "none")},
+      {"drop_remainder", config.drop_remainder}};
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
   for (const EpochResult& e : result.history) {
