@@ -18,6 +18,7 @@
 #include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
 #include "tandem/nn/normalization.h"
+#include "tandem/tensor/allocator.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -186,6 +187,32 @@ TEST(Reducer, UnusedParametersGetZeroGradientsOnEveryReplica) {
     EXPECT_TRUE(unused.has_grad());
     EXPECT_EQ(unused.grad().to_floats(), std::vector<float>(2, 0.0f));
   });
+}
+
+TEST(Strategy, EachReplicasMemoryIsAccountedToItsDevice) {
+  auto bytes = [](int device, MemoryCategory c) {
+    return allocator_for(cpu_device(device)).stats().current(c);
+  };
+  const int64_t params_before = bytes(1, MemoryCategory::parameters);
+  const int64_t grads_before = bytes(1, MemoryCategory::gradients);
+  const int64_t state_before = bytes(1, MemoryCategory::optimizer_state);
+  train::Trainer mirrored(config("mirrored", 2, "sgd"), factory("mlp"), head(48), {});
+  int64_t parameter_bytes = 0;
+  for (const auto& p : mirrored.replica_model(1).parameters()) {
+    EXPECT_EQ(p.value().device(), cpu_device(1));
+    parameter_bytes += p.value().nbytes();
+  }
+  EXPECT_EQ(mirrored.replica_model(0).parameters()[0].value().device(), cpu_device(0));
+  EXPECT_EQ(bytes(1, MemoryCategory::parameters) - params_before, parameter_bytes);
+  EXPECT_EQ(bytes(1, MemoryCategory::gradients) - grads_before, parameter_bytes);  // buckets
+  // SGD momentum (f32 per parameter) plus the update counters.
+  EXPECT_GE(bytes(1, MemoryCategory::optimizer_state) - state_before, parameter_bytes);
+  allocator_for(cpu_device(1)).reset_peaks();
+  const int64_t activations_before = bytes(1, MemoryCategory::activations);
+  mirrored.fit();
+  // Replica 1's forward and backward ran on its device.
+  EXPECT_GT(allocator_for(cpu_device(1)).stats().peak(MemoryCategory::activations),
+            activations_before);
 }
 
 TEST(Strategy, CheckpointFromMirroredResumesOnOneDevice) {

@@ -4,6 +4,14 @@
 #include "tandem/tensor/convert.h"
 
 namespace tandem::distribute {
+namespace {
+
+// Gradient buckets live on the parameters' device.
+Device device_of(const std::vector<Variable>& parameters) {
+  return parameters.empty() ? current_device() : parameters.front().value().device();
+}
+
+}  // namespace
 
 Reducer::Reducer(std::vector<Variable> parameters, comm::Communicator& comm, ReducerOptions options)
     : parameters_(std::move(parameters)), comm_(comm), options_(options) {
@@ -19,7 +27,8 @@ Reducer::Reducer(std::vector<Variable> parameters, comm::Communicator& comm, Red
   bucketer_ = std::make_unique<comm::Bucketer>(
       layouts, comm::BucketerOptions{.bucket_bytes = options.bucket_bytes,
                                      .first_bucket_bytes = options.first_bucket_bytes,
-                                     .category = MemoryCategory::gradients});
+                                     .category = MemoryCategory::gradients,
+                                     .device = device_of(parameters_)});
   const size_t n = parameters_.size();
   bucket_of_parameter_.resize(n);
   ready_.assign(n, false);
@@ -34,8 +43,8 @@ Reducer::Reducer(std::vector<Variable> parameters, comm::Communicator& comm, Red
   if (options.wire != comm::WireDType::f32) {
     const DType wire = options.wire == comm::WireDType::bf16 ? DType::bf16 : DType::f16;
     for (size_t b = 0; b < bucketer_->bucket_count(); ++b) {
-      staging_.push_back(Tensor::empty(Shape{bucketer_->bucket(b).numel()}, wire, cpu_device(),
-                                       MemoryCategory::communication));
+      staging_.push_back(Tensor::empty(Shape{bucketer_->bucket(b).numel()}, wire,
+                                       device_of(parameters_), MemoryCategory::communication));
     }
   }
 }

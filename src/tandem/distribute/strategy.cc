@@ -36,6 +36,7 @@ class OneDevice : public Strategy {
   int first_replica() const override { return 0; }
   comm::Communicator* communicator(int) override { return nullptr; }
   int threads_per_replica() const override { return threads_; }
+  Device device(int) const override { return cpu_device(); }
   void run(const std::function<void(int)>& fn) override {
     const int saved = num_threads();
     set_num_threads(threads_);
@@ -85,6 +86,7 @@ class ReplicaThreads {
  private:
   void loop(int r, int threads_per_replica) {
     set_num_threads(threads_per_replica);
+    DeviceScope device(cpu_device(r));
     CommSum sum(comms_[r]);
     CrossReplicaScope scope(&sum);
     uint64_t seen = 0;
@@ -139,6 +141,7 @@ class Mirrored : public Strategy {
   int first_replica() const override { return 0; }
   comm::Communicator* communicator(int r) override { return comms_.at(r).get(); }
   int threads_per_replica() const override { return threads_; }
+  Device device(int local_replica) const override { return cpu_device(local_replica); }
   void run(const std::function<void(int)>& fn) override { replicas_->run(fn); }
 
  private:
@@ -166,6 +169,7 @@ class MultiWorker : public Strategy {
   int first_replica() const override { return group_->process_rank() * group_->local_size(); }
   comm::Communicator* communicator(int r) override { return comms_.at(r).get(); }
   int threads_per_replica() const override { return threads_; }
+  Device device(int local_replica) const override { return cpu_device(local_replica); }
   void run(const std::function<void(int)>& fn) override { replicas_->run(fn); }
 
  private:
@@ -203,13 +207,15 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   }
   const int cores_here = std::max(1, cores / processes_here);
   const int devices = c.devices > 0 ? c.devices : cores_here;
-  const int threads = c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores_here / devices);
+  const int threads =
+      c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores_here / devices);
   if (devices * threads * processes_here > cores && !c.allow_oversubscription) {
-    TANDEM_THROW(InvalidArgument, processes_here > 1 ? std::to_string(processes_here) + " processes x " : "",
-                 devices, " device(s) x ", threads, " thread(s) need ", devices * threads * processes_here,
-                 " cores but this machine has ", cores,
-                 " physical cores (replicas would slow each other down; set allow_oversubscription, "
-                 "--allow-oversubscription on the command line, to do it anyway)");
+    TANDEM_THROW(
+        InvalidArgument, processes_here > 1 ? std::to_string(processes_here) + " processes x " : "",
+        devices, " device(s) x ", threads, " thread(s) need ", devices * threads * processes_here,
+        " cores but this machine has ", cores,
+        " physical cores (replicas would slow each other down; set allow_oversubscription, "
+        "--allow-oversubscription on the command line, to do it anyway)");
   }
   if (c.name == "mirrored") return std::make_unique<Mirrored>(devices, threads, c.comm);
   if (!comm::launched_by_mpi()) {

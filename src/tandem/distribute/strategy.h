@@ -46,6 +46,9 @@ class Strategy {
   virtual void run(const std::function<void(int local_replica)>& fn) = 0;
   // Intra-op threads of each replica.
   virtual int threads_per_replica() const = 0;
+  // The device of local replica i: its thread runs under a DeviceScope for it,
+  // so that its tensors are accounted to that device's allocator.
+  virtual Device device(int local_replica) const = 0;
   // The replica that writes checkpoints and summaries.
   bool is_chief() const { return first_replica() == 0; }
   // Global replica index of a local one.

@@ -13,7 +13,7 @@ Embedding::Embedding(int64_t vocabulary, int64_t dim, Generator& generator)
                  dim);
   }
   Tensor w =
-      Tensor::empty(Shape{vocabulary, dim}, DType::f32, cpu_device(), MemoryCategory::parameters);
+      Tensor::empty(Shape{vocabulary, dim}, DType::f32, current_device(), MemoryCategory::parameters);
   init::normal(w, 0.0f, 1.0f, generator);
   weight_ = register_parameter("weight", w);
 }

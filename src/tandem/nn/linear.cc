@@ -14,13 +14,13 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
     TANDEM_THROW(InvalidArgument, "Linear: feature counts must be positive, got ", in_features,
                  " -> ", out_features);
   }
-  Tensor w = Tensor::empty(Shape{out_features, in_features}, DType::f32, cpu_device(),
+  Tensor w = Tensor::empty(Shape{out_features, in_features}, DType::f32, current_device(),
                            MemoryCategory::parameters);
   init::kaiming_uniform(w, in_features, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {
     Tensor b =
-        Tensor::empty(Shape{out_features}, DType::f32, cpu_device(), MemoryCategory::parameters);
+        Tensor::empty(Shape{out_features}, DType::f32, current_device(), MemoryCategory::parameters);
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
     init::uniform(b, -bound, bound, generator);
     bias_ = register_parameter("bias", b);

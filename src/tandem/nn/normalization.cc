@@ -7,7 +7,7 @@ namespace tandem::nn {
 namespace {
 
 Tensor filled(int64_t n, float value) {
-  return Tensor::full(Shape{n}, value, DType::f32, cpu_device(), MemoryCategory::parameters);
+  return Tensor::full(Shape{n}, value, DType::f32, current_device(), MemoryCategory::parameters);
 }
 
 void check_last_dim(const Variable& input, int64_t expected, const char* layer) {

@@ -76,8 +76,10 @@ Optimizer::Optimizer(std::vector<Variable> parameters, double learning_rate)
                    p.defined() ? p.name() : "undefined", "'");
     }
   }
+  const Device device =
+      parameters_.empty() ? current_device() : parameters_.front().value().device();
   update_counts_ = Tensor::zeros(Shape{static_cast<int64_t>(parameters_.size())}, DType::i32,
-                                 cpu_device(), MemoryCategory::optimizer_state);
+                                 device, MemoryCategory::optimizer_state);
 }
 
 void Optimizer::zero_grad() {

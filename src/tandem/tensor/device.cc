@@ -12,8 +12,15 @@ namespace {
 
 constexpr int kMaxVirtualDevices = 1024;
 std::atomic<int> configured_cpu_devices{0};  // 0: one per physical core
+thread_local Device thread_device = cpu_device();
 
 }  // namespace
+
+Device current_device() { return thread_device; }
+
+DeviceScope::DeviceScope(Device device) : previous_(thread_device) { thread_device = device; }
+
+DeviceScope::~DeviceScope() { thread_device = previous_; }
 
 std::string Device::to_string() const {
   return std::string(kind == DeviceKind::cpu ? "cpu:" : "cuda:") + std::to_string(index);

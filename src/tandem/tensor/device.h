@@ -25,6 +25,23 @@ inline Device cpu_device(int index = 0) {
   return Device{DeviceKind::cpu, index};
 }
 
+// The device new tensors go to when none is named: cpu:0 unless a DeviceScope
+// on this thread says otherwise (tf.device / torch.cuda.device). Replica
+// threads run under their device's scope, so that each replica's memory is
+// accounted to its own device's allocator.
+Device current_device();
+
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
 // Parses "cpu", "cpu:3", "cuda:0". Throws InvalidArgument otherwise.
 Device parse_device(std::string_view text);
 

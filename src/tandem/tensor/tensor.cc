@@ -136,6 +136,17 @@ Tensor Tensor::clone(MemoryCategory category) const {
   return copy;
 }
 
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  if (target.kind != DeviceKind::cpu || device().kind != DeviceKind::cpu) {
+    TANDEM_THROW(InvalidArgument, "copies between ", device().to_string(), " and ",
+                 target.to_string(), " are not supported on this build");
+  }
+  Tensor copy = empty(shape_, dtype_, target, category());
+  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  return copy;
+}
+
 void Tensor::copy_from(const Tensor& other) {
   if (other.numel() != numel()) {
     TANDEM_THROW(ShapeError, "copy_from: source ", other.shape().to_string(), " and destination ",

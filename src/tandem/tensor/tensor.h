@@ -46,21 +46,21 @@ class Tensor {
   Tensor() = default;  // undefined: holds no storage
 
   // Uninitialised tensor. Throws ShapeError/InvalidArgument on bad arguments.
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = cpu_device(),
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = current_device(),
                       MemoryCategory category = MemoryCategory::activations);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = cpu_device(),
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = current_device(),
                       MemoryCategory category = MemoryCategory::activations);
   // Every element set to value (converted to dtype).
   static Tensor full(const Shape& shape, float value, DType dtype = DType::f32,
-                     Device device = cpu_device(),
+                     Device device = current_device(),
                      MemoryCategory category = MemoryCategory::activations);
   // Copies values (as float, converted to dtype). values.size() must equal numel.
   static Tensor from_floats(const Shape& shape, std::span<const float> values,
-                            DType dtype = DType::f32, Device device = cpu_device());
+                            DType dtype = DType::f32, Device device = current_device());
   static Tensor from_ints(const Shape& shape, std::span<const int32_t> values,
-                          Device device = cpu_device());
+                          Device device = current_device());
   // A tensor over memory the caller keeps alive and unchanged while it is used.
-  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = cpu_device());
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = current_device());
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -91,6 +91,8 @@ class Tensor {
   void copy_from(const Tensor& other);
   // A converted copy; returns *this (shared) when the dtype already matches.
   Tensor to(DType dtype) const;
+  // A copy on another device (same category); *this (shared) when already there.
+  Tensor to(Device device) const;
 
   void fill(float value);
   void zero();

@@ -133,6 +133,8 @@ Trainer::~Trainer() {
 void Trainer::build_replicas(const ModelFactory& factory) {
   const int local = strategy_->local_replicas();
   for (int r = 0; r < local; ++r) {
+    // Each replica's parameters and state live on its device.
+    DeviceScope device(strategy_->device(r));
     Replica replica;
     replica.model = factory();
     if (!replica.model) TANDEM_THROW(InvalidArgument, "the model factory returned no model");
@@ -146,6 +148,7 @@ void Trainer::build_replicas(const ModelFactory& factory) {
   if (strategy_->global_replicas() > 1) {
     check_and_broadcast_weights();
     for (int r = 0; r < local; ++r) {
+      DeviceScope device(strategy_->device(r));
       replicas_[r].reducer = std::make_unique<distribute::Reducer>(
           replicas_[r].model->parameters(), *strategy_->communicator(r), config_.reducer);
     }
@@ -253,7 +256,7 @@ EvalResult Trainer::evaluate(const data::LabeledImages& data) {
     const auto [first, last] = replica_rows(data.size(), strategy_->global_replica(r), n);
     for (int64_t begin = first; begin < last; begin += config_.eval_batch_size) {
       const int64_t end = std::min(last, begin + config_.eval_batch_size);
-      const Tensor x = data.images.slice(begin, end);
+      const Tensor x = data.images.slice(begin, end).to(current_device());
       const Tensor y = data.labels.slice(begin, end);
       const Variable logits = model.forward(Variable(x));
       sums[r][0] +=
@@ -349,8 +352,8 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         if (rep.reducer) rep.reducer->prepare();
         // A replica with no examples (an epoch's last, short batch) still runs
         // its empty batch: cross-replica layers need every replica's part.
-        const Variable logits =
-            rep.model->forward(Variable(x.slice(first - local_begin, last - local_begin)));
+        const Variable logits = rep.model->forward(
+            Variable(x.slice(first - local_begin, last - local_begin).to(current_device())));
         const Tensor labels = y.slice(first - local_begin, last - local_begin);
         // Normalised by the global batch: the replicas' gradients sum to the batch mean.
         const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
