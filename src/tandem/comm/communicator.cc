@@ -1,6 +1,7 @@
 #include "tandem/comm/communicator.h"
 
 #include "tandem/base/error.h"
+#include "tandem/base/trace.h"
 #include "tandem/comm/detail/work_queue.h"
 
 namespace tandem::comm {
@@ -85,16 +86,36 @@ bool Work::done() const {
   return done_;
 }
 
+void Work::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  started_ = std::chrono::steady_clock::now();
+}
+
+std::chrono::steady_clock::time_point Work::started() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return started_;
+}
+
+std::chrono::steady_clock::time_point Work::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_;
+}
+
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
     error_ = std::move(error);
+    finished_ = std::chrono::steady_clock::now();
   }
   cv_.notify_all();
 }
 
-WorkQueue::WorkQueue() : thread_([this] { loop(); }) {}
+WorkQueue::WorkQueue(std::string name)
+    : thread_([this, name = std::move(name)] {
+        trace::set_thread_name(name);
+        loop();
+      }) {}
 
 WorkQueue::~WorkQueue() {
   {
@@ -212,8 +233,14 @@ std::shared_ptr<Work> Communicator::submit(Call call) {
   auto work = std::make_shared<Work>();
   work->set_description(call.describe() + " on rank " + std::to_string(rank()));
   std::lock_guard<std::mutex> lock(queue_mutex_);
-  if (!queue_) queue_ = std::make_unique<WorkQueue>();
+  if (!queue_) {
+    queue_ = std::make_unique<WorkQueue>("communication (" + backend() + " rank " +
+                                         std::to_string(rank()) + ")");
+  }
   queue_->push([this, work, call = std::move(call)]() {
+    work->start();
+    trace::Span span(collective_name(call.collective).data(), "communication");
+    if (call.input.defined()) span.set_arg("bytes", static_cast<int64_t>(call.input.nbytes()));
     try {
       run(call);
       work->finish();

@@ -51,7 +51,12 @@ class Work {
   void wait(std::chrono::milliseconds timeout = std::chrono::hours(24));
   bool done() const;
 
-  // For implementations: marks completion, with the error if it failed.
+  // When the collective started running and when it finished (valid once done()).
+  std::chrono::steady_clock::time_point started() const;
+  std::chrono::steady_clock::time_point finished() const;
+
+  // For implementations: marks the start, and completion with the error if it failed.
+  void start();
   void finish(std::exception_ptr error = nullptr);
   void set_description(std::string description) { description_ = std::move(description); }
 
@@ -61,6 +66,7 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::string description_;
+  std::chrono::steady_clock::time_point started_, finished_;
 };
 
 enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };

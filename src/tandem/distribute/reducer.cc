@@ -1,5 +1,7 @@
 #include "tandem/distribute/reducer.h"
 
+#include <chrono>
+
 #include "tandem/base/error.h"
 #include "tandem/tensor/convert.h"
 
@@ -98,7 +100,11 @@ void Reducer::launch(size_t bucket) {
   if (options_.overlap) {
     works_[bucket] = comm_.all_reduce_async(wire, wire, comm::ReduceOp::sum);
   } else {
+    const auto start = std::chrono::steady_clock::now();
     comm_.all_reduce(wire, comm::ReduceOp::sum);
+    last_.buckets.push_back(
+        {static_cast<int64_t>(wire.nbytes()),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
   }
   ++last_.buckets_launched;
   last_.bytes_reduced += static_cast<int64_t>(buffer.nbytes());
@@ -119,6 +125,10 @@ void Reducer::finish() {
   for (size_t b = 0; b < works_.size(); ++b) {
     if (works_[b]) {
       works_[b]->wait(comm_.options().timeout);
+      const Tensor& wire = staging_.empty() ? bucketer_->bucket(b) : staging_[b];
+      last_.buckets.push_back(
+          {static_cast<int64_t>(wire.nbytes()),
+           std::chrono::duration<double>(works_[b]->finished() - works_[b]->started()).count()});
       works_[b].reset();
     }
     if (!staging_.empty()) {

@@ -46,6 +46,13 @@ struct ReducerStats {
   double wait_seconds = 0.0;  // reduced - backward_done: idle plus exposed communication
   int64_t buckets_launched = 0;
   int64_t bytes_reduced = 0;  // f32 bytes of the buckets
+  // Each bucket's all-reduce: bytes on the wire and how long the collective
+  // ran (from when the communicator started it until it finished).
+  struct Bucket {
+    int64_t wire_bytes = 0;
+    double seconds = 0.0;
+  };
+  std::vector<Bucket> buckets;
 };
 
 class Reducer {

@@ -10,6 +10,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/base/trace.h"
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/train/checkpoint.h"
@@ -225,20 +226,38 @@ std::string Trainer::checkpoint_path() const {
              : (std::filesystem::path(config_.output_dir) / kCheckpointFile).string();
 }
 
+std::vector<ReplicaStepTime> Trainer::replica_breakdown(Clock::time_point input_done,
+                                                        Clock::time_point step_end) const {
+  const auto seconds = [](Clock::duration d) {
+    return std::max(0.0, std::chrono::duration<double>(d).count());
+  };
+  // The last local backward: waiting before it is idling for a slower
+  // replica; waiting after it is communication no backward hid.
+  Clock::time_point last_backward = replicas_.front().moments.backward_done;
+  for (const Replica& r : replicas_)
+    last_backward = std::max(last_backward, r.moments.backward_done);
+  std::vector<ReplicaStepTime> out;
+  for (const Replica& r : replicas_) {
+    const Replica::Moments& m = r.moments;
+    const Clock::time_point idle_until =
+        std::min(std::max(last_backward, m.backward_done), m.reduced);
+    ReplicaStepTime t;
+    t.forward = seconds(m.forward_done - m.start);
+    t.backward = seconds(m.backward_done - m.forward_done);
+    t.communication = seconds(m.reduced - idle_until);
+    t.optimizer = seconds(m.done - m.reduced);
+    t.idle = seconds(m.start - input_done) + seconds(idle_until - m.backward_done) +
+             seconds(step_end - m.done);
+    out.push_back(t);
+  }
+  return out;
+}
+
 std::vector<distribute::ReducerStats> Trainer::last_reducer_stats() const {
   std::vector<distribute::ReducerStats> out;
   for (const Replica& r : replicas_)
     out.push_back(r.reducer ? r.reducer->last_step() : distribute::ReducerStats{});
   return out;
-}
-
-double Trainer::last_exposed_communication() const {
-  double last_backward = 0.0, last_reduced = 0.0;
-  for (const auto& s : last_reducer_stats()) {
-    last_backward = std::max(last_backward, s.backward_done);
-    last_reduced = std::max(last_reduced, s.reduced);
-  }
-  return std::max(0.0, last_reduced - last_backward);
 }
 
 EvalResult Trainer::evaluate(const data::LabeledImages& data) {
@@ -333,15 +352,21 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
               .second;
       const std::span<const int64_t> rows(order.data() + begin + local_begin,
                                           static_cast<size_t>(local_end - local_begin));
-      const Tensor x = data::gather_rows(train_.images, rows);
-      const Tensor y = data::gather_rows(train_.labels, rows);
-      const double input_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      Tensor x, y;
+      {
+        trace::Span span("input", "step");
+        x = data::gather_rows(train_.images, rows);
+        y = data::gather_rows(train_.labels, rows);
+      }
+      const auto input_done = Clock::now();
+      const double input_seconds = std::chrono::duration<double>(input_done - step_start).count();
       const int64_t global_step = progress.epoch * per_epoch + progress.step;
       lr = schedule_->lr(global_step);
       std::vector<double> step_loss(replicas_.size(), 0.0);
       bool skipped_this_step = false;
       strategy_->run([&](int r) {
         Replica& rep = replicas_[r];
+        rep.moments.start = Clock::now();
         const int g = strategy_->global_replica(r);
         const auto [first, last] = replica_rows(count, g, n_global);
         rep.optimizer->set_learning_rate(lr);
@@ -352,15 +377,29 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         if (rep.reducer) rep.reducer->prepare();
         // A replica with no examples (an epoch's last, short batch) still runs
         // its empty batch: cross-replica layers need every replica's part.
-        const Variable logits = rep.model->forward(
-            Variable(x.slice(first - local_begin, last - local_begin).to(current_device())));
-        const Tensor labels = y.slice(first - local_begin, last - local_begin);
-        // Normalised by the global batch: the replicas' gradients sum to the batch mean.
-        const Variable loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
-        (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
-        step_loss[r] = loss.value().item();
-        partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
-        if (rep.reducer) rep.reducer->finish();
+        Variable loss;
+        {
+          trace::Span span("forward", "step");
+          const Variable logits = rep.model->forward(
+              Variable(x.slice(first - local_begin, last - local_begin).to(current_device())));
+          const Tensor labels = y.slice(first - local_begin, last - local_begin);
+          // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+          loss = softmax_cross_entropy(logits, labels, static_cast<double>(count));
+          step_loss[r] = loss.value().item();
+          partial[r][1] += static_cast<double>(kernels::count_correct(logits.value(), labels));
+        }
+        rep.moments.forward_done = Clock::now();
+        {
+          trace::Span span("backward", "step");
+          (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
+        }
+        rep.moments.backward_done = Clock::now();
+        if (rep.reducer) {
+          trace::Span span("wait for gradients", "step");
+          rep.reducer->finish();
+        }
+        rep.moments.reduced = Clock::now();
+        trace::Span optimizer_span("optimizer", "step");
         if (rep.scaler) {
           // On the reduced gradients, identical on every replica: all skip together.
           const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
@@ -371,6 +410,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
           rep.optimizer->step();
         }
         if (std::isfinite(step_loss[r])) partial[r][0] += step_loss[r] * static_cast<double>(count);
+        rep.moments.done = Clock::now();
       });
       double loss_value = 0.0;
       for (double l : step_loss) loss_value += l;  // this worker's share of the global mean
@@ -380,15 +420,14 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
                      progress.epoch + 1, " step ", progress.step + 1, " (lower the learning rate)");
       }
       progress.seen += count;
-      const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      const auto step_end = Clock::now();
+      const double step_seconds = std::chrono::duration<double>(step_end - step_start).count();
       progress.train_seconds += step_seconds;
       if (callbacks.on_step) {
-        double idle = 0.0;
-        const auto reducer_stats = last_reducer_stats();
-        double last_backward = 0.0;
-        for (const auto& st : reducer_stats)
-          last_backward = std::max(last_backward, st.backward_done);
-        for (const auto& st : reducer_stats) idle += last_backward - st.backward_done;
+        std::vector<ReplicaStepTime> breakdown = replica_breakdown(input_done, step_end);
+        double idle = 0.0, communication = 0.0;
+        for (const ReplicaStepTime& t : breakdown) idle += t.idle, communication += t.communication;
+        const auto local = static_cast<double>(breakdown.size());
         callbacks.on_step({.epoch = progress.epoch + 1,
                            .step = progress.step + 1,
                            .steps_per_epoch = per_epoch,
@@ -398,8 +437,12 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
                            .batch_examples = count,
                            .input_seconds = input_seconds,
                            .step_seconds = step_seconds,
-                           .exposed_communication_seconds = last_exposed_communication(),
-                           .idle_seconds = idle / static_cast<double>(reducer_stats.size()),
+                           .exposed_communication_seconds = communication / local,
+                           .idle_seconds = idle / local,
+                           .replicas = std::move(breakdown),
+                           .buckets = replicas_.front().reducer
+                                          ? replicas_.front().reducer->last_step().buckets
+                                          : std::vector<distribute::ReducerStats::Bucket>{},
                            .loss_scale = scaler ? scaler->scale() : 1.0,
                            .skipped = skipped_this_step});
       }

@@ -13,6 +13,7 @@
 // the chief, and load into any number of replicas.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -81,6 +82,19 @@ struct EvalResult {
   int64_t examples = 0;
 };
 
+// One replica's share of a step. With the step's input time the parts add
+// up to the step time. Forward and backward are the replica's own compute,
+// measured up to the moment its gradients were ready and before it waits for
+// any other replica, so a slow replica shows as slow here, not as everyone's
+// long all-reduce.
+struct ReplicaStepTime {
+  double forward = 0.0;        // forward pass and loss
+  double backward = 0.0;       // backward, launching its all-reduces on the way
+  double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
+  double communication = 0.0;  // all-reduce not hidden behind any replica's backward
+  double optimizer = 0.0;      // unscale/check and the parameter update
+};
+
 struct StepInfo {
   int64_t epoch = 0;  // 1-based
   int64_t step = 0;   // within the epoch, 1-based
@@ -90,13 +104,16 @@ struct StepInfo {
   double learning_rate = 0.0;
   int64_t batch_examples = 0;
   // Where the step's time went (seconds): assembling the batch on the main
-  // thread (input), the whole step, and, with several replicas, the
-  // communication not hidden behind backward and the mean time replicas
-  // waited for the slowest one before that.
+  // thread (input), the whole step, and, as means over the local replicas,
+  // the communication not hidden behind backward and the time replicas
+  // waited for others. `replicas` has each local replica's breakdown.
   double input_seconds = 0.0;
   double step_seconds = 0.0;
   double exposed_communication_seconds = 0.0;
   double idle_seconds = 0.0;
+  std::vector<ReplicaStepTime> replicas;
+  // Local replica 0's gradient all-reduces, one per bucket (none on one device).
+  std::vector<distribute::ReducerStats::Bucket> buckets;
   double loss_scale = 1.0;
   bool skipped = false;  // non-finite gradients: the update was skipped
 };
@@ -145,22 +162,27 @@ class Trainer {
   distribute::Strategy& strategy() { return *strategy_; }
   std::string checkpoint_path() const;
   int64_t steps_per_epoch() const;
-  // The last step's communication not hidden behind backward: from the
-  // moment the last local replica finished backward until the gradients were
-  // reduced (seconds; 0 on one device).
-  double last_exposed_communication() const;
   // The last step's reducer statistics, per local replica.
   std::vector<distribute::ReducerStats> last_reducer_stats() const;
 
  private:
   struct Progress;
   struct Replica {
+    // The current step's moments, written by the replica's own thread.
+    struct Moments {
+      std::chrono::steady_clock::time_point start, forward_done, backward_done, reduced, done;
+    };
+    Moments moments;
     std::shared_ptr<nn::Module> model;
     std::unique_ptr<optim::Optimizer> optimizer;
     std::unique_ptr<distribute::Reducer> reducer;
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
   };
   void build_replicas(const ModelFactory& factory);
+  // The last step's per-replica breakdown from the replicas' moments.
+  std::vector<ReplicaStepTime> replica_breakdown(
+      std::chrono::steady_clock::time_point input_done,
+      std::chrono::steady_clock::time_point step_end) const;
   // Whether to stop now; agreed by all workers when there are several processes.
   bool should_stop();
   void check_and_broadcast_weights();

@@ -6,13 +6,15 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace tandem::comm {
 
 class WorkQueue {
  public:
-  WorkQueue();
+  // name: the thread's trace track.
+  explicit WorkQueue(std::string name);
   ~WorkQueue();  // finishes the queued tasks, then joins
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
