@@ -151,6 +151,7 @@ Command add_bench_command(CLI::App& app) {
   std::vector<Command> others = add_bench_comm_commands(*command);
   others.push_back(add_bench_pipeline_command(*command));
   others.push_back(add_bench_scaling_command(*command));
+  others.push_back(add_bench_peak_command(*command));
   return {command, [o, train, others]() {
             if (train->parsed()) return run_bench_train(*o);
             for (const Command& c : others) {

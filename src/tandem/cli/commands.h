@@ -22,10 +22,12 @@ Command add_train_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_data_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
 // The bench subcommands about memory and collectives, under `bench`.
 std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);
 Command add_bench_scaling_command(CLI::App& bench);
+Command add_bench_peak_command(CLI::App& bench);
 
 // Parses a comma-separated list ("1,2,4").
 std::vector<std::string> split_list(const std::string& text);

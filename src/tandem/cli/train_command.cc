@@ -20,6 +20,9 @@
 #include "tandem/comm/compression.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/kernels/flops.h"
+#include "tandem/monitor/monitor.h"
+#include "tandem/monitor/progress_view.h"
 #include "tandem/nn/models.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/summary.h"
@@ -44,6 +47,9 @@ struct TrainOptions {
   int64_t train_examples = 0;  // 0: all
   int64_t test_examples = 0;
   bool quiet = false;
+  bool no_monitor = false;
+  int64_t metrics_every = 1;
+  std::string trace_steps;  // "FIRST:LAST" global steps, or "STEP"
 };
 
 // The trainer a SIGINT should stop; the handler only does an atomic store.
@@ -101,6 +107,34 @@ std::optional<precision::LossScalerOptions> parse_loss_scale(const std::string& 
   return precision::LossScalerOptions{.dynamic = false, .initial_scale = scale};
 }
 
+// --trace-steps: "FIRST:LAST" (1-based global steps, inclusive) or one step.
+std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
+  if (text.empty()) return {0, 0};
+  const auto number = [&](const std::string& part) -> int64_t {
+    size_t used = 0;
+    int64_t value = -1;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || value < 1) {
+      TANDEM_THROW(InvalidArgument,
+                   "--trace-steps must be FIRST:LAST with 1 <= FIRST <= LAST (global steps), got '",
+                   text, "'");
+    }
+    return value;
+  };
+  const size_t colon = text.find(':');
+  const int64_t first = number(text.substr(0, colon));
+  const int64_t last = colon == std::string::npos ? first : number(text.substr(colon + 1));
+  if (last < first) {
+    TANDEM_THROW(InvalidArgument, "--trace-steps must be FIRST:LAST with FIRST <= LAST, got '",
+                 text, "'");
+  }
+  return {first, last};
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   config.policy = precision::parse_policy(o.precision);
@@ -122,6 +156,11 @@ int run_train(TrainOptions& o) {
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
   config.reducer.wire = comm::parse_wire_dtype(o.wire);
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
+  const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
+  if (o.metrics_every < 1)
+    TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
+  if (o.no_monitor && trace_first > 0)
+    TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
   nn::ModelOptions model_options = precision::model_options(config.policy, {.seed = config.seed});
   model_options.compute_dtype = config.compute_dtype;
   nn::make_model(config.model, model_options);  // validates the name early
@@ -156,30 +195,52 @@ int run_train(TrainOptions& o) {
         config.epochs);
     fmt::print("  output {}\n", config.output_dir);
   }
-  const bool tty = ::isatty(STDOUT_FILENO) != 0 && !o.quiet && chief;
-  auto last_draw = std::chrono::steady_clock::now();
+  // The monitor (metrics.jsonl, trace, findings) runs on the chief, which
+  // writes the run directory.
+  std::unique_ptr<monitor::Monitor> run_monitor;
+  if (chief && !o.no_monitor) {
+    monitor::RunInfo info{.model = config.model,
+                          .strategy = strategy.name(),
+                          .precision = std::string(precision::policy_name(config.policy)),
+                          .global_replicas = strategy.global_replicas(),
+                          .threads_per_replica = strategy.threads_per_replica(),
+                          .first_replica = strategy.global_replica(0),
+                          .batch_size = config.batch_size,
+                          .epochs = config.epochs,
+                          .steps_per_epoch = trainer.steps_per_epoch(),
+                          .parameters = trainer.model().parameter_count()};
+    if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
+    for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));
+    info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
+    {
+      // The device's peak for the utilisation figure: a short matmul run with
+      // one replica's threads in the policy's matrix dtype.
+      const int saved = num_threads();
+      set_num_threads(strategy.threads_per_replica());
+      info.peak_flops_per_device = kernels::measure_matmul_peak(
+          config.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
+      set_num_threads(saved);
+    }
+    run_monitor =
+        std::make_unique<monitor::Monitor>(monitor::MonitorOptions{.run_dir = config.output_dir,
+                                                                   .append = config.resume,
+                                                                   .metrics_every = o.metrics_every,
+                                                                   .trace_first = trace_first,
+                                                                   .trace_last = trace_last},
+                                           std::move(info));
+  }
+  const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
+                                     : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
+                                                                    : monitor::ProgressMode::lines;
+  monitor::ProgressView view(mode, config.epochs, config.loss_scale.has_value(), run_monitor.get());
   train::TrainCallbacks callbacks;
   callbacks.on_step = [&](const train::StepInfo& s) {
-    if (!tty) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_draw < std::chrono::milliseconds(200) && s.step != s.steps_per_epoch) return;
-    last_draw = now;
-    fmt::print("\r  epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.4g}{}   ", s.epoch, config.epochs,
-               s.step, s.steps_per_epoch, s.loss, s.learning_rate,
-               config.loss_scale ? fmt::format("  scale {:g}", s.loss_scale) : std::string());
-    std::fflush(stdout);
+    if (run_monitor) run_monitor->on_step(s);
+    view.on_step(s);
   };
   callbacks.on_epoch = [&](const train::EpochResult& e) {
-    if (o.quiet || !chief) return;
-    fmt::print(
-        "{}epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
-        "{:.2f}%  {:.0f} ex/s  {:.1f} s{}\n",
-        tty ? "\r" : "", e.epoch, config.epochs, e.train_loss, 100.0 * e.train_accuracy,
-        e.test_loss, 100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds,
-        config.loss_scale
-            ? fmt::format("  loss scale {:g} ({} skipped)", e.loss_scale, e.skipped_steps)
-            : std::string());
-    std::fflush(stdout);
+    if (run_monitor) run_monitor->on_epoch(e);
+    view.on_epoch(e);
   };
 
   struct sigaction action = {};
@@ -203,13 +264,19 @@ int run_train(TrainOptions& o) {
   const std::string summary_path =
       (std::filesystem::path(config.output_dir) / "summary.json").string();
   if (!chief) return result.interrupted ? 130 : 0;
+  std::map<std::string, std::string> sections;
+  if (run_monitor) {
+    run_monitor->finish();
+    sections["monitor"] = run_monitor->summary_json();
+  }
   train::write_summary(summary_path, config, result,
                        {{"strategy", strategy.name()},
                         {"replicas", std::to_string(strategy.global_replicas())},
                         {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
                         {"data_dir", o.data_dir},
                         {"train_examples", std::to_string(train_data.size())},
-                        {"test_examples", std::to_string(test_data.size())}});
+                        {"test_examples", std::to_string(test_data.size())}},
+                       sections);
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
                trainer.checkpoint_path(), config.output_dir);
@@ -287,6 +354,15 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--output,-o", c.output_dir, "Run directory (default: runs/MODEL-TIMESTAMP)");
   command->add_flag("--resume", c.resume, "Continue from the checkpoint in --output");
   command->add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
+  command->add_flag("--no-monitor", o->no_monitor,
+                    "Skip metrics.jsonl, memory snapshots and findings (the summary keeps the "
+                    "run's results)");
+  command
+      ->add_option("--metrics-every", o->metrics_every,
+                   "Write a metrics.jsonl line every N steps (epoch lines always)")
+      ->capture_default_str();
+  command->add_option("--trace-steps", o->trace_steps,
+                      "Record a Chrome trace (trace.json) of global steps FIRST:LAST");
   return {command, [o]() { return run_train(*o); }};
 }
 

@@ -22,6 +22,7 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
 }
 
 Tensor gather_rows(const Tensor& source, std::span<const int64_t> rows) {
+  MemoryCategoryScope input_memory(MemoryCategory::input);
   if (source.rank() < 1) TANDEM_THROW(ShapeError, "gather_rows needs rank >= 1, got a scalar");
   const int64_t available = source.dim(0);
   Tensor out = Tensor::empty(source.shape().with_dim(0, static_cast<int64_t>(rows.size())),

@@ -33,6 +33,7 @@ Iterator::Iterator(Iterator&&) noexcept = default;
 Iterator& Iterator::operator=(Iterator&&) noexcept = default;
 
 std::optional<Element> Iterator::next() {
+  MemoryCategoryScope input_memory(MemoryCategory::input);
   if (!impl_) TANDEM_THROW(Error, "next() on an empty Iterator");
   return impl_->next();
 }

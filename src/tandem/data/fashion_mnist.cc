@@ -54,6 +54,7 @@ std::string default_fashion_mnist_dir() {
 }
 
 FashionMnist load_fashion_mnist(const std::string& dir) {
+  MemoryCategoryScope input_memory(MemoryCategory::input);
   if (!fs::is_directory(dir)) {
     TANDEM_THROW(IoError, "data directory '", dir,
                  "' does not exist (install Debian's "

@@ -110,6 +110,7 @@ void decode(const std::vector<unsigned char>& raw, unsigned char code, Tensor& o
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
+  MemoryCategoryScope input_memory(MemoryCategory::input);
   errno = 0;
   GzFile file(gzopen(path.c_str(), "rb"));
   if (!file) {

@@ -202,6 +202,7 @@ class ParallelMap : public IteratorBase {
   }
 
   void run() {
+    MemoryCategoryScope input_memory(MemoryCategory::input);
     std::shared_ptr<Shared> s = shared_;
     for (;;) {
       int64_t chunk = 0;

@@ -95,6 +95,7 @@ class PrefetchIterator : public IteratorBase {
 
  private:
   void produce() {
+    MemoryCategoryScope input_memory(MemoryCategory::input);
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mutex_);

@@ -1,6 +1,7 @@
 #include "tandem/kernels/conv.h"
 
 #include "tandem/kernels/detail/onednn.h"
+#include "tandem/kernels/flops.h"
 
 namespace tandem::kernels {
 namespace {
@@ -119,6 +120,12 @@ std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, D
   });
 }
 
+// Multiply-adds x 2 of one pass: every output element (N, OH, OW, O) sums
+// KH x KW x C products; the backward passes do the same work.
+int64_t conv_flops(const Shape& x, const Shape& w, const Shape& y) {
+  return 2 * y[0] * y[1] * y[2] * y[3] * w[0] * w[1] * x[3];
+}
+
 }  // namespace
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
@@ -165,6 +172,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->pd.bias_desc()));
     detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
   });
+  count_flops(conv_flops(x.shape(), w.shape(), y_shape));
   return y;
 }
 
@@ -215,6 +223,7 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
                      {DNNL_ARG_DIFF_SRC, detail::memory_of(dx, prim->pd.diff_src_desc())}},
                     dy.device());
   });
+  count_flops(conv_flops(x_shape, w.shape(), y_shape));
   return dx;
 }
 
@@ -283,6 +292,7 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
                       x.device());
     }
   });
+  count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
 }
 
 }  // namespace tandem::kernels

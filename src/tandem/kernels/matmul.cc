@@ -1,6 +1,7 @@
 #include "tandem/kernels/matmul.h"
 
 #include "tandem/kernels/detail/onednn.h"
+#include "tandem/kernels/flops.h"
 
 namespace tandem::kernels {
 namespace {
@@ -118,6 +119,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
   detail::guarded("matmul", [&] {
     detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
   });
+  count_flops(2 * M * N * K);
 }
 
 }  // namespace tandem::kernels

@@ -16,7 +16,22 @@ size_t rounded_size(size_t bytes) {
   return (nonzero + Allocator::kAlignment - 1) / Allocator::kAlignment * Allocator::kAlignment;
 }
 
+thread_local MemoryCategory thread_default_category = MemoryCategory::activations;
+
 }  // namespace
+
+MemoryCategory default_memory_category() {
+  return thread_default_category;
+}
+
+MemoryCategoryScope::MemoryCategoryScope(MemoryCategory category)
+    : previous_(thread_default_category) {
+  thread_default_category = category;
+}
+
+MemoryCategoryScope::~MemoryCategoryScope() {
+  thread_default_category = previous_;
+}
 
 std::string_view memory_category_name(MemoryCategory category) {
   switch (category) {
@@ -32,6 +47,8 @@ std::string_view memory_category_name(MemoryCategory category) {
       return "workspace";
     case MemoryCategory::communication:
       return "communication";
+    case MemoryCategory::input:
+      return "input";
   }
   return "invalid";
 }

@@ -23,8 +23,9 @@ enum class MemoryCategory : uint8_t {
   activations,
   workspace,
   communication,
+  input,  // data the input pipeline holds: loaded datasets, assembled batches
 };
-inline constexpr int kMemoryCategoryCount = 6;
+inline constexpr int kMemoryCategoryCount = 7;
 
 std::string_view memory_category_name(MemoryCategory category);
 
@@ -73,5 +74,21 @@ class Allocator {
 
 // The allocator of a device; created on first use, lives for the process.
 Allocator& allocator_for(Device device);
+
+// The category of new tensors that name none: activations, unless a
+// MemoryCategoryScope on this thread says otherwise (the input pipeline
+// marks its threads and calls so that datasets and batches count as input).
+MemoryCategory default_memory_category();
+
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(MemoryCategory category);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  MemoryCategory previous_;
+};
 
 }  // namespace tandem

@@ -16,11 +16,17 @@ thread_local Device thread_device = cpu_device();
 
 }  // namespace
 
-Device current_device() { return thread_device; }
+Device current_device() {
+  return thread_device;
+}
 
-DeviceScope::DeviceScope(Device device) : previous_(thread_device) { thread_device = device; }
+DeviceScope::DeviceScope(Device device) : previous_(thread_device) {
+  thread_device = device;
+}
 
-DeviceScope::~DeviceScope() { thread_device = previous_; }
+DeviceScope::~DeviceScope() {
+  thread_device = previous_;
+}
 
 std::string Device::to_string() const {
   return std::string(kind == DeviceKind::cpu ? "cpu:" : "cuda:") + std::to_string(index);

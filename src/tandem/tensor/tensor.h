@@ -46,14 +46,16 @@ class Tensor {
   Tensor() = default;  // undefined: holds no storage
 
   // Uninitialised tensor. Throws ShapeError/InvalidArgument on bad arguments.
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = current_device(),
-                      MemoryCategory category = MemoryCategory::activations);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = current_device(),
-                      MemoryCategory category = MemoryCategory::activations);
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32,
+                      Device device = current_device(),
+                      MemoryCategory category = default_memory_category());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32,
+                      Device device = current_device(),
+                      MemoryCategory category = default_memory_category());
   // Every element set to value (converted to dtype).
   static Tensor full(const Shape& shape, float value, DType dtype = DType::f32,
                      Device device = current_device(),
-                     MemoryCategory category = MemoryCategory::activations);
+                     MemoryCategory category = default_memory_category());
   // Copies values (as float, converted to dtype). values.size() must equal numel.
   static Tensor from_floats(const Shape& shape, std::span<const float> values,
                             DType dtype = DType::f32, Device device = current_device());

@@ -10,7 +10,8 @@
 namespace tandem::train {
 
 void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
-                   const std::map<std::string, std::string>& extra_config) {
+                   const std::map<std::string, std::string>& extra_config,
+                   const std::map<std::string, std::string>& sections) {
   nlohmann::json c = {
       {"model", config.model},
       {"epochs", config.epochs},
@@ -50,6 +51,13 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
     s["loss_scale"] = last.loss_scale;
     s["skipped_steps"] = last.skipped_steps;
     s["steps_since_overflow"] = last.steps_since_overflow;
+  }
+  for (const auto& [name, text] : sections) {
+    try {
+      s[name] = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      TANDEM_THROW(InvalidArgument, "summary section '", name, "' is not JSON: ", e.what());
+    }
   }
   const std::string temporary = path + ".tmp";
   {

@@ -11,8 +11,12 @@
 namespace tandem::train {
 
 // Writes the summary atomically. `extra_config` holds settings the trainer
-// does not know (threads, data directory, ...), as JSON-ready strings.
+// does not know (threads, data directory, ...), as JSON-ready strings;
+// `sections` are top-level objects from layers above (name -> JSON text,
+// e.g. the monitor's figures and findings). Throws InvalidArgument for a
+// section that is not valid JSON.
 void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
-                   const std::map<std::string, std::string>& extra_config);
+                   const std::map<std::string, std::string>& extra_config,
+                   const std::map<std::string, std::string>& sections = {});
 
 }  // namespace tandem::train

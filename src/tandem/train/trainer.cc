@@ -323,6 +323,11 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     ~RestoreThreads() { set_num_threads(threads); }
   } restore_threads{saved_threads};
   const int n_global = strategy_->global_replicas();
+  // Track names for traces: the input is assembled on this thread.
+  trace::set_thread_name("input (main thread)");
+  strategy_->run([&](int r) {
+    trace::set_thread_name("replica " + std::to_string(strategy_->global_replica(r)));
+  });
   const int64_t n = train_.size();
   const int64_t per_epoch = steps_per_epoch();
   // Per local replica: loss sum and correct count of the epoch so far.
@@ -357,6 +362,14 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         trace::Span span("input", "step");
         x = data::gather_rows(train_.images, rows);
         y = data::gather_rows(train_.labels, rows);
+        if (config_.batch_transform) {
+          config_.batch_transform(x, y);
+          if (x.dim(0) != static_cast<int64_t>(rows.size()) ||
+              y.dim(0) != static_cast<int64_t>(rows.size())) {
+            TANDEM_THROW(InvalidArgument, "batch_transform changed the batch from ", rows.size(),
+                         " rows to ", x.dim(0), " images and ", y.dim(0), " labels");
+          }
+        }
       }
       const auto input_done = Clock::now();
       const double input_seconds = std::chrono::duration<double>(input_done - step_start).count();

@@ -56,6 +56,10 @@ struct TrainConfig {
   // skipped instead of failing.
   precision::Policy policy = precision::global_policy();
   std::optional<precision::LossScalerOptions> loss_scale;
+  // Applied to each batch this process assembles, on the main thread before
+  // the batch is split between its replicas (augmentation, decoding): part
+  // of the step's input time. Must keep the number of rows.
+  std::function<void(Tensor& images, Tensor& labels)> batch_transform;
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;

@@ -1,0 +1,95 @@
+// `tandem bench peak`: the matmul rate of one device, the peak the monitor
+// compares a model's achieved FLOP/s with.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/cli/commands.h"
+#include "tandem/kernels/flops.h"
+
+namespace tandem::cli {
+namespace {
+
+struct PeakOptions {
+  std::string dtypes = "f32,bf16";
+  std::string threads;  // default: 1 and the physical core count
+  int64_t size = 2048;
+  int repeats = 5;
+  bool json = false;
+};
+
+int run_bench_peak(const PeakOptions& o) {
+  if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
+  std::vector<int> thread_counts;
+  if (o.threads.empty()) {
+    thread_counts = {1};
+    if (cpu_info().physical_cores > 1) thread_counts.push_back(cpu_info().physical_cores);
+  } else {
+    for (const std::string& t : split_list(o.threads)) {
+      const int n = std::stoi(t);
+      if (n < 1) TANDEM_THROW(InvalidArgument, "--threads entries must be at least 1, got ", n);
+      thread_counts.push_back(n);
+    }
+  }
+  struct Variant {
+    DType dtype;
+    int threads;
+    std::vector<double> samples;
+  };
+  std::vector<Variant> variants;
+  for (const std::string& d : split_list(o.dtypes)) {
+    const DType dtype = parse_dtype(d);
+    for (int t : thread_counts) variants.push_back({dtype, t, {}});
+  }
+  const int saved = num_threads();
+  for (int r = 0; r < o.repeats; ++r) {  // interleaved: noise hits every variant alike
+    for (Variant& v : variants) {
+      set_num_threads(v.threads);
+      v.samples.push_back(kernels::measure_matmul_peak(v.dtype, o.size, 0.3));
+    }
+  }
+  set_num_threads(saved);
+  nlohmann::json out = nlohmann::json::array();
+  if (!o.json)
+    fmt::print(
+        "matmul {0}x{0}x{0} peak, {1} repeats (GFLOP/s)\n{2:<6} {3:>7} {4:>9} {5:>9} {6:>9}\n",
+        o.size, o.repeats, "dtype", "threads", "median", "min", "max");
+  for (Variant& v : variants) {
+    std::sort(v.samples.begin(), v.samples.end());
+    const double median = v.samples[v.samples.size() / 2];
+    if (o.json) {
+      out.push_back({{"dtype", std::string(dtype_name(v.dtype))},
+                     {"threads", v.threads},
+                     {"size", o.size},
+                     {"median_flops_per_second", median},
+                     {"min_flops_per_second", v.samples.front()},
+                     {"max_flops_per_second", v.samples.back()}});
+    } else {
+      fmt::print("{:<6} {:>7} {:>9.1f} {:>9.1f} {:>9.1f}\n", dtype_name(v.dtype), v.threads,
+                 median / 1e9, v.samples.front() / 1e9, v.samples.back() / 1e9);
+    }
+  }
+  if (o.json) fmt::print("{}\n", out.dump(2));
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_peak_command(CLI::App& bench) {
+  CLI::App* c = bench.add_subcommand(
+      "peak", "Peak matmul rate (f32, bf16) per thread count: the device peak the monitor uses");
+  auto o = std::make_shared<PeakOptions>();
+  c->add_option("--dtypes", o->dtypes, "Comma-separated: f32, bf16")->capture_default_str();
+  c->add_option("--threads", o->threads,
+                "Comma-separated thread counts (default: 1 and the physical core count)");
+  c->add_option("--size", o->size, "Matrix size N of the N x N x N product")->capture_default_str();
+  c->add_option("--repeats", o->repeats, "Samples per variant")->capture_default_str();
+  c->add_flag("--json", o->json, "Print as JSON");
+  return {c, [o]() { return run_bench_peak(*o); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,33 @@
+// `tandem report RUN_DIR`: writes report.html from a run directory.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "tandem/cli/commands.h"
+#include "tandem/monitor/report.h"
+
+namespace tandem::cli {
+
+Command add_report_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "report", "Write report.html (charts, step breakdown, findings) for a training run");
+  struct Options {
+    std::string run_dir;
+    std::string output;
+    bool quiet = false;
+  };
+  auto o = std::make_shared<Options>();
+  command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
+  command->add_option("--output,-o", o->output, "Where to write (default: RUN_DIR/report.html)");
+  command->add_flag("--quiet,-q", o->quiet, "Print only warnings and errors");
+  return {command, [o]() {
+            const monitor::ReportResult r = monitor::write_report(o->run_dir, o->output);
+            for (const std::string& w : r.warnings) fmt::print(stderr, "tandem: warning: {}\n", w);
+            if (!o->quiet) {
+              for (const monitor::Finding& f : r.findings) fmt::print("  {}\n", f.message);
+              fmt::print("report of {} steps written to {}\n", r.steps, r.path);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace tandem::cli

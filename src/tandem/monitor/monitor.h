@@ -1,0 +1,104 @@
+#pragma once
+// Monitor: turns the Trainer's per-step timings into what a user reads while
+// and after training: metrics.jsonl (a line per step and per epoch, flushed
+// as written, so a killed run leaves every finished step), per-device busy
+// fractions over a sliding window, memory by category from the allocators,
+// achieved FLOP/s against the device's measured matmul peak, all-reduce
+// bandwidth, a Chrome trace of a window of steps, and the findings that go
+// into summary.json. It is a train::TrainCallbacks consumer; everything it
+// does per step is a few clock reads, allocator snapshots and one line of
+// JSON.
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/monitor/run_stats.h"
+#include "tandem/tensor/device.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::monitor {
+
+// What the run is; recorded in metrics.jsonl's first line.
+struct RunInfo {
+  std::string model;
+  std::string strategy;
+  std::string precision;
+  std::string backend;  // the all-reduce's communicator ("in_process", "mpi", ...); empty: none
+  int global_replicas = 1;
+  int threads_per_replica = 1;
+  std::vector<Device> devices;  // this process's replica devices, in local order
+  int first_replica = 0;        // global index of this process's local replica 0
+  int64_t batch_size = 0;       // global
+  int64_t epochs = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t parameters = 0;
+  double peak_flops_per_device = 0.0;  // measured matmul peak; 0: unknown
+  int64_t device_memory_bytes = 0;     // capacity of each device; 0: unknown
+};
+
+struct MonitorOptions {
+  std::string run_dir;        // metrics.jsonl and trace.json go here; empty: no files
+  bool append = false;        // resuming: keep metrics.jsonl's earlier lines
+  int64_t metrics_every = 1;  // a step line every N steps (epoch lines always)
+  int64_t trace_first = 0;    // global steps [first, last] into trace.json; 0: no trace
+  int64_t trace_last = 0;
+  double window_seconds = 10.0;  // the busy-fraction window
+};
+
+class Monitor {
+ public:
+  // Throws IoError when metrics.jsonl cannot be opened, InvalidArgument for
+  // a bad trace window or metrics interval.
+  Monitor(MonitorOptions options, RunInfo info);
+  ~Monitor();
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  void on_step(const train::StepInfo& step);
+  void on_epoch(const train::EpochResult& epoch);
+  // Writes the trace if its window is still open (a run shorter than it).
+  void finish();
+
+  // Live figures for the progress view.
+  // Each local replica's compute over wall time in the last window_seconds.
+  std::vector<double> busy_fractions() const;
+  double recent_examples_per_second() const;
+  double recent_step_seconds() const;
+  const RunStats& stats() const { return stats_; }
+  // summary.json's "monitor" section, as JSON text.
+  std::string summary_json() const;
+
+ private:
+  struct WindowStep {
+    std::chrono::steady_clock::time_point end;
+    double seconds = 0.0;
+    int64_t examples = 0;
+    std::vector<double> busy;  // per local replica
+  };
+  std::vector<DeviceMemory> memory_snapshot() const;
+  void write_line(const std::string& line);
+  void start_trace();
+  void finish_trace();
+
+  MonitorOptions options_;
+  RunInfo info_;
+  std::FILE* metrics_ = nullptr;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point trace_origin_;
+  bool tracing_ = false;
+  bool trace_written_ = false;
+  int64_t flops_at_last_step_ = 0;
+  std::deque<WindowStep> window_;
+  RunStats stats_;
+  int64_t last_global_step_ = 0;
+};
+
+// Resident set size of this process in bytes (0 where /proc is unavailable).
+int64_t resident_set_bytes();
+
+}  // namespace tandem::monitor

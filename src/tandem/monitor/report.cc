@@ -1,0 +1,386 @@
+#include "tandem/monitor/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/monitor/detail/metrics_json.h"
+#include "tandem/monitor/svg_chart.h"
+
+namespace tandem::monitor {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::vector<std::string> kPartColors = {"#9c9c9c", "#4e79a7", "#f28e2b",
+                                              "#e15759", "#76b7b2", "#d9d9d9"};
+const std::vector<std::string> kCategoryColors = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                                  "#b07aa1", "#edc948", "#9c755f"};
+const std::vector<std::string> kSeriesColors = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
+                                                "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
+
+struct StepLine {
+  StepRecord record;
+  json extra;  // the whole line, for derived fields
+};
+
+struct RunFiles {
+  json run;                           // the first line
+  std::map<int64_t, StepLine> steps;  // by global step; a resumed run's repeats replace
+  std::map<int64_t, json> epochs;
+  json summary;      // null when summary.json is missing
+  json last_memory;  // the latest line's memory snapshot
+  std::vector<std::string> warnings;
+};
+
+RunFiles read_run(const std::string& run_dir) {
+  const fs::path dir(run_dir);
+  std::error_code error;
+  if (!fs::exists(dir, error))
+    TANDEM_THROW(IoError, "run directory '", run_dir, "' does not exist");
+  if (!fs::is_directory(dir, error))
+    TANDEM_THROW(IoError, "'", run_dir, "' is not a directory (give the run directory)");
+  const fs::path metrics = dir / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in) {
+    TANDEM_THROW(IoError, "'", metrics.string(),
+                 "' is missing: not a tandem run directory, or the run was started with "
+                 "--no-monitor");
+  }
+  RunFiles files;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(std::move(line));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    json j;
+    try {
+      j = json::parse(lines[i]);
+      const std::string type = j.at("type").get<std::string>();
+      if (type == "run") {
+        if (files.run.is_null()) files.run = j;
+      } else if (type == "step") {
+        StepLine s{detail::step_from_json(j), j};
+        files.steps[s.record.global_step] = std::move(s);
+      } else if (type == "epoch") {
+        files.epochs[j.at("epoch").get<int64_t>()] = j;
+      }
+      if (j.contains("memory")) files.last_memory = j.at("memory");
+    } catch (const json::exception& e) {
+      if (i + 1 == lines.size()) {
+        // A run killed while writing leaves at most its last line cut short.
+        files.warnings.push_back(fmt::format(
+            "the last line of metrics.jsonl (line {}) is incomplete and was skipped", i + 1));
+        continue;
+      }
+      TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
+    }
+  }
+  if (files.run.is_null()) {
+    TANDEM_THROW(IoError, "'", metrics.string(),
+                 "' has no run header (its first line should be a {\"type\": \"run\"} object)");
+  }
+  if (files.steps.empty()) {
+    TANDEM_THROW(IoError, "'", metrics.string(),
+                 "' has no step records: the run ended before its first step finished");
+  }
+  const fs::path summary = dir / "summary.json";
+  std::ifstream summary_in(summary);
+  if (!summary_in) {
+    files.warnings.push_back(fmt::format(
+        "summary.json is missing: the run did not finish (killed, or still running); the "
+        "report covers metrics.jsonl up to global step {}",
+        files.steps.rbegin()->first));
+  } else {
+    try {
+      files.summary = json::parse(summary_in);
+    } catch (const json::exception& e) {
+      files.warnings.push_back(
+          fmt::format("summary.json is not valid JSON ({}); ignored", e.what()));
+    }
+  }
+  return files;
+}
+
+std::string figure(double value, const char* unit) {
+  if (value >= 1e12) return fmt::format("{:.2f} T{}", value / 1e12, unit);
+  if (value >= 1e9) return fmt::format("{:.2f} G{}", value / 1e9, unit);
+  if (value >= 1e6) return fmt::format("{:.2f} M{}", value / 1e6, unit);
+  if (value >= 1e3) return fmt::format("{:.1f} k{}", value / 1e3, unit);
+  return fmt::format("{:.3g} {}", value, unit);
+}
+
+// Moving average over a window sized for about 150 points across the run.
+std::vector<double> smoothed(const std::vector<double>& v) {
+  const size_t window = std::max<size_t>(1, v.size() / 150);
+  std::vector<double> out(v.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    sum += v[i];
+    if (i >= window) sum -= v[i - window];
+    out[i] = sum / static_cast<double>(std::min(i + 1, window));
+  }
+  return out;
+}
+
+std::string row(const std::string& name, const std::string& value) {
+  return fmt::format("<tr><th>{}</th><td>{}</td></tr>", html_escape(name), html_escape(value));
+}
+
+}  // namespace
+
+ReportResult write_report(const std::string& run_dir, const std::string& output) {
+  RunFiles files = read_run(run_dir);
+  ReportResult result;
+  result.path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
+  result.warnings = files.warnings;
+  result.steps = static_cast<int64_t>(files.steps.size());
+
+  RunStats stats;
+  std::vector<DeviceMemory> memory;
+  json last_allreduce;
+  for (const auto& [step, line] : files.steps) {
+    stats.add(line.record);
+    if (line.extra.contains("allreduce")) last_allreduce = line.extra.at("allreduce");
+  }
+  if (files.last_memory.is_array()) {
+    for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
+  }
+  stats.set_memory(memory);
+  result.findings = stats.diagnose();
+
+  const json& run = files.run;
+  const double peak = run.value("peak_flops_per_device", 0.0);
+  const auto devices =
+      static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
+  const int replicas = run.value("replicas", 1);
+
+  // Curves.
+  Series loss{.name = "training loss (per step)", .color = kSeriesColors[0]};
+  Series examples{.name = "examples/s", .color = kSeriesColors[0]};
+  std::vector<double> rates;
+  std::map<int, Series> busy;
+  for (const auto& [step, line] : files.steps) {
+    loss.x.push_back(static_cast<double>(step));
+    loss.y.push_back(line.record.loss);
+    examples.x.push_back(line.record.time);
+    rates.push_back(line.record.step_seconds > 0.0
+                        ? static_cast<double>(line.record.batch_examples) / line.record.step_seconds
+                        : 0.0);
+    const json& reps = line.extra.at("replicas");
+    for (const auto& r : reps) {
+      if (!r.contains("busy_fraction")) continue;
+      const int id = r.at("replica").get<int>();
+      Series& s = busy[id];
+      if (s.name.empty()) {
+        s.name = fmt::format("replica {}", id);
+        s.color = kSeriesColors[static_cast<size_t>(busy.size() - 1) % kSeriesColors.size()];
+      }
+      s.x.push_back(line.record.time);
+      s.y.push_back(r.at("busy_fraction").get<double>());
+    }
+  }
+  examples.y = smoothed(rates);
+  Series test_loss{.name = "test loss (per epoch)", .color = kSeriesColors[1], .markers = true};
+  Series train_acc{.name = "train", .color = kSeriesColors[0], .markers = true};
+  Series test_acc{.name = "test", .color = kSeriesColors[1], .markers = true};
+  const int64_t per_epoch = run.value("steps_per_epoch", int64_t{0});
+  for (const auto& [epoch, e] : files.epochs) {
+    test_loss.x.push_back(static_cast<double>(epoch * per_epoch));
+    test_loss.y.push_back(e.value("test_loss", NAN));
+    train_acc.x.push_back(static_cast<double>(epoch));
+    train_acc.y.push_back(e.value("train_accuracy", NAN));
+    test_acc.x.push_back(static_cast<double>(epoch));
+    test_acc.y.push_back(e.value("test_accuracy", NAN));
+  }
+  std::vector<Series> busy_series;
+  for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
+
+  // Step breakdown per replica, ms.
+  StackedBarSpec breakdown{
+      .id = "breakdown",
+      .title = "Step time per replica (mean over measured steps)",
+      .unit = "ms per step",
+      .parts = {"input", "forward", "backward", "communication", "optimizer", "idle"},
+      .colors = kPartColors};
+  const double input_ms = 1e3 * stats.input_fraction() * stats.mean_step_seconds();
+  for (const ReplicaTimes& r : stats.replica_means()) {
+    breakdown.bars.push_back(fmt::format("replica {}", r.replica));
+    breakdown.values.push_back({input_ms, 1e3 * r.forward, 1e3 * r.backward, 1e3 * r.communication,
+                                1e3 * r.optimizer, 1e3 * r.idle});
+  }
+  StackedBarSpec memory_chart{
+      .id = "memory", .title = "Peak memory by category per device", .unit = "MiB"};
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    memory_chart.parts.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
+    memory_chart.colors.push_back(kCategoryColors[static_cast<size_t>(c)]);
+  }
+  for (const DeviceMemory& m : memory) {
+    memory_chart.bars.push_back(m.device);
+    std::vector<double> v;
+    for (int c = 0; c < kMemoryCategoryCount; ++c)
+      v.push_back(static_cast<double>(m.peak[c]) / (1 << 20));
+    memory_chart.values.push_back(std::move(v));
+  }
+
+  // Key figures.
+  std::string table;
+  table += row("model", fmt::format("{} ({} parameters)", run.value("model", "?"),
+                                    run.value("parameters", int64_t{0})));
+  table += row("strategy", fmt::format("{}: {} replica(s) x {} thread(s), precision {}, global "
+                                       "batch {}",
+                                       run.value("strategy", "?"), replicas,
+                                       run.value("threads_per_replica", 1),
+                                       run.value("precision", "?"), run.value("batch_size", 0)));
+  const auto& last_step = files.steps.rbegin()->second.record;
+  table += row("progress", fmt::format("epoch {} step {} of {} epochs x {} steps ({} step "
+                                       "records)",
+                                       last_step.epoch, last_step.step, run.value("epochs", 0),
+                                       per_epoch, files.steps.size()));
+  if (!files.summary.is_null() && files.summary.contains("test_accuracy")) {
+    table +=
+        row("final test accuracy",
+            fmt::format("{:.2f}% (loss {:.4f})", 100.0 * files.summary.value("test_accuracy", 0.0),
+                        files.summary.value("test_loss", 0.0)));
+  } else if (!files.epochs.empty()) {
+    table += row("last test accuracy",
+                 fmt::format("{:.2f}% (epoch {})",
+                             100.0 * files.epochs.rbegin()->second.value("test_accuracy", 0.0),
+                             files.epochs.rbegin()->first));
+  }
+  const double step_s = stats.mean_step_seconds();
+  table +=
+      row("throughput", fmt::format("{:.0f} examples/s, {:.2f} steps/s ({:.2f} ms per step, "
+                                    "{} measured steps)",
+                                    stats.examples_per_second(), step_s > 0.0 ? 1.0 / step_s : 0.0,
+                                    1e3 * step_s, stats.measured_steps()));
+  table += row("achieved compute",
+               peak > 0.0 ? fmt::format("{} ({:.0f}% of the measured matmul peak, {} per device)",
+                                        figure(stats.flops_per_second(), "FLOP/s"),
+                                        100.0 * stats.flops_per_second() / (peak * devices),
+                                        figure(peak, "FLOP/s"))
+                          : figure(stats.flops_per_second(), "FLOP/s"));
+  if (replicas > 1) {
+    table +=
+        row("all-reduce",
+            fmt::format(
+                "{} backend, bus bandwidth {} over the run", run.value("allreduce_backend", "?"),
+                figure(allreduce_bus_bandwidth(stats.allreduce_bytes_per_second(), 1.0, replicas),
+                       "B/s")));
+  }
+  const json& last_line = files.steps.rbegin()->second.extra;
+  if (last_line.contains("rss_bytes"))
+    table += row("process memory (RSS)", figure(last_line.at("rss_bytes").get<double>(), "B"));
+
+  std::string buckets;
+  if (last_allreduce.is_object()) {
+    buckets +=
+        "<h2>All-reduce buckets (last logged step)</h2><table class=\"figures\"><tr><th>"
+        "bucket</th><th>wire bytes</th><th>time</th><th>bus bandwidth</th></tr>";
+    int i = 0;
+    for (const auto& b : last_allreduce.at("buckets")) {
+      buckets += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
+                             figure(b.value("bytes", 0.0), "B"), 1e3 * b.value("seconds", 0.0),
+                             figure(b.value("bus_bandwidth", 0.0), "B/s"));
+    }
+    buckets += "</table>";
+  }
+
+  std::string findings;
+  for (const Finding& f : result.findings) {
+    findings += fmt::format("<li class=\"finding {}\"><b>{}</b>: {}</li>", html_escape(f.kind),
+                            html_escape(f.kind), html_escape(f.message));
+  }
+  std::string warnings;
+  for (const std::string& w : result.warnings)
+    warnings += fmt::format("<p class=\"warning\">{}</p>", html_escape(w));
+
+  std::string charts;
+  charts += line_chart({.id = "loss",
+                        .title = "Loss",
+                        .x_label = "global step",
+                        .y_label = "loss",
+                        .series = {loss, test_loss}});
+  charts += line_chart({.id = "accuracy",
+                        .title = "Accuracy per epoch",
+                        .x_label = "epoch",
+                        .y_label = "accuracy",
+                        .series = {train_acc, test_acc},
+                        .y_from_zero = false,
+                        .percent = true});
+  charts += line_chart({.id = "throughput",
+                        .title = "Throughput over time",
+                        .x_label = "seconds since start",
+                        .y_label = "examples/s",
+                        .series = {examples}});
+  charts += line_chart({.id = "utilisation",
+                        .title = "Device utilisation (busy fraction, sliding window)",
+                        .x_label = "seconds since start",
+                        .y_label = "busy",
+                        .series = busy_series,
+                        .y_max = 1.0,
+                        .percent = true});
+  charts += stacked_bar_chart(breakdown);
+  charts += stacked_bar_chart(memory_chart);
+
+  const std::string title =
+      fmt::format("tandem run report: {}", fs::path(run_dir).filename().string());
+  std::string html = fmt::format(
+      R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{0}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; max-width: 1200px; }}
+h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 28px; }}
+table.figures {{ border-collapse: collapse; }}
+table.figures th, table.figures td {{ text-align: left; padding: 3px 12px 3px 0; font-size: 13px; }}
+.charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
+svg.chart {{ border: 1px solid #ddd; font-family: sans-serif; }}
+li.finding {{ margin: 4px 0; font-size: 14px; }}
+p.warning {{ color: #a33; }}
+</style></head>
+<body data-charts="6">
+<h1>{0}</h1>
+{1}
+<table class="figures">{2}</table>
+<h2>Findings</h2>
+<ul>{3}</ul>
+<h2>Charts</h2>
+<div class="charts">{4}</div>
+{5}
+<p style="font-size:12px;color:#777">From metrics.jsonl{6} in {7}. Means leave out the first
+steps (primitive creation and allocator warm-up).</p>
+<script>
+// For headless checks: count the charts that drew something.
+addEventListener('load', () => {{
+  let drawn = 0;
+  for (const svg of document.querySelectorAll('svg.chart')) {{
+    const marks = svg.querySelectorAll('.series, .segment');
+    if ([...marks].some(m => {{ const b = m.getBBox(); return b.width > 0 || b.height > 0; }}))
+      drawn++;
+  }}
+  document.body.dataset.drawn = drawn;
+}});
+</script>
+</body></html>
+)",
+      html_escape(title), warnings, table, findings, charts, buckets,
+      files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir));
+  const std::string partial = result.path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << html;
+    if (!out) TANDEM_THROW(IoError, "cannot write '", partial, "'");
+  }
+  std::error_code error;
+  fs::rename(partial, result.path, error);
+  if (error) TANDEM_THROW(IoError, "cannot move the report into place at '", result.path, "'");
+  return result;
+}
+
+}  // namespace tandem::monitor

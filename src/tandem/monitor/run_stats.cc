@@ -1,0 +1,186 @@
+#include "tandem/monitor/run_stats.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::monitor {
+namespace {
+
+// Thresholds of the findings: a part of the step above these is worth a
+// user's attention.
+constexpr double kInputBound = 0.10;          // of the step waiting for data
+constexpr double kCommunicationBound = 0.10;  // of the step in exposed all-reduce
+constexpr double kStraggler = 0.10;           // slower than the other replicas' median
+constexpr double kMemoryPressure = 0.90;      // of a device's capacity at the peak
+
+std::string percent(double fraction) {
+  return fmt::format("{:.0f}%", 100.0 * fraction);
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
+}
+
+}  // namespace
+
+double allreduce_bus_bandwidth(double bytes, double seconds, int ranks) {
+  if (seconds <= 0.0 || ranks < 2) return 0.0;
+  return bytes * 2.0 * (ranks - 1) / ranks / seconds;
+}
+
+void RunStats::add(const StepRecord& s) {
+  ++steps_;
+  if (steps_ <= warmup_steps_) return;
+  ++measured_;
+  step_seconds_ += s.step_seconds;
+  input_seconds_ += s.input_seconds;
+  examples_ += static_cast<double>(s.batch_examples);
+  flops_ += s.flops;
+  allreduce_bytes_ += static_cast<double>(s.allreduce_bytes);
+  allreduce_seconds_ += s.allreduce_seconds;
+  for (const ReplicaTimes& r : s.replicas) {
+    auto it = std::find_if(replica_sums_.begin(), replica_sums_.end(),
+                           [&](const ReplicaTimes& t) { return t.replica == r.replica; });
+    if (it == replica_sums_.end()) {
+      replica_sums_.push_back({.replica = r.replica});
+      it = replica_sums_.end() - 1;
+    }
+    it->forward += r.forward;
+    it->backward += r.backward;
+    it->communication += r.communication;
+    it->optimizer += r.optimizer;
+    it->idle += r.idle;
+  }
+  replica_means_ = replica_sums_;
+  const double n = static_cast<double>(measured_);
+  for (ReplicaTimes& r : replica_means_) {
+    r.forward /= n, r.backward /= n, r.communication /= n, r.optimizer /= n, r.idle /= n;
+  }
+}
+
+double RunStats::mean_step_seconds() const {
+  return measured_ ? step_seconds_ / static_cast<double>(measured_) : 0.0;
+}
+
+double RunStats::input_fraction() const {
+  return step_seconds_ > 0.0 ? input_seconds_ / step_seconds_ : 0.0;
+}
+
+double RunStats::communication_fraction() const {
+  if (replica_means_.empty() || mean_step_seconds() <= 0.0) return 0.0;
+  double sum = 0.0;
+  for (const ReplicaTimes& r : replica_means_) sum += r.communication;
+  return sum / static_cast<double>(replica_means_.size()) / mean_step_seconds();
+}
+
+double RunStats::idle_fraction() const {
+  if (replica_means_.empty() || mean_step_seconds() <= 0.0) return 0.0;
+  double sum = 0.0;
+  for (const ReplicaTimes& r : replica_means_) sum += r.idle;
+  return sum / static_cast<double>(replica_means_.size()) / mean_step_seconds();
+}
+
+double RunStats::examples_per_second() const {
+  return step_seconds_ > 0.0 ? examples_ / step_seconds_ : 0.0;
+}
+
+double RunStats::flops_per_second() const {
+  return step_seconds_ > 0.0 ? flops_ / step_seconds_ : 0.0;
+}
+
+double RunStats::allreduce_bytes_per_second() const {
+  return allreduce_seconds_ > 0.0 ? allreduce_bytes_ / allreduce_seconds_ : 0.0;
+}
+
+std::vector<Finding> RunStats::diagnose() const {
+  std::vector<Finding> out;
+  if (measured_ == 0) return out;
+  const double step_ms = 1e3 * mean_step_seconds();
+  const double input = input_fraction();
+  if (input >= kInputBound) {
+    out.push_back({"input_bound",
+                   fmt::format("input-bound: {} of step time waiting for data ({:.1f} of {:.1f} "
+                               "ms per step) - raise prefetch or parallel map, or cache decoded "
+                               "data",
+                               percent(input), input * step_ms, step_ms),
+                   input});
+  }
+  const double communication = communication_fraction();
+  if (communication >= kCommunicationBound) {
+    out.push_back({"communication_bound",
+                   fmt::format("communication-bound: {} of step time in all-reduce not hidden "
+                               "behind backward ({:.1f} ms per step) - try a smaller --bucket-mb "
+                               "for more overlap, --wire bf16, or a larger batch per replica",
+                               percent(communication), communication * step_ms),
+                   communication});
+  }
+  if (replica_means_.size() >= 2) {
+    // Each replica's own compute, measured before it waits for the others.
+    size_t slowest = 0;
+    for (size_t i = 1; i < replica_means_.size(); ++i)
+      if (replica_means_[i].compute() > replica_means_[slowest].compute()) slowest = i;
+    std::vector<double> others;
+    for (size_t i = 0; i < replica_means_.size(); ++i)
+      if (i != slowest) others.push_back(replica_means_[i].compute());
+    const double typical = median(others);
+    const double excess = typical > 0.0 ? replica_means_[slowest].compute() / typical - 1.0 : 0.0;
+    if (excess >= kStraggler) {
+      out.push_back({"straggler",
+                     fmt::format("straggler: replica {} is {} slower than the others ({:.1f} vs "
+                                 "{:.1f} ms of compute per step); the others idle waiting for it",
+                                 replica_means_[slowest].replica, percent(excess),
+                                 1e3 * replica_means_[slowest].compute(), 1e3 * typical),
+                     excess});
+    }
+  }
+  for (const DeviceMemory& m : memory_) {
+    if (m.capacity <= 0 || m.peak_total <= 0) continue;
+    const int64_t activations = m.peak[static_cast<int>(MemoryCategory::activations)];
+    const double used = static_cast<double>(m.peak_total) / static_cast<double>(m.capacity);
+    if (used >= kMemoryPressure) {
+      out.push_back({"memory_pressure",
+                     fmt::format("memory pressure on {}: peak {} is {} of its {} - a smaller batch "
+                                 "or mixed_bfloat16 activations would leave room",
+                                 m.device, mib(m.peak_total), percent(used), mib(m.capacity)),
+                     used});
+    } else if (activations > 0) {
+      // Activations grow with the batch; everything else does not.
+      const double factor = static_cast<double>(m.capacity - (m.peak_total - activations)) /
+                            static_cast<double>(activations);
+      if (factor >= 2.0) {
+        const double shown = std::min(factor, 1024.0);
+        out.push_back({"memory_headroom",
+                       fmt::format("memory headroom on {}: peak {} of {} ({} activations); the "
+                                   "memory allows a {}{:.0f}x larger batch",
+                                   m.device, mib(m.peak_total), mib(m.capacity), mib(activations),
+                                   factor > shown ? "more than " : "", std::floor(shown)),
+                       factor});
+      }
+    }
+  }
+  const bool bottleneck = std::any_of(out.begin(), out.end(), [](const Finding& f) {
+    return f.kind == "input_bound" || f.kind == "communication_bound" || f.kind == "straggler";
+  });
+  if (!bottleneck) {
+    const double busy = std::max(0.0, 1.0 - input - communication - idle_fraction());
+    out.insert(out.begin(),
+               {"compute_bound",
+                fmt::format("compute-bound: replicas compute {} of each {:.1f} ms step; input "
+                            "{}, exposed communication {}, idle {}",
+                            percent(busy), step_ms, percent(input), percent(communication),
+                            percent(idle_fraction())),
+                busy});
+  }
+  return out;
+}
+
+}  // namespace tandem::monitor
