@@ -12,7 +12,8 @@ namespace {
 // user's attention.
 constexpr double kInputBound = 0.10;          // of the step waiting for data
 constexpr double kCommunicationBound = 0.10;  // of the step in exposed all-reduce
-constexpr double kStraggler = 0.10;           // slower than the other replicas' median
+constexpr double kStraggler = 0.15;           // slower than the other replicas' median
+constexpr double kStragglerCost = 0.05;       // and costing the others this much of the step
 constexpr double kMemoryPressure = 0.90;      // of a device's capacity at the peak
 
 std::string percent(double fraction) {
@@ -133,7 +134,8 @@ std::vector<Finding> RunStats::diagnose() const {
       if (i != slowest) others.push_back(replica_means_[i].compute());
     const double typical = median(others);
     const double excess = typical > 0.0 ? replica_means_[slowest].compute() / typical - 1.0 : 0.0;
-    if (excess >= kStraggler) {
+    const double cost = replica_means_[slowest].compute() - typical;
+    if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds()) {
       out.push_back({"straggler",
                      fmt::format("straggler: replica {} is {} slower than the others ({:.1f} vs "
                                  "{:.1f} ms of compute per step); the others idle waiting for it",

@@ -1,0 +1,336 @@
+// The monitor against runs with known problems: the step breakdown adds up,
+// a slow input and a slow replica are named as such in summary.json and the
+// report, metrics.jsonl parses line by line, the trace has the expected
+// tracks, and the report says what is missing from an incomplete run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "tandem/base/error.h"
+#include "tandem/data/fashion_mnist.h"
+#include "tandem/monitor/monitor.h"
+#include "tandem/monitor/report.h"
+#include "tandem/monitor/svg_chart.h"
+#include "tandem/nn/models.h"
+#include "tandem/train/summary.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const data::FashionMnist& fashion() {
+  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
+  return d;
+}
+
+data::LabeledImages head(int64_t n) {
+  return {fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)};
+}
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / ("monitor_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// The mlp, optionally sleeping in every forward pass: a replica on a slow device.
+class SometimesSlow : public nn::Module {
+ public:
+  SometimesSlow(std::shared_ptr<nn::Module> inner, bool slow) : inner_(inner), slow_(slow) {
+    register_module("inner", std::move(inner));
+  }
+  Variable forward(const Variable& x) override {
+    if (slow_ && is_training()) std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    return inner_->forward(x);
+  }
+  std::string describe() const override { return "SometimesSlow"; }
+
+ private:
+  std::shared_ptr<nn::Module> inner_;
+  bool slow_;
+};
+
+train::TrainConfig config(int devices) {
+  train::TrainConfig c{.model = "mlp", .epochs = 1, .batch_size = 32, .seed = 3};
+  c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
+                .devices = devices,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
+  return c;
+}
+
+train::ModelFactory factory(int slow_replica = -1) {
+  auto built = std::make_shared<int>(0);
+  return [built, slow_replica] {
+    const bool slow = (*built)++ == slow_replica;
+    return std::make_shared<SometimesSlow>(nn::make_model("mlp", {.seed = 3}), slow);
+  };
+}
+
+monitor::RunInfo run_info(train::Trainer& t, const train::TrainConfig& c) {
+  monitor::RunInfo info{.model = c.model,
+                        .strategy = t.strategy().name(),
+                        .precision = "float32",
+                        .global_replicas = t.strategy().global_replicas(),
+                        .threads_per_replica = 1,
+                        .first_replica = 0,
+                        .batch_size = c.batch_size,
+                        .epochs = c.epochs,
+                        .steps_per_epoch = t.steps_per_epoch(),
+                        .parameters = t.model().parameter_count(),
+                        .peak_flops_per_device = 1e11,
+                        .device_memory_bytes = int64_t{1} << 32};
+  if (auto* comm = t.strategy().communicator(0)) info.backend = comm->backend();
+  for (int r = 0; r < t.strategy().local_replicas(); ++r)
+    info.devices.push_back(t.strategy().device(r));
+  return info;
+}
+
+// Trains with a monitor writing into dir; writes summary.json like the CLI.
+json monitored_run(const std::string& dir, train::TrainConfig c, const train::ModelFactory& f,
+                   int64_t examples, monitor::MonitorOptions options = {}) {
+  train::Trainer t(c, f, head(examples), head(64));
+  options.run_dir = dir;
+  monitor::Monitor m(options, run_info(t, c));
+  const train::TrainResult result =
+      t.fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
+             .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});
+  m.finish();
+  const std::string path = (fs::path(dir) / "summary.json").string();
+  train::write_summary(path, c, result, {}, {{"monitor", m.summary_json()}});
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+std::set<std::string> finding_kinds(const json& summary) {
+  std::set<std::string> kinds;
+  for (const auto& f : summary.at("monitor").at("findings"))
+    kinds.insert(f.at("kind").get<std::string>());
+  return kinds;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Timeline, ReplicaPartsAndInputAddUpToTheStepTime) {
+  for (int devices : {1, 2, 3}) {
+    train::TrainConfig c = config(devices);
+    c.batch_size = 30;
+    train::Trainer t(c, factory(), head(300), {});
+    int64_t steps = 0;
+    t.fit({.on_step = [&](const train::StepInfo& s) {
+      ++steps;
+      ASSERT_EQ(s.replicas.size(), static_cast<size_t>(devices));
+      for (const train::ReplicaStepTime& r : s.replicas) {
+        const double sum =
+            s.input_seconds + r.forward + r.backward + r.idle + r.communication + r.optimizer;
+        EXPECT_NEAR(sum, s.step_seconds, 0.02 * s.step_seconds)
+            << devices << " devices, step " << s.step;
+        EXPECT_GT(r.forward, 0.0);
+        EXPECT_GT(r.backward, 0.0);
+      }
+      if (devices > 1) {
+        EXPECT_FALSE(s.buckets.empty());
+      }
+    }});
+    EXPECT_EQ(steps, 10);
+  }
+}
+
+TEST(Monitor, SlowInputIsDiagnosedInTheSummaryAndTheReport) {
+  const std::string dir = fresh_dir("slow_input");
+  train::TrainConfig c = config(2);
+  c.batch_transform = [](Tensor&, Tensor&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  const json summary = monitored_run(dir, c, factory(), 320);
+  EXPECT_TRUE(finding_kinds(summary).count("input_bound")) << summary.at("monitor").dump(1);
+  EXPECT_FALSE(finding_kinds(summary).count("straggler"));
+  EXPECT_GT(summary.at("monitor").at("input_fraction").get<double>(), 0.5);
+
+  const monitor::ReportResult report = monitor::write_report(dir);
+  EXPECT_TRUE(report.warnings.empty());
+  bool named = false;
+  for (const auto& f : report.findings) named = named || f.kind == "input_bound";
+  EXPECT_TRUE(named);
+  const std::string html = read_file(report.path);
+  EXPECT_NE(html.find("input-bound: "), std::string::npos);
+  EXPECT_NE(html.find("raise prefetch or parallel map"), std::string::npos);
+}
+
+TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
+  const std::string dir = fresh_dir("slow_replica");
+  const json summary = monitored_run(dir, config(2), factory(/*slow_replica=*/1), 320);
+  EXPECT_TRUE(finding_kinds(summary).count("straggler")) << summary.at("monitor").dump(1);
+  EXPECT_FALSE(finding_kinds(summary).count("input_bound"));
+  bool named = false;
+  for (const auto& f : summary.at("monitor").at("findings"))
+    if (f.at("kind") == "straggler")
+      named = f.at("message").get<std::string>().find("replica 1 is") != std::string::npos;
+  EXPECT_TRUE(named) << summary.at("monitor").at("findings").dump(1);
+  // The fast replica's compute stays short; its wait shows as idle.
+  const auto& replicas = summary.at("monitor").at("replicas");
+  const double fast =
+      replicas[0].at("forward").get<double>() + replicas[0].at("backward").get<double>();
+  const double slow =
+      replicas[1].at("forward").get<double>() + replicas[1].at("backward").get<double>();
+  EXPECT_GT(slow, fast + 0.010);
+  EXPECT_GT(replicas[0].at("idle").get<double>(), 0.010);
+
+  const monitor::ReportResult report = monitor::write_report(dir);
+  EXPECT_NE(read_file(report.path).find("straggler: replica 1 is"), std::string::npos);
+}
+
+TEST(Monitor, MetricsLinesParseWithStableFields) {
+  const std::string dir = fresh_dir("metrics");
+  train::TrainConfig c = config(2);
+  c.epochs = 2;
+  monitored_run(dir, c, factory(), 160);
+  std::ifstream in(fs::path(dir) / "metrics.jsonl");
+  int runs = 0, steps = 0, epochs = 0;
+  int64_t previous_step = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);  // throws when a line is not JSON
+    const std::string type = j.at("type");
+    if (type == "run") {
+      ++runs;
+      for (const char* key : {"model", "strategy", "replicas", "devices", "steps_per_epoch",
+                              "peak_flops_per_device", "allreduce_backend"})
+        EXPECT_TRUE(j.contains(key)) << key;
+    } else if (type == "step") {
+      ++steps;
+      EXPECT_EQ(j.at("global_step").get<int64_t>(), previous_step + 1);
+      previous_step = j.at("global_step").get<int64_t>();
+      for (const char* key :
+           {"epoch", "step", "time", "loss", "learning_rate", "batch_examples", "step_seconds",
+            "input_seconds", "examples_per_second", "flops", "flops_per_second", "peak_fraction",
+            "loss_scale", "skipped", "replicas", "allreduce", "memory", "rss_bytes"})
+        EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+      EXPECT_GT(j.at("flops").get<double>(), 0.0);
+      EXPECT_GT(j.at("rss_bytes").get<int64_t>(), 0);
+      ASSERT_EQ(j.at("replicas").size(), 2u);
+      for (const auto& r : j.at("replicas")) {
+        for (const char* key : {"replica", "forward", "backward", "communication", "optimizer",
+                                "idle", "busy_fraction"})
+          EXPECT_TRUE(r.contains(key)) << key;
+        EXPECT_GE(r.at("busy_fraction").get<double>(), 0.0);
+        EXPECT_LE(r.at("busy_fraction").get<double>(), 1.0);
+      }
+      EXPECT_EQ(j.at("allreduce").at("backend"), "inprocess");
+      for (const auto& b : j.at("allreduce").at("buckets"))
+        EXPECT_GT(b.at("bytes").get<int64_t>(), 0);
+      ASSERT_EQ(j.at("memory").size(), 2u);
+      EXPECT_GT(j.at("memory")[1].at("peak_bytes").at("parameters").get<int64_t>(), 0);
+      EXPECT_GT(j.at("memory")[1].at("bytes_in_use").at("gradients").get<int64_t>(), 0);
+    } else if (type == "epoch") {
+      ++epochs;
+      for (const char* key :
+           {"epoch", "train_loss", "test_accuracy", "examples_per_second", "time"})
+        EXPECT_TRUE(j.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(steps, 10);
+  EXPECT_EQ(epochs, 2);
+}
+
+TEST(Monitor, TraceWindowHasReplicaInputAndCommunicationTracks) {
+  const std::string dir = fresh_dir("trace");
+  monitored_run(dir, config(2), factory(), 320, {.trace_first = 3, .trace_last = 5});
+  std::ifstream in(fs::path(dir) / "trace.json");
+  const json trace = json::parse(in);
+  std::map<int, std::string> tracks;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "M") tracks[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::map<std::string, std::map<std::string, int>> spans;  // track -> name -> count
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    ASSERT_TRUE(tracks.count(e.at("tid").get<int>()));
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    ++spans[tracks[e.at("tid").get<int>()]][e.at("name").get<std::string>()];
+  }
+  EXPECT_EQ(spans["replica 0"]["forward"], 3);  // steps 3, 4 and 5
+  EXPECT_EQ(spans["replica 1"]["backward"], 3);
+  EXPECT_EQ(spans["replica 1"]["optimizer"], 3);
+  EXPECT_EQ(spans["input (main thread)"]["input"], 3);
+  int all_reduces = 0;
+  for (const auto& [track, names] : spans)
+    if (track.rfind("communication", 0) == 0 && names.count("all_reduce"))
+      all_reduces += names.at("all_reduce");
+  EXPECT_GE(all_reduces, 3) << "no all_reduce spans on a communication track";
+}
+
+TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {
+  const auto error_of = [](const std::string& dir) -> std::string {
+    try {
+      monitor::write_report(dir);
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string dir = fresh_dir("report_bad");
+  EXPECT_NE(error_of(dir + "/absent").find("does not exist"), std::string::npos);
+  EXPECT_NE(error_of(dir).find("metrics.jsonl' is missing"), std::string::npos);
+  const std::string metrics = dir + "/metrics.jsonl";
+  std::ofstream(metrics) << "{\"type\":\"epoch\",\"epoch\":1}\n";
+  EXPECT_NE(error_of(dir).find("no run header"), std::string::npos);
+  std::ofstream(metrics) << "{\"type\":\"run\",\"model\":\"mlp\"}\n";
+  EXPECT_NE(error_of(dir).find("no step records"), std::string::npos);
+  std::ofstream(metrics) << "{\"type\":\"run\",\"model\":\"mlp\"}\n{garbage\n{\"type\":\"step\"}\n";
+  EXPECT_NE(error_of(dir).find("line 2"), std::string::npos);
+}
+
+TEST(Report, AKilledRunStillGetsAReportUpToItsLastWholeStep) {
+  const std::string dir = fresh_dir("report_killed");
+  monitored_run(dir, config(2), factory(), 320);
+  fs::remove(fs::path(dir) / "summary.json");
+  // Cut the file inside its last line, as a kill during a write would.
+  const std::string metrics = (fs::path(dir) / "metrics.jsonl").string();
+  std::string text = read_file(metrics);
+  text.resize(text.size() - 40);
+  std::ofstream(metrics, std::ios::trunc) << text;
+  const monitor::ReportResult report = monitor::write_report(dir);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_NE(report.warnings[0].find("incomplete"), std::string::npos);
+  EXPECT_NE(report.warnings[1].find("summary.json is missing"), std::string::npos);
+  EXPECT_GE(report.steps, 9);
+  EXPECT_NE(read_file(report.path).find("summary.json is missing"), std::string::npos);
+}
+
+TEST(SvgChart, DrawsSeriesAndSegmentsOrSaysNoData) {
+  const std::string line = monitor::line_chart(
+      {.id = "t",
+       .title = "a <b>",
+       .series = {{.name = "s", .color = "#000", .x = {1, 2, 3}, .y = {3, 1, 2}}}});
+  EXPECT_NE(line.find("class=\"series\""), std::string::npos);
+  EXPECT_NE(line.find("M"), std::string::npos);
+  EXPECT_NE(line.find("a &lt;b&gt;"), std::string::npos);
+  EXPECT_NE(monitor::line_chart({.id = "e", .title = "empty"}).find("no data"), std::string::npos);
+  const std::string bars = monitor::stacked_bar_chart({.id = "b",
+                                                       .title = "bars",
+                                                       .unit = "ms",
+                                                       .parts = {"x", "y"},
+                                                       .colors = {"#111", "#222"},
+                                                       .bars = {"r0"},
+                                                       .values = {{1.0, 2.0}}});
+  size_t segments = 0;
+  for (size_t at = bars.find("class=\"segment\""); at != std::string::npos;
+       at = bars.find("class=\"segment\"", at + 1))
+    ++segments;
+  EXPECT_EQ(segments, 2u);
+}
+
+}  // namespace
+}  // namespace tandem
