@@ -3,11 +3,12 @@
 # Idempotent: when everything is present it prints nothing and touches nothing.
 set -eu
 # ocl-icd-opencl-dev: Debian's oneDNN CMake package looks for OpenCL (its GPU
-# runtime) and fails to configure without it.
+# runtime) and fails to configure without it. chromium: the test that renders
+# `tandem report`'s HTML headless and checks its screenshot.
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist"
+  dataset-fashion-mnist chromium"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,15 +1,22 @@
 // The tandem command end to end: help, bad flags and bad inputs give one clear
 // line and a non-zero status; a tiny training run writes summary.json.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "tandem/data/idx.h"
+#include "tandem/data/image.h"
 #include "tandem/tensor/tensor.h"
 
 namespace {
@@ -21,11 +28,8 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-// Runs tandem with the arguments; output holds stdout and stderr, or only
-// stderr when errors_only.
-CommandResult run(const std::string& arguments, bool errors_only = false) {
-  const std::string command =
-      std::string(TANDEM_CLI_PATH) + " " + arguments + (errors_only ? " 2>&1 >/dev/null" : " 2>&1");
+// Runs a shell command; output holds what it printed.
+CommandResult shell(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   CommandResult r{-1, ""};
   if (!pipe) return r;
@@ -35,6 +39,13 @@ CommandResult run(const std::string& arguments, bool errors_only = false) {
   const int raw = pclose(pipe);
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return r;
+}
+
+// Runs tandem with the arguments; output holds stdout and stderr, or only
+// stderr when errors_only.
+CommandResult run(const std::string& arguments, bool errors_only = false) {
+  return shell(std::string(TANDEM_CLI_PATH) + " " + arguments +
+               (errors_only ? " 2>&1 >/dev/null" : " 2>&1"));
 }
 
 std::string tmp(const std::string& name) {
@@ -139,6 +150,16 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   ASSERT_EQ(more.status, 0) << more.output;
   std::ifstream in2(out + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(in2).at("epochs").get<int>(), 2);
+  // The resumed run appended to metrics.jsonl: a second run line, both epochs.
+  std::ifstream metrics(out + "/metrics.jsonl");
+  int run_lines = 0, epoch_lines = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    run_lines += j.at("type") == "run";
+    epoch_lines += j.at("type") == "epoch";
+  }
+  EXPECT_EQ(run_lines, 2);
+  EXPECT_EQ(epoch_lines, 2);
   // Training into a run directory that already has a checkpoint needs --resume.
   expect_one_line_error("train --model mlp --epochs 1 --train-examples 512 --output " + out,
                         "already exists");
@@ -238,3 +259,146 @@ TEST(Cli, BenchTrainJson) {
 }
 
 }  // namespace
+
+namespace {
+
+int count_step_lines(const std::string& path) {
+  std::ifstream in(path);
+  int steps = 0;
+  for (std::string line; std::getline(in, line);)
+    steps += line.find("\"type\":\"step\"") != std::string::npos;
+  return steps;
+}
+
+}  // namespace
+
+TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
+  const std::string out = tmp("cli-monitor");
+  const CommandResult r =
+      run("train --model mlp --epochs 1 --train-examples 640 --test-examples 128 --strategy "
+          "mirrored --devices 2 --threads 1 --allow-oversubscription --trace-steps 2:3 --output " +
+          out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_step_lines(out + "/metrics.jsonl"), 5);
+  std::ifstream trace_in(out + "/trace.json");
+  EXPECT_FALSE(nlohmann::json::parse(trace_in).at("traceEvents").empty());
+  std::ifstream summary_in(out + "/summary.json");
+  const auto summary = nlohmann::json::parse(summary_in);
+  ASSERT_TRUE(summary.contains("monitor")) << summary.dump(1);
+  EXPECT_FALSE(summary.at("monitor").at("findings").empty());
+  EXPECT_EQ(summary.at("monitor").at("replicas").size(), 2u);
+  EXPECT_GT(summary.at("monitor").at("peak_flops_per_device").get<double>(), 1e8);
+
+  const CommandResult report = run("report " + out);
+  ASSERT_EQ(report.status, 0) << report.output;
+  EXPECT_NE(report.output.find("report of 5 steps written to"), std::string::npos) << report.output;
+  EXPECT_TRUE(fs::exists(out + "/report.html"));
+
+  // Without the monitor: the run's results, no metrics.
+  const std::string bare = tmp("cli-no-monitor");
+  ASSERT_EQ(run("train --model mlp --epochs 1 --train-examples 256 --test-examples 64 --threads 1 "
+                "--quiet --no-monitor --output " +
+                bare)
+                .status,
+            0);
+  EXPECT_FALSE(fs::exists(bare + "/metrics.jsonl"));
+  std::ifstream bare_summary(bare + "/summary.json");
+  EXPECT_FALSE(nlohmann::json::parse(bare_summary).contains("monitor"));
+  expect_one_line_error("report " + bare, "metrics.jsonl' is missing");
+}
+
+TEST(Cli, MonitorAndReportBadInputs) {
+  const std::string base =
+      "train --model mlp --epochs 1 --train-examples 256 --output " + tmp("cli-monitor-bad") + " ";
+  expect_one_line_error(base + "--trace-steps 5:2", "FIRST <= LAST");
+  expect_one_line_error(base + "--trace-steps x", "--trace-steps must be FIRST:LAST");
+  expect_one_line_error(base + "--trace-steps 0:3", "--trace-steps must be FIRST:LAST");
+  expect_one_line_error(base + "--metrics-every 0", "--metrics-every must be at least 1");
+  expect_one_line_error(base + "--trace-steps 1:2 --no-monitor", "needs the monitor");
+  expect_one_line_error("report " + tmp("cli-no-such-run"), "does not exist");
+  expect_one_line_error("report", "run_dir is required");
+}
+
+// SIGKILL in the middle of training: every line written so far parses, and
+// the report covers the run up to its last step.
+TEST(Cli, KilledRunLeavesParseableMetrics) {
+  const std::string out = tmp("cli-killed");
+  const std::string metrics = out + "/metrics.jsonl";
+  std::vector<std::string> args = {TANDEM_CLI_PATH, "train",    "--model",   "mlp",
+                                   "--epochs",      "50",       "--threads", "1",
+                                   "--quiet",       "--output", out};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (count_step_lines(metrics) < 20 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed";
+  std::ifstream in(metrics);
+  int steps = 0;
+  int64_t last = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // a line without its newline was cut by the kill
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "step") {
+      ++steps;
+      EXPECT_EQ(j.at("global_step").get<int64_t>(), last + 1);
+      last = j.at("global_step").get<int64_t>();
+    }
+  }
+  EXPECT_GE(steps, 20);
+  const CommandResult report = run("report " + out);
+  EXPECT_EQ(report.status, 0) << report.output;
+  EXPECT_NE(report.output.find("summary.json is missing"), std::string::npos) << report.output;
+}
+
+// The report renders in headless Chromium: the page's own check counts the
+// charts that drew marks, and the screenshot holds the charts' colours.
+TEST(Cli, ReportRendersInHeadlessChromium) {
+  const std::string chromium = "/usr/bin/chromium";
+  ASSERT_TRUE(fs::exists(chromium)) << "chromium is missing: run scripts/install-deps.sh";
+  const std::string out = tmp("cli-chromium");
+  ASSERT_EQ(run("train --model mlp --epochs 2 --train-examples 640 --test-examples 128 --strategy "
+                "mirrored --devices 2 --threads 1 --allow-oversubscription --quiet --output " +
+                out)
+                .status,
+            0);
+  ASSERT_EQ(run("report --quiet " + out).status, 0);
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+      "--hide-scrollbars --user-data-dir=" +
+      out + "/chromium-profile ";
+  const std::string url = "file://" + out + "/report.html";
+  const std::string dom =
+      shell(chromium + flags + "--virtual-time-budget=2000 --dump-dom " + url + " 2>/dev/null")
+          .output;
+  EXPECT_NE(dom.find("data-drawn=\"6\""), std::string::npos) << dom.substr(0, 2000);
+  const std::string shot = out + "/report.png";
+  shell(chromium + flags + "--window-size=1240,1300 --screenshot=" + shot + " " + url +
+        " >/dev/null 2>&1");
+  ASSERT_TRUE(fs::exists(shot));
+  std::ifstream png(shot, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(png)), {});
+  tandem::Tensor encoded =
+      tandem::Tensor::empty(tandem::Shape{static_cast<int64_t>(bytes.size())}, tandem::DType::u8);
+  std::memcpy(encoded.raw_data(), bytes.data(), bytes.size());
+  const tandem::Tensor image = tandem::data::decode_image(encoded, 3);
+  const auto* rgb = static_cast<const uint8_t*>(image.raw_data());
+  // Pixels of the charts' blue (#4e79a7) and orange (#f28e2b): lines and bars.
+  int64_t blue = 0, orange = 0;
+  for (int64_t i = 0; i < image.numel(); i += 3) {
+    const auto near = [&](int r, int g, int b) {
+      return std::abs(rgb[i] - r) < 12 && std::abs(rgb[i + 1] - g) < 12 &&
+             std::abs(rgb[i + 2] - b) < 12;
+    };
+    blue += near(0x4e, 0x79, 0xa7);
+    orange += near(0xf2, 0x8e, 0x2b);
+  }
+  EXPECT_GT(blue, 2000) << "no blue chart marks in " << shot;
+  EXPECT_GT(orange, 1000) << "no orange chart marks in " << shot;
+}
