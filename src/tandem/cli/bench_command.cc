@@ -152,6 +152,7 @@ Command add_bench_command(CLI::App& app) {
   others.push_back(add_bench_pipeline_command(*command));
   others.push_back(add_bench_scaling_command(*command));
   others.push_back(add_bench_peak_command(*command));
+  others.push_back(add_bench_monitor_command(*command));
   return {command, [o, train, others]() {
             if (train->parsed()) return run_bench_train(*o);
             for (const Command& c : others) {

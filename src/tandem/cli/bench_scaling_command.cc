@@ -63,15 +63,6 @@ struct Series {
   }
 };
 
-data::LabeledImages synthetic(int64_t n) {
-  Generator g(5);
-  Tensor x = Tensor::empty(Shape{n, 28, 28, 1});
-  g.normal(x.data<float>(), x.numel());
-  std::vector<int32_t> y(static_cast<size_t>(n));
-  for (auto& v : y) v = static_cast<int32_t>(g.next_below(10));
-  return {x, Tensor::from_ints(Shape{n}, y)};
-}
-
 Run train_run(const ScalingOptions& o, const std::string& strategy, int devices, int threads,
               const data::LabeledImages& data, bool overlap = true) {
   train::TrainConfig config{
@@ -127,7 +118,7 @@ int run_bench_scaling(const ScalingOptions& o) {
                  "--repeats, --steps and --batch-size must be positive, --warmup >= 0");
   }
   nn::make_model(o.model);  // validates the name
-  const data::LabeledImages data = synthetic(o.batch_size * (o.steps + o.warmup));
+  const data::LabeledImages data = synthetic_images(o.batch_size * (o.steps + o.warmup));
   std::vector<Series> series;
   series.push_back({fmt::format("capacity: {} x independent 1-thread", n), n, {}});
   series.push_back({"one_device x 1 thread", 1, {}});
@@ -192,6 +183,15 @@ int run_bench_scaling(const ScalingOptions& o) {
 }
 
 }  // namespace
+
+data::LabeledImages synthetic_images(int64_t n) {
+  Generator g(5);
+  Tensor x = Tensor::empty(Shape{n, 28, 28, 1});
+  g.normal(x.data<float>(), x.numel());
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (auto& v : y) v = static_cast<int32_t>(g.next_below(10));
+  return {x, Tensor::from_ints(Shape{n}, y)};
+}
 
 Command add_bench_scaling_command(CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(

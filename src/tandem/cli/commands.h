@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/data/fashion_mnist.h"
+
 namespace CLI {
 class App;
 }
@@ -28,6 +30,11 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);
 Command add_bench_scaling_command(CLI::App& bench);
 Command add_bench_peak_command(CLI::App& bench);
+Command add_bench_monitor_command(CLI::App& bench);
+
+// n random 28x28x1 images with labels 0-9 (seeded): training input for
+// benchmarks that measure the step, not the data.
+data::LabeledImages synthetic_images(int64_t n);
 
 // Parses a comma-separated list ("1,2,4").
 std::vector<std::string> split_list(const std::string& text);

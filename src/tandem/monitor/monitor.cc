@@ -1,9 +1,13 @@
 #include "tandem/monitor/monitor.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <iterator>
 
 #include "tandem/base/error.h"
 #include "tandem/base/trace.h"
@@ -27,9 +31,15 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 int64_t resident_set_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages_total = 0, pages_resident = 0;
-  if (!(statm >> pages_total >> pages_resident)) return 0;
+  // Kept open: re-reading /proc/self/statm with pread is a few microseconds.
+  static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  long long pages_total = 0, pages_resident = 0;
+  if (std::sscanf(text, "%lld %lld", &pages_total, &pages_resident) != 2) return 0;
   return pages_resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
@@ -109,6 +119,11 @@ std::vector<DeviceMemory> Monitor::memory_snapshot() const {
 
 void Monitor::on_step(const train::StepInfo& s) {
   const Clock::time_point now = Clock::now();
+  struct OwnTime {
+    double& total;
+    Clock::time_point start;
+    ~OwnTime() { total += seconds_between(start, Clock::now()); }
+  } own{own_seconds_, now};
   const int64_t flops_now = kernels::flops_executed();
   StepRecord record{.epoch = s.epoch,
                     .step = s.step,
@@ -147,34 +162,7 @@ void Monitor::on_step(const train::StepInfo& s) {
 
   if (metrics_ != nullptr &&
       (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch)) {
-    nlohmann::json line = detail::to_json(record);
-    const std::vector<double> busy = busy_fractions();
-    for (size_t r = 0; r < busy.size() && r < line["replicas"].size(); ++r)
-      line["replicas"][r]["busy_fraction"] = busy[r];
-    line["examples_per_second"] =
-        s.step_seconds > 0.0 ? static_cast<double>(s.batch_examples) / s.step_seconds : 0.0;
-    const double flops_per_second = s.step_seconds > 0.0 ? record.flops / s.step_seconds : 0.0;
-    line["flops_per_second"] = flops_per_second;
-    if (info_.peak_flops_per_device > 0.0 && !info_.devices.empty()) {
-      line["peak_fraction"] = flops_per_second / (info_.peak_flops_per_device *
-                                                  static_cast<double>(info_.devices.size()));
-    }
-    if (!s.buckets.empty()) {
-      nlohmann::json buckets = nlohmann::json::array();
-      for (const auto& b : s.buckets) {
-        buckets.push_back(
-            {{"bytes", b.wire_bytes},
-             {"seconds", b.seconds},
-             {"bus_bandwidth", allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
-                                                       info_.global_replicas)}});
-      }
-      line["allreduce"] = {{"backend", info_.backend}, {"buckets", buckets}};
-    }
-    nlohmann::json memory = nlohmann::json::array();
-    for (const DeviceMemory& m : memory_snapshot()) memory.push_back(detail::to_json(m));
-    line["memory"] = std::move(memory);
-    line["rss_bytes"] = resident_set_bytes();
-    write_line(line.dump());
+    write_step_line(record, s);
   }
 
   if (tracing_ && record.global_step >= options_.trace_last) finish_trace();
@@ -183,7 +171,84 @@ void Monitor::on_step(const train::StepInfo& s) {
     start_trace();
 }
 
+// The step line is formatted directly (not through a JSON object): it is
+// written every step on the path the replicas wait on. Field names match
+// detail/metrics_json.h, which reads them back.
+void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
+  fmt::memory_buffer out;
+  auto it = std::back_inserter(out);
+  const auto number = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; };
+  fmt::format_to(
+      it,
+      "{{\"type\":\"step\",\"epoch\":{},\"step\":{},\"global_step\":{},\"time\":{},"
+      "\"loss\":{},\"learning_rate\":{},\"batch_examples\":{},\"step_seconds\":{},"
+      "\"input_seconds\":{},\"examples_per_second\":{},\"loss_scale\":{},"
+      "\"skipped\":{},\"replicas\":[",
+      r.epoch, r.step, r.global_step, r.time, number(r.loss), r.learning_rate, r.batch_examples,
+      r.step_seconds, r.input_seconds,
+      r.step_seconds > 0.0 ? static_cast<double>(r.batch_examples) / r.step_seconds : 0.0,
+      r.loss_scale, r.skipped);
+  const std::vector<double> busy = busy_fractions();
+  for (size_t i = 0; i < r.replicas.size(); ++i) {
+    const ReplicaTimes& t = r.replicas[i];
+    fmt::format_to(it,
+                   "{}{{\"replica\":{},\"forward\":{},\"backward\":{},\"communication\":{},"
+                   "\"optimizer\":{},\"idle\":{},\"busy_fraction\":{}}}",
+                   i ? "," : "", t.replica, t.forward, t.backward, t.communication, t.optimizer,
+                   t.idle, i < busy.size() ? busy[i] : 0.0);
+  }
+  const double flops_per_second = r.step_seconds > 0.0 ? r.flops / r.step_seconds : 0.0;
+  fmt::format_to(it, "],\"flops\":{},\"flops_per_second\":{}", r.flops, flops_per_second);
+  if (info_.peak_flops_per_device > 0.0 && !info_.devices.empty()) {
+    fmt::format_to(it, ",\"peak_fraction\":{}",
+                   flops_per_second /
+                       (info_.peak_flops_per_device * static_cast<double>(info_.devices.size())));
+  }
+  fmt::format_to(it, ",\"allreduce_bytes\":{},\"allreduce_seconds\":{}", r.allreduce_bytes,
+                 r.allreduce_seconds);
+  if (!s.buckets.empty()) {
+    fmt::format_to(it, ",\"allreduce\":{{\"backend\":{},\"buckets\":[",
+                   nlohmann::json(info_.backend).dump());
+    for (size_t i = 0; i < s.buckets.size(); ++i) {
+      const auto& b = s.buckets[i];
+      fmt::format_to(it, "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{}}}", i ? "," : "",
+                     b.wire_bytes, b.seconds,
+                     allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
+                                             info_.global_replicas));
+    }
+    fmt::format_to(it, "]}}");
+  }
+  fmt::format_to(it, ",\"memory\":[");
+  const std::vector<DeviceMemory> memory = memory_snapshot();
+  for (size_t d = 0; d < memory.size(); ++d) {
+    const DeviceMemory& m = memory[d];
+    fmt::format_to(it, "{}{{\"device\":\"{}\"", d ? "," : "", m.device);
+    for (const auto* field : {"bytes_in_use", "peak_bytes"}) {
+      const auto& values = field[0] == 'b' ? m.in_use : m.peak;
+      fmt::format_to(it, ",\"{}\":{{", field);
+      for (int c = 0; c < kMemoryCategoryCount; ++c) {
+        fmt::format_to(it, "{}\"{}\":{}", c ? "," : "",
+                       memory_category_name(static_cast<MemoryCategory>(c)), values[c]);
+      }
+      fmt::format_to(it, "}}");
+    }
+    fmt::format_to(it, ",\"peak_total_bytes\":{},\"capacity_bytes\":{}}}", m.peak_total,
+                   m.capacity);
+  }
+  // RSS at most once a second: reading it takes the kernel's mm lock, which
+  // the replicas' page faults contend for (~20 us a read inside a run).
+  const Clock::time_point now = Clock::now();
+  if (now - rss_read_at_ > std::chrono::seconds(1)) {
+    rss_bytes_ = resident_set_bytes();
+    rss_read_at_ = now;
+  }
+  fmt::format_to(it, "],\"rss_bytes\":{}}}\n", rss_bytes_);
+  std::fwrite(out.data(), 1, out.size(), metrics_);
+  std::fflush(metrics_);
+}
+
 void Monitor::on_epoch(const train::EpochResult& e) {
+  const auto start = Clock::now();
   flops_at_last_step_ = kernels::flops_executed();  // evaluation's work is not a step's
   stats_.set_memory(memory_snapshot());
   nlohmann::json line = e;
@@ -194,6 +259,7 @@ void Monitor::on_epoch(const train::EpochResult& e) {
   line["memory"] = std::move(memory);
   line["rss_bytes"] = resident_set_bytes();
   write_line(line.dump());
+  own_seconds_ += seconds_between(start, Clock::now());
 }
 
 void Monitor::start_trace() {
@@ -272,6 +338,7 @@ std::string Monitor::summary_json() const {
        allreduce_bus_bandwidth(stats_.allreduce_bytes_per_second(), 1.0, info_.global_replicas)},
       {"memory", memory},
       {"rss_bytes", resident_set_bytes()},
+      {"monitor_seconds", own_seconds_},
       {"findings", findings}};
   return j.dump();
 }

@@ -70,6 +70,9 @@ class Monitor {
   double recent_examples_per_second() const;
   double recent_step_seconds() const;
   const RunStats& stats() const { return stats_; }
+  // Time spent in on_step and on_epoch so far: the monitor's own cost, which
+  // the training threads wait for.
+  double own_seconds() const { return own_seconds_; }
   // summary.json's "monitor" section, as JSON text.
   std::string summary_json() const;
 
@@ -82,6 +85,7 @@ class Monitor {
   };
   std::vector<DeviceMemory> memory_snapshot() const;
   void write_line(const std::string& line);
+  void write_step_line(const StepRecord& record, const train::StepInfo& step);
   void start_trace();
   void finish_trace();
 
@@ -96,6 +100,9 @@ class Monitor {
   std::deque<WindowStep> window_;
   RunStats stats_;
   int64_t last_global_step_ = 0;
+  double own_seconds_ = 0.0;
+  int64_t rss_bytes_ = 0;
+  std::chrono::steady_clock::time_point rss_read_at_;
 };
 
 // Resident set size of this process in bytes (0 where /proc is unavailable).

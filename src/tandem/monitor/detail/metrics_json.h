@@ -50,28 +50,8 @@ inline DeviceMemory device_memory_from_json(const nlohmann::json& j) {
   return m;
 }
 
-// The step fields a StepRecord holds; the writer adds derived ones.
-inline nlohmann::json to_json(const StepRecord& s) {
-  nlohmann::json replicas = nlohmann::json::array();
-  for (const ReplicaTimes& r : s.replicas) replicas.push_back(to_json(r));
-  return {{"type", "step"},
-          {"epoch", s.epoch},
-          {"step", s.step},
-          {"global_step", s.global_step},
-          {"time", s.time},
-          {"loss", s.loss},
-          {"learning_rate", s.learning_rate},
-          {"batch_examples", s.batch_examples},
-          {"step_seconds", s.step_seconds},
-          {"input_seconds", s.input_seconds},
-          {"replicas", replicas},
-          {"flops", s.flops},
-          {"allreduce_bytes", s.allreduce_bytes},
-          {"allreduce_seconds", s.allreduce_seconds},
-          {"loss_scale", s.loss_scale},
-          {"skipped", s.skipped}};
-}
-
+// A step line as Monitor::write_step_line writes it (it formats the line
+// directly for speed, with these names).
 inline StepRecord step_from_json(const nlohmann::json& j) {
   StepRecord s;
   s.epoch = j.at("epoch").get<int64_t>();

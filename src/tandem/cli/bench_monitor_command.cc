@@ -1,0 +1,150 @@
+// `tandem bench monitor`: what the monitor costs. One mirrored Trainer trains
+// the same number of steps again and again, alternately with the monitor
+// (metrics.jsonl every step, memory snapshots, busy fractions; trace off)
+// and without it, in one process so that both see the same machine moments;
+// throughput is steps x batch over fit()'s wall time, which includes the
+// callbacks. Also reports the monitor's own time, measured inside it.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/monitor/monitor.h"
+#include "tandem/nn/models.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct MonitorBenchOptions {
+  std::string model = "cnn";
+  int devices = 2;
+  int64_t batch_size = 128;
+  int64_t steps = 50;
+  int rounds = 10;
+  int64_t metrics_every = 1;
+  std::string run_dir;  // default: a directory under the system's temporary one
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run_bench_monitor(const MonitorBenchOptions& o) {
+  if (o.rounds < 1 || o.steps < 1 || o.batch_size < 1 || o.devices < 1)
+    TANDEM_THROW(InvalidArgument, "--rounds, --steps, --batch-size and --devices must be positive");
+  nn::make_model(o.model);  // validates the name
+  const std::string run_dir =
+      o.run_dir.empty() ? (std::filesystem::temp_directory_path() / "tandem-bench-monitor").string()
+                        : o.run_dir;
+  train::TrainConfig config{
+      .model = o.model, .epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
+  config.strategy = {.name = o.devices > 1 ? "mirrored" : "one_device",
+                     .devices = o.devices,
+                     .threads_per_device = 1,
+                     .allow_oversubscription = true};
+  const std::string model = o.model;
+  train::Trainer trainer(config, [&] { return nn::make_model(model); },
+                         synthetic_images(o.batch_size * o.steps), {});
+  distribute::Strategy& strategy = trainer.strategy();
+  const auto timed_fit = [&](const train::TrainCallbacks& callbacks) {
+    const auto start = std::chrono::steady_clock::now();
+    trainer.fit(callbacks);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return static_cast<double>(o.batch_size * o.steps) / seconds;
+  };
+  timed_fit({});  // warm-up: primitives, allocator caches
+  std::vector<double> on, off, ratios, own_fraction;
+  for (int r = 0; r < o.rounds; ++r) {
+    double with = 0.0, without = 0.0;
+    for (int turn = 0; turn < 2; ++turn) {
+      if ((turn == 0) == (r % 2 == 0)) {
+        monitor::RunInfo info{.model = o.model,
+                              .strategy = strategy.name(),
+                              .precision = "float32",
+                              .global_replicas = strategy.global_replicas(),
+                              .threads_per_replica = 1,
+                              .batch_size = o.batch_size,
+                              .epochs = 1,
+                              .steps_per_epoch = trainer.steps_per_epoch()};
+        if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
+        for (int d = 0; d < strategy.local_replicas(); ++d)
+          info.devices.push_back(strategy.device(d));
+        monitor::Monitor m({.run_dir = run_dir, .metrics_every = o.metrics_every}, info);
+        const auto start = std::chrono::steady_clock::now();
+        with = timed_fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
+                          .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        own_fraction.push_back(m.own_seconds() / wall);
+      } else {
+        without = timed_fit({});
+      }
+    }
+    on.push_back(with);
+    off.push_back(without);
+    ratios.push_back(with / without);
+    if (!o.json)
+      fmt::print("round {}/{}: monitor {:.0f} ex/s, off {:.0f} ex/s\n", r + 1, o.rounds, with,
+                 without);
+  }
+  const double ratio = median(ratios);
+  if (o.json) {
+    nlohmann::json j = {{"model", o.model},
+                        {"devices", o.devices},
+                        {"steps", o.steps},
+                        {"rounds", o.rounds},
+                        {"monitor_examples_per_second", on},
+                        {"off_examples_per_second", off},
+                        {"ratio_median", ratio},
+                        {"ratio_min", *std::min_element(ratios.begin(), ratios.end())},
+                        {"ratio_max", *std::max_element(ratios.begin(), ratios.end())},
+                        {"monitor_own_fraction_median", median(own_fraction)}};
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("{} on {} device(s), {} steps x batch {} per run, {} interleaved rounds\n", o.model,
+             o.devices, o.steps, o.batch_size, o.rounds);
+  fmt::print("  monitor on (trace off)  median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n",
+             median(on), *std::min_element(on.begin(), on.end()),
+             *std::max_element(on.begin(), on.end()));
+  fmt::print("  monitor off             median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n",
+             median(off), *std::min_element(off.begin(), off.end()),
+             *std::max_element(off.begin(), off.end()));
+  fmt::print(
+      "  per-round ratio on/off  median {:.4f}  min {:.4f}  max {:.4f}  (overhead {:.2f}%)\n",
+      ratio, *std::min_element(ratios.begin(), ratios.end()),
+      *std::max_element(ratios.begin(), ratios.end()), 100.0 * (1.0 - ratio));
+  fmt::print("  the monitor's own time  median {:.3f}% of the run's wall time\n",
+             100.0 * median(own_fraction));
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_monitor_command(CLI::App& bench) {
+  CLI::App* c = bench.add_subcommand(
+      "monitor", "What monitoring costs: training with and without the monitor, interleaved");
+  auto o = std::make_shared<MonitorBenchOptions>();
+  c->add_option("--model", o->model, "cnn or mlp")->capture_default_str();
+  c->add_option("--devices", o->devices, "Mirrored replicas (1 thread each)")
+      ->capture_default_str();
+  c->add_option("--batch-size,--batch", o->batch_size, "Global batch size")->capture_default_str();
+  c->add_option("--steps", o->steps, "Steps per run")->capture_default_str();
+  c->add_option("--rounds", o->rounds, "Pairs of runs (the order alternates)")
+      ->capture_default_str();
+  c->add_option("--metrics-every", o->metrics_every, "The monitor's metrics.jsonl interval (steps)")
+      ->capture_default_str();
+  c->add_option("--run-dir", o->run_dir, "Where the monitored runs write metrics.jsonl");
+  c->add_flag("--json", o->json, "Print as JSON");
+  return {c, [o]() { return run_bench_monitor(*o); }};
+}
+
+}  // namespace tandem::cli
