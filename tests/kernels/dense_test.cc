@@ -7,6 +7,7 @@
 #include "support/gradcheck.h"
 #include "support/reference.h"
 #include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/matmul.h"
@@ -93,6 +94,13 @@ TEST(Matmul, PrimitivesAreCachedByShape) {
   EXPECT_EQ(kernels::detail::cache_size(), after_first);
   kernels::matmul(random_tensor(Shape{8, 10}, -1, 1, 1), b);
   EXPECT_EQ(kernels::detail::cache_size(), after_first + 1);
+  // oneDNN splits the work for the thread count it was created with, so a
+  // different team size needs its own primitive (else 2 threads run as 1).
+  const int saved = num_threads();
+  set_num_threads(saved + 1);
+  kernels::matmul(a, b);
+  set_num_threads(saved);
+  EXPECT_EQ(kernels::detail::cache_size(), after_first + 2);
 }
 
 struct ConvCase {

@@ -3,6 +3,8 @@
 #include <list>
 #include <mutex>
 
+#include "tandem/base/parallel.h"
+
 namespace tandem::kernels::detail {
 namespace {
 
@@ -63,8 +65,12 @@ dnnl::primitive_attr user_scratchpad_attr() {
   return attr;
 }
 
-std::shared_ptr<void> cache_lookup(const std::string& key,
+std::shared_ptr<void> cache_lookup(const std::string& op_key,
                                    const std::function<std::shared_ptr<void>()>& make) {
+  // oneDNN fixes a primitive's work split for the thread count at creation
+  // (its own cache keys on it too): a primitive built on a 1-thread replica
+  // would run on one thread inside a 2-thread team.
+  const std::string key = tandem::detail::concat(op_key, "|threads=", num_threads());
   PrimitiveCache& cache = primitive_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
