@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -190,6 +191,18 @@ TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
 
   const monitor::ReportResult report = monitor::write_report(dir);
   EXPECT_NE(read_file(report.path).find("straggler: replica 1 is"), std::string::npos);
+
+  // The buckets' all-reduce times start when both replicas have arrived, so
+  // the fast replica's wait for the slow one is not counted as collective time.
+  std::ifstream metrics(fs::path(dir) / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const json j = json::parse(line);
+    if (j.at("type") != "step") continue;
+    ++steps;
+    EXPECT_LT(j.at("allreduce_seconds").get<double>(), 0.005) << line;
+  }
+  EXPECT_EQ(steps, 10);
 }
 
 TEST(Monitor, MetricsLinesParseWithStableFields) {
@@ -292,6 +305,28 @@ TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {
   EXPECT_NE(error_of(dir).find("line 2"), std::string::npos);
 }
 
+TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {
+  const std::string dir = fresh_dir("report_resumed");
+  monitored_run(dir, config(2), factory(), 160);
+  fs::remove(fs::path(dir) / "summary.json");
+  const std::string metrics = (fs::path(dir) / "metrics.jsonl").string();
+  std::string text = read_file(metrics);
+  text.resize(text.size() - 40);  // killed inside its last line
+  std::ofstream(metrics, std::ios::trunc) << text;
+  // The resumed run appends after the cut line, with a test loss that overflowed.
+  {
+    train::TrainConfig c = config(2);
+    train::Trainer t(c, factory(), head(160), head(64));
+    monitor::Monitor m({.run_dir = dir, .append = true}, run_info(t, c));
+    train::EpochResult e{.epoch = 1, .test_loss = std::numeric_limits<double>::infinity()};
+    m.on_epoch(e);
+  }
+  const monitor::ReportResult report = monitor::write_report(dir);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_NE(report.warnings[0].find("incomplete"), std::string::npos) << report.warnings[0];
+  EXPECT_NE(read_file(report.path).find("svg"), std::string::npos);
+}
+
 TEST(Report, AKilledRunStillGetsAReportUpToItsLastWholeStep) {
   const std::string dir = fresh_dir("report_killed");
   monitored_run(dir, config(2), factory(), 320);
@@ -318,6 +353,14 @@ TEST(SvgChart, DrawsSeriesAndSegmentsOrSaysNoData) {
   EXPECT_NE(line.find("M"), std::string::npos);
   EXPECT_NE(line.find("a &lt;b&gt;"), std::string::npos);
   EXPECT_NE(monitor::line_chart({.id = "e", .title = "empty"}).find("no data"), std::string::npos);
+  // Degenerate ranges and huge values draw (and terminate).
+  for (double v : {0.0, 1e300, -1e-300, 5.0}) {
+    const std::string one =
+        monitor::line_chart({.id = "p",
+                             .title = "p",
+                             .series = {{.name = "s", .color = "#000", .x = {v, v}, .y = {v, v}}}});
+    EXPECT_NE(one.find("class=\"series\""), std::string::npos) << v;
+  }
   const std::string bars = monitor::stacked_bar_chart({.id = "b",
                                                        .title = "bars",
                                                        .unit = "ms",

@@ -16,13 +16,15 @@ struct ThreadBuffer {
   int tid = 0;
   std::string name;
   std::vector<Event> events;
+  bool ended = false;  // the thread has exited: drop the buffer once drained
 };
 
 std::atomic<bool> tracing{false};
 
 struct Registry {
   std::mutex mutex;
-  std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // kept after their threads end
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // until drained after their thread ends
+  int next_tid = 0;
 };
 
 Registry& registry() {
@@ -30,17 +32,28 @@ Registry& registry() {
   return *r;
 }
 
+// Owned by its thread; marks the buffer ended when the thread exits, so
+// that take() can forget threads that are gone (trainers and communicators
+// come and go in one process).
+struct ThreadHolder {
+  std::shared_ptr<ThreadBuffer> buffer;
+  ~ThreadHolder() {
+    std::lock_guard<std::mutex> lock(buffer->mutex);
+    buffer->ended = true;
+  }
+};
+
 ThreadBuffer& this_thread_buffer() {
-  thread_local std::shared_ptr<ThreadBuffer> buffer = [] {
+  thread_local ThreadHolder holder{[] {
     auto b = std::make_shared<ThreadBuffer>();
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    b->tid = static_cast<int>(r.buffers.size()) + 1;
+    b->tid = ++r.next_tid;
     b->name = "thread " + std::to_string(b->tid);
     r.buffers.push_back(b);
     return b;
-  }();
-  return *buffer;
+  }()};
+  return *holder.buffer;
 }
 
 // JSON string contents: names are literals or thread names, but escape anyway.
@@ -93,10 +106,23 @@ std::vector<ThreadEvents> take() {
     buffers = r.buffers;
   }
   std::vector<ThreadEvents> out;
+  std::vector<const ThreadBuffer*> finished;
   for (const auto& b : buffers) {
     std::lock_guard<std::mutex> lock(b->mutex);
+    if (b->ended && b->events.empty()) {
+      finished.push_back(b.get());
+      continue;
+    }
     out.push_back({b->tid, b->name, std::move(b->events)});
     b->events.clear();
+    if (b->ended) finished.push_back(b.get());
+  }
+  if (!finished.empty()) {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    std::erase_if(r.buffers, [&](const std::shared_ptr<ThreadBuffer>& b) {
+      return std::find(finished.begin(), finished.end(), b.get()) != finished.end();
+    });
   }
   return out;
 }

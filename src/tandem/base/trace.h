@@ -62,8 +62,9 @@ class Span {
   bool active_ = false;
 };
 
-// Moves out every thread's events recorded so far (threads with none are
-// listed too, so that their tracks keep their names).
+// Moves out every thread's events recorded so far (live threads with none
+// are listed too, so that their tracks keep their names; threads that have
+// exited are forgotten once their events are taken).
 std::vector<ThreadEvents> take();
 
 // Writes events as a Chrome trace JSON object ({"traceEvents": [...]}), with

@@ -30,8 +30,15 @@ int run_bench_peak(const PeakOptions& o) {
     if (cpu_info().physical_cores > 1) thread_counts.push_back(cpu_info().physical_cores);
   } else {
     for (const std::string& t : split_list(o.threads)) {
-      const int n = std::stoi(t);
-      if (n < 1) TANDEM_THROW(InvalidArgument, "--threads entries must be at least 1, got ", n);
+      size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != t.size() || n < 1)
+        TANDEM_THROW(InvalidArgument, "--threads entries must be integers >= 1, got '", t, "'");
       thread_counts.push_back(n);
     }
   }
@@ -45,14 +52,16 @@ int run_bench_peak(const PeakOptions& o) {
     const DType dtype = parse_dtype(d);
     for (int t : thread_counts) variants.push_back({dtype, t, {}});
   }
-  const int saved = num_threads();
+  struct RestoreThreads {
+    int threads = num_threads();
+    ~RestoreThreads() { set_num_threads(threads); }
+  } restore;
   for (int r = 0; r < o.repeats; ++r) {  // interleaved: noise hits every variant alike
     for (Variant& v : variants) {
       set_num_threads(v.threads);
       v.samples.push_back(kernels::measure_matmul_peak(v.dtype, o.size, 0.3));
     }
   }
-  set_num_threads(saved);
   nlohmann::json out = nlohmann::json::array();
   if (!o.json)
     fmt::print(

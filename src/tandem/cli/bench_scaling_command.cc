@@ -7,8 +7,9 @@
 //  - one_device x 1 thread, one_device x N threads;
 //  - mirrored with d devices x 1 thread, d = 2..N.
 // For the replicated runs each step splits into input (assembling the batch),
-// exposed communication (after the last replica's backward), idle (waiting for
-// the slowest replica) and compute (the rest).
+// exposed communication (after the last replica's backward), idle (replicas
+// waiting: to start, for the slowest backward, for the step's end; means over
+// replicas) and compute (the rest).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>

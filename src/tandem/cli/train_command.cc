@@ -25,6 +25,7 @@
 #include "tandem/monitor/progress_view.h"
 #include "tandem/nn/models.h"
 #include "tandem/precision/policy.h"
+#include "tandem/tensor/allocator.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
@@ -215,11 +216,15 @@ int run_train(TrainOptions& o) {
     {
       // The device's peak for the utilisation figure: a short matmul run with
       // one replica's threads in the policy's matrix dtype.
-      const int saved = num_threads();
+      struct RestoreThreads {
+        int threads = num_threads();
+        ~RestoreThreads() { set_num_threads(threads); }
+      } restore;
       set_num_threads(strategy.threads_per_replica());
       info.peak_flops_per_device = kernels::measure_matmul_peak(
           config.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
-      set_num_threads(saved);
+      // The measurement's buffers are gone; peaks should be the model's.
+      for (const Device& d : info.devices) allocator_for(d).reset_peaks();
     }
     run_monitor =
         std::make_unique<monitor::Monitor>(monitor::MonitorOptions{.run_dir = config.output_dir,
@@ -267,6 +272,8 @@ int run_train(TrainOptions& o) {
   std::map<std::string, std::string> sections;
   if (run_monitor) {
     run_monitor->finish();
+    for (const std::string& w : run_monitor->warnings())
+      fmt::print(stderr, "tandem: warning: {}\n", w);
     sections["monitor"] = run_monitor->summary_json();
   }
   train::write_summary(summary_path, config, result,

@@ -86,6 +86,15 @@ bool Work::done() const {
   return done_;
 }
 
+namespace {
+// The Work the calling communication thread is running (null elsewhere).
+thread_local Work* running_work = nullptr;
+}  // namespace
+
+void Communicator::mark_all_ranks_arrived() {
+  if (running_work != nullptr) running_work->start();
+}
+
 void Work::start() {
   std::lock_guard<std::mutex> lock(mutex_);
   started_ = std::chrono::steady_clock::now();
@@ -239,12 +248,15 @@ std::shared_ptr<Work> Communicator::submit(Call call) {
   }
   queue_->push([this, work, call = std::move(call)]() {
     work->start();
+    running_work = work.get();
     trace::Span span(collective_name(call.collective).data(), "communication");
     if (call.input.defined()) span.set_arg("bytes", static_cast<int64_t>(call.input.nbytes()));
     try {
       run(call);
+      running_work = nullptr;
       work->finish();
     } catch (...) {
+      running_work = nullptr;
       work->finish(std::current_exception());
     }
   });

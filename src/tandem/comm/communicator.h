@@ -51,7 +51,11 @@ class Work {
   void wait(std::chrono::milliseconds timeout = std::chrono::hours(24));
   bool done() const;
 
-  // When the collective started running and when it finished (valid once done()).
+  // When the collective started and when it finished (valid once done()).
+  // Started is when every rank had arrived, where the backend can tell
+  // (in-process), else when this rank's communication thread picked it up;
+  // so finished - started is the collective's own time, not the wait for
+  // slower ranks to launch it.
   std::chrono::steady_clock::time_point started() const;
   std::chrono::steady_clock::time_point finished() const;
 
@@ -127,6 +131,9 @@ class Communicator {
   // Carries out one call, from the calling thread or the progress thread, in
   // issue order. Must throw (after the cross-rank check) when call.error is set.
   virtual void run(const Call& call) = 0;
+  // For implementations of run(): every rank has arrived and the data
+  // movement begins; restamps the start of the asynchronous Work being run.
+  static void mark_all_ranks_arrived();
 
   // Waits until every asynchronous collective issued so far has finished.
   void drain();

@@ -47,7 +47,8 @@ struct ReducerStats {
   int64_t buckets_launched = 0;
   int64_t bytes_reduced = 0;  // f32 bytes of the buckets
   // Each bucket's all-reduce: bytes on the wire and how long the collective
-  // ran (from when the communicator started it until it finished).
+  // ran (Work::started to finished: from when every rank had arrived, on
+  // backends that can tell, so waiting for slower replicas is not counted).
   struct Bucket {
     int64_t wire_bytes = 0;
     double seconds = 0.0;

@@ -25,6 +25,7 @@ double measure_matmul_peak(DType dtype, int64_t n, double min_seconds) {
     TANDEM_THROW(InvalidArgument, "peak matmul rate: dtype must be f32 or bf16, got ",
                  dtype_name(dtype));
   if (n < 1) TANDEM_THROW(InvalidArgument, "peak matmul rate: size must be positive, got ", n);
+  MemoryCategoryScope scratch(MemoryCategory::workspace);  // not the model's activations
   const Tensor a = Tensor::full(Shape{n, n}, 0.5f, DType::f32).to(dtype);
   const Tensor b = Tensor::full(Shape{n, n}, 0.25f, DType::f32).to(dtype);
   Tensor out = Tensor::empty(Shape{n, n}, DType::f32);

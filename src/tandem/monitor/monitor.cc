@@ -28,7 +28,60 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A double as JSON: shortest round-trip digits, null for NaN and infinities.
+struct JsonNumber {
+  double value;
+};
+
+// The last "time" in an existing metrics.jsonl (0 when none): a resumed run
+// continues the time axis instead of restarting it. Also reports whether
+// the file ends inside a line (a killed writer).
+struct ExistingMetrics {
+  double last_time = 0.0;
+  bool ends_mid_line = false;
+};
+
+ExistingMetrics read_existing(const std::string& path) {
+  ExistingMetrics out;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return out;
+  std::string line;
+  int c;
+  const auto take_line = [&] {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("time") && j.at("time").is_number())
+        out.last_time = j.at("time").get<double>();
+    } catch (const nlohmann::json::exception&) {
+      // A cut or foreign line: its time is unknown.
+    }
+    line.clear();
+  };
+  while ((c = std::fgetc(f)) != EOF) {
+    if (c == '\n') {
+      take_line();
+    } else {
+      line += static_cast<char>(c);
+    }
+  }
+  out.ends_mid_line = !line.empty();
+  std::fclose(f);
+  return out;
+}
+
 }  // namespace
+}  // namespace tandem::monitor
+
+template <>
+struct fmt::formatter<tandem::monitor::JsonNumber> : fmt::formatter<double> {
+  template <typename Context>
+  auto format(tandem::monitor::JsonNumber n, Context& ctx) const {
+    if (!std::isfinite(n.value)) return fmt::format_to(ctx.out(), "null");
+    return fmt::formatter<double>::format(n.value, ctx);
+  }
+};
+
+namespace tandem::monitor {
 
 int64_t resident_set_bytes() {
   // Kept open: re-reading /proc/self/statm with pread is a few microseconds.
@@ -61,8 +114,13 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
                    "': ", error.message());
     }
     const std::string path = (std::filesystem::path(options_.run_dir) / kMetricsFile).string();
+    ExistingMetrics existing;
+    if (options_.append) existing = read_existing(path);
+    time_offset_ = existing.last_time;
     metrics_ = std::fopen(path.c_str(), options_.append ? "a" : "w");
     if (metrics_ == nullptr) TANDEM_THROW(IoError, "cannot write '", path, "'");
+    // End a line the killed run cut short, so that it stays one bad line.
+    if (existing.ends_mid_line) write_line("");
     nlohmann::json devices = nlohmann::json::array();
     for (const Device& d : info_.devices) devices.push_back(d.to_string());
     write_line(nlohmann::json{{"type", "run"},
@@ -82,15 +140,12 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
                               {"device_memory_bytes", info_.device_memory_bytes}}
                    .dump());
   }
-  if (options_.trace_first == 1) start_trace();
+  // A fresh run traces from its first step; a resumed one starts in on_step.
+  if (options_.trace_first == 1 && !options_.append) start_trace();
 }
 
 Monitor::~Monitor() {
-  try {
-    finish();
-  } catch (const std::exception&) {
-    // A trace that cannot be written must not take the run down with it.
-  }
+  finish();
   if (metrics_ != nullptr) std::fclose(metrics_);
 }
 
@@ -128,7 +183,7 @@ void Monitor::on_step(const train::StepInfo& s) {
   StepRecord record{.epoch = s.epoch,
                     .step = s.step,
                     .global_step = (s.epoch - 1) * s.steps_per_epoch + s.step,
-                    .time = seconds_between(start_, now),
+                    .time = time_offset_ + seconds_between(start_, now),
                     .loss = s.loss,
                     .learning_rate = s.learning_rate,
                     .batch_examples = s.batch_examples,
@@ -177,44 +232,44 @@ void Monitor::on_step(const train::StepInfo& s) {
 void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
   fmt::memory_buffer out;
   auto it = std::back_inserter(out);
-  const auto number = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; };
+  using N = JsonNumber;
   fmt::format_to(
       it,
       "{{\"type\":\"step\",\"epoch\":{},\"step\":{},\"global_step\":{},\"time\":{},"
       "\"loss\":{},\"learning_rate\":{},\"batch_examples\":{},\"step_seconds\":{},"
       "\"input_seconds\":{},\"examples_per_second\":{},\"loss_scale\":{},"
       "\"skipped\":{},\"replicas\":[",
-      r.epoch, r.step, r.global_step, r.time, number(r.loss), r.learning_rate, r.batch_examples,
-      r.step_seconds, r.input_seconds,
-      r.step_seconds > 0.0 ? static_cast<double>(r.batch_examples) / r.step_seconds : 0.0,
-      r.loss_scale, r.skipped);
+      r.epoch, r.step, r.global_step, N{r.time}, N{r.loss}, N{r.learning_rate}, r.batch_examples,
+      N{r.step_seconds}, N{r.input_seconds},
+      N{r.step_seconds > 0.0 ? static_cast<double>(r.batch_examples) / r.step_seconds : 0.0},
+      N{r.loss_scale}, r.skipped);
   const std::vector<double> busy = busy_fractions();
   for (size_t i = 0; i < r.replicas.size(); ++i) {
     const ReplicaTimes& t = r.replicas[i];
     fmt::format_to(it,
                    "{}{{\"replica\":{},\"forward\":{},\"backward\":{},\"communication\":{},"
                    "\"optimizer\":{},\"idle\":{},\"busy_fraction\":{}}}",
-                   i ? "," : "", t.replica, t.forward, t.backward, t.communication, t.optimizer,
-                   t.idle, i < busy.size() ? busy[i] : 0.0);
+                   i ? "," : "", t.replica, N{t.forward}, N{t.backward}, N{t.communication},
+                   N{t.optimizer}, N{t.idle}, N{i < busy.size() ? busy[i] : 0.0});
   }
   const double flops_per_second = r.step_seconds > 0.0 ? r.flops / r.step_seconds : 0.0;
-  fmt::format_to(it, "],\"flops\":{},\"flops_per_second\":{}", r.flops, flops_per_second);
+  fmt::format_to(it, "],\"flops\":{},\"flops_per_second\":{}", N{r.flops}, N{flops_per_second});
   if (info_.peak_flops_per_device > 0.0 && !info_.devices.empty()) {
     fmt::format_to(it, ",\"peak_fraction\":{}",
-                   flops_per_second /
-                       (info_.peak_flops_per_device * static_cast<double>(info_.devices.size())));
+                   N{flops_per_second /
+                     (info_.peak_flops_per_device * static_cast<double>(info_.devices.size()))});
   }
   fmt::format_to(it, ",\"allreduce_bytes\":{},\"allreduce_seconds\":{}", r.allreduce_bytes,
-                 r.allreduce_seconds);
+                 N{r.allreduce_seconds});
   if (!s.buckets.empty()) {
     fmt::format_to(it, ",\"allreduce\":{{\"backend\":{},\"buckets\":[",
                    nlohmann::json(info_.backend).dump());
     for (size_t i = 0; i < s.buckets.size(); ++i) {
       const auto& b = s.buckets[i];
       fmt::format_to(it, "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{}}}", i ? "," : "",
-                     b.wire_bytes, b.seconds,
-                     allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
-                                             info_.global_replicas));
+                     b.wire_bytes, N{b.seconds},
+                     N{allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
+                                               info_.global_replicas)});
     }
     fmt::format_to(it, "]}}");
   }
@@ -222,7 +277,7 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
   const std::vector<DeviceMemory> memory = memory_snapshot();
   for (size_t d = 0; d < memory.size(); ++d) {
     const DeviceMemory& m = memory[d];
-    fmt::format_to(it, "{}{{\"device\":\"{}\"", d ? "," : "", m.device);
+    fmt::format_to(it, "{}{{\"device\":{}", d ? "," : "", nlohmann::json(m.device).dump());
     for (const auto* field : {"bytes_in_use", "peak_bytes"}) {
       const auto& values = field[0] == 'b' ? m.in_use : m.peak;
       fmt::format_to(it, ",\"{}\":{{", field);
@@ -253,7 +308,7 @@ void Monitor::on_epoch(const train::EpochResult& e) {
   stats_.set_memory(memory_snapshot());
   nlohmann::json line = e;
   line["type"] = "epoch";
-  line["time"] = seconds_between(start_, Clock::now());
+  line["time"] = time_offset_ + seconds_between(start_, Clock::now());
   nlohmann::json memory = nlohmann::json::array();
   for (const DeviceMemory& m : stats_.memory()) memory.push_back(detail::to_json(m));
   line["memory"] = std::move(memory);
@@ -275,8 +330,13 @@ void Monitor::finish_trace() {
   trace_written_ = true;
   const auto threads = trace::take();
   if (options_.run_dir.empty()) return;
-  trace::write_chrome_trace((std::filesystem::path(options_.run_dir) / kTraceFile).string(),
-                            threads, trace_origin_);
+  try {
+    trace::write_chrome_trace((std::filesystem::path(options_.run_dir) / kTraceFile).string(),
+                              threads, trace_origin_);
+  } catch (const IoError& e) {
+    // A trace is a diagnostic: losing it must not stop the training.
+    warnings_.push_back(std::string("no trace written: ") + e.what());
+  }
 }
 
 void Monitor::finish() {
@@ -339,6 +399,7 @@ std::string Monitor::summary_json() const {
       {"memory", memory},
       {"rss_bytes", resident_set_bytes()},
       {"monitor_seconds", own_seconds_},
+      {"warnings", warnings_},
       {"findings", findings}};
   return j.dump();
 }

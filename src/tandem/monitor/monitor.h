@@ -73,6 +73,8 @@ class Monitor {
   // Time spent in on_step and on_epoch so far: the monitor's own cost, which
   // the training threads wait for.
   double own_seconds() const { return own_seconds_; }
+  // Problems that did not stop the run (e.g. a trace that could not be written).
+  const std::vector<std::string>& warnings() const { return warnings_; }
   // summary.json's "monitor" section, as JSON text.
   std::string summary_json() const;
 
@@ -101,6 +103,8 @@ class Monitor {
   RunStats stats_;
   int64_t last_global_step_ = 0;
   double own_seconds_ = 0.0;
+  double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
+  std::vector<std::string> warnings_;
   int64_t rss_bytes_ = 0;
   std::chrono::steady_clock::time_point rss_read_at_;
 };

@@ -23,6 +23,7 @@ const std::vector<std::string> kPartColors = {"#9c9c9c", "#4e79a7", "#f28e2b",
                                               "#e15759", "#76b7b2", "#d9d9d9"};
 const std::vector<std::string> kCategoryColors = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
                                                   "#b07aa1", "#edc948", "#9c755f"};
+static_assert(kMemoryCategoryCount == 7, "give the new memory category a colour in the report");
 const std::vector<std::string> kSeriesColors = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
                                                 "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
 
@@ -73,10 +74,15 @@ RunFiles read_run(const std::string& run_dir) {
       }
       if (j.contains("memory")) files.last_memory = j.at("memory");
     } catch (const json::exception& e) {
-      if (i + 1 == lines.size()) {
-        // A run killed while writing leaves at most its last line cut short.
+      // A run killed while writing leaves at most its last line cut short,
+      // and a resumed run continues after it with a new run header.
+      const bool resumed_after =
+          i + 1 < lines.size() && lines[i + 1].find("\"type\":\"run\"") != std::string::npos;
+      if (i + 1 == lines.size() || resumed_after) {
         files.warnings.push_back(fmt::format(
-            "the last line of metrics.jsonl (line {}) is incomplete and was skipped", i + 1));
+            "line {} of metrics.jsonl is incomplete (the run was killed while writing it) and "
+            "was skipped",
+            i + 1));
         continue;
       }
       TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
@@ -133,6 +139,59 @@ std::string row(const std::string& name, const std::string& value) {
   return fmt::format("<tr><th>{}</th><td>{}</td></tr>", html_escape(name), html_escape(value));
 }
 
+// The run's aggregate figures, from whichever source the report uses.
+struct Figures {
+  int64_t measured_steps = 0;
+  double mean_step_seconds = 0.0;
+  double input_fraction = 0.0;
+  double examples_per_second = 0.0;
+  double flops_per_second = 0.0;
+  double allreduce_bus_bandwidth = 0.0;
+  std::vector<ReplicaTimes> replicas;
+  std::vector<Finding> findings;
+  std::vector<DeviceMemory> memory;
+};
+
+// A number, or NaN where the JSON holds null (NaN and infinities are written
+// as null) or nothing.
+double number(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+Figures figures_from_stats(const RunStats& stats, int replicas) {
+  Figures f;
+  f.measured_steps = stats.measured_steps();
+  f.mean_step_seconds = stats.mean_step_seconds();
+  f.input_fraction = stats.input_fraction();
+  f.examples_per_second = stats.examples_per_second();
+  f.flops_per_second = stats.flops_per_second();
+  f.allreduce_bus_bandwidth =
+      allreduce_bus_bandwidth(stats.allreduce_bytes_per_second(), 1.0, replicas);
+  f.replicas = stats.replica_means();
+  f.findings = stats.diagnose();
+  f.memory = stats.memory();
+  return f;
+}
+
+Figures figures_from_summary(const json& m) {
+  Figures f;
+  f.measured_steps = m.value("measured_steps", int64_t{0});
+  f.mean_step_seconds = number(m, "mean_step_seconds");
+  f.input_fraction = number(m, "input_fraction");
+  f.examples_per_second = number(m, "examples_per_second");
+  f.flops_per_second = number(m, "flops_per_second");
+  f.allreduce_bus_bandwidth = number(m, "allreduce_bus_bandwidth");
+  for (const auto& r : m.value("replicas", json::array()))
+    f.replicas.push_back(detail::replica_times_from_json(r));
+  for (const auto& x : m.value("findings", json::array())) {
+    f.findings.push_back({x.value("kind", ""), x.value("message", ""), number(x, "value")});
+  }
+  for (const auto& d : m.value("memory", json::array()))
+    f.memory.push_back(detail::device_memory_from_json(d));
+  return f;
+}
+
 }  // namespace
 
 ReportResult write_report(const std::string& run_dir, const std::string& output) {
@@ -142,21 +201,31 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   result.warnings = files.warnings;
   result.steps = static_cast<int64_t>(files.steps.size());
 
-  RunStats stats;
-  std::vector<DeviceMemory> memory;
+  // The figures: summary.json's monitor section when the run finished (it
+  // saw every step); otherwise recomputed from the logged step lines.
+  Figures figures;
   json last_allreduce;
-  for (const auto& [step, line] : files.steps) {
-    stats.add(line.record);
+  for (const auto& [step, line] : files.steps)
     if (line.extra.contains("allreduce")) last_allreduce = line.extra.at("allreduce");
+  if (!files.summary.is_null() && files.summary.contains("monitor")) {
+    figures = figures_from_summary(files.summary.at("monitor"));
+  } else {
+    RunStats stats;
+    for (const auto& [step, line] : files.steps) stats.add(line.record);
+    std::vector<DeviceMemory> memory;
+    if (files.last_memory.is_array()) {
+      for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
+    }
+    stats.set_memory(std::move(memory));
+    figures = figures_from_stats(stats, files.run.value("replicas", 1));
   }
-  if (files.last_memory.is_array()) {
-    for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
-  }
-  stats.set_memory(memory);
-  result.findings = stats.diagnose();
+  result.findings = figures.findings;
+  const std::vector<DeviceMemory>& memory = figures.memory;
 
   const json& run = files.run;
-  const double peak = run.value("peak_flops_per_device", 0.0);
+  const double peak = std::max(0.0, std::isfinite(number(run, "peak_flops_per_device"))
+                                        ? number(run, "peak_flops_per_device")
+                                        : 0.0);
   const auto devices =
       static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
   const int replicas = run.value("replicas", 1);
@@ -193,11 +262,11 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   const int64_t per_epoch = run.value("steps_per_epoch", int64_t{0});
   for (const auto& [epoch, e] : files.epochs) {
     test_loss.x.push_back(static_cast<double>(epoch * per_epoch));
-    test_loss.y.push_back(e.value("test_loss", NAN));
+    test_loss.y.push_back(number(e, "test_loss"));
     train_acc.x.push_back(static_cast<double>(epoch));
-    train_acc.y.push_back(e.value("train_accuracy", NAN));
+    train_acc.y.push_back(number(e, "train_accuracy"));
     test_acc.x.push_back(static_cast<double>(epoch));
-    test_acc.y.push_back(e.value("test_accuracy", NAN));
+    test_acc.y.push_back(number(e, "test_accuracy"));
   }
   std::vector<Series> busy_series;
   for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
@@ -209,8 +278,8 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
       .unit = "ms per step",
       .parts = {"input", "forward", "backward", "communication", "optimizer", "idle"},
       .colors = kPartColors};
-  const double input_ms = 1e3 * stats.input_fraction() * stats.mean_step_seconds();
-  for (const ReplicaTimes& r : stats.replica_means()) {
+  const double input_ms = 1e3 * figures.input_fraction * figures.mean_step_seconds;
+  for (const ReplicaTimes& r : figures.replicas) {
     breakdown.bars.push_back(fmt::format("replica {}", r.replica));
     breakdown.values.push_back({input_ms, 1e3 * r.forward, 1e3 * r.backward, 1e3 * r.communication,
                                 1e3 * r.optimizer, 1e3 * r.idle});
@@ -244,39 +313,35 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
                                        last_step.epoch, last_step.step, run.value("epochs", 0),
                                        per_epoch, files.steps.size()));
   if (!files.summary.is_null() && files.summary.contains("test_accuracy")) {
-    table +=
-        row("final test accuracy",
-            fmt::format("{:.2f}% (loss {:.4f})", 100.0 * files.summary.value("test_accuracy", 0.0),
-                        files.summary.value("test_loss", 0.0)));
+    table += row("final test accuracy", fmt::format("{:.2f}% (loss {:.4f})",
+                                                    100.0 * number(files.summary, "test_accuracy"),
+                                                    number(files.summary, "test_loss")));
   } else if (!files.epochs.empty()) {
     table += row("last test accuracy",
                  fmt::format("{:.2f}% (epoch {})",
-                             100.0 * files.epochs.rbegin()->second.value("test_accuracy", 0.0),
+                             100.0 * number(files.epochs.rbegin()->second, "test_accuracy"),
                              files.epochs.rbegin()->first));
   }
-  const double step_s = stats.mean_step_seconds();
+  const double step_s = figures.mean_step_seconds;
   table +=
       row("throughput", fmt::format("{:.0f} examples/s, {:.2f} steps/s ({:.2f} ms per step, "
                                     "{} measured steps)",
-                                    stats.examples_per_second(), step_s > 0.0 ? 1.0 / step_s : 0.0,
-                                    1e3 * step_s, stats.measured_steps()));
+                                    figures.examples_per_second, step_s > 0.0 ? 1.0 / step_s : 0.0,
+                                    1e3 * step_s, figures.measured_steps));
   table += row("achieved compute",
                peak > 0.0 ? fmt::format("{} ({:.0f}% of the measured matmul peak, {} per device)",
-                                        figure(stats.flops_per_second(), "FLOP/s"),
-                                        100.0 * stats.flops_per_second() / (peak * devices),
+                                        figure(figures.flops_per_second, "FLOP/s"),
+                                        100.0 * figures.flops_per_second / (peak * devices),
                                         figure(peak, "FLOP/s"))
-                          : figure(stats.flops_per_second(), "FLOP/s"));
+                          : figure(figures.flops_per_second, "FLOP/s"));
   if (replicas > 1) {
-    table +=
-        row("all-reduce",
-            fmt::format(
-                "{} backend, bus bandwidth {} over the run", run.value("allreduce_backend", "?"),
-                figure(allreduce_bus_bandwidth(stats.allreduce_bytes_per_second(), 1.0, replicas),
-                       "B/s")));
+    table += row("all-reduce", fmt::format("{} backend, bus bandwidth {} over the run",
+                                           run.value("allreduce_backend", "?"),
+                                           figure(figures.allreduce_bus_bandwidth, "B/s")));
   }
   const json& last_line = files.steps.rbegin()->second.extra;
   if (last_line.contains("rss_bytes"))
-    table += row("process memory (RSS)", figure(last_line.at("rss_bytes").get<double>(), "B"));
+    table += row("process memory (RSS)", figure(number(last_line, "rss_bytes"), "B"));
 
   std::string buckets;
   if (last_allreduce.is_object()) {
@@ -286,8 +351,8 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
     int i = 0;
     for (const auto& b : last_allreduce.at("buckets")) {
       buckets += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
-                             figure(b.value("bytes", 0.0), "B"), 1e3 * b.value("seconds", 0.0),
-                             figure(b.value("bus_bandwidth", 0.0), "B/s"));
+                             figure(number(b, "bytes"), "B"), 1e3 * number(b, "seconds"),
+                             figure(number(b, "bus_bandwidth"), "B/s"));
     }
     buckets += "</table>";
   }

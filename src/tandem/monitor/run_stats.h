@@ -41,11 +41,11 @@ struct StepRecord {
   double time = 0.0;  // seconds since the run started, at the step's end
   double loss = 0.0;
   double learning_rate = 0.0;
-  int64_t batch_examples = 0;  // this process's examples
+  int64_t batch_examples = 0;  // the global batch's examples (all processes)
   double step_seconds = 0.0;
   double input_seconds = 0.0;
   std::vector<ReplicaTimes> replicas;  // this process's replicas
-  double flops = 0.0;                  // counted by the matrix kernels, this process
+  double flops = 0.0;                  // counted by the matrix kernels, this process's replicas
   int64_t allreduce_bytes = 0;         // wire bytes of local replica 0's buckets
   double allreduce_seconds = 0.0;      // their collectives' durations, summed
   double loss_scale = 1.0;

@@ -11,6 +11,12 @@ namespace {
 
 constexpr double kWidth = 560, kHeight = 260;
 constexpr double kLeft = 64, kRight = 16, kTop = 30, kBottom = 44;
+constexpr int kMaxTicks = 50;  // bounds the tick loops whatever the data
+
+// Bar values that can be drawn: negative, NaN and infinite ones count as 0.
+double drawable(double v) {
+  return std::isfinite(v) && v > 0.0 ? v : 0.0;
+}
 
 // 1, 2 or 5 times a power of ten, so that about `count` ticks span `range`.
 double tick_step(double range, int count) {
@@ -107,14 +113,19 @@ std::string line_chart(const LineChartSpec& spec) {
   }
   if (spec.y_from_zero) y_min = std::min(0.0, y_min);
   if (spec.y_max > 0.0) y_max = std::max(y_max, spec.y_max);
-  if (x_max <= x_min) x_max = x_min + 1.0;
-  if (y_max <= y_min) y_max = y_min + 1.0;
+  // A flat or single-point series still needs a range; relative to the
+  // values' size so that huge values do not swallow the widening.
+  if (!(x_max - x_min > 1e-9 * std::abs(x_min))) x_max = x_min + std::max(1.0, std::abs(x_min));
+  if (!(y_max - y_min > 1e-9 * std::abs(y_min))) y_max = y_min + std::max(1.0, std::abs(y_min));
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom - 14;
   const auto px = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * plot_w; };
   const auto py = [&](double y) { return kTop + plot_h - (y - y_min) / (y_max - y_min) * plot_h; };
   // Grid and axes.
   const double y_step = tick_step(y_max - y_min, 5);
-  for (double y = std::ceil(y_min / y_step) * y_step; y <= y_max + 1e-9 * y_step; y += y_step) {
+  const double y_first = std::ceil(y_min / y_step);
+  for (int k = 0; k <= kMaxTicks; ++k) {
+    const double y = (y_first + k) * y_step;
+    if (y > y_max + 1e-9 * y_step) break;
     svg += fmt::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e3\"/>"
         "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
@@ -126,7 +137,10 @@ std::string line_chart(const LineChartSpec& spec) {
     for (double x : s.x) integer_x = integer_x && x == std::floor(x);
   const double x_step =
       integer_x ? std::max(1.0, tick_step(x_max - x_min, 6)) : tick_step(x_max - x_min, 6);
-  for (double x = std::ceil(x_min / x_step) * x_step; x <= x_max + 1e-9 * x_step; x += x_step) {
+  const double x_first = std::ceil(x_min / x_step);
+  for (int k = 0; k <= kMaxTicks; ++k) {
+    const double x = (x_first + k) * x_step;
+    if (x > x_max + 1e-9 * x_step) break;
     svg += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"middle\">{}</text>", px(x),
         kTop + plot_h + 13, number(x, x_step));
@@ -172,7 +186,7 @@ std::string stacked_bar_chart(const StackedBarSpec& spec) {
   double total_max = 0.0;
   for (const auto& row : spec.values) {
     double total = 0.0;
-    for (double v : row) total += std::max(0.0, v);
+    for (double v : row) total += drawable(v);
     total_max = std::max(total_max, total);
   }
   if (!(total_max > 0.0)) total_max = 1.0;
@@ -181,7 +195,9 @@ std::string stacked_bar_chart(const StackedBarSpec& spec) {
   std::string svg = open_svg(spec.id, spec.title, height);
   const double left = 110;
   const double bottom = kTop + static_cast<double>(spec.bars.size()) * (kBar + kGap);
-  for (double t = 0.0; t <= axis_max + 1e-9 * step; t += step) {
+  for (int k = 0; k <= kMaxTicks; ++k) {
+    const double t = k * step;
+    if (t > axis_max + 1e-9 * step) break;
     const double x = left + t / axis_max * plot_w;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#e3e3e3\"/>"
@@ -199,7 +215,7 @@ std::string stacked_bar_chart(const StackedBarSpec& spec) {
     double x = left;
     for (size_t p = 0; p < spec.parts.size() && b < spec.values.size() && p < spec.values[b].size();
          ++p) {
-      const double w = std::max(0.0, spec.values[b][p]) / axis_max * plot_w;
+      const double w = drawable(spec.values[b][p]) / axis_max * plot_w;
       if (w <= 0.0) continue;
       svg += fmt::format(
           "<rect class=\"segment\" data-part=\"{}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" "

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -324,9 +325,13 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   } restore_threads{saved_threads};
   const int n_global = strategy_->global_replicas();
   // Track names for traces: the input is assembled on this thread.
+  const std::thread::id main_thread = std::this_thread::get_id();
   trace::set_thread_name("input (main thread)");
   strategy_->run([&](int r) {
-    trace::set_thread_name("replica " + std::to_string(strategy_->global_replica(r)));
+    // One device runs its replica on this thread, which also assembles input.
+    trace::set_thread_name(
+        "replica " + std::to_string(strategy_->global_replica(r)) +
+        (std::this_thread::get_id() == main_thread ? " + input (main thread)" : ""));
   });
   const int64_t n = train_.size();
   const int64_t per_epoch = steps_per_epoch();
@@ -363,6 +368,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         x = data::gather_rows(train_.images, rows);
         y = data::gather_rows(train_.labels, rows);
         if (config_.batch_transform) {
+          MemoryCategoryScope input_memory(MemoryCategory::input);
           config_.batch_transform(x, y);
           if (x.dim(0) != static_cast<int64_t>(rows.size()) ||
               y.dim(0) != static_cast<int64_t>(rows.size())) {

@@ -2,11 +2,19 @@
 // metrics.jsonl's field names, in one place for the writer (Monitor) and the
 // reader (report). Private: nlohmann/json stays out of public headers.
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "tandem/monitor/run_stats.h"
 
 namespace tandem::monitor::detail {
+
+// A number, NaN where the line holds null (how NaN and infinities are
+// written) or lacks the key.
+inline double number_or_nan(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
 
 inline nlohmann::json to_json(const ReplicaTimes& r) {
   return {{"replica", r.replica},     {"forward", r.forward},
@@ -16,11 +24,11 @@ inline nlohmann::json to_json(const ReplicaTimes& r) {
 
 inline ReplicaTimes replica_times_from_json(const nlohmann::json& j) {
   return {.replica = j.at("replica").get<int>(),
-          .forward = j.at("forward").get<double>(),
-          .backward = j.at("backward").get<double>(),
-          .communication = j.at("communication").get<double>(),
-          .optimizer = j.at("optimizer").get<double>(),
-          .idle = j.at("idle").get<double>()};
+          .forward = number_or_nan(j, "forward"),
+          .backward = number_or_nan(j, "backward"),
+          .communication = number_or_nan(j, "communication"),
+          .optimizer = number_or_nan(j, "optimizer"),
+          .idle = number_or_nan(j, "idle")};
 }
 
 inline nlohmann::json to_json(const DeviceMemory& m) {
@@ -57,17 +65,21 @@ inline StepRecord step_from_json(const nlohmann::json& j) {
   s.epoch = j.at("epoch").get<int64_t>();
   s.step = j.at("step").get<int64_t>();
   s.global_step = j.at("global_step").get<int64_t>();
-  s.time = j.at("time").get<double>();
-  s.loss = j.at("loss").is_number() ? j.at("loss").get<double>() : NAN;
-  s.learning_rate = j.at("learning_rate").get<double>();
+  s.time = number_or_nan(j, "time");
+  s.loss = number_or_nan(j, "loss");
+  s.learning_rate = number_or_nan(j, "learning_rate");
   s.batch_examples = j.at("batch_examples").get<int64_t>();
-  s.step_seconds = j.at("step_seconds").get<double>();
-  s.input_seconds = j.at("input_seconds").get<double>();
+  s.step_seconds = number_or_nan(j, "step_seconds");
+  s.input_seconds = number_or_nan(j, "input_seconds");
   for (const auto& r : j.at("replicas")) s.replicas.push_back(replica_times_from_json(r));
-  s.flops = j.value("flops", 0.0);
+  const auto or_default = [&](const char* key, double fallback) {
+    const double v = number_or_nan(j, key);
+    return std::isfinite(v) ? v : fallback;
+  };
+  s.flops = or_default("flops", 0.0);
   s.allreduce_bytes = j.value("allreduce_bytes", int64_t{0});
-  s.allreduce_seconds = j.value("allreduce_seconds", 0.0);
-  s.loss_scale = j.value("loss_scale", 1.0);
+  s.allreduce_seconds = or_default("allreduce_seconds", 0.0);
+  s.loss_scale = or_default("loss_scale", 1.0);
   s.skipped = j.value("skipped", false);
   return s;
 }
