@@ -90,7 +90,8 @@ struct EvalResult {
 // up to the step time. Forward and backward are the replica's own compute,
 // measured up to the moment its gradients were ready and before it waits for
 // any other replica, so a slow replica shows as slow here, not as everyone's
-// long all-reduce.
+// long all-reduce. (Across processes only the local replicas are compared:
+// waiting for a slower process counts as communication.)
 struct ReplicaStepTime {
   double forward = 0.0;        // forward pass and loss
   double backward = 0.0;       // backward, launching its all-reduces on the way
