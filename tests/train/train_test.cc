@@ -233,3 +233,70 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Prefetching moves batch assembly to another thread and ahead in time; the
+// batches, and so the losses, stay the same, across an interruption too.
+TEST(Trainer, PrefetchedBatchesGiveTheSameLosses) {
+  set_num_threads(1);
+  train::TrainConfig base{.model = "small",
+                          .epochs = 2,
+                          .batch_size = 64,
+                          .optimizer = {.name = "adam", .learning_rate = 0.002},
+                          .seed = 4};
+  base.batch_transform = [](Tensor& images, Tensor&) {
+    // A deterministic augmentation: mirror every image left-right.
+    Tensor flipped = Tensor::empty(images.shape());
+    const int64_t n = images.dim(0), h = images.dim(1), w = images.dim(2);
+    const float* src = images.data<float>();
+    float* dst = flipped.data<float>();
+    for (int64_t i = 0; i < n * h; ++i)
+      for (int64_t x = 0; x < w; ++x) dst[i * w + x] = src[i * w + (w - 1 - x)];
+    images = flipped;
+  };
+  const auto train_data = head(fashion().train, 640);  // 10 steps per epoch
+  const auto test_data = head(fashion().test, 100);
+  train::Trainer plain(base, small_dropout_model(4), train_data, test_data);
+  const std::vector<double> expected = step_losses(plain);
+
+  train::TrainConfig prefetching = base;
+  prefetching.prefetch_batches = 3;
+  prefetching.output_dir = fresh_dir("prefetch_resume");
+  std::vector<double> losses;
+  {
+    train::Trainer first(prefetching, small_dropout_model(4), train_data, test_data);
+    train::TrainResult r;
+    losses = step_losses(first, &r, /*stop_at=*/13);
+    EXPECT_TRUE(r.interrupted);
+  }
+  prefetching.resume = true;
+  train::Trainer second(prefetching, small_dropout_model(5), train_data, test_data);
+  const std::vector<double> rest = step_losses(second);
+  losses.insert(losses.end(), rest.begin(), rest.end());
+  EXPECT_EQ(losses, expected);
+}
+
+TEST(Trainer, PrefetchThreadErrorsReachFit) {
+  train::TrainConfig c{.model = "small", .epochs = 1, .batch_size = 32, .seed = 1};
+  c.prefetch_batches = 2;
+  int built = 0;
+  c.batch_transform = [&](Tensor& images, Tensor&) {
+    if (++built == 3) images = images.slice(0, 1);  // drops rows: an error
+  };
+  train::Trainer t(c, small_dropout_model(1), head(fashion().train, 320), {});
+  try {
+    t.fit();
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_transform changed the batch"), std::string::npos)
+        << e.what();
+  }
+  c.prefetch_batches = -1;
+  EXPECT_THROW(train::Trainer(c, small_dropout_model(1), head(fashion().train, 320), {}),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -368,6 +368,9 @@ Command add_train_command(CLI::App& app) {
       ->add_option("--metrics-every", o->metrics_every,
                    "Write a metrics.jsonl line every N steps (epoch lines always)")
       ->capture_default_str();
+  command->add_option("--prefetch", c.prefetch_batches,
+                      "Batches assembled ahead on a background thread (0: when the step starts)")
+      ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST");
   return {command, [o]() { return run_train(*o); }};

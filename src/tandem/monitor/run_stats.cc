@@ -110,8 +110,9 @@ std::vector<Finding> RunStats::diagnose() const {
   if (input >= kInputBound) {
     out.push_back({"input_bound",
                    fmt::format("input-bound: {} of step time waiting for data ({:.1f} of {:.1f} "
-                               "ms per step) - raise prefetch or parallel map, or cache decoded "
-                               "data",
+                               "ms per step) - raise prefetch (--prefetch, "
+                               "TrainConfig::prefetch_batches) or parallel map, or cache "
+                               "decoded data",
                                percent(input), input * step_ms, step_ms),
                    input});
   }

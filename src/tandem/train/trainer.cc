@@ -15,6 +15,7 @@
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/detail/batch_prefetcher.h"
 #include "tandem/train/detail/epoch_json.h"
 
 namespace tandem::train {
@@ -93,6 +94,10 @@ Trainer::Trainer(TrainConfig config, const ModelFactory& factory, data::LabeledI
   if (config_.batch_size > train_.size()) {
     TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
                  " is larger than the training set (", train_.size(), " examples)");
+  }
+  if (config_.prefetch_batches < 0) {
+    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches, got ",
+                 config_.prefetch_batches);
   }
   if (config_.eval_batch_size < 1) {
     TANDEM_THROW(InvalidArgument, "evaluation batch size must be at least 1, got ",
@@ -337,8 +342,51 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   const int64_t per_epoch = steps_per_epoch();
   // Per local replica: loss sum and correct count of the epoch so far.
   std::vector<std::vector<double>> partial(replicas_.size(), std::vector<double>(2, 0.0));
+  // This process's rows of a step's global batch (all of them unless
+  // multi-worker), gathered and transformed: a pure function of (epoch, step).
+  int64_t order_epoch = -1;
+  std::vector<int64_t> order;  // the epoch's permutation, for the thread building batches
+  const auto make_batch = [&](int64_t epoch, int64_t step) {
+    trace::Span span("input", "step");
+    if (order_epoch != epoch) {
+      order = data::epoch_permutation(n, config_.seed, epoch);
+      order_epoch = epoch;
+    }
+    const int64_t begin = step * config_.batch_size;
+    const int64_t count = std::min(n, begin + config_.batch_size) - begin;
+    const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
+    const int64_t local_end =
+        replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1, n_global)
+            .second;
+    const std::span<const int64_t> rows(order.data() + begin + local_begin,
+                                        static_cast<size_t>(local_end - local_begin));
+    detail::Batch b{data::gather_rows(train_.images, rows), data::gather_rows(train_.labels, rows)};
+    if (config_.batch_transform) {
+      MemoryCategoryScope input_memory(MemoryCategory::input);
+      config_.batch_transform(b.images, b.labels);
+      if (b.images.dim(0) != static_cast<int64_t>(rows.size()) ||
+          b.labels.dim(0) != static_cast<int64_t>(rows.size())) {
+        TANDEM_THROW(InvalidArgument, "batch_transform changed the batch from ", rows.size(),
+                     " rows to ", b.images.dim(0), " images and ", b.labels.dim(0), " labels");
+      }
+    }
+    return b;
+  };
+  std::unique_ptr<detail::BatchPrefetcher> prefetcher;
+  if (config_.prefetch_batches > 0) {
+    prefetcher = std::make_unique<detail::BatchPrefetcher>(
+        [&, started = false](int64_t epoch, int64_t step) mutable {
+          if (!started) {
+            // One thread: an OpenMP team here would spin on the replicas' cores.
+            set_num_threads(1);
+            trace::set_thread_name("input (prefetch thread)");
+            started = true;
+          }
+          return make_batch(epoch, step);
+        },
+        config_.prefetch_batches, progress.epoch, progress.step, per_epoch, config_.epochs);
+  }
   for (; progress.epoch < config_.epochs; ++progress.epoch) {
-    const std::vector<int64_t> order = data::epoch_permutation(n, config_.seed, progress.epoch);
     double lr = replicas_.front().optimizer->learning_rate();
     for (; progress.step < per_epoch; ++progress.step) {
       if (should_stop()) {
@@ -354,29 +402,16 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const int64_t begin = progress.step * config_.batch_size;
       const int64_t end = std::min(n, begin + config_.batch_size);
       const int64_t count = end - begin;
-      // Only the rows of this process's replicas (all of them unless multi-worker).
       const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
-      const int64_t local_end =
-          replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1,
-                       n_global)
-              .second;
-      const std::span<const int64_t> rows(order.data() + begin + local_begin,
-                                          static_cast<size_t>(local_end - local_begin));
-      Tensor x, y;
-      {
-        trace::Span span("input", "step");
-        x = data::gather_rows(train_.images, rows);
-        y = data::gather_rows(train_.labels, rows);
-        if (config_.batch_transform) {
-          MemoryCategoryScope input_memory(MemoryCategory::input);
-          config_.batch_transform(x, y);
-          if (x.dim(0) != static_cast<int64_t>(rows.size()) ||
-              y.dim(0) != static_cast<int64_t>(rows.size())) {
-            TANDEM_THROW(InvalidArgument, "batch_transform changed the batch from ", rows.size(),
-                         " rows to ", x.dim(0), " images and ", y.dim(0), " labels");
-          }
-        }
+      detail::Batch batch;
+      if (prefetcher) {
+        trace::Span span("wait for input", "step");
+        batch = prefetcher->next();
+      } else {
+        batch = make_batch(progress.epoch, progress.step);
       }
+      const Tensor& x = batch.images;
+      const Tensor& y = batch.labels;
       const auto input_done = Clock::now();
       const double input_seconds = std::chrono::duration<double>(input_done - step_start).count();
       const int64_t global_step = progress.epoch * per_epoch + progress.step;

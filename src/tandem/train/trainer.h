@@ -60,6 +60,11 @@ struct TrainConfig {
   // the batch is split between its replicas (augmentation, decoding): part
   // of the step's input time. Must keep the number of rows.
   std::function<void(Tensor& images, Tensor& labels)> batch_transform;
+  // Batches assembled ahead of the step that trains on them, on a background
+  // thread (tf.data's prefetch): hides a slow batch_transform behind the
+  // replicas' compute. 0: each batch is assembled when its step starts.
+  // Batches depend only on (epoch, step), so results do not change.
+  int prefetch_batches = 0;
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;
