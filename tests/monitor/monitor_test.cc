@@ -98,8 +98,9 @@ monitor::RunInfo run_info(train::Trainer& t, const train::TrainConfig& c) {
 
 // Trains with a monitor writing into dir; writes summary.json like the CLI.
 json monitored_run(const std::string& dir, train::TrainConfig c, const train::ModelFactory& f,
-                   int64_t examples, monitor::MonitorOptions options = {}) {
-  train::Trainer t(c, f, head(examples), head(64));
+                   int64_t examples, monitor::MonitorOptions options = {},
+                   int64_t test_examples = 64) {
+  train::Trainer t(c, f, head(examples), head(test_examples));
   options.run_dir = dir;
   monitor::Monitor m(options, run_info(t, c));
   const train::TrainResult result =
@@ -229,9 +230,11 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
   const std::string dir = fresh_dir("metrics");
   train::TrainConfig c = config(2);
   c.epochs = 2;
-  monitored_run(dir, c, factory(), 160);
+  c.eval_batch_size = 1024;  // 32x the training batch: evaluation sets the overall peak
+  const json summary = monitored_run(dir, c, factory(), 160, {}, 1024);
   std::ifstream in(fs::path(dir) / "metrics.jsonl");
   int runs = 0, steps = 0, epochs = 0;
+  int64_t epoch_activation_peak = 0;
   int64_t previous_step = 0;
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line);  // throws when a line is not JSON
@@ -268,6 +271,9 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
       EXPECT_GT(j.at("memory")[1].at("bytes_in_use").at("gradients").get<int64_t>(), 0);
     } else if (type == "epoch") {
       ++epochs;
+      epoch_activation_peak =
+          std::max(epoch_activation_peak,
+                   j.at("memory")[0].at("peak_bytes").at("activations").get<int64_t>());
       for (const char* key :
            {"epoch", "train_loss", "test_accuracy", "examples_per_second", "time"})
         EXPECT_TRUE(j.contains(key)) << key;
@@ -276,6 +282,14 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(steps, 10);
   EXPECT_EQ(epochs, 2);
+  // Findings use training's peaks, not the larger evaluation batches'.
+  const int64_t training_peak =
+      summary.at("monitor").at("memory")[0].at("peak_bytes").at("activations").get<int64_t>();
+  EXPECT_GT(training_peak, 0);
+  EXPECT_LT(training_peak, epoch_activation_peak);
+  const auto& m = summary.at("monitor");
+  EXPECT_LE(m.at("step_seconds_p50").get<double>(), m.at("step_seconds_p90").get<double>());
+  EXPECT_LE(m.at("step_seconds_p90").get<double>(), m.at("step_seconds_max").get<double>());
 }
 
 TEST(Monitor, TraceWindowHasReplicaInputAndCommunicationTracks) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -215,9 +216,11 @@ void Monitor::on_step(const train::StepInfo& s) {
   while (window_.size() > 1 && seconds_between(window_.front().end, now) > options_.window_seconds)
     window_.pop_front();
 
+  const std::vector<DeviceMemory> memory = memory_snapshot();
+  merge_training_memory(memory);
   if (metrics_ != nullptr &&
       (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch)) {
-    write_step_line(record, s);
+    write_step_line(record, s, memory);
   }
 
   if (tracing_ && record.global_step >= options_.trace_last) finish_trace();
@@ -229,7 +232,8 @@ void Monitor::on_step(const train::StepInfo& s) {
 // The step line is formatted directly (not through a JSON object): it is
 // written every step on the path the replicas wait on. Field names match
 // detail/metrics_json.h, which reads them back.
-void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
+void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
+                              const std::vector<DeviceMemory>& memory) {
   fmt::memory_buffer out;
   auto it = std::back_inserter(out);
   using N = JsonNumber;
@@ -274,7 +278,6 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
     fmt::format_to(it, "]}}");
   }
   fmt::format_to(it, ",\"memory\":[");
-  const std::vector<DeviceMemory> memory = memory_snapshot();
   for (size_t d = 0; d < memory.size(); ++d) {
     const DeviceMemory& m = memory[d];
     fmt::format_to(it, "{}{{\"device\":{}", d ? "," : "", nlohmann::json(m.device).dump());
@@ -305,13 +308,16 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s) {
 void Monitor::on_epoch(const train::EpochResult& e) {
   const auto start = Clock::now();
   flops_at_last_step_ = kernels::flops_executed();  // evaluation's work is not a step's
-  stats_.set_memory(memory_snapshot());
   nlohmann::json line = e;
   line["type"] = "epoch";
   line["time"] = time_offset_ + seconds_between(start_, Clock::now());
+  // The epoch line's peaks include the evaluation; then the peaks restart so
+  // that the steps' figures (and the findings) are training's own.
   nlohmann::json memory = nlohmann::json::array();
-  for (const DeviceMemory& m : stats_.memory()) memory.push_back(detail::to_json(m));
+  for (const DeviceMemory& m : memory_snapshot()) memory.push_back(detail::to_json(m));
   line["memory"] = std::move(memory);
+  for (const Device& d : info_.devices) allocator_for(d).reset_peaks();
+  stats_.set_memory(training_memory_);
   line["rss_bytes"] = resident_set_bytes();
   write_line(line.dump());
   own_seconds_ += seconds_between(start, Clock::now());
@@ -341,7 +347,22 @@ void Monitor::finish_trace() {
 
 void Monitor::finish() {
   if (tracing_) finish_trace();
-  if (stats_.memory().empty() && !info_.devices.empty()) stats_.set_memory(memory_snapshot());
+  if (training_memory_.empty() && !info_.devices.empty()) merge_training_memory(memory_snapshot());
+  stats_.set_memory(training_memory_);
+}
+
+void Monitor::merge_training_memory(const std::vector<DeviceMemory>& snapshot) {
+  if (training_memory_.size() != snapshot.size()) {
+    training_memory_ = snapshot;
+    return;
+  }
+  for (size_t d = 0; d < snapshot.size(); ++d) {
+    DeviceMemory& t = training_memory_[d];
+    t.in_use = snapshot[d].in_use;
+    for (int c = 0; c < kMemoryCategoryCount; ++c)
+      t.peak[c] = std::max(t.peak[c], snapshot[d].peak[c]);
+    t.peak_total = std::max(t.peak_total, snapshot[d].peak_total);
+  }
 }
 
 std::vector<double> Monitor::busy_fractions() const {
@@ -382,6 +403,9 @@ std::string Monitor::summary_json() const {
   nlohmann::json j = {
       {"measured_steps", stats_.measured_steps()},
       {"mean_step_seconds", stats_.mean_step_seconds()},
+      {"step_seconds_p50", stats_.step_seconds_quantile(0.5)},
+      {"step_seconds_p90", stats_.step_seconds_quantile(0.9)},
+      {"step_seconds_max", stats_.step_seconds_quantile(1.0)},
       {"steps_per_second",
        stats_.mean_step_seconds() > 0.0 ? 1.0 / stats_.mean_step_seconds() : 0.0},
       {"examples_per_second", stats_.examples_per_second()},

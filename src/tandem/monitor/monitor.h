@@ -7,7 +7,8 @@
 // bandwidth, a Chrome trace of a window of steps, and the findings that go
 // into summary.json. It is a train::TrainCallbacks consumer; everything it
 // does per step is a few clock reads, allocator snapshots and one line of
-// JSON.
+// JSON. After each epoch line it resets the devices' allocator peaks, so that
+// step figures and findings describe training, not evaluation batches.
 
 #include <chrono>
 #include <cstdint>
@@ -87,7 +88,9 @@ class Monitor {
   };
   std::vector<DeviceMemory> memory_snapshot() const;
   void write_line(const std::string& line);
-  void write_step_line(const StepRecord& record, const train::StepInfo& step);
+  void write_step_line(const StepRecord& record, const train::StepInfo& step,
+                       const std::vector<DeviceMemory>& memory);
+  void merge_training_memory(const std::vector<DeviceMemory>& snapshot);
   void start_trace();
   void finish_trace();
 
@@ -105,6 +108,7 @@ class Monitor {
   double own_seconds_ = 0.0;
   double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
   std::vector<std::string> warnings_;
+  std::vector<DeviceMemory> training_memory_;  // peaks over training steps only
   int64_t rss_bytes_ = 0;
   std::chrono::steady_clock::time_point rss_read_at_;
 };

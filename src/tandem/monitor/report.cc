@@ -143,6 +143,7 @@ std::string row(const std::string& name, const std::string& value) {
 struct Figures {
   int64_t measured_steps = 0;
   double mean_step_seconds = 0.0;
+  double step_p50 = 0.0, step_p90 = 0.0, step_max = 0.0;
   double input_fraction = 0.0;
   double examples_per_second = 0.0;
   double flops_per_second = 0.0;
@@ -163,6 +164,9 @@ Figures figures_from_stats(const RunStats& stats, int replicas) {
   Figures f;
   f.measured_steps = stats.measured_steps();
   f.mean_step_seconds = stats.mean_step_seconds();
+  f.step_p50 = stats.step_seconds_quantile(0.5);
+  f.step_p90 = stats.step_seconds_quantile(0.9);
+  f.step_max = stats.step_seconds_quantile(1.0);
   f.input_fraction = stats.input_fraction();
   f.examples_per_second = stats.examples_per_second();
   f.flops_per_second = stats.flops_per_second();
@@ -178,6 +182,9 @@ Figures figures_from_summary(const json& m) {
   Figures f;
   f.measured_steps = m.value("measured_steps", int64_t{0});
   f.mean_step_seconds = number(m, "mean_step_seconds");
+  f.step_p50 = number(m, "step_seconds_p50");
+  f.step_p90 = number(m, "step_seconds_p90");
+  f.step_max = number(m, "step_seconds_max");
   f.input_fraction = number(m, "input_fraction");
   f.examples_per_second = number(m, "examples_per_second");
   f.flops_per_second = number(m, "flops_per_second");
@@ -328,6 +335,12 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
                                     "{} measured steps)",
                                     figures.examples_per_second, step_s > 0.0 ? 1.0 / step_s : 0.0,
                                     1e3 * step_s, figures.measured_steps));
+  if (std::isfinite(figures.step_p50) && figures.step_p50 > 0.0) {
+    table += row("step time", fmt::format("median {:.2f} ms, 90th percentile {:.2f} ms, slowest "
+                                          "{:.2f} ms",
+                                          1e3 * figures.step_p50, 1e3 * figures.step_p90,
+                                          1e3 * figures.step_max));
+  }
   table += row("achieved compute",
                peak > 0.0 ? fmt::format("{} ({:.0f}% of the measured matmul peak, {} per device)",
                                         figure(figures.flops_per_second, "FLOP/s"),

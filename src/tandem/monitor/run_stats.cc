@@ -43,6 +43,7 @@ void RunStats::add(const StepRecord& s) {
   if (steps_ <= warmup_steps_) return;
   ++measured_;
   step_seconds_ += s.step_seconds;
+  step_times_.push_back(s.step_seconds);
   input_seconds_ += s.input_seconds;
   examples_ += static_cast<double>(s.batch_examples);
   flops_ += s.flops;
@@ -70,6 +71,16 @@ void RunStats::add(const StepRecord& s) {
 
 double RunStats::mean_step_seconds() const {
   return measured_ ? step_seconds_ / static_cast<double>(measured_) : 0.0;
+}
+
+double RunStats::step_seconds_quantile(double q) const {
+  if (step_times_.empty()) return 0.0;
+  std::vector<double> sorted = step_times_;
+  const auto rank =
+      static_cast<size_t>(std::clamp(q, 0.0, 1.0) * static_cast<double>(sorted.size() - 1) + 0.5);
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank),
+                   sorted.end());
+  return sorted[rank];
 }
 
 double RunStats::input_fraction() const {

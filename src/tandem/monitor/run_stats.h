@@ -71,6 +71,9 @@ class RunStats {
   int64_t steps() const { return steps_; }
   int64_t measured_steps() const { return measured_; }
   double mean_step_seconds() const;
+  // The q-quantile (0..1, nearest rank) of the measured steps' times: the
+  // spread shows jitter that a mean hides.
+  double step_seconds_quantile(double q) const;
   double input_fraction() const;          // of the step time
   double communication_fraction() const;  // mean over replicas, of the step time
   double idle_fraction() const;           // mean over replicas, of the step time
@@ -91,6 +94,7 @@ class RunStats {
   int64_t steps_ = 0, measured_ = 0;
   double step_seconds_ = 0.0, input_seconds_ = 0.0, examples_ = 0.0, flops_ = 0.0;
   double allreduce_bytes_ = 0.0, allreduce_seconds_ = 0.0;
+  std::vector<double> step_times_;
   std::vector<ReplicaTimes> replica_sums_;
   std::vector<ReplicaTimes> replica_means_;
   std::vector<DeviceMemory> memory_;
