@@ -13,6 +13,19 @@ int num_threads();
 // Sets the calling thread's intra-op thread count (n >= 1).
 void set_num_threads(int n);
 
+// Sets the calling thread's count for a scope, restoring the previous one
+// when it ends (also when an exception leaves it).
+class NumThreadsScope {
+ public:
+  explicit NumThreadsScope(int n) : previous_(num_threads()) { set_num_threads(n); }
+  ~NumThreadsScope() { set_num_threads(previous_); }
+  NumThreadsScope(const NumThreadsScope&) = delete;
+  NumThreadsScope& operator=(const NumThreadsScope&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Calls body(begin, end) on disjoint ranges covering [0, n). The split is
 // static: the same n, grain and thread count give the same ranges, so
 // per-range partial results can be combined in a fixed order. Runs inline when

@@ -52,13 +52,9 @@ int run_bench_peak(const PeakOptions& o) {
     const DType dtype = parse_dtype(d);
     for (int t : thread_counts) variants.push_back({dtype, t, {}});
   }
-  struct RestoreThreads {
-    int threads = num_threads();
-    ~RestoreThreads() { set_num_threads(threads); }
-  } restore;
   for (int r = 0; r < o.repeats; ++r) {  // interleaved: noise hits every variant alike
     for (Variant& v : variants) {
-      set_num_threads(v.threads);
+      NumThreadsScope threads(v.threads);
       v.samples.push_back(kernels::measure_matmul_peak(v.dtype, o.size, 0.3));
     }
   }

@@ -216,11 +216,7 @@ int run_train(TrainOptions& o) {
     {
       // The device's peak for the utilisation figure: a short matmul run with
       // one replica's threads in the policy's matrix dtype.
-      struct RestoreThreads {
-        int threads = num_threads();
-        ~RestoreThreads() { set_num_threads(threads); }
-      } restore;
-      set_num_threads(strategy.threads_per_replica());
+      NumThreadsScope threads(strategy.threads_per_replica());
       info.peak_flops_per_device = kernels::measure_matmul_peak(
           config.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
       // The measurement's buffers are gone; peaks should be the model's.
@@ -368,8 +364,9 @@ Command add_train_command(CLI::App& app) {
       ->add_option("--metrics-every", o->metrics_every,
                    "Write a metrics.jsonl line every N steps (epoch lines always)")
       ->capture_default_str();
-  command->add_option("--prefetch", c.prefetch_batches,
-                      "Batches assembled ahead on a background thread (0: when the step starts)")
+  command
+      ->add_option("--prefetch", c.prefetch_batches,
+                   "Batches assembled ahead on a background thread (0: when the step starts)")
       ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST");

@@ -322,12 +322,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   for (Replica& r : replicas_) r.model->train();
   // With replica threads on every core, the main thread must not start
   // OpenMP teams: their workers spin after each region and steal a replica's core.
-  const int saved_threads = num_threads();
-  if (strategy_->local_replicas() > 1) set_num_threads(1);
-  struct RestoreThreads {
-    int threads;
-    ~RestoreThreads() { set_num_threads(threads); }
-  } restore_threads{saved_threads};
+  NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1 : num_threads());
   const int n_global = strategy_->global_replicas();
   // Track names for traces: the input is assembled on this thread.
   const std::thread::id main_thread = std::this_thread::get_id();
