@@ -14,6 +14,8 @@
 
 #include "tandem/base/error.h"
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/kernels/flops.h"
+#include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/report.h"
 #include "tandem/monitor/svg_chart.h"
@@ -376,6 +378,33 @@ TEST(Report, AKilledRunStillGetsAReportUpToItsLastWholeStep) {
   EXPECT_NE(report.warnings[1].find("summary.json is missing"), std::string::npos);
   EXPECT_GE(report.steps, 9);
   EXPECT_NE(read_file(report.path).find("summary.json is missing"), std::string::npos);
+}
+
+TEST(ModelFlops, LayersCountTheirAnalyticMultiplyAdds) {
+  auto mlp = nn::make_model("mlp", {.seed = 1});
+  const auto layers = monitor::layer_flops(*mlp, Shape{28, 28, 1});
+  ASSERT_EQ(layers.size(), 4u);  // Flatten, Linear, Linear, Linear
+  EXPECT_EQ(layers[0].forward_flops, 0.0);
+  EXPECT_EQ(layers[1].forward_flops, 2.0 * 784 * 512);
+  EXPECT_EQ(layers[2].forward_flops, 2.0 * 512 * 512);
+  EXPECT_EQ(layers[3].forward_flops, 2.0 * 512 * 10);
+  EXPECT_TRUE(mlp->is_training());  // restored
+  // cnn's first convolution: 28x28 outputs x 32 channels x 3x3x1 inputs each.
+  auto cnn = nn::make_model("cnn", {.seed = 1});
+  const auto conv = monitor::layer_flops(*cnn, Shape{28, 28, 1});
+  EXPECT_EQ(conv[0].forward_flops, 2.0 * 28 * 28 * 32 * 3 * 3 * 1) << conv[0].description;
+  // A training step counts about three forwards: backward computes the input
+  // and the weight gradients (the first layer's input gradient is skipped).
+  train::TrainConfig c = config(1);
+  c.batch_size = 32;
+  train::Trainer t(c, factory(), head(64), {});
+  const auto forward = monitor::layer_flops(t.model(), Shape{28, 28, 1});
+  double per_example = 0.0;
+  for (const auto& l : forward) per_example += l.forward_flops;
+  const int64_t before = kernels::flops_executed();
+  t.fit();
+  const double per_trained_example = static_cast<double>(kernels::flops_executed() - before) / 64;
+  EXPECT_NEAR(per_trained_example, 3.0 * per_example - 2.0 * 784 * 512, 1.0);
 }
 
 TEST(SvgChart, DrawsSeriesAndSegmentsOrSaysNoData) {

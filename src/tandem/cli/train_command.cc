@@ -211,6 +211,9 @@ int run_train(TrainOptions& o) {
                           .steps_per_epoch = trainer.steps_per_epoch(),
                           .parameters = trainer.model().parameter_count()};
     if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
+    const auto image_dims = train_data.images.shape().dims();
+    info.layers = monitor::layer_flops(
+        trainer.model(), Shape(std::vector<int64_t>(image_dims.begin() + 1, image_dims.end())));
     for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));
     info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
     {

@@ -124,22 +124,30 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
     if (existing.ends_mid_line) write_line("");
     nlohmann::json devices = nlohmann::json::array();
     for (const Device& d : info_.devices) devices.push_back(d.to_string());
-    write_line(nlohmann::json{{"type", "run"},
-                              {"model", info_.model},
-                              {"strategy", info_.strategy},
-                              {"precision", info_.precision},
-                              {"allreduce_backend", info_.backend},
-                              {"replicas", info_.global_replicas},
-                              {"first_replica", info_.first_replica},
-                              {"threads_per_replica", info_.threads_per_replica},
-                              {"devices", devices},
-                              {"batch_size", info_.batch_size},
-                              {"epochs", info_.epochs},
-                              {"steps_per_epoch", info_.steps_per_epoch},
-                              {"parameters", info_.parameters},
-                              {"peak_flops_per_device", info_.peak_flops_per_device},
-                              {"device_memory_bytes", info_.device_memory_bytes}}
-                   .dump());
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerFlops& l : info_.layers) {
+      layers.push_back({{"layer", l.layer},
+                        {"description", l.description},
+                        {"forward_flops_per_example", l.forward_flops}});
+    }
+    write_line(nlohmann::json{
+        {"type", "run"},
+        {"model", info_.model},
+        {"strategy", info_.strategy},
+        {"precision", info_.precision},
+        {"allreduce_backend", info_.backend},
+        {"replicas", info_.global_replicas},
+        {"first_replica", info_.first_replica},
+        {"threads_per_replica", info_.threads_per_replica},
+        {"devices", devices},
+        {"batch_size", info_.batch_size},
+        {"epochs", info_.epochs},
+        {"steps_per_epoch", info_.steps_per_epoch},
+        {"parameters", info_.parameters},
+        {"peak_flops_per_device", info_.peak_flops_per_device},
+        {"device_memory_bytes", info_.device_memory_bytes},
+        {"layers",
+         layers}}.dump());
   }
   // A fresh run traces from its first step; a resumed one starts in on_step.
   if (options_.trace_first == 1 && !options_.append) start_trace();
@@ -399,6 +407,13 @@ std::string Monitor::summary_json() const {
   for (const Finding& f : stats_.diagnose())
     findings.push_back({{"kind", f.kind}, {"message", f.message}, {"value", f.value}});
   const double flops = stats_.flops_per_second();
+  // FLOPs are this process's, examples the whole job's.
+  const double devices_in_job =
+      info_.devices.empty()
+          ? 1.0
+          : static_cast<double>(info_.global_replicas) / static_cast<double>(info_.devices.size());
+  double forward_per_example = 0.0;
+  for (const LayerFlops& l : info_.layers) forward_per_example += l.forward_flops;
   const double devices = static_cast<double>(std::max<size_t>(1, info_.devices.size()));
   nlohmann::json j = {
       {"measured_steps", stats_.measured_steps()},
@@ -414,6 +429,10 @@ std::string Monitor::summary_json() const {
       {"idle_fraction", stats_.idle_fraction()},
       {"replicas", replicas},
       {"flops_per_second", flops},
+      {"flops_per_example", stats_.examples_per_second() > 0.0
+                                ? flops / stats_.examples_per_second() * devices_in_job
+                                : 0.0},
+      {"forward_flops_per_example", forward_per_example},
       {"peak_flops_per_device", info_.peak_flops_per_device},
       {"peak_fraction",
        info_.peak_flops_per_device > 0.0 ? flops / (info_.peak_flops_per_device * devices) : 0.0},

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/run_stats.h"
 #include "tandem/tensor/device.h"
 #include "tandem/train/trainer.h"
@@ -40,6 +41,7 @@ struct RunInfo {
   int64_t parameters = 0;
   double peak_flops_per_device = 0.0;  // measured matmul peak; 0: unknown
   int64_t device_memory_bytes = 0;     // capacity of each device; 0: unknown
+  std::vector<LayerFlops> layers;      // the model's forward FLOPs per example, by layer
 };
 
 struct MonitorOptions {

@@ -356,6 +356,24 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   if (last_line.contains("rss_bytes"))
     table += row("process memory (RSS)", figure(number(last_line, "rss_bytes"), "B"));
 
+  std::string layers;
+  if (run.contains("layers") && !run.at("layers").empty()) {
+    double total = 0.0;
+    for (const auto& l : run.at("layers")) total += number(l, "forward_flops_per_example");
+    layers +=
+        "<h2>Model FLOPs per example, forward (analytic, by layer)</h2><table "
+        "class=\"figures\"><tr><th>layer</th><th>module</th><th>MFLOP</th><th>share</th></tr>";
+    for (const auto& l : run.at("layers")) {
+      const double f = number(l, "forward_flops_per_example");
+      if (!(f > 0.0)) continue;
+      layers +=
+          fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.1f}%</td></tr>",
+                      html_escape(l.value("layer", "")), html_escape(l.value("description", "")),
+                      f / 1e6, total > 0.0 ? 100.0 * f / total : 0.0);
+    }
+    layers += fmt::format("<tr><th>total</th><td></td><th>{:.3f}</th><td></td></tr></table>",
+                          total / 1e6);
+  }
   std::string buckets;
   if (last_allreduce.is_object()) {
     buckets +=
@@ -447,7 +465,7 @@ addEventListener('load', () => {{
 </script>
 </body></html>
 )",
-      html_escape(title), warnings, table, findings, charts, buckets,
+      html_escape(title), warnings, table, findings, charts, layers + buckets,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir));
   const std::string partial = result.path + ".partial";
   {

@@ -1,0 +1,35 @@
+#include "tandem/monitor/model_flops.h"
+
+#include "tandem/autograd/variable.h"
+#include "tandem/kernels/flops.h"
+#include "tandem/nn/sequential.h"
+
+namespace tandem::monitor {
+
+std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape) {
+  std::vector<int64_t> dims = {1};
+  for (int64_t d : example_shape.dims()) dims.push_back(d);
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  Variable x(Tensor::zeros(Shape(dims)));
+  std::vector<LayerFlops> out;
+  if (auto* sequential = dynamic_cast<nn::Sequential*>(&model)) {
+    for (size_t i = 0; i < sequential->size(); ++i) {
+      nn::Module& layer = (*sequential)[i];
+      const int64_t before = kernels::flops_executed();
+      x = layer.forward(x);
+      out.push_back({std::to_string(i), layer.describe(),
+                     static_cast<double>(kernels::flops_executed() - before)});
+    }
+  } else {
+    const int64_t before = kernels::flops_executed();
+    model.forward(x);
+    out.push_back(
+        {"model", model.describe(), static_cast<double>(kernels::flops_executed() - before)});
+  }
+  model.train(was_training);
+  return out;
+}
+
+}  // namespace tandem::monitor

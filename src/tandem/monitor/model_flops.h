@@ -1,0 +1,28 @@
+#pragma once
+// The model's analytic FLOP count per layer: one example through the model,
+// the matrix kernels' counts (2 x multiply-adds of every matmul and
+// convolution) attributed to the layer that ran them. A training step costs
+// about three forwards (backward computes the input and weight gradients).
+
+#include <string>
+#include <vector>
+
+#include "tandem/nn/module.h"
+#include "tandem/tensor/shape.h"
+
+namespace tandem::monitor {
+
+struct LayerFlops {
+  std::string layer;           // the child's name in a Sequential ("0", "1", ...), or "model"
+  std::string description;     // Module::describe()
+  double forward_flops = 0.0;  // per example
+};
+
+// Runs one zero example of `example_shape` (without the batch dimension)
+// through the model in evaluation mode without gradients, then restores the
+// training mode. Layers of a Sequential are listed one by one; any other
+// module as one entry. Must not run while other threads use the kernels
+// (their FLOPs would be counted too).
+std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape);
+
+}  // namespace tandem::monitor
