@@ -225,6 +225,17 @@ int run_train(TrainOptions& o) {
       // The measurement's buffers are gone; peaks should be the model's.
       for (const Device& d : info.devices) allocator_for(d).reset_peaks();
     }
+    if (!o.quiet) {
+      double forward = 0.0;
+      for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;
+      fmt::print(
+          "  monitor: {:.2f} MFLOP per example forward, device peak {:.0f} GFLOP/s ({}), "
+          "metrics.jsonl{}\n",
+          forward / 1e6, info.peak_flops_per_device / 1e9,
+          config.compute_dtype == DType::bf16 ? "bf16" : "f32",
+          trace_first > 0 ? fmt::format(", trace of steps {}-{}", trace_first, trace_last)
+                          : std::string());
+    }
     run_monitor =
         std::make_unique<monitor::Monitor>(monitor::MonitorOptions{.run_dir = config.output_dir,
                                                                    .append = config.resume,
@@ -292,6 +303,11 @@ int run_train(TrainOptions& o) {
     const auto& last = result.history.back();
     fmt::print("done: test accuracy {:.2f}%, {:.1f} s; summary in {}\n", 100.0 * last.test_accuracy,
                result.wall_seconds, summary_path);
+    if (run_monitor) {
+      for (const monitor::Finding& f : run_monitor->stats().diagnose())
+        fmt::print("  {}\n", f.message);
+      fmt::print("  charts and findings: tandem report {}\n", config.output_dir);
+    }
   }
   return 0;
 }
