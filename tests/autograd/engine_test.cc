@@ -6,6 +6,7 @@
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/tensor/allocator.h"
 
 namespace tandem {
 namespace {
@@ -119,6 +120,37 @@ TEST(Engine, GradBufferCanBeAViewIntoASharedBucket) {
   sum(scale(b, 5)).backward();
   EXPECT_EQ(bucket.to_floats(), (std::vector<float>{4, 6, 5}));
   EXPECT_THROW(a.set_grad_buffer(Tensor::zeros(Shape{3})), ShapeError);
+}
+
+// A weight's first gradient contribution is computed straight into its
+// buffer (no temporary, no copy); a second use in another op adds to it.
+TEST(Engine, FirstWeightGradientIsWrittenIntoTheBuffer) {
+  Allocator& memory = allocator_for(cpu_device());
+  Variable x(Tensor::full(Shape{4, 3}, 0.5f));
+  Variable w(Tensor::full(Shape{2, 3}, 0.25f), true);
+  Variable b(Tensor::zeros(Shape{2}), true);
+  sum(linear(x, w, b)).backward();  // allocates the buffers
+  const void* buffer = w.grad_buffer().raw_data();
+  const std::vector<float> once = w.grad().to_floats();
+  w.zero_grad();
+  b.zero_grad();
+  const int64_t before = memory.stats().current(MemoryCategory::gradients);
+  memory.reset_peaks();
+  sum(linear(x, w, b)).backward();
+  // No (2, 3) temporary: the gradient category never rose above its level.
+  EXPECT_LT(memory.stats().peak(MemoryCategory::gradients) - before, 2 * 3 * 4);
+  EXPECT_EQ(w.grad_buffer().raw_data(), buffer);
+  EXPECT_EQ(w.grad().to_floats(), once);
+  // The same weight in two ops: the second contribution accumulates.
+  w.zero_grad();
+  b.zero_grad();
+  sum(add(linear(x, w, b), linear(x, w, b))).backward();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(w.grad().to_floats()[i], 2 * once[i]);
+  // Used twice by one op (w . w^T): each operand's gradient counts once.
+  Variable v(Tensor::from_floats(Shape{2, 2}, std::vector<float>{1, 2, 3, 4}), true);
+  sum(matmul(v, v, false, true)).backward();
+  // d/dv sum(v v^T) = (1 1)^T (1 1) v + ... = 2 * column sums broadcast: rows (4, 6)
+  EXPECT_EQ(v.grad().to_floats(), (std::vector<float>{8, 12, 8, 12}));
 }
 
 TEST(Engine, InputsThatDoNotRequireGradGetNoGradient) {

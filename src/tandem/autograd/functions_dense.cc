@@ -108,7 +108,9 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
           const Tensor x_compute = xv.to(compute);
           // Weight gradients are gradient memory, not activations, whatever
           // the policy (the accounting compares activations across policies).
-          Tensor dw = Tensor::empty(wc.shape(), w_dtype, wc.device(), MemoryCategory::gradients);
+          Tensor dw = ctx.destination(1);
+          if (!dw.defined())
+            dw = Tensor::empty(wc.shape(), w_dtype, wc.device(), MemoryCategory::gradients);
           kernels::matmul_into(gc, x_compute, {}, dw, {.transpose_a = true});
           ctx.set(1, dw);
         }
@@ -148,9 +150,15 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
         }
         if (ctx.needs(1) || ctx.needs(2)) {
           // xv cast again: see linear().
-          Tensor dw = Tensor::empty(wc.shape(), DType::f32, wc.device(), MemoryCategory::gradients);
-          Tensor db =
-              Tensor::empty(Shape{wc.dim(3)}, DType::f32, wc.device(), MemoryCategory::gradients);
+          // Straight into the gradient buffers when they are f32 (the kernel's
+          // output type) and this is their first contribution.
+          Tensor dw = w_dtype == DType::f32 ? ctx.destination(1) : Tensor();
+          if (!dw.defined())
+            dw = Tensor::empty(wc.shape(), DType::f32, wc.device(), MemoryCategory::gradients);
+          Tensor db = ctx.destination(2);
+          if (!db.defined() || db.dtype() != DType::f32)
+            db =
+                Tensor::empty(Shape{wc.dim(3)}, DType::f32, wc.device(), MemoryCategory::gradients);
           kernels::conv2d_backward_weights(xv.to(compute), gc, geometry, dw,
                                            ctx.needs(2) ? &db : nullptr);
           if (ctx.needs(1)) ctx.set(1, dw.to(w_dtype));

@@ -18,18 +18,26 @@ namespace tandem {
 class BackwardContext {
  public:
   BackwardContext(const Tensor& grad_output, const std::vector<bool>& needs,
-                  std::vector<Tensor>& grads)
-      : grad_output_(grad_output), needs_(needs), grads_(grads) {}
+                  std::vector<Tensor>& grads, const std::vector<Tensor>* destinations = nullptr)
+      : grad_output_(grad_output), needs_(needs), grads_(grads), destinations_(destinations) {}
 
   const Tensor& grad_output() const { return grad_output_; }
   bool needs(size_t input) const { return needs_[input]; }
   // Sets input i's gradient (must have that input's shape and dtype).
   void set(size_t input, Tensor grad) { grads_[input] = std::move(grad); }
+  // Where input i's gradient may be written directly: the leaf's gradient
+  // buffer (a fusion-bucket view under a reducer) when this is its first
+  // contribution; undefined otherwise. A backward that computes into it and
+  // passes it to set() saves the copy into the buffer.
+  Tensor destination(size_t input) const {
+    return destinations_ != nullptr ? (*destinations_)[input] : Tensor();
+  }
 
  private:
   const Tensor& grad_output_;
   const std::vector<bool>& needs_;
   std::vector<Tensor>& grads_;
+  const std::vector<Tensor>* destinations_;
 };
 
 using BackwardFn = std::function<void(BackwardContext&)>;

@@ -82,8 +82,30 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& seed) {
       }
       std::vector<bool> needs(node->inputs.size());
       for (size_t i = 0; i < needs.size(); ++i) needs[i] = node->inputs[i].active();
-      BackwardContext context(grad_output, needs, grads);
+      // A leaf's first contribution may be computed straight into its
+      // gradient buffer (once per node: a leaf used twice by one op gets
+      // one destination, so the two results cannot overwrite each other).
+      std::vector<Tensor> destinations(node->inputs.size());
+      for (size_t i = 0; i < destinations.size(); ++i) {
+        const Edge& edge = node->inputs[i];
+        if (!edge.leaf || edge.leaf->grad_defined) continue;
+        bool repeated = false;
+        for (size_t j = 0; j < destinations.size(); ++j)
+          repeated = repeated || (j != i && node->inputs[j].leaf == edge.leaf);
+        if (!repeated) destinations[i] = Variable::from_impl(edge.leaf).grad_buffer();
+      }
+      BackwardContext context(grad_output, needs, grads, &destinations);
       node->backward(context);
+      for (size_t i = 0; i < destinations.size(); ++i) {
+        if (destinations[i].defined() && grads[i].defined() &&
+            grads[i].raw_data() == destinations[i].raw_data()) {
+          // Written in place: the contribution is already in the buffer.
+          check_gradient(grads[i], node->inputs[i].shape, node->inputs[i].dtype, "input of",
+                         node->op);
+          Variable::from_impl(node->inputs[i].leaf).define_grad();
+          grads[i] = Tensor();
+        }
+      }
     }
     node->backward = nullptr;
     // 3. Route each input's gradient: sum into the producing node's pending
@@ -131,9 +153,13 @@ void Variable::set_value(const Tensor& value) {
   ++impl.version;
 }
 
-uint64_t Variable::version() const { return checked(impl_, "version").version; }
+uint64_t Variable::version() const {
+  return checked(impl_, "version").version;
+}
 
-void Variable::mark_modified() const { ++checked(impl_, "mark_modified").version; }
+void Variable::mark_modified() const {
+  ++checked(impl_, "mark_modified").version;
+}
 
 Tensor Variable::value_as(DType dtype) const {
   VariableImpl& impl = checked(impl_, "value_as");
