@@ -191,7 +191,7 @@ void Monitor::on_step(const train::StepInfo& s) {
   const int64_t flops_now = kernels::flops_executed();
   StepRecord record{.epoch = s.epoch,
                     .step = s.step,
-                    .global_step = (s.epoch - 1) * s.steps_per_epoch + s.step,
+                    .global_step = s.global_step,
                     .time = time_offset_ + seconds_between(start_, now),
                     .loss = s.loss,
                     .learning_rate = s.learning_rate,
@@ -216,7 +216,6 @@ void Monitor::on_step(const train::StepInfo& s) {
     record.allreduce_seconds += b.seconds;
   }
   stats_.add(record);
-  last_global_step_ = record.global_step;
 
   WindowStep w{.end = now, .seconds = s.step_seconds, .examples = s.batch_examples};
   for (const ReplicaTimes& r : record.replicas) w.busy.push_back(r.compute());

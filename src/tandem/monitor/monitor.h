@@ -106,7 +106,6 @@ class Monitor {
   int64_t flops_at_last_step_ = 0;
   std::deque<WindowStep> window_;
   RunStats stats_;
-  int64_t last_global_step_ = 0;
   double own_seconds_ = 0.0;
   double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
   std::vector<std::string> warnings_;
