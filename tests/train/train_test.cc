@@ -5,6 +5,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/random.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/nn/dropout.h"
 #include "tandem/nn/flatten.h"
@@ -247,13 +248,17 @@ TEST(Trainer, PrefetchedBatchesGiveTheSameLosses) {
                           .optimizer = {.name = "adam", .learning_rate = 0.002},
                           .seed = 4};
   base.batch_transform = [](Tensor& images, Tensor&) {
-    // A deterministic augmentation: mirror every image left-right.
-    Tensor flipped = Tensor::empty(images.shape());
+    // A random augmentation: mirror each image left-right with probability
+    // 1/2, drawing from the thread's generator (seeded per step by fit()).
+    Tensor flipped = images.clone();
     const int64_t n = images.dim(0), h = images.dim(1), w = images.dim(2);
     const float* src = images.data<float>();
     float* dst = flipped.data<float>();
-    for (int64_t i = 0; i < n * h; ++i)
-      for (int64_t x = 0; x < w; ++x) dst[i * w + x] = src[i * w + (w - 1 - x)];
+    for (int64_t i = 0; i < n; ++i) {
+      if (thread_generator().next_below(2) == 0) continue;
+      for (int64_t r = i * h; r < (i + 1) * h; ++r)
+        for (int64_t x = 0; x < w; ++x) dst[r * w + x] = src[r * w + (w - 1 - x)];
+    }
     images = flipped;
   };
   const auto train_data = head(fashion().train, 640);  // 10 steps per epoch

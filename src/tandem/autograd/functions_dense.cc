@@ -140,6 +140,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   Variable out = record_op(
       "conv2d", y, {&x, &weight, &bias},
       [xv, wc, y, saved_activation, geometry, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
+       b_dtype = bias.defined() ? bias.value().dtype() : DType::f32,
        compute = options.compute_dtype](BackwardContext& ctx) {
         const Tensor g = kernels::activation_backward(saved_activation, ctx.grad_output(), y);
         const Tensor gc = g.to(compute);
@@ -162,7 +163,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
           kernels::conv2d_backward_weights(xv.to(compute), gc, geometry, dw,
                                            ctx.needs(2) ? &db : nullptr);
           if (ctx.needs(1)) ctx.set(1, dw.to(w_dtype));
-          if (ctx.needs(2)) ctx.set(2, db);
+          if (ctx.needs(2)) ctx.set(2, db.to(b_dtype));
         }
       });
   if (!fused && options.activation == Activation::gelu) return gelu(out);

@@ -9,7 +9,11 @@ namespace tandem::monitor {
 std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape) {
   std::vector<int64_t> dims = {1};
   for (int64_t d : example_shape.dims()) dims.push_back(d);
-  const bool was_training = model.is_training();
+  struct RestoreMode {
+    nn::Module& model;
+    bool training = model.is_training();
+    ~RestoreMode() { model.train(training); }
+  } restore{model};
   model.eval();
   NoGradGuard no_grad;
   Variable x(Tensor::zeros(Shape(dims)));
@@ -28,7 +32,6 @@ std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shap
     out.push_back(
         {"model", model.describe(), static_cast<double>(kernels::flops_executed() - before)});
   }
-  model.train(was_training);
   return out;
 }
 

@@ -2,7 +2,8 @@
 // The model's analytic FLOP count per layer: one example through the model,
 // the matrix kernels' counts (2 x multiply-adds of every matmul and
 // convolution) attributed to the layer that ran them. A training step costs
-// about three forwards (backward computes the input and weight gradients).
+// three forwards (backward computes the input and the weight gradients) less
+// the first layer's input gradient, which nothing needs.
 
 #include <string>
 #include <vector>

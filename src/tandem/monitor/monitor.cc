@@ -44,29 +44,33 @@ struct ExistingMetrics {
 
 ExistingMetrics read_existing(const std::string& path) {
   ExistingMetrics out;
-  std::FILE* f = std::fopen(path.c_str(), "r");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return out;
-  std::string line;
-  int c;
-  const auto take_line = [&] {
-    try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      if (j.contains("time") && j.at("time").is_number())
-        out.last_time = j.at("time").get<double>();
-    } catch (const nlohmann::json::exception&) {
-      // A cut or foreign line: its time is unknown.
-    }
-    line.clear();
-  };
-  while ((c = std::fgetc(f)) != EOF) {
-    if (c == '\n') {
-      take_line();
-    } else {
-      line += static_cast<char>(c);
-    }
-  }
-  out.ends_mid_line = !line.empty();
+  // Only the end matters: the last lines of a long run's file.
+  constexpr long kTail = 1 << 16;
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fseek(f, std::max(0L, size - kTail), SEEK_SET);
+  std::string tail(static_cast<size_t>(std::min(size, kTail)), '\0');
+  tail.resize(std::fread(tail.data(), 1, tail.size(), f));
   std::fclose(f);
+  out.ends_mid_line = !tail.empty() && tail.back() != '\n';
+  size_t end = tail.size();
+  while (end > 0) {
+    const size_t start = tail.rfind('\n', end - 1);
+    const size_t begin = start == std::string::npos ? 0 : start + 1;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(tail.substr(begin, end - begin));
+      if (j.contains("time") && j.at("time").is_number()) {
+        out.last_time = j.at("time").get<double>();
+        break;
+      }
+    } catch (const nlohmann::json::exception&) {
+      // A cut, partial (the tail's first) or foreign line: look further back.
+    }
+    if (start == std::string::npos) break;
+    end = start;
+  }
   return out;
 }
 
@@ -354,7 +358,8 @@ void Monitor::finish_trace() {
 
 void Monitor::finish() {
   if (tracing_) finish_trace();
-  if (training_memory_.empty() && !info_.devices.empty()) merge_training_memory(memory_snapshot());
+  // No step ran here (stopped at once, or resumed at the end): no training
+  // peaks, so no memory findings rather than start-up's figures.
   stats_.set_memory(training_memory_);
 }
 

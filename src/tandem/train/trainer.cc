@@ -358,6 +358,10 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     detail::Batch b{data::gather_rows(train_.images, rows), data::gather_rows(train_.labels, rows)};
     if (config_.batch_transform) {
       MemoryCategoryScope input_memory(MemoryCategory::input);
+      // A transform drawing from thread_generator() sees the same numbers
+      // whichever thread builds the batch and whenever (prefetch, resume).
+      thread_generator().set_state(
+          mix_seed(config_.seed ^ 0xB47Cull, static_cast<uint64_t>(epoch * per_epoch + step)), 0);
       config_.batch_transform(b.images, b.labels);
       if (b.images.dim(0) != static_cast<int64_t>(rows.size()) ||
           b.labels.dim(0) != static_cast<int64_t>(rows.size())) {
@@ -578,6 +582,9 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   if (!std::filesystem::exists(path)) {
     TANDEM_THROW(InvalidArgument, "cannot resume: no checkpoint at '", path, "'");
   }
+  // Loaded tensors are copied into the model and dropped: temporaries, not
+  // activations (the monitor's memory findings read the activation peak).
+  MemoryCategoryScope loading(MemoryCategory::workspace);
   const Checkpoint c = load_checkpoint(path);
   if (c.meta("format") != kFormat) {
     TANDEM_THROW(IoError, "'", path, "' is not a trainer checkpoint (format ", c.meta("format"),

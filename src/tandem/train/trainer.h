@@ -56,9 +56,12 @@ struct TrainConfig {
   // skipped instead of failing.
   precision::Policy policy = precision::global_policy();
   std::optional<precision::LossScalerOptions> loss_scale;
-  // Applied to each batch this process assembles, on the main thread before
-  // the batch is split between its replicas (augmentation, decoding): part
-  // of the step's input time. Must keep the number of rows.
+  // Applied to each batch this process assembles, before the batch is split
+  // between its replicas (augmentation, decoding): part of the step's input
+  // time. Must keep the number of rows. thread_generator() is seeded from
+  // (seed, step) before each call, so random augmentation is reproducible.
+  // Runs on the main thread, or with prefetch_batches > 0 on the prefetch
+  // thread while replicas compute: it must not touch the model.
   std::function<void(Tensor& images, Tensor& labels)> batch_transform;
   // Batches assembled ahead of the step that trains on them, on a background
   // thread (tf.data's prefetch): hides a slow batch_transform behind the
