@@ -64,7 +64,8 @@ void expect_one_line_error(const std::string& arguments, const std::string& need
 
 TEST(Cli, HelpAndVersion) {
   for (const char* args :
-       {"--help", "train --help", "info --help", "bench --help", "bench train --help"}) {
+       {"--help", "train --help", "info --help", "bench --help", "bench train --help",
+        "report --help", "bench peak --help", "bench monitor --help"}) {
     const CommandResult r = run(args);
     EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << args;
