@@ -259,6 +259,26 @@ TEST(Cli, BenchTrainJson) {
   expect_one_line_error("bench train --precisions float64", "float64");
 }
 
+TEST(Cli, BenchPeakAndMonitorJson) {
+  const CommandResult peak_json =
+      run("bench peak --size 128 --repeats 1 --threads 1 --json 2>/dev/null");
+  ASSERT_EQ(peak_json.status, 0) << peak_json.output;
+  const auto p = nlohmann::json::parse(peak_json.output);
+  ASSERT_EQ(p.size(), 2u);  // f32 and bf16
+  EXPECT_GT(p[0].at("median_flops_per_second").get<double>(), 1e8);
+  expect_one_line_error("bench peak --threads 0", "--threads entries must be integers >= 1");
+  expect_one_line_error("bench peak --threads x", "--threads entries must be integers >= 1");
+
+  const CommandResult monitor =
+      run("bench monitor --model mlp --devices 2 --steps 3 --rounds 2 --json --run-dir " +
+          tmp("cli-bench-monitor") + " 2>/dev/null");
+  ASSERT_EQ(monitor.status, 0) << monitor.output;
+  const auto m = nlohmann::json::parse(monitor.output);
+  EXPECT_EQ(m.at("monitor_examples_per_second").size(), 2u);
+  EXPECT_GT(m.at("ratio_median").get<double>(), 0.0);
+  EXPECT_GE(m.at("monitor_own_fraction_median").get<double>(), 0.0);
+}
+
 }  // namespace
 
 namespace {
