@@ -395,10 +395,18 @@ TEST(Cli, ReportRendersInHeadlessChromium) {
       "--hide-scrollbars --user-data-dir=" +
       out + "/chromium-profile ";
   const std::string url = "file://" + out + "/report.html";
-  const std::string dom =
-      shell(chromium + flags + "--virtual-time-budget=2000 --dump-dom " + url + " 2>/dev/null")
-          .output;
+  // The DOM after load, and the browser's log: the page's console must stay
+  // silent (an exception in its script would show as "Uncaught ..." there).
+  const std::string log = out + "/chromium.log";
+  const std::string dom = shell(chromium + flags +
+                                "--enable-logging=stderr --v=0 --virtual-time-budget=2000 "
+                                "--dump-dom " +
+                                url + " 2>" + log)
+                              .output;
   EXPECT_NE(dom.find("data-drawn=\"6\""), std::string::npos) << dom.substr(0, 2000);
+  std::ifstream log_in(log);
+  for (std::string line; std::getline(log_in, line);)
+    EXPECT_EQ(line.find(":CONSOLE"), std::string::npos) << "console output: " << line;
   const std::string shot = out + "/report.png";
   shell(chromium + flags + "--window-size=1240,1300 --screenshot=" + shot + " " + url +
         " >/dev/null 2>&1");
