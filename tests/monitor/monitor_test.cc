@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -226,6 +227,70 @@ TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
     EXPECT_LT(j.at("allreduce_seconds").get<double>(), 0.005) << line;
   }
   EXPECT_EQ(steps, 10);
+}
+
+// The findings' rules on made-up steps with known parts: each bottleneck,
+// the numbers in its sentence, and the memory findings.
+TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
+  const auto steps = [](double input, double forward, double backward, double communication,
+                        double slow_extra) {
+    monitor::RunStats stats(/*warmup_steps=*/0);
+    for (int i = 0; i < 5; ++i) {
+      monitor::StepRecord r{.global_step = i + 1, .batch_examples = 128};
+      r.replicas = {{.replica = 0,
+                     .forward = forward,
+                     .backward = backward,
+                     .communication = communication,
+                     .idle = slow_extra},
+                    {.replica = 1,
+                     .forward = forward,
+                     .backward = backward + slow_extra,
+                     .communication = communication}};
+      r.input_seconds = input;
+      r.step_seconds = input + forward + backward + slow_extra + communication;
+      stats.add(r);
+    }
+    return stats;
+  };
+  const auto kinds = [](const monitor::RunStats& stats) {
+    std::map<std::string, std::string> out;
+    for (const auto& f : stats.diagnose()) out[f.kind] = f.message;
+    return out;
+  };
+  // 3 ms of exposed all-reduce in a 10 ms step.
+  auto comm = kinds(steps(0.0, 0.002, 0.005, 0.003, 0.0));
+  ASSERT_TRUE(comm.count("communication_bound"));
+  EXPECT_NE(comm["communication_bound"].find("30% of step time"), std::string::npos)
+      << comm["communication_bound"];
+  EXPECT_FALSE(comm.count("compute_bound"));
+  // 4 ms of input in a 10 ms step.
+  auto input = kinds(steps(0.004, 0.002, 0.004, 0.0, 0.0));
+  ASSERT_TRUE(input.count("input_bound"));
+  EXPECT_NE(input["input_bound"].find("40% of step time"), std::string::npos);
+  // Replica 1 needs 3 ms more backward than replica 0's 6 ms of compute.
+  auto straggler = kinds(steps(0.0, 0.002, 0.004, 0.0, 0.003));
+  ASSERT_TRUE(straggler.count("straggler"));
+  EXPECT_NE(straggler["straggler"].find("replica 1 is 50% slower"), std::string::npos)
+      << straggler["straggler"];
+  // Balanced: compute-bound, nothing else.
+  auto balanced = kinds(steps(0.0, 0.003, 0.006, 0.0001, 0.0));
+  EXPECT_TRUE(balanced.count("compute_bound"));
+  EXPECT_EQ(balanced.size(), 1u);
+
+  // Memory: 95% of capacity is pressure; a small peak leaves headroom.
+  monitor::RunStats stats = steps(0.0, 0.003, 0.006, 0.0, 0.0);
+  monitor::DeviceMemory tight{.device = "cpu:0", .peak_total = 950, .capacity = 1000};
+  tight.peak[static_cast<int>(MemoryCategory::activations)] = 500;
+  monitor::DeviceMemory roomy{.device = "cpu:1", .peak_total = 100, .capacity = 1000};
+  roomy.peak[static_cast<int>(MemoryCategory::activations)] = 50;
+  stats.set_memory({tight, roomy});
+  auto memory = kinds(stats);
+  ASSERT_TRUE(memory.count("memory_pressure"));
+  EXPECT_NE(memory["memory_pressure"].find("cpu:0"), std::string::npos);
+  ASSERT_TRUE(memory.count("memory_headroom"));
+  // (1000 - (100 - 50)) / 50 = 19x larger activations fit.
+  EXPECT_NE(memory["memory_headroom"].find("19x larger batch"), std::string::npos)
+      << memory["memory_headroom"];
 }
 
 TEST(Monitor, MetricsLinesParseWithStableFields) {
