@@ -2,7 +2,9 @@
 // reference itself and compares; run with 1 and 2 devices per process.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "tandem/comm/mpi.h"
 #include "tandem/data/fashion_mnist.h"
@@ -52,6 +54,49 @@ TEST_P(MultiWorkerTest, MatchesOneDevice) {
   // Metrics are over the whole dataset, whichever worker saw which part.
   EXPECT_NEAR(result.history[0].train_loss, expected.history[0].train_loss, 1e-4);
   EXPECT_EQ(result.history[0].test_accuracy, expected.history[0].test_accuracy);
+}
+
+// A replica in the last process sleeps in every forward pass: every
+// process's step breakdown lists all replicas, names the slow one by its own
+// compute, and counts the others' wait as idle rather than communication.
+class SlowLastProcess : public nn::Module {
+ public:
+  explicit SlowLastProcess(std::shared_ptr<nn::Module> inner) : inner_(inner) {
+    register_module("inner", std::move(inner));
+  }
+  Variable forward(const Variable& x) override {
+    if (is_training() && comm::mpi_world_rank() == comm::mpi_world_size() - 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return inner_->forward(x);
+  }
+  std::string describe() const override { return "SlowLastProcess"; }
+
+ private:
+  std::shared_ptr<nn::Module> inner_;
+};
+
+TEST(MultiWorkerTiming, ARemoteStragglerIsNamedNotHiddenInCommunication) {
+  const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
+  const data::LabeledImages train{fashion.train.images.slice(0, 96), fashion.train.labels.slice(0, 96)};
+  const int processes = comm::mpi_world_size();
+  train::TrainConfig c{.model = "mlp", .epochs = 1, .batch_size = 16, .schedule = "constant", .seed = 5};
+  c.strategy = {.name = "multi_worker", .devices = 1, .threads_per_device = 1, .allow_oversubscription = true};
+  train::Trainer trainer(
+      c, [] { return std::make_shared<SlowLastProcess>(nn::make_model("mlp", {.seed = 3})); }, train, {});
+  int steps = 0;
+  trainer.fit({.on_step = [&](const train::StepInfo& s) {
+    ++steps;
+    ASSERT_EQ(s.replicas.size(), static_cast<size_t>(processes));
+    const train::ReplicaStepTime& slow = s.replicas.back();
+    EXPECT_EQ(slow.replica, processes - 1);
+    for (const train::ReplicaStepTime& r : s.replicas) {
+      EXPECT_LT(r.communication, 0.010) << "step " << s.step << " replica " << r.replica;
+      if (r.replica == slow.replica) continue;
+      EXPECT_GT(slow.forward, r.forward + 0.015) << "step " << s.step;
+      EXPECT_GT(r.idle, 0.010) << "step " << s.step << " replica " << r.replica;
+    }
+  }});
+  EXPECT_EQ(steps, 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiWorkerTest,

@@ -206,9 +206,8 @@ void Monitor::on_step(const train::StepInfo& s) {
                     .loss_scale = s.loss_scale,
                     .skipped = s.skipped};
   flops_at_last_step_ = flops_now;
-  for (size_t r = 0; r < s.replicas.size(); ++r) {
-    const train::ReplicaStepTime& t = s.replicas[r];
-    record.replicas.push_back({.replica = info_.first_replica + static_cast<int>(r),
+  for (const train::ReplicaStepTime& t : s.replicas) {
+    record.replicas.push_back({.replica = t.replica,
                                .forward = t.forward,
                                .backward = t.backward,
                                .communication = t.communication,

@@ -248,6 +248,7 @@ std::vector<ReplicaStepTime> Trainer::replica_breakdown(Clock::time_point input_
     const Clock::time_point idle_until =
         std::min(std::max(last_backward, m.backward_done), m.reduced);
     ReplicaStepTime t;
+    t.replica = strategy_->global_replica(static_cast<int>(&r - replicas_.data()));
     t.forward = seconds(m.forward_done - m.start);
     t.backward = seconds(m.backward_done - m.forward_done);
     t.communication = seconds(m.reduced - idle_until);
@@ -255,6 +256,44 @@ std::vector<ReplicaStepTime> Trainer::replica_breakdown(Clock::time_point input_
     t.idle = seconds(m.start - input_done) + seconds(idle_until - m.backward_done) +
              seconds(step_end - m.done);
     out.push_back(t);
+  }
+  return out;
+}
+
+void Trainer::exchange_replica_times(int local_replica) {
+  // Other processes' replicas run on their own clocks, so their moments
+  // cannot be compared with ours; their durations can. Each replica shares
+  // (forward, backward, wait for gradients, optimizer) with all the others.
+  Replica& rep = replicas_[local_replica];
+  const Replica::Moments& m = rep.moments;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
+  const float mine[4] = {seconds(m.forward_done - m.start),
+                         seconds(m.backward_done - m.forward_done),
+                         seconds(m.reduced - m.backward_done), seconds(m.done - m.reduced)};
+  if (!rep.peer_times.defined())
+    rep.peer_times = Tensor::empty(Shape{4 * strategy_->global_replicas()});
+  strategy_->communicator(local_replica)
+      ->all_gather(Tensor::from_floats(Shape{4}, mine), rep.peer_times);
+}
+
+std::vector<ReplicaStepTime> Trainer::global_breakdown(Clock::duration after_input) const {
+  // The slowest replica waits only for the exposed part of the all-reduce;
+  // every other replica's longer wait is idling for it.
+  const float* t = replicas_.front().peer_times.data<float>();
+  const int n = strategy_->global_replicas();
+  double exposed = t[2];
+  for (int g = 1; g < n; ++g) exposed = std::min(exposed, static_cast<double>(t[4 * g + 2]));
+  const double span = std::chrono::duration<double>(after_input).count();
+  std::vector<ReplicaStepTime> out;
+  for (int g = 0; g < n; ++g) {
+    ReplicaStepTime x;
+    x.replica = g;
+    x.forward = t[4 * g];
+    x.backward = t[4 * g + 1];
+    x.communication = exposed;
+    x.optimizer = t[4 * g + 3];
+    x.idle = std::max(0.0, span - x.forward - x.backward - x.communication - x.optimizer);
+    out.push_back(x);
   }
   return out;
 }
@@ -324,6 +363,9 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   // OpenMP teams: their workers spin after each region and steal a replica's core.
   NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1 : num_threads());
   const int n_global = strategy_->global_replicas();
+  // With several processes, replicas share their step timings (a tiny
+  // all-gather after the update) so that every process sees every replica.
+  const bool exchange_times = n_global > strategy_->local_replicas();
   // Track names for traces: the input is assembled on this thread.
   const std::thread::id main_thread = std::this_thread::get_id();
   trace::set_thread_name("input (main thread)");
@@ -464,6 +506,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         }
         if (std::isfinite(step_loss[r])) partial[r][0] += step_loss[r] * static_cast<double>(count);
         rep.moments.done = Clock::now();
+        if (exchange_times) exchange_replica_times(r);
       });
       double loss_value = 0.0;
       for (double l : step_loss) loss_value += l;  // this worker's share of the global mean
@@ -477,7 +520,9 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       const double step_seconds = std::chrono::duration<double>(step_end - step_start).count();
       progress.train_seconds += step_seconds;
       if (callbacks.on_step) {
-        std::vector<ReplicaStepTime> breakdown = replica_breakdown(input_done, step_end);
+        std::vector<ReplicaStepTime> breakdown = exchange_times
+                                                     ? global_breakdown(step_end - input_done)
+                                                     : replica_breakdown(input_done, step_end);
         double idle = 0.0, communication = 0.0;
         for (const ReplicaStepTime& t : breakdown) idle += t.idle, communication += t.communication;
         const auto local = static_cast<double>(breakdown.size());

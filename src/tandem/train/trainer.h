@@ -98,9 +98,11 @@ struct EvalResult {
 // up to the step time. Forward and backward are the replica's own compute,
 // measured up to the moment its gradients were ready and before it waits for
 // any other replica, so a slow replica shows as slow here, not as everyone's
-// long all-reduce. (Across processes only the local replicas are compared:
-// waiting for a slower process counts as communication.)
+// long all-reduce. With several processes every replica is listed: durations
+// are exchanged, and the exposed communication is the shortest wait (the
+// slowest replica's), the rest of each replica's wait being idle.
 struct ReplicaStepTime {
+  int replica = 0;             // global replica index
   double forward = 0.0;        // forward pass and loss
   double backward = 0.0;       // backward, launching its all-reduces on the way
   double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
@@ -117,9 +119,10 @@ struct StepInfo {
   double learning_rate = 0.0;
   int64_t batch_examples = 0;
   // Where the step's time went (seconds): assembling the batch on the main
-  // thread (input), the whole step, and, as means over the local replicas,
-  // the communication not hidden behind backward and the time replicas
-  // waited for others. `replicas` has each local replica's breakdown.
+  // thread (input), the whole step, and, as means over the replicas, the
+  // communication not hidden behind backward and the time replicas waited
+  // for others. `replicas` has each replica's breakdown: this process's, or
+  // every process's under multi-worker.
   double input_seconds = 0.0;
   double step_seconds = 0.0;
   double exposed_communication_seconds = 0.0;
@@ -190,8 +193,15 @@ class Trainer {
     std::unique_ptr<optim::Optimizer> optimizer;
     std::unique_ptr<distribute::Reducer> reducer;
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
+    Tensor peer_times;  // multi-worker: every replica's step durations, 4 per replica
   };
   void build_replicas(const ModelFactory& factory);
+  // Shares local replica i's step durations with every replica (multi-worker).
+  void exchange_replica_times(int local_replica);
+  // The last step's breakdown for every global replica, from the exchanged
+  // durations; `after_input` is the step's time after its input was ready.
+  std::vector<ReplicaStepTime> global_breakdown(
+      std::chrono::steady_clock::duration after_input) const;
   // The last step's per-replica breakdown from the replicas' moments.
   std::vector<ReplicaStepTime> replica_breakdown(
       std::chrono::steady_clock::time_point input_done,
