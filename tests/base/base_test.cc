@@ -9,6 +9,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/base/statistics.h"
 
 namespace tandem {
 namespace {
@@ -106,6 +107,18 @@ TEST(Parallel, ExceptionReachesCaller) {
                             }),
                InvalidArgument);
   EXPECT_THROW(set_num_threads(0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(Statistics, MedianOfOddEvenAndNoValues) {
+  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_EQ(median({}), 0.0);
 }
 
 }  // namespace

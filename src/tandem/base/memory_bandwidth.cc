@@ -10,6 +10,7 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/statistics.h"
 #include "tandem/base/target_clones.h"
 
 namespace tandem {
@@ -45,11 +46,6 @@ TANDEM_TARGET_CLONES void read2_write2_kernel(float* a, float* b, int64_t n) {
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 }  // namespace
 

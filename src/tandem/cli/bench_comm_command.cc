@@ -18,6 +18,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/memory_bandwidth.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
@@ -112,11 +113,6 @@ struct SizeResult {
   double seconds_min = 0, seconds_max = 0;
   bool correct = true;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Rank r's known input: element i = (i % 13) + r, exact in every dtype.
 float input_value(int rank, int64_t i) {

@@ -10,6 +10,7 @@
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/kernels/backend_info.h"
 #include "tandem/precision/policy.h"
@@ -28,12 +29,6 @@ struct BenchTrainOptions {
   int repeats = 5;
   bool json = false;
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 int parse_threads(const std::string& text) {
   try {

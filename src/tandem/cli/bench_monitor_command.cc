@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
+#include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/nn/models.h"
@@ -30,11 +31,6 @@ struct MonitorBenchOptions {
   std::string run_dir;  // default: a directory under the system's temporary one
   bool json = false;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 int run_bench_monitor(const MonitorBenchOptions& o) {
   if (o.rounds < 1 || o.steps < 1 || o.batch_size < 1 || o.devices < 1)

@@ -16,6 +16,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
@@ -38,11 +39,7 @@ struct PipelineOptions {
 
 struct Sample {
   std::vector<double> values;
-  double median() const {
-    std::vector<double> v = values;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
+  double median() const { return tandem::median(values); }
   double min() const { return *std::min_element(values.begin(), values.end()); }
   double max() const { return *std::max_element(values.begin(), values.end()); }
 };

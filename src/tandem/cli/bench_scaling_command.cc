@@ -20,6 +20,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/nn/models.h"
 #include "tandem/train/throughput.h"
@@ -49,8 +50,7 @@ struct Series {
   double median(double Run::*field) const {
     std::vector<double> v;
     for (const Run& r : runs) v.push_back(r.*field);
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    return tandem::median(std::move(v));
   }
   double min() const {
     double m = runs.front().examples_per_second;

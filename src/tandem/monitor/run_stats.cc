@@ -1,4 +1,5 @@
 #include "tandem/monitor/run_stats.h"
+#include "tandem/base/statistics.h"
 
 #include <fmt/format.h>
 
@@ -22,13 +23,6 @@ std::string percent(double fraction) {
 
 std::string mib(int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
 }
 
 }  // namespace
