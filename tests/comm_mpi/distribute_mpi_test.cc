@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 
+#include "support/reference.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/nn/models.h"
@@ -15,14 +16,7 @@
 namespace tandem {
 namespace {
 
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(a[i]) * a[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
+using testing::relative_error;
 
 class MultiWorkerTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 

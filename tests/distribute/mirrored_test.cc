@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "support/ranks.h"
+#include "support/reference.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
@@ -23,6 +24,8 @@
 
 namespace tandem {
 namespace {
+
+using testing::relative_error;
 
 namespace fs = std::filesystem;
 
@@ -66,15 +69,6 @@ train::TrainConfig config(const std::string& strategy, int devices, const std::s
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
   return c;
-}
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(a[i]) * a[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 struct Case {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "support/gradcheck.h"
+#include "support/reference.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
@@ -22,6 +23,8 @@
 namespace tandem {
 namespace {
 
+using testing::relative_error;
+
 using precision::LossScaler;
 using precision::LossScalerOptions;
 using precision::Policy;
@@ -33,15 +36,6 @@ const data::FashionMnist& fashion() {
 
 data::LabeledImages head(const data::LabeledImages& d, int64_t n) {
   return {d.images.slice(0, n).clone(), d.labels.slice(0, n)};
-}
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(a[i]) * a[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 TEST(Policy, NamesRoundTripAndUnknownNamesAreListed) {

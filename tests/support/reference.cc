@@ -7,6 +7,15 @@
 
 namespace tandem::testing {
 
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(a[i]) * a[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
 std::vector<double> to_doubles(const Tensor& t) {
   const std::vector<float> f = t.to_floats();
   return {f.begin(), f.end()};

@@ -14,6 +14,10 @@ namespace tandem::testing {
 
 std::vector<double> to_doubles(const Tensor& t);
 
+// ||a - b|| / ||a|| over all elements (a and b of equal length): how far a
+// result is from its reference as a whole.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b);
+
 // (M, K) x (K, N) with optional transposes (a stored (K, M), b stored (N, K)).
 std::vector<double> matmul_reference(const Tensor& a, const Tensor& b, bool transpose_a,
                                      bool transpose_b);
