@@ -81,21 +81,9 @@ train::ModelFactory factory(int slow_replica = -1) {
 }
 
 monitor::RunInfo run_info(train::Trainer& t, const train::TrainConfig& c) {
-  monitor::RunInfo info{.model = c.model,
-                        .strategy = t.strategy().name(),
-                        .precision = "float32",
-                        .global_replicas = t.strategy().global_replicas(),
-                        .threads_per_replica = 1,
-                        .first_replica = 0,
-                        .batch_size = c.batch_size,
-                        .epochs = c.epochs,
-                        .steps_per_epoch = t.steps_per_epoch(),
-                        .parameters = t.model().parameter_count(),
-                        .peak_flops_per_device = 1e11,
-                        .device_memory_bytes = int64_t{1} << 32};
-  if (auto* comm = t.strategy().communicator(0)) info.backend = comm->backend();
-  for (int r = 0; r < t.strategy().local_replicas(); ++r)
-    info.devices.push_back(t.strategy().device(r));
+  monitor::RunInfo info = monitor::describe_run(t, c);
+  info.peak_flops_per_device = 1e11;
+  info.device_memory_bytes = int64_t{1} << 32;
   return info;
 }
 

@@ -48,7 +48,6 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   const std::string model = o.model;
   train::Trainer trainer(config, [&] { return nn::make_model(model); },
                          synthetic_images(o.batch_size * o.steps), {});
-  distribute::Strategy& strategy = trainer.strategy();
   const auto timed_fit = [&](const train::TrainCallbacks& callbacks) {
     const auto start = std::chrono::steady_clock::now();
     trainer.fit(callbacks);
@@ -56,23 +55,13 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return static_cast<double>(o.batch_size * o.steps) / seconds;
   };
+  const monitor::RunInfo info = monitor::describe_run(trainer, config);
   timed_fit({});  // warm-up: primitives, allocator caches
   std::vector<double> on, off, ratios, own_fraction;
   for (int r = 0; r < o.rounds; ++r) {
     double with = 0.0, without = 0.0;
     for (int turn = 0; turn < 2; ++turn) {
       if ((turn == 0) == (r % 2 == 0)) {
-        monitor::RunInfo info{.model = o.model,
-                              .strategy = strategy.name(),
-                              .precision = "float32",
-                              .global_replicas = strategy.global_replicas(),
-                              .threads_per_replica = 1,
-                              .batch_size = o.batch_size,
-                              .epochs = 1,
-                              .steps_per_epoch = trainer.steps_per_epoch()};
-        if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
-        for (int d = 0; d < strategy.local_replicas(); ++d)
-          info.devices.push_back(strategy.device(d));
         monitor::Monitor m({.run_dir = run_dir, .metrics_every = o.metrics_every}, info);
         const auto start = std::chrono::steady_clock::now();
         with = timed_fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },

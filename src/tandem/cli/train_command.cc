@@ -200,21 +200,10 @@ int run_train(TrainOptions& o) {
   // writes the run directory.
   std::unique_ptr<monitor::Monitor> run_monitor;
   if (chief && !o.no_monitor) {
-    monitor::RunInfo info{.model = config.model,
-                          .strategy = strategy.name(),
-                          .precision = std::string(precision::policy_name(config.policy)),
-                          .global_replicas = strategy.global_replicas(),
-                          .threads_per_replica = strategy.threads_per_replica(),
-                          .first_replica = strategy.global_replica(0),
-                          .batch_size = config.batch_size,
-                          .epochs = config.epochs,
-                          .steps_per_epoch = trainer.steps_per_epoch(),
-                          .parameters = trainer.model().parameter_count()};
-    if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
+    monitor::RunInfo info = monitor::describe_run(trainer, config);
     const auto image_dims = train_data.images.shape().dims();
     info.layers = monitor::layer_flops(
         trainer.model(), Shape(std::vector<int64_t>(image_dims.begin() + 1, image_dims.end())));
-    for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));
     info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
     {
       // The device's peak for the utilisation figure: a short matmul run with

@@ -101,6 +101,23 @@ int64_t resident_set_bytes() {
   return pages_resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
+RunInfo describe_run(train::Trainer& trainer, const train::TrainConfig& config) {
+  distribute::Strategy& strategy = trainer.strategy();
+  RunInfo info{.model = config.model,
+               .strategy = strategy.name(),
+               .precision = std::string(precision::policy_name(config.policy)),
+               .global_replicas = strategy.global_replicas(),
+               .threads_per_replica = strategy.threads_per_replica(),
+               .first_replica = strategy.global_replica(0),
+               .batch_size = config.batch_size,
+               .epochs = config.epochs,
+               .steps_per_epoch = trainer.steps_per_epoch(),
+               .parameters = trainer.model().parameter_count()};
+  if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
+  for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));
+  return info;
+}
+
 Monitor::Monitor(MonitorOptions options, RunInfo info)
     : options_(std::move(options)), info_(std::move(info)), start_(Clock::now()) {
   if (options_.metrics_every < 1)
