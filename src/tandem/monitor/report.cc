@@ -153,12 +153,7 @@ struct Figures {
   std::vector<DeviceMemory> memory;
 };
 
-// A number, or NaN where the JSON holds null (NaN and infinities are written
-// as null) or nothing.
-double number(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
-}
+using detail::number_or_nan;
 
 Figures figures_from_stats(const RunStats& stats, int replicas) {
   Figures f;
@@ -181,18 +176,18 @@ Figures figures_from_stats(const RunStats& stats, int replicas) {
 Figures figures_from_summary(const json& m) {
   Figures f;
   f.measured_steps = m.value("measured_steps", int64_t{0});
-  f.mean_step_seconds = number(m, "mean_step_seconds");
-  f.step_p50 = number(m, "step_seconds_p50");
-  f.step_p90 = number(m, "step_seconds_p90");
-  f.step_max = number(m, "step_seconds_max");
-  f.input_fraction = number(m, "input_fraction");
-  f.examples_per_second = number(m, "examples_per_second");
-  f.flops_per_second = number(m, "flops_per_second");
-  f.allreduce_bus_bandwidth = number(m, "allreduce_bus_bandwidth");
+  f.mean_step_seconds = number_or_nan(m, "mean_step_seconds");
+  f.step_p50 = number_or_nan(m, "step_seconds_p50");
+  f.step_p90 = number_or_nan(m, "step_seconds_p90");
+  f.step_max = number_or_nan(m, "step_seconds_max");
+  f.input_fraction = number_or_nan(m, "input_fraction");
+  f.examples_per_second = number_or_nan(m, "examples_per_second");
+  f.flops_per_second = number_or_nan(m, "flops_per_second");
+  f.allreduce_bus_bandwidth = number_or_nan(m, "allreduce_bus_bandwidth");
   for (const auto& r : m.value("replicas", json::array()))
     f.replicas.push_back(detail::replica_times_from_json(r));
   for (const auto& x : m.value("findings", json::array())) {
-    f.findings.push_back({x.value("kind", ""), x.value("message", ""), number(x, "value")});
+    f.findings.push_back({x.value("kind", ""), x.value("message", ""), number_or_nan(x, "value")});
   }
   for (const auto& d : m.value("memory", json::array()))
     f.memory.push_back(detail::device_memory_from_json(d));
@@ -230,9 +225,9 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   const std::vector<DeviceMemory>& memory = figures.memory;
 
   const json& run = files.run;
-  const double peak = std::max(0.0, std::isfinite(number(run, "peak_flops_per_device"))
-                                        ? number(run, "peak_flops_per_device")
-                                        : 0.0);
+  const double recorded_peak = number_or_nan(run, "peak_flops_per_device");
+  const double peak =  // 0: unknown
+      std::isfinite(recorded_peak) && recorded_peak > 0.0 ? recorded_peak : 0.0;
   const auto devices =
       static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
   const int replicas = run.value("replicas", 1);
@@ -269,11 +264,11 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   const int64_t per_epoch = run.value("steps_per_epoch", int64_t{0});
   for (const auto& [epoch, e] : files.epochs) {
     test_loss.x.push_back(static_cast<double>(epoch * per_epoch));
-    test_loss.y.push_back(number(e, "test_loss"));
+    test_loss.y.push_back(number_or_nan(e, "test_loss"));
     train_acc.x.push_back(static_cast<double>(epoch));
-    train_acc.y.push_back(number(e, "train_accuracy"));
+    train_acc.y.push_back(number_or_nan(e, "train_accuracy"));
     test_acc.x.push_back(static_cast<double>(epoch));
-    test_acc.y.push_back(number(e, "test_accuracy"));
+    test_acc.y.push_back(number_or_nan(e, "test_accuracy"));
   }
   std::vector<Series> busy_series;
   for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
@@ -320,13 +315,14 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
                                        last_step.epoch, last_step.step, run.value("epochs", 0),
                                        per_epoch, files.steps.size()));
   if (!files.summary.is_null() && files.summary.contains("test_accuracy")) {
-    table += row("final test accuracy", fmt::format("{:.2f}% (loss {:.4f})",
-                                                    100.0 * number(files.summary, "test_accuracy"),
-                                                    number(files.summary, "test_loss")));
+    table += row(
+        "final test accuracy",
+        fmt::format("{:.2f}% (loss {:.4f})", 100.0 * number_or_nan(files.summary, "test_accuracy"),
+                    number_or_nan(files.summary, "test_loss")));
   } else if (!files.epochs.empty()) {
     table += row("last test accuracy",
                  fmt::format("{:.2f}% (epoch {})",
-                             100.0 * number(files.epochs.rbegin()->second, "test_accuracy"),
+                             100.0 * number_or_nan(files.epochs.rbegin()->second, "test_accuracy"),
                              files.epochs.rbegin()->first));
   }
   const double step_s = figures.mean_step_seconds;
@@ -354,17 +350,17 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   }
   const json& last_line = files.steps.rbegin()->second.extra;
   if (last_line.contains("rss_bytes"))
-    table += row("process memory (RSS)", figure(number(last_line, "rss_bytes"), "B"));
+    table += row("process memory (RSS)", figure(number_or_nan(last_line, "rss_bytes"), "B"));
 
   std::string layers;
   if (run.contains("layers") && !run.at("layers").empty()) {
     double total = 0.0;
-    for (const auto& l : run.at("layers")) total += number(l, "forward_flops_per_example");
+    for (const auto& l : run.at("layers")) total += number_or_nan(l, "forward_flops_per_example");
     layers +=
         "<h2>Model FLOPs per example, forward (analytic, by layer)</h2><table "
         "class=\"figures\"><tr><th>layer</th><th>module</th><th>MFLOP</th><th>share</th></tr>";
     for (const auto& l : run.at("layers")) {
-      const double f = number(l, "forward_flops_per_example");
+      const double f = number_or_nan(l, "forward_flops_per_example");
       if (!(f > 0.0)) continue;
       layers +=
           fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.1f}%</td></tr>",
@@ -381,9 +377,10 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
         "bucket</th><th>wire bytes</th><th>time</th><th>bus bandwidth</th></tr>";
     int i = 0;
     for (const auto& b : last_allreduce.at("buckets")) {
-      buckets += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
-                             figure(number(b, "bytes"), "B"), 1e3 * number(b, "seconds"),
-                             figure(number(b, "bus_bandwidth"), "B/s"));
+      buckets +=
+          fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
+                      figure(number_or_nan(b, "bytes"), "B"), 1e3 * number_or_nan(b, "seconds"),
+                      figure(number_or_nan(b, "bus_bandwidth"), "B/s"));
     }
     buckets += "</table>";
   }
