@@ -120,11 +120,13 @@ class ReplicaThreads {
   std::exception_ptr first_error_;
 };
 
-class Mirrored : public Strategy {
+// Replicas on threads of this process, each with its communicator from a
+// group (in-process or hierarchical) that the strategy keeps alive.
+template <typename Group>
+class ThreadedStrategy : public Strategy {
  public:
-  Mirrored(int devices, int threads, const comm::CommOptions& options) : threads_(threads) {
-    group_ =
-        std::make_unique<comm::InProcessGroup>(devices, comm::InProcessOptions{.comm = options});
+  ThreadedStrategy(std::unique_ptr<Group> group, int devices, int threads)
+      : threads_(threads), group_(std::move(group)) {
     std::vector<comm::Communicator*> raw;
     for (int r = 0; r < devices; ++r) {
       comms_.push_back(group_->communicator(r));
@@ -132,51 +134,44 @@ class Mirrored : public Strategy {
     }
     replicas_ = std::make_unique<ReplicaThreads>(devices, threads, raw);
   }
-  ~Mirrored() override {
+  ~ThreadedStrategy() override {
     replicas_.reset();  // threads first: they use the communicators
   }
-  std::string name() const override { return "mirrored"; }
   int local_replicas() const override { return static_cast<int>(comms_.size()); }
-  int global_replicas() const override { return static_cast<int>(comms_.size()); }
-  int first_replica() const override { return 0; }
   comm::Communicator* communicator(int r) override { return comms_.at(r).get(); }
   int threads_per_replica() const override { return threads_; }
   Device device(int local_replica) const override { return cpu_device(local_replica); }
   void run(const std::function<void(int)>& fn) override { replicas_->run(fn); }
 
+ protected:
+  const Group& group() const { return *group_; }
+
  private:
   int threads_;
-  std::unique_ptr<comm::InProcessGroup> group_;
+  std::unique_ptr<Group> group_;
   std::vector<std::unique_ptr<comm::Communicator>> comms_;
   std::unique_ptr<ReplicaThreads> replicas_;
 };
 
-class MultiWorker : public Strategy {
+class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
  public:
-  MultiWorker(int devices, int threads, const comm::CommOptions& options) : threads_(threads) {
-    group_ = std::make_unique<comm::HierarchicalGroup>(devices, options);
-    std::vector<comm::Communicator*> raw;
-    for (int r = 0; r < devices; ++r) {
-      comms_.push_back(group_->communicator(r));
-      raw.push_back(comms_.back().get());
-    }
-    replicas_ = std::make_unique<ReplicaThreads>(devices, threads, raw);
-  }
-  ~MultiWorker() override { replicas_.reset(); }
-  std::string name() const override { return "multi_worker"; }
-  int local_replicas() const override { return group_->local_size(); }
-  int global_replicas() const override { return group_->local_size() * group_->process_count(); }
-  int first_replica() const override { return group_->process_rank() * group_->local_size(); }
-  comm::Communicator* communicator(int r) override { return comms_.at(r).get(); }
-  int threads_per_replica() const override { return threads_; }
-  Device device(int local_replica) const override { return cpu_device(local_replica); }
-  void run(const std::function<void(int)>& fn) override { replicas_->run(fn); }
+  Mirrored(int devices, int threads, const comm::CommOptions& options)
+      : ThreadedStrategy(std::make_unique<comm::InProcessGroup>(
+                             devices, comm::InProcessOptions{.comm = options}),
+                         devices, threads) {}
+  std::string name() const override { return "mirrored"; }
+  int global_replicas() const override { return local_replicas(); }
+  int first_replica() const override { return 0; }
+};
 
- private:
-  int threads_;
-  std::unique_ptr<comm::HierarchicalGroup> group_;
-  std::vector<std::unique_ptr<comm::Communicator>> comms_;
-  std::unique_ptr<ReplicaThreads> replicas_;
+class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
+ public:
+  MultiWorker(int devices, int threads, const comm::CommOptions& options)
+      : ThreadedStrategy(std::make_unique<comm::HierarchicalGroup>(devices, options), devices,
+                         threads) {}
+  std::string name() const override { return "multi_worker"; }
+  int global_replicas() const override { return group().local_size() * group().process_count(); }
+  int first_replica() const override { return group().process_rank() * group().local_size(); }
 };
 
 }  // namespace
