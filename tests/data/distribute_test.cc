@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "support/test_data.h"
 #include "tandem/base/error.h"
 #include "tandem/data/distribute.h"
 #include "tandem/data/example.h"
@@ -13,15 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<int32_t> drain(const Dataset& d, const std::string& feature = "index") {
-  std::vector<int32_t> out;
-  Iterator it = d.iterator();
-  while (auto e = it.next()) {
-    const auto v = e->at(feature).to_ints();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
+using testing::drain;
 
 // Seven TFRecord files holding values 100 f + r for r < 3 + f.
 std::vector<std::string> make_files() {

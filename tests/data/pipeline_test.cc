@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "support/test_data.h"
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
 #include "tandem/data/dataset.h"
@@ -18,15 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<int32_t> drain(const Dataset& d, const std::string& feature = "index") {
-  std::vector<int32_t> out;
-  Iterator it = d.iterator();
-  while (auto e = it.next()) {
-    const std::vector<int32_t> values = e->at(feature).to_ints();
-    out.insert(out.end(), values.begin(), values.end());
-  }
-  return out;
-}
+using testing::drain;
 
 std::vector<int32_t> iota(int32_t n, int32_t start = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));

@@ -7,6 +7,7 @@
 
 #include "support/ranks.h"
 #include "support/reference.h"
+#include "support/test_data.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
@@ -29,10 +30,7 @@ using testing::relative_error;
 
 namespace fs = std::filesystem;
 
-const data::FashionMnist& fashion() {
-  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  return d;
-}
+using testing::fashion;
 
 data::LabeledImages head(int64_t n) {
   return {fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)};

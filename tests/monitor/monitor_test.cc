@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "support/test_data.h"
 #include "tandem/base/error.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/kernels/flops.h"
@@ -30,10 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const data::FashionMnist& fashion() {
-  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  return d;
-}
+using testing::fashion;
 
 data::LabeledImages head(int64_t n) {
   return {fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)};

@@ -10,6 +10,7 @@
 
 #include "support/gradcheck.h"
 #include "support/reference.h"
+#include "support/test_data.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
@@ -29,10 +30,7 @@ using precision::LossScaler;
 using precision::LossScalerOptions;
 using precision::Policy;
 
-const data::FashionMnist& fashion() {
-  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  return d;
-}
+using testing::fashion;
 
 data::LabeledImages head(const data::LabeledImages& d, int64_t n) {
   return {d.images.slice(0, n).clone(), d.labels.slice(0, n)};

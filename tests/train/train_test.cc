@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/test_data.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
@@ -25,10 +26,7 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
-const data::FashionMnist& fashion() {
-  static const data::FashionMnist d = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  return d;
-}
+using testing::fashion;
 
 data::LabeledImages head(const data::LabeledImages& d, int64_t n) {
   return {d.images.slice(0, n), d.labels.slice(0, n)};
@@ -113,8 +111,9 @@ TEST(Checkpoint, CorruptTruncatedAndForeignFilesAreRejected) {
 
 TEST(Trainer, ShortCnnRunLearnsFashionMnist) {
   set_num_threads(2);
-  train::Trainer trainer({.model = "cnn", .epochs = 1, .schedule = "constant"}, nn::make_cnn({.seed = 1}),
-                         head(fashion().train, 6400), head(fashion().test, 2000));
+  train::Trainer trainer({.model = "cnn", .epochs = 1, .schedule = "constant"},
+                         nn::make_cnn({.seed = 1}), head(fashion().train, 6400),
+                         head(fashion().test, 2000));
   train::TrainResult result;
   const std::vector<double> losses = step_losses(trainer, &result);
   ASSERT_EQ(losses.size(), 50u);
