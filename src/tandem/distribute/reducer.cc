@@ -114,11 +114,6 @@ void Reducer::finish() {
   if (!active_) TANDEM_THROW(Error, "Reducer::finish without prepare");
   active_ = false;
   if (!synchronize_) return;
-  const auto seconds = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(t.time_since_epoch()).count();
-  };
-  const auto start = std::chrono::steady_clock::now();
-  last_.backward_done = seconds(start);
   // Buckets whose parameters were not all reached by backward.
   for (size_t b = next_launch_; b < pending_.size(); ++b) launch(b);
   next_launch_ = pending_.size();
@@ -137,9 +132,6 @@ void Reducer::finish() {
               buffer.numel());
     }
   }
-  const auto end = std::chrono::steady_clock::now();
-  last_.reduced = seconds(end);
-  last_.wait_seconds = std::chrono::duration<double>(end - start).count();
   for (Variable& p : parameters_) p.define_grad();
 }
 

@@ -36,14 +36,9 @@ struct ReducerOptions {
   bool overlap = true;
 };
 
+// What the last step's reduction did. (The step's timeline, when backward
+// ended and when gradients were reduced, is the Trainer's StepInfo::replicas.)
 struct ReducerStats {
-  // Steady-clock times (seconds) of this replica's step: when finish() was
-  // called (its backward was done) and when every bucket was reduced. Across
-  // replicas: the time from the last replica's backward to the end of the
-  // reduction is the exposed communication; before it, a faster replica idles.
-  double backward_done = 0.0;
-  double reduced = 0.0;
-  double wait_seconds = 0.0;  // reduced - backward_done: idle plus exposed communication
   int64_t buckets_launched = 0;
   int64_t bytes_reduced = 0;  // f32 bytes of the buckets
   // Each bucket's all-reduce: bytes on the wire and how long the collective

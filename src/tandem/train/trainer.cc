@@ -298,13 +298,6 @@ std::vector<ReplicaStepTime> Trainer::global_breakdown(Clock::duration after_inp
   return out;
 }
 
-std::vector<distribute::ReducerStats> Trainer::last_reducer_stats() const {
-  std::vector<distribute::ReducerStats> out;
-  for (const Replica& r : replicas_)
-    out.push_back(r.reducer ? r.reducer->last_step() : distribute::ReducerStats{});
-  return out;
-}
-
 EvalResult Trainer::evaluate(const data::LabeledImages& data) {
   EvalResult result;
   if (data.size() == 0) return result;

@@ -178,8 +178,6 @@ class Trainer {
   distribute::Strategy& strategy() { return *strategy_; }
   std::string checkpoint_path() const;
   int64_t steps_per_epoch() const;
-  // The last step's reducer statistics, per local replica.
-  std::vector<distribute::ReducerStats> last_reducer_stats() const;
 
  private:
   struct Progress;
