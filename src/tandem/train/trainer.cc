@@ -390,7 +390,8 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
             .second;
     const std::span<const int64_t> rows(order.data() + begin + local_begin,
                                         static_cast<size_t>(local_end - local_begin));
-    detail::Batch b{data::gather_rows(train_.images, rows), data::gather_rows(train_.labels, rows)};
+    detail::Batch b{data::gather_rows(train_.images, rows), data::gather_rows(train_.labels, rows),
+                    count, local_begin};
     if (config_.batch_transform) {
       MemoryCategoryScope input_memory(MemoryCategory::input);
       // A transform drawing from thread_generator() sees the same numbers
@@ -433,10 +434,6 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
         return result;
       }
       const auto step_start = Clock::now();
-      const int64_t begin = progress.step * config_.batch_size;
-      const int64_t end = std::min(n, begin + config_.batch_size);
-      const int64_t count = end - begin;
-      const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
       detail::Batch batch;
       if (prefetcher) {
         trace::Span span("wait for input", "step");
@@ -446,6 +443,8 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       }
       const Tensor& x = batch.images;
       const Tensor& y = batch.labels;
+      const int64_t count = batch.global_count;
+      const int64_t local_begin = batch.first_row;
       const auto input_done = Clock::now();
       const double input_seconds = std::chrono::duration<double>(input_done - step_start).count();
       const int64_t global_step = progress.epoch * per_epoch + progress.step;

@@ -18,7 +18,9 @@
 namespace tandem::train::detail {
 
 struct Batch {
-  Tensor images, labels;
+  Tensor images, labels;     // this process's rows of the step's global batch
+  int64_t global_count = 0;  // examples in the global batch
+  int64_t first_row = 0;     // the global batch row this process's rows start at
 };
 
 class BatchPrefetcher {
