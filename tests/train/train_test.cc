@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <filesystem>
 #include <fstream>
 
@@ -7,6 +9,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/nn/dropout.h"
 #include "tandem/nn/flatten.h"
@@ -237,9 +240,19 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
 namespace tandem {
 namespace {
 
-// Prefetching moves batch assembly to another thread and ahead in time; the
-// batches, and so the losses, stay the same, across an interruption too.
-TEST(Trainer, PrefetchedBatchesGiveTheSameLosses) {
+// How batches are assembled: on the data layer's threads, ahead in time
+// (prefetch) and several at once (parallel calls).
+struct InputSetting {
+  int prefetch_batches = 0;
+  int parallel_calls = 1;
+};
+
+class TrainerInput : public ::testing::TestWithParam<InputSetting> {};
+
+// Moving batch assembly to other threads, ahead in time or several at once,
+// leaves the batches, and so the losses, unchanged, across an interruption
+// too (which also destroys a pipeline with batches still being built).
+TEST_P(TrainerInput, GivesTheSameLossesAsTheMainThread) {
   set_num_threads(1);
   train::TrainConfig base{.model = "small",
                           .epochs = 2,
@@ -265,27 +278,58 @@ TEST(Trainer, PrefetchedBatchesGiveTheSameLosses) {
   train::Trainer plain(base, small_dropout_model(4), train_data, test_data);
   const std::vector<double> expected = step_losses(plain);
 
-  train::TrainConfig prefetching = base;
-  prefetching.prefetch_batches = 3;
-  prefetching.output_dir = fresh_dir("prefetch_resume");
+  train::TrainConfig piped = base;
+  piped.prefetch_batches = GetParam().prefetch_batches;
+  piped.input_parallel_calls = GetParam().parallel_calls;
+  piped.output_dir = fresh_dir("input_resume");
   std::vector<double> losses;
   {
-    train::Trainer first(prefetching, small_dropout_model(4), train_data, test_data);
+    train::Trainer first(piped, small_dropout_model(4), train_data, test_data);
     train::TrainResult r;
     losses = step_losses(first, &r, /*stop_at=*/13);
     EXPECT_TRUE(r.interrupted);
+    ASSERT_EQ(r.history.size(), 1u);
+    // The pipeline's counters: a source, the batch-building map, and a
+    // prefetch buffer when asked for; the map built at least the 10 batches
+    // trained on (more may have been ready ahead).
+    const std::vector<data::StageStats>& stages = r.history[0].input_stages;
+    ASSERT_EQ(stages.size(), piped.prefetch_batches != 0 ? 3u : 2u);
+    EXPECT_EQ(stages[0].stage, "range(20)");
+    EXPECT_EQ(stages[1].stage.substr(0, 3), "map");
+    EXPECT_GE(stages[1].elements, 10);
+    EXPECT_GT(stages[1].busy_seconds, 0.0);
   }
-  prefetching.resume = true;
-  train::Trainer second(prefetching, small_dropout_model(5), train_data, test_data);
+  piped.resume = true;
+  train::Trainer second(piped, small_dropout_model(5), train_data, test_data);
   const std::vector<double> rest = step_losses(second);
   losses.insert(losses.end(), rest.begin(), rest.end());
   EXPECT_EQ(losses, expected);
 }
 
-TEST(Trainer, PrefetchThreadErrorsReachFit) {
+INSTANTIATE_TEST_SUITE_P(Settings, TrainerInput,
+                         ::testing::Values(InputSetting{3, 1}, InputSetting{0, 3},
+                                           InputSetting{2, data::kAutotune},
+                                           InputSetting{data::kAutotune, 2}),
+                         [](const ::testing::TestParamInfo<InputSetting>& setting) {
+                           const auto name = [](int v) {
+                             return v == data::kAutotune ? std::string("auto")
+                                                         : std::to_string(v);
+                           };
+                           return "prefetch_" + name(setting.param.prefetch_batches) + "_parallel_" +
+                                  name(setting.param.parallel_calls);
+                         });
+
+TEST(Trainer, MainThreadInputHasNoPipelineCounters) {
+  train::TrainConfig c{.model = "small", .epochs = 1, .batch_size = 64, .seed = 1};
+  train::Trainer t(c, small_dropout_model(1), head(fashion().train, 128), {});
+  EXPECT_TRUE(t.fit().history.at(0).input_stages.empty());
+}
+
+TEST_P(TrainerInput, BatchBuildingErrorsReachFit) {
   train::TrainConfig c{.model = "small", .epochs = 1, .batch_size = 32, .seed = 1};
-  c.prefetch_batches = 2;
-  int built = 0;
+  c.prefetch_batches = GetParam().prefetch_batches;
+  c.input_parallel_calls = GetParam().parallel_calls;
+  std::atomic<int> built = 0;
   c.batch_transform = [&](Tensor& images, Tensor&) {
     if (++built == 3) images = images.slice(0, 1);  // drops rows: an error
   };
@@ -297,9 +341,23 @@ TEST(Trainer, PrefetchThreadErrorsReachFit) {
     EXPECT_NE(std::string(e.what()).find("batch_transform changed the batch"), std::string::npos)
         << e.what();
   }
-  c.prefetch_batches = -1;
-  EXPECT_THROW(train::Trainer(c, small_dropout_model(1), head(fashion().train, 320), {}),
-               InvalidArgument);
+}
+
+TEST(Trainer, RejectsBadInputSettings) {
+  train::TrainConfig c{.model = "small", .epochs = 1, .batch_size = 32, .seed = 1};
+  const auto rejects = [&](const std::string& expected) {
+    try {
+      train::Trainer(c, small_dropout_model(1), head(fashion().train, 320), {});
+      ADD_FAILURE() << "accepted; expected: " << expected;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  c.prefetch_batches = -2;
+  rejects("prefetch depth must be 0 or more batches (or autotune), got -2");
+  c.prefetch_batches = 0;
+  c.input_parallel_calls = 0;
+  rejects("input parallel calls must be at least 1 (or autotune), got 0");
 }
 
 }  // namespace

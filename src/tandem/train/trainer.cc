@@ -3,6 +3,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,7 +18,7 @@
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/train/checkpoint.h"
-#include "tandem/train/detail/batch_prefetcher.h"
+#include "tandem/train/detail/batch_pipeline.h"
 #include "tandem/train/detail/epoch_json.h"
 
 namespace tandem::train {
@@ -95,9 +98,14 @@ Trainer::Trainer(TrainConfig config, const ModelFactory& factory, data::LabeledI
     TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
                  " is larger than the training set (", train_.size(), " examples)");
   }
-  if (config_.prefetch_batches < 0) {
-    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches, got ",
+  if (config_.prefetch_batches < 0 && config_.prefetch_batches != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
                  config_.prefetch_batches);
+  }
+  if (config_.input_parallel_calls < 1 && config_.input_parallel_calls != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument,
+                 "input parallel calls must be at least 1 (or autotune), got ",
+                 config_.input_parallel_calls);
   }
   if (config_.eval_batch_size < 1) {
     TANDEM_THROW(InvalidArgument, "evaluation batch size must be at least 1, got ",
@@ -374,21 +382,30 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
   std::vector<std::vector<double>> partial(replicas_.size(), std::vector<double>(2, 0.0));
   // This process's rows of a step's global batch (all of them unless
   // multi-worker), gathered and transformed: a pure function of (epoch, step).
-  int64_t order_epoch = -1;
-  std::vector<int64_t> order;  // the epoch's permutation, for the thread building batches
+  // The epoch's permutation is shared by the threads building batches; two
+  // epochs are needed at once where parallel builds straddle their boundary.
+  std::mutex order_mutex;
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders;
+  const auto epoch_order = [&](int64_t epoch) {
+    std::lock_guard<std::mutex> lock(order_mutex);
+    auto& order = orders[epoch];
+    if (!order) {
+      order = std::make_shared<const std::vector<int64_t>>(
+          data::epoch_permutation(n, config_.seed, epoch));
+      while (orders.begin()->first < epoch - 1) orders.erase(orders.begin());
+    }
+    return order;
+  };
   const auto make_batch = [&](int64_t epoch, int64_t step) {
     trace::Span span("input", "step");
-    if (order_epoch != epoch) {
-      order = data::epoch_permutation(n, config_.seed, epoch);
-      order_epoch = epoch;
-    }
+    const std::shared_ptr<const std::vector<int64_t>> order = epoch_order(epoch);
     const int64_t begin = step * config_.batch_size;
     const int64_t count = std::min(n, begin + config_.batch_size) - begin;
     const int64_t local_begin = replica_rows(count, strategy_->first_replica(), n_global).first;
     const int64_t local_end =
         replica_rows(count, strategy_->first_replica() + strategy_->local_replicas() - 1, n_global)
             .second;
-    const std::span<const int64_t> rows(order.data() + begin + local_begin,
+    const std::span<const int64_t> rows(order->data() + begin + local_begin,
                                         static_cast<size_t>(local_end - local_begin));
     detail::Batch b{data::gather_rows(train_.images, rows), data::gather_rows(train_.labels, rows),
                     count, local_begin};
@@ -407,19 +424,11 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     }
     return b;
   };
-  std::unique_ptr<detail::BatchPrefetcher> prefetcher;
-  if (config_.prefetch_batches > 0) {
-    prefetcher = std::make_unique<detail::BatchPrefetcher>(
-        [&, started = false](int64_t epoch, int64_t step) mutable {
-          if (!started) {
-            // One thread: an OpenMP team here would spin on the replicas' cores.
-            set_num_threads(1);
-            trace::set_thread_name("input (prefetch thread)");
-            started = true;
-          }
-          return make_batch(epoch, step);
-        },
-        config_.prefetch_batches, progress.epoch, progress.step, per_epoch, config_.epochs);
+  std::unique_ptr<detail::BatchPipeline> pipeline;
+  if (config_.prefetch_batches != 0 || config_.input_parallel_calls != 1) {
+    pipeline = std::make_unique<detail::BatchPipeline>(
+        make_batch, config_.input_parallel_calls, config_.prefetch_batches, progress.epoch,
+        progress.step, per_epoch, config_.epochs);
   }
   for (; progress.epoch < config_.epochs; ++progress.epoch) {
     double lr = replicas_.front().optimizer->learning_rate();
@@ -435,9 +444,9 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
       }
       const auto step_start = Clock::now();
       detail::Batch batch;
-      if (prefetcher) {
+      if (pipeline) {
         trace::Span span("wait for input", "step");
-        batch = prefetcher->next();
+        batch = pipeline->next();
       } else {
         batch = make_batch(progress.epoch, progress.step);
       }
@@ -550,6 +559,7 @@ TrainResult Trainer::fit(const TrainCallbacks& callbacks) {
     epoch.train_seconds = progress.train_seconds;
     epoch.examples_per_second = progress.seen / std::max(progress.train_seconds, 1e-9);
     epoch.learning_rate = lr;
+    if (pipeline) epoch.input_stages = pipeline->dataset().stats();
     if (const precision::LossScaler* scaler = replicas_.front().scaler.get()) {
       epoch.loss_scale = scaler->scale();
       epoch.skipped_steps = scaler->skipped_steps();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/data/stats.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/nn/module.h"
 #include "tandem/optim/lr_schedule.h"
@@ -60,14 +61,23 @@ struct TrainConfig {
   // between its replicas (augmentation, decoding): part of the step's input
   // time. Must keep the number of rows. thread_generator() is seeded from
   // (seed, step) before each call, so random augmentation is reproducible.
-  // Runs on the main thread, or with prefetch_batches > 0 on the prefetch
-  // thread while replicas compute: it must not touch the model.
+  // Runs on the main thread, or (prefetch or parallel input) on the data
+  // layer's threads while replicas compute: it must not touch the model,
+  // and with input_parallel_calls != 1 it runs on several batches at once.
   std::function<void(Tensor& images, Tensor& labels)> batch_transform;
   // Batches assembled ahead of the step that trains on them, on a background
   // thread (tf.data's prefetch): hides a slow batch_transform behind the
-  // replicas' compute. 0: each batch is assembled when its step starts.
-  // Batches depend only on (epoch, step), so results do not change.
+  // replicas' compute. 0: each batch is assembled when its step starts;
+  // data::kAutotune: the buffer grows while the step finds it empty.
   int prefetch_batches = 0;
+  // Batches assembled at once on the data layer's pool (tf.data's
+  // num_parallel_calls for the batch-building map): for a batch_transform
+  // slower than a step even when hidden by prefetch. data::kAutotune: grown
+  // while the step waits for input. With prefetch_batches or this set, the
+  // input runs as a data pipeline whose per-stage counters are in
+  // EpochResult::input_stages. Batches depend only on (epoch, step), so
+  // neither setting changes results.
+  int input_parallel_calls = 1;
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;
@@ -86,6 +96,9 @@ struct EpochResult {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;  // over the run so far
   int64_t steps_since_overflow = 0;
+  // The input pipeline's per-stage counters over the run so far (empty when
+  // batches are assembled on the main thread).
+  std::vector<data::StageStats> input_stages;
 };
 
 struct EvalResult {
