@@ -147,8 +147,14 @@ TEST(Monitor, SlowInputIsDiagnosedInTheSummaryAndTheReport) {
   };
   const json summary = monitored_run(dir, c, factory(), 320);
   EXPECT_TRUE(finding_kinds(summary).count("input_bound")) << summary.at("monitor").dump(1);
-  EXPECT_FALSE(finding_kinds(summary).count("straggler"));
   EXPECT_GT(summary.at("monitor").at("input_fraction").get<double>(), 0.5);
+  // The input's 20 ms is nobody's compute: each replica's forward and
+  // backward stay far below it. (Not "no straggler finding": on a loaded
+  // machine one replica thread can be genuinely and consistently slower.)
+  for (const auto& r : summary.at("monitor").at("replicas")) {
+    EXPECT_LT(r.at("forward").get<double>() + r.at("backward").get<double>(), 0.010)
+        << summary.at("monitor").dump(1);
+  }
 
   const monitor::ReportResult report = monitor::write_report(dir);
   EXPECT_TRUE(report.warnings.empty());
@@ -158,6 +164,7 @@ TEST(Monitor, SlowInputIsDiagnosedInTheSummaryAndTheReport) {
   const std::string html = read_file(report.path);
   EXPECT_NE(html.find("input-bound: "), std::string::npos);
   EXPECT_NE(html.find("raise prefetch (--prefetch"), std::string::npos);
+  EXPECT_NE(html.find("--input-parallel"), std::string::npos);
 }
 
 // The advice behind input_bound works: prefetching batches on another
@@ -178,6 +185,48 @@ TEST(Monitor, PrefetchHidesASlowInputStage) {
   EXPECT_FALSE(finding_kinds(prefetched).count("input_bound")) << prefetched.at("monitor").dump(1);
   EXPECT_LT(prefetched.at("monitor").at("input_fraction").get<double>(),
             0.5 * waiting.at("monitor").at("input_fraction").get<double>());
+}
+
+// An input stage slower than the step itself (30 ms against about 20): prefetch
+// alone cannot hide it (the buffer drains), building two batches at once can
+// (the data pool has at least 2 threads); the epoch line, summary.json and
+// the report show the pipeline's stages.
+TEST(Monitor, ParallelBatchBuildingHidesAnInputStageSlowerThanTheStep) {
+  const auto slow_everywhere = [] {
+    return std::make_shared<SometimesSlow>(nn::make_model("mlp", {.seed = 3}), true);
+  };
+  train::TrainConfig c = config(2);
+  c.batch_transform = [](Tensor&, Tensor&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  };
+  c.prefetch_batches = 2;
+  const json prefetched = monitored_run(fresh_dir("prefetch_only"), c, slow_everywhere, 640);
+  EXPECT_TRUE(finding_kinds(prefetched).count("input_bound")) << prefetched.at("monitor").dump(1);
+  c.input_parallel_calls = 2;
+  const std::string dir = fresh_dir("parallel_input");
+  const json parallel = monitored_run(dir, c, slow_everywhere, 640);
+  EXPECT_FALSE(finding_kinds(parallel).count("input_bound")) << parallel.at("monitor").dump(1);
+  EXPECT_LT(parallel.at("monitor").at("input_fraction").get<double>(),
+            0.5 * prefetched.at("monitor").at("input_fraction").get<double>());
+
+  const json& stages = parallel.at("monitor").at("input_pipeline");
+  ASSERT_EQ(stages.size(), 3u) << stages.dump(1);
+  EXPECT_EQ(stages[0].at("stage"), "range(20)");
+  EXPECT_EQ(stages[1].at("buffer_capacity").get<int64_t>(), 2);
+  EXPECT_GE(stages[1].at("elements").get<int64_t>(), 20);
+  EXPECT_GT(stages[1].at("busy_seconds").get<double>(), 20 * 0.025);
+  std::ifstream in(fs::path(dir) / "metrics.jsonl");
+  int epoch_lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.at("type") != "epoch") continue;
+    ++epoch_lines;
+    EXPECT_EQ(j.at("input_pipeline"), stages);
+  }
+  EXPECT_EQ(epoch_lines, 1);
+  const std::string html = read_file(monitor::write_report(dir).path);
+  EXPECT_NE(html.find("Input pipeline (to epoch 1)"), std::string::npos);
+  EXPECT_NE(html.find("<td>range(20)</td>"), std::string::npos);
 }
 
 TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
@@ -258,6 +307,23 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
   ASSERT_TRUE(straggler.count("straggler"));
   EXPECT_NE(straggler["straggler"].find("replica 1 is 50% slower"), std::string::npos)
       << straggler["straggler"];
+  EXPECT_NE(straggler["straggler"].find("the slowest in 100% of the steps"), std::string::npos)
+      << straggler["straggler"];
+  // Slow now and then: replica 1 takes 9 ms more in one step of five, which
+  // raises its mean by 1.8 ms (30%), but it is the slowest in only 20% of the
+  // steps (the others are ties): no straggler.
+  {
+    monitor::RunStats stats(/*warmup_steps=*/0);
+    for (int i = 0; i < 5; ++i) {
+      const double extra = i == 2 ? 0.009 : 0.0;
+      monitor::StepRecord r{.global_step = i + 1, .batch_examples = 128};
+      r.replicas = {{.replica = 0, .forward = 0.002, .backward = 0.004, .idle = extra},
+                    {.replica = 1, .forward = 0.002, .backward = 0.004 + extra}};
+      r.step_seconds = 0.006 + extra;
+      stats.add(r);
+    }
+    EXPECT_FALSE(kinds(stats).count("straggler"));
+  }
   // Balanced: compute-bound, nothing else.
   auto balanced = kinds(steps(0.0, 0.003, 0.006, 0.0001, 0.0));
   EXPECT_TRUE(balanced.count("compute_bound"));

@@ -18,6 +18,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/compression.h"
+#include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/flops.h"
@@ -51,6 +52,8 @@ struct TrainOptions {
   bool no_monitor = false;
   int64_t metrics_every = 1;
   std::string trace_steps;  // "FIRST:LAST" global steps, or "STEP"
+  std::string prefetch = "0";        // batches, or "auto"
+  std::string input_parallel = "1";  // batches built at once, or "auto"
 };
 
 // The trainer a SIGINT should stop; the handler only does an atomic store.
@@ -136,6 +139,23 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
   return {first, last};
 }
 
+// A count flag that also takes "auto" (data::kAutotune).
+int parse_count_or_auto(const std::string& flag, const std::string& text, int minimum) {
+  if (text == "auto") return data::kAutotune;
+  int value = 0;
+  size_t used = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || value < minimum) {
+    TANDEM_THROW(InvalidArgument, flag, " must be a whole number >= ", minimum,
+                 " or 'auto', got '", text, "'");
+  }
+  return value;
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   config.policy = precision::parse_policy(o.precision);
@@ -156,6 +176,8 @@ int run_train(TrainOptions& o) {
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
   config.reducer.wire = comm::parse_wire_dtype(o.wire);
+  config.prefetch_batches = parse_count_or_auto("--prefetch", o.prefetch, 0);
+  config.input_parallel_calls = parse_count_or_auto("--input-parallel", o.input_parallel, 1);
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
   const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
@@ -373,8 +395,13 @@ Command add_train_command(CLI::App& app) {
                    "Write a metrics.jsonl line every N steps (epoch lines always)")
       ->capture_default_str();
   command
-      ->add_option("--prefetch", c.prefetch_batches,
-                   "Batches assembled ahead on a background thread (0: when the step starts)")
+      ->add_option("--prefetch", o->prefetch,
+                   "Batches assembled ahead on a background thread (0: when the step starts; "
+                   "auto: grown while steps wait)")
+      ->capture_default_str();
+  command
+      ->add_option("--input-parallel", o->input_parallel,
+                   "Batches assembled at once on the data pool (auto: grown while steps wait)")
       ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST");

@@ -346,6 +346,12 @@ void Monitor::on_epoch(const train::EpochResult& e) {
   for (const Device& d : info_.devices) allocator_for(d).reset_peaks();
   stats_.set_memory(training_memory_);
   line["rss_bytes"] = resident_set_bytes();
+  if (!e.input_stages.empty()) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const data::StageStats& stage : e.input_stages) stages.push_back(detail::to_json(stage));
+    line["input_pipeline"] = std::move(stages);
+    input_stages_ = e.input_stages;
+  }
   write_line(line.dump());
   own_seconds_ += seconds_between(start, Clock::now());
 }
@@ -423,6 +429,9 @@ std::string Monitor::summary_json() const {
   for (const ReplicaTimes& r : stats_.replica_means()) replicas.push_back(detail::to_json(r));
   nlohmann::json memory = nlohmann::json::array();
   for (const DeviceMemory& m : stats_.memory()) memory.push_back(detail::to_json(m));
+  nlohmann::json input_pipeline = nlohmann::json::array();
+  for (const data::StageStats& stage : input_stages_)
+    input_pipeline.push_back(detail::to_json(stage));
   nlohmann::json findings = nlohmann::json::array();
   for (const Finding& f : stats_.diagnose())
     findings.push_back({{"kind", f.kind}, {"message", f.message}, {"value", f.value}});
@@ -460,6 +469,7 @@ std::string Monitor::summary_json() const {
       {"allreduce_bus_bandwidth",
        allreduce_bus_bandwidth(stats_.allreduce_bytes_per_second(), 1.0, info_.global_replicas)},
       {"memory", memory},
+      {"input_pipeline", input_pipeline},
       {"rss_bytes", resident_set_bytes()},
       {"monitor_seconds", own_seconds_},
       {"warnings", warnings_},

@@ -115,6 +115,7 @@ class Monitor {
   double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
   std::vector<std::string> warnings_;
   std::vector<DeviceMemory> training_memory_;  // peaks over training steps only
+  std::vector<data::StageStats> input_stages_;  // the last epoch's input pipeline counters
   int64_t rss_bytes_ = 0;
   std::chrono::steady_clock::time_point rss_read_at_;
 };

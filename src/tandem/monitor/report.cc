@@ -385,6 +385,25 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
     buckets += "</table>";
   }
 
+  std::string pipeline;
+  for (auto it = files.epochs.rbegin(); it != files.epochs.rend(); ++it) {
+    if (!it->second.contains("input_pipeline")) continue;
+    pipeline += fmt::format(
+        "<h2>Input pipeline (to epoch {})</h2><table class=\"figures\"><tr><th>stage</th>"
+        "<th>elements</th><th>busy</th><th>waiting for input</th><th>mean buffer</th>"
+        "<th>capacity</th></tr>",
+        it->first);
+    for (const auto& stage : it->second.at("input_pipeline")) {
+      pipeline += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.1f}</td>"
+          "<td>{}</td></tr>",
+          html_escape(stage.value("stage", "")), stage.value("elements", int64_t{0}),
+          number_or_nan(stage, "busy_seconds"), number_or_nan(stage, "wait_seconds"),
+          number_or_nan(stage, "mean_buffer"), stage.value("buffer_capacity", int64_t{0}));
+    }
+    pipeline += "</table>";
+    break;
+  }
   std::string findings;
   for (const Finding& f : result.findings) {
     findings += fmt::format("<li class=\"finding {}\"><b>{}</b>: {}</li>", html_escape(f.kind),
@@ -462,7 +481,7 @@ addEventListener('load', () => {{
 </script>
 </body></html>
 )",
-      html_escape(title), warnings, table, findings, charts, layers + buckets,
+      html_escape(title), warnings, table, findings, charts, layers + pipeline + buckets,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir));
   const std::string partial = result.path + ".partial";
   {

@@ -15,6 +15,7 @@ constexpr double kInputBound = 0.10;          // of the step waiting for data
 constexpr double kCommunicationBound = 0.10;  // of the step in exposed all-reduce
 constexpr double kStraggler = 0.15;           // slower than the other replicas' median
 constexpr double kStragglerCost = 0.05;       // and costing the others this much of the step
+constexpr double kStragglerConsistency = 0.75;  // and the slowest in this share of the steps
 constexpr double kMemoryPressure = 0.90;      // of a device's capacity at the peak
 
 std::string percent(double fraction) {
@@ -43,12 +44,19 @@ void RunStats::add(const StepRecord& s) {
   flops_ += s.flops;
   allreduce_bytes_ += static_cast<double>(s.allreduce_bytes);
   allreduce_seconds_ += s.allreduce_seconds;
+  double slowest_compute = -1.0;
+  size_t slowest = 0;
   for (const ReplicaTimes& r : s.replicas) {
     auto it = std::find_if(replica_sums_.begin(), replica_sums_.end(),
                            [&](const ReplicaTimes& t) { return t.replica == r.replica; });
     if (it == replica_sums_.end()) {
       replica_sums_.push_back({.replica = r.replica});
+      slowest_steps_.push_back(0);
       it = replica_sums_.end() - 1;
+    }
+    if (r.compute() > slowest_compute) {
+      slowest_compute = r.compute();
+      slowest = static_cast<size_t>(it - replica_sums_.begin());
     }
     it->forward += r.forward;
     it->backward += r.backward;
@@ -56,6 +64,7 @@ void RunStats::add(const StepRecord& s) {
     it->optimizer += r.optimizer;
     it->idle += r.idle;
   }
+  if (!s.replicas.empty()) ++slowest_steps_[slowest];
   replica_means_ = replica_sums_;
   const double n = static_cast<double>(measured_);
   for (ReplicaTimes& r : replica_means_) {
@@ -116,8 +125,9 @@ std::vector<Finding> RunStats::diagnose() const {
     out.push_back({"input_bound",
                    fmt::format("input-bound: {} of step time waiting for data ({:.1f} of {:.1f} "
                                "ms per step) - raise prefetch (--prefetch, "
-                               "TrainConfig::prefetch_batches) or parallel map, or cache "
-                               "decoded data",
+                               "TrainConfig::prefetch_batches) or parallel batch building "
+                               "(--input-parallel, TrainConfig::input_parallel_calls), or "
+                               "cache decoded data",
                                percent(input), input * step_ms, step_ms),
                    input});
   }
@@ -141,12 +151,19 @@ std::vector<Finding> RunStats::diagnose() const {
     const double typical = median(others);
     const double excess = typical > 0.0 ? replica_means_[slowest].compute() / typical - 1.0 : 0.0;
     const double cost = replica_means_[slowest].compute() - typical;
-    if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds()) {
+    // A replica that is slow now and then (descheduled by the OS, sharing a
+    // core) raises its mean without being the one the others wait for.
+    const double consistency =
+        static_cast<double>(slowest_steps_[slowest]) / static_cast<double>(measured_);
+    if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
+        consistency >= kStragglerConsistency) {
       out.push_back({"straggler",
                      fmt::format("straggler: replica {} is {} slower than the others ({:.1f} vs "
-                                 "{:.1f} ms of compute per step); the others idle waiting for it",
+                                 "{:.1f} ms of compute per step, the slowest in {} of the steps); "
+                                 "the others idle waiting for it",
                                  replica_means_[slowest].replica, percent(excess),
-                                 1e3 * replica_means_[slowest].compute(), 1e3 * typical),
+                                 1e3 * replica_means_[slowest].compute(), 1e3 * typical,
+                                 percent(consistency)),
                      excess});
     }
   }

@@ -97,6 +97,7 @@ class RunStats {
   std::vector<double> step_times_;
   std::vector<ReplicaTimes> replica_sums_;
   std::vector<ReplicaTimes> replica_means_;
+  std::vector<int64_t> slowest_steps_;  // per replica (replica_sums_' order): steps it was slowest
   std::vector<DeviceMemory> memory_;
 };
 

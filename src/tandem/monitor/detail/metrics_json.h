@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tandem/data/stats.h"
 #include "tandem/monitor/run_stats.h"
 
 namespace tandem::monitor::detail {
@@ -56,6 +57,15 @@ inline DeviceMemory device_memory_from_json(const nlohmann::json& j) {
   m.peak_total = j.at("peak_total_bytes").get<int64_t>();
   m.capacity = j.value("capacity_bytes", int64_t{0});
   return m;
+}
+
+inline nlohmann::json to_json(const data::StageStats& s) {
+  return {{"stage", s.stage},
+          {"elements", s.elements},
+          {"busy_seconds", s.busy_seconds},
+          {"wait_seconds", s.wait_seconds},
+          {"mean_buffer", s.mean_buffer},
+          {"buffer_capacity", s.buffer_capacity}};
 }
 
 // A step line as Monitor::write_step_line writes it (it formats the line
