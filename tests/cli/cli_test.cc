@@ -297,7 +297,8 @@ TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
   const std::string out = tmp("cli-monitor");
   const CommandResult r =
       run("train --model mlp --epochs 1 --train-examples 640 --test-examples 128 --strategy "
-          "mirrored --devices 2 --threads 1 --allow-oversubscription --trace-steps 2:3 --output " +
+          "mirrored --devices 2 --threads 1 --allow-oversubscription --trace-steps 2:3 "
+          "--prefetch auto --input-parallel 2 --augment flip,crop:2 --output " +
           out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(count_step_lines(out + "/metrics.jsonl"), 5);
@@ -309,6 +310,16 @@ TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
   EXPECT_FALSE(summary.at("monitor").at("findings").empty());
   EXPECT_EQ(summary.at("monitor").at("replicas").size(), 2u);
   EXPECT_GT(summary.at("monitor").at("peak_flops_per_device").get<double>(), 1e8);
+  // The input flags built the pipeline: range -> map(2) -> prefetch(autotune).
+  const auto& stages = summary.at("monitor").at("input_pipeline");
+  ASSERT_EQ(stages.size(), 3u) << stages.dump(1);
+  EXPECT_EQ(stages[1].at("buffer_capacity").get<int64_t>(), 2);
+  EXPECT_EQ(stages[2].at("stage"), "prefetch(autotune)");
+  EXPECT_GE(stages[1].at("elements").get<int64_t>(), 5);
+  const auto& config = summary.at("config");
+  EXPECT_EQ(config.at("augment"), "flip,crop:2");
+  EXPECT_EQ(config.at("input_parallel_calls"), 2);
+  EXPECT_EQ(config.at("prefetch_batches"), -1);
 
   const CommandResult report = run("report " + out);
   ASSERT_EQ(report.status, 0) << report.output;
@@ -336,6 +347,13 @@ TEST(Cli, MonitorAndReportBadInputs) {
   expect_one_line_error(base + "--trace-steps 0:3", "--trace-steps must be FIRST:LAST");
   expect_one_line_error(base + "--metrics-every 0", "--metrics-every must be at least 1");
   expect_one_line_error(base + "--trace-steps 1:2 --no-monitor", "needs the monitor");
+  expect_one_line_error(base + "--prefetch x", "--prefetch must be a whole number >= 0 or 'auto'");
+  expect_one_line_error(base + "--prefetch -1", "got '-1'");
+  expect_one_line_error(base + "--input-parallel 0",
+                        "--input-parallel must be a whole number >= 1 or 'auto', got '0'");
+  expect_one_line_error(base + "--input-parallel 2x", "got '2x'");
+  expect_one_line_error(base + "--augment rotate", "unknown augmentation 'rotate'");
+  expect_one_line_error(base + "--augment crop:0", "crop padding must be a whole number");
   expect_one_line_error("report " + tmp("cli-no-such-run"), "does not exist");
   expect_one_line_error("report", "run_dir is required");
 }

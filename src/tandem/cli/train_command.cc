@@ -16,8 +16,10 @@
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/random.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/compression.h"
+#include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/strategy.h"
@@ -54,6 +56,7 @@ struct TrainOptions {
   std::string trace_steps;  // "FIRST:LAST" global steps, or "STEP"
   std::string prefetch = "0";        // batches, or "auto"
   std::string input_parallel = "1";  // batches built at once, or "auto"
+  std::string augment = "none";      // data::parse_augment's spec
 };
 
 // The trainer a SIGINT should stop; the handler only does an atomic store.
@@ -178,6 +181,14 @@ int run_train(TrainOptions& o) {
   config.reducer.wire = comm::parse_wire_dtype(o.wire);
   config.prefetch_batches = parse_count_or_auto("--prefetch", o.prefetch, 0);
   config.input_parallel_calls = parse_count_or_auto("--input-parallel", o.input_parallel, 1);
+  const data::AugmentOptions augment = data::parse_augment(o.augment);
+  if (augment.any()) {
+    // fit() seeds thread_generator() per step: the same flips and crops
+    // whichever thread builds the batch, and after a resume.
+    config.batch_transform = [augment](Tensor& images, Tensor&) {
+      images = data::augment_images(images, augment, thread_generator());
+    };
+  }
   if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
   const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
@@ -216,6 +227,14 @@ int run_train(TrainOptions& o) {
             : "",
         config.batch_size, config.optimizer.name, config.optimizer.learning_rate, config.schedule,
         config.epochs);
+    if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
+      const auto setting = [](int v) {
+        return v == data::kAutotune ? std::string("auto") : std::to_string(v);
+      };
+      fmt::print("  input: augment {}, batches built at once {}, prefetch {}\n",
+                 data::augment_spec(augment), setting(config.input_parallel_calls),
+                 setting(config.prefetch_batches));
+    }
     fmt::print("  output {}\n", config.output_dir);
   }
   // The monitor (metrics.jsonl, trace, findings) runs on the chief, which
@@ -303,7 +322,8 @@ int run_train(TrainOptions& o) {
                         {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
                         {"data_dir", o.data_dir},
                         {"train_examples", std::to_string(train_data.size())},
-                        {"test_examples", std::to_string(test_data.size())}},
+                        {"test_examples", std::to_string(test_data.size())},
+                        {"augment", data::augment_spec(augment)}},
                        sections);
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
@@ -402,6 +422,11 @@ Command add_train_command(CLI::App& app) {
   command
       ->add_option("--input-parallel", o->input_parallel,
                    "Batches assembled at once on the data pool (auto: grown while steps wait)")
+      ->capture_default_str();
+  command
+      ->add_option("--augment", o->augment,
+                   "Random augmentation of training batches: none, flip, crop:PIXELS, or a "
+                   "comma-separated list (flip,crop:2)")
       ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST");

@@ -8,6 +8,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
+#include "tandem/data/detail/image_ops.h"
 
 namespace tandem::data {
 namespace {
@@ -149,18 +150,9 @@ MapFn random_crop_with_padding(int64_t padding, uint64_t seed, std::string key) 
     const int64_t dx =
         static_cast<int64_t>(g.next_below(static_cast<uint64_t>(2 * padding + 1))) - padding;
     Tensor out = Tensor::zeros(in.shape(), in.dtype());
-    const size_t pixel = static_cast<size_t>(C) * dtype_size(in.dtype());
-    const auto* src = static_cast<const char*>(in.raw_data());
-    auto* dst = static_cast<char*>(out.raw_data());
-    // Output pixel (y, x) shows input pixel (y + dy, x + dx), zero outside.
-    for (int64_t y = 0; y < H; ++y) {
-      const int64_t sy = y + dy;
-      if (sy < 0 || sy >= H) continue;
-      const int64_t x0 = std::max<int64_t>(0, -dx), x1 = std::min(W, W - dx);
-      if (x1 > x0)
-        std::memcpy(dst + (y * W + x0) * pixel, src + (sy * W + x0 + dx) * pixel,
-                    (x1 - x0) * pixel);
-    }
+    detail::shift_into_zeros(static_cast<const char*>(in.raw_data()),
+                             static_cast<char*>(out.raw_data()), H, W,
+                             static_cast<size_t>(C) * dtype_size(in.dtype()), dy, dx);
     e.set(key, out);
     return e;
   };
@@ -171,15 +163,10 @@ MapFn random_flip_horizontal(uint64_t seed, std::string key) {
     if (Generator(mix_seed(seed, element_random_seed())).next_below(2) == 0) return e;
     const Tensor& in = e.at(key);
     check_image(in, "random_flip_horizontal");
-    const int64_t H = in.dim(0), W = in.dim(1);
-    const size_t pixel = static_cast<size_t>(in.dim(2)) * dtype_size(in.dtype());
     Tensor out = Tensor::empty(in.shape(), in.dtype());
-    const auto* src = static_cast<const char*>(in.raw_data());
-    auto* dst = static_cast<char*>(out.raw_data());
-    for (int64_t y = 0; y < H; ++y) {
-      for (int64_t x = 0; x < W; ++x)
-        std::memcpy(dst + (y * W + x) * pixel, src + (y * W + (W - 1 - x)) * pixel, pixel);
-    }
+    detail::flip_horizontal(static_cast<const char*>(in.raw_data()),
+                            static_cast<char*>(out.raw_data()), in.dim(0), in.dim(1),
+                            static_cast<size_t>(in.dim(2)) * dtype_size(in.dtype()));
     e.set(key, out);
     return e;
   };

@@ -28,7 +28,9 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
            ? (config.loss_scale->dynamic ? std::string("dynamic")
                                          : std::to_string(config.loss_scale->initial_scale))
            : std::string(config.policy == precision::Policy::mixed_float16 ? "dynamic" : "none")},
-      {"drop_remainder", config.drop_remainder}};
+      {"drop_remainder", config.drop_remainder},
+      {"prefetch_batches", config.prefetch_batches},          // -1: autotune
+      {"input_parallel_calls", config.input_parallel_calls}};  // -1: autotune
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
   for (const EpochResult& e : result.history) {
