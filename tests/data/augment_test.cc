@@ -22,8 +22,8 @@ Tensor numbered_images() {
 }
 
 // Naive: the pixel (y, x, c) of image n after a flip and a shift by (dy, dx).
-float reference(const Tensor& in, int64_t n, int64_t y, int64_t x, int64_t c, bool flip,
-                int64_t dy, int64_t dx) {
+float reference(const Tensor& in, int64_t n, int64_t y, int64_t x, int64_t c, bool flip, int64_t dy,
+                int64_t dx) {
   const int64_t sy = y + dy, sx = x + dx;
   if (sy < 0 || sy >= kH || sx < 0 || sx >= kW) return 0.0f;
   const int64_t fx = flip ? kW - 1 - sx : sx;
@@ -42,8 +42,7 @@ bool matches(const Tensor& in, const Tensor& out, int64_t n, bool flip, int64_t 
 
 // Which allowed transforms (flip, dy, dx) produce image n; one is expected.
 std::vector<std::tuple<bool, int64_t, int64_t>> explanations(const Tensor& in, const Tensor& out,
-                                                             int64_t n,
-                                                             const AugmentOptions& o) {
+                                                             int64_t n, const AugmentOptions& o) {
   std::vector<std::tuple<bool, int64_t, int64_t>> found;
   const int64_t p = o.crop_padding;
   for (bool flip : {false, true}) {
@@ -68,8 +67,8 @@ TEST(Augment, EachImageIsOneAllowedTransformAndTheDrawsCoverThem) {
       ASSERT_EQ(found.size(), 1u) << spec << ": image " << n;
       seen.insert(found[0]);
     }
-    const size_t possible = (o.flip ? 2 : 1) * static_cast<size_t>((2 * o.crop_padding + 1) *
-                                                                    (2 * o.crop_padding + 1));
+    const size_t possible =
+        (o.flip ? 2 : 1) * static_cast<size_t>((2 * o.crop_padding + 1) * (2 * o.crop_padding + 1));
     // 64 draws from at most 25 transforms: each one shows up with probability > 92%.
     EXPECT_GE(seen.size(), std::min<size_t>(possible, possible * 2 / 3 + 1)) << spec;
     EXPECT_LE(seen.size(), possible) << spec;
@@ -92,8 +91,8 @@ TEST(Augment, SameGeneratorStateSameBatchAndAnyDtype) {
     const uint8_t* o8 = moved.data<uint8_t>() + n * 9;
     const uint8_t* i8 = bytes.data<uint8_t>() + n * 9;
     const bool same = std::equal(o8, o8 + 9, i8);
-    const bool mirrored = o8[0] == i8[2] && o8[1] == i8[1] && o8[2] == i8[0] &&
-                          o8[3] == i8[5] && o8[6] == i8[8];
+    const bool mirrored =
+        o8[0] == i8[2] && o8[1] == i8[1] && o8[2] == i8[0] && o8[3] == i8[5] && o8[6] == i8[8];
     EXPECT_TRUE(same || mirrored) << "image " << n;
   }
   // Nothing to do: the batch itself.

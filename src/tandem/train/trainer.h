@@ -72,8 +72,9 @@ struct TrainConfig {
   int prefetch_batches = 0;
   // Batches assembled at once on the data layer's pool (tf.data's
   // num_parallel_calls for the batch-building map): for a batch_transform
-  // slower than a step even when hidden by prefetch. data::kAutotune: grown
-  // while the step waits for input. With prefetch_batches or this set, the
+  // slower than a step even when hidden by prefetch. At most the pool's
+  // size (a thread per logical CPU, at least 2) run at once.
+  // data::kAutotune: grown while the step waits for input. With prefetch_batches or this set, the
   // input runs as a data pipeline whose per-stage counters are in
   // EpochResult::input_stages. Batches depend only on (epoch, step), so
   // neither setting changes results.

@@ -29,8 +29,8 @@ Batch from_element(const data::Element& e) {
 
 }  // namespace
 
-BatchPipeline::BatchPipeline(MakeBatch make, int parallel_calls, int prefetch_depth,
-                             int64_t epoch, int64_t step, int64_t steps_per_epoch, int64_t epochs)
+BatchPipeline::BatchPipeline(MakeBatch make, int parallel_calls, int prefetch_depth, int64_t epoch,
+                             int64_t step, int64_t steps_per_epoch, int64_t epochs)
     : dataset_(data::Dataset::range(0)) {
   const int64_t first = epoch * steps_per_epoch + step;
   const int64_t remaining = epochs * steps_per_epoch - first;
@@ -79,7 +79,7 @@ BatchPipeline::~BatchPipeline() {
 
 Batch BatchPipeline::next() {
   std::optional<data::Element> e = iterator_.next();
-  if (!e) TANDEM_THROW(InvalidArgument, "the input pipeline ended before the run");
+  if (!e) TANDEM_THROW(Error, "the input pipeline ended before the run did");
   return from_element(*e);
 }
 

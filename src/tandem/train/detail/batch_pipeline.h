@@ -35,8 +35,8 @@ class BatchPipeline {
   // Batches (epoch, step) from the given position to the end of the run.
   // parallel_calls: batches built at once (>= 1 or data::kAutotune);
   // prefetch_depth: batches kept ready (0: none, or data::kAutotune).
-  BatchPipeline(MakeBatch make, int parallel_calls, int prefetch_depth, int64_t epoch,
-                int64_t step, int64_t steps_per_epoch, int64_t epochs);
+  BatchPipeline(MakeBatch make, int parallel_calls, int prefetch_depth, int64_t epoch, int64_t step,
+                int64_t steps_per_epoch, int64_t epochs);
 
   // Returns once no call of `make` is running or can start: the map's pool
   // may still hold queued calls, and `make` usually refers to the caller's
