@@ -347,10 +347,11 @@ TEST(Cli, MonitorAndReportBadInputs) {
   expect_one_line_error(base + "--trace-steps 0:3", "--trace-steps must be FIRST:LAST");
   expect_one_line_error(base + "--metrics-every 0", "--metrics-every must be at least 1");
   expect_one_line_error(base + "--trace-steps 1:2 --no-monitor", "needs the monitor");
-  expect_one_line_error(base + "--prefetch x", "--prefetch must be a whole number >= 0 or 'auto'");
+  expect_one_line_error(base + "--prefetch x", "--prefetch must be a whole number >= 0");
   expect_one_line_error(base + "--prefetch -1", "got '-1'");
   expect_one_line_error(base + "--input-parallel 0",
-                        "--input-parallel must be a whole number >= 1 or 'auto', got '0'");
+                        "--input-parallel must be a whole number >= 1 (at most 1024) or 'auto', "
+                        "got '0'");
   expect_one_line_error(base + "--input-parallel 2x", "got '2x'");
   expect_one_line_error(base + "--augment rotate", "unknown augmentation 'rotate'");
   expect_one_line_error(base + "--augment crop:0", "crop padding must be a whole number");

@@ -30,16 +30,10 @@ int run_bench_peak(const PeakOptions& o) {
     if (cpu_info().physical_cores > 1) thread_counts.push_back(cpu_info().physical_cores);
   } else {
     for (const std::string& t : split_list(o.threads)) {
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(t, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != t.size() || n < 1)
+      const std::optional<int64_t> n = parse_integer(t);
+      if (!n || *n < 1 || *n > 4096)
         TANDEM_THROW(InvalidArgument, "--threads entries must be integers >= 1, got '", t, "'");
-      thread_counts.push_back(n);
+      thread_counts.push_back(static_cast<int>(*n));
     }
   }
   struct Variant {

@@ -4,6 +4,7 @@
 // function returns the process exit status and may throw tandem::Error.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,9 @@ data::LabeledImages synthetic_images(int64_t n);
 
 // Parses a comma-separated list ("1,2,4").
 std::vector<std::string> split_list(const std::string& text);
+
+// The whole of `text` as a base-10 integer; nullopt for anything else ("",
+// "2x", "x", out of range), so that flags can say which value they reject.
+std::optional<int64_t> parse_integer(const std::string& text);
 
 }  // namespace tandem::cli

@@ -118,19 +118,13 @@ std::optional<precision::LossScalerOptions> parse_loss_scale(const std::string& 
 std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
   if (text.empty()) return {0, 0};
   const auto number = [&](const std::string& part) -> int64_t {
-    size_t used = 0;
-    int64_t value = -1;
-    try {
-      value = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || value < 1) {
+    const std::optional<int64_t> value = parse_integer(part);
+    if (!value || *value < 1) {
       TANDEM_THROW(InvalidArgument,
                    "--trace-steps must be FIRST:LAST with 1 <= FIRST <= LAST (global steps), got '",
                    text, "'");
     }
-    return value;
+    return *value;
   };
   const size_t colon = text.find(':');
   const int64_t first = number(text.substr(0, colon));
@@ -145,18 +139,12 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
 // A count flag that also takes "auto" (data::kAutotune).
 int parse_count_or_auto(const std::string& flag, const std::string& text, int minimum) {
   if (text == "auto") return data::kAutotune;
-  int value = 0;
-  size_t used = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || value < minimum) {
+  const std::optional<int64_t> value = parse_integer(text);
+  if (!value || *value < minimum || *value > 1024) {
     TANDEM_THROW(InvalidArgument, flag, " must be a whole number >= ", minimum,
-                 " or 'auto', got '", text, "'");
+                 " (at most 1024) or 'auto', got '", text, "'");
   }
-  return value;
+  return static_cast<int>(*value);
 }
 
 int run_train(TrainOptions& o) {
