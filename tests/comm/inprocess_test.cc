@@ -258,6 +258,16 @@ TEST(InProcess, BadArguments) {
   EXPECT_THROW(solo->all_reduce(Tensor::zeros(Shape{3}, DType::i32), ReduceOp::mean), CommError);
 }
 
+// Reports name the path an all-reduce of a given size takes.
+TEST(InProcess, NamesTheAllReduceAlgorithmBySize) {
+  InProcessGroup group(2, {.small_message_bytes = 256});
+  auto c = group.communicator(0);
+  EXPECT_EQ(c->backend(), "inprocess");
+  EXPECT_EQ(c->all_reduce_algorithm(0), "staged");
+  EXPECT_EQ(c->all_reduce_algorithm(256), "staged");
+  EXPECT_EQ(c->all_reduce_algorithm(257), "sliced");
+}
+
 TEST(InProcess, ManyBackToBackSmallCallsStayConsistent) {
   // Exercises the one-barrier path's reuse of double-buffered slots.
   constexpr int kRanks = 4;

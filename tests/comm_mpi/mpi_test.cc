@@ -30,6 +30,7 @@ TEST(Mpi, LaunchedWithSeveralProcesses) {
   EXPECT_EQ(world().size(), mpi_world_size());
   EXPECT_EQ(world().rank(), mpi_world_rank());
   EXPECT_EQ(world().backend(), "mpi");
+  EXPECT_EQ(world().all_reduce_algorithm(1 << 20), "MPI_Allreduce");
 }
 
 TEST(Mpi, AllReduceMatchesNaiveReduction) {
@@ -120,6 +121,7 @@ TEST(Hierarchical, TwoDevicesPerProcessActLikeOneGroup) {
     const int r = c->rank();
     EXPECT_EQ(r, group.process_rank() * kLocal + local);
     EXPECT_EQ(c->size(), n);
+    EXPECT_EQ(c->all_reduce_algorithm(4096), "local+MPI_Allreduce+broadcast");
     for (int64_t count : {1, 1009, 100003}) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
         Tensor t = collective_input(r, count, DType::f32);

@@ -383,8 +383,10 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
         EXPECT_LE(r.at("busy_fraction").get<double>(), 1.0);
       }
       EXPECT_EQ(j.at("allreduce").at("backend"), "inprocess");
-      for (const auto& b : j.at("allreduce").at("buckets"))
+      for (const auto& b : j.at("allreduce").at("buckets")) {
         EXPECT_GT(b.at("bytes").get<int64_t>(), 0);
+        EXPECT_EQ(b.at("algorithm"), "sliced");  // mlp buckets are far above 512 B
+      }
       ASSERT_EQ(j.at("memory").size(), 2u);
       EXPECT_GT(j.at("memory")[1].at("peak_bytes").at("parameters").get<int64_t>(), 0);
       EXPECT_GT(j.at("memory")[1].at("bytes_in_use").at("gradients").get<int64_t>(), 0);

@@ -104,6 +104,10 @@ class Communicator {
   virtual int size() const = 0;
   // "inprocess", "mpi", "hierarchical"
   virtual std::string backend() const = 0;
+  // How this communicator all-reduces a buffer of `bytes` per rank, for
+  // reports: "staged" or "sliced" in process, "MPI_Allreduce",
+  // "local+MPI_Allreduce+broadcast". A string literal.
+  virtual std::string_view all_reduce_algorithm(int64_t bytes) const = 0;
 
   // output = op over ranks of input (same shape and dtype).
   void all_reduce(const Tensor& input, const Tensor& output, ReduceOp op);

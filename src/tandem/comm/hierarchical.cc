@@ -31,6 +31,9 @@ class HierarchicalCommunicator : public Communicator {
   int rank() const override { return state_->process_rank * state_->local_size + local_rank_; }
   int size() const override { return state_->process_count * state_->local_size; }
   std::string backend() const override { return "hierarchical"; }
+  std::string_view all_reduce_algorithm(int64_t) const override {
+    return "local+MPI_Allreduce+broadcast";
+  }
 
  protected:
   void run(const Call& call) override;

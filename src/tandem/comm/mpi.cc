@@ -154,6 +154,7 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  std::string_view all_reduce_algorithm(int64_t) const override { return "MPI_Allreduce"; }
 
  protected:
   void run(const Call& call) override;

@@ -104,7 +104,8 @@ void Reducer::launch(size_t bucket) {
     comm_.all_reduce(wire, comm::ReduceOp::sum);
     last_.buckets.push_back(
         {static_cast<int64_t>(wire.nbytes()),
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+         comm_.all_reduce_algorithm(static_cast<int64_t>(wire.nbytes()))});
   }
   ++last_.buckets_launched;
   last_.bytes_reduced += static_cast<int64_t>(buffer.nbytes());
@@ -123,7 +124,8 @@ void Reducer::finish() {
       const Tensor& wire = staging_.empty() ? bucketer_->bucket(b) : staging_[b];
       last_.buckets.push_back(
           {static_cast<int64_t>(wire.nbytes()),
-           std::chrono::duration<double>(works_[b]->finished() - works_[b]->started()).count()});
+           std::chrono::duration<double>(works_[b]->finished() - works_[b]->started()).count(),
+           comm_.all_reduce_algorithm(static_cast<int64_t>(wire.nbytes()))});
       works_[b].reset();
     }
     if (!staging_.empty()) {

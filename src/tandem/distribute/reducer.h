@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "tandem/autograd/variable.h"
@@ -47,6 +48,7 @@ struct ReducerStats {
   struct Bucket {
     int64_t wire_bytes = 0;
     double seconds = 0.0;
+    std::string_view algorithm;  // Communicator::all_reduce_algorithm (a literal)
   };
   std::vector<Bucket> buckets;
 };

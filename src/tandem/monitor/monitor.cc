@@ -297,10 +297,11 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
                    nlohmann::json(info_.backend).dump());
     for (size_t i = 0; i < s.buckets.size(); ++i) {
       const auto& b = s.buckets[i];
-      fmt::format_to(it, "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{}}}", i ? "," : "",
-                     b.wire_bytes, N{b.seconds},
+      fmt::format_to(it, "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{},\"algorithm\":\"{}\"}}",
+                     i ? "," : "", b.wire_bytes, N{b.seconds},
                      N{allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
-                                               info_.global_replicas)});
+                                               info_.global_replicas)},
+                     b.algorithm);
     }
     fmt::format_to(it, "]}}");
   }

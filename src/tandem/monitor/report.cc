@@ -374,12 +374,13 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   if (last_allreduce.is_object()) {
     buckets +=
         "<h2>All-reduce buckets (last logged step)</h2><table class=\"figures\"><tr><th>"
-        "bucket</th><th>wire bytes</th><th>time</th><th>bus bandwidth</th></tr>";
+        "bucket</th><th>wire bytes</th><th>algorithm</th><th>time</th><th>bus bandwidth</th></tr>";
     int i = 0;
     for (const auto& b : last_allreduce.at("buckets")) {
       buckets +=
-          fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
-                      figure(number_or_nan(b, "bytes"), "B"), 1e3 * number_or_nan(b, "seconds"),
+          fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>",
+                      i++, figure(number_or_nan(b, "bytes"), "B"),
+                      html_escape(b.value("algorithm", "")), 1e3 * number_or_nan(b, "seconds"),
                       figure(number_or_nan(b, "bus_bandwidth"), "B/s"));
     }
     buckets += "</table>";
