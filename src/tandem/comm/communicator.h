@@ -53,7 +53,8 @@ class Work {
 
   // When the collective started and when it finished (valid once done()).
   // Started is when every rank had arrived, where the backend can tell
-  // (in-process), else when this rank's communication thread picked it up;
+  // (in-process; MPI with verify_calls; the leader of a hierarchical
+  // group), else when this rank's communication thread picked it up;
   // so finished - started is the collective's own time, not the wait for
   // slower ranks to launch it.
   std::chrono::steady_clock::time_point started() const;
@@ -138,6 +139,19 @@ class Communicator {
   // For implementations of run(): every rank has arrived and the data
   // movement begins; restamps the start of the asynchronous Work being run.
   static void mark_all_ranks_arrived();
+  // While one lives on this thread, mark_all_ranks_arrived() does nothing:
+  // for composite communicators whose inner collectives involve only some of
+  // the ranks (a process's local group), so their arrival is not everyone's.
+  class PartialCollectiveScope {
+   public:
+    PartialCollectiveScope();
+    ~PartialCollectiveScope();
+    PartialCollectiveScope(const PartialCollectiveScope&) = delete;
+    PartialCollectiveScope& operator=(const PartialCollectiveScope&) = delete;
+
+   private:
+    bool previous_;
+  };
 
   // Waits until every asynchronous collective issued so far has finished.
   void drain();

@@ -49,9 +49,17 @@ class HierarchicalCommunicator : public Communicator {
 
 void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   const ReduceOp partial = op == ReduceOp::mean ? ReduceOp::sum : op;
-  local_->all_reduce(buffer, partial);
+  {
+    PartialCollectiveScope local_only;
+    local_->all_reduce(buffer, partial);
+  }
+  // The leaders' MPI call check marks when every process has arrived; the
+  // other local ranks keep the time they picked the call up.
   if (leader()) state_->leaders->all_reduce(buffer, partial);
-  local_->broadcast(buffer, 0);
+  {
+    PartialCollectiveScope local_only;
+    local_->broadcast(buffer, 0);
+  }
   if (op == ReduceOp::mean) {
     const void* in = buffer.raw_data();
     void* out = buffer.raw_data();

@@ -201,7 +201,11 @@ void MpiCommunicator::verify(const Call& call) {
 }
 
 void MpiCommunicator::run(const Call& call) {
-  if (options().verify_calls || !call.error.empty()) verify(call);
+  if (options().verify_calls || !call.error.empty()) {
+    verify(call);
+    // The check is an all-reduce: every rank has arrived once it returns.
+    mark_all_ranks_arrived();
+  }
   const MPI_Datatype type = mpi_type(call.dtype);
   const size_t element = dtype_size(call.dtype);
   switch (call.collective) {
