@@ -193,6 +193,50 @@ TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
       << w.output;
 }
 
+// `tandem evaluate` rebuilds the model in the precision it was trained in,
+// loads the checkpoint and reproduces the run's final test figures.
+TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
+  const std::string out = tmp("cli-evaluate");
+  fs::remove_all(out);
+  ASSERT_EQ(run("train --model mlp --epochs 1 --train-examples 512 --test-examples 300 --threads 1 "
+                "--precision mixed_bfloat16 --quiet --output " +
+                out)
+                .status,
+            0);
+  std::ifstream in(out + "/summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  const CommandResult r = run("evaluate " + out + " --test-examples 300 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto e = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(e.at("model"), "mlp");
+  EXPECT_EQ(e.at("precision"), "mixed_bfloat16");
+  EXPECT_EQ(e.at("examples"), 300);
+  EXPECT_EQ(e.at("epochs_done"), 1);
+  EXPECT_EQ(e.at("test_accuracy").get<double>(), summary.at("test_accuracy").get<double>());
+  EXPECT_NEAR(e.at("test_loss").get<double>(), summary.at("test_loss").get<double>(), 1e-6);
+  const CommandResult text = run("evaluate " + out + " --test-examples 300 --threads 1");
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("mlp (mixed_bfloat16) from "), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(" on 300 examples"), std::string::npos) << text.output;
+
+  expect_one_line_error("evaluate " + tmp("cli-evaluate-none"), "does not exist");
+  const std::string empty = tmp("cli-evaluate-empty");
+  fs::create_directories(empty);
+  expect_one_line_error("evaluate " + empty, "no checkpoint at");
+  const std::string corrupt = tmp("cli-evaluate-corrupt");
+  fs::create_directories(corrupt);
+  fs::copy_file(out + "/checkpoint.tckpt", corrupt + "/checkpoint.tckpt",
+                fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(corrupt + "/checkpoint.tckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    f.put('\x5a');
+  }
+  expect_one_line_error("evaluate " + corrupt, "checkpoint.tckpt");
+  expect_one_line_error("evaluate " + out + " --batch-size 0", "batch size must be at least 1");
+  expect_one_line_error("evaluate", "run_dir is required");
+}
+
 TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   ASSERT_EQ(run(std::string("data inspect ") + TANDEM_TESTDATA_DIR +
                 "/tfrecord/tfx_chicago_taxi_eval_shard0.tfrecord.gz -n 2")

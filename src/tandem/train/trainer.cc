@@ -18,6 +18,7 @@
 #include "tandem/data/batching.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/evaluation.h"
 #include "tandem/train/detail/batch_pipeline.h"
 #include "tandem/train/detail/epoch_json.h"
 
@@ -38,7 +39,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kCheckpointFile = "checkpoint.tckpt";
-constexpr const char* kFormat = "tandem-trainer-1";
 
 void check_data(const data::LabeledImages& d, const char* what) {
   if (!d.images.defined() || !d.labels.defined() || d.images.rank() < 2 ||
@@ -313,22 +313,11 @@ EvalResult Trainer::evaluate(const data::LabeledImages& data) {
   const int n = strategy_->global_replicas();
   std::vector<std::vector<double>> sums(replicas_.size(), std::vector<double>(2, 0.0));
   strategy_->run([&](int r) {
-    NoGradGuard no_grad;
-    nn::Module& model = *replicas_[r].model;
-    const bool was_training = model.is_training();
-    model.eval();
     // Each replica evaluates its own contiguous part of the data.
     const auto [first, last] = replica_rows(data.size(), strategy_->global_replica(r), n);
-    for (int64_t begin = first; begin < last; begin += config_.eval_batch_size) {
-      const int64_t end = std::min(last, begin + config_.eval_batch_size);
-      const Tensor x = data.images.slice(begin, end).to(current_device());
-      const Tensor y = data.labels.slice(begin, end);
-      const Variable logits = model.forward(Variable(x));
-      sums[r][0] +=
-          static_cast<double>(softmax_cross_entropy(logits, y).value().item()) * (end - begin);
-      sums[r][1] += static_cast<double>(kernels::count_correct(logits.value(), y));
-    }
-    model.train(was_training);
+    const EvalSums s =
+        evaluate_rows(*replicas_[r].model, data, first, last, config_.eval_batch_size);
+    sums[r] = {s.loss, static_cast<double>(s.correct)};
   });
   const std::vector<double> total = sum_over_replicas(sums);
   result.examples = data.size();
@@ -597,8 +586,10 @@ bool Trainer::should_stop() {
 void Trainer::save(const Progress& progress, const std::vector<EpochResult>& history) {
   if (config_.output_dir.empty() || !strategy_->is_chief()) return;
   Checkpoint c;
-  c.metadata = {{"format", kFormat},
+  c.metadata = {{"format", kTrainerCheckpointFormat},
                 {"model", config_.model},
+                {"precision", std::string(precision::policy_name(config_.policy))},
+                {"compute_dtype", std::string(dtype_name(config_.compute_dtype))},
                 {"batch_size", std::to_string(config_.batch_size)},
                 {"seed", std::to_string(config_.seed)},
                 {"train_examples", std::to_string(train_.size())},
@@ -632,11 +623,7 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   // Loaded tensors are copied into the model and dropped: temporaries, not
   // activations (the monitor's memory findings read the activation peak).
   MemoryCategoryScope loading(MemoryCategory::workspace);
-  const Checkpoint c = load_checkpoint(path);
-  if (c.meta("format") != kFormat) {
-    TANDEM_THROW(IoError, "'", path, "' is not a trainer checkpoint (format ", c.meta("format"),
-                 ")");
-  }
+  const Checkpoint c = load_trainer_checkpoint(path);
   const std::pair<const char*, std::string> expected[] = {
       {"model", config_.model},
       {"batch_size", std::to_string(config_.batch_size)},
@@ -660,17 +647,12 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   };
   // Every replica takes the same saved state: a checkpoint loads into any count.
   for (Replica& replica : replicas_) {
-    for (auto& [name, p] : replica.model->named_parameters()) {
-      Tensor value = p.value();
-      load_into("model." + name, value);
-      p.mark_modified();
-    }
+    load_model_state(c, *replica.model);
     if (replica.scaler && c.metadata.count("loss_scale")) {
       replica.scaler->restore(std::stod(c.meta("loss_scale")),
                               std::stoll(c.meta("loss_scale_skipped")),
                               std::stoll(c.meta("loss_scale_good_steps")));
     }
-    for (auto& [name, t] : replica.model->named_buffers()) load_into("buffer." + name, *t);
     for (auto& [name, t] : replica.optimizer->state()) load_into("optimizer." + name, *t);
   }
   progress.epoch = std::stoll(c.meta("epoch"));
