@@ -310,8 +310,8 @@ TEST(Cli, BenchPeakAndMonitorJson) {
   const auto p = nlohmann::json::parse(peak_json.output);
   ASSERT_EQ(p.size(), 2u);  // f32 and bf16
   EXPECT_GT(p[0].at("median_flops_per_second").get<double>(), 1e8);
-  expect_one_line_error("bench peak --threads 0", "--threads entries must be integers >= 1");
-  expect_one_line_error("bench peak --threads x", "--threads entries must be integers >= 1");
+  expect_one_line_error("bench peak --threads 0", "--threads entries must be integers from 1 to 4096");
+  expect_one_line_error("bench peak --threads x", "--threads entries must be integers from 1 to 4096");
 
   const CommandResult monitor =
       run("bench monitor --model mlp --devices 2 --steps 3 --rounds 2 --json --run-dir " +

@@ -115,7 +115,9 @@ TEST(Augment, SpecsRoundTripAndBadOnesNameThePart) {
   rejects("rotate", "unknown augmentation 'rotate'");
   rejects("flip,", "unknown augmentation ''");
   rejects("crop", "unknown augmentation 'crop'");
-  rejects("crop:0", "'crop:0': the crop padding must be a whole number of pixels >= 1");
+  rejects("crop:0", "'crop:0': the crop padding must be a whole number of pixels from 1 to 1024");
+  rejects("crop:1025", "'crop:1025'");
+  rejects("crop:9223372036854775807", "'crop:9223372036854775807'");
   rejects("crop:2x", "'crop:2x'");
   rejects("crop:-3", "'crop:-3'");
   Generator g(0);

@@ -91,6 +91,43 @@ TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
   }
 }
 
+// A map function that iterates a parallel map of its own, on every pool
+// worker at once: the inner maps run on the calling worker instead of
+// waiting for workers that are all busy (which would hang), give the same
+// elements, and leave the outer call's element seed as it was.
+TEST(Pipeline, NestedParallelMapsOnEveryPoolWorkerFinish) {
+  const Dataset inner =
+      Dataset::range(40).map(slow_plus_1000, {.num_parallel_calls = kAutotune});
+  const auto outer_fn = [inner](Element e) {
+    const uint64_t seed = element_random_seed();
+    const std::vector<int32_t> values = drain(inner);
+    int32_t sum = 0;
+    for (int32_t v : values) sum += v;
+    if (element_random_seed() != seed) throw std::runtime_error("the nested map moved the seed");
+    Tensor t = Tensor::empty(Shape{}, DType::i32);
+    t.data<int32_t>()[0] = e.at("index").to_ints()[0] * 100000 + sum;
+    return Element{{"index", t}};
+  };
+  std::vector<int32_t> expected;
+  for (int32_t i = 0; i < 8; ++i) expected.push_back(i * 100000 + 40 * 1000 + 39 * 40 / 2);
+  // More parallel calls than pool workers: every worker is inside outer_fn.
+  std::atomic<bool> done = false;
+  std::vector<int32_t> got;
+  std::thread consumer([&] {
+    got = drain(Dataset::range(8).map(outer_fn, {.num_parallel_calls = 8}));
+    done = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!done) {
+    consumer.detach();
+    FAIL() << "nested parallel maps hung";
+  }
+  consumer.join();
+  EXPECT_EQ(got, expected);
+}
+
 TEST(Pipeline, BatchRemainderAndShapeMismatch) {
   Iterator it = Dataset::range(7).batch(3).iterator();
   std::vector<Shape> shapes;

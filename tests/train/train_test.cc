@@ -281,7 +281,9 @@ TEST_P(TrainerInput, GivesTheSameLossesAsTheMainThread) {
   train::TrainConfig piped = base;
   piped.prefetch_batches = GetParam().prefetch_batches;
   piped.input_parallel_calls = GetParam().parallel_calls;
-  piped.output_dir = fresh_dir("input_resume");
+  // Each instance is its own CTest test, maybe running beside another.
+  piped.output_dir = fresh_dir(std::string("input_resume_") +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::vector<double> losses;
   {
     train::Trainer first(piped, small_dropout_model(4), train_data, test_data);

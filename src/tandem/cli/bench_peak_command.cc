@@ -32,7 +32,8 @@ int run_bench_peak(const PeakOptions& o) {
     for (const std::string& t : split_list(o.threads)) {
       const std::optional<int64_t> n = parse_integer(t);
       if (!n || *n < 1 || *n > 4096)
-        TANDEM_THROW(InvalidArgument, "--threads entries must be integers >= 1, got '", t, "'");
+        TANDEM_THROW(InvalidArgument, "--threads entries must be integers from 1 to 4096, got '", t,
+                     "'");
       thread_counts.push_back(static_cast<int>(*n));
     }
   }

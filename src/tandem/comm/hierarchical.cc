@@ -74,11 +74,16 @@ void HierarchicalCommunicator::run(const Call& call) {
   if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
   const int local_size = state_->local_size;
   switch (call.collective) {
-    case Collective::barrier:
-      local_->barrier();
+    case Collective::barrier: {
+      {
+        PartialCollectiveScope local_only;
+        local_->barrier();
+      }
       if (leader()) state_->leaders->barrier();
+      PartialCollectiveScope local_only;
       local_->barrier();
       return;
+    }
     case Collective::all_reduce:
       if (call.input.raw_data() != call.output.raw_data()) {
         std::memcpy(call.output.raw_data(), call.input.raw_data(), call.input.nbytes());
@@ -100,7 +105,10 @@ void HierarchicalCommunicator::run(const Call& call) {
       const int64_t block = n * local_size;
       const Tensor mine =
           flat.slice(block * state_->process_rank, block * (state_->process_rank + 1));
-      local_->all_gather(call.input, mine);
+      {
+        PartialCollectiveScope local_only;
+        local_->all_gather(call.input, mine);
+      }
       if (leader()) {
         // Each leader's block is already in place; gather the others around it.
         const Tensor gathered =
@@ -108,15 +116,19 @@ void HierarchicalCommunicator::run(const Call& call) {
         state_->leaders->all_gather(mine, gathered);
         std::memcpy(flat.raw_data(), gathered.raw_data(), flat.nbytes());
       }
+      PartialCollectiveScope local_only;
       local_->broadcast(flat, 0);
       return;
     }
     case Collective::broadcast: {
       const int root_process = call.root / local_size;
       const int root_local = call.root % local_size;
-      if (state_->process_rank == root_process && root_local != 0)
+      if (state_->process_rank == root_process && root_local != 0) {
+        PartialCollectiveScope local_only;
         local_->broadcast(call.output, root_local);
+      }
       if (leader()) state_->leaders->broadcast(call.output, root_process);
+      PartialCollectiveScope local_only;
       local_->broadcast(call.output, 0);
       return;
     }

@@ -22,9 +22,11 @@ AugmentOptions parse_augment(std::string_view spec) {
       int64_t padding = -1;
       const auto [end, error] =
           std::from_chars(number.data(), number.data() + number.size(), padding);
-      if (error != std::errc() || end != number.data() + number.size() || padding < 1) {
+      if (error != std::errc() || end != number.data() + number.size() || padding < 1 ||
+          padding > kMaxCropPadding) {
         TANDEM_THROW(InvalidArgument, "augmentation '", part,
-                     "': the crop padding must be a whole number of pixels >= 1");
+                     "': the crop padding must be a whole number of pixels from 1 to ",
+                     kMaxCropPadding);
       }
       options.crop_padding = padding;
     } else {
@@ -51,6 +53,10 @@ Tensor augment_images(const Tensor& images, const AugmentOptions& options, Gener
   if (images.rank() != 4) {
     TANDEM_THROW(ShapeError, "augment_images: expected a batch of (N, H, W, C) images, got ",
                  images.to_string());
+  }
+  if (options.crop_padding < 0 || options.crop_padding > kMaxCropPadding) {
+    TANDEM_THROW(InvalidArgument, "augment_images: crop padding ", options.crop_padding,
+                 " is outside 0..", kMaxCropPadding);
   }
   if (!options.any()) return images;
   const int64_t N = images.dim(0), H = images.dim(1), W = images.dim(2);

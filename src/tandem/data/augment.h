@@ -15,6 +15,10 @@
 
 namespace tandem::data {
 
+// Larger paddings only crop to zeros: a bound that keeps the draws' ranges
+// far from overflow.
+inline constexpr int64_t kMaxCropPadding = 1024;
+
 struct AugmentOptions {
   bool flip = false;         // mirror left-right with probability 1/2
   int64_t crop_padding = 0;  // zero-pad this many pixels per side, crop back at a random offset

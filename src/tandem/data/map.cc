@@ -22,13 +22,19 @@ using detail::Clock;
 thread_local bool in_map_call = false;
 thread_local uint64_t map_call_seed = 0;
 
-// Runs fn with element_random_seed() = (pass, position) for the call.
+// Runs fn with element_random_seed() = (pass, position) for the call; a map
+// iterated inside fn (nested, same thread) leaves fn's seed as it found it.
 Element call_with_seed(const MapFn& fn, Element e, int64_t pass, int64_t position) {
+  struct Restore {
+    bool in_call = in_map_call;
+    uint64_t seed = map_call_seed;
+    ~Restore() {
+      in_map_call = in_call;
+      map_call_seed = seed;
+    }
+  } restore;
   in_map_call = true;
   map_call_seed = mix_seed(static_cast<uint64_t>(pass), static_cast<uint64_t>(position));
-  struct Reset {
-    ~Reset() { in_map_call = false; }
-  } reset;
   return fn(std::move(e));
 }
 
@@ -285,7 +291,10 @@ class ParallelMap : public IteratorBase {
 };
 
 std::unique_ptr<IteratorBase> MapNode::make_iterator() {
-  if (options_.num_parallel_calls == 1)
+  // Nested inside another map's call on the pool: run sequentially (the same
+  // elements in the same order, element seeds included) instead of waiting
+  // for pool workers that may all be busy waiting likewise.
+  if (options_.num_parallel_calls == 1 || detail::on_pool_thread())
     return std::make_unique<SequentialMap>(this, input_->make_iterator());
   return std::make_unique<ParallelMap>(shared_from_this(), input_->make_iterator());
 }

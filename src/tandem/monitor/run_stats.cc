@@ -44,27 +44,26 @@ void RunStats::add(const StepRecord& s) {
   flops_ += s.flops;
   allreduce_bytes_ += static_cast<double>(s.allreduce_bytes);
   allreduce_seconds_ += s.allreduce_seconds;
-  double slowest_compute = -1.0;
-  size_t slowest = 0;
   for (const ReplicaTimes& r : s.replicas) {
     auto it = std::find_if(replica_sums_.begin(), replica_sums_.end(),
                            [&](const ReplicaTimes& t) { return t.replica == r.replica; });
     if (it == replica_sums_.end()) {
       replica_sums_.push_back({.replica = r.replica});
-      slowest_steps_.push_back(0);
+      slow_steps_.push_back(0);
       it = replica_sums_.end() - 1;
     }
-    if (r.compute() > slowest_compute) {
-      slowest_compute = r.compute();
-      slowest = static_cast<size_t>(it - replica_sums_.begin());
-    }
+    // Slow in this step: kStraggler above the median of the others' compute.
+    std::vector<double> others;
+    for (const ReplicaTimes& o : s.replicas)
+      if (&o != &r) others.push_back(o.compute());
+    if (!others.empty() && r.compute() >= (1.0 + kStraggler) * median(others))
+      ++slow_steps_[static_cast<size_t>(it - replica_sums_.begin())];
     it->forward += r.forward;
     it->backward += r.backward;
     it->communication += r.communication;
     it->optimizer += r.optimizer;
     it->idle += r.idle;
   }
-  if (!s.replicas.empty()) ++slowest_steps_[slowest];
   replica_means_ = replica_sums_;
   const double n = static_cast<double>(measured_);
   for (ReplicaTimes& r : replica_means_) {
@@ -154,12 +153,12 @@ std::vector<Finding> RunStats::diagnose() const {
     // A replica that is slow now and then (descheduled by the OS, sharing a
     // core) raises its mean without being the one the others wait for.
     const double consistency =
-        static_cast<double>(slowest_steps_[slowest]) / static_cast<double>(measured_);
+        static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
     if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
         consistency >= kStragglerConsistency) {
       out.push_back({"straggler",
                      fmt::format("straggler: replica {} is {} slower than the others ({:.1f} vs "
-                                 "{:.1f} ms of compute per step, the slowest in {} of the steps); "
+                                 "{:.1f} ms of compute per step, slow in {} of the steps); "
                                  "the others idle waiting for it",
                                  replica_means_[slowest].replica, percent(excess),
                                  1e3 * replica_means_[slowest].compute(), 1e3 * typical,

@@ -97,7 +97,9 @@ class RunStats {
   std::vector<double> step_times_;
   std::vector<ReplicaTimes> replica_sums_;
   std::vector<ReplicaTimes> replica_means_;
-  std::vector<int64_t> slowest_steps_;  // per replica (replica_sums_' order): steps it was slowest
+  // Per replica (replica_sums_' order): steps in which it was kStraggler
+  // above the median of the others.
+  std::vector<int64_t> slow_steps_;
   std::vector<DeviceMemory> memory_;
 };
 

@@ -63,7 +63,8 @@ struct TrainConfig {
   // (seed, step) before each call, so random augmentation is reproducible.
   // Runs on the main thread, or (prefetch or parallel input) on the data
   // layer's threads while replicas compute: it must not touch the model,
-  // and with input_parallel_calls != 1 it runs on several batches at once.
+  // and with input_parallel_calls != 1 it runs on several batches at once
+  // (a data::Dataset it iterates there runs its parallel maps sequentially).
   std::function<void(Tensor& images, Tensor& labels)> batch_transform;
   // Batches assembled ahead of the step that trains on them, on a background
   // thread (tf.data's prefetch): hides a slow batch_transform behind the
@@ -97,8 +98,8 @@ struct EpochResult {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;  // over the run so far
   int64_t steps_since_overflow = 0;
-  // The input pipeline's per-stage counters over the run so far (empty when
-  // batches are assembled on the main thread).
+  // The input pipeline's per-stage counters since fit() started or resumed
+  // (empty when batches are assembled on the main thread).
   std::vector<data::StageStats> input_stages;
 };
 

@@ -4,6 +4,11 @@
 #include "tandem/data/detail/node.h"
 
 namespace tandem::data::detail {
+namespace {
+thread_local bool pool_worker = false;
+}  // namespace
+
+bool on_pool_thread() { return pool_worker; }
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) {
@@ -11,6 +16,7 @@ ThreadPool::ThreadPool(int threads) {
       // Map functions may call kernels; keep them single-threaded so that the
       // pipeline's parallelism is the pool's and does not oversubscribe.
       set_num_threads(1);
+      pool_worker = true;
       std::unique_lock<std::mutex> lock(mutex_);
       for (;;) {
         cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });

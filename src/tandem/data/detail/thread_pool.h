@@ -33,4 +33,9 @@ class ThreadPool {
 // The process-wide pool (created on first use).
 ThreadPool& data_pool();
 
+// Whether the calling thread is one of a pool's workers: a map function
+// running there that iterates a parallel map of its own must not wait for
+// pool tasks queued behind it (with every worker doing so, none would run).
+bool on_pool_thread();
+
 }  // namespace tandem::data::detail

@@ -65,10 +65,18 @@ BatchPipeline::BatchPipeline(MakeBatch make, int parallel_calls, int prefetch_de
   dataset_ = data::Dataset::range(std::max<int64_t>(remaining, 0))
                  .map(std::move(build), {.num_parallel_calls = parallel_calls});
   if (prefetch_depth != 0) dataset_ = dataset_.prefetch(prefetch_depth);
-  iterator_ = dataset_.iterator();
+  try {
+    iterator_ = dataset_.iterator();
+  } catch (...) {
+    // A stage that failed to start may leave calls queued: no destructor runs.
+    close();
+    throw;
+  }
 }
 
-BatchPipeline::~BatchPipeline() {
+BatchPipeline::~BatchPipeline() { close(); }
+
+void BatchPipeline::close() {
   std::unique_lock<std::mutex> lock(calls_->mutex);
   calls_->closed = true;
   lock.unlock();

@@ -51,6 +51,9 @@ class BatchPipeline {
   const data::Dataset& dataset() const { return dataset_; }
 
  private:
+  // Stops the pipeline and waits until no call of `make` runs or can start.
+  void close();
+
   struct Calls {
     std::mutex mutex;
     std::condition_variable idle;
