@@ -30,7 +30,8 @@ struct EvaluateOptions {
 int run_evaluate(const EvaluateOptions& o) {
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
-  if (o.threads < 0) TANDEM_THROW(InvalidArgument, "thread count must be at least 1, got ", o.threads);
+  if (o.threads < 0)
+    TANDEM_THROW(InvalidArgument, "thread count must be at least 1, got ", o.threads);
   if (o.test_examples < 0)
     TANDEM_THROW(InvalidArgument, "--test-examples must be 0 (all) or more, got ", o.test_examples);
   const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
@@ -42,8 +43,8 @@ int run_evaluate(const EvaluateOptions& o) {
   };
   const precision::Policy policy = precision::parse_policy(meta_or("precision", "float32"));
   nn::ModelOptions model_options = precision::model_options(policy);
-  model_options.compute_dtype =
-      parse_dtype(meta_or("compute_dtype", std::string(dtype_name(precision::matrix_dtype(policy)))));
+  model_options.compute_dtype = parse_dtype(
+      meta_or("compute_dtype", std::string(dtype_name(precision::matrix_dtype(policy)))));
   const std::shared_ptr<nn::Module> model = nn::make_model(model_name, model_options);
   train::load_model_state(checkpoint, *model);
 
@@ -87,8 +88,8 @@ int run_evaluate(const EvaluateOptions& o) {
 }  // namespace
 
 Command add_evaluate_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand(
-      "evaluate", "Test-set loss and accuracy of a training run's checkpoint");
+  CLI::App* command =
+      app.add_subcommand("evaluate", "Test-set loss and accuracy of a training run's checkpoint");
   auto o = std::make_shared<EvaluateOptions>();
   command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")

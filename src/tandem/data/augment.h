@@ -15,8 +15,8 @@
 
 namespace tandem::data {
 
-// Larger paddings only crop to zeros: a bound that keeps the draws' ranges
-// far from overflow.
+// A padding beyond an image's size mostly crops zeros; the bound keeps the
+// draws' ranges far from overflow.
 inline constexpr int64_t kMaxCropPadding = 1024;
 
 struct AugmentOptions {
