@@ -18,6 +18,7 @@
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
 #include "tandem/tensor/tensor.h"
+#include "tandem/train/checkpoint.h"
 
 namespace {
 
@@ -205,7 +206,8 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
             0);
   std::ifstream in(out + "/summary.json");
   const auto summary = nlohmann::json::parse(in);
-  const CommandResult r = run("evaluate " + out + " --test-examples 300 --threads 1 --json");
+  // By default on as many test examples as the run used (300).
+  const CommandResult r = run("evaluate " + out + " --threads 1 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto e = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   EXPECT_EQ(e.at("model"), "mlp");
@@ -214,10 +216,34 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   EXPECT_EQ(e.at("epochs_done"), 1);
   EXPECT_EQ(e.at("test_accuracy").get<double>(), summary.at("test_accuracy").get<double>());
   EXPECT_NEAR(e.at("test_loss").get<double>(), summary.at("test_loss").get<double>(), 1e-6);
-  const CommandResult text = run("evaluate " + out + " --test-examples 300 --threads 1");
+  const CommandResult text = run("evaluate " + out + " --test-examples 0 --threads 1");
   ASSERT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("mlp (mixed_bfloat16) from "), std::string::npos) << text.output;
-  EXPECT_NE(text.output.find(" on 300 examples"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(" on 10000 examples"), std::string::npos) << text.output;
+
+  // A checkpoint from before checkpoints recorded the precision: the run's
+  // summary.json says it; without one, float32 with a warning.
+  tandem::train::Checkpoint old = tandem::train::load_checkpoint(out + "/checkpoint.tckpt");
+  old.metadata.erase("precision");
+  old.metadata.erase("compute_dtype");
+  const std::string older = tmp("cli-evaluate-old");
+  fs::remove_all(older);
+  fs::create_directories(older);
+  tandem::train::save_checkpoint(older + "/checkpoint.tckpt", old);
+  fs::copy_file(out + "/summary.json", older + "/summary.json");
+  const CommandResult with_summary = run("evaluate " + older + " --threads 1 --json");
+  ASSERT_EQ(with_summary.status, 0) << with_summary.output;
+  const auto w = nlohmann::json::parse(with_summary.output.substr(with_summary.output.find('{')));
+  EXPECT_EQ(w.at("precision"), "mixed_bfloat16");
+  EXPECT_EQ(w.at("test_accuracy"), e.at("test_accuracy"));
+  fs::remove(older + "/summary.json");
+  const CommandResult bare = run("evaluate " + older + " --threads 1");
+  ASSERT_EQ(bare.status, 0) << bare.output;
+  EXPECT_NE(bare.output.find("records no precision and the run has no summary.json; evaluating "
+                             "as float32"),
+            std::string::npos)
+      << bare.output;
+  EXPECT_NE(bare.output.find("mlp (float32) from "), std::string::npos) << bare.output;
 
   expect_one_line_error("evaluate " + tmp("cli-evaluate-none"), "does not exist");
   const std::string empty = tmp("cli-evaluate-empty");
@@ -234,6 +260,7 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   }
   expect_one_line_error("evaluate " + corrupt, "checkpoint.tckpt");
   expect_one_line_error("evaluate " + out + " --batch-size 0", "batch size must be at least 1");
+  expect_one_line_error("evaluate " + out + " --threads -1", "--threads must be 0");
   expect_one_line_error("evaluate", "run_dir is required");
 }
 

@@ -13,6 +13,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
 #include "tandem/data/dataset.h"
+#include "tandem/data/detail/thread_pool.h"
 
 namespace tandem::data {
 namespace {
@@ -92,15 +93,18 @@ TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
 }
 
 // A map function that iterates a parallel map of its own, on every pool
-// worker at once: the inner maps run on the calling worker instead of
+// worker at once: the inner maps run on the calling worker (or, behind a
+// prefetch and a lazily started repeat, on a thread it started) instead of
 // waiting for workers that are all busy (which would hang), give the same
 // elements, and leave the outer call's element seed as it was.
 TEST(Pipeline, NestedParallelMapsOnEveryPoolWorkerFinish) {
-  const Dataset inner =
-      Dataset::range(40).map(slow_plus_1000, {.num_parallel_calls = kAutotune});
-  const auto outer_fn = [inner](Element e) {
+  const Dataset direct = Dataset::range(40).map(slow_plus_1000, {.num_parallel_calls = kAutotune});
+  const Dataset behind_prefetch =
+      Dataset::range(20).map(slow_plus_1000, {.num_parallel_calls = 2}).repeat(2).prefetch(2);
+  const auto outer_fn = [direct, behind_prefetch](Element e) {
     const uint64_t seed = element_random_seed();
-    const std::vector<int32_t> values = drain(inner);
+    const bool prefetched = e.at("index").to_ints()[0] % 2 == 1;
+    const std::vector<int32_t> values = drain(prefetched ? behind_prefetch : direct);
     int32_t sum = 0;
     for (int32_t v : values) sum += v;
     if (element_random_seed() != seed) throw std::runtime_error("the nested map moved the seed");
@@ -108,24 +112,31 @@ TEST(Pipeline, NestedParallelMapsOnEveryPoolWorkerFinish) {
     t.data<int32_t>()[0] = e.at("index").to_ints()[0] * 100000 + sum;
     return Element{{"index", t}};
   };
-  std::vector<int32_t> expected;
-  for (int32_t i = 0; i < 8; ++i) expected.push_back(i * 100000 + 40 * 1000 + 39 * 40 / 2);
   // More parallel calls than pool workers: every worker is inside outer_fn.
-  std::atomic<bool> done = false;
-  std::vector<int32_t> got;
-  std::thread consumer([&] {
-    got = drain(Dataset::range(8).map(outer_fn, {.num_parallel_calls = 8}));
-    done = true;
+  const int calls = detail::data_pool().size() + 1;
+  std::vector<int32_t> expected;
+  for (int32_t i = 0; i < 2 * calls; ++i) {
+    const int32_t sum = i % 2 == 1 ? 2 * (20 * 1000 + 19 * 20 / 2) : 40 * 1000 + 39 * 40 / 2;
+    expected.push_back(i * 100000 + sum);
+  }
+  struct Result {
+    std::atomic<bool> done = false;
+    std::vector<int32_t> got;
+  };
+  auto result = std::make_shared<Result>();  // outlives a consumer left hanging
+  std::thread consumer([result, outer_fn, calls] {
+    result->got = drain(Dataset::range(2 * calls).map(outer_fn, {.num_parallel_calls = calls}));
+    result->done = true;
   });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done && std::chrono::steady_clock::now() < deadline)
+  while (!result->done && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!done) {
+  if (!result->done) {
     consumer.detach();
     FAIL() << "nested parallel maps hung";
   }
   consumer.join();
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(result->got, expected);
 }
 
 TEST(Pipeline, BatchRemainderAndShapeMismatch) {

@@ -98,7 +98,10 @@ class ParallelMap : public IteratorBase {
     shared_->parallelism = shared_->autotune ? 1 : requested;
     shared_->max_parallelism = shared_->autotune ? max : requested;
     node_->counters.capacity.store(shared_->parallelism);
-    runner_ = std::thread([this] { run(); });
+    runner_ = std::thread([this, from_pool = detail::on_pool_thread()] {
+      detail::inherit_pool_thread(from_pool);
+      run();
+    });
   }
 
   ~ParallelMap() override {

@@ -9,6 +9,7 @@
 #include "tandem/base/error.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
+#include "tandem/data/detail/thread_pool.h"
 
 namespace tandem::data {
 namespace {
@@ -47,7 +48,10 @@ class PrefetchIterator : public IteratorBase {
         autotune_(node->buffer_ == kAutotune),
         capacity_(autotune_ ? 1 : node->buffer_) {
     node_->counters.capacity.store(capacity_);
-    producer_ = std::thread([this] { produce(); });
+    producer_ = std::thread([this, from_pool = detail::on_pool_thread()] {
+      detail::inherit_pool_thread(from_pool);
+      produce();
+    });
   }
 
   ~PrefetchIterator() override {

@@ -97,8 +97,8 @@ class RunStats {
   std::vector<double> step_times_;
   std::vector<ReplicaTimes> replica_sums_;
   std::vector<ReplicaTimes> replica_means_;
-  // Per replica (replica_sums_' order): steps in which it was kStraggler
-  // above the median of the others.
+  // Per replica (replica_sums_' order): steps in which its compute was above
+  // the median of the others'.
   std::vector<int64_t> slow_steps_;
   std::vector<DeviceMemory> memory_;
 };

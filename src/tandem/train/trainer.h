@@ -48,6 +48,9 @@ struct TrainConfig {
   double min_lr = 0.0;              // cosine floor
   double warmup_epochs = 0.0;
   uint64_t seed = 0;
+  // The matmul/conv dtype the factory's models compute in: recorded in
+  // checkpoints (with the policy) so that `tandem evaluate` rebuilds the
+  // model the same way; set it with the policy (precision::matrix_dtype).
   DType compute_dtype = DType::f32;
   distribute::StrategyConfig strategy;  // one_device by default
   distribute::ReducerOptions reducer;

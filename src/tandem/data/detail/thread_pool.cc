@@ -5,10 +5,12 @@
 
 namespace tandem::data::detail {
 namespace {
-thread_local bool pool_worker = false;
+thread_local bool in_pool_context = false;
 }  // namespace
 
-bool on_pool_thread() { return pool_worker; }
+bool on_pool_thread() { return in_pool_context; }
+
+void inherit_pool_thread(bool started_from_pool) { in_pool_context = started_from_pool; }
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) {
@@ -16,7 +18,7 @@ ThreadPool::ThreadPool(int threads) {
       // Map functions may call kernels; keep them single-threaded so that the
       // pipeline's parallelism is the pool's and does not oversubscribe.
       set_num_threads(1);
-      pool_worker = true;
+      in_pool_context = true;
       std::unique_lock<std::mutex> lock(mutex_);
       for (;;) {
         cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });

@@ -33,9 +33,14 @@ class ThreadPool {
 // The process-wide pool (created on first use).
 ThreadPool& data_pool();
 
-// Whether the calling thread is one of a pool's workers: a map function
-// running there that iterates a parallel map of its own must not wait for
-// pool tasks queued behind it (with every worker doing so, none would run).
+// Whether the calling thread is one of a pool's workers, or a pipeline
+// thread started (directly or not) from one: a map function running there
+// that iterates a parallel map of its own must not wait for pool tasks
+// queued behind it (with every worker doing so, none would run).
 bool on_pool_thread();
+// For the threads a pipeline starts (prefetch producer, map runner): called
+// first thing in the new thread with on_pool_thread() of the thread that
+// started it.
+void inherit_pool_thread(bool started_from_pool);
 
 }  // namespace tandem::data::detail
