@@ -19,6 +19,7 @@
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/monitor.h"
+#include "tandem/monitor/progress_view.h"
 #include "tandem/monitor/report.h"
 #include "tandem/monitor/svg_chart.h"
 #include "tandem/nn/models.h"
@@ -266,6 +267,38 @@ TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
 
 // The findings' rules on made-up steps with known parts: each bottleneck,
 // the numbers in its sentence, and the memory findings.
+// The live line: throughput, each device's busy fraction and the input
+// share over the monitor's window, then the ETA.
+TEST(ProgressView, PlainLinesShowBusyAndInputShares) {
+  monitor::RunInfo info;
+  info.devices = {cpu_device(0), cpu_device(1)};
+  info.global_replicas = 2;
+  info.epochs = 1;
+  info.steps_per_epoch = 10;
+  monitor::Monitor m({}, info);
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  monitor::ProgressView view(monitor::ProgressMode::lines, 1, false, &m, out, 0.0);
+  for (int64_t i = 1; i <= 4; ++i) {
+    train::StepInfo s{.epoch = 1, .step = i, .steps_per_epoch = 10, .global_step = i};
+    s.loss = 0.5;
+    s.batch_examples = 64;
+    s.step_seconds = 0.020;
+    s.input_seconds = 0.005;  // a quarter of each step
+    s.replicas = {{.replica = 0, .forward = 0.005, .backward = 0.010},
+                  {.replica = 1, .forward = 0.004, .backward = 0.008, .idle = 0.003}};
+    m.on_step(s);
+    view.on_step(s);
+  }
+  std::rewind(out);
+  std::string text;
+  for (int c = std::fgetc(out); c != EOF; c = std::fgetc(out)) text += static_cast<char>(c);
+  std::fclose(out);
+  EXPECT_NE(text.find("epoch 1/1 step 4/10  loss 0.5000  3200 ex/s  busy 75% 60%  input 25%  ETA"),
+            std::string::npos)
+      << text;
+}
+
 TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
   const auto steps = [](double input, double forward, double backward, double communication,
                         double slow_extra) {

@@ -237,7 +237,10 @@ void Monitor::on_step(const train::StepInfo& s) {
   }
   stats_.add(record);
 
-  WindowStep w{.end = now, .seconds = s.step_seconds, .examples = s.batch_examples};
+  WindowStep w{.end = now,
+               .seconds = s.step_seconds,
+               .input = s.input_seconds,
+               .examples = s.batch_examples};
   for (const ReplicaTimes& r : record.replicas) w.busy.push_back(r.compute());
   window_.push_back(std::move(w));
   while (window_.size() > 1 && seconds_between(window_.front().end, now) > options_.window_seconds)
@@ -417,6 +420,12 @@ double Monitor::recent_examples_per_second() const {
   for (const WindowStep& w : window_)
     seconds += w.seconds, examples += static_cast<double>(w.examples);
   return seconds > 0.0 ? examples / seconds : 0.0;
+}
+
+double Monitor::recent_input_fraction() const {
+  double seconds = 0.0, input = 0.0;
+  for (const WindowStep& w : window_) seconds += w.seconds, input += w.input;
+  return seconds > 0.0 ? input / seconds : 0.0;
 }
 
 double Monitor::recent_step_seconds() const {

@@ -77,6 +77,8 @@ class Monitor {
   std::vector<double> busy_fractions() const;
   double recent_examples_per_second() const;
   double recent_step_seconds() const;
+  // The share of the last window_seconds the steps spent waiting for input.
+  double recent_input_fraction() const;
   const RunStats& stats() const { return stats_; }
   // Time spent in on_step and on_epoch so far: the monitor's own cost, which
   // the training threads wait for.
@@ -90,6 +92,7 @@ class Monitor {
   struct WindowStep {
     std::chrono::steady_clock::time_point end;
     double seconds = 0.0;
+    double input = 0.0;  // seconds waiting for the batch
     int64_t examples = 0;
     std::vector<double> busy;  // per local replica
   };

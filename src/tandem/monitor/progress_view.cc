@@ -37,6 +37,7 @@ std::string ProgressView::status(const train::StepInfo& s) const {
       text += "  busy";
       for (double b : busy) text += fmt::format(" {:.0f}%", 100.0 * b);
     }
+    text += fmt::format("  input {:.0f}%", 100.0 * monitor_->recent_input_fraction());
     const int64_t remaining =
         (epochs_ - s.epoch) * s.steps_per_epoch + (s.steps_per_epoch - s.step);
     text +=
