@@ -67,6 +67,15 @@ const Tensor& Checkpoint::tensor(const std::string& name) const {
   TANDEM_THROW(IoError, "checkpoint has no tensor '", name, "'");
 }
 
+void Checkpoint::load_into(const std::string& name, Tensor& target) const {
+  const Tensor& saved = tensor(name);
+  if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
+    TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
+                 target.to_string());
+  }
+  target.copy_from(saved);
+}
+
 const std::string& Checkpoint::meta(const std::string& key) const {
   auto it = metadata.find(key);
   if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");

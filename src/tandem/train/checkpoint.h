@@ -22,6 +22,9 @@ struct Checkpoint {
 
   // The tensor with this name; throws IoError when absent.
   const Tensor& tensor(const std::string& name) const;
+  // Copies the tensor with this name into `target`; throws IoError when it is
+  // absent or differs from target in shape or dtype.
+  void load_into(const std::string& name, Tensor& target) const;
   // Metadata value; throws IoError when absent.
   const std::string& meta(const std::string& key) const;
 };

@@ -45,20 +45,12 @@ Checkpoint load_trainer_checkpoint(const std::string& path) {
 }
 
 void load_model_state(const Checkpoint& checkpoint, nn::Module& model) {
-  const auto load_into = [&](const std::string& name, Tensor& target) {
-    const Tensor& saved = checkpoint.tensor(name);
-    if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
-      TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
-                   target.to_string());
-    }
-    target.copy_from(saved);
-  };
   for (auto& [name, p] : model.named_parameters()) {
     Tensor value = p.value();
-    load_into("model." + name, value);
+    checkpoint.load_into("model." + name, value);
     p.mark_modified();
   }
-  for (auto& [name, t] : model.named_buffers()) load_into("buffer." + name, *t);
+  for (auto& [name, t] : model.named_buffers()) checkpoint.load_into("buffer." + name, *t);
 }
 
 }  // namespace tandem::train

@@ -637,14 +637,6 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
                    c.meta(key), " but this run has ", value);
     }
   }
-  auto load_into = [&](const std::string& name, Tensor& target) {
-    const Tensor& saved = c.tensor(name);
-    if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
-      TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
-                   target.to_string());
-    }
-    target.copy_from(saved);
-  };
   // Every replica takes the same saved state: a checkpoint loads into any count.
   for (Replica& replica : replicas_) {
     load_model_state(c, *replica.model);
@@ -653,7 +645,7 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
                               std::stoll(c.meta("loss_scale_skipped")),
                               std::stoll(c.meta("loss_scale_good_steps")));
     }
-    for (auto& [name, t] : replica.optimizer->state()) load_into("optimizer." + name, *t);
+    for (auto& [name, t] : replica.optimizer->state()) c.load_into("optimizer." + name, *t);
   }
   progress.epoch = std::stoll(c.meta("epoch"));
   progress.step = std::stoll(c.meta("step"));
