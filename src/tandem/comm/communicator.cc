@@ -89,20 +89,10 @@ bool Work::done() const {
 namespace {
 // The Work the calling communication thread is running (null elsewhere).
 thread_local Work* running_work = nullptr;
-thread_local bool in_partial_collective = false;
 }  // namespace
 
 void Communicator::mark_all_ranks_arrived() {
-  if (running_work != nullptr && !in_partial_collective) running_work->start();
-}
-
-Communicator::PartialCollectiveScope::PartialCollectiveScope()
-    : previous_(in_partial_collective) {
-  in_partial_collective = true;
-}
-
-Communicator::PartialCollectiveScope::~PartialCollectiveScope() {
-  in_partial_collective = previous_;
+  if (running_work != nullptr) running_work->start();
 }
 
 void Work::start() {

@@ -139,19 +139,6 @@ class Communicator {
   // For implementations of run(): every rank has arrived and the data
   // movement begins; restamps the start of the asynchronous Work being run.
   static void mark_all_ranks_arrived();
-  // While one lives on this thread, mark_all_ranks_arrived() does nothing:
-  // for composite communicators whose inner collectives involve only some of
-  // the ranks (a process's local group), so their arrival is not everyone's.
-  class PartialCollectiveScope {
-   public:
-    PartialCollectiveScope();
-    ~PartialCollectiveScope();
-    PartialCollectiveScope(const PartialCollectiveScope&) = delete;
-    PartialCollectiveScope& operator=(const PartialCollectiveScope&) = delete;
-
-   private:
-    bool previous_;
-  };
 
   // Waits until every asynchronous collective issued so far has finished.
   void drain();

@@ -49,17 +49,11 @@ class HierarchicalCommunicator : public Communicator {
 
 void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   const ReduceOp partial = op == ReduceOp::mean ? ReduceOp::sum : op;
-  {
-    PartialCollectiveScope local_only;
-    local_->all_reduce(buffer, partial);
-  }
+  local_->all_reduce(buffer, partial);
   // The leaders' MPI call check marks when every process has arrived; the
   // other local ranks keep the time they picked the call up.
   if (leader()) state_->leaders->all_reduce(buffer, partial);
-  {
-    PartialCollectiveScope local_only;
-    local_->broadcast(buffer, 0);
-  }
+  local_->broadcast(buffer, 0);
   if (op == ReduceOp::mean) {
     const void* in = buffer.raw_data();
     void* out = buffer.raw_data();
@@ -74,16 +68,11 @@ void HierarchicalCommunicator::run(const Call& call) {
   if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
   const int local_size = state_->local_size;
   switch (call.collective) {
-    case Collective::barrier: {
-      {
-        PartialCollectiveScope local_only;
-        local_->barrier();
-      }
+    case Collective::barrier:
+      local_->barrier();
       if (leader()) state_->leaders->barrier();
-      PartialCollectiveScope local_only;
       local_->barrier();
       return;
-    }
     case Collective::all_reduce:
       if (call.input.raw_data() != call.output.raw_data()) {
         std::memcpy(call.output.raw_data(), call.input.raw_data(), call.input.nbytes());
@@ -105,10 +94,7 @@ void HierarchicalCommunicator::run(const Call& call) {
       const int64_t block = n * local_size;
       const Tensor mine =
           flat.slice(block * state_->process_rank, block * (state_->process_rank + 1));
-      {
-        PartialCollectiveScope local_only;
-        local_->all_gather(call.input, mine);
-      }
+      local_->all_gather(call.input, mine);
       if (leader()) {
         // Each leader's block is already in place; gather the others around it.
         const Tensor gathered =
@@ -116,19 +102,15 @@ void HierarchicalCommunicator::run(const Call& call) {
         state_->leaders->all_gather(mine, gathered);
         std::memcpy(flat.raw_data(), gathered.raw_data(), flat.nbytes());
       }
-      PartialCollectiveScope local_only;
       local_->broadcast(flat, 0);
       return;
     }
     case Collective::broadcast: {
       const int root_process = call.root / local_size;
       const int root_local = call.root % local_size;
-      if (state_->process_rank == root_process && root_local != 0) {
-        PartialCollectiveScope local_only;
+      if (state_->process_rank == root_process && root_local != 0)
         local_->broadcast(call.output, root_local);
-      }
       if (leader()) state_->leaders->broadcast(call.output, root_process);
-      PartialCollectiveScope local_only;
       local_->broadcast(call.output, 0);
       return;
     }
@@ -143,7 +125,8 @@ HierarchicalGroup::HierarchicalGroup(int local_size, CommOptions options)
     TANDEM_THROW(InvalidArgument, "local size must be at least 1, got ", local_size);
   state_->local_size = local_size;
   state_->options = options;
-  state_->local = std::make_unique<InProcessGroup>(local_size, InProcessOptions{.comm = options});
+  state_->local = std::make_unique<InProcessGroup>(
+      local_size, InProcessOptions{.comm = options, .whole_group = false});
   state_->leaders = make_mpi_communicator(options);
   state_->process_rank = state_->leaders->rank();
   state_->process_count = state_->leaders->size();

@@ -149,7 +149,7 @@ void InProcessCommunicator::run(const Call& call) {
                static_cast<int64_t>(bytes) <= state_->options.small_message_bytes;
   if (slot.small && bytes > 0) std::memcpy(state_->staged(parity, rank_), slot.input, bytes);
   wait_all(call);
-  mark_all_ranks_arrived();
+  if (state_->options.whole_group) mark_all_ranks_arrived();
   ++calls_;
   check_calls(call, parity);
 

@@ -33,6 +33,10 @@ struct InProcessOptions {
   // traffic than the second barrier of the sliced path (measured with
   // `tandem bench allreduce --small-message-bytes`).
   int64_t small_message_bytes = 512;
+  // False for a group that is only part of a larger one (the process-local
+  // ranks of a hierarchical group): its ranks arriving is not every rank
+  // arriving, so it leaves the outer collective's start time alone.
+  bool whole_group = true;
 };
 
 class InProcessGroup {
