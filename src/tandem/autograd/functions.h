@@ -12,6 +12,7 @@
 #include "tandem/base/random.h"
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/conv.h"
+#include "tandem/kernels/per_example_loss.h"
 #include "tandem/kernels/pool.h"
 
 namespace tandem {
@@ -70,6 +71,32 @@ Variable cast(const Variable& x, DType dtype);
 // i32 labels (B,): shape () f32. See kernels::softmax_cross_entropy.
 Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels,
                                double normalizer = 0.0);
+
+// Per-example losses (tandem/kernels/per_example_loss.h): each returns (N,)
+// f32, example n's loss the mean over its positions, for a caller that sums
+// them and divides by the global batch size. Gradients flow to the first
+// argument only, in its dtype; labels and targets are constants. They throw
+// ShapeError naming both shapes when the arguments do not fit.
+using kernels::CrossEntropyOptions;
+
+// logits (N, ..., K) f32/bf16/f16, labels (N, ...) i32 with the logits' dims
+// but the last: the mean token cross-entropy over each example's positions
+// whose label is not options.ignore_index (0 when all are), with PyTorch's
+// label smoothing. Throws InvalidArgument for a label outside [0, K) that is
+// not ignored, naming its position and value.
+Variable softmax_cross_entropy_per_example(const Variable& logits, const Tensor& labels,
+                                           const CrossEntropyOptions& options = {});
+// logits (N, ...) floating, targets of the same shape in [0, 1]: the mean of
+// max(x, 0) - x t + log(1 + exp(-|x|)) over each example's elements.
+Variable binary_cross_entropy_with_logits_per_example(const Variable& logits,
+                                                      const Tensor& targets);
+// predictions (N, ...) floating, targets f32 or i32 of the same shape (or
+// (N,) against (N, 1)): the mean of (p - t)^2, |p - t| (subgradient 0 at 0),
+// or PyTorch's HuberLoss(delta) over each example's elements. huber throws
+// InvalidArgument for delta <= 0.
+Variable mean_squared_error_per_example(const Variable& predictions, const Tensor& targets);
+Variable mean_absolute_error_per_example(const Variable& predictions, const Tensor& targets);
+Variable huber_per_example(const Variable& predictions, const Tensor& targets, double delta = 1.0);
 
 // Normalises over the last dimension; gamma, beta (C,) f32.
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps);
