@@ -39,23 +39,21 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   const std::string run_dir =
       o.run_dir.empty() ? (std::filesystem::temp_directory_path() / "tandem-bench-monitor").string()
                         : o.run_dir;
-  train::TrainConfig config{
-      .model = o.model, .epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
+  train::TrainConfig config{.epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
   config.strategy = {.name = o.devices > 1 ? "mirrored" : "one_device",
                      .devices = o.devices,
                      .threads_per_device = 1,
                      .allow_oversubscription = true};
-  const std::string model = o.model;
-  train::Trainer trainer(config, [&] { return nn::make_model(model); },
-                         synthetic_images(o.batch_size * o.steps), {});
+  train::Trainer trainer(config, train::builtin_model(o.model, precision::Policy::float32));
+  const data::Dataset data = data::as_dataset(synthetic_images(o.batch_size * o.steps));
   const auto timed_fit = [&](const train::TrainCallbacks& callbacks) {
     const auto start = std::chrono::steady_clock::now();
-    trainer.fit(callbacks);
+    trainer.fit(data, {}, callbacks);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return static_cast<double>(o.batch_size * o.steps) / seconds;
   };
-  const monitor::RunInfo info = monitor::describe_run(trainer, config);
+  const monitor::RunInfo info = monitor::describe_run(trainer, trainer.steps_per_epoch(data));
   timed_fit({});  // warm-up: primitives, allocator caches
   std::vector<double> on, off, ratios, own_fraction;
   for (int r = 0; r < o.rounds; ++r) {

@@ -66,15 +66,13 @@ struct Series {
 
 Run train_run(const ScalingOptions& o, const std::string& strategy, int devices, int threads,
               const data::LabeledImages& data, bool overlap = true) {
-  train::TrainConfig config{
-      .model = o.model, .epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
+  train::TrainConfig config{.epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
   config.strategy = {.name = strategy,
                      .devices = devices,
                      .threads_per_device = threads,
                      .allow_oversubscription = true};
   config.reducer.overlap = overlap;
-  const std::string model = o.model;
-  train::Trainer trainer(config, [&] { return nn::make_model(model); }, data, {});
+  train::Trainer trainer(config, train::builtin_model(o.model, precision::Policy::float32));
   double seconds = 0, input = 0, exposed = 0, idle = 0;
   int64_t examples = 0;
   train::TrainCallbacks callbacks;
@@ -86,7 +84,7 @@ Run train_run(const ScalingOptions& o, const std::string& strategy, int devices,
     idle += s.idle_seconds;
     examples += s.batch_examples;
   };
-  trainer.fit(callbacks);
+  trainer.fit(data::as_dataset(data), {}, callbacks);
   return {static_cast<double>(examples) / seconds, input / seconds, exposed / seconds,
           idle / seconds};
 }

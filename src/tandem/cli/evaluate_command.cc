@@ -13,9 +13,9 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
-#include "tandem/nn/models.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/evaluation.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::cli {
 namespace {
@@ -56,28 +56,20 @@ int run_evaluate(const EvaluateOptions& o) {
   const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const nlohmann::json config = run_config(o.run_dir);
-  // The checkpoint's record, else the run's summary (checkpoints written
-  // before they recorded precision), else float32 with a warning.
-  const auto setting = [&](const char* key) -> std::optional<std::string> {
-    if (checkpoint.metadata.count(key)) return checkpoint.meta(key);
-    if (config.is_object() && config.contains(key) && config.at(key).is_string())
-      return config.at(key).get<std::string>();
-    return std::nullopt;
-  };
-  const std::optional<std::string> recorded_policy = setting("precision");
-  if (!recorded_policy) {
-    fmt::print(stderr,
-               "tandem: warning: '{}' records no precision and the run has no summary.json; "
-               "evaluating as float32\n",
-               path);
+  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const train::Loss loss_fn = train::make_loss("softmax_cross_entropy");
+  if (checkpoint.meta("loss") != loss_fn.name) {
+    TANDEM_THROW(InvalidArgument, "'", path, "' was trained with loss ", checkpoint.meta("loss"),
+                 "; tandem evaluate measures classifiers trained with ", loss_fn.name,
+                 " on Fashion-MNIST");
   }
-  const precision::Policy policy = precision::parse_policy(recorded_policy.value_or("float32"));
-  nn::ModelOptions model_options = precision::model_options(policy);
-  model_options.compute_dtype = parse_dtype(
-      setting("compute_dtype").value_or(std::string(dtype_name(precision::matrix_dtype(policy)))));
-  const std::string model_name = checkpoint.meta("model");
-  const std::shared_ptr<nn::Module> model = nn::make_model(model_name, model_options);
-  train::load_model_state(checkpoint, *model);
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
+  train::Trainer trainer({.eval_batch_size = o.batch_size,
+                          .strategy = {.threads_per_device = threads},
+                          .input_feature = checkpoint.meta("input_feature"),
+                          .loss = loss_fn},
+                         train::rebuild_model(spec));
+  train::load_model_state(checkpoint, trainer.model());
 
   const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
   data::LabeledImages test = fashion.test;
@@ -90,15 +82,16 @@ int run_evaluate(const EvaluateOptions& o) {
   }
   if (examples > 0 && examples < test.size())
     test = {test.images.slice(0, examples), test.labels.slice(0, examples)};
-  NumThreadsScope threads(o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores));
+  if (test.size() == 0) TANDEM_THROW(InvalidArgument, "no test examples to evaluate on");
   const auto start = std::chrono::steady_clock::now();
-  const train::EvalSums sums = train::evaluate_rows(*model, test, 0, test.size(), o.batch_size);
+  const train::EvalResult result = trainer.evaluate(
+      data::Dataset::from_tensors({{"image", test.images}, {"label", test.labels}}));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (test.size() == 0) TANDEM_THROW(InvalidArgument, "no test examples to evaluate on");
-  const double n = static_cast<double>(test.size());
-  const double loss = sums.loss / n;
-  const double accuracy = static_cast<double>(sums.correct) / n;
+  const double loss = result.loss;
+  const double accuracy = result.metric("accuracy");
+  const std::string& model_name = spec.name;
+  const precision::Policy policy = spec.policy;
   // Where training stood when the checkpoint was written.
   const int64_t epochs_done = std::stoll(checkpoint.meta("epoch"));
   const int64_t step = std::stoll(checkpoint.meta("step"));

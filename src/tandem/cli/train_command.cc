@@ -37,6 +37,7 @@ namespace {
 
 struct TrainOptions {
   train::TrainConfig config;
+  std::string model = "cnn";
   std::string precision = "float32";
   std::string compute_dtype;   // empty: the policy's
   std::string loss_scale;      // empty: dynamic under mixed_float16, none otherwise
@@ -149,10 +150,10 @@ int parse_count_or_auto(const std::string& flag, const std::string& text, int mi
 
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
-  config.policy = precision::parse_policy(o.precision);
-  config.compute_dtype = o.compute_dtype.empty() ? precision::matrix_dtype(config.policy)
-                                                 : parse_dtype(o.compute_dtype);
-  config.loss_scale = parse_loss_scale(o.loss_scale, config.policy);
+  const precision::Policy policy = precision::parse_policy(o.precision);
+  const std::optional<DType> compute_dtype =
+      o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
+  config.loss_scale = parse_loss_scale(o.loss_scale, policy);
   if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
   config.strategy.name = o.strategy;
   std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
@@ -173,43 +174,48 @@ int run_train(TrainOptions& o) {
   if (augment.any()) {
     // fit() seeds thread_generator() per step: the same flips and crops
     // whichever thread builds the batch, and after a resume.
-    config.batch_transform = [augment](Tensor& images, Tensor&) {
-      images = data::augment_images(images, augment, thread_generator());
+    config.batch_transform = [augment](data::Element batch) {
+      batch.set("image", data::augment_images(batch.at("image"), augment, thread_generator()));
+      return batch;
     };
   }
-  if (config.output_dir.empty()) config.output_dir = default_output_dir(config.model);
+  if (config.output_dir.empty()) config.output_dir = default_output_dir(o.model);
   const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
     TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
   if (o.no_monitor && trace_first > 0)
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
-  nn::ModelOptions model_options = precision::model_options(config.policy, {.seed = config.seed});
-  model_options.compute_dtype = config.compute_dtype;
-  nn::make_model(config.model, model_options);  // validates the name early
-  const std::string model_name = config.model;
+  const train::ModelFactory factory =
+      train::builtin_model(o.model, policy, config.seed, compute_dtype);  // validates the name
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
   data::LabeledImages train_data = first(dataset.train, o.train_examples);
   data::LabeledImages test_data = first(dataset.test, o.test_examples);
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  // Reshuffled every epoch (pass) from the seed.
+  const data::Dataset train_set =
+      data::Dataset::from_tensors({{"image", train_data.images}, {"label", train_data.labels}})
+          .shuffle(train_data.size(), config.seed);
+  const data::Dataset test_set =
+      data::Dataset::from_tensors({{"image", test_data.images}, {"label", test_data.labels}});
 
-  train::Trainer trainer(
-      config, [&] { return nn::make_model(model_name, model_options); }, train_data, test_data);
+  train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   const bool chief = strategy.is_chief();
+  const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
   if (!o.quiet && chief) {
     fmt::print(
         "tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
         "(loaded in {:.1f} s)\n",
-        config.model, trainer.model().parameter_count(), train_data.size(), test_data.size(),
+        o.model, trainer.model().parameter_count(), train_data.size(), test_data.size(),
         load_seconds);
     fmt::print(
         "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
         "matmul{}), global batch {}, {} lr {} ({}), {} epoch(s)\n",
         strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
-        strategy.threads_per_replica(), precision::policy_name(config.policy),
-        dtype_name(config.compute_dtype),
+        strategy.threads_per_replica(), precision::policy_name(policy),
+        dtype_name(factory.spec.compute_dtype),
         config.loss_scale
             ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
             : "",
@@ -229,7 +235,7 @@ int run_train(TrainOptions& o) {
   // writes the run directory.
   std::unique_ptr<monitor::Monitor> run_monitor;
   if (chief && !o.no_monitor) {
-    monitor::RunInfo info = monitor::describe_run(trainer, config);
+    monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
     const auto image_dims = train_data.images.shape().dims();
     info.layers = monitor::layer_flops(
         trainer.model(), Shape(std::vector<int64_t>(image_dims.begin() + 1, image_dims.end())));
@@ -239,7 +245,7 @@ int run_train(TrainOptions& o) {
       // one replica's threads in the policy's matrix dtype.
       NumThreadsScope threads(strategy.threads_per_replica());
       info.peak_flops_per_device = kernels::measure_matmul_peak(
-          config.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
+          factory.spec.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
       // The measurement's buffers are gone; peaks should be the model's.
       for (const Device& d : info.devices) allocator_for(d).reset_peaks();
     }
@@ -250,7 +256,7 @@ int run_train(TrainOptions& o) {
           "  monitor: {:.2f} MFLOP per example forward, device peak {:.0f} GFLOP/s ({}), "
           "metrics.jsonl{}\n",
           forward / 1e6, info.peak_flops_per_device / 1e9,
-          config.compute_dtype == DType::bf16 ? "bf16" : "f32",
+          factory.spec.compute_dtype == DType::bf16 ? "bf16" : "f32",
           trace_first > 0 ? fmt::format(", trace of steps {}-{}", trace_first, trace_last)
                           : std::string());
     }
@@ -285,7 +291,7 @@ int run_train(TrainOptions& o) {
   sigaction(SIGINT, &action, &previous);
   train::TrainResult result;
   try {
-    result = trainer.fit(callbacks);
+    result = trainer.fit(train_set, test_set, callbacks);
   } catch (...) {
     interruptible.store(nullptr);
     sigaction(SIGINT, &previous, nullptr);
@@ -304,7 +310,7 @@ int run_train(TrainOptions& o) {
       fmt::print(stderr, "tandem: warning: {}\n", w);
     sections["monitor"] = run_monitor->summary_json();
   }
-  train::write_summary(summary_path, config, result,
+  train::write_summary(summary_path, config, factory.spec, result,
                        {{"strategy", strategy.name()},
                         {"replicas", std::to_string(strategy.global_replicas())},
                         {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
@@ -320,8 +326,8 @@ int run_train(TrainOptions& o) {
   }
   if (!o.quiet && !result.history.empty()) {
     const auto& last = result.history.back();
-    fmt::print("done: test accuracy {:.2f}%, {:.1f} s; summary in {}\n", 100.0 * last.test_accuracy,
-               result.wall_seconds, summary_path);
+    fmt::print("done: test accuracy {:.2f}%, {:.1f} s; summary in {}\n",
+               100.0 * last.validation_metric("accuracy"), result.wall_seconds, summary_path);
     if (run_monitor) {
       for (const monitor::Finding& f : run_monitor->stats().diagnose())
         fmt::print("  {}\n", f.message);
@@ -337,7 +343,7 @@ Command add_train_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("train", "Train a reference model on Fashion-MNIST");
   auto o = std::make_shared<TrainOptions>();
   train::TrainConfig& c = o->config;
-  command->add_option("--model", c.model, "Model: cnn or mlp")->capture_default_str();
+  command->add_option("--model", o->model, "Model: cnn or mlp")->capture_default_str();
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")
       ->capture_default_str();

@@ -81,6 +81,7 @@ class CacheNode : public detail::UnaryNode {
   CacheNode(std::shared_ptr<detail::Node> input, std::string path)
       : UnaryNode(std::move(input)), path_(std::move(path)) {}
   std::unique_ptr<IteratorBase> make_iterator() override;
+  int64_t cardinality() const override { return input_->cardinality(); }
   std::string label() const override {
     return path_.empty() ? "cache(memory)" : "cache(" + path_ + ")";
   }

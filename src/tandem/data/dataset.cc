@@ -46,6 +46,16 @@ Iterator Dataset::iterator() const {
   return Iterator(node_->make_iterator(), node_);
 }
 
+Iterator Dataset::iterator(int64_t pass) const {
+  if (pass < 0) TANDEM_THROW(InvalidArgument, "a pass number must be >= 0, got ", pass);
+  for (auto n = node_; n; n = n->input()) n->set_next_pass(pass);
+  return iterator();
+}
+
+int64_t Dataset::cardinality() const {
+  return node_->cardinality();
+}
+
 std::string Dataset::describe() const {
   std::vector<std::string> labels;
   for (auto n = node_; n; n = n->input()) labels.push_back(n->label());

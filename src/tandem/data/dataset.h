@@ -32,6 +32,11 @@ namespace tandem::data {
 // sized at run time from measured producer and consumer rates.
 inline constexpr int kAutotune = -1;
 
+// Dataset::cardinality() of a dataset without end (repeat()) and of one whose
+// size is not known without reading it (filter, interleave, TFRecord files).
+inline constexpr int64_t kInfiniteCardinality = -1;
+inline constexpr int64_t kUnknownCardinality = -2;
+
 class Dataset;
 using MapFn = std::function<Element(Element)>;
 using FilterFn = std::function<bool(const Element&)>;
@@ -133,6 +138,15 @@ class Dataset {
 
   // Starts a pass.
   Iterator iterator() const;
+  // Starts a pass numbered `pass` at every stage of the pipeline: shuffles
+  // draw their order and maps their element seeds from it, so pass k is the
+  // same whatever passes came before (an epoch resumed in a new process
+  // replays the uninterrupted run's epoch k). Stages below a repeat number
+  // their passes k, k + 1, ... as usual.
+  Iterator iterator(int64_t pass) const;
+  // Elements one pass yields, when known without reading the data;
+  // kInfiniteCardinality or kUnknownCardinality otherwise.
+  int64_t cardinality() const;
   // "tensors -> map(autotune) -> batch(128) -> prefetch(autotune)"
   std::string describe() const;
   // Per-stage counters of every pass so far, source first.

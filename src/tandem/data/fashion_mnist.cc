@@ -80,4 +80,8 @@ Tensor normalize_images(const Tensor& u8_images, float mean, float stddev) {
   return out;
 }
 
+Dataset as_dataset(const LabeledImages& images) {
+  return Dataset::from_tensors({{"image", images.images}, {"label", images.labels}});
+}
+
 }  // namespace tandem::data

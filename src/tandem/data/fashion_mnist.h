@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "tandem/data/dataset.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::data {
@@ -33,6 +34,9 @@ std::string default_fashion_mnist_dir();
 // something is missing or malformed (wrong dimensions, image and label counts
 // that differ, labels outside 0..9).
 FashionMnist load_fashion_mnist(const std::string& dir);
+
+// One {"image", "label"} element per row, in order (Dataset::from_tensors).
+Dataset as_dataset(const LabeledImages& images);
 
 // Converts u8 images (N, H, W) or (N, H, W, 1) to normalised f32 (N, H, W, 1).
 Tensor normalize_images(const Tensor& u8_images, float mean, float stddev);

@@ -47,6 +47,7 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
     return std::make_shared<MapNode>(std::move(input), fn_, options_);
   }
+  int64_t cardinality() const override { return input_->cardinality(); }
   std::string label() const override {
     if (options_.num_parallel_calls == 1) return "map";
     const std::string p = options_.num_parallel_calls == kAutotune

@@ -33,6 +33,7 @@ class PrefetchNode : public detail::UnaryNode {
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
     return std::make_shared<PrefetchNode>(std::move(input), buffer_);
   }
+  int64_t cardinality() const override { return input_->cardinality(); }
   std::string label() const override {
     return "prefetch(" +
            (buffer_ == kAutotune ? std::string("autotune") : std::to_string(buffer_)) + ")";

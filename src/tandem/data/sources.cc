@@ -32,6 +32,7 @@ class IndexedNode : public detail::Node {
     return it;
   }
   std::string label() const override { return label_; }
+  int64_t cardinality() const override { return count_; }
 
  private:
   std::string label_;

@@ -19,9 +19,15 @@ class SimpleNode : public UnaryNode {
   using Step =
       std::function<std::optional<Element>(IteratorBase& input, detail::Counters& counters)>;
   using Factory = std::function<Step(int64_t pass)>;
+  // The output's cardinality from the input's (known, >= 0); null: unknown.
+  using Cardinality = std::function<int64_t(int64_t input)>;
 
-  SimpleNode(std::shared_ptr<Node> input, std::string label, Factory factory)
-      : UnaryNode(std::move(input)), label_(std::move(label)), factory_(std::move(factory)) {}
+  SimpleNode(std::shared_ptr<Node> input, std::string label, Factory factory,
+             Cardinality cardinality)
+      : UnaryNode(std::move(input)),
+        label_(std::move(label)),
+        factory_(std::move(factory)),
+        cardinality_(std::move(cardinality)) {}
 
   std::unique_ptr<IteratorBase> make_iterator() override {
     struct It : IteratorBase {
@@ -48,13 +54,25 @@ class SimpleNode : public UnaryNode {
   }
   std::string label() const override { return label_; }
   std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const override {
-    return std::make_shared<SimpleNode>(std::move(input), label_, factory_);
+    return std::make_shared<SimpleNode>(std::move(input), label_, factory_, cardinality_);
+  }
+  int64_t cardinality() const override {
+    const int64_t n = input_->cardinality();
+    if (!cardinality_ || n == kUnknownCardinality) return kUnknownCardinality;
+    if (n == kInfiniteCardinality) return kInfiniteCardinality;
+    return cardinality_(n);
   }
 
  private:
   std::string label_;
   Factory factory_;
+  Cardinality cardinality_;
 };
+
+// For transformations that keep every element.
+int64_t same_count(int64_t n) {
+  return n;
+}
 
 Tensor stack(const std::vector<Element>& elements, size_t feature) {
   const auto& [name, first] = elements[0].features()[feature];
@@ -91,7 +109,7 @@ Dataset Dataset::filter(FilterFn predicate) const {
       }
       return std::nullopt;
     };
-  }));
+  }, nullptr));
 }
 
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
@@ -118,6 +136,8 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
         out.set(elements[0].features()[f].first, stack(elements, f));
       return out;
     };
+  }, [batch_size, drop_remainder](int64_t n) {
+    return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
   }));
 }
 
@@ -151,7 +171,7 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
           state->buffer.pop_back();
           return out;
         };
-  }));
+  }, same_count));
 }
 
 Dataset Dataset::take(int64_t count) const {
@@ -165,7 +185,7 @@ Dataset Dataset::take(int64_t count) const {
           if (e) ++*taken;
           return e;
         };
-      }));
+      }, [count](int64_t n) { return std::min(n, count); }));
 }
 
 Dataset Dataset::skip(int64_t count) const {
@@ -183,7 +203,7 @@ Dataset Dataset::skip(int64_t count) const {
               }
               return detail::timed_next(input, c);
             };
-      }));
+      }, [count](int64_t n) { return std::max<int64_t>(0, n - count); }));
 }
 
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
@@ -202,6 +222,8 @@ Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
       }
       return std::nullopt;
     };
+  }, [num_shards, index](int64_t n) {
+    return n > index ? (n - index + num_shards - 1) / num_shards : 0;
   }));
 }
 
@@ -242,6 +264,12 @@ Dataset Dataset::repeat(int64_t count) const {
     std::string label() const override { return label_; }
     std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const override {
       return std::make_shared<RepeatNode>(std::move(input), count_, label_);
+    }
+    int64_t cardinality() const override {
+      const int64_t n = input_->cardinality();
+      if (n == 0 || count_ == 0) return 0;
+      if (n < 0) return n;
+      return count_ < 0 ? kInfiniteCardinality : n * count_;
     }
 
    private:

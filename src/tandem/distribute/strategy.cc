@@ -15,52 +15,32 @@
 namespace tandem::distribute {
 namespace {
 
-// Sums over the replicas through the replica's communicator (synchronous).
-class CommSum : public CrossReplicaSum {
- public:
-  explicit CommSum(comm::Communicator* comm) : comm_(comm) {}
-  void sum(Tensor& values) override {
-    if (comm_) comm_->all_reduce(values, comm::ReduceOp::sum);
-  }
-
- private:
-  comm::Communicator* comm_;
-};
-
 class OneDevice : public Strategy {
  public:
-  explicit OneDevice(int threads) : threads_(threads) {}
+  explicit OneDevice(int threads)
+      : context_{.device = cpu_device(), .threads = threads, .communicator = nullptr} {}
   std::string name() const override { return "one_device"; }
   int local_replicas() const override { return 1; }
   int global_replicas() const override { return 1; }
   int first_replica() const override { return 0; }
   comm::Communicator* communicator(int) override { return nullptr; }
-  int threads_per_replica() const override { return threads_; }
-  Device device(int) const override { return cpu_device(); }
+  int threads_per_replica() const override { return context_.threads; }
+  Device device(int) const override { return context_.device; }
+  const ReplicaContext& replica_context(int) const override { return context_; }
   void run(const std::function<void(int)>& fn) override {
-    const int saved = num_threads();
-    set_num_threads(threads_);
-    try {
-      fn(0);
-    } catch (...) {
-      set_num_threads(saved);
-      throw;
-    }
-    set_num_threads(saved);
+    ReplicaScope scope(context_);
+    fn(0);
   }
 
  private:
-  int threads_;
+  ReplicaContext context_;
 };
 
-// Persistent replica threads, each taking one task per step.
+// Persistent replica threads, each taking one task per step under its context.
 class ReplicaThreads {
  public:
-  ReplicaThreads(int count, int threads_per_replica, std::vector<comm::Communicator*> comms)
-      : comms_(std::move(comms)) {
-    for (int r = 0; r < count; ++r) {
-      threads_.emplace_back([this, r, threads_per_replica] { loop(r, threads_per_replica); });
-    }
+  explicit ReplicaThreads(const std::vector<ReplicaContext>& contexts) {
+    for (const ReplicaContext& c : contexts) threads_.emplace_back([this, &c] { loop(c); });
   }
   ~ReplicaThreads() {
     {
@@ -84,11 +64,8 @@ class ReplicaThreads {
   }
 
  private:
-  void loop(int r, int threads_per_replica) {
-    set_num_threads(threads_per_replica);
-    DeviceScope device(cpu_device(r));
-    CommSum sum(comms_[r]);
-    CrossReplicaScope scope(&sum);
+  void loop(const ReplicaContext& context) {
+    ReplicaScope scope(context);
     uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -99,7 +76,7 @@ class ReplicaThreads {
       lock.unlock();
       std::exception_ptr error;
       try {
-        (*task)(r);
+        (*task)(context.local_replica);
       } catch (...) {
         error = std::current_exception();
       }
@@ -109,7 +86,6 @@ class ReplicaThreads {
     }
   }
 
-  std::vector<comm::Communicator*> comms_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable cv_, done_cv_;
@@ -120,36 +96,61 @@ class ReplicaThreads {
   std::exception_ptr first_error_;
 };
 
+// Where a group's replicas sit among every process's replicas.
+int first_global_replica(const comm::InProcessGroup&) {
+  return 0;
+}
+int global_replica_count(const comm::InProcessGroup& group) {
+  return group.size();
+}
+int first_global_replica(const comm::HierarchicalGroup& group) {
+  return group.process_rank() * group.local_size();
+}
+int global_replica_count(const comm::HierarchicalGroup& group) {
+  return group.local_size() * group.process_count();
+}
+
 // Replicas on threads of this process, each with its communicator from a
 // group (in-process or hierarchical) that the strategy keeps alive.
 template <typename Group>
 class ThreadedStrategy : public Strategy {
  public:
   ThreadedStrategy(std::unique_ptr<Group> group, int devices, int threads)
-      : threads_(threads), group_(std::move(group)) {
-    std::vector<comm::Communicator*> raw;
+      : group_(std::move(group)) {
+    const int first_replica = first_global_replica(*group_);
+    const int global_replicas = global_replica_count(*group_);
+    for (int r = 0; r < devices; ++r) comms_.push_back(group_->communicator(r));
     for (int r = 0; r < devices; ++r) {
-      comms_.push_back(group_->communicator(r));
-      raw.push_back(comms_.back().get());
+      contexts_.push_back({.local_replica = r,
+                           .global_replica = first_replica + r,
+                           .num_replicas = global_replicas,
+                           .device = cpu_device(r),
+                           .threads = threads,
+                           .communicator = comms_[r].get()});
     }
-    replicas_ = std::make_unique<ReplicaThreads>(devices, threads, raw);
+    replicas_ = std::make_unique<ReplicaThreads>(contexts_);
   }
   ~ThreadedStrategy() override {
-    replicas_.reset();  // threads first: they use the communicators
+    replicas_.reset();  // threads first: they use the communicators and contexts
   }
   int local_replicas() const override { return static_cast<int>(comms_.size()); }
+  int global_replicas() const override { return contexts_.front().num_replicas; }
+  int first_replica() const override { return contexts_.front().global_replica; }
   comm::Communicator* communicator(int r) override { return comms_.at(r).get(); }
-  int threads_per_replica() const override { return threads_; }
-  Device device(int local_replica) const override { return cpu_device(local_replica); }
+  int threads_per_replica() const override { return contexts_.front().threads; }
+  Device device(int local_replica) const override { return contexts_.at(local_replica).device; }
+  const ReplicaContext& replica_context(int local_replica) const override {
+    return contexts_.at(local_replica);
+  }
   void run(const std::function<void(int)>& fn) override { replicas_->run(fn); }
 
  protected:
   const Group& group() const { return *group_; }
 
  private:
-  int threads_;
   std::unique_ptr<Group> group_;
   std::vector<std::unique_ptr<comm::Communicator>> comms_;
+  std::vector<ReplicaContext> contexts_;  // never resized once the threads hold references
   std::unique_ptr<ReplicaThreads> replicas_;
 };
 
@@ -160,8 +161,6 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
                              devices, comm::InProcessOptions{.comm = options}),
                          devices, threads) {}
   std::string name() const override { return "mirrored"; }
-  int global_replicas() const override { return local_replicas(); }
-  int first_replica() const override { return 0; }
 };
 
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
@@ -170,11 +169,14 @@ class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
       : ThreadedStrategy(std::make_unique<comm::HierarchicalGroup>(devices, options), devices,
                          threads) {}
   std::string name() const override { return "multi_worker"; }
-  int global_replicas() const override { return group().local_size() * group().process_count(); }
-  int first_replica() const override { return group().process_rank() * group().local_size(); }
 };
 
 }  // namespace
+
+std::unique_ptr<Engine> Strategy::make_engine(const ModelBuilder& build,
+                                              const EngineOptions& options) {
+  return make_all_reduce_engine(*this, build, options);
+}
 
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   const int cores = std::max(1, cpu_info().physical_cores);

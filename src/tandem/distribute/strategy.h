@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "tandem/autograd/cross_replica.h"
 #include "tandem/comm/communicator.h"
-#include "tandem/distribute/reducer.h"
+#include "tandem/distribute/engine.h"
+#include "tandem/distribute/replica_context.h"
 
 namespace tandem::distribute {
 
@@ -41,9 +41,16 @@ class Strategy {
   // The communicator of local replica i (null for one_device).
   virtual comm::Communicator* communicator(int local_replica) = 0;
   // Runs fn(local replica) on every local replica's thread at once and waits;
-  // rethrows the first error (after every replica has returned). Inside fn a
-  // CrossReplicaSum for the replica is installed (synchronised batch norm).
+  // rethrows the first error (after every replica has returned). Inside fn
+  // the replica's context is installed (ReplicaScope: device, threads,
+  // cross-replica sum, ...).
   virtual void run(const std::function<void(int local_replica)>& fn) = 0;
+  // What local replica i runs under (valid for the strategy's lifetime).
+  virtual const ReplicaContext& replica_context(int local_replica) const = 0;
+  // The engine that trains a model under this strategy (for the built-in
+  // strategies: make_all_reduce_engine). The strategy must outlive it.
+  virtual std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
+                                              const EngineOptions& options);
   // Intra-op threads of each replica.
   virtual int threads_per_replica() const = 0;
   // The device of local replica i: its thread runs under a DeviceScope for it,

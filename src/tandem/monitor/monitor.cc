@@ -101,17 +101,18 @@ int64_t resident_set_bytes() {
   return pages_resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-RunInfo describe_run(train::Trainer& trainer, const train::TrainConfig& config) {
+RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch) {
   distribute::Strategy& strategy = trainer.strategy();
-  RunInfo info{.model = config.model,
+  const train::TrainConfig& config = trainer.config();
+  RunInfo info{.model = trainer.model_spec().name,
                .strategy = strategy.name(),
-               .precision = std::string(precision::policy_name(config.policy)),
+               .precision = std::string(precision::policy_name(trainer.model_spec().policy)),
                .global_replicas = strategy.global_replicas(),
                .threads_per_replica = strategy.threads_per_replica(),
                .first_replica = strategy.global_replica(0),
                .batch_size = config.batch_size,
                .epochs = config.epochs,
-               .steps_per_epoch = trainer.steps_per_epoch(),
+               .steps_per_epoch = steps_per_epoch,
                .parameters = trainer.model().parameter_count()};
   if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
   for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));

@@ -44,10 +44,11 @@ struct RunInfo {
   std::vector<LayerFlops> layers;      // the model's forward FLOPs per example, by layer
 };
 
-// The RunInfo fields a trainer and its configuration determine (model,
-// strategy, precision, backend, replicas, devices, sizes); the caller adds
-// the device peak, memory capacity and layer FLOPs when it measures them.
-RunInfo describe_run(train::Trainer& trainer, const train::TrainConfig& config);
+// The RunInfo fields a trainer determines (model, strategy, precision,
+// backend, replicas, devices, sizes; steps_per_epoch from
+// Trainer::steps_per_epoch, 0 when unknown); the caller adds the device
+// peak, memory capacity and layer FLOPs when it measures them.
+RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch);
 
 struct MonitorOptions {
   std::string run_dir;        // metrics.jsonl and trace.json go here; empty: no files

@@ -15,6 +15,22 @@ std::string duration_text(double seconds) {
   return fmt::format("{}s", s);
 }
 
+// "acc 91.23%" for accuracies, "rmse 0.1234" otherwise.
+std::string metric_text(const std::string& name, double value) {
+  if (name.ends_with("accuracy")) {
+    const std::string short_name =
+        name == "accuracy" ? "acc" : name.substr(0, name.size() - 9) + " acc";
+    return fmt::format("{} {:.2f}%", short_name, 100.0 * value);
+  }
+  return fmt::format("{} {:.4g}", name, value);
+}
+
+// "12/469" or "12" when the epoch's length is not known.
+std::string step_text(const train::StepInfo& s) {
+  return s.steps_per_epoch > 0 ? fmt::format("{}/{}", s.step, s.steps_per_epoch)
+                               : std::to_string(s.step);
+}
+
 }  // namespace
 
 ProgressView::ProgressView(ProgressMode mode, int64_t epochs, bool loss_scaling,
@@ -38,10 +54,12 @@ std::string ProgressView::status(const train::StepInfo& s) const {
       for (double b : busy) text += fmt::format(" {:.0f}%", 100.0 * b);
     }
     text += fmt::format("  input {:.0f}%", 100.0 * monitor_->recent_input_fraction());
-    const int64_t remaining =
-        (epochs_ - s.epoch) * s.steps_per_epoch + (s.steps_per_epoch - s.step);
-    text +=
-        "  ETA " + duration_text(static_cast<double>(remaining) * monitor_->recent_step_seconds());
+    if (s.steps_per_epoch > 0) {
+      const int64_t remaining =
+          (epochs_ - s.epoch) * s.steps_per_epoch + (s.steps_per_epoch - s.step);
+      text += "  ETA " +
+              duration_text(static_cast<double>(remaining) * monitor_->recent_step_seconds());
+    }
   }
   if (loss_scaling_) text += fmt::format("  scale {:g}", s.loss_scale);
   return text;
@@ -54,15 +72,17 @@ void ProgressView::on_step(const train::StepInfo& s) {
   if (mode_ == ProgressMode::bar) {
     if (since < 0.2 && s.step != s.steps_per_epoch) return;
     constexpr int kWidth = 24;
-    const int filled = static_cast<int>(kWidth * s.step / std::max<int64_t>(1, s.steps_per_epoch));
-    fmt::print(out_, "\r  epoch {}/{} [{}{}] {}/{}  {}   ", s.epoch, epochs_,
-               std::string(filled, '#'), std::string(kWidth - filled, '.'), s.step,
-               s.steps_per_epoch, status(s));
+    const int filled = s.steps_per_epoch > 0
+                           ? static_cast<int>(kWidth * std::min(s.step, s.steps_per_epoch) /
+                                              s.steps_per_epoch)
+                           : 0;
+    fmt::print(out_, "\r  epoch {}/{} [{}{}] {}  {}   ", s.epoch, epochs_,
+               std::string(filled, '#'), std::string(kWidth - filled, '.'), step_text(s),
+               status(s));
     bar_drawn_ = true;
   } else {
     if (since < line_interval_seconds_) return;
-    fmt::print(out_, "  epoch {}/{} step {}/{}  {}\n", s.epoch, epochs_, s.step, s.steps_per_epoch,
-               status(s));
+    fmt::print(out_, "  epoch {}/{} step {}  {}\n", s.epoch, epochs_, step_text(s), status(s));
   }
   last_draw_ = now;
   std::fflush(out_);
@@ -73,11 +93,15 @@ void ProgressView::on_epoch(const train::EpochResult& e) {
   // Clear the bar so the epoch line replaces it.
   if (bar_drawn_) fmt::print(out_, "\r\033[K");
   bar_drawn_ = false;
-  fmt::print(out_,
-             "epoch {}/{}  train loss {:.4f}  train acc {:.2f}%  test loss {:.4f}  test acc "
-             "{:.2f}%  {:.0f} ex/s  {:.1f} s{}\n",
-             e.epoch, epochs_, e.train_loss, 100.0 * e.train_accuracy, e.test_loss,
-             100.0 * e.test_accuracy, e.examples_per_second, e.train_seconds,
+  std::string figures = fmt::format("train loss {:.4f}", e.train_loss);
+  for (const auto& [name, value] : e.train_metrics) figures += "  " + metric_text(name, value);
+  if (!std::isnan(e.validation_loss) || !e.validation_metrics.empty()) {
+    figures += fmt::format("  validation loss {:.4f}", e.validation_loss);
+    for (const auto& [name, value] : e.validation_metrics)
+      figures += "  " + metric_text(name, value);
+  }
+  fmt::print(out_, "epoch {}/{}  {}  {:.0f} ex/s  {:.1f} s{}\n", e.epoch, epochs_, figures,
+             e.examples_per_second, e.train_seconds,
              loss_scaling_
                  ? fmt::format("  loss scale {:g} ({} skipped)", e.loss_scale, e.skipped_steps)
                  : std::string());

@@ -258,17 +258,26 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
     }
   }
   examples.y = smoothed(rates);
-  Series test_loss{.name = "test loss (per epoch)", .color = kSeriesColors[1], .markers = true};
-  Series train_acc{.name = "train", .color = kSeriesColors[0], .markers = true};
-  Series test_acc{.name = "test", .color = kSeriesColors[1], .markers = true};
+  // Per epoch: the validation loss, and the run's first metric (the
+  // epoch records list the metrics they carry).
+  Series validation_loss{
+      .name = "validation loss (per epoch)", .color = kSeriesColors[1], .markers = true};
+  Series train_metric{.name = "train", .color = kSeriesColors[0], .markers = true};
+  Series validation_metric{.name = "validation", .color = kSeriesColors[1], .markers = true};
+  std::string metric;
+  if (!files.epochs.empty()) {
+    const nlohmann::json& names = files.epochs.begin()->second.value("metrics", nlohmann::json());
+    if (names.is_array() && !names.empty() && names[0].is_string()) metric = names[0];
+  }
   const int64_t per_epoch = run.value("steps_per_epoch", int64_t{0});
   for (const auto& [epoch, e] : files.epochs) {
-    test_loss.x.push_back(static_cast<double>(epoch * per_epoch));
-    test_loss.y.push_back(number_or_nan(e, "test_loss"));
-    train_acc.x.push_back(static_cast<double>(epoch));
-    train_acc.y.push_back(number_or_nan(e, "train_accuracy"));
-    test_acc.x.push_back(static_cast<double>(epoch));
-    test_acc.y.push_back(number_or_nan(e, "test_accuracy"));
+    validation_loss.x.push_back(static_cast<double>(epoch * per_epoch));
+    validation_loss.y.push_back(number_or_nan(e, "validation_loss"));
+    if (metric.empty()) continue;
+    train_metric.x.push_back(static_cast<double>(epoch));
+    train_metric.y.push_back(number_or_nan(e, ("train_" + metric).c_str()));
+    validation_metric.x.push_back(static_cast<double>(epoch));
+    validation_metric.y.push_back(number_or_nan(e, ("validation_" + metric).c_str()));
   }
   std::vector<Series> busy_series;
   for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
@@ -314,15 +323,21 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
                                        "records)",
                                        last_step.epoch, last_step.step, run.value("epochs", 0),
                                        per_epoch, files.steps.size()));
-  if (!files.summary.is_null() && files.summary.contains("test_accuracy")) {
-    table += row(
-        "final test accuracy",
-        fmt::format("{:.2f}% (loss {:.4f})", 100.0 * number_or_nan(files.summary, "test_accuracy"),
-                    number_or_nan(files.summary, "test_loss")));
-  } else if (!files.epochs.empty()) {
-    table += row("last test accuracy",
-                 fmt::format("{:.2f}% (epoch {})",
-                             100.0 * number_or_nan(files.epochs.rbegin()->second, "test_accuracy"),
+  const bool percent = metric.ends_with("accuracy");
+  const auto metric_figure = [&](double v) {
+    return percent ? fmt::format("{:.2f}%", 100.0 * v) : fmt::format("{:.4g}", v);
+  };
+  if (!metric.empty() && !files.summary.is_null() &&
+      files.summary.contains("validation_" + metric)) {
+    table += row("final validation " + metric,
+                 fmt::format("{} (loss {:.4f})",
+                             metric_figure(number_or_nan(files.summary, ("validation_" + metric).c_str())),
+                             number_or_nan(files.summary, "validation_loss")));
+  } else if (!metric.empty() && !files.epochs.empty()) {
+    table += row("last validation " + metric,
+                 fmt::format("{} (epoch {})",
+                             metric_figure(number_or_nan(files.epochs.rbegin()->second,
+                                                         ("validation_" + metric).c_str())),
                              files.epochs.rbegin()->first));
   }
   const double step_s = figures.mean_step_seconds;
@@ -419,14 +434,16 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
                         .title = "Loss",
                         .x_label = "global step",
                         .y_label = "loss",
-                        .series = {loss, test_loss}});
-  charts += line_chart({.id = "accuracy",
-                        .title = "Accuracy per epoch",
-                        .x_label = "epoch",
-                        .y_label = "accuracy",
-                        .series = {train_acc, test_acc},
-                        .y_from_zero = false,
-                        .percent = true});
+                        .series = {loss, validation_loss}});
+  if (!metric.empty()) {
+    charts += line_chart({.id = "metric",
+                          .title = metric + " per epoch",
+                          .x_label = "epoch",
+                          .y_label = metric,
+                          .series = {train_metric, validation_metric},
+                          .y_from_zero = false,
+                          .percent = percent});
+  }
   charts += line_chart({.id = "throughput",
                         .title = "Throughput over time",
                         .x_label = "seconds since start",

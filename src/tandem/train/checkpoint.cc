@@ -60,28 +60,6 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
 
 }  // namespace
 
-const Tensor& Checkpoint::tensor(const std::string& name) const {
-  for (const auto& [n, t] : tensors) {
-    if (n == name) return t;
-  }
-  TANDEM_THROW(IoError, "checkpoint has no tensor '", name, "'");
-}
-
-void Checkpoint::load_into(const std::string& name, Tensor& target) const {
-  const Tensor& saved = tensor(name);
-  if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
-    TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
-                 target.to_string());
-  }
-  target.copy_from(saved);
-}
-
-const std::string& Checkpoint::meta(const std::string& key) const {
-  auto it = metadata.find(key);
-  if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");
-  return it->second;
-}
-
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   nlohmann::json header;
   header["metadata"] = checkpoint.metadata;

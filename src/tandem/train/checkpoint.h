@@ -12,22 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/tensor/tensor.h"
+#include "tandem/distribute/engine_state.h"
 
 namespace tandem::train {
 
-struct Checkpoint {
-  std::map<std::string, std::string> metadata;
-  std::vector<std::pair<std::string, Tensor>> tensors;
-
-  // The tensor with this name; throws IoError when absent.
-  const Tensor& tensor(const std::string& name) const;
-  // Copies the tensor with this name into `target`; throws IoError when it is
-  // absent or differs from target in shape or dtype.
-  void load_into(const std::string& name, Tensor& target) const;
-  // Metadata value; throws IoError when absent.
-  const std::string& meta(const std::string& key) const;
-};
+// Named tensors and metadata (the engine's state plus the trainer's position).
+using Checkpoint = distribute::EngineState;
 
 // Throws IoError when the file cannot be written.
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

@@ -9,11 +9,12 @@
 
 namespace tandem::train {
 
-void write_summary(const std::string& path, const TrainConfig& config, const TrainResult& result,
+void write_summary(const std::string& path, const TrainConfig& config, const ModelSpec& model,
+                   const TrainResult& result,
                    const std::map<std::string, std::string>& extra_config,
                    const std::map<std::string, std::string>& sections) {
   nlohmann::json c = {
-      {"model", config.model},
+      {"model", model.name},
       {"epochs", config.epochs},
       {"batch_size", config.batch_size},
       {"optimizer", config.optimizer.name},
@@ -21,13 +22,16 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
       {"momentum", config.optimizer.momentum},
       {"schedule", config.schedule},
       {"seed", config.seed},
-      {"compute_dtype", std::string(dtype_name(config.compute_dtype))},
-      {"precision", std::string(precision::policy_name(config.policy))},
+      {"compute_dtype", std::string(dtype_name(model.compute_dtype))},
+      {"precision", std::string(precision::policy_name(model.policy))},
       {"loss_scale",
        config.loss_scale
            ? (config.loss_scale->dynamic ? std::string("dynamic")
                                          : std::to_string(config.loss_scale->initial_scale))
-           : std::string(config.policy == precision::Policy::mixed_float16 ? "dynamic" : "none")},
+           : std::string(model.policy == precision::Policy::mixed_float16 ? "dynamic" : "none")},
+      {"loss", config.loss.name},
+      {"input_feature", config.input_feature},
+      {"steps_per_epoch", config.steps_per_epoch},
       {"drop_remainder", config.drop_remainder},
       {"prefetch_batches", config.prefetch_batches},          // -1: autotune
       {"input_parallel_calls", config.input_parallel_calls}};  // -1: autotune
@@ -41,15 +45,19 @@ void write_summary(const std::string& path, const TrainConfig& config, const Tra
                       {"config", c},
                       {"epochs", result.history.size()},
                       {"interrupted", result.interrupted},
+                      {"input_exhausted", result.input_exhausted},
                       {"wall_seconds", result.wall_seconds},
                       {"examples_per_second", seconds > 0.0 ? examples / seconds : 0.0},
                       {"history", result.history}};
   if (!result.history.empty()) {
     const EpochResult& last = result.history.back();
-    s["train_loss"] = last.train_loss;
-    s["train_accuracy"] = last.train_accuracy;
-    s["test_loss"] = last.test_loss;
-    s["test_accuracy"] = last.test_accuracy;
+    nlohmann::json epoch = last;
+    for (const char* key : {"train_loss", "validation_loss"}) s[key] = epoch[key];
+    for (const auto& [name, value] : last.train_metrics) s["train_" + name] = epoch["train_" + name];
+    for (const auto& [name, value] : last.validation_metrics)
+      s["validation_" + name] = epoch["validation_" + name];
+    s["test_loss"] = epoch["validation_loss"];
+    if (epoch.contains("validation_accuracy")) s["test_accuracy"] = epoch["validation_accuracy"];
     s["loss_scale"] = last.loss_scale;
     s["skipped_steps"] = last.skipped_steps;
     s["steps_since_overflow"] = last.steps_since_overflow;

@@ -1,88 +1,106 @@
 #pragma once
-// Trainer: fit() and evaluate() for classification on in-memory labelled
-// images, on one device or replicated by a distribution strategy. Each epoch
-// visits the training set in an order drawn from (seed, epoch); each global
-// batch is split between the replicas as evenly as possible (nothing is
-// dropped unless drop_remainder) and every replica normalises its loss by the
-// global batch's example count, so that the replicas' all-reduced gradients
-// are the one-device gradient of the whole batch. Dropout masks come from
-// (seed, step, replica); the learning rate is a function of the step.
-// Together with checkpoints that record the position inside an epoch and the
-// running sums, a resumed run produces the same losses as an uninterrupted
-// one. Checkpoints hold one replica's state (they are identical), written by
-// the chief, and load into any number of replicas.
+// Trainer: Keras's fit() and evaluate() over data::Datasets, for any model,
+// loss and metrics, on one device or replicated by a distribution strategy.
+// The Trainer is a loop: the strategy's engine (distribute/engine.h) takes
+// each step; the Trainer builds the input, keeps the schedule, the sums,
+// the callbacks and the checkpoints.
+//
+// Input contract:
+//  - The training Dataset yields single examples (elements of named
+//    tensors: the model's input feature and whatever the loss and metrics
+//    read). The Trainer batches them: each process takes its shard of the
+//    data (data::auto_shard over the processes, TrainConfig::auto_shard),
+//    batches it with its share of the global batch (global / processes),
+//    and the engine splits each batch between the process's replicas.
+//  - An epoch is one pass over the data (steps_per_epoch = 0), or
+//    steps_per_epoch steps of one pass that runs across epochs (for
+//    repeated, infinite datasets: Keras's steps_per_epoch).
+//  - Uneven inputs are normal: when one process's shard ends first it takes
+//    part in the remaining steps with empty batches (every process agrees on
+//    each step before taking it), so no process hangs, no example is
+//    dropped, and the loss is averaged over the examples present.
+//  - Pass k of the data is Dataset::iterator(k) in epoch k, so shuffles and
+//    random maps are a function of the epoch. A resumed run replays the
+//    checkpoint's epoch up to its step (re-reading the batches before it):
+//    for a deterministic pipeline it continues with exactly the batches and
+//    losses of an uninterrupted run; a non-deterministic one (a map or
+//    interleave with deterministic = false) resumes after the same number of
+//    batches, not necessarily the same examples.
+// The learning rate is a function of the step; dropout masks of (seed, step,
+// replica). Checkpoints hold the engine's state and the position, written
+// by the chief, and load into any number of replicas.
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "tandem/data/fashion_mnist.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/distribute.h"
 #include "tandem/data/stats.h"
+#include "tandem/distribute/engine.h"
 #include "tandem/distribute/strategy.h"
-#include "tandem/nn/module.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/precision/loss_scaler.h"
-#include "tandem/precision/policy.h"
+#include "tandem/train/loss.h"
+#include "tandem/train/metric.h"
+#include "tandem/train/model_factory.h"
 
 namespace tandem::train {
 
 struct TrainConfig {
-  std::string model = "cnn";  // recorded in checkpoints and summaries
   int64_t epochs = 5;
-  int64_t batch_size = 128;
-  int64_t eval_batch_size = 1000;
-  bool drop_remainder = false;  // false: the last partial batch is trained too
+  int64_t batch_size = 128;        // global; divisible by the replica count
+  int64_t eval_batch_size = 1000;  // global
+  bool drop_remainder = false;     // false: the last partial batch is trained too
+  // 0: an epoch is one pass over the training data; N: N steps per epoch
+  // from one pass that continues across epochs (needed for infinite data).
+  int64_t steps_per_epoch = 0;
   optim::OptimizerConfig optimizer;
   // Cosine decay from the learning rate to min_lr over the run: the recipe
   // fixes the rate, not its schedule, and decay converges further (see
-  // docs/performance.md for both).
+  // docs/performance.md for both). Schedules measured in epochs need the
+  // steps per epoch: from steps_per_epoch or the data's cardinality.
   std::string schedule = "cosine";  // constant, step, cosine
   double lr_step_epochs = 1.0;      // step schedule period, in epochs
   double lr_gamma = 0.1;            // step schedule factor
   double min_lr = 0.0;              // cosine floor
   double warmup_epochs = 0.0;
-  uint64_t seed = 0;
-  // The matmul/conv dtype the factory's models compute in: recorded in
-  // checkpoints (with the policy) so that `tandem evaluate` rebuilds the
-  // model the same way; set it with the policy (precision::matrix_dtype).
-  DType compute_dtype = DType::f32;
+  uint64_t seed = 0;  // dropout streams and batch_transform's generator
   distribute::StrategyConfig strategy;  // one_device by default
   distribute::ReducerOptions reducer;
-  // Mixed precision: the policy the models were built with (the factory's
-  // job) and the loss scaling. Unset loss_scale: dynamic for mixed_float16,
-  // none otherwise. With a scaler, steps with non-finite gradients are
-  // skipped instead of failing.
-  precision::Policy policy = precision::global_policy();
+  // Unset: dynamic for a mixed_float16 model, none otherwise. With a
+  // scaler, steps with non-finite gradients are skipped instead of failing.
   std::optional<precision::LossScalerOptions> loss_scale;
-  // Applied to each batch this process assembles, before the batch is split
+
+  // What the model computes from and against.
+  std::string input_feature = "image";  // the batch feature given to forward()
+  Loss loss = make_loss("softmax_cross_entropy");
+  std::vector<Metric> metrics = {make_metric("accuracy")};
+
+  // Input.
+  data::AutoShardPolicy auto_shard = data::AutoShardPolicy::automatic;
+  // Applied to each batch this process assembles, before it is split
   // between its replicas (augmentation, decoding): part of the step's input
   // time. Must keep the number of rows. thread_generator() is seeded from
-  // (seed, step) before each call, so random augmentation is reproducible.
-  // Runs on the main thread, or (prefetch or parallel input) on the data
-  // layer's threads while replicas compute: it must not touch the model,
-  // and with input_parallel_calls != 1 it runs on several batches at once
-  // (a data::Dataset it iterates there runs its parallel maps sequentially).
-  std::function<void(Tensor& images, Tensor& labels)> batch_transform;
+  // (seed, epoch, step) before each call, so random augmentation is
+  // reproducible whichever thread runs it. Runs on the main thread, or
+  // (prefetch or parallel input) on the data layer's threads while replicas
+  // compute: it must not touch the model.
+  data::MapFn batch_transform;
   // Batches assembled ahead of the step that trains on them, on a background
-  // thread (tf.data's prefetch): hides a slow batch_transform behind the
-  // replicas' compute. 0: each batch is assembled when its step starts;
-  // data::kAutotune: the buffer grows while the step finds it empty.
+  // thread (tf.data's prefetch); 0: each batch is assembled when its step
+  // starts; data::kAutotune: the buffer grows while the step finds it empty.
   int prefetch_batches = 0;
-  // Batches assembled at once on the data layer's pool (tf.data's
-  // num_parallel_calls for the batch-building map): for a batch_transform
-  // slower than a step even when hidden by prefetch. At most the pool's
-  // size (a thread per logical CPU, at least 2) run at once.
-  // data::kAutotune: grown while the step waits for input. With prefetch_batches or this set, the
-  // input runs as a data pipeline whose per-stage counters are in
-  // EpochResult::input_stages. Batches depend only on (epoch, step), so
-  // neither setting changes results.
+  // batch_transform calls at once on the data layer's pool (num_parallel_calls
+  // of the map that runs it), or data::kAutotune.
   int input_parallel_calls = 1;
+
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
   bool resume = false;
@@ -90,10 +108,17 @@ struct TrainConfig {
 
 struct EpochResult {
   int64_t epoch = 0;  // 1-based
+  // Mean per-example loss over the epoch's training examples, and the
+  // configured metrics (name, value) over them; likewise over the
+  // validation data (NaN and empty without it).
   double train_loss = 0.0;
-  double train_accuracy = 0.0;
-  double test_loss = 0.0;
-  double test_accuracy = 0.0;
+  std::vector<std::pair<std::string, double>> train_metrics;
+  double validation_loss = 0.0;
+  std::vector<std::pair<std::string, double>> validation_metrics;
+  int64_t train_examples = 0;  // over every process
+  // Steps whose loss was not finite (skipped under loss scaling): their
+  // examples are counted here, not in train_loss.
+  int64_t nonfinite_steps = 0;
   double examples_per_second = 0.0;  // training examples over training time
   double train_seconds = 0.0;
   double learning_rate = 0.0;  // at the epoch's last step
@@ -101,43 +126,33 @@ struct EpochResult {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;  // over the run so far
   int64_t steps_since_overflow = 0;
-  // The input pipeline's per-stage counters since fit() started or resumed
-  // (empty when batches are assembled on the main thread).
+  // The input pipeline's per-stage counters since fit() started or resumed.
   std::vector<data::StageStats> input_stages;
+
+  // The named metric's value (NaN when the run has no such metric).
+  double train_metric(const std::string& name) const;
+  double validation_metric(const std::string& name) const;
 };
 
 struct EvalResult {
   double loss = 0.0;
-  double accuracy = 0.0;
+  std::vector<std::pair<std::string, double>> metrics;
   int64_t examples = 0;
+  double metric(const std::string& name) const;  // NaN when absent
 };
 
-// One replica's share of a step. With the step's input time the parts add
-// up to the step time. Forward and backward are the replica's own compute,
-// measured up to the moment its gradients were ready and before it waits for
-// any other replica, so a slow replica shows as slow here, not as everyone's
-// long all-reduce. With several processes every replica is listed: durations
-// are exchanged, and the exposed communication is the shortest wait (the
-// slowest replica's), the rest of each replica's wait being idle.
-struct ReplicaStepTime {
-  int replica = 0;             // global replica index
-  double forward = 0.0;        // forward pass and loss
-  double backward = 0.0;       // backward, launching its all-reduces on the way
-  double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
-  double communication = 0.0;  // all-reduce not hidden behind any replica's backward
-  double optimizer = 0.0;      // unscale/check and the parameter update
-};
+using distribute::ReplicaStepTime;
 
 struct StepInfo {
   int64_t epoch = 0;  // 1-based
   int64_t step = 0;   // within the epoch, 1-based
-  int64_t steps_per_epoch = 0;
-  int64_t global_step = 0;  // 1-based, over the whole run
-  double loss = 0.0;
+  int64_t steps_per_epoch = 0;  // 0: not known (a dataset of unknown size)
+  int64_t global_step = 0;      // 1-based, over the whole run
+  double loss = 0.0;            // mean per-example loss of the global batch
   double learning_rate = 0.0;
-  int64_t batch_examples = 0;
-  // Where the step's time went (seconds): assembling the batch on the main
-  // thread (input), the whole step, and, as means over the replicas, the
+  int64_t batch_examples = 0;  // global
+  // Where the step's time went (seconds): waiting for this process's batch
+  // (input), the whole step, and, as means over the replicas, the
   // communication not hidden behind backward and the time replicas waited
   // for others. `replicas` has each replica's breakdown: this process's, or
   // every process's under multi-worker.
@@ -155,6 +170,9 @@ struct StepInfo {
 struct TrainResult {
   std::vector<EpochResult> history;
   bool interrupted = false;  // stopped by request_stop(); a checkpoint was saved
+  // With steps_per_epoch: the data ended before the last epoch's last step
+  // (Keras stops the same way); the history ends with that partial epoch.
+  bool input_exhausted = false;
   double wall_seconds = 0.0;
   int64_t resumed_from_step = 0;  // global step the run resumed at (0: fresh)
 };
@@ -164,77 +182,66 @@ struct TrainCallbacks {
   std::function<void(const EpochResult&)> on_epoch;
 };
 
-// Builds one replica's model; called once per local replica. Every call must
-// build the same architecture (checked across replicas and workers).
-using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
-
 class Trainer {
  public:
-  // Throws InvalidArgument for a configuration that cannot work (non-positive
-  // epochs or batch size, a batch larger than the training set, a global batch
-  // with fewer examples than replicas, a bad strategy, ...).
-  Trainer(TrainConfig config, const ModelFactory& factory, data::LabeledImages train_data,
-          data::LabeledImages test_data);
+  // Builds the strategy and the engine (every replica's model). Throws
+  // InvalidArgument for a configuration that cannot work (non-positive
+  // epochs or batch size, a global batch that does not divide among the
+  // replicas, a bad strategy, ...).
+  Trainer(TrainConfig config, ModelFactory model);
   // One device with this model (the strategy in config must be one_device).
-  Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, data::LabeledImages train_data,
-          data::LabeledImages test_data);
+  Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::string name = "model");
   ~Trainer();
 
-  // Trains config.epochs epochs (continuing from the checkpoint when resuming).
-  TrainResult fit(const TrainCallbacks& callbacks = {});
-  // Loss and accuracy over a dataset, in evaluation mode without gradients.
-  EvalResult evaluate(const data::LabeledImages& data);
+  // Trains config.epochs epochs on `train` (continuing from the checkpoint
+  // when resuming), evaluating on `validation` after each. Throws what the
+  // data, the model or the loss throws; InvalidArgument for data that cannot
+  // work (no rows, a missing feature, a schedule that needs a size the data
+  // does not have).
+  TrainResult fit(const data::Dataset& train, const std::optional<data::Dataset>& validation = {},
+                  const TrainCallbacks& callbacks = {});
+  // Loss and metrics over a dataset of single examples, in evaluation mode
+  // without gradients; each process evaluates its shard.
+  EvalResult evaluate(const data::Dataset& data);
 
   // Asks fit() to stop after the current step, saving a checkpoint. Safe to
   // call from a signal handler or another thread.
   void request_stop() { stop_requested_.store(true); }
 
   // Local replica 0's model and optimizer (every replica holds the same values).
-  nn::Module& model() { return *replicas_.front().model; }
-  optim::Optimizer& optimizer() { return *replicas_.front().optimizer; }
-  nn::Module& replica_model(int local_replica) { return *replicas_.at(local_replica).model; }
+  nn::Module& model() { return engine_->model(0); }
+  optim::Optimizer& optimizer() { return engine_->optimizer(0); }
+  nn::Module& replica_model(int local_replica) { return engine_->model(local_replica); }
   distribute::Strategy& strategy() { return *strategy_; }
+  distribute::Engine& engine() { return *engine_; }
+  const ModelSpec& model_spec() const { return model_.spec; }
+  const TrainConfig& config() const { return config_; }
   std::string checkpoint_path() const;
-  int64_t steps_per_epoch() const;
+  // Global steps per epoch for this training data: steps_per_epoch, or from
+  // the data's cardinality (the largest process shard's batches); 0 when
+  // the size is not known. Collective when there are several processes.
+  int64_t steps_per_epoch(const data::Dataset& train);
 
  private:
   struct Progress;
-  struct Replica {
-    // The current step's moments, written by the replica's own thread.
-    struct Moments {
-      std::chrono::steady_clock::time_point start, forward_done, backward_done, reduced, done;
-    };
-    Moments moments;
-    std::shared_ptr<nn::Module> model;
-    std::unique_ptr<optim::Optimizer> optimizer;
-    std::unique_ptr<distribute::Reducer> reducer;
-    std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
-    Tensor peer_times;  // multi-worker: every replica's step durations, 4 per replica
-  };
-  void build_replicas(const ModelFactory& factory);
-  // Shares local replica i's step durations with every replica (multi-worker).
-  void exchange_replica_times(int local_replica);
-  // The last step's breakdown for every global replica, from the exchanged
-  // durations; `after_input` is the step's time after its input was ready.
-  std::vector<ReplicaStepTime> global_breakdown(
-      std::chrono::steady_clock::duration after_input) const;
-  // The last step's per-replica breakdown from the replicas' moments.
-  std::vector<ReplicaStepTime> replica_breakdown(
-      std::chrono::steady_clock::time_point input_done,
-      std::chrono::steady_clock::time_point step_end) const;
+  struct EpochInput;
+  data::Dataset process_batches(const data::Dataset& train) const;
+  distribute::ForwardFn training_forward();
+  void make_schedule(int64_t steps_per_epoch);
+  EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
   // Whether to stop now; agreed by all workers when there are several processes.
   bool should_stop();
-  void check_and_broadcast_weights();
-  // Sums values over every replica of every worker (each local replica passes its own).
-  std::vector<double> sum_over_replicas(const std::vector<std::vector<double>>& per_replica);
   void save(const Progress& progress, const std::vector<EpochResult>& history);
   void restore(Progress& progress, std::vector<EpochResult>& history);
 
   TrainConfig config_;
+  ModelFactory model_;
   std::unique_ptr<distribute::Strategy> strategy_;
-  std::vector<Replica> replicas_;
-  data::LabeledImages train_, test_;
+  std::unique_ptr<distribute::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  int64_t steps_per_epoch_ = 0;  // of the current fit (0: unknown)
+  // Per local replica: this epoch's metric sums (sum, count per metric).
+  std::vector<std::vector<MetricSums>> metric_sums_;
   std::atomic<bool> stop_requested_{false};
 };
 

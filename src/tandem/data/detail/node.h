@@ -39,8 +39,13 @@ class Node {
   // File sources: the same source over other files.
   virtual std::shared_ptr<Node> with_files(std::vector<std::string> files) const;
 
+  // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
+  virtual int64_t cardinality() const { return kUnknownCardinality; }
+
   // 0, 1, 2, ...: numbers the passes that reach this node.
   int64_t next_pass() { return passes_.fetch_add(1); }
+  // The number the next pass gets (Dataset::iterator(pass)).
+  void set_next_pass(int64_t pass) { passes_.store(pass); }
 
   Counters counters;
 

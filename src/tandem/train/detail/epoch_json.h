@@ -1,39 +1,72 @@
 #pragma once
 // Private: EpochResult <-> JSON, shared by checkpoints (history) and summary.json,
-// so both always use the same stable field names.
+// so both always use the same stable field names. Metrics are flat keys
+// (train_accuracy, validation_accuracy) listed in "metrics" for the way back;
+// NaN (no validation data) is written as null.
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
 
+namespace detail {
+
+inline nlohmann::json number_or_null(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+inline double number_or_nan(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j.at(key).is_number()) return std::numeric_limits<double>::quiet_NaN();
+  return j.at(key).get<double>();
+}
+
+}  // namespace detail
+
 inline void to_json(nlohmann::json& j, const EpochResult& e) {
   j = {{"epoch", e.epoch},
-       {"train_loss", e.train_loss},
-       {"train_accuracy", e.train_accuracy},
-       {"test_loss", e.test_loss},
-       {"test_accuracy", e.test_accuracy},
+       {"train_loss", detail::number_or_null(e.train_loss)},
+       {"validation_loss", detail::number_or_null(e.validation_loss)},
+       {"train_examples", e.train_examples},
+       {"nonfinite_steps", e.nonfinite_steps},
        {"examples_per_second", e.examples_per_second},
        {"train_seconds", e.train_seconds},
        {"learning_rate", e.learning_rate},
        {"loss_scale", e.loss_scale},
        {"skipped_steps", e.skipped_steps},
        {"steps_since_overflow", e.steps_since_overflow}};
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [name, value] : e.train_metrics) {
+    names.push_back(name);
+    j["train_" + name] = detail::number_or_null(value);
+  }
+  for (const auto& [name, value] : e.validation_metrics)
+    j["validation_" + name] = detail::number_or_null(value);
+  j["metrics"] = names;
 }
 
 inline void from_json(const nlohmann::json& j, EpochResult& e) {
   e.epoch = j.at("epoch").get<int64_t>();
-  e.train_loss = j.at("train_loss").get<double>();
-  e.train_accuracy = j.at("train_accuracy").get<double>();
-  e.test_loss = j.at("test_loss").get<double>();
-  e.test_accuracy = j.at("test_accuracy").get<double>();
+  e.train_loss = detail::number_or_nan(j, "train_loss");
+  e.validation_loss = detail::number_or_nan(j, "validation_loss");
+  e.train_examples = j.value("train_examples", int64_t{0});
+  e.nonfinite_steps = j.value("nonfinite_steps", int64_t{0});
   e.examples_per_second = j.at("examples_per_second").get<double>();
   e.train_seconds = j.at("train_seconds").get<double>();
   e.learning_rate = j.at("learning_rate").get<double>();
   e.loss_scale = j.value("loss_scale", 1.0);
   e.skipped_steps = j.value("skipped_steps", int64_t{0});
   e.steps_since_overflow = j.value("steps_since_overflow", int64_t{0});
+  e.train_metrics.clear();
+  e.validation_metrics.clear();
+  for (const auto& name : j.value("metrics", nlohmann::json::array())) {
+    const std::string n = name.get<std::string>();
+    e.train_metrics.emplace_back(n, detail::number_or_nan(j, ("train_" + n).c_str()));
+    if (j.contains("validation_" + n))
+      e.validation_metrics.emplace_back(n, detail::number_or_nan(j, ("validation_" + n).c_str()));
+  }
 }
 
 }  // namespace tandem::train

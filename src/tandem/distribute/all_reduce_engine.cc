@@ -1,0 +1,379 @@
+// The all-reduce engine: replicated models and optimizers, gradients summed
+// over every replica by the Reducer while backward runs, the same update on
+// every replica. Replicas stay bit-identical, so one replica's state is the
+// whole state.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+#include "tandem/base/trace.h"
+#include "tandem/data/distribute.h"
+#include "tandem/distribute/agreement.h"
+#include "tandem/distribute/engine.h"
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::max(0.0, std::chrono::duration<double>(to - from).count());
+}
+
+int64_t rows_of(const data::Element& e) {
+  const Tensor& first = e.features().front().second;
+  return first.rank() == 0 ? 0 : first.dim(0);
+}
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+class AllReduceEngine : public Engine {
+ public:
+  AllReduceEngine(Strategy& strategy, const ModelBuilder& build, const EngineOptions& options);
+  ~AllReduceEngine() override {
+    // Reducers hold hooks on the replicas' parameters and work on their communicators.
+    for (Replica& r : replicas_) r.reducer.reset();
+  }
+
+  std::string name() const override { return "all_reduce"; }
+  nn::Module& model(int local_replica) override { return *replicas_.at(local_replica).model; }
+  optim::Optimizer& optimizer(int local_replica) override {
+    return *replicas_.at(local_replica).optimizer;
+  }
+  const precision::LossScaler* loss_scaler() const override {
+    return replicas_.front().scaler.get();
+  }
+
+  StepResult step(const data::Element& batch, const ForwardFn& forward,
+                  const StepOptions& options) override;
+  void evaluate(const data::Element& batch, const EvaluateFn& fn) override;
+  EngineState save_state() override;
+  void load_state(const EngineState& state) override;
+
+ private:
+  struct Replica {
+    // The current step's moments, written by the replica's own thread.
+    struct Moments {
+      Clock::time_point start, forward_done, backward_done, reduced, done;
+    };
+    Moments moments;
+    std::shared_ptr<nn::Module> model;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<Reducer> reducer;
+    std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
+    double loss_sum = 0.0;  // this step's sum of per-example losses
+    Tensor peer_times;      // several processes: every replica's step record
+  };
+  // Fields of the record each replica shares after a step when there are
+  // several processes (their clocks differ, so durations, not moments).
+  static constexpr int kRecordFields = 5;  // forward, backward, wait, optimizer, loss sum
+
+  void check_same_architecture();
+  void broadcast_weights();
+  void run_replica_step(int r, const std::vector<data::Element>& parts, int64_t global_rows,
+                        const ForwardFn& forward, const StepOptions& options, bool& skipped);
+  void exchange_records(int local_replica);
+  std::vector<ReplicaStepTime> local_breakdown(Clock::time_point start,
+                                               Clock::time_point end) const;
+  std::vector<ReplicaStepTime> global_breakdown(Clock::duration span) const;
+  bool several_processes() const {
+    return strategy().global_replicas() > strategy().local_replicas();
+  }
+
+  EngineOptions options_;
+  std::vector<Replica> replicas_;
+};
+
+AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
+                                 const EngineOptions& options)
+    : Engine(strategy), options_(options) {
+  if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
+  for (int r = 0; r < strategy.local_replicas(); ++r) {
+    // Each replica's parameters and state live on its device.
+    DeviceScope device(strategy.device(r));
+    Replica replica;
+    replica.model = build();
+    if (!replica.model) TANDEM_THROW(InvalidArgument, "the model builder returned no model");
+    replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
+    if (options.loss_scale)
+      replica.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
+    replicas_.push_back(std::move(replica));
+  }
+  if (strategy.global_replicas() > 1) {
+    check_same_architecture();
+    broadcast_weights();
+    for (int r = 0; r < strategy.local_replicas(); ++r) {
+      DeviceScope device(strategy.device(r));
+      replicas_[r].reducer = std::make_unique<Reducer>(
+          replicas_[r].model->parameters(), *strategy.communicator(r), options.reducer);
+    }
+  }
+}
+
+void AllReduceEngine::check_same_architecture() {
+  // Every replica's parameter count and shapes, hashed (FNV-1a over the
+  // dimensions, exact in a double's 53 bits) and compared across replicas.
+  std::vector<std::vector<double>> signatures;
+  for (const Replica& r : replicas_) {
+    uint64_t hash = 1469598103934665603ull;
+    int64_t count = 0;
+    for (const auto& [name, p] : r.model->named_parameters()) {
+      ++count;
+      for (int64_t d : p.shape().dims()) hash = (hash ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+      hash = (hash ^ 0xFFu) * 1099511628211ull;  // end of a parameter
+    }
+    signatures.push_back({static_cast<double>(hash >> 11), static_cast<double>(count)});
+  }
+  const std::vector<double> all = gather_over_replicas(strategy(), signatures);
+  for (size_t g = 1; 2 * g < all.size(); ++g) {
+    if (all[2 * g] != all[0] || all[2 * g + 1] != all[1]) {
+      TANDEM_THROW(InvalidArgument, "replicas were built with different models: global replica ",
+                   g, " has ", all[2 * g + 1], " parameters (or other shapes) against ", all[1],
+                   " on replica 0 (every replica and worker must build the same architecture)");
+    }
+  }
+}
+
+void AllReduceEngine::broadcast_weights() {
+  strategy().run([&](int r) {
+    comm::Communicator& comm = *strategy().communicator(r);
+    for (auto& [name, p] : replicas_[r].model->named_parameters()) {
+      comm.broadcast(p.value(), 0);
+      p.mark_modified();
+    }
+    for (auto& [name, t] : replicas_[r].model->named_buffers()) comm.broadcast(*t, 0);
+  });
+}
+
+StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& forward,
+                                 const StepOptions& options) {
+  if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "a step needs a batch with features");
+  if (!forward) TANDEM_THROW(InvalidArgument, "a step needs a forward function");
+  const auto start = Clock::now();
+  const int local = strategy().local_replicas();
+  const std::vector<data::Element> parts = data::split_batch(batch, local);
+  int64_t global_rows = options.global_rows;
+  if (global_rows < 0) {
+    const int64_t mine = rows_of(batch);
+    global_rows =
+        several_processes() ? sum_over_processes(strategy(), std::span(&mine, 1))[0] : mine;
+  }
+  if (global_rows < 1) {
+    TANDEM_THROW(InvalidArgument, "a step needs at least one row in the global batch, got ",
+                 global_rows);
+  }
+  bool skipped = false;
+  strategy().run([&](int r) { run_replica_step(r, parts, global_rows, forward, options, skipped); });
+  const auto end = Clock::now();
+
+  StepResult result;
+  result.global_rows = global_rows;
+  result.skipped = skipped;
+  result.seconds = seconds_between(start, end);
+  if (const precision::LossScaler* s = loss_scaler()) result.loss_scale = s->scale();
+  double loss_sum = 0.0;
+  for (const Replica& r : replicas_) {
+    result.replica_loss_sums.push_back(r.loss_sum);
+    loss_sum += r.loss_sum;
+  }
+  if (several_processes()) {
+    loss_sum = 0.0;
+    const float* t = replicas_.front().peer_times.data<float>();
+    for (int g = 0; g < strategy().global_replicas(); ++g) loss_sum += t[kRecordFields * g + 4];
+    result.replicas = global_breakdown(end - start);
+  } else {
+    result.replicas = local_breakdown(start, end);
+  }
+  result.loss = loss_sum / static_cast<double>(global_rows);
+  for (const ReplicaStepTime& t : result.replicas) {
+    result.idle_seconds += t.idle;
+    result.exposed_communication_seconds += t.communication;
+  }
+  const auto n = static_cast<double>(result.replicas.size());
+  result.idle_seconds /= n;
+  result.exposed_communication_seconds /= n;
+  if (replicas_.front().reducer) result.buckets = replicas_.front().reducer->last_step().buckets;
+  return result;
+}
+
+void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& parts,
+                                       int64_t global_rows, const ForwardFn& forward,
+                                       const StepOptions& options, bool& skipped) {
+  Replica& rep = replicas_[r];
+  const ReplicaContext& context = strategy().replica_context(r);
+  rep.moments.start = Clock::now();
+  if (options.learning_rate) rep.optimizer->set_learning_rate(*options.learning_rate);
+  seed_replica_generator(options_.seed, options.step, context);
+  rep.optimizer->zero_grad();
+  if (rep.reducer) rep.reducer->prepare();
+  // A replica with no rows (an epoch's last, short batch; a worker whose
+  // input ended) still runs its empty batch: cross-replica layers and the
+  // gradient all-reduce need every replica.
+  Variable loss;
+  {
+    trace::Span span("forward", "step");
+    const data::Element& rows = parts[r];
+    const Variable per_example = forward(*rep.model, {rows, global_rows, context});
+    const int64_t n = rows_of(rows);
+    if (!per_example.defined() || per_example.shape() != Shape{n}) {
+      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
+                   n, "), got ",
+                   per_example.defined() ? per_example.shape().to_string() : "nothing");
+    }
+    const Variable total = sum(per_example);
+    rep.loss_sum = static_cast<double>(total.value().item());
+    // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(global_rows)));
+  }
+  rep.moments.forward_done = Clock::now();
+  {
+    trace::Span span("backward", "step");
+    (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
+  }
+  rep.moments.backward_done = Clock::now();
+  if (rep.reducer) {
+    trace::Span span("wait for gradients", "step");
+    rep.reducer->finish();
+  }
+  rep.moments.reduced = Clock::now();
+  {
+    trace::Span span("optimizer", "step");
+    if (rep.scaler) {
+      // On the reduced gradients, identical on every replica: all skip together.
+      const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
+      if (finite) rep.optimizer->step();
+      rep.scaler->update(finite);
+      if (r == 0) skipped = !finite;
+    } else {
+      rep.optimizer->step();
+    }
+  }
+  rep.moments.done = Clock::now();
+  if (several_processes()) exchange_records(r);
+}
+
+void AllReduceEngine::exchange_records(int local_replica) {
+  Replica& rep = replicas_[local_replica];
+  const Replica::Moments& m = rep.moments;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
+  const float mine[kRecordFields] = {
+      seconds(m.forward_done - m.start), seconds(m.backward_done - m.forward_done),
+      seconds(m.reduced - m.backward_done), seconds(m.done - m.reduced),
+      static_cast<float>(rep.loss_sum)};
+  if (!rep.peer_times.defined())
+    rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()});
+  strategy()
+      .communicator(local_replica)
+      ->all_gather(Tensor::from_floats(Shape{kRecordFields}, mine), rep.peer_times);
+}
+
+std::vector<ReplicaStepTime> AllReduceEngine::local_breakdown(Clock::time_point start,
+                                                              Clock::time_point end) const {
+  // The last local backward: waiting before it is idling for a slower
+  // replica; waiting after it is communication no backward hid.
+  Clock::time_point last_backward = replicas_.front().moments.backward_done;
+  for (const Replica& r : replicas_)
+    last_backward = std::max(last_backward, r.moments.backward_done);
+  std::vector<ReplicaStepTime> out;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const Replica::Moments& m = replicas_[i].moments;
+    const Clock::time_point idle_until =
+        std::min(std::max(last_backward, m.backward_done), m.reduced);
+    ReplicaStepTime t;
+    t.replica = strategy().global_replica(static_cast<int>(i));
+    t.forward = seconds_between(m.start, m.forward_done);
+    t.backward = seconds_between(m.forward_done, m.backward_done);
+    t.communication = seconds_between(idle_until, m.reduced);
+    t.optimizer = seconds_between(m.reduced, m.done);
+    t.idle = seconds_between(start, m.start) + seconds_between(m.backward_done, idle_until) +
+             seconds_between(m.done, end);
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<ReplicaStepTime> AllReduceEngine::global_breakdown(Clock::duration span) const {
+  // The slowest replica waits only for the exposed part of the all-reduce;
+  // every other replica's longer wait is idling for it.
+  const float* t = replicas_.front().peer_times.data<float>();
+  const int n = strategy().global_replicas();
+  double exposed = t[2];
+  for (int g = 1; g < n; ++g)
+    exposed = std::min(exposed, static_cast<double>(t[kRecordFields * g + 2]));
+  const double total = std::chrono::duration<double>(span).count();
+  std::vector<ReplicaStepTime> out;
+  for (int g = 0; g < n; ++g) {
+    ReplicaStepTime x;
+    x.replica = g;
+    x.forward = t[kRecordFields * g];
+    x.backward = t[kRecordFields * g + 1];
+    x.communication = exposed;
+    x.optimizer = t[kRecordFields * g + 3];
+    x.idle = std::max(0.0, total - x.forward - x.backward - x.communication - x.optimizer);
+    out.push_back(x);
+  }
+  return out;
+}
+
+void AllReduceEngine::evaluate(const data::Element& batch, const EvaluateFn& fn) {
+  if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "evaluation needs a batch with features");
+  const std::vector<data::Element> parts = data::split_batch(batch, strategy().local_replicas());
+  const int64_t rows = rows_of(batch);
+  strategy().run([&](int r) {
+    nn::Module& m = *replicas_[r].model;
+    NoGradGuard no_grad;
+    const bool was_training = m.is_training();
+    m.eval();
+    struct RestoreMode {
+      nn::Module& model;
+      bool training;
+      ~RestoreMode() { model.train(training); }
+    } restore{m, was_training};
+    fn(m, {parts[r], rows, strategy().replica_context(r)});
+  });
+}
+
+EngineState AllReduceEngine::save_state() {
+  EngineState state;
+  Replica& first = replicas_.front();
+  save_model_state(*first.model, state);
+  for (const auto& [name, t] : first.optimizer->state())
+    state.tensors.emplace_back("optimizer." + name, *t);
+  if (const precision::LossScaler* s = first.scaler.get()) {
+    state.metadata["loss_scale"] = number(s->scale());
+    state.metadata["loss_scale_skipped"] = std::to_string(s->skipped_steps());
+    state.metadata["loss_scale_good_steps"] = std::to_string(s->steps_since_overflow());
+  }
+  return state;
+}
+
+void AllReduceEngine::load_state(const EngineState& state) {
+  // Every replica takes the same state: it loads into any replica count.
+  for (Replica& r : replicas_) {
+    load_model_state(state, *r.model);
+    for (auto& [name, t] : r.optimizer->state()) state.load_into("optimizer." + name, *t);
+    if (r.scaler && state.metadata.count("loss_scale")) {
+      r.scaler->restore(std::stod(state.meta("loss_scale")),
+                        std::stoll(state.meta("loss_scale_skipped")),
+                        std::stoll(state.meta("loss_scale_good_steps")));
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_all_reduce_engine(Strategy& strategy, const ModelBuilder& build,
+                                               const EngineOptions& options) {
+  return std::make_unique<AllReduceEngine>(strategy, build, options);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,159 @@
+#pragma once
+// Engine: what a strategy builds to train a model (Strategy::make_engine).
+// It owns the replicas' models and optimizers, their gradient
+// synchronisation and loss scaling, and takes one synchronous or
+// asynchronous step on a batch through a user function; the Trainer is a
+// loop over a Dataset that calls it, and a custom training loop calls it
+// directly (examples/custom_loop.cc).
+//
+// Semantics of a step (tf.distribute's): the batch given to step() is this
+// process's rows of the global batch; it is split between the local
+// replicas (data::split_batch); each replica's forward returns per-example
+// losses, and the engine differentiates their sum divided by the global
+// batch's row count, so N replicas take the step one device takes on the
+// whole batch. Every process must call step(), evaluate(), save_state() and
+// load_state() in the same order (they are collectives); a process whose
+// input has ended passes an empty batch (0 rows, same features).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/data/element.h"
+#include "tandem/distribute/engine_state.h"
+#include "tandem/distribute/reducer.h"
+#include "tandem/distribute/replica_context.h"
+#include "tandem/nn/module.h"
+#include "tandem/optim/optimizer.h"
+#include "tandem/precision/loss_scaler.h"
+
+namespace tandem::distribute {
+
+class Strategy;
+
+// Builds one replica's model; called once per local replica, on the main
+// thread under the replica's device. Every call must build the same
+// architecture (checked across replicas and processes at set-up).
+using ModelBuilder = std::function<std::shared_ptr<nn::Module>()>;
+
+struct EngineOptions {
+  optim::OptimizerConfig optimizer;
+  ReducerOptions reducer;
+  // Loss scaling (unset: none). With a scaler, steps whose reduced
+  // gradients are not finite are skipped on every replica.
+  std::optional<precision::LossScalerOptions> loss_scale;
+  uint64_t seed = 0;  // each step's random streams (dropout), with the step index
+};
+
+// One replica's share of a batch, as its forward function sees it.
+struct ReplicaBatch {
+  const data::Element& rows;  // this replica's rows (0 rows are possible)
+  int64_t global_rows = 0;    // rows of the whole global batch
+  const ReplicaContext& context;
+};
+
+// Forward on one replica's rows: returns the per-example losses, shape
+// (rows,), any float dtype. Runs on the replica's thread, at the same time
+// as the other replicas' calls: it must only touch the model it is given
+// and state indexed by batch.context.local_replica.
+using ForwardFn = std::function<Variable(nn::Module& model, const ReplicaBatch& batch)>;
+// Evaluation on one replica's rows (no gradients, evaluation mode).
+using EvaluateFn = std::function<void(nn::Module& model, const ReplicaBatch& batch)>;
+
+struct StepOptions {
+  int64_t step = 0;  // the global step index: seeds the random streams
+  std::optional<double> learning_rate;  // unset: the optimizers keep theirs
+  // Rows of the global batch; -1: this process's rows when there is one
+  // process, otherwise summed over the processes (one small exchange).
+  int64_t global_rows = -1;
+};
+
+// One replica's share of a step (seconds). Forward and backward are the
+// replica's own compute, measured up to the moment its gradients were ready
+// and before it waits for any other replica, so a slow replica shows as slow
+// here, not as everyone's long all-reduce. With several processes every
+// replica is listed (durations are exchanged), and the exposed communication
+// is the shortest wait (the slowest replica's), the rest of each wait idle.
+struct ReplicaStepTime {
+  int replica = 0;             // global replica index
+  double forward = 0.0;        // forward pass and loss
+  double backward = 0.0;       // backward, launching its all-reduces on the way
+  double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
+  double communication = 0.0;  // all-reduce not hidden behind any replica's backward
+  double optimizer = 0.0;      // unscale/check and the parameter update
+};
+
+struct StepResult {
+  // The mean per-example loss of the global batch (over every process).
+  double loss = 0.0;
+  int64_t global_rows = 0;
+  // Each local replica's sum of its per-example losses (exact, for epoch
+  // sums; agreement::sum_over_replicas adds them over processes).
+  std::vector<double> replica_loss_sums;
+  bool skipped = false;  // non-finite gradients under loss scaling: no update
+  double loss_scale = 1.0;
+  double seconds = 0.0;  // the step, from the split of the batch to its end
+  // Every replica's breakdown (this process's, or every process's when there
+  // are several), and their means.
+  std::vector<ReplicaStepTime> replicas;
+  double exposed_communication_seconds = 0.0;
+  double idle_seconds = 0.0;
+  // Local replica 0's gradient all-reduces, one per bucket (none on one device).
+  std::vector<ReducerStats::Bucket> buckets;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // "all_reduce" (synchronous, replicated optimizer), ...
+  virtual std::string name() const = 0;
+  Strategy& strategy() const { return strategy_; }
+
+  // Local replica i's model and optimizer (replicas hold the same values).
+  virtual nn::Module& model(int local_replica = 0) = 0;
+  virtual optim::Optimizer& optimizer(int local_replica = 0) = 0;
+  // The loss scaler (every replica's is in the same state), or null.
+  virtual const precision::LossScaler* loss_scaler() const = 0;
+
+  // Forward, loss, backward, gradient synchronisation and update on this
+  // process's rows of a global batch. Throws what a forward throws (after
+  // every replica returned), ShapeError for a loss that is not (rows,), and
+  // InvalidArgument for a batch without features.
+  virtual StepResult step(const data::Element& batch, const ForwardFn& forward,
+                          const StepOptions& options = {}) = 0;
+  // Runs fn on every local replica's share of `batch` in evaluation mode,
+  // without gradients; the models' modes are restored afterwards. Involves
+  // no other process: each evaluates its own batches.
+  virtual void evaluate(const data::Element& batch, const EvaluateFn& fn) = 0;
+
+  // The complete state, on the chief process (collective: every process
+  // calls it; others may receive a partial or empty state).
+  virtual EngineState save_state() = 0;
+  // Loads a complete state into every local replica (every process calls
+  // it with the same state). IoError naming the first tensor that is
+  // missing or differs in shape or dtype.
+  virtual void load_state(const EngineState& state) = 0;
+
+ protected:
+  explicit Engine(Strategy& strategy) : strategy_(strategy) {}
+
+ private:
+  Strategy& strategy_;
+};
+
+// The all-reduce engine every built-in strategy makes: replicated models
+// and optimizers, gradients summed by the Reducer (overlapping backward),
+// identical updates on every replica. Set-up checks that every replica
+// built the same architecture and broadcasts global replica 0's weights.
+std::unique_ptr<Engine> make_all_reduce_engine(Strategy& strategy, const ModelBuilder& build,
+                                               const EngineOptions& options);
+
+}  // namespace tandem::distribute

@@ -1,0 +1,52 @@
+#include "tandem/distribute/engine_state.h"
+
+#include "tandem/base/error.h"
+
+namespace tandem::distribute {
+
+const Tensor& EngineState::tensor(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+  }
+  TANDEM_THROW(IoError, "checkpoint has no tensor '", name, "'");
+}
+
+bool EngineState::has_tensor(const std::string& name) const {
+  for (const auto& entry : tensors) {
+    if (entry.first == name) return true;
+  }
+  return false;
+}
+
+void EngineState::load_into(const std::string& name, Tensor& target) const {
+  const Tensor& saved = tensor(name);
+  if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
+    TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
+                 target.to_string());
+  }
+  target.copy_from(saved);
+}
+
+const std::string& EngineState::meta(const std::string& key) const {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");
+  return it->second;
+}
+
+void save_model_state(nn::Module& model, EngineState& state) {
+  for (const auto& [name, p] : model.named_parameters())
+    state.tensors.emplace_back("model." + name, p.value());
+  for (const auto& [name, t] : model.named_buffers())
+    state.tensors.emplace_back("buffer." + name, *t);
+}
+
+void load_model_state(const EngineState& state, nn::Module& model) {
+  for (auto& [name, p] : model.named_parameters()) {
+    Tensor value = p.value();
+    state.load_into("model." + name, value);
+    p.mark_modified();
+  }
+  for (auto& [name, t] : model.named_buffers()) state.load_into("buffer." + name, *t);
+}
+
+}  // namespace tandem::distribute

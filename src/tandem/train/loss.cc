@@ -1,0 +1,81 @@
+#include "tandem/train/loss.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+
+namespace tandem::train {
+namespace {
+
+// "name" or "name(setting=value, ...)" with the settings that differ from
+// the defaults, so that equal names mean equal losses.
+std::string describe(std::string_view name, const LossOptions& o, bool classification,
+                     bool huber) {
+  std::vector<std::string> settings;
+  if (o.labels != "label") settings.push_back("labels=" + o.labels);
+  if (classification && o.ignore_index)
+    settings.push_back(fmt::format("ignore_index={}", *o.ignore_index));
+  if (classification && o.label_smoothing != 0.0)
+    settings.push_back(fmt::format("label_smoothing={}", o.label_smoothing));
+  if (huber && o.delta != 1.0) settings.push_back(fmt::format("delta={}", o.delta));
+  if (settings.empty()) return std::string(name);
+  return fmt::format("{}({})", name, fmt::join(settings, ", "));
+}
+
+}  // namespace
+
+std::vector<std::string> loss_names() {
+  return {"softmax_cross_entropy", "binary_cross_entropy", "mean_squared_error",
+          "mean_absolute_error", "huber"};
+}
+
+Loss make_loss(std::string_view name, const LossOptions& options) {
+  if (!(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0)) {
+    TANDEM_THROW(InvalidArgument, "label smoothing must be in [0, 1), got ",
+                 options.label_smoothing);
+  }
+  if (!(options.delta > 0.0) || !std::isfinite(options.delta))
+    TANDEM_THROW(InvalidArgument, "the huber delta must be positive, got ", options.delta);
+  if (options.labels.empty()) TANDEM_THROW(InvalidArgument, "a loss needs a label feature name");
+  const std::string labels = options.labels;
+  if (name == "softmax_cross_entropy") {
+    const CrossEntropyOptions ce{.ignore_index = options.ignore_index,
+                                 .label_smoothing = options.label_smoothing};
+    return {describe(name, options, true, false),
+            [labels, ce](const Variable& logits, const data::Element& batch) {
+              return softmax_cross_entropy_per_example(logits, batch.at(labels), ce);
+            }};
+  }
+  if (name == "binary_cross_entropy") {
+    return {describe(name, options, false, false),
+            [labels](const Variable& logits, const data::Element& batch) {
+              return binary_cross_entropy_with_logits_per_example(logits, batch.at(labels));
+            }};
+  }
+  if (name == "mean_squared_error") {
+    return {describe(name, options, false, false),
+            [labels](const Variable& predictions, const data::Element& batch) {
+              return mean_squared_error_per_example(predictions, batch.at(labels));
+            }};
+  }
+  if (name == "mean_absolute_error") {
+    return {describe(name, options, false, false),
+            [labels](const Variable& predictions, const data::Element& batch) {
+              return mean_absolute_error_per_example(predictions, batch.at(labels));
+            }};
+  }
+  if (name == "huber") {
+    const double delta = options.delta;
+    return {describe(name, options, false, true),
+            [labels, delta](const Variable& predictions, const data::Element& batch) {
+              return huber_per_example(predictions, batch.at(labels), delta);
+            }};
+  }
+  TANDEM_THROW(InvalidArgument, "unknown loss '", name, "' (expected ",
+               fmt::format("{}", fmt::join(loss_names(), ", ")), ")");
+}
+
+}  // namespace tandem::train
