@@ -15,8 +15,10 @@
 #include <string>
 #include <thread>
 
+#include "tandem/data/example.h"
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
+#include "tandem/data/tfrecord.h"
 #include "tandem/tensor/tensor.h"
 #include "tandem/train/checkpoint.h"
 
@@ -295,6 +297,43 @@ TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   expect_one_line_error("data inspect " + ragged, "line 2: expected 2 fields, got 1");
 }
 
+TEST(Cli, DataInspectShowsUtf8BytesAsText) {
+  namespace data = tandem::data;
+  data::Example example;
+  auto bytes_feature = [](std::vector<std::string> values) {
+    return data::Feature{.kind = data::Feature::Kind::bytes_list, .bytes = std::move(values)};
+  };
+  std::string long_text = "x";
+  for (int i = 0; i < 40; ++i) long_text += "\xc3\xa9";  // then 40 x U+00E9: 81 bytes
+  example.emplace_back("caption", bytes_feature({"a cat on a mat, na\xc3\xafve \xe2\x9c\x93", ""}));
+  example.emplace_back("blob", bytes_feature({std::string("\xff\xfe\x00x", 4)}));
+  example.emplace_back("overlong", bytes_feature({"\xc0\xaf", "\xed\xa0\x80"}));
+  example.emplace_back("long", bytes_feature({long_text}));
+  const std::string path = tmp("text.tfrecord");
+  data::write_tfrecord(path, {data::encode_example(example)});
+  const CommandResult r = run("data inspect " + path, true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(run("data inspect " + path).output);
+  const auto& features = j.at("first")[0].at("features");
+  const auto& caption = features.at("caption").at("values");
+  EXPECT_EQ(caption[0].at("text"), "a cat on a mat, na\xc3\xafve \xe2\x9c\x93");
+  EXPECT_EQ(caption[0].at("length"), 26);
+  EXPECT_EQ(caption[0].at("hex"), "6120636174206f6e2061206d61742c20");  // still the first 16 bytes
+  EXPECT_FALSE(caption[0].contains("text_truncated"));
+  EXPECT_EQ(caption[1].at("text"), "");
+  // Not UTF-8 (a stray byte; an overlong '/'; a UTF-16 surrogate): hex only.
+  const auto& blob = features.at("blob").at("values")[0];
+  EXPECT_EQ(blob.at("hex"), "fffe0078");
+  EXPECT_FALSE(blob.contains("text")) << blob;
+  for (const auto& v : features.at("overlong").at("values")) EXPECT_FALSE(v.contains("text")) << v;
+  // Long text: at most 64 bytes, cut back to a whole character (x and 31 of
+  // the two-byte characters), and a flag.
+  const auto& long_value = features.at("long").at("values")[0];
+  EXPECT_EQ(long_value.at("text"), long_text.substr(0, 63));
+  EXPECT_EQ(long_value.at("text_truncated"), true);
+  EXPECT_EQ(long_value.at("length"), 81);
+}
+
 TEST(Cli, BenchPipelineAndAllreduceJson) {
   const CommandResult p =
       run("bench pipeline --which images --images 32 --image-size 16 --repeats 1 --json");
@@ -337,8 +376,10 @@ TEST(Cli, BenchPeakAndMonitorJson) {
   const auto p = nlohmann::json::parse(peak_json.output);
   ASSERT_EQ(p.size(), 2u);  // f32 and bf16
   EXPECT_GT(p[0].at("median_flops_per_second").get<double>(), 1e8);
-  expect_one_line_error("bench peak --threads 0", "--threads entries must be integers from 1 to 4096");
-  expect_one_line_error("bench peak --threads x", "--threads entries must be integers from 1 to 4096");
+  expect_one_line_error("bench peak --threads 0",
+                        "--threads entries must be integers from 1 to 4096");
+  expect_one_line_error("bench peak --threads x",
+                        "--threads entries must be integers from 1 to 4096");
 
   const CommandResult monitor =
       run("bench monitor --model mlp --devices 2 --steps 3 --rounds 2 --json --run-dir " +

@@ -1,6 +1,7 @@
 // `tandem data inspect FILE`: what a TFRecord, IDX or CSV file holds: the
 // record count and the first records as JSON (feature names, dtypes, shapes,
-// values; bytes as length and leading hex), before training on it.
+// values; bytes as length and leading hex, and as text when they are valid
+// UTF-8, as TensorFlow prints an Example), before training on it.
 #include <zlib.h>
 
 #include <fmt/format.h>
@@ -8,6 +9,8 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
@@ -35,6 +38,46 @@ std::string hex(const std::string& bytes, size_t limit) {
     out += digits[static_cast<unsigned char>(bytes[i]) & 15];
   }
   return out;
+}
+
+// Bytes of a bytes feature shown as text at most (cut at a character boundary).
+constexpr size_t kTextLimit = 64;
+
+// The length of the valid UTF-8 sequence starting at s[i] (RFC 3629: no
+// overlong forms, no surrogates, at most U+10FFFF), or 0.
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const auto continuation = [&](size_t k) { return i + k < s.size() && (b(k) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return continuation(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!continuation(1) || !continuation(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;  // overlong
+    if (c == 0xED && b(1) > 0x9F) return 0;  // UTF-16 surrogates
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!continuation(1) || !continuation(2) || !continuation(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;  // overlong
+    if (c == 0xF4 && b(1) > 0x8F) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+// The bytes as text when they are valid UTF-8 (the first kTextLimit bytes,
+// cut back to a whole character; `cut` says whether anything was left out).
+std::optional<std::string> utf8_text(std::string_view bytes, bool& cut) {
+  size_t keep = 0;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = utf8_sequence(bytes, i);
+    if (n == 0) return std::nullopt;
+    i += n;
+    if (i <= kTextLimit) keep = i;
+  }
+  cut = keep < bytes.size();
+  return std::string(bytes.substr(0, keep));
 }
 
 // The first bytes of the file after gzip decompression (if any).
@@ -78,7 +121,13 @@ nlohmann::json feature_json(const data::Feature& f, int max_values) {
     case data::Feature::Kind::bytes_list:
       j["dtype"] = "bytes";
       for (size_t i = 0; i < f.bytes.size() && static_cast<int>(i) < max_values; ++i) {
-        values.push_back({{"length", f.bytes[i].size()}, {"hex", hex(f.bytes[i], 16)}});
+        nlohmann::json v = {{"length", f.bytes[i].size()}, {"hex", hex(f.bytes[i], 16)}};
+        bool cut = false;
+        if (auto text = utf8_text(f.bytes[i], cut)) {
+          v["text"] = *text;
+          if (cut) v["text_truncated"] = true;
+        }
+        values.push_back(v);
       }
       break;
     default:

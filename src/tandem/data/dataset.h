@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,28 @@ struct InterleaveOptions {
 };
 
 enum class Compression : uint8_t { none, gzip, zlib };
+
+// For Dataset::from_image_folder (data/image_folder.h has the details).
+struct ImageFolderOptions {
+  // The classes to read, in label order; each must be a sub-folder of the
+  // root (a subset is allowed). Empty: every sub-folder, sorted by name.
+  std::vector<std::string> class_names;
+  // File name endings that count as images, compared case-insensitively; a
+  // missing leading dot is added.
+  std::vector<std::string> extensions = {".jpg", ".jpeg", ".png"};
+};
+
+// For Dataset::padded_batch (tf.data's padded_batch).
+struct PaddedBatchOptions {
+  // Per feature: the padded size of each dimension (one entry per dimension
+  // of the element), -1 for the largest in the batch. Features not listed
+  // pad every dimension to the largest in the batch.
+  std::map<std::string, std::vector<int64_t>> padded_shapes;
+  // Per feature: the value of the padding, converted to the feature's dtype
+  // (it must be representable there); features not listed pad with 0.
+  std::map<std::string, double> padding_values;
+  bool drop_remainder = false;  // drop a last batch smaller than batch_size
+};
 
 namespace detail {
 class Node;
@@ -112,6 +135,15 @@ class Dataset {
   // every record's masked CRC-32C is checked.
   static Dataset from_tfrecord(std::vector<std::string> paths,
                                Compression compression = Compression::none);
+  // {"image": u8 (bytes,), the encoded file, "label": i32 ()} for each image
+  // file of a folder of class sub-folders (Keras image_dataset_from_directory):
+  // label i is the i-th class name; class by class, files sorted by path. The
+  // folder is listed here: throws IoError naming the path for a missing root,
+  // no class folders or a class folder without images, InvalidArgument for
+  // bad options. A file that cannot be read throws IoError from next().
+  // Decoding is a separate map (decode_image_fn), so that it can run in
+  // parallel. files()/with_files() expose the image files for FILE sharding.
+  static Dataset from_image_folder(const std::string& root, const ImageFolderOptions& options = {});
 
   // --- Transformations -------------------------------------------------
   Dataset map(MapFn fn, MapOptions options = {}) const;
@@ -120,6 +152,15 @@ class Dataset {
   // batch is partial unless drop_remainder. Elements must share shapes and
   // dtypes feature by feature (ShapeError naming the feature otherwise).
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // Like batch, but each feature's elements may differ in size: every
+  // dimension is padded (at its end) to the batch's largest, or to the fixed
+  // size in options.padded_shapes, with options.padding_values (default 0).
+  // Any dtype. The elements' ranks and dtypes must agree feature by feature
+  // (ShapeError naming the feature); a fixed size smaller than an element is
+  // a ShapeError; a padded_shapes entry with the wrong rank, or an option
+  // naming a feature the elements lack, or a padding value the dtype cannot
+  // hold, is an InvalidArgument. These are reported from next().
+  Dataset padded_batch(int64_t batch_size, PaddedBatchOptions options = {}) const;
   // Fills a buffer of buffer_size elements and yields a random one each time.
   Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
   // count < 0: forever.

@@ -191,6 +191,67 @@ Example decode_example(std::string_view serialized) {
   return example;
 }
 
+namespace {
+
+// Protobuf wire-format writing.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+
+// A length-delimited field.
+void put_bytes(std::string& out, uint32_t field, std::string_view bytes) {
+  put_varint(out, (uint64_t{field} << 3) | 2);
+  put_varint(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+std::string encode_feature(const Feature& f) {
+  std::string list;
+  switch (f.kind) {
+    case Feature::Kind::bytes_list:
+      for (const std::string& b : f.bytes) put_bytes(list, 1, b);
+      break;
+    case Feature::Kind::float_list:
+      if (!f.floats.empty()) {
+        put_bytes(list, 1,
+                  std::string_view(reinterpret_cast<const char*>(f.floats.data()),
+                                   f.floats.size() * sizeof(float)));
+      }
+      break;
+    case Feature::Kind::int64_list:
+      if (!f.int64s.empty()) {
+        std::string packed;
+        for (int64_t v : f.int64s) put_varint(packed, static_cast<uint64_t>(v));
+        put_bytes(list, 1, packed);
+      }
+      break;
+    case Feature::Kind::none:
+      return {};
+  }
+  std::string out;
+  put_bytes(out, static_cast<uint32_t>(f.kind), list);  // bytes_list 1, float_list 2, int64_list 3
+  return out;
+}
+
+}  // namespace
+
+std::string encode_example(const Example& example) {
+  std::string features;
+  for (const auto& [name, feature] : example) {
+    std::string entry;
+    put_bytes(entry, 1, name);
+    put_bytes(entry, 2, encode_feature(feature));
+    put_bytes(features, 1, entry);
+  }
+  std::string out;
+  put_bytes(out, 1, features);
+  return out;
+}
+
 Element parse_example(std::string_view serialized, const std::vector<FeatureSpec>& spec) {
   const Example example = decode_example(serialized);
   Element out;

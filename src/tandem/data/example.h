@@ -34,6 +34,12 @@ using Example = std::vector<std::pair<std::string, Feature>>;
 // Decodes a serialized Example. Throws IoError describing the malformation.
 Example decode_example(std::string_view serialized);
 
+// Serializes an Example as TensorFlow does (numeric lists packed; a feature
+// of Kind::none as an empty Feature), for tests and exports:
+// decode_example(encode_example(x)) gives x back with packed set on the
+// numeric lists.
+std::string encode_example(const Example& example);
+
 // How to turn one feature into a tensor (tf.io.FixedLenFeature /
 // VarLenFeature):
 //   int64_list -> i32 (values outside int32 are an error) or f32

@@ -9,6 +9,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
 #include "tandem/data/detail/image_ops.h"
+#include "tandem/kernels/resize.h"
 
 namespace tandem::data {
 namespace {
@@ -28,17 +29,42 @@ struct TjHandle {
   ~TjHandle() { tjDestroy(h); }
 };
 
-Tensor decode_jpeg(const unsigned char* p, size_t n, int channels) {
+// Refuses a decoded size above kMaxImagePixels before its memory is allocated.
+void check_pixels(int64_t height, int64_t width, const char* format) {
+  if (height < 1 || width < 1 || height > kMaxImagePixels / width) {
+    TANDEM_THROW(IoError, format, " image decoding to ", width, "x", height,
+                 " pixels: the size must be at least 1x1 and at most ", kMaxImagePixels,
+                 " pixels (kMaxImagePixels)");
+  }
+}
+
+// The smallest of libjpeg-turbo's 1/8, 1/4 and 1/2 scales that keeps the
+// image at least the minimum size; 1/1 when none does or none is asked for.
+tjscalingfactor jpeg_scale(int width, int height, const DecodeOptions& o) {
+  if (o.min_height <= 0 && o.min_width <= 0) return {1, 1};
+  for (int denom : {8, 4, 2}) {
+    const tjscalingfactor scale{1, denom};
+    if (TJSCALED(width, scale) >= o.min_width && TJSCALED(height, scale) >= o.min_height)
+      return scale;
+  }
+  return {1, 1};
+}
+
+Tensor decode_jpeg(const unsigned char* p, size_t n, const DecodeOptions& o) {
   thread_local TjHandle handle(false);
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(handle.h, p, static_cast<unsigned long>(n), &width, &height, &subsampling,
                           &colorspace) != 0) {
     TANDEM_THROW(IoError, "bad JPEG header: ", tjGetErrorStr2(handle.h));
   }
-  const int c = channels != 0 ? channels : (colorspace == TJCS_GRAY ? 1 : 3);
-  Tensor image = Tensor::empty(Shape{height, width, c}, DType::u8);
+  const tjscalingfactor scale = jpeg_scale(width, height, o);
+  const int out_width = TJSCALED(width, scale), out_height = TJSCALED(height, scale);
+  // The decoded size counts: a scaled decode never holds the full image.
+  check_pixels(out_height, out_width, "JPEG");
+  const int c = o.channels != 0 ? o.channels : (colorspace == TJCS_GRAY ? 1 : 3);
+  Tensor image = Tensor::empty(Shape{out_height, out_width, c}, DType::u8);
   if (tjDecompress2(handle.h, p, static_cast<unsigned long>(n),
-                    static_cast<unsigned char*>(image.raw_data()), width, 0, height,
+                    static_cast<unsigned char*>(image.raw_data()), out_width, 0, out_height,
                     c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0 &&
       tjGetErrorCode(handle.h) == TJERR_FATAL) {
     TANDEM_THROW(IoError, "corrupt JPEG data: ", tjGetErrorStr2(handle.h));
@@ -53,10 +79,17 @@ Tensor decode_png(const unsigned char* p, size_t n, int channels) {
   if (!png_image_begin_read_from_memory(&img, p, n)) {
     TANDEM_THROW(IoError, "bad PNG data: ", img.message);
   }
+  const int64_t height = img.height, width = img.width;
+  try {
+    check_pixels(height, width, "PNG");
+  } catch (const IoError&) {
+    png_image_free(&img);
+    throw;
+  }
   const bool gray = (img.format & PNG_FORMAT_FLAG_COLOR) == 0;
   const int c = channels != 0 ? channels : (gray ? 1 : 3);
   img.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  Tensor image = Tensor::empty(Shape{img.height, img.width, c}, DType::u8);
+  Tensor image = Tensor::empty(Shape{height, width, c}, DType::u8);
   if (!png_image_finish_read(&img, nullptr, image.raw_data(), 0, nullptr)) {
     png_image_free(&img);
     TANDEM_THROW(IoError, "corrupt PNG data: ", img.message);
@@ -72,16 +105,25 @@ void check_image(const Tensor& image, const char* what) {
 }  // namespace
 
 Tensor decode_image(const Tensor& bytes, int channels) {
+  return decode_image(bytes, DecodeOptions{.channels = channels});
+}
+
+Tensor decode_image(const Tensor& bytes, const DecodeOptions& options) {
   if (bytes.dtype() != DType::u8 || bytes.rank() != 1) {
     TANDEM_THROW(ShapeError, "decode_image: expected 1-D u8 bytes, got ", bytes.to_string());
   }
-  if (channels != 0 && channels != 1 && channels != 3) {
-    TANDEM_THROW(InvalidArgument, "decode_image: channels must be 0, 1 or 3, got ", channels);
+  if (options.channels != 0 && options.channels != 1 && options.channels != 3) {
+    TANDEM_THROW(InvalidArgument, "decode_image: channels must be 0, 1 or 3, got ",
+                 options.channels);
+  }
+  if (options.min_height < 0 || options.min_width < 0) {
+    TANDEM_THROW(InvalidArgument, "decode_image: minimum size ", options.min_height, "x",
+                 options.min_width, " must not be negative");
   }
   const auto* p = static_cast<const unsigned char*>(bytes.raw_data());
   const size_t n = bytes.nbytes();
-  if (is_jpeg(p, n)) return decode_jpeg(p, n, channels);
-  if (is_png(p, n)) return decode_png(p, n, channels);
+  if (is_jpeg(p, n)) return decode_jpeg(p, n, options);
+  if (is_png(p, n)) return decode_png(p, n, options.channels);
   TANDEM_THROW(IoError, "decode_image: ", n, " bytes are neither JPEG nor PNG");
 }
 
@@ -130,9 +172,106 @@ Tensor encode_png(const Tensor& image) {
   return bytes.slice(0, static_cast<int64_t>(size));
 }
 
+Tensor resize_image(const Tensor& image, int64_t height, int64_t width) {
+  check_image(image, "resize_image");
+  return kernels::resize_bilinear(image, height, width);
+}
+
+Tensor center_crop(const Tensor& image, int64_t height, int64_t width) {
+  check_image(image, "center_crop");
+  const int64_t H = image.dim(0), W = image.dim(1), C = image.dim(2);
+  if (height < 1 || width < 1) {
+    TANDEM_THROW(InvalidArgument, "center_crop: the crop must be at least 1x1, got ", height, "x",
+                 width);
+  }
+  if (height > H || width > W) {
+    TANDEM_THROW(ShapeError, "center_crop: a ", height, "x", width, " crop does not fit the image ",
+                 image.to_string(), " (resize it first)");
+  }
+  Tensor out = Tensor::empty(Shape{height, width, C}, image.dtype(), image.device());
+  const size_t pixel = static_cast<size_t>(C) * dtype_size(image.dtype());
+  const int64_t top = (H - height) / 2, left = (W - width) / 2;
+  const auto* src = static_cast<const char*>(image.raw_data());
+  auto* dst = static_cast<char*>(out.raw_data());
+  for (int64_t y = 0; y < height; ++y) {
+    std::memcpy(dst + static_cast<size_t>(y * width) * pixel,
+                src + static_cast<size_t>((top + y) * W + left) * pixel,
+                static_cast<size_t>(width) * pixel);
+  }
+  return out;
+}
+
+Tensor normalize_image(const Tensor& image, float scale, const std::vector<float>& mean,
+                       const std::vector<float>& stddev) {
+  if (mean.empty() || stddev.empty()) {
+    TANDEM_THROW(InvalidArgument, "normalize: mean and stddev need values, got ", mean.size(),
+                 " and ", stddev.size());
+  }
+  for (float s : stddev) {
+    if (!(s > 0.0f)) TANDEM_THROW(InvalidArgument, "normalize: stddev must be positive, got ", s);
+  }
+  const int64_t C = image.rank() > 0 ? image.dim(-1) : 1;
+  auto fits = [C](size_t n) { return n == 1 || n == static_cast<size_t>(C); };
+  if (!fits(mean.size()) || !fits(stddev.size())) {
+    TANDEM_THROW(ShapeError, "normalize: ", image.to_string(), " has ", C,
+                 " channels, mean/stddev have ", mean.size(), " and ", stddev.size(), " values");
+  }
+  Tensor out = Tensor::empty(image.shape(), DType::f32, image.device());
+  if (out.numel() == 0) return out;
+  // Per-channel tables, so the loop does not branch on the list sizes.
+  std::vector<float> m(static_cast<size_t>(C)), s(static_cast<size_t>(C));
+  for (size_t c = 0; c < m.size(); ++c) {
+    m[c] = mean[mean.size() == 1 ? 0 : c];
+    s[c] = stddev[stddev.size() == 1 ? 0 : c];
+  }
+  float* y = out.data<float>();
+  const auto n = static_cast<size_t>(out.numel());
+  auto apply = [&](const auto* x) {
+    for (size_t i = 0, c = 0; i < n; ++i) {
+      y[i] = (static_cast<float>(x[i]) * scale - m[c]) / s[c];
+      if (++c == m.size()) c = 0;
+    }
+  };
+  if (image.dtype() == DType::u8) {
+    apply(image.data<uint8_t>());
+  } else if (image.dtype() == DType::f32) {
+    apply(image.data<float>());
+  } else {
+    const std::vector<float> x = image.to_floats();
+    apply(x.data());
+  }
+  return out;
+}
+
 MapFn decode_image_fn(std::string key, int channels) {
-  return [key, channels](Element e) {
-    e.set(key, decode_image(e.at(key), channels));
+  return decode_image_fn(std::move(key), DecodeOptions{.channels = channels});
+}
+
+MapFn decode_image_fn(std::string key, DecodeOptions options) {
+  return [key, options](Element e) {
+    e.set(key, decode_image(e.at(key), options));
+    return e;
+  };
+}
+
+MapFn resize_image_fn(int64_t height, int64_t width, std::string key) {
+  if (height < 1 || width < 1) {
+    TANDEM_THROW(InvalidArgument, "resize_image_fn: the size must be at least 1x1, got ", height,
+                 "x", width);
+  }
+  return [height, width, key](Element e) {
+    e.set(key, resize_image(e.at(key), height, width));
+    return e;
+  };
+}
+
+MapFn center_crop_fn(int64_t height, int64_t width, std::string key) {
+  if (height < 1 || width < 1) {
+    TANDEM_THROW(InvalidArgument, "center_crop_fn: the crop must be at least 1x1, got ", height,
+                 "x", width);
+  }
+  return [height, width, key](Element e) {
+    e.set(key, center_crop(e.at(key), height, width));
     return e;
   };
 }
@@ -173,28 +312,21 @@ MapFn random_flip_horizontal(uint64_t seed, std::string key) {
 }
 
 MapFn normalize(std::vector<float> mean, std::vector<float> stddev, std::string key) {
-  if (mean.empty() || mean.size() != stddev.size()) {
-    TANDEM_THROW(InvalidArgument, "normalize: mean and stddev need one value per channel, got ",
-                 mean.size(), " and ", stddev.size());
+  if (mean.empty() || stddev.empty()) {
+    TANDEM_THROW(InvalidArgument, "normalize: mean and stddev need values, got ", mean.size(),
+                 " and ", stddev.size());
   }
   for (float s : stddev) {
     if (!(s > 0.0f)) TANDEM_THROW(InvalidArgument, "normalize: stddev must be positive, got ", s);
   }
   return [mean, stddev, key](Element e) {
     const Tensor& in = e.at(key);
-    const int64_t C = in.rank() > 0 ? in.dim(-1) : 1;
-    if (static_cast<size_t>(C) != mean.size()) {
-      TANDEM_THROW(ShapeError, "normalize: feature '", key, "' has ", C,
-                   " channels, mean/stddev have ", mean.size());
-    }
     const float scale = in.dtype() == DType::u8 ? 1.0f / 255.0f : 1.0f;
-    const std::vector<float> x = in.to_floats();
-    std::vector<float> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      const size_t c = i % static_cast<size_t>(C);
-      y[i] = (x[i] * scale - mean[c]) / stddev[c];
+    try {
+      e.set(key, normalize_image(in, scale, mean, stddev));
+    } catch (const ShapeError& error) {
+      TANDEM_THROW(ShapeError, "feature '", key, "': ", error.what());
     }
-    e.set(key, Tensor::from_floats(in.shape(), y));
     return e;
   };
 }

@@ -1,5 +1,9 @@
-// Sequential transformations: filter, batch, shuffle, repeat, take, skip, shard.
+// Sequential transformations: filter, batch, padded_batch, shuffle, repeat,
+// take, skip, shard.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
@@ -98,6 +102,156 @@ Tensor stack(const std::vector<Element>& elements, size_t feature) {
   return out;
 }
 
+// Checks that a batch's elements have the same features in the same order
+// (ShapeError naming the first element that differs).
+void check_same_features(const std::vector<Element>& elements, const char* op) {
+  for (size_t i = 1; i < elements.size(); ++i) {
+    const auto& a = elements[0].features();
+    const auto& b = elements[i].features();
+    bool same = a.size() == b.size();
+    for (size_t f = 0; same && f < a.size(); ++f) same = a[f].first == b[f].first;
+    if (!same) {
+      TANDEM_THROW(ShapeError, op, ": element ", i, " has features (", elements[i].describe(),
+                   ") but element 0 has (", elements[0].describe(), ")");
+    }
+  }
+}
+
+// One element of `dtype` holding `value`, as bytes; InvalidArgument naming
+// the feature when the dtype cannot represent it.
+std::vector<char> padding_bytes(const std::string& name, double value, DType dtype) {
+  std::vector<char> bytes(dtype_size(dtype));
+  auto integral_in = [&](double low, double high) {
+    if (!(std::floor(value) == value && value >= low && value <= high)) {
+      TANDEM_THROW(InvalidArgument, "padded_batch: padding value ", value, " for feature '", name,
+                   "' does not fit its dtype ", dtype_name(dtype));
+    }
+  };
+  switch (dtype) {
+    case DType::i32: {
+      integral_in(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+      const auto v = static_cast<int32_t>(value);
+      std::memcpy(bytes.data(), &v, sizeof(v));
+      break;
+    }
+    case DType::u8: {
+      integral_in(0, 255);
+      bytes[0] = static_cast<char>(static_cast<uint8_t>(value));
+      break;
+    }
+    case DType::f32: {
+      const auto v = static_cast<float>(value);
+      std::memcpy(bytes.data(), &v, sizeof(v));
+      break;
+    }
+    default: {  // bf16, f16: the tensor layer's rounding
+      const Tensor one = Tensor::full(Shape{}, static_cast<float>(value), dtype);
+      std::memcpy(bytes.data(), one.raw_data(), bytes.size());
+    }
+  }
+  return bytes;
+}
+
+// Feature `feature` of every element, each padded at the end of every
+// dimension to the batch's largest (or the fixed sizes of `fixed`), stacked
+// along a new dimension 0.
+Tensor padded_stack(const std::vector<Element>& elements, size_t feature,
+                    const PaddedBatchOptions& options) {
+  const auto& [name, first] = elements[0].features()[feature];
+  const int rank = first.rank();
+  std::vector<int64_t> dims = first.shape().to_vector();
+  for (size_t i = 1; i < elements.size(); ++i) {
+    const Tensor& t = elements[i].features()[feature].second;
+    if (t.rank() != rank || t.dtype() != first.dtype()) {
+      TANDEM_THROW(ShapeError, "padded_batch: feature '", name, "' of element ", i, " is ",
+                   dtype_name(t.dtype()), " ", t.shape().to_string(), " but element 0's is ",
+                   dtype_name(first.dtype()), " ", first.shape().to_string(),
+                   " (padding needs the same rank and dtype)");
+    }
+    for (int d = 0; d < rank; ++d) dims[d] = std::max(dims[d], t.dim(d));
+  }
+  if (const auto it = options.padded_shapes.find(name); it != options.padded_shapes.end()) {
+    const std::vector<int64_t>& fixed = it->second;
+    if (static_cast<int>(fixed.size()) != rank) {
+      TANDEM_THROW(InvalidArgument, "padded_batch: padded shape for feature '", name, "' has ",
+                   fixed.size(), " dimensions, its elements have ", rank, " (",
+                   first.shape().to_string(), ")");
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (fixed[d] < 0) continue;
+      if (fixed[d] < dims[d]) {
+        TANDEM_THROW(ShapeError, "padded_batch: feature '", name, "' has size ", dims[d],
+                     " in dimension ", d, ", more than its padded size ", fixed[d]);
+      }
+      dims[d] = fixed[d];
+    }
+  }
+  const auto padding = options.padding_values.find(name);
+  const std::vector<char> pad = padding_bytes(
+      name, padding == options.padding_values.end() ? 0.0 : padding->second, first.dtype());
+  dims.insert(dims.begin(), static_cast<int64_t>(elements.size()));
+  int64_t total = 1;
+  for (int64_t d : dims) {
+    if (d > 0 && total > std::numeric_limits<int64_t>::max() / 16 / d) {
+      TANDEM_THROW(ShapeError, "padded_batch: feature '", name, "' padded to ",
+                   Shape(dims).to_string(), " does not fit in memory");
+    }
+    total *= d;
+  }
+  Tensor out = Tensor::empty(Shape(dims), first.dtype());
+  const size_t esize = pad.size();
+  auto* dst = static_cast<char*>(out.raw_data());
+  if (std::all_of(pad.begin(), pad.end(), [](char b) { return b == 0; })) {
+    std::memset(dst, 0, out.nbytes());
+  } else {
+    for (size_t i = 0; i < static_cast<size_t>(total); ++i)
+      std::memcpy(dst + i * esize, pad.data(), esize);
+  }
+  // Strides (elements) of the padded element shape dims[1..].
+  std::vector<int64_t> stride(static_cast<size_t>(rank) + 1, 1);
+  for (int d = rank - 1; d >= 0; --d) stride[d] = stride[d + 1] * dims[d + 1];
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const Tensor& t = elements[i].features()[feature].second;
+    if (t.numel() == 0) continue;
+    const auto* src = static_cast<const char*>(t.raw_data());
+    char* base = dst + i * static_cast<size_t>(stride[0]) * esize;
+    if (rank == 0) {
+      std::memcpy(base, src, esize);
+      continue;
+    }
+    // Copy the element row by row (its last dimension is contiguous in both).
+    const size_t row_bytes = static_cast<size_t>(t.dim(rank - 1)) * esize;
+    const int64_t rows = t.numel() / t.dim(rank - 1);
+    std::vector<int64_t> index(static_cast<size_t>(rank), 0);  // over dims 0..rank-2
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t offset = 0;
+      for (int d = 0; d + 1 < rank; ++d) offset += index[d] * stride[d + 1];
+      std::memcpy(base + static_cast<size_t>(offset) * esize,
+                  src + static_cast<size_t>(r) * row_bytes, row_bytes);
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++index[d] < t.dim(d)) break;
+        index[d] = 0;
+      }
+    }
+  }
+  return out;
+}
+
+// Pulls up to batch_size elements; empty at the end (or a short batch when
+// drop_remainder).
+std::vector<Element> next_elements(IteratorBase& input, detail::Counters& c, int64_t batch_size,
+                                   bool drop_remainder) {
+  std::vector<Element> elements;
+  elements.reserve(static_cast<size_t>(batch_size));
+  while (static_cast<int64_t>(elements.size()) < batch_size) {
+    auto e = detail::timed_next(input, c);
+    if (!e) break;
+    elements.push_back(std::move(*e));
+  }
+  if (drop_remainder && static_cast<int64_t>(elements.size()) < batch_size) elements.clear();
+  return elements;
+}
+
 }  // namespace
 
 Dataset Dataset::filter(FilterFn predicate) const {
@@ -120,17 +274,8 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   return Dataset(std::make_shared<SimpleNode>(node_, label, [batch_size, drop_remainder](int64_t) {
     return [batch_size, drop_remainder](IteratorBase& input,
                                         detail::Counters& c) -> std::optional<Element> {
-      std::vector<Element> elements;
-      elements.reserve(static_cast<size_t>(batch_size));
-      while (static_cast<int64_t>(elements.size()) < batch_size) {
-        auto e = detail::timed_next(input, c);
-        if (!e) break;
-        elements.push_back(std::move(*e));
-      }
-      if (elements.empty() ||
-          (drop_remainder && static_cast<int64_t>(elements.size()) < batch_size)) {
-        return std::nullopt;
-      }
+      const std::vector<Element> elements = next_elements(input, c, batch_size, drop_remainder);
+      if (elements.empty()) return std::nullopt;
       Element out;
       for (size_t f = 0; f < elements[0].size(); ++f)
         out.set(elements[0].features()[f].first, stack(elements, f));
@@ -138,6 +283,45 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
     };
   }, [batch_size, drop_remainder](int64_t n) {
     return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
+  }));
+}
+
+Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) const {
+  if (batch_size < 1)
+    TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", batch_size);
+  for (const auto& [name, shape] : options.padded_shapes) {
+    for (int64_t d : shape) {
+      if (d < -1) {
+        TANDEM_THROW(InvalidArgument, "padded_batch: padded shape for feature '", name,
+                     "' has size ", d, " (expected -1 for the batch's largest, or >= 0)");
+      }
+    }
+  }
+  const std::string label = "padded_batch(" + std::to_string(batch_size) +
+                            (options.drop_remainder ? ", drop_remainder)" : ")");
+  auto shared = std::make_shared<const PaddedBatchOptions>(std::move(options));
+  return Dataset(std::make_shared<SimpleNode>(node_, label, [batch_size, shared](int64_t) {
+    return
+        [batch_size, shared](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+          const std::vector<Element> elements =
+              next_elements(input, c, batch_size, shared->drop_remainder);
+          if (elements.empty()) return std::nullopt;
+          check_same_features(elements, "padded_batch");
+          // An option naming no feature is a typo; say so instead of ignoring it.
+          auto check_named = [&](const std::string& name, const char* option) {
+            if (!elements[0].has(name)) {
+              TANDEM_THROW(InvalidArgument, "padded_batch: ", option, " names feature '", name,
+                           "' but the elements have (", elements[0].describe(), ")");
+            }
+          };
+          for (const auto& entry : shared->padded_shapes) check_named(entry.first, "padded_shapes");
+          for (const auto& entry : shared->padding_values)
+            check_named(entry.first, "padding_values");
+          Element out;
+          for (size_t f = 0; f < elements[0].size(); ++f)
+            out.set(elements[0].features()[f].first, padded_stack(elements, f, *shared));
+          return out;
+        };
   }));
 }
 
