@@ -12,15 +12,16 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 2 ? argv[2] : data::default_fashion_mnist_dir();
   try {
     const data::FashionMnist fashion = data::load_fashion_mnist(dir);
-    train::TrainConfig config{.model = "mlp", .epochs = epochs};
-    train::Trainer trainer(config, nn::make_mlp(), fashion.train, fashion.test);
+    train::Trainer trainer({.epochs = epochs}, train::builtin_model("mlp"));
     train::TrainCallbacks callbacks;
     callbacks.on_epoch = [](const train::EpochResult& e) {
       std::printf("epoch %lld: train loss %.4f, test accuracy %.2f%%, %.0f examples/s\n",
-                  static_cast<long long>(e.epoch), e.train_loss, 100 * e.test_accuracy,
-                  e.examples_per_second);
+                  static_cast<long long>(e.epoch), e.train_loss,
+                  100 * e.validation_metric("accuracy"), e.examples_per_second);
     };
-    trainer.fit(callbacks);
+    // Reshuffled every epoch; Fashion-MNIST's test set as the validation data.
+    const data::Dataset train = data::as_dataset(fashion.train).shuffle(fashion.train.size(), 0);
+    trainer.fit(train, data::as_dataset(fashion.test), callbacks);
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

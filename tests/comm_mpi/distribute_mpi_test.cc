@@ -11,6 +11,7 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/nn/models.h"
+#include "tandem/precision/policy.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -23,27 +24,30 @@ class MultiWorkerTest : public ::testing::TestWithParam<std::tuple<int, std::str
 TEST_P(MultiWorkerTest, MatchesOneDevice) {
   const auto [devices, model] = GetParam();
   const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  const data::LabeledImages train{fashion.train.images.slice(0, 50),
-                                  fashion.train.labels.slice(0, 50)};
-  const data::LabeledImages test{fashion.test.images.slice(0, 20),
-                                 fashion.test.labels.slice(0, 20)};
+  // In order: DATA sharding then gives the processes the rows of the
+  // one-device global batches between them.
+  const data::Dataset train =
+      data::as_dataset({fashion.train.images.slice(0, 50), fashion.train.labels.slice(0, 50)});
+  const data::Dataset test =
+      data::as_dataset({fashion.test.images.slice(0, 20), fashion.test.labels.slice(0, 20)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{
-      .model = model, .epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
+  train::TrainConfig c{.epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
   c.optimizer = {.name = "adam", .learning_rate = 0.002};
-  const train::ModelFactory factory = [model] { return nn::make_model(model, {.seed = 3}); };
+  const train::ModelFactory factory = train::builtin_model(model, precision::Policy::float32, 3);
   train::TrainConfig reference_config = c;
   reference_config.strategy = {.name = "one_device", .threads_per_device = 1};
-  train::Trainer reference(reference_config, factory, train, test);
-  const train::TrainResult expected = reference.fit();
+  train::Trainer reference(reference_config, factory);
+  const train::TrainResult expected = reference.fit(train, test);
 
   c.strategy = {.name = "multi_worker",
                 .devices = devices,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
-  train::Trainer trainer(c, factory, train, test);
+  train::Trainer trainer(c, factory);
   EXPECT_EQ(trainer.strategy().global_replicas(), processes * devices);
-  const train::TrainResult result = trainer.fit();
+  std::vector<double> losses;
+  const train::TrainResult result = trainer.fit(
+      train, test, {.on_step = [&](const train::StepInfo& s) { losses.push_back(s.loss); }});
   const auto a = reference.model().named_parameters();
   for (int r = 0; r < devices; ++r) {
     const auto b = trainer.replica_model(r).named_parameters();
@@ -55,7 +59,13 @@ TEST_P(MultiWorkerTest, MatchesOneDevice) {
   }
   // Metrics are over the whole dataset, whichever worker saw which part.
   EXPECT_NEAR(result.history[0].train_loss, expected.history[0].train_loss, 1e-4);
-  EXPECT_EQ(result.history[0].test_accuracy, expected.history[0].test_accuracy);
+  EXPECT_EQ(result.history[0].train_examples, 50);
+  EXPECT_EQ(result.history[0].validation_metric("accuracy"),
+            expected.history[0].validation_metric("accuracy"));
+  EXPECT_NEAR(result.history[0].validation_loss, expected.history[0].validation_loss, 1e-5);
+  // Each step's loss is the global batch's, not this process's share.
+  ASSERT_EQ(losses.size(), 5u);
+  EXPECT_GT(losses.back(), 0.5 * losses.front());
 }
 
 // A replica in the last process sleeps in every forward pass: every
@@ -79,38 +89,38 @@ class SlowLastProcess : public nn::Module {
 
 TEST(MultiWorkerTiming, ARemoteStragglerIsNamedNotHiddenInCommunication) {
   const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  const data::LabeledImages train{fashion.train.images.slice(0, 96),
-                                  fashion.train.labels.slice(0, 96)};
+  const data::Dataset train =
+      data::as_dataset({fashion.train.images.slice(0, 96), fashion.train.labels.slice(0, 96)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{
-      .model = "mlp", .epochs = 1, .batch_size = 16, .schedule = "constant", .seed = 5};
+  train::TrainConfig c{.epochs = 1, .batch_size = 16, .schedule = "constant", .seed = 5};
   c.strategy = {.name = "multi_worker",
                 .devices = 1,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
   train::Trainer trainer(
-      c, [] { return std::make_shared<SlowLastProcess>(nn::make_model("mlp", {.seed = 3})); },
-      train, {});
+      c, train::custom_model("slow mlp", [] {
+        return std::make_shared<SlowLastProcess>(nn::make_model("mlp", {.seed = 3}));
+      }));
   // Medians over the steps: on a loaded machine (CTest runs two jobs on two
   // cores) a process can be descheduled during a step's all-reduce.
   std::vector<double> slow_minus_fast, communication, fast_idle, bucket_seconds;
   int steps = 0;
-  trainer.fit({.on_step = [&](const train::StepInfo& s) {
-    ++steps;
-    ASSERT_EQ(s.replicas.size(), static_cast<size_t>(processes));
-    const train::ReplicaStepTime& slow = s.replicas.back();
-    EXPECT_EQ(slow.replica, processes - 1);
-    // Bucket times start once every rank has arrived (the MPI call check),
-    // so the fast process's buckets do not include the straggler's 20 ms,
-    // but they do include the transfer itself.
-    for (const auto& b : s.buckets) bucket_seconds.push_back(b.seconds);
-    for (const train::ReplicaStepTime& r : s.replicas) {
-      communication.push_back(r.communication);
-      if (r.replica == slow.replica) continue;
-      slow_minus_fast.push_back(slow.forward - r.forward);
-      fast_idle.push_back(r.idle);
-    }
-  }});
+  trainer.fit(train, {}, {.on_step = [&](const train::StepInfo& s) {
+                ++steps;
+                ASSERT_EQ(s.replicas.size(), static_cast<size_t>(processes));
+                const train::ReplicaStepTime& slow = s.replicas.back();
+                EXPECT_EQ(slow.replica, processes - 1);
+                // Bucket times start once every rank has arrived (the MPI call check),
+                // so the fast process's buckets do not include the straggler's 20 ms,
+                // but they do include the transfer itself.
+                for (const auto& b : s.buckets) bucket_seconds.push_back(b.seconds);
+                for (const train::ReplicaStepTime& r : s.replicas) {
+                  communication.push_back(r.communication);
+                  if (r.replica == slow.replica) continue;
+                  slow_minus_fast.push_back(slow.forward - r.forward);
+                  fast_idle.push_back(r.idle);
+                }
+              }});
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];

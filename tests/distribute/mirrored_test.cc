@@ -32,8 +32,10 @@ namespace fs = std::filesystem;
 
 using testing::fashion;
 
-data::LabeledImages head(int64_t n) {
-  return {fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)};
+// The first n training examples, reshuffled each epoch.
+data::Dataset head(int64_t n) {
+  return testing::shuffled({fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)},
+                           5);
 }
 
 // A small conv net with synchronised batch norm (the convolution has no bias:
@@ -52,13 +54,12 @@ std::shared_ptr<nn::Module> bn_model() {
 }
 
 train::ModelFactory factory(const std::string& name) {
-  if (name == "bn") return [] { return bn_model(); };
-  return [name] { return nn::make_model(name, {.seed = 3}); };
+  if (name == "bn") return train::custom_model("bn", [] { return bn_model(); });
+  return train::custom_model(name, [name] { return nn::make_model(name, {.seed = 3}); });
 }
 
 train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
-  train::TrainConfig c{
-      .model = "test", .epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
+  train::TrainConfig c{.epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
   c.optimizer = optimizer == "sgd"
                     ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
                     : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.002};
@@ -81,9 +82,9 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {};
 TEST_P(EquivalenceTest, MirroredMatchesOneDeviceAndReplicasStayIdentical) {
   const Case c = GetParam();
   const auto data = head(c.examples);
-  train::Trainer single(config("one_device", 1, c.optimizer), factory(c.model), data, {});
-  single.fit();
-  train::Trainer mirrored(config("mirrored", c.devices, c.optimizer), factory(c.model), data, {});
+  train::Trainer single(config("one_device", 1, c.optimizer), factory(c.model));
+  single.fit(data);
+  train::Trainer mirrored(config("mirrored", c.devices, c.optimizer), factory(c.model));
   int steps = 0;
   train::TrainCallbacks callbacks;
   callbacks.on_step = [&](const train::StepInfo&) {
@@ -97,7 +98,7 @@ TEST_P(EquivalenceTest, MirroredMatchesOneDeviceAndReplicasStayIdentical) {
       }
     }
   };
-  mirrored.fit(callbacks);
+  mirrored.fit(data, {}, callbacks);
   EXPECT_EQ(steps, (c.examples + 11) / 12);
   const auto a = single.model().named_parameters();
   const auto b = mirrored.model().named_parameters();
@@ -188,7 +189,7 @@ TEST(Strategy, EachReplicasMemoryIsAccountedToItsDevice) {
   const int64_t params_before = bytes(1, MemoryCategory::parameters);
   const int64_t grads_before = bytes(1, MemoryCategory::gradients);
   const int64_t state_before = bytes(1, MemoryCategory::optimizer_state);
-  train::Trainer mirrored(config("mirrored", 2, "sgd"), factory("mlp"), head(48), {});
+  train::Trainer mirrored(config("mirrored", 2, "sgd"), factory("mlp"));
   int64_t parameter_bytes = 0;
   for (const auto& p : mirrored.replica_model(1).parameters()) {
     EXPECT_EQ(p.value().device(), cpu_device(1));
@@ -201,7 +202,7 @@ TEST(Strategy, EachReplicasMemoryIsAccountedToItsDevice) {
   EXPECT_GE(bytes(1, MemoryCategory::optimizer_state) - state_before, parameter_bytes);
   allocator_for(cpu_device(1)).reset_peaks();
   const int64_t activations_before = bytes(1, MemoryCategory::activations);
-  mirrored.fit();
+  mirrored.fit(head(48));
   // Replica 1's forward and backward ran on its device.
   EXPECT_GT(allocator_for(cpu_device(1)).stats().peak(MemoryCategory::activations),
             activations_before);
@@ -215,25 +216,25 @@ TEST(Strategy, CheckpointFromMirroredResumesOnOneDevice) {
   c.epochs = 2;
   c.output_dir = dir;
   {
-    train::Trainer t(c, factory("mlp"), data, {});
+    train::Trainer t(c, factory("mlp"));
     train::TrainCallbacks stop;
     stop.on_step = [&](const train::StepInfo& s) {
       if (s.global_step == 6) t.request_stop();
     };
-    EXPECT_TRUE(t.fit(stop).interrupted);
+    EXPECT_TRUE(t.fit(data, {}, stop).interrupted);
   }
   auto resume = config("one_device", 1, "sgd");
   resume.epochs = 2;
   resume.output_dir = dir;
   resume.resume = true;
-  train::Trainer continued(resume, factory("mlp"), data, {});
-  const train::TrainResult r = continued.fit();
+  train::Trainer continued(resume, factory("mlp"));
+  const train::TrainResult r = continued.fit(data);
   EXPECT_EQ(r.resumed_from_step, 6);
   ASSERT_EQ(r.history.size(), 2u);
   auto full = config("one_device", 1, "sgd");
   full.epochs = 2;
-  train::Trainer reference(full, factory("mlp"), data, {});
-  reference.fit();
+  train::Trainer reference(full, factory("mlp"));
+  reference.fit(data);
   const auto a = reference.model().named_parameters();
   const auto b = continued.model().named_parameters();
   for (size_t i = 0; i < a.size(); ++i) {
@@ -244,10 +245,9 @@ TEST(Strategy, CheckpointFromMirroredResumesOnOneDevice) {
 }
 
 TEST(Strategy, BadConfigurationsAreClearErrors) {
-  const auto data = head(48);
   auto error_of = [&](train::TrainConfig c, train::ModelFactory f) {
     try {
-      train::Trainer t(c, f, data, {});
+      train::Trainer t(c, f);
     } catch (const InvalidArgument& e) {
       return std::string(e.what());
     }
@@ -265,9 +265,8 @@ TEST(Strategy, BadConfigurationsAreClearErrors) {
   EXPECT_NE(error_of(config("sideways", 1, "sgd"), factory("mlp")).find("unknown strategy"),
             std::string::npos);
   auto calls = std::make_shared<int>(0);
-  const train::ModelFactory mixed = [calls] {
-    return nn::make_model((*calls)++ == 0 ? "mlp" : "cnn");
-  };
+  const train::ModelFactory mixed = train::custom_model(
+      "mixed", [calls] { return nn::make_model((*calls)++ == 0 ? "mlp" : "cnn"); });
   EXPECT_NE(error_of(config("mirrored", 2, "sgd"), mixed).find("different models"),
             std::string::npos);
 }

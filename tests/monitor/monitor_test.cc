@@ -34,8 +34,9 @@ using nlohmann::json;
 
 using testing::fashion;
 
-data::LabeledImages head(int64_t n) {
-  return {fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)};
+data::Dataset head(int64_t n) {
+  return testing::shuffled({fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)},
+                           3);
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -63,7 +64,7 @@ class SometimesSlow : public nn::Module {
 };
 
 train::TrainConfig config(int devices) {
-  train::TrainConfig c{.model = "mlp", .epochs = 1, .batch_size = 32, .seed = 3};
+  train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 3};
   c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
                 .devices = devices,
                 .threads_per_device = 1,
@@ -73,14 +74,14 @@ train::TrainConfig config(int devices) {
 
 train::ModelFactory factory(int slow_replica = -1) {
   auto built = std::make_shared<int>(0);
-  return [built, slow_replica] {
+  return train::custom_model("mlp", [built, slow_replica] {
     const bool slow = (*built)++ == slow_replica;
     return std::make_shared<SometimesSlow>(nn::make_model("mlp", {.seed = 3}), slow);
-  };
+  });
 }
 
-monitor::RunInfo run_info(train::Trainer& t, const train::TrainConfig& c) {
-  monitor::RunInfo info = monitor::describe_run(t, c);
+monitor::RunInfo run_info(train::Trainer& t, const data::Dataset& train) {
+  monitor::RunInfo info = monitor::describe_run(t, t.steps_per_epoch(train));
   info.peak_flops_per_device = 1e11;
   info.device_memory_bytes = int64_t{1} << 32;
   return info;
@@ -90,15 +91,17 @@ monitor::RunInfo run_info(train::Trainer& t, const train::TrainConfig& c) {
 json monitored_run(const std::string& dir, train::TrainConfig c, const train::ModelFactory& f,
                    int64_t examples, monitor::MonitorOptions options = {},
                    int64_t test_examples = 64) {
-  train::Trainer t(c, f, head(examples), head(test_examples));
+  train::Trainer t(c, f);
+  const data::Dataset train = head(examples);
   options.run_dir = dir;
-  monitor::Monitor m(options, run_info(t, c));
+  monitor::Monitor m(options, run_info(t, train));
   const train::TrainResult result =
-      t.fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
+      t.fit(train, head(test_examples),
+            {.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
              .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});
   m.finish();
   const std::string path = (fs::path(dir) / "summary.json").string();
-  train::write_summary(path, c, result, {}, {{"monitor", m.summary_json()}});
+  train::write_summary(path, c, t.model_spec(), result, {}, {{"monitor", m.summary_json()}});
   std::ifstream in(path);
   return json::parse(in);
 }
@@ -119,23 +122,23 @@ TEST(Timeline, ReplicaPartsAndInputAddUpToTheStepTime) {
   for (int devices : {1, 2, 3}) {
     train::TrainConfig c = config(devices);
     c.batch_size = 30;
-    train::Trainer t(c, factory(), head(300), {});
+    train::Trainer t(c, factory());
     int64_t steps = 0;
-    t.fit({.on_step = [&](const train::StepInfo& s) {
-      ++steps;
-      ASSERT_EQ(s.replicas.size(), static_cast<size_t>(devices));
-      for (const train::ReplicaStepTime& r : s.replicas) {
-        const double sum =
-            s.input_seconds + r.forward + r.backward + r.idle + r.communication + r.optimizer;
-        EXPECT_NEAR(sum, s.step_seconds, 0.02 * s.step_seconds)
-            << devices << " devices, step " << s.step;
-        EXPECT_GT(r.forward, 0.0);
-        EXPECT_GT(r.backward, 0.0);
-      }
-      if (devices > 1) {
-        EXPECT_FALSE(s.buckets.empty());
-      }
-    }});
+    t.fit(head(300), {}, {.on_step = [&](const train::StepInfo& s) {
+            ++steps;
+            ASSERT_EQ(s.replicas.size(), static_cast<size_t>(devices));
+            for (const train::ReplicaStepTime& r : s.replicas) {
+              const double sum =
+                  s.input_seconds + r.forward + r.backward + r.idle + r.communication + r.optimizer;
+              EXPECT_NEAR(sum, s.step_seconds, 0.02 * s.step_seconds)
+                  << devices << " devices, step " << s.step;
+              EXPECT_GT(r.forward, 0.0);
+              EXPECT_GT(r.backward, 0.0);
+            }
+            if (devices > 1) {
+              EXPECT_FALSE(s.buckets.empty());
+            }
+          }});
     EXPECT_EQ(steps, 10);
   }
 }
@@ -143,8 +146,9 @@ TEST(Timeline, ReplicaPartsAndInputAddUpToTheStepTime) {
 TEST(Monitor, SlowInputIsDiagnosedInTheSummaryAndTheReport) {
   const std::string dir = fresh_dir("slow_input");
   train::TrainConfig c = config(2);
-  c.batch_transform = [](Tensor&, Tensor&) {
+  c.batch_transform = [](data::Element batch) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return batch;
   };
   const json summary = monitored_run(dir, c, factory(), 320);
   EXPECT_TRUE(finding_kinds(summary).count("input_bound")) << summary.at("monitor").dump(1);
@@ -172,12 +176,13 @@ TEST(Monitor, SlowInputIsDiagnosedInTheSummaryAndTheReport) {
 // thread hides an input stage that is slower than nothing but shorter than
 // the step, and the finding goes away.
 TEST(Monitor, PrefetchHidesASlowInputStage) {
-  const auto slow_everywhere = [] {
+  const train::ModelFactory slow_everywhere = train::custom_model("mlp", [] {
     return std::make_shared<SometimesSlow>(nn::make_model("mlp", {.seed = 3}), true);
-  };
+  });
   train::TrainConfig c = config(2);
-  c.batch_transform = [](Tensor&, Tensor&) {
+  c.batch_transform = [](data::Element batch) {
     std::this_thread::sleep_for(std::chrono::milliseconds(8));
+    return batch;
   };
   const json waiting = monitored_run(fresh_dir("no_prefetch"), c, slow_everywhere, 320);
   EXPECT_TRUE(finding_kinds(waiting).count("input_bound")) << waiting.at("monitor").dump(1);
@@ -193,12 +198,13 @@ TEST(Monitor, PrefetchHidesASlowInputStage) {
 // (the data pool has at least 2 threads); the epoch line, summary.json and
 // the report show the pipeline's stages.
 TEST(Monitor, ParallelBatchBuildingHidesAnInputStageSlowerThanTheStep) {
-  const auto slow_everywhere = [] {
+  const train::ModelFactory slow_everywhere = train::custom_model("mlp", [] {
     return std::make_shared<SometimesSlow>(nn::make_model("mlp", {.seed = 3}), true);
-  };
+  });
   train::TrainConfig c = config(2);
-  c.batch_transform = [](Tensor&, Tensor&) {
+  c.batch_transform = [](data::Element batch) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return batch;
   };
   c.prefetch_batches = 2;
   const json prefetched = monitored_run(fresh_dir("prefetch_only"), c, slow_everywhere, 640);
@@ -211,11 +217,13 @@ TEST(Monitor, ParallelBatchBuildingHidesAnInputStageSlowerThanTheStep) {
             0.5 * prefetched.at("monitor").at("input_fraction").get<double>());
 
   const json& stages = parallel.at("monitor").at("input_pipeline");
-  ASSERT_EQ(stages.size(), 3u) << stages.dump(1);
-  EXPECT_EQ(stages[0].at("stage"), "range(20)");
-  EXPECT_EQ(stages[1].at("buffer_capacity").get<int64_t>(), 2);
-  EXPECT_GE(stages[1].at("elements").get<int64_t>(), 20);
-  EXPECT_GT(stages[1].at("busy_seconds").get<double>(), 20 * 0.025);
+  // tensors -> shuffle -> batch -> map(batch_transform) -> prefetch
+  ASSERT_EQ(stages.size(), 5u) << stages.dump(1);
+  EXPECT_EQ(stages[0].at("stage"), "tensors");
+  EXPECT_EQ(stages[2].at("stage"), "batch(32)");
+  EXPECT_EQ(stages[3].at("buffer_capacity").get<int64_t>(), 2);
+  EXPECT_GE(stages[3].at("elements").get<int64_t>(), 20);
+  EXPECT_GT(stages[3].at("busy_seconds").get<double>(), 20 * 0.025);
   std::ifstream in(fs::path(dir) / "metrics.jsonl");
   int epoch_lines = 0;
   for (std::string line; std::getline(in, line);) {
@@ -227,7 +235,7 @@ TEST(Monitor, ParallelBatchBuildingHidesAnInputStageSlowerThanTheStep) {
   EXPECT_EQ(epoch_lines, 1);
   const std::string html = read_file(monitor::write_report(dir).path);
   EXPECT_NE(html.find("Input pipeline (to epoch 1)"), std::string::npos);
-  EXPECT_NE(html.find("<td>range(20)</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>batch(32)</td>"), std::string::npos);
 }
 
 TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
@@ -467,7 +475,7 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
           std::max(epoch_activation_peak,
                    j.at("memory")[0].at("peak_bytes").at("activations").get<int64_t>());
       for (const char* key :
-           {"epoch", "train_loss", "test_accuracy", "examples_per_second", "time"})
+           {"epoch", "train_loss", "validation_accuracy", "examples_per_second", "time"})
         EXPECT_TRUE(j.contains(key)) << key;
     }
   }
@@ -542,9 +550,9 @@ TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {
   // The resumed run appends after the cut line, with a test loss that overflowed.
   {
     train::TrainConfig c = config(2);
-    train::Trainer t(c, factory(), head(160), head(64));
-    monitor::Monitor m({.run_dir = dir, .append = true}, run_info(t, c));
-    train::EpochResult e{.epoch = 1, .test_loss = std::numeric_limits<double>::infinity()};
+    train::Trainer t(c, factory());
+    monitor::Monitor m({.run_dir = dir, .append = true}, run_info(t, head(160)));
+    train::EpochResult e{.epoch = 1, .validation_loss = std::numeric_limits<double>::infinity()};
     m.on_epoch(e);
   }
   const monitor::ReportResult report = monitor::write_report(dir);
@@ -587,12 +595,12 @@ TEST(ModelFlops, LayersCountTheirAnalyticMultiplyAdds) {
   // and the weight gradients (the first layer's input gradient is skipped).
   train::TrainConfig c = config(1);
   c.batch_size = 32;
-  train::Trainer t(c, factory(), head(64), {});
+  train::Trainer t(c, factory());
   const auto forward = monitor::layer_flops(t.model(), Shape{28, 28, 1});
   double per_example = 0.0;
   for (const auto& l : forward) per_example += l.forward_flops;
   const int64_t before = kernels::flops_executed();
-  t.fit();
+  t.fit(head(64));
   const double per_trained_example = static_cast<double>(kernels::flops_executed() - before) / 64;
   EXPECT_NEAR(per_trained_example, 3.0 * per_example - 2.0 * 784 * 512, 1.0);
 }

@@ -140,6 +140,7 @@ class ImageFolderNode : public detail::Node {
            " classes)";
   }
   std::vector<std::string> files() const override { return files_; }
+  int64_t cardinality() const override { return static_cast<int64_t>(files_.size()); }
   std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
     std::vector<int32_t> labels;
     labels.reserve(files.size());

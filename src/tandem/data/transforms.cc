@@ -256,14 +256,17 @@ std::vector<Element> next_elements(IteratorBase& input, detail::Counters& c, int
 
 Dataset Dataset::filter(FilterFn predicate) const {
   if (!predicate) TANDEM_THROW(InvalidArgument, "filter needs a predicate");
-  return Dataset(std::make_shared<SimpleNode>(node_, "filter", [predicate](int64_t) {
-    return [predicate](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-      while (auto e = detail::timed_next(input, c)) {
-        if (predicate(*e)) return e;
-      }
-      return std::nullopt;
-    };
-  }, nullptr));
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, "filter",
+      [predicate](int64_t) {
+        return [predicate](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+          while (auto e = detail::timed_next(input, c)) {
+            if (predicate(*e)) return e;
+          }
+          return std::nullopt;
+        };
+      },
+      nullptr));
 }
 
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
@@ -271,19 +274,22 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
     TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", batch_size);
   const std::string label =
       "batch(" + std::to_string(batch_size) + (drop_remainder ? ", drop_remainder)" : ")");
-  return Dataset(std::make_shared<SimpleNode>(node_, label, [batch_size, drop_remainder](int64_t) {
-    return [batch_size, drop_remainder](IteratorBase& input,
-                                        detail::Counters& c) -> std::optional<Element> {
-      const std::vector<Element> elements = next_elements(input, c, batch_size, drop_remainder);
-      if (elements.empty()) return std::nullopt;
-      Element out;
-      for (size_t f = 0; f < elements[0].size(); ++f)
-        out.set(elements[0].features()[f].first, stack(elements, f));
-      return out;
-    };
-  }, [batch_size, drop_remainder](int64_t n) {
-    return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
-  }));
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, label,
+      [batch_size, drop_remainder](int64_t) {
+        return [batch_size, drop_remainder](IteratorBase& input,
+                                            detail::Counters& c) -> std::optional<Element> {
+          const std::vector<Element> elements = next_elements(input, c, batch_size, drop_remainder);
+          if (elements.empty()) return std::nullopt;
+          Element out;
+          for (size_t f = 0; f < elements[0].size(); ++f)
+            out.set(elements[0].features()[f].first, stack(elements, f));
+          return out;
+        };
+      },
+      [batch_size, drop_remainder](int64_t n) {
+        return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
+      }));
 }
 
 Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) const {
@@ -300,9 +306,11 @@ Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) co
   const std::string label = "padded_batch(" + std::to_string(batch_size) +
                             (options.drop_remainder ? ", drop_remainder)" : ")");
   auto shared = std::make_shared<const PaddedBatchOptions>(std::move(options));
-  return Dataset(std::make_shared<SimpleNode>(node_, label, [batch_size, shared](int64_t) {
-    return
-        [batch_size, shared](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, label,
+      [batch_size, shared](int64_t) {
+        return [batch_size, shared](IteratorBase& input,
+                                    detail::Counters& c) -> std::optional<Element> {
           const std::vector<Element> elements =
               next_elements(input, c, batch_size, shared->drop_remainder);
           if (elements.empty()) return std::nullopt;
@@ -322,24 +330,29 @@ Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) co
             out.set(elements[0].features()[f].first, padded_stack(elements, f, *shared));
           return out;
         };
-  }));
+      },
+      [batch_size, drop = shared->drop_remainder](int64_t n) {
+        return drop ? n / batch_size : (n + batch_size - 1) / batch_size;
+      }));
 }
 
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   if (buffer_size < 1)
     TANDEM_THROW(InvalidArgument, "shuffle buffer must be at least 1, got ", buffer_size);
   const std::string label = "shuffle(" + std::to_string(buffer_size) + ")";
-  return Dataset(std::make_shared<SimpleNode>(node_, label, [=](int64_t pass) {
-    struct State {
-      std::vector<Element> buffer;
-      Generator generator;
-      bool input_done = false;
-    };
-    auto state = std::make_shared<State>();
-    state->generator =
-        Generator(mix_seed(seed, reshuffle_each_iteration ? static_cast<uint64_t>(pass) : 0));
-    return
-        [state, buffer_size](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, label,
+      [=](int64_t pass) {
+        struct State {
+          std::vector<Element> buffer;
+          Generator generator;
+          bool input_done = false;
+        };
+        auto state = std::make_shared<State>();
+        state->generator =
+            Generator(mix_seed(seed, reshuffle_each_iteration ? static_cast<uint64_t>(pass) : 0));
+        return [state, buffer_size](IteratorBase& input,
+                                    detail::Counters& c) -> std::optional<Element> {
           while (!state->input_done && static_cast<int64_t>(state->buffer.size()) < buffer_size) {
             auto e = detail::timed_next(input, c);
             if (!e) {
@@ -355,13 +368,15 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
           state->buffer.pop_back();
           return out;
         };
-  }, same_count));
+      },
+      same_count));
 }
 
 Dataset Dataset::take(int64_t count) const {
   if (count < 0) TANDEM_THROW(InvalidArgument, "take: negative count ", count);
-  return Dataset(
-      std::make_shared<SimpleNode>(node_, "take(" + std::to_string(count) + ")", [count](int64_t) {
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, "take(" + std::to_string(count) + ")",
+      [count](int64_t) {
         auto taken = std::make_shared<int64_t>(0);
         return [count, taken](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
           if (*taken >= count) return std::nullopt;
@@ -369,13 +384,15 @@ Dataset Dataset::take(int64_t count) const {
           if (e) ++*taken;
           return e;
         };
-      }, [count](int64_t n) { return std::min(n, count); }));
+      },
+      [count](int64_t n) { return std::min(n, count); }));
 }
 
 Dataset Dataset::skip(int64_t count) const {
   if (count < 0) TANDEM_THROW(InvalidArgument, "skip: negative count ", count);
-  return Dataset(
-      std::make_shared<SimpleNode>(node_, "skip(" + std::to_string(count) + ")", [count](int64_t) {
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, "skip(" + std::to_string(count) + ")",
+      [count](int64_t) {
         auto skipped = std::make_shared<bool>(false);
         return
             [count, skipped](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
@@ -387,7 +404,8 @@ Dataset Dataset::skip(int64_t count) const {
               }
               return detail::timed_next(input, c);
             };
-      }, [count](int64_t n) { return std::max<int64_t>(0, n - count); }));
+      },
+      [count](int64_t n) { return std::max<int64_t>(0, n - count); }));
 }
 
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
@@ -397,18 +415,21 @@ Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   }
   const std::string label =
       "shard(" + std::to_string(index) + "/" + std::to_string(num_shards) + ")";
-  return Dataset(std::make_shared<SimpleNode>(node_, label, [num_shards, index](int64_t) {
-    auto position = std::make_shared<int64_t>(0);
-    return [num_shards, index, position](IteratorBase& input,
-                                         detail::Counters& c) -> std::optional<Element> {
-      while (auto e = detail::timed_next(input, c)) {
-        if ((*position)++ % num_shards == index) return e;
-      }
-      return std::nullopt;
-    };
-  }, [num_shards, index](int64_t n) {
-    return n > index ? (n - index + num_shards - 1) / num_shards : 0;
-  }));
+  return Dataset(std::make_shared<SimpleNode>(
+      node_, label,
+      [num_shards, index](int64_t) {
+        auto position = std::make_shared<int64_t>(0);
+        return [num_shards, index, position](IteratorBase& input,
+                                             detail::Counters& c) -> std::optional<Element> {
+          while (auto e = detail::timed_next(input, c)) {
+            if ((*position)++ % num_shards == index) return e;
+          }
+          return std::nullopt;
+        };
+      },
+      [num_shards, index](int64_t n) {
+        return n > index ? (n - index + num_shards - 1) / num_shards : 0;
+      }));
 }
 
 Dataset Dataset::repeat(int64_t count) const {

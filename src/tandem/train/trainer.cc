@@ -15,8 +15,8 @@
 #include "tandem/base/trace.h"
 #include "tandem/distribute/agreement.h"
 #include "tandem/train/checkpoint.h"
-#include "tandem/train/evaluation.h"
 #include "tandem/train/detail/epoch_json.h"
+#include "tandem/train/evaluation.h"
 
 namespace tandem::train {
 
@@ -130,8 +130,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
                  config_.prefetch_batches);
   }
   if (config_.input_parallel_calls < 1 && config_.input_parallel_calls != data::kAutotune) {
-    TANDEM_THROW(InvalidArgument,
-                 "input parallel calls must be at least 1 (or autotune), got ",
+    TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
                  config_.input_parallel_calls);
   }
   if (config_.eval_batch_size < 1) {
@@ -193,8 +192,7 @@ data::Dataset Trainer::process_batches(const data::Dataset& train) const {
           const int64_t rows = rows_of(batch);
           // Seeded from the batch's position in the pass (the epoch): the same
           // numbers whichever thread runs it and whenever (prefetch, resume).
-          thread_generator().set_state(mix_seed(seed ^ 0xB47Cull, data::element_random_seed()),
-                                       0);
+          thread_generator().set_state(mix_seed(seed ^ 0xB47Cull, data::element_random_seed()), 0);
           data::Element out = transform(std::move(batch));
           for (const auto& [name, t] : out.features()) {
             if (t.rank() == 0 || t.dim(0) != rows) {
@@ -230,8 +228,8 @@ int64_t Trainer::steps_per_epoch(const data::Dataset& train) {
 }
 
 void Trainer::make_schedule(int64_t per_epoch) {
-  const bool needs_size = config_.schedule == "cosine" || config_.schedule == "step" ||
-                          config_.warmup_epochs > 0.0;
+  const bool needs_size =
+      config_.schedule == "cosine" || config_.schedule == "step" || config_.warmup_epochs > 0.0;
   if (per_epoch == 0 && needs_size) {
     TANDEM_THROW(InvalidArgument, "the ", config_.schedule, " schedule",
                  config_.warmup_epochs > 0.0 ? " with warm-up" : "",
@@ -306,7 +304,8 @@ EvalResult Trainer::evaluate(const data::Dataset& dataset) {
   const std::vector<double> total = distribute::sum_over_replicas(*strategy_, sums);
   EvalResult result;
   result.examples = static_cast<int64_t>(total[1]);
-  result.loss = result.examples > 0 ? total[0] / total[1] : std::numeric_limits<double>::quiet_NaN();
+  result.loss =
+      result.examples > 0 ? total[0] / total[1] : std::numeric_limits<double>::quiet_NaN();
   std::vector<MetricSums> totals(metrics);
   for (size_t i = 0; i < metrics; ++i) totals[i] = {total[2 + 2 * i], total[3 + 2 * i]};
   result.metrics = metric_values(config_.metrics, totals);
@@ -333,8 +332,8 @@ struct StepAgreement {
   int process_without_template = -1;  // has no batch and never had one
 };
 
-StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int64_t rows,
-                            bool stop, bool failed, bool no_template) {
+StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int64_t rows, bool stop,
+                            bool failed, bool no_template) {
   const int64_t mine[5] = {has_batch ? 1 : 0, rows, stop ? 1 : 0, failed ? 1 : 0,
                            no_template ? 1 : 0};
   StepAgreement a;
@@ -387,6 +386,11 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
                    "': ", error.message());
     }
   }
+  const int64_t examples = train.cardinality();
+  if (examples >= 0 && examples < config_.batch_size) {
+    TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
+                 " is larger than the training set (", examples, " examples)");
+  }
   steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
   stop_requested_.store(false);
@@ -424,7 +428,7 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
       std::optional<data::Element> batch;
       std::exception_ptr input_error;
       try {
-        trace::Span span("wait for input", "step");
+        trace::Span span("input", "step");
         batch = input.next();
         if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
       } catch (...) {
@@ -432,10 +436,9 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
         input_error = std::current_exception();
       }
       const auto input_done = Clock::now();
-      const StepAgreement agreed =
-          agree_on_step(*strategy_, batch.has_value(), batch ? rows_of(*batch) : 0,
-                        stop_requested_.load(), input_error != nullptr,
-                        !batch && !empty_batch && !input_error);
+      const StepAgreement agreed = agree_on_step(
+          *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
+          input_error != nullptr, !batch && !empty_batch && !input_error);
       if (agreed.failed_process >= 0) {
         if (input_error) std::rethrow_exception(input_error);
         TANDEM_THROW(Error, "worker ", agreed.failed_process,
@@ -465,14 +468,13 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
         batch = *empty_batch;
       }
       lr = schedule_->lr(progress.global_step);
-      const distribute::StepResult r =
-          engine_->step(*batch, forward,
-                        {.step = progress.global_step, .learning_rate = lr, .global_rows = agreed.rows});
+      const distribute::StepResult r = engine_->step(
+          *batch, forward,
+          {.step = progress.global_step, .learning_rate = lr, .global_rows = agreed.rows});
       const bool finite = std::isfinite(r.loss);
       if (!finite && engine_->loss_scaler() == nullptr) {
-        TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ",
-                     progress.epoch + 1, " step ", progress.step + 1,
-                     " (lower the learning rate)");
+        TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
+                     " step ", progress.step + 1, " (lower the learning rate)");
       }
       if (finite) {
         for (size_t i = 0; i < r.replica_loss_sums.size(); ++i)
@@ -487,22 +489,22 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
       ++progress.step;
       ++progress.global_step;
       if (callbacks.on_step) {
-        callbacks.on_step({.epoch = progress.epoch + 1,
-                           .step = progress.step,
-                           .steps_per_epoch = steps_per_epoch_,
-                           .global_step = progress.global_step,
-                           .loss = r.loss,
-                           .learning_rate = lr,
-                           .batch_examples = r.global_rows,
-                           .input_seconds =
-                               std::chrono::duration<double>(input_done - step_start).count(),
-                           .step_seconds = step_seconds,
-                           .exposed_communication_seconds = r.exposed_communication_seconds,
-                           .idle_seconds = r.idle_seconds,
-                           .replicas = r.replicas,
-                           .buckets = r.buckets,
-                           .loss_scale = r.loss_scale,
-                           .skipped = r.skipped});
+        callbacks.on_step(
+            {.epoch = progress.epoch + 1,
+             .step = progress.step,
+             .steps_per_epoch = steps_per_epoch_,
+             .global_step = progress.global_step,
+             .loss = r.loss,
+             .learning_rate = lr,
+             .batch_examples = r.global_rows,
+             .input_seconds = std::chrono::duration<double>(input_done - step_start).count(),
+             .step_seconds = step_seconds,
+             .exposed_communication_seconds = r.exposed_communication_seconds,
+             .idle_seconds = r.idle_seconds,
+             .replicas = r.replicas,
+             .buckets = r.buckets,
+             .loss_scale = r.loss_scale,
+             .skipped = r.skipped});
       }
     }
     EpochResult epoch = finish_epoch(progress, validation);
@@ -590,8 +592,8 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   write_spec(model_.spec, c.metadata);
   nlohmann::json metric_sums = nlohmann::json::array();
   for (size_t i = 0; i < progress.metrics.size(); ++i)
-    metric_sums.push_back({config_.metrics[i].name, progress.metrics[i].sum,
-                           progress.metrics[i].count});
+    metric_sums.push_back(
+        {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
   const std::pair<const char*, std::string> entries[] = {
       {"format", kTrainerCheckpointFormat},
       {"batch_size", std::to_string(config_.batch_size)},
@@ -622,13 +624,12 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
   const Checkpoint c = load_trainer_checkpoint(path);
   const ModelSpec saved = read_spec(c.metadata);
   if (!(saved == model_.spec)) {
-    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name,
-                 "' (", precision::policy_name(saved.policy), ", ", dtype_name(saved.compute_dtype),
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name, "' (",
+                 precision::policy_name(saved.policy), ", ", dtype_name(saved.compute_dtype),
                  ", seed ", saved.seed, ") but this run builds '", model_.spec.name, "' (",
                  precision::policy_name(model_.spec.policy), ", ",
                  dtype_name(model_.spec.compute_dtype), ", seed ", model_.spec.seed,
-                 saved.definition != model_.spec.definition ? "; the model files differ" : "",
-                 ")");
+                 saved.definition != model_.spec.definition ? "; the model files differ" : "", ")");
   }
   const std::pair<const char*, std::string> expected[] = {
       {"batch_size", std::to_string(config_.batch_size)},
@@ -655,14 +656,13 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
     progress.train_seconds = std::stod(c.meta("train_seconds"));
     const nlohmann::json sums = nlohmann::json::parse(c.meta("metric_sums"));
     if (sums.size() != config_.metrics.size()) {
-      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ",
-                   sums.size(), " metrics but this run has ", config_.metrics.size());
+      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", sums.size(),
+                   " metrics but this run has ", config_.metrics.size());
     }
     for (size_t i = 0; i < sums.size(); ++i) {
       if (sums[i].at(0).get<std::string>() != config_.metrics[i].name) {
         TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': metric ", i, " was ",
-                     sums[i].at(0).get<std::string>(), ", this run has ",
-                     config_.metrics[i].name);
+                     sums[i].at(0).get<std::string>(), ", this run has ", config_.metrics[i].name);
       }
       progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
     }
