@@ -14,6 +14,10 @@ std::shared_ptr<Node> Node::with_input(std::shared_ptr<Node>) const {
   TANDEM_THROW(Error, "pipeline stage '", label(), "' has no input to replace");
 }
 
+Element Node::gather(std::span<const int64_t>) {
+  TANDEM_THROW(Error, "pipeline stage '", label(), "' has no random access");
+}
+
 std::shared_ptr<Node> Node::with_files(std::vector<std::string>) const {
   TANDEM_THROW(Error, "pipeline stage '", label(), "' does not read files");
 }

@@ -1,6 +1,7 @@
 // In-memory and file-list sources: from_tensors, from_elements, range,
 // from_idx, from_files.
 #include "tandem/base/error.h"
+#include "tandem/data/batching.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
 #include "tandem/data/idx.h"
@@ -9,10 +10,41 @@ namespace tandem::data {
 namespace {
 
 // Yields elements[i] for i in order; elements are built on demand by `make`.
+// With `gather` (the elements at given positions, stacked), the source has
+// random access: batches over it and its selections gather rows at once.
 class IndexedNode : public detail::Node {
  public:
-  IndexedNode(std::string label, int64_t count, std::function<Element(int64_t)> make)
-      : label_(std::move(label)), count_(count), make_(std::move(make)) {}
+  using Gather = std::function<Element(std::span<const int64_t> positions)>;
+
+  IndexedNode(std::string label, int64_t count, std::function<Element(int64_t)> make,
+              Gather gather = nullptr)
+      : label_(std::move(label)),
+        count_(count),
+        make_(std::move(make)),
+        gather_(std::move(gather)) {}
+
+  std::unique_ptr<detail::PositionIterator> make_position_iterator() override {
+    if (!gather_) return nullptr;
+    struct It : detail::PositionIterator {
+      int64_t next_index = 0, count = 0;
+      std::optional<int64_t> next() override {
+        if (next_index >= count) return std::nullopt;
+        return next_index++;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->count = count_;
+    return it;
+  }
+  bool random_access() const override { return gather_ != nullptr; }
+  Element gather(std::span<const int64_t> positions) override {
+    if (!gather_) return Node::gather(positions);
+    const auto start = detail::Clock::now();
+    Element e = gather_(positions);
+    counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+    counters.elements.fetch_add(static_cast<int64_t>(positions.size()), std::memory_order_relaxed);
+    return e;
+  }
 
   std::unique_ptr<IteratorBase> make_iterator() override {
     struct It : IteratorBase {
@@ -38,6 +70,7 @@ class IndexedNode : public detail::Node {
   std::string label_;
   int64_t count_;
   std::function<Element(int64_t)> make_;
+  Gather gather_;
 };
 
 // Row i of t, shaped like t without its first dimension; shares t's memory.
@@ -59,11 +92,18 @@ Dataset Dataset::from_tensors(std::vector<std::pair<std::string, Tensor>> column
                    "' is ", t.to_string(), ", '", columns[0].first, "' has ", rows, " rows");
     }
   }
-  return Dataset(std::make_shared<IndexedNode>("tensors", rows, [columns](int64_t i) {
-    Element e;
-    for (const auto& [name, t] : columns) e.set(name, row(t, i));
-    return e;
-  }));
+  return Dataset(std::make_shared<IndexedNode>(
+      "tensors", rows,
+      [columns](int64_t i) {
+        Element e;
+        for (const auto& [name, t] : columns) e.set(name, row(t, i));
+        return e;
+      },
+      [columns](std::span<const int64_t> positions) {
+        Element e;
+        for (const auto& [name, t] : columns) e.set(name, gather_rows(t, positions));
+        return e;
+      }));
 }
 
 Dataset Dataset::from_elements(std::vector<Element> elements) {
@@ -91,9 +131,15 @@ Dataset Dataset::from_idx(const std::string& images_path, const std::string& lab
                  labels_path, "' ", labels.shape().to_string(),
                  " do not pair up (need N images and N labels)");
   }
-  return Dataset(std::make_shared<IndexedNode>("idx", labels.dim(0), [images, labels](int64_t i) {
-    return Element{{"image", row(images, i)}, {"label", row(labels, i)}};
-  }));
+  return Dataset(std::make_shared<IndexedNode>(
+      "idx", labels.dim(0),
+      [images, labels](int64_t i) {
+        return Element{{"image", row(images, i)}, {"label", row(labels, i)}};
+      },
+      [images, labels](std::span<const int64_t> positions) {
+        return Element{{"image", gather_rows(images, positions)},
+                       {"label", gather_rows(labels, positions)}};
+      }));
 }
 
 namespace {

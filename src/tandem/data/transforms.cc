@@ -1,12 +1,11 @@
-// Sequential transformations: filter, batch, padded_batch, shuffle, repeat,
-// take, skip, shard.
+// Sequential transformations: filter, batch, padded_batch, repeat (the
+// selections shuffle, shard, take and skip are in select.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "tandem/base/error.h"
-#include "tandem/base/random.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
 
@@ -72,11 +71,6 @@ class SimpleNode : public UnaryNode {
   Factory factory_;
   Cardinality cardinality_;
 };
-
-// For transformations that keep every element.
-int64_t same_count(int64_t n) {
-  return n;
-}
 
 Tensor stack(const std::vector<Element>& elements, size_t feature) {
   const auto& [name, first] = elements[0].features()[feature];
@@ -269,27 +263,84 @@ Dataset Dataset::filter(FilterFn predicate) const {
       nullptr));
 }
 
+namespace {
+
+// batch(): stacks elements; over a random-access source (and selections of
+// it) it gathers each batch's rows from the source at once instead.
+class BatchNode : public SimpleNode {
+ public:
+  BatchNode(std::shared_ptr<Node> input, int64_t batch_size, bool drop_remainder)
+      : SimpleNode(
+            std::move(input),
+            "batch(" + std::to_string(batch_size) + (drop_remainder ? ", drop_remainder)" : ")"),
+            [batch_size, drop_remainder](int64_t) {
+              return [batch_size, drop_remainder](IteratorBase& input,
+                                                  detail::Counters& c) -> std::optional<Element> {
+                const std::vector<Element> elements =
+                    next_elements(input, c, batch_size, drop_remainder);
+                if (elements.empty()) return std::nullopt;
+                Element out;
+                for (size_t f = 0; f < elements[0].size(); ++f)
+                  out.set(elements[0].features()[f].first, stack(elements, f));
+                return out;
+              };
+            },
+            [batch_size, drop_remainder](int64_t n) {
+              return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
+            }),
+        batch_size_(batch_size),
+        drop_remainder_(drop_remainder) {}
+
+  std::unique_ptr<IteratorBase> make_iterator() override {
+    std::shared_ptr<Node> source = input_;
+    while (source->input()) source = source->input();
+    std::unique_ptr<detail::PositionIterator> positions;
+    if (source->random_access()) positions = input_->make_position_iterator();
+    if (!positions) return SimpleNode::make_iterator();
+    next_pass();  // as the element path numbers this stage's passes
+    struct It : IteratorBase {
+      BatchNode* node;
+      std::shared_ptr<Node> source;
+      std::unique_ptr<detail::PositionIterator> positions;
+      std::optional<Element> next() override {
+        const auto start = Clock::now();
+        std::vector<int64_t> rows;
+        rows.reserve(static_cast<size_t>(node->batch_size_));
+        while (static_cast<int64_t>(rows.size()) < node->batch_size_) {
+          const std::optional<int64_t> p = positions->next();
+          if (!p) break;
+          rows.push_back(*p);
+        }
+        if (rows.empty() ||
+            (node->drop_remainder_ && static_cast<int64_t>(rows.size()) < node->batch_size_))
+          return std::nullopt;
+        Element out = source->gather(rows);
+        node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+        node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+        return out;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->node = this;
+    it->source = std::move(source);
+    it->positions = std::move(positions);
+    return it;
+  }
+  std::shared_ptr<Node> with_input(std::shared_ptr<Node> input) const override {
+    return std::make_shared<BatchNode>(std::move(input), batch_size_, drop_remainder_);
+  }
+
+ private:
+  int64_t batch_size_;
+  bool drop_remainder_;
+};
+
+}  // namespace
+
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   if (batch_size < 1)
     TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", batch_size);
-  const std::string label =
-      "batch(" + std::to_string(batch_size) + (drop_remainder ? ", drop_remainder)" : ")");
-  return Dataset(std::make_shared<SimpleNode>(
-      node_, label,
-      [batch_size, drop_remainder](int64_t) {
-        return [batch_size, drop_remainder](IteratorBase& input,
-                                            detail::Counters& c) -> std::optional<Element> {
-          const std::vector<Element> elements = next_elements(input, c, batch_size, drop_remainder);
-          if (elements.empty()) return std::nullopt;
-          Element out;
-          for (size_t f = 0; f < elements[0].size(); ++f)
-            out.set(elements[0].features()[f].first, stack(elements, f));
-          return out;
-        };
-      },
-      [batch_size, drop_remainder](int64_t n) {
-        return drop_remainder ? n / batch_size : (n + batch_size - 1) / batch_size;
-      }));
+  return Dataset(std::make_shared<BatchNode>(node_, batch_size, drop_remainder));
 }
 
 Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) const {
@@ -333,102 +384,6 @@ Dataset Dataset::padded_batch(int64_t batch_size, PaddedBatchOptions options) co
       },
       [batch_size, drop = shared->drop_remainder](int64_t n) {
         return drop ? n / batch_size : (n + batch_size - 1) / batch_size;
-      }));
-}
-
-Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
-  if (buffer_size < 1)
-    TANDEM_THROW(InvalidArgument, "shuffle buffer must be at least 1, got ", buffer_size);
-  const std::string label = "shuffle(" + std::to_string(buffer_size) + ")";
-  return Dataset(std::make_shared<SimpleNode>(
-      node_, label,
-      [=](int64_t pass) {
-        struct State {
-          std::vector<Element> buffer;
-          Generator generator;
-          bool input_done = false;
-        };
-        auto state = std::make_shared<State>();
-        state->generator =
-            Generator(mix_seed(seed, reshuffle_each_iteration ? static_cast<uint64_t>(pass) : 0));
-        return [state, buffer_size](IteratorBase& input,
-                                    detail::Counters& c) -> std::optional<Element> {
-          while (!state->input_done && static_cast<int64_t>(state->buffer.size()) < buffer_size) {
-            auto e = detail::timed_next(input, c);
-            if (!e) {
-              state->input_done = true;
-              break;
-            }
-            state->buffer.push_back(std::move(*e));
-          }
-          if (state->buffer.empty()) return std::nullopt;
-          const auto j = static_cast<size_t>(state->generator.next_below(state->buffer.size()));
-          Element out = std::move(state->buffer[j]);
-          state->buffer[j] = std::move(state->buffer.back());
-          state->buffer.pop_back();
-          return out;
-        };
-      },
-      same_count));
-}
-
-Dataset Dataset::take(int64_t count) const {
-  if (count < 0) TANDEM_THROW(InvalidArgument, "take: negative count ", count);
-  return Dataset(std::make_shared<SimpleNode>(
-      node_, "take(" + std::to_string(count) + ")",
-      [count](int64_t) {
-        auto taken = std::make_shared<int64_t>(0);
-        return [count, taken](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-          if (*taken >= count) return std::nullopt;
-          auto e = detail::timed_next(input, c);
-          if (e) ++*taken;
-          return e;
-        };
-      },
-      [count](int64_t n) { return std::min(n, count); }));
-}
-
-Dataset Dataset::skip(int64_t count) const {
-  if (count < 0) TANDEM_THROW(InvalidArgument, "skip: negative count ", count);
-  return Dataset(std::make_shared<SimpleNode>(
-      node_, "skip(" + std::to_string(count) + ")",
-      [count](int64_t) {
-        auto skipped = std::make_shared<bool>(false);
-        return
-            [count, skipped](IteratorBase& input, detail::Counters& c) -> std::optional<Element> {
-              if (!*skipped) {
-                *skipped = true;
-                for (int64_t i = 0; i < count; ++i) {
-                  if (!detail::timed_next(input, c)) return std::nullopt;
-                }
-              }
-              return detail::timed_next(input, c);
-            };
-      },
-      [count](int64_t n) { return std::max<int64_t>(0, n - count); }));
-}
-
-Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
-  if (num_shards < 1 || index < 0 || index >= num_shards) {
-    TANDEM_THROW(InvalidArgument, "shard: need 0 <= index < num_shards, got index ", index, " of ",
-                 num_shards);
-  }
-  const std::string label =
-      "shard(" + std::to_string(index) + "/" + std::to_string(num_shards) + ")";
-  return Dataset(std::make_shared<SimpleNode>(
-      node_, label,
-      [num_shards, index](int64_t) {
-        auto position = std::make_shared<int64_t>(0);
-        return [num_shards, index, position](IteratorBase& input,
-                                             detail::Counters& c) -> std::optional<Element> {
-          while (auto e = detail::timed_next(input, c)) {
-            if ((*position)++ % num_shards == index) return e;
-          }
-          return std::nullopt;
-        };
-      },
-      [num_shards, index](int64_t n) {
-        return n > index ? (n - index + num_shards - 1) / num_shards : 0;
       }));
 }
 

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,14 @@ struct Counters {
   std::atomic<int64_t> buffer_sum{0};  // sum of sampled occupancies
   std::atomic<int64_t> buffer_samples{0};
   std::atomic<int64_t> capacity{0};  // current buffer size / parallelism
+};
+
+// The source positions of one pass's elements, in order (see
+// Node::make_position_iterator).
+class PositionIterator {
+ public:
+  virtual ~PositionIterator() = default;
+  virtual std::optional<int64_t> next() = 0;
 };
 
 class Node {
@@ -38,6 +48,17 @@ class Node {
   virtual std::vector<std::string> files() const { return {}; }
   // File sources: the same source over other files.
   virtual std::shared_ptr<Node> with_files(std::vector<std::string> files) const;
+
+  // Random-access sources, and stages that only select and reorder elements
+  // over them (shuffle, shard, take, skip): the source positions of the
+  // elements one pass yields, so that a batch can gather its rows at once.
+  // Null where not available. Starts a pass, like make_iterator().
+  virtual std::unique_ptr<PositionIterator> make_position_iterator() { return nullptr; }
+  // Whether this is a source with random access (gather() works).
+  virtual bool random_access() const { return false; }
+  // Random-access sources: the elements at these positions stacked along a
+  // new first dimension, the same bytes batch() builds from them.
+  virtual Element gather(std::span<const int64_t> positions);
 
   // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
   virtual int64_t cardinality() const { return kUnknownCardinality; }
