@@ -164,6 +164,29 @@ TEST(TFRecord, WritesAndReadsEveryCompression) {
   }
 }
 
+TEST(TFRecord, UncompressedFilesAreCountedFromTheirHeaders) {
+  const std::vector<std::string> records = {"", "a", std::string(100000, 'x'), "last"};
+  const std::string raw = (fs::path(TANDEM_TEST_TMPDIR) / "count.tfrecord").string();
+  const std::string gz = (fs::path(TANDEM_TEST_TMPDIR) / "count.tfrecord.gz").string();
+  write_tfrecord(raw, records);
+  write_tfrecord(gz, records, Compression::gzip);
+  EXPECT_EQ(count_tfrecord_records(raw), 4);
+  EXPECT_EQ(count_tfrecord_records(gz), -1);
+  EXPECT_EQ(Dataset::from_tfrecord({raw, raw}).cardinality(), 8);
+  EXPECT_EQ(Dataset::from_tfrecord({raw, gz}).cardinality(), kUnknownCardinality);
+  EXPECT_EQ(Dataset::from_tfrecord({raw}).batch(3).cardinality(), 2);
+  // A truncated file is not counted (reading it reports where it breaks).
+  const std::string cut = (fs::path(TANDEM_TEST_TMPDIR) / "count-cut.tfrecord").string();
+  std::string bytes;
+  {
+    std::ifstream in(raw, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), 12 + 1 + 4 + 12 + 50);
+  EXPECT_EQ(count_tfrecord_records(cut), -1);
+  EXPECT_EQ(count_tfrecord_records(raw + ".missing"), -1);
+}
+
 TEST(Example, ParsesBySpecAndReportsBadFeatures) {
   TFRecordReader reader(kDir + "/tfx_chicago_taxi_eval_shard0.tfrecord.gz", Compression::gzip);
   const std::string record = *reader.next();

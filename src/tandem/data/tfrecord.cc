@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
 
 #include "tandem/base/error.h"
 #include "tandem/data/crc32c.h"
@@ -168,6 +171,27 @@ std::optional<std::string> TFRecordReader::next() {
   return data;
 }
 
+int64_t count_tfrecord_records(const std::string& path) {
+  std::error_code error;
+  const uint64_t size = std::filesystem::file_size(path, error);
+  std::ifstream in(path, std::ios::binary);
+  if (error || !in) return -1;
+  int64_t records = 0;
+  uint64_t offset = 0;
+  while (offset < size) {
+    char header[12];
+    if (size - offset < 12 || !in.read(header, 12)) return -1;
+    const uint64_t length = read_u64(header);
+    if (read_u32(header + 8) != masked_crc32c(header, 8)) return -1;
+    // The record and its CRC must fit in what the file has left.
+    if (length > size - offset - 12 || size - offset - 12 - length < 4) return -1;
+    offset += 12 + length + 4;
+    in.seekg(static_cast<std::streamoff>(offset));
+    ++records;
+  }
+  return records;
+}
+
 void write_tfrecord(const std::string& path, const std::vector<std::string>& records,
                     Compression compression) {
   std::string bytes;
@@ -245,10 +269,30 @@ class TFRecordNode : public detail::Node {
   std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
     return std::make_shared<TFRecordNode>(std::move(files), compression_);
   }
+  // Uncompressed files are counted once by walking their record headers.
+  int64_t cardinality() const override {
+    std::call_once(counted_, [this] {
+      int64_t total = 0;
+      for (const std::string& path : paths_) {
+        const Compression c =
+            compression_ == Compression::none ? detect_compression(path) : compression_;
+        const int64_t n = c == Compression::none ? count_tfrecord_records(path) : -1;
+        if (n < 0) {
+          total = kUnknownCardinality;
+          break;
+        }
+        total += n;
+      }
+      cardinality_ = total;
+    });
+    return cardinality_;
+  }
 
  private:
   std::vector<std::string> paths_;
   Compression compression_;
+  mutable std::once_flag counted_;
+  mutable int64_t cardinality_ = kUnknownCardinality;
 };
 
 }  // namespace

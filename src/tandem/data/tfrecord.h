@@ -39,6 +39,11 @@ class TFRecordReader {
   int64_t index_ = 0;
 };
 
+// The records of an uncompressed TFRecord file, counted from their headers
+// (lengths and length CRCs, without reading the data); -1 when the file is
+// missing, compressed or its framing is damaged (reading it reports why).
+int64_t count_tfrecord_records(const std::string& path);
+
 // Writes records as a TFRecord file (for tests and exports).
 void write_tfrecord(const std::string& path, const std::vector<std::string>& records,
                     Compression compression = Compression::none);

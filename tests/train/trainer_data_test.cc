@@ -1,0 +1,248 @@
+// The Trainer on data users bring: a regression on a CSV file and a
+// classifier on TFRecord shards of JPEG images train with mirrored replicas
+// to the parameters one device reaches; epochs of a fixed number of steps
+// over repeated data; metrics over replicas; losses and features by name;
+// data that cannot work.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "support/reference.h"
+#include "support/test_data.h"
+#include "support/test_files.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/nn/linear.h"
+#include "tandem/nn/sequential.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fashion;
+using testing::relative_error;
+
+std::string dir_for(const std::string& name) {
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / ("trainer_data_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+train::ModelFactory regression_model() {
+  return train::custom_model("regression", [] {
+    Generator g(4);
+    auto m = std::make_shared<nn::Sequential>();
+    m->emplace<nn::Linear>(4, 16, nn::LinearOptions{.activation = kernels::Activation::relu}, g)
+        .emplace<nn::Linear>(16, 1, nn::LinearOptions{}, g);
+    return m;
+  });
+}
+
+train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
+  train::TrainConfig c{.epochs = 2, .batch_size = 12, .schedule = "constant", .seed = 5};
+  c.optimizer = optimizer == "sgd"
+                    ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
+                    : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
+  c.strategy = {.name = strategy,
+                .devices = devices,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
+  return c;
+}
+
+void expect_same_parameters(train::Trainer& a, train::Trainer& b, const std::string& what) {
+  const auto pa = a.model().named_parameters();
+  const auto pb = b.model().named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT(relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+              1e-5)
+        << what << ": " << pa[i].first;
+  }
+}
+
+class OnFiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnFiles, RegressionOnCsvMatchesOneDevice) {
+  set_num_threads(1);
+  const std::string csv =
+      testing::write_regression_csv(dir_for("csv_" + GetParam()) + "/train.csv", 200, 4, 1);
+  const data::Dataset rows = testing::regression_csv_dataset(csv, 4).shuffle(200, 3);
+  auto c = config("one_device", 1, GetParam());
+  c.input_feature = "x";
+  c.loss = train::make_loss("mean_squared_error", {.labels = "y"});
+  c.metrics = {train::make_metric("mae", {.labels = "y"}),
+               train::make_metric("rmse", {.labels = "y"})};
+  train::Trainer single(c, regression_model());
+  const train::TrainResult one = single.fit(rows, rows);
+  auto m = c;
+  m.strategy = config("mirrored", 2, GetParam()).strategy;
+  train::Trainer mirrored(m, regression_model());
+  const train::TrainResult two = mirrored.fit(rows, rows);
+  expect_same_parameters(single, mirrored, "csv regression");  // 2 epochs x 17 steps
+  ASSERT_EQ(two.history.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(two.history[e].train_loss, one.history[e].train_loss, 1e-6);
+    EXPECT_NEAR(two.history[e].validation_metric("rmse"), one.history[e].validation_metric("rmse"),
+                1e-6);
+    EXPECT_EQ(two.history[e].train_examples, 200);
+  }
+  const train::EpochResult& last = two.history.back();
+  EXPECT_LT(last.train_loss, 0.5 * two.history.front().train_loss + 0.01);
+  EXPECT_GE(last.validation_metric("rmse"), last.validation_metric("mae"));
+  EXPECT_NEAR(last.validation_metric("rmse"), std::sqrt(last.validation_loss), 1e-9);
+}
+
+TEST_P(OnFiles, JpegTfrecordClassifierMatchesOneDevice) {
+  set_num_threads(1);
+  const data::LabeledImages images{fashion().train.images.slice(0, 100),
+                                   fashion().train.labels.slice(0, 100)};
+  const std::vector<std::string> shards =
+      testing::write_jpeg_tfrecords(dir_for("jpeg_" + GetParam()), images, {40, 35, 25});
+  const data::Dataset examples = testing::jpeg_tfrecord_dataset(shards);
+  auto c = config("one_device", 1, GetParam());
+  c.metrics = {train::make_metric("accuracy"), train::make_metric("top3_accuracy")};
+  train::Trainer single(c, train::builtin_model("mlp", precision::Policy::float32, 2));
+  const train::TrainResult one = single.fit(examples, examples);
+  for (int devices : {2, 3}) {
+    auto m = c;
+    m.strategy = config("mirrored", devices, GetParam()).strategy;
+    train::Trainer mirrored(m, train::builtin_model("mlp", precision::Policy::float32, 2));
+    const train::TrainResult r = mirrored.fit(examples, examples);
+    expect_same_parameters(single, mirrored,
+                           "jpeg tfrecord on " + std::to_string(devices) + " replicas");
+    // Counts are exact whichever replica saw which example.
+    EXPECT_EQ(r.history.back().validation_metric("accuracy"),
+              one.history.back().validation_metric("accuracy"));
+    EXPECT_EQ(r.history.back().train_metric("top3_accuracy"),
+              one.history.back().train_metric("top3_accuracy"));
+  }
+  // The decoded JPEGs are Fashion-MNIST: the model learns from them.
+  EXPECT_GT(one.history.back().validation_metric("accuracy"), 0.5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OnFiles, ::testing::Values("sgd", "adam"));
+
+std::vector<double> step_losses(train::Trainer& t, const data::Dataset& d,
+                                train::TrainResult* result = nullptr, int64_t stop_at = -1) {
+  std::vector<double> losses;
+  const train::TrainResult r = t.fit(d, {}, {.on_step = [&](const train::StepInfo& s) {
+                                       losses.push_back(s.loss);
+                                       if (s.global_step == stop_at) t.request_stop();
+                                     }});
+  if (result) *result = r;
+  return losses;
+}
+
+data::Dataset head(int64_t n) {
+  return data::as_dataset({fashion().train.images.slice(0, n), fashion().train.labels.slice(0, n)});
+}
+
+// Keras's steps_per_epoch: epochs of 5 steps from one pass over repeated
+// data, which a resume continues where it stopped.
+TEST(Trainer, StepsPerEpochRunsOneContinuingPassOverRepeatedData) {
+  set_num_threads(1);
+  const data::Dataset repeated = head(96).shuffle(96, 1).repeat();
+  auto c = config("one_device", 1, "adam");
+  c.epochs = 3;
+  c.steps_per_epoch = 5;
+  c.schedule = "cosine";  // measured in steps_per_epoch
+  train::Trainer plain(c, train::builtin_model("mlp"));
+  train::TrainResult full;
+  const std::vector<double> expected = step_losses(plain, repeated, &full);
+  ASSERT_EQ(expected.size(), 15u);
+  ASSERT_EQ(full.history.size(), 3u);
+  EXPECT_EQ(full.history[1].train_examples, 60);
+  EXPECT_FALSE(full.input_exhausted);
+
+  c.output_dir = dir_for("steps_per_epoch");
+  std::vector<double> losses;
+  {
+    train::Trainer first(c, train::builtin_model("mlp"));
+    train::TrainResult r;
+    losses = step_losses(first, repeated, &r, /*stop_at=*/7);
+    EXPECT_TRUE(r.interrupted);
+  }
+  c.resume = true;
+  train::Trainer second(c, train::builtin_model("mlp"));
+  const std::vector<double> rest = step_losses(second, repeated);
+  losses.insert(losses.end(), rest.begin(), rest.end());
+  EXPECT_EQ(losses, expected);
+}
+
+TEST(Trainer, DataRunningOutBeforeStepsPerEpochEndsTheRun) {
+  auto c = config("one_device", 1, "sgd");
+  c.epochs = 4;
+  c.steps_per_epoch = 5;
+  train::Trainer t(c, train::builtin_model("mlp"));
+  train::TrainResult r;
+  const std::vector<double> losses = step_losses(t, head(84), &r);  // 7 batches
+  EXPECT_TRUE(r.input_exhausted);
+  EXPECT_EQ(losses.size(), 7u);
+  ASSERT_EQ(r.history.size(), 2u);  // 5 steps, then 2 before the data ended
+  EXPECT_EQ(r.history[1].train_examples, 24);
+}
+
+TEST(Trainer, DataThatCannotWorkIsAClearError) {
+  const auto error_of = [](train::TrainConfig c, const data::Dataset& d) {
+    try {
+      train::Trainer(c, train::builtin_model("mlp")).fit(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto c = config("one_device", 1, "sgd");
+  auto wrong_input = c;
+  wrong_input.input_feature = "pixels";
+  EXPECT_NE(error_of(wrong_input, head(24)).find("no feature 'pixels'"), std::string::npos);
+  auto wrong_label = c;
+  wrong_label.loss = train::make_loss("softmax_cross_entropy", {.labels = "class"});
+  EXPECT_NE(error_of(wrong_label, head(24)).find("no feature 'class'"), std::string::npos);
+  EXPECT_NE(error_of(c, head(24).take(0)).find("larger than the training set (0 examples)"),
+            std::string::npos);
+  const data::Dataset filtered = head(24).filter([](const data::Element&) { return true; });
+  EXPECT_NE(error_of(c, filtered.filter([](const data::Element&) {
+              return false;
+            })).find("yielded no batches"),
+            std::string::npos);
+  auto cosine = c;
+  cosine.schedule = "cosine";
+  EXPECT_NE(error_of(cosine, filtered).find("set steps_per_epoch"), std::string::npos);
+  EXPECT_EQ(error_of(c, filtered), "no error");  // a constant rate needs no size
+  auto regression = c;
+  regression.loss = train::make_loss("mean_squared_error");
+  EXPECT_NE(error_of(regression, head(24)).find("(12, 10)"), std::string::npos);
+  EXPECT_THROW(train::make_loss("hinge"), InvalidArgument);
+  EXPECT_THROW(train::make_metric("f1"), InvalidArgument);
+  EXPECT_THROW(train::make_loss("huber", {.delta = 0}), InvalidArgument);
+}
+
+// Metrics over replicas are the metrics of the whole dataset, however the
+// examples fell on the replicas (50 over 3 replicas, a batch of 2 at the end).
+TEST(Trainer, EvaluationOverReplicasIsTheWholeDatasets) {
+  set_num_threads(1);
+  auto c = config("one_device", 1, "sgd");
+  c.eval_batch_size = 16;
+  c.metrics = {train::make_metric("accuracy"), train::make_metric("top2_accuracy"),
+               train::make_metric("perplexity")};
+  train::Trainer single(c, train::builtin_model("mlp", precision::Policy::float32, 9));
+  auto m = c;
+  m.strategy = config("mirrored", 3, "sgd").strategy;
+  train::Trainer mirrored(m, train::builtin_model("mlp", precision::Policy::float32, 9));
+  const data::Dataset d = head(50);
+  const train::EvalResult a = single.evaluate(d), b = mirrored.evaluate(d);
+  EXPECT_EQ(a.examples, 50);
+  EXPECT_EQ(b.examples, 50);
+  EXPECT_EQ(a.metric("accuracy"), b.metric("accuracy"));
+  EXPECT_EQ(a.metric("top2_accuracy"), b.metric("top2_accuracy"));
+  EXPECT_NEAR(a.loss, b.loss, 1e-6);
+  EXPECT_NEAR(b.metric("perplexity"), std::exp(b.loss), 1e-4 * b.metric("perplexity"));
+  EXPECT_GE(b.metric("top2_accuracy"), b.metric("accuracy"));
+}
+
+}  // namespace
+}  // namespace tandem
