@@ -22,6 +22,7 @@
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/data/input_spec.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/monitor.h"
@@ -51,6 +52,14 @@ struct TrainOptions {
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
   int64_t test_examples = 0;
+  std::string data;             // a data specification (or image folder); empty: Fashion-MNIST
+  std::string validation_data;  // likewise; empty: Fashion-MNIST's test set, or none
+  std::string loss = "softmax_cross_entropy";
+  double label_smoothing = 0.0;
+  std::optional<int32_t> ignore_index;
+  double huber_delta = 1.0;
+  std::string metrics;  // empty: accuracy for classification, mae,rmse for regression
+  std::string auto_shard = "auto";
   bool quiet = false;
   bool no_monitor = false;
   int64_t metrics_every = 1;
@@ -148,6 +157,100 @@ int parse_count_or_auto(const std::string& flag, const std::string& text, int mi
   return static_cast<int>(*value);
 }
 
+// What the run trains and validates on: Fashion-MNIST (the default) or the
+// data specifications given with --data and --validation-data.
+struct RunData {
+  data::Dataset train = data::Dataset::range(0);
+  std::optional<data::Dataset> validation;
+  std::string description;  // "Fashion-MNIST, 60000 train / 10000 test examples"
+  std::map<std::string, std::string> summary;  // summary.json's config entries
+  std::optional<data::PaddedBatchOptions> padding;
+  std::string input = "image", label = "label";
+};
+
+RunData load_run_data(const TrainOptions& o, uint64_t seed) {
+  RunData r;
+  if (o.data.empty()) {
+    if (!o.validation_data.empty())
+      TANDEM_THROW(InvalidArgument, "--validation-data needs --data (the training data)");
+    const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
+    const data::LabeledImages train = first(fashion.train, o.train_examples);
+    const data::LabeledImages test = first(fashion.test, o.test_examples);
+    // Reshuffled every epoch (pass) from the seed.
+    r.train = data::as_dataset(train).shuffle(train.size(), seed);
+    r.validation = data::as_dataset(test);
+    r.description = fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(),
+                                test.size());
+    r.summary = {{"data_dir", o.data_dir},
+                 {"train_examples", std::to_string(train.size())},
+                 {"test_examples", std::to_string(test.size())}};
+    return r;
+  }
+  if (o.train_examples != 0 || o.test_examples != 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "--train-examples and --test-examples select Fashion-MNIST examples; with "
+                 "--data, limit the data in its specification or with --steps-per-epoch");
+  }
+  const data::InputSpec spec = data::read_input_spec(o.data);
+  r.train = data::make_input(spec, seed);
+  r.input = spec.input;
+  r.label = spec.label;
+  if (spec.needs_padding()) r.padding = spec.padding();
+  const int64_t examples = r.train.cardinality();
+  r.description = fmt::format("{} ({}{})", o.data, spec.format,
+                              examples >= 0 ? fmt::format(", {} examples", examples) : "");
+  r.summary = {{"data", std::filesystem::absolute(o.data).string()}};
+  if (!o.validation_data.empty()) {
+    data::InputSpec v = data::read_input_spec(o.validation_data);
+    if (v.input != spec.input || v.label != spec.label) {
+      TANDEM_THROW(InvalidArgument, "--validation-data '", o.validation_data, "' names input '",
+                   v.input, "' and label '", v.label, "' but --data names '", spec.input,
+                   "' and '", spec.label, "'");
+    }
+    v.shuffle = 0;
+    r.validation = data::make_input(v, seed);
+    const int64_t n = r.validation->cardinality();
+    r.description += fmt::format(", validation {}{}", o.validation_data,
+                                 n >= 0 ? fmt::format(" ({} examples)", n) : "");
+    r.summary["validation_data"] = std::filesystem::absolute(o.validation_data).string();
+  }
+  return r;
+}
+
+// --loss and its options, --metrics (default: accuracy for a classifier,
+// mae and rmse for a regression) against the data's label feature.
+void configure_objective(const TrainOptions& o, const std::string& label,
+                         train::TrainConfig& config) {
+  config.loss = train::make_loss(o.loss, {.labels = label,
+                                          .ignore_index = o.ignore_index,
+                                          .label_smoothing = o.label_smoothing,
+                                          .delta = o.huber_delta});
+  std::vector<std::string> names = split_list(o.metrics);
+  if (o.metrics.empty()) {
+    if (o.loss == "softmax_cross_entropy") names = {"accuracy"};
+    if (o.loss == "mean_squared_error" || o.loss == "mean_absolute_error" || o.loss == "huber")
+      names = {"mae", "rmse"};
+  }
+  config.metrics.clear();
+  if (o.metrics == "none") return;
+  for (const std::string& name : names)
+    config.metrics.push_back(
+        train::make_metric(name, {.labels = label, .ignore_index = o.ignore_index}));
+}
+
+// The model's forward FLOPs by layer for one example of the data (none when
+// the input is not a float tensor the analysis can run on).
+std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model, const data::Dataset& data,
+                                                     const std::string& input) {
+  std::optional<data::Element> example = data.take(1).iterator().next();
+  if (!example || !example->has(input) || !is_floating(example->at(input).dtype())) return {};
+  try {
+    return monitor::layer_flops(model, example->at(input).shape());
+  } catch (const Error&) {
+    return {};  // the figure is a diagnostic; training reports real shape errors
+  }
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   const precision::Policy policy = precision::parse_policy(o.precision);
@@ -185,31 +288,29 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
   if (o.no_monitor && trace_first > 0)
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
+  config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
   const train::ModelFactory factory =
       train::builtin_model(o.model, policy, config.seed, compute_dtype);  // validates the name
   const auto load_start = std::chrono::steady_clock::now();
-  data::FashionMnist dataset = data::load_fashion_mnist(o.data_dir);
-  data::LabeledImages train_data = first(dataset.train, o.train_examples);
-  data::LabeledImages test_data = first(dataset.test, o.test_examples);
+  const RunData run_data = load_run_data(o, config.seed);
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  // Reshuffled every epoch (pass) from the seed.
-  const data::Dataset train_set =
-      data::Dataset::from_tensors({{"image", train_data.images}, {"label", train_data.labels}})
-          .shuffle(train_data.size(), config.seed);
-  const data::Dataset test_set =
-      data::Dataset::from_tensors({{"image", test_data.images}, {"label", test_data.labels}});
+  config.input_feature = run_data.input;
+  config.padding = run_data.padding;
+  configure_objective(o, run_data.label, config);
+  if (augment.any() && run_data.input != "image") {
+    TANDEM_THROW(InvalidArgument, "--augment works on an input feature named image; this data's "
+                                  "input is '", run_data.input, "'");
+  }
+  const data::Dataset& train_set = run_data.train;
 
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   const bool chief = strategy.is_chief();
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
   if (!o.quiet && chief) {
-    fmt::print(
-        "tandem train: {} ({} parameters) on Fashion-MNIST, {} train / {} test examples "
-        "(loaded in {:.1f} s)\n",
-        o.model, trainer.model().parameter_count(), train_data.size(), test_data.size(),
-        load_seconds);
+    fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", o.model,
+               trainer.model().parameter_count(), run_data.description, load_seconds);
     fmt::print(
         "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
         "matmul{}), global batch {}, {} lr {} ({}), {} epoch(s)\n",
@@ -236,9 +337,7 @@ int run_train(TrainOptions& o) {
   std::unique_ptr<monitor::Monitor> run_monitor;
   if (chief && !o.no_monitor) {
     monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
-    const auto image_dims = train_data.images.shape().dims();
-    info.layers = monitor::layer_flops(
-        trainer.model(), Shape(std::vector<int64_t>(image_dims.begin() + 1, image_dims.end())));
+    info.layers = example_layer_flops(trainer.model(), train_set, config.input_feature);
     info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
     {
       // The device's peak for the utilisation figure: a short matmul run with
@@ -291,7 +390,7 @@ int run_train(TrainOptions& o) {
   sigaction(SIGINT, &action, &previous);
   train::TrainResult result;
   try {
-    result = trainer.fit(train_set, test_set, callbacks);
+    result = trainer.fit(train_set, run_data.validation, callbacks);
   } catch (...) {
     interruptible.store(nullptr);
     sigaction(SIGINT, &previous, nullptr);
@@ -310,15 +409,12 @@ int run_train(TrainOptions& o) {
       fmt::print(stderr, "tandem: warning: {}\n", w);
     sections["monitor"] = run_monitor->summary_json();
   }
-  train::write_summary(summary_path, config, factory.spec, result,
-                       {{"strategy", strategy.name()},
-                        {"replicas", std::to_string(strategy.global_replicas())},
-                        {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
-                        {"data_dir", o.data_dir},
-                        {"train_examples", std::to_string(train_data.size())},
-                        {"test_examples", std::to_string(test_data.size())},
-                        {"augment", data::augment_spec(augment)}},
-                       sections);
+  std::map<std::string, std::string> extra = run_data.summary;
+  extra["strategy"] = strategy.name();
+  extra["replicas"] = std::to_string(strategy.global_replicas());
+  extra["threads_per_replica"] = std::to_string(strategy.threads_per_replica());
+  extra["augment"] = data::augment_spec(augment);
+  train::write_summary(summary_path, config, factory.spec, result, extra, sections);
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
                trainer.checkpoint_path(), config.output_dir);
@@ -326,8 +422,17 @@ int run_train(TrainOptions& o) {
   }
   if (!o.quiet && !result.history.empty()) {
     const auto& last = result.history.back();
-    fmt::print("done: test accuracy {:.2f}%, {:.1f} s; summary in {}\n",
-               100.0 * last.validation_metric("accuracy"), result.wall_seconds, summary_path);
+    const std::vector<std::pair<std::string, double>>& final_metrics =
+        run_data.validation ? last.validation_metrics : last.train_metrics;
+    std::string figures = fmt::format("{} loss {:.4f}", run_data.validation ? "validation" : "train",
+                                      run_data.validation ? last.validation_loss : last.train_loss);
+    for (const auto& [name, value] : final_metrics) {
+      figures += name.ends_with("accuracy") ? fmt::format(", {} {:.2f}%", name, 100.0 * value)
+                                            : fmt::format(", {} {:.4g}", name, value);
+    }
+    if (result.input_exhausted)
+      fmt::print(stderr, "tandem: warning: the training data ran out before the last epoch ended\n");
+    fmt::print("done: {}, {:.1f} s; summary in {}\n", figures, result.wall_seconds, summary_path);
     if (run_monitor) {
       for (const monitor::Finding& f : run_monitor->stats().diagnose())
         fmt::print("  {}\n", f.message);
@@ -340,7 +445,9 @@ int run_train(TrainOptions& o) {
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand("train", "Train a reference model on Fashion-MNIST");
+  CLI::App* command =
+      app.add_subcommand("train", "Train a model (built-in or from a file) on Fashion-MNIST or "
+                                  "on data described by --data");
   auto o = std::make_shared<TrainOptions>();
   train::TrainConfig& c = o->config;
   command->add_option("--model", o->model, "Model: cnn or mlp")->capture_default_str();
@@ -392,6 +499,31 @@ Command add_train_command(CLI::App& app) {
                       "mixed_float16, none otherwise)");
   command->add_option("--compute-dtype", o->compute_dtype,
                       "Override the matmul/conv dtype: f32 or bf16 (default: the policy's)");
+  command->add_option("--data", o->data,
+                      "Training data: a data specification (TOML, docs/training.md) or a folder "
+                      "of images with one sub-folder per class (default: Fashion-MNIST)");
+  command->add_option("--validation-data", o->validation_data,
+                      "Validation data, described like --data (default: Fashion-MNIST's test set "
+                      "without --data, none with it)");
+  command->add_option("--loss", o->loss,
+                      "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
+                      "mean_absolute_error or huber")
+      ->capture_default_str();
+  command->add_option("--label-smoothing", o->label_smoothing,
+                      "softmax_cross_entropy: label smoothing in [0, 1)")
+      ->capture_default_str();
+  command->add_option("--ignore-index", o->ignore_index,
+                      "softmax_cross_entropy and metrics: a label value left out");
+  command->add_option("--huber-delta", o->huber_delta, "huber: the delta")->capture_default_str();
+  command->add_option("--metrics", o->metrics,
+                      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, or none "
+                      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
+  command->add_option("--steps-per-epoch", c.steps_per_epoch,
+                      "Steps per epoch from one pass over the data (0: an epoch is a pass)")
+      ->capture_default_str();
+  command->add_option("--auto-shard", o->auto_shard,
+                      "Multi-worker input sharding: auto, file, data or off")
+      ->capture_default_str();
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   command->add_option("--train-examples", o->train_examples,

@@ -1,5 +1,7 @@
 #include "tandem/data/csv.h"
 
+#include <mutex>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -109,6 +111,21 @@ class CsvNode : public detail::Node {
     return std::make_unique<It>(this);
   }
   std::string label() const override { return "csv"; }
+  // Counted once by splitting the file into records (quoted newlines
+  // included); unknown when the file cannot be read.
+  int64_t cardinality() const override {
+    std::call_once(counted_, [this] {
+      try {
+        CsvReader reader(path_, options_.delimiter);
+        int64_t records = 0;
+        while (reader.next()) ++records;
+        cardinality_ = std::max<int64_t>(0, records - (options_.header ? 1 : 0));
+      } catch (const Error&) {
+        cardinality_ = kUnknownCardinality;  // reading it reports why
+      }
+    });
+    return cardinality_;
+  }
 
   Element parse_row(const std::vector<std::string>& fields, int64_t line) const {
     if (fields.size() != columns_.size()) {
@@ -156,6 +173,8 @@ class CsvNode : public detail::Node {
   std::string path_;
   CsvOptions options_;
   std::vector<CsvColumn> columns_;
+  mutable std::once_flag counted_;
+  mutable int64_t cardinality_ = kUnknownCardinality;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
@@ -25,14 +26,7 @@ std::string describe(std::string_view name, const LossOptions& o, bool classific
   return fmt::format("{}({})", name, fmt::join(settings, ", "));
 }
 
-}  // namespace
-
-std::vector<std::string> loss_names() {
-  return {"softmax_cross_entropy", "binary_cross_entropy", "mean_squared_error",
-          "mean_absolute_error", "huber"};
-}
-
-Loss make_loss(std::string_view name, const LossOptions& options) {
+Loss make_loss_function(std::string_view name, const LossOptions& options) {
   if (!(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0)) {
     TANDEM_THROW(InvalidArgument, "label smoothing must be in [0, 1), got ",
                  options.label_smoothing);
@@ -76,6 +70,47 @@ Loss make_loss(std::string_view name, const LossOptions& options) {
   }
   TANDEM_THROW(InvalidArgument, "unknown loss '", name, "' (expected ",
                fmt::format("{}", fmt::join(loss_names(), ", ")), ")");
+}
+
+}  // namespace
+
+std::vector<std::string> loss_names() {
+  return {"softmax_cross_entropy", "binary_cross_entropy", "mean_squared_error",
+          "mean_absolute_error", "huber"};
+}
+
+Loss make_loss(std::string_view name, const LossOptions& options) {
+  Loss loss = make_loss_function(name, options);
+  loss.kind = std::string(name);
+  loss.options = options;
+  return loss;
+}
+
+std::string loss_to_json(const Loss& loss) {
+  nlohmann::json j = {{"kind", loss.kind},
+                      {"labels", loss.options.labels},
+                      {"label_smoothing", loss.options.label_smoothing},
+                      {"delta", loss.options.delta}};
+  if (loss.options.ignore_index) j["ignore_index"] = *loss.options.ignore_index;
+  return j.dump();
+}
+
+Loss loss_from_json(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const std::string kind = j.at("kind").get<std::string>();
+    if (kind == "custom") {
+      TANDEM_THROW(InvalidArgument,
+                   "the loss is a program's own; rebuild it with the program (C++ API)");
+    }
+    LossOptions o{.labels = j.at("labels").get<std::string>(),
+                  .label_smoothing = j.at("label_smoothing").get<double>(),
+                  .delta = j.at("delta").get<double>()};
+    if (j.contains("ignore_index")) o.ignore_index = j.at("ignore_index").get<int32_t>();
+    return make_loss(kind, o);
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(InvalidArgument, "a loss record is malformed: ", e.what());
+  }
 }
 
 }  // namespace tandem::train

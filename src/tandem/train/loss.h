@@ -18,14 +18,6 @@
 
 namespace tandem::train {
 
-struct Loss {
-  // Identifies the loss and its settings ("softmax_cross_entropy",
-  // "huber(delta=2)"): recorded in checkpoints, where a resume with another
-  // loss is refused, and in summary.json.
-  std::string name;
-  std::function<Variable(const Variable& outputs, const data::Element& batch)> per_example;
-};
-
 struct LossOptions {
   std::string labels = "label";  // the batch feature holding the targets
   // softmax_cross_entropy: positions whose label is this contribute nothing
@@ -33,6 +25,18 @@ struct LossOptions {
   std::optional<int32_t> ignore_index;
   double label_smoothing = 0.0;  // softmax_cross_entropy, in [0, 1)
   double delta = 1.0;            // huber, > 0
+};
+
+struct Loss {
+  // Identifies the loss and its settings ("softmax_cross_entropy",
+  // "huber(delta=2)"): recorded in checkpoints, where a resume with another
+  // loss is refused, and in summary.json.
+  std::string name;
+  std::function<Variable(const Variable& outputs, const data::Element& batch)> per_example;
+  // A built-in loss's kind and options (what make_loss rebuilds it from);
+  // "custom" for a program's own loss.
+  std::string kind = "custom";
+  LossOptions options;
 };
 
 // softmax_cross_entropy: logits (N, ..., K) against i32 class labels (N, ...).
@@ -43,5 +47,11 @@ struct LossOptions {
 // options out of range.
 Loss make_loss(std::string_view name, const LossOptions& options = {});
 std::vector<std::string> loss_names();
+
+// A built-in loss as JSON ({"kind": ..., "labels": ..., ...}) and back, for
+// checkpoints; loss_from_json throws InvalidArgument for a custom loss or
+// bad JSON.
+std::string loss_to_json(const Loss& loss);
+Loss loss_from_json(const std::string& json);
 
 }  // namespace tandem::train

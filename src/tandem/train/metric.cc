@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "tandem/base/error.h"
 
 namespace tandem::train {
@@ -28,9 +30,47 @@ int top_k_of(std::string_view name) {
   return k;
 }
 
+Metric make_metric_function(std::string_view name, const MetricOptions& options);
+
 }  // namespace
 
 Metric make_metric(std::string_view name, const MetricOptions& options) {
+  Metric m = make_metric_function(name, options);
+  m.options = options;
+  return m;
+}
+
+std::string metrics_to_json(const std::vector<Metric>& metrics) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Metric& m : metrics) {
+    nlohmann::json e = {{"name", m.name}, {"labels", m.options.labels}, {"builtin", m.builtin}};
+    if (m.options.ignore_index) e["ignore_index"] = *m.options.ignore_index;
+    j.push_back(e);
+  }
+  return j.dump();
+}
+
+std::vector<Metric> metrics_from_json(const std::string& text) {
+  try {
+    std::vector<Metric> out;
+    for (const nlohmann::json& e : nlohmann::json::parse(text)) {
+      if (!e.at("builtin").get<bool>()) {
+        TANDEM_THROW(InvalidArgument, "metric '", e.at("name").get<std::string>(),
+                     "' is a program's own; rebuild it with the program (C++ API)");
+      }
+      MetricOptions o{.labels = e.at("labels").get<std::string>()};
+      if (e.contains("ignore_index")) o.ignore_index = e.at("ignore_index").get<int32_t>();
+      out.push_back(make_metric(e.at("name").get<std::string>(), o));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(InvalidArgument, "a metrics record is malformed: ", e.what());
+  }
+}
+
+namespace {
+
+Metric make_metric_function(std::string_view name, const MetricOptions& options) {
   const std::string labels = options.labels;
   const std::optional<int32_t> ignore = options.ignore_index;
   if (labels.empty()) TANDEM_THROW(InvalidArgument, "a metric needs a label feature name");
@@ -67,6 +107,8 @@ Metric make_metric(std::string_view name, const MetricOptions& options) {
                "' (expected accuracy, topK_accuracy such as top5_accuracy, mae, rmse or "
                "perplexity)");
 }
+
+}  // namespace
 
 double metric_value(const Metric& metric, const MetricSums& total) {
   if (!(total.count > 0.0)) return std::numeric_limits<double>::quiet_NaN();

@@ -20,6 +20,11 @@ namespace tandem::train {
 
 using kernels::MetricSums;
 
+struct MetricOptions {
+  std::string labels = "label";         // the batch feature holding the targets
+  std::optional<int32_t> ignore_index;  // accuracy, perplexity: positions left out
+};
+
 struct Metric {
   // "accuracy", "top5_accuracy", "mae", "rmse", "perplexity": reported as
   // train_<name> and validation_<name>.
@@ -28,11 +33,8 @@ struct Metric {
   std::function<MetricSums(const Tensor& outputs, const data::Element& batch)> measure;
   // The metric from the totals over every replica (count > 0).
   std::function<double(const MetricSums& total)> value;
-};
-
-struct MetricOptions {
-  std::string labels = "label";          // the batch feature holding the targets
-  std::optional<int32_t> ignore_index;   // accuracy, perplexity: positions left out
+  MetricOptions options;  // what make_metric built it with
+  bool builtin = true;    // false: a program's own (not rebuilt from JSON)
 };
 
 // accuracy and topK_accuracy (K >= 1): logits (N, ..., K) against i32 labels
@@ -40,6 +42,12 @@ struct MetricOptions {
 // perplexity: exp of the mean token cross-entropy of logits against labels.
 // Throws InvalidArgument naming the known metrics for another name.
 Metric make_metric(std::string_view name, const MetricOptions& options = {});
+
+// Built-in metrics as JSON ([{"name", "labels", "ignore_index"}]) and back,
+// for checkpoints; metrics_from_json throws InvalidArgument for a program's
+// own metric or bad JSON.
+std::string metrics_to_json(const std::vector<Metric>& metrics);
+std::vector<Metric> metrics_from_json(const std::string& json);
 
 // The metric's value, or NaN when nothing was counted.
 double metric_value(const Metric& metric, const MetricSums& total);

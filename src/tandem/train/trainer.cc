@@ -181,11 +181,20 @@ std::string Trainer::checkpoint_path() const {
              : (std::filesystem::path(config_.output_dir) / kCheckpointFile).string();
 }
 
+data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
+                              bool drop_remainder) const {
+  const int processes = processes_of(*strategy_);
+  const data::Dataset shard =
+      data::auto_shard(examples, processes, process_index_of(*strategy_), config_.auto_shard);
+  if (!config_.padding) return shard.batch(batch_size, drop_remainder);
+  data::PaddedBatchOptions padding = *config_.padding;
+  padding.drop_remainder = drop_remainder;
+  return shard.padded_batch(batch_size, padding);
+}
+
 data::Dataset Trainer::process_batches(const data::Dataset& train) const {
   const int processes = processes_of(*strategy_);
-  data::Dataset d =
-      data::auto_shard(train, processes, process_index_of(*strategy_), config_.auto_shard)
-          .batch(config_.batch_size / processes, config_.drop_remainder);
+  data::Dataset d = batched(train, config_.batch_size / processes, config_.drop_remainder);
   if (config_.batch_transform) {
     d = d.map(
         [transform = config_.batch_transform, seed = config_.seed](data::Element batch) {
@@ -212,9 +221,7 @@ int64_t Trainer::steps_per_epoch(const data::Dataset& train) {
   if (config_.steps_per_epoch > 0) return config_.steps_per_epoch;
   const int processes = processes_of(*strategy_);
   const int64_t mine =
-      data::auto_shard(train, processes, process_index_of(*strategy_), config_.auto_shard)
-          .batch(config_.batch_size / processes, config_.drop_remainder)
-          .cardinality();
+      batched(train, config_.batch_size / processes, config_.drop_remainder).cardinality();
   if (processes == 1) return mine == data::kInfiniteCardinality ? 0 : std::max<int64_t>(mine, 0);
   // The longest shard sets the epoch's steps; unknown anywhere is unknown.
   const std::vector<int64_t> all =
@@ -234,8 +241,8 @@ void Trainer::make_schedule(int64_t per_epoch) {
     TANDEM_THROW(InvalidArgument, "the ", config_.schedule, " schedule",
                  config_.warmup_epochs > 0.0 ? " with warm-up" : "",
                  " is measured in epochs, but the training data's size is not known without "
-                 "reading it (filter, interleave or TFRecord files); set steps_per_epoch "
-                 "(--steps-per-epoch) or use the constant schedule");
+                 "reading it (a filter, an interleave, compressed TFRecord files, repeat()); "
+                 "set steps_per_epoch (--steps-per-epoch) or use the constant schedule");
   }
   schedule_ = optim::make_schedule(
       {.name = config_.schedule,
@@ -272,10 +279,7 @@ EvalResult Trainer::evaluate(const data::Dataset& dataset) {
   std::exception_ptr error;
   try {
     const int64_t batch = (config_.eval_batch_size + processes - 1) / processes;
-    data::Iterator it =
-        data::auto_shard(dataset, processes, process_index_of(*strategy_), config_.auto_shard)
-            .batch(batch)
-            .iterator();
+    data::Iterator it = batched(dataset, batch, false).iterator();
     NumThreadsScope main_threads(local > 1 ? 1 : num_threads());
     while (std::optional<data::Element> e = it.next()) {
       engine_->evaluate(*e, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
@@ -602,6 +606,8 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
       {"drop_remainder", config_.drop_remainder ? "true" : "false"},
       {"optimizer", optimizer().name()},
       {"loss", config_.loss.name},
+      {"loss_record", loss_to_json(config_.loss)},
+      {"metrics_record", metrics_to_json(config_.metrics)},
       {"input_feature", config_.input_feature},
       {"epoch", std::to_string(progress.epoch)},
       {"step", std::to_string(progress.step)},

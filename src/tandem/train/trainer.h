@@ -85,6 +85,10 @@ struct TrainConfig {
 
   // Input.
   data::AutoShardPolicy auto_shard = data::AutoShardPolicy::automatic;
+  // Set for examples with variable-length features: batches are padded to
+  // their longest example (data::Dataset::padded_batch; drop_remainder is
+  // taken from above).
+  std::optional<data::PaddedBatchOptions> padding;
   // Applied to each batch this process assembles, before it is split
   // between its replicas (augmentation, decoding): part of the step's input
   // time. Must keep the number of rows. thread_generator() is seeded from
@@ -225,6 +229,10 @@ class Trainer {
  private:
   struct Progress;
   struct EpochInput;
+  // This process's shard of `examples` in batches (padded when configured).
+  data::Dataset batched(const data::Dataset& examples, int64_t batch_size,
+                        bool drop_remainder) const;
+  // The training batches: batched, transformed, prefetched.
   data::Dataset process_batches(const data::Dataset& train) const;
   distribute::ForwardFn training_forward();
   void make_schedule(int64_t steps_per_epoch);
