@@ -9,15 +9,10 @@ namespace tandem::nn {
 
 using kernels::Activation;
 
-namespace {
-
-// The logits' dtype: f32 when asked for, else the activations'.
-std::optional<DType> last_layer_output(const ModelOptions& options) {
+std::optional<DType> last_layer_output_dtype(const ModelOptions& options) {
   if (options.float32_outputs && options.activation_dtype) return DType::f32;
   return options.activation_dtype;
 }
-
-}  // namespace
 
 std::shared_ptr<Sequential> make_cnn(const ModelOptions& options) {
   Generator generator(options.seed);
@@ -29,7 +24,7 @@ std::shared_ptr<Sequential> make_cnn(const ModelOptions& options) {
                              .compute_dtype = options.compute_dtype,
                              .output_dtype = options.activation_dtype};
   const LinearOptions logits{.compute_dtype = options.compute_dtype,
-                             .output_dtype = last_layer_output(options)};
+                             .output_dtype = last_layer_output_dtype(options)};
   auto model = std::make_shared<Sequential>();
   model->emplace<Conv2d>(1, 32, 3, conv, generator)
       .emplace<MaxPool2d>(2)
@@ -47,7 +42,7 @@ std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
                              .compute_dtype = options.compute_dtype,
                              .output_dtype = options.activation_dtype};
   const LinearOptions logits{.compute_dtype = options.compute_dtype,
-                             .output_dtype = last_layer_output(options)};
+                             .output_dtype = last_layer_output_dtype(options)};
   auto model = std::make_shared<Sequential>();
   model->emplace<Flatten>()
       .emplace<Linear>(784, 512, hidden, generator)
@@ -56,7 +51,7 @@ std::shared_ptr<Sequential> make_mlp(const ModelOptions& options) {
   return model;
 }
 
-std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options) {
+void check_model_options(const ModelOptions& options) {
   if (options.compute_dtype != DType::f32 && options.compute_dtype != DType::bf16) {
     TANDEM_THROW(InvalidArgument, "compute dtype must be f32 or bf16, got ",
                  dtype_name(options.compute_dtype));
@@ -65,6 +60,10 @@ std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptio
     TANDEM_THROW(InvalidArgument, "activation dtype must be f32, bf16 or f16, got ",
                  dtype_name(*options.activation_dtype));
   }
+}
+
+std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options) {
+  check_model_options(options);
   if (name == "cnn") return make_cnn(options);
   if (name == "mlp") return make_mlp(options);
   TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn or mlp)");

@@ -25,6 +25,15 @@ struct ModelOptions {
   bool float32_outputs = true;  // the logits in f32 whatever the activations
 };
 
+// Throws InvalidArgument unless the compute dtype is f32 or bf16 and the
+// activation dtype, when given, is floating (f32, bf16, f16).
+void check_model_options(const ModelOptions& options);
+
+// The output dtype of a model's last matmul/conv layer (its logits): f32
+// when float32_outputs asks for it, else the activation dtype (nullopt: the
+// input's dtype).
+std::optional<DType> last_layer_output_dtype(const ModelOptions& options);
+
 std::shared_ptr<Sequential> make_cnn(const ModelOptions& options = {});
 std::shared_ptr<Sequential> make_mlp(const ModelOptions& options = {});
 // "cnn" or "mlp"; throws InvalidArgument naming the known models otherwise.

@@ -1,9 +1,66 @@
 #include "tandem/train/model_factory.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
 #include "tandem/base/error.h"
+#include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
 
 namespace tandem::train {
+namespace {
+
+nn::ModelOptions options_for(const ModelSpec& spec) {
+  nn::ModelOptions options = precision::model_options(spec.policy, {.seed = spec.seed});
+  options.compute_dtype = spec.compute_dtype;
+  return options;
+}
+
+// A file model's factory. The options are checked now, not on a replica.
+ModelFactory definition_model(ModelSpec spec, nn::ModelDefinition definition) {
+  const nn::ModelOptions options = options_for(spec);
+  nn::check_model_options(options);
+  return {std::move(spec), [definition = std::move(definition), options] {
+            return nn::build_model(definition, options);
+          }};
+}
+
+// The file's text; refuses anything but a regular file of at most
+// kMaxModelFileBytes, checked before reading and while reading (it may grow).
+std::string read_model_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!fs::exists(status)) {
+    TANDEM_THROW(IoError, "model file '", path, "' does not exist",
+                 error ? " (" + error.message() + ")" : "");
+  }
+  if (!fs::is_regular_file(status)) {
+    TANDEM_THROW(IoError, "model file '", path, "' is not a regular file");
+  }
+  const uintmax_t size = fs::file_size(path, error);
+  if (error)
+    TANDEM_THROW(IoError, "cannot read the size of model file '", path, "': ", error.message());
+  const auto too_big = [&](uintmax_t bytes) {
+    TANDEM_THROW(IoError, "model file '", path, "' has ", bytes, " bytes, more than the ",
+                 kMaxModelFileBytes, " a model file may have");
+  };
+  if (size > kMaxModelFileBytes) too_big(size);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TANDEM_THROW(IoError, "cannot open model file '", path, "': ", std::strerror(errno));
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxModelFileBytes) too_big(text.size());
+  }
+  if (in.bad()) TANDEM_THROW(IoError, "cannot read model file '", path, "'");
+  return text;
+}
+
+}  // namespace
 
 ModelFactory builtin_model(const std::string& name, precision::Policy policy, uint64_t seed,
                            std::optional<DType> compute_dtype) {
@@ -12,10 +69,22 @@ ModelFactory builtin_model(const std::string& name, precision::Policy policy, ui
                  .compute_dtype = compute_dtype.value_or(precision::matrix_dtype(policy)),
                  .seed = seed,
                  .rebuildable = true};
-  nn::ModelOptions options = precision::model_options(policy, {.seed = seed});
-  options.compute_dtype = spec.compute_dtype;
+  const nn::ModelOptions options = options_for(spec);
   nn::make_model(name, options);  // validates the name and options now, not on a replica
   return {spec, [name, options] { return nn::make_model(name, options); }};
+}
+
+ModelFactory model_from_file(const std::string& path, precision::Policy policy, uint64_t seed,
+                             std::optional<DType> compute_dtype) {
+  std::string text = read_model_file(path);
+  nn::ModelDefinition definition = nn::parse_model_definition(text, path);
+  ModelSpec spec{.name = definition.name,
+                 .definition = std::move(text),
+                 .policy = policy,
+                 .compute_dtype = compute_dtype.value_or(precision::matrix_dtype(policy)),
+                 .seed = seed,
+                 .rebuildable = true};
+  return definition_model(std::move(spec), std::move(definition));
 }
 
 ModelFactory custom_model(std::string name, distribute::ModelBuilder build,
@@ -36,7 +105,13 @@ ModelFactory rebuild_model(const ModelSpec& spec) {
                  "it with the program (C++ API) and load the checkpoint into it");
   }
   if (!spec.definition.empty()) {
-    TANDEM_THROW(NotImplemented, "model files are not supported yet ('", spec.name, "')");
+    // The recorded text, not the file (which may have changed since); its
+    // name is the spec's even when the file named none (the default, the
+    // file's stem, is not in the text).
+    nn::ModelDefinition definition =
+        nn::parse_model_definition(spec.definition, "recorded definition of '" + spec.name + "'");
+    definition.name = spec.name;
+    return definition_model(spec, std::move(definition));
   }
   return builtin_model(spec.name, spec.policy, spec.seed, spec.compute_dtype);
 }

@@ -40,8 +40,21 @@ struct ModelFactory {
 // compute dtype defaults to the policy's (precision::matrix_dtype). Throws
 // InvalidArgument for an unknown name.
 ModelFactory builtin_model(const std::string& name,
-                           precision::Policy policy = precision::global_policy(),
-                           uint64_t seed = 0, std::optional<DType> compute_dtype = std::nullopt);
+                           precision::Policy policy = precision::global_policy(), uint64_t seed = 0,
+                           std::optional<DType> compute_dtype = std::nullopt);
+
+// The largest model file model_from_file reads, in bytes.
+inline constexpr uint64_t kMaxModelFileBytes = uint64_t{4} << 20;
+
+// A model defined in a TOML file (nn/model_file.h, docs/model_files.md)
+// under a precision policy, built as builtin_model builds the built-ins. The
+// spec's name is the definition's, its definition the file's text, and it is
+// rebuildable. Throws IoError naming the path when the file is missing, not
+// a regular file, larger than kMaxModelFileBytes or unreadable, and
+// InvalidArgument ("path:line: layer N (type): ...") for a bad definition.
+ModelFactory model_from_file(const std::string& path,
+                             precision::Policy policy = precision::global_policy(),
+                             uint64_t seed = 0, std::optional<DType> compute_dtype = std::nullopt);
 
 // A model a program builds; `name` labels it in checkpoints and summaries,
 // `policy` is the one its layers were built with (it picks the default loss
@@ -49,8 +62,10 @@ ModelFactory builtin_model(const std::string& name,
 ModelFactory custom_model(std::string name, distribute::ModelBuilder build,
                           precision::Policy policy = precision::global_policy());
 
-// The factory a spec describes (built-ins and model files); throws
-// InvalidArgument for a spec that is not rebuildable.
+// The factory a spec describes: a model file's when spec.definition holds
+// one (rebuilt from that text, not from the file), else a built-in's. Throws
+// InvalidArgument for a spec that is not rebuildable or whose definition or
+// name is invalid.
 ModelFactory rebuild_model(const ModelSpec& spec);
 
 // The spec as checkpoint metadata ("model", "model_definition", "precision",
