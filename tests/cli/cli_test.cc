@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "support/cli.h"
 #include "tandem/data/example.h"
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
@@ -26,44 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int status;
-  std::string output;  // stdout and stderr
-};
-
-// Runs a shell command; output holds what it printed.
-CommandResult shell(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  CommandResult r{-1, ""};
-  if (!pipe) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-// Runs tandem with the arguments; output holds stdout and stderr, or only
-// stderr when errors_only.
-CommandResult run(const std::string& arguments, bool errors_only = false) {
-  return shell(std::string(TANDEM_CLI_PATH) + " " + arguments +
-               (errors_only ? " 2>&1 >/dev/null" : " 2>&1"));
-}
-
-std::string tmp(const std::string& name) {
-  const fs::path p = fs::path(TANDEM_TEST_TMPDIR) / name;
-  fs::remove_all(p);
-  return p.string();
-}
-
-void expect_one_line_error(const std::string& arguments, const std::string& needle) {
-  const CommandResult r = run(arguments, true);
-  EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("tandem: error:"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
-}
+using tandem::testing::CommandResult;
+using tandem::testing::expect_one_line_error;
+using tandem::testing::run;
+using tandem::testing::shell;
+using tandem::testing::tmp;
 
 TEST(Cli, HelpAndVersion) {
   for (const char* args :

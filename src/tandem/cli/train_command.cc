@@ -63,7 +63,7 @@ struct TrainOptions {
   bool quiet = false;
   bool no_monitor = false;
   int64_t metrics_every = 1;
-  std::string trace_steps;  // "FIRST:LAST" global steps, or "STEP"
+  std::string trace_steps;           // "FIRST:LAST" global steps, or "STEP"
   std::string prefetch = "0";        // batches, or "auto"
   std::string input_parallel = "1";  // batches built at once, or "auto"
   std::string augment = "none";      // data::parse_augment's spec
@@ -162,7 +162,7 @@ int parse_count_or_auto(const std::string& flag, const std::string& text, int mi
 struct RunData {
   data::Dataset train = data::Dataset::range(0);
   std::optional<data::Dataset> validation;
-  std::string description;  // "Fashion-MNIST, 60000 train / 10000 test examples"
+  std::string description;                     // "Fashion-MNIST, 60000 train / 10000 test examples"
   std::map<std::string, std::string> summary;  // summary.json's config entries
   std::optional<data::PaddedBatchOptions> padding;
   std::string input = "image", label = "label";
@@ -179,8 +179,8 @@ RunData load_run_data(const TrainOptions& o, uint64_t seed) {
     // Reshuffled every epoch (pass) from the seed.
     r.train = data::as_dataset(train).shuffle(train.size(), seed);
     r.validation = data::as_dataset(test);
-    r.description = fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(),
-                                test.size());
+    r.description =
+        fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(), test.size());
     r.summary = {{"data_dir", o.data_dir},
                  {"train_examples", std::to_string(train.size())},
                  {"test_examples", std::to_string(test.size())}};
@@ -204,8 +204,8 @@ RunData load_run_data(const TrainOptions& o, uint64_t seed) {
     data::InputSpec v = data::read_input_spec(o.validation_data);
     if (v.input != spec.input || v.label != spec.label) {
       TANDEM_THROW(InvalidArgument, "--validation-data '", o.validation_data, "' names input '",
-                   v.input, "' and label '", v.label, "' but --data names '", spec.input,
-                   "' and '", spec.label, "'");
+                   v.input, "' and label '", v.label, "' but --data names '", spec.input, "' and '",
+                   spec.label, "'");
     }
     v.shuffle = 0;
     r.validation = data::make_input(v, seed);
@@ -282,15 +282,19 @@ int run_train(TrainOptions& o) {
       return batch;
     };
   }
-  if (config.output_dir.empty()) config.output_dir = default_output_dir(o.model);
+  if (config.output_dir.empty())
+    config.output_dir = default_output_dir(std::filesystem::path(o.model).stem().string());
   const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
     TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
   if (o.no_monitor && trace_first > 0)
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
   config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
+  // A model file (FILE.toml), or a built-in name (validated here).
   const train::ModelFactory factory =
-      train::builtin_model(o.model, policy, config.seed, compute_dtype);  // validates the name
+      o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model)
+          ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
+          : train::builtin_model(o.model, policy, config.seed, compute_dtype);
   const auto load_start = std::chrono::steady_clock::now();
   const RunData run_data = load_run_data(o, config.seed);
   const double load_seconds =
@@ -299,8 +303,10 @@ int run_train(TrainOptions& o) {
   config.padding = run_data.padding;
   configure_objective(o, run_data.label, config);
   if (augment.any() && run_data.input != "image") {
-    TANDEM_THROW(InvalidArgument, "--augment works on an input feature named image; this data's "
-                                  "input is '", run_data.input, "'");
+    TANDEM_THROW(InvalidArgument,
+                 "--augment works on an input feature named image; this data's "
+                 "input is '",
+                 run_data.input, "'");
   }
   const data::Dataset& train_set = run_data.train;
 
@@ -309,7 +315,7 @@ int run_train(TrainOptions& o) {
   const bool chief = strategy.is_chief();
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
   if (!o.quiet && chief) {
-    fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", o.model,
+    fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
                trainer.model().parameter_count(), run_data.description, load_seconds);
     fmt::print(
         "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
@@ -424,14 +430,16 @@ int run_train(TrainOptions& o) {
     const auto& last = result.history.back();
     const std::vector<std::pair<std::string, double>>& final_metrics =
         run_data.validation ? last.validation_metrics : last.train_metrics;
-    std::string figures = fmt::format("{} loss {:.4f}", run_data.validation ? "validation" : "train",
-                                      run_data.validation ? last.validation_loss : last.train_loss);
+    std::string figures =
+        fmt::format("{} loss {:.4f}", run_data.validation ? "validation" : "train",
+                    run_data.validation ? last.validation_loss : last.train_loss);
     for (const auto& [name, value] : final_metrics) {
       figures += name.ends_with("accuracy") ? fmt::format(", {} {:.2f}%", name, 100.0 * value)
                                             : fmt::format(", {} {:.4g}", name, value);
     }
     if (result.input_exhausted)
-      fmt::print(stderr, "tandem: warning: the training data ran out before the last epoch ended\n");
+      fmt::print(stderr,
+                 "tandem: warning: the training data ran out before the last epoch ended\n");
     fmt::print("done: {}, {:.1f} s; summary in {}\n", figures, result.wall_seconds, summary_path);
     if (run_monitor) {
       for (const monitor::Finding& f : run_monitor->stats().diagnose())
@@ -446,11 +454,15 @@ int run_train(TrainOptions& o) {
 
 Command add_train_command(CLI::App& app) {
   CLI::App* command =
-      app.add_subcommand("train", "Train a model (built-in or from a file) on Fashion-MNIST or "
-                                  "on data described by --data");
+      app.add_subcommand("train",
+                         "Train a model (built-in or from a file) on Fashion-MNIST or "
+                         "on data described by --data");
   auto o = std::make_shared<TrainOptions>();
   train::TrainConfig& c = o->config;
-  command->add_option("--model", o->model, "Model: cnn or mlp")->capture_default_str();
+  command
+      ->add_option("--model", o->model,
+                   "Model: cnn, mlp, or a model file (FILE.toml, docs/model_files.md)")
+      ->capture_default_str();
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")
       ->capture_default_str();
@@ -505,12 +517,14 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--validation-data", o->validation_data,
                       "Validation data, described like --data (default: Fashion-MNIST's test set "
                       "without --data, none with it)");
-  command->add_option("--loss", o->loss,
-                      "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
-                      "mean_absolute_error or huber")
+  command
+      ->add_option("--loss", o->loss,
+                   "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
+                   "mean_absolute_error or huber")
       ->capture_default_str();
-  command->add_option("--label-smoothing", o->label_smoothing,
-                      "softmax_cross_entropy: label smoothing in [0, 1)")
+  command
+      ->add_option("--label-smoothing", o->label_smoothing,
+                   "softmax_cross_entropy: label smoothing in [0, 1)")
       ->capture_default_str();
   command->add_option("--ignore-index", o->ignore_index,
                       "softmax_cross_entropy and metrics: a label value left out");
@@ -518,11 +532,13 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--metrics", o->metrics,
                       "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, or none "
                       "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
-  command->add_option("--steps-per-epoch", c.steps_per_epoch,
-                      "Steps per epoch from one pass over the data (0: an epoch is a pass)")
+  command
+      ->add_option("--steps-per-epoch", c.steps_per_epoch,
+                   "Steps per epoch from one pass over the data (0: an epoch is a pass)")
       ->capture_default_str();
-  command->add_option("--auto-shard", o->auto_shard,
-                      "Multi-worker input sharding: auto, file, data or off")
+  command
+      ->add_option("--auto-shard", o->auto_shard,
+                   "Multi-worker input sharding: auto, file, data or off")
       ->capture_default_str();
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();

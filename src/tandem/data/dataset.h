@@ -66,6 +66,10 @@ struct ImageFolderOptions {
   // File name endings that count as images, compared case-insensitively; a
   // missing leading dot is added.
   std::vector<std::string> extensions = {".jpg", ".jpeg", ".png"};
+  // Set: the images come in a new random order each pass, drawn from (seed,
+  // pass) (Keras's image_dataset_from_directory shuffles its file list the
+  // same way): no buffer of image bytes is needed to shuffle a folder.
+  std::optional<uint64_t> shuffle_seed;
 };
 
 // For Dataset::padded_batch (tf.data's padded_batch).

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "tandem/base/error.h"
+#include "tandem/data/batching.h"
 #include "tandem/data/detail/node.h"
 
 namespace tandem::data {
@@ -109,20 +110,24 @@ class ImageFolderNode : public detail::Node {
   // label_of maps every file of the whole folder to its label, so that
   // with_files can relabel any subset.
   ImageFolderNode(std::vector<std::string> files, std::vector<int32_t> labels, size_t classes,
-                  std::shared_ptr<const std::unordered_map<std::string, int32_t>> label_of)
+                  std::shared_ptr<const std::unordered_map<std::string, int32_t>> label_of,
+                  std::optional<uint64_t> shuffle_seed)
       : files_(std::move(files)),
         labels_(std::move(labels)),
         classes_(classes),
-        label_of_(std::move(label_of)) {}
+        label_of_(std::move(label_of)),
+        shuffle_seed_(shuffle_seed) {}
 
   std::unique_ptr<IteratorBase> make_iterator() override {
     struct It : IteratorBase {
       ImageFolderNode* node;
+      std::vector<int64_t> order;  // empty: file order
       size_t next_index = 0;
       std::optional<Element> next() override {
         if (next_index >= node->files_.size()) return std::nullopt;
         const auto start = detail::Clock::now();
-        const size_t i = next_index++;
+        const size_t i = order.empty() ? next_index : static_cast<size_t>(order[next_index]);
+        ++next_index;
         Tensor label = Tensor::empty(Shape{}, DType::i32);
         label.data<int32_t>()[0] = node->labels_[i];
         Element e{{"image", read_image_file(node->files_[i])}, {"label", label}};
@@ -133,6 +138,10 @@ class ImageFolderNode : public detail::Node {
     };
     auto it = std::make_unique<It>();
     it->node = this;
+    const int64_t pass = next_pass();
+    if (shuffle_seed_) {
+      it->order = epoch_permutation(static_cast<int64_t>(files_.size()), *shuffle_seed_, pass);
+    }
     return it;
   }
   std::string label() const override {
@@ -153,7 +162,7 @@ class ImageFolderNode : public detail::Node {
       labels.push_back(it->second);
     }
     return std::make_shared<ImageFolderNode>(std::move(files), std::move(labels), classes_,
-                                             label_of_);
+                                             label_of_, shuffle_seed_);
   }
 
  private:
@@ -161,6 +170,7 @@ class ImageFolderNode : public detail::Node {
   std::vector<int32_t> labels_;
   size_t classes_;
   std::shared_ptr<const std::unordered_map<std::string, int32_t>> label_of_;
+  std::optional<uint64_t> shuffle_seed_;
 };
 
 }  // namespace
@@ -224,7 +234,8 @@ Dataset Dataset::from_image_folder(const std::string& root, const ImageFolderOpt
   for (size_t i = 0; i < index.files.size(); ++i)
     label_of->emplace(index.files[i], index.labels[i]);
   return Dataset(std::make_shared<ImageFolderNode>(std::move(index.files), std::move(index.labels),
-                                                   index.class_names.size(), std::move(label_of)));
+                                                   index.class_names.size(), std::move(label_of),
+                                                   options.shuffle_seed));
 }
 
 }  // namespace tandem::data

@@ -4,12 +4,12 @@
 
 #include <glob.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "tandem/base/error.h"
 #include "tandem/data/csv.h"
@@ -213,8 +213,8 @@ InputFeature parse_feature(const std::string& name, const toml::table& table,
       r.fail(r.get("dtype"), "'dtype' applies to int64 features and raw bytes");
   } else {
     f.dtype = f.type == "int64" || f.type == "int" ? DType::i32
-              : f.decode == "raw"                   ? DType::u8
-                                                    : DType::f32;
+              : f.decode == "raw"                  ? DType::u8
+                                                   : DType::f32;
   }
   r.finish();
   return f;
@@ -302,7 +302,8 @@ InputSpec parse_input_spec(std::string_view text, const std::string& path) {
   if (const toml::node* features = r.get("features")) {
     if (!features->is_table()) r.fail(features, "'features' must be a table of tables");
     for (const auto& [name, node] : *features->as_table()) {
-      if (!node.is_table()) r.fail(&node, "features." + std::string(name.str()) + " must be a table");
+      if (!node.is_table())
+        r.fail(&node, "features." + std::string(name.str()) + " must be a table");
       spec.features.push_back(
           parse_feature(std::string(name.str()), *node.as_table(), spec.format, path));
     }
@@ -329,6 +330,7 @@ InputSpec read_input_spec(const std::string& path) {
     spec.path = path;
     spec.format = "image_folder";
     spec.root = path;
+    spec.shuffle = 1;  // a new order of the files every epoch, as Keras's folders
     spec.features.push_back({.name = "image", .decode = "image"});
     return spec;
   }
@@ -351,8 +353,8 @@ namespace {
 Tensor make_image(Tensor t, const InputFeature& f) {
   if (f.decode == "image") {
     DecodeOptions options{.channels = f.channels};
-    if (f.resize.size() == 2) options = {.channels = f.channels, .min_height = f.resize[0],
-                                         .min_width = f.resize[1]};
+    if (f.resize.size() == 2)
+      options = {.channels = f.channels, .min_height = f.resize[0], .min_width = f.resize[1]};
     t = decode_image(t, options);
   }
   if (t.rank() == 2) t = t.reshape(Shape{t.dim(0), t.dim(1), 1});
@@ -422,8 +424,8 @@ MapFn example_maker(const InputSpec& spec) {
 Dataset make_input(const InputSpec& spec, uint64_t seed) {
   Dataset d = Dataset::range(0);
   if (spec.format == "tfrecord") {
-    const Compression c = spec.detect_compression ? detect_compression(spec.files.front())
-                                                  : spec.compression;
+    const Compression c =
+        spec.detect_compression ? detect_compression(spec.files.front()) : spec.compression;
     d = Dataset::from_tfrecord(spec.files, c);
   } else if (spec.format == "csv") {
     // Integer features read their column as i32, the others f32.
@@ -450,11 +452,15 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
   } else if (spec.format == "idx") {
     d = Dataset::from_idx(spec.images, spec.labels);
   } else {
-    d = Dataset::from_image_folder(spec.root);
+    // A folder shuffles its file list: no buffer of image bytes.
+    ImageFolderOptions options;
+    if (spec.shuffle > 0 && !spec.cache) options.shuffle_seed = seed;
+    d = Dataset::from_image_folder(spec.root, options);
   }
   // Shuffle the records before decoding them (less to hold), unless the
   // decoded examples are cached: then after the cache, to reshuffle each pass.
-  if (spec.shuffle > 0 && !spec.cache) d = d.shuffle(spec.shuffle, seed);
+  if (spec.shuffle > 0 && !spec.cache && spec.format != "image_folder")
+    d = d.shuffle(spec.shuffle, seed);
   d = d.map(example_maker(spec), {.num_parallel_calls = spec.parallel});
   if (spec.cache) {
     d = d.cache();

@@ -31,10 +31,10 @@ struct InputFeature {
   std::string type;
   // bytes: "image" (JPEG or PNG) or "raw" (a u8 vector of the bytes).
   std::string decode;
-  int channels = 0;                 // image: 1 or 3; 0: as stored
-  std::vector<int64_t> shape;       // int64/float lists: fixed shape (empty: one value)
-  bool variable_length = false;     // int64/float lists, raw bytes: padded per batch
-  double padding = 0.0;             // the padding value of variable-length features
+  int channels = 0;              // image: 1 or 3; 0: as stored
+  std::vector<int64_t> shape;    // int64/float lists: fixed shape (empty: one value)
+  bool variable_length = false;  // int64/float lists, raw bytes: padded per batch
+  double padding = 0.0;          // the padding value of variable-length features
   // int64 lists: i32 (default) or f32; raw bytes: u8 (default), i32 or f32;
   // float lists and images: f32; CSV: f32, or i32 for type "int".
   DType dtype = DType::f32;
@@ -45,16 +45,16 @@ struct InputFeature {
 };
 
 struct InputSpec {
-  std::string path;                // the spec file (or the folder it was made from)
-  std::string format;              // "tfrecord", "csv", "idx", "image_folder"
-  std::vector<std::string> files;  // tfrecord, csv: resolved paths in order
+  std::string path;                             // the spec file (or the folder it was made from)
+  std::string format;                           // "tfrecord", "csv", "idx", "image_folder"
+  std::vector<std::string> files;               // tfrecord, csv: resolved paths in order
   Compression compression = Compression::none;  // tfrecord (auto-detected when "auto")
   bool detect_compression = true;
-  std::string images, labels;  // idx
-  std::string root;            // image_folder
-  int64_t shuffle = 0;         // buffer; 0: examples in file order
-  bool cache = false;          // keep the decoded examples in memory after the first pass
-  int parallel = kAutotune;    // map calls at once for decoding
+  std::string images, labels;   // idx
+  std::string root;             // image_folder
+  int64_t shuffle = 0;          // buffer; 0: examples in file order
+  bool cache = false;           // keep the decoded examples in memory after the first pass
+  int parallel = kAutotune;     // map calls at once for decoding
   std::string input = "image";  // the feature the model reads
   std::string label = "label";  // the feature the loss and metrics read
   std::vector<InputFeature> features;

@@ -88,6 +88,19 @@ struct fmt::formatter<tandem::monitor::JsonNumber> : fmt::formatter<double> {
 
 namespace tandem::monitor {
 
+int64_t peak_resident_set_bytes() {
+  // VmHWM: the high-water mark of the resident set, in kB.
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return 0;
+  char line[256];
+  long long kilobytes = 0;
+  while (std::fgets(line, sizeof(line), status)) {
+    if (std::sscanf(line, "VmHWM: %lld kB", &kilobytes) == 1) break;
+  }
+  std::fclose(status);
+  return kilobytes * 1024;
+}
+
 int64_t resident_set_bytes() {
   // Kept open: re-reading /proc/self/statm with pread is a few microseconds.
   static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
@@ -301,7 +314,8 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
                    nlohmann::json(info_.backend).dump());
     for (size_t i = 0; i < s.buckets.size(); ++i) {
       const auto& b = s.buckets[i];
-      fmt::format_to(it, "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{},\"algorithm\":\"{}\"}}",
+      fmt::format_to(it,
+                     "{}{{\"bytes\":{},\"seconds\":{},\"bus_bandwidth\":{},\"algorithm\":\"{}\"}}",
                      i ? "," : "", b.wire_bytes, N{b.seconds},
                      N{allreduce_bus_bandwidth(static_cast<double>(b.wire_bytes), b.seconds,
                                                info_.global_replicas)},
@@ -482,6 +496,7 @@ std::string Monitor::summary_json() const {
       {"memory", memory},
       {"input_pipeline", input_pipeline},
       {"rss_bytes", resident_set_bytes()},
+      {"peak_rss_bytes", peak_resident_set_bytes()},
       {"monitor_seconds", own_seconds_},
       {"warnings", warnings_},
       {"findings", findings}};

@@ -118,7 +118,7 @@ class Monitor {
   double own_seconds_ = 0.0;
   double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
   std::vector<std::string> warnings_;
-  std::vector<DeviceMemory> training_memory_;  // peaks over training steps only
+  std::vector<DeviceMemory> training_memory_;   // peaks over training steps only
   std::vector<data::StageStats> input_stages_;  // the last epoch's input pipeline counters
   int64_t rss_bytes_ = 0;
   std::chrono::steady_clock::time_point rss_read_at_;
@@ -126,5 +126,8 @@ class Monitor {
 
 // Resident set size of this process in bytes (0 where /proc is unavailable).
 int64_t resident_set_bytes();
+// The largest resident set size of this process so far (0 where /proc is
+// unavailable).
+int64_t peak_resident_set_bytes();
 
 }  // namespace tandem::monitor

@@ -13,8 +13,7 @@ namespace {
 
 // "name" or "name(setting=value, ...)" with the settings that differ from
 // the defaults, so that equal names mean equal losses.
-std::string describe(std::string_view name, const LossOptions& o, bool classification,
-                     bool huber) {
+std::string describe(std::string_view name, const LossOptions& o, bool classification, bool huber) {
   std::vector<std::string> settings;
   if (o.labels != "label") settings.push_back("labels=" + o.labels);
   if (classification && o.ignore_index)

@@ -33,7 +33,7 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
       {"input_feature", config.input_feature},
       {"steps_per_epoch", config.steps_per_epoch},
       {"drop_remainder", config.drop_remainder},
-      {"prefetch_batches", config.prefetch_batches},          // -1: autotune
+      {"prefetch_batches", config.prefetch_batches},           // -1: autotune
       {"input_parallel_calls", config.input_parallel_calls}};  // -1: autotune
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
@@ -53,7 +53,8 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
     const EpochResult& last = result.history.back();
     nlohmann::json epoch = last;
     for (const char* key : {"train_loss", "validation_loss"}) s[key] = epoch[key];
-    for (const auto& [name, value] : last.train_metrics) s["train_" + name] = epoch["train_" + name];
+    for (const auto& [name, value] : last.train_metrics)
+      s["train_" + name] = epoch["train_" + name];
     for (const auto& [name, value] : last.validation_metrics)
       s["validation_" + name] = epoch["validation_" + name];
     s["test_loss"] = epoch["validation_loss"];

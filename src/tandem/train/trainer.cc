@@ -182,7 +182,7 @@ std::string Trainer::checkpoint_path() const {
 }
 
 data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
-                              bool drop_remainder) const {
+                               bool drop_remainder) const {
   const int processes = processes_of(*strategy_);
   const data::Dataset shard =
       data::auto_shard(examples, processes, process_index_of(*strategy_), config_.auto_shard);

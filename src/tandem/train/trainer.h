@@ -71,7 +71,7 @@ struct TrainConfig {
   double lr_gamma = 0.1;            // step schedule factor
   double min_lr = 0.0;              // cosine floor
   double warmup_epochs = 0.0;
-  uint64_t seed = 0;  // dropout streams and batch_transform's generator
+  uint64_t seed = 0;                    // dropout streams and batch_transform's generator
   distribute::StrategyConfig strategy;  // one_device by default
   distribute::ReducerOptions reducer;
   // Unset: dynamic for a mixed_float16 model, none otherwise. With a
@@ -148,8 +148,8 @@ struct EvalResult {
 using distribute::ReplicaStepTime;
 
 struct StepInfo {
-  int64_t epoch = 0;  // 1-based
-  int64_t step = 0;   // within the epoch, 1-based
+  int64_t epoch = 0;            // 1-based
+  int64_t step = 0;             // within the epoch, 1-based
   int64_t steps_per_epoch = 0;  // 0: not known (a dataset of unknown size)
   int64_t global_step = 0;      // 1-based, over the whole run
   double loss = 0.0;            // mean per-example loss of the global batch

@@ -1,0 +1,261 @@
+// `tandem train` on models and data users bring: a model file trained on
+// Fashion-MNIST written as JPEG TFRecord shards reaches the built-in path's
+// accuracy; an image folder and a CSV regression train; a TFRecord file
+// larger than the process's resident set streams; bad model files, data
+// specifications and data each give one clear error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/cli.h"
+#include "support/test_data.h"
+#include "support/test_files.h"
+#include "tandem/data/example.h"
+#include "tandem/data/image.h"
+#include "tandem/data/tfrecord.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_one_line_error;
+using testing::fashion;
+using testing::run;
+using testing::tmp;
+
+void write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+nlohmann::json summary_of(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/summary.json");
+  return nlohmann::json::parse(in);
+}
+
+const char* kFashionJpegSpec = R"(
+format = "tfrecord"
+files = ["train-*.tfrecord"]
+shuffle = 6400          # the whole split: the same order as the built-in path's
+[features.image]
+type = "bytes"
+decode = "image"
+channels = 1
+mean = [0.2860]
+std = [0.3530]
+[features.label]
+type = "int64"
+)";
+
+TEST(UserData, ModelFileOnJpegTfrecordShardsMatchesTheBuiltInPath) {
+  const std::string dir = tmp("user-jpeg");
+  const data::LabeledImages train{fashion().train.images.slice(0, 6400),
+                                  fashion().train.labels.slice(0, 6400)};
+  const data::LabeledImages test{fashion().test.images.slice(0, 1000),
+                                 fashion().test.labels.slice(0, 1000)};
+  testing::write_jpeg_tfrecords(dir + "/train", train, {2000, 2000, 2400});
+  testing::write_jpeg_tfrecords(dir + "/test", test, {1000});
+  write(dir + "/train/data.toml", kFashionJpegSpec);
+  write(dir + "/test/data.toml",
+        std::string(kFashionJpegSpec)
+            .replace(std::string(kFashionJpegSpec).find("shuffle"), 7, "#huffle"));
+  const std::string common = " --epochs 1 --schedule constant --threads 2 --quiet --seed 3";
+  const testing::CommandResult files =
+      run("train --model " + std::string(TANDEM_SOURCE_DIR) + "/examples/models/cnn.toml --data " +
+          dir + "/train/data.toml --validation-data " + dir + "/test/data.toml --output " + dir +
+          "/run-files" + common);
+  ASSERT_EQ(files.status, 0) << files.output;
+  const testing::CommandResult builtin =
+      run("train --model cnn --train-examples 6400 --test-examples 1000 --output " + dir +
+          "/run-builtin" + common);
+  ASSERT_EQ(builtin.status, 0) << builtin.output;
+  const nlohmann::json a = summary_of(dir + "/run-files"), b = summary_of(dir + "/run-builtin");
+  EXPECT_EQ(a.at("config").at("model"), "reference_cnn");
+  EXPECT_EQ(a.at("history")[0].at("train_examples"), 6400);
+  // The same architecture, initialisation and order; the pixels went through
+  // JPEG (quality 95), so the figures are close, not equal.
+  const double files_accuracy = a.at("validation_accuracy").get<double>();
+  const double builtin_accuracy = b.at("validation_accuracy").get<double>();
+  EXPECT_GT(files_accuracy, 0.7);
+  EXPECT_NEAR(files_accuracy, builtin_accuracy, 0.02);
+  EXPECT_NEAR(a.at("train_loss").get<double>(), b.at("train_loss").get<double>(), 0.05);
+  // The run's checkpoint rebuilds from its recorded model file.
+  EXPECT_EQ(run("train --model " + std::string(TANDEM_SOURCE_DIR) +
+                "/examples/models/cnn.toml --data " + dir + "/train/data.toml --output " + dir +
+                "/run-files --resume --epochs 2 --schedule constant --threads 2 --quiet --seed 3")
+                .status,
+            0);
+}
+
+TEST(UserData, ImageFolderAndCsvRegressionTrain) {
+  // A folder of PNGs, one sub-folder per class (3 classes of Fashion-MNIST).
+  const std::string dir = tmp("user-folder");
+  const std::vector<int32_t> labels = fashion().train.labels.to_ints();
+  const std::vector<float> pixels = fashion().train.images.to_floats();
+  int written[3] = {0, 0, 0};
+  for (size_t i = 0; i < labels.size() && written[0] + written[1] + written[2] < 300; ++i) {
+    const int32_t c = labels[i];
+    if (c > 2 || written[c] >= 100) continue;
+    Tensor u8 = Tensor::empty(Shape{28, 28, 1}, DType::u8);
+    for (int k = 0; k < 784; ++k) {
+      const float v = (pixels[i * 784 + k] * data::kFashionMnistStd + data::kFashionMnistMean);
+      u8.data<uint8_t>()[k] = static_cast<uint8_t>(std::clamp(v * 255.0f + 0.5f, 0.0f, 255.0f));
+    }
+    const std::string path =
+        dir + "/images/class" + std::to_string(c) + "/" + std::to_string(written[c]++) + ".png";
+    fs::create_directories(fs::path(path).parent_path());
+    const std::string bytes = data::tensor_bytes(data::encode_png(u8));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  write(dir + "/mlp3.toml",
+        "input_shape = [28, 28, 1]\n[[layers]]\ntype = \"flatten\"\n[[layers]]\ntype = "
+        "\"dense\"\nunits = 64\nactivation = \"relu\"\n[[layers]]\ntype = \"dense\"\nunits = 3\n");
+  const testing::CommandResult folder =
+      run("train --model " + dir + "/mlp3.toml --data " + dir + "/images --validation-data " + dir +
+          "/images --batch-size 30 --epochs 3 --schedule constant --quiet --output " + dir +
+          "/run-folder");
+  ASSERT_EQ(folder.status, 0) << folder.output;
+  EXPECT_GT(summary_of(dir + "/run-folder").at("validation_accuracy").get<double>(), 0.6);
+
+  // A CSV regression: three feature columns into one vector, a target column.
+  testing::write_regression_csv(dir + "/reg.csv", 600, 3, 2);
+  write(dir + "/reg.toml",
+        "format = \"csv\"\nfiles = [\"reg.csv\"]\nshuffle = 600\ninput = \"x\"\nlabel = "
+        "\"y\"\n[features.x]\ncolumns = [\"x0\", \"x1\", \"x2\"]\n[features.y]\ncolumns = "
+        "[\"y\"]\n");
+  write(dir + "/regressor.toml",
+        "input_shape = [3]\n[[layers]]\ntype = \"dense\"\nunits = 32\nactivation = "
+        "\"relu\"\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
+  const testing::CommandResult csv = run(
+      "train --model " + dir + "/regressor.toml --data " + dir + "/reg.toml --validation-data " +
+      dir + "/reg.toml --loss mean_squared_error --batch-size 32 --epochs 4 --quiet --output " +
+      dir + "/run-csv");
+  ASSERT_EQ(csv.status, 0) << csv.output;
+  const nlohmann::json s = summary_of(dir + "/run-csv");
+  const auto& history = s.at("history");
+  EXPECT_LT(history.back().at("train_loss").get<double>(),
+            0.5 * history.front().at("train_loss").get<double>());
+  EXPECT_LT(s.at("validation_rmse").get<double>(), 0.2);
+  EXPECT_EQ(s.at("config").at("loss"), "mean_squared_error(labels=y)");
+}
+
+// 200 MB of records (a 100 kB padding feature the spec does not read) stream
+// through a process whose resident set stays far below the file's size.
+TEST(UserData, ATfrecordLargerThanTheResidentSetStreams) {
+  const std::string dir = tmp("user-large");
+  fs::create_directories(dir);
+  std::vector<std::string> records;
+  const std::string padding(100000, 'p');
+  for (int i = 0; i < 2000; ++i) {
+    data::Feature x{.kind = data::Feature::Kind::float_list};
+    x.floats = {static_cast<float>(i % 7) / 7.0f, static_cast<float>(i % 3) / 3.0f};
+    data::Feature y{.kind = data::Feature::Kind::float_list};
+    y.floats = {x.floats[0] - x.floats[1]};
+    data::Feature pad{.kind = data::Feature::Kind::bytes_list};
+    pad.bytes = {padding};
+    records.push_back(data::encode_example({{"x", x}, {"y", y}, {"padding", pad}}));
+  }
+  data::write_tfrecord(dir + "/big.tfrecord", records);
+  records.clear();
+  const auto file_bytes = static_cast<int64_t>(fs::file_size(dir + "/big.tfrecord"));
+  ASSERT_GT(file_bytes, 200'000'000);
+  write(dir + "/big.toml",
+        "format = \"tfrecord\"\nfiles = [\"big.tfrecord\"]\ninput = \"x\"\nlabel = \"y\"\n"
+        "[features.x]\ntype = \"float\"\nshape = [2]\n[features.y]\ntype = \"float\"\n");
+  write(dir + "/model.toml", "input_shape = [2]\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
+  const testing::CommandResult r =
+      run("train --model " + dir + "/model.toml --data " + dir +
+          "/big.toml --loss mean_squared_error --batch-size 100 --epochs 1 --quiet --output " +
+          dir + "/run");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json s = summary_of(dir + "/run");
+  EXPECT_EQ(s.at("history")[0].at("train_examples"), 2000);
+  const int64_t peak = s.at("monitor").at("peak_rss_bytes").get<int64_t>();
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, file_bytes / 2) << "peak resident set " << peak << " bytes for a file of "
+                                  << file_bytes;
+  fs::remove(dir + "/big.tfrecord");
+}
+
+TEST(UserData, BadModelFilesSpecificationsAndDataAreOneClearError) {
+  const std::string dir = tmp("user-bad");
+  testing::write_regression_csv(dir + "/reg.csv", 50, 3, 2);
+  const std::string good_spec =
+      "format = \"csv\"\nfiles = [\"reg.csv\"]\ninput = \"x\"\nlabel = \"y\"\n[features.x]\n"
+      "columns = [\"x0\", \"x1\", \"x2\"]\n[features.y]\ncolumns = [\"y\"]\n";
+  write(dir + "/reg.toml", good_spec);
+  write(dir + "/model.toml", "input_shape = [3]\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
+  const std::string regression =
+      " --loss mean_squared_error --batch-size 16 --epochs 1 --output " + dir + "/run";
+  // Model files: an unknown layer, a shape mismatch with the data (line named).
+  write(dir + "/unknown.toml",
+        "input_shape = [3]\n[[layers]]\ntype = \"dense\"\nunits = 4\n"
+        "[[layers]]\ntype = \"lstm\"\n");
+  expect_one_line_error(
+      "train --model " + dir + "/unknown.toml --data " + dir + "/reg.toml" + regression,
+      "unknown.toml:6: layer 1 (lstm)");
+  write(dir + "/flat.toml",
+        "input_shape = [3]\n[[layers]]\ntype = \"conv2d\"\nfilters = 2\n"
+        "kernel = 3\n");
+  expect_one_line_error(
+      "train --model " + dir + "/flat.toml --data " + dir + "/reg.toml" + regression,
+      "flat.toml:2");
+  write(dir + "/wide.toml", "input_shape = [5]\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
+  expect_one_line_error(
+      "train --model " + dir + "/wide.toml --data " + dir + "/reg.toml" + regression, "(16, 3)");
+  // Specifications: a missing feature, a wrong dtype, a typo, a missing file.
+  write(dir + "/missing.toml",
+        "format = \"csv\"\nfiles = [\"reg.csv\"]\ninput = \"x\"\nlabel = "
+        "\"target\"\n[features.x]\ncolumns = [\"x0\"]\n");
+  expect_one_line_error(
+      "train --model " + dir + "/model.toml --data " + dir + "/missing.toml" + regression,
+      "label feature 'target' is not among");
+  write(dir + "/dtype.toml",
+        "format = \"tfrecord\"\nfiles = [\"reg.csv\"]\ninput = \"x\"\n"
+        "label = \"x\"\n[features.x]\ntype = \"int64\"\ndtype = \"f64\"\n");
+  expect_one_line_error(
+      "train --model " + dir + "/model.toml --data " + dir + "/dtype.toml" + regression, "f64");
+  write(dir + "/typo.toml", good_spec + "shufle = 10\n");
+  expect_one_line_error(
+      "train --model " + dir + "/model.toml --data " + dir + "/typo.toml" + regression,
+      "unknown key 'shufle'");
+  write(dir + "/nofile.toml", "format = \"csv\"\nfiles = [\"nothere.csv\"]\n");
+  expect_one_line_error(
+      "train --model " + dir + "/model.toml --data " + dir + "/nofile.toml" + regression,
+      "nofile.toml:2: no file");
+  expect_one_line_error(
+      "train --model " + dir + "/model.toml --data " + dir + "/none.toml" + regression,
+      "no data specification");
+  // Data: an image that does not decode.
+  data::Feature junk{.kind = data::Feature::Kind::bytes_list};
+  junk.bytes = {"not an image at all"};
+  data::Feature label{.kind = data::Feature::Kind::int64_list};
+  label.int64s = {1};
+  data::write_tfrecord(
+      dir + "/junk.tfrecord",
+      std::vector<std::string>(4, data::encode_example({{"image", junk}, {"label", label}})));
+  write(dir + "/junk.toml",
+        "format = \"tfrecord\"\nfiles = [\"junk.tfrecord\"]\n"
+        "[features.image]\ntype = \"bytes\"\ndecode = \"image\"\n"
+        "[features.label]\ntype = \"int64\"\n");
+  expect_one_line_error("train --model mlp --batch-size 4 --epochs 1 --data " + dir +
+                            "/junk.toml --output " + dir + "/run-junk",
+                        "image");
+  expect_one_line_error("train --model mlp --data " + dir +
+                            "/junk.toml --train-examples 5 --output " + dir + "/run-junk2",
+                        "--train-examples");
+  expect_one_line_error("train --validation-data " + dir + "/junk.toml --output " + dir + "/run-v",
+                        "--validation-data needs --data");
+  expect_one_line_error("train --model " + dir + "/model.toml --data " + dir + "/reg.toml" +
+                            regression + "2 --metrics f1",
+                        "unknown metric 'f1'");
+  expect_one_line_error("train --model " + dir + "/model.toml --data " + dir +
+                            "/reg.toml --loss hinge --output " + dir + "/run3",
+                        "unknown loss 'hinge'");
+}
+
+}  // namespace
+}  // namespace tandem
