@@ -140,6 +140,14 @@ TEST(UserData, ImageFolderAndCsvRegressionTrain) {
             0.5 * history.front().at("train_loss").get<double>());
   EXPECT_LT(s.at("validation_rmse").get<double>(), 0.2);
   EXPECT_EQ(s.at("config").at("loss"), "mean_squared_error(labels=y)");
+  // tandem evaluate rebuilds the model file, the loss, the metrics and the
+  // validation data from the run.
+  const testing::CommandResult e = run("evaluate " + dir + "/run-csv --json");
+  ASSERT_EQ(e.status, 0) << e.output;
+  const nlohmann::json j = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_EQ(j.at("examples"), 600);
+  EXPECT_NEAR(j.at("rmse").get<double>(), s.at("validation_rmse").get<double>(), 1e-6);
+  EXPECT_NEAR(j.at("loss").get<double>(), s.at("validation_loss").get<double>(), 1e-6);
 }
 
 // 200 MB of records (a 100 kB padding feature the spec does not read) stream

@@ -1,18 +1,21 @@
-// `tandem evaluate RUN_DIR`: the loss and accuracy of a run's checkpoint on
-// the Fashion-MNIST test set, with the model and precision it was trained in.
+// `tandem evaluate RUN_DIR`: the loss and metrics of a run's checkpoint on
+// its validation data (or other data), with the model, precision, loss and
+// metrics it was trained with.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
+#include "tandem/data/input_spec.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/trainer.h"
@@ -22,6 +25,7 @@ namespace {
 
 struct EvaluateOptions {
   std::string run_dir;
+  std::string data;  // a data specification; empty: the run's validation data
   std::string data_dir = data::default_fashion_mnist_dir();
   std::optional<int64_t> test_examples;  // unset: the run's; 0: all
   int64_t batch_size = 1000;
@@ -41,6 +45,48 @@ nlohmann::json run_config(const std::filesystem::path& run_dir) {
   }
 }
 
+// The data to evaluate on: --data, else the run's validation data
+// (summary.json), else Fashion-MNIST's test set (the first N examples, as
+// many as the run used unless --test-examples says).
+struct EvaluationData {
+  data::Dataset examples = data::Dataset::range(0);
+  std::string description;
+  std::optional<data::PaddedBatchOptions> padding;
+};
+
+EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& config) {
+  std::string spec_path = o.data;
+  if (spec_path.empty() && config.is_object()) {
+    for (const char* key : {"validation_data", "data"}) {
+      if (config.contains(key) && config.at(key).is_string()) {
+        spec_path = config.at(key).get<std::string>();
+        break;
+      }
+    }
+  }
+  if (!spec_path.empty()) {
+    if (o.test_examples)
+      TANDEM_THROW(InvalidArgument, "--test-examples selects Fashion-MNIST test examples");
+    data::InputSpec spec = data::read_input_spec(spec_path);
+    spec.shuffle = 0;
+    EvaluationData d{data::make_input(spec, 0), spec_path, std::nullopt};
+    if (spec.needs_padding()) d.padding = spec.padding();
+    return d;
+  }
+  const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
+  data::LabeledImages test = fashion.test;
+  int64_t examples = o.test_examples.value_or(0);
+  if (!o.test_examples && config.is_object() && config.contains("test_examples")) {
+    const nlohmann::json& recorded = config.at("test_examples");
+    if (recorded.is_number_integer()) examples = recorded.get<int64_t>();
+    if (recorded.is_string()) examples = parse_integer(recorded.get<std::string>()).value_or(0);
+  }
+  if (examples > 0 && examples < test.size())
+    test = {test.images.slice(0, examples), test.labels.slice(0, examples)};
+  if (test.size() == 0) TANDEM_THROW(InvalidArgument, "no test examples to evaluate on");
+  return {data::as_dataset(test), "Fashion-MNIST test set", std::nullopt};
+}
+
 int run_evaluate(const EvaluateOptions& o) {
   if (o.threads < 0) {
     TANDEM_THROW(InvalidArgument, "--threads must be 0 (one per physical core) or more, got ",
@@ -56,63 +102,48 @@ int run_evaluate(const EvaluateOptions& o) {
   const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const nlohmann::json config = run_config(o.run_dir);
+  // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
-  const train::Loss loss_fn = train::make_loss("softmax_cross_entropy");
-  if (checkpoint.meta("loss") != loss_fn.name) {
-    TANDEM_THROW(InvalidArgument, "'", path, "' was trained with loss ", checkpoint.meta("loss"),
-                 "; tandem evaluate measures classifiers trained with ", loss_fn.name,
-                 " on Fashion-MNIST");
-  }
+  const EvaluationData data = evaluation_data(o, config);
   const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
   train::Trainer trainer({.eval_batch_size = o.batch_size,
                           .strategy = {.threads_per_device = threads},
                           .input_feature = checkpoint.meta("input_feature"),
-                          .loss = loss_fn},
+                          .loss = train::loss_from_json(checkpoint.meta("loss_record")),
+                          .metrics = train::metrics_from_json(checkpoint.meta("metrics_record")),
+                          .padding = data.padding},
                          train::rebuild_model(spec));
   train::load_model_state(checkpoint, trainer.model());
-
-  const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
-  data::LabeledImages test = fashion.test;
-  // By default the test examples the run evaluated on (--test-examples).
-  int64_t examples = o.test_examples.value_or(0);
-  if (!o.test_examples && config.is_object() && config.contains("test_examples")) {
-    const nlohmann::json& recorded = config.at("test_examples");
-    if (recorded.is_number_integer()) examples = recorded.get<int64_t>();
-    if (recorded.is_string()) examples = parse_integer(recorded.get<std::string>()).value_or(0);
-  }
-  if (examples > 0 && examples < test.size())
-    test = {test.images.slice(0, examples), test.labels.slice(0, examples)};
-  if (test.size() == 0) TANDEM_THROW(InvalidArgument, "no test examples to evaluate on");
   const auto start = std::chrono::steady_clock::now();
-  const train::EvalResult result = trainer.evaluate(
-      data::Dataset::from_tensors({{"image", test.images}, {"label", test.labels}}));
+  const train::EvalResult result = trainer.evaluate(data.examples);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double loss = result.loss;
-  const double accuracy = result.metric("accuracy");
-  const std::string& model_name = spec.name;
-  const precision::Policy policy = spec.policy;
+  if (result.examples == 0) TANDEM_THROW(InvalidArgument, "no examples to evaluate on");
   // Where training stood when the checkpoint was written.
   const int64_t epochs_done = std::stoll(checkpoint.meta("epoch"));
   const int64_t step = std::stoll(checkpoint.meta("step"));
   if (o.json) {
-    fmt::print("{}\n", nlohmann::json{{"model", model_name},
-                                      {"precision", precision::policy_name(policy)},
-                                      {"checkpoint", path},
-                                      {"epochs_done", epochs_done},
-                                      {"step_in_epoch", step},
-                                      {"examples", test.size()},
-                                      {"test_loss", loss},
-                                      {"test_accuracy", accuracy},
-                                      {"seconds", seconds}}
-                           .dump());
+    nlohmann::json j = {
+        {"model", spec.name},          {"precision", precision::policy_name(spec.policy)},
+        {"checkpoint", path},          {"data", data.description},
+        {"epochs_done", epochs_done},  {"step_in_epoch", step},
+        {"examples", result.examples}, {"loss", result.loss},
+        {"seconds", seconds}};
+    for (const auto& [name, value] : result.metrics) j[name] = value;
+    // The names earlier versions printed.
+    j["test_loss"] = result.loss;
+    if (!std::isnan(result.metric("accuracy"))) j["test_accuracy"] = result.metric("accuracy");
+    fmt::print("{}\n", j.dump());
   } else {
-    fmt::print(
-        "{} ({}) from {} after {} epoch(s){}: test loss {:.4f}, accuracy {:.2f}% on {} examples "
-        "({:.2f} s)\n",
-        model_name, precision::policy_name(policy), path, epochs_done,
-        step > 0 ? fmt::format(" and {} step(s)", step) : std::string(), loss, 100.0 * accuracy,
-        test.size(), seconds);
+    std::string figures = fmt::format("loss {:.4f}", result.loss);
+    for (const auto& [name, value] : result.metrics) {
+      figures += name.ends_with("accuracy") ? fmt::format(", {} {:.2f}%", name, 100.0 * value)
+                                            : fmt::format(", {} {:.4g}", name, value);
+    }
+    fmt::print("{} ({}) from {} after {} epoch(s){}: {} on {} examples of {} ({:.2f} s)\n",
+               spec.name, precision::policy_name(spec.policy), path, epochs_done,
+               step > 0 ? fmt::format(" and {} step(s)", step) : std::string(), figures,
+               result.examples, data.description, seconds);
   }
   return 0;
 }
@@ -120,10 +151,14 @@ int run_evaluate(const EvaluateOptions& o) {
 }  // namespace
 
 Command add_evaluate_command(CLI::App& app) {
-  CLI::App* command =
-      app.add_subcommand("evaluate", "Test-set loss and accuracy of a training run's checkpoint");
+  CLI::App* command = app.add_subcommand("evaluate",
+                                         "Loss and metrics of a training run's checkpoint on its "
+                                         "validation data or other data");
   auto o = std::make_shared<EvaluateOptions>();
   command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
+  command->add_option("--data", o->data,
+                      "Data to evaluate on: a data specification or image folder (default: the "
+                      "run's --validation-data, else Fashion-MNIST's test set)");
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   command->add_option("--test-examples", o->test_examples,
