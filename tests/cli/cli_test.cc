@@ -426,7 +426,7 @@ TEST(Cli, MonitorAndReportBadInputs) {
   expect_one_line_error(base + "--augment rotate", "unknown augmentation 'rotate'");
   expect_one_line_error(base + "--augment crop:0", "crop padding must be a whole number");
   expect_one_line_error("report " + tmp("cli-no-such-run"), "does not exist");
-  expect_one_line_error("report", "run_dir is required");
+  expect_one_line_error("report", "report needs the run directory");
 }
 
 // SIGKILL in the middle of training: every line written so far parses, and

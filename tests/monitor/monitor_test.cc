@@ -17,10 +17,12 @@
 #include "tandem/base/error.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/kernels/flops.h"
+#include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
 #include "tandem/monitor/report.h"
+#include "tandem/monitor/step_schema.h"
 #include "tandem/monitor/svg_chart.h"
 #include "tandem/nn/models.h"
 #include "tandem/train/summary.h"
@@ -516,6 +518,42 @@ TEST(Monitor, TraceWindowHasReplicaInputAndCommunicationTracks) {
     if (track.rfind("communication", 0) == 0 && names.count("all_reduce"))
       all_reduces += names.at("all_reduce");
   EXPECT_GE(all_reduces, 3) << "no all_reduce spans on a communication track";
+}
+
+// The step line's fields are one table: the writer's lines hold exactly its
+// fields, the reader takes them back, and the docs show the same table.
+TEST(StepSchema, WriterReaderAndDocsFollowTheOneTable) {
+  const std::string dir = fresh_dir("schema");
+  monitored_run(dir, config(2), factory(), 96);
+  std::ifstream in(fs::path(dir) / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.at("type") != "step") continue;
+    ++steps;
+    std::set<std::string> expected = {"type", "replicas", "allreduce", "memory"};
+    for (const monitor::StepField& f : monitor::step_fields()) expected.insert(std::string(f.name));
+    std::set<std::string> keys;
+    for (const auto& [key, value] : j.items()) keys.insert(key);
+    EXPECT_EQ(keys, expected);
+    for (const auto& r : j.at("replicas")) EXPECT_EQ(r.size(), monitor::replica_fields().size());
+    const monitor::StepRecord back = monitor::detail::step_from_json(j);
+    for (const monitor::StepField& f : monitor::step_fields()) {
+      if (j.at(std::string(f.name)).is_null()) continue;
+      const double written = j.at(std::string(f.name)).is_boolean()
+                                 ? (j.at(std::string(f.name)).get<bool>() ? 1.0 : 0.0)
+                                 : j.at(std::string(f.name)).get<double>();
+      EXPECT_EQ(f.get(back), written) << f.name;
+    }
+    ASSERT_EQ(back.replicas.size(), 2u);
+    EXPECT_EQ(monitor::replica_fields()[1].get(back, 1), j.at("replicas")[1].at("forward"));
+  }
+  EXPECT_EQ(steps, 3);
+  std::ifstream docs(fs::path(TANDEM_SOURCE_DIR) / "docs" / "monitoring.md");
+  const std::string text(std::istreambuf_iterator<char>(docs), {});
+  EXPECT_NE(text.find(monitor::step_schema_markdown()), std::string::npos)
+      << "docs/monitoring.md must hold `tandem report --schema`'s table:\n"
+      << monitor::step_schema_markdown();
 }
 
 TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {

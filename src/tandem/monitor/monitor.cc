@@ -1,5 +1,7 @@
 #include "tandem/monitor/monitor.h"
 
+#include "tandem/monitor/step_schema.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -249,6 +251,20 @@ void Monitor::on_step(const train::StepInfo& s) {
     record.allreduce_bytes += b.wire_bytes;
     record.allreduce_seconds += b.seconds;
   }
+  record.examples_per_second =
+      s.step_seconds > 0.0 ? static_cast<double>(s.batch_examples) / s.step_seconds : 0.0;
+  record.flops_per_second = s.step_seconds > 0.0 ? record.flops / s.step_seconds : 0.0;
+  record.peak_fraction = info_.peak_flops_per_device > 0.0 && !info_.devices.empty()
+                             ? record.flops_per_second / (info_.peak_flops_per_device *
+                                                          static_cast<double>(info_.devices.size()))
+                             : NAN;
+  // RSS at most once a second: reading it takes the kernel's mm lock, which
+  // the replicas' page faults contend for (~20 us a read inside a run).
+  if (now - rss_read_at_ > std::chrono::seconds(1)) {
+    rss_bytes_ = resident_set_bytes();
+    rss_read_at_ = now;
+  }
+  record.rss_bytes = rss_bytes_;
   stats_.add(record);
 
   WindowStep w{.end = now,
@@ -262,6 +278,7 @@ void Monitor::on_step(const train::StepInfo& s) {
 
   const std::vector<DeviceMemory> memory = memory_snapshot();
   merge_training_memory(memory);
+  record.busy_fractions = busy_fractions();
   if (metrics_ != nullptr &&
       (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch)) {
     write_step_line(record, s, memory);
@@ -281,34 +298,31 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
   fmt::memory_buffer out;
   auto it = std::back_inserter(out);
   using N = JsonNumber;
-  fmt::format_to(
-      it,
-      "{{\"type\":\"step\",\"epoch\":{},\"step\":{},\"global_step\":{},\"time\":{},"
-      "\"loss\":{},\"learning_rate\":{},\"batch_examples\":{},\"step_seconds\":{},"
-      "\"input_seconds\":{},\"examples_per_second\":{},\"loss_scale\":{},"
-      "\"skipped\":{},\"replicas\":[",
-      r.epoch, r.step, r.global_step, N{r.time}, N{r.loss}, N{r.learning_rate}, r.batch_examples,
-      N{r.step_seconds}, N{r.input_seconds},
-      N{r.step_seconds > 0.0 ? static_cast<double>(r.batch_examples) / r.step_seconds : 0.0},
-      N{r.loss_scale}, r.skipped);
-  const std::vector<double> busy = busy_fractions();
+  const auto write_value = [&](FieldKind kind, double v) {
+    if (kind == FieldKind::integer)
+      fmt::format_to(it, "{}", static_cast<int64_t>(v));
+    else if (kind == FieldKind::boolean)
+      fmt::format_to(it, "{}", v != 0.0);
+    else
+      fmt::format_to(it, "{}", N{v});
+  };
+  fmt::format_to(it, "{{\"type\":\"step\"");
+  for (const StepField& f : step_fields()) {
+    fmt::format_to(it, ",\"{}\":", f.name);
+    write_value(f.kind, f.get(r));
+  }
+  fmt::format_to(it, ",\"replicas\":[");
   for (size_t i = 0; i < r.replicas.size(); ++i) {
-    const ReplicaTimes& t = r.replicas[i];
-    fmt::format_to(it,
-                   "{}{{\"replica\":{},\"forward\":{},\"backward\":{},\"communication\":{},"
-                   "\"optimizer\":{},\"idle\":{},\"busy_fraction\":{}}}",
-                   i ? "," : "", t.replica, N{t.forward}, N{t.backward}, N{t.communication},
-                   N{t.optimizer}, N{t.idle}, N{i < busy.size() ? busy[i] : 0.0});
+    fmt::format_to(it, "{}{{", i ? "," : "");
+    bool first = true;
+    for (const ReplicaField& f : replica_fields()) {
+      fmt::format_to(it, "{}\"{}\":", first ? "" : ",", f.name);
+      write_value(f.kind, f.get(r, i));
+      first = false;
+    }
+    fmt::format_to(it, "}}");
   }
-  const double flops_per_second = r.step_seconds > 0.0 ? r.flops / r.step_seconds : 0.0;
-  fmt::format_to(it, "],\"flops\":{},\"flops_per_second\":{}", N{r.flops}, N{flops_per_second});
-  if (info_.peak_flops_per_device > 0.0 && !info_.devices.empty()) {
-    fmt::format_to(it, ",\"peak_fraction\":{}",
-                   N{flops_per_second /
-                     (info_.peak_flops_per_device * static_cast<double>(info_.devices.size()))});
-  }
-  fmt::format_to(it, ",\"allreduce_bytes\":{},\"allreduce_seconds\":{}", r.allreduce_bytes,
-                 N{r.allreduce_seconds});
+  fmt::format_to(it, "]");
   if (!s.buckets.empty()) {
     fmt::format_to(it, ",\"allreduce\":{{\"backend\":{},\"buckets\":[",
                    nlohmann::json(info_.backend).dump());
@@ -339,14 +353,7 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
     fmt::format_to(it, ",\"peak_total_bytes\":{},\"capacity_bytes\":{}}}", m.peak_total,
                    m.capacity);
   }
-  // RSS at most once a second: reading it takes the kernel's mm lock, which
-  // the replicas' page faults contend for (~20 us a read inside a run).
-  const Clock::time_point now = Clock::now();
-  if (now - rss_read_at_ > std::chrono::seconds(1)) {
-    rss_bytes_ = resident_set_bytes();
-    rss_read_at_ = now;
-  }
-  fmt::format_to(it, "],\"rss_bytes\":{}}}\n", rss_bytes_);
+  fmt::format_to(it, "]}}\n");
   std::fwrite(out.data(), 1, out.size(), metrics_);
   std::fflush(metrics_);
 }

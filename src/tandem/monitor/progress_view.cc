@@ -72,13 +72,12 @@ void ProgressView::on_step(const train::StepInfo& s) {
   if (mode_ == ProgressMode::bar) {
     if (since < 0.2 && s.step != s.steps_per_epoch) return;
     constexpr int kWidth = 24;
-    const int filled = s.steps_per_epoch > 0
-                           ? static_cast<int>(kWidth * std::min(s.step, s.steps_per_epoch) /
-                                              s.steps_per_epoch)
-                           : 0;
-    fmt::print(out_, "\r  epoch {}/{} [{}{}] {}  {}   ", s.epoch, epochs_,
-               std::string(filled, '#'), std::string(kWidth - filled, '.'), step_text(s),
-               status(s));
+    const int filled =
+        s.steps_per_epoch > 0
+            ? static_cast<int>(kWidth * std::min(s.step, s.steps_per_epoch) / s.steps_per_epoch)
+            : 0;
+    fmt::print(out_, "\r  epoch {}/{} [{}{}] {}  {}   ", s.epoch, epochs_, std::string(filled, '#'),
+               std::string(kWidth - filled, '.'), step_text(s), status(s));
     bar_drawn_ = true;
   } else {
     if (since < line_interval_seconds_) return;

@@ -1,8 +1,8 @@
 #pragma once
 // The live view of a training run: on a terminal a progress bar redrawn in
 // place (epoch, step, ETA, loss, examples/second, each device's busy
-// fraction, the share of time waiting for input); elsewhere (CI, a file) a plain line every few seconds; quiet
-// prints nothing. Epoch results are a line each in both visible modes.
+// fraction, the share of time waiting for input); elsewhere (CI, a file) a plain line every few
+// seconds; quiet prints nothing. Epoch results are a line each in both visible modes.
 
 #include <chrono>
 #include <cstdint>

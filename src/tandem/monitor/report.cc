@@ -329,10 +329,11 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
   };
   if (!metric.empty() && !files.summary.is_null() &&
       files.summary.contains("validation_" + metric)) {
-    table += row("final validation " + metric,
-                 fmt::format("{} (loss {:.4f})",
-                             metric_figure(number_or_nan(files.summary, ("validation_" + metric).c_str())),
-                             number_or_nan(files.summary, "validation_loss")));
+    table += row(
+        "final validation " + metric,
+        fmt::format("{} (loss {:.4f})",
+                    metric_figure(number_or_nan(files.summary, ("validation_" + metric).c_str())),
+                    number_or_nan(files.summary, "validation_loss")));
   } else if (!metric.empty() && !files.epochs.empty()) {
     table += row("last validation " + metric,
                  fmt::format("{} (epoch {})",
@@ -392,11 +393,10 @@ ReportResult write_report(const std::string& run_dir, const std::string& output)
         "bucket</th><th>wire bytes</th><th>algorithm</th><th>time</th><th>bus bandwidth</th></tr>";
     int i = 0;
     for (const auto& b : last_allreduce.at("buckets")) {
-      buckets +=
-          fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>",
-                      i++, figure(number_or_nan(b, "bytes"), "B"),
-                      html_escape(b.value("algorithm", "")), 1e3 * number_or_nan(b, "seconds"),
-                      figure(number_or_nan(b, "bus_bandwidth"), "B/s"));
+      buckets += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3f} ms</td><td>{}</td></tr>", i++,
+          figure(number_or_nan(b, "bytes"), "B"), html_escape(b.value("algorithm", "")),
+          1e3 * number_or_nan(b, "seconds"), figure(number_or_nan(b, "bus_bandwidth"), "B/s"));
     }
     buckets += "</table>";
   }

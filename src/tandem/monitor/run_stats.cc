@@ -11,12 +11,12 @@ namespace {
 
 // Thresholds of the findings: a part of the step above these is worth a
 // user's attention.
-constexpr double kInputBound = 0.10;          // of the step waiting for data
-constexpr double kCommunicationBound = 0.10;  // of the step in exposed all-reduce
-constexpr double kStraggler = 0.15;           // slower than the other replicas' median
-constexpr double kStragglerCost = 0.05;       // and costing the others this much of the step
+constexpr double kInputBound = 0.10;            // of the step waiting for data
+constexpr double kCommunicationBound = 0.10;    // of the step in exposed all-reduce
+constexpr double kStraggler = 0.15;             // slower than the other replicas' median
+constexpr double kStragglerCost = 0.05;         // and costing the others this much of the step
 constexpr double kStragglerConsistency = 0.75;  // and above the others in this share of steps
-constexpr double kMemoryPressure = 0.90;      // of a device's capacity at the peak
+constexpr double kMemoryPressure = 0.90;        // of a device's capacity at the peak
 
 std::string percent(double fraction) {
   return fmt::format("{:.0f}%", 100.0 * fraction);

@@ -33,7 +33,8 @@ struct DeviceMemory {
   int64_t capacity = 0;  // what the device can hold (its share of RAM on a CPU); 0: unknown
 };
 
-// One training step as metrics.jsonl records it.
+// One training step as metrics.jsonl records it. The fields' names and
+// meanings in the file are in one table, monitor/step_schema.h.
 struct StepRecord {
   int64_t epoch = 0;  // 1-based
   int64_t step = 0;   // within the epoch, 1-based
@@ -44,12 +45,17 @@ struct StepRecord {
   int64_t batch_examples = 0;  // the global batch's examples (all processes)
   double step_seconds = 0.0;
   double input_seconds = 0.0;
+  double examples_per_second = 0.0;
   std::vector<ReplicaTimes> replicas;  // this process's replicas
+  std::vector<double> busy_fractions;  // per replica, over the monitor's window
   double flops = 0.0;                  // counted by the matrix kernels, this process's replicas
-  int64_t allreduce_bytes = 0;         // wire bytes of local replica 0's buckets
-  double allreduce_seconds = 0.0;      // their collectives' durations, summed
+  double flops_per_second = 0.0;
+  double peak_fraction = 0.0;      // of the devices' measured peak; NaN: unknown
+  int64_t allreduce_bytes = 0;     // wire bytes of local replica 0's buckets
+  double allreduce_seconds = 0.0;  // their collectives' durations, summed
   double loss_scale = 1.0;
   bool skipped = false;
+  int64_t rss_bytes = 0;  // the process's resident set (read at most once a second)
 };
 
 struct Finding {

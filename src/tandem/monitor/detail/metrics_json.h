@@ -7,6 +7,7 @@
 
 #include "tandem/data/stats.h"
 #include "tandem/monitor/run_stats.h"
+#include "tandem/monitor/step_schema.h"
 
 namespace tandem::monitor::detail {
 
@@ -68,29 +69,25 @@ inline nlohmann::json to_json(const data::StageStats& s) {
           {"buffer_capacity", s.buffer_capacity}};
 }
 
-// A step line as Monitor::write_step_line writes it (it formats the line
-// directly for speed, with these names).
+// A step line as Monitor::write_step_line writes it (both from the schema).
 inline StepRecord step_from_json(const nlohmann::json& j) {
   StepRecord s;
-  s.epoch = j.at("epoch").get<int64_t>();
-  s.step = j.at("step").get<int64_t>();
-  s.global_step = j.at("global_step").get<int64_t>();
-  s.time = number_or_nan(j, "time");
-  s.loss = number_or_nan(j, "loss");
-  s.learning_rate = number_or_nan(j, "learning_rate");
-  s.batch_examples = j.at("batch_examples").get<int64_t>();
-  s.step_seconds = number_or_nan(j, "step_seconds");
-  s.input_seconds = number_or_nan(j, "input_seconds");
-  for (const auto& r : j.at("replicas")) s.replicas.push_back(replica_times_from_json(r));
-  const auto or_default = [&](const char* key, double fallback) {
-    const double v = number_or_nan(j, key);
-    return std::isfinite(v) ? v : fallback;
-  };
-  s.flops = or_default("flops", 0.0);
-  s.allreduce_bytes = j.value("allreduce_bytes", int64_t{0});
-  s.allreduce_seconds = or_default("allreduce_seconds", 0.0);
-  s.loss_scale = or_default("loss_scale", 1.0);
-  s.skipped = j.value("skipped", false);
+  for (const StepField& f : step_fields()) {
+    const auto it = j.find(f.name);
+    double v = f.missing;
+    if (it != j.end() && it->is_number()) v = it->get<double>();
+    if (it != j.end() && it->is_boolean()) v = it->get<bool>() ? 1.0 : 0.0;
+    f.set(s, v);
+  }
+  for (const auto& r : j.at("replicas")) {
+    s.replicas.emplace_back();
+    for (const ReplicaField& f : replica_fields()) {
+      const auto it = r.find(f.name);
+      const double missing = f.kind == FieldKind::number ? NAN : 0.0;
+      f.set(s, s.replicas.size() - 1,
+            it != r.end() && it->is_number() ? it->get<double>() : missing);
+    }
+  }
   return s;
 }
 
