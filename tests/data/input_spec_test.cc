@@ -1,0 +1,175 @@
+// Data specifications: every example in docs/training.md parses and builds
+// a pipeline over files written here; mistakes name the file, line and key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/test_data.h"
+#include "support/test_files.h"
+#include "tandem/base/error.h"
+#include "tandem/data/example.h"
+#include "tandem/data/idx.h"
+#include "tandem/data/image.h"
+#include "tandem/data/input_spec.h"
+#include "tandem/data/tfrecord.h"
+
+namespace tandem::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh(const std::string& name) {
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / ("input_spec_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// The files the documentation's examples name.
+void write_example_files(const std::string& dir) {
+  const LabeledImages images{testing::fashion().train.images.slice(0, 20),
+                             testing::fashion().train.labels.slice(0, 20)};
+  testing::write_jpeg_tfrecords(dir, images, {12, 8});  // train-0, train-1
+  testing::write_regression_csv(dir + "/train.csv", 30, 3, 1);
+  std::vector<std::string> text;
+  for (const std::string& s : {std::string("in the beginning"), std::string("and the earth")}) {
+    Feature tokens{.kind = Feature::Kind::bytes_list};
+    tokens.bytes = {s};
+    Feature targets{.kind = Feature::Kind::int64_list};
+    for (char c : s) targets.int64s.push_back(static_cast<unsigned char>(c));
+    text.push_back(encode_example({{"tokens", tokens}, {"targets", targets}}));
+  }
+  write_tfrecord(dir + "/text-0.tfrecord", text);
+  write_idx(dir + "/train-images-idx3-ubyte.gz", Tensor::zeros(Shape{6, 28, 28}).to(DType::u8));
+  write_idx(dir + "/train-labels-idx1-ubyte.gz", Tensor::zeros(Shape{6}).to(DType::u8));
+  for (const char* c : {"cat", "dog"}) {
+    fs::create_directories(fs::path(dir) / "images" / c);
+    for (int i = 0; i < 3; ++i) {
+      const std::string bytes =
+          tensor_bytes(encode_png(Tensor::full(Shape{70, 80, 3}, 100.0f).to(DType::u8)));
+      std::ofstream(fs::path(dir) / "images" / c / (std::to_string(i) + ".png"), std::ios::binary)
+          .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+  }
+}
+
+TEST(InputSpec, EveryExampleInTheTrainingDocsBuildsItsPipeline) {
+  std::ifstream docs(fs::path(TANDEM_SOURCE_DIR) / "docs" / "training.md");
+  const std::string text(std::istreambuf_iterator<char>(docs), {});
+  const std::regex block("```toml\n([\\s\\S]*?)```");
+  const std::string dir = fresh("docs");
+  write_example_files(dir);
+  int specs = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), block);
+       it != std::sregex_iterator(); ++it) {
+    const std::string toml = (*it)[1].str();
+    if (toml.find("format = ") == std::string::npos) continue;
+    ++specs;
+    SCOPED_TRACE(toml);
+    const InputSpec spec = parse_input_spec(toml, dir + "/spec.toml");
+    Iterator examples = make_input(spec, 1).iterator();
+    const std::optional<Element> first = examples.next();
+    ASSERT_TRUE(first.has_value());
+    EXPECT_TRUE(first->has(spec.input)) << first->describe();
+    EXPECT_TRUE(first->has(spec.label)) << first->describe();
+    if (spec.format == "image_folder") {
+      EXPECT_EQ(first->at("image").shape(), (Shape{56, 56, 3}));  // resized, then cropped
+      EXPECT_EQ(first->at("image").dtype(), DType::f32);
+    }
+    if (spec.needs_padding()) {
+      // Variable-length features batch padded, with their padding value.
+      Iterator batches = make_input(spec, 1).padded_batch(2, spec.padding()).iterator();
+      const Element batch = *batches.next();
+      EXPECT_EQ(batch.at("tokens").shape(), (Shape{2, 16}));
+      EXPECT_EQ(batch.at("tokens").dtype(), DType::i32);
+      EXPECT_EQ(batch.at("targets").to_ints()[16 + 13], -100);  // "and the earth" is 13 bytes
+    }
+  }
+  EXPECT_EQ(specs, 5);
+}
+
+std::string error_of(const std::string& toml, const std::string& dir) {
+  try {
+    const InputSpec spec = parse_input_spec(toml, dir + "/bad.toml");
+    make_input(spec, 0).iterator().next();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
+  const std::string dir = fresh("errors");
+  write_example_files(dir);
+  const std::string csv =
+      "format = \"csv\"\nfiles = [\"train.csv\"]\ninput = \"x\"\nlabel = \"y\"\n"
+      "[features.x]\ncolumns = [\"x0\", \"x1\"]\n[features.y]\ncolumns = [\"y\"]\n";
+  EXPECT_EQ(error_of(csv, dir), "no error");
+  const auto expect_error = [&](const std::string& toml, const std::string& needle) {
+    const std::string e = error_of(toml, dir);
+    EXPECT_NE(e.find(needle), std::string::npos) << "got: " << e;
+  };
+  expect_error("shufle = 3\n" + csv, "bad.toml:1: unknown key 'shufle'");
+  expect_error(csv + "resise = [2, 2]\n", "bad.toml:9: features.y: unknown key 'resise'");
+  expect_error(csv + "[features.z]\ncolumns = [\"x0\"]\ndecode = \"image\"\n", "features.z");
+  expect_error("format = \"parquet\"\n", "bad.toml:1: 'format' must be tfrecord, csv, idx");
+  expect_error("format = \"csv\"\nfiles = [\"none.csv\"]\n", "bad.toml:2: no file");
+  expect_error("format = \"tfrecord\"\nfiles = [\"nothing-*.tfrecord\"]\n", "no file matches");
+  expect_error("format = \"csv\"\nfiles = 3\n", "bad.toml:2: 'files' must be a string");
+  expect_error(
+      "format = \"csv\"\nfiles = [\"train.csv\"]\ninput = \"x\"\nlabel = \"y\"\n"
+      "[features.x]\ncolumns = [\"x9\"]\n[features.y]\ncolumns = [\"y\"]\n",
+      "reads column 'x9'");
+  expect_error(
+      "format = \"tfrecord\"\nfiles = [\"train-*.tfrecord\"]\n[features.image]\n"
+      "type = \"bytes\"\n[features.label]\ntype = \"int64\"\n",
+      "bad.toml:3: features.image: bytes features need decode");
+  expect_error(
+      "format = \"tfrecord\"\nfiles = [\"train-*.tfrecord\"]\n[features.image]\n"
+      "type = \"bytes\"\ndecode = \"image\"\nchannels = 2\n[features.label]\n"
+      "type = \"int64\"\n",
+      "bad.toml:6: features.image: 'channels' must be 1 or 3");
+  expect_error(
+      "format = \"tfrecord\"\nfiles = [\"train-*.tfrecord\"]\n[features.label]\n"
+      "type = \"int64\"\n",
+      "the input feature 'image' is not among");
+  expect_error("format = \"idx\"\nimages = \"train-images-idx3-ubyte.gz\"\n", "'labels'");
+  expect_error("format = \"csv\" = 3\n", "bad.toml:1:");  // not TOML
+  // An undecodable image fails where it is read, naming the problem.
+  const std::string junk = dir + "/junk.tfrecord";
+  Feature bytes{.kind = Feature::Kind::bytes_list};
+  bytes.bytes = {"not an image"};
+  Feature label{.kind = Feature::Kind::int64_list};
+  label.int64s = {0};
+  write_tfrecord(junk, {encode_example({{"image", bytes}, {"label", label}})});
+  expect_error(
+      "format = \"tfrecord\"\nfiles = [\"junk.tfrecord\"]\n[features.image]\ntype = "
+      "\"bytes\"\ndecode = \"image\"\n[features.label]\ntype = \"int64\"\n",
+      "image");
+  EXPECT_THROW(read_input_spec(dir + "/missing.toml"), IoError);
+}
+
+TEST(InputSpec, AFolderIsAnImageFolderShuffledEachEpoch) {
+  const std::string dir = fresh("folder");
+  write_example_files(dir);
+  const InputSpec spec = read_input_spec(dir + "/images");
+  EXPECT_EQ(spec.format, "image_folder");
+  const Dataset d = make_input(spec, 3);
+  EXPECT_EQ(d.cardinality(), 6);
+  const auto labels = [&](int64_t pass) {
+    std::vector<int32_t> out;
+    Iterator it = d.iterator(pass);
+    while (auto e = it.next()) out.push_back(e->at("label").to_ints()[0]);
+    return out;
+  };
+  EXPECT_EQ(labels(0).size(), 6u);
+  EXPECT_EQ(labels(0), labels(0));  // a pass is a function of its number
+  bool differs = false;
+  for (int64_t pass = 1; pass < 6 && !differs; ++pass) differs = labels(pass) != labels(0);
+  EXPECT_TRUE(differs);
+}
+
+}  // namespace
+}  // namespace tandem::data
