@@ -32,6 +32,7 @@ struct Trainer::Progress {
   int64_t nonfinite_steps = 0;
   std::vector<MetricSums> metrics;
   double train_seconds = 0.0;
+  double learning_rate = 0.0;          // of the last step
   std::vector<double> replica_losses;  // per local replica, not yet summed over replicas
 };
 
@@ -316,13 +317,6 @@ EvalResult Trainer::evaluate(const data::Dataset& dataset) {
   return result;
 }
 
-bool Trainer::should_stop() {
-  const bool stop = stop_requested_.load();
-  if (processes_of(*strategy_) == 1) return stop;
-  // Across processes every worker must stop at the same step: agree on it.
-  return distribute::any_process(*strategy_, stop);
-}
-
 namespace {
 
 // What every process learns before a step: whether any process still has a
@@ -360,11 +354,23 @@ StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int6
 
 }  // namespace
 
-TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
-                         const TrainCallbacks& callbacks) {
-  const auto run_start = Clock::now();
-  TrainResult result;
-  Progress progress;
+// The training input of a fit: the batches of this process, the current
+// pass over them, and the empty batch a process whose shard ended trains on.
+struct Trainer::Input {
+  data::Dataset batches = data::Dataset::range(0);
+  data::Iterator iterator;
+  std::optional<data::Element> empty_batch;
+};
+
+// What a step gets from the input, once every process agreed on it.
+struct Trainer::StepInput {
+  enum class Status : uint8_t { step, end_of_data, stop } status = Status::step;
+  data::Element batch;
+  int64_t global_rows = 0;
+  Clock::time_point start, input_done;
+};
+
+void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
   progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
@@ -399,9 +405,6 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
   make_schedule(steps_per_epoch_);
   stop_requested_.store(false);
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
-  // With replica threads on every core, the main thread must not start
-  // OpenMP teams: their workers spin after each region and steal a replica's core.
-  NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1 : num_threads());
   // Track names for traces: the input is assembled on this thread.
   const std::thread::id main_thread = std::this_thread::get_id();
   trace::set_thread_name("input (main thread)");
@@ -411,114 +414,136 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
         "replica " + std::to_string(strategy_->global_replica(r)) +
         (std::this_thread::get_id() == main_thread ? " + input (main thread)" : ""));
   });
-  const data::Dataset batches = process_batches(train);
+}
+
+Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progress) {
+  StepInput next;
+  next.start = Clock::now();
+  std::optional<data::Element> batch;
+  std::exception_ptr input_error;
+  try {
+    trace::Span span("input", "step");
+    batch = input.iterator.next();
+    if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
+  } catch (...) {
+    if (processes_of(*strategy_) == 1) throw;
+    input_error = std::current_exception();
+  }
+  next.input_done = Clock::now();
+  const StepAgreement agreed = agree_on_step(
+      *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
+      input_error != nullptr, !batch && !input.empty_batch && !input_error);
+  if (agreed.failed_process >= 0) {
+    if (input_error) std::rethrow_exception(input_error);
+    TANDEM_THROW(Error, "worker ", agreed.failed_process,
+                 " failed reading its training input (its error is in its output)");
+  }
+  if (agreed.stop) {
+    next.status = StepInput::Status::stop;
+    return next;
+  }
+  if (agreed.batches == 0) {
+    if (progress.global_step == 0)
+      TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
+    next.status = StepInput::Status::end_of_data;
+    return next;
+  }
+  if (agreed.process_without_template >= 0) {
+    TANDEM_THROW(InvalidArgument, "worker ", agreed.process_without_template,
+                 "'s shard of the training data is empty while others still have batches "
+                 "(give every worker at least one example, or shard the data OFF)");
+  }
+  if (batch && !input.empty_batch) input.empty_batch = empty_like(*batch);
+  next.batch = batch ? std::move(*batch) : *input.empty_batch;
+  next.global_rows = agreed.rows;
+  return next;
+}
+
+void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forward,
+                         Progress& progress, const TrainCallbacks& callbacks) {
+  const double lr = schedule_->lr(progress.global_step);
+  const distribute::StepResult r = engine_->step(
+      in.batch, forward,
+      {.step = progress.global_step, .learning_rate = lr, .global_rows = in.global_rows});
+  const bool finite = std::isfinite(r.loss);
+  if (!finite && engine_->loss_scaler() == nullptr) {
+    TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
+                 " step ", progress.step + 1, " (lower the learning rate)");
+  }
+  if (finite) {
+    for (size_t i = 0; i < r.replica_loss_sums.size(); ++i)
+      progress.replica_losses[i] += r.replica_loss_sums[i];
+    progress.examples += r.global_rows;
+  } else {
+    ++progress.nonfinite_steps;
+  }
+  const double step_seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
+  progress.train_seconds += step_seconds;
+  progress.learning_rate = lr;
+  ++progress.step;
+  ++progress.global_step;
+  if (!callbacks.on_step) return;
+  callbacks.on_step({.epoch = progress.epoch + 1,
+                     .step = progress.step,
+                     .steps_per_epoch = steps_per_epoch_,
+                     .global_step = progress.global_step,
+                     .loss = r.loss,
+                     .learning_rate = lr,
+                     .batch_examples = r.global_rows,
+                     .input_seconds = std::chrono::duration<double>(in.input_done - in.start).count(),
+                     .step_seconds = step_seconds,
+                     .exposed_communication_seconds = r.exposed_communication_seconds,
+                     .idle_seconds = r.idle_seconds,
+                     .replicas = r.replicas,
+                     .buckets = r.buckets,
+                     .loss_scale = r.loss_scale,
+                     .skipped = r.skipped});
+}
+
+TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
+                         const TrainCallbacks& callbacks) {
+  const auto run_start = Clock::now();
+  TrainResult result;
+  Progress progress;
+  begin_fit(train, progress, result);
+  // With replica threads on every core, the main thread must not start
+  // OpenMP teams: their workers spin after each region and steal a replica's core.
+  NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1 : num_threads());
+  Input input{.batches = process_batches(train)};
   const distribute::ForwardFn forward = training_forward();
   const bool continuing = config_.steps_per_epoch > 0;
-  std::optional<data::Element> empty_batch;
-  data::Iterator input;
-  if (continuing) input = batches.iterator(0);
+  if (continuing) input.iterator = input.batches.iterator(0);
   // Batches before the resume point are read again and dropped: the
   // pipeline's state is where the uninterrupted run had it.
   int64_t to_skip = continuing ? progress.global_step : progress.step;
+  progress.learning_rate = schedule_->lr(progress.global_step);
   while (progress.epoch < config_.epochs) {
-    if (!continuing) input = batches.iterator(progress.epoch);
+    if (!continuing) input.iterator = input.batches.iterator(progress.epoch);
     for (; to_skip > 0; --to_skip) {
-      if (!input.next()) break;
+      if (!input.iterator.next()) break;
     }
-    double lr = schedule_->lr(progress.global_step);
-    for (;;) {
-      if (continuing && progress.step >= config_.steps_per_epoch) break;
-      const auto step_start = Clock::now();
-      std::optional<data::Element> batch;
-      std::exception_ptr input_error;
-      try {
-        trace::Span span("input", "step");
-        batch = input.next();
-        if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
-      } catch (...) {
-        if (processes_of(*strategy_) == 1) throw;
-        input_error = std::current_exception();
-      }
-      const auto input_done = Clock::now();
-      const StepAgreement agreed = agree_on_step(
-          *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
-          input_error != nullptr, !batch && !empty_batch && !input_error);
-      if (agreed.failed_process >= 0) {
-        if (input_error) std::rethrow_exception(input_error);
-        TANDEM_THROW(Error, "worker ", agreed.failed_process,
-                     " failed reading its training input (its error is in its output)");
-      }
-      if (agreed.stop) {
+    while (!continuing || progress.step < config_.steps_per_epoch) {
+      const StepInput next = next_step_input(input, progress);
+      if (next.status == StepInput::Status::stop) {
         save(progress, result.history);
         result.interrupted = true;
         result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
         return result;
       }
-      if (agreed.batches == 0) {
-        if (progress.global_step == 0) {
-          TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
-        }
-        if (continuing) result.input_exhausted = true;
+      if (next.status == StepInput::Status::end_of_data) {
+        result.input_exhausted = continuing;
         break;
       }
-      if (agreed.process_without_template >= 0) {
-        TANDEM_THROW(InvalidArgument, "worker ", agreed.process_without_template,
-                     "'s shard of the training data is empty while others still have batches "
-                     "(give every worker at least one example, or shard the data OFF)");
-      }
-      if (batch) {
-        if (!empty_batch) empty_batch = empty_like(*batch);
-      } else {
-        batch = *empty_batch;
-      }
-      lr = schedule_->lr(progress.global_step);
-      const distribute::StepResult r = engine_->step(
-          *batch, forward,
-          {.step = progress.global_step, .learning_rate = lr, .global_rows = agreed.rows});
-      const bool finite = std::isfinite(r.loss);
-      if (!finite && engine_->loss_scaler() == nullptr) {
-        TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
-                     " step ", progress.step + 1, " (lower the learning rate)");
-      }
-      if (finite) {
-        for (size_t i = 0; i < r.replica_loss_sums.size(); ++i)
-          progress.replica_losses[i] += r.replica_loss_sums[i];
-        progress.examples += r.global_rows;
-      } else {
-        ++progress.nonfinite_steps;
-      }
-      const auto step_end = Clock::now();
-      const double step_seconds = std::chrono::duration<double>(step_end - step_start).count();
-      progress.train_seconds += step_seconds;
-      ++progress.step;
-      ++progress.global_step;
-      if (callbacks.on_step) {
-        callbacks.on_step(
-            {.epoch = progress.epoch + 1,
-             .step = progress.step,
-             .steps_per_epoch = steps_per_epoch_,
-             .global_step = progress.global_step,
-             .loss = r.loss,
-             .learning_rate = lr,
-             .batch_examples = r.global_rows,
-             .input_seconds = std::chrono::duration<double>(input_done - step_start).count(),
-             .step_seconds = step_seconds,
-             .exposed_communication_seconds = r.exposed_communication_seconds,
-             .idle_seconds = r.idle_seconds,
-             .replicas = r.replicas,
-             .buckets = r.buckets,
-             .loss_scale = r.loss_scale,
-             .skipped = r.skipped});
-      }
+      train_step(next, forward, progress, callbacks);
     }
     EpochResult epoch = finish_epoch(progress, validation);
-    epoch.learning_rate = lr;
-    epoch.input_stages = batches.stats();
+    epoch.input_stages = input.batches.stats();
     result.history.push_back(epoch);
     // The next epoch's start (a continuing pass keeps its global step).
     Progress next;
     next.epoch = progress.epoch + 1;
     next.global_step = progress.global_step;
+    next.learning_rate = progress.learning_rate;
     next.metrics.assign(config_.metrics.size(), {});
     next.replica_losses.assign(progress.replica_losses.size(), 0.0);
     if (!config_.output_dir.empty()) save(next, result.history);
@@ -570,6 +595,7 @@ EpochResult Trainer::finish_epoch(Progress& progress,
                          : std::numeric_limits<double>::quiet_NaN();
   epoch.train_metrics = metric_values(config_.metrics, progress.metrics);
   epoch.train_seconds = progress.train_seconds;
+  epoch.learning_rate = progress.learning_rate;
   epoch.examples_per_second = progress.examples / std::max(progress.train_seconds, 1e-9);
   if (const precision::LossScaler* scaler = engine_->loss_scaler()) {
     epoch.loss_scale = scaler->scale();

@@ -228,7 +228,14 @@ class Trainer {
 
  private:
   struct Progress;
-  struct EpochInput;
+  struct Input;
+  struct StepInput;
+  // fit()'s steps: checks, restore and set-up; the next step's batch once
+  // every process agreed on it; one step and its accounting.
+  void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);
+  StepInput next_step_input(Input& input, const Progress& progress);
+  void train_step(const StepInput& input, const distribute::ForwardFn& forward,
+                  Progress& progress, const TrainCallbacks& callbacks);
   // This process's shard of `examples` in batches (padded when configured).
   data::Dataset batched(const data::Dataset& examples, int64_t batch_size,
                         bool drop_remainder) const;
@@ -237,8 +244,6 @@ class Trainer {
   distribute::ForwardFn training_forward();
   void make_schedule(int64_t steps_per_epoch);
   EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
-  // Whether to stop now; agreed by all workers when there are several processes.
-  bool should_stop();
   void save(const Progress& progress, const std::vector<EpochResult>& history);
   void restore(Progress& progress, std::vector<EpochResult>& history);
 
