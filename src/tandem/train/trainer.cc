@@ -612,6 +612,16 @@ EpochResult Trainer::finish_epoch(Progress& progress,
   return epoch;
 }
 
+std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
+  return {{"batch_size", std::to_string(config_.batch_size)},
+          {"seed", std::to_string(config_.seed)},
+          {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
+          {"drop_remainder", config_.drop_remainder ? "true" : "false"},
+          {"optimizer", optimizer().name()},
+          {"loss", config_.loss.name},
+          {"input_feature", config_.input_feature}};
+}
+
 void Trainer::save(const Progress& position, const std::vector<EpochResult>& history) {
   // The replicas' partial sums join the saved ones (collective).
   Progress progress = position;
@@ -624,17 +634,11 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   for (size_t i = 0; i < progress.metrics.size(); ++i)
     metric_sums.push_back(
         {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
+  for (const auto& [key, value] : resume_settings()) c.metadata[key] = value;
   const std::pair<const char*, std::string> entries[] = {
       {"format", kTrainerCheckpointFormat},
-      {"batch_size", std::to_string(config_.batch_size)},
-      {"seed", std::to_string(config_.seed)},
-      {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
-      {"drop_remainder", config_.drop_remainder ? "true" : "false"},
-      {"optimizer", optimizer().name()},
-      {"loss", config_.loss.name},
       {"loss_record", loss_to_json(config_.loss)},
       {"metrics_record", metrics_to_json(config_.metrics)},
-      {"input_feature", config_.input_feature},
       {"epoch", std::to_string(progress.epoch)},
       {"step", std::to_string(progress.step)},
       {"global_step", std::to_string(progress.global_step)},
@@ -663,15 +667,7 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
                  dtype_name(model_.spec.compute_dtype), ", seed ", model_.spec.seed,
                  saved.definition != model_.spec.definition ? "; the model files differ" : "", ")");
   }
-  const std::pair<const char*, std::string> expected[] = {
-      {"batch_size", std::to_string(config_.batch_size)},
-      {"seed", std::to_string(config_.seed)},
-      {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
-      {"drop_remainder", config_.drop_remainder ? "true" : "false"},
-      {"optimizer", optimizer().name()},
-      {"loss", config_.loss.name},
-      {"input_feature", config_.input_feature}};
-  for (const auto& [key, value] : expected) {
+  for (const auto& [key, value] : resume_settings()) {
     if (c.meta(key) != value) {
       TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", key, " ",
                    c.meta(key), " but this run has ", value);

@@ -244,6 +244,8 @@ class Trainer {
   distribute::ForwardFn training_forward();
   void make_schedule(int64_t steps_per_epoch);
   EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
+  // The settings a checkpoint records and a resume must match, as metadata.
+  std::vector<std::pair<std::string, std::string>> resume_settings();
   void save(const Progress& progress, const std::vector<EpochResult>& history);
   void restore(Progress& progress, std::vector<EpochResult>& history);
 
