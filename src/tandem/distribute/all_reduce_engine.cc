@@ -97,16 +97,27 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
                                  const EngineOptions& options)
     : Engine(strategy), options_(options) {
   if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
-  for (int r = 0; r < strategy.local_replicas(); ++r) {
-    // Each replica's parameters and state live on its device.
-    DeviceScope device(strategy.device(r));
-    Replica replica;
-    replica.model = build();
-    if (!replica.model) TANDEM_THROW(InvalidArgument, "the model builder returned no model");
-    replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
-    if (options.loss_scale)
-      replica.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
-    replicas_.push_back(std::move(replica));
+  std::exception_ptr failed;
+  try {
+    for (int r = 0; r < strategy.local_replicas(); ++r) {
+      // Each replica's parameters and state live on its device.
+      DeviceScope device(strategy.device(r));
+      Replica replica;
+      replica.model = build();
+      if (!replica.model) TANDEM_THROW(InvalidArgument, "the model builder returned no model");
+      replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
+      if (options.loss_scale)
+        replica.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
+      replicas_.push_back(std::move(replica));
+    }
+  } catch (...) {
+    // Other processes wait for this one in the architecture check: tell them.
+    if (!several_processes()) throw;
+    failed = std::current_exception();
+  }
+  if (several_processes() && any_process(strategy, failed != nullptr)) {
+    if (failed) std::rethrow_exception(failed);
+    TANDEM_THROW(Error, "another worker failed to build its model (its error is in its output)");
   }
   if (strategy.global_replicas() > 1) {
     check_same_architecture();
