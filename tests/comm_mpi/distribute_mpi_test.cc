@@ -8,9 +8,11 @@
 #include <thread>
 
 #include <filesystem>
+#include <functional>
 
 #include "support/reference.h"
 #include "support/test_files.h"
+#include "tandem/base/error.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/agreement.h"
@@ -267,6 +269,49 @@ TEST(MultiWorkerUneven, FileShardsOfDifferentSizesTrainEveryExampleOnce) {
   }
   const std::vector<double> chief = distribute::broadcast_from_chief(workers.strategy(), sums);
   EXPECT_EQ(chief, sums);
+}
+
+// A worker that fails before the first collective, or while reading its
+// input, stops every worker with an error naming it, instead of leaving the
+// others waiting.
+TEST(MultiWorkerFailures, AFailingWorkerStopsEveryWorkerWithAnError) {
+  const int rank = comm::mpi_world_rank();
+  train::TrainConfig c{.epochs = 1, .batch_size = 8, .schedule = "constant"};
+  c.strategy = {.name = "multi_worker",
+                .devices = 1,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string build = message([&] {
+    train::Trainer t(c, train::custom_model("mlp", [rank] {
+                       if (rank == 1) TANDEM_THROW(IoError, "rank 1 cannot read its model");
+                       return nn::make_model("mlp", {.seed = 1});
+                     }));
+  });
+  EXPECT_NE(build.find(rank == 1 ? "rank 1 cannot read its model" : "another worker failed"),
+            std::string::npos)
+      << build;
+
+  const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
+  const data::Dataset examples =
+      data::as_dataset({fashion.train.images.slice(0, 64), fashion.train.labels.slice(0, 64)})
+          .map([rank, seen = std::make_shared<int>(0)](data::Element e) {
+            if (rank == 1 && ++*seen == 20) TANDEM_THROW(IoError, "rank 1's file is corrupt");
+            return e;
+          });
+  train::Trainer t(c, train::builtin_model("mlp", precision::Policy::float32, 1));
+  const std::string input = message([&] { t.fit(examples); });
+  EXPECT_NE(input.find(rank == 1 ? "rank 1's file is corrupt"
+                                 : "worker 1 failed reading its training input"),
+            std::string::npos)
+      << input;
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiWorkerTest,

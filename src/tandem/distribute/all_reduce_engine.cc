@@ -70,8 +70,8 @@ class AllReduceEngine : public Engine {
     std::unique_ptr<optim::Optimizer> optimizer;
     std::unique_ptr<Reducer> reducer;
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
-    double loss_sum = 0.0;  // this step's sum of per-example losses
-    Tensor peer_times;      // several processes: every replica's step record
+    double loss_sum = 0.0;                          // this step's sum of per-example losses
+    Tensor peer_times;  // several processes: every replica's step record
   };
   // Fields of the record each replica shares after a step when there are
   // several processes (their clocks differ, so durations, not moments).
@@ -124,8 +124,8 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
     broadcast_weights();
     for (int r = 0; r < strategy.local_replicas(); ++r) {
       DeviceScope device(strategy.device(r));
-      replicas_[r].reducer = std::make_unique<Reducer>(
-          replicas_[r].model->parameters(), *strategy.communicator(r), options.reducer);
+      replicas_[r].reducer = std::make_unique<Reducer>(replicas_[r].model->parameters(),
+                                                       *strategy.communicator(r), options.reducer);
     }
   }
 }
@@ -139,7 +139,8 @@ void AllReduceEngine::check_same_architecture() {
     int64_t count = 0;
     for (const auto& [name, p] : r.model->named_parameters()) {
       ++count;
-      for (int64_t d : p.shape().dims()) hash = (hash ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+      for (int64_t d : p.shape().dims())
+        hash = (hash ^ static_cast<uint64_t>(d)) * 1099511628211ull;
       hash = (hash ^ 0xFFu) * 1099511628211ull;  // end of a parameter
     }
     signatures.push_back({static_cast<double>(hash >> 11), static_cast<double>(count)});
@@ -147,8 +148,8 @@ void AllReduceEngine::check_same_architecture() {
   const std::vector<double> all = gather_over_replicas(strategy(), signatures);
   for (size_t g = 1; 2 * g < all.size(); ++g) {
     if (all[2 * g] != all[0] || all[2 * g + 1] != all[1]) {
-      TANDEM_THROW(InvalidArgument, "replicas were built with different models: global replica ",
-                   g, " has ", all[2 * g + 1], " parameters (or other shapes) against ", all[1],
+      TANDEM_THROW(InvalidArgument, "replicas were built with different models: global replica ", g,
+                   " has ", all[2 * g + 1], " parameters (or other shapes) against ", all[1],
                    " on replica 0 (every replica and worker must build the same architecture)");
     }
   }
@@ -183,7 +184,8 @@ StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& fo
                  global_rows);
   }
   bool skipped = false;
-  strategy().run([&](int r) { run_replica_step(r, parts, global_rows, forward, options, skipped); });
+  strategy().run(
+      [&](int r) { run_replica_step(r, parts, global_rows, forward, options, skipped); });
   const auto end = Clock::now();
 
   StepResult result;
@@ -236,9 +238,8 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
     const Variable per_example = forward(*rep.model, {rows, global_rows, context});
     const int64_t n = rows_of(rows);
     if (!per_example.defined() || per_example.shape() != Shape{n}) {
-      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
-                   n, "), got ",
-                   per_example.defined() ? per_example.shape().to_string() : "nothing");
+      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (", n,
+                   "), got ", per_example.defined() ? per_example.shape().to_string() : "nothing");
     }
     const Variable total = sum(per_example);
     rep.loss_sum = static_cast<double>(total.value().item());
@@ -276,10 +277,10 @@ void AllReduceEngine::exchange_records(int local_replica) {
   Replica& rep = replicas_[local_replica];
   const Replica::Moments& m = rep.moments;
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
-  const float mine[kRecordFields] = {
-      seconds(m.forward_done - m.start), seconds(m.backward_done - m.forward_done),
-      seconds(m.reduced - m.backward_done), seconds(m.done - m.reduced),
-      static_cast<float>(rep.loss_sum)};
+  const float mine[kRecordFields] = {seconds(m.forward_done - m.start),
+                                     seconds(m.backward_done - m.forward_done),
+                                     seconds(m.reduced - m.backward_done),
+                                     seconds(m.done - m.reduced), static_cast<float>(rep.loss_sum)};
   if (!rep.peer_times.defined())
     rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()});
   strategy()
