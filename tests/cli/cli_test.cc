@@ -69,15 +69,20 @@ TEST(Cli, BadInputsNameTheProblem) {
       " --epochs 1 --train-examples 256 --test-examples 64 --output " + tmp("cli-bad");
   expect_one_line_error("train --data-dir /nonexistent/dir" + out, "/nonexistent/dir");
   expect_one_line_error("train --model resnet" + out, "unknown model 'resnet'");
-  expect_one_line_error("train --batch-size -5" + out, "batch size must be at least 1");
+  expect_one_line_error("train --batch-size -5" + out,
+                        "batch_size (--batch-size) must be at least 1, got -5");
   expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
   expect_one_line_error("train --optimizer lamb" + out, "unknown optimizer 'lamb'");
   expect_one_line_error("train --compute-dtype f64" + out, "f64");
   expect_one_line_error("train --precision mixed_float8" + out, "unknown precision policy");
   expect_one_line_error("train --loss-scale -4" + out, "--loss-scale must be");
   expect_one_line_error("train --loss-scale often" + out, "'often'");
-  expect_one_line_error("train --threads 0" + out, "thread count must be at least 1");
-  expect_one_line_error("train --resume" + out, "no checkpoint");
+  expect_one_line_error("train --threads 0" + out, "--threads must be at least 1");
+  // A resume of a run that is not there neither creates its directory nor
+  // starts the monitor in it.
+  expect_one_line_error("train --resume" + out, "no run to resume at '" + tmp("cli-bad") +
+                                                    "': the directory does not exist");
+  EXPECT_FALSE(fs::exists(tmp("cli-bad")));
   expect_one_line_error(
       "train --epochs 1 --train-examples 256 --test-examples 64 --output /proc/tandem-run",
       "cannot create output directory");
@@ -97,6 +102,136 @@ TEST(Cli, BadInputsNameTheProblem) {
       << truncated.output;
 }
 
+// Values a new user may try that make no sense are one-line errors naming
+// the flag, the value and what is allowed, instead of a run that trains on
+// something else or diverges.
+TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
+  const std::string out = tmp("cli-values");
+  const std::string base =
+      "train --model mlp --epochs 1 --train-examples 256 --test-examples 64 "
+      "--threads 1 --quiet --output " +
+      out + " ";
+  // Counts where 0 or a negative number would mean something else.
+  const std::string bare = "train --model mlp --threads 1 --quiet --output " + out + " ";
+  expect_one_line_error(bare + "--train-examples -5",
+                        "--train-examples must be 0 (all) or more, got -5");
+  expect_one_line_error(bare + "--test-examples -1",
+                        "--test-examples must be 0 (all) or more, got -1");
+  expect_one_line_error(base + "--devices 0",
+                        "--devices must be at least 1 (omit it for one device per physical core), "
+                        "got 0");
+  expect_one_line_error(base + "--strategy mirrored --devices -2",
+                        "--devices must be at least 1 (omit it for one device per physical core), "
+                        "got -2");
+  expect_one_line_error(base + "--seed -1",
+                        "--seed must be a whole number from 0 to 18446744073709551615, got '-1'");
+  expect_one_line_error(base + "--seed 18446744073709551616", "got '18446744073709551616'");
+  expect_one_line_error(base + "--eval-batch-size 0",
+                        "eval_batch_size (--eval-batch-size) must be at least 1, got 0");
+  expect_one_line_error(bare + "--train-examples 256 --epochs 0",
+                        "epochs (--epochs) must be at least 1, got 0");
+  expect_one_line_error(base + "--steps-per-epoch -1",
+                        "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got -1");
+  // The optimizer.
+  expect_one_line_error(base + "--momentum 1.5", "--momentum must be in [0, 1), got 1.5");
+  expect_one_line_error(base + "--momentum -0.5", "--momentum must be in [0, 1), got -0.5");
+  expect_one_line_error(base + "--optimizer adam --momentum 0.9",
+                        "--momentum applies to --optimizer sgd, not adam");
+  expect_one_line_error(base + "--optimizer adamw --nesterov",
+                        "--nesterov applies to --optimizer sgd, not adamw");
+  expect_one_line_error(base + "--lr 0", "--lr must be positive and finite, got 0");
+  expect_one_line_error(base + "--lr -0.1", "--lr must be positive and finite, got -0.1");
+  expect_one_line_error(base + "--lr inf", "--lr must be positive and finite, got inf");
+  expect_one_line_error(base + "--weight-decay -0.1",
+                        "--weight-decay must be >= 0 and finite, got -0.1");
+  // The schedule.
+  expect_one_line_error(base + "--schedule step --lr-gamma 0",
+                        "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay "
+                        "factor), got 0");
+  expect_one_line_error(base + "--lr-gamma 10", "lr_gamma (--lr-gamma) must be in (0, 1]");
+  expect_one_line_error(base + "--lr-step-epochs 0",
+                        "lr_step_epochs (--lr-step-epochs) must be a positive number of epochs, "
+                        "got 0");
+  expect_one_line_error(base + "--min-lr -0.01", "min_lr (--min-lr) must be in [0, 0.05]");
+  expect_one_line_error(base + "--min-lr 0.1",
+                        "min_lr (--min-lr) must be in [0, 0.05] (at most the learning rate the "
+                        "cosine schedule decays from), got 0.1");
+  expect_one_line_error(base + "--optimizer adam --min-lr 0.01",
+                        "min_lr (--min-lr) must be in [0, 0.001]");
+  expect_one_line_error(base + "--warmup-epochs 3",
+                        "warmup_epochs (--warmup-epochs) must be in [0, 1] (at most the run's "
+                        "epochs), got 3");
+  expect_one_line_error(base + "--schedule exponential",
+                        "unknown learning-rate schedule 'exponential'");
+  // The loss, the reducer, the input.
+  expect_one_line_error(base + "--label-smoothing 1", "--label-smoothing must be in [0, 1), got 1");
+  expect_one_line_error(base + "--loss mean_squared_error --label-smoothing 0.1",
+                        "--label-smoothing applies to --loss softmax_cross_entropy, not "
+                        "mean_squared_error");
+  expect_one_line_error(base + "--loss huber --huber-delta 0",
+                        "--huber-delta must be positive and finite, got 0");
+  expect_one_line_error(base + "--huber-delta 2",
+                        "--huber-delta applies to --loss huber, not softmax_cross_entropy");
+  expect_one_line_error(base + "--bucket-mb nan",
+                        "--bucket-mb must be a positive number of MiB (one byte to 1048576 MiB), "
+                        "got nan");
+  expect_one_line_error(base + "--bucket-mb 0", "--bucket-mb must be a positive number of MiB");
+  expect_one_line_error(base + "--augment crop:100",
+                        "--augment: augmentation 'crop:100' is too large for 28x28 images: the "
+                        "crop padding must be smaller than their smaller side (at most crop:27)");
+  // 256 examples in batches of 128: 2 steps.
+  expect_one_line_error(base + "--trace-steps 1000:2000",
+                        "--trace-steps 1000:2000 starts after the run's last step: it has 2 steps "
+                        "(2 per epoch x 1 epoch(s))");
+  // More threads than cores on one device, as with several.
+  expect_one_line_error(base.substr(0, base.find("--threads")) + "--threads 4097 --output " + out,
+                        "1 device(s) x 4097 thread(s) need 4097 cores");
+  // mpirun -np 2 without multi-worker: two trainings into one directory.
+  expect_one_line_error(base, "add --strategy multi-worker", "OMPI_COMM_WORLD_SIZE=2");
+  expect_one_line_error(base + "--strategy mirrored",
+                        "tandem train was started by mpirun with 2 processes and --strategy "
+                        "mirrored: each process would train on its own and write the same run "
+                        "directory; add --strategy multi-worker",
+                        "OMPI_COMM_WORLD_SIZE=2");
+  // None of them started a run.
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Without --lr each optimizer starts from its own default (adam: 1e-3, as
+// PyTorch and Keras), shown in the run header and recorded in summary.json.
+// The run is also a `mpirun -np 1` one (allowed: one process is one
+// training), with a trace window that only partly fits the run's 2 steps.
+TEST(Cli, EachOptimizerHasItsOwnDefaultLearningRate) {
+  const std::string out = tmp("cli-adam");
+  const CommandResult r =
+      run("train --model mlp --epochs 1 --train-examples 256 --test-examples 64 --threads 1 "
+          "--optimizer adam --trace-steps 2:1000 --output " +
+              out,
+          false, "OMPI_COMM_WORLD_SIZE=1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("adam lr 0.001 (cosine)"), std::string::npos) << r.output;
+  std::ifstream in(out + "/summary.json");
+  const auto config = nlohmann::json::parse(in).at("config");
+  EXPECT_EQ(config.at("optimizer"), "adam");
+  EXPECT_EQ(config.at("learning_rate").get<double>(), 1e-3);
+  EXPECT_TRUE(fs::exists(out + "/trace.json"));
+  // SGD keeps the recipe's 0.05; --lr overrides either.
+  const std::string sgd = tmp("cli-sgd-lr");
+  const CommandResult s = run(
+      "train --model mlp --epochs 1 --train-examples 256 --test-examples 64 --threads 1 --output " +
+      sgd);
+  ASSERT_EQ(s.status, 0) << s.output;
+  EXPECT_NE(s.output.find("sgd lr 0.05 (cosine)"), std::string::npos) << s.output;
+  const std::string set = tmp("cli-adamw-lr");
+  const CommandResult w =
+      run("train --model mlp --epochs 1 --train-examples 256 --test-examples 64 --threads 1 "
+          "--optimizer adamw --lr 0.003 --quiet --output " +
+          set);
+  ASSERT_EQ(w.status, 0) << w.output;
+  std::ifstream in_set(set + "/summary.json");
+  EXPECT_EQ(nlohmann::json::parse(in_set).at("config").at("learning_rate").get<double>(), 0.003);
+}
+
 TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   const std::string out = tmp("cli-run");
   const CommandResult r =
@@ -114,12 +249,27 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   EXPECT_EQ(s.at("epochs").get<int>(), 1);
   EXPECT_GT(s.at("test_accuracy").get<double>(), 0.3);
   EXPECT_TRUE(fs::exists(out + "/checkpoint.tckpt"));
-  // Continue for one more epoch from the checkpoint.
-  const CommandResult more =
-      run("train --model mlp --epochs 2 --train-examples 512 --test-examples 256 "
-          "--threads 1 --quiet --resume --output " +
-          out);
+  // Resumes that cannot work fail before the monitor appends to the run
+  // (the run lines are counted below): other settings, or nothing left to train.
+  const std::string resume =
+      "train --model mlp --train-examples 512 --test-examples 256 --threads 1 --quiet --resume "
+      "--output " +
+      out;
+  expect_one_line_error(resume + " --epochs 2 --batch-size 64",
+                        "it was written with batch_size 128 but this run has 64");
+  expect_one_line_error(resume + " --epochs 1",
+                        "the run has trained 1 epoch(s) and epochs (--epochs) is 1, which leaves "
+                        "nothing to train");
+  expect_one_line_error("train --model mlp --epochs 2 --resume", "--resume needs --output");
+  // Continue for one more epoch from the checkpoint: the cosine schedule,
+  // which decayed over one epoch, now decays over two (a warning says so).
+  const CommandResult more = run(resume + " --epochs 2");
   ASSERT_EQ(more.status, 0) << more.output;
+  EXPECT_NE(more.output.find("tandem: warning: the run was started for 1 epoch(s) and now trains "
+                             "2: the cosine schedule is stretched over the new total, so the "
+                             "learning rate from step 5 on does not continue"),
+            std::string::npos)
+      << more.output;
   std::ifstream in2(out + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(in2).at("epochs").get<int>(), 2);
   // The resumed run appended to metrics.jsonl: a second run line, both epochs.
@@ -217,8 +367,14 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
     f.put('\x5a');
   }
   expect_one_line_error("evaluate " + corrupt, "checkpoint.tckpt");
-  expect_one_line_error("evaluate " + out + " --batch-size 0", "batch size must be at least 1");
-  expect_one_line_error("evaluate " + out + " --threads -1", "--threads must be 0");
+  expect_one_line_error("evaluate " + out + " --batch-size 0",
+                        "--batch-size must be at least 1, got 0");
+  expect_one_line_error("evaluate " + out + " --threads -1", "--threads must be at least 1");
+  expect_one_line_error("evaluate " + out + " --threads 0",
+                        "--threads must be at least 1 (omit it for one per physical core), got 0");
+  expect_one_line_error("evaluate " + out + " --test-examples -1",
+                        "--test-examples must be 0 (all) or more, got -1");
+  expect_one_line_error("evaluate " + out + " --threads 4097", "thread(s) need 4097 cores");
   expect_one_line_error("evaluate", "run_dir is required");
 }
 

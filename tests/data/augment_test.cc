@@ -125,5 +125,25 @@ TEST(Augment, SpecsRoundTripAndBadOnesNameThePart) {
                ShapeError);
 }
 
+// A crop padding as large as the images' smaller side shifts whole images
+// out: refused, naming the images' size, before and while augmenting.
+TEST(Augment, CropPaddingMustBeSmallerThanTheImages) {
+  EXPECT_NO_THROW(check_augment(parse_augment("crop:27"), 28, 28));
+  EXPECT_NO_THROW(check_augment(parse_augment("flip"), 1, 1));
+  try {
+    check_augment(parse_augment("flip,crop:100"), 28, 28);
+    ADD_FAILURE() << "crop:100 accepted for 28x28 images";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "augmentation 'crop:100' is too large for 28x28 images: the crop padding must be "
+              "smaller than their smaller side (at most crop:27); a shift of 100 pixels leaves a "
+              "blank image");
+  }
+  EXPECT_THROW(check_augment(parse_augment("crop:5"), kH, kW), InvalidArgument);  // 5x7
+  Generator g(0);
+  EXPECT_THROW(augment_images(numbered_images(), parse_augment("crop:5"), g), InvalidArgument);
+  EXPECT_NO_THROW(augment_images(numbered_images(), parse_augment("crop:4"), g));
+}
+
 }  // namespace
 }  // namespace tandem::data

@@ -104,6 +104,55 @@ TEST(Optimizer, StateIsNamedAndFactoryChecksNames) {
   EXPECT_THROW(optim::make_optimizer({.name = "lamb"}, {a}), InvalidArgument);
 }
 
+// make_optimizer refuses settings that cannot train, naming the field and
+// the value, so that the C++ API fails where `tandem train` does.
+TEST(Optimizer, FactoryRefusesSettingsOutOfRange) {
+  Variable a = param({1.0f});
+  const auto error_of = [&](const optim::OptimizerConfig& c) {
+    try {
+      optim::make_optimizer(c, {a});
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const double nan = std::nan(""), inf = INFINITY;
+  EXPECT_EQ(error_of({.momentum = 1.5}), "sgd momentum must be in [0, 1), got 1.5");
+  EXPECT_EQ(error_of({.momentum = 1.0}), "sgd momentum must be in [0, 1), got 1");
+  EXPECT_EQ(error_of({.momentum = -0.1}), "sgd momentum must be in [0, 1), got -0.1");
+  EXPECT_EQ(error_of({.momentum = nan}), "sgd momentum must be in [0, 1), got nan");
+  for (double lr : {0.0, -0.01, nan, inf}) {
+    EXPECT_NE(error_of({.learning_rate = lr}).find("sgd learning rate must be positive and finite"),
+              std::string::npos)
+        << lr;
+    EXPECT_NE(error_of({.name = "adam", .learning_rate = lr})
+                  .find("adam learning rate must be positive and finite"),
+              std::string::npos)
+        << lr;
+  }
+  EXPECT_EQ(error_of({.weight_decay = -0.1}), "sgd weight decay must be >= 0 and finite, got -0.1");
+  EXPECT_EQ(error_of({.name = "adamw", .weight_decay = inf}),
+            "adamw weight decay must be >= 0 and finite, got inf");
+  EXPECT_EQ(error_of({.name = "adam", .beta1 = 1.0}),
+            "adam beta1 and beta2 must be in [0, 1), got 1 and 0.999");
+  EXPECT_EQ(error_of({.name = "adamw", .beta2 = -0.5}),
+            "adamw beta1 and beta2 must be in [0, 1), got 0.9 and -0.5");
+  EXPECT_EQ(error_of({.name = "adam", .eps = 0.0}), "adam eps must be positive and finite, got 0");
+  EXPECT_EQ(error_of({.name = "adam", .eps = nan}),
+            "adam eps must be positive and finite, got nan");
+  // What belongs to another optimizer is not checked: adam has no momentum.
+  EXPECT_EQ(error_of({.name = "adam", .momentum = 1.5}), "no error");
+  EXPECT_EQ(error_of({.momentum = 0.0}), "no error");
+  EXPECT_EQ(error_of({.name = "adamw", .weight_decay = 0.0}), "no error");
+}
+
+TEST(Optimizer, DefaultLearningRateDependsOnTheOptimizer) {
+  EXPECT_EQ(optim::default_learning_rate("sgd"), 0.05);
+  EXPECT_EQ(optim::default_learning_rate("adam"), 1e-3);
+  EXPECT_EQ(optim::default_learning_rate("adamw"), 1e-3);
+  EXPECT_THROW(optim::default_learning_rate("lamb"), InvalidArgument);
+}
+
 TEST(LrSchedule, ConstantStepCosineAndWarmup) {
   auto constant = optim::make_schedule({.name = "constant", .base_lr = 0.1});
   EXPECT_DOUBLE_EQ(constant->lr(1000), 0.1);

@@ -30,9 +30,12 @@ inline CommandResult shell(const std::string& command) {
 }
 
 // Runs tandem with the arguments; output holds stdout and stderr, or only
-// stderr when errors_only.
-inline CommandResult run(const std::string& arguments, bool errors_only = false) {
-  return shell(std::string(TANDEM_CLI_PATH) + " " + arguments +
+// stderr when errors_only. `environment` ("NAME=value ...") is set for the
+// command alone.
+inline CommandResult run(const std::string& arguments, bool errors_only = false,
+                         const std::string& environment = "") {
+  return shell((environment.empty() ? "" : "env " + environment + " ") +
+               std::string(TANDEM_CLI_PATH) + " " + arguments +
                (errors_only ? " 2>&1 >/dev/null" : " 2>&1"));
 }
 
@@ -43,8 +46,9 @@ inline std::string tmp(const std::string& name) {
   return p.string();
 }
 
-inline void expect_one_line_error(const std::string& arguments, const std::string& needle) {
-  const CommandResult r = run(arguments, true);
+inline void expect_one_line_error(const std::string& arguments, const std::string& needle,
+                                  const std::string& environment = "") {
+  const CommandResult r = run(arguments, true, environment);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("tandem: error:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;

@@ -256,6 +256,89 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
            "seed 5");
   mismatch({.epochs = 2, .batch_size = 50, .loss = train::make_loss("softmax_cross_entropy", {.label_smoothing = 0.1})},
            train::builtin_model("mlp"), "loss");
+  mismatch({.epochs = 1, .batch_size = 50}, train::builtin_model("mlp"),
+           "the run has trained 1 epoch(s) and epochs (--epochs) is 1, which leaves nothing to "
+           "train");
+}
+
+// Schedule and optimizer settings that cannot train are refused when the
+// Trainer is built, naming the field (and its tandem train flag).
+TEST(Trainer, ScheduleAndOptimizerSettingsOutOfRangeAreRefused) {
+  const auto error_of = [](train::TrainConfig c) {
+    try {
+      train::Trainer(c, train::builtin_model("mlp"));
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of({.lr_gamma = 0.0}),
+            "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay factor), got 0");
+  EXPECT_NE(error_of({.lr_gamma = 1.5}).find("lr_gamma"), std::string::npos);
+  EXPECT_NE(error_of({.lr_step_epochs = -1.0}).find("lr_step_epochs"), std::string::npos);
+  EXPECT_EQ(error_of({.min_lr = 0.1}),
+            "min_lr (--min-lr) must be in [0, 0.05] (at most the learning rate the cosine "
+            "schedule decays from), got 0.1");
+  EXPECT_NE(error_of({.min_lr = -1e-4}).find("min_lr"), std::string::npos);
+  EXPECT_EQ(
+      error_of({.epochs = 2, .warmup_epochs = 2.5}),
+      "warmup_epochs (--warmup-epochs) must be in [0, 2] (at most the run's epochs), got 2.5");
+  EXPECT_NE(error_of({.schedule = "exponential"}).find("unknown learning-rate schedule"),
+            std::string::npos);
+  EXPECT_EQ(error_of({.optimizer = {.momentum = 1.5}}), "sgd momentum must be in [0, 1), got 1.5");
+  EXPECT_EQ(error_of({.optimizer = {.name = "adam", .learning_rate = 0.0}}),
+            "adam learning rate must be positive and finite, got 0");
+  EXPECT_EQ(error_of({.epochs = 2, .min_lr = 0.05, .warmup_epochs = 2.0}), "no error");
+}
+
+// prepare_resume() reads and checks the checkpoint before fit() (which
+// then continues from it): a run that is not there is refused without
+// creating anything, and the position tells the epochs the run started with.
+TEST(Trainer, PrepareResumeChecksTheRunBeforeFit) {
+  const data::Dataset d = data::as_dataset(head(fashion().train, 100));
+  const std::string missing = fresh_dir("resume_missing");
+  train::Trainer none({.epochs = 1, .batch_size = 50, .output_dir = missing, .resume = true},
+                      train::builtin_model("mlp"));
+  try {
+    none.prepare_resume();
+    ADD_FAILURE() << "resumed a run that does not exist";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "no run to resume at '" + missing + "': the directory does not exist");
+  }
+  EXPECT_THROW(none.fit(d), InvalidArgument);
+  EXPECT_FALSE(fs::exists(missing));
+  const std::string empty = fresh_dir("resume_empty");
+  fs::create_directories(empty);
+  train::Trainer nothing({.epochs = 1, .batch_size = 50, .output_dir = empty, .resume = true},
+                         train::builtin_model("mlp"));
+  try {
+    nothing.prepare_resume();
+    ADD_FAILURE() << "resumed a directory without a checkpoint";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "no run to resume at '" + empty + "': it has no checkpoint.tckpt");
+  }
+  train::Trainer fresh({.epochs = 1, .batch_size = 50}, train::builtin_model("mlp"));
+  EXPECT_THROW(fresh.prepare_resume(), InvalidArgument);  // not resuming
+
+  const std::string dir = fresh_dir("resume_point");
+  train::Trainer first({.epochs = 1, .batch_size = 50, .output_dir = dir},
+                       train::builtin_model("mlp"));
+  first.fit(d);
+  train::Trainer second({.epochs = 3, .batch_size = 50, .output_dir = dir, .resume = true},
+                        train::builtin_model("mlp"));
+  const train::ResumePoint& point = second.prepare_resume();
+  EXPECT_EQ(point.epoch, 1);
+  EXPECT_EQ(point.step, 0);
+  EXPECT_EQ(point.global_step, 2);
+  EXPECT_EQ(point.epochs, 1);  // the cosine schedule is stretched from 1 epoch to 3
+  const train::TrainResult r = second.fit(d);
+  EXPECT_EQ(r.resumed_from_step, 2);
+  EXPECT_EQ(r.history.size(), 3u);
+  train::Trainer third({.epochs = 4, .batch_size = 50, .output_dir = dir, .resume = true},
+                       train::builtin_model("mlp"));
+  EXPECT_EQ(third.prepare_resume().epochs, 3);  // the resumed run's checkpoints record 3
 }
 
 }  // namespace

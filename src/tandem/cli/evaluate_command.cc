@@ -29,7 +29,8 @@ struct EvaluateOptions {
   std::string data_dir = data::default_fashion_mnist_dir();
   std::optional<int64_t> test_examples;  // unset: the run's; 0: all
   int64_t batch_size = 1000;
-  int threads = 0;  // 0: one per physical core
+  std::optional<int> threads;  // unset: one per physical core
+  bool allow_oversubscription = false;
   bool json = false;
 };
 
@@ -88,15 +89,16 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
 }
 
 int run_evaluate(const EvaluateOptions& o) {
-  if (o.threads < 0) {
-    TANDEM_THROW(InvalidArgument, "--threads must be 0 (one per physical core) or more, got ",
-                 o.threads);
+  if (o.threads && *o.threads < 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "--threads must be at least 1 (omit it for one per physical core), got ",
+                 *o.threads);
   }
   if (o.test_examples && *o.test_examples < 0)
     TANDEM_THROW(InvalidArgument, "--test-examples must be 0 (all) or more, got ",
                  *o.test_examples);
   if (o.batch_size < 1)
-    TANDEM_THROW(InvalidArgument, "evaluation batch size must be at least 1, got ", o.batch_size);
+    TANDEM_THROW(InvalidArgument, "--batch-size must be at least 1, got ", o.batch_size);
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
   const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
@@ -105,9 +107,10 @@ int run_evaluate(const EvaluateOptions& o) {
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
   const EvaluationData data = evaluation_data(o, config);
-  const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
+  const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   train::Trainer trainer({.eval_batch_size = o.batch_size,
-                          .strategy = {.threads_per_device = threads},
+                          .strategy = {.threads_per_device = threads,
+                                       .allow_oversubscription = o.allow_oversubscription},
                           .input_feature = checkpoint.meta("input_feature"),
                           .loss = train::loss_from_json(checkpoint.meta("loss_record")),
                           .metrics = train::metrics_from_json(checkpoint.meta("metrics_record")),
@@ -166,7 +169,10 @@ Command add_evaluate_command(CLI::App& app) {
                       "all)");
   command->add_option("--batch-size,--batch", o->batch_size, "Evaluation batch size")
       ->capture_default_str();
-  command->add_option("--threads", o->threads, "Threads (default: one per physical core)");
+  command->add_option("--threads", o->threads,
+                      "Threads, at least 1 (default: one per physical core)");
+  command->add_flag("--allow-oversubscription", o->allow_oversubscription,
+                    "Allow more threads than physical cores");
   command->add_flag("--json", o->json, "Print one JSON object");
   return {command, [o]() { return run_evaluate(*o); }};
 }

@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "tandem/base/cpu_info.h"
@@ -19,6 +21,7 @@
 #include "tandem/base/random.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/compression.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
@@ -28,6 +31,7 @@
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
 #include "tandem/nn/models.h"
+#include "tandem/optim/optimizer.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/train/summary.h"
@@ -40,12 +44,15 @@ struct TrainOptions {
   train::TrainConfig config;
   std::string model = "cnn";
   std::string precision = "float32";
-  std::string compute_dtype;   // empty: the policy's
-  std::string loss_scale;      // empty: dynamic under mixed_float16, none otherwise
-  double weight_decay = -1.0;  // negative: the optimizer's default
-  std::optional<int> threads;  // unset: one per physical core (split between devices)
+  std::string compute_dtype;            // empty: the policy's
+  std::string loss_scale;               // empty: dynamic under mixed_float16, none otherwise
+  std::optional<double> learning_rate;  // unset: optim::default_learning_rate(optimizer)
+  std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
+  std::optional<double> weight_decay;   // unset: the optimizer's default
+  std::string seed = "0";               // parsed as uint64, so that -1 is refused
+  std::optional<int> threads;           // unset: one per physical core (split between devices)
   std::string strategy = "one-device";
-  int devices = 0;
+  std::optional<int> devices;  // unset: one per physical core
   bool allow_oversubscription = false;
   double bucket_mb = 25.0;
   std::string wire = "f32";
@@ -55,10 +62,10 @@ struct TrainOptions {
   std::string data;             // a data specification (or image folder); empty: Fashion-MNIST
   std::string validation_data;  // likewise; empty: Fashion-MNIST's test set, or none
   std::string loss = "softmax_cross_entropy";
-  double label_smoothing = 0.0;
+  std::optional<double> label_smoothing;  // softmax_cross_entropy; unset: 0
   std::optional<int32_t> ignore_index;
-  double huber_delta = 1.0;
-  std::string metrics;  // empty: accuracy for classification, mae,rmse for regression
+  std::optional<double> huber_delta;  // huber; unset: 1
+  std::string metrics;                // empty: accuracy for classification, mae,rmse for regression
   std::string auto_shard = "auto";
   bool quiet = false;
   bool no_monitor = false;
@@ -221,10 +228,27 @@ RunData load_run_data(const TrainOptions& o, uint64_t seed) {
 // mae and rmse for a regression) against the data's label feature.
 void configure_objective(const TrainOptions& o, const std::string& label,
                          train::TrainConfig& config) {
+  if (o.label_smoothing) {
+    if (!(*o.label_smoothing >= 0.0 && *o.label_smoothing < 1.0)) {
+      TANDEM_THROW(InvalidArgument, "--label-smoothing must be in [0, 1), got ",
+                   *o.label_smoothing);
+    }
+    if (o.loss != "softmax_cross_entropy") {
+      TANDEM_THROW(InvalidArgument,
+                   "--label-smoothing applies to --loss softmax_cross_entropy, not ", o.loss);
+    }
+  }
+  if (o.huber_delta) {
+    if (!(*o.huber_delta > 0.0) || !std::isfinite(*o.huber_delta))
+      TANDEM_THROW(InvalidArgument, "--huber-delta must be positive and finite, got ",
+                   *o.huber_delta);
+    if (o.loss != "huber")
+      TANDEM_THROW(InvalidArgument, "--huber-delta applies to --loss huber, not ", o.loss);
+  }
   config.loss = train::make_loss(o.loss, {.labels = label,
                                           .ignore_index = o.ignore_index,
-                                          .label_smoothing = o.label_smoothing,
-                                          .delta = o.huber_delta});
+                                          .label_smoothing = o.label_smoothing.value_or(0.0),
+                                          .delta = o.huber_delta.value_or(1.0)});
   std::vector<std::string> names = split_list(o.metrics);
   if (o.metrics.empty()) {
     if (o.loss == "softmax_cross_entropy") names = {"accuracy"};
@@ -240,9 +264,9 @@ void configure_objective(const TrainOptions& o, const std::string& label,
 
 // The model's forward FLOPs by layer for one example of the data (none when
 // the input is not a float tensor the analysis can run on).
-std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model, const data::Dataset& data,
+std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model,
+                                                     const std::optional<data::Element>& example,
                                                      const std::string& input) {
-  std::optional<data::Element> example = data.take(1).iterator().next();
   if (!example || !example->has(input) || !is_floating(example->at(input).dtype())) return {};
   try {
     return monitor::layer_flops(model, example->at(input).shape());
@@ -251,22 +275,133 @@ std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model, const da
   }
 }
 
+// Under mpirun every process runs this command: without multi-worker each
+// would train on its own and write the same run directory (one process is
+// just a training).
+void check_launcher(const TrainOptions& o, const std::string& strategy) {
+  if (strategy == "multi_worker") return;
+  const int processes = comm::launched_process_count();
+  if (processes == 0 || processes == 1) return;
+  TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ",
+               processes > 1 ? fmt::format("{} processes", processes) : "several processes",
+               " and --strategy ", o.strategy,
+               ": each process would train on its own and write the same run directory; add "
+               "--strategy multi-worker");
+}
+
+// --seed as an unsigned 64-bit number: a negative one is refused instead of
+// wrapping around.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    TANDEM_THROW(InvalidArgument, "--seed must be a whole number from 0 to ",
+                 std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
+  }
+  return value;
+}
+
+// Counts where 0 or a negative number would be silently taken for something else.
+void check_counts(const TrainOptions& o) {
+  if (o.devices && *o.devices < 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "--devices must be at least 1 (omit it for one device per physical core), got ",
+                 *o.devices);
+  }
+  if (o.threads && *o.threads < 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "--threads must be at least 1 (omit it for physical cores / devices), got ",
+                 *o.threads);
+  }
+  if (o.train_examples < 0)
+    TANDEM_THROW(InvalidArgument, "--train-examples must be 0 (all) or more, got ",
+                 o.train_examples);
+  if (o.test_examples < 0)
+    TANDEM_THROW(InvalidArgument, "--test-examples must be 0 (all) or more, got ", o.test_examples);
+  // At least one byte, and far from the int64 overflow of the conversion.
+  constexpr int64_t kMaxBucketMb = int64_t{1} << 20;
+  if (!(o.bucket_mb * (1 << 20) >= 1.0 && o.bucket_mb <= static_cast<double>(kMaxBucketMb))) {
+    TANDEM_THROW(InvalidArgument, "--bucket-mb must be a positive number of MiB (one byte to ",
+                 kMaxBucketMb, " MiB), got ", o.bucket_mb);
+  }
+}
+
+// --optimizer and its flags. Without --lr the optimizer's own default
+// (0.05 for sgd, 1e-3 for adam and adamw); momentum and Nesterov are SGD's.
+void configure_optimizer(const TrainOptions& o, optim::OptimizerConfig& c) {
+  const double default_lr = optim::default_learning_rate(c.name);  // refuses unknown names
+  if (o.learning_rate && (!(*o.learning_rate > 0.0) || !std::isfinite(*o.learning_rate)))
+    TANDEM_THROW(InvalidArgument, "--lr must be positive and finite, got ", *o.learning_rate);
+  c.learning_rate = o.learning_rate.value_or(default_lr);
+  if (c.name != "sgd" && (o.momentum || c.nesterov)) {
+    TANDEM_THROW(InvalidArgument, o.momentum ? "--momentum" : "--nesterov",
+                 " applies to --optimizer sgd, not ", c.name);
+  }
+  if (o.momentum) {
+    if (!(*o.momentum >= 0.0 && *o.momentum < 1.0))
+      TANDEM_THROW(InvalidArgument, "--momentum must be in [0, 1), got ", *o.momentum);
+    c.momentum = *o.momentum;
+  }
+  if (o.weight_decay) {
+    if (!(*o.weight_decay >= 0.0) || !std::isfinite(*o.weight_decay)) {
+      TANDEM_THROW(InvalidArgument, "--weight-decay must be >= 0 and finite, got ",
+                   *o.weight_decay);
+    }
+    c.weight_decay = *o.weight_decay;
+  }
+}
+
+// --augment against the data's first example: a crop padding as large as
+// the images shifts them out entirely.
+void check_augment_fits(const data::AugmentOptions& augment,
+                        const std::optional<data::Element>& example) {
+  if (!augment.any() || !example || !example->has("image")) return;
+  const Tensor& image = example->at("image");
+  if (image.rank() != 3) {
+    TANDEM_THROW(InvalidArgument,
+                 "--augment works on images shaped (height, width, channels); this data's image "
+                 "is ",
+                 image.shape().to_string());
+  }
+  try {
+    data::check_augment(augment, image.dim(0), image.dim(1));
+  } catch (const InvalidArgument& e) {
+    TANDEM_THROW(InvalidArgument, "--augment: ", e.what());
+  }
+}
+
+// --trace-steps against the run's steps, when the data's size is known: a
+// window after the last step (or before a resumed run's first) records nothing.
+void check_trace_window(const std::string& text, int64_t first, int64_t last,
+                        int64_t steps_per_epoch, int64_t epochs, int64_t resumed_at) {
+  if (first == 0) return;
+  const int64_t total = steps_per_epoch * epochs;
+  if (steps_per_epoch > 0 && first > total) {
+    TANDEM_THROW(InvalidArgument, "--trace-steps ", text,
+                 " starts after the run's last step: it has ", total, " steps (", steps_per_epoch,
+                 " per epoch x ", epochs, " epoch(s))");
+  }
+  if (last <= resumed_at) {
+    TANDEM_THROW(InvalidArgument, "--trace-steps ", text, " ends before step ", resumed_at + 1,
+                 ", where this resumed run starts");
+  }
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
+  config.strategy.name = o.strategy;
+  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
+  check_launcher(o, config.strategy.name);
+  check_counts(o);
+  config.seed = parse_seed(o.seed);
   const precision::Policy policy = precision::parse_policy(o.precision);
   const std::optional<DType> compute_dtype =
       o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
   config.loss_scale = parse_loss_scale(o.loss_scale, policy);
-  if (o.weight_decay >= 0.0) config.optimizer.weight_decay = o.weight_decay;
-  config.strategy.name = o.strategy;
-  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
-  config.strategy.devices = o.devices;
+  configure_optimizer(o, config.optimizer);
+  config.strategy.devices = o.devices.value_or(0);
   config.strategy.threads_per_device = o.threads.value_or(0);
   config.strategy.allow_oversubscription = o.allow_oversubscription;
-  if (o.threads && *o.threads < 1)
-    TANDEM_THROW(InvalidArgument, "thread count must be at least 1, got ", *o.threads);
-  if (!(o.bucket_mb > 0.0))
-    TANDEM_THROW(InvalidArgument, "--bucket-mb must be positive, got ", o.bucket_mb);
   config.reducer.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
@@ -282,6 +417,8 @@ int run_train(TrainOptions& o) {
       return batch;
     };
   }
+  if (config.resume && config.output_dir.empty())
+    TANDEM_THROW(InvalidArgument, "--resume needs --output, the run directory to continue");
   if (config.output_dir.empty())
     config.output_dir = default_output_dir(std::filesystem::path(o.model).stem().string());
   const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
@@ -313,7 +450,29 @@ int run_train(TrainOptions& o) {
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   const bool chief = strategy.is_chief();
+  // The first training example, for the checks of --augment and the
+  // monitor's FLOP figures.
+  std::optional<data::Element> example;
+  if (augment.any() || (chief && !o.no_monitor)) example = train_set.take(1).iterator().next();
+  check_augment_fits(augment, example);
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
+  // A resume is checked (the checkpoint read) before the monitor appends to
+  // the run directory, so a failed one leaves it as it was.
+  int64_t resumed_at = 0;
+  if (config.resume) {
+    const train::ResumePoint& point = trainer.prepare_resume();
+    resumed_at = point.global_step;
+    if (chief && config.schedule == "cosine" && point.epochs > 0 && point.epochs != config.epochs) {
+      fmt::print(stderr,
+                 "tandem: warning: the run was started for {} epoch(s) and now trains {}: the "
+                 "cosine schedule is {} over the new total, so the learning rate from step {} on "
+                 "does not continue the curve the run started on\n",
+                 point.epochs, config.epochs,
+                 config.epochs > point.epochs ? "stretched" : "compressed", point.global_step + 1);
+    }
+  }
+  check_trace_window(o.trace_steps, trace_first, trace_last, steps_per_epoch, config.epochs,
+                     resumed_at);
   if (!o.quiet && chief) {
     fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
                trainer.model().parameter_count(), run_data.description, load_seconds);
@@ -343,7 +502,7 @@ int run_train(TrainOptions& o) {
   std::unique_ptr<monitor::Monitor> run_monitor;
   if (chief && !o.no_monitor) {
     monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
-    info.layers = example_layer_flops(trainer.model(), train_set, config.input_feature);
+    info.layers = example_layer_flops(trainer.model(), example, config.input_feature);
     info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
     {
       // The device's peak for the utilisation figure: a short matmul run with
@@ -471,34 +630,41 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--drop-remainder", c.drop_remainder,
                     "Skip the last partial batch of each epoch (default: train on it)");
   command->add_option("--optimizer", c.optimizer.name, "sgd, adam or adamw")->capture_default_str();
-  command->add_option("--lr", c.optimizer.learning_rate, "Learning rate")->capture_default_str();
-  command->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
+  command->add_option("--lr", o->learning_rate,
+                      "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
+  command->add_option("--momentum", o->momentum, "SGD momentum in [0, 1) (default: 0.9)");
   command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
   command->add_option("--weight-decay", o->weight_decay,
-                      "Weight decay (default: 0, or 0.01 for adamw)");
+                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
   command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
       ->capture_default_str();
-  command->add_option("--lr-step-epochs", c.lr_step_epochs, "Step schedule: epochs between decays")
+  command
+      ->add_option("--lr-step-epochs", c.lr_step_epochs,
+                   "Step schedule: epochs between decays (> 0)")
       ->capture_default_str();
-  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor")
+  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor in (0, 1]")
       ->capture_default_str();
-  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate")
+  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate, from 0 to --lr")
       ->capture_default_str();
-  command->add_option("--warmup-epochs", c.warmup_epochs, "Linear warm-up length in epochs")
+  command
+      ->add_option("--warmup-epochs", c.warmup_epochs,
+                   "Linear warm-up length in epochs, from 0 to --epochs")
       ->capture_default_str();
-  command->add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")
+  command
+      ->add_option("--seed", o->seed,
+                   "Seed for initialisation, shuffling and dropout (0 to 2^64 - 1)")
       ->capture_default_str();
   command->add_option("--threads", o->threads,
                       "Intra-op threads per device (default: physical cores / devices)");
   command
       ->add_option("--strategy", o->strategy, "one-device, mirrored or multi-worker (under mpirun)")
       ->capture_default_str();
-  command->add_option(
-      "--devices", o->devices,
-      "Replicas (virtual CPU devices) in this process (default: one per physical core)");
+  command->add_option("--devices", o->devices,
+                      "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
+                      "per physical core)");
   command->add_flag("--allow-oversubscription", o->allow_oversubscription,
-                    "Allow more devices x threads than physical cores");
-  command->add_option("--bucket-mb", o->bucket_mb, "Gradient fusion bucket size in MiB")
+                    "Allow more devices x threads than physical cores (one device included)");
+  command->add_option("--bucket-mb", o->bucket_mb, "Gradient fusion bucket size in MiB (> 0)")
       ->capture_default_str();
   command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
       ->capture_default_str();
@@ -522,13 +688,11 @@ Command add_train_command(CLI::App& app) {
                    "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
                    "mean_absolute_error or huber")
       ->capture_default_str();
-  command
-      ->add_option("--label-smoothing", o->label_smoothing,
-                   "softmax_cross_entropy: label smoothing in [0, 1)")
-      ->capture_default_str();
+  command->add_option("--label-smoothing", o->label_smoothing,
+                      "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
   command->add_option("--ignore-index", o->ignore_index,
                       "softmax_cross_entropy and metrics: a label value left out");
-  command->add_option("--huber-delta", o->huber_delta, "huber: the delta")->capture_default_str();
+  command->add_option("--huber-delta", o->huber_delta, "huber: the delta, > 0 (default: 1)");
   command->add_option("--metrics", o->metrics,
                       "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, or none "
                       "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
@@ -543,11 +707,13 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   command->add_option("--train-examples", o->train_examples,
-                      "Use only the first N training examples (0: all)");
+                      "Use only the first N Fashion-MNIST training examples (0, the default: all)");
   command->add_option("--test-examples", o->test_examples,
-                      "Use only the first N test examples (0: all)");
+                      "Use only the first N Fashion-MNIST test examples (0, the default: all)");
   command->add_option("--output,-o", c.output_dir, "Run directory (default: runs/MODEL-TIMESTAMP)");
-  command->add_flag("--resume", c.resume, "Continue from the checkpoint in --output");
+  command->add_flag("--resume", c.resume,
+                    "Continue from the checkpoint in --output (a cosine schedule is stretched "
+                    "over a new --epochs)");
   command->add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
   command->add_flag("--no-monitor", o->no_monitor,
                     "Skip metrics.jsonl, memory snapshots and findings (the summary keeps the "
@@ -571,7 +737,8 @@ Command add_train_command(CLI::App& app) {
                    "comma-separated list (flip,crop:2)")
       ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
-                      "Record a Chrome trace (trace.json) of global steps FIRST:LAST");
+                      "Record a Chrome trace (trace.json) of global steps FIRST:LAST (FIRST at "
+                      "most the run's last step)");
   return {command, [o]() { return run_train(*o); }};
 }
 

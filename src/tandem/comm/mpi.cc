@@ -1,5 +1,6 @@
 #include "tandem/comm/mpi.h"
 
+#include <climits>
 #include <cstdlib>
 
 #include "tandem/base/error.h"
@@ -9,7 +10,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <mutex>
 
@@ -29,6 +29,19 @@ bool launched_by_mpi() {
     if (std::getenv(variable) != nullptr) return true;
   }
   return false;
+}
+
+int launched_process_count() {
+  if (!launched_by_mpi()) return 0;
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* value = std::getenv(variable);
+    if (value == nullptr) continue;
+    char* end = nullptr;
+    const long count = std::strtol(value, &end, 10);
+    if (end != value && *end == '\0' && count >= 1 && count <= INT_MAX)
+      return static_cast<int>(count);
+  }
+  return -1;
 }
 
 #if !TANDEM_HAVE_MPI

@@ -18,6 +18,10 @@ namespace tandem::comm {
 bool mpi_built();
 // Whether the process was started by an MPI launcher (mpirun/mpiexec).
 bool launched_by_mpi();
+// How many processes the launcher started, read from its environment (Open
+// MPI's OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE) without initialising MPI: 0
+// when not launched by MPI, -1 when the launcher does not say.
+int launched_process_count();
 // Rank and size of MPI_COMM_WORLD (initialises MPI). Throw NotImplemented
 // without the MPI backend.
 int mpi_world_rank();

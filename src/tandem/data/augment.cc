@@ -1,5 +1,6 @@
 #include "tandem/data/augment.h"
 
+#include <algorithm>
 #include <charconv>
 #include <vector>
 
@@ -49,6 +50,16 @@ std::string augment_spec(const AugmentOptions& options) {
   return out;
 }
 
+void check_augment(const AugmentOptions& options, int64_t height, int64_t width) {
+  const int64_t side = std::min(height, width);
+  if (options.crop_padding == 0 || options.crop_padding < side) return;
+  TANDEM_THROW(InvalidArgument, "augmentation 'crop:", options.crop_padding, "' is too large for ",
+               height, "x", width,
+               " images: the crop padding must be smaller than their smaller side (at most crop:",
+               std::max<int64_t>(side - 1, 0), "); a shift of ", options.crop_padding,
+               " pixels leaves a blank image");
+}
+
 Tensor augment_images(const Tensor& images, const AugmentOptions& options, Generator& generator) {
   if (images.rank() != 4) {
     TANDEM_THROW(ShapeError, "augment_images: expected a batch of (N, H, W, C) images, got ",
@@ -60,6 +71,7 @@ Tensor augment_images(const Tensor& images, const AugmentOptions& options, Gener
   }
   if (!options.any()) return images;
   const int64_t N = images.dim(0), H = images.dim(1), W = images.dim(2);
+  check_augment(options, H, W);
   const size_t pixel = static_cast<size_t>(images.dim(3)) * dtype_size(images.dtype());
   const size_t image_bytes = static_cast<size_t>(H * W) * pixel;
   const int64_t p = options.crop_padding;

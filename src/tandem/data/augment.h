@@ -31,9 +31,15 @@ AugmentOptions parse_augment(std::string_view spec);
 // The spec parse_augment reads back ("flip,crop:2", "none").
 std::string augment_spec(const AugmentOptions& options);
 
+// Throws InvalidArgument when `options` make height x width images
+// degenerate: a crop padding not smaller than their smaller side (shifts of
+// that many pixels leave blank images). The message names the images' size.
+void check_augment(const AugmentOptions& options, int64_t height, int64_t width);
+
 // A new batch: for each image in order, a flip bit (with flip) and then the
 // row and column offsets in [-P, P] (with crop_padding P) are drawn from
-// `generator`. Any dtype; throws ShapeError unless images is (N, H, W, C).
+// `generator`. Any dtype; throws ShapeError unless images is (N, H, W, C),
+// and what check_augment throws for their height and width.
 Tensor augment_images(const Tensor& images, const AugmentOptions& options, Generator& generator);
 
 }  // namespace tandem::data

@@ -1,6 +1,7 @@
 #include "tandem/distribute/strategy.h"
 
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -178,6 +179,24 @@ std::unique_ptr<Engine> Strategy::make_engine(const ModelBuilder& build,
   return make_all_reduce_engine(*this, build, options);
 }
 
+namespace {
+
+// Refuses more busy threads than physical cores: replicas (or one device's
+// OpenMP team) would slow each other down, one device as much as several.
+void check_subscription(const StrategyConfig& c, int processes_here, int devices, int threads,
+                        int cores) {
+  const int64_t needed = int64_t{devices} * threads * processes_here;
+  if (needed <= cores || c.allow_oversubscription) return;
+  TANDEM_THROW(InvalidArgument,
+               processes_here > 1 ? std::to_string(processes_here) + " processes x " : "", devices,
+               " device(s) x ", threads, " thread(s) need ", needed, " cores but this machine has ",
+               cores,
+               " physical cores (threads would slow each other down; set allow_oversubscription, "
+               "--allow-oversubscription on the command line, to do it anyway)");
+}
+
+}  // namespace
+
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   const int cores = std::max(1, cpu_info().physical_cores);
   if (c.devices < 0 || c.threads_per_device < 0) {
@@ -189,7 +208,9 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
       TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
                    " devices (use --strategy mirrored)");
     }
-    return std::make_unique<OneDevice>(c.threads_per_device > 0 ? c.threads_per_device : cores);
+    const int threads = c.threads_per_device > 0 ? c.threads_per_device : cores;
+    check_subscription(c, 1, 1, threads, cores);
+    return std::make_unique<OneDevice>(threads);
   }
   if (c.name != "mirrored" && c.name != "multi_worker") {
     TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
@@ -206,14 +227,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   const int devices = c.devices > 0 ? c.devices : cores_here;
   const int threads =
       c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores_here / devices);
-  if (devices * threads * processes_here > cores && !c.allow_oversubscription) {
-    TANDEM_THROW(
-        InvalidArgument, processes_here > 1 ? std::to_string(processes_here) + " processes x " : "",
-        devices, " device(s) x ", threads, " thread(s) need ", devices * threads * processes_here,
-        " cores but this machine has ", cores,
-        " physical cores (replicas would slow each other down; set allow_oversubscription, "
-        "--allow-oversubscription on the command line, to do it anyway)");
-  }
+  check_subscription(c, processes_here, devices, threads, cores);
   if (c.name == "mirrored") return std::make_unique<Mirrored>(devices, threads, c.comm);
   if (!comm::launched_by_mpi()) {
     TANDEM_THROW(InvalidArgument,

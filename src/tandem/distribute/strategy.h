@@ -25,7 +25,7 @@ struct StrategyConfig {
   std::string name = "one_device";      // one_device, mirrored, multi_worker
   int devices = 0;                      // local replicas; 0: one per physical core
   int threads_per_device = 0;           // 0: physical cores / devices (at least 1)
-  bool allow_oversubscription = false;  // more devices than cores
+  bool allow_oversubscription = false;  // more devices x threads than physical cores
   comm::CommOptions comm;
 };
 
@@ -63,8 +63,9 @@ class Strategy {
 };
 
 // Builds a strategy. Throws InvalidArgument for an unknown name, more devices
-// than physical cores without allow_oversubscription, or multi_worker outside
-// an MPI launcher.
+// x threads per device (x processes on this host) than physical cores without
+// allow_oversubscription (one_device with more threads than cores too), or
+// multi_worker outside an MPI launcher.
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config);
 
 }  // namespace tandem::distribute

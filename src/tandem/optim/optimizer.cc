@@ -196,8 +196,56 @@ void Adam::step() {
   }
 }
 
+namespace {
+
+bool known_optimizer(const std::string& name) {
+  return name == "sgd" || name == "adam" || name == "adamw";
+}
+
+[[noreturn]] void unknown_optimizer(const std::string& name) {
+  TANDEM_THROW(InvalidArgument, "unknown optimizer '", name, "' (expected sgd, adam or adamw)");
+}
+
+// In [0, 1): a decay rate of a running average (momentum, Adam's betas).
+bool is_decay_rate(double value) {
+  return value >= 0.0 && value < 1.0;
+}
+
+}  // namespace
+
+double default_learning_rate(const std::string& name) {
+  if (!known_optimizer(name)) unknown_optimizer(name);
+  return name == "sgd" ? 0.05 : 1e-3;
+}
+
+void check_optimizer_config(const OptimizerConfig& c) {
+  if (!known_optimizer(c.name)) unknown_optimizer(c.name);
+  if (!(c.learning_rate > 0.0) || !std::isfinite(c.learning_rate)) {
+    TANDEM_THROW(InvalidArgument, c.name, " learning rate must be positive and finite, got ",
+                 c.learning_rate);
+  }
+  if (c.weight_decay && (!(*c.weight_decay >= 0.0) || !std::isfinite(*c.weight_decay))) {
+    TANDEM_THROW(InvalidArgument, c.name, " weight decay must be >= 0 and finite, got ",
+                 *c.weight_decay);
+  }
+  if (c.name == "sgd") {
+    // Momentum 1 or more makes the update a growing sum of every gradient
+    // so far: the weights diverge.
+    if (!is_decay_rate(c.momentum))
+      TANDEM_THROW(InvalidArgument, "sgd momentum must be in [0, 1), got ", c.momentum);
+    return;
+  }
+  if (!is_decay_rate(c.beta1) || !is_decay_rate(c.beta2)) {
+    TANDEM_THROW(InvalidArgument, c.name, " beta1 and beta2 must be in [0, 1), got ", c.beta1,
+                 " and ", c.beta2);
+  }
+  if (!(c.eps > 0.0) || !std::isfinite(c.eps))
+    TANDEM_THROW(InvalidArgument, c.name, " eps must be positive and finite, got ", c.eps);
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Variable> parameters) {
+  check_optimizer_config(config);
   if (config.name == "sgd") {
     return std::make_unique<Sgd>(std::move(parameters), config.learning_rate,
                                  SgdOptions{.momentum = config.momentum,
@@ -214,8 +262,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                               .weight_decay = decay,
                                               .decoupled_weight_decay = decoupled});
   }
-  TANDEM_THROW(InvalidArgument, "unknown optimizer '", config.name,
-               "' (expected sgd, adam or adamw)");
+  unknown_optimizer(config.name);
 }
 
 }  // namespace tandem::optim

@@ -91,17 +91,29 @@ class Adam : public Optimizer {
   std::vector<Tensor*> first_moment_, second_moment_;
 };
 
+// The learning rate is explicit here (the recipe's 0.05 for SGD by default);
+// `tandem train` without --lr takes default_learning_rate(name) instead.
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd, adam, adamw
-  double learning_rate = 0.05;
-  double momentum = 0.9;  // sgd
-  bool nesterov = false;  // sgd
-  // Unset: PyTorch's default (0 for sgd and adam, 0.01 for adamw).
+  std::string name = "sgd";     // sgd, adam, adamw
+  double learning_rate = 0.05;  // > 0, finite
+  double momentum = 0.9;        // sgd; in [0, 1)
+  bool nesterov = false;        // sgd
+  // Unset: PyTorch's default (0 for sgd and adam, 0.01 for adamw); >= 0.
   std::optional<double> weight_decay;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw; in [0, 1)
+  double eps = 1e-8;                  // adam, adamw; > 0, finite
 };
 
-// Builds the named optimizer; throws InvalidArgument naming the known ones.
+// The learning rate an optimizer starts from when none is given: 0.05 for
+// sgd (the project's recipe), 1e-3 for adam and adamw (PyTorch's and Keras's
+// default). Throws InvalidArgument for an unknown name.
+double default_learning_rate(const std::string& name);
+
+// Throws InvalidArgument naming the first field of `config` outside its
+// range (see OptimizerConfig), or the unknown optimizer name.
+void check_optimizer_config(const OptimizerConfig& config);
+
+// Builds the named optimizer after check_optimizer_config(config).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Variable> parameters);
 

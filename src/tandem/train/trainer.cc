@@ -36,6 +36,14 @@ struct Trainer::Progress {
   std::vector<double> replica_losses;  // per local replica, not yet summed over replicas
 };
 
+// A checkpoint read and checked for the next fit(), and its position.
+struct Trainer::PendingResume {
+  Checkpoint checkpoint;
+  Progress progress;
+  std::vector<EpochResult> history;
+  ResumePoint point;
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -87,6 +95,34 @@ double find_metric(const std::vector<std::pair<std::string, double>>& values,
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+// The schedule's settings, named as TrainConfig fields and `tandem train`
+// flags; before any replica is built.
+void check_schedule_settings(const TrainConfig& c) {
+  if (c.schedule != "constant" && c.schedule != "step" && c.schedule != "cosine") {
+    TANDEM_THROW(InvalidArgument, "unknown learning-rate schedule '", c.schedule,
+                 "' (schedule, --schedule: expected constant, step or cosine)");
+  }
+  if (!(c.lr_step_epochs > 0.0) || !std::isfinite(c.lr_step_epochs)) {
+    TANDEM_THROW(InvalidArgument,
+                 "lr_step_epochs (--lr-step-epochs) must be a positive number of epochs, got ",
+                 c.lr_step_epochs);
+  }
+  if (!(c.lr_gamma > 0.0 && c.lr_gamma <= 1.0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay factor), got ",
+                 c.lr_gamma);
+  }
+  const double lr = c.optimizer.learning_rate;
+  if (!(c.min_lr >= 0.0 && c.min_lr <= lr)) {
+    TANDEM_THROW(InvalidArgument, "min_lr (--min-lr) must be in [0, ", lr,
+                 "] (at most the learning rate the cosine schedule decays from), got ", c.min_lr);
+  }
+  if (!(c.warmup_epochs >= 0.0 && c.warmup_epochs <= static_cast<double>(c.epochs))) {
+    TANDEM_THROW(InvalidArgument, "warmup_epochs (--warmup-epochs) must be in [0, ", c.epochs,
+                 "] (at most the run's epochs), got ", c.warmup_epochs);
+  }
+}
+
 }  // namespace
 
 double EpochResult::train_metric(const std::string& name) const {
@@ -118,12 +154,14 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
     : config_(std::move(config)), model_(std::move(model)) {
   if (!model_.build) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
   if (config_.epochs < 1)
-    TANDEM_THROW(InvalidArgument, "epochs must be at least 1, got ", config_.epochs);
+    TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config_.epochs);
   if (config_.batch_size < 1) {
-    TANDEM_THROW(InvalidArgument, "batch size must be at least 1, got ", config_.batch_size);
+    TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ",
+                 config_.batch_size);
   }
   if (config_.steps_per_epoch < 0) {
-    TANDEM_THROW(InvalidArgument, "steps per epoch must be >= 0 (0: one pass), got ",
+    TANDEM_THROW(InvalidArgument,
+                 "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
                  config_.steps_per_epoch);
   }
   if (config_.prefetch_batches < 0 && config_.prefetch_batches != data::kAutotune) {
@@ -135,12 +173,11 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
                  config_.input_parallel_calls);
   }
   if (config_.eval_batch_size < 1) {
-    TANDEM_THROW(InvalidArgument, "evaluation batch size must be at least 1, got ",
+    TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
                  config_.eval_batch_size);
   }
-  if (config_.warmup_epochs < 0.0) {
-    TANDEM_THROW(InvalidArgument, "warm-up epochs must be >= 0, got ", config_.warmup_epochs);
-  }
+  check_schedule_settings(config_);
+  optim::check_optimizer_config(config_.optimizer);
   if (config_.resume && config_.output_dir.empty()) {
     TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
   }
@@ -372,10 +409,16 @@ struct Trainer::StepInput {
 
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
-  progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
   if (config_.resume) {
-    restore(progress, result.history);
+    prepare_resume();
+    const std::unique_ptr<PendingResume> pending = std::move(pending_resume_);
+    {
+      MemoryCategoryScope loading(MemoryCategory::workspace);  // as prepare_resume()'s
+      engine_->load_state(pending->checkpoint);
+    }
+    progress = std::move(pending->progress);
+    result.history = std::move(pending->history);
   } else {
     // The chief checks; every process learns the answer, so none waits for
     // a chief that gave up.
@@ -387,6 +430,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
                    "another output directory rather than overwrite it");
     }
   }
+  progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   result.resumed_from_step = progress.global_step;
   if (!config_.output_dir.empty() && strategy_->is_chief()) {
     std::error_code error;
@@ -637,6 +681,7 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   for (const auto& [key, value] : resume_settings()) c.metadata[key] = value;
   const std::pair<const char*, std::string> entries[] = {
       {"format", kTrainerCheckpointFormat},
+      {"epochs", std::to_string(config_.epochs)},
       {"loss_record", loss_to_json(config_.loss)},
       {"metrics_record", metrics_to_json(config_.metrics)},
       {"epoch", std::to_string(progress.epoch)},
@@ -652,12 +697,26 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   save_checkpoint(checkpoint_path(), c);
 }
 
-void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
+const ResumePoint& Trainer::prepare_resume() {
+  if (!config_.resume) TANDEM_THROW(InvalidArgument, "prepare_resume() needs config.resume");
+  if (pending_resume_) return pending_resume_->point;
+  if (!std::filesystem::is_directory(config_.output_dir)) {
+    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir,
+                 "': the directory does not exist");
+  }
   const std::string path = checkpoint_path();
-  // Loaded tensors are copied into the model and dropped: temporaries, not
-  // activations (the monitor's memory findings read the activation peak).
-  MemoryCategoryScope loading(MemoryCategory::workspace);
-  const Checkpoint c = load_trainer_checkpoint(path);
+  if (!std::filesystem::exists(path)) {
+    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir, "': it has no ",
+                 kCheckpointFile);
+  }
+  auto pending = std::make_unique<PendingResume>();
+  {
+    // Loaded tensors are copied into the model and dropped: temporaries, not
+    // activations (the monitor's memory findings read the activation peak).
+    MemoryCategoryScope loading(MemoryCategory::workspace);
+    pending->checkpoint = load_trainer_checkpoint(path);
+  }
+  const Checkpoint& c = pending->checkpoint;
   const ModelSpec saved = read_spec(c.metadata);
   if (!(saved == model_.spec)) {
     TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name, "' (",
@@ -673,7 +732,8 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
                    c.meta(key), " but this run has ", value);
     }
   }
-  engine_->load_state(c);
+  Progress& progress = pending->progress;
+  progress.metrics.assign(config_.metrics.size(), {});
   try {
     progress.epoch = std::stoll(c.meta("epoch"));
     progress.step = std::stoll(c.meta("step"));
@@ -694,12 +754,23 @@ void Trainer::restore(Progress& progress, std::vector<EpochResult>& history) {
       }
       progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
     }
-    history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
+    pending->history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
+    pending->point = {.epoch = progress.epoch,
+                      .step = progress.step,
+                      .global_step = progress.global_step,
+                      .epochs = c.metadata.count("epochs") ? std::stoll(c.meta("epochs")) : 0};
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
   }
+  if (progress.epoch >= config_.epochs) {
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': the run has trained ",
+                 progress.epoch, " epoch(s) and epochs (--epochs) is ", config_.epochs,
+                 ", which leaves nothing to train (give more epochs to continue it)");
+  }
+  pending_resume_ = std::move(pending);
+  return pending_resume_->point;
 }
 
 }  // namespace tandem::train

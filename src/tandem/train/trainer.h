@@ -66,11 +66,13 @@ struct TrainConfig {
   // fixes the rate, not its schedule, and decay converges further (see
   // docs/performance.md for both). Schedules measured in epochs need the
   // steps per epoch: from steps_per_epoch or the data's cardinality.
-  std::string schedule = "cosine";  // constant, step, cosine
-  double lr_step_epochs = 1.0;      // step schedule period, in epochs
-  double lr_gamma = 0.1;            // step schedule factor
-  double min_lr = 0.0;              // cosine floor
-  double warmup_epochs = 0.0;
+  // A resume with other epochs than the run started with stretches (or
+  // shrinks) the cosine decay over the new total (see ResumePoint::epochs).
+  std::string schedule = "cosine";      // constant, step, cosine
+  double lr_step_epochs = 1.0;          // step schedule period, in epochs; > 0
+  double lr_gamma = 0.1;                // step schedule factor; in (0, 1]
+  double min_lr = 0.0;                  // cosine floor; in [0, optimizer.learning_rate]
+  double warmup_epochs = 0.0;           // in [0, epochs]
   uint64_t seed = 0;                    // dropout streams and batch_transform's generator
   distribute::StrategyConfig strategy;  // one_device by default
   distribute::ReducerOptions reducer;
@@ -107,7 +109,20 @@ struct TrainConfig {
 
   // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
   std::string output_dir;
+  // Continue the run whose checkpoint is in output_dir (which must hold one).
   bool resume = false;
+};
+
+// Where a resumed fit() continues: the checkpoint's position.
+struct ResumePoint {
+  int64_t epoch = 0;        // 0-based epoch it continues
+  int64_t step = 0;         // next step inside it
+  int64_t global_step = 0;  // steps taken so far
+  // TrainConfig::epochs of the run that wrote the checkpoint (0: not
+  // recorded, an earlier version's checkpoint). When it differs from this
+  // run's, the cosine schedule decays over the new total from here on: the
+  // learning rate does not continue the curve the run started on.
+  int64_t epochs = 0;
 };
 
 struct EpochResult {
@@ -191,17 +206,28 @@ class Trainer {
   // Builds the strategy and the engine (every replica's model). Throws
   // InvalidArgument for a configuration that cannot work (non-positive
   // epochs or batch size, a global batch that does not divide among the
-  // replicas, a bad strategy, ...).
+  // replicas, a bad strategy, optimizer setting or schedule, ...).
   Trainer(TrainConfig config, ModelFactory model);
   // One device with this model (the strategy in config must be one_device).
   Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::string name = "model");
   ~Trainer();
 
+  // With config.resume: reads the checkpoint in the output directory and
+  // checks it against this Trainer (model, the settings a resume must keep,
+  // metrics, epochs left to train), so that a run that cannot resume fails
+  // before anything is written; the next fit() continues from it without
+  // reading it again (fit() calls this itself otherwise). Throws
+  // InvalidArgument when there is no run to resume ("no run to resume at
+  // DIR": no directory, or no checkpoint in it), when the checkpoint does not
+  // match or has trained all config.epochs, IoError when it cannot be read;
+  // InvalidArgument without config.resume.
+  const ResumePoint& prepare_resume();
+
   // Trains config.epochs epochs on `train` (continuing from the checkpoint
   // when resuming), evaluating on `validation` after each. Throws what the
   // data, the model or the loss throws; InvalidArgument for data that cannot
   // work (no rows, a missing feature, a schedule that needs a size the data
-  // does not have).
+  // does not have), and what prepare_resume() throws.
   TrainResult fit(const data::Dataset& train, const std::optional<data::Dataset>& validation = {},
                   const TrainCallbacks& callbacks = {});
   // Loss and metrics over a dataset of single examples, in evaluation mode
@@ -230,12 +256,13 @@ class Trainer {
   struct Progress;
   struct Input;
   struct StepInput;
+  struct PendingResume;
   // fit()'s steps: checks, restore and set-up; the next step's batch once
   // every process agreed on it; one step and its accounting.
   void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);
   StepInput next_step_input(Input& input, const Progress& progress);
-  void train_step(const StepInput& input, const distribute::ForwardFn& forward,
-                  Progress& progress, const TrainCallbacks& callbacks);
+  void train_step(const StepInput& input, const distribute::ForwardFn& forward, Progress& progress,
+                  const TrainCallbacks& callbacks);
   // This process's shard of `examples` in batches (padded when configured).
   data::Dataset batched(const data::Dataset& examples, int64_t batch_size,
                         bool drop_remainder) const;
@@ -247,7 +274,6 @@ class Trainer {
   // The settings a checkpoint records and a resume must match, as metadata.
   std::vector<std::pair<std::string, std::string>> resume_settings();
   void save(const Progress& progress, const std::vector<EpochResult>& history);
-  void restore(Progress& progress, std::vector<EpochResult>& history);
 
   TrainConfig config_;
   ModelFactory model_;
@@ -258,6 +284,8 @@ class Trainer {
   // Per local replica: this epoch's metric sums (sum, count per metric).
   std::vector<std::vector<MetricSums>> metric_sums_;
   std::atomic<bool> stop_requested_{false};
+  // Read and checked by prepare_resume(), taken by the next fit().
+  std::unique_ptr<PendingResume> pending_resume_;
 };
 
 }  // namespace tandem::train

@@ -1,0 +1,58 @@
+// make_strategy's checks: one device refuses more threads than physical cores
+// as mirrored refuses more devices x threads, with the same escape hatch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/distribute/strategy.h"
+
+namespace tandem {
+namespace {
+
+std::string error_of(const distribute::StrategyConfig& config) {
+  try {
+    distribute::make_strategy(config);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Strategy, OneDeviceRefusesMoreThreadsThanCoresLikeMirrored) {
+  const int cores = std::max(1, cpu_info().physical_cores);
+  const std::string one = error_of({.name = "one_device", .threads_per_device = cores + 1});
+  EXPECT_EQ(one, "1 device(s) x " + std::to_string(cores + 1) + " thread(s) need " +
+                     std::to_string(cores + 1) + " cores but this machine has " +
+                     std::to_string(cores) +
+                     " physical cores (threads would slow each other down; set "
+                     "allow_oversubscription, --allow-oversubscription on the command line, to "
+                     "do it anyway)");
+  const std::string mirrored =
+      error_of({.name = "mirrored", .devices = 1, .threads_per_device = cores + 1});
+  EXPECT_EQ(mirrored, one);  // the same rule and the same words
+  for (const char* name : {"one_device", "mirrored"}) {
+    auto s = distribute::make_strategy({.name = name,
+                                        .devices = 1,
+                                        .threads_per_device = cores + 1,
+                                        .allow_oversubscription = true});
+    EXPECT_EQ(s->threads_per_replica(), cores + 1) << name;
+  }
+  // As many threads as cores, and the default (one per core), are fine.
+  EXPECT_EQ(error_of({.name = "one_device", .threads_per_device = cores}), "no error");
+  EXPECT_EQ(distribute::make_strategy({.name = "one_device"})->threads_per_replica(), cores);
+}
+
+TEST(Strategy, OneDeviceRunsOneReplicaAndCountsAreNotNegative) {
+  EXPECT_NE(error_of({.name = "one_device", .devices = 2}).find("runs one replica"),
+            std::string::npos);
+  EXPECT_NE(error_of({.name = "mirrored", .devices = -1}).find("must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of({.name = "one_device", .threads_per_device = -1}).find("must be positive"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem
