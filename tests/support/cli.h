@@ -3,10 +3,14 @@
 // TANDEM_CLI_PATH): its status and output, and the one-line error contract.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace tandem::testing {
@@ -44,6 +48,36 @@ inline std::string tmp(const std::string& name) {
   const std::filesystem::path p = std::filesystem::path(TANDEM_TEST_TMPDIR) / name;
   std::filesystem::remove_all(p);
   return p.string();
+}
+
+struct MeasuredResult {
+  int status;
+  std::string errors;      // stderr only
+  int64_t peak_rss_bytes;  // the command's peak resident memory (wait4's ru_maxrss)
+};
+
+// Runs tandem with the arguments in a child of its own, so that its peak RSS
+// is its own and not the largest of every command this test process ran.
+inline MeasuredResult run_measured(const std::string& arguments) {
+  const std::string errors =
+      (std::filesystem::path(TANDEM_TEST_TMPDIR) / "run_measured.stderr").string();
+  const std::string command =
+      std::string(TANDEM_CLI_PATH) + " " + arguments + " 2>" + errors + " >/dev/null";
+  MeasuredResult r{-1, "", -1};
+  const pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int raw = 0;
+  rusage usage{};
+  if (wait4(pid, &raw, 0, &usage) != pid) return r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kB on Linux
+  std::ifstream in(errors);
+  r.errors.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return r;
 }
 
 inline void expect_one_line_error(const std::string& arguments, const std::string& needle,

@@ -23,6 +23,52 @@ TEST(Shape, BasicsAndErrors) {
   EXPECT_THROW(s.dim(3), ShapeError);
 }
 
+template <typename F>
+std::string shape_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ShapeError& e) {
+    return e.what();
+  }
+  return "no ShapeError";
+}
+
+TEST(Shape, ElementCountsBeyondInt64AreShapeErrors) {
+  constexpr int64_t k31 = int64_t{1} << 31, k62 = int64_t{1} << 62;
+  EXPECT_EQ((Shape{k31, k31}.numel()), k62);
+  EXPECT_EQ((Shape{k62, 1}.numel()), k62);
+  EXPECT_EQ((Shape{INT64_MAX}.numel()), INT64_MAX);
+  EXPECT_EQ((Shape{0, k62, 1}.numel()), 0);
+  EXPECT_EQ((Shape{k62, 0}.row_numel()), 0);
+  const std::string message = shape_error_of([&] { Shape({k62, 2}); });
+  EXPECT_NE(message.find("shape 4611686018427387904 x 2 has more than INT64_MAX"),
+            std::string::npos)
+      << message;
+  EXPECT_THROW(Shape({k31, k31, 2}), ShapeError);
+  EXPECT_THROW(Shape({4096, 4096, 4096, 4096, 4096, 4096}), ShapeError);  // 2^72
+  // A zero dimension does not excuse the others: row_numel() must fit too.
+  EXPECT_THROW(Shape({0, k62, 4}), ShapeError);
+  EXPECT_THROW(Shape({INT64_MAX, INT64_MAX}), ShapeError);
+  EXPECT_THROW(Shape({INT64_MIN}), ShapeError);
+  EXPECT_THROW(Shape({k31, k31}).with_dim(0, k62), ShapeError);
+  EXPECT_THROW(Shape({k31, k31}).with_dim(1, -1), ShapeError);
+}
+
+TEST(Tensor, ByteSizesBeyondInt64AreShapeErrorsBeforeAllocating) {
+  constexpr int64_t k61 = int64_t{1} << 61;
+  EXPECT_EQ(Tensor::checked_nbytes(Shape{k61}, DType::u8), static_cast<size_t>(k61));
+  EXPECT_EQ(Tensor::checked_nbytes(Shape{k61 - 1}, DType::f32), static_cast<size_t>(k61 - 1) * 4);
+  EXPECT_EQ(Tensor::checked_nbytes(Shape{0, 7}, DType::f32), 0u);
+  const std::string message = shape_error_of([&] { Tensor::empty(Shape{k61}, DType::f32); });
+  EXPECT_NE(message.find("f32 tensor of shape (2305843009213693952,) would need"),
+            std::string::npos)
+      << message;
+  EXPECT_THROW(Tensor::zeros(Shape{int64_t{1} << 62}, DType::bf16), ShapeError);
+  EXPECT_THROW(Tensor::checked_nbytes(Shape{INT64_MAX}, DType::i32), ShapeError);
+  // Within int64 but beyond memory: the allocator reports it, nothing is touched.
+  EXPECT_THROW(Tensor::empty(Shape{int64_t{1} << 60}, DType::u8), Error);
+}
+
 TEST(DTypeNames, RoundTripAndErrors) {
   for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8}) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);

@@ -6,11 +6,15 @@
 //
 // File format: "TNDMCACH", then per element: u32 feature count, and per
 // feature: u32 name length, name, u8 dtype, u8 rank, i64 dims, u64 bytes, data.
+// Replay checks every count and size against the bytes the file has left
+// before allocating.
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "tandem/base/error.h"
 #include "tandem/data/dataset.h"
@@ -26,11 +30,6 @@ void put(std::ostream& out, T value) {
   out.write(reinterpret_cast<const char*>(&value), sizeof(T));
 }
 
-template <typename T>
-bool get(std::istream& in, T& value) {
-  return static_cast<bool>(in.read(reinterpret_cast<char*>(&value), sizeof(T)));
-}
-
 void write_element(std::ostream& out, const Element& e) {
   put<uint32_t>(out, static_cast<uint32_t>(e.size()));
   for (const auto& [name, t] : e.features()) {
@@ -44,33 +43,99 @@ void write_element(std::ostream& out, const Element& e) {
   }
 }
 
-// Reads one element; nullopt at a clean end of file. Throws IoError on damage.
-std::optional<Element> read_element(std::istream& in, const std::string& path) {
-  uint32_t features = 0;
-  if (!get(in, features)) return std::nullopt;
-  auto damaged = [&](const char* what) -> IoError {
-    return IoError("cache file '" + path + "' is damaged (" + what +
+// A cache file being replayed, with the bytes it has left: every count and
+// size an element declares is checked against them before it is allocated.
+class CacheInput {
+ public:
+  explicit CacheInput(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    std::error_code error;
+    const uint64_t size = std::filesystem::file_size(path, error);
+    char magic[8];
+    if (!in_ || error || size < 8 || !in_.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
+      TANDEM_THROW(IoError, "'", path, "' is not a tandem cache file");
+    }
+    remaining_ = size - 8;
+  }
+
+  const std::string& path() const { return path_; }
+  uint64_t remaining() const { return remaining_; }
+  // Reads n bytes; false when the file does not have them.
+  bool read(void* out, uint64_t n) {
+    if (n > remaining_ || !in_.read(static_cast<char*>(out), static_cast<std::streamsize>(n)))
+      return false;
+    remaining_ -= n;
+    return true;
+  }
+  template <typename T>
+  bool get(T& value) {
+    return read(&value, sizeof(T));
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  uint64_t remaining_ = 0;
+};
+
+// The smallest feature record: name length, dtype, rank, byte count.
+constexpr uint64_t kMinFeatureBytes = 4 + 1 + 1 + 8;
+// Feature names longer than this are taken for damage.
+constexpr uint32_t kMaxNameBytes = 4096;
+
+// Reads element `index`; nullopt at a clean end of file. Throws IoError on
+// damage, naming the element, the feature and the sizes claimed and left.
+std::optional<Element> read_element(CacheInput& in, int64_t index) {
+  if (in.remaining() == 0) return std::nullopt;
+  std::string where = "element " + std::to_string(index);
+  auto damaged = [&](const std::string& what) -> IoError {
+    return IoError("cache file '" + in.path() + "' is damaged (" + where + ": " + what +
                    "); delete it to rebuild the cache");
   };
+  const auto left = [&] { return ", " + std::to_string(in.remaining()) + " bytes left"; };
+  uint32_t features = 0;
+  if (!in.get(features)) throw damaged("truncated feature count" + left());
+  if (features > in.remaining() / kMinFeatureBytes)
+    throw damaged("claims " + std::to_string(features) + " features" + left());
   Element e;
   for (uint32_t f = 0; f < features; ++f) {
+    where = "element " + std::to_string(index) + ", feature " + std::to_string(f);
     uint32_t name_length = 0;
-    if (!get(in, name_length) || name_length > 4096) throw damaged("feature name");
+    if (!in.get(name_length)) throw damaged("truncated feature header" + left());
+    if (name_length > kMaxNameBytes || name_length > in.remaining()) {
+      throw damaged("claims a name of " + std::to_string(name_length) + " bytes (at most " +
+                    std::to_string(kMaxNameBytes) + ")" + left());
+    }
     std::string name(name_length, '\0');
     uint8_t dtype = 0, rank = 0;
-    if (!in.read(name.data(), name_length) || !get(in, dtype) || !get(in, rank) ||
-        rank > Shape::kMaxRank || dtype > static_cast<uint8_t>(DType::u8)) {
-      throw damaged("feature header");
+    if (!in.read(name.data(), name_length) || !in.get(dtype) || !in.get(rank))
+      throw damaged("truncated feature header" + left());
+    where += " '" + name + "'";
+    if (rank > Shape::kMaxRank || dtype > static_cast<uint8_t>(DType::u8)) {
+      throw damaged("rank " + std::to_string(rank) + ", dtype " + std::to_string(dtype) +
+                    " (at most rank " + std::to_string(Shape::kMaxRank) + ", dtype " +
+                    std::to_string(static_cast<int>(DType::u8)) + ")");
     }
     std::vector<int64_t> dims(rank);
     for (auto& d : dims) {
-      if (!get(in, d) || d < 0) throw damaged("shape");
+      if (!in.get(d)) throw damaged("truncated shape" + left());
+      if (d < 0) throw damaged("negative dimension " + std::to_string(d));
+    }
+    uint64_t nbytes = 0;
+    try {
+      nbytes = Tensor::checked_nbytes(Shape(dims), static_cast<DType>(dtype));
+    } catch (const ShapeError& error) {
+      throw damaged(error.what());
     }
     uint64_t bytes = 0;
+    if (!in.get(bytes)) throw damaged("truncated byte count" + left());
+    if (bytes != nbytes) {
+      throw damaged("claims " + std::to_string(bytes) + " bytes, its shape and dtype need " +
+                    std::to_string(nbytes));
+    }
+    if (bytes > in.remaining())
+      throw damaged("claims " + std::to_string(bytes) + " bytes of data" + left());
     Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
-    if (!get(in, bytes) || bytes != t.nbytes()) throw damaged("size");
-    if (!in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes)))
-      throw damaged("truncated data");
+    if (!in.read(t.raw_data(), bytes)) throw damaged("truncated data" + left());
     e.set(name, t);
   }
   return e;
@@ -114,23 +179,22 @@ class MemoryReplay : public IteratorBase {
 // Replays the file cache.
 class FileReplay : public IteratorBase {
  public:
-  FileReplay(CacheNode* node) : node_(node), in_(node->path_, std::ios::binary) {
-    char magic[8];
-    if (!in_.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
-      TANDEM_THROW(IoError, "'", node->path_, "' is not a tandem cache file");
-    }
-  }
+  FileReplay(CacheNode* node) : node_(node), in_(node->path_) {}
   std::optional<Element> next() override {
     const auto start = detail::Clock::now();
-    auto e = read_element(in_, node_->path_);
+    auto e = read_element(in_, index_);
     node_->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
-    if (e) node_->counters.elements.fetch_add(1, std::memory_order_relaxed);
+    if (e) {
+      ++index_;
+      node_->counters.elements.fetch_add(1, std::memory_order_relaxed);
+    }
     return e;
   }
 
  private:
   CacheNode* node_;
-  std::ifstream in_;
+  CacheInput in_;
+  int64_t index_ = 0;
 };
 
 // Runs the upstream pipeline and records what passes through.

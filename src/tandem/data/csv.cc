@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <streambuf>
 
 #include "tandem/base/error.h"
 #include "tandem/data/detail/node.h"
@@ -30,16 +31,17 @@ CsvReader::CsvReader(const std::string& path, char delimiter) : impl_(std::make_
 CsvReader::~CsvReader() = default;
 
 std::optional<std::vector<std::string>> CsvReader::next() {
-  std::istream& in = impl_->in;
+  // The stream buffer directly: istream::get() costs a sentry per byte.
+  std::streambuf& in = *impl_->in.rdbuf();
   // Skip blank lines between records.
   for (;;) {
-    const int c = in.peek();
+    const int c = in.sgetc();
     if (c == EOF) return std::nullopt;
     if (c == '\n') {
-      in.get();
+      in.sbumpc();
       ++impl_->line;
     } else if (c == '\r') {
-      in.get();
+      in.sbumpc();
     } else {
       break;
     }
@@ -47,8 +49,21 @@ std::optional<std::vector<std::string>> CsvReader::next() {
   record_line_ = impl_->line;
   std::vector<std::string> fields(1);
   bool quoted = false;
+  // Every byte of the record counts, delimiters and quotes included, so
+  // neither a field nor the list of fields outgrows the caps.
+  size_t record_bytes = 0;
+  const auto take = [&] {
+    const int c = in.sbumpc();
+    if (c != EOF && ++record_bytes > kMaxCsvRecordBytes) {
+      TANDEM_THROW(IoError, "CSV file '", impl_->path, "' line ", record_line_,
+                   ": the record is longer than ", kMaxCsvRecordBytes,
+                   " bytes (kMaxCsvRecordBytes)",
+                   quoted ? "; a quoted field is never closed?" : "");
+    }
+    return c;
+  };
   for (;;) {
-    const int c = in.get();
+    const int c = take();
     if (c == EOF) {
       if (quoted) {
         TANDEM_THROW(IoError, "CSV file '", impl_->path, "' line ", record_line_,
@@ -58,8 +73,8 @@ std::optional<std::vector<std::string>> CsvReader::next() {
     }
     if (quoted) {
       if (c == '"') {
-        if (in.peek() == '"') {
-          in.get();
+        if (in.sgetc() == '"') {
+          take();
           fields.back() += '"';
         } else {
           quoted = false;
@@ -73,6 +88,10 @@ std::optional<std::vector<std::string>> CsvReader::next() {
     if (c == '"' && fields.back().empty()) {
       quoted = true;
     } else if (c == impl_->delimiter) {
+      if (fields.size() == kMaxCsvFields) {
+        TANDEM_THROW(IoError, "CSV file '", impl_->path, "' line ", record_line_,
+                     ": the record has more than ", kMaxCsvFields, " fields (kMaxCsvFields)");
+      }
       fields.emplace_back();
     } else if (c == '\n') {
       ++impl_->line;

@@ -3,6 +3,7 @@
 // u8 bytes for text), with an optional header, quoted fields ("a,b" and ""
 // escapes, newlines inside quotes) and per-column defaults for empty fields.
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,15 @@
 #include "tandem/data/dataset.h"
 
 namespace tandem::data {
+
+// A record (one line, or several when a quoted field spans lines) longer than
+// this many bytes (32 MiB), or with more fields than kMaxCsvFields, is refused
+// with an IoError naming the file and line, so a file without newlines (or
+// with an unclosed quote) is never read into memory whole. (A string growing
+// by doubling briefly holds twice its length: reading a record at the cap
+// takes up to 64 MB.)
+inline constexpr size_t kMaxCsvRecordBytes = size_t{32} << 20;
+inline constexpr size_t kMaxCsvFields = size_t{1} << 20;
 
 struct CsvColumn {
   std::string name;
@@ -26,7 +36,8 @@ struct CsvOptions {
 };
 
 // Throws IoError naming the file and line for a missing file, a row with the
-// wrong number of fields, an unparsable number or an empty field without default.
+// wrong number of fields, an unparsable number, an empty field without
+// default, or a record above kMaxCsvRecordBytes or kMaxCsvFields.
 Dataset from_csv(const std::string& path, CsvOptions options = {});
 
 // Splits one CSV record into fields; exposed for tandem data inspect.
@@ -37,6 +48,7 @@ class CsvReader {
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
   // The next record's fields, or nullopt at the end. line() is its first line.
+  // Throws IoError for an unterminated quote or a record above the caps.
   std::optional<std::vector<std::string>> next();
   int64_t line() const { return record_line_; }
 

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/base/error.h"
@@ -107,6 +109,68 @@ void decode(const std::vector<unsigned char>& raw, unsigned char code, Tensor& o
   }
 }
 
+// "4000 x 1000 x 1000"
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string text;
+  for (size_t d = 0; d < dims.size(); ++d) text += (d > 0 ? " x " : "") + std::to_string(dims[d]);
+  return text;
+}
+
+// The data bytes the header's dimensions claim; IoError when they exceed
+// kMaxIdxBytes or their element count overflows, before anything is allocated.
+uint64_t claimed_bytes(const std::vector<int64_t>& dims, size_t element_size,
+                       const std::string& path) {
+  // The product of the non-zero dimensions must fit a Shape even when
+  // another dimension is 0.
+  uint64_t nonzero = 1;
+  bool overflow = false, empty = false;
+  for (int64_t d : dims) {
+    if (d == 0)
+      empty = true;
+    else
+      overflow |= __builtin_mul_overflow(nonzero, static_cast<uint64_t>(d), &nonzero);
+  }
+  uint64_t bytes = 0;
+  overflow |= nonzero > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  overflow |= __builtin_mul_overflow(empty ? 0 : nonzero, uint64_t{element_size}, &bytes);
+  if (overflow || bytes > kMaxIdxBytes) {
+    TANDEM_THROW(IoError, "IDX file '", path, "' declares ", dims_text(dims), " elements (",
+                 overflow ? "a count past INT64_MAX" : std::to_string(bytes) + " bytes of data",
+                 "), more than the ", kMaxIdxBytes, " bytes (kMaxIdxBytes) an IDX file may hold");
+  }
+  return bytes;
+}
+
+// Reads the `bytes` data bytes in chunks. Unless the file's size vouched
+// for them (`present`), at most kUnverifiedReserve bytes are reserved up
+// front and the buffer grows only as data arrives, so a gzipped file whose
+// header claims more than its stream holds costs about what it does hold.
+std::vector<unsigned char> read_data(gzFile file, uint64_t bytes, bool present,
+                                     const std::vector<int64_t>& dims, const std::string& path) {
+  constexpr uint64_t kUnverifiedReserve = uint64_t{64} << 20;
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  std::vector<unsigned char> raw;
+  raw.reserve(static_cast<size_t>(present ? bytes : std::min(bytes, kUnverifiedReserve)));
+  while (raw.size() < bytes) {
+    const size_t done = raw.size();
+    const auto chunk = static_cast<unsigned>(std::min<uint64_t>(bytes - done, kChunk));
+    raw.resize(done + chunk);
+    const int got = gzread(file, raw.data() + done, chunk);
+    if (got < 0) {
+      int code = 0;
+      TANDEM_THROW(IoError, "IDX file '", path, "': read error in the data after ", done,
+                   " bytes: ", gzerror(file, &code));
+    }
+    if (got == 0) {
+      TANDEM_THROW(IoError, "IDX file '", path, "' is truncated: its header declares ",
+                   dims_text(dims), " elements (", bytes, " bytes) but the data ends after ", done,
+                   " bytes");
+    }
+    raw.resize(done + static_cast<size_t>(got));
+  }
+  return raw;
+}
+
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
@@ -133,20 +197,33 @@ Tensor read_idx(const std::string& path) {
   std::vector<unsigned char> header(static_cast<size_t>(rank) * 4);
   read_exact(file.get(), header.data(), header.size(), path, "the dimensions");
   std::vector<int64_t> dims(static_cast<size_t>(rank));
-  int64_t count = 1;
-  for (int d = 0; d < rank; ++d) {
-    dims[d] = big_endian_u32(header.data() + 4 * d);
-    if (dims[d] > 0 && count > std::numeric_limits<int64_t>::max() / 16 / dims[d]) {
-      TANDEM_THROW(IoError, "IDX file '", path, "' declares an impossibly large size");
+  for (int d = 0; d < rank; ++d) dims[d] = big_endian_u32(header.data() + 4 * d);
+  const uint64_t bytes = claimed_bytes(dims, type.size, path);
+  // A raw file's size bounds the claim before anything is allocated; a
+  // gzipped one's is unknown, so read_data grows its buffer as data arrives.
+  const bool raw_file = gzdirect(file.get()) == 1;
+  std::error_code error;
+  const uint64_t file_size = raw_file ? std::filesystem::file_size(path, error) : 0;
+  if (raw_file && !error) {
+    const uint64_t header_bytes = 4 + header.size();
+    const uint64_t available = file_size > header_bytes ? file_size - header_bytes : 0;
+    if (available < bytes) {
+      TANDEM_THROW(IoError, "IDX file '", path, "' is truncated: its header declares ",
+                   dims_text(dims), " elements (", bytes, " bytes) but only ", available,
+                   " bytes follow the header");
     }
-    count *= dims[d];
+    if (available > bytes) {
+      TANDEM_THROW(IoError, "IDX file '", path, "' has data beyond the ", dims_text(dims),
+                   " elements its header declares (", available, " bytes follow the header, ",
+                   bytes, " expected; corrupt header?)");
+    }
   }
-  std::vector<unsigned char> raw(static_cast<size_t>(count) * type.size);
-  read_exact(file.get(), raw.data(), raw.size(), path, "the data");
+  const std::vector<unsigned char> raw =
+      read_data(file.get(), bytes, raw_file && !error, dims, path);
   unsigned char extra;
   const int trailing = gzread(file.get(), &extra, 1);
   if (trailing != 0) {
-    TANDEM_THROW(IoError, "IDX file '", path, "' has data beyond the ", count,
+    TANDEM_THROW(IoError, "IDX file '", path, "' has data beyond the ", dims_text(dims),
                  " elements its header declares (corrupt header?)");
   }
   Tensor out = Tensor::empty(Shape(dims), type.dtype);

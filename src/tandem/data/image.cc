@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
@@ -22,17 +23,24 @@ bool is_png(const unsigned char* p, size_t n) {
 }
 
 struct TjHandle {
-  tjhandle h;
-  explicit TjHandle(bool compress) : h(compress ? tjInitCompress() : tjInitDecompress()) {
+  tjhandle h = nullptr;
+  bool compress;
+  explicit TjHandle(bool compress_handle) : compress(compress_handle) { reset(); }
+  ~TjHandle() { tjDestroy(h); }
+  // (Re)creates the handle. After an error TurboJPEG 2.x leaves it inside the
+  // failed header (the thread's next image fails with "two SOI markers"), so
+  // every error path calls this.
+  void reset() {
+    if (h) tjDestroy(h);
+    h = compress ? tjInitCompress() : tjInitDecompress();
     if (!h) TANDEM_THROW(Error, "libjpeg-turbo initialisation failed");
   }
-  ~TjHandle() { tjDestroy(h); }
 };
 
-// Refuses a decoded size above kMaxImagePixels before its memory is allocated.
+// Refuses an image size above kMaxImagePixels before any memory is allocated.
 void check_pixels(int64_t height, int64_t width, const char* format) {
   if (height < 1 || width < 1 || height > kMaxImagePixels / width) {
-    TANDEM_THROW(IoError, format, " image decoding to ", width, "x", height,
+    TANDEM_THROW(IoError, format, " image of ", width, "x", height,
                  " pixels: the size must be at least 1x1 and at most ", kMaxImagePixels,
                  " pixels (kMaxImagePixels)");
   }
@@ -55,19 +63,24 @@ Tensor decode_jpeg(const unsigned char* p, size_t n, const DecodeOptions& o) {
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(handle.h, p, static_cast<unsigned long>(n), &width, &height, &subsampling,
                           &colorspace) != 0) {
-    TANDEM_THROW(IoError, "bad JPEG header: ", tjGetErrorStr2(handle.h));
+    const std::string message = tjGetErrorStr2(handle.h);
+    handle.reset();
+    TANDEM_THROW(IoError, "bad JPEG header: ", message);
   }
+  // The source size counts, even for a scaled decode whose output is
+  // smaller: libjpeg-turbo's buffers for a progressive JPEG follow it.
+  check_pixels(height, width, "JPEG");
   const tjscalingfactor scale = jpeg_scale(width, height, o);
   const int out_width = TJSCALED(width, scale), out_height = TJSCALED(height, scale);
-  // The decoded size counts: a scaled decode never holds the full image.
-  check_pixels(out_height, out_width, "JPEG");
   const int c = o.channels != 0 ? o.channels : (colorspace == TJCS_GRAY ? 1 : 3);
   Tensor image = Tensor::empty(Shape{out_height, out_width, c}, DType::u8);
   if (tjDecompress2(handle.h, p, static_cast<unsigned long>(n),
                     static_cast<unsigned char*>(image.raw_data()), out_width, 0, out_height,
                     c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0 &&
       tjGetErrorCode(handle.h) == TJERR_FATAL) {
-    TANDEM_THROW(IoError, "corrupt JPEG data: ", tjGetErrorStr2(handle.h));
+    const std::string message = tjGetErrorStr2(handle.h);
+    handle.reset();
+    TANDEM_THROW(IoError, "corrupt JPEG data: ", message);
   }
   return image;
 }

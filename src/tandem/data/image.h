@@ -13,8 +13,11 @@
 
 namespace tandem::data {
 
-// Decoded images larger than this (H * W pixels, 8192 x 8192) are refused
-// from their header, before any pixel memory is allocated.
+// Images larger than this (H * W pixels, 8192 x 8192) are refused from their
+// header, before any pixel memory is allocated. A JPEG's source size counts
+// as well as its decoded size, also for a scaled decode: libjpeg-turbo keeps
+// a progressive JPEG's coefficients for the whole source (6 bytes a pixel at
+// 4:4:4, so 384 MB at the cap, and 24 GB for the format's 65500 x 65500).
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
 struct DecodeOptions {
@@ -31,7 +34,8 @@ struct DecodeOptions {
 // Decodes JPEG or PNG bytes (a 1-D u8 tensor) into u8 (H, W, C). channels 0
 // keeps the file's (1 or 3; PNG alpha is dropped), 1 or 3 converts. Throws
 // IoError for data that is neither, is damaged, or would decode to more than
-// kMaxImagePixels pixels.
+// kMaxImagePixels pixels (a JPEG: or from more), checked from the header
+// before any pixel memory is allocated.
 Tensor decode_image(const Tensor& bytes, int channels = 0);
 // The same with scaled JPEG decoding (see DecodeOptions). Throws
 // InvalidArgument for negative minimum sizes or bad channels.

@@ -2,11 +2,13 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 
 #include "tandem/base/error.h"
 #include "tandem/data/crc32c.h"
@@ -29,6 +31,11 @@ class TFRecordReader::Stream {
     file_.open(path, std::ios::binary);
     if (!file_)
       TANDEM_THROW(IoError, "cannot open TFRecord file '", path, "': ", std::strerror(errno));
+    if (compression == Compression::none) {
+      std::error_code error;
+      const uint64_t size = std::filesystem::file_size(path, error);
+      if (!error) file_size_ = size;
+    }
     if (compression == Compression::zlib) {
       std::memset(&z_, 0, sizeof(z_));
       if (inflateInit(&z_) != Z_OK)
@@ -42,11 +49,40 @@ class TFRecordReader::Stream {
     if (z_open_) inflateEnd(&z_);
   }
 
+  // The bytes left to read when they are known (an uncompressed regular
+  // file), so a record's length can be checked before its buffer exists.
+  std::optional<uint64_t> remaining() const {
+    if (!file_size_) return std::nullopt;
+    return *file_size_ > consumed_ ? *file_size_ - consumed_ : 0;
+  }
+
+  // Reads n bytes in chunks. Unless the file's remaining size vouched for
+  // them (`checked`), at most kUnverifiedReserve bytes are reserved up front
+  // and the buffer grows only as data arrives, so a length that the stream
+  // does not back costs about what the stream holds. Returns fewer bytes
+  // only at the end of the stream.
+  std::string read_growing(uint64_t n, bool checked) {
+    constexpr uint64_t kUnverifiedReserve = uint64_t{64} << 20;
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    std::string data;
+    data.reserve(static_cast<size_t>(checked ? n : std::min(n, kUnverifiedReserve)));
+    while (data.size() < n) {
+      const size_t done = data.size();
+      const auto chunk = static_cast<size_t>(std::min<uint64_t>(n - done, kChunk));
+      data.resize(done + chunk);
+      const size_t got = read(data.data() + done, chunk);
+      data.resize(done + got);
+      if (got < chunk) break;
+    }
+    return data;
+  }
+
   // Reads up to n bytes; returns how many (fewer only at the end).
   size_t read(char* out, size_t n) {
     switch (compression_) {
       case Compression::none:
         file_.read(out, static_cast<std::streamsize>(n));
+        consumed_ += static_cast<uint64_t>(file_.gcount());
         return static_cast<size_t>(file_.gcount());
       case Compression::gzip: {
         size_t done = 0;
@@ -90,6 +126,8 @@ class TFRecordReader::Stream {
   std::string path_;
   Compression compression_;
   std::ifstream file_;
+  std::optional<uint64_t> file_size_;  // uncompressed regular files only
+  uint64_t consumed_ = 0;
   gzFile gz_ = nullptr;
   z_stream z_{};
   bool z_open_ = false;
@@ -110,9 +148,6 @@ uint32_t read_u32(const char* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
-
-// Records longer than this are taken for a corrupt length.
-constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 34;
 
 }  // namespace
 
@@ -153,13 +188,19 @@ std::optional<std::string> TFRecordReader::next() {
   }
   if (length > kMaxRecordBytes) {
     TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " claims ", length,
-                 " bytes");
+                 " bytes, more than the ", kMaxRecordBytes, " (kMaxRecordBytes) a record may have");
   }
-  std::string data(static_cast<size_t>(length) + 4, '\0');
-  const size_t body = stream_->read(data.data(), data.size());
-  if (body < data.size()) {
-    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (", body,
-                 " of ", data.size(), " bytes after the header)");
+  const uint64_t needed = length + 4;  // the data and its CRC
+  const std::optional<uint64_t> remaining = stream_->remaining();
+  if (remaining && needed > *remaining) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_,
+                 " is truncated: it claims ", length, " bytes (+4 for its CRC) but only ",
+                 *remaining, " bytes are left in the file (or its length is corrupt)");
+  }
+  std::string data = stream_->read_growing(needed, remaining.has_value());
+  if (data.size() < needed) {
+    TANDEM_THROW(IoError, "TFRecord file '", path_, "': record ", index_, " is truncated (",
+                 data.size(), " of ", needed, " bytes after the header)");
   }
   const uint32_t stored = read_u32(data.data() + length);
   data.resize(static_cast<size_t>(length));

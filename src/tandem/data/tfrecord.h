@@ -19,6 +19,9 @@ namespace tandem::data {
 // valid zlib header whose first record length would be implausible raw).
 Compression detect_compression(const std::string& path);
 
+// Records claiming more bytes than this (16 GiB) are taken for a corrupt length.
+inline constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 34;
+
 class TFRecordReader {
  public:
   // Throws IoError when the file cannot be opened.
@@ -28,7 +31,10 @@ class TFRecordReader {
   TFRecordReader& operator=(const TFRecordReader&) = delete;
 
   // The next record's bytes, or nullopt at the end of the file. Throws
-  // IoError for a bad length or data CRC, or a truncated record.
+  // IoError for a bad length or data CRC, a length above kMaxRecordBytes or,
+  // in an uncompressed file, above what the file has left (checked before
+  // the record's buffer is allocated), or a truncated record. Compressed
+  // records are read in chunks, the buffer growing as data arrives.
   std::optional<std::string> next();
   int64_t records_read() const { return index_; }
 

@@ -274,10 +274,10 @@ class BatchNode : public SimpleNode {
             std::move(input),
             "batch(" + std::to_string(batch_size) + (drop_remainder ? ", drop_remainder)" : ")"),
             [batch_size, drop_remainder](int64_t) {
-              return [batch_size, drop_remainder](IteratorBase& input,
+              return [batch_size, drop_remainder](IteratorBase& upstream,
                                                   detail::Counters& c) -> std::optional<Element> {
                 const std::vector<Element> elements =
-                    next_elements(input, c, batch_size, drop_remainder);
+                    next_elements(upstream, c, batch_size, drop_remainder);
                 if (elements.empty()) return std::nullopt;
                 Element out;
                 for (size_t f = 0; f < elements[0].size(); ++f)

@@ -2,10 +2,27 @@
 
 #include <algorithm>
 #include <ostream>
+#include <string>
 
 #include "tandem/base/error.h"
 
 namespace tandem {
+namespace {
+
+// Throws ShapeError when the non-zero dimensions multiply past INT64_MAX: a
+// shape holding them could not report its element count (or row count).
+void check_element_count(const int64_t* dims, int rank) {
+  int64_t product = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] != 0 && __builtin_mul_overflow(product, dims[i], &product)) {
+      std::string text;
+      for (int k = 0; k < rank; ++k) text += (k > 0 ? " x " : "") + std::to_string(dims[k]);
+      TANDEM_THROW(ShapeError, "shape ", text, " has more than INT64_MAX (2^63 - 1) elements");
+    }
+  }
+}
+
+}  // namespace
 
 Shape::Shape(std::initializer_list<int64_t> dims)
     : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
@@ -19,6 +36,7 @@ Shape::Shape(std::span<const int64_t> dims) {
     dims_[i] = dims[i];
   }
   rank_ = static_cast<int>(dims.size());
+  check_element_count(dims_, rank_);
 }
 
 int64_t Shape::dim(int i) const {
@@ -29,6 +47,7 @@ int64_t Shape::dim(int i) const {
   return dims_[index];
 }
 
+// The constructor's check keeps every partial product below INT64_MAX.
 int64_t Shape::numel() const {
   int64_t n = 1;
   for (int i = 0; i < rank_; ++i) n *= dims_[i];
@@ -49,6 +68,7 @@ Shape Shape::with_dim(int i, int64_t value) const {
   }
   if (value < 0) TANDEM_THROW(ShapeError, "negative dimension ", value);
   copy.dims_[index] = value;
+  check_element_count(copy.dims_, copy.rank_);
   return copy;
 }
 

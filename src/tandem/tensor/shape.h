@@ -1,6 +1,7 @@
 #pragma once
 // Tensor shapes: up to kMaxRank non-negative dimensions, stored inline so that
-// building a shape on the hot path never allocates.
+// building a shape on the hot path never allocates. A shape whose non-zero
+// dimensions multiply past int64 cannot be built, so numel() never overflows.
 
 #include <cstdint>
 #include <initializer_list>
@@ -15,7 +16,8 @@ class Shape {
   static constexpr int kMaxRank = 8;
 
   Shape() = default;
-  // Throws ShapeError for a negative dimension or more than kMaxRank of them.
+  // Throws ShapeError for a negative dimension, more than kMaxRank of them, or
+  // non-zero dimensions whose product exceeds INT64_MAX elements.
   Shape(std::initializer_list<int64_t> dims);
   explicit Shape(std::span<const int64_t> dims);
   explicit Shape(const std::vector<int64_t>& dims)
@@ -32,7 +34,7 @@ class Shape {
   // Product of the dimensions after the first (elements per batch row).
   int64_t row_numel() const;
 
-  // The same shape with dimension i replaced.
+  // The same shape with dimension i replaced (the checks of the constructor).
   Shape with_dim(int i, int64_t value) const;
 
   // "(128, 28, 28, 1)"

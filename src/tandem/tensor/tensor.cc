@@ -1,6 +1,7 @@
 #include "tandem/tensor/tensor.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "tandem/base/error.h"
@@ -23,11 +24,23 @@ Storage::~Storage() {
   if (allocator_ != nullptr) allocator_->deallocate(data_, bytes_, category_);
 }
 
+size_t Tensor::checked_nbytes(const Shape& shape, DType dtype) {
+  const int64_t numel = shape.numel();
+  const auto element = static_cast<int64_t>(dtype_size(dtype));
+  int64_t bytes = 0;
+  // INT64_MAX is PTRDIFF_MAX here: no allocation can be larger.
+  if (__builtin_mul_overflow(numel, element, &bytes)) {
+    TANDEM_THROW(ShapeError, "a ", dtype_name(dtype), " tensor of shape ", shape.to_string(),
+                 " would need ", numel, " x ", element, " bytes, more than INT64_MAX");
+  }
+  return static_cast<size_t>(bytes);
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryCategory category) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes(), device, category);
+  t.storage_ = std::make_shared<Storage>(checked_nbytes(shape, dtype), device, category);
   return t;
 }
 
@@ -69,7 +82,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) 
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device);
+  t.storage_ = std::make_shared<Storage>(data, checked_nbytes(shape, dtype), device);
   return t;
 }
 

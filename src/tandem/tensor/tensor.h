@@ -45,7 +45,13 @@ class Tensor {
  public:
   Tensor() = default;  // undefined: holds no storage
 
-  // Uninitialised tensor. Throws ShapeError/InvalidArgument on bad arguments.
+  // The bytes a tensor of this shape and dtype holds. Throws ShapeError when
+  // they exceed INT64_MAX (no allocation could hold them): readers call it
+  // to check a size from a file before anything is allocated.
+  static size_t checked_nbytes(const Shape& shape, DType dtype);
+
+  // Uninitialised tensor. Throws ShapeError when the size overflows
+  // (checked_nbytes), InvalidArgument on other bad arguments.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32,
                       Device device = current_device(),
                       MemoryCategory category = default_memory_category());

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -56,6 +57,64 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
     }
     done += static_cast<size_t>(n);
   }
+}
+
+// The whole file, read into memory at its size on disk.
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (!in || error) {
+    TANDEM_THROW(IoError, "cannot open checkpoint '", path, "'",
+                 error ? ": " + error.message() : "");
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    TANDEM_THROW(IoError, "cannot read checkpoint '", path, "': got ", in.gcount(), " of ", size,
+                 " bytes");
+  }
+  return bytes;
+}
+
+// The tensor bytes of a checkpoint file held in memory.
+struct DataRegion {
+  const char* bytes;
+  size_t size;
+};
+
+// One tensor of the header. Its offset, length, shape and dtype are checked
+// against each other and against the data region before it is allocated, and
+// tensors may not overlap (each starts at or after end_of_previous), so the
+// tensors together never take more memory than the file holds.
+Tensor read_tensor(const nlohmann::json& entry, const std::string& name, const DataRegion& region,
+                   size_t& end_of_previous, const std::string& path) {
+  const auto offset = entry.at("offset").get<uint64_t>();
+  const auto length = entry.at("bytes").get<uint64_t>();
+  const auto dims = entry.at("shape").get<std::vector<int64_t>>();
+  Shape shape;
+  DType dtype{};
+  size_t expected = 0;
+  try {
+    shape = Shape(dims);
+    dtype = parse_dtype(entry.at("dtype").get<std::string>());
+    expected = Tensor::checked_nbytes(shape, dtype);
+  } catch (const Error& e) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '", name, "': ", e.what());
+  }
+  if (expected != length) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '", name, "' claims ", length,
+                 " bytes, its shape ", shape.to_string(), " and dtype ", dtype_name(dtype),
+                 " need ", expected);
+  }
+  if (offset < end_of_previous || offset > region.size || length > region.size - offset) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '", name, "' claims bytes [", offset,
+                 ", ", offset, " + ", length, ") of the ", region.size,
+                 "-byte data region, which lie outside it or overlap tensor bytes before them");
+  }
+  end_of_previous = static_cast<size_t>(offset + length);
+  Tensor t = Tensor::empty(shape, dtype);
+  if (length > 0) std::memcpy(t.raw_data(), region.bytes + offset, static_cast<size_t>(length));
+  return t;
 }
 
 }  // namespace
@@ -121,9 +180,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TANDEM_THROW(IoError, "cannot open checkpoint '", path, "'");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_file(path);
   constexpr size_t kFixed = sizeof(kMagic) + 4 + 8;
   if (bytes.size() < kFixed + 4 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     TANDEM_THROW(IoError, "'", path, "' is not a tandem checkpoint (bad magic or too short)");
@@ -139,25 +196,22 @@ Checkpoint load_checkpoint(const std::string& path) {
   }
   const auto header_bytes = read_pod<uint64_t>(bytes, sizeof(kMagic) + 4);
   if (header_bytes > bytes.size() - kFixed - 4) {
-    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (header length)");
+    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (header length ", header_bytes,
+                 ", but only ", bytes.size() - kFixed - 4, " bytes follow it)");
   }
   Checkpoint checkpoint;
   try {
     const nlohmann::json header = nlohmann::json::parse(bytes.substr(kFixed, header_bytes));
     checkpoint.metadata = header.at("metadata").get<std::map<std::string, std::string>>();
-    const size_t data_start = align_up(kFixed + header_bytes);
-    const size_t data_end = bytes.size() - 4;
+    // The tensor bytes lie between the padded header and the CRC.
+    const size_t data_start = std::min(align_up(kFixed + header_bytes), bytes.size() - 4);
+    const DataRegion region{.bytes = bytes.data() + data_start,
+                            .size = bytes.size() - 4 - data_start};
+    size_t end_of_previous = 0;
     for (const auto& entry : header.at("tensors")) {
-      const auto offset = entry.at("offset").get<size_t>();
-      const auto length = entry.at("bytes").get<size_t>();
-      Tensor t = Tensor::empty(Shape(entry.at("shape").get<std::vector<int64_t>>()),
-                               parse_dtype(entry.at("dtype").get<std::string>()));
-      if (t.nbytes() != length || data_start + offset + length > data_end) {
-        TANDEM_THROW(IoError, "checkpoint '", path, "': tensor '",
-                     entry.at("name").get<std::string>(), "' has an inconsistent size");
-      }
-      if (length > 0) std::memcpy(t.raw_data(), bytes.data() + data_start + offset, length);
-      checkpoint.tensors.emplace_back(entry.at("name").get<std::string>(), t);
+      const auto name = entry.at("name").get<std::string>();
+      checkpoint.tensors.emplace_back(name,
+                                      read_tensor(entry, name, region, end_of_previous, path));
     }
   } catch (const nlohmann::json::exception& e) {
     TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed header: ", e.what());
