@@ -59,8 +59,12 @@ struct MeasuredResult {
 // Runs tandem with the arguments in a child of its own, so that its peak RSS
 // is its own and not the largest of every command this test process ran.
 inline MeasuredResult run_measured(const std::string& arguments) {
+  // One file per test process and call: CTest runs tests in parallel.
+  static int calls = 0;
   const std::string errors =
-      (std::filesystem::path(TANDEM_TEST_TMPDIR) / "run_measured.stderr").string();
+      (std::filesystem::path(TANDEM_TEST_TMPDIR) /
+       ("run_measured." + std::to_string(::getpid()) + "." + std::to_string(++calls) + ".stderr"))
+          .string();
   const std::string command =
       std::string(TANDEM_CLI_PATH) + " " + arguments + " 2>" + errors + " >/dev/null";
   MeasuredResult r{-1, "", -1};
@@ -77,6 +81,7 @@ inline MeasuredResult run_measured(const std::string& arguments) {
   r.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kB on Linux
   std::ifstream in(errors);
   r.errors.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::filesystem::remove(errors);
   return r;
 }
 
