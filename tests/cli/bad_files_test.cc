@@ -71,10 +71,10 @@ TEST(CliBadFiles, DataInspectRefusesIdxClaimsWithoutAllocatingThem) {
   // 100 bytes claiming 4000 x 1000 x 1000 u8 (4 GB): raw and gzipped.
   std::string file = idx_header(0x08, {4000, 1000, 1000});
   file.resize(100, '\x07');
-  const std::string raw = tmp("claims.idx");
+  const std::string raw = tmp("cli-bad-files-claims.idx");
   write_bytes(raw, file);
   expect_cheap_rejection(raw, "only 84 bytes follow the header");
-  const std::string gz = tmp("claims.idx.gz");
+  const std::string gz = tmp("cli-bad-files-claims.idx.gz");
   write_gz(gz, file);
   expect_cheap_rejection(gz, "the data ends after 84 bytes");
   // 2^62 bytes and past int64: beyond kMaxIdxBytes.
@@ -86,12 +86,12 @@ TEST(CliBadFiles, DataInspectRefusesIdxClaimsWithoutAllocatingThem) {
 
 TEST(CliBadFiles, DataInspectRefusesTfrecordLengthsWithoutAllocatingThem) {
   const std::string tail(50, 'x');
-  const std::string raw = tmp("claims.tfrecord");
+  const std::string raw = tmp("cli-bad-files-claims.tfrecord");
   write_bytes(raw, record_header(tandem::data::kMaxRecordBytes) + tail);
   expect_cheap_rejection(raw, "only 50 bytes are left in the file");
   write_bytes(raw, record_header(uint64_t{1} << 62) + tail);
   expect_cheap_rejection(raw, "kMaxRecordBytes");
-  const std::string gz = tmp("claims.tfrecord.gz");
+  const std::string gz = tmp("cli-bad-files-claims.tfrecord.gz");
   write_gz(gz, record_header(tandem::data::kMaxRecordBytes) + tail);
   expect_cheap_rejection(gz, "record 0 is truncated (50 of 17179869188 bytes");
 }

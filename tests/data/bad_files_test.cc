@@ -25,8 +25,12 @@ namespace fs = std::filesystem;
 using testing::rejected_cheaply;
 
 std::string temp_path(const std::string& name) {
-  fs::create_directories(TANDEM_TEST_TMPDIR);
-  return (fs::path(TANDEM_TEST_TMPDIR) / name).string();
+  // Named after the test too: CTest runs tests (of every layer) in parallel.
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) /
+                       ("bad_files_" +
+                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  fs::create_directories(dir);
+  return (dir / name).string();
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

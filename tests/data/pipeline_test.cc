@@ -289,6 +289,29 @@ TEST(Pipeline, TemporaryDatasetsStayAliveWhileIterated) {
   EXPECT_EQ(count, 50);
 }
 
+TEST(Pipeline, DestroyingAParallelMapWaitsForTheCallsInFlight) {
+  // A call still running after its iterator is gone could outlive the
+  // program's static state at exit (it crashed in oneDNN once).
+  std::atomic<int> running{0}, calls{0};
+  {
+    Iterator it = Dataset::range(1000)
+                      .map(
+                          [&](Element e) {
+                            ++running;
+                            ++calls;
+                            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                            --running;
+                            return e;
+                          },
+                          {.num_parallel_calls = 4})
+                      .iterator();
+    ASSERT_TRUE(it.next().has_value());
+  }
+  EXPECT_EQ(running.load(), 0);
+  // Cancelled chunks stop after their current call instead of draining the input.
+  EXPECT_LT(calls.load(), 100);
+}
+
 TEST(Pipeline, FromIdxReadsFashionMnist) {
   const std::string dir = TANDEM_FASHION_MNIST_DIR;
   const Dataset d =

@@ -112,7 +112,12 @@ class ParallelMap : public IteratorBase {
     }
     shared_->runner_cv.notify_all();
     runner_.join();
-    // Chunks still running on the pool hold `shared_` and the node.
+    // Wait for the chunks on the pool (each stops after its current call):
+    // a call left running could outlive the program's static state (oneDNN's
+    // among them) when the iterator is the last thing destroyed before exit.
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->runner_cv.wait(lock, [this] { return shared_->chunks_in_flight == 0; });
+    shared_->results.clear();
   }
 
   std::optional<Element> next() override {
@@ -270,10 +275,15 @@ class ParallelMap : public IteratorBase {
             std::lock_guard<std::mutex> lock(s->mutex);
             slot->done = true;
             if (s->consumer_waiting) s->consumer_cv.notify_one();
+            if (s->cancelled) break;  // the iterator's destructor waits for this task
           }
+          // Nothing but `s` may outlive the iterator's destructor, which
+          // returns once this count drops.
+          work.clear();
+          node.reset();
           std::lock_guard<std::mutex> lock(s->mutex);
           --s->chunks_in_flight;
-          if (s->runner_waiting) s->runner_cv.notify_one();
+          if (s->runner_waiting || s->cancelled) s->runner_cv.notify_all();
         });
         position_ += count;  // `work` was moved into the task
       }
