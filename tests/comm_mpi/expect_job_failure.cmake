@@ -1,6 +1,7 @@
 # Runs COMMAND (a ;-list) and passes when it ends with a non-zero status within
-# LIMIT seconds and its output matches PATTERN: a dead rank must end the job
-# with a clear message rather than hang it.
+# LIMIT seconds, its output matches every regular expression of PATTERNS (a
+# ;-list), and no process of PROGRAM (when given) is left running: a failed
+# or dead rank must end the whole job with a clear message rather than hang it.
 string(TIMESTAMP start "%s")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err
                 TIMEOUT ${LIMIT})
@@ -8,11 +9,21 @@ string(TIMESTAMP finish "%s")
 math(EXPR seconds "${finish} - ${start}")
 message(STATUS "exit status: ${status} after ${seconds} s\n${out}\n${err}")
 if(status STREQUAL "0")
-  message(FATAL_ERROR "the job succeeded although a rank was killed")
+  message(FATAL_ERROR "the job succeeded although a rank failed")
 endif()
 if(status MATCHES "timeout")
-  message(FATAL_ERROR "the job hung for ${LIMIT} s after a rank was killed")
+  message(FATAL_ERROR "the job hung for ${LIMIT} s after a rank failed")
 endif()
-if(NOT "${out}${err}" MATCHES "${PATTERN}")
-  message(FATAL_ERROR "no message matching '${PATTERN}' about the dead rank")
+foreach(pattern IN LISTS PATTERNS)
+  if(NOT "${out}${err}" MATCHES "${pattern}")
+    message(FATAL_ERROR "no message matching '${pattern}'")
+  endif()
+endforeach()
+if(PROGRAM)
+  # mpirun has returned: any process of the program still there was left behind.
+  execute_process(COMMAND pgrep -a -f -- "^${PROGRAM}" OUTPUT_VARIABLE left RESULT_VARIABLE none)
+  if(none STREQUAL "0")
+    execute_process(COMMAND pkill -KILL -f -- "^${PROGRAM}")
+    message(FATAL_ERROR "processes left behind after the job ended: ${left}")
+  endif()
 endif()

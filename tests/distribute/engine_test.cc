@@ -2,6 +2,7 @@
 // installs, its state save/load, and the exact cross-replica agreement.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "support/test_data.h"
@@ -193,13 +194,37 @@ TEST(Engine, BadForwardsAndBatchesAreClearErrors) {
   empty.set("x", empty.at("x").slice(0, 0));
   empty.set("y", empty.at("y").slice(0, 0));
   EXPECT_NE(message(forward, empty).find("at least one row"), std::string::npos);
-  // (Every replica throws: one that went on to backward would wait in the
-  // gradient all-reduce for the others; see the reliability issue.)
+  // Every replica throws (one replica alone throwing is the next test).
   const distribute::ForwardFn throws = [](nn::Module&,
                                           const distribute::ReplicaBatch& b) -> Variable {
     TANDEM_THROW(InvalidArgument, "replica ", b.context.local_replica, " says no");
   };
   EXPECT_NE(message(throws, batch_of(4, 1)).find(" says no"), std::string::npos);
+}
+
+TEST(Engine, AReplicaThatThrowsEndsItsPeersAtOnceWithItsOwnError) {
+  // The other replicas wait for replica 1 in the gradient all-reduce; with a
+  // one-minute deadline, only its failure breaking the group ends them in time.
+  auto strategy = distribute::make_strategy({.name = "mirrored",
+                                             .devices = 3,
+                                             .threads_per_device = 1,
+                                             .allow_oversubscription = true,
+                                             .comm = {.timeout = std::chrono::seconds(60)}});
+  auto engine = strategy->make_engine(linear_model, {.optimizer = {.name = "sgd"}});
+  const distribute::ForwardFn failing = [](nn::Module& model, const distribute::ReplicaBatch& b) {
+    if (b.context.local_replica == 1) throw InvalidArgument("label 12 is not a class of 10");
+    return forward(model, b);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    engine->step(batch_of(9, 1), failing, {.step = 0});
+    ADD_FAILURE() << "the step succeeded";
+  } catch (const PeerFailed& e) {
+    ADD_FAILURE() << "the peers' report, not the failure, came back: " << e.what();
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "label 12 is not a class of 10");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -38,6 +38,14 @@ class CommError : public Error {
   using Error::Error;
 };
 
+// A collective was abandoned because another rank (or replica) failed or
+// aborted the group: the message carries that rank's error. Callers that
+// gather errors from several replicas report the original one, not these.
+class PeerFailed : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 // A blocking call did not complete in time.
 class Timeout : public Error {
  public:

@@ -2,11 +2,14 @@
 // and a non-zero exit status (1: the run failed, 2: bad command line).
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/config.h"
 
 namespace tandem::cli {
@@ -33,6 +36,27 @@ std::optional<int64_t> parse_integer(const std::string& text) {
 }
 
 }  // namespace tandem::cli
+
+namespace {
+
+// The last words of a failed command. Under mpirun every rank says which it
+// is, then the job is ended (MPI_Finalize would wait for ranks that are
+// stuck or gone); the short pause lets the other ranks, told of the failure
+// by their communicators, print their own line first.
+int fail(const char* kind, const char* message) {
+  const int rank = tandem::comm::launched_rank();
+  if (tandem::comm::launched_process_count() > 1 && rank >= 0) {
+    std::fprintf(stderr, "tandem: %s on rank %d: %s\n", kind, rank, message);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    tandem::comm::abort_mpi_job(1);
+  } else {
+    std::fprintf(stderr, "tandem: %s: %s\n", kind, message);
+  }
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tandem: data-parallel deep-learning training for multi-device machines", "tandem"};
@@ -71,10 +95,8 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const tandem::Error& e) {
-    std::fprintf(stderr, "tandem: error: %s\n", e.what());
-    return 1;
+    return fail("error", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
-    return 1;
+    return fail("internal error", e.what());
   }
 }

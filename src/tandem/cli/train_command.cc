@@ -54,6 +54,7 @@ struct TrainOptions {
   std::string strategy = "one-device";
   std::optional<int> devices;  // unset: one per physical core
   bool allow_oversubscription = false;
+  double collective_timeout = 300.0;  // seconds
   double bucket_mb = 25.0;
   std::string wire = "f32";
   std::string data_dir = data::default_fashion_mnist_dir();
@@ -402,6 +403,12 @@ int run_train(TrainOptions& o) {
   config.strategy.devices = o.devices.value_or(0);
   config.strategy.threads_per_device = o.threads.value_or(0);
   config.strategy.allow_oversubscription = o.allow_oversubscription;
+  if (!(o.collective_timeout >= 1.0 && o.collective_timeout <= 86400.0)) {
+    TANDEM_THROW(InvalidArgument, "--collective-timeout must be 1 to 86400 seconds, got ",
+                 o.collective_timeout);
+  }
+  config.strategy.comm.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
   config.reducer.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
@@ -664,6 +671,11 @@ Command add_train_command(CLI::App& app) {
                       "per physical core)");
   command->add_flag("--allow-oversubscription", o->allow_oversubscription,
                     "Allow more devices x threads than physical cores (one device included)");
+  command
+      ->add_option("--collective-timeout", o->collective_timeout,
+                   "Seconds a collective waits for the other replicas before the run ends with a "
+                   "stall report naming the ranks that did not answer (1 to 86400)")
+      ->capture_default_str();
   command->add_option("--bucket-mb", o->bucket_mb, "Gradient fusion bucket size in MiB (> 0)")
       ->capture_default_str();
   command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")

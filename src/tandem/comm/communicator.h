@@ -16,7 +16,14 @@
 //     collectives of one communicator run in the order they were issued,
 //     synchronous ones after every earlier asynchronous one.
 //  4. Blocking waits time out (CommOptions::timeout) with a Timeout error
-//     naming the ranks that did not arrive, where that is known.
+//     naming the ranks that did not arrive, where that is known. A timeout
+//     breaks the group, as abort() does.
+//  5. A rank that fails calls abort(reason): every rank waiting in, or later
+//     calling, a collective of the group throws PeerFailed carrying the
+//     reason (within a poll interval, about 0.1 s), instead of waiting for a
+//     rank that will never arrive. Buffers a broken call had handed to the
+//     group stay allocated until the communicator is destroyed, so a late
+//     peer never writes into freed memory.
 
 #include <chrono>
 #include <condition_variable>
@@ -127,6 +134,11 @@ class Communicator {
                                              ReduceOp op);
   std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output);
   std::shared_ptr<Work> broadcast_async(const Tensor& buffer, int root);
+
+  // Breaks the group for every rank (contract 5). Idempotent: the first
+  // reason wins. Safe from any thread, including while this rank's own
+  // collective is in flight.
+  virtual void abort(const std::string& reason) = 0;
 
   const CommOptions& options() const { return options_; }
 

@@ -28,6 +28,13 @@ class HierarchicalCommunicator : public Communicator {
         local_(state_->local->communicator(local_rank)) {}
   ~HierarchicalCommunicator() override { drain(); }
 
+  // Both levels break: the process's replicas and, through the leaders'
+  // communicator, every other process.
+  void abort(const std::string& reason) override {
+    local_->abort(reason);
+    state_->leaders->abort(reason);
+  }
+
   int rank() const override { return state_->process_rank * state_->local_size + local_rank_; }
   int size() const override { return state_->process_count * state_->local_size; }
   std::string backend() const override { return "hierarchical"; }
@@ -40,6 +47,7 @@ class HierarchicalCommunicator : public Communicator {
 
  private:
   bool leader() const { return local_rank_ == 0; }
+  void run_levels(const Call& call);
   void all_reduce(const Tensor& buffer, ReduceOp op);
 
   std::shared_ptr<HierarchicalGroup::State> state_;
@@ -63,9 +71,21 @@ void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
 }
 
 void HierarchicalCommunicator::run(const Call& call) {
-  // Local argument errors are reported at once; the peers see this rank go
-  // missing and time out.
-  if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
+  // Any failure breaks both levels, so that no rank of any process waits for
+  // one that gave up (an invalid argument here fails on every rank).
+  try {
+    if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
+    run_levels(call);
+  } catch (const PeerFailed& e) {
+    local_->abort(e.what());  // the reason already names the failing rank
+    throw;
+  } catch (const std::exception& e) {
+    abort(e.what());
+    throw;
+  }
+}
+
+void HierarchicalCommunicator::run_levels(const Call& call) {
   const int local_size = state_->local_size;
   switch (call.collective) {
     case Collective::barrier:

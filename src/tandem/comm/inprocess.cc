@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "tandem/base/error.h"
@@ -45,7 +47,31 @@ struct InProcessGroup::State {
   std::vector<Slot> slots[2];
   const size_t staging_bytes;
   Tensor staging[2];
+  // Breaks the group (a timeout or an abort): the first reason wins.
+  void break_group(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!broken.load()) reason = why;
+      broken.store(true);
+    }
+    barrier.abort();
+  }
+  std::string broken_reason() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return reason;
+  }
+  // A broken call's buffers: peers that passed its first barrier may still
+  // read or write them, so they live as long as the group.
+  void quarantine(const Call& call) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (call.input.defined()) quarantined.push_back(call.input);
+    if (call.output.defined()) quarantined.push_back(call.output);
+  }
+
   std::atomic<bool> broken{false};
+  mutable std::mutex mutex;
+  std::string reason;
+  std::vector<Tensor> quarantined;
 };
 
 namespace {
@@ -59,6 +85,8 @@ class InProcessCommunicator : public Communicator {
         inputs_(static_cast<size_t>(state_->size)),
         outputs_(static_cast<size_t>(state_->size)) {}
   ~InProcessCommunicator() override { drain(); }
+
+  void abort(const std::string& reason) override { state_->break_group(reason); }
 
   int rank() const override { return rank_; }
   int size() const override { return state_->size; }
@@ -74,6 +102,7 @@ class InProcessCommunicator : public Communicator {
 
  private:
   void wait_all(const Call& call);
+  [[noreturn]] void refuse(const Call& call) const;
   void check_calls(const Call& call, int parity) const;
   void reduce_slice(const Call& call, int parity);
 
@@ -85,13 +114,24 @@ class InProcessCommunicator : public Communicator {
 };
 
 void InProcessCommunicator::wait_all(const Call& call) {
+  bool arrived = false;
   try {
-    state_->barrier.arrive_and_wait(
+    arrived = state_->barrier.arrive_and_wait(
         rank_, options().timeout, [&] { return call.describe() + " #" + std::to_string(calls_); });
-  } catch (const Timeout&) {
-    state_->broken.store(true);
+  } catch (const Timeout& e) {
+    state_->break_group(e.what());
+    state_->quarantine(call);
     throw;
   }
+  if (!arrived) {
+    state_->quarantine(call);
+    refuse(call);
+  }
+}
+
+void InProcessCommunicator::refuse(const Call& call) const {
+  TANDEM_THROW(PeerFailed, state_->broken_reason(), " (", call.describe(), " on rank ", rank_,
+               " abandoned)");
 }
 
 void InProcessCommunicator::check_calls(const Call& call, int parity) const {
@@ -129,10 +169,7 @@ void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
 }
 
 void InProcessCommunicator::run(const Call& call) {
-  if (state_->broken.load()) {
-    TANDEM_THROW(CommError, "in-process group is broken by an earlier timeout; ", call.describe(),
-                 " on rank ", rank_, " refused");
-  }
+  if (state_->broken.load()) refuse(call);
   const int n = size();
   const int parity = static_cast<int>(calls_ & 1);
   auto& slot = state_->slots[parity][rank_];
@@ -152,6 +189,11 @@ void InProcessCommunicator::run(const Call& call) {
   if (state_->options.whole_group) mark_all_ranks_arrived();
   ++calls_;
   check_calls(call, parity);
+  if (state_->broken.load()) {
+    // Broken since the barrier: the peers may not all be here to finish.
+    state_->quarantine(call);
+    refuse(call);
+  }
 
   const auto& slots = state_->slots[parity];
   switch (call.collective) {

@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "tandem/base/error.h"
 #include "tandem/config.h"
@@ -10,8 +11,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "tandem/comm/detail/reduce_kernels.h"
 #include "tandem/tensor/convert.h"
@@ -31,17 +36,28 @@ bool launched_by_mpi() {
   return false;
 }
 
-int launched_process_count() {
-  if (!launched_by_mpi()) return 0;
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+namespace {
+// The first of `variables` that holds a number >= minimum; -1 otherwise.
+int environment_number(std::initializer_list<const char*> variables, long minimum) {
+  for (const char* variable : variables) {
     const char* value = std::getenv(variable);
     if (value == nullptr) continue;
     char* end = nullptr;
-    const long count = std::strtol(value, &end, 10);
-    if (end != value && *end == '\0' && count >= 1 && count <= INT_MAX)
-      return static_cast<int>(count);
+    const long number = std::strtol(value, &end, 10);
+    if (end != value && *end == '\0' && number >= minimum && number <= INT_MAX)
+      return static_cast<int>(number);
   }
   return -1;
+}
+}  // namespace
+
+int launched_process_count() {
+  if (!launched_by_mpi()) return 0;
+  return environment_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1);
+}
+
+int launched_rank() {
+  return environment_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0);
 }
 
 #if !TANDEM_HAVE_MPI
@@ -55,6 +71,7 @@ int mpi_world_size() {
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
+void abort_mpi_job(int) {}
 
 #else
 
@@ -86,10 +103,15 @@ struct MpiRuntime {
   MPI_Op f16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
+// Set once a wait timed out (a rank stopped answering) or the job is being
+// aborted: MPI_Finalize would then wait for ranks that never arrive. A peer's
+// abort notice does not set it: the failing rank is alive and may finalise.
+std::atomic<bool> job_broken{false};
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized && !job_broken.load()) MPI_Finalize();
 }
 
 MpiRuntime& runtime() {
@@ -99,6 +121,11 @@ MpiRuntime& runtime() {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // Open MPI's non-blocking all-reduce picks, by default, algorithms
+      // that reach a third of the blocking one's bandwidth from 256 KiB up
+      // on shared memory; its ring matches it (`tandem bench allreduce
+      // --backend mpi`, docs/performance.md). A user's own choice stands.
+      setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
       int provided = 0;
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
@@ -148,36 +175,247 @@ void scale_in_place(const Tensor& t, float scale) {
 // MPI counts are int: larger buffers go in pieces.
 constexpr int64_t kMaxPiece = int64_t{1} << 30;
 
+// Messages between the ranks' communicators outside the collectives, on a
+// second duplicate of the world communicator: a failing rank's reason, and
+// the stall report's question and answers.
+enum NoticeTag : int { kAbortTag = 1, kPingTag = 2, kPongTag = 3 };
+constexpr int kNoticeBytes = 2048;
+
+using Clock = std::chrono::steady_clock;
+// How long a wait tests without sleeping.
+constexpr std::chrono::milliseconds kSpinTime{100};
+
 class MpiCommunicator : public Communicator {
  public:
   explicit MpiCommunicator(CommOptions options) : Communicator(options) {
     runtime();
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    post_notice_receive();
   }
   ~MpiCommunicator() override {
-    drain();
+    drain();  // bounded: a broken communicator refuses queued calls at once
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (finalized || broken_.load()) return;  // requests may still be pending: leave them
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    MPI_Cancel(&notice_request_);
+    MPI_Wait(&notice_request_, MPI_STATUS_IGNORE);
+    for (MPI_Request& r : sends_) MPI_Wait(&r, MPI_STATUS_IGNORE);
+    MPI_Comm_free(&control_);
+    MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   std::string_view all_reduce_algorithm(int64_t) const override { return "MPI_Allreduce"; }
+  void abort(const std::string& reason) override;
 
  protected:
   void run(const Call& call) override;
 
  private:
   void verify(const Call& call);
+  // Waits for a non-blocking collective of `call`, watching for notices and
+  // the deadline; throws PeerFailed or Timeout (the request is then left
+  // pending and the call's buffers quarantined).
+  void wait(MPI_Request& request, const Call& call, const char* what);
+  [[noreturn]] void stall(const Call& call, const char* what);
+  [[noreturn]] void refuse(const Call& call);
+
+  // Control channel; each takes control_mutex_.
+  void post_notice_receive();
+  // Handles what arrived: an abort breaks this communicator; a ping is
+  // answered (this rank is waiting in call `calls_`).
+  void poll_notices();
+  void send_notice(int to, NoticeTag tag, const void* bytes, int count);
+  // Waits (bounded) for the notices sent so far to leave.
+  void flush_notices(std::chrono::milliseconds limit);
+  void break_communicator(const std::string& reason);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm control_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  // Collectives started on this rank (the same on every rank); read by
+  // whichever thread answers a ping.
+  std::atomic<int64_t> calls_{0};
+
+  std::mutex control_mutex_;
+  MPI_Request notice_request_ = MPI_REQUEST_NULL;
+  char notice_[kNoticeBytes] = {};
+  std::vector<MPI_Request> sends_;
+  std::vector<std::vector<char>> send_buffers_;  // kept until their sends complete
+  std::atomic<bool> broken_{false};
+  std::string reason_;               // guarded by control_mutex_
+  std::vector<Tensor> quarantined_;  // buffers of abandoned requests (guarded likewise)
+  // Stall report answers: rank -> call number it waits in (-1: no answer).
+  std::vector<int64_t> pongs_;
 };
+
+void MpiCommunicator::post_notice_receive() {
+  check_mpi(MPI_Irecv(notice_, kNoticeBytes, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, control_,
+                      &notice_request_),
+            "MPI_Irecv (notices)");
+}
+
+void MpiCommunicator::send_notice(int to, NoticeTag tag, const void* bytes, int count) {
+  send_buffers_.emplace_back(static_cast<const char*>(bytes),
+                             static_cast<const char*>(bytes) + count);
+  sends_.emplace_back(MPI_REQUEST_NULL);
+  MPI_Isend(send_buffers_.back().data(), count, MPI_CHAR, to, tag, control_, &sends_.back());
+}
+
+void MpiCommunicator::poll_notices() {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (;;) {
+    int arrived = 0;
+    MPI_Status status;
+    if (MPI_Test(&notice_request_, &arrived, &status) != MPI_SUCCESS || !arrived) break;
+    int count = 0;
+    MPI_Get_count(&status, MPI_CHAR, &count);
+    const int from = status.MPI_SOURCE;
+    if (status.MPI_TAG == kAbortTag && !broken_.load()) {
+      reason_ = std::string(notice_, static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
+      broken_.store(true);
+    } else if (status.MPI_TAG == kPingTag) {
+      const int64_t waiting_in = calls_.load();
+      send_notice(from, kPongTag, &waiting_in, sizeof waiting_in);
+    } else if (status.MPI_TAG == kPongTag && count == sizeof(int64_t) && !pongs_.empty()) {
+      std::memcpy(&pongs_[static_cast<size_t>(from)], notice_, sizeof(int64_t));
+    }
+    post_notice_receive();
+  }
+  // Forget the sends that left.
+  for (size_t i = 0; i < sends_.size();) {
+    int done = 0;
+    MPI_Test(&sends_[i], &done, MPI_STATUS_IGNORE);
+    if (done) {
+      sends_.erase(sends_.begin() + static_cast<std::ptrdiff_t>(i));
+      send_buffers_.erase(send_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void MpiCommunicator::flush_notices(std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    poll_notices();
+    {
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      if (sends_.empty()) return;
+    }
+    if (Clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void MpiCommunicator::break_communicator(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (broken_.load()) return;
+  reason_ = reason;
+  broken_.store(true);
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) send_notice(r, kAbortTag, reason.data(), std::min<int>(kNoticeBytes, static_cast<int>(reason.size())));
+  }
+}
+
+void MpiCommunicator::abort(const std::string& reason) {
+  break_communicator(reason);
+  // This rank is probably about to exit: let the notices leave first.
+  flush_notices(std::chrono::milliseconds(2000));
+}
+
+void MpiCommunicator::refuse(const Call& call) {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    reason = reason_;
+  }
+  TANDEM_THROW(PeerFailed, reason, " (", call.describe(), " on MPI rank ", rank_, " abandoned)");
+}
+
+void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* what) {
+  const auto start = Clock::now();
+  const auto deadline = start + options().timeout;
+  for (uint32_t i = 0;; ++i) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    // Non-blocking collectives progress only inside MPI calls: test without
+    // pause while a collective usually completes, then back off so that a
+    // long wait (a slow peer) does not take a core from the computation.
+    const auto waited = Clock::now() - start;
+    if ((i & 63) != 0 && waited < kSpinTime) continue;
+    poll_notices();
+    if (broken_.load() || Clock::now() > deadline) {
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      if (call.input.defined()) quarantined_.push_back(call.input);
+      if (call.output.defined()) quarantined_.push_back(call.output);
+    }
+    if (broken_.load()) refuse(call);
+    if (Clock::now() > deadline) stall(call, what);
+    if (waited > kSpinTime) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void MpiCommunicator::stall(const Call& call, const char* what) {
+  // Ask every rank which call it waits in; ranks inside a collective answer
+  // from their wait loop, a stopped or hung one does not.
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    pongs_.assign(static_cast<size_t>(size_), -1);
+    const int64_t mine = calls_.load();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) send_notice(r, kPingTag, &mine, sizeof mine);
+    }
+  }
+  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(
+                                            options().timeout, std::chrono::seconds(3));
+  const auto all_answered = [&] {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    int answered = 0;
+    for (int r = 0; r < size_; ++r) answered += r != rank_ && pongs_[static_cast<size_t>(r)] >= 0;
+    return answered == size_ - 1;
+  };
+  for (;;) {
+    poll_notices();
+    if (all_answered() || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::string silent, elsewhere;
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int64_t in = pongs_[static_cast<size_t>(r)];
+      if (in < 0) {
+        silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      } else if (in != calls_.load()) {
+        elsewhere += tandem::detail::concat(elsewhere.empty() ? "" : ", ", r, " (waits in call #",
+                                            in, ")");
+      }
+    }
+    pongs_.clear();
+  }
+  std::string report = tandem::detail::concat(
+      "stall: ", call.describe(), " #", calls_.load(), " (", what, ") on MPI rank ", rank_,
+      " timed out after ", options().timeout.count(), " ms");
+  if (!silent.empty())
+    report += "; rank(s) " + silent + " did not answer (stopped, hung, or busy outside collectives)";
+  if (!elsewhere.empty()) report += "; rank(s) " + elsewhere + " are in another call";
+  if (silent.empty() && elsewhere.empty()) report += "; every rank waits in this call";
+  job_broken.store(true);
+  break_communicator(report);
+  flush_notices(std::chrono::milliseconds(2000));
+  TANDEM_THROW(Timeout, report);
+}
 
 void MpiCommunicator::verify(const Call& call) {
   // One MPI_MAX over (x, -x) gives every field's maximum and minimum.
@@ -192,8 +430,10 @@ void MpiCommunicator::verify(const Call& call) {
     both[i] = fields[i];
     both[6 + i] = -fields[i];
   }
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, both, 12, MPI_INT64_T, MPI_MAX, comm_),
-            "MPI_Allreduce (call check)");
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, both, 12, MPI_INT64_T, MPI_MAX, comm_, &request),
+            "MPI_Iallreduce (call check)");
+  wait(request, call, "MPI_Iallreduce (call check)");
   if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
   if (both[5] != 0) {
     TANDEM_THROW(CommError, "another MPI rank made an invalid call; ", call.describe(), " on rank ",
@@ -214,6 +454,8 @@ void MpiCommunicator::verify(const Call& call) {
 }
 
 void MpiCommunicator::run(const Call& call) {
+  ++calls_;
+  if (broken_.load()) refuse(call);
   if (options().verify_calls || !call.error.empty()) {
     verify(call);
     // The check is an all-reduce: every rank has arrived once it returns.
@@ -221,9 +463,13 @@ void MpiCommunicator::run(const Call& call) {
   }
   const MPI_Datatype type = mpi_type(call.dtype);
   const size_t element = dtype_size(call.dtype);
+  // Non-blocking calls and a wait that can give up: a blocking MPI call
+  // cannot be left when a peer fails or stops.
+  MPI_Request request = MPI_REQUEST_NULL;
   switch (call.collective) {
     case Collective::barrier:
-      check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+      check_mpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+      wait(request, call, "MPI_Ibarrier");
       return;
     case Collective::all_reduce: {
       const bool in_place = call.input.raw_data() == call.output.raw_data();
@@ -234,7 +480,8 @@ void MpiCommunicator::run(const Call& call) {
         const void* in = in_place
                              ? MPI_IN_PLACE
                              : static_cast<const char*>(call.input.raw_data()) + begin * element;
-        check_mpi(MPI_Allreduce(in, out, n, type, op, comm_), "MPI_Allreduce");
+        check_mpi(MPI_Iallreduce(in, out, n, type, op, comm_, &request), "MPI_Iallreduce");
+        wait(request, call, "MPI_Iallreduce");
       }
       if (call.op == ReduceOp::mean) scale_in_place(call.output, 1.0f / static_cast<float>(size_));
       return;
@@ -244,10 +491,11 @@ void MpiCommunicator::run(const Call& call) {
       if (segment > kMaxPiece)
         TANDEM_THROW(NotImplemented, "reduce_scatter segments over 2^30 elements");
       if (segment > 0) {
-        check_mpi(MPI_Reduce_scatter_block(call.input.raw_data(), call.output.raw_data(),
-                                           static_cast<int>(segment), type,
-                                           mpi_op(call.dtype, call.op), comm_),
-                  "MPI_Reduce_scatter_block");
+        check_mpi(MPI_Ireduce_scatter_block(call.input.raw_data(), call.output.raw_data(),
+                                            static_cast<int>(segment), type,
+                                            mpi_op(call.dtype, call.op), comm_, &request),
+                  "MPI_Ireduce_scatter_block");
+        wait(request, call, "MPI_Ireduce_scatter_block");
       }
       if (call.op == ReduceOp::mean) scale_in_place(call.output, 1.0f / static_cast<float>(size_));
       return;
@@ -255,16 +503,19 @@ void MpiCommunicator::run(const Call& call) {
     case Collective::all_gather:
       if (call.count > kMaxPiece)
         TANDEM_THROW(NotImplemented, "all_gather inputs over 2^30 elements");
-      check_mpi(MPI_Allgather(call.input.raw_data(), static_cast<int>(call.count), type,
-                              call.output.raw_data(), static_cast<int>(call.count), type, comm_),
-                "MPI_Allgather");
+      check_mpi(MPI_Iallgather(call.input.raw_data(), static_cast<int>(call.count), type,
+                               call.output.raw_data(), static_cast<int>(call.count), type, comm_,
+                               &request),
+                "MPI_Iallgather");
+      wait(request, call, "MPI_Iallgather");
       return;
     case Collective::broadcast:
       for (int64_t begin = 0; begin < call.count; begin += kMaxPiece) {
         const int n = static_cast<int>(std::min(kMaxPiece, call.count - begin));
-        check_mpi(MPI_Bcast(static_cast<char*>(call.output.raw_data()) + begin * element, n, type,
-                            call.root, comm_),
-                  "MPI_Bcast");
+        check_mpi(MPI_Ibcast(static_cast<char*>(call.output.raw_data()) + begin * element, n, type,
+                             call.root, comm_, &request),
+                  "MPI_Ibcast");
+        wait(request, call, "MPI_Ibcast");
       }
       return;
   }
@@ -288,6 +539,18 @@ int mpi_world_size() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
+}
+
+void abort_mpi_job(int status) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) return;
+  job_broken.store(true);
+  MPI_Abort(MPI_COMM_WORLD, status);
 }
 
 #endif

@@ -4,9 +4,15 @@
 // the processes with mpirun. MPI is initialised (MPI_THREAD_MULTIPLE) on first
 // use and finalised at exit.
 //
-// Process failure: when a rank dies, mpirun tears the job down and the
-// surviving ranks exit; a synchronous MPI call cannot time out by itself, but
-// Work::wait on an asynchronous one does.
+// Failure: every collective is a non-blocking MPI call waited on by a loop
+// that also watches a control channel (a second duplicate of the world
+// communicator) and the deadline (CommOptions::timeout). A rank that calls
+// abort() sends its reason to every rank, whose collectives then throw
+// PeerFailed with it. A wait that times out asks every rank which call it
+// waits in (ranks inside a collective answer from their wait loop; a stopped
+// one cannot) and ends every rank with that stall report. When a rank dies,
+// mpirun tears the job down. After a failure the process skips MPI_Finalize
+// (it would wait for the ranks that are gone); abort_mpi_job() ends the job.
 
 #include <memory>
 
@@ -22,6 +28,9 @@ bool launched_by_mpi();
 // MPI's OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE) without initialising MPI: 0
 // when not launched by MPI, -1 when the launcher does not say.
 int launched_process_count();
+// This process's rank as the launcher's environment gives it (Open MPI's
+// OMPI_COMM_WORLD_RANK, MPICH's PMI_RANK); -1 when it does not.
+int launched_rank();
 // Rank and size of MPI_COMM_WORLD (initialises MPI). Throw NotImplemented
 // without the MPI backend.
 int mpi_world_rank();
@@ -31,5 +40,12 @@ int mpi_world_size();
 // process must call it. bf16/f16 sums add pairwise in float32, rounding after
 // each addition MPI performs.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
+
+// For a process's last words after an error, when MPI is initialised and the
+// job has more than one process: MPI_Abort on the world communicator, so
+// that mpirun ends every rank (the others learned the reason from abort()
+// where a communicator carried it). Returns without doing anything in a
+// single-process run or when MPI was never initialised.
+void abort_mpi_job(int status);
 
 }  // namespace tandem::comm

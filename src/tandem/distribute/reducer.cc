@@ -52,15 +52,23 @@ Reducer::Reducer(std::vector<Variable> parameters, comm::Communicator& comm, Red
 }
 
 Reducer::~Reducer() {
+  // Bounded: every collective has its own deadline. A Work given up on still
+  // holds its buffers (the call keeps them), so a late finish is harmless.
   for (auto& w : works_) {
     if (w) {
       try {
-        w->wait();
+        w->wait(backstop_timeout());
       } catch (...) {
       }
     }
   }
   for (Variable& p : parameters_) p.clear_grad_ready_hooks();
+}
+
+std::chrono::milliseconds Reducer::backstop_timeout() const {
+  // The collective's own deadline comes first, with its diagnosis (the
+  // ranks that did not arrive, or the MPI stall report); this is the backstop.
+  return comm_.options().timeout + std::chrono::seconds(10);
 }
 
 void Reducer::prepare(bool synchronize) {
@@ -120,7 +128,7 @@ void Reducer::finish() {
   next_launch_ = pending_.size();
   for (size_t b = 0; b < works_.size(); ++b) {
     if (works_[b]) {
-      works_[b]->wait(comm_.options().timeout);
+      works_[b]->wait(backstop_timeout());
       const Tensor& wire = staging_.empty() ? bucketer_->bucket(b) : staging_[b];
       last_.buckets.push_back(
           {static_cast<int64_t>(wire.nbytes()),

@@ -69,6 +69,7 @@ class Reducer {
   const ReducerStats& last_step() const { return last_; }
 
  private:
+  std::chrono::milliseconds backstop_timeout() const;
   void on_ready(size_t parameter);
   void launch_ready_buckets();
   void launch(size_t bucket);

@@ -58,6 +58,7 @@ class ReplicaThreads {
     ++generation_;
     remaining_ = static_cast<int>(threads_.size());
     first_error_ = nullptr;
+    first_error_from_peer_ = false;
     cv_.notify_all();
     done_cv_.wait(lock, [this] { return remaining_ == 0; });
     task_ = nullptr;
@@ -76,13 +77,29 @@ class ReplicaThreads {
       const std::function<void(int)>* task = task_;
       lock.unlock();
       std::exception_ptr error;
+      bool from_peer = false;
       try {
         (*task)(context.local_replica);
+      } catch (const PeerFailed&) {
+        error = std::current_exception();
+        from_peer = true;
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        // The other replicas may be waiting for this one in a collective:
+        // break the group so that they fail now with this reason.
+        if (context.communicator != nullptr) {
+          context.communicator->abort(tandem::detail::concat(
+              "replica ", context.global_replica, " failed: ", e.what()));
+        }
       } catch (...) {
         error = std::current_exception();
       }
       lock.lock();
-      if (error && !first_error_) first_error_ = error;
+      // The failure itself, not a peer's report of it, is what run() throws.
+      if (error && (!first_error_ || (first_error_from_peer_ && !from_peer))) {
+        first_error_ = error;
+        first_error_from_peer_ = from_peer;
+      }
       if (--remaining_ == 0) done_cv_.notify_all();
     }
   }
@@ -95,6 +112,7 @@ class ReplicaThreads {
   int remaining_ = 0;
   bool stopping_ = false;
   std::exception_ptr first_error_;
+  bool first_error_from_peer_ = false;
 };
 
 // Where a group's replicas sit among every process's replicas.
@@ -173,6 +191,12 @@ class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
 };
 
 }  // namespace
+
+void Strategy::abort(const std::string& reason) {
+  for (int r = 0; r < local_replicas(); ++r) {
+    if (comm::Communicator* c = communicator(r)) c->abort(reason);
+  }
+}
 
 std::unique_ptr<Engine> Strategy::make_engine(const ModelBuilder& build,
                                               const EngineOptions& options) {

@@ -58,6 +58,9 @@ class Strategy {
   virtual Device device(int local_replica) const = 0;
   // The replica that writes checkpoints and summaries.
   bool is_chief() const { return first_replica() == 0; }
+  // Breaks every local replica's communicator (Communicator::abort): for a
+  // process that gives up, so that no replica here or elsewhere waits for it.
+  void abort(const std::string& reason);
   // Global replica index of a local one.
   int global_replica(int local_replica) const { return first_replica() + local_replica; }
 };

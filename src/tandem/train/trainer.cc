@@ -546,6 +546,22 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
 
 TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
                          const TrainCallbacks& callbacks) {
+  try {
+    return run_fit(train, validation, callbacks);
+  } catch (const PeerFailed&) {
+    throw;  // another replica's failure, already known to every rank
+  } catch (const std::exception& e) {
+    // Whatever failed here (a checkpoint write, a callback, the input), the
+    // other workers must not wait for this one in their next collective.
+    strategy_->abort(tandem::detail::concat("worker ", process_index_of(*strategy_), " failed: ",
+                                            e.what()));
+    throw;
+  }
+}
+
+TrainResult Trainer::run_fit(const data::Dataset& train,
+                             const std::optional<data::Dataset>& validation,
+                             const TrainCallbacks& callbacks) {
   const auto run_start = Clock::now();
   TrainResult result;
   Progress progress;

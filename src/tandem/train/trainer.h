@@ -227,7 +227,9 @@ class Trainer {
   // when resuming), evaluating on `validation` after each. Throws what the
   // data, the model or the loss throws; InvalidArgument for data that cannot
   // work (no rows, a missing feature, a schedule that needs a size the data
-  // does not have), and what prepare_resume() throws.
+  // does not have), and what prepare_resume() throws. Whatever fails on one
+  // process breaks the strategy's communicators (Strategy::abort), so the
+  // other processes end with PeerFailed naming this one instead of waiting.
   TrainResult fit(const data::Dataset& train, const std::optional<data::Dataset>& validation = {},
                   const TrainCallbacks& callbacks = {});
   // Loss and metrics over a dataset of single examples, in evaluation mode
@@ -257,6 +259,8 @@ class Trainer {
   struct Input;
   struct StepInput;
   struct PendingResume;
+  TrainResult run_fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
+                      const TrainCallbacks& callbacks);
   // fit()'s steps: checks, restore and set-up; the next step's batch once
   // every process agreed on it; one step and its accounting.
   void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);

@@ -36,8 +36,14 @@ bool reached(uint32_t seen, uint32_t target) {
 SpinBarrier::SpinBarrier(int size)
     : size_(size), arrivals_(new Arrival[static_cast<size_t>(size)]) {}
 
-void SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
+void SpinBarrier::abort() {
+  aborted_.store(true, std::memory_order_seq_cst);
+  for (int r = 0; r < size_; ++r) futex_wake_all(arrivals_[r].count);
+}
+
+bool SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
                                   const std::function<std::string()>& what) {
+  if (aborted_.load(std::memory_order_acquire)) return false;
   Arrival& mine = arrivals_[rank];
   const uint32_t target = mine.count.load(std::memory_order_relaxed) + 1;
   // seq_cst pairs with the sleepers' increment-then-check: no lost wake-up.
@@ -58,6 +64,7 @@ void SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
       }
       _mm_pause();
       if ((i & 255) == 255 && Clock::now() - start > kSpinTime) break;
+      if (aborted_.load(std::memory_order_relaxed)) return false;
     }
     // 2. Sleep on the peer's counter, in slices so the deadline is checked.
     while (!arrived) {
@@ -66,6 +73,7 @@ void SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
       if (!reached(seen, target)) futex_wait(peer.count, seen, std::chrono::microseconds(100000));
       peer.sleepers.fetch_sub(1, std::memory_order_relaxed);
       if (reached(peer.count.load(std::memory_order_acquire), target)) break;
+      if (aborted_.load(std::memory_order_acquire)) return false;
       if (Clock::now() > deadline) {
         std::string missing;
         for (int m = 0; m < size_; ++m) {
@@ -79,6 +87,7 @@ void SpinBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout,
       }
     }
   }
+  return true;
 }
 
 }  // namespace tandem::comm::sync

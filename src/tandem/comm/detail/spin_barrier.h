@@ -21,11 +21,14 @@ class SpinBarrier {
  public:
   explicit SpinBarrier(int size);
 
-  // Waits until all `size` ranks have arrived as often as this one. Throws
-  // Timeout naming the missing ranks after `timeout`; `what` describes the
-  // call for the message (only called then). One thread per rank at a time.
-  void arrive_and_wait(int rank, std::chrono::milliseconds timeout,
-                       const std::function<std::string()>& what);
+  // Waits until all `size` ranks have arrived as often as this one: true;
+  // false once abort() was called (now or before). Throws Timeout naming the
+  // missing ranks after `timeout`; `what` describes the call for the message
+  // (only called then). One thread per rank at a time.
+  [[nodiscard]] bool arrive_and_wait(int rank, std::chrono::milliseconds timeout,
+                                     const std::function<std::string()>& what);
+  // Every waiter, now and later, returns false promptly.
+  void abort();
 
   // How long waiters spin before sleeping.
   static constexpr std::chrono::microseconds kSpinTime{50};
@@ -38,6 +41,7 @@ class SpinBarrier {
 
   const int size_;
   std::unique_ptr<Arrival[]> arrivals_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace tandem::comm::sync
