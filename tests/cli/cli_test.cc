@@ -312,6 +312,20 @@ TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
   ASSERT_EQ(w.status, 0) << w.output;
   EXPECT_NE(w.output.find("warning: mixed_float16 without loss scaling"), std::string::npos)
       << w.output;
+  // A fixed scale that overflows the f16 gradients on every step: no step
+  // ever updates the weights, and the run says so with a failing status
+  // instead of reporting a finished training.
+  const std::string overflowing = tmp("cli-f16-overflow");
+  fs::remove_all(overflowing);
+  const CommandResult o =
+      run("train --model mlp --epochs 1 --train-examples 5120 --test-examples 64 --threads 1 "
+          "--precision mixed_float16 --loss-scale 1e30 --quiet --output " +
+          overflowing);
+  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_NE(o.output.find("training diverged: the last 32 steps applied no update (gradients "
+                          "overflowed, loss scale 1e+30) at epoch 1 step 32"),
+            std::string::npos)
+      << o.output;
 }
 
 // `tandem evaluate` rebuilds the model in the precision it was trained in,

@@ -447,6 +447,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
   }
   steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
+  steps_without_update_ = 0;
   stop_requested_.store(false);
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
   // Track names for traces: the input is assembled on this thread.
@@ -513,6 +514,18 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   if (!finite && engine_->loss_scaler() == nullptr) {
     TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
                  " step ", progress.step + 1, " (lower the learning rate)");
+  }
+  // Under loss scaling a non-finite step is skipped, and the scale falls
+  // until steps pass again (15 halvings from 2^15 to 1 at most). Past that,
+  // nothing will: the run ends with an error rather than train on without
+  // ever updating the weights.
+  steps_without_update_ = finite && !r.skipped ? 0 : steps_without_update_ + 1;
+  if (steps_without_update_ >= kMaxStepsWithoutUpdate) {
+    TANDEM_THROW(Error, "training diverged: the last ", steps_without_update_,
+                 " steps applied no update (", finite ? "gradients overflowed" : "the loss is ",
+                 finite ? "" : std::to_string(r.loss), ", loss scale ", r.loss_scale,
+                 ") at epoch ", progress.epoch + 1, " step ", progress.step + 1,
+                 " (lower the learning rate or the loss scale)");
   }
   if (finite) {
     for (size_t i = 0; i < r.replica_loss_sums.size(); ++i)

@@ -285,6 +285,10 @@ class Trainer {
   std::unique_ptr<distribute::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;  // of the current fit (0: unknown)
+  // Consecutive steps skipped by the loss scaler or with a non-finite loss;
+  // fit() gives up at kMaxStepsWithoutUpdate.
+  static constexpr int64_t kMaxStepsWithoutUpdate = 32;
+  int64_t steps_without_update_ = 0;
   // Per local replica: this epoch's metric sums (sum, count per metric).
   std::vector<std::vector<MetricSums>> metric_sums_;
   std::atomic<bool> stop_requested_{false};
