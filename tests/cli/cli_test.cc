@@ -637,6 +637,47 @@ TEST(Cli, KilledRunLeavesParseableMetrics) {
   EXPECT_NE(report.output.find("summary.json is missing"), std::string::npos) << report.output;
 }
 
+// kill -9 at some moment after the first checkpoint (possibly while a later
+// one is being written), then --resume: the run ends exactly where an
+// uninterrupted one does, to the last bit of every reported figure.
+TEST(Cli, KilledRunResumesToTheUninterruptedResult) {
+  const std::string flags =
+      "train --model mlp --epochs 6 --train-examples 4096 --test-examples 512 --threads 1 --quiet ";
+  const std::string whole = tmp("cli-kill-whole"), killed = tmp("cli-kill-resumed");
+  fs::remove_all(whole);
+  fs::remove_all(killed);
+  ASSERT_EQ(run(flags + "--output " + whole).status, 0);
+  std::vector<std::string> args = {TANDEM_CLI_PATH, "train",          "--model",       "mlp",
+                                   "--epochs",      "6",              "--train-examples", "4096",
+                                   "--test-examples", "512",          "--threads",     "1",
+                                   "--quiet",       "--output",       killed};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(killed + "/checkpoint.tckpt") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // into a later epoch
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed";
+  const CommandResult resumed = run(flags + "--resume --output " + killed);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  std::ifstream a(whole + "/summary.json"), b(killed + "/summary.json");
+  const auto x = nlohmann::json::parse(a), y = nlohmann::json::parse(b);
+  ASSERT_EQ(x.at("history").size(), 6u);
+  ASSERT_EQ(y.at("history").size(), 6u);
+  for (size_t e = 0; e < 6; ++e) {
+    for (const char* key : {"train_loss", "validation_loss", "validation_accuracy"}) {
+      EXPECT_EQ(x.at("history")[e].at(key).get<double>(), y.at("history")[e].at(key).get<double>())
+          << key << " of epoch " << e + 1;
+    }
+  }
+}
+
 // The report renders in headless Chromium: the page's own check counts the
 // charts that drew marks, and the screenshot holds the charts' colours.
 TEST(Cli, ReportRendersInHeadlessChromium) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <string>
 
 #include "support/collective_values.h"
 #include "support/ranks.h"
@@ -139,29 +141,58 @@ TEST(Hierarchical, TwoDevicesPerProcessActLikeOneGroup) {
       c->all_gather(collective_input(r, count, DType::f32), gathered);
       const auto g = gathered.to_floats();
       for (int j = 0; j < n; ++j) {
-        for (int64_t i = 0; i < count; i += 97) {
+        for (int64_t i = 0; i < count; ++i) {
           if (g[j * count + i] != static_cast<float>(collective_value(j, i, DType::f32))) {
-            TANDEM_THROW(Error, "hierarchical all_gather rank ", r, " segment ", j);
+            TANDEM_THROW(Error, "hierarchical all_gather rank ", r, " segment ", j, " element ", i);
           }
         }
       }
       for (int root : {0, n - 1}) {
         Tensor b = collective_input(r, count, DType::f32);
         c->broadcast(b, root);
-        if (b.to_floats()[count - 1] !=
-            static_cast<float>(collective_value(root, count - 1, DType::f32))) {
-          TANDEM_THROW(Error, "hierarchical broadcast from ", root, " wrong on rank ", r);
+        const auto got_b = b.to_floats();
+        for (int64_t i = 0; i < count; ++i) {
+          if (got_b[i] != static_cast<float>(collective_value(root, i, DType::f32))) {
+            TANDEM_THROW(Error, "hierarchical broadcast from ", root, " wrong on rank ", r,
+                         " element ", i);
+          }
         }
       }
       Tensor scattered = Tensor::zeros(Shape{count});
       c->reduce_scatter(collective_input(r, count * n, DType::f32), scattered, ReduceOp::sum);
-      const double expected = collective_reference(ReduceOp::sum, n, r * count, DType::f32);
-      if (std::abs(scattered.to_floats()[0] - expected) > 1e-4) {
-        TANDEM_THROW(Error, "hierarchical reduce_scatter wrong on rank ", r);
+      const auto got_s = scattered.to_floats();
+      for (int64_t i = 0; i < count; ++i) {
+        const double expected = collective_reference(ReduceOp::sum, n, r * count + i, DType::f32);
+        if (std::abs(got_s[i] - expected) > 1e-5 * std::max(1.0, std::abs(expected))) {
+          TANDEM_THROW(Error, "hierarchical reduce_scatter wrong on rank ", r, " element ", i);
+        }
       }
       c->barrier();
     }
   });
+}
+
+TEST(Hierarchical, AnInvalidCallOnOneRankFailsOnEveryRankAtOnce) {
+  // The other ranks wait for the invalid one inside the process and across
+  // processes; with a one-minute deadline only breaking the group ends them.
+  constexpr int kLocal = 2;
+  HierarchicalGroup group(kLocal, {.timeout = std::chrono::seconds(60)});
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> failed{0};
+  testing::run_ranks(kLocal, [&](int local) {
+    auto c = group.communicator(local);
+    const bool invalid = c->rank() == 1;
+    try {
+      c->all_reduce(Tensor::zeros(Shape{10}), Tensor::zeros(Shape{invalid ? 9 : 10}),
+                    ReduceOp::sum);
+    } catch (const CommError& e) {
+      if (!invalid && std::string(e.what()).find("rank 1: invalid all_reduce") == std::string::npos)
+        ADD_FAILURE() << "rank " << c->rank() << ": " << e.what();
+      ++failed;
+    }
+  });
+  EXPECT_EQ(failed.load(), kLocal);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

@@ -348,7 +348,9 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
       {"allreduce", comm::Collective::all_reduce},
       {"reducescatter", comm::Collective::reduce_scatter},
       {"allgather", comm::Collective::all_gather}};
-  for (const auto& [name, collective] : kinds) {
+  for (const auto& kind : kinds) {
+    const auto& name = kind.first;
+    const comm::Collective collective = kind.second;
     CLI::App* c = bench.add_subcommand(
         name, std::string("Time and bandwidth of ") + name + " per buffer size");
     auto o = std::make_shared<CollectiveOptions>();

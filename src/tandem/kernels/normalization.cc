@@ -18,6 +18,8 @@ using detail::to_f32;
 // result does not depend on the thread count.
 constexpr int64_t kRowBlock = 256;
 
+// Callers copy the fields into variables rather than bind them: clang 14
+// cannot capture structured bindings in lambdas.
 struct RowsCols {
   int64_t rows, cols;
 };
@@ -64,7 +66,8 @@ Tensor f32_vector(const std::vector<double>& values, Device device) {
 }  // namespace
 
 NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
-  const auto [R, C] = rows_cols(x, "layer_norm");
+  const RowsCols shape = rows_cols(x, "layer_norm");
+  const int64_t R = shape.rows, C = shape.cols;
   check_param(gamma, C, "layer_norm", "gamma");
   check_param(beta, C, "layer_norm", "beta");
   NormResult result;
@@ -104,7 +107,8 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
 
 NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma) {
-  const auto [R, C] = rows_cols(x, "layer_norm_backward");
+  const RowsCols shape = rows_cols(x, "layer_norm_backward");
+  const int64_t R = shape.rows, C = shape.cols;
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
     TANDEM_THROW(ShapeError, "layer_norm_backward: dy ", dy.to_string(), " does not match x ",
                  x.to_string());
@@ -155,7 +159,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
 }
 
 Moments batch_norm_moments(const Tensor& x) {
-  const auto [R, C] = rows_cols(x, "batch_norm");
+  const RowsCols shape = rows_cols(x, "batch_norm");
+  const int64_t R = shape.rows, C = shape.cols;
   if (R == 0)
     TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
   Moments m;
@@ -192,7 +197,8 @@ Tensor inverse_std(const Tensor& variance, float eps) {
 
 Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& gamma, const Tensor& beta) {
-  const auto [R, C] = rows_cols(x, "batch_norm");
+  const RowsCols shape = rows_cols(x, "batch_norm");
+  const int64_t R = shape.rows, C = shape.cols;
   check_param(mean, C, "batch_norm", "mean");
   check_param(rstd, C, "batch_norm", "rstd");
   check_param(gamma, C, "batch_norm", "gamma");
@@ -254,7 +260,8 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                        const Tensor& rstd) {
-  const auto [R, C] = rows_cols(x, "batch_norm_backward");
+  const RowsCols shape = rows_cols(x, "batch_norm_backward");
+  const int64_t R = shape.rows, C = shape.cols;
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
     TANDEM_THROW(ShapeError, "batch_norm_backward: dy ", dy.to_string(), " does not match x ",
                  x.to_string());
@@ -283,7 +290,8 @@ BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const 
 Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma, const BatchNormSums& sums,
                               int64_t count) {
-  const auto [R, C] = rows_cols(x, "batch_norm_backward");
+  const RowsCols shape = rows_cols(x, "batch_norm_backward");
+  const int64_t R = shape.rows, C = shape.cols;
   check_param(gamma, C, "batch_norm_backward", "gamma");
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();

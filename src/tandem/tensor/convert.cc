@@ -1,5 +1,6 @@
 #include "tandem/tensor/convert.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -95,9 +96,14 @@ __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* src, fl
 
 enum class F16Isa { avx512, f16c, none };
 F16Isa f16_isa() {
-  static const F16Isa isa = __builtin_cpu_supports("avx512f") ? F16Isa::avx512
-                            : __builtin_cpu_supports("f16c")  ? F16Isa::f16c
-                                                              : F16Isa::none;
+  static const F16Isa isa = [] {
+    if (__builtin_cpu_supports("avx512f")) return F16Isa::avx512;
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+    // does not know the name.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return f16c ? F16Isa::f16c : F16Isa::none;
+  }();
   return isa;
 }
 

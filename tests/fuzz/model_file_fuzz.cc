@@ -1,0 +1,15 @@
+// Model files (TOML): parsed and checked, then built when they parse.
+#include "fuzz_input.h"
+#include "tandem/base/error.h"
+#include "tandem/nn/model_file.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tandem;
+  try {
+    const nn::ModelDefinition definition =
+        nn::parse_model_definition(fuzz::as_text(data, size), "fuzz.toml");
+    nn::build_model(definition);
+  } catch (const Error&) {
+  }
+  return 0;
+}
