@@ -195,7 +195,8 @@ class ElementwisePerExampleOp : public ::testing::TestWithParam<ElementwiseCase>
 
 TEST_P(ElementwisePerExampleOp, ForwardGradientsAndBf16) {
   const ElementwiseCase& c = GetParam();
-  const auto [predictions, targets] = elementwise_inputs(c, 3);
+  const auto inputs = elementwise_inputs(c, 3);
+  const Tensor predictions = inputs.first, targets = inputs.second;
   const auto op = [&](const Variable& x) { return elementwise_op(c, x, targets); };
 
   const Variable loss = op(Variable(predictions));

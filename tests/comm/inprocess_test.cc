@@ -113,7 +113,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, AllReduceTest, ::testing::ValuesIn(all_reduce_ca
 class OtherCollectivesTest : public ::testing::TestWithParam<std::tuple<int, int64_t, DType>> {};
 
 TEST_P(OtherCollectivesTest, ReduceScatterAllGatherBroadcast) {
-  const auto [ranks, count, dtype] = GetParam();
+  // (Not a structured binding: clang 14 cannot capture one in a lambda.)
+  const int ranks = std::get<0>(GetParam());
+  const int64_t count = std::get<1>(GetParam());
+  const DType dtype = std::get<2>(GetParam());
   InProcessGroup group(ranks);
   std::vector<Tensor> scattered(static_cast<size_t>(ranks)), gathered(static_cast<size_t>(ranks)),
       broadcasted(static_cast<size_t>(ranks));

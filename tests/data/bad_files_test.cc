@@ -305,15 +305,24 @@ std::string jpeg_claiming(uint16_t width, uint16_t height) {
   return jpeg;
 }
 
+TEST(BadFiles, AnIdxFileWithNoElementsReadsAsAnEmptyTensor) {
+  // (The fuzzer's UBSan finding: a copy from the data of an empty vector.)
+  const std::string path = temp_path("empty-idx");
+  write_idx(path, Tensor::zeros(Shape{0, 3}).to(DType::u8));
+  const Tensor t = read_idx(path);
+  EXPECT_EQ(t.shape(), (Shape{0, 3}));
+}
+
 TEST(BadFiles, ImageHeadersPastThePixelCapAreRefusedBeforeAllocating) {
   // PNG: libpng itself refuses sides above 10^6; below, the product is checked.
   EXPECT_FALSE(rejected_cheaply<IoError>([&] {
                  decode_image(bytes_tensor(png_claiming(0x7FFFFFFF, 0x7FFFFFFF)), 3);
                }).empty());
-  for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{1000000, 1000000},
-                             {8192, 8193},
-                             {67109, 1000},
-                             {1000, 67109}}) {
+  for (const auto& sides : {std::pair<uint32_t, uint32_t>{1000000, 1000000},
+                            {8192, 8193},
+                            {67109, 1000},
+                            {1000, 67109}}) {
+    const uint32_t w = sides.first, h = sides.second;
     const std::string message =
         rejected_cheaply<IoError>([&] { decode_image(bytes_tensor(png_claiming(w, h)), 3); });
     expect_contains(message, "PNG image of " + std::to_string(w) + "x" + std::to_string(h));
@@ -327,7 +336,8 @@ TEST(BadFiles, ImageHeadersPastThePixelCapAreRefusedBeforeAllocating) {
   // JPEG: libjpeg-turbo refuses sides above 65500; below, the source size is
   // checked, also when a scaled decode's output would fit the cap (a
   // progressive JPEG's coefficients follow the source size).
-  for (const auto& [w, h] : {std::pair<uint16_t, uint16_t>{65500, 65500}, {8192, 8193}}) {
+  for (const auto& sides : {std::pair<uint16_t, uint16_t>{65500, 65500}, {8192, 8193}}) {
+    const uint16_t w = sides.first, h = sides.second;
     for (const DecodeOptions& options :
          {DecodeOptions{}, DecodeOptions{.min_height = 1, .min_width = 1}}) {
       const std::string message = rejected_cheaply<IoError>(

@@ -602,6 +602,17 @@ TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {
   EXPECT_NE(error_of(dir).find("no step records"), std::string::npos);
   std::ofstream(metrics) << "{\"type\":\"run\",\"model\":\"mlp\"}\n{garbage\n{\"type\":\"step\"}\n";
   EXPECT_NE(error_of(dir).find("line 2"), std::string::npos);
+  // Well-formed JSON with a field missing deep inside (found by the fuzzer:
+  // it escaped as nlohmann's out_of_range, "internal error" in the CLI).
+  std::ofstream(metrics)
+      << "{\"type\":\"run\",\"model\":\"mlp\"}\n"
+      << "{\"type\":\"step\",\"epoch\":1,\"step\":1,\"global_step\":1,\"time\":0.05,"
+         "\"loss\":2.3,\"learning_rate\":0.05,\"batch_examples\":128,\"step_seconds\":0.05,"
+         "\"input_seconds\":0.01,\"replicas\":[{\"replica\":0,\"forward\":0.01,"
+         "\"backward\":0.02,\"communication\":0,\"optimizer\":0.001,\"idle\":0}],"
+         "\"memory\":[{\"device\":\"cpu:0\"}]}\n"
+      << "{\"type\":\"epoch\",\"epoch\":1}\n";
+  EXPECT_NE(error_of(dir).find("missing or mistyped field"), std::string::npos) << error_of(dir);
 }
 
 TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {

@@ -59,8 +59,12 @@ std::string rejected_cheaply(F&& f) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+#ifndef TANDEM_SANITIZED  // shadow memory, quarantine and slow code: nothing to judge by
   EXPECT_LT(seconds, kMaxRejectionSeconds) << message;
   EXPECT_LT(probe.rise_bytes(), kMaxRejectionRssRise) << message;
+#else
+  (void)seconds;
+#endif
   return message;
 }
 

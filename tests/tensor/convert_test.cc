@@ -67,16 +67,29 @@ TEST(Convert, Bf16RoundsToNearestEven) {
   }
 }
 
+// clang before 15 has no _Float16 on x86 (the sanitizer build): the
+// compiler's conversion, the reference here, is then missing.
+#if defined(__clang__) && __clang_major__ < 15
+#define TANDEM_NO_FLOAT16_REFERENCE 1
+#endif
+
 TEST(Convert, F16MatchesCompilerConversion) {
+#ifdef TANDEM_NO_FLOAT16_REFERENCE
+  GTEST_SKIP() << "no _Float16 in this compiler";
+#else
   for (float x : interesting_floats()) {
     const auto expected = static_cast<float>(static_cast<_Float16>(x));
     const float actual = f16_to_float(float_to_f16(x));
     ASSERT_EQ(std::bit_cast<uint32_t>(actual), std::bit_cast<uint32_t>(expected))
         << x << " bits " << std::hex << std::bit_cast<uint32_t>(x);
   }
+#endif
 }
 
 TEST(Convert, EveryHalfRoundTrips) {
+#ifdef TANDEM_NO_FLOAT16_REFERENCE
+  GTEST_SKIP() << "no _Float16 in this compiler";
+#else
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = f16_to_float(static_cast<uint16_t>(h));
     const auto expected = static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
@@ -92,6 +105,7 @@ TEST(Convert, EveryHalfRoundTrips) {
       ASSERT_EQ(float_to_bf16(b), h);
     }
   }
+#endif
 }
 
 TEST(Convert, NanStaysNan) {

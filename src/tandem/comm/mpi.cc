@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -185,6 +186,15 @@ using Clock = std::chrono::steady_clock;
 // How long a wait tests without sleeping.
 constexpr std::chrono::milliseconds kSpinTime{100};
 
+// Memory of broken communicators that MPI may still write: never freed.
+void abandon(std::vector<std::shared_ptr<const void>> memory) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::shared_ptr<const void>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  kept->insert(kept->end(), std::make_move_iterator(memory.begin()),
+               std::make_move_iterator(memory.end()));
+}
+
 class MpiCommunicator : public Communicator {
  public:
   explicit MpiCommunicator(CommOptions options) : Communicator(options) {
@@ -201,7 +211,16 @@ class MpiCommunicator : public Communicator {
     drain();  // bounded: a broken communicator refuses queued calls at once
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (finalized || broken_.load()) return;  // requests may still be pending: leave them
+    if (finalized) return;
+    if (broken_.load()) {
+      // Requests may still be pending: leave them, and the memory they use.
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      std::vector<std::shared_ptr<const void>> kept = std::move(quarantined_);
+      kept.push_back(notice_);
+      kept.insert(kept.end(), send_buffers_.begin(), send_buffers_.end());
+      abandon(std::move(kept));
+      return;
+    }
     std::lock_guard<std::mutex> lock(control_mutex_);
     MPI_Cancel(&notice_request_);
     MPI_Wait(&notice_request_, MPI_STATUS_IGNORE);
@@ -222,9 +241,12 @@ class MpiCommunicator : public Communicator {
  private:
   void verify(const Call& call);
   // Waits for a non-blocking collective of `call`, watching for notices and
-  // the deadline; throws PeerFailed or Timeout (the request is then left
-  // pending and the call's buffers quarantined).
-  void wait(MPI_Request& request, const Call& call, const char* what);
+  // the deadline; throws PeerFailed or Timeout. The request is then left
+  // pending (a peer may still join it, and MPI complete it later), so the
+  // call's buffers and `scratch` (any other buffer the request uses) are
+  // quarantined: kept alive as long as this communicator.
+  void wait(MPI_Request& request, const Call& call, const char* what,
+            std::shared_ptr<const void> scratch = nullptr);
   [[noreturn]] void stall(const Call& call, const char* what);
   [[noreturn]] void refuse(const Call& call);
 
@@ -247,27 +269,32 @@ class MpiCommunicator : public Communicator {
 
   std::mutex control_mutex_;
   MPI_Request notice_request_ = MPI_REQUEST_NULL;
-  char notice_[kNoticeBytes] = {};
+  // On the heap: a broken communicator leaves its receive posted (see the
+  // destructor), and MPI may still write a late notice here.
+  std::shared_ptr<std::array<char, kNoticeBytes>> notice_ =
+      std::make_shared<std::array<char, kNoticeBytes>>();
   std::vector<MPI_Request> sends_;
-  std::vector<std::vector<char>> send_buffers_;  // kept until their sends complete
+  // Kept until their sends complete.
+  std::vector<std::shared_ptr<std::vector<char>>> send_buffers_;
   std::atomic<bool> broken_{false};
   std::string reason_;               // guarded by control_mutex_
-  std::vector<Tensor> quarantined_;  // buffers of abandoned requests (guarded likewise)
+  // Buffers of abandoned requests (guarded likewise).
+  std::vector<std::shared_ptr<const void>> quarantined_;
   // Stall report answers: rank -> call number it waits in (-1: no answer).
   std::vector<int64_t> pongs_;
 };
 
 void MpiCommunicator::post_notice_receive() {
-  check_mpi(MPI_Irecv(notice_, kNoticeBytes, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, control_,
+  check_mpi(MPI_Irecv(notice_->data(), kNoticeBytes, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, control_,
                       &notice_request_),
             "MPI_Irecv (notices)");
 }
 
 void MpiCommunicator::send_notice(int to, NoticeTag tag, const void* bytes, int count) {
-  send_buffers_.emplace_back(static_cast<const char*>(bytes),
-                             static_cast<const char*>(bytes) + count);
+  send_buffers_.push_back(std::make_shared<std::vector<char>>(
+      static_cast<const char*>(bytes), static_cast<const char*>(bytes) + count));
   sends_.emplace_back(MPI_REQUEST_NULL);
-  MPI_Isend(send_buffers_.back().data(), count, MPI_CHAR, to, tag, control_, &sends_.back());
+  MPI_Isend(send_buffers_.back()->data(), count, MPI_CHAR, to, tag, control_, &sends_.back());
 }
 
 void MpiCommunicator::poll_notices() {
@@ -280,13 +307,14 @@ void MpiCommunicator::poll_notices() {
     MPI_Get_count(&status, MPI_CHAR, &count);
     const int from = status.MPI_SOURCE;
     if (status.MPI_TAG == kAbortTag && !broken_.load()) {
-      reason_ = std::string(notice_, static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
+      reason_ = std::string(notice_->data(),
+                            static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
       broken_.store(true);
     } else if (status.MPI_TAG == kPingTag) {
       const int64_t waiting_in = calls_.load();
       send_notice(from, kPongTag, &waiting_in, sizeof waiting_in);
     } else if (status.MPI_TAG == kPongTag && count == sizeof(int64_t) && !pongs_.empty()) {
-      std::memcpy(&pongs_[static_cast<size_t>(from)], notice_, sizeof(int64_t));
+      std::memcpy(&pongs_[static_cast<size_t>(from)], notice_->data(), sizeof(int64_t));
     }
     post_notice_receive();
   }
@@ -341,7 +369,8 @@ void MpiCommunicator::refuse(const Call& call) {
   TANDEM_THROW(PeerFailed, reason, " (", call.describe(), " on MPI rank ", rank_, " abandoned)");
 }
 
-void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* what) {
+void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* what,
+                           std::shared_ptr<const void> scratch) {
   const auto start = Clock::now();
   const auto deadline = start + options().timeout;
   for (uint32_t i = 0;; ++i) {
@@ -356,8 +385,9 @@ void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* w
     poll_notices();
     if (broken_.load() || Clock::now() > deadline) {
       std::lock_guard<std::mutex> lock(control_mutex_);
-      if (call.input.defined()) quarantined_.push_back(call.input);
-      if (call.output.defined()) quarantined_.push_back(call.output);
+      for (const Tensor& t : {call.input, call.output})
+        if (t.defined()) quarantined_.push_back(std::make_shared<const Tensor>(t));
+      if (scratch) quarantined_.push_back(std::move(scratch));
     }
     if (broken_.load()) refuse(call);
     if (Clock::now() > deadline) stall(call, what);
@@ -425,7 +455,9 @@ void MpiCommunicator::verify(const Call& call) {
                              static_cast<int64_t>(call.op),
                              call.root,
                              call.error.empty() ? 0 : 1};
-  int64_t both[12];
+  // On the heap: an abandoned check may still be completed by MPI later.
+  const auto buffer = std::make_shared<std::array<int64_t, 12>>();
+  int64_t* both = buffer->data();
   for (int i = 0; i < 6; ++i) {
     both[i] = fields[i];
     both[6 + i] = -fields[i];
@@ -433,7 +465,7 @@ void MpiCommunicator::verify(const Call& call) {
   MPI_Request request;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, both, 12, MPI_INT64_T, MPI_MAX, comm_, &request),
             "MPI_Iallreduce (call check)");
-  wait(request, call, "MPI_Iallreduce (call check)");
+  wait(request, call, "MPI_Iallreduce (call check)", buffer);
   if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
   if (both[5] != 0) {
     TANDEM_THROW(CommError, "another MPI rank made an invalid call; ", call.describe(), " on rank ",

@@ -77,7 +77,7 @@ void decode(const std::vector<unsigned char>& raw, unsigned char code, Tensor& o
   const unsigned char* p = raw.data();
   switch (code) {
     case 0x08:
-      std::memcpy(out.raw_data(), p, static_cast<size_t>(n));
+      if (n > 0) std::memcpy(out.raw_data(), p, static_cast<size_t>(n));  // no data: null pointers
       break;
     case 0x09:
       for (int64_t i = 0; i < n; ++i) out.data<int32_t>()[i] = static_cast<int8_t>(p[i]);

@@ -194,10 +194,9 @@ Figures figures_from_summary(const json& m) {
   return f;
 }
 
-}  // namespace
-
-ReportResult write_report(const std::string& run_dir, const std::string& output) {
-  RunFiles files = read_run(run_dir);
+// The page for a run's files. Throws nlohmann::json::exception for a field
+// that is missing or of the wrong type (write_report names the run).
+ReportResult render_report(RunFiles files, const std::string& run_dir, const std::string& output) {
   ReportResult result;
   result.path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
   result.warnings = files.warnings;
@@ -511,6 +510,20 @@ addEventListener('load', () => {{
   fs::rename(partial, result.path, error);
   if (error) TANDEM_THROW(IoError, "cannot move the report into place at '", result.path, "'");
   return result;
+}
+
+}  // namespace
+
+ReportResult write_report(const std::string& run_dir, const std::string& output) {
+  RunFiles files = read_run(run_dir);
+  try {
+    return render_report(std::move(files), run_dir, output);
+  } catch (const json::exception& e) {
+    TANDEM_THROW(IoError, "'", run_dir,
+                 "' holds a record with a missing or mistyped field (metrics.jsonl or "
+                 "summary.json): ",
+                 e.what());
+  }
 }
 
 }  // namespace tandem::monitor
