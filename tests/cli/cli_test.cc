@@ -647,10 +647,21 @@ TEST(Cli, KilledRunResumesToTheUninterruptedResult) {
   fs::remove_all(whole);
   fs::remove_all(killed);
   ASSERT_EQ(run(flags + "--output " + whole).status, 0);
-  std::vector<std::string> args = {TANDEM_CLI_PATH, "train",          "--model",       "mlp",
-                                   "--epochs",      "6",              "--train-examples", "4096",
-                                   "--test-examples", "512",          "--threads",     "1",
-                                   "--quiet",       "--output",       killed};
+  std::vector<std::string> args = {TANDEM_CLI_PATH,
+                                   "train",
+                                   "--model",
+                                   "mlp",
+                                   "--epochs",
+                                   "6",
+                                   "--train-examples",
+                                   "4096",
+                                   "--test-examples",
+                                   "512",
+                                   "--threads",
+                                   "1",
+                                   "--quiet",
+                                   "--output",
+                                   killed};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

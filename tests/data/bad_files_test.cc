@@ -26,9 +26,9 @@ using testing::rejected_cheaply;
 
 std::string temp_path(const std::string& name) {
   // Named after the test too: CTest runs tests (of every layer) in parallel.
-  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) /
-                       ("bad_files_" +
-                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  const fs::path dir =
+      fs::path(TANDEM_TEST_TMPDIR) /
+      ("bad_files_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::create_directories(dir);
   return (dir / name).string();
 }

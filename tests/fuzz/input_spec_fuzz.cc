@@ -6,8 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem;
   try {
-    data::parse_input_spec(fuzz::as_text(data, size),
-                           (fuzz::scratch_dir() / "spec.toml").string());
+    data::parse_input_spec(fuzz::as_text(data, size), (fuzz::scratch_dir() / "spec.toml").string());
   } catch (const Error&) {
   }
   return 0;

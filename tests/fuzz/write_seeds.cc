@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::string tensor_bytes(const Tensor& t) {
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
   data::write_idx((root / "idx" / "labels").string(), pattern(Shape{6}));
   data::write_idx((root / "idx" / "images.gz").string(), pattern(Shape{2, 3, 3}));
   write_bytes(root / "image" / "rgb.jpg", tensor_bytes(data::encode_jpeg(pattern(Shape{9, 7, 3}))));
-  write_bytes(root / "image" / "grey.jpg", tensor_bytes(data::encode_jpeg(pattern(Shape{8, 8, 1}))));
+  write_bytes(root / "image" / "grey.jpg",
+              tensor_bytes(data::encode_jpeg(pattern(Shape{8, 8, 1}))));
   write_bytes(root / "image" / "rgb.png", tensor_bytes(data::encode_png(pattern(Shape{5, 6, 3}))));
   write_bytes(root / "image" / "grey.png", tensor_bytes(data::encode_png(pattern(Shape{4, 3, 1}))));
   train::Checkpoint checkpoint;

@@ -55,9 +55,10 @@ std::string tensor_json(const std::string& name, const std::string& shape,
 
 std::string write_checkpoint(const std::string& bytes) {
   // Named after the test: CTest runs tests in parallel.
-  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) /
-                       ("checkpoint_bad_files_" +
-                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  const fs::path dir =
+      fs::path(TANDEM_TEST_TMPDIR) /
+      ("checkpoint_bad_files_" +
+       std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::create_directories(dir);
   const std::string path = (dir / "claims.tckpt").string();
   std::ofstream(path, std::ios::binary | std::ios::trunc)

@@ -407,8 +407,8 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--collective-timeout must be 1 to 86400 seconds, got ",
                  o.collective_timeout);
   }
-  config.strategy.comm.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
+  config.strategy.comm.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
   config.reducer.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);

@@ -187,9 +187,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kSpinTime{100};
 
 // Memory of broken communicators that MPI may still write: never freed.
-void abandon(std::vector<std::shared_ptr<const void>> memory) {
+void abandon(std::vector<std::shared_ptr<const void> > memory) {
   static std::mutex mutex;
-  static auto* kept = new std::vector<std::shared_ptr<const void>>();
+  static auto* kept = new std::vector<std::shared_ptr<const void> >();
   std::lock_guard<std::mutex> lock(mutex);
   kept->insert(kept->end(), std::make_move_iterator(memory.begin()),
                std::make_move_iterator(memory.end()));
@@ -215,7 +215,7 @@ class MpiCommunicator : public Communicator {
     if (broken_.load()) {
       // Requests may still be pending: leave them, and the memory they use.
       std::lock_guard<std::mutex> lock(control_mutex_);
-      std::vector<std::shared_ptr<const void>> kept = std::move(quarantined_);
+      std::vector<std::shared_ptr<const void> > kept = std::move(quarantined_);
       kept.push_back(notice_);
       kept.insert(kept.end(), send_buffers_.begin(), send_buffers_.end());
       abandon(std::move(kept));
@@ -271,27 +271,27 @@ class MpiCommunicator : public Communicator {
   MPI_Request notice_request_ = MPI_REQUEST_NULL;
   // On the heap: a broken communicator leaves its receive posted (see the
   // destructor), and MPI may still write a late notice here.
-  std::shared_ptr<std::array<char, kNoticeBytes>> notice_ =
-      std::make_shared<std::array<char, kNoticeBytes>>();
+  std::shared_ptr<std::array<char, kNoticeBytes> > notice_ =
+      std::make_shared<std::array<char, kNoticeBytes> >();
   std::vector<MPI_Request> sends_;
   // Kept until their sends complete.
-  std::vector<std::shared_ptr<std::vector<char>>> send_buffers_;
+  std::vector<std::shared_ptr<std::vector<char> > > send_buffers_;
   std::atomic<bool> broken_{false};
-  std::string reason_;               // guarded by control_mutex_
+  std::string reason_;  // guarded by control_mutex_
   // Buffers of abandoned requests (guarded likewise).
-  std::vector<std::shared_ptr<const void>> quarantined_;
+  std::vector<std::shared_ptr<const void> > quarantined_;
   // Stall report answers: rank -> call number it waits in (-1: no answer).
   std::vector<int64_t> pongs_;
 };
 
 void MpiCommunicator::post_notice_receive() {
-  check_mpi(MPI_Irecv(notice_->data(), kNoticeBytes, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, control_,
-                      &notice_request_),
+  check_mpi(MPI_Irecv(notice_->data(), kNoticeBytes, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG,
+                      control_, &notice_request_),
             "MPI_Irecv (notices)");
 }
 
 void MpiCommunicator::send_notice(int to, NoticeTag tag, const void* bytes, int count) {
-  send_buffers_.push_back(std::make_shared<std::vector<char>>(
+  send_buffers_.push_back(std::make_shared<std::vector<char> >(
       static_cast<const char*>(bytes), static_cast<const char*>(bytes) + count));
   sends_.emplace_back(MPI_REQUEST_NULL);
   MPI_Isend(send_buffers_.back()->data(), count, MPI_CHAR, to, tag, control_, &sends_.back());
@@ -307,8 +307,8 @@ void MpiCommunicator::poll_notices() {
     MPI_Get_count(&status, MPI_CHAR, &count);
     const int from = status.MPI_SOURCE;
     if (status.MPI_TAG == kAbortTag && !broken_.load()) {
-      reason_ = std::string(notice_->data(),
-                            static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
+      reason_ =
+          std::string(notice_->data(), static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
       broken_.store(true);
     } else if (status.MPI_TAG == kPingTag) {
       const int64_t waiting_in = calls_.load();
@@ -350,7 +350,9 @@ void MpiCommunicator::break_communicator(const std::string& reason) {
   reason_ = reason;
   broken_.store(true);
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_) send_notice(r, kAbortTag, reason.data(), std::min<int>(kNoticeBytes, static_cast<int>(reason.size())));
+    if (r != rank_)
+      send_notice(r, kAbortTag, reason.data(),
+                  std::min<int>(kNoticeBytes, static_cast<int>(reason.size())));
   }
 }
 
@@ -406,8 +408,8 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
       if (r != rank_) send_notice(r, kPingTag, &mine, sizeof mine);
     }
   }
-  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(
-                                            options().timeout, std::chrono::seconds(3));
+  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(options().timeout,
+                                                                           std::chrono::seconds(3));
   const auto all_answered = [&] {
     std::lock_guard<std::mutex> lock(control_mutex_);
     int answered = 0;
@@ -428,17 +430,18 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
       if (in < 0) {
         silent += (silent.empty() ? "" : ", ") + std::to_string(r);
       } else if (in != calls_.load()) {
-        elsewhere += tandem::detail::concat(elsewhere.empty() ? "" : ", ", r, " (waits in call #",
-                                            in, ")");
+        elsewhere +=
+            tandem::detail::concat(elsewhere.empty() ? "" : ", ", r, " (waits in call #", in, ")");
       }
     }
     pongs_.clear();
   }
-  std::string report = tandem::detail::concat(
-      "stall: ", call.describe(), " #", calls_.load(), " (", what, ") on MPI rank ", rank_,
-      " timed out after ", options().timeout.count(), " ms");
+  std::string report = tandem::detail::concat("stall: ", call.describe(), " #", calls_.load(), " (",
+                                              what, ") on MPI rank ", rank_, " timed out after ",
+                                              options().timeout.count(), " ms");
   if (!silent.empty())
-    report += "; rank(s) " + silent + " did not answer (stopped, hung, or busy outside collectives)";
+    report +=
+        "; rank(s) " + silent + " did not answer (stopped, hung, or busy outside collectives)";
   if (!elsewhere.empty()) report += "; rank(s) " + elsewhere + " are in another call";
   if (silent.empty() && elsewhere.empty()) report += "; every rank waits in this call";
   job_broken.store(true);
@@ -456,7 +459,7 @@ void MpiCommunicator::verify(const Call& call) {
                              call.root,
                              call.error.empty() ? 0 : 1};
   // On the heap: an abandoned check may still be completed by MPI later.
-  const auto buffer = std::make_shared<std::array<int64_t, 12>>();
+  const auto buffer = std::make_shared<std::array<int64_t, 12> >();
   int64_t* both = buffer->data();
   for (int i = 0; i < 6; ++i) {
     both[i] = fields[i];

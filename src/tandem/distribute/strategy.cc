@@ -88,8 +88,8 @@ class ReplicaThreads {
         // The other replicas may be waiting for this one in a collective:
         // break the group so that they fail now with this reason.
         if (context.communicator != nullptr) {
-          context.communicator->abort(tandem::detail::concat(
-              "replica ", context.global_replica, " failed: ", e.what()));
+          context.communicator->abort(
+              tandem::detail::concat("replica ", context.global_replica, " failed: ", e.what()));
         }
       } catch (...) {
         error = std::current_exception();
