@@ -6,11 +6,12 @@ set -eu
 # runtime) and fails to configure without it. chromium: the test that renders
 # `tandem report`'s HTML headless and checks its screenshot. clang and
 # libclang-rt-14-dev (only recommended by clang, so named): the sanitizer
-# build and libFuzzer (scripts/sanitize-build.sh).
+# build and libFuzzer (scripts/sanitize-build.sh); libomp-14-dev for clang's
+# omp.h (the code still runs on libgomp, oneDNN's OpenMP runtime).
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist chromium clang libclang-rt-14-dev"
+  dataset-fashion-mnist chromium clang libclang-rt-14-dev libomp-14-dev"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
