@@ -1,19 +1,18 @@
 #!/bin/sh
-# The unit tests under ASan and UBSan (any report fails the test), then a
-# short run of every fuzz harness. Leaves out what the main build's suite
+# The unit tests under ASan and UBSan (any report fails the test), then the
+# fuzz harnesses' smoke runs (a fixed seed and number of runs). Leaves out what the main build's suite
 # already covers and sanitizers cannot judge: the CLI tests (they time the
 # binary's subprocesses), the monitor's diagnoses of slow stages (timing),
 # the install check, and the MPI jobs (Open MPI's own allocations are not
 # ours to fix). The readers' time and peak-RSS limits are not checked here
 # (TANDEM_SANITIZED): shadow memory and quarantine make them meaningless.
-#   sh scripts/sanitize-test.sh [BUILD] [FUZZ SECONDS]
+#   sh scripts/sanitize-test.sh [BUILD]
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build-sanitize}
-seconds=${2:-15}
 # allocator_may_return_null: tests that ask for impossible sizes check the error path.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install" \
   -E "^comm\.mpi|^distribute\.multi_worker|^Monitor\.(Slow|Prefetch|ParallelBatch)"
-sh scripts/fuzz.sh "$seconds" "$build"
+sh scripts/fuzz.sh smoke "$build"

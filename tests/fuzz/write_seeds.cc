@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* h : {"tfrecord", "example", "idx", "image", "checkpoint", "csv"})
+  for (const char* h : {"tfrecord", "example", "idx", "image", "checkpoint", "csv", "metrics"})
     fs::create_directories(root / h);
   const std::string e0 = data::encode_example(example(3)), e1 = data::encode_example(example(7));
   write_bytes(root / "example" / "0", e0);
@@ -73,5 +73,29 @@ int main(int argc, char** argv) {
   train::save_checkpoint((root / "checkpoint" / "0").string(), checkpoint);
   write_bytes(root / "csv" / "0", "x,n,text\n1.5,2,hello\n-3e2,7,\"a, \"\"quoted\"\" b\"\n,4,z\n");
   write_bytes(root / "csv" / "1", "a;b\n1;2\n");
+  // metrics.jsonl as the Monitor writes it (fixed figures, so that smoke
+  // runs start from the same bytes every time).
+  const std::string step =
+      R"({"type":"step","epoch":1,"step":STEP,"global_step":STEP,"time":0.05,"loss":2.3,)"
+      R"("learning_rate":0.05,"batch_examples":128,"step_seconds":0.049,"input_seconds":0.014,)"
+      R"("examples_per_second":2607.6,"loss_scale":1,"skipped":false,"flops":410779648,)"
+      R"("flops_per_second":8.3e9,"peak_fraction":0.27,"allreduce_bytes":0,"allreduce_seconds":0,)"
+      R"("rss_bytes":313700352,"replicas":[{"replica":0,"forward":0.0105,"backward":0.0226,)"
+      R"("communication":1.9e-07,"optimizer":0.0015,"idle":2.2e-05,"busy_fraction":0.708}],)"
+      R"("memory":[{"device":"cpu:0","bytes_in_use":{"parameters":2678824,"gradients":2678824,)"
+      R"("optimizer_state":2678848,"activations":0,"workspace":0,"communication":0,"input":0},)"
+      R"("peak_bytes":{"parameters":2678824,"gradients":2678824,"optimizer_state":2678848,)"
+      R"("activations":1179660,"workspace":164736,"communication":0,"input":0},)"
+      R"("peak_total_bytes":9025628,"capacity_bytes":25275990016}]})";
+  std::string metrics = R"({"type":"run","model":"mlp","replicas":1,"batch_size":128})"
+                        "\n";
+  for (const char* n : {"1", "2"}) {
+    std::string line = step;
+    for (size_t at; (at = line.find("STEP")) != std::string::npos;) line.replace(at, 4, n);
+    metrics += line + "\n";
+  }
+  metrics += R"({"type":"epoch","epoch":1,"train_loss":2.3,"validation_loss":2.2})"
+             "\n";
+  write_bytes(root / "metrics" / "0", metrics);
   return 0;
 }
