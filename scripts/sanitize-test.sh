@@ -1,11 +1,12 @@
 #!/bin/sh
 # The unit tests under ASan and UBSan (any report fails the test), then the
-# fuzz harnesses' smoke runs (a fixed seed and number of runs). Leaves out what the main build's suite
-# already covers and sanitizers cannot judge: the CLI tests (they time the
-# binary's subprocesses), the monitor's diagnoses of slow stages (timing),
-# the install check, and the MPI jobs (Open MPI's own allocations are not
-# ours to fix). The readers' time and peak-RSS limits are not checked here
-# (TANDEM_SANITIZED): shadow memory and quarantine make them meaningless.
+# fuzz harnesses' smoke runs (a fixed seed and number of runs). Leaves out
+# what the main build's suite already covers and sanitizers cannot judge:
+# the CLI tests (they time the binary's subprocesses), the monitor's timeline
+# check and diagnoses of slow stages (timing), the install check, and the MPI
+# jobs (Open MPI's own allocations are not ours to fix). The readers' time
+# and peak-RSS limits are not checked here (TANDEM_SANITIZED): shadow memory
+# and quarantine make them meaningless.
 #   sh scripts/sanitize-test.sh [BUILD]
 set -eu
 cd "$(dirname "$0")/.."
@@ -14,5 +15,5 @@ build=${1:-build-sanitize}
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install" \
-  -E "^comm\.mpi|^distribute\.multi_worker|^Monitor\.(Slow|Prefetch|ParallelBatch)"
+  -E "^comm\.mpi|^distribute\.multi_worker|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\."
 sh scripts/fuzz.sh smoke "$build"
