@@ -3,7 +3,6 @@
 // non-zero status, no "internal error", quickly, and a peak RSS of the
 // command under 100 MB, because nothing is allocated from the claim.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "support/cli.h"
+#include "support/test_files.h"
 #include "tandem/data/crc32c.h"
 #include "tandem/data/tfrecord.h"
 
@@ -20,19 +20,8 @@ namespace {
 using tandem::testing::MeasuredResult;
 using tandem::testing::run_measured;
 using tandem::testing::tmp;
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_gz(const std::string& path, const std::string& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
-  gzclose(f);
-}
+using tandem::testing::write_bytes;
+using tandem::testing::write_gz;
 
 std::string idx_header(unsigned char type, const std::vector<uint32_t>& dims) {
   std::string out{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};

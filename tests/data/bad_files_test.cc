@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/test_files.h"
 #include "support/peak_rss.h"
 #include "tandem/base/error.h"
 #include "tandem/data/crc32c.h"
@@ -23,6 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::rejected_cheaply;
+using testing::write_bytes;
+using testing::write_gz;
 
 std::string temp_path(const std::string& name) {
   // Named after the test too: CTest runs tests (of every layer) in parallel.
@@ -31,19 +34,6 @@ std::string temp_path(const std::string& name) {
       ("bad_files_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::create_directories(dir);
   return (dir / name).string();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_gz(const std::string& path, const std::string& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
-  gzclose(f);
 }
 
 std::string zlib_compressed(const std::string& bytes) {

@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +6,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "support/test_files.h"
 #include "tandem/base/error.h"
 #include "tandem/data/batching.h"
 #include "tandem/data/fashion_mnist.h"
@@ -16,6 +16,9 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::write_bytes;
+using testing::write_gz;
+
 
 std::string temp_path(const std::string& name) {
   fs::create_directories(TANDEM_TEST_TMPDIR);
@@ -25,19 +28,6 @@ std::string temp_path(const std::string& name) {
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_gz(const std::string& path, const std::string& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
-  gzclose(f);
 }
 
 std::string error_of(const std::string& path) {

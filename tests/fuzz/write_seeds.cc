@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tandem/data/element.h"
 #include "tandem/data/example.h"
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
@@ -20,10 +21,6 @@ namespace {
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary)
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string tensor_bytes(const Tensor& t) {
-  return {static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes())};
 }
 
 Tensor pattern(const Shape& shape) {
@@ -61,11 +58,14 @@ int main(int argc, char** argv) {
   data::write_idx((root / "idx" / "images").string(), pattern(Shape{3, 4, 5}));
   data::write_idx((root / "idx" / "labels").string(), pattern(Shape{6}));
   data::write_idx((root / "idx" / "images.gz").string(), pattern(Shape{2, 3, 3}));
-  write_bytes(root / "image" / "rgb.jpg", tensor_bytes(data::encode_jpeg(pattern(Shape{9, 7, 3}))));
+  write_bytes(root / "image" / "rgb.jpg",
+              data::tensor_bytes(data::encode_jpeg(pattern(Shape{9, 7, 3}))));
   write_bytes(root / "image" / "grey.jpg",
-              tensor_bytes(data::encode_jpeg(pattern(Shape{8, 8, 1}))));
-  write_bytes(root / "image" / "rgb.png", tensor_bytes(data::encode_png(pattern(Shape{5, 6, 3}))));
-  write_bytes(root / "image" / "grey.png", tensor_bytes(data::encode_png(pattern(Shape{4, 3, 1}))));
+              data::tensor_bytes(data::encode_jpeg(pattern(Shape{8, 8, 1}))));
+  write_bytes(root / "image" / "rgb.png",
+              data::tensor_bytes(data::encode_png(pattern(Shape{5, 6, 3}))));
+  write_bytes(root / "image" / "grey.png",
+              data::tensor_bytes(data::encode_png(pattern(Shape{4, 3, 1}))));
   train::Checkpoint checkpoint;
   checkpoint.metadata = {{"format", "tandem-trainer-2"}, {"epoch", "1"}};
   checkpoint.tensors = {{"w", Tensor::full(Shape{3, 2}, 0.25f)},

@@ -1,5 +1,8 @@
 #include "support/test_files.h"
 
+#include <gtest/gtest.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -13,6 +16,19 @@
 #include "tandem/data/tfrecord.h"
 
 namespace tandem::testing {
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+void write_gz(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
+  gzclose(f);
+}
 
 std::string write_regression_csv(const std::string& path, int64_t rows, int features,
                                  uint64_t seed) {

@@ -2,7 +2,7 @@
 // Training data written as files the way users bring it: a CSV of features
 // and a target for regression, and Fashion-MNIST as TFRecord shards of JPEG
 // images (tf.train.Example {"image": bytes, "label": int64}), with the input
-// pipelines that read them back.
+// pipelines that read them back; and raw or gzip bytes for the bad-file tests.
 
 #include <cstdint>
 #include <string>
@@ -12,6 +12,11 @@
 #include "tandem/data/fashion_mnist.h"
 
 namespace tandem::testing {
+
+// Writes `bytes` to `path`, replacing it.
+void write_bytes(const std::string& path, const std::string& bytes);
+// Writes `bytes` gzip-compressed to `path` (a test failure when zlib fails).
+void write_gz(const std::string& path, const std::string& bytes);
 
 // A CSV with a header "x0,...,x{features-1},y" and `rows` rows: x uniform in
 // [-1, 1], y = sum_i (i + 1) * 0.1 * x_i + 0.5 + small noise. Returns the path.
