@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "support/collective_values.h"
 #include "support/ranks.h"
@@ -111,6 +112,34 @@ TEST(Mpi, MismatchedAndInvalidCallsFailOnEveryRank) {
   Tensor t = Tensor::full(Shape{4}, 1.0f);
   c.all_reduce(t, ReduceOp::sum);
   EXPECT_EQ(t.to_floats()[3], static_cast<float>(c.size()));
+}
+
+TEST(Mpi, ACollectiveTheFailedRankCompletedCompletesEverywhere) {
+  // Rank 0 leaves a large all-reduce and fails at once: its abort notice
+  // races the collective's last messages to the others. They must still
+  // complete that all-reduce (rank 0 did) and refuse only the next call.
+  // Rank 0 arrives late, so that the others wait in the slow phase of their
+  // wait (tests 0.2 ms apart) and it is likely to finish first.
+  const int n = mpi_world_size(), r = mpi_world_rank();
+  constexpr int64_t kCount = (1 << 20) + 3;
+  for (int round = 0; round < 10; ++round) {
+    std::unique_ptr<Communicator> c = make_mpi_communicator({.timeout = std::chrono::seconds(60)});
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    Tensor buffer = collective_input(r, kCount, DType::f32);
+    ASSERT_NO_THROW(c->all_reduce(buffer, ReduceOp::sum)) << "round " << round;
+    if (r == 0) c->abort("rank 0 failed after the all-reduce");
+    const std::vector<float> got = buffer.to_floats();
+    for (int64_t i = 0; i < kCount; i += 4099) {
+      const double expected = collective_reference(ReduceOp::sum, n, i, DType::f32);
+      ASSERT_LE(std::abs(got[i] - expected), collective_tolerance(DType::f32, expected, n));
+    }
+    try {
+      c->barrier();
+      ADD_FAILURE() << "the barrier after the failure returned on rank " << r;
+    } catch (const PeerFailed& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0 failed"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Hierarchical, TwoDevicesPerProcessActLikeOneGroup) {

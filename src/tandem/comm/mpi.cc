@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 
 #include "tandem/base/error.h"
 #include "tandem/config.h"
@@ -249,6 +250,8 @@ class MpiCommunicator : public Communicator {
             std::shared_ptr<const void> scratch = nullptr);
   [[noreturn]] void stall(const Call& call, const char* what);
   [[noreturn]] void refuse(const Call& call);
+  bool must_refuse() const { return broken_.load() && calls_.load() > peer_finished_.load(); }
+  void run_collective(const Call& call);
 
   // Control channel; each takes control_mutex_.
   void post_notice_receive();
@@ -266,6 +269,14 @@ class MpiCommunicator : public Communicator {
   // Collectives started on this rank (the same on every rank); read by
   // whichever thread answers a ping.
   std::atomic<int64_t> calls_{0};
+  // Collectives completed on this rank; an abort notice carries it.
+  std::atomic<int64_t> finished_{0};
+  // The fewest collectives any failed rank completed (-1: this rank broke
+  // the communicator). A call that every failed rank completed can still
+  // complete here, and must: giving it up would throw from an earlier call
+  // than the one the failure happened in (the notice can overtake the last
+  // messages of a collective the failed rank already left).
+  std::atomic<int64_t> peer_finished_{std::numeric_limits<int64_t>::max()};
 
   std::mutex control_mutex_;
   MPI_Request notice_request_ = MPI_REQUEST_NULL;
@@ -306,10 +317,15 @@ void MpiCommunicator::poll_notices() {
     int count = 0;
     MPI_Get_count(&status, MPI_CHAR, &count);
     const int from = status.MPI_SOURCE;
-    if (status.MPI_TAG == kAbortTag && !broken_.load()) {
-      reason_ =
-          std::string(notice_->data(), static_cast<size_t>(std::clamp(count, 0, kNoticeBytes)));
-      broken_.store(true);
+    if (status.MPI_TAG == kAbortTag && count >= static_cast<int>(sizeof(int64_t))) {
+      int64_t finished = 0;
+      std::memcpy(&finished, notice_->data(), sizeof finished);
+      peer_finished_.store(std::min(peer_finished_.load(), finished));
+      if (!broken_.load()) {
+        reason_ = std::string(notice_->data() + sizeof finished,
+                              static_cast<size_t>(std::min(count, kNoticeBytes)) - sizeof finished);
+        broken_.store(true);
+      }
     } else if (status.MPI_TAG == kPingTag) {
       const int64_t waiting_in = calls_.load();
       send_notice(from, kPongTag, &waiting_in, sizeof waiting_in);
@@ -346,13 +362,19 @@ void MpiCommunicator::flush_notices(std::chrono::milliseconds limit) {
 
 void MpiCommunicator::break_communicator(const std::string& reason) {
   std::lock_guard<std::mutex> lock(control_mutex_);
+  // A call that is running in another thread of this process is refused too.
+  peer_finished_.store(-1);
   if (broken_.load()) return;
   reason_ = reason;
   broken_.store(true);
+  std::vector<char> notice(sizeof(int64_t));
+  const int64_t finished = finished_.load();
+  std::memcpy(notice.data(), &finished, sizeof finished);
+  notice.insert(notice.end(), reason.begin(),
+                reason.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(
+                                     kNoticeBytes - sizeof finished, reason.size())));
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_)
-      send_notice(r, kAbortTag, reason.data(),
-                  std::min<int>(kNoticeBytes, static_cast<int>(reason.size())));
+    if (r != rank_) send_notice(r, kAbortTag, notice.data(), static_cast<int>(notice.size()));
   }
 }
 
@@ -385,13 +407,14 @@ void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* w
     const auto waited = Clock::now() - start;
     if ((i & 63) != 0 && waited < kSpinTime) continue;
     poll_notices();
-    if (broken_.load() || Clock::now() > deadline) {
+    const bool refused = must_refuse();
+    if (refused || Clock::now() > deadline) {
       std::lock_guard<std::mutex> lock(control_mutex_);
       for (const Tensor& t : {call.input, call.output})
         if (t.defined()) quarantined_.push_back(std::make_shared<const Tensor>(t));
       if (scratch) quarantined_.push_back(std::move(scratch));
     }
-    if (broken_.load()) refuse(call);
+    if (refused) refuse(call);
     if (Clock::now() > deadline) stall(call, what);
     if (waited > kSpinTime) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -490,7 +513,12 @@ void MpiCommunicator::verify(const Call& call) {
 
 void MpiCommunicator::run(const Call& call) {
   ++calls_;
-  if (broken_.load()) refuse(call);
+  if (must_refuse()) refuse(call);
+  run_collective(call);
+  ++finished_;
+}
+
+void MpiCommunicator::run_collective(const Call& call) {
   if (options().verify_calls || !call.error.empty()) {
     verify(call);
     // The check is an all-reduce: every rank has arrived once it returns.
