@@ -15,6 +15,7 @@
 #include "tandem/kernels/loss.h"
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/reduce.h"
+#include "tandem/kernels/softmax.h"
 
 namespace tandem {
 namespace {

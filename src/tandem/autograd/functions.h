@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "tandem/autograd/cross_replica.h"
 #include "tandem/autograd/variable.h"
@@ -39,16 +40,30 @@ struct Conv2dOptions {
 // a (M, K) . b (K, N), with optional transposes.
 Variable matmul(const Variable& a, const Variable& b, bool transpose_a = false,
                 bool transpose_b = false);
-// x (B, in), weight (out, in), bias (out,) or undefined -> act(x W^T + b) (B, out).
+// a (..., M, K) . b (..., K, N) per batch entry; b may be rank 2, shared by
+// every entry (its gradient is summed over them). Transposes swap an
+// operand's last two dimensions. f32 or bf16 operands of one dtype.
+Variable batched_matmul(const Variable& a, const Variable& b, bool transpose_a = false,
+                        bool transpose_b = false);
+// x (..., in), weight (out, in), bias (out,) or undefined -> act(x W^T + b)
+// (..., out).
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
                 const LinearOptions& options = {});
 // x (N, H, W, C), weight (KH, KW, C, O), bias (O,) or undefined -> (N, OH, OW, O).
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
                 const Conv2dOptions& options = {});
 Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
+// Windows averaged with padding counted (PyTorch's count_include_pad=True).
+Variable avg_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
+// (N, H, W, C) -> (N, C).
+Variable global_avg_pool(const Variable& x);
 
 Variable relu(const Variable& x);
-Variable gelu(const Variable& x);
+Variable gelu(const Variable& x);       // the erf form
+Variable gelu_tanh(const Variable& x);  // the tanh approximation
+Variable silu(const Variable& x);
+// Any activation; none returns x.
+Variable activation(const Variable& x, kernels::Activation activation);
 // Inverted dropout with probability p; identity when !training or p == 0.
 // The mask draws x.numel() positions from generator.
 Variable dropout(const Variable& x, float p, bool training, Generator& generator);
@@ -62,6 +77,18 @@ Variable sum(const Variable& x);
 Variable mean(const Variable& x);
 
 Variable reshape(const Variable& x, const Shape& shape);
+// Over the last dimension.
+Variable softmax(const Variable& x);
+Variable log_softmax(const Variable& x);
+// y.dim(i) == x.dim(order[i]) (a copy); transpose swaps two dimensions
+// (negative ones count from the end).
+Variable permute(const Variable& x, const std::vector<int>& order);
+Variable transpose(const Variable& x, int dim0, int dim1);
+// Elements [begin, end) of dimension axis; split cuts axis into pieces of
+// the given sizes (which must add up to it); concat joins along axis.
+Variable slice(const Variable& x, int axis, int64_t begin, int64_t end);
+std::vector<Variable> split(const Variable& x, int axis, const std::vector<int64_t>& sizes);
+Variable concat(const std::vector<Variable>& parts, int axis);
 // (N, ...) -> (N, product of the rest).
 Variable flatten(const Variable& x);
 // Converts the dtype; the gradient is converted back.
@@ -98,6 +125,8 @@ Variable mean_squared_error_per_example(const Variable& predictions, const Tenso
 Variable mean_absolute_error_per_example(const Variable& predictions, const Tensor& targets);
 Variable huber_per_example(const Variable& predictions, const Tensor& targets, double delta = 1.0);
 
+// x / sqrt(mean(x^2) + eps) * gamma over the last dimension; gamma (C,) f32.
+Variable rms_norm(const Variable& x, const Variable& gamma, float eps);
 // Normalises over the last dimension; gamma, beta (C,) f32.
 Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float eps);
 // Batch norm over all dimensions but the last (channels). In training, uses the
@@ -112,6 +141,20 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                          Tensor& running_mean, Tensor& running_var, float momentum, float eps,
                          CrossReplicaSum& replicas);
+// Fused scaled dot-product attention (kernels/attention.h): q (B, H, T, D),
+// k and v (B, H, S, D) -> (B, H, T, D) in q's dtype, the matmuls in
+// compute_dtype. Dropout on the probabilities applies in training only and
+// then draws B*H*T*S positions from generator (required).
+struct AttentionOptions {
+  bool causal = true;
+  float dropout = 0.0f;
+  bool training = false;
+  DType compute_dtype = DType::f32;
+  float scale = 0.0f;  // 0: 1 / sqrt(D)
+};
+Variable attention(const Variable& q, const Variable& k, const Variable& v,
+                   const AttentionOptions& options = {}, Generator* generator = nullptr);
+
 // Rows of weight (V, D) gathered by i32 indices -> (indices..., D).
 Variable embedding(const Variable& weight, const Tensor& indices);
 

@@ -1,4 +1,6 @@
 // Differentiable matmul, linear, conv2d and max-pool: the oneDNN-backed ops.
+#include <vector>
+
 #include "tandem/autograd/functions.h"
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
@@ -10,10 +12,11 @@ namespace {
 
 using kernels::Activation;
 
-// gelu's backward needs its input, which a fused epilogue never materialises,
-// so gelu is only fused when no gradient will be taken.
+// The backward of every activation but relu needs its input, which a fused
+// epilogue never materialises, so those are only fused when no gradient will
+// be taken.
 bool fuse(Activation activation, bool recording) {
-  return activation == Activation::relu || (activation == Activation::gelu && !recording);
+  return activation == Activation::relu || (activation != Activation::none && !recording);
 }
 
 // The result dtype of a layer: asked for, or the input's.
@@ -73,10 +76,20 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   check_compute_dtype(options.compute_dtype, "linear");
   const Tensor& xv = x.value();
   const Tensor& wv = weight.value();
-  if (xv.rank() != 2 || wv.rank() != 2 || xv.dim(1) != wv.dim(1)) {
+  if (xv.rank() < 2 || wv.rank() != 2 || xv.dim(xv.rank() - 1) != wv.dim(1)) {
     TANDEM_THROW(ShapeError, "linear: input ", xv.shape().to_string(), " does not fit weight ",
-                 wv.shape().to_string(), " (expected input (B, ", wv.rank() == 2 ? wv.dim(1) : -1,
-                 "))");
+                 wv.shape().to_string(), " (expected input (..., ",
+                 wv.rank() == 2 ? wv.dim(1) : -1, "))");
+  }
+  if (xv.rank() > 2) {
+    // (..., in) -> (rows, in) -> (rows, out) -> (..., out), as PyTorch's Linear.
+    std::vector<int64_t> dims(xv.shape().dims().begin(), xv.shape().dims().end());
+    const int64_t in = dims.back();
+    int64_t rows_count = 1;
+    for (size_t i = 0; i + 1 < dims.size(); ++i) rows_count *= dims[i];
+    dims.back() = wv.dim(0);
+    const Variable rows = reshape(x, Shape{rows_count, in});
+    return reshape(linear(rows, weight, bias, options), Shape(dims));
   }
   const bool recording = records_grad({&x, &weight, &bias});
   const bool fused = fuse(options.activation, recording);
@@ -116,7 +129,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
         }
         if (ctx.needs(2)) ctx.set(2, kernels::sum_to_shape(g, Shape{g.dim(1)}));
       });
-  if (!fused && options.activation == Activation::gelu) return gelu(out);
+  if (!fused) return activation(out, options.activation);
   return out;
 }
 
@@ -166,7 +179,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
           if (ctx.needs(2)) ctx.set(2, db.to(b_dtype));
         }
       });
-  if (!fused && options.activation == Activation::gelu) return gelu(out);
+  if (!fused) return activation(out, options.activation);
   return out;
 }
 
@@ -178,6 +191,20 @@ Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) 
       [workspace = r.workspace, x_shape = x.shape(), geometry](BackwardContext& ctx) {
         ctx.set(0, kernels::max_pool2d_backward(ctx.grad_output(), workspace, x_shape, geometry));
       });
+}
+
+Variable avg_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) {
+  return record_op("avg_pool2d", kernels::avg_pool2d(x.value(), geometry), {&x},
+                   [x_shape = x.shape(), geometry](BackwardContext& ctx) {
+                     ctx.set(0, kernels::avg_pool2d_backward(ctx.grad_output(), x_shape, geometry));
+                   });
+}
+
+Variable global_avg_pool(const Variable& x) {
+  return record_op("global_avg_pool", kernels::global_avg_pool(x.value()), {&x},
+                   [x_shape = x.shape()](BackwardContext& ctx) {
+                     ctx.set(0, kernels::global_avg_pool_backward(ctx.grad_output(), x_shape));
+                   });
 }
 
 }  // namespace tandem

@@ -34,6 +34,16 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
                    });
 }
 
+Variable rms_norm(const Variable& x, const Variable& gamma, float eps) {
+  const Tensor xv = x.value(), gv = gamma.value();
+  kernels::NormResult r = kernels::rms_norm(xv, gv, eps);
+  return record_op("rms_norm", r.y, {&x, &gamma}, [xv, gv, rstd = r.rstd](BackwardContext& ctx) {
+    kernels::NormGrads g = kernels::rms_norm_backward(ctx.grad_output(), xv, rstd, gv);
+    if (ctx.needs(0)) ctx.set(0, g.dx);
+    if (ctx.needs(1)) ctx.set(1, g.dgamma);
+  });
+}
+
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                     Tensor& running_mean, Tensor& running_var, bool training, float momentum,
                     float eps) {

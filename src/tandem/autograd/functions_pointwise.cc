@@ -22,6 +22,36 @@ Variable gelu(const Variable& x) {
   });
 }
 
+Variable gelu_tanh(const Variable& x) {
+  const Tensor xv = x.value();
+  return record_op("gelu_tanh", kernels::gelu_tanh(xv), {&x}, [xv](BackwardContext& ctx) {
+    ctx.set(0, kernels::gelu_tanh_backward(ctx.grad_output(), xv));
+  });
+}
+
+Variable silu(const Variable& x) {
+  const Tensor xv = x.value();
+  return record_op("silu", kernels::silu(xv), {&x}, [xv](BackwardContext& ctx) {
+    ctx.set(0, kernels::silu_backward(ctx.grad_output(), xv));
+  });
+}
+
+Variable activation(const Variable& x, kernels::Activation activation) {
+  switch (activation) {
+    case kernels::Activation::none:
+      return x;
+    case kernels::Activation::relu:
+      return relu(x);
+    case kernels::Activation::gelu:
+      return gelu(x);
+    case kernels::Activation::gelu_tanh:
+      return gelu_tanh(x);
+    case kernels::Activation::silu:
+      return silu(x);
+  }
+  return x;
+}
+
 Variable dropout(const Variable& x, float p, bool training, Generator& generator) {
   if (!(p >= 0.0f && p < 1.0f)) {
     TANDEM_THROW(InvalidArgument, "dropout probability must be in [0, 1), got ", p);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tandem/autograd/variable.h"
@@ -64,9 +65,13 @@ struct Node {
 // otherwise backward is dropped and nothing is recorded.
 Variable record_op(const char* op, Tensor output, std::initializer_list<const Variable*> inputs,
                    BackwardFn backward);
+// For a number of inputs known only at run time (concat).
+Variable record_op(const char* op, Tensor output, std::span<const Variable* const> inputs,
+                   BackwardFn backward);
 
 // Whether an op over these inputs would be recorded (lets ops skip saving
 // tensors that only backward needs).
 bool records_grad(std::initializer_list<const Variable*> inputs);
+bool records_grad(std::span<const Variable* const> inputs);
 
 }  // namespace tandem

@@ -298,13 +298,24 @@ void set_grad_enabled(bool enabled) {
   grad_mode_enabled = enabled;
 }
 
-bool records_grad(std::initializer_list<const Variable*> inputs) {
+bool records_grad(std::span<const Variable* const> inputs) {
   if (!grad_mode_enabled) return false;
   return std::any_of(inputs.begin(), inputs.end(),
                      [](const Variable* v) { return v && v->defined() && v->requires_grad(); });
 }
 
+bool records_grad(std::initializer_list<const Variable*> inputs) {
+  return records_grad(std::span<const Variable* const>(inputs.begin(), inputs.size()));
+}
+
 Variable record_op(const char* op, Tensor output, std::initializer_list<const Variable*> inputs,
+                   BackwardFn backward) {
+  return record_op(op, std::move(output),
+                   std::span<const Variable* const>(inputs.begin(), inputs.size()),
+                   std::move(backward));
+}
+
+Variable record_op(const char* op, Tensor output, std::span<const Variable* const> inputs,
                    BackwardFn backward) {
   if (!records_grad(inputs)) return Variable(std::move(output), false);
   auto node = std::make_shared<Node>();

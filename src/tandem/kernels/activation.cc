@@ -95,6 +95,10 @@ std::string_view activation_name(Activation activation) {
       return "relu";
     case Activation::gelu:
       return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+    case Activation::silu:
+      return "silu";
   }
   return "invalid";
 }
@@ -103,7 +107,10 @@ Activation parse_activation(std::string_view name) {
   if (name == "none" || name.empty()) return Activation::none;
   if (name == "relu") return Activation::relu;
   if (name == "gelu") return Activation::gelu;
-  TANDEM_THROW(InvalidArgument, "unknown activation '", name, "' (expected none, relu or gelu)");
+  if (name == "gelu_tanh") return Activation::gelu_tanh;
+  if (name == "silu") return Activation::silu;
+  TANDEM_THROW(InvalidArgument, "unknown activation '", name,
+               "' (expected none, relu, gelu, gelu_tanh or silu)");
 }
 
 Tensor relu(const Tensor& x) {
@@ -126,6 +133,51 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
   });
 }
 
+// sqrt(2 / pi) and the cubic coefficient of the tanh approximation.
+constexpr float kTanhScale = 0.7978845608028654f;
+constexpr float kTanhCubic = 0.044715f;
+
+Tensor gelu_tanh(const Tensor& x) {
+  return map_unary(x, "gelu_tanh", [](float v) {
+    return 0.5f * v * (1.0f + std::tanh(kTanhScale * (v + kTanhCubic * v * v * v)));
+  });
+}
+
+Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
+  return map_binary(dy, x, "gelu_tanh_backward", [](float g, float v) {
+    const float t = std::tanh(kTanhScale * (v + kTanhCubic * v * v * v));
+    const float inner = kTanhScale * (1.0f + 3.0f * kTanhCubic * v * v);
+    return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * inner);
+  });
+}
+
+Tensor silu(const Tensor& x) {
+  return map_unary(x, "silu", [](float v) { return v / (1.0f + std::exp(-v)); });
+}
+
+Tensor silu_backward(const Tensor& dy, const Tensor& x) {
+  return map_binary(dy, x, "silu_backward", [](float g, float v) {
+    const float s = 1.0f / (1.0f + std::exp(-v));
+    return g * s * (1.0f + v * (1.0f - s));
+  });
+}
+
+Tensor activate(Activation activation, const Tensor& x) {
+  switch (activation) {
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return relu(x);
+    case Activation::gelu:
+      return gelu(x);
+    case Activation::gelu_tanh:
+      return gelu_tanh(x);
+    case Activation::silu:
+      return silu(x);
+  }
+  return x;
+}
+
 Tensor activation_backward(Activation activation, const Tensor& dy, const Tensor& saved) {
   switch (activation) {
     case Activation::none:
@@ -134,6 +186,10 @@ Tensor activation_backward(Activation activation, const Tensor& dy, const Tensor
       return relu_backward(dy, saved);
     case Activation::gelu:
       return gelu_backward(dy, saved);
+    case Activation::gelu_tanh:
+      return gelu_tanh_backward(dy, saved);
+    case Activation::silu:
+      return silu_backward(dy, saved);
   }
   return dy;
 }

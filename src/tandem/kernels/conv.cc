@@ -104,14 +104,7 @@ std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, D
           prop, dnnl::algorithm::convolution_direct, nhwc(s.src, in_dtype), weights_any, bias_desc,
           nhwc(s.dst, out_dtype), s.strides, s.dilates, s.pad_l, s.pad_r);
       dnnl::primitive_attr attr = detail::user_scratchpad_attr();
-      if (activation != Activation::none) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f,
-                           activation == Activation::relu ? dnnl::algorithm::eltwise_relu
-                                                          : dnnl::algorithm::eltwise_gelu_erf,
-                           0.0f, 0.0f);
-        attr.set_post_ops(ops);
-      }
+      if (activation != Activation::none) attr.set_post_ops(detail::activation_post_op(activation));
       p->pd = dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpu_engine());
       p->primitive = dnnl::convolution_forward(p->pd);
       p->weights.init(hwio(s.weights, in_dtype), p->pd.weights_desc(), true);

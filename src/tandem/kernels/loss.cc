@@ -108,13 +108,6 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
   return grad;
 }
 
-Tensor softmax(const Tensor& logits) {
-  check_logits(logits, "softmax");
-  Tensor probs = Tensor::empty(logits.shape(), DType::f32, logits.device());
-  softmax_rows(logits, probs.data<float>(), nullptr, nullptr);
-  return probs;
-}
-
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   check_logits(logits, "count_correct");
   const int64_t B = logits.dim(0), K = logits.dim(1);

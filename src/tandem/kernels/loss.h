@@ -27,9 +27,6 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
                                       float grad_loss, double normalizer = 0.0,
                                       DType out_dtype = DType::f32);
 
-// Row-wise softmax, f32 output.
-Tensor softmax(const Tensor& logits);
-
 // Number of rows whose arg-max equals the label (ties: the first maximum).
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 

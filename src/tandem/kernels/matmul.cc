@@ -1,5 +1,7 @@
 #include "tandem/kernels/matmul.h"
 
+#include <vector>
+
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
 
@@ -12,11 +14,6 @@ struct MatmulPrimitive {
   dnnl::matmul primitive;
   memory::desc a, b, bias, out, scratchpad;
 };
-
-dnnl::algorithm eltwise_algorithm(Activation activation) {
-  return activation == Activation::relu ? dnnl::algorithm::eltwise_relu
-                                        : dnnl::algorithm::eltwise_gelu_erf;
-}
 
 struct MatmulDims {
   int64_t M, K, N;
@@ -81,8 +78,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
     } else {
       out.zero();
     }
-    if (options.activation == Activation::relu) out.copy_from(relu(out));
-    if (options.activation == Activation::gelu) out.copy_from(gelu(out));
+    if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
     return;
   }
   const std::string key = tandem::detail::concat(
@@ -101,9 +97,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
         p->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
       dnnl::primitive_attr attr = detail::user_scratchpad_attr();
       if (options.activation != Activation::none) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, eltwise_algorithm(options.activation), 0.0f, 0.0f);
-        attr.set_post_ops(ops);
+        attr.set_post_ops(detail::activation_post_op(options.activation));
       }
       dnnl::matmul::desc desc(p->a, p->b, p->bias, p->out);
       dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
@@ -120,6 +114,99 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
     detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
   });
   count_flops(2 * M * N * K);
+}
+
+namespace {
+
+// The output shape of a batched matmul; checks the operands.
+Shape batched_output_shape(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
+  const int ra = a.rank(), rb = b.rank();
+  bool fits = ra >= 2 && (rb == 2 || rb == ra);
+  for (int i = 0; fits && rb == ra && i < ra - 2; ++i) fits = a.dim(i) == b.dim(i);
+  if (!fits) {
+    TANDEM_THROW(ShapeError, "batched_matmul: b ", b.shape().to_string(),
+                 " must have a's leading dimensions or rank 2; a is ", a.shape().to_string());
+  }
+  const int64_t M = options.transpose_a ? a.dim(ra - 1) : a.dim(ra - 2);
+  const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
+  const int64_t N = options.transpose_b ? b.dim(rb - 2) : b.dim(rb - 1);
+  if (K != (options.transpose_b ? b.dim(rb - 1) : b.dim(rb - 2))) {
+    TANDEM_THROW(ShapeError, "batched_matmul: inner dimensions differ: a ", a.shape().to_string(),
+                 options.transpose_a ? " (transposed)" : "", " and b ", b.shape().to_string(),
+                 options.transpose_b ? " (transposed)" : "");
+  }
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
+    TANDEM_THROW(ShapeError, "batched_matmul: operands must both be f32 or both bf16, got ",
+                 dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  }
+  std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end());
+  dims[static_cast<size_t>(ra - 2)] = M;
+  dims[static_cast<size_t>(ra - 1)] = N;
+  return Shape(dims);
+}
+
+}  // namespace
+
+Tensor batched_matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
+  Tensor out =
+      Tensor::empty(batched_output_shape(a, b, options), options.out_dtype, a.device());
+  batched_matmul_into(a, b, out, options);
+  return out;
+}
+
+void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
+                         const MatmulOptions& options) {
+  const Shape shape = batched_output_shape(a, b, options);
+  if (out.shape() != shape) {
+    TANDEM_THROW(ShapeError, "batched_matmul: output shape ", out.shape().to_string(),
+                 " should be ", shape.to_string());
+  }
+  if (out.dtype() != DType::f32 && out.dtype() != DType::bf16) {
+    TANDEM_THROW(ShapeError, "batched_matmul: output dtype must be f32 or bf16, got ",
+                 dtype_name(out.dtype()));
+  }
+  const int ra = a.rank(), rb = b.rank();
+  int64_t batch = 1;
+  for (int i = 0; i < ra - 2; ++i) batch *= a.dim(i);
+  const int64_t M = shape.dim(ra - 2), N = shape.dim(ra - 1);
+  const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
+  if (out.numel() == 0) return;
+  if (K == 0) {
+    out.zero();
+    if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
+    return;
+  }
+  const int64_t Bb = rb == 2 ? 1 : batch;
+  const std::string key = tandem::detail::concat(
+      "bmm:", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
+      static_cast<int>(options.activation), dtype_name(out.dtype()));
+  auto prim = detail::cached<MatmulPrimitive>(key, [&] {
+    return detail::guarded("batched matmul primitive creation", [&] {
+      auto p = std::make_shared<MatmulPrimitive>();
+      const auto dt_in = detail::to_dnnl(a.dtype());
+      p->a = options.transpose_a ? memory::desc({batch, M, K}, dt_in, memory::dims{M * K, 1, M})
+                                 : memory::desc({batch, M, K}, dt_in, memory::dims{M * K, K, 1});
+      p->b = options.transpose_b ? memory::desc({Bb, K, N}, dt_in, memory::dims{K * N, 1, K})
+                                 : memory::desc({Bb, K, N}, dt_in, memory::dims{K * N, N, 1});
+      p->out = memory::desc({batch, M, N}, detail::to_dnnl(out.dtype()),
+                            memory::dims{M * N, N, 1});
+      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
+      if (options.activation != Activation::none)
+        attr.set_post_ops(detail::activation_post_op(options.activation));
+      dnnl::matmul::desc desc(p->a, p->b, p->out);
+      dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
+      p->primitive = dnnl::matmul(pd);
+      p->scratchpad = pd.scratchpad_desc();
+      return p;
+    });
+  });
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
+                                       {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
+                                       {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
+  detail::guarded("batched matmul", [&] {
+    detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
+  });
+  count_flops(2 * batch * M * N * K);
 }
 
 }  // namespace tandem::kernels

@@ -25,4 +25,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias = {},
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out,
                  const MatmulOptions& options = {});
 
+// Batched: a (..., M, K), b (..., K, N) with the same leading dimensions, or
+// b of rank 2 shared by every batch entry; returns (..., M, N). Transposes
+// swap the last two dimensions of their operand. No bias; the activation
+// applies as above.
+Tensor batched_matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
+// As above, writing into out (..., M, N), whose dtype sets the output type.
+void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
+                         const MatmulOptions& options = {});
+
 }  // namespace tandem::kernels

@@ -158,6 +158,79 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
   return grads;
 }
 
+NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps) {
+  const RowsCols shape = rows_cols(x, "rms_norm");
+  const int64_t R = shape.rows, C = shape.cols;
+  check_param(gamma, C, "rms_norm", "gamma");
+  NormResult result;
+  result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  result.rstd = Tensor::empty(Shape{R}, DType::f32, x.device());
+  const float* g = gamma.data<float>();
+  float* rstd = result.rstd.data<float>();
+  dispatch_floating(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.raw_data());
+    T* out = static_cast<T*>(result.y.raw_data());
+    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = in + r * C;
+        double sq = 0.0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double v = to_f32(row[c]);
+          sq += v * v;
+        }
+        const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + eps));
+        rstd[r] = s;
+        for (int64_t c = 0; c < C; ++c) out[r * C + c] = from_f32<T>(to_f32(row[c]) * s * g[c]);
+      }
+    });
+  });
+  return result;
+}
+
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                            const Tensor& gamma) {
+  const RowsCols shape = rows_cols(x, "rms_norm_backward");
+  const int64_t R = shape.rows, C = shape.cols;
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    TANDEM_THROW(ShapeError, "rms_norm_backward: dy ", dy.to_string(), " does not match x ",
+                 x.to_string());
+  }
+  check_param(gamma, C, "rms_norm_backward", "gamma");
+  NormGrads grads;
+  grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const float* g = gamma.data<float>();
+  const float* rs = rstd.data<float>();
+  std::vector<double> dgamma;
+  dispatch_floating(x.dtype(), "rms_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const T* gy = static_cast<const T*>(dy.raw_data());
+    T* dx = static_cast<T*>(grads.dx.raw_data());
+    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        double mean_gx = 0.0;  // mean of dxhat * xhat
+        for (int64_t c = 0; c < C; ++c) {
+          mean_gx += static_cast<double>(to_f32(gy[r * C + c])) * g[c] * to_f32(xs[r * C + c]) *
+                     rs[r];
+        }
+        mean_gx /= static_cast<double>(C);
+        for (int64_t c = 0; c < C; ++c) {
+          const double xhat = static_cast<double>(to_f32(xs[r * C + c])) * rs[r];
+          const double dxhat = static_cast<double>(to_f32(gy[r * C + c])) * g[c];
+          dx[r * C + c] = from_f32<T>(static_cast<float>(rs[r] * (dxhat - xhat * mean_gx)));
+        }
+      }
+    });
+    dgamma = reduce_rows(R, C, [&](int64_t r, double* acc) {
+      for (int64_t c = 0; c < C; ++c)
+        acc[c] += static_cast<double>(to_f32(gy[r * C + c])) * to_f32(xs[r * C + c]) * rs[r];
+    });
+  });
+  grads.dgamma = f32_vector(dgamma, x.device());
+  return grads;
+}
+
 Moments batch_norm_moments(const Tensor& x) {
   const RowsCols shape = rows_cols(x, "batch_norm");
   const int64_t R = shape.rows, C = shape.cols;

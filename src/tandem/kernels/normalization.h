@@ -27,6 +27,13 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
 NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma);
 
+// RMSNorm (Zhang and Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * gamma
+// over each row; result.mean is undefined, rstd (R,) as above; the grads'
+// dbeta is undefined.
+NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps);
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                            const Tensor& gamma);
+
 struct Moments {
   Tensor mean;        // (C,) f32
   Tensor variance;    // (C,) f32, biased (divided by R)

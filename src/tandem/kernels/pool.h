@@ -1,7 +1,9 @@
 #pragma once
-// 2-D max pooling on oneDNN, channels-last: x (N, H, W, C) -> y (N, OH, OW, C).
-// Forward in training mode also returns oneDNN's workspace (where each maximum
-// came from), which the backward pass needs. f32, bf16.
+// 2-D pooling, channels-last: x (N, H, W, C) -> y (N, OH, OW, C).
+// Max pooling runs on oneDNN (f32, bf16); forward in training mode also
+// returns oneDNN's workspace (where each maximum came from), which the
+// backward pass needs. Average pooling (avg_pool.cc) handles f32, bf16 and
+// f16, accumulating in f32.
 
 #include <cstdint>
 
@@ -28,5 +30,14 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& geometry
 // dx (x_shape, dy's dtype): each dy routed to the position of its maximum.
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape,
                            const Pool2dGeometry& geometry);
+
+// Average over each window, padding counted as zeros (PyTorch's
+// count_include_pad=True): every window divides by kernel_h * kernel_w.
+Tensor avg_pool2d(const Tensor& x, const Pool2dGeometry& geometry);
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dGeometry& geometry);
+
+// (N, H, W, C) -> (N, C): the mean over H and W.
+Tensor global_avg_pool(const Tensor& x);
+Tensor global_avg_pool_backward(const Tensor& dy, const Shape& x_shape);
 
 }  // namespace tandem::kernels

@@ -119,4 +119,27 @@ std::string key_of(const Tensor& tensor) {
   return std::string(dtype_name(tensor.dtype())) + tensor.shape().to_string();
 }
 
+dnnl::post_ops activation_post_op(Activation activation) {
+  dnnl::algorithm algorithm = dnnl::algorithm::eltwise_gelu_erf;
+  float alpha = 0.0f;
+  switch (activation) {
+    case Activation::relu:
+      algorithm = dnnl::algorithm::eltwise_relu;
+      break;
+    case Activation::gelu_tanh:
+      algorithm = dnnl::algorithm::eltwise_gelu_tanh;
+      break;
+    case Activation::silu:
+      algorithm = dnnl::algorithm::eltwise_swish;
+      alpha = 1.0f;  // the slope inside the sigmoid
+      break;
+    case Activation::none:
+    case Activation::gelu:
+      break;
+  }
+  dnnl::post_ops ops;
+  ops.append_eltwise(1.0f, algorithm, alpha, 0.0f);
+  return ops;
+}
+
 }  // namespace tandem::kernels::detail

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "tandem/base/error.h"
+#include "tandem/kernels/activation.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::kernels::detail {
@@ -41,6 +42,10 @@ std::shared_ptr<T> cached(const std::string& key, const std::function<std::share
 
 // Number of entries in the primitive cache (for tests).
 size_t cache_size();
+
+// The post-op that applies activation (not none) to a matmul's or a
+// convolution's result.
+dnnl::post_ops activation_post_op(Activation activation);
 
 // Runs a primitive on the calling thread's stream, giving it a scratchpad of
 // scratchpad_desc's size from the device's allocator, and waits for it.

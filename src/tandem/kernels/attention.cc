@@ -1,0 +1,226 @@
+#include "tandem/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/base/random.h"
+#include "tandem/kernels/matmul.h"
+
+namespace tandem::kernels {
+namespace {
+
+// Scores of at most this many bytes exist at once (per call).
+constexpr int64_t kScratchBytes = int64_t{8} << 20;
+
+struct Dims {
+  int64_t B, H, T, S, D;
+  int64_t heads() const { return B * H; }
+};
+
+Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
+                  const AttentionOptions& options) {
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    TANDEM_THROW(ShapeError, "attention needs q, k, v of rank 4 (B, H, T, D), got ",
+                 q.shape().to_string(), ", ", k.shape().to_string(), ", ", v.shape().to_string());
+  }
+  const Dims d{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  if (k.shape() != Shape{d.B, d.H, d.S, d.D} || v.shape() != k.shape()) {
+    TANDEM_THROW(ShapeError, "attention: k ", k.shape().to_string(), " and v ",
+                 v.shape().to_string(), " must both be (B, H, S, D) with q's B, H, D; q is ",
+                 q.shape().to_string());
+  }
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype() ||
+      (q.dtype() != DType::f32 && q.dtype() != DType::bf16)) {
+    TANDEM_THROW(ShapeError, "attention: q, k, v must all be f32 or all bf16, got ",
+                 dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
+  }
+  if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
+    TANDEM_THROW(InvalidArgument, "attention dropout must be in [0, 1), got ", options.dropout);
+  }
+  if (!(options.scale >= 0.0f) || !std::isfinite(options.scale)) {
+    TANDEM_THROW(InvalidArgument, "attention scale must be finite and >= 0, got ", options.scale);
+  }
+  return d;
+}
+
+float scale_of(const AttentionOptions& options, int64_t D) {
+  return options.scale > 0.0f ? options.scale
+                              : 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(D, 1)));
+}
+
+// Heads [first, first + count) of a (B, H, X, D) tensor as (count, X, D).
+Tensor heads(const Tensor& t, int64_t first, int64_t count) {
+  return t.reshape(Shape{t.dim(0) * t.dim(1), t.dim(2), t.dim(3)}).slice(first, first + count);
+}
+
+// The dropout decision for probability (row, j) of global head h.
+struct DropoutMask {
+  bool active = false;
+  uint64_t seed = 0, offset = 0, threshold = 0;
+  float keep_scale = 1.0f;
+  int64_t T = 0, S = 0;
+
+  DropoutMask(const AttentionOptions& o, const Dims& d) : T(d.T), S(d.S) {
+    active = o.dropout > 0.0f;
+    seed = o.seed;
+    offset = o.offset;
+    threshold = static_cast<uint64_t>(std::ldexp(static_cast<double>(o.dropout), 32));
+    keep_scale = 1.0f / (1.0f - o.dropout);
+  }
+  // The factor probability (h, i, j) is multiplied by: 0 or 1 / (1 - p).
+  float factor(int64_t h, int64_t i, int64_t j) const {
+    const uint64_t index = offset + static_cast<uint64_t>((h * T + i) * S + j);
+    return random_bits_at(seed, index) >= threshold ? keep_scale : 0.0f;
+  }
+};
+
+// Keys row i sees: [0, limit).
+int64_t visible(const AttentionOptions& o, int64_t i, int64_t S) {
+  return o.causal ? std::min(i + 1, S) : S;
+}
+
+}  // namespace
+
+int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S) {
+  const int64_t per_head = std::max<int64_t>(1, T * S * static_cast<int64_t>(sizeof(float)));
+  return std::clamp<int64_t>(kScratchBytes / per_head, 1, std::max<int64_t>(heads, 1));
+}
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& options) {
+  const Dims d = check_inputs(q, k, v, options);
+  AttentionResult r;
+  r.out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  r.lse = Tensor::empty(Shape{d.B, d.H, d.T}, DType::f32, q.device());
+  if (q.numel() == 0) return r;
+  if (d.S == 0) {
+    // No keys: PyTorch returns NaN rows; an empty softmax has no value, so
+    // the output is zero and the log-sum-exp -inf.
+    r.out.zero();
+    r.lse.fill(-std::numeric_limits<float>::infinity());
+    return r;
+  }
+  const float scale = scale_of(options, d.D);
+  const DropoutMask mask(options, d);
+  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S);
+  float* lse = r.lse.data<float>();
+  for (int64_t first = 0; first < d.heads(); first += group) {
+    const int64_t count = std::min(group, d.heads() - first);
+    Tensor scores = batched_matmul(heads(q, first, count), heads(k, first, count),
+                                   {.transpose_b = true, .out_dtype = DType::f32});
+    float* s = scores.data<float>();
+    parallel_for(count * d.T, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t h = first + row / d.T, i = row % d.T;
+        const int64_t limit = visible(options, i, d.S);
+        float* x = s + row * d.S;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < limit; ++j) m = std::max(m, x[j] * scale);
+        double sum = 0.0;
+        for (int64_t j = 0; j < limit; ++j) {
+          x[j] = std::exp(x[j] * scale - m);
+          sum += x[j];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < limit; ++j) x[j] *= inv;
+        for (int64_t j = limit; j < d.S; ++j) x[j] = 0.0f;
+        if (mask.active)
+          for (int64_t j = 0; j < limit; ++j) x[j] *= mask.factor(h, i, j);
+        lse[h * d.T + i] = m + static_cast<float>(std::log(sum));
+      }
+    });
+    Tensor out = heads(r.out, first, count);
+    batched_matmul_into(scores.to(q.dtype()), heads(v, first, count), out);
+  }
+  return r;
+}
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const AttentionOptions& options) {
+  const Dims d = check_inputs(q, k, v, options);
+  if (dout.shape() != q.shape() || dout.dtype() != q.dtype() || out.shape() != q.shape() ||
+      out.dtype() != q.dtype() || lse.shape() != Shape{d.B, d.H, d.T} ||
+      lse.dtype() != DType::f32) {
+    TANDEM_THROW(ShapeError, "attention_backward: dout ", dout.to_string(), ", out ",
+                 out.to_string(), " and lse ", lse.to_string(), " do not fit q ", q.to_string());
+  }
+  AttentionGrads g;
+  g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  if (q.numel() == 0 || k.numel() == 0) {
+    g.dq.zero();
+    g.dk.zero();
+    g.dv.zero();
+    return g;
+  }
+  const float scale = scale_of(options, d.D);
+  const DropoutMask mask(options, d);
+  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S);
+  const float* lse_v = lse.data<float>();
+  // D_i = dout_i . out_i, the row terms of softmax's backward.
+  Tensor row_dot = Tensor::empty(Shape{d.heads() * d.T}, DType::f32, q.device());
+  {
+    const Tensor dof = dout.to(DType::f32), of = out.to(DType::f32);
+    const float* a = dof.data<float>();
+    const float* b = of.data<float>();
+    float* rd = row_dot.data<float>();
+    parallel_for(d.heads() * d.T, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        double acc = 0.0;
+        for (int64_t c = 0; c < d.D; ++c)
+          acc += static_cast<double>(a[row * d.D + c]) * b[row * d.D + c];
+        rd[row] = static_cast<float>(acc);
+      }
+    });
+  }
+  const float* rd = row_dot.data<float>();
+  for (int64_t first = 0; first < d.heads(); first += group) {
+    const int64_t count = std::min(group, d.heads() - first);
+    const Tensor qg = heads(q, first, count), kg = heads(k, first, count),
+                 vg = heads(v, first, count), dog = heads(dout, first, count);
+    // The probabilities again, from the scores and the kept log-sum-exp.
+    Tensor probs =
+        batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
+    Tensor dprobs = batched_matmul(dog, vg, {.transpose_b = true, .out_dtype = DType::f32});
+    Tensor dropped = mask.active ? Tensor::empty(probs.shape(), DType::f32, q.device()) : probs;
+    float* p = probs.data<float>();
+    float* dp = dprobs.data<float>();
+    float* pd = dropped.data<float>();
+    parallel_for(count * d.T, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t h = first + row / d.T, i = row % d.T;
+        const int64_t limit = visible(options, i, d.S);
+        const float l = lse_v[h * d.T + i], di = rd[h * d.T + i];
+        float* pr = p + row * d.S;
+        float* dpr = dp + row * d.S;
+        float* pdr = pd + row * d.S;
+        for (int64_t j = 0; j < limit; ++j) {
+          const float prob = std::exp(pr[j] * scale - l);
+          const float f = mask.active ? mask.factor(h, i, j) : 1.0f;
+          // dS = P (dP - D) scale, dP the gradient before dropout.
+          dpr[j] = prob * (dpr[j] * f - di) * scale;
+          pdr[j] = prob * f;
+        }
+        for (int64_t j = limit; j < d.S; ++j) {
+          dpr[j] = 0.0f;
+          pdr[j] = 0.0f;
+        }
+      }
+    });
+    const Tensor pc = dropped.to(q.dtype()), dsc = dprobs.to(q.dtype());
+    Tensor dv = heads(g.dv, first, count), dq = heads(g.dq, first, count),
+           dk = heads(g.dk, first, count);
+    batched_matmul_into(pc, dog, dv, {.transpose_a = true});
+    batched_matmul_into(dsc, kg, dq);
+    batched_matmul_into(dsc, qg, dk, {.transpose_a = true});
+  }
+  return g;
+}
+
+}  // namespace tandem::kernels
