@@ -171,3 +171,109 @@ TEST(Gradcheck, Bf16ComputeMatchesF32WithinBf16Tolerance) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::random_tensor;
+
+Variable input(const Shape& shape, uint64_t seed, float low = -1, float high = 1) {
+  return Variable(random_tensor(shape, low, high, seed), true);
+}
+
+// The Transformer and ResNet operators, on odd shapes.
+TEST(Gradcheck, BatchedMatmulEveryTransposeAndASharedOperand) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Variable a = input(ta ? Shape{2, 3, 5, 3} : Shape{2, 3, 3, 5}, 40);
+      Variable b = input(tb ? Shape{2, 3, 4, 5} : Shape{2, 3, 5, 4}, 41);
+      expect_gradients_match(
+          [&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); }, {a, b});
+      Variable shared = input(tb ? Shape{4, 5} : Shape{5, 4}, 42);
+      expect_gradients_match(
+          [&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); }, {a, shared});
+    }
+  }
+}
+
+TEST(Gradcheck, SoftmaxAndLogSoftmax) {
+  Variable x = input(Shape{3, 2, 7}, 43, -3, 3);
+  expect_gradients_match([](const auto& in) { return softmax(in[0]); }, {x});
+  expect_gradients_match([](const auto& in) { return log_softmax(in[0]); }, {x});
+}
+
+TEST(Gradcheck, PermuteTransposeSliceSplitConcat) {
+  Variable x = input(Shape{2, 3, 4, 5}, 44);
+  Variable y = input(Shape{2, 1, 4, 5}, 45);
+  expect_gradients_match([](const auto& in) { return permute(in[0], {2, 0, 3, 1}); }, {x});
+  expect_gradients_match([](const auto& in) { return permute(in[0], {0, 2, 1, 3}); }, {x});
+  expect_gradients_match([](const auto& in) { return transpose(in[0], -1, 1); }, {x});
+  expect_gradients_match([](const auto& in) { return slice(in[0], 2, 1, 3); }, {x});
+  expect_gradients_match(
+      [](const auto& in) {
+        const std::vector<Variable> parts = split(in[0], 1, {1, 2});
+        return concat({parts[1], in[1], parts[0]}, 1);
+      },
+      {x, y});
+  expect_gradients_match([](const auto& in) { return concat({in[0], in[0]}, -1); }, {x});
+}
+
+TEST(Gradcheck, AverageAndGlobalAveragePooling) {
+  Variable x = input(Shape{2, 5, 6, 3}, 46);
+  expect_gradients_match([](const auto& in) { return avg_pool2d(in[0], {}); }, {x});
+  expect_gradients_match(
+      [](const auto& in) {
+        return avg_pool2d(
+            in[0],
+            {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1});
+      },
+      {x});
+  expect_gradients_match([](const auto& in) { return global_avg_pool(in[0]); }, {x});
+}
+
+TEST(Gradcheck, SiluAndTanhGeluAlsoFusedIntoLinear) {
+  Variable x = input(Shape{3, 7}, 47, -3, 3);
+  expect_gradients_match([](const auto& in) { return silu(in[0]); }, {x});
+  expect_gradients_match([](const auto& in) { return gelu_tanh(in[0]); }, {x});
+  Variable w = input(Shape{4, 7}, 48);
+  Variable b = input(Shape{4}, 49);
+  for (auto act : {kernels::Activation::silu, kernels::Activation::gelu_tanh}) {
+    expect_gradients_match(
+        [&](const auto& in) { return linear(in[0], in[1], in[2], {.activation = act}); },
+        {x, w, b});
+  }
+  // Linear over (..., in).
+  Variable x3 = input(Shape{2, 3, 7}, 50);
+  expect_gradients_match([&](const auto& in) { return linear(in[0], in[1], in[2]); }, {x3, w, b});
+}
+
+TEST(Gradcheck, RmsNorm) {
+  Variable x = input(Shape{4, 9}, 51, -2, 2);
+  Variable g = input(Shape{9}, 52, 0.5, 1.5);
+  expect_gradients_match([](const auto& in) { return rms_norm(in[0], in[1], 1e-5f); }, {x, g});
+}
+
+TEST(Gradcheck, AttentionCausalAndFullWithDropout) {
+  Variable q = input(Shape{2, 3, 5, 4}, 53);
+  Variable k = input(Shape{2, 3, 5, 4}, 54);
+  Variable v = input(Shape{2, 3, 5, 4}, 55);
+  for (bool causal : {true, false}) {
+    expect_gradients_match(
+        [&](const auto& in) { return attention(in[0], in[1], in[2], {.causal = causal}); },
+        {q, k, v});
+  }
+  // Keys longer than queries, and a fixed dropout mask (the same seed each time).
+  Variable k7 = input(Shape{2, 3, 7, 4}, 56);
+  Variable v7 = input(Shape{2, 3, 7, 4}, 57);
+  expect_gradients_match(
+      [&](const auto& in) {
+        Generator g(5);
+        return attention(in[0], in[1], in[2],
+                         {.causal = false, .dropout = 0.3f, .training = true}, &g);
+      },
+      {q, k7, v7});
+}
+
+}  // namespace
+}  // namespace tandem
