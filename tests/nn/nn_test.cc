@@ -36,10 +36,10 @@ TEST(Models, MlpShapesAndUnknownName) {
   EXPECT_EQ(mlp->parameter_count(), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
   EXPECT_EQ(mlp->forward(Variable(Tensor::zeros(Shape{2, 28, 28, 1}))).shape(), (Shape{2, 10}));
   try {
-    nn::make_model("resnet");
+    nn::make_model("transformer");
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("resnet"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("transformer"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("cnn"), std::string::npos);
   }
   EXPECT_THROW(nn::make_model("mlp", {.compute_dtype = DType::i32}), InvalidArgument);

@@ -18,6 +18,7 @@
 #include "tandem/data/csv.h"
 #include "tandem/data/example.h"
 #include "tandem/data/idx.h"
+#include "tandem/data/text_corpus.h"
 #include "tandem/data/tfrecord.h"
 
 namespace tandem::cli {
@@ -254,6 +255,31 @@ int run_inspect(const InspectOptions& o) {
   return 0;
 }
 
+struct TextOptions {
+  std::string corpus;
+  std::string output;
+  data::TextCorpusOptions corpus_options;
+};
+
+int run_text(const TextOptions& o) {
+  std::string text;
+  if (o.corpus == "kjv") {
+    text = data::read_kjv_bible();
+  } else {
+    std::ifstream in(o.corpus, std::ios::binary);
+    if (!in) TANDEM_THROW(IoError, "--corpus: cannot open '", o.corpus, "' (or use kjv)");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) TANDEM_THROW(IoError, "--corpus: cannot read '", o.corpus, "'");
+  }
+  const data::TextCorpusSummary s = data::write_text_corpus(text, o.output, o.corpus_options);
+  fmt::print(
+      "{}: {} bytes; train {} bytes = {} sequences, validation {} bytes = {} sequences of {} "
+      "tokens\nwrote {} files to {} (train.toml, validation.toml: the data specifications)\n",
+      o.corpus, s.bytes, s.train_bytes, s.train_sequences, s.validation_bytes,
+      s.validation_sequences, o.corpus_options.context, s.files.size(), o.output);
+  return 0;
+}
+
 }  // namespace
 
 Command add_data_command(CLI::App& app) {
@@ -268,7 +294,26 @@ Command add_data_command(CLI::App& app) {
   inspect->add_option("--format", o->format, "auto, tfrecord, idx or csv")->capture_default_str();
   inspect->add_option("--max-values", o->max_values, "Values printed per feature")
       ->capture_default_str();
-  return {command, [o]() { return run_inspect(*o); }};
+  CLI::App* text = command->add_subcommand(
+      "text", "Cut a text into byte-level TFRecord sequences for language models (gpt)");
+  auto t = std::make_shared<TextOptions>();
+  text->add_option("--corpus", t->corpus,
+                   "kjv (the King James Bible, Debian's bible-kjv package) or a text file")
+      ->required();
+  text->add_option("--output,-o", t->output, "Folder for the shards and specifications")
+      ->required();
+  text->add_option("--context", t->corpus_options.context, "Tokens per sequence")
+      ->capture_default_str();
+  text->add_option("--validation-fraction", t->corpus_options.validation_fraction,
+                   "Share of the text held out at its end")
+      ->capture_default_str();
+  text->add_option("--records-per-shard", t->corpus_options.records_per_shard,
+                   "Sequences per TFRecord file")
+      ->capture_default_str();
+  return {command, [o, t, text]() {
+            if (text->parsed()) return run_text(*t);
+            return run_inspect(*o);
+          }};
 }
 
 }  // namespace tandem::cli

@@ -43,6 +43,7 @@ namespace {
 struct TrainOptions {
   train::TrainConfig config;
   std::string model = "cnn";
+  std::string model_options;  // a built-in's settings, "key=value,..."
   std::string precision = "float32";
   std::string compute_dtype;            // empty: the policy's
   std::string loss_scale;               // empty: dynamic under mixed_float16, none otherwise
@@ -435,10 +436,15 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
   config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
   // A model file (FILE.toml), or a built-in name (validated here).
+  const bool model_file = o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model);
+  if (model_file && !o.model_options.empty()) {
+    TANDEM_THROW(InvalidArgument,
+                 "--model-options sets a built-in model's sizes; a model file sets its own");
+  }
   const train::ModelFactory factory =
-      o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model)
-          ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
-          : train::builtin_model(o.model, policy, config.seed, compute_dtype);
+      model_file ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
+                 : train::builtin_model(o.model, policy, config.seed, compute_dtype,
+                                        o.model_options);
   const auto load_start = std::chrono::steady_clock::now();
   const RunData run_data = load_run_data(o, config.seed);
   const double load_seconds =
@@ -627,8 +633,12 @@ Command add_train_command(CLI::App& app) {
   train::TrainConfig& c = o->config;
   command
       ->add_option("--model", o->model,
-                   "Model: cnn, mlp, or a model file (FILE.toml, docs/model_files.md)")
+                   "Model: cnn, mlp, gpt, resnet, or a model file (FILE.toml, docs/model_files.md)")
       ->capture_default_str();
+  command->add_option("--model-options", o->model_options,
+                      "A built-in model's settings, KEY=VALUE,... (gpt: layers, width, heads, "
+                      "context, vocabulary, mlp_ratio, dropout; resnet: depth, width, channels, "
+                      "classes, sync_bn)");
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
   command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")
       ->capture_default_str();
@@ -706,7 +716,7 @@ Command add_train_command(CLI::App& app) {
                       "softmax_cross_entropy and metrics: a label value left out");
   command->add_option("--huber-delta", o->huber_delta, "huber: the delta, > 0 (default: 1)");
   command->add_option("--metrics", o->metrics,
-                      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, or none "
+                      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
                       "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
   command
       ->add_option("--steps-per-epoch", c.steps_per_epoch,

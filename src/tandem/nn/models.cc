@@ -1,9 +1,14 @@
 #include "tandem/nn/models.h"
 
+#include <algorithm>
+#include <map>
+
 #include "tandem/base/error.h"
 #include "tandem/nn/conv.h"
 #include "tandem/nn/flatten.h"
 #include "tandem/nn/linear.h"
+#include "tandem/nn/resnet.h"
+#include "tandem/nn/transformer.h"
 
 namespace tandem::nn {
 
@@ -62,15 +67,181 @@ void check_model_options(const ModelOptions& options) {
   }
 }
 
-std::shared_ptr<Sequential> make_model(const std::string& name, const ModelOptions& options) {
+namespace {
+
+using Settings = std::map<std::string, std::string>;
+
+Settings parse_settings(const std::string& model, const std::string& text) {
+  Settings settings;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      TANDEM_THROW(InvalidArgument, "model ", model, ": setting '", item,
+                   "' is not KEY=VALUE (settings are \"key=value,key=value\")");
+    }
+    if (!settings.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
+      TANDEM_THROW(InvalidArgument, "model ", model, ": setting '", item.substr(0, eq),
+                   "' given twice");
+    at = end + 1;
+  }
+  return settings;
+}
+
+// Reads the settings of one model, refusing any it does not know.
+class SettingsReader {
+ public:
+  SettingsReader(std::string model, Settings settings)
+      : model_(std::move(model)), settings_(std::move(settings)) {}
+
+  int64_t integer(const std::string& key, int64_t fallback) {
+    known_.push_back(key);
+    auto it = settings_.find(key);
+    if (it == settings_.end()) return fallback;
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != it->second.size())
+      TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be an integer, got '",
+                   it->second, "'");
+    return v;
+  }
+  float real(const std::string& key, float fallback) {
+    known_.push_back(key);
+    auto it = settings_.find(key);
+    if (it == settings_.end()) return fallback;
+    size_t used = 0;
+    float v = 0;
+    try {
+      v = std::stof(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != it->second.size())
+      TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be a number, got '",
+                   it->second, "'");
+    return v;
+  }
+  bool boolean(const std::string& key, bool fallback) {
+    known_.push_back(key);
+    auto it = settings_.find(key);
+    if (it == settings_.end()) return fallback;
+    if (it->second == "true") return true;
+    if (it->second == "false") return false;
+    TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be true or false, got '",
+                 it->second, "'");
+  }
+  // Throws for a setting no reader asked for.
+  void finish() const {
+    for (const auto& [key, value] : settings_) {
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      std::vector<std::string> names = known_;
+      std::sort(names.begin(), names.end());
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      TANDEM_THROW(InvalidArgument, "model ", model_, " has no setting '", key, "'",
+                   names.empty() ? std::string(" (it takes none)") : " (expected " + list + ")");
+    }
+  }
+
+ private:
+  std::string model_;
+  Settings settings_;
+  std::vector<std::string> known_;
+};
+
+GptConfig gpt_config(const ModelOptions& options) {
+  SettingsReader r("gpt", parse_settings("gpt", options.settings));
+  GptConfig c;
+  c.vocabulary = r.integer("vocabulary", c.vocabulary);
+  c.context = r.integer("context", c.context);
+  c.layers = r.integer("layers", c.layers);
+  c.width = r.integer("width", c.width);
+  c.heads = r.integer("heads", c.heads);
+  c.mlp_ratio = r.integer("mlp_ratio", c.mlp_ratio);
+  c.dropout = r.real("dropout", c.dropout);
+  r.finish();
+  c.compute_dtype = options.compute_dtype;
+  c.activation_dtype = options.activation_dtype;
+  c.float32_logits = options.float32_outputs;
+  check_gpt_config(c);
+  return c;
+}
+
+ResNetConfig resnet_config(const ModelOptions& options) {
+  SettingsReader r("resnet", parse_settings("resnet", options.settings));
+  ResNetConfig c;
+  c.depth = r.integer("depth", c.depth);
+  c.width = r.integer("width", c.width);
+  c.channels = r.integer("channels", c.channels);
+  c.classes = r.integer("classes", c.classes);
+  c.synchronized_batch_norm = r.boolean("sync_bn", c.synchronized_batch_norm);
+  r.finish();
+  c.compute_dtype = options.compute_dtype;
+  c.activation_dtype = options.activation_dtype;
+  c.float32_logits = options.float32_outputs;
+  check_resnet_config(c);
+  return c;
+}
+
+void check_no_settings(const std::string& name, const ModelOptions& options) {
+  SettingsReader r(name, parse_settings(name, options.settings));
+  r.finish();
+}
+
+// Validates name and settings without building the model.
+void make_model_check(const std::string& name, const ModelOptions& options) {
+  if (name == "cnn" || name == "mlp") {
+    check_no_settings(name, options);
+  } else if (name == "gpt") {
+    gpt_config(options);
+  } else if (name == "resnet") {
+    resnet_config(options);
+  } else {
+    TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn, mlp, gpt or resnet)");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Module> make_model(const std::string& name, const ModelOptions& options) {
   check_model_options(options);
-  if (name == "cnn") return make_cnn(options);
-  if (name == "mlp") return make_mlp(options);
-  TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn or mlp)");
+  if (name == "cnn" || name == "mlp") {
+    check_no_settings(name, options);
+    if (name == "cnn") return make_cnn(options);
+    return make_mlp(options);
+  }
+  if (name == "gpt") {
+    const GptConfig config = gpt_config(options);
+    Generator generator(options.seed);
+    return std::make_shared<Gpt>(config, generator);
+  }
+  if (name == "resnet") {
+    const ResNetConfig config = resnet_config(options);
+    Generator generator(options.seed);
+    return std::make_shared<ResNet>(config, generator);
+  }
+  TANDEM_THROW(InvalidArgument, "unknown model '", name, "' (expected cnn, mlp, gpt or resnet)");
+}
+
+std::string canonical_settings(const std::string& name, const std::string& settings) {
+  ModelOptions options{.settings = settings};
+  make_model_check(name, options);
+  std::string out;
+  for (const auto& [key, value] : parse_settings(name, settings))
+    out += (out.empty() ? "" : ",") + key + "=" + value;
+  return out;
 }
 
 std::vector<std::string> model_names() {
-  return {"cnn", "mlp"};
+  return {"cnn", "mlp", "gpt", "resnet"};
 }
 
 }  // namespace tandem::nn

@@ -103,9 +103,17 @@ Metric make_metric_function(std::string_view name, const MetricOptions& options)
             },
             [](const MetricSums& t) { return std::exp(t.sum / t.count); }};
   }
+  if (name == "bits_per_byte") {
+    // For byte-level tokens: the mean token cross-entropy in bits.
+    return {"bits_per_byte",
+            [labels, ignore](const Tensor& logits, const data::Element& batch) {
+              return kernels::token_cross_entropy_sums(logits, batch.at(labels), ignore);
+            },
+            [](const MetricSums& t) { return t.sum / t.count / std::log(2.0); }};
+  }
   TANDEM_THROW(InvalidArgument, "unknown metric '", name,
-               "' (expected accuracy, topK_accuracy such as top5_accuracy, mae, rmse or "
-               "perplexity)");
+               "' (expected accuracy, topK_accuracy such as top5_accuracy, mae, rmse, "
+               "perplexity or bits_per_byte)");
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ struct MetricOptions {
 };
 
 struct Metric {
-  // "accuracy", "top5_accuracy", "mae", "rmse", "perplexity": reported as
+  // "accuracy", "top5_accuracy", "mae", "rmse", "perplexity", "bits_per_byte": reported as
   // train_<name> and validation_<name>.
   std::string name;
   // This replica's partial sums for its rows; outputs are the model's.
@@ -39,7 +39,8 @@ struct Metric {
 
 // accuracy and topK_accuracy (K >= 1): logits (N, ..., K) against i32 labels
 // (N, ...); mae, rmse: predictions against targets with the same elements;
-// perplexity: exp of the mean token cross-entropy of logits against labels.
+// perplexity: exp of the mean token cross-entropy of logits against labels;
+// bits_per_byte: that mean in bits (for byte-level tokens).
 // Throws InvalidArgument naming the known metrics for another name.
 Metric make_metric(std::string_view name, const MetricOptions& options = {});
 

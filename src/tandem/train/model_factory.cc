@@ -15,6 +15,7 @@ namespace {
 nn::ModelOptions options_for(const ModelSpec& spec) {
   nn::ModelOptions options = precision::model_options(spec.policy, {.seed = spec.seed});
   options.compute_dtype = spec.compute_dtype;
+  options.settings = spec.settings;
   return options;
 }
 
@@ -63,14 +64,15 @@ std::string read_model_file(const std::string& path) {
 }  // namespace
 
 ModelFactory builtin_model(const std::string& name, precision::Policy policy, uint64_t seed,
-                           std::optional<DType> compute_dtype) {
+                           std::optional<DType> compute_dtype, const std::string& settings) {
   ModelSpec spec{.name = name,
+                 .settings = nn::canonical_settings(name, settings),
                  .policy = policy,
                  .compute_dtype = compute_dtype.value_or(precision::matrix_dtype(policy)),
                  .seed = seed,
                  .rebuildable = true};
   const nn::ModelOptions options = options_for(spec);
-  nn::make_model(name, options);  // validates the name and options now, not on a replica
+  nn::check_model_options(options);  // now, not on a replica
   return {spec, [name, options] { return nn::make_model(name, options); }};
 }
 
@@ -113,12 +115,13 @@ ModelFactory rebuild_model(const ModelSpec& spec) {
     definition.name = spec.name;
     return definition_model(spec, std::move(definition));
   }
-  return builtin_model(spec.name, spec.policy, spec.seed, spec.compute_dtype);
+  return builtin_model(spec.name, spec.policy, spec.seed, spec.compute_dtype, spec.settings);
 }
 
 void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metadata) {
   metadata["model"] = spec.name;
   metadata["model_definition"] = spec.definition;
+  metadata["model_settings"] = spec.settings;
   metadata["precision"] = std::string(precision::policy_name(spec.policy));
   metadata["compute_dtype"] = std::string(dtype_name(spec.compute_dtype));
   metadata["model_seed"] = std::to_string(spec.seed);
@@ -134,6 +137,7 @@ ModelSpec read_spec(const std::map<std::string, std::string>& metadata) {
   ModelSpec spec;
   spec.name = get("model");
   spec.definition = get("model_definition");
+  if (auto it = metadata.find("model_settings"); it != metadata.end()) spec.settings = it->second;
   try {
     spec.policy = precision::parse_policy(get("precision"));
     spec.compute_dtype = parse_dtype(get("compute_dtype"));

@@ -21,6 +21,9 @@ struct ModelSpec {
   std::string name;
   // A model file's text; empty for built-ins and for models a program builds.
   std::string definition;
+  // A built-in's settings in canonical form (nn::canonical_settings), e.g.
+  // "layers=4,width=128"; empty for the defaults and for other models.
+  std::string settings;
   precision::Policy policy = precision::Policy::float32;
   DType compute_dtype = DType::f32;  // the matmul/conv operand dtype
   uint64_t seed = 0;                 // initialisation
@@ -41,7 +44,8 @@ struct ModelFactory {
 // InvalidArgument for an unknown name.
 ModelFactory builtin_model(const std::string& name,
                            precision::Policy policy = precision::global_policy(), uint64_t seed = 0,
-                           std::optional<DType> compute_dtype = std::nullopt);
+                           std::optional<DType> compute_dtype = std::nullopt,
+                           const std::string& settings = "");
 
 // The largest model file model_from_file reads, in bytes.
 inline constexpr uint64_t kMaxModelFileBytes = uint64_t{4} << 20;
@@ -68,7 +72,8 @@ ModelFactory custom_model(std::string name, distribute::ModelBuilder build,
 // name is invalid.
 ModelFactory rebuild_model(const ModelSpec& spec);
 
-// The spec as checkpoint metadata ("model", "model_definition", "precision",
+// The spec as checkpoint metadata ("model", "model_definition",
+// "model_settings" (absent from older checkpoints: none), "precision",
 // "compute_dtype", "model_seed", "model_rebuildable") and back; read_spec
 // throws IoError for missing or malformed entries.
 void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metadata);
