@@ -68,6 +68,29 @@ TEST(Gpt, LearnsASmallBatchByHeart) {
   EXPECT_LT(last, 0.1f) << "from " << first;
 }
 
+TEST(Gpt, AttendsToEarlierPositions) {
+  // The target at t is the token at t - 1: only attention to the previous
+  // position can predict it, on fresh random tokens every step.
+  auto gpt = nn::make_model(
+      "gpt", {.seed = 3, .settings = "vocabulary=16,layers=1,width=32,heads=2,context=12"});
+  auto opt = optim::make_optimizer({.name = "adam", .learning_rate = 3e-3}, gpt->parameters());
+  Generator g(9);
+  float last = 0;
+  for (int step = 0; step < 300; ++step) {
+    std::vector<int32_t> x(16 * 12), y(16 * 12);
+    for (auto& t : x) t = static_cast<int32_t>(g.next_below(16));
+    for (size_t i = 0; i < x.size(); ++i) y[i] = i % 12 == 0 ? 0 : x[i - 1];
+    gpt->zero_grad();
+    const Variable loss = softmax_cross_entropy(
+        reshape(gpt->forward(Variable(Tensor::from_ints(Shape{16, 12}, x))), Shape{16 * 12, 16}),
+        Tensor::from_ints(Shape{16 * 12}, y));
+    loss.backward();
+    opt->step();
+    last = loss.value().item();
+  }
+  EXPECT_LT(last, 0.3f) << "uniform guessing gives " << std::log(16.0f);
+}
+
 TEST(Gpt, SettingsAreCheckedAndNamed) {
   const auto message = [](const std::string& settings) {
     try {

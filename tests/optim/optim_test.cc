@@ -177,3 +177,22 @@ TEST(LrSchedule, ConstantStepCosineAndWarmup) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(ClipGradNorm, ScalesToTheGlobalNormAndLeavesSmallerOnesAlone) {
+  Variable a(Tensor::zeros(Shape{2}), true), b(Tensor::zeros(Shape{1}), true);
+  a.accumulate_grad(Tensor::from_floats(Shape{2}, std::vector<float>{3, 0}));
+  b.accumulate_grad(Tensor::from_floats(Shape{1}, std::vector<float>{4}));
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm({a, b}, 10.0), 5.0);  // below: unchanged
+  EXPECT_EQ(a.grad().to_floats(), (std::vector<float>{3, 0}));
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm({a, b}, 1.0), 5.0);
+  EXPECT_NEAR(a.grad().to_floats()[0], 0.6f, 1e-6);
+  EXPECT_NEAR(b.grad().to_floats()[0], 0.8f, 1e-6);
+  EXPECT_THROW(optim::clip_grad_norm({a}, 0.0), InvalidArgument);
+  EXPECT_THROW(optim::check_optimizer_config({.global_clip_norm = -1.0}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem

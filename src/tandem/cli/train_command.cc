@@ -653,6 +653,10 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
   command->add_option("--weight-decay", o->weight_decay,
                       "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
+  command->add_option("--clip-norm", c.optimizer.global_clip_norm,
+                      "Clip the gradients to this global L2 norm before each update (Keras's "
+                      "global_clipnorm; after the all-reduce; 0: off)")
+      ->capture_default_str();
   command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
       ->capture_default_str();
   command

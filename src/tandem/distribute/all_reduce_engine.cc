@@ -90,6 +90,7 @@ class AllReduceEngine : public Engine {
   }
 
   EngineOptions options_;
+  double gradient_norm_ = 0.0;  // of the last step (written by replica 0)
   std::vector<Replica> replicas_;
 };
 
@@ -191,6 +192,7 @@ StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& fo
   StepResult result;
   result.global_rows = global_rows;
   result.skipped = skipped;
+  result.gradient_norm = gradient_norm_;
   result.seconds = seconds_between(start, end);
   if (const precision::LossScaler* s = loss_scaler()) result.loss_scale = s->scale();
   double loss_sum = 0.0;
@@ -259,14 +261,23 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   rep.moments.reduced = Clock::now();
   {
     trace::Span span("optimizer", "step");
+    // On the reduced gradients, identical on every replica: all skip, and
+    // clip, together.
+    const double clip = options_.optimizer.global_clip_norm;
+    const auto clip_and_step = [&] {
+      if (clip > 0.0) {
+        const double norm = optim::clip_grad_norm(rep.optimizer->parameters(), clip);
+        if (r == 0) gradient_norm_ = norm;
+      }
+      rep.optimizer->step();
+    };
     if (rep.scaler) {
-      // On the reduced gradients, identical on every replica: all skip together.
       const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
-      if (finite) rep.optimizer->step();
+      if (finite) clip_and_step();
       rep.scaler->update(finite);
       if (r == 0) skipped = !finite;
     } else {
-      rep.optimizer->step();
+      clip_and_step();
     }
   }
   rep.moments.done = Clock::now();

@@ -97,6 +97,9 @@ struct StepResult {
   std::vector<double> replica_loss_sums;
   bool skipped = false;  // non-finite gradients under loss scaling: no update
   double loss_scale = 1.0;
+  // The global gradient norm before clipping (with optimizer.global_clip_norm
+  // set; 0 otherwise).
+  double gradient_norm = 0.0;
   double seconds = 0.0;  // the step, from the split of the batch to its end
   // Every replica's breakdown (this process's, or every process's when there
   // are several), and their means.

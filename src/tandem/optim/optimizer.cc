@@ -1,5 +1,7 @@
 #include "tandem/optim/optimizer.h"
 
+#include "tandem/kernels/elementwise.h"
+
 #include <cmath>
 
 #include "tandem/base/error.h"
@@ -228,6 +230,10 @@ void check_optimizer_config(const OptimizerConfig& c) {
     TANDEM_THROW(InvalidArgument, c.name, " weight decay must be >= 0 and finite, got ",
                  *c.weight_decay);
   }
+  if (!(c.global_clip_norm >= 0.0) || !std::isfinite(c.global_clip_norm)) {
+    TANDEM_THROW(InvalidArgument, "gradient clip norm must be >= 0 and finite (0: off), got ",
+                 c.global_clip_norm);
+  }
   if (c.name == "sgd") {
     // Momentum 1 or more makes the update a growing sum of every gradient
     // so far: the weights diverge.
@@ -241,6 +247,27 @@ void check_optimizer_config(const OptimizerConfig& c) {
   }
   if (!(c.eps > 0.0) || !std::isfinite(c.eps))
     TANDEM_THROW(InvalidArgument, c.name, " eps must be positive and finite, got ", c.eps);
+}
+
+double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {
+  if (!(max_norm > 0.0))
+    TANDEM_THROW(InvalidArgument, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  double squares = 0.0;
+  for (const Variable& p : parameters) {
+    if (!p.has_grad()) continue;
+    const Tensor g = p.grad().to(DType::f32);
+    const float* v = g.data<float>();
+    for (int64_t i = 0; i < g.numel(); ++i) squares += static_cast<double>(v[i]) * v[i];
+  }
+  const double norm = std::sqrt(squares);
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  const auto factor = static_cast<float>(max_norm / norm);
+  for (const Variable& p : parameters) {
+    if (!p.has_grad()) continue;
+    Tensor g = p.grad();
+    g.copy_from(kernels::scale(g, factor));
+  }
+  return norm;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,

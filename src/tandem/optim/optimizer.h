@@ -102,7 +102,18 @@ struct OptimizerConfig {
   std::optional<double> weight_decay;
   double beta1 = 0.9, beta2 = 0.999;  // adam, adamw; in [0, 1)
   double eps = 1e-8;                  // adam, adamw; > 0, finite
+  // > 0: before each update, scale the gradients so that their global L2
+  // norm (over every parameter) is at most this (Keras's global_clipnorm,
+  // PyTorch's clip_grad_norm_). The step engine applies it to the reduced,
+  // unscaled gradients, so it is the same on every replica. 0: off.
+  double global_clip_norm = 0.0;
 };
+
+// The global L2 norm of the parameters' gradients (accumulated in double);
+// when it exceeds max_norm (> 0), every gradient is scaled by
+// max_norm / norm. Returns the norm before clipping (NaN or inf when a
+// gradient is not finite: then nothing is scaled).
+double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm);
 
 // The learning rate an optimizer starts from when none is given: 0.05 for
 // sgd (the project's recipe), 1e-3 for adam and adamw (PyTorch's and Keras's
