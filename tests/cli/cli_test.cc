@@ -68,7 +68,8 @@ TEST(Cli, BadInputsNameTheProblem) {
   const std::string out =
       " --epochs 1 --train-examples 256 --test-examples 64 --output " + tmp("cli-bad");
   expect_one_line_error("train --data-dir /nonexistent/dir" + out, "/nonexistent/dir");
-  expect_one_line_error("train --model resnet" + out, "unknown model 'resnet'");
+  expect_one_line_error("train --model resnet50" + out,
+                        "unknown model 'resnet50' (expected cnn, mlp, gpt or resnet)");
   expect_one_line_error("train --batch-size -5" + out,
                         "batch_size (--batch-size) must be at least 1, got -5");
   expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
