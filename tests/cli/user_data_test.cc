@@ -301,6 +301,18 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   auto evaluated = testing::run("evaluate " + run_dir + " --json");
   ASSERT_EQ(evaluated.status, 0) << evaluated.output;
   EXPECT_NE(evaluated.output.find("bits_per_byte"), std::string::npos) << evaluated.output;
+  auto generated = testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1",
+                                true);
+  ASSERT_EQ(generated.status, 0) << generated.output;
+  const auto printed =
+      testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1").output;
+  EXPECT_EQ(printed.size(), 6u + 20u + 1u) << printed;  // prompt, the new bytes, a newline
+  EXPECT_EQ(printed.substr(0, 6), "In the");
+  testing::expect_one_line_error("generate " + run_dir + " --prompt '" + std::string(40, 'x') + "'",
+                                 "longer than the model's context of 32");
+  testing::expect_one_line_error("generate " + run_dir + " --prompt x --temperature -1",
+                                 "temperature");
+  testing::expect_one_line_error("generate " + dir + " --prompt x", "holds no checkpoint");
 }
 
 TEST(LanguageModel, BadCorporaAndModelOptionsAreOneClearError) {

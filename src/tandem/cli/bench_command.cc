@@ -21,6 +21,7 @@ namespace {
 
 struct BenchTrainOptions {
   std::string models = "cnn,mlp";
+  std::string model_options;  // for every model that takes settings
   std::string precisions = "float32,mixed_bfloat16";
   std::string threads = "";  // default: 1 and the physical core count
   int64_t batch_size = 128;
@@ -48,6 +49,8 @@ int run_bench_train(const BenchTrainOptions& o) {
     int threads;
     std::vector<double> samples;
     int64_t peak_activation_bytes = 0;
+    int64_t tokens_per_example = 1;
+    double model_flops_per_example = 0.0;
   };
   std::vector<int> thread_counts;
   const std::string threads_text =
@@ -73,6 +76,9 @@ int run_bench_train(const BenchTrainOptions& o) {
       set_num_threads(v.threads);
       const train::ThroughputResult result =
           train::measure_training_throughput({.model = v.model,
+                                              .settings = v.model == "gpt" || v.model == "resnet"
+                                                              ? o.model_options
+                                                              : std::string(),
                                               .policy = v.policy,
                                               .batch_size = o.batch_size,
                                               .warmup_steps = o.warmup,
@@ -80,6 +86,8 @@ int run_bench_train(const BenchTrainOptions& o) {
                                               .seed = static_cast<uint64_t>(r)});
       v.samples.push_back(result.examples_per_second);
       v.peak_activation_bytes = std::max(v.peak_activation_bytes, result.peak_activation_bytes);
+      v.tokens_per_example = result.tokens_per_example;
+      v.model_flops_per_example = result.model_flops_per_example;
       if (!o.json) {
         fmt::print(stderr, "  repeat {}/{}: {} {} {} thread(s): {:.0f} ex/s\n", r + 1, o.repeats,
                    v.model, precision::policy_name(v.policy), v.threads,
@@ -101,6 +109,10 @@ int run_bench_train(const BenchTrainOptions& o) {
            {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
            {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
            {"samples", v.samples},
+           {"tokens_per_second_median",
+            median(v.samples) * static_cast<double>(v.tokens_per_example)},
+           {"model_gflops_per_second_median",
+            median(v.samples) * v.model_flops_per_example / 1e9},
            {"peak_activation_bytes", v.peak_activation_bytes}});
     }
     nlohmann::json out = {
@@ -111,13 +123,20 @@ int run_bench_train(const BenchTrainOptions& o) {
   }
   fmt::print("training throughput, batch {}, {} timed steps x {} repeats (interleaved), {} on {}\n",
              o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
-  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>16}\n", "model", "precision", "threads",
-             "median ex/s", "min", "max", "peak act. MiB");
+  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16}\n", "model", "precision",
+             "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s", "peak act. MiB");
   for (const Variant& v : variants) {
-    fmt::print("{:<6} {:<15} {:>7} {:>12.0f} {:>8.0f} {:>8.0f} {:>16.1f}\n", v.model,
-               precision::policy_name(v.policy), v.threads, median(v.samples),
+    const double m = median(v.samples);
+    fmt::print("{:<6} {:<15} {:>7} {:>12.1f} {:>8.1f} {:>8.1f} {:>12} {:>12} {:>16.1f}\n", v.model,
+               precision::policy_name(v.policy), v.threads, m,
                *std::min_element(v.samples.begin(), v.samples.end()),
                *std::max_element(v.samples.begin(), v.samples.end()),
+               v.tokens_per_example > 1
+                   ? fmt::format("{:.0f}", m * static_cast<double>(v.tokens_per_example))
+                   : "-",
+               v.model_flops_per_example > 0
+                   ? fmt::format("{:.1f}", m * v.model_flops_per_example / 1e9)
+                   : "-",
                static_cast<double>(v.peak_activation_bytes) / (1 << 20));
   }
   return 0;
@@ -130,7 +149,10 @@ Command add_bench_command(CLI::App& app) {
   command->require_subcommand(1);
   CLI::App* train = command->add_subcommand("train", "Training throughput of the reference models");
   auto o = std::make_shared<BenchTrainOptions>();
-  train->add_option("--models", o->models, "Comma-separated models")->capture_default_str();
+  train->add_option("--models", o->models, "Comma-separated models (cnn, mlp, gpt, resnet)")
+      ->capture_default_str();
+  train->add_option("--model-options", o->model_options,
+                    "Settings of gpt and resnet, KEY=VALUE,... (as tandem train's)");
   train
       ->add_option("--precisions", o->precisions,
                    "Comma-separated policies (float32, mixed_bfloat16, mixed_float16)")

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   const tandem::cli::Command commands[] = {
       tandem::cli::add_train_command(app), tandem::cli::add_info_command(app),
       tandem::cli::add_bench_command(app), tandem::cli::add_data_command(app),
-      tandem::cli::add_evaluate_command(app), tandem::cli::add_report_command(app)};
+      tandem::cli::add_evaluate_command(app), tandem::cli::add_generate_command(app),
+      tandem::cli::add_report_command(app)};
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) known = known || command.app->check_name(argv[1]);

@@ -8,6 +8,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/transformer.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/tensor/allocator.h"
 
@@ -18,30 +19,54 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
     TANDEM_THROW(InvalidArgument, "throughput: batch size and steps must be positive, got batch ",
                  options.batch_size, " steps ", options.steps, " warm-up ", options.warmup_steps);
   }
-  auto model = nn::make_model(options.model,
-                              precision::model_options(options.policy, {.seed = options.seed}));
+  auto model = nn::make_model(
+      options.model, precision::model_options(
+                         options.policy, {.seed = options.seed, .settings = options.settings}));
   auto optimizer = optim::make_optimizer({.name = "sgd", .learning_rate = 0.05, .momentum = 0.9},
                                          model->parameters());
+  const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
   // A few distinct batches so that no step sees exactly the previous data.
   constexpr int kBatches = 4;
   Generator generator(options.seed + 1);
   std::vector<Tensor> inputs, labels;
+  const int64_t B = options.batch_size;
   for (int b = 0; b < kBatches; ++b) {
-    Tensor x = Tensor::empty(Shape{options.batch_size, 28, 28, 1});
+    if (gpt != nullptr) {
+      const int64_t T = gpt->config().context, V = gpt->config().vocabulary;
+      std::vector<int32_t> x(static_cast<size_t>(B * T)), y(x.size());
+      for (auto& t : x) t = static_cast<int32_t>(generator.next_below(static_cast<uint64_t>(V)));
+      for (auto& t : y) t = static_cast<int32_t>(generator.next_below(static_cast<uint64_t>(V)));
+      inputs.push_back(Tensor::from_ints(Shape{B, T}, x));
+      labels.push_back(Tensor::from_ints(Shape{B * T}, y));
+      continue;
+    }
+    Tensor x = Tensor::empty(Shape{B, 28, 28, 1});
     generator.normal(x.data<float>(), x.numel());
-    std::vector<int32_t> y(static_cast<size_t>(options.batch_size));
+    std::vector<int32_t> y(static_cast<size_t>(B));
     for (auto& label : y) label = static_cast<int32_t>(generator.next_below(10));
     inputs.push_back(x);
-    labels.push_back(Tensor::from_ints(Shape{options.batch_size}, y));
+    labels.push_back(Tensor::from_ints(Shape{B}, y));
   }
+  const auto logits_of = [&](const Variable& out) {
+    return gpt != nullptr ? reshape(out, Shape{out.shape().numel() / out.shape()[2], out.shape()[2]})
+                          : out;
+  };
   ThroughputResult result;
+  if (gpt != nullptr) {
+    const nn::GptConfig& c = gpt->config();
+    result.tokens_per_example = c.context;
+    result.model_flops_per_example =
+        static_cast<double>(c.context) *
+        (6.0 * static_cast<double>(model->parameter_count()) +
+         12.0 * static_cast<double>(c.layers * c.context * c.width));
+  }
   Allocator& memory = allocator_for(cpu_device());
   auto train_step = [&](int64_t i) {
     const int64_t start_bytes = memory.stats().current(MemoryCategory::activations);
     memory.reset_peaks();
     optimizer->zero_grad();
-    const Variable loss =
-        softmax_cross_entropy(model->forward(Variable(inputs[i % kBatches])), labels[i % kBatches]);
+    const Variable loss = softmax_cross_entropy(logits_of(model->forward(Variable(inputs[i % kBatches]))),
+                                                labels[i % kBatches]);
     loss.backward();
     optimizer->step();
     result.final_loss = loss.value().item();

@@ -1,0 +1,78 @@
+// `tandem generate RUN_DIR --prompt TEXT`: text sampled from a run's trained
+// byte-level language model (a gpt checkpoint).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <memory>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
+#include "tandem/cli/commands.h"
+#include "tandem/train/evaluation.h"
+#include "tandem/train/generation.h"
+#include "tandem/train/model_factory.h"
+
+namespace tandem::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string run_dir;
+  std::string prompt;
+  train::GenerationOptions generation;
+  std::optional<int> threads;
+};
+
+int run_generate(const GenerateOptions& o) {
+  if (o.threads && *o.threads < 1)
+    TANDEM_THROW(InvalidArgument, "--threads must be at least 1, got ", *o.threads);
+  if (!std::filesystem::is_directory(o.run_dir))
+    TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
+  const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
+  if (!std::filesystem::exists(path)) {
+    TANDEM_THROW(InvalidArgument, "'", o.run_dir,
+                 "' holds no checkpoint.tckpt: train a gpt there first (tandem train --model gpt "
+                 "--output ", o.run_dir, ")");
+  }
+  const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
+  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  if (spec.name != "gpt" || !spec.definition.empty()) {
+    TANDEM_THROW(InvalidArgument, "tandem generate needs a gpt run; '", o.run_dir,
+                 "' trained model '", spec.name, "'");
+  }
+  set_num_threads(o.threads.value_or(std::max(1, cpu_info().physical_cores)));
+  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  train::load_model_state(checkpoint, *model);
+  auto* gpt = dynamic_cast<nn::Gpt*>(model.get());
+  if (gpt == nullptr) TANDEM_THROW(Error, "the rebuilt gpt is not an nn::Gpt");
+  const std::string text = train::generate(*gpt, o.prompt, o.generation);
+  fmt::print("{}{}\n", o.prompt, text);
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("generate", "Sample text from a trained gpt run (byte-level tokens)");
+  auto o = std::make_shared<GenerateOptions>();
+  command->add_option("run_dir", o->run_dir, "Run directory of a gpt (tandem train --output)")
+      ->required();
+  command->add_option("--prompt", o->prompt, "The text to continue (at most the context)")
+      ->required();
+  command->add_option("--tokens,-n", o->generation.tokens, "Bytes to generate")
+      ->capture_default_str();
+  command->add_option("--temperature", o->generation.temperature,
+                      "Sampling temperature; 0: greedy (always the most likely byte)")
+      ->capture_default_str();
+  command->add_option("--top-k", o->generation.top_k,
+                      "Sample among the K most likely bytes only (0: all)")
+      ->capture_default_str();
+  command->add_option("--seed", o->generation.seed, "Sampling seed (the same seed, the same text)")
+      ->capture_default_str();
+  command->add_option("--threads", o->threads, "Threads (default: one per physical core)");
+  return {command, [o]() { return run_generate(*o); }};
+}
+
+}  // namespace tandem::cli
