@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/eltwise.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -121,11 +122,27 @@ Tensor relu_backward(const Tensor& dy, const Tensor& y) {
   return map_binary(dy, y, "relu_backward", [](float g, float v) { return v > 0.0f ? g : 0.0f; });
 }
 
+namespace {
+
+// f32 and bf16 take oneDNN's vectorised primitives; f16 the loops above.
+bool vectorised(const Tensor& x) {
+  return detail::eltwise_supported(x);
+}
+
+bool vectorised(const Tensor& dy, const Tensor& x, const char* op) {
+  check_same(dy, x, op);
+  return detail::eltwise_supported(x);
+}
+
+}  // namespace
+
 Tensor gelu(const Tensor& x) {
+  if (vectorised(x)) return detail::eltwise_forward(Activation::gelu, x);
   return map_unary(x, "gelu", [](float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
 }
 
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+  if (vectorised(dy, x, "gelu_backward")) return detail::eltwise_backward(Activation::gelu, dy, x);
   return map_binary(dy, x, "gelu_backward", [](float g, float v) {
     const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
@@ -138,12 +155,15 @@ constexpr float kTanhScale = 0.7978845608028654f;
 constexpr float kTanhCubic = 0.044715f;
 
 Tensor gelu_tanh(const Tensor& x) {
+  if (vectorised(x)) return detail::eltwise_forward(Activation::gelu_tanh, x);
   return map_unary(x, "gelu_tanh", [](float v) {
     return 0.5f * v * (1.0f + std::tanh(kTanhScale * (v + kTanhCubic * v * v * v)));
   });
 }
 
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
+  if (vectorised(dy, x, "gelu_tanh_backward"))
+    return detail::eltwise_backward(Activation::gelu_tanh, dy, x);
   return map_binary(dy, x, "gelu_tanh_backward", [](float g, float v) {
     const float t = std::tanh(kTanhScale * (v + kTanhCubic * v * v * v));
     const float inner = kTanhScale * (1.0f + 3.0f * kTanhCubic * v * v);
@@ -152,10 +172,12 @@ Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
 }
 
 Tensor silu(const Tensor& x) {
+  if (vectorised(x)) return detail::eltwise_forward(Activation::silu, x);
   return map_unary(x, "silu", [](float v) { return v / (1.0f + std::exp(-v)); });
 }
 
 Tensor silu_backward(const Tensor& dy, const Tensor& x) {
+  if (vectorised(dy, x, "silu_backward")) return detail::eltwise_backward(Activation::silu, dy, x);
   return map_binary(dy, x, "silu_backward", [](float g, float v) {
     const float s = 1.0f / (1.0f + std::exp(-v));
     return g * s * (1.0f + v * (1.0f - s));
