@@ -98,36 +98,12 @@ class SettingsReader {
       : model_(std::move(model)), settings_(std::move(settings)) {}
 
   int64_t integer(const std::string& key, int64_t fallback) {
-    known_.push_back(key);
-    auto it = settings_.find(key);
-    if (it == settings_.end()) return fallback;
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != it->second.size())
-      TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be an integer, got '",
-                   it->second, "'");
-    return v;
+    return number<int64_t>(key, fallback, "an integer",
+                           [](const std::string& t, size_t* used) { return std::stoll(t, used); });
   }
   float real(const std::string& key, float fallback) {
-    known_.push_back(key);
-    auto it = settings_.find(key);
-    if (it == settings_.end()) return fallback;
-    size_t used = 0;
-    float v = 0;
-    try {
-      v = std::stof(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != it->second.size())
-      TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be a number, got '",
-                   it->second, "'");
-    return v;
+    return number<float>(key, fallback, "a number",
+                         [](const std::string& t, size_t* used) { return std::stof(t, used); });
   }
   bool boolean(const std::string& key, bool fallback) {
     known_.push_back(key);
@@ -152,6 +128,25 @@ class SettingsReader {
   }
 
  private:
+  // The whole value parsed by parse, or the fallback when the key is absent.
+  template <typename T, typename Parse>
+  T number(const std::string& key, T fallback, const char* what, Parse parse) {
+    known_.push_back(key);
+    auto it = settings_.find(key);
+    if (it == settings_.end()) return fallback;
+    size_t used = 0;
+    T v{};
+    try {
+      v = parse(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != it->second.size() || it->second.empty())
+      TANDEM_THROW(InvalidArgument, "model ", model_, ": ", key, " must be ", what, ", got '",
+                   it->second, "'");
+    return v;
+  }
+
   std::string model_;
   Settings settings_;
   std::vector<std::string> known_;

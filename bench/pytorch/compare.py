@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""tandem against PyTorch (Debian's 1.13 and a venv's 2.x) on gpt and resnet,
+interleaved: every repeat runs each variant once in each framework, in turn,
+so that machine noise hits them alike. Prints a markdown table of medians
+with min-max and the ratio of tandem to each PyTorch.
+
+    python3 compare.py --tandem ../../build/tandem --models gpt,resnet \
+        --precisions float32,bf16 --threads 1,2 --repeats 3 [--steps 6]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+PYTORCHES = {"torch 1.13": "/usr/bin/python3", "torch 2": "/work/venv-peers/bin/python"}
+BATCH = {"gpt": 32, "resnet": 128}
+POLICY = {"float32": "float32", "bf16": "mixed_bfloat16"}
+
+
+def run_tandem(tandem, model, precision, threads, steps, warmup):
+    out = subprocess.run(
+        [tandem, "bench", "train", "--models", model, "--precisions", POLICY[precision],
+         "--threads", str(threads), "--batch-size", str(BATCH[model]), "--steps", str(steps),
+         "--warmup", str(warmup), "--repeats", "1", "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["results"][0]["examples_per_second_median"]
+
+
+def run_pytorch(python, model, precision, threads, steps, warmup):
+    out = subprocess.run(
+        [python, "bench_models.py", "--model", model, "--precision", precision, "--threads",
+         str(threads), "--batch-size", str(BATCH[model]), "--steps", str(steps), "--warmup",
+         str(warmup), "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["examples_per_s"]["median"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tandem", required=True)
+    p.add_argument("--models", default="gpt,resnet")
+    p.add_argument("--precisions", default="float32,bf16")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    variants = [(m, pr, int(t)) for m in a.models.split(",") for pr in a.precisions.split(",")
+                for t in a.threads.split(",")]
+    samples = {}
+    for r in range(a.repeats):
+        for v in variants:
+            runs = {"tandem": lambda: run_tandem(a.tandem, *v, a.steps, a.warmup)}
+            for name, python in PYTORCHES.items():
+                runs[name] = lambda python=python: run_pytorch(python, *v, a.steps, a.warmup)
+            for name, fn in runs.items():
+                value = fn()
+                samples.setdefault((v, name), []).append(value)
+                print(f"repeat {r + 1}: {v} {name}: {value:.1f} ex/s", file=sys.stderr)
+    names = ["tandem"] + list(PYTORCHES)
+    print("| model | precision | threads | " + " | ".join(f"{n} ex/s" for n in names) +
+          " | tandem / torch 1.13 | tandem / torch 2 |")
+    print("|---|---|---|" + "---|" * (len(names) + 2))
+    for v in variants:
+        cells, medians = [], {}
+        for n in names:
+            s = samples[(v, n)]
+            medians[n] = statistics.median(s)
+            cells.append(f"{medians[n]:.1f} ({min(s):.1f}-{max(s):.1f})")
+        ratios = [f"{medians['tandem'] / medians[n]:.2f}x" for n in PYTORCHES]
+        print(f"| {v[0]} | {v[1]} | {v[2]} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+
+
+if __name__ == "__main__":
+    main()
