@@ -10,12 +10,15 @@
 #include <filesystem>
 #include <functional>
 
+#include "support/gradcheck.h"
 #include "support/reference.h"
 #include "support/test_files.h"
+#include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/distribute/agreement.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
 #include "tandem/nn/sequential.h"
@@ -312,6 +315,75 @@ TEST(MultiWorkerFailures, AFailingWorkerStopsEveryWorkerWithAnError) {
                                  : "worker 1 failed reading its training input"),
             std::string::npos)
       << input;
+}
+
+// gpt and resnet (synchronised BN) over processes take the one-device steps:
+// each process steps its own rows of the global batch, and also the whole
+// batch on one device, and compares every parameter.
+void expect_multi_worker_matches_one_device(
+    const std::string& model, const std::string& settings,
+    const std::function<data::Element(int64_t step)>& global_batch,
+    const distribute::ForwardFn& forward) {
+  const auto build = [&] { return nn::make_model(model, {.seed = 4, .settings = settings}); };
+  const distribute::EngineOptions options{.optimizer = {.name = "sgd", .learning_rate = 0.1}};
+  auto one_device = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto workers = distribute::make_strategy({.name = "multi_worker",
+                                            .devices = 1,
+                                            .threads_per_device = 1,
+                                            .allow_oversubscription = true});
+  auto one = one_device->make_engine(build, options);
+  auto many = workers->make_engine(build, options);
+  const int64_t p = comm::mpi_world_rank(), processes = comm::mpi_world_size();
+  for (int64_t step = 0; step < 3; ++step) {
+    const data::Element whole = global_batch(step);
+    const int64_t rows = whole.features().front().second.dim(0);
+    data::Element mine;
+    for (const auto& [name, t] : whole.features())
+      mine.set(name, t.slice(rows * p / processes, rows * (p + 1) / processes).clone());
+    const double a = one->step(whole, forward, {.step = step}).loss;
+    const double b = many->step(mine, forward, {.step = step, .global_rows = rows}).loss;
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(a)) << model << " step " << step;
+  }
+  const auto pa = one->model().named_parameters(), pb = many->model(0).named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT(relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+              1e-5)
+        << model << " " << pa[i].first;
+  }
+}
+
+TEST(MultiWorkerModels, GptMatchesOneDevice) {
+  expect_multi_worker_matches_one_device(
+      "gpt", "layers=2,width=32,heads=4,context=16",
+      [](int64_t step) {
+        Generator g(static_cast<uint64_t>(step) + 10);
+        std::vector<int32_t> x(6 * 16), y(6 * 16);
+        for (auto& t : x) t = static_cast<int32_t>(g.next_below(256));
+        for (auto& t : y) t = static_cast<int32_t>(g.next_below(256));
+        return data::Element{{"tokens", Tensor::from_ints(Shape{6, 16}, x)},
+                             {"targets", Tensor::from_ints(Shape{6, 16}, y)}};
+      },
+      [](nn::Module& m, const distribute::ReplicaBatch& b) {
+        return softmax_cross_entropy_per_example(m.forward(Variable(b.rows.at("tokens"))),
+                                                 b.rows.at("targets"));
+      });
+}
+
+TEST(MultiWorkerModels, ResnetWithSynchronisedBatchNormMatchesOneDevice) {
+  expect_multi_worker_matches_one_device(
+      "resnet", "width=8,sync_bn=true",
+      [](int64_t step) {
+        std::vector<int32_t> y(6);
+        for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>((i + step) % 10);
+        return data::Element{
+            {"image", testing::random_tensor(Shape{6, 12, 12, 1}, -1, 1, 20 + step)},
+            {"label", Tensor::from_ints(Shape{6}, y)}};
+      },
+      [](nn::Module& m, const distribute::ReplicaBatch& b) {
+        return softmax_cross_entropy_per_example(m.forward(Variable(b.rows.at("image"))),
+                                                 b.rows.at("label"));
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiWorkerTest,
