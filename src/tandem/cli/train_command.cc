@@ -265,13 +265,15 @@ void configure_objective(const TrainOptions& o, const std::string& label,
 }
 
 // The model's forward FLOPs by layer for one example of the data (none when
-// the input is not a float tensor the analysis can run on).
+// the input is neither floating nor i32 tokens).
 std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model,
                                                      const std::optional<data::Element>& example,
                                                      const std::string& input) {
-  if (!example || !example->has(input) || !is_floating(example->at(input).dtype())) return {};
+  if (!example || !example->has(input)) return {};
+  const DType dtype = example->at(input).dtype();
+  if (!is_floating(dtype) && dtype != DType::i32) return {};
   try {
-    return monitor::layer_flops(model, example->at(input).shape());
+    return monitor::layer_flops(model, example->at(input).shape(), dtype);
   } catch (const Error&) {
     return {};  // the figure is a diagnostic; training reports real shape errors
   }

@@ -6,7 +6,7 @@
 
 namespace tandem::monitor {
 
-std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape) {
+std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape, DType dtype) {
   std::vector<int64_t> dims = {1};
   for (int64_t d : example_shape.dims()) dims.push_back(d);
   struct RestoreMode {
@@ -16,7 +16,7 @@ std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shap
   } restore{model};
   model.eval();
   NoGradGuard no_grad;
-  Variable x(Tensor::zeros(Shape(dims)));
+  Variable x(Tensor::zeros(Shape(dims), dtype));
   std::vector<LayerFlops> out;
   if (auto* sequential = dynamic_cast<nn::Sequential*>(&model)) {
     for (size_t i = 0; i < sequential->size(); ++i) {

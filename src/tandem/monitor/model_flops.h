@@ -19,11 +19,13 @@ struct LayerFlops {
   double forward_flops = 0.0;  // per example
 };
 
-// Runs one zero example of `example_shape` (without the batch dimension)
+// Runs one zero example of `example_shape` (without the batch dimension) and
+// `dtype` (floating inputs, or i32 tokens: all zeros is a valid token)
 // through the model in evaluation mode without gradients, then restores the
 // training mode. Layers of a Sequential are listed one by one; any other
 // module as one entry. Must not run while other threads use the kernels
 // (their FLOPs would be counted too).
-std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape);
+std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape,
+                                    DType dtype = DType::f32);
 
 }  // namespace tandem::monitor
