@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "support/gradcheck.h"
+#include "support/model_batches.h"
 #include "support/reference.h"
 #include "support/test_files.h"
 #include "tandem/autograd/functions.h"
@@ -356,34 +356,13 @@ void expect_multi_worker_matches_one_device(
 TEST(MultiWorkerModels, GptMatchesOneDevice) {
   expect_multi_worker_matches_one_device(
       "gpt", "layers=2,width=32,heads=4,context=16",
-      [](int64_t step) {
-        Generator g(static_cast<uint64_t>(step) + 10);
-        std::vector<int32_t> x(6 * 16), y(6 * 16);
-        for (auto& t : x) t = static_cast<int32_t>(g.next_below(256));
-        for (auto& t : y) t = static_cast<int32_t>(g.next_below(256));
-        return data::Element{{"tokens", Tensor::from_ints(Shape{6, 16}, x)},
-                             {"targets", Tensor::from_ints(Shape{6, 16}, y)}};
-      },
-      [](nn::Module& m, const distribute::ReplicaBatch& b) {
-        return softmax_cross_entropy_per_example(m.forward(Variable(b.rows.at("tokens"))),
-                                                 b.rows.at("targets"));
-      });
+      [](int64_t step) { return testing::token_batch(step); }, testing::language_model_loss);
 }
 
 TEST(MultiWorkerModels, ResnetWithSynchronisedBatchNormMatchesOneDevice) {
   expect_multi_worker_matches_one_device(
-      "resnet", "width=8,sync_bn=true",
-      [](int64_t step) {
-        std::vector<int32_t> y(6);
-        for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>((i + step) % 10);
-        return data::Element{
-            {"image", testing::random_tensor(Shape{6, 12, 12, 1}, -1, 1, 20 + step)},
-            {"label", Tensor::from_ints(Shape{6}, y)}};
-      },
-      [](nn::Module& m, const distribute::ReplicaBatch& b) {
-        return softmax_cross_entropy_per_example(m.forward(Variable(b.rows.at("image"))),
-                                                 b.rows.at("label"));
-      });
+      "resnet", "width=8,sync_bn=true", [](int64_t step) { return testing::image_batch(step, 6); },
+      testing::image_classifier_loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiWorkerTest,

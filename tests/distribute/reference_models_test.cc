@@ -4,7 +4,7 @@
 // the whole global batch as on one device).
 #include <gtest/gtest.h>
 
-#include "support/gradcheck.h"
+#include "support/model_batches.h"
 #include "support/reference.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/distribute/strategy.h"
@@ -53,43 +53,24 @@ void expect_same_training(const std::string& model, const std::string& settings,
   }
 }
 
-data::Element token_batch(int64_t step) {
-  Generator g(static_cast<uint64_t>(step) + 10);
-  std::vector<int32_t> x(6 * 16), y(6 * 16);
-  for (auto& t : x) t = static_cast<int32_t>(g.next_below(256));
-  for (auto& t : y) t = static_cast<int32_t>(g.next_below(256));
-  return data::Element{{"tokens", Tensor::from_ints(Shape{6, 16}, x)},
-                       {"targets", Tensor::from_ints(Shape{6, 16}, y)}};
-}
-
-Variable language_model_loss(nn::Module& m, const distribute::ReplicaBatch& b) {
-  return softmax_cross_entropy_per_example(m.forward(Variable(b.rows.at("tokens"))),
-                                           b.rows.at("targets"));
-}
+using testing::image_classifier_loss;
+using testing::language_model_loss;
+using testing::token_batch;
 
 TEST(ReferenceModels, GptOnTwoMirroredDevicesMatchesOneDevice) {
-  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16", token_batch,
-                       language_model_loss);
+  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16",
+                       [](int64_t step) { return token_batch(step); }, language_model_loss);
 }
 
 TEST(ReferenceModels, GradientClippingUsesTheGlobalNormOfTheReducedGradients) {
-  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16", token_batch,
-                       language_model_loss, 0.05);
+  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16",
+                       [](int64_t step) { return token_batch(step); }, language_model_loss, 0.05);
 }
 
 TEST(ReferenceModels, ResnetWithSynchronisedBatchNormOnTwoMirroredDevicesMatchesOneDevice) {
-  const auto batch = [](int64_t step) {
-    std::vector<int32_t> y(8);
-    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>((i + step) % 10);
-    return data::Element{
-        {"image", testing::random_tensor(Shape{8, 12, 12, 1}, -1, 1, 20 + step)},
-        {"label", Tensor::from_ints(Shape{8}, y)}};
-  };
-  expect_same_training("resnet", "width=8,sync_bn=true", batch,
-                       [](nn::Module& m, const distribute::ReplicaBatch& b) {
-                         return softmax_cross_entropy_per_example(
-                             m.forward(Variable(b.rows.at("image"))), b.rows.at("label"));
-                       });
+  expect_same_training("resnet", "width=8,sync_bn=true",
+                       [](int64_t step) { return testing::image_batch(step, 8); },
+                       image_classifier_loss);
 }
 
 }  // namespace
