@@ -71,9 +71,9 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
   kernels::NormResult r =
       kernels::batch_norm_train(xv, gv, beta.value(), running_mean, running_var, momentum, eps);
   return record_op("batch_norm", r.y, {&x, &gamma, &beta},
-                   [xv, gv, mean = r.mean, rstd = r.rstd](BackwardContext& ctx) {
-                     kernels::NormGrads g =
-                         kernels::batch_norm_backward(ctx.grad_output(), xv, mean, rstd, gv);
+                   [xv, gv, mean = r.mean, variance = r.variance, eps](BackwardContext& ctx) {
+                     kernels::NormGrads g = kernels::batch_norm_backward(ctx.grad_output(), xv,
+                                                                         mean, variance, gv, eps);
                      if (ctx.needs(0)) ctx.set(0, g.dx);
                      if (ctx.needs(1)) ctx.set(1, g.dgamma);
                      if (ctx.needs(2)) ctx.set(2, g.dbeta);

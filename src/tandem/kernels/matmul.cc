@@ -55,6 +55,73 @@ void check_operands(const Tensor& a, const Tensor& b, const Tensor& bias, const 
   }
 }
 
+// A problem as oneDNN sees it: `batch` products of (M, K) x (K, N), b shared
+// over the batch when b_batch is 1; batched says whether the descriptors
+// carry the batch dimension (batched_matmul) or are rank 2 (matmul).
+struct Problem {
+  int64_t batch, b_batch, M, K, N;
+  bool batched;
+};
+
+// A rows x cols operand, stored transposed when `transposed`.
+memory::desc operand_desc(const Problem& p, int64_t batch, int64_t rows, int64_t cols,
+                          bool transposed, memory::data_type dtype) {
+  const int64_t row_stride = transposed ? 1 : cols, col_stride = transposed ? rows : 1;
+  if (!p.batched) return memory::desc({rows, cols}, dtype, memory::dims{row_stride, col_stride});
+  return memory::desc({batch, rows, cols}, dtype,
+                      memory::dims{rows * cols, row_stride, col_stride});
+}
+
+// out = activation(a x b + bias) for checked operands; `op` names the
+// caller in the cache key and in errors.
+void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor& b,
+                const Tensor& bias, Tensor& out, const MatmulOptions& options) {
+  if (out.numel() == 0) return;
+  if (p.K == 0) {
+    // oneDNN rejects empty reductions; the product is zero (plus bias).
+    if (bias.defined()) {
+      Tensor rows = out.reshape(Shape{out.numel() / p.N, p.N});
+      const Tensor row = bias.reshape(Shape{1, p.N});
+      for (int64_t m = 0; m < rows.dim(0); ++m) rows.slice(m, m + 1).copy_from(row);
+    } else {
+      out.zero();
+    }
+    if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
+    return;
+  }
+  const std::string key = tandem::detail::concat(
+      op, ":", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
+      bias.defined(), static_cast<int>(options.activation), dtype_name(out.dtype()));
+  auto prim = detail::cached<MatmulPrimitive>(key, [&] {
+    return detail::guarded(tandem::detail::concat(op, " primitive creation"), [&] {
+      auto m = std::make_shared<MatmulPrimitive>();
+      const auto dt_in = detail::to_dnnl(a.dtype());
+      m->a = operand_desc(p, p.batch, p.M, p.K, options.transpose_a, dt_in);
+      m->b = operand_desc(p, p.b_batch, p.K, p.N, options.transpose_b, dt_in);
+      m->out = operand_desc(p, p.batch, p.M, p.N, false, detail::to_dnnl(out.dtype()));
+      if (bias.defined())
+        m->bias = operand_desc(p, 1, 1, p.N, false, memory::data_type::f32);
+      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
+      if (options.activation != Activation::none) {
+        attr.set_post_ops(detail::activation_post_op(options.activation));
+      }
+      dnnl::matmul::desc desc(m->a, m->b, m->bias, m->out);
+      dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
+      m->primitive = dnnl::matmul(pd);
+      m->scratchpad = pd.scratchpad_desc();
+      return m;
+    });
+  });
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
+                                       {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
+                                       {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->bias));
+  detail::guarded(op, [&] {
+    detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
+  });
+  count_flops(2 * p.batch * p.M * p.N * p.K);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const MatmulOptions& options) {
@@ -68,52 +135,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
                  const MatmulOptions& options) {
   const MatmulDims d = matmul_dims(a, b, options);
   check_operands(a, b, bias, out, d);
-  const int64_t M = d.M, K = d.K, N = d.N;
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    // oneDNN rejects empty reductions; the product is zero (plus bias).
-    if (bias.defined()) {
-      Tensor row = bias.reshape(Shape{1, N});
-      for (int64_t m = 0; m < M; ++m) out.slice(m, m + 1).copy_from(row);
-    } else {
-      out.zero();
-    }
-    if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
-    return;
-  }
-  const std::string key = tandem::detail::concat(
-      "matmul:", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
-      bias.defined(), static_cast<int>(options.activation), dtype_name(out.dtype()));
-  auto prim = detail::cached<MatmulPrimitive>(key, [&] {
-    return detail::guarded("matmul primitive creation", [&] {
-      auto p = std::make_shared<MatmulPrimitive>();
-      const auto dt_in = detail::to_dnnl(a.dtype());
-      p->a = options.transpose_a ? memory::desc({M, K}, dt_in, memory::dims{1, M})
-                                 : memory::desc({M, K}, dt_in, memory::dims{K, 1});
-      p->b = options.transpose_b ? memory::desc({K, N}, dt_in, memory::dims{1, K})
-                                 : memory::desc({K, N}, dt_in, memory::dims{N, 1});
-      p->out = memory::desc({M, N}, detail::to_dnnl(out.dtype()), memory::dims{N, 1});
-      if (bias.defined())
-        p->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
-      if (options.activation != Activation::none) {
-        attr.set_post_ops(detail::activation_post_op(options.activation));
-      }
-      dnnl::matmul::desc desc(p->a, p->b, p->bias, p->out);
-      dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
-      p->primitive = dnnl::matmul(pd);
-      p->scratchpad = pd.scratchpad_desc();
-      return p;
-    });
-  });
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
-                                       {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
-                                       {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, detail::memory_of(bias, prim->bias));
-  detail::guarded("matmul", [&] {
-    detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
-  });
-  count_flops(2 * M * N * K);
+  run_matmul("matmul", {1, 1, d.M, d.K, d.N, false}, a, b, bias, out, options);
 }
 
 namespace {
@@ -170,43 +192,8 @@ void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
   for (int i = 0; i < ra - 2; ++i) batch *= a.dim(i);
   const int64_t M = shape.dim(ra - 2), N = shape.dim(ra - 1);
   const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
-  if (out.numel() == 0) return;
-  if (K == 0) {
-    out.zero();
-    if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
-    return;
-  }
-  const int64_t Bb = rb == 2 ? 1 : batch;
-  const std::string key = tandem::detail::concat(
-      "bmm:", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
-      static_cast<int>(options.activation), dtype_name(out.dtype()));
-  auto prim = detail::cached<MatmulPrimitive>(key, [&] {
-    return detail::guarded("batched matmul primitive creation", [&] {
-      auto p = std::make_shared<MatmulPrimitive>();
-      const auto dt_in = detail::to_dnnl(a.dtype());
-      p->a = options.transpose_a ? memory::desc({batch, M, K}, dt_in, memory::dims{M * K, 1, M})
-                                 : memory::desc({batch, M, K}, dt_in, memory::dims{M * K, K, 1});
-      p->b = options.transpose_b ? memory::desc({Bb, K, N}, dt_in, memory::dims{K * N, 1, K})
-                                 : memory::desc({Bb, K, N}, dt_in, memory::dims{K * N, N, 1});
-      p->out = memory::desc({batch, M, N}, detail::to_dnnl(out.dtype()),
-                            memory::dims{M * N, N, 1});
-      dnnl::primitive_attr attr = detail::user_scratchpad_attr();
-      if (options.activation != Activation::none)
-        attr.set_post_ops(detail::activation_post_op(options.activation));
-      dnnl::matmul::desc desc(p->a, p->b, p->out);
-      dnnl::matmul::primitive_desc pd(desc, attr, detail::cpu_engine());
-      p->primitive = dnnl::matmul(pd);
-      p->scratchpad = pd.scratchpad_desc();
-      return p;
-    });
-  });
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, detail::memory_of(a, prim->a)},
-                                       {DNNL_ARG_WEIGHTS, detail::memory_of(b, prim->b)},
-                                       {DNNL_ARG_DST, detail::memory_of(out, prim->out)}};
-  detail::guarded("batched matmul", [&] {
-    detail::execute(prim->primitive, prim->scratchpad, std::move(args), out.device());
-  });
-  count_flops(2 * batch * M * N * K);
+  run_matmul("batched_matmul", {batch, rb == 2 ? 1 : batch, M, K, N, true}, a, b, Tensor(), out,
+             options);
 }
 
 }  // namespace tandem::kernels

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/batch_norm.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -317,17 +318,35 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
 
 NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
-  Moments m = batch_norm_moments(x);
-  update_running_moments(running_mean, running_var, m, momentum);
+  Moments m;
   NormResult result;
+  if (detail::batch_norm_supported(x)) {
+    check_param(gamma, x.dim(-1), "batch_norm", "gamma");
+    check_param(beta, x.dim(-1), "batch_norm", "beta");
+    detail::BatchNormForward f = detail::batch_norm_training(x, gamma, beta, eps);
+    m = {f.mean, f.variance, x.numel() / x.dim(-1)};
+    result.y = f.y;
+  } else {
+    m = batch_norm_moments(x);
+  }
+  update_running_moments(running_mean, running_var, m, momentum);
   result.mean = m.mean;
+  result.variance = m.variance;
   result.rstd = inverse_std(m.variance, eps);
-  result.y = batch_norm_apply(x, result.mean, result.rstd, gamma, beta);
+  if (!result.y.defined()) result.y = batch_norm_apply(x, result.mean, result.rstd, gamma, beta);
   return result;
 }
 
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps) {
+  if (detail::batch_norm_supported(x)) {
+    const int64_t C = x.dim(-1);
+    check_param(gamma, C, "batch_norm", "gamma");
+    check_param(beta, C, "batch_norm", "beta");
+    check_param(running_mean, C, "batch_norm", "running_mean");
+    check_param(running_var, C, "batch_norm", "running_var");
+    return detail::batch_norm_with_stats(x, gamma, beta, running_mean, running_var, eps);
+  }
   return batch_norm_apply(x, running_mean, inverse_std(running_var, eps), gamma, beta);
 }
 
@@ -394,7 +413,15 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
 }
 
 NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                              const Tensor& rstd, const Tensor& gamma) {
+                              const Tensor& variance, const Tensor& gamma, float eps) {
+  if (detail::batch_norm_supported(x) && dy.shape() == x.shape() && dy.dtype() == x.dtype()) {
+    const int64_t C = x.dim(-1);
+    check_param(mean, C, "batch_norm_backward", "mean");
+    check_param(variance, C, "batch_norm_backward", "variance");
+    check_param(gamma, C, "batch_norm_backward", "gamma");
+    return detail::batch_norm_training_backward(dy, x, mean, variance, gamma, eps);
+  }
+  const Tensor rstd = inverse_std(variance, eps);
   BatchNormSums sums = batch_norm_backward_sums(dy, x, mean, rstd);
   NormGrads grads;
   grads.dx = batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, x.numel() / x.dim(-1));

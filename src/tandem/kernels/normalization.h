@@ -14,6 +14,7 @@ struct NormResult {
   Tensor y;     // x's shape and dtype
   Tensor mean;  // f32: (R,) for layer norm, (C,) for batch norm
   Tensor rstd;  // f32: 1 / sqrt(var + eps), same shape as mean
+  Tensor variance;  // batch_norm_train only: the biased batch variance (C,) f32
 };
 
 struct NormGrads {
@@ -49,7 +50,8 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
 Tensor inverse_std(const Tensor& variance, float eps);
 // Training-mode batch norm on one device: moments, running-stat update
 // (running = (1 - momentum) * running + momentum * batch, unbiased variance,
-// as PyTorch), then apply.
+// as PyTorch), then apply. f32 and bf16 run on oneDNN's primitive
+// (statistics summed in f32), f16 on the split kernels below.
 NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             Tensor& running_mean, Tensor& running_var, float momentum, float eps);
 // Inference-mode batch norm with the running statistics.
@@ -70,8 +72,9 @@ BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const 
 Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma, const BatchNormSums& sums,
                               int64_t count);
-// All three gradients for single-device batch norm.
+// All three gradients for single-device batch norm, from batch_norm_train's
+// mean and variance.
 NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                              const Tensor& rstd, const Tensor& gamma);
+                              const Tensor& variance, const Tensor& gamma, float eps);
 
 }  // namespace tandem::kernels

@@ -1,0 +1,33 @@
+#pragma once
+// Private: single-device batch normalisation on oneDNN's batch_normalization
+// primitives (JIT, vectorised for f32 and bf16), for the dtypes they take;
+// normalization.cc falls back to its own loops for f16. Statistics come
+// from the primitive in f32 (two passes: mean, then variance around it).
+// Synchronised batch norm stays on normalization.cc's split kernels, which
+// need the statistics between the passes.
+
+#include "tandem/kernels/normalization.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels::detail {
+
+bool batch_norm_supported(const Tensor& x);
+
+struct BatchNormForward {
+  Tensor y;         // x's shape and dtype
+  Tensor mean;      // (C,) f32
+  Tensor variance;  // (C,) f32, biased
+};
+
+// Training mode: x (R, C) in rows of C channels (any rank, channels last),
+// gamma and beta (C,) f32, R > 0.
+BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     float eps);
+// Inference mode with given statistics.
+Tensor batch_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& mean, const Tensor& variance, float eps);
+// dx (through the batch statistics), dgamma and dbeta of batch_norm_training.
+NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                       const Tensor& variance, const Tensor& gamma, float eps);
+
+}  // namespace tandem::kernels::detail
