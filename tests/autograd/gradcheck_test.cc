@@ -149,6 +149,22 @@ TEST(Gradcheck, BatchNormTrainingAndInference) {
       {x, g, b});
 }
 
+TEST(Gradcheck, BatchNormReluFusedAndComposed) {
+  Variable x = leaf(random_tensor(Shape{3, 3, 2, 5}, -2, 2, 31));
+  Variable g = leaf(random_tensor(Shape{5}, 0.5, 1.5, 32));
+  Variable b = leaf(random_tensor(Shape{5}, -0.5, 0.5, 33));
+  Tensor mean = Tensor::zeros(Shape{5}), var = Tensor::full(Shape{5}, 1.0f);
+  // Training fuses (f32); inference composes batch_norm and relu. A small
+  // perturbation keeps the differences off the ReLU's kink.
+  for (const bool training : {true, false}) {
+    expect_gradients_match(
+        [&](const auto& in) {
+          return batch_norm_relu(in[0], in[1], in[2], mean, var, training, 0.1f, 1e-5f);
+        },
+        {x, g, b}, {.eps = 1e-3});
+  }
+}
+
 TEST(Gradcheck, Embedding) {
   Variable table = leaf(random_tensor(Shape{6, 4}, -1, 1, 27));
   const Tensor idx = Tensor::from_ints(Shape{5}, std::vector<int32_t>{1, 5, 1, 0, 3});

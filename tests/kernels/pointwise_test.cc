@@ -213,6 +213,77 @@ TEST(Normalization, LayerNormMatchesReference) {
   }
 }
 
+// The oneDNN path (f32, bf16) against the split kernels that synchronised
+// batch norm and f16 use: the same statistics, outputs and gradients.
+TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const Shape& shape : {Shape{7, 5}, Shape{2, 9, 9, 16}, Shape{3, 5, 5, 33}}) {
+      const std::string where = std::string(dtype_name(dtype)) + shape.to_string();
+      const int64_t C = shape.dim(-1);
+      const Tensor x = random_tensor(shape, -2, 4, 41).to(dtype);
+      const Tensor dy = random_tensor(shape, -1, 1, 42).to(dtype);
+      const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 43),
+                   beta = random_tensor(Shape{C}, -1, 1, 44);
+      Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
+      const kernels::BatchNormResult r =
+          kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
+      const kernels::Moments m = kernels::batch_norm_moments(x);
+      expect_close(to_doubles(r.mean), to_doubles(m.mean), 1e-5, 1e-5, (where + " mean").c_str());
+      expect_close(to_doubles(r.variance), to_doubles(m.variance), 1e-5, 1e-5, (where + " var").c_str());
+      const Tensor rstd = kernels::inverse_std(m.variance, 1e-5f);
+      const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+      expect_close(to_doubles(r.y),
+                   to_doubles(kernels::batch_norm_apply(x, m.mean, rstd, gamma, beta)), tol, tol,
+                   (where + " y").c_str());
+      const kernels::NormGrads g =
+          kernels::batch_norm_backward(dy, x, r.mean, r.variance, gamma, 1e-5f);
+      const kernels::BatchNormSums sums = kernels::batch_norm_backward_sums(dy, x, m.mean, rstd);
+      const Tensor dx = kernels::batch_norm_backward_dx(dy, x, m.mean, rstd, gamma, sums,
+                                                        x.numel() / C);
+      expect_close(to_doubles(g.dx), to_doubles(dx), tol, tol, (where + " dx").c_str());
+      expect_close(to_doubles(g.dgamma), to_doubles(sums.sum_dy_xhat), 1e-4, 1e-4,
+                   (where + " dgamma").c_str());
+      expect_close(to_doubles(g.dbeta), to_doubles(sums.sum_dy), 1e-4, 1e-4, (where + " dbeta").c_str());
+    }
+  }
+}
+
+TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
+  const Shape shape{4, 6, 6, 16};
+  const Tensor x = random_tensor(shape, -2, 2, 45), dy = random_tensor(shape, -1, 1, 46);
+  const Tensor gamma = random_tensor(Shape{16}, 0.5, 1.5, 47),
+               beta = random_tensor(Shape{16}, -0.5, 0.5, 48);
+  Tensor rm = Tensor::zeros(Shape{16}), rv = Tensor::full(Shape{16}, 1.0f);
+  ASSERT_TRUE(kernels::batch_norm_fuses_relu(x));
+  const auto plain = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
+  const auto fused = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, true);
+  const std::vector<float> y = plain.y.to_floats(), yr = fused.y.to_floats(),
+                           g = dy.to_floats();
+  std::vector<float> masked(g.size());
+  int positive = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    ASSERT_FLOAT_EQ(yr[i], std::max(y[i], 0.0f)) << i;
+    masked[i] = y[i] > 0.0f ? g[i] : 0.0f;
+    positive += y[i] > 0.0f;
+  }
+  EXPECT_GT(positive, 0);
+  EXPECT_LT(positive, static_cast<int>(y.size()));
+  const auto through_relu = kernels::batch_norm_backward(dy, x, fused.mean, fused.variance, gamma,
+                                                         1e-5f, fused.relu_mask);
+  const auto reference = kernels::batch_norm_backward(Tensor::from_floats(shape, masked), x,
+                                                      plain.mean, plain.variance, gamma, 1e-5f);
+  expect_close(to_doubles(through_relu.dx), to_doubles(reference.dx), 1e-5, 1e-5, "dx");
+  expect_close(to_doubles(through_relu.dgamma), to_doubles(reference.dgamma), 1e-5, 1e-5,
+               "dgamma");
+  expect_close(to_doubles(through_relu.dbeta), to_doubles(reference.dbeta), 1e-5, 1e-5, "dbeta");
+  // f16 runs on the split kernels, which have no fused ReLU.
+  const Tensor half = x.to(DType::f16);
+  EXPECT_FALSE(kernels::batch_norm_fuses_relu(half));
+  EXPECT_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f, true),
+               InvalidArgument);
+  EXPECT_NO_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f));
+}
+
 TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {
   const int64_t C = 5;
   const Tensor x = random_tensor(Shape{4, 3, 3, C}, -2, 4, 11);

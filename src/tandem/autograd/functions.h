@@ -135,6 +135,11 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                     Tensor& running_mean, Tensor& running_var, bool training, float momentum,
                     float eps);
+// relu(batch_norm(...)), in one pass forward and backward where the kernels
+// fuse them (kernels::batch_norm_fuses_relu: training in f32 and bf16).
+Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                         Tensor& running_mean, Tensor& running_var, bool training,
+                         float momentum, float eps);
 // Synchronised batch norm (training): the statistics are over all replicas'
 // rows, combined through `replicas`; running statistics are updated with the
 // global ones, so they stay identical on every replica.

@@ -44,6 +44,27 @@ Variable rms_norm(const Variable& x, const Variable& gamma, float eps) {
   });
 }
 
+namespace {
+
+Variable batch_norm_training(const Variable& x, const Variable& gamma, const Variable& beta,
+                             Tensor& running_mean, Tensor& running_var, float momentum,
+                             float eps, bool relu) {
+  const Tensor xv = x.value(), gv = gamma.value();
+  kernels::BatchNormResult r = kernels::batch_norm_train(xv, gv, beta.value(), running_mean,
+                                                         running_var, momentum, eps, relu);
+  return record_op(relu ? "batch_norm_relu" : "batch_norm", r.y, {&x, &gamma, &beta},
+                   [xv, gv, mean = r.mean, variance = r.variance, mask = r.relu_mask,
+                    eps](BackwardContext& ctx) {
+                     kernels::NormGrads g = kernels::batch_norm_backward(
+                         ctx.grad_output(), xv, mean, variance, gv, eps, mask);
+                     if (ctx.needs(0)) ctx.set(0, g.dx);
+                     if (ctx.needs(1)) ctx.set(1, g.dgamma);
+                     if (ctx.needs(2)) ctx.set(2, g.dbeta);
+                   });
+}
+
+}  // namespace
+
 Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                     Tensor& running_mean, Tensor& running_var, bool training, float momentum,
                     float eps) {
@@ -67,17 +88,16 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
           if (ctx.needs(2)) ctx.set(2, sums.sum_dy);
         });
   }
-  const Tensor xv = x.value(), gv = gamma.value();
-  kernels::NormResult r =
-      kernels::batch_norm_train(xv, gv, beta.value(), running_mean, running_var, momentum, eps);
-  return record_op("batch_norm", r.y, {&x, &gamma, &beta},
-                   [xv, gv, mean = r.mean, variance = r.variance, eps](BackwardContext& ctx) {
-                     kernels::NormGrads g = kernels::batch_norm_backward(ctx.grad_output(), xv,
-                                                                         mean, variance, gv, eps);
-                     if (ctx.needs(0)) ctx.set(0, g.dx);
-                     if (ctx.needs(1)) ctx.set(1, g.dgamma);
-                     if (ctx.needs(2)) ctx.set(2, g.dbeta);
-                   });
+  return batch_norm_training(x, gamma, beta, running_mean, running_var, momentum, eps, false);
+}
+
+Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                         Tensor& running_mean, Tensor& running_var, bool training,
+                         float momentum, float eps) {
+  if (!training || !kernels::batch_norm_fuses_relu(x.value())) {
+    return relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps));
+  }
+  return batch_norm_training(x, gamma, beta, running_mean, running_var, momentum, eps, true);
 }
 
 Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,

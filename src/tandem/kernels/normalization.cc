@@ -316,17 +316,25 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
   }
 }
 
-NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
+bool batch_norm_fuses_relu(const Tensor& x) { return detail::batch_norm_supported(x); }
+
+BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& running_mean, Tensor& running_var, float momentum,
+                                 float eps, bool relu) {
   Moments m;
-  NormResult result;
+  BatchNormResult result;
   if (detail::batch_norm_supported(x)) {
     check_param(gamma, x.dim(-1), "batch_norm", "gamma");
     check_param(beta, x.dim(-1), "batch_norm", "beta");
-    detail::BatchNormForward f = detail::batch_norm_training(x, gamma, beta, eps);
+    detail::BatchNormForward f = detail::batch_norm_training(x, gamma, beta, eps, relu);
     m = {f.mean, f.variance, x.numel() / x.dim(-1)};
     result.y = f.y;
+    result.relu_mask = f.relu_mask;
   } else {
+    if (relu) {
+      TANDEM_THROW(InvalidArgument, "batch_norm: no fused ReLU for ", x.to_string(),
+                   " (batch_norm_fuses_relu)");
+    }
     m = batch_norm_moments(x);
   }
   update_running_moments(running_mean, running_var, m, momentum);
@@ -413,13 +421,18 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
 }
 
 NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                              const Tensor& variance, const Tensor& gamma, float eps) {
+                              const Tensor& variance, const Tensor& gamma, float eps,
+                              const Tensor& relu_mask) {
   if (detail::batch_norm_supported(x) && dy.shape() == x.shape() && dy.dtype() == x.dtype()) {
     const int64_t C = x.dim(-1);
     check_param(mean, C, "batch_norm_backward", "mean");
     check_param(variance, C, "batch_norm_backward", "variance");
     check_param(gamma, C, "batch_norm_backward", "gamma");
-    return detail::batch_norm_training_backward(dy, x, mean, variance, gamma, eps);
+    return detail::batch_norm_training_backward(dy, x, mean, variance, gamma, eps, relu_mask);
+  }
+  if (relu_mask.defined()) {
+    TANDEM_THROW(InvalidArgument, "batch_norm_backward: a ReLU mask for ", x.to_string(),
+                 " and dy ", dy.to_string(), ", which have no fused ReLU");
   }
   const Tensor rstd = inverse_std(variance, eps);
   BatchNormSums sums = batch_norm_backward_sums(dy, x, mean, rstd);

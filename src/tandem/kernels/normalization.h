@@ -14,7 +14,6 @@ struct NormResult {
   Tensor y;     // x's shape and dtype
   Tensor mean;  // f32: (R,) for layer norm, (C,) for batch norm
   Tensor rstd;  // f32: 1 / sqrt(var + eps), same shape as mean
-  Tensor variance;  // batch_norm_train only: the biased batch variance (C,) f32
 };
 
 struct NormGrads {
@@ -48,12 +47,26 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& gamma, const Tensor& beta);
 // rstd = 1 / sqrt(variance + eps).
 Tensor inverse_std(const Tensor& variance, float eps);
+struct BatchNormResult {
+  Tensor y;          // x's shape and dtype
+  Tensor mean;       // (C,) f32
+  Tensor variance;   // (C,) f32, biased
+  Tensor rstd;       // (C,) f32, 1 / sqrt(variance + eps)
+  Tensor relu_mask;  // with relu: what batch_norm_backward needs for the ReLU
+};
+
+// Whether batch_norm_train can fuse a ReLU for x's dtype (f32 and bf16).
+bool batch_norm_fuses_relu(const Tensor& x);
+
 // Training-mode batch norm on one device: moments, running-stat update
 // (running = (1 - momentum) * running + momentum * batch, unbiased variance,
 // as PyTorch), then apply. f32 and bf16 run on oneDNN's primitive
-// (statistics summed in f32), f16 on the split kernels below.
-NormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            Tensor& running_mean, Tensor& running_var, float momentum, float eps);
+// (statistics summed in f32), f16 on the split kernels below. relu (only
+// where batch_norm_fuses_relu; InvalidArgument otherwise): y = max(0, BN(x))
+// in the same pass.
+BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& running_mean, Tensor& running_var, float momentum,
+                                 float eps, bool relu = false);
 // Inference-mode batch norm with the running statistics.
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps);
@@ -73,8 +86,10 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
                               const Tensor& rstd, const Tensor& gamma, const BatchNormSums& sums,
                               int64_t count);
 // All three gradients for single-device batch norm, from batch_norm_train's
-// mean and variance.
+// mean, variance and (after a fused ReLU, where dy is the ReLU's output
+// gradient) relu_mask.
 NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                              const Tensor& variance, const Tensor& gamma, float eps);
+                              const Tensor& variance, const Tensor& gamma, float eps,
+                              const Tensor& relu_mask = Tensor());
 
 }  // namespace tandem::kernels

@@ -66,6 +66,13 @@ Variable BatchNorm2d::forward(const Variable& input) {
                     eps_);
 }
 
+Variable BatchNorm2d::forward_relu(const Variable& input) {
+  check_last_dim(input, channels_, "BatchNorm2d");
+  if (synchronized_ && is_training() && current_cross_replica_sum()) return relu(forward(input));
+  return batch_norm_relu(input, gamma_, beta_, *running_mean_, *running_var_, is_training(),
+                         momentum_, eps_);
+}
+
 std::string BatchNorm2d::describe() const {
   return "BatchNorm2d(" + std::to_string(channels_) + ")";
 }

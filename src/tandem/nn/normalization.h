@@ -26,6 +26,9 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
                        bool synchronized = false);
   Variable forward(const Variable& input) override;
+  // relu(forward(input)), fused into one pass where the kernels can
+  // (single-device statistics, f32 and bf16).
+  Variable forward_relu(const Variable& input);
   std::string describe() const override;
 
   const Tensor& running_mean() const { return *running_mean_; }

@@ -52,7 +52,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const ResNetConf
 }
 
 Variable BasicBlock::forward(const Variable& x) {
-  const Variable h = bn2_->forward(conv2_->forward(relu(bn1_->forward(conv1_->forward(x)))));
+  const Variable h = bn2_->forward(conv2_->forward(bn1_->forward_relu(conv1_->forward(x))));
   Variable skip = shortcut_ ? shortcut_->forward(x) : x;
   if (skip.dtype() != h.dtype()) skip = cast(skip, h.dtype());
   return relu(add(h, skip));

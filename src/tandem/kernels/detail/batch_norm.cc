@@ -33,14 +33,18 @@ struct Backward {
   memory::desc scratchpad;
 };
 
-std::shared_ptr<Forward> forward_primitive(const Tensor& x, float eps, bool training) {
-  const std::string key =
-      tandem::detail::concat("bnorm_fwd:", training ? "train:" : "stats:", eps, ":", key_of(x));
+normalization_flags training_flags(bool relu) {
+  return relu ? affine() | normalization_flags::fuse_norm_relu : affine();
+}
+
+std::shared_ptr<Forward> forward_primitive(const Tensor& x, float eps, bool training, bool relu) {
+  const std::string key = tandem::detail::concat(
+      "bnorm_fwd:", training ? "train:" : "stats:", relu, ":", eps, ":", key_of(x));
   return cached<Forward>(key, [&] {
     return guarded("batch norm forward creation", [&] {
       auto p = std::make_shared<Forward>();
       const normalization_flags flags =
-          training ? affine() : affine() | normalization_flags::use_global_stats;
+          training ? training_flags(relu) : affine() | normalization_flags::use_global_stats;
       dnnl::batch_normalization_forward::desc desc(
           training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
           data_desc(x), eps, flags);
@@ -64,20 +68,25 @@ bool batch_norm_supported(const Tensor& x) {
 }
 
 BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     float eps) {
+                                     float eps, bool relu) {
   BatchNormForward r{Tensor::empty(x.shape(), x.dtype(), x.device()), channel_tensor(x),
-                     channel_tensor(x)};
-  auto p = forward_primitive(x, eps, true);
+                     channel_tensor(x), Tensor()};
+  auto p = forward_primitive(x, eps, true, relu);
   const memory::desc data = data_desc(x), channel = channel_desc(x);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
+                                       {DNNL_ARG_DST, memory_of(r.y, data)},
+                                       {DNNL_ARG_SCALE, memory_of(gamma, channel)},
+                                       {DNNL_ARG_SHIFT, memory_of(beta, channel)},
+                                       {DNNL_ARG_MEAN, memory_of(r.mean, channel)},
+                                       {DNNL_ARG_VARIANCE, memory_of(r.variance, channel)}};
+  if (relu) {
+    const memory::desc workspace = p->pd.workspace_desc();
+    r.relu_mask = Tensor::empty(Shape{static_cast<int64_t>(workspace.get_size())}, DType::u8,
+                                x.device());
+    args.emplace(DNNL_ARG_WORKSPACE, memory_of(r.relu_mask, workspace));
+  }
   guarded("batch norm forward", [&] {
-    execute(p->primitive, p->pd.scratchpad_desc(),
-            {{DNNL_ARG_SRC, memory_of(x, data)},
-             {DNNL_ARG_DST, memory_of(r.y, data)},
-             {DNNL_ARG_SCALE, memory_of(gamma, channel)},
-             {DNNL_ARG_SHIFT, memory_of(beta, channel)},
-             {DNNL_ARG_MEAN, memory_of(r.mean, channel)},
-             {DNNL_ARG_VARIANCE, memory_of(r.variance, channel)}},
-            x.device());
+    execute(p->primitive, p->pd.scratchpad_desc(), std::move(args), x.device());
   });
   return r;
 }
@@ -85,7 +94,7 @@ BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const
 Tensor batch_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& variance, float eps) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  auto p = forward_primitive(x, eps, false);
+  auto p = forward_primitive(x, eps, false, false);
   const memory::desc data = data_desc(x), channel = channel_desc(x);
   guarded("batch norm inference", [&] {
     execute(p->primitive, p->pd.scratchpad_desc(),
@@ -101,16 +110,18 @@ Tensor batch_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor&
 }
 
 NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                       const Tensor& variance, const Tensor& gamma, float eps) {
+                                       const Tensor& variance, const Tensor& gamma, float eps,
+                                       const Tensor& relu_mask) {
   NormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device()), channel_tensor(x),
               channel_tensor(x)};
-  auto hint = forward_primitive(x, eps, true);
-  const std::string key = tandem::detail::concat("bnorm_bwd:", eps, ":", key_of(x));
+  const bool relu = relu_mask.defined();
+  auto hint = forward_primitive(x, eps, true, relu);
+  const std::string key = tandem::detail::concat("bnorm_bwd:", relu, ":", eps, ":", key_of(x));
   auto p = cached<Backward>(key, [&] {
     return guarded("batch norm backward creation", [&] {
       auto b = std::make_shared<Backward>();
       dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, data_desc(dy),
-                                                    data_desc(x), eps, affine());
+                                                    data_desc(x), eps, training_flags(relu));
       dnnl::batch_normalization_backward::primitive_desc pd(desc, user_scratchpad_attr(),
                                                             cpu_engine(), hint->pd);
       b->primitive = dnnl::batch_normalization_backward(pd);
@@ -122,18 +133,18 @@ NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const 
   // oneDNN 2.6 checks that backward is given a shift under use_shift, though
   // the gradients do not depend on it.
   const Tensor unused_shift = Tensor::zeros(Shape{x.dim(-1)}, DType::f32, x.device());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
+                                       {DNNL_ARG_DIFF_DST, memory_of(dy, data)},
+                                       {DNNL_ARG_MEAN, memory_of(mean, channel)},
+                                       {DNNL_ARG_VARIANCE, memory_of(variance, channel)},
+                                       {DNNL_ARG_SCALE, memory_of(gamma, channel)},
+                                       {DNNL_ARG_SHIFT, memory_of(unused_shift, channel)},
+                                       {DNNL_ARG_DIFF_SRC, memory_of(g.dx, data)},
+                                       {DNNL_ARG_DIFF_SCALE, memory_of(g.dgamma, channel)},
+                                       {DNNL_ARG_DIFF_SHIFT, memory_of(g.dbeta, channel)}};
+  if (relu) args.emplace(DNNL_ARG_WORKSPACE, memory_of(relu_mask, hint->pd.workspace_desc()));
   guarded("batch norm backward", [&] {
-    execute(p->primitive, p->scratchpad,
-            {{DNNL_ARG_SRC, memory_of(x, data)},
-             {DNNL_ARG_DIFF_DST, memory_of(dy, data)},
-             {DNNL_ARG_MEAN, memory_of(mean, channel)},
-             {DNNL_ARG_VARIANCE, memory_of(variance, channel)},
-             {DNNL_ARG_SCALE, memory_of(gamma, channel)},
-             {DNNL_ARG_SHIFT, memory_of(unused_shift, channel)},
-             {DNNL_ARG_DIFF_SRC, memory_of(g.dx, data)},
-             {DNNL_ARG_DIFF_SCALE, memory_of(g.dgamma, channel)},
-             {DNNL_ARG_DIFF_SHIFT, memory_of(g.dbeta, channel)}},
-            x.device());
+    execute(p->primitive, p->scratchpad, std::move(args), x.device());
   });
   return g;
 }

@@ -14,20 +14,24 @@ namespace tandem::kernels::detail {
 bool batch_norm_supported(const Tensor& x);
 
 struct BatchNormForward {
-  Tensor y;         // x's shape and dtype
-  Tensor mean;      // (C,) f32
-  Tensor variance;  // (C,) f32, biased
+  Tensor y;          // x's shape and dtype
+  Tensor mean;       // (C,) f32
+  Tensor variance;   // (C,) f32, biased
+  Tensor relu_mask;  // with relu: the primitive's workspace (u8), for backward
 };
 
 // Training mode: x (R, C) in rows of C channels (any rank, channels last),
-// gamma and beta (C,) f32, R > 0.
+// gamma and beta (C,) f32, R > 0. relu: y = max(0, batch_norm(x)) in the
+// same pass (oneDNN's fuse_norm_relu).
 BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     float eps);
+                                     float eps, bool relu);
 // Inference mode with given statistics.
 Tensor batch_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& variance, float eps);
-// dx (through the batch statistics), dgamma and dbeta of batch_norm_training.
+// dx (through the batch statistics), dgamma and dbeta of batch_norm_training;
+// relu_mask as it returned (undefined without relu).
 NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                       const Tensor& variance, const Tensor& gamma, float eps);
+                                       const Tensor& variance, const Tensor& gamma, float eps,
+                                       const Tensor& relu_mask);
 
 }  // namespace tandem::kernels::detail
