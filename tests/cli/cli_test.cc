@@ -496,6 +496,20 @@ TEST(Cli, BenchTrainJson) {
   expect_one_line_error("bench train --precisions float64", "float64");
 }
 
+TEST(Cli, BenchScalingRunsTheReferenceModels) {
+  for (const std::string model : {"gpt --model-options layers=1,width=16,heads=2,context=8",
+                                  "resnet --model-options depth=8,width=4"}) {
+    const CommandResult r = run("bench scaling --model " + model +
+                                " --max-devices 2 --batch 4 --steps 1 --warmup 1 --repeats 1 --json");
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    ASSERT_GE(j.at("results").size(), 4u);
+    for (const auto& row : j.at("results"))
+      EXPECT_GT(row.at("examples_per_second_median").get<double>(), 0.0) << row.dump();
+  }
+  expect_one_line_error("bench scaling --model gpt --model-options wings=2", "wings");
+}
+
 TEST(Cli, BenchPeakAndMonitorJson) {
   const CommandResult peak_json =
       run("bench peak --size 128 --repeats 1 --threads 1 --json 2>/dev/null");

@@ -9,7 +9,8 @@
 // For the replicated runs each step splits into input (assembling the batch),
 // exposed communication (after the last replica's backward), idle (replicas
 // waiting: to start, for the slowest backward, for the step's end; means over
-// replicas) and compute (the rest).
+// replicas) and compute (the rest). Any built-in model: the image models on
+// random 28x28x1 images, gpt on random token sequences of its context.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/transformer.h"
 #include "tandem/train/throughput.h"
 #include "tandem/train/trainer.h"
 
@@ -31,6 +33,7 @@ namespace {
 
 struct ScalingOptions {
   std::string model = "cnn";
+  std::string model_options;  // nn::ModelOptions::settings of gpt and resnet
   int max_devices = 0;
   int64_t batch_size = 128;
   int64_t steps = 30;
@@ -64,15 +67,41 @@ struct Series {
   }
 };
 
+// The synthetic training data and the features the model reads.
+struct BenchData {
+  data::Dataset dataset;
+  std::string input = "image", labels = "label";
+};
+
+BenchData bench_data(const ScalingOptions& o) {
+  const int64_t n = o.batch_size * (o.steps + o.warmup);
+  const auto model = nn::make_model(o.model, {.settings = o.model_options});  // validates
+  const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
+  if (gpt == nullptr) return {data::as_dataset(synthetic_images(n))};
+  const int64_t T = gpt->config().context;
+  const auto V = static_cast<uint64_t>(gpt->config().vocabulary);
+  Generator g(5);
+  std::vector<int32_t> tokens(static_cast<size_t>(n * T)), targets(tokens.size());
+  for (auto& t : tokens) t = static_cast<int32_t>(g.next_below(V));
+  for (auto& t : targets) t = static_cast<int32_t>(g.next_below(V));
+  return {data::Dataset::from_tensors({{"tokens", Tensor::from_ints(Shape{n, T}, tokens)},
+                                       {"targets", Tensor::from_ints(Shape{n, T}, targets)}}),
+          "tokens", "targets"};
+}
+
 Run train_run(const ScalingOptions& o, const std::string& strategy, int devices, int threads,
-              const data::LabeledImages& data, bool overlap = true) {
+              const BenchData& data, bool overlap = true) {
   train::TrainConfig config{.epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
+  config.input_feature = data.input;
+  config.loss = train::make_loss("softmax_cross_entropy", {.labels = data.labels});
+  config.metrics.clear();  // throughput only
   config.strategy = {.name = strategy,
                      .devices = devices,
                      .threads_per_device = threads,
                      .allow_oversubscription = true};
   config.reducer.overlap = overlap;
-  train::Trainer trainer(config, train::builtin_model(o.model, precision::Policy::float32));
+  train::Trainer trainer(config, train::builtin_model(o.model, precision::Policy::float32, 0,
+                                                      std::nullopt, o.model_options));
   double seconds = 0, input = 0, exposed = 0, idle = 0;
   int64_t examples = 0;
   train::TrainCallbacks callbacks;
@@ -84,7 +113,7 @@ Run train_run(const ScalingOptions& o, const std::string& strategy, int devices,
     idle += s.idle_seconds;
     examples += s.batch_examples;
   };
-  trainer.fit(data::as_dataset(data), {}, callbacks);
+  trainer.fit(data.dataset, {}, callbacks);
   return {static_cast<double>(examples) / seconds, input / seconds, exposed / seconds,
           idle / seconds};
 }
@@ -97,6 +126,7 @@ Run capacity_run(const ScalingOptions& o, int n) {
     threads.emplace_back([&, i] {
       set_num_threads(1);
       rates[i] = train::measure_training_throughput({.model = o.model,
+                                                     .settings = o.model_options,
                                                      .batch_size = o.batch_size,
                                                      .warmup_steps = o.warmup,
                                                      .steps = o.steps,
@@ -116,8 +146,7 @@ int run_bench_scaling(const ScalingOptions& o) {
     TANDEM_THROW(InvalidArgument,
                  "--repeats, --steps and --batch-size must be positive, --warmup >= 0");
   }
-  nn::make_model(o.model);  // validates the name
-  const data::LabeledImages data = synthetic_images(o.batch_size * (o.steps + o.warmup));
+  const BenchData data = bench_data(o);
   std::vector<Series> series;
   series.push_back({fmt::format("capacity: {} x independent 1-thread", n), n, {}});
   series.push_back({"one_device x 1 thread", 1, {}});
@@ -172,6 +201,7 @@ int run_bench_scaling(const ScalingOptions& o) {
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"bench", "scaling"},
                                       {"model", o.model},
+                                      {"model_options", o.model_options},
                                       {"batch_size", o.batch_size},
                                       {"steps", o.steps},
                                       {"repeats", o.repeats},
@@ -196,7 +226,9 @@ Command add_bench_scaling_command(CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "scaling", "Throughput with 1..N replicas against the machine's capacity");
   auto o = std::make_shared<ScalingOptions>();
-  c->add_option("--model", o->model, "cnn or mlp")->capture_default_str();
+  c->add_option("--model", o->model, "cnn, mlp, gpt or resnet")->capture_default_str();
+  c->add_option("--model-options", o->model_options,
+                "Settings of gpt and resnet, KEY=VALUE,... (as tandem train's)");
   c->add_option("--max-devices", o->max_devices, "Most replicas (default: physical cores)");
   c->add_option("--batch-size,--batch", o->batch_size, "Global batch")->capture_default_str();
   c->add_option("--steps", o->steps, "Timed steps per run")->capture_default_str();
