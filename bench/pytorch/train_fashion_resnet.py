@@ -20,7 +20,6 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -35,14 +34,14 @@ def read_idx(path):
         data = f.read()
     dims = data[3]
     shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def load_split(directory, prefix):
     images = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
-    x = (torch.from_numpy(images.astype(np.float32)) / 255.0 - MEAN) / STD
-    return x.unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
+    x = (images.float() / 255.0 - MEAN) / STD
+    return x.unsqueeze(1), labels.long()
 
 
 def augment(images, padding, generator):
