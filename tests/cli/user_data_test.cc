@@ -313,6 +313,27 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   testing::expect_one_line_error("generate " + run_dir + " --prompt x --temperature -1",
                                  "temperature");
   testing::expect_one_line_error("generate " + dir + " --prompt x", "holds no checkpoint");
+  // The same shards train a Transformer written as a model file.
+  const std::string model_file = dir + "/tiny_gpt.toml";
+  std::ofstream(model_file)
+      << "input_shape = [32]\ninput_dtype = \"i32\"\nlayers = [\n"
+         "  { type = \"embedding\", vocabulary = 256, dim = 32 },\n"
+         "  { type = \"position_embedding\" },\n"
+         "  { type = \"residual\", layers = [ { type = \"layer_norm\" }, "
+         "{ type = \"attention\", heads = 2 } ] },\n"
+         "  { type = \"residual\", layers = [ { type = \"layer_norm\" }, "
+         "{ type = \"dense\", units = 64, activation = \"gelu_tanh\" }, "
+         "{ type = \"dense\", units = 32 } ] },\n"
+         "  { type = \"layer_norm\" },\n  { type = \"dense\", units = 256 },\n]\n";
+  auto from_file = testing::run("train --model " + model_file + " --data " + dir +
+                                "/data/train.toml --validation-data " + dir +
+                                "/data/validation.toml --metrics bits_per_byte --optimizer adamw "
+                                "--lr 0.01 --batch-size 16 --epochs 2 --quiet --output " + dir +
+                                "/run_file");
+  ASSERT_EQ(from_file.status, 0) << from_file.output;
+  std::ifstream file_summary(dir + "/run_file/summary.json");
+  const nlohmann::json f = nlohmann::json::parse(file_summary);
+  EXPECT_LT(f["validation_bits_per_byte"].get<double>(), 3.5) << f.dump();
 }
 
 TEST(LanguageModel, BadCorporaAndModelOptionsAreOneClearError) {

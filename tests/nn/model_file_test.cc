@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -125,6 +126,63 @@ TEST(ModelFile, TheExampleFileIsTheReferenceCnn) {
   auto builtin = nn::make_cnn({.seed = 11});
   EXPECT_EQ(from_file->parameter_count(), 421642);
   expect_same_model(*from_file, *builtin, testing::random_tensor(Shape{2, 28, 28, 1}, -1, 1, 8));
+}
+
+// The example ResNet-20 is the built-in resnet: the same parameters in the
+// same order from the same seed (under the file's own paths) and the same
+// logits, in training mode (batch statistics) and in evaluation.
+TEST(ModelFile, TheExampleResNetFileIsTheBuiltInResNet) {
+  const std::string path = std::string(TANDEM_SOURCE_DIR) + "/examples/models/resnet20.toml";
+  const nn::ModelDefinition definition = nn::parse_model_definition(read_text(path), path);
+  EXPECT_EQ(definition.output_shape(), (std::vector<int64_t>{10}));
+  auto from_file = nn::build_model(definition, {.seed = 12});
+  auto builtin = nn::make_model("resnet", {.seed = 12});
+  EXPECT_EQ(from_file->parameter_count(), 272186);
+  const auto pa = from_file->named_parameters(), pb = builtin->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].second.value().to_floats(), pb[i].second.value().to_floats())
+        << pa[i].first << " vs " << pb[i].first;
+  }
+  EXPECT_TRUE(std::any_of(pa.begin(), pa.end(), [](const auto& p) {
+    return p.first == "8.shortcut.0.weight";  // stage 3's projection
+  }));
+  const Tensor images = testing::random_tensor(Shape{3, 28, 28, 1}, -1, 1, 13);
+  for (const bool training : {true, false}) {
+    from_file->train(training);
+    builtin->train(training);
+    NoGradGuard no_grad;
+    const auto a = from_file->forward(Variable(images)).value().to_floats();
+    const auto b = builtin->forward(Variable(images)).value().to_floats();
+    ASSERT_EQ(a.size(), 30u);
+    EXPECT_EQ(a, b) << (training ? "training" : "evaluation");
+  }
+}
+
+// The example GPT builds, maps (B, 128) tokens to (B, 128, 256) logits, and
+// its attention is causal: a later token never changes an earlier logit.
+TEST(ModelFile, TheExampleGptFileIsACausalLanguageModel) {
+  const std::string path = std::string(TANDEM_SOURCE_DIR) + "/examples/models/gpt_small.toml";
+  const nn::ModelDefinition definition = nn::parse_model_definition(read_text(path), path);
+  EXPECT_EQ(definition.output_shape(), (std::vector<int64_t>{128, 256}));
+  auto model = nn::build_model(definition, {.seed = 3});
+  model->train(false);
+  std::vector<int32_t> tokens(2 * 128);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37) % 256);
+  NoGradGuard no_grad;
+  const auto before =
+      model->forward(Variable(Tensor::from_ints(Shape{2, 128}, tokens))).value().to_floats();
+  ASSERT_EQ(before.size(), 2u * 128 * 256);
+  tokens[100] = (tokens[100] + 1) % 256;  // sequence 0, position 100
+  const auto after =
+      model->forward(Variable(Tensor::from_ints(Shape{2, 128}, tokens))).value().to_floats();
+  const auto logit = [](int64_t b, int64_t t) { return (b * 128 + t) * 256; };
+  for (int64_t t = 0; t < 128; ++t) {
+    const bool same = std::equal(before.begin() + logit(0, t), before.begin() + logit(0, t + 1),
+                                 after.begin() + logit(0, t));
+    EXPECT_EQ(same, t < 100) << "position " << t;
+  }
+  EXPECT_TRUE(std::equal(before.begin() + logit(1, 0), before.end(), after.begin() + logit(1, 0)));
 }
 
 TEST(ModelFile, TheDocsListEveryLayerTypeAndKey) {
@@ -384,11 +442,37 @@ std::vector<ErrorCase> error_cases() {
       {"huge size", layers("[4]", "type = \"dense\"\nunits = 9999999999\n"),
        "model.toml:4: layer 0 (dense): ", "units must be at most 2147483648"},
       {"bad activation", layers("[4]", dense + "activation = \"tanh\"\n"),
-       "model.toml:5: layer 0 (dense): ", "activation must be \"none\", \"relu\" or \"gelu\""},
+       "model.toml:5: layer 0 (dense): ",
+       "activation must be \"none\", \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\""},
       {"bad function", layers("[4]", "type = \"activation\"\nfunction = \"none\"\n"),
-       "model.toml:4: layer 0 (activation): ", "function must be \"relu\" or \"gelu\""},
-      {"dense on an image", layers("[28, 28, 1]", dense), "model.toml:2: layer 0 (dense): ",
-       "needs a rank-1 input per example (features), got (28, 28, 1); put a flatten layer"},
+       "model.toml:4: layer 0 (activation): ",
+       "function must be \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\""},
+      {"global_avg_pool on features", layers("[4]", "type = \"global_avg_pool\"\n"),
+       "model.toml:2: layer 0 (global_avg_pool): ",
+       "needs a (height, width, channels) input per example, got (4)"},
+      {"batch_norm with an activation it cannot fuse",
+       layers("[4]", "type = \"batch_norm\"\nactivation = \"gelu\"\n"),
+       "model.toml:4: layer 0 (batch_norm): ",
+       "activation must be \"none\" or \"relu\" (fused into the batch norm), got \"gelu\""},
+      {"residual paths of different shapes",
+       layers("[8]", "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
+                     "shortcut = [ { type = \"dense\", units = 5 } ]\n"),
+       "model.toml:2: layer 0 (residual): ", "its layers map (8) to (4) and its shortcut to (5)"},
+      {"error inside a shortcut",
+       layers("[8]", "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
+                     "shortcut = [ { type = \"dense\", units = 0 } ]\n"),
+       "model.toml:5: layer 0.shortcut.0 (dense): ", "units must be positive, got 0"},
+      {"attention heads that do not divide the width",
+       layers("[4, 6]", "type = \"attention\"\nheads = 4\n"),
+       "model.toml:4: layer 0 (attention): ", "width 6 is not divisible by heads 4"},
+      {"attention on features", layers("[6]", "type = \"attention\"\nheads = 2\n"),
+       "model.toml:2: layer 0 (attention): ",
+       "needs a (positions, width) input per example, got (6)"},
+      {"attention dropout 1", layers("[4, 6]", "type = \"attention\"\nheads = 2\ndropout = 1\n"),
+       "model.toml:5: layer 0 (attention): ", "dropout must be in [0, 1)"},
+      {"position_embedding on features", layers("[6]", "type = \"position_embedding\"\n"),
+       "model.toml:2: layer 0 (position_embedding): ",
+       "needs a (positions, width) input per example, got (6)"},
       {"conv2d on features", layers("[4]", "type = \"conv2d\"\nfilters = 2\nkernel = 1\n"),
        "model.toml:2: layer 0 (conv2d): ",
        "needs a (height, width, channels) input per example, got (4)"},

@@ -10,5 +10,11 @@ Variable ReLU::forward(const Variable& input) {
 Variable GELU::forward(const Variable& input) {
   return gelu(input);
 }
+Variable GELUTanh::forward(const Variable& input) {
+  return gelu_tanh(input);
+}
+Variable SiLU::forward(const Variable& input) {
+  return silu(input);
+}
 
 }  // namespace tandem::nn

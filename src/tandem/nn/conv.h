@@ -49,4 +49,24 @@ class MaxPool2d : public Module {
   kernels::Pool2dGeometry geometry_;
 };
 
+// Average pooling, padding counted (PyTorch's count_include_pad=True).
+class AvgPool2d : public Module {
+ public:
+  // stride 0 means stride = kernel_size.
+  explicit AvgPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
+
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+ private:
+  kernels::Pool2dGeometry geometry_;
+};
+
+// (N, H, W, C) -> (N, C): the mean over each image.
+class GlobalAvgPool : public Module {
+ public:
+  Variable forward(const Variable& input) override;
+  std::string describe() const override { return "GlobalAvgPool"; }
+};
+
 }  // namespace tandem::nn

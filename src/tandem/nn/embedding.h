@@ -21,4 +21,20 @@ class Embedding : public Module {
   Variable weight_;
 };
 
+// Learned position embeddings: adds row t of a (positions, dim) table to
+// position t of (..., T, dim) inputs, T <= positions; initialised N(0, 0.02)
+// as GPT-2's. The table is cast to the input's dtype (mixed precision).
+class PositionEmbedding : public Module {
+ public:
+  PositionEmbedding(int64_t positions, int64_t dim, Generator& generator = thread_generator());
+  // Throws ShapeError for a rank below 2, a last dimension other than dim,
+  // or more positions than the table has.
+  Variable forward(const Variable& input) override;
+  std::string describe() const override;
+
+ private:
+  int64_t positions_, dim_;
+  Variable weight_;
+};
+
 }  // namespace tandem::nn

@@ -21,6 +21,7 @@
 #include "tandem/nn/linear.h"
 #include "tandem/nn/normalization.h"
 #include "tandem/nn/residual.h"
+#include "tandem/nn/transformer.h"
 
 namespace tandem::nn {
 namespace {
@@ -47,13 +48,17 @@ const std::vector<KindInfo>& kinds() {
        "conv2d",
        {"filters", "kernel", "stride", "padding", "activation", "bias"}},
       {LayerKind::max_pool2d, "max_pool2d", {"size", "stride"}},
-      {LayerKind::batch_norm, "batch_norm", {"momentum", "eps", "synchronized"}},
+      {LayerKind::batch_norm, "batch_norm", {"momentum", "eps", "synchronized", "activation"}},
       {LayerKind::layer_norm, "layer_norm", {"eps"}},
       {LayerKind::dropout, "dropout", {"rate"}},
       {LayerKind::flatten, "flatten", {}},
       {LayerKind::embedding, "embedding", {"vocabulary", "dim"}},
       {LayerKind::activation, "activation", {"function"}},
-      {LayerKind::residual, "residual", {"layers"}},
+      {LayerKind::residual, "residual", {"layers", "shortcut", "activation"}},
+      {LayerKind::avg_pool2d, "avg_pool2d", {"size", "stride"}},
+      {LayerKind::global_avg_pool, "global_avg_pool", {}},
+      {LayerKind::position_embedding, "position_embedding", {}},
+      {LayerKind::attention, "attention", {"heads", "dropout"}},
   };
   return table;
 }
@@ -246,15 +251,18 @@ class LayerReader {
     return *value;
   }
 
-  // "none" (when allowed), "relu" or "gelu".
+  // "none" (when allowed), "relu", "gelu", "gelu_tanh" or "silu".
   kernels::Activation activation(std::string_view key, bool allow_none) const {
     const std::optional<std::string> name = string(key, !allow_none);
     if (!name) return kernels::Activation::none;
-    if (*name == "relu") return kernels::Activation::relu;
-    if (*name == "gelu") return kernels::Activation::gelu;
+    for (const kernels::Activation a :
+         {kernels::Activation::relu, kernels::Activation::gelu, kernels::Activation::gelu_tanh,
+          kernels::Activation::silu}) {
+      if (*name == kernels::activation_name(a)) return a;
+    }
     if (*name == "none" && allow_none) return kernels::Activation::none;
-    fail_at(key, key, " must be ", allow_none ? "\"none\", " : "", "\"relu\" or \"gelu\", got \"",
-            *name, "\"");
+    fail_at(key, key, " must be ", allow_none ? "\"none\", " : "",
+            "\"relu\", \"gelu\", \"gelu_tanh\" or \"silu\", got \"", *name, "\"");
   }
 
  private:
@@ -288,11 +296,9 @@ void parse_dense(const LayerReader& r, LayerDefinition& d) {
   d.units = r.size("units");
   d.activation = r.activation("activation", true);
   d.bias = r.boolean("bias", true);
-  if (d.input_shape.size() != 1) {
-    r.fail(r.line(), "needs a rank-1 input per example (features), got ", shape_text(d.input_shape),
-           "; put a flatten layer before it");
-  }
-  d.output_shape = {d.units};
+  // Over the last dimension, like Keras's Dense and PyTorch's Linear.
+  d.output_shape = d.input_shape;
+  d.output_shape.back() = d.units;
 }
 
 void parse_conv2d(const LayerReader& r, LayerDefinition& d) {
@@ -326,7 +332,8 @@ void parse_conv2d(const LayerReader& r, LayerDefinition& d) {
                     d.units};
 }
 
-void parse_max_pool2d(const LayerReader& r, LayerDefinition& d) {
+// max_pool2d and avg_pool2d.
+void parse_pool2d(const LayerReader& r, LayerDefinition& d) {
   d.kernel = r.size("size");
   d.stride = r.size("stride", d.kernel);
   require_image(r, d.input_shape);
@@ -349,6 +356,40 @@ void parse_batch_norm(const LayerReader& r, LayerDefinition& d) {
   d.momentum = static_cast<float>(momentum);
   d.eps = parse_eps(r);
   d.synchronized = r.boolean("synchronized", false);
+  d.activation = r.activation("activation", true);
+  if (d.activation != kernels::Activation::none && d.activation != kernels::Activation::relu) {
+    r.fail_at("activation", "activation must be \"none\" or \"relu\" (fused into the batch "
+              "norm), got \"", kernels::activation_name(d.activation), "\"; put an activation "
+              "layer after it");
+  }
+  d.output_shape = d.input_shape;
+}
+
+void parse_global_avg_pool(const LayerReader& r, LayerDefinition& d) {
+  require_image(r, d.input_shape);
+  d.output_shape = {d.input_shape[2]};
+}
+
+void parse_position_embedding(const LayerReader& r, LayerDefinition& d) {
+  if (d.input_shape.size() != 2) {
+    r.fail(r.line(), "needs a (positions, width) input per example, got ",
+           shape_text(d.input_shape), "; put it after an embedding");
+  }
+  d.output_shape = d.input_shape;
+}
+
+void parse_attention(const LayerReader& r, LayerDefinition& d) {
+  d.heads = r.size("heads");
+  const float p = static_cast<float>(r.number("dropout", 0.0));
+  if (!(p >= 0.0f && p < 1.0f)) r.fail_at("dropout", "dropout must be in [0, 1), got ", p);
+  d.rate = p;
+  if (d.input_shape.size() != 2) {
+    r.fail(r.line(), "needs a (positions, width) input per example, got ",
+           shape_text(d.input_shape));
+  }
+  if (d.input_shape[1] % d.heads != 0) {
+    r.fail_at("heads", "width ", d.input_shape[1], " is not divisible by heads ", d.heads);
+  }
   d.output_shape = d.input_shape;
 }
 
@@ -504,7 +545,7 @@ LayerDefinition Parser::parse_layer(const toml::table& table, const std::string&
       parse_conv2d(r, d);
       break;
     case LayerKind::max_pool2d:
-      parse_max_pool2d(r, d);
+      parse_pool2d(r, d);
       break;
     case LayerKind::batch_norm:
       parse_batch_norm(r, d);
@@ -527,21 +568,41 @@ LayerDefinition Parser::parse_layer(const toml::table& table, const std::string&
       d.output_shape = d.input_shape;
       break;
     case LayerKind::residual: {
-      const toml::node& inner = r.required("layers");
-      const toml::array* array = inner.as_array();
-      if (!array) {
-        r.fail(line_of(inner), "layers must be an array of layer tables, got ", value_kind(inner));
-      }
-      if (array->empty()) r.fail(line_of(inner), "layers is empty");
-      Flow body = flow;
-      d.layers = parse_layers(*array, path, body);
-      if (body.shape != d.input_shape) {
+      const auto inner_layers = [&](std::string_view key, const std::string& prefix,
+                                    Flow& inner_flow) {
+        const toml::node& inner = r.required(key);
+        const toml::array* array = inner.as_array();
+        if (!array) {
+          r.fail(line_of(inner), key, " must be an array of layer tables, got ",
+                 value_kind(inner));
+        }
+        if (array->empty()) r.fail(line_of(inner), key, " is empty");
+        return parse_layers(*array, prefix, inner_flow);
+      };
+      Flow body = flow, skip = flow;
+      d.layers = inner_layers("layers", path, body);
+      if (r.find("shortcut")) d.shortcut = inner_layers("shortcut", path + ".shortcut", skip);
+      if (body.shape != skip.shape) {
         r.fail(r.line(), "its layers map ", shape_text(d.input_shape), " to ",
-               shape_text(body.shape), "; a residual block's output must have its input's shape");
+               shape_text(body.shape), " and its shortcut to ", shape_text(skip.shape),
+               "; a residual block's two paths must give the same shape");
       }
-      d.output_shape = d.input_shape;
+      d.activation = r.activation("activation", true);
+      d.output_shape = body.shape;
       break;
     }
+    case LayerKind::avg_pool2d:
+      parse_pool2d(r, d);
+      break;
+    case LayerKind::global_avg_pool:
+      parse_global_avg_pool(r, d);
+      break;
+    case LayerKind::position_embedding:
+      parse_position_embedding(r, d);
+      break;
+    case LayerKind::attention:
+      parse_attention(r, d);
+      break;
   }
   if (!element_count(d.output_shape)) {
     r.fail(r.line(), "its output ", shape_text(d.output_shape), " has more than ", kMaxElements,
@@ -573,7 +634,7 @@ struct Builder {
         &d == last_matrix ? last_layer_output_dtype(options) : options.activation_dtype;
     switch (d.kind) {
       case LayerKind::dense:
-        return std::make_shared<Linear>(d.input_shape[0], d.units,
+        return std::make_shared<Linear>(d.input_shape.back(), d.units,
                                         LinearOptions{.bias = d.bias,
                                                       .activation = d.activation,
                                                       .compute_dtype = options.compute_dtype,
@@ -592,7 +653,8 @@ struct Builder {
         return std::make_shared<MaxPool2d>(d.kernel, d.stride);
       case LayerKind::batch_norm:
         return std::make_shared<BatchNorm2d>(d.input_shape.back(), d.eps, d.momentum,
-                                             d.synchronized);
+                                             d.synchronized,
+                                             d.activation == kernels::Activation::relu);
       case LayerKind::layer_norm:
         return std::make_shared<LayerNorm>(d.input_shape.back(), d.eps);
       case LayerKind::dropout:
@@ -602,12 +664,39 @@ struct Builder {
       case LayerKind::embedding:
         return std::make_shared<Embedding>(d.vocabulary, d.units, generator);
       case LayerKind::activation:
-        if (d.activation == kernels::Activation::gelu) return std::make_shared<GELU>();
-        return std::make_shared<ReLU>();
+        switch (d.activation) {
+          case kernels::Activation::gelu:
+            return std::make_shared<GELU>();
+          case kernels::Activation::gelu_tanh:
+            return std::make_shared<GELUTanh>();
+          case kernels::Activation::silu:
+            return std::make_shared<SiLU>();
+          default:
+            return std::make_shared<ReLU>();
+        }
       case LayerKind::residual: {
-        std::vector<std::shared_ptr<Module>> body;
+        std::vector<std::shared_ptr<Module>> body, shortcut;
         for (const LayerDefinition& inner : d.layers) body.push_back(build(inner));
-        return std::make_shared<Residual>(std::move(body));
+        for (const LayerDefinition& inner : d.shortcut) shortcut.push_back(build(inner));
+        return std::make_shared<Residual>(std::move(body), std::move(shortcut), d.activation);
+      }
+      case LayerKind::avg_pool2d:
+        return std::make_shared<AvgPool2d>(d.kernel, d.stride);
+      case LayerKind::global_avg_pool:
+        return std::make_shared<GlobalAvgPool>();
+      case LayerKind::position_embedding:
+        return std::make_shared<PositionEmbedding>(d.input_shape[0], d.input_shape[1], generator);
+      case LayerKind::attention: {
+        // One block's worth of GPT-2 initialisation (the output projection
+        // scaled by 1 / sqrt(2)).
+        const GptConfig config{.context = d.input_shape[0],
+                               .layers = 1,
+                               .width = d.input_shape[1],
+                               .heads = d.heads,
+                               .dropout = d.rate,
+                               .compute_dtype = options.compute_dtype,
+                               .activation_dtype = options.activation_dtype};
+        return std::make_shared<CausalSelfAttention>(config, generator);
       }
     }
     TANDEM_THROW(Error, "unhandled layer kind ", static_cast<int>(d.kind));

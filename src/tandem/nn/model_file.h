@@ -27,8 +27,12 @@ enum class LayerKind : uint8_t {
   dropout,     // Dropout
   flatten,     // Flatten
   embedding,   // Embedding
-  activation,  // ReLU or GELU
-  residual,    // Residual
+  activation,          // ReLU, GELU, GELUTanh or SiLU
+  residual,            // Residual
+  avg_pool2d,          // AvgPool2d
+  global_avg_pool,     // GlobalAvgPool
+  position_embedding,  // PositionEmbedding
+  attention,           // CausalSelfAttention
 };
 
 std::string_view layer_kind_name(LayerKind kind);
@@ -50,17 +54,20 @@ struct LayerDefinition {
   std::vector<int64_t> input_shape, output_shape;
 
   int64_t units = 0;       // dense: units; conv2d: filters; embedding: dim
-  int64_t kernel = 0;      // conv2d: kernel size; max_pool2d: window size
-  int64_t stride = 1;      // conv2d, max_pool2d
+  int64_t kernel = 0;      // conv2d: kernel size; max_pool2d, avg_pool2d: window size
+  int64_t stride = 1;      // conv2d, max_pool2d, avg_pool2d
   int64_t padding = 0;     // conv2d: zeros on each side
   int64_t vocabulary = 0;  // embedding
-  kernels::Activation activation = kernels::Activation::none;  // dense, conv2d, activation
+  int64_t heads = 0;       // attention
+  // dense, conv2d, activation; batch_norm (relu) and residual: after the layer
+  kernels::Activation activation = kernels::Activation::none;
   bool bias = true;                                            // dense, conv2d
-  float rate = 0.0f;                                           // dropout
+  float rate = 0.0f;                                           // dropout, attention
   float eps = 1e-5f;                                           // batch_norm, layer_norm
   float momentum = 0.1f;                                       // batch_norm
   bool synchronized = false;                                   // batch_norm
   std::vector<LayerDefinition> layers;                         // residual
+  std::vector<LayerDefinition> shortcut;                       // residual (empty: identity)
 
   bool operator==(const LayerDefinition&) const = default;
 };

@@ -40,8 +40,12 @@ std::string LayerNorm::describe() const {
   return "LayerNorm(" + std::to_string(features_) + ")";
 }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool synchronized)
-    : channels_(channels), eps_(eps), momentum_(momentum), synchronized_(synchronized) {
+BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool synchronized, bool relu)
+    : channels_(channels),
+      eps_(eps),
+      momentum_(momentum),
+      synchronized_(synchronized),
+      relu_(relu) {
   if (channels <= 0 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) {
     TANDEM_THROW(InvalidArgument,
                  "BatchNorm2d: channels and eps must be positive and momentum "
@@ -58,23 +62,21 @@ Variable BatchNorm2d::forward(const Variable& input) {
   check_last_dim(input, channels_, "BatchNorm2d");
   if (synchronized_ && is_training()) {
     if (CrossReplicaSum* replicas = current_cross_replica_sum()) {
-      return sync_batch_norm(input, gamma_, beta_, *running_mean_, *running_var_, momentum_, eps_,
-                             *replicas);
+      const Variable y = sync_batch_norm(input, gamma_, beta_, *running_mean_, *running_var_,
+                                         momentum_, eps_, *replicas);
+      return relu_ ? relu(y) : y;
     }
+  }
+  if (relu_) {
+    return batch_norm_relu(input, gamma_, beta_, *running_mean_, *running_var_, is_training(),
+                           momentum_, eps_);
   }
   return batch_norm(input, gamma_, beta_, *running_mean_, *running_var_, is_training(), momentum_,
                     eps_);
 }
 
-Variable BatchNorm2d::forward_relu(const Variable& input) {
-  check_last_dim(input, channels_, "BatchNorm2d");
-  if (synchronized_ && is_training() && current_cross_replica_sum()) return relu(forward(input));
-  return batch_norm_relu(input, gamma_, beta_, *running_mean_, *running_var_, is_training(),
-                         momentum_, eps_);
-}
-
 std::string BatchNorm2d::describe() const {
-  return "BatchNorm2d(" + std::to_string(channels_) + ")";
+  return "BatchNorm2d(" + std::to_string(channels_) + (relu_ ? ", relu)" : ")");
 }
 
 }  // namespace tandem::nn

@@ -22,13 +22,11 @@ class BatchNorm2d : public Module {
  public:
   // synchronized: in training under a replicated strategy, take the batch
   // statistics over all replicas (synchronised batch norm) instead of each
-  // replica's own rows.
+  // replica's own rows. relu: the output is max(0, BN(x)), in the same pass
+  // where the kernels fuse them (single-device statistics, f32 and bf16).
   explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
-                       bool synchronized = false);
+                       bool synchronized = false, bool relu = false);
   Variable forward(const Variable& input) override;
-  // relu(forward(input)), fused into one pass where the kernels can
-  // (single-device statistics, f32 and bf16).
-  Variable forward_relu(const Variable& input);
   std::string describe() const override;
 
   const Tensor& running_mean() const { return *running_mean_; }
@@ -37,7 +35,7 @@ class BatchNorm2d : public Module {
  private:
   int64_t channels_;
   float eps_, momentum_;
-  bool synchronized_;
+  bool synchronized_, relu_;
   Variable gamma_, beta_;
   Tensor* running_mean_;
   Tensor* running_var_;

@@ -1,12 +1,15 @@
 #pragma once
-// Residual: output = input + layers(input), the layers applied in order and
-// named "0", "1", ... like Sequential's. The layers must map the input to its
-// own shape; their output's dtype is the sum's (the shortcut is cast to it),
-// so a residual block keeps the activation dtype of mixed precision.
+// Residual: output = activation(layers(input) + shortcut(input)), the layers
+// applied in order and named "0", "1", ... like Sequential's; the shortcut is
+// the identity, or its own layers ("shortcut.0", ...: a projection such as
+// ResNet's 1x1 convolution + BN). Both paths must give the same shape; the
+// layers' output dtype is the sum's (the shortcut is cast to it), so a
+// residual block keeps the activation dtype of mixed precision.
 
 #include <memory>
 #include <vector>
 
+#include "tandem/kernels/activation.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::nn {
@@ -14,7 +17,9 @@ namespace tandem::nn {
 class Residual : public Module {
  public:
   // Throws InvalidArgument for no layers or a null one.
-  explicit Residual(std::vector<std::shared_ptr<Module>> layers);
+  explicit Residual(std::vector<std::shared_ptr<Module>> layers,
+                    std::vector<std::shared_ptr<Module>> shortcut = {},
+                    kernels::Activation activation = kernels::Activation::none);
 
   // Throws ShapeError naming both shapes when the layers change the shape.
   Variable forward(const Variable& input) override;
@@ -24,7 +29,8 @@ class Residual : public Module {
   Module& operator[](size_t i) const { return *layers_.at(i); }
 
  private:
-  std::vector<std::shared_ptr<Module>> layers_;
+  std::vector<std::shared_ptr<Module>> layers_, shortcut_;
+  kernels::Activation activation_;
 };
 
 }  // namespace tandem::nn

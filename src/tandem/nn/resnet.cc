@@ -4,7 +4,6 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
-#include "tandem/nn/activation.h"
 
 namespace tandem::nn {
 namespace {
@@ -36,7 +35,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const ResNetConf
                        Generator& generator)
     : in_(in), out_(out), stride_(stride) {
   conv1_ = std::make_shared<Conv2d>(in, out, 3, conv_options(config, stride, 1), generator);
-  bn1_ = std::make_shared<BatchNorm2d>(out, 1e-5f, 0.1f, config.synchronized_batch_norm);
+  bn1_ = std::make_shared<BatchNorm2d>(out, 1e-5f, 0.1f, config.synchronized_batch_norm, true);
   conv2_ = std::make_shared<Conv2d>(out, out, 3, conv_options(config, 1, 1), generator);
   bn2_ = std::make_shared<BatchNorm2d>(out, 1e-5f, 0.1f, config.synchronized_batch_norm);
   register_module("conv1", conv1_);
@@ -52,7 +51,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const ResNetConf
 }
 
 Variable BasicBlock::forward(const Variable& x) {
-  const Variable h = bn2_->forward(conv2_->forward(bn1_->forward_relu(conv1_->forward(x))));
+  const Variable h = bn2_->forward(conv2_->forward(bn1_->forward(conv1_->forward(x))));
   Variable skip = shortcut_ ? shortcut_->forward(x) : x;
   if (skip.dtype() != h.dtype()) skip = cast(skip, h.dtype());
   return relu(add(h, skip));
@@ -68,8 +67,7 @@ ResNet::ResNet(const ResNetConfig& config, Generator& generator) : config_(confi
   const int64_t per_stage = (config.depth - 2) / 6;
   stem_ = std::make_shared<Sequential>();
   stem_->emplace<Conv2d>(config.channels, config.width, 3, conv_options(config, 1, 1), generator)
-      .emplace<BatchNorm2d>(config.width, 1e-5f, 0.1f, config.synchronized_batch_norm)
-      .emplace<ReLU>();
+      .emplace<BatchNorm2d>(config.width, 1e-5f, 0.1f, config.synchronized_batch_norm, true);
   register_module("stem", stem_);
   stages_ = std::make_shared<Sequential>();
   int64_t in = config.width;
