@@ -121,16 +121,18 @@ Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variabl
   if (count == 0) TANDEM_THROW(ShapeError, "sync_batch_norm: no rows on any replica");
   Tensor mean = Tensor::empty(Shape{C});
   for (int64_t c = 0; c < C; ++c) mean.data<float>()[c] = s[c] / static_cast<float>(count);
-  // 2. Global biased variance around the global mean.
+  // 2. Global biased variance around the global mean: each replica's sum of
+  // squared deviations from it, rows x (local variance + (local mean -
+  // global mean)^2), in double, without a second pass over x.
   Tensor squares = Tensor::zeros(Shape{C});
   if (local_rows > 0) {
-    const std::vector<float> values = xv.to_floats();
-    std::vector<double> acc(static_cast<size_t>(C), 0.0);
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double d = values[i] - mean.data<float>()[i % C];
-      acc[i % C] += d * d;
+    const float* lm = local.mean.data<float>();
+    const float* lv = local.variance.data<float>();
+    for (int64_t c = 0; c < C; ++c) {
+      const double shift = static_cast<double>(lm[c]) - mean.data<float>()[c];
+      squares.data<float>()[c] = static_cast<float>(static_cast<double>(local_rows) *
+                                                    (static_cast<double>(lv[c]) + shift * shift));
     }
-    for (int64_t c = 0; c < C; ++c) squares.data<float>()[c] = static_cast<float>(acc[c]);
   }
   replicas.sum(squares);
   kernels::Moments global;

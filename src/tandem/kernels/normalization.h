@@ -1,7 +1,9 @@
 #pragma once
 // Layer and batch normalisation over the last dimension (features/channels;
 // tandem images are channels-last). Statistics are accumulated in double and
-// stored in f32; x may be f32, bf16 or f16 and y has x's dtype.
+// stored in f32 (except single-device batch norm in f32 and bf16, which runs
+// on oneDNN's primitive: see batch_norm_train); x may be f32, bf16 or f16 and
+// y has x's dtype.
 // Legend: R rows (every dimension but the last), C the last dimension.
 // Batch norm is split the way synchronised batch norm needs it: per-channel
 // moments, then the normalisation; in backward, per-channel sums, then dx.
