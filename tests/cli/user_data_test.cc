@@ -298,6 +298,17 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   EXPECT_LT(s["validation_bits_per_byte"].get<double>(), 3.5) << s.dump();
   EXPECT_NEAR(s["validation_perplexity"].get<double>(),
               std::exp2(s["validation_bits_per_byte"].get<double>()), 1e-3);
+  // With --clip-norm every step line carries the gradient norm before clipping.
+  std::ifstream metrics(run_dir + "/metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("type") != "step") continue;
+    ++steps;
+    ASSERT_TRUE(j.at("gradient_norm").is_number()) << line;
+    EXPECT_GT(j.at("gradient_norm").get<double>(), 0.0) << line;
+  }
+  EXPECT_GT(steps, 0);
   auto evaluated = testing::run("evaluate " + run_dir + " --json");
   ASSERT_EQ(evaluated.status, 0) << evaluated.output;
   EXPECT_NE(evaluated.output.find("bits_per_byte"), std::string::npos) << evaluated.output;

@@ -237,6 +237,7 @@ void Monitor::on_step(const train::StepInfo& s) {
                     .input_seconds = s.input_seconds,
                     .flops = static_cast<double>(flops_now - flops_at_last_step_),
                     .loss_scale = s.loss_scale,
+                    .gradient_norm = s.gradient_norm,
                     .skipped = s.skipped};
   flops_at_last_step_ = flops_now;
   for (const train::ReplicaStepTime& t : s.replicas) {

@@ -4,6 +4,7 @@
 // StepRecords the same way, so summary.json and report.html agree.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,7 @@ struct StepRecord {
   int64_t allreduce_bytes = 0;     // wire bytes of local replica 0's buckets
   double allreduce_seconds = 0.0;  // their collectives' durations, summed
   double loss_scale = 1.0;
+  double gradient_norm = NAN;  // before clipping; NaN: not computed (no clipping)
   bool skipped = false;
   int64_t rss_bytes = 0;  // the process's resident set (read at most once a second)
 };

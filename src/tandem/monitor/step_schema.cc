@@ -36,6 +36,10 @@ const StepField kStepFields[] = {
      TANDEM_STEP_MEMBER(examples_per_second)},
     {"loss_scale", "the loss scale after the step (1 without loss scaling)", FieldKind::number, 1.0,
      TANDEM_STEP_MEMBER(loss_scale)},
+    {"gradient_norm",
+     "global L2 norm of the reduced, unscaled gradients before clipping (null without "
+     "--clip-norm)",
+     FieldKind::number, NAN, TANDEM_STEP_MEMBER(gradient_norm)},
     {"skipped", "the update was skipped (non-finite gradients under loss scaling)",
      FieldKind::boolean, 0, TANDEM_STEP_MEMBER(skipped)},
     {"flops", "floating-point operations the matrix kernels of this process ran", FieldKind::number,

@@ -554,6 +554,9 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
                      .replicas = r.replicas,
                      .buckets = r.buckets,
                      .loss_scale = r.loss_scale,
+                     .gradient_norm = config_.optimizer.global_clip_norm > 0.0
+                                          ? r.gradient_norm
+                                          : std::numeric_limits<double>::quiet_NaN(),
                      .skipped = r.skipped});
 }
 

@@ -31,6 +31,7 @@
 // by the chief, and load into any number of replicas.
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -183,6 +184,9 @@ struct StepInfo {
   // Local replica 0's gradient all-reduces, one per bucket (none on one device).
   std::vector<distribute::ReducerStats::Bucket> buckets;
   double loss_scale = 1.0;
+  // The global norm of the reduced, unscaled gradients before clipping; NaN
+  // without OptimizerConfig::global_clip_norm (it is not computed then).
+  double gradient_norm = NAN;
   bool skipped = false;  // non-finite gradients: the update was skipped
 };
 
