@@ -63,50 +63,33 @@ std::string Conv2d::describe() const {
   return text + ")";
 }
 
-namespace {
-
-kernels::Pool2dGeometry pool_geometry(const char* layer, int64_t kernel_size, int64_t stride,
-                                      int64_t padding) {
+Pool2d::Pool2d(const char* name, int64_t kernel_size, int64_t stride, int64_t padding)
+    : name_(name) {
   if (kernel_size <= 0 || stride < 0 || padding < 0) {
-    TANDEM_THROW(InvalidArgument, layer, ": bad kernel ", kernel_size, " stride ", stride,
+    TANDEM_THROW(InvalidArgument, name, ": bad kernel ", kernel_size, " stride ", stride,
                  " padding ", padding);
   }
   const int64_t s = stride == 0 ? kernel_size : stride;
-  return {.kernel_h = kernel_size,
-          .kernel_w = kernel_size,
-          .stride_h = s,
-          .stride_w = s,
-          .pad_h = padding,
-          .pad_w = padding};
+  geometry_ = {.kernel_h = kernel_size,
+               .kernel_w = kernel_size,
+               .stride_h = s,
+               .stride_w = s,
+               .pad_h = padding,
+               .pad_w = padding};
 }
 
-std::string pool_description(const char* layer, const kernels::Pool2dGeometry& g) {
-  return std::string(layer) + "(" + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
-         ", stride " + std::to_string(g.stride_h) + ")";
+std::string Pool2d::describe() const {
+  return std::string(name_) + "(" + std::to_string(geometry_.kernel_h) + "x" +
+         std::to_string(geometry_.kernel_w) + ", stride " + std::to_string(geometry_.stride_h) +
+         ")";
 }
-
-}  // namespace
-
-MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
-    : geometry_(pool_geometry("MaxPool2d", kernel_size, stride, padding)) {}
 
 Variable MaxPool2d::forward(const Variable& input) {
   return max_pool2d(input, geometry_);
 }
 
-std::string MaxPool2d::describe() const {
-  return pool_description("MaxPool2d", geometry_);
-}
-
-AvgPool2d::AvgPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
-    : geometry_(pool_geometry("AvgPool2d", kernel_size, stride, padding)) {}
-
 Variable AvgPool2d::forward(const Variable& input) {
   return avg_pool2d(input, geometry_);
-}
-
-std::string AvgPool2d::describe() const {
-  return pool_description("AvgPool2d", geometry_);
 }
 
 Variable GlobalAvgPool::forward(const Variable& input) {

@@ -37,29 +37,35 @@ class Conv2d : public Module {
   Variable weight_, bias_;
 };
 
-class MaxPool2d : public Module {
+// A square pooling window: what MaxPool2d and AvgPool2d share.
+class Pool2d : public Module {
  public:
-  // stride 0 means stride = kernel_size (PyTorch's default).
-  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
-
-  Variable forward(const Variable& input) override;
   std::string describe() const override;
 
- private:
+ protected:
+  // stride 0 means stride = kernel_size (PyTorch's default); throws
+  // InvalidArgument, naming `name`, for a non-positive kernel or a negative
+  // stride or padding.
+  Pool2d(const char* name, int64_t kernel_size, int64_t stride, int64_t padding);
   kernels::Pool2dGeometry geometry_;
+
+ private:
+  const char* name_;
+};
+
+class MaxPool2d : public Pool2d {
+ public:
+  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0)
+      : Pool2d("MaxPool2d", kernel_size, stride, padding) {}
+  Variable forward(const Variable& input) override;
 };
 
 // Average pooling, padding counted (PyTorch's count_include_pad=True).
-class AvgPool2d : public Module {
+class AvgPool2d : public Pool2d {
  public:
-  // stride 0 means stride = kernel_size.
-  explicit AvgPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
-
+  explicit AvgPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0)
+      : Pool2d("AvgPool2d", kernel_size, stride, padding) {}
   Variable forward(const Variable& input) override;
-  std::string describe() const override;
-
- private:
-  kernels::Pool2dGeometry geometry_;
 };
 
 // (N, H, W, C) -> (N, C): the mean over each image.
