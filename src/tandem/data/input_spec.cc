@@ -131,7 +131,13 @@ std::vector<std::string> expand(const std::vector<std::string>& patterns, const 
   for (const std::string& pattern : patterns) {
     const fs::path p = fs::path(pattern).is_absolute() ? fs::path(pattern) : base / pattern;
     if (pattern.find_first_of("*?[") == std::string::npos) {
-      if (!fs::exists(p)) reader.fail(node, "no file '" + p.string() + "'");
+      // The error_code overload: a name the OS refuses (too long, a bad
+      // component) is a missing file here, not an exception.
+      std::error_code error;
+      if (!fs::exists(p, error)) {
+        reader.fail(node, "no file '" + p.string() + "'" +
+                              (error ? " (" + error.message() + ")" : std::string()));
+      }
       out.push_back(p.string());
       continue;
     }
@@ -284,7 +290,11 @@ InputSpec parse_input_spec(std::string_view text, const std::string& path) {
     const std::optional<std::string> folder = r.string("root");
     if (!folder) r.fail(nullptr, "image_folder data names its 'root' folder");
     spec.root = (fs::path(*folder).is_absolute() ? fs::path(*folder) : base / *folder).string();
-    if (!fs::is_directory(spec.root)) r.fail(r.get("root"), "no folder '" + spec.root + "'");
+    std::error_code error;
+    if (!fs::is_directory(spec.root, error)) {
+      r.fail(r.get("root"), "no folder '" + spec.root + "'" +
+                                (error ? " (" + error.message() + ")" : std::string()));
+    }
   }
   spec.shuffle = r.integer("shuffle", 0).value_or(0);
   spec.cache = r.boolean("cache").value_or(false);
