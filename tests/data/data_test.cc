@@ -116,6 +116,8 @@ TEST(FashionMnist, MissingDirectoryOrFilesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/fashion"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("dataset-fashion-mnist"), std::string::npos);
   }
+  // A name the OS refuses is the same error, not a std::filesystem exception.
+  EXPECT_THROW(data::load_fashion_mnist("/tmp/" + std::string(300, 'K')), IoError);
   const std::string dir = temp_path("empty-fashion");
   fs::create_directories(dir);
   try {

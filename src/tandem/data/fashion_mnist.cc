@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 std::string find_file(const std::string& dir, const std::string& stem) {
   for (const std::string& candidate : {stem + ".gz", stem}) {
     const fs::path path = fs::path(dir) / candidate;
-    if (fs::is_regular_file(path)) return path.string();
+    std::error_code error;  // a name the OS refuses is a missing file, not an exception
+    if (fs::is_regular_file(path, error)) return path.string();
   }
   TANDEM_THROW(IoError, "Fashion-MNIST file '", stem, "[.gz]' not found in '", dir, "'");
 }
@@ -55,7 +56,8 @@ std::string default_fashion_mnist_dir() {
 
 FashionMnist load_fashion_mnist(const std::string& dir) {
   MemoryCategoryScope input_memory(MemoryCategory::input);
-  if (!fs::is_directory(dir)) {
+  std::error_code error;  // a name the OS refuses (too long) is a missing folder
+  if (!fs::is_directory(dir, error)) {
     TANDEM_THROW(IoError, "data directory '", dir,
                  "' does not exist (install Debian's "
                  "dataset-fashion-mnist package or pass the directory holding the IDX files)");
