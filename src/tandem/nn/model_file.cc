@@ -370,23 +370,33 @@ void parse_global_avg_pool(const LayerReader& r, LayerDefinition& d) {
   d.output_shape = {d.input_shape[2]};
 }
 
-void parse_position_embedding(const LayerReader& r, LayerDefinition& d) {
-  if (d.input_shape.size() != 2) {
-    r.fail(r.line(), "needs a (positions, width) input per example, got ",
-           shape_text(d.input_shape), "; put it after an embedding");
+// A dropout probability in [0, 1); required when there is no fallback.
+float probability(const LayerReader& r, std::string_view key,
+                  std::optional<double> fallback = std::nullopt) {
+  const double value = r.number(key, fallback);
+  // Checked as the float the layer keeps: 0.99999999 rounds to 1.
+  const float p = static_cast<float>(value);
+  if (!(p >= 0.0f && p < 1.0f)) r.fail_at(key, key, " must be in [0, 1), got ", value);
+  return p;
+}
+
+void require_sequence(const LayerReader& r, const std::vector<int64_t>& input,
+                      std::string_view hint = "") {
+  if (input.size() != 2) {
+    r.fail(r.line(), "needs a (positions, width) input per example, got ", shape_text(input),
+           hint);
   }
+}
+
+void parse_position_embedding(const LayerReader& r, LayerDefinition& d) {
+  require_sequence(r, d.input_shape, "; put it after an embedding");
   d.output_shape = d.input_shape;
 }
 
 void parse_attention(const LayerReader& r, LayerDefinition& d) {
   d.heads = r.size("heads");
-  const float p = static_cast<float>(r.number("dropout", 0.0));
-  if (!(p >= 0.0f && p < 1.0f)) r.fail_at("dropout", "dropout must be in [0, 1), got ", p);
-  d.rate = p;
-  if (d.input_shape.size() != 2) {
-    r.fail(r.line(), "needs a (positions, width) input per example, got ",
-           shape_text(d.input_shape));
-  }
+  d.rate = probability(r, "dropout", 0.0);
+  require_sequence(r, d.input_shape);
   if (d.input_shape[1] % d.heads != 0) {
     r.fail_at("heads", "width ", d.input_shape[1], " is not divisible by heads ", d.heads);
   }
@@ -394,11 +404,7 @@ void parse_attention(const LayerReader& r, LayerDefinition& d) {
 }
 
 void parse_dropout(const LayerReader& r, LayerDefinition& d) {
-  const double rate = r.number("rate");
-  // Checked as the float the layer keeps: 0.99999999 rounds to 1.
-  const float p = static_cast<float>(rate);
-  if (!(p >= 0.0f && p < 1.0f)) r.fail_at("rate", "rate must be in [0, 1), got ", rate);
-  d.rate = p;
+  d.rate = probability(r, "rate");
   d.output_shape = d.input_shape;
 }
 
