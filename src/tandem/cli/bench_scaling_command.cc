@@ -78,15 +78,12 @@ BenchData bench_data(const ScalingOptions& o) {
   const auto model = nn::make_model(o.model, {.settings = o.model_options});  // validates
   const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
   if (gpt == nullptr) return {data::as_dataset(synthetic_images(n))};
-  const int64_t T = gpt->config().context;
-  const auto V = static_cast<uint64_t>(gpt->config().vocabulary);
+  const Shape shape{n, gpt->config().context};
   Generator g(5);
-  std::vector<int32_t> tokens(static_cast<size_t>(n * T)), targets(tokens.size());
-  for (auto& t : tokens) t = static_cast<int32_t>(g.next_below(V));
-  for (auto& t : targets) t = static_cast<int32_t>(g.next_below(V));
-  return {data::Dataset::from_tensors({{"tokens", Tensor::from_ints(Shape{n, T}, tokens)},
-                                       {"targets", Tensor::from_ints(Shape{n, T}, targets)}}),
-          "tokens", "targets"};
+  Tensor tokens = train::random_tokens(shape, gpt->config().vocabulary, g);
+  Tensor targets = train::random_tokens(shape, gpt->config().vocabulary, g);
+  return {data::Dataset::from_tensors({{"tokens", tokens}, {"targets", targets}}), "tokens",
+          "targets"};
 }
 
 Run train_run(const ScalingOptions& o, const std::string& strategy, int devices, int threads,

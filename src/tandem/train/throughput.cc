@@ -14,6 +14,13 @@
 
 namespace tandem::train {
 
+Tensor random_tokens(const Shape& shape, int64_t vocabulary, Generator& generator) {
+  std::vector<int32_t> ids(static_cast<size_t>(shape.numel()));
+  const auto v = static_cast<uint64_t>(vocabulary);
+  for (auto& t : ids) t = static_cast<int32_t>(generator.next_below(v));
+  return Tensor::from_ints(shape, ids);
+}
+
 ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   if (options.batch_size < 1 || options.steps < 1 || options.warmup_steps < 0) {
     TANDEM_THROW(InvalidArgument, "throughput: batch size and steps must be positive, got batch ",
@@ -33,11 +40,8 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   for (int b = 0; b < kBatches; ++b) {
     if (gpt != nullptr) {
       const int64_t T = gpt->config().context, V = gpt->config().vocabulary;
-      std::vector<int32_t> x(static_cast<size_t>(B * T)), y(x.size());
-      for (auto& t : x) t = static_cast<int32_t>(generator.next_below(static_cast<uint64_t>(V)));
-      for (auto& t : y) t = static_cast<int32_t>(generator.next_below(static_cast<uint64_t>(V)));
-      inputs.push_back(Tensor::from_ints(Shape{B, T}, x));
-      labels.push_back(Tensor::from_ints(Shape{B * T}, y));
+      inputs.push_back(random_tokens(Shape{B, T}, V, generator));
+      labels.push_back(random_tokens(Shape{B * T}, V, generator));
       continue;
     }
     Tensor x = Tensor::empty(Shape{B, 28, 28, 1});

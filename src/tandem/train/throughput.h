@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include "tandem/base/random.h"
 #include "tandem/precision/policy.h"
+#include "tandem/tensor/tensor.h"
 
 namespace tandem::train {
 
@@ -36,6 +38,10 @@ struct ThroughputResult {
   // gradients, saved tensors) over a timed step's starting level.
   int64_t peak_activation_bytes = 0;
 };
+
+// i32 token ids of `shape`, uniform in [0, vocabulary), drawn in order from
+// `generator`: the synthetic input of language-model benchmarks.
+Tensor random_tokens(const Shape& shape, int64_t vocabulary, Generator& generator);
 
 // Runs on the calling thread with its current intra-op thread count.
 // Throws InvalidArgument for an unknown model or non-positive sizes.
