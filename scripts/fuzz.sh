@@ -50,7 +50,7 @@ status=0
 printf '%-12s %12s %8s %8s %9s\n' harness executions exec/s corpus findings
 # Smoke runs per harness (harness:runs), from each one's speed on the seeds.
 smoke_runs="tfrecord:20000 example:150000 idx:15000 csv:50000 image:30000 checkpoint:100000
-  metrics:10000 model_file:4000 input_spec:70000"
+  metrics:10000 model_file:4000 input_spec:70000 safetensors:50000"
 for entry in $smoke_runs; do
   h=${entry%%:*}
   if [ "$mode" = smoke ]; then

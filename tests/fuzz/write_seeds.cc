@@ -11,6 +11,7 @@
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
 #include "tandem/data/tfrecord.h"
+#include "tandem/interop/safetensors.h"
 #include "tandem/train/checkpoint.h"
 
 using namespace tandem;
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* h : {"tfrecord", "example", "idx", "image", "checkpoint", "csv", "metrics"})
+  for (const char* h : {"tfrecord", "example", "idx", "image", "checkpoint", "csv", "metrics",
+                        "safetensors"})
     fs::create_directories(root / h);
   const std::string e0 = data::encode_example(example(3)), e1 = data::encode_example(example(7));
   write_bytes(root / "example" / "0", e0);
@@ -71,6 +73,17 @@ int main(int argc, char** argv) {
   checkpoint.tensors = {{"w", Tensor::full(Shape{3, 2}, 0.25f)},
                         {"b", Tensor::full(Shape{2}, 1.0f).to(DType::bf16)}};
   train::save_checkpoint((root / "checkpoint" / "0").string(), checkpoint);
+  interop::write_safetensors((root / "safetensors" / "0").string(),
+                             {{"w", Tensor::full(Shape{3, 2}, 0.25f)},
+                              {"b", Tensor::full(Shape{2}, 1.0f).to(DType::bf16)},
+                              {"n", Tensor::zeros(Shape{}, DType::i32)},
+                              {"e", Tensor::empty(Shape{0, 4})}},
+                             {{"format", "pt"}});
+  // An I64 tensor, as PyTorch writes BatchNorm's num_batches_tracked.
+  const std::string header = R"({"c":{"dtype":"I64","shape":[],"data_offsets":[0,8]}})";
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  write_bytes(root / "safetensors" / "1", file + header + std::string(8, '\0'));
   write_bytes(root / "csv" / "0", "x,n,text\n1.5,2,hello\n-3e2,7,\"a, \"\"quoted\"\" b\"\n,4,z\n");
   write_bytes(root / "csv" / "1", "a;b\n1;2\n");
   // metrics.jsonl as the Monitor writes it (fixed figures, so that smoke

@@ -615,6 +615,44 @@ TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {
   EXPECT_NE(error_of(dir).find("missing or mistyped field"), std::string::npos) << error_of(dir);
 }
 
+// A number where an integer belongs that no integer type holds (1e38: found
+// by the metrics fuzzer as undefined behaviour in the cast) or that is not
+// whole is an error naming the field, never a cast.
+TEST(Report, IntegerFieldsRefuseNumbersTheyCannotHold) {
+  const std::string dir = fresh_dir("report_integers");
+  const std::string metrics = dir + "/metrics.jsonl";
+  const auto error_of = [&](const std::string& run, const std::string& step,
+                            const std::string& replica) -> std::string {
+    std::ofstream(metrics, std::ios::trunc)
+        << "{\"type\":\"run\",\"model\":\"mlp\"" << run << "}\n"
+        << "{\"type\":\"step\",\"epoch\":1,\"step\":1,\"global_step\":1" << step
+        << ",\"time\":0.05,\"loss\":2.3,\"batch_examples\":128,\"step_seconds\":0.05,"
+           "\"replicas\":[{\"replica\":0,\"forward\":0.01,\"busy_fraction\":0.5"
+        << replica << "}]}\n";
+    try {
+      monitor::write_report(dir);
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of("", "", ""), "no error");
+  EXPECT_EQ(error_of(",\"replicas\":1.0", ",\"rss_bytes\":3e6", ""), "no error");
+  const std::string step_epoch = error_of("", ",\"epoch\":1.28e38", "");
+  EXPECT_NE(step_epoch.find("line 2"), std::string::npos) << step_epoch;
+  EXPECT_NE(step_epoch.find("'epoch'"), std::string::npos) << step_epoch;
+  EXPECT_NE(error_of("", ",\"allreduce_bytes\":2.5", "").find("'allreduce_bytes'"),
+            std::string::npos);
+  const std::string replica = error_of("", "", ",\"replica\":1.28e38");
+  EXPECT_NE(replica.find("'replica'"), std::string::npos) << replica;
+  const std::string replica_int = error_of("", "", ",\"replica\":4294967296");
+  EXPECT_NE(replica_int.find("'replica'"), std::string::npos) << replica_int;
+  const std::string run = error_of(",\"replicas\":1.28e38", "", "");
+  EXPECT_NE(run.find("'replicas'"), std::string::npos) << run;
+  EXPECT_NE(error_of(",\"threads_per_replica\":-1e300", "", "").find("'threads_per_replica'"),
+            std::string::npos);
+}
+
 TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {
   const std::string dir = fresh_dir("report_resumed");
   monitored_run(dir, config(2), factory(), 160);

@@ -27,6 +27,7 @@
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/data/input_spec.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/interop/torch_state.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
@@ -76,7 +77,23 @@ struct TrainOptions {
   std::string prefetch = "0";        // batches, or "auto"
   std::string input_parallel = "1";  // batches built at once, or "auto"
   std::string augment = "none";      // data::parse_augment's spec
+  std::string init_from;             // a safetensors file of starting weights
+  bool non_strict = false;           // --init-from skips missing and unexpected tensors
 };
+
+void print_load_report(const interop::SafetensorsFile& file, const interop::LoadReport& r) {
+  fmt::print("  initialised from {}: {} tensors", file.path(), r.loaded.size());
+  if (!r.ignored.empty()) fmt::print(", {} BatchNorm batch counters ignored", r.ignored.size());
+  fmt::print("\n");
+  if (!r.missing.empty()) {
+    fmt::print("    not in the file, kept as initialised ({}): {}\n", r.missing.size(),
+               fmt::join(r.missing, ", "));
+  }
+  if (!r.unexpected.empty()) {
+    fmt::print("    in the file, not in the model, skipped ({}): {}\n", r.unexpected.size(),
+               fmt::join(r.unexpected, ", "));
+  }
+}
 
 // The trainer a SIGINT should stop; the handler only does an atomic store.
 std::atomic<train::Trainer*> interruptible{nullptr};
@@ -447,6 +464,16 @@ int run_train(TrainOptions& o) {
       model_file ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
                  : train::builtin_model(o.model, policy, config.seed, compute_dtype,
                                         o.model_options);
+  if (o.non_strict && o.init_from.empty())
+    TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
+  if (!o.init_from.empty() && config.resume) {
+    TANDEM_THROW(InvalidArgument,
+                 "--init-from starts a run from weights and --resume continues one from its "
+                 "checkpoint; give one of them");
+  }
+  // Opened (its header checked) before the data loads, so that a bad file fails fast.
+  std::optional<interop::SafetensorsFile> init_weights;
+  if (!o.init_from.empty()) init_weights.emplace(o.init_from);
   const auto load_start = std::chrono::steady_clock::now();
   const RunData run_data = load_run_data(o, config.seed);
   const double load_seconds =
@@ -471,6 +498,9 @@ int run_train(TrainOptions& o) {
   if (augment.any() || (chief && !o.no_monitor)) example = train_set.take(1).iterator().next();
   check_augment_fits(augment, example);
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
+  std::optional<interop::LoadReport> init_report;
+  if (init_weights)
+    init_report = interop::load_safetensors(*init_weights, trainer, {.strict = !o.non_strict});
   // A resume is checked (the checkpoint read) before the monitor appends to
   // the run directory, so a failed one leaves it as it was.
   int64_t resumed_at = 0;
@@ -511,6 +541,7 @@ int run_train(TrainOptions& o) {
                  setting(config.prefetch_batches));
     }
     fmt::print("  output {}\n", config.output_dir);
+    if (init_report) print_load_report(*init_weights, *init_report);
   }
   // The monitor (metrics.jsonl, trace, findings) runs on the chief, which
   // writes the run directory.
@@ -742,6 +773,12 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--resume", c.resume,
                     "Continue from the checkpoint in --output (a cosine schedule is stretched "
                     "over a new --epochs)");
+  command->add_option("--init-from", o->init_from,
+                      "Start from the weights of a safetensors file (PyTorch names and layouts; "
+                      "docs/interop.md)");
+  command->add_flag("--non-strict", o->non_strict,
+                    "With --init-from: skip tensors the file lacks or the model does not have "
+                    "(shapes must still match)");
   command->add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
   command->add_flag("--no-monitor", o->no_monitor,
                     "Skip metrics.jsonl, memory snapshots and findings (the summary keeps the "

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 #include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/monitor/svg_chart.h"
@@ -70,7 +71,7 @@ RunFiles read_run(const std::string& run_dir) {
         StepLine s{detail::step_from_json(j), j};
         files.steps[s.record.global_step] = std::move(s);
       } else if (type == "epoch") {
-        files.epochs[j.at("epoch").get<int64_t>()] = j;
+        files.epochs[tandem::detail::json_integer<int64_t>(j.at("epoch"), "'epoch'")] = j;
       }
       if (j.contains("memory")) files.last_memory = j.at("memory");
     } catch (const json::exception& e) {
@@ -85,6 +86,8 @@ RunFiles read_run(const std::string& run_dir) {
             i + 1));
         continue;
       }
+      TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
+    } catch (const Error& e) {  // a value its field cannot hold
       TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
     }
   }
@@ -175,7 +178,7 @@ Figures figures_from_stats(const RunStats& stats, int replicas) {
 
 Figures figures_from_summary(const json& m) {
   Figures f;
-  f.measured_steps = m.value("measured_steps", int64_t{0});
+  f.measured_steps = tandem::detail::json_integer_or(m, "measured_steps", int64_t{0});
   f.mean_step_seconds = number_or_nan(m, "mean_step_seconds");
   f.step_p50 = number_or_nan(m, "step_seconds_p50");
   f.step_p90 = number_or_nan(m, "step_seconds_p90");
@@ -218,7 +221,7 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
       for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
     }
     stats.set_memory(std::move(memory));
-    figures = figures_from_stats(stats, files.run.value("replicas", 1));
+    figures = figures_from_stats(stats, tandem::detail::json_integer_or(files.run, "replicas", 1));
   }
   result.findings = figures.findings;
   const std::vector<DeviceMemory>& memory = figures.memory;
@@ -229,7 +232,7 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
       std::isfinite(recorded_peak) && recorded_peak > 0.0 ? recorded_peak : 0.0;
   const auto devices =
       static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
-  const int replicas = run.value("replicas", 1);
+  const int replicas = tandem::detail::json_integer_or(run, "replicas", 1);
 
   // Curves.
   Series loss{.name = "training loss (per step)", .color = kSeriesColors[0]};
@@ -246,7 +249,7 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     const json& reps = line.extra.at("replicas");
     for (const auto& r : reps) {
       if (!r.contains("busy_fraction")) continue;
-      const int id = r.at("replica").get<int>();
+      const int id = tandem::detail::json_integer<int>(r.at("replica"), "'replica'");
       Series& s = busy[id];
       if (s.name.empty()) {
         s.name = fmt::format("replica {}", id);
@@ -268,7 +271,7 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     const nlohmann::json& names = files.epochs.begin()->second.value("metrics", nlohmann::json());
     if (names.is_array() && !names.empty() && names[0].is_string()) metric = names[0];
   }
-  const int64_t per_epoch = run.value("steps_per_epoch", int64_t{0});
+  const int64_t per_epoch = tandem::detail::json_integer_or(run, "steps_per_epoch", int64_t{0});
   for (const auto& [epoch, e] : files.epochs) {
     validation_loss.x.push_back(static_cast<double>(epoch * per_epoch));
     validation_loss.y.push_back(number_or_nan(e, "validation_loss"));
@@ -311,16 +314,16 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   // Key figures.
   std::string table;
   table += row("model", fmt::format("{} ({} parameters)", run.value("model", "?"),
-                                    run.value("parameters", int64_t{0})));
+                                    tandem::detail::json_integer_or(run, "parameters", int64_t{0})));
   table += row("strategy", fmt::format("{}: {} replica(s) x {} thread(s), precision {}, global "
                                        "batch {}",
                                        run.value("strategy", "?"), replicas,
-                                       run.value("threads_per_replica", 1),
-                                       run.value("precision", "?"), run.value("batch_size", 0)));
+                                       tandem::detail::json_integer_or(run, "threads_per_replica", 1),
+                                       run.value("precision", "?"), tandem::detail::json_integer_or(run, "batch_size", int64_t{0})));
   const auto& last_step = files.steps.rbegin()->second.record;
   table += row("progress", fmt::format("epoch {} step {} of {} epochs x {} steps ({} step "
                                        "records)",
-                                       last_step.epoch, last_step.step, run.value("epochs", 0),
+                                       last_step.epoch, last_step.step, tandem::detail::json_integer_or(run, "epochs", int64_t{0}),
                                        per_epoch, files.steps.size()));
   const bool percent = metric.ends_with("accuracy");
   const auto metric_figure = [&](double v) {
@@ -412,9 +415,9 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
       pipeline += fmt::format(
           "<tr><td>{}</td><td>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.1f}</td>"
           "<td>{}</td></tr>",
-          html_escape(stage.value("stage", "")), stage.value("elements", int64_t{0}),
+          html_escape(stage.value("stage", "")), tandem::detail::json_integer_or(stage, "elements", int64_t{0}),
           number_or_nan(stage, "busy_seconds"), number_or_nan(stage, "wait_seconds"),
-          number_or_nan(stage, "mean_buffer"), stage.value("buffer_capacity", int64_t{0}));
+          number_or_nan(stage, "mean_buffer"), tandem::detail::json_integer_or(stage, "buffer_capacity", int64_t{0}));
     }
     pipeline += "</table>";
     break;

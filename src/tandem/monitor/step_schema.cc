@@ -1,18 +1,38 @@
 #include "tandem/monitor/step_schema.h"
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "tandem/base/error.h"
 
 namespace tandem::monitor {
 namespace {
 
+// A value read back from a file, as the member's type. A floating-point
+// value cast to an integer it does not fit is undefined behaviour, and a
+// corrupt line can hold 1e38 or 2.5 where a step count belongs: refused.
+template <class T>
+T member_value(double v, const char* member) {
+  if constexpr (std::is_same_v<T, bool> || std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    if (std::trunc(v) == v && v >= -0x1p63 && v < 0x1p63 &&
+        std::in_range<T>(static_cast<int64_t>(v)))
+      return static_cast<T>(v);
+    TANDEM_THROW(IoError, "'", member, "' is ", v, ", not an integer in range");
+  }
+}
+
 // Accessor pairs for a member of StepRecord or of its replica i.
 #define TANDEM_STEP_MEMBER(member)                                   \
   [](const StepRecord& r) { return static_cast<double>(r.member); }, \
-      [](StepRecord& r, double v) { r.member = static_cast<decltype(r.member)>(v); }
+      [](StepRecord& r, double v) { r.member = member_value<decltype(r.member)>(v, #member); }
 #define TANDEM_REPLICA_MEMBER(member)                                                      \
   [](const StepRecord& r, size_t i) { return static_cast<double>(r.replicas[i].member); }, \
       [](StepRecord& r, size_t i, double v) {                                              \
-        r.replicas[i].member = static_cast<decltype(r.replicas[i].member)>(v);             \
+        r.replicas[i].member = member_value<decltype(r.replicas[i].member)>(v, #member);   \
       }
 
 const StepField kStepFields[] = {

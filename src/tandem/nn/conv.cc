@@ -49,6 +49,11 @@ Variable Conv2d::forward(const Variable& input) {
   return conv2d(input, weight_, bias_, op);
 }
 
+std::vector<int> Conv2d::torch_axes(const std::string& local_name) const {
+  if (local_name == "weight") return {3, 2, 0, 1};
+  return {};
+}
+
 std::string Conv2d::describe() const {
   std::string text = "Conv2d(" + std::to_string(in_channels_) + " -> " +
                      std::to_string(out_channels_) + ", " + std::to_string(kernel_size_) + "x" +

@@ -27,6 +27,8 @@ class Conv2d : public Module {
 
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  // The weight is (KH, KW, C, O), PyTorch's (O, C, KH, KW).
+  std::vector<int> torch_axes(const std::string& local_name) const override;
 
   const Variable& weight() const { return weight_; }
   const Variable& bias() const { return bias_; }

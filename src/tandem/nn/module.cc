@@ -65,6 +65,28 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
   return out;
 }
 
+std::vector<int> Module::torch_axes(const std::string&) const {
+  return {};
+}
+
+void Module::collect_state(const std::string& prefix, bool parameters,
+                           std::vector<StateTensor>& out) {
+  if (parameters) {
+    for (auto& [name, p] : parameters_)
+      out.push_back({join(prefix, name), p.value(), p, torch_axes(name)});
+  } else {
+    for (auto& [name, t] : buffers_) out.push_back({join(prefix, name), t, {}, torch_axes(name)});
+  }
+  for (auto& [name, child] : children_) child->collect_state(join(prefix, name), parameters, out);
+}
+
+std::vector<Module::StateTensor> Module::named_state() {
+  std::vector<StateTensor> out;
+  collect_state("", true, out);
+  collect_state("", false, out);
+  return out;
+}
+
 int64_t Module::parameter_count() const {
   int64_t count = 0;
   for (const auto& [name, p] : named_parameters()) count += p.value().numel();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,23 @@ class Module {
   // Multi-line summary: each leaf module, its parameter count, the total.
   std::string summary() const;
 
+  // How one of this module's own parameters or buffers is laid out compared
+  // with PyTorch's layer of the same kind: the axes of the stored tensor in
+  // PyTorch's order (Conv2d stores its weight (KH, KW, C, O), PyTorch
+  // (O, C, KH, KW): {3, 2, 0, 1}). Empty: the same layout. Export and
+  // import (interop) apply it; training never does.
+  virtual std::vector<int> torch_axes(const std::string& local_name) const;
+
+  // A parameter or buffer with its full name and PyTorch axes.
+  struct StateTensor {
+    std::string name;
+    Tensor value;                 // shares the parameter's or buffer's storage
+    std::optional<Variable> parameter;  // unset for a buffer
+    std::vector<int> torch_axes;
+  };
+  // Parameters (in named_parameters() order), then buffers.
+  std::vector<StateTensor> named_state();
+
  protected:
   Variable register_parameter(const std::string& name, Tensor value);
   Tensor& register_buffer(const std::string& name, Tensor value);
@@ -57,6 +75,7 @@ class Module {
   void collect_buffers(const std::string& prefix,
                        std::vector<std::pair<std::string, Tensor*>>& out);
   void collect_summary(const std::string& prefix, std::string& out) const;
+  void collect_state(const std::string& prefix, bool parameters, std::vector<StateTensor>& out);
 
   std::vector<std::pair<std::string, Variable>> parameters_;
   std::deque<std::pair<std::string, Tensor>> buffers_;  // deque: stable addresses

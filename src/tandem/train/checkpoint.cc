@@ -1,16 +1,15 @@
 #include "tandem/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/atomic_file.h"
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 
 namespace tandem::train {
@@ -47,18 +46,6 @@ uint32_t crc_of(const char* data, size_t bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-void write_all(int fd, const std::string& bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      TANDEM_THROW(IoError, "cannot write checkpoint '", path, "': ", std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
-  }
-}
-
 // The whole file, read into memory at its size on disk.
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -88,9 +75,11 @@ struct DataRegion {
 // tensors together never take more memory than the file holds.
 Tensor read_tensor(const nlohmann::json& entry, const std::string& name, const DataRegion& region,
                    size_t& end_of_previous, const std::string& path) {
-  const auto offset = entry.at("offset").get<uint64_t>();
-  const auto length = entry.at("bytes").get<uint64_t>();
-  const auto dims = entry.at("shape").get<std::vector<int64_t>>();
+  const auto offset = tandem::detail::json_integer<uint64_t>(entry.at("offset"), "'offset'");
+  const auto length = tandem::detail::json_integer<uint64_t>(entry.at("bytes"), "'bytes'");
+  std::vector<int64_t> dims;
+  for (const nlohmann::json& d : entry.at("shape").get_ref<const nlohmann::json::array_t&>())
+    dims.push_back(tandem::detail::json_integer<int64_t>(d, "a dimension"));
   Shape shape;
   DType dtype{};
   size_t expected = 0;
@@ -148,35 +137,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   }
   append_pod<uint32_t>(bytes, crc_of(bytes.data(), bytes.size()));
 
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    TANDEM_THROW(IoError, "cannot create checkpoint '", temporary, "': ", std::strerror(errno));
-  }
-  try {
-    write_all(fd, bytes, temporary);
-    if (::fsync(fd) != 0) {
-      TANDEM_THROW(IoError, "cannot sync checkpoint '", temporary, "': ", std::strerror(errno));
-    }
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    TANDEM_THROW(IoError, "cannot move checkpoint into place at '", path,
-                 "': ", std::strerror(error));
-  }
-  // Make the rename itself durable.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  const std::string_view parts[] = {bytes};
+  write_file_atomically(path, parts, "checkpoint");
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/autograd/functions.h"
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 
 namespace tandem::train {
@@ -105,7 +106,7 @@ Loss loss_from_json(const std::string& text) {
     LossOptions o{.labels = j.at("labels").get<std::string>(),
                   .label_smoothing = j.at("label_smoothing").get<double>(),
                   .delta = j.at("delta").get<double>()};
-    if (j.contains("ignore_index")) o.ignore_index = j.at("ignore_index").get<int32_t>();
+    if (j.contains("ignore_index")) o.ignore_index = tandem::detail::json_integer<int32_t>(j.at("ignore_index"), "'ignore_index'");
     return make_loss(kind, o);
   } catch (const nlohmann::json::exception& e) {
     TANDEM_THROW(InvalidArgument, "a loss record is malformed: ", e.what());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/data/stats.h"
 #include "tandem/monitor/run_stats.h"
 #include "tandem/monitor/step_schema.h"
@@ -25,7 +26,7 @@ inline nlohmann::json to_json(const ReplicaTimes& r) {
 }
 
 inline ReplicaTimes replica_times_from_json(const nlohmann::json& j) {
-  return {.replica = j.at("replica").get<int>(),
+  return {.replica = tandem::detail::json_integer<int>(j.at("replica"), "'replica'"),
           .forward = number_or_nan(j, "forward"),
           .backward = number_or_nan(j, "backward"),
           .communication = number_or_nan(j, "communication"),
@@ -52,11 +53,11 @@ inline DeviceMemory device_memory_from_json(const nlohmann::json& j) {
   m.device = j.at("device").get<std::string>();
   for (int c = 0; c < kMemoryCategoryCount; ++c) {
     const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
-    m.in_use[c] = j.at("bytes_in_use").value(name, int64_t{0});
-    m.peak[c] = j.at("peak_bytes").value(name, int64_t{0});
+    m.in_use[c] = tandem::detail::json_integer_or(j.at("bytes_in_use"), name.c_str(), int64_t{0});
+    m.peak[c] = tandem::detail::json_integer_or(j.at("peak_bytes"), name.c_str(), int64_t{0});
   }
-  m.peak_total = j.at("peak_total_bytes").get<int64_t>();
-  m.capacity = j.value("capacity_bytes", int64_t{0});
+  m.peak_total = tandem::detail::json_integer<int64_t>(j.at("peak_total_bytes"), "'peak_total_bytes'");
+  m.capacity = tandem::detail::json_integer_or(j, "capacity_bytes", int64_t{0});
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
@@ -48,17 +49,17 @@ inline void to_json(nlohmann::json& j, const EpochResult& e) {
 }
 
 inline void from_json(const nlohmann::json& j, EpochResult& e) {
-  e.epoch = j.at("epoch").get<int64_t>();
+  e.epoch = tandem::detail::json_integer<int64_t>(j.at("epoch"), "'epoch'");
   e.train_loss = detail::number_or_nan(j, "train_loss");
   e.validation_loss = detail::number_or_nan(j, "validation_loss");
-  e.train_examples = j.value("train_examples", int64_t{0});
-  e.nonfinite_steps = j.value("nonfinite_steps", int64_t{0});
+  e.train_examples = tandem::detail::json_integer_or(j, "train_examples", int64_t{0});
+  e.nonfinite_steps = tandem::detail::json_integer_or(j, "nonfinite_steps", int64_t{0});
   e.examples_per_second = j.at("examples_per_second").get<double>();
   e.train_seconds = j.at("train_seconds").get<double>();
   e.learning_rate = j.at("learning_rate").get<double>();
   e.loss_scale = j.value("loss_scale", 1.0);
-  e.skipped_steps = j.value("skipped_steps", int64_t{0});
-  e.steps_since_overflow = j.value("steps_since_overflow", int64_t{0});
+  e.skipped_steps = tandem::detail::json_integer_or(j, "skipped_steps", int64_t{0});
+  e.steps_since_overflow = tandem::detail::json_integer_or(j, "steps_since_overflow", int64_t{0});
   e.train_metrics.clear();
   e.validation_metrics.clear();
   for (const auto& name : j.value("metrics", nlohmann::json::array())) {

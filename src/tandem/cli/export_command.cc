@@ -1,0 +1,68 @@
+// `tandem export RUN_DIR --format safetensors`: a run's trained weights in a
+// format other frameworks read (PyTorch's names and layouts; docs/interop.md).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <memory>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/interop/torch_state.h"
+#include "tandem/train/evaluation.h"
+#include "tandem/train/model_factory.h"
+
+namespace tandem::cli {
+namespace {
+
+struct ExportOptions {
+  std::string run_dir;
+  std::string format = "safetensors";
+  std::string dtype = "f32";
+  std::string output;  // empty: RUN_DIR/model.safetensors
+};
+
+int run_export(const ExportOptions& o) {
+  if (o.format != "safetensors") {
+    TANDEM_THROW(InvalidArgument, "--format must be safetensors, got '", o.format, "'");
+  }
+  if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
+    TANDEM_THROW(InvalidArgument, "--dtype must be f32, bf16 or f16, got '", o.dtype, "'");
+  if (!std::filesystem::is_directory(o.run_dir))
+    TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
+  const std::string checkpoint_path =
+      (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
+  if (!std::filesystem::exists(checkpoint_path)) {
+    TANDEM_THROW(InvalidArgument, "'", o.run_dir,
+                 "' holds no checkpoint.tckpt: not a run directory of tandem train");
+  }
+  const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
+  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  train::load_model_state(checkpoint, *model);
+  const std::string output =
+      o.output.empty() ? (std::filesystem::path(o.run_dir) / "model.safetensors").string()
+                       : o.output;
+  interop::save_safetensors(*model, output, parse_dtype(o.dtype),
+                            {{"producer", "tandem"}, {"model", spec.name}});
+  const auto state = interop::torch_state(*model);
+  fmt::print("wrote {} ({} tensors, {} parameters, {}) from {}\n", output, state.size(),
+             model->parameter_count(), o.dtype, checkpoint_path);
+  return 0;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "export", "Write a run's trained weights for other frameworks (safetensors, PyTorch names)");
+  auto o = std::make_shared<ExportOptions>();
+  command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
+  command->add_option("--format", o->format, "Output format: safetensors")->capture_default_str();
+  command->add_option("--dtype", o->dtype, "Weights as f32, bf16 or f16")->capture_default_str();
+  command->add_option("--output,-o", o->output,
+                      "File to write (default: RUN_DIR/model.safetensors)");
+  return {command, [o]() { return run_export(*o); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,88 @@
+// `tandem export` and `tandem train --init-from`: a run's weights out to a
+// safetensors file and back into a new run, and the errors users meet.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "support/cli.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::CommandResult;
+using tandem::testing::expect_one_line_error;
+using tandem::testing::run;
+using tandem::testing::tmp;
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+const std::string kTiny = " --epochs 1 --train-examples 256 --test-examples 128 --threads 1 ";
+
+TEST(CliInterop, ExportedWeightsStartANewRunExactly) {
+  const std::string a = tmp("cli-interop-a"), b = tmp("cli-interop-b");
+  ASSERT_EQ(run("train --model mlp" + kTiny + "--quiet --output " + a).status, 0);
+  const CommandResult exported = run("export " + a);
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  EXPECT_NE(exported.output.find("wrote " + a + "/model.safetensors (6 tensors, 669706 parameters"),
+            std::string::npos)
+      << exported.output;
+  // A run from those weights whose updates are far below every weight's
+  // last bit (lr 1e-30): its weights stay the exported ones bit for bit,
+  // so its own export is the same file.
+  const CommandResult started = run("train --model mlp" + kTiny + "--lr 1e-30 --seed 9 --output " +
+                                    b + " --init-from " + a + "/model.safetensors");
+  ASSERT_EQ(started.status, 0) << started.output;
+  EXPECT_NE(started.output.find("initialised from " + a + "/model.safetensors: 6 tensors"),
+            std::string::npos)
+      << started.output;
+  ASSERT_EQ(run("export " + b).status, 0);
+  EXPECT_EQ(bytes_of(a + "/model.safetensors"), bytes_of(b + "/model.safetensors"));
+
+  const CommandResult half = run("export " + a + " --dtype bf16 --output " + a + "/half.safetensors");
+  ASSERT_EQ(half.status, 0) << half.output;
+  EXPECT_LT(fs::file_size(a + "/half.safetensors"), fs::file_size(a + "/model.safetensors") / 2 + 4096);
+}
+
+TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
+  const std::string a = tmp("cli-interop-bad");
+  ASSERT_EQ(run("train --model mlp" + kTiny + "--quiet --output " + a).status, 0);
+  ASSERT_EQ(run("export " + a).status, 0);
+  const std::string weights = a + "/model.safetensors";
+  expect_one_line_error("export " + a + " --format onnx", "--format must be safetensors");
+  expect_one_line_error("export " + a + " --dtype i32", "--dtype must be f32, bf16 or f16");
+  expect_one_line_error("export " + tmp("cli-interop-none"), "does not exist");
+  const std::string empty = tmp("cli-interop-empty");
+  fs::create_directories(empty);
+  expect_one_line_error("export " + empty, "holds no checkpoint.tckpt");
+
+  const std::string out_dir = tmp("cli-interop-out");
+  const std::string out = " --output " + out_dir;
+  expect_one_line_error("train --model mlp" + kTiny + "--init-from " + a + "/absent.safetensors" + out,
+                        "cannot open safetensors file");
+  expect_one_line_error("train --model mlp" + kTiny + "--non-strict" + out,
+                        "--non-strict applies to --init-from");
+  expect_one_line_error("train --model mlp" + kTiny + "--resume --init-from " + weights +
+                            " --output " + a,
+                        "give one of them");
+  // mlp weights into a cnn: every tensor named.
+  expect_one_line_error("train --model cnn" + kTiny + "--init-from " + weights + out,
+                        "missing: the model's, not in the file (6): 0.weight, 0.bias");
+  expect_one_line_error("train --model cnn" + kTiny + "--init-from " + weights + " --non-strict" + out,
+                        "mismatched shape or dtype");
+  // A truncated file.
+  const std::string cut = a + "/cut.safetensors";
+  {
+    const std::string all = bytes_of(weights);
+    std::ofstream(cut, std::ios::binary) << all.substr(0, all.size() - 100);
+  }
+  expect_one_line_error("train --model mlp" + kTiny + "--init-from " + cut + out, "truncated");
+  EXPECT_FALSE(fs::exists(out_dir));  // refused before anything was written
+}
+
+}  // namespace
