@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "support/cli.h"
+#include "support/tensorboard_events.h"
 
 namespace {
 
@@ -83,6 +86,50 @@ TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
   }
   expect_one_line_error("train --model mlp" + kTiny + "--init-from " + cut + out, "truncated");
   EXPECT_FALSE(fs::exists(out_dir));  // refused before anything was written
+}
+
+TEST(CliInterop, TensorBoardEventsHoldTheMetricsLogsFigures) {
+  const std::string dir = tmp("cli-interop-tensorboard");
+  ASSERT_EQ(run("train --model mlp" + kTiny + "--strategy mirrored --devices 2 "
+                "--allow-oversubscription --quiet --output " + dir)
+                .status,
+            0);
+  std::map<int64_t, double> losses;
+  double validation_accuracy = -1.0;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "step") losses[j.at("global_step")] = j.at("loss");
+    if (j.at("type") == "epoch") validation_accuracy = j.at("validation_accuracy");
+  }
+  const auto events = tandem::testing::read_events(dir + "/tensorboard");
+  ASSERT_EQ(events.size(), losses.size() + 2);  // the version, each step, the epoch
+  EXPECT_EQ(events.front().file_version, "brain.Event:2");
+  size_t steps = 0;
+  for (const auto& e : events) {
+    std::map<std::string, float> scalars(e.scalars.begin(), e.scalars.end());
+    if (scalars.count("train/loss")) {
+      ++steps;
+      ASSERT_TRUE(losses.count(e.step)) << e.step;
+      EXPECT_FLOAT_EQ(scalars.at("train/loss"), static_cast<float>(losses.at(e.step)));
+      EXPECT_TRUE(scalars.count("replica_1/busy_fraction"));
+      EXPECT_TRUE(scalars.count("replica_0/exposed_communication_seconds"));
+      EXPECT_TRUE(scalars.count("memory/cpu:0/peak_bytes"));
+      EXPECT_FALSE(scalars.count("train/gradient_norm"));  // not computed without --clip-norm
+    }
+    if (scalars.count("epoch/validation_accuracy")) {
+      EXPECT_FLOAT_EQ(scalars.at("epoch/validation_accuracy"),
+                      static_cast<float>(validation_accuracy));
+      EXPECT_EQ(e.step, losses.rbegin()->first);
+    }
+  }
+  EXPECT_EQ(steps, losses.size());
+
+  const std::string off = tmp("cli-interop-no-tensorboard");
+  ASSERT_EQ(run("train --model mlp" + kTiny + "--no-tensorboard --quiet --output " + off).status, 0);
+  EXPECT_FALSE(fs::exists(off + "/tensorboard"));
+  expect_one_line_error("train --model mlp" + kTiny + "--no-monitor --tensorboard " + off,
+                        "drop --no-monitor");
 }
 
 }  // namespace

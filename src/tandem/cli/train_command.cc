@@ -77,6 +77,8 @@ struct TrainOptions {
   std::string prefetch = "0";        // batches, or "auto"
   std::string input_parallel = "1";  // batches built at once, or "auto"
   std::string augment = "none";      // data::parse_augment's spec
+  std::string tensorboard;           // event files' directory; empty: RUN_DIR/tensorboard
+  bool no_tensorboard = false;
   std::string init_from;             // a safetensors file of starting weights
   bool non_strict = false;           // --init-from skips missing and unexpected tensors
 };
@@ -453,6 +455,16 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
   if (o.no_monitor && trace_first > 0)
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
+  if (!o.tensorboard.empty() && (o.no_monitor || o.no_tensorboard)) {
+    TANDEM_THROW(InvalidArgument, "--tensorboard writes the monitor's figures; drop ",
+                 o.no_monitor ? "--no-monitor" : "--no-tensorboard");
+  }
+  // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
+  const std::string tensorboard =
+      o.no_tensorboard ? std::string()
+      : o.tensorboard.empty()
+          ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
+          : o.tensorboard;
   config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
   // A model file (FILE.toml), or a built-in name (validated here).
   const bool model_file = o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model);
@@ -575,7 +587,8 @@ int run_train(TrainOptions& o) {
                                                                    .append = config.resume,
                                                                    .metrics_every = o.metrics_every,
                                                                    .trace_first = trace_first,
-                                                                   .trace_last = trace_last},
+                                                                   .trace_last = trace_last,
+                                                                   .tensorboard_dir = tensorboard},
                                            std::move(info));
   }
   const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
@@ -773,6 +786,9 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--resume", c.resume,
                     "Continue from the checkpoint in --output (a cosine schedule is stretched "
                     "over a new --epochs)");
+  command->add_option("--tensorboard", o->tensorboard,
+                      "TensorBoard event files' directory (default: RUN_DIR/tensorboard)");
+  command->add_flag("--no-tensorboard", o->no_tensorboard, "Write no TensorBoard event files");
   command->add_option("--init-from", o->init_from,
                       "Start from the weights of a safetensors file (PyTorch names and layouts; "
                       "docs/interop.md)");

@@ -14,6 +14,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/trace.h"
+#include "tandem/interop/tensorboard.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/tensor/allocator.h"
@@ -186,6 +187,8 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
         {"layers",
          layers}}.dump());
   }
+  if (!options_.tensorboard_dir.empty())
+    events_ = std::make_unique<interop::EventWriter>(options_.tensorboard_dir);
   // A fresh run traces from its first step; a resumed one starts in on_step.
   if (options_.trace_first == 1 && !options_.append) start_trace();
 }
@@ -280,9 +283,32 @@ void Monitor::on_step(const train::StepInfo& s) {
   const std::vector<DeviceMemory> memory = memory_snapshot();
   merge_training_memory(memory);
   record.busy_fractions = busy_fractions();
-  if (metrics_ != nullptr &&
-      (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch)) {
-    write_step_line(record, s, memory);
+  last_global_step_ = record.global_step;
+  if (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch) {
+    if (metrics_ != nullptr) write_step_line(record, s, memory);
+    if (events_) {
+      std::vector<std::pair<std::string, double>> scalars = {
+          {"train/loss", record.loss},
+          {"train/learning_rate", record.learning_rate},
+          {"train/examples_per_second", record.examples_per_second},
+          {"train/step_seconds", record.step_seconds},
+          {"train/input_seconds", record.input_seconds},
+          {"train/loss_scale", record.loss_scale},
+          {"train/gradient_norm", record.gradient_norm},
+          {"train/peak_fraction", record.peak_fraction}};
+      for (size_t i = 0; i < record.replicas.size(); ++i) {
+        const std::string replica = fmt::format("replica_{}/", record.replicas[i].replica);
+        scalars.emplace_back(replica + "busy_fraction", i < record.busy_fractions.size()
+                                                            ? record.busy_fractions[i]
+                                                            : NAN);
+        scalars.emplace_back(replica + "exposed_communication_seconds",
+                             record.replicas[i].communication);
+        scalars.emplace_back(replica + "idle_seconds", record.replicas[i].idle);
+      }
+      for (const DeviceMemory& m : memory)
+        scalars.emplace_back("memory/" + m.device + "/peak_bytes", static_cast<double>(m.peak_total));
+      write_events(record.global_step, scalars);
+    }
   }
 
   if (tracing_ && record.global_step >= options_.trace_last) finish_trace();
@@ -380,7 +406,29 @@ void Monitor::on_epoch(const train::EpochResult& e) {
     input_stages_ = e.input_stages;
   }
   write_line(line.dump());
+  if (events_) {
+    std::vector<std::pair<std::string, double>> scalars = {
+        {"epoch/train_loss", e.train_loss},
+        {"epoch/validation_loss", e.validation_loss},
+        {"epoch/examples_per_second", e.examples_per_second}};
+    for (const auto& [name, value] : e.train_metrics) scalars.emplace_back("epoch/train_" + name, value);
+    for (const auto& [name, value] : e.validation_metrics)
+      scalars.emplace_back("epoch/validation_" + name, value);
+    write_events(last_global_step_, scalars);
+  }
   own_seconds_ += seconds_between(start, Clock::now());
+}
+
+// A failed write to the event file (a full disk) stops the event file, not
+// the run: metrics.jsonl is the record.
+void Monitor::write_events(int64_t step,
+                           const std::vector<std::pair<std::string, double>>& scalars) {
+  try {
+    events_->scalars(step, scalars);
+  } catch (const IoError& e) {
+    warnings_.push_back(std::string("TensorBoard events stopped: ") + e.what());
+    events_.reset();
+  }
 }
 
 void Monitor::start_trace() {

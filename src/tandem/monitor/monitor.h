@@ -16,12 +16,17 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/run_stats.h"
 #include "tandem/tensor/device.h"
 #include "tandem/train/trainer.h"
+
+namespace tandem::interop {
+class EventWriter;
+}
 
 namespace tandem::monitor {
 
@@ -57,6 +62,8 @@ struct MonitorOptions {
   int64_t trace_first = 0;    // global steps [first, last] into trace.json; 0: no trace
   int64_t trace_last = 0;
   double window_seconds = 10.0;  // the busy-fraction window
+  // TensorBoard event files (interop/tensorboard.h) go here; empty: none.
+  std::string tensorboard_dir;
 };
 
 class Monitor {
@@ -104,10 +111,13 @@ class Monitor {
   void merge_training_memory(const std::vector<DeviceMemory>& snapshot);
   void start_trace();
   void finish_trace();
+  void write_events(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
 
   MonitorOptions options_;
   RunInfo info_;
   std::FILE* metrics_ = nullptr;
+  std::unique_ptr<interop::EventWriter> events_;
+  int64_t last_global_step_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point trace_origin_;
   bool tracing_ = false;
