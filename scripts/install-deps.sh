@@ -8,14 +8,17 @@ set -eu
 # libclang-rt-14-dev (only recommended by clang, so named): the sanitizer
 # build and libFuzzer (scripts/sanitize-build.sh); libomp-14-dev for clang's
 # omp.h (the code still runs on libgomp, oneDNN's OpenMP runtime).
+# libonnx-dev and libprotobuf-dev: ONNX export (its message classes and
+# checker). python3-onnx and python3-opencv: the test that checks the export
+# with ONNX's Python checker and runs it in OpenCV's DNN module.
 # python3-torch and python3-protobuf: the interop tests that load tandem's
 # safetensors into PyTorch's own models (and PyTorch's into tandem) and parse
 # its TensorBoard event files with Google's protobuf runtime.
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
-  nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libonnx-dev libprotobuf-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist bible-kjv chromium clang libclang-rt-14-dev libomp-14-dev
-  python3-torch python3-protobuf"
+  python3-torch python3-protobuf python3-onnx python3-opencv"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -47,6 +47,13 @@ TEST(CliInterop, ExportedWeightsStartANewRunExactly) {
   ASSERT_EQ(run("export " + b).status, 0);
   EXPECT_EQ(bytes_of(a + "/model.safetensors"), bytes_of(b + "/model.safetensors"));
 
+  const CommandResult onnx = run("export " + a + " --format onnx");
+  ASSERT_EQ(onnx.status, 0) << onnx.output;
+  EXPECT_NE(onnx.output.find("wrote " + a + "/model.onnx (ONNX opset 13, input (N, 28, 28, 1)"),
+            std::string::npos)
+      << onnx.output;
+  EXPECT_GT(fs::file_size(a + "/model.onnx"), fs::file_size(a + "/model.safetensors"));
+
   const CommandResult half = run("export " + a + " --dtype bf16 --output " + a + "/half.safetensors");
   ASSERT_EQ(half.status, 0) << half.output;
   EXPECT_LT(fs::file_size(a + "/half.safetensors"), fs::file_size(a + "/model.safetensors") / 2 + 4096);
@@ -57,7 +64,8 @@ TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
   ASSERT_EQ(run("train --model mlp" + kTiny + "--quiet --output " + a).status, 0);
   ASSERT_EQ(run("export " + a).status, 0);
   const std::string weights = a + "/model.safetensors";
-  expect_one_line_error("export " + a + " --format onnx", "--format must be safetensors");
+  expect_one_line_error("export " + a + " --format tflite", "--format must be safetensors or onnx");
+  expect_one_line_error("export " + a + " --format onnx --dtype bf16", "ONNX export is f32");
   expect_one_line_error("export " + a + " --dtype i32", "--dtype must be f32, bf16 or f16");
   expect_one_line_error("export " + tmp("cli-interop-none"), "does not exist");
   const std::string empty = tmp("cli-interop-empty");

@@ -60,7 +60,12 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
     double with = 0.0, without = 0.0;
     for (int turn = 0; turn < 2; ++turn) {
       if ((turn == 0) == (r % 2 == 0)) {
-        monitor::Monitor m({.run_dir = run_dir, .metrics_every = o.metrics_every}, info);
+        // As tandem train monitors by default: metrics.jsonl and TensorBoard events.
+        std::filesystem::remove_all(std::filesystem::path(run_dir) / "tensorboard");
+        monitor::Monitor m({.run_dir = run_dir,
+                            .metrics_every = o.metrics_every,
+                            .tensorboard_dir = (std::filesystem::path(run_dir) / "tensorboard").string()},
+                           info);
         const auto start = std::chrono::steady_clock::now();
         with = timed_fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
                           .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});

@@ -1,5 +1,6 @@
-// `tandem export RUN_DIR --format safetensors`: a run's trained weights in a
-// format other frameworks read (PyTorch's names and layouts; docs/interop.md).
+// `tandem export RUN_DIR --format safetensors|onnx`: a run's trained weights
+// in a format other frameworks read (PyTorch's names and layouts), or its
+// inference graph for other runtimes (docs/interop.md).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -8,7 +9,9 @@
 
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
+#include "tandem/interop/onnx_export.h"
 #include "tandem/interop/torch_state.h"
+#include "tandem/nn/model_file.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
 
@@ -22,12 +25,32 @@ struct ExportOptions {
   std::string output;  // empty: RUN_DIR/model.safetensors
 };
 
+// One example's shape as the model takes it: a model file's declared input,
+// the built-ins' 28x28 images (resnet with its channels).
+Shape example_shape(const train::ModelSpec& spec) {
+  if (!spec.definition.empty())
+    return Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
+  if (spec.name == "gpt") {
+    TANDEM_THROW(InvalidArgument,
+                 "ONNX export of gpt is not implemented yet: its embeddings, layer norms and "
+                 "attention have no ONNX form in tandem (opset 13 could express them); export "
+                 "its weights with --format safetensors");
+  }
+  int64_t channels = 1;
+  for (const std::string& setting : split_list(spec.settings)) {
+    if (setting.rfind("channels=", 0) == 0) channels = parse_integer(setting.substr(9)).value_or(1);
+  }
+  return Shape{28, 28, channels};
+}
+
 int run_export(const ExportOptions& o) {
-  if (o.format != "safetensors") {
-    TANDEM_THROW(InvalidArgument, "--format must be safetensors, got '", o.format, "'");
+  if (o.format != "safetensors" && o.format != "onnx") {
+    TANDEM_THROW(InvalidArgument, "--format must be safetensors or onnx, got '", o.format, "'");
   }
   if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
     TANDEM_THROW(InvalidArgument, "--dtype must be f32, bf16 or f16, got '", o.dtype, "'");
+  if (o.format == "onnx" && o.dtype != "f32")
+    TANDEM_THROW(InvalidArgument, "--dtype applies to safetensors; ONNX export is f32");
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
   const std::string checkpoint_path =
@@ -41,8 +64,17 @@ int run_export(const ExportOptions& o) {
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);
   const std::string output =
-      o.output.empty() ? (std::filesystem::path(o.run_dir) / "model.safetensors").string()
-                       : o.output;
+      o.output.empty()
+          ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
+          : o.output;
+  if (o.format == "onnx") {
+    const Shape shape = example_shape(spec);
+    interop::export_onnx(*model, shape, output);
+    fmt::print("wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
+               "from {}\n",
+               output, interop::kOnnxOpset, fmt::join(shape.to_vector(), ", "), checkpoint_path);
+    return 0;
+  }
   interop::save_safetensors(*model, output, parse_dtype(o.dtype),
                             {{"producer", "tandem"}, {"model", spec.name}});
   const auto state = interop::torch_state(*model);
@@ -55,13 +87,14 @@ int run_export(const ExportOptions& o) {
 
 Command add_export_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "export", "Write a run's trained weights for other frameworks (safetensors, PyTorch names)");
+      "export", "Write a run's weights (safetensors, PyTorch names) or graph (ONNX) for other frameworks");
   auto o = std::make_shared<ExportOptions>();
   command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
-  command->add_option("--format", o->format, "Output format: safetensors")->capture_default_str();
+  command->add_option("--format", o->format, "Output format: safetensors (weights) or onnx (the inference graph)")
+      ->capture_default_str();
   command->add_option("--dtype", o->dtype, "Weights as f32, bf16 or f16")->capture_default_str();
   command->add_option("--output,-o", o->output,
-                      "File to write (default: RUN_DIR/model.safetensors)");
+                      "File to write (default: RUN_DIR/model.safetensors or model.onnx)");
   return {command, [o]() { return run_export(*o); }};
 }
 

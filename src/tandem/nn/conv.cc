@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 #include "tandem/nn/init.h"
 
 namespace tandem::nn {
@@ -99,6 +100,36 @@ Variable AvgPool2d::forward(const Variable& input) {
 
 Variable GlobalAvgPool::forward(const Variable& input) {
   return global_avg_pool(input);
+}
+
+GraphValue Conv2d::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const int torch_order[] = {3, 2, 0, 1};  // (KH, KW, C, O) -> (O, C, KH, KW)
+  std::vector<std::string> inputs = {x.name, graph.weight(weight_.value(), torch_order)};
+  if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
+  const int64_t p = options_.padding;
+  const GraphValue y =
+      graph.op("Conv", inputs, 4,
+               {{"kernel_shape", std::vector<int64_t>{kernel_size_, kernel_size_}},
+                {"strides", std::vector<int64_t>{options_.stride, options_.stride}},
+                {"pads", std::vector<int64_t>{p, p, p, p}},
+                {"dilations", std::vector<int64_t>{options_.dilation, options_.dilation}}});
+  return activation_to_graph(graph, y, options_.activation);
+}
+
+GraphValue Pool2d::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const kernels::Pool2dGeometry& g = geometry_;
+  std::vector<GraphAttribute> attributes = {
+      {"kernel_shape", std::vector<int64_t>{g.kernel_h, g.kernel_w}},
+      {"strides", std::vector<int64_t>{g.stride_h, g.stride_w}},
+      {"pads", std::vector<int64_t>{g.pad_h, g.pad_w, g.pad_h, g.pad_w}}};
+  const bool average = std::string(name_) == "AvgPool2d";
+  if (average) attributes.push_back({"count_include_pad", int64_t{1}});
+  return graph.op(average ? "AveragePool" : "MaxPool", {x.name}, 4, attributes);
+}
+
+GraphValue GlobalAvgPool::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const GraphValue pooled = graph.op("GlobalAveragePool", {x.name}, 4);  // (N, C, 1, 1)
+  return graph.op("Flatten", {pooled.name}, 2, {{"axis", int64_t{1}}});
 }
 
 }  // namespace tandem::nn

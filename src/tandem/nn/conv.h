@@ -27,6 +27,7 @@ class Conv2d : public Module {
 
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
   // The weight is (KH, KW, C, O), PyTorch's (O, C, KH, KW).
   std::vector<int> torch_axes(const std::string& local_name) const override;
 
@@ -43,6 +44,7 @@ class Conv2d : public Module {
 class Pool2d : public Module {
  public:
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  protected:
   // stride 0 means stride = kernel_size (PyTorch's default); throws
@@ -75,6 +77,7 @@ class GlobalAvgPool : public Module {
  public:
   Variable forward(const Variable& input) override;
   std::string describe() const override { return "GlobalAvgPool"; }
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 };
 
 }  // namespace tandem::nn

@@ -4,6 +4,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
 
@@ -19,6 +20,10 @@ Variable Dropout::forward(const Variable& input) {
 
 std::string Dropout::describe() const {
   return fmt::format("Dropout(p={})", p_);
+}
+
+GraphValue Dropout::to_graph(GraphBuilder&, const GraphValue& x) const {
+  return x;  // inference: the identity
 }
 
 }  // namespace tandem::nn

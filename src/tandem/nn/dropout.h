@@ -13,6 +13,7 @@ class Dropout : public Module {
   explicit Dropout(float p = 0.5f);
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   float p_;

@@ -9,6 +9,7 @@ class Flatten : public Module {
  public:
   Variable forward(const Variable& input) override;
   std::string describe() const override { return "Flatten"; }
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 };
 
 }  // namespace tandem::nn

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 #include "tandem/nn/init.h"
 
 namespace tandem::nn {
@@ -42,6 +43,17 @@ std::string Linear::describe() const {
   if (options_.compute_dtype != DType::f32)
     text += ", " + std::string(dtype_name(options_.compute_dtype));
   return text + ")";
+}
+
+GraphValue Linear::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  if (x.rank != 2) {
+    TANDEM_THROW(InvalidArgument, describe(), ": ONNX export takes a Linear on (N, features) only, got rank ",
+                 x.rank);
+  }
+  std::vector<std::string> inputs = {x.name, graph.weight(weight_.value())};
+  if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
+  const GraphValue y = graph.op("Gemm", inputs, 2, {{"transB", int64_t{1}}});
+  return activation_to_graph(graph, y, options_.activation);
 }
 
 }  // namespace tandem::nn

@@ -23,6 +23,7 @@ class Linear : public Module {
 
   Variable forward(const Variable& input) override;  // (B, in) -> (B, out)
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
   const Variable& weight() const { return weight_; }
   const Variable& bias() const { return bias_; }

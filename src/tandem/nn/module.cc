@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
 namespace {
@@ -63,6 +64,12 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
   std::vector<std::pair<std::string, Tensor*>> out;
   collect_buffers("", out);
   return out;
+}
+
+GraphValue Module::to_graph(GraphBuilder&, const GraphValue&) const {
+  TANDEM_THROW(InvalidArgument, "layer ", describe(),
+               " has no ONNX form (tandem exports Linear, Conv2d, pooling, BatchNorm2d, Flatten, "
+               "activations, Dropout, Residual, Sequential and the built-in mlp, cnn and resnet)");
 }
 
 std::vector<int> Module::torch_axes(const std::string&) const {

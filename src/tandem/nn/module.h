@@ -18,6 +18,9 @@
 
 namespace tandem::nn {
 
+class GraphBuilder;
+struct GraphValue;
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -53,6 +56,12 @@ class Module {
   // (O, C, KH, KW): {3, 2, 0, 1}). Empty: the same layout. Export and
   // import (interop) apply it; training never does.
   virtual std::vector<int> torch_axes(const std::string& local_name) const;
+
+  // Adds this layer's inference computation on x to a graph of standard
+  // operators (graph_builder.h; ONNX export) and returns its output. The
+  // default throws InvalidArgument naming the layer: layers with an
+  // operator form override it.
+  virtual GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const;
 
   // A parameter or buffer with its full name and PyTorch axes.
   struct StateTensor {

@@ -2,6 +2,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
 namespace {
@@ -77,6 +78,14 @@ Variable BatchNorm2d::forward(const Variable& input) {
 
 std::string BatchNorm2d::describe() const {
   return "BatchNorm2d(" + std::to_string(channels_) + (relu_ ? ", relu)" : ")");
+}
+
+GraphValue BatchNorm2d::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const GraphValue y = graph.op("BatchNormalization",
+                                {x.name, graph.weight(gamma_.value()), graph.weight(beta_.value()),
+                                 graph.weight(*running_mean_), graph.weight(*running_var_)},
+                                x.rank, {{"epsilon", eps_}});
+  return relu_ ? graph.op("Relu", {y.name}, x.rank) : y;
 }
 
 }  // namespace tandem::nn

@@ -28,6 +28,7 @@ class BatchNorm2d : public Module {
                        bool synchronized = false, bool relu = false);
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
   const Tensor& running_mean() const { return *running_mean_; }
   const Tensor& running_var() const { return *running_var_; }

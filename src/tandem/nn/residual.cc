@@ -2,6 +2,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
 
@@ -43,6 +44,14 @@ std::string Residual::describe() const {
   if (activation_ != kernels::Activation::none)
     text += std::string(", then ") + std::string(kernels::activation_name(activation_));
   return text + ")";
+}
+
+GraphValue Residual::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  GraphValue y = x;
+  for (const auto& layer : layers_) y = layer->to_graph(graph, y);
+  GraphValue skip = x;
+  for (const auto& layer : shortcut_) skip = layer->to_graph(graph, skip);
+  return activation_to_graph(graph, graph.op("Add", {y.name, skip.name}, y.rank), activation_);
 }
 
 }  // namespace tandem::nn

@@ -24,6 +24,7 @@ class Residual : public Module {
   // Throws ShapeError naming both shapes when the layers change the shape.
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i) const { return *layers_.at(i); }

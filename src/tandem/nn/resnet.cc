@@ -4,6 +4,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
 namespace {
@@ -100,6 +101,18 @@ Variable ResNet::forward(const Variable& x) {
 std::string ResNet::describe() const {
   return fmt::format("ResNet-{}(width {}, {} classes{})", config_.depth, config_.width,
                      config_.classes, config_.synchronized_batch_norm ? ", synchronised BN" : "");
+}
+
+GraphValue BasicBlock::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const GraphValue h = bn2_->to_graph(
+      graph, conv2_->to_graph(graph, bn1_->to_graph(graph, conv1_->to_graph(graph, x))));
+  const GraphValue skip = shortcut_ ? shortcut_->to_graph(graph, x) : x;
+  return graph.op("Relu", {graph.op("Add", {h.name, skip.name}, 4).name}, 4);
+}
+
+GraphValue ResNet::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  const GraphValue features = stages_->to_graph(graph, stem_->to_graph(graph, x));
+  return head_->to_graph(graph, GlobalAvgPool().to_graph(graph, features));
 }
 
 }  // namespace tandem::nn

@@ -44,6 +44,7 @@ class BasicBlock : public Module {
              Generator& generator);
   Variable forward(const Variable& x) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   int64_t in_, out_, stride_;
@@ -58,6 +59,7 @@ class ResNet : public Module {
   // (N, H, W, channels) -> logits (N, classes).
   Variable forward(const Variable& x) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   ResNetConfig config_;

@@ -1,5 +1,7 @@
 #include "tandem/nn/sequential.h"
 
+#include "tandem/nn/graph_builder.h"
+
 namespace tandem::nn {
 
 Sequential& Sequential::add(std::shared_ptr<Module> module) {
@@ -16,6 +18,12 @@ Variable Sequential::forward(const Variable& input) {
 
 std::string Sequential::describe() const {
   return "Sequential(" + std::to_string(layers_.size()) + " layers)";
+}
+
+GraphValue Sequential::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  GraphValue v = x;
+  for (const auto& layer : layers_) v = layer->to_graph(graph, v);
+  return v;
 }
 
 }  // namespace tandem::nn

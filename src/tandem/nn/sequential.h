@@ -21,6 +21,7 @@ class Sequential : public Module {
 
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i) const { return *layers_.at(i); }

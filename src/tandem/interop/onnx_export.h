@@ -1,0 +1,29 @@
+#pragma once
+// ONNX export: a model's inference graph (evaluation mode: batch norm from
+// its running statistics, dropout the identity) as an ONNX model, opset 13,
+// built with Debian's libonnx protobuf classes and checked by
+// onnx::checker before it is written.
+//
+// The graph's input "input" is float32 (N, ...example shape) in tandem's
+// layout (channels-last images, (N, H, W, C)), N symbolic; its output
+// "logits" is float32 (N, classes). Weights are initializers named as in
+// torch_state (PyTorch's names; conv weights (O, C, KH, KW)).
+
+#include <string>
+
+#include "tandem/nn/module.h"
+#include "tandem/tensor/shape.h"
+
+namespace tandem::interop {
+
+inline constexpr int kOnnxOpset = 13;
+
+// The model's ONNX bytes for inputs of `example_shape` (one example, no
+// batch dimension). Throws InvalidArgument naming the first layer without an
+// ONNX form, or what the checker found.
+std::string onnx_model(nn::Module& model, const Shape& example_shape);
+
+// onnx_model written atomically to `path`; IoError when it cannot be.
+void export_onnx(nn::Module& model, const Shape& example_shape, const std::string& path);
+
+}  // namespace tandem::interop
