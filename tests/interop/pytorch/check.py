@@ -3,9 +3,10 @@
 interop.pytorch; exit 77, a skip, where PyTorch is not installed).
 
 Both directions, for mlp, cnn, resnet and gpt:
-- tandem -> PyTorch: tandem's seeded weights (interop_logits export) load
-  with load_state_dict(strict=True) into the same architecture written in
-  PyTorch, and its logits match tandem's on the same input.
+- tandem -> PyTorch: tandem's seeded weights (interop_logits export,
+  batch-norm statistics randomised) load with load_state_dict(strict=True)
+  into the same architecture written in PyTorch, and its logits match
+  tandem's on the same input.
 - PyTorch -> tandem: a PyTorch-initialised model (batch-norm statistics and
   affine parameters randomised) saved by the small writer below, loaded by
   tandem, gives PyTorch's logits; and `tandem train --init-from` on one
