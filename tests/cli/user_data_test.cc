@@ -345,6 +345,11 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   std::ifstream file_summary(dir + "/run_file/summary.json");
   const nlohmann::json f = nlohmann::json::parse(file_summary);
   EXPECT_LT(f["validation_bits_per_byte"].get<double>(), 3.5) << f.dump();
+  // ... and generates text like the built-in.
+  const auto file_text = testing::run("generate " + dir + "/run_file --prompt 'In the' --tokens 12 "
+                                      "--seed 2");
+  ASSERT_EQ(file_text.status, 0) << file_text.output;
+  EXPECT_EQ(file_text.output.size(), 6u + 12u + 1u) << file_text.output;
 }
 
 TEST(LanguageModel, BadCorporaAndModelOptionsAreOneClearError) {

@@ -43,5 +43,22 @@ TEST(Generation, BadPromptsAndOptionsAreErrors) {
   EXPECT_THROW(train::generate(*small_vocabulary, "a", {}), InvalidArgument);  // 'a' = 97
 }
 
+// Any module of the same shape generates: the gpt through the generic
+// entry gives the same text, and a model whose logits are not (1, T, V) is
+// an error naming the shapes.
+TEST(Generation, AnyLanguageModelGeneratesAndOthersAreRefused) {
+  auto gpt = small_gpt();
+  const train::LanguageModel lm{*gpt, 8, 256};
+  EXPECT_EQ(train::generate(lm, "abc", {.tokens = 12, .seed = 3}),
+            train::generate(*gpt, "abc", {.tokens = 12, .seed = 3}));
+  const train::LanguageModel wrong{*gpt, 8, 100};
+  try {
+    train::generate(wrong, "abc", {.tokens = 1});
+    ADD_FAILURE() << "a vocabulary of 100 was accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("(1, 3, 100) logits"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tandem

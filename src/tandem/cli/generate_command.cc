@@ -1,5 +1,5 @@
 // `tandem generate RUN_DIR --prompt TEXT`: text sampled from a run's trained
-// byte-level language model (a gpt checkpoint).
+// byte-level language model (gpt, or a model file of the same kind).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
+#include "tandem/nn/model_file.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/generation.h"
 #include "tandem/train/model_factory.h"
@@ -37,16 +38,30 @@ int run_generate(const GenerateOptions& o) {
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
-  if (spec.name != "gpt" || !spec.definition.empty()) {
-    TANDEM_THROW(InvalidArgument, "tandem generate needs a gpt run; '", o.run_dir,
-                 "' trained model '", spec.name, "'");
-  }
   set_num_threads(o.threads.value_or(std::max(1, cpu_info().physical_cores)));
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);
-  auto* gpt = dynamic_cast<nn::Gpt*>(model.get());
-  if (gpt == nullptr) TANDEM_THROW(Error, "the rebuilt gpt is not an nn::Gpt");
-  const std::string text = train::generate(*gpt, o.prompt, o.generation);
+  int64_t context = 0, vocabulary = 0;
+  if (auto* gpt = dynamic_cast<nn::Gpt*>(model.get())) {
+    context = gpt->config().context;
+    vocabulary = gpt->config().vocabulary;
+  } else if (!spec.definition.empty()) {
+    // A model file of the same kind: (T) token ids in, (T, vocabulary) logits out.
+    const nn::ModelDefinition d = nn::parse_model_definition(spec.definition, spec.name);
+    const std::vector<int64_t> out = d.output_shape();
+    if (d.input_dtype == DType::i32 && d.input_shape.size() == 1 && out.size() == 2 &&
+        out[0] == d.input_shape[0]) {
+      context = d.input_shape[0];
+      vocabulary = out[1];
+    }
+  }
+  if (context == 0) {
+    TANDEM_THROW(InvalidArgument, "tandem generate needs a language model (gpt, or a model file "
+                 "from (T) token ids to (T, vocabulary) logits); '", o.run_dir, "' trained '",
+                 spec.name, "'");
+  }
+  const std::string text =
+      train::generate({*model, context, vocabulary}, o.prompt, o.generation);
   fmt::print("{}{}\n", o.prompt, text);
   return 0;
 }
@@ -55,9 +70,11 @@ int run_generate(const GenerateOptions& o) {
 
 Command add_generate_command(CLI::App& app) {
   CLI::App* command =
-      app.add_subcommand("generate", "Sample text from a trained gpt run (byte-level tokens)");
+      app.add_subcommand("generate",
+                         "Sample text from a trained language model run (gpt or a model file; "
+                         "byte-level tokens)");
   auto o = std::make_shared<GenerateOptions>();
-  command->add_option("run_dir", o->run_dir, "Run directory of a gpt (tandem train --output)")
+  command->add_option("run_dir", o->run_dir, "Run directory of a language model (tandem train --output)")
       ->required();
   command->add_option("--prompt", o->prompt, "The text to continue (at most the context)")
       ->required();

@@ -12,7 +12,7 @@
 namespace tandem::train {
 namespace {
 
-void check(const nn::GptConfig& c, std::string_view prompt, const GenerationOptions& o) {
+void check(const LanguageModel& c, std::string_view prompt, const GenerationOptions& o) {
   if (prompt.empty()) TANDEM_THROW(InvalidArgument, "the prompt is empty (give at least one byte)");
   if (static_cast<int64_t>(prompt.size()) > c.context) {
     TANDEM_THROW(InvalidArgument, "the prompt's ", prompt.size(),
@@ -66,8 +66,13 @@ int32_t pick(const std::vector<float>& logits, const GenerationOptions& o, Gener
 }  // namespace
 
 std::string generate(nn::Gpt& model, std::string_view prompt, const GenerationOptions& options) {
-  const nn::GptConfig& c = model.config();
+  return generate({model, model.config().context, model.config().vocabulary}, prompt, options);
+}
+
+std::string generate(const LanguageModel& c, std::string_view prompt,
+                     const GenerationOptions& options) {
   check(c, prompt, options);
+  nn::Module& model = c.model;
   model.eval();
   NoGradGuard no_grad;
   Generator generator(options.seed);
@@ -79,6 +84,10 @@ std::string generate(nn::Gpt& model, std::string_view prompt, const GenerationOp
     const auto T = static_cast<int64_t>(std::min<size_t>(context.size(), static_cast<size_t>(c.context)));
     const std::vector<int32_t> window(context.end() - T, context.end());
     const Variable logits = model.forward(Variable(Tensor::from_ints(Shape{1, T}, window)));
+    if (logits.shape() != Shape{1, T, c.vocabulary}) {
+      TANDEM_THROW(ShapeError, "a language model maps (1, ", T, ") token ids to (1, ", T, ", ",
+                   c.vocabulary, ") logits; this one gave ", logits.shape().to_string());
+    }
     const std::vector<float> all = logits.value().to(DType::f32).to_floats();
     const std::vector<float> last(all.end() - c.vocabulary, all.end());
     const int32_t next = pick(last, options, generator);
