@@ -112,7 +112,10 @@ TEST(CheckpointBadFiles, TensorSizesBeyondTheFileAreRefusedBeforeAllocating) {
                   "claims bytes [1, 1 + 64) of the 64-byte data region");
   expect_contains(load_error(tensor_json("w", "[16]", "18446744073709551615", "64", "f32")),
                   "outside it");
-  expect_contains(load_error(tensor_json("w", "[16]", "-1", "64", "f32")), "outside it");
+  // A negative offset is not an offset (it used to wrap to 2^64 - 1).
+  expect_contains(load_error(tensor_json("w", "[16]", "-1", "64", "f32")),
+                  "'offset' is -1, not an integer in [0, 18446744073709551615]");
+  expect_contains(load_error(tensor_json("w", "[16]", "1.5", "64", "f32")), "not an integer");
   // Two tensors over the same bytes.
   expect_contains(
       load_error(tensor_json("a", "[64]", "0", "64") + "," + tensor_json("b", "[64]", "0", "64")),

@@ -93,7 +93,10 @@ TEST_P(OnFiles, RegressionOnCsvMatchesOneDevice) {
   const train::EpochResult& last = two.history.back();
   EXPECT_LT(last.train_loss, 0.5 * two.history.front().train_loss + 0.01);
   EXPECT_GE(last.validation_metric("rmse"), last.validation_metric("mae"));
-  EXPECT_NEAR(last.validation_metric("rmse"), std::sqrt(last.validation_loss), 1e-9);
+  // The metric and the loss sum the same f32 squared errors in different
+  // orders (the kernels' vector width varies by CPU): equal to f32 rounding.
+  EXPECT_NEAR(last.validation_metric("rmse"), std::sqrt(last.validation_loss),
+              1e-7 * std::sqrt(last.validation_loss));
 }
 
 TEST_P(OnFiles, JpegTfrecordClassifierMatchesOneDevice) {

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "tandem/kernels/detail/onednn.h"
+
 namespace tandem::kernels {
 namespace {
 
@@ -44,6 +46,7 @@ BackendInfo backend_info() {
       std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
   info.cpu_isa = isa_name(dnnl_get_effective_cpu_isa());
   info.max_threads = omp_get_max_threads();
+  info.bf16_primitives = detail::onednn_runs_bf16();
   return info;
 }
 

@@ -148,6 +148,10 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
                       Activation activation, DType out_dtype) {
   check_float_pair(x, w, "conv2d_forward");
+  if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
+    const Tensor y = conv2d_forward(x.to(DType::f32), w.to(DType::f32), bias, g, activation);
+    return out_dtype == DType::f32 ? y : y.to(out_dtype);
+  }
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
   if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
     TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
@@ -172,6 +176,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2dGeometry& g, DType out_dtype) {
   check_float_pair(dy, w, "conv2d_backward_data");
+  if (detail::needs_bf16_widening(dy)) {  // see onednn_runs_bf16
+    const Tensor dx = conv2d_backward_data(dy.to(DType::f32), w.to(DType::f32), x_shape, g);
+    return out_dtype == DType::f32 ? dx : dx.to(out_dtype);
+  }
   const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
   if (dy.shape() != y_shape) {
     TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(), " should be ",
@@ -223,6 +231,10 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g, Tensor& dw,
                              Tensor* db) {
   check_float_pair(x, dy, "conv2d_backward_weights");
+  if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
+    conv2d_backward_weights(x.to(DType::f32), dy.to(DType::f32), g, dw, db);
+    return;
+  }
   const Shape y_shape = conv2d_output_shape(x.shape(), dw.shape(), g);
   if (dy.shape() != y_shape) {
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(), " should be ",

@@ -89,6 +89,13 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
     return;
   }
+  if (detail::needs_bf16_widening(a)) {
+    // See onednn_runs_bf16: the product of the widened operands in f32.
+    Tensor wide = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32, out.device());
+    run_matmul(op, p, a.to(DType::f32), b.to(DType::f32), bias, wide, options);
+    if (out.dtype() != DType::f32) out.copy_from(wide.to(out.dtype()));
+    return;
+  }
   const std::string key = tandem::detail::concat(
       op, ":", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
       bias.defined(), static_cast<int>(options.activation), dtype_name(out.dtype()));

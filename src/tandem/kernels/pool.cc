@@ -79,11 +79,12 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool 
   if (!is_floating(x.dtype())) {
     TANDEM_THROW(ShapeError, "max_pool2d: expected f32, bf16 or f16, got ", x.to_string());
   }
-  if (x.dtype() == DType::f16) {
-    // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs: pool in f32 (max is
-    // exact in either) and narrow; the f32 workspace serves the backward.
+  if (x.dtype() == DType::f16 || detail::needs_bf16_widening(x)) {
+    // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs, bf16 only from AVX-512
+    // (onednn_runs_bf16): pool in f32 (max is exact in either) and narrow;
+    // the f32 workspace serves the backward.
     MaxPoolResult wide = max_pool2d_forward(x.to(DType::f32), g, training);
-    wide.y = wide.y.to(DType::f16);
+    wide.y = wide.y.to(x.dtype());
     return wide;
   }
   MaxPoolResult result;
@@ -112,8 +113,8 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
     TANDEM_THROW(ShapeError, "max_pool2d_backward: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
-  if (dy.dtype() == DType::f16) {  // see max_pool2d_forward
-    return max_pool2d_backward(dy.to(DType::f32), workspace, x_shape, g).to(DType::f16);
+  if (dy.dtype() == DType::f16 || detail::needs_bf16_widening(dy)) {  // see max_pool2d_forward
+    return max_pool2d_backward(dy.to(DType::f32), workspace, x_shape, g).to(dy.dtype());
   }
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
   if (dx.numel() == 0) return dx;

@@ -63,7 +63,8 @@ Tensor channel_tensor(const Tensor& x) {
 }  // namespace
 
 bool batch_norm_supported(const Tensor& x) {
-  return (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && x.rank() >= 1 &&
+  return (x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && onednn_runs_bf16())) &&
+         x.rank() >= 1 &&
          x.dim(-1) > 0 && x.numel() > 0;
 }
 

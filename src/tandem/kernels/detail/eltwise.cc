@@ -65,7 +65,7 @@ std::shared_ptr<Forward> forward_primitive(Activation activation, const Tensor& 
 }  // namespace
 
 bool eltwise_supported(const Tensor& x) {
-  return x.dtype() == DType::f32 || x.dtype() == DType::bf16;
+  return x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && onednn_runs_bf16());
 }
 
 Tensor eltwise_forward(Activation activation, const Tensor& x) {

@@ -59,6 +59,19 @@ dnnl::memory memory_of(const Tensor& tensor, const dnnl::memory::desc& desc) {
   return dnnl::memory(desc, cpu_engine(), tensor.raw_data());
 }
 
+bool onednn_runs_bf16() {
+  static const bool runs = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512_core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & avx512_core) == avx512_core;  // the ISA values are nested bit masks
+  }();
+  return runs;
+}
+
+bool needs_bf16_widening(const Tensor& x) {
+  return x.dtype() == DType::bf16 && !onednn_runs_bf16();
+}
+
 dnnl::primitive_attr user_scratchpad_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

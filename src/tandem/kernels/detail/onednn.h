@@ -26,6 +26,15 @@ dnnl::memory::dims to_dims(const Shape& shape);
 // A memory object over a tensor's data with the given descriptor.
 dnnl::memory memory_of(const Tensor& tensor, const dnnl::memory::desc& desc);
 
+// Whether oneDNN runs bf16 primitives on this CPU: oneDNN 2.6 has them from
+// AVX-512 (avx512_core, emulating bf16 arithmetic; natively with AVX512-BF16
+// or AMX) and not at all on AVX2-only CPUs. Without them the kernels compute
+// on the bf16 values widened to f32 (exact) and round their bf16 outputs:
+// the same f32 accumulation as oneDNN's bf16 kernels, at f32 speed.
+bool onednn_runs_bf16();
+// True when x is bf16 and oneDNN cannot take it: the caller widens it.
+bool needs_bf16_widening(const Tensor& x);
+
 // A primitive attribute with the user scratchpad mode set.
 dnnl::primitive_attr user_scratchpad_attr();
 
