@@ -217,7 +217,10 @@ TEST(Normalization, LayerNormMatchesReference) {
 // batch norm and f16 use: the same statistics, outputs and gradients.
 TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
-    for (const Shape& shape : {Shape{7, 5}, Shape{2, 9, 9, 16}, Shape{3, 5, 5, 33}}) {
+    // Channel counts below, at and above a SIMD width (8 on AVX2, 16 on
+    // AVX-512), with many rows: resnet's width=4 stem.
+    for (const Shape& shape : {Shape{7, 5}, Shape{2, 9, 9, 16}, Shape{3, 5, 5, 33},
+                               Shape{4, 28, 28, 4}, Shape{2, 14, 14, 3}, Shape{1, 1, 1, 1}}) {
       const std::string where = std::string(dtype_name(dtype)) + shape.to_string();
       const int64_t C = shape.dim(-1);
       const Tensor x = random_tensor(shape, -2, 4, 41).to(dtype);
@@ -249,11 +252,15 @@ TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
 }
 
 TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
-  const Shape shape{4, 6, 6, 16};
+  // Channel counts that fill SIMD registers, and 4 and 3 that do not (the
+  // fused ReLU's workspace is laid out by them).
+  for (const Shape& shape : {Shape{4, 6, 6, 16}, Shape{4, 28, 28, 4}, Shape{2, 7, 7, 3}}) {
+  SCOPED_TRACE(shape.to_string());
+  const int64_t C = shape.dim(-1);
   const Tensor x = random_tensor(shape, -2, 2, 45), dy = random_tensor(shape, -1, 1, 46);
-  const Tensor gamma = random_tensor(Shape{16}, 0.5, 1.5, 47),
-               beta = random_tensor(Shape{16}, -0.5, 0.5, 48);
-  Tensor rm = Tensor::zeros(Shape{16}), rv = Tensor::full(Shape{16}, 1.0f);
+  const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 47),
+               beta = random_tensor(Shape{C}, -0.5, 0.5, 48);
+  Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
   ASSERT_TRUE(kernels::batch_norm_fuses_relu(x));
   const auto plain = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
   const auto fused = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, true);
@@ -262,9 +269,10 @@ TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
   std::vector<float> masked(g.size());
   int positive = 0;
   for (size_t i = 0; i < y.size(); ++i) {
-    ASSERT_FLOAT_EQ(yr[i], std::max(y[i], 0.0f)) << i;
-    masked[i] = y[i] > 0.0f ? g[i] : 0.0f;
-    positive += y[i] > 0.0f;
+    // The fused kernel may sum the statistics in another order (AVX2).
+    ASSERT_NEAR(yr[i], std::max(y[i], 0.0f), 1e-5f * (1.0f + std::abs(y[i]))) << i;
+    masked[i] = yr[i] > 0.0f ? g[i] : 0.0f;
+    positive += yr[i] > 0.0f;
   }
   EXPECT_GT(positive, 0);
   EXPECT_LT(positive, static_cast<int>(y.size()));
@@ -276,12 +284,14 @@ TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
   expect_close(to_doubles(through_relu.dgamma), to_doubles(reference.dgamma), 1e-5, 1e-5,
                "dgamma");
   expect_close(to_doubles(through_relu.dbeta), to_doubles(reference.dbeta), 1e-5, 1e-5, "dbeta");
+  if (C != 16) continue;
   // f16 runs on the split kernels, which have no fused ReLU.
   const Tensor half = x.to(DType::f16);
   EXPECT_FALSE(kernels::batch_norm_fuses_relu(half));
   EXPECT_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f, true),
                InvalidArgument);
   EXPECT_NO_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f));
+  }
 }
 
 TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {

@@ -149,8 +149,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
                       Activation activation, DType out_dtype) {
   check_float_pair(x, w, "conv2d_forward");
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
-    const Tensor y = conv2d_forward(x.to(DType::f32), w.to(DType::f32), bias, g, activation);
-    return out_dtype == DType::f32 ? y : y.to(out_dtype);
+    Tensor y;
+    {
+      MemoryCategoryScope temporaries(MemoryCategory::workspace);
+      y = conv2d_forward(detail::widened(x), detail::widened(w), bias, g, activation);
+    }
+    return detail::narrowed(y, out_dtype);
   }
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
   if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
@@ -177,8 +181,12 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
                             const Conv2dGeometry& g, DType out_dtype) {
   check_float_pair(dy, w, "conv2d_backward_data");
   if (detail::needs_bf16_widening(dy)) {  // see onednn_runs_bf16
-    const Tensor dx = conv2d_backward_data(dy.to(DType::f32), w.to(DType::f32), x_shape, g);
-    return out_dtype == DType::f32 ? dx : dx.to(out_dtype);
+    Tensor dx;
+    {
+      MemoryCategoryScope temporaries(MemoryCategory::workspace);
+      dx = conv2d_backward_data(detail::widened(dy), detail::widened(w), x_shape, g);
+    }
+    return detail::narrowed(dx, out_dtype);
   }
   const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
   if (dy.shape() != y_shape) {
@@ -232,7 +240,8 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
                              Tensor* db) {
   check_float_pair(x, dy, "conv2d_backward_weights");
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
-    conv2d_backward_weights(x.to(DType::f32), dy.to(DType::f32), g, dw, db);
+    MemoryCategoryScope temporaries(MemoryCategory::workspace);
+    conv2d_backward_weights(detail::widened(x), detail::widened(dy), g, dw, db);
     return;
   }
   const Shape y_shape = conv2d_output_shape(x.shape(), dw.shape(), g);

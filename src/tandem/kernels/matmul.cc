@@ -91,9 +91,10 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
   }
   if (detail::needs_bf16_widening(a)) {
     // See onednn_runs_bf16: the product of the widened operands in f32.
+    MemoryCategoryScope temporaries(MemoryCategory::workspace);
     Tensor wide = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32, out.device());
-    run_matmul(op, p, a.to(DType::f32), b.to(DType::f32), bias, wide, options);
-    if (out.dtype() != DType::f32) out.copy_from(wide.to(out.dtype()));
+    run_matmul(op, p, detail::widened(a), detail::widened(b), bias, wide, options);
+    if (out.dtype() != DType::f32) out.copy_from(wide);
     return;
   }
   const std::string key = tandem::detail::concat(

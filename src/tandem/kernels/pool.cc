@@ -83,8 +83,13 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool 
     // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs, bf16 only from AVX-512
     // (onednn_runs_bf16): pool in f32 (max is exact in either) and narrow;
     // the f32 workspace serves the backward.
-    MaxPoolResult wide = max_pool2d_forward(x.to(DType::f32), g, training);
-    wide.y = wide.y.to(x.dtype());
+    MaxPoolResult wide;
+    {
+      // (The pooling workspace stays an activation: it is allocated as one.)
+      MemoryCategoryScope temporaries(MemoryCategory::workspace);
+      wide = max_pool2d_forward(detail::widened(x), g, training);
+    }
+    wide.y = detail::narrowed(wide.y, x.dtype());
     return wide;
   }
   MaxPoolResult result;
@@ -114,7 +119,12 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
                  y_shape.to_string());
   }
   if (dy.dtype() == DType::f16 || detail::needs_bf16_widening(dy)) {  // see max_pool2d_forward
-    return max_pool2d_backward(dy.to(DType::f32), workspace, x_shape, g).to(dy.dtype());
+    Tensor dx;
+    {
+      MemoryCategoryScope temporaries(MemoryCategory::workspace);
+      dx = max_pool2d_backward(detail::widened(dy), workspace, x_shape, g);
+    }
+    return detail::narrowed(dx, dy.dtype());
   }
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
   if (dx.numel() == 0) return dx;

@@ -72,6 +72,18 @@ bool needs_bf16_widening(const Tensor& x) {
   return x.dtype() == DType::bf16 && !onednn_runs_bf16();
 }
 
+Tensor widened(const Tensor& x) {
+  Tensor wide = Tensor::empty(x.shape(), DType::f32, x.device(), MemoryCategory::workspace);
+  wide.copy_from(x);
+  return wide;
+}
+
+Tensor narrowed(const Tensor& result, DType dtype) {
+  Tensor out = Tensor::empty(result.shape(), dtype, result.device());
+  out.copy_from(result);
+  return out;
+}
+
 dnnl::primitive_attr user_scratchpad_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -119,8 +131,12 @@ void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratch
   Tensor scratchpad;
   const size_t scratch_bytes = scratchpad_desc.get_size();
   if (scratch_bytes > 0) {
-    scratchpad = Tensor::empty(Shape{static_cast<int64_t>(scratch_bytes)}, DType::u8, device,
-                               MemoryCategory::workspace);
+    // oneDNN 2.6's AVX2 convolutions with few channels (resnet width=4)
+    // write a few bytes past the scratchpad they book (valgrind: up to 20
+    // past 3,264), corrupting the heap; the slack absorbs that.
+    constexpr size_t kSlack = 4096;
+    scratchpad = Tensor::empty(Shape{static_cast<int64_t>(scratch_bytes + kSlack)}, DType::u8,
+                               device, MemoryCategory::workspace);
     args.emplace(DNNL_ARG_SCRATCHPAD, memory_of(scratchpad, scratchpad_desc));
   }
   dnnl::stream& stream = thread_stream();

@@ -34,6 +34,12 @@ dnnl::memory memory_of(const Tensor& tensor, const dnnl::memory::desc& desc);
 bool onednn_runs_bf16();
 // True when x is bf16 and oneDNN cannot take it: the caller widens it.
 bool needs_bf16_widening(const Tensor& x);
+// x as f32 in the workspace category (it lives for one kernel call, and is
+// not one of the model's stored activations).
+Tensor widened(const Tensor& x);
+// A widened computation's f32 result as `dtype`, in the calling scope's
+// memory category (the category the kernel's output would have had).
+Tensor narrowed(const Tensor& result, DType dtype);
 
 // A primitive attribute with the user scratchpad mode set.
 dnnl::primitive_attr user_scratchpad_attr();
