@@ -498,7 +498,10 @@ TEST(Cli, BenchTrainJson) {
 
 TEST(Cli, BenchScalingRunsTheReferenceModels) {
   for (const std::string model : {"gpt --model-options layers=1,width=16,heads=2,context=8",
-                                  "resnet --model-options depth=8,width=4"}) {
+                                  // width 8: on AVX2 CPUs oneDNN 2.6's convolutions with 4
+                                  // channels hang now and then in this benchmark's 2-thread
+                                  // backward (an open defect, issue 12's note).
+                                  "resnet --model-options depth=8,width=8"}) {
     const CommandResult r = run("bench scaling --model " + model +
                                 " --max-devices 2 --batch 4 --steps 1 --warmup 1 --repeats 1 --json");
     ASSERT_EQ(r.status, 0) << r.output;
