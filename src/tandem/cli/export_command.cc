@@ -12,6 +12,7 @@
 #include "tandem/interop/onnx_export.h"
 #include "tandem/interop/torch_state.h"
 #include "tandem/nn/model_file.h"
+#include "tandem/nn/resnet.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
 
@@ -27,7 +28,7 @@ struct ExportOptions {
 
 // One example's shape as the model takes it: a model file's declared input,
 // the built-ins' 28x28 images (resnet with its channels).
-Shape example_shape(const train::ModelSpec& spec) {
+Shape example_shape(const train::ModelSpec& spec, const nn::Module& model) {
   if (!spec.definition.empty())
     return Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
   if (spec.name == "gpt") {
@@ -36,11 +37,8 @@ Shape example_shape(const train::ModelSpec& spec) {
                  "attention have no ONNX form in tandem (opset 13 could express them); export "
                  "its weights with --format safetensors");
   }
-  int64_t channels = 1;
-  for (const std::string& setting : split_list(spec.settings)) {
-    if (setting.rfind("channels=", 0) == 0) channels = parse_integer(setting.substr(9)).value_or(1);
-  }
-  return Shape{28, 28, channels};
+  const auto* resnet = dynamic_cast<const nn::ResNet*>(&model);
+  return Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1};
 }
 
 int run_export(const ExportOptions& o) {
@@ -68,7 +66,7 @@ int run_export(const ExportOptions& o) {
           ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
           : o.output;
   if (o.format == "onnx") {
-    const Shape shape = example_shape(spec);
+    const Shape shape = example_shape(spec, *model);
     interop::export_onnx(*model, shape, output);
     fmt::print("wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
                "from {}\n",
@@ -77,8 +75,8 @@ int run_export(const ExportOptions& o) {
   }
   interop::save_safetensors(*model, output, parse_dtype(o.dtype),
                             {{"producer", "tandem"}, {"model", spec.name}});
-  const auto state = interop::torch_state(*model);
-  fmt::print("wrote {} ({} tensors, {} parameters, {}) from {}\n", output, state.size(),
+  fmt::print("wrote {} ({} tensors, {} parameters, {}) from {}\n", output,
+             model->named_state().size(),
              model->parameter_count(), o.dtype, checkpoint_path);
   return 0;
 }

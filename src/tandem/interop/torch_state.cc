@@ -32,10 +32,6 @@ std::string describe(const std::string& dtype, const std::vector<int64_t>& shape
   return fmt::format("{} ({})", dtype, fmt::join(shape, ", "));
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string listed(const char* what, const std::vector<std::string>& names) {
   if (names.empty()) return "";
   constexpr size_t kShown = 20;
@@ -98,7 +94,7 @@ LoadReport load_safetensors(const SafetensorsFile& file, nn::Module& model,
     if (names.count(e.name)) continue;
     // PyTorch's BatchNorm counts its batches; tandem's momentum needs no count.
     const std::string counter = ".num_batches_tracked";
-    if (ends_with(e.name, counter) &&
+    if (e.name.ends_with(counter) &&
         names.count(e.name.substr(0, e.name.size() - counter.size()) + ".running_mean")) {
       report.ignored.push_back(e.name);
       continue;
@@ -130,10 +126,17 @@ LoadReport load_safetensors(const SafetensorsFile& file, nn::Module& model,
 
 LoadReport load_safetensors(const SafetensorsFile& file, train::Trainer& trainer,
                             const LoadOptions& options) {
-  // Replica 0 first: a file that does not match fails before any replica changes.
+  // Replica 0 reads the file (and refuses it before any replica changes); the
+  // others, of the same architecture, copy replica 0's tensors.
   LoadReport report = load_safetensors(file, trainer.replica_model(0), options);
-  for (int r = 1; r < trainer.strategy().local_replicas(); ++r)
-    load_safetensors(file, trainer.replica_model(r), options);
+  const std::vector<nn::Module::StateTensor> loaded = trainer.replica_model(0).named_state();
+  for (int r = 1; r < trainer.strategy().local_replicas(); ++r) {
+    std::vector<nn::Module::StateTensor> state = trainer.replica_model(r).named_state();
+    for (size_t i = 0; i < state.size(); ++i) {
+      state[i].value.copy_from(loaded[i].value);
+      if (state[i].parameter) state[i].parameter->mark_modified();
+    }
+  }
   return report;
 }
 

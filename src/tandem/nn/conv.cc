@@ -103,8 +103,8 @@ Variable GlobalAvgPool::forward(const Variable& input) {
 }
 
 GraphValue Conv2d::to_graph(GraphBuilder& graph, const GraphValue& x) const {
-  const int torch_order[] = {3, 2, 0, 1};  // (KH, KW, C, O) -> (O, C, KH, KW)
-  std::vector<std::string> inputs = {x.name, graph.weight(weight_.value(), torch_order)};
+  // ONNX's Conv takes PyTorch's (O, C, KH, KW) weights.
+  std::vector<std::string> inputs = {x.name, graph.weight(weight_.value(), torch_axes("weight"))};
   if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
   const int64_t p = options_.padding;
   const GraphValue y =

@@ -60,6 +60,7 @@ class ResNet : public Module {
   Variable forward(const Variable& x) override;
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
+  const ResNetConfig& config() const { return config_; }
 
  private:
   ResNetConfig config_;
