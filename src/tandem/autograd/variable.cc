@@ -224,6 +224,12 @@ void Variable::zero_grad() {
   checked(impl_, "zero_grad").grad_defined = false;
 }
 
+void Variable::release_grad_buffer() {
+  VariableImpl& impl = checked(impl_, "release_grad_buffer");
+  impl.grad_defined = false;
+  impl.grad_buffer = Tensor();
+}
+
 void Variable::accumulate_grad(const Tensor& g) {
   VariableImpl& impl = checked(impl_, "accumulate_grad");
   check_gradient(g, impl.value.shape(), impl.value.dtype(), "leaf", impl.name);

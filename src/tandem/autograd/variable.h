@@ -64,6 +64,10 @@ class Variable {
   // Forgets the accumulated gradient (the buffer is kept and overwritten by
   // the next backward's first contribution).
   void zero_grad();
+  // Forgets the gradient and drops the buffer (ZeRO-2 releases each
+  // gradient once it is copied out for reduction; the next contribution
+  // allocates a new one).
+  void release_grad_buffer();
   // Adds g into the gradient (copies on the first contribution).
   void accumulate_grad(const Tensor& g);
   // Declares the gradient buffer's current contents the accumulated gradient

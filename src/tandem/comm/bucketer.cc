@@ -10,6 +10,8 @@ Bucketer::Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptio
     TANDEM_THROW(InvalidArgument, "bucket sizes must be positive, got ", options.bucket_bytes,
                  " and ", options.first_bucket_bytes, " bytes");
   }
+  if (options.pad_to < 1)
+    TANDEM_THROW(InvalidArgument, "bucket padding must be positive, got ", options.pad_to);
   struct Open {
     DType dtype = DType::f32;
     int64_t elements = 0;
@@ -32,14 +34,38 @@ Bucketer::Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptio
     open.back().members.push_back(i);
   }
   for (const Open& b : open) {
-    buckets_.push_back(Tensor::zeros(Shape{b.elements}, b.dtype, options.device, options.category));
+    const int64_t padded = (b.elements + options.pad_to - 1) / options.pad_to * options.pad_to;
+    if (options.allocate)
+      buckets_.push_back(Tensor::zeros(Shape{padded}, b.dtype, options.device, options.category));
     members_.push_back(b.members);
+    elements_.push_back(padded);
+    used_.push_back(b.elements);
   }
+}
+
+const Tensor& Bucketer::bucket(size_t b) const {
+  if (buckets_.empty() && !members_.empty())
+    TANDEM_THROW(Error, "Bucketer: bucket buffers were not allocated (layout only)");
+  return buckets_.at(b);
+}
+
+int64_t Bucketer::padding(size_t b) const {
+  return elements_.at(b) - used_.at(b);
+}
+
+Bucketer Bucketer::with_new_buffers(MemoryCategory category, Device device) const {
+  Bucketer copy = *this;
+  copy.buckets_.clear();
+  for (size_t b = 0; b < members_.size(); ++b) {
+    const DType dtype = members_[b].empty() ? DType::f32 : layouts_[members_[b].front()].dtype;
+    copy.buckets_.push_back(Tensor::zeros(Shape{elements_[b]}, dtype, device, category));
+  }
+  return copy;
 }
 
 Tensor Bucketer::view(size_t tensor) const {
   const auto [bucket, offset] = placement_.at(tensor);
-  return buckets_[bucket]
+  return this->bucket(bucket)
       .slice(offset, offset + layouts_[tensor].shape.numel())
       .reshape(layouts_[tensor].shape);
 }

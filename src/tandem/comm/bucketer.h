@@ -20,6 +20,13 @@ struct BucketerOptions {
   int64_t first_bucket_bytes = int64_t{1} << 20;
   MemoryCategory category = MemoryCategory::gradients;
   Device device = cpu_device();
+  // Each bucket's element count is rounded up to a multiple of this (> 0)
+  // with zeros at its end: ZeRO passes the replica count, so that every
+  // replica's shard of a bucket has the same size.
+  int64_t pad_to = 1;
+  // false: the layout only, no buffers (bucket() and view() throw); for a
+  // reducer that stages each bucket through a shared buffer (ZeRO-2).
+  bool allocate = true;
 };
 
 struct TensorLayout {
@@ -33,9 +40,11 @@ class Bucketer {
   // dtypes never share a bucket; a tensor larger than a bucket gets its own.
   explicit Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptions& options = {});
 
-  size_t bucket_count() const { return buckets_.size(); }
+  size_t bucket_count() const { return members_.size(); }
   // The flat (1-D) buffer of bucket b.
-  const Tensor& bucket(size_t b) const { return buckets_.at(b); }
+  const Tensor& bucket(size_t b) const;
+  // Elements of bucket b, padding included.
+  int64_t bucket_elements(size_t b) const { return elements_.at(b); }
   // Indices (into the constructor's list) of the tensors in bucket b, in layout order.
   const std::vector<size_t>& tensors_in(size_t b) const { return members_.at(b); }
   size_t bucket_of(size_t tensor) const { return placement_.at(tensor).first; }
@@ -44,12 +53,19 @@ class Bucketer {
   // A view of tensor i's elements in its bucket, with its shape.
   Tensor view(size_t tensor) const;
   size_t tensor_count() const { return layouts_.size(); }
+  // Elements of bucket b that belong to no tensor (the padding at its end).
+  int64_t padding(size_t b) const;
+  // The same layout over new zeroed buffers (ZeRO keeps the parameters in
+  // buckets laid out like the gradients').
+  Bucketer with_new_buffers(MemoryCategory category, Device device) const;
 
  private:
   std::vector<TensorLayout> layouts_;
   std::vector<Tensor> buckets_;
   std::vector<std::vector<size_t>> members_;
   std::vector<std::pair<size_t, int64_t>> placement_;  // (bucket, element offset)
+  std::vector<int64_t> elements_;                      // per bucket, padded
+  std::vector<int64_t> used_;                          // per bucket: elements of tensors
 };
 
 }  // namespace tandem::comm

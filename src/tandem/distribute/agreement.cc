@@ -8,6 +8,19 @@
 namespace tandem::distribute {
 namespace {
 
+// Every rank's n words in rank order, through an all-gather of i32 pairs so
+// that they arrive bit for bit.
+std::vector<uint64_t> all_gather_words(comm::Communicator& comm, std::span<const uint64_t> words) {
+  const auto count = static_cast<int64_t>(2 * words.size());
+  Tensor input = Tensor::empty(Shape{count}, DType::i32);
+  if (!words.empty()) std::memcpy(input.raw_data(), words.data(), words.size() * sizeof(uint64_t));
+  Tensor output = Tensor::empty(Shape{count * comm.size()}, DType::i32);
+  comm.all_gather(input, output);
+  std::vector<uint64_t> out(words.size() * static_cast<size_t>(comm.size()));
+  if (!out.empty()) std::memcpy(out.data(), output.raw_data(), out.size() * sizeof(uint64_t));
+  return out;
+}
+
 // Every global replica's 64-bit words in global replica order; local replica
 // i contributes words[i]. The words travel as pairs of i32 through an
 // all-gather, so they arrive bit for bit.
@@ -31,17 +44,9 @@ std::vector<uint64_t> gather_words(Strategy& strategy,
     for (const auto& w : words) out.insert(out.end(), w.begin(), w.end());
     return out;
   }
-  const auto count = static_cast<int64_t>(2 * n);
-  std::vector<Tensor> outputs(static_cast<size_t>(local));
-  strategy.run([&](int r) {
-    Tensor input = Tensor::empty(Shape{count}, DType::i32);
-    if (n > 0) std::memcpy(input.raw_data(), words[r].data(), n * sizeof(uint64_t));
-    outputs[r] = Tensor::empty(Shape{count * strategy.global_replicas()}, DType::i32);
-    strategy.communicator(r)->all_gather(input, outputs[r]);
-  });
-  std::vector<uint64_t> out(n * static_cast<size_t>(strategy.global_replicas()));
-  if (!out.empty()) std::memcpy(out.data(), outputs[0].raw_data(), out.size() * sizeof(uint64_t));
-  return out;
+  std::vector<std::vector<uint64_t>> outputs(static_cast<size_t>(local));
+  strategy.run([&](int r) { outputs[r] = all_gather_words(*strategy.communicator(r), words[r]); });
+  return outputs.front();
 }
 
 // One block of n words per process: the block of each process's local replica 0.
@@ -105,6 +110,19 @@ std::vector<int64_t> sum_over_processes(Strategy& strategy, std::span<const int6
 bool any_process(Strategy& strategy, bool flag) {
   const int64_t mine = flag ? 1 : 0;
   return sum_over_processes(strategy, std::span<const int64_t>(&mine, 1))[0] > 0;
+}
+
+std::vector<double> gather_in_group(comm::Communicator& comm, std::span<const double> values) {
+  const std::vector<uint64_t> all = all_gather_words(comm, to_words(values));
+  std::vector<double> out(all.size());
+  for (size_t i = 0; i < all.size(); ++i) out[i] = std::bit_cast<double>(all[i]);
+  return out;
+}
+
+double sum_in_group(comm::Communicator& comm, double value) {
+  double total = 0.0;
+  for (double v : gather_in_group(comm, std::span<const double>(&value, 1))) total += v;
+  return total;
 }
 
 std::vector<double> broadcast_from_chief(Strategy& strategy, std::span<const double> values) {

@@ -10,7 +10,9 @@
 // These are collectives: every process calls the same functions in the same
 // order with vectors of the same length (a length that differs fails on
 // every rank, through the communicators' call check, instead of hanging).
-// With one process no communication happens. Called from the main thread.
+// With one process no communication happens. Called from the main thread,
+// except the *_in_group functions, which a replica calls on its own thread
+// with its communicator (every rank of the group calls them together).
 
 #include <cstdint>
 #include <span>
@@ -43,5 +45,11 @@ bool any_process(Strategy& strategy, bool flag);
 // The chief process's values, on every process (others pass vectors of the
 // same length, whose contents are ignored).
 std::vector<double> broadcast_from_chief(Strategy& strategy, std::span<const double> values);
+
+// Every rank's values (all of the same length n), concatenated in rank
+// order, bit for bit: rank r's at [r * n, (r + 1) * n).
+std::vector<double> gather_in_group(comm::Communicator& comm, std::span<const double> values);
+// The sum over the group's ranks, added in rank order: the same double on every rank.
+double sum_in_group(comm::Communicator& comm, double value);
 
 }  // namespace tandem::distribute

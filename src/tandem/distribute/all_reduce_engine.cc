@@ -14,6 +14,7 @@
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/agreement.h"
 #include "tandem/distribute/engine.h"
+#include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/strategy.h"
 
 namespace tandem::distribute {
@@ -44,10 +45,13 @@ class AllReduceEngine : public Engine {
     for (Replica& r : replicas_) r.reducer.reset();
   }
 
-  std::string name() const override { return "all_reduce"; }
+  std::string name() const override {
+    return sharded() ? "zero" + std::to_string(options_.reducer.zero_stage) : "all_reduce";
+  }
   nn::Module& model(int local_replica) override { return *replicas_.at(local_replica).model; }
   optim::Optimizer& optimizer(int local_replica) override {
-    return *replicas_.at(local_replica).optimizer;
+    Replica& r = replicas_.at(local_replica);
+    return r.sharded ? r.sharded->optimizer() : *r.optimizer;
   }
   const precision::LossScaler* loss_scaler() const override {
     return replicas_.front().scaler.get();
@@ -62,13 +66,17 @@ class AllReduceEngine : public Engine {
  private:
   struct Replica {
     // The current step's moments, written by the replica's own thread.
+    // With several micro-batches, forward is the sum of their forward
+    // passes and backward the rest of the time up to backward_done.
     struct Moments {
-      Clock::time_point start, forward_done, backward_done, reduced, done;
+      Clock::time_point start, backward_done, reduced, done;
+      Clock::duration forward{};
     };
     Moments moments;
     std::shared_ptr<nn::Module> model;
-    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<optim::Optimizer> optimizer;  // null under ZeRO
     std::unique_ptr<Reducer> reducer;
+    std::unique_ptr<ShardedOptimizer> sharded;  // ZeRO only
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
     double loss_sum = 0.0;                          // this step's sum of per-example losses
     Tensor peer_times;  // several processes: every replica's step record
@@ -77,8 +85,15 @@ class AllReduceEngine : public Engine {
   // several processes (their clocks differ, so durations, not moments).
   static constexpr int kRecordFields = 5;  // forward, backward, wait, optimizer, loss sum
 
+  // ZeRO with more than one replica (with one there is nothing to shard).
+  bool sharded() const {
+    return options_.reducer.zero_stage > 0 && strategy().global_replicas() > 1;
+  }
   void check_same_architecture();
   void broadcast_weights();
+  void run_micro_batches(Replica& rep, const data::Element& rows, int64_t global_rows,
+                         const ReplicaContext& context, const ForwardFn& forward);
+  void update(Replica& rep, int r, bool& skipped);
   void run_replica_step(int r, const std::vector<data::Element>& parts, int64_t global_rows,
                         const ForwardFn& forward, const StepOptions& options, bool& skipped);
   void exchange_records(int local_replica);
@@ -98,6 +113,15 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
                                  const EngineOptions& options)
     : Engine(strategy), options_(options) {
   if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
+  if (options.accumulation_steps < 1) {
+    TANDEM_THROW(InvalidArgument, "gradient accumulation needs at least 1 micro-batch per step, got ",
+                 options.accumulation_steps);
+  }
+  if (options.reducer.zero_stage < 0 || options.reducer.zero_stage > 2) {
+    TANDEM_THROW(InvalidArgument, "ZeRO stage must be 0 (off), 1 or 2, got ",
+                 options.reducer.zero_stage,
+                 " (stage 3, sharded parameters, is not offered)");
+  }
   std::exception_ptr failed;
   try {
     for (int r = 0; r < strategy.local_replicas(); ++r) {
@@ -106,7 +130,12 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
       Replica replica;
       replica.model = build();
       if (!replica.model) TANDEM_THROW(InvalidArgument, "the model builder returned no model");
-      replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
+      // Under ZeRO each replica's optimizer is built over its shards, below.
+      if (sharded()) {
+        optim::check_optimizer_config(options.optimizer);
+      } else {
+        replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
+      }
       if (options.loss_scale)
         replica.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
       replicas_.push_back(std::move(replica));
@@ -127,6 +156,11 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
       DeviceScope device(strategy.device(r));
       replicas_[r].reducer = std::make_unique<Reducer>(replicas_[r].model->parameters(),
                                                        *strategy.communicator(r), options.reducer);
+      if (sharded()) {
+        replicas_[r].sharded = std::make_unique<ShardedOptimizer>(
+            replicas_[r].model->parameters(), *replicas_[r].reducer, *strategy.communicator(r),
+            options.optimizer);
+      }
     }
   }
 }
@@ -225,34 +259,12 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
                                        const StepOptions& options, bool& skipped) {
   Replica& rep = replicas_[r];
   const ReplicaContext& context = strategy().replica_context(r);
+  rep.moments = {};
   rep.moments.start = Clock::now();
-  if (options.learning_rate) rep.optimizer->set_learning_rate(*options.learning_rate);
+  if (options.learning_rate) optimizer(r).set_learning_rate(*options.learning_rate);
   seed_replica_generator(options_.seed, options.step, context);
-  rep.optimizer->zero_grad();
-  if (rep.reducer) rep.reducer->prepare();
-  // A replica with no rows (an epoch's last, short batch; a worker whose
-  // input ended) still runs its empty batch: cross-replica layers and the
-  // gradient all-reduce need every replica.
-  Variable loss;
-  {
-    trace::Span span("forward", "step");
-    const data::Element& rows = parts[r];
-    const Variable per_example = forward(*rep.model, {rows, global_rows, context});
-    const int64_t n = rows_of(rows);
-    if (!per_example.defined() || per_example.shape() != Shape{n}) {
-      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (", n,
-                   "), got ", per_example.defined() ? per_example.shape().to_string() : "nothing");
-    }
-    const Variable total = sum(per_example);
-    rep.loss_sum = static_cast<double>(total.value().item());
-    // Normalised by the global batch: the replicas' gradients sum to the batch mean.
-    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(global_rows)));
-  }
-  rep.moments.forward_done = Clock::now();
-  {
-    trace::Span span("backward", "step");
-    (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
-  }
+  for (Variable& p : rep.model->parameters()) p.zero_grad();
+  run_micro_batches(rep, parts[r], global_rows, context, forward);
   rep.moments.backward_done = Clock::now();
   if (rep.reducer) {
     trace::Span span("wait for gradients", "step");
@@ -261,35 +273,98 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   rep.moments.reduced = Clock::now();
   {
     trace::Span span("optimizer", "step");
-    // On the reduced gradients, identical on every replica: all skip, and
-    // clip, together.
-    const double clip = options_.optimizer.global_clip_norm;
-    const auto clip_and_step = [&] {
-      if (clip > 0.0) {
-        const double norm = optim::clip_grad_norm(rep.optimizer->parameters(), clip);
-        if (r == 0) gradient_norm_ = norm;
-      }
-      rep.optimizer->step();
-    };
-    if (rep.scaler) {
-      const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
-      if (finite) clip_and_step();
-      rep.scaler->update(finite);
-      if (r == 0) skipped = !finite;
-    } else {
-      clip_and_step();
-    }
+    update(rep, r, skipped);
   }
   rep.moments.done = Clock::now();
   if (several_processes()) exchange_records(r);
+}
+
+void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
+                                        int64_t global_rows, const ReplicaContext& context,
+                                        const ForwardFn& forward) {
+  // A replica with no rows (an epoch's last, short batch; a worker whose
+  // input ended) still runs its empty batches: cross-replica layers and the
+  // gradient reduction need every replica.
+  const int steps = options_.accumulation_steps;
+  const std::vector<data::Element> micro =
+      steps == 1 ? std::vector<data::Element>{rows} : data::split_batch(rows, steps);
+  const bool stage2 = rep.reducer && rep.reducer->zero_stage() == 2;
+  rep.loss_sum = 0.0;
+  for (int k = 0; k < steps; ++k) {
+    const bool last = k == steps - 1;
+    if (rep.reducer) {
+      // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no
+      // whole gradient, so it reduces each one into its shard.
+      if (!last) {
+        if (stage2) {
+          rep.reducer->prepare(true, /*accumulate=*/k > 0);
+        } else {
+          rep.reducer->prepare(false);
+        }
+      } else {
+        rep.reducer->prepare(true, /*accumulate=*/stage2 && k > 0);
+      }
+    }
+    const auto forward_start = Clock::now();
+    Variable loss;
+    {
+      trace::Span span("forward", "step");
+      const Variable per_example = forward(*rep.model, {micro[k], global_rows, context});
+      const int64_t n = rows_of(micro[k]);
+      if (!per_example.defined() || per_example.shape() != Shape{n}) {
+        TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
+                     n, "), got ", per_example.defined() ? per_example.shape().to_string() : "nothing");
+      }
+      const Variable total = sum(per_example);
+      rep.loss_sum += static_cast<double>(total.value().item());
+      // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+      loss = scale(total, static_cast<float>(1.0 / static_cast<double>(global_rows)));
+    }
+    rep.moments.forward += Clock::now() - forward_start;
+    {
+      trace::Span span("backward", "step");
+      (rep.scaler ? rep.scaler->scale_loss(loss) : loss).backward();
+    }
+    // The last micro-batch's reduction is the step's wait for gradients.
+    if (rep.reducer && !last) rep.reducer->finish();
+  }
+}
+
+void AllReduceEngine::update(Replica& rep, int r, bool& skipped) {
+  // On the reduced gradients, identical on every replica (or agreed between
+  // the shards): all skip, and clip, together.
+  const double clip = options_.optimizer.global_clip_norm;
+  if (rep.sharded) {
+    const ShardedOptimizer::Outcome outcome = rep.sharded->update(rep.scaler.get(), clip);
+    if (r == 0) {
+      skipped = !outcome.finite;
+      if (clip > 0.0 && outcome.finite) gradient_norm_ = outcome.gradient_norm;
+    }
+    return;
+  }
+  const auto clip_and_step = [&] {
+    if (clip > 0.0) {
+      const double norm = optim::clip_grad_norm(rep.optimizer->parameters(), clip);
+      if (r == 0) gradient_norm_ = norm;
+    }
+    rep.optimizer->step();
+  };
+  if (rep.scaler) {
+    const bool finite = rep.scaler->unscale_and_check(rep.optimizer->parameters());
+    if (finite) clip_and_step();
+    rep.scaler->update(finite);
+    if (r == 0) skipped = !finite;
+  } else {
+    clip_and_step();
+  }
 }
 
 void AllReduceEngine::exchange_records(int local_replica) {
   Replica& rep = replicas_[local_replica];
   const Replica::Moments& m = rep.moments;
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
-  const float mine[kRecordFields] = {seconds(m.forward_done - m.start),
-                                     seconds(m.backward_done - m.forward_done),
+  const float mine[kRecordFields] = {seconds(m.forward),
+                                     seconds(m.backward_done - m.start - m.forward),
                                      seconds(m.reduced - m.backward_done),
                                      seconds(m.done - m.reduced), static_cast<float>(rep.loss_sum)};
   if (!rep.peer_times.defined())
@@ -313,8 +388,8 @@ std::vector<ReplicaStepTime> AllReduceEngine::local_breakdown(Clock::time_point 
         std::min(std::max(last_backward, m.backward_done), m.reduced);
     ReplicaStepTime t;
     t.replica = strategy().global_replica(static_cast<int>(i));
-    t.forward = seconds_between(m.start, m.forward_done);
-    t.backward = seconds_between(m.forward_done, m.backward_done);
+    t.forward = std::chrono::duration<double>(m.forward).count();
+    t.backward = std::max(0.0, seconds_between(m.start, m.backward_done) - t.forward);
     t.communication = seconds_between(idle_until, m.reduced);
     t.optimizer = seconds_between(m.reduced, m.done);
     t.idle = seconds_between(start, m.start) + seconds_between(m.backward_done, idle_until) +
@@ -369,8 +444,15 @@ EngineState AllReduceEngine::save_state() {
   EngineState state;
   Replica& first = replicas_.front();
   save_model_state(*first.model, state);
-  for (const auto& [name, t] : first.optimizer->state())
-    state.tensors.emplace_back("optimizer." + name, *t);
+  if (first.sharded) {
+    // Every replica takes part in gathering the shards (collective).
+    std::vector<std::vector<std::pair<std::string, Tensor>>> gathered(replicas_.size());
+    strategy().run([&](int r) { gathered[r] = replicas_[r].sharded->gather_state(); });
+    for (auto& [name, t] : gathered.front()) state.tensors.emplace_back("optimizer." + name, t);
+  } else {
+    for (const auto& [name, t] : first.optimizer->state())
+      state.tensors.emplace_back("optimizer." + name, *t);
+  }
   if (const precision::LossScaler* s = first.scaler.get()) {
     state.metadata["loss_scale"] = number(s->scale());
     state.metadata["loss_scale_skipped"] = std::to_string(s->skipped_steps());
@@ -383,7 +465,11 @@ void AllReduceEngine::load_state(const EngineState& state) {
   // Every replica takes the same state: it loads into any replica count.
   for (Replica& r : replicas_) {
     load_model_state(state, *r.model);
-    for (auto& [name, t] : r.optimizer->state()) state.load_into("optimizer." + name, *t);
+    if (r.sharded) {
+      r.sharded->load_state(state, "optimizer.");
+    } else {
+      for (auto& [name, t] : r.optimizer->state()) state.load_into("optimizer." + name, *t);
+    }
     if (r.scaler && state.metadata.count("loss_scale")) {
       r.scaler->restore(std::stod(state.meta("loss_scale")),
                         std::stoll(state.meta("loss_scale_skipped")),

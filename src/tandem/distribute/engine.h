@@ -43,7 +43,19 @@ using ModelBuilder = std::function<std::shared_ptr<nn::Module>()>;
 
 struct EngineOptions {
   optim::OptimizerConfig optimizer;
+  // Gradient synchronisation; reducer.zero_stage 1 or 2 shards the
+  // optimizer state (and, at 2, the gradients) between the replicas (ZeRO,
+  // distribute/sharded_optimizer.h; with one replica there is nothing to
+  // shard and the update is the replicated one).
   ReducerOptions reducer;
+  // Micro-batches per step (gradient accumulation, >= 1): each replica's
+  // rows are split into this many consecutive micro-batches, whose forward
+  // and backward run one after the other and whose gradients add up before
+  // the one update; the gradients are reduced once, after the last (DDP's
+  // no_sync), except under ZeRO-2, which reduces each into its shard. The
+  // update equals one step on the whole batch for models without
+  // batch-dependent layers (batch norm normalises each micro-batch).
+  int accumulation_steps = 1;
   // Loss scaling (unset: none). With a scaler, steps whose reduced
   // gradients are not finite are skipped on every replica.
   std::optional<precision::LossScalerOptions> loss_scale;
@@ -116,11 +128,13 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // "all_reduce" (synchronous, replicated optimizer), ...
+  // "all_reduce" (synchronous, replicated optimizer), "zero1", "zero2"
+  // (synchronous, sharded optimizer state / and gradients), ...
   virtual std::string name() const = 0;
   Strategy& strategy() const { return strategy_; }
 
-  // Local replica i's model and optimizer (replicas hold the same values).
+  // Local replica i's model and optimizer (replicas hold the same values;
+  // under ZeRO the optimizer is the one over replica i's shards).
   virtual nn::Module& model(int local_replica = 0) = 0;
   virtual optim::Optimizer& optimizer(int local_replica = 0) = 0;
   // The loss scaler (every replica's is in the same state), or null.
@@ -152,10 +166,13 @@ class Engine {
   Strategy& strategy_;
 };
 
-// The all-reduce engine every built-in strategy makes: replicated models
-// and optimizers, gradients summed by the Reducer (overlapping backward),
-// identical updates on every replica. Set-up checks that every replica
-// built the same architecture and broadcasts global replica 0's weights.
+// The all-reduce engine every built-in strategy makes: replicated models,
+// gradients summed by the Reducer (overlapping backward), identical updates
+// on every replica: by a replicated optimizer, or under ZeRO by each
+// replica's ShardedOptimizer followed by an all-gather of the parameters.
+// Set-up checks that every replica built the same architecture and
+// broadcasts global replica 0's weights. Throws InvalidArgument for
+// accumulation_steps < 1 or a bad ZeRO stage.
 std::unique_ptr<Engine> make_all_reduce_engine(Strategy& strategy, const ModelBuilder& build,
                                                const EngineOptions& options);
 

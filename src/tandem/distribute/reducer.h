@@ -14,6 +14,26 @@
 //     and marks every gradient defined, so all replicas step all parameters.
 // The loss must be normalised by the global example count: the sum of the
 // replicas' gradients is then the global mean gradient.
+//
+// ZeRO (ReducerOptions::zero_stage, DeepSpeed's stages): buckets are padded
+// to a multiple of the replica count N, and replica r owns shard r (the
+// r-th N-th) of every bucket, which a ShardedOptimizer updates.
+//  - Stage 1: as above (all-reduce into the buckets); shard_gradient(b) is
+//    a view of the reduced bucket.
+//  - Stage 2: no replica keeps a whole gradient. Buckets are staged through
+//    kStagingSlots flat buffers used in turn (bucket b in slot b mod
+//    kStagingSlots). A bucket that holds its slot has its parameters'
+//    gradient buffers pointing into it, so backward computes them there;
+//    when a bucket is complete it is reduce-scattered into this replica's
+//    shard, and the parameters' gradients are released. The first buckets
+//    take their slots in prepare(); when bucket b launches, buckets up to
+//    b + kStagingSlots - 1 take theirs, after waiting for the
+//    reduce-scatters of the buckets before b (which ran while backward
+//    computed bucket b). A gradient
+//    produced before its bucket holds a slot (out of order, or with
+//    overlap off) lives in a buffer of its own until it is copied in. There
+//    is no accumulation without synchronising: each micro-batch is reduced
+//    and added to the shard (prepare's accumulate).
 
 #include <chrono>
 #include <memory>
@@ -35,6 +55,9 @@ struct ReducerOptions {
   // communicator's progress thread; false: all buckets after backward, on the
   // replica's own thread (no extra thread competing for the cores).
   bool overlap = true;
+  // 0: plain all-reduce; 1 or 2: ZeRO's stages (see above). Stage 2 takes
+  // the f32 wire only.
+  int zero_stage = 0;
 };
 
 // What the last step's reduction did. (The step's timeline, when backward
@@ -62,17 +85,37 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  void prepare(bool synchronize = true);
+  // Before a backward pass. synchronize = false: gradients accumulate
+  // locally (not under ZeRO-2, InvalidArgument). accumulate (ZeRO-2): add
+  // this pass's reduced shard to the previous ones' instead of replacing them.
+  void prepare(bool synchronize = true, bool accumulate = false);
   void finish();
 
   size_t bucket_count() const { return bucketer_->bucket_count(); }
   const ReducerStats& last_step() const { return last_; }
+  // The bucket layout (parameters in reverse order, padded under ZeRO).
+  const comm::Bucketer& bucketer() const { return *bucketer_; }
+  // ZeRO: this replica's shard of bucket b's reduced gradient (valid after
+  // finish(); stage 1: a view into the bucket).
+  Tensor shard_gradient(size_t bucket) const;
+  int zero_stage() const { return options_.zero_stage; }
+
+  // ZeRO-2: the number of buckets staged at once.
+  static constexpr size_t kStagingSlots = 3;
 
  private:
   std::chrono::milliseconds backstop_timeout() const;
   void on_ready(size_t parameter);
   void launch_ready_buckets();
   void launch(size_t bucket);
+  void launch_reduce_scatter(size_t bucket);
+  // ZeRO-2: gives bucket b its staging slot (its parameters' gradient
+  // buffers become views of it), after waiting for the reduce-scatter of the
+  // bucket that used the slot before (launched already).
+  void wait_for_slot(size_t bucket);
+  void take_slot(size_t bucket);
+  void stage_gradient(size_t parameter);
+  void record(size_t bucket, const comm::Work& work);
 
   std::vector<Variable> parameters_;
   comm::Communicator& comm_;
@@ -85,8 +128,15 @@ class Reducer {
   std::vector<Tensor> staging_;  // per bucket, compressed wire buffers
   size_t next_launch_ = 0;
   bool synchronize_ = true;
+  bool accumulate_ = false;
   bool active_ = false;
   ReducerStats last_;
+  // ZeRO-2.
+  std::vector<Tensor> slots_;      // kStagingSlots flat buffers, communication
+  std::vector<Tensor> shards_;     // per bucket: this replica's reduced shard
+  std::vector<Tensor> incoming_;   // per bucket: a pass's shard while accumulating
+  std::vector<bool> slot_taken_;   // per bucket, this pass
+  std::vector<bool> staged_;       // per parameter, this pass
 };
 
 }  // namespace tandem::distribute

@@ -249,9 +249,7 @@ void check_optimizer_config(const OptimizerConfig& c) {
     TANDEM_THROW(InvalidArgument, c.name, " eps must be positive and finite, got ", c.eps);
 }
 
-double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {
-  if (!(max_norm > 0.0))
-    TANDEM_THROW(InvalidArgument, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+double gradient_squares(const std::vector<Variable>& parameters) {
   double squares = 0.0;
   for (const Variable& p : parameters) {
     if (!p.has_grad()) continue;
@@ -259,7 +257,12 @@ double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) 
     const float* v = g.data<float>();
     for (int64_t i = 0; i < g.numel(); ++i) squares += static_cast<double>(v[i]) * v[i];
   }
-  const double norm = std::sqrt(squares);
+  return squares;
+}
+
+double clip_to_norm(const std::vector<Variable>& parameters, double norm, double max_norm) {
+  if (!(max_norm > 0.0))
+    TANDEM_THROW(InvalidArgument, "clip_grad_norm: max_norm must be positive, got ", max_norm);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const auto factor = static_cast<float>(max_norm / norm);
   for (const Variable& p : parameters) {
@@ -268,6 +271,12 @@ double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) 
     g.copy_from(kernels::scale(g, factor));
   }
   return norm;
+}
+
+double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {
+  if (!(max_norm > 0.0))
+    TANDEM_THROW(InvalidArgument, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  return clip_to_norm(parameters, std::sqrt(gradient_squares(parameters)), max_norm);
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,

@@ -114,6 +114,12 @@ struct OptimizerConfig {
 // max_norm / norm. Returns the norm before clipping (NaN or inf when a
 // gradient is not finite: then nothing is scaled).
 double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm);
+// clip_grad_norm's two halves, for gradients spread over replicas (ZeRO's
+// shards): the sum of the squared gradient elements (in double), and the
+// scaling given the global norm (returns it; scales nothing when it is not
+// finite or at most max_norm).
+double gradient_squares(const std::vector<Variable>& parameters);
+double clip_to_norm(const std::vector<Variable>& parameters, double norm, double max_norm);
 
 // The learning rate an optimizer starts from when none is given: 0.05 for
 // sgd (the project's recipe), 1e-3 for adam and adamw (PyTorch's and Keras's

@@ -200,11 +200,24 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
                  " replicas (each replica takes global / replicas examples; "
                  "only an epoch's last, partial batch is split unevenly)");
   }
+  if (config_.accumulation_steps < 1) {
+    TANDEM_THROW(InvalidArgument, "accumulation steps (--accumulate) must be at least 1, got ",
+                 config_.accumulation_steps);
+  }
+  if (config_.batch_size % (int64_t{replicas} * config_.accumulation_steps) != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size,
+                 " does not divide into micro-batches: it must be micro-batch x ",
+                 config_.accumulation_steps, " accumulation steps x ", replicas,
+                 " replicas (got ", config_.batch_size / replicas,
+                 " examples per replica, which ", config_.accumulation_steps,
+                 " micro-batches do not share evenly)");
+  }
   std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
   if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
     scaling = precision::LossScalerOptions{};
   engine_ = strategy_->make_engine(model_.build, {.optimizer = config_.optimizer,
                                                   .reducer = config_.reducer,
+                                                  .accumulation_steps = config_.accumulation_steps,
                                                   .loss_scale = scaling,
                                                   .seed = config_.seed});
   metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),

@@ -56,7 +56,12 @@ namespace tandem::train {
 
 struct TrainConfig {
   int64_t epochs = 5;
-  int64_t batch_size = 128;        // global; divisible by the replica count
+  int64_t batch_size = 128;        // global; divisible by replicas x accumulation_steps
+  // Micro-batches per step (gradient accumulation): each replica's share of
+  // the global batch runs in this many micro-batches of
+  // batch_size / (replicas x accumulation_steps) examples, and their
+  // gradients make one update (distribute::EngineOptions).
+  int accumulation_steps = 1;
   int64_t eval_batch_size = 1000;  // global
   bool drop_remainder = false;     // false: the last partial batch is trained too
   // 0: an epoch is one pass over the training data; N: N steps per epoch
@@ -76,6 +81,7 @@ struct TrainConfig {
   double warmup_epochs = 0.0;           // in [0, epochs]
   uint64_t seed = 0;                    // dropout streams and batch_transform's generator
   distribute::StrategyConfig strategy;  // one_device by default
+  // Gradient synchronisation, including ZeRO (reducer.zero_stage).
   distribute::ReducerOptions reducer;
   // Unset: dynamic for a mixed_float16 model, none otherwise. With a
   // scaler, steps with non-finite gradients are skipped instead of failing.
