@@ -70,8 +70,7 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --data-dir /nonexistent/dir" + out, "/nonexistent/dir");
   expect_one_line_error("train --model resnet50" + out,
                         "unknown model 'resnet50' (expected cnn, mlp, gpt or resnet)");
-  expect_one_line_error("train --batch-size -5" + out,
-                        "batch_size (--batch-size) must be at least 1, got -5");
+  expect_one_line_error("train --batch-size -5" + out, "--batch-size must be at least 1, got -5");
   expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
   expect_one_line_error("train --optimizer lamb" + out, "unknown optimizer 'lamb'");
   expect_one_line_error("train --compute-dtype f64" + out, "f64");
@@ -177,6 +176,21 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "--bucket-mb must be a positive number of MiB (one byte to 1048576 MiB), "
                         "got nan");
   expect_one_line_error(base + "--bucket-mb 0", "--bucket-mb must be a positive number of MiB");
+  // Batch sizes, accumulation and ZeRO (any two batch settings fix the third).
+  expect_one_line_error(base + "--accumulate 0", "--accumulate must be at least 1, got 0");
+  expect_one_line_error(base + "--micro-batch-size 0", "--micro-batch-size must be at least 1, got 0");
+  expect_one_line_error(base + "--batch-size 0", "--batch-size must be at least 1, got 0");
+  expect_one_line_error(base + "--accumulate 3",
+                        "global batch 128 gives each of the 1 replicas 128 examples, which 3 "
+                        "accumulation steps do not split into equal micro-batches");
+  expect_one_line_error(base + "--batch-size 128 --micro-batch-size 48",
+                        "global batch 128 is not a multiple of micro-batch 48 x 1 replicas");
+  expect_one_line_error(base + "--batch-size 128 --micro-batch-size 32 --accumulate 2",
+                        "global batch 128, micro-batch 32 and 2 accumulation steps disagree: 32 x "
+                        "2 x 1 = 64");
+  expect_one_line_error(base + "--zero 3", "--zero 3 (parameters sharded too, gathered layer by "
+                                           "layer) is not offered");
+  expect_one_line_error(base + "--zero -1", "--zero must be 0 (off), 1 or 2, got -1");
   expect_one_line_error(base + "--augment crop:100",
                         "--augment: augmentation 'crop:100' is too large for 28x28 images: the "
                         "crop padding must be smaller than their smaller side (at most crop:27)");
@@ -286,6 +300,39 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   // Training into a run directory that already has a checkpoint needs --resume.
   expect_one_line_error("train --model mlp --epochs 1 --train-examples 512 --output " + out,
                         "already exists");
+}
+
+TEST(Cli, ZeroAndAccumulationTrainLikePlainTrainingAndResumeWithoutThem) {
+  // The mlp has no batch-dependent layer: two mirrored replicas with ZeRO-2
+  // and two micro-batches per step take the plain run's steps (to rounding).
+  const std::string plain = tmp("cli-zero-plain"), sharded = tmp("cli-zero-sharded");
+  const std::string common =
+      "train --model mlp --train-examples 512 --test-examples 256 --strategy mirrored "
+      "--devices 2 --threads 1 --allow-oversubscription --quiet --no-tensorboard --schedule constant ";
+  ASSERT_EQ(run(common + "--epochs 2 --output " + plain).status, 0);
+  const CommandResult first =
+      run(common + "--epochs 1 --zero 2 --micro-batch-size 32 --accumulate 2 --output " + sharded);
+  ASSERT_EQ(first.status, 0) << first.output;
+  std::ifstream in(sharded + "/summary.json");
+  const auto config = nlohmann::json::parse(in).at("config");
+  EXPECT_EQ(config.at("batch_size").get<int>(), 128);
+  EXPECT_EQ(config.at("accumulation_steps").get<int>(), 2);
+  EXPECT_EQ(config.at("micro_batch_size").get<int>(), 32);
+  EXPECT_EQ(config.at("zero_stage").get<int>(), 2);
+  // The ZeRO checkpoint (whole state, gathered) resumes without ZeRO.
+  const CommandResult second = run(common + "--epochs 2 --resume --output " + sharded);
+  ASSERT_EQ(second.status, 0) << second.output;
+  std::ifstream a(plain + "/summary.json"), b(sharded + "/summary.json");
+  const auto x = nlohmann::json::parse(a).at("history"), y = nlohmann::json::parse(b).at("history");
+  ASSERT_EQ(x.size(), 2u);
+  ASSERT_EQ(y.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    const double p = x[e].at("train_loss").get<double>(), q = y[e].at("train_loss").get<double>();
+    EXPECT_NEAR(p, q, 1e-4 * p) << "epoch " << e + 1;
+    EXPECT_NEAR(x[e].at("validation_loss").get<double>(), y[e].at("validation_loss").get<double>(),
+                1e-4 * p)
+        << "epoch " << e + 1;
+  }
 }
 
 TEST(Cli, MixedPrecisionRunsLogTheLossScale) {

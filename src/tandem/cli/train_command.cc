@@ -57,7 +57,11 @@ struct TrainOptions {
   std::optional<int> devices;  // unset: one per physical core
   bool allow_oversubscription = false;
   double collective_timeout = 300.0;  // seconds
-  double bucket_mb = 25.0;
+  std::optional<double> bucket_mb;  // unset: 25, or 1 under --zero 2
+  std::optional<int64_t> batch_size;        // unset: 128, or derived (--micro-batch-size)
+  std::optional<int> accumulate;            // unset: 1, or derived
+  std::optional<int64_t> micro_batch_size;  // unset: derived
+  int zero = 0;
   std::string wire = "f32";
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
@@ -343,9 +347,10 @@ void check_counts(const TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--test-examples must be 0 (all) or more, got ", o.test_examples);
   // At least one byte, and far from the int64 overflow of the conversion.
   constexpr int64_t kMaxBucketMb = int64_t{1} << 20;
-  if (!(o.bucket_mb * (1 << 20) >= 1.0 && o.bucket_mb <= static_cast<double>(kMaxBucketMb))) {
+  if (o.bucket_mb &&
+      !(*o.bucket_mb * (1 << 20) >= 1.0 && *o.bucket_mb <= static_cast<double>(kMaxBucketMb))) {
     TANDEM_THROW(InvalidArgument, "--bucket-mb must be a positive number of MiB (one byte to ",
-                 kMaxBucketMb, " MiB), got ", o.bucket_mb);
+                 kMaxBucketMb, " MiB), got ", *o.bucket_mb);
   }
 }
 
@@ -410,6 +415,38 @@ void check_trace_window(const std::string& text, int64_t first, int64_t last,
   }
 }
 
+// --batch-size, --accumulate and --micro-batch-size (any two determine the
+// third; the Trainer derives the missing one once it knows the replica
+// count), --zero and the bucket size that goes with it.
+void configure_batch_and_sharding(const TrainOptions& o, train::TrainConfig& config) {
+  const auto at_least_one = [](const char* flag, auto value) {
+    if (value < 1) TANDEM_THROW(InvalidArgument, flag, " must be at least 1, got ", value);
+  };
+  if (o.batch_size) at_least_one("--batch-size", *o.batch_size);
+  if (o.accumulate) at_least_one("--accumulate", *o.accumulate);
+  if (o.micro_batch_size) at_least_one("--micro-batch-size", *o.micro_batch_size);
+  if (o.micro_batch_size) {
+    config.micro_batch_size = *o.micro_batch_size;
+    config.batch_size = o.batch_size.value_or(0);
+    config.accumulation_steps = o.accumulate.value_or(o.batch_size ? 0 : 1);
+  } else {
+    config.batch_size = o.batch_size.value_or(128);
+    config.accumulation_steps = o.accumulate.value_or(1);
+  }
+  if (o.zero == 3) {
+    TANDEM_THROW(InvalidArgument,
+                 "--zero 3 (parameters sharded too, gathered layer by layer) is not offered; "
+                 "--zero 1 shards the optimizer state, --zero 2 also the gradients");
+  }
+  if (o.zero < 0 || o.zero > 2)
+    TANDEM_THROW(InvalidArgument, "--zero must be 0 (off), 1 or 2, got ", o.zero);
+  config.reducer.zero_stage = o.zero;
+  // ZeRO-2 stages buckets through three buffers of the largest bucket:
+  // small buckets keep that below the gradients it saves (docs/memory.md).
+  const double bucket_mb = o.bucket_mb.value_or(o.zero == 2 ? 1.0 : 25.0);  // checked by check_counts
+  config.reducer.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+}
+
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   config.strategy.name = o.strategy;
@@ -431,7 +468,7 @@ int run_train(TrainOptions& o) {
   }
   config.strategy.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
-  config.reducer.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  configure_batch_and_sharding(o, config);
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
   config.reducer.wire = comm::parse_wire_dtype(o.wire);
@@ -504,6 +541,14 @@ int run_train(TrainOptions& o) {
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   const bool chief = strategy.is_chief();
+  // The batch sizes the Trainer derived (global, accumulation, micro-batch).
+  config.batch_size = trainer.config().batch_size;
+  config.accumulation_steps = trainer.config().accumulation_steps;
+  config.micro_batch_size = trainer.config().micro_batch_size;
+  if (chief && o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
+    fmt::print(stderr, "tandem: warning: --zero {} with one replica: nothing to shard, the "
+               "optimizer state and gradients stay whole\n", o.zero);
+  }
   // The first training example, for the checks of --augment and the
   // monitor's FLOP figures.
   std::optional<data::Element> example;
@@ -535,15 +580,21 @@ int run_train(TrainOptions& o) {
                trainer.model().parameter_count(), run_data.description, load_seconds);
     fmt::print(
         "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
-        "matmul{}), global batch {}, {} lr {} ({}), {} epoch(s)\n",
+        "matmul{}), global batch {}{}{}, {} lr {} ({}), {} epoch(s)\n",
         strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
         strategy.threads_per_replica(), precision::policy_name(policy),
         dtype_name(factory.spec.compute_dtype),
         config.loss_scale
             ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
             : "",
-        config.batch_size, config.optimizer.name, config.optimizer.learning_rate, config.schedule,
-        config.epochs);
+        config.batch_size,
+        config.accumulation_steps > 1
+            ? fmt::format(" ({} micro-batches of {} per replica)", config.accumulation_steps,
+                          config.micro_batch_size)
+            : std::string(),
+        config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
+                                      : std::string(),
+        config.optimizer.name, config.optimizer.learning_rate, config.schedule, config.epochs);
     if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
       const auto setting = [](int v) {
         return v == data::kAutotune ? std::string("auto") : std::to_string(v);
@@ -686,7 +737,18 @@ Command add_train_command(CLI::App& app) {
                       "context, vocabulary, mlp_ratio, dropout; resnet: depth, width, channels, "
                       "classes, sync_bn)");
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
-  command->add_option("--batch-size,--batch", c.batch_size, "Global batch size")
+  command->add_option("--batch-size,--batch", o->batch_size,
+                      "Global batch size (default: 128, or micro-batch x accumulation steps x "
+                      "replicas with --micro-batch-size)");
+  command->add_option("--accumulate", o->accumulate,
+                      "Gradient accumulation: micro-batches per step, whose gradients make one "
+                      "update (default: 1, or global / (micro-batch x replicas))");
+  command->add_option("--micro-batch-size", o->micro_batch_size,
+                      "Examples per replica per micro-batch (default: global / (replicas x "
+                      "accumulation steps)); any two of the three batch settings fix the third");
+  command->add_option("--zero", o->zero,
+                      "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
+                      "and gradients (docs/memory.md)")
       ->capture_default_str();
   command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
       ->capture_default_str();
@@ -736,8 +798,8 @@ Command add_train_command(CLI::App& app) {
                    "Seconds a collective waits for the other replicas before the run ends with a "
                    "stall report naming the ranks that did not answer (1 to 86400)")
       ->capture_default_str();
-  command->add_option("--bucket-mb", o->bucket_mb, "Gradient fusion bucket size in MiB (> 0)")
-      ->capture_default_str();
+  command->add_option("--bucket-mb", o->bucket_mb,
+                      "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");
   command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
       ->capture_default_str();
   command

@@ -155,7 +155,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
   if (!model_.build) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
   if (config_.epochs < 1)
     TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config_.epochs);
-  if (config_.batch_size < 1) {
+  if (config_.batch_size < 0 || (config_.batch_size == 0 && config_.micro_batch_size == 0)) {
     TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ",
                  config_.batch_size);
   }
@@ -189,29 +189,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
       TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
   }
   strategy_ = distribute::make_strategy(config_.strategy);
-  const int replicas = strategy_->global_replicas();
-  if (config_.batch_size < replicas) {
-    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size,
-                 " has fewer examples than the ", replicas, " replicas");
-  }
-  if (config_.batch_size % replicas != 0) {
-    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size, " does not divide among ",
-                 replicas,
-                 " replicas (each replica takes global / replicas examples; "
-                 "only an epoch's last, partial batch is split unevenly)");
-  }
-  if (config_.accumulation_steps < 1) {
-    TANDEM_THROW(InvalidArgument, "accumulation steps (--accumulate) must be at least 1, got ",
-                 config_.accumulation_steps);
-  }
-  if (config_.batch_size % (int64_t{replicas} * config_.accumulation_steps) != 0) {
-    TANDEM_THROW(InvalidArgument, "global batch ", config_.batch_size,
-                 " does not divide into micro-batches: it must be micro-batch x ",
-                 config_.accumulation_steps, " accumulation steps x ", replicas,
-                 " replicas (got ", config_.batch_size / replicas,
-                 " examples per replica, which ", config_.accumulation_steps,
-                 " micro-batches do not share evenly)");
-  }
+  resolve_batch_sizes(strategy_->global_replicas());
   std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
   if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
     scaling = precision::LossScalerOptions{};
@@ -225,6 +203,56 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::resolve_batch_sizes(int replicas) {
+  int64_t& global = config_.batch_size;
+  int64_t& micro = config_.micro_batch_size;
+  const int64_t steps = config_.accumulation_steps;
+  if (micro < 0 || steps < 0 || (steps == 0 && micro == 0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "accumulation steps (--accumulate) must be at least 1 and the micro-batch "
+                 "(--micro-batch-size) at least 1 when given, got ",
+                 steps, " and ", micro);
+  }
+  const std::string contract =
+      " (the global batch is micro-batch x accumulation steps x " + std::to_string(replicas) +
+      " replicas)";
+  if (micro > 0 && global == 0) {
+    global = micro * std::max<int64_t>(steps, 1) * replicas;
+    config_.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
+  } else if (micro > 0 && steps == 0) {
+    if (global % (micro * replicas) != 0) {
+      TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
+                   micro, " x ", replicas, " replicas", contract);
+    }
+    const int64_t derived = global / (micro * replicas);
+    if (derived < 1 || derived > std::numeric_limits<int>::max()) {
+      TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
+                   " leaves ", derived, " accumulation steps", contract);
+    }
+    config_.accumulation_steps = static_cast<int>(derived);
+  } else if (micro > 0 && global != micro * steps * replicas) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
+                 " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
+                 micro * steps * replicas, contract);
+  }
+  if (global < replicas) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " has fewer examples than the ",
+                 replicas, " replicas");
+  }
+  if (global % replicas != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " does not divide among ", replicas,
+                 " replicas (each replica takes global / replicas examples; "
+                 "only an epoch's last, partial batch is split unevenly)");
+  }
+  const int64_t per_replica = global / replicas;
+  if (per_replica % config_.accumulation_steps != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " gives each of the ", replicas,
+                 " replicas ", per_replica, " examples, which ", config_.accumulation_steps,
+                 " accumulation steps do not split into equal micro-batches", contract);
+  }
+  micro = per_replica / config_.accumulation_steps;
+}
 
 std::string Trainer::checkpoint_path() const {
   return config_.output_dir.empty()

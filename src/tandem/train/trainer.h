@@ -56,12 +56,16 @@ namespace tandem::train {
 
 struct TrainConfig {
   int64_t epochs = 5;
-  int64_t batch_size = 128;        // global; divisible by replicas x accumulation_steps
-  // Micro-batches per step (gradient accumulation): each replica's share of
-  // the global batch runs in this many micro-batches of
-  // batch_size / (replicas x accumulation_steps) examples, and their
-  // gradients make one update (distribute::EngineOptions).
+  // The global batch is micro_batch_size x accumulation_steps x replicas
+  // (DeepSpeed's contract): each replica's share runs in accumulation_steps
+  // micro-batches whose gradients make one update (gradient accumulation,
+  // distribute::EngineOptions). Any two determine the third: 0 marks the
+  // one to derive (micro_batch_size 0: batch_size / (replicas x
+  // accumulation_steps)); the Trainer resolves them once it knows the
+  // replica count and refuses values that do not divide or disagree.
+  int64_t batch_size = 128;  // global
   int accumulation_steps = 1;
+  int64_t micro_batch_size = 0;  // per replica
   int64_t eval_batch_size = 1000;  // global
   bool drop_remainder = false;     // false: the last partial batch is trained too
   // 0: an epoch is one pass over the training data; N: N steps per epoch
@@ -213,10 +217,11 @@ struct TrainCallbacks {
 
 class Trainer {
  public:
-  // Builds the strategy and the engine (every replica's model). Throws
-  // InvalidArgument for a configuration that cannot work (non-positive
-  // epochs or batch size, a global batch that does not divide among the
-  // replicas, a bad strategy, optimizer setting or schedule, ...).
+  // Builds the strategy and the engine (every replica's model); config()
+  // then holds the resolved batch sizes. Throws InvalidArgument for a
+  // configuration that cannot work (non-positive epochs or batch size,
+  // batch sizes that do not divide or disagree, a bad strategy, optimizer
+  // setting or schedule, ...).
   Trainer(TrainConfig config, ModelFactory model);
   // One device with this model (the strategy in config must be one_device).
   Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::string name = "model");
@@ -284,6 +289,9 @@ class Trainer {
   data::Dataset process_batches(const data::Dataset& train) const;
   distribute::ForwardFn training_forward();
   void make_schedule(int64_t steps_per_epoch);
+  // Derives the unset one of batch_size, accumulation_steps and
+  // micro_batch_size (see TrainConfig) and checks that they agree.
+  void resolve_batch_sizes(int replicas);
   EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
   // The settings a checkpoint records and a resume must match, as metadata.
   std::vector<std::pair<std::string, std::string>> resume_settings();
