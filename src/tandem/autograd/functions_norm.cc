@@ -1,5 +1,7 @@
 // Differentiable loss, normalisation and embedding ops.
 #include "tandem/autograd/functions.h"
+
+#include "tandem/autograd/checkpoint.h"
 #include "tandem/autograd/node.h"
 
 #include <cstring>
@@ -50,8 +52,10 @@ Variable batch_norm_training(const Variable& x, const Variable& gamma, const Var
                              Tensor& running_mean, Tensor& running_var, float momentum,
                              float eps, bool relu) {
   const Tensor xv = x.value(), gv = gamma.value();
-  kernels::BatchNormResult r = kernels::batch_norm_train(xv, gv, beta.value(), running_mean,
-                                                         running_var, momentum, eps, relu);
+  // A recomputed block (checkpoint()) already updated its running statistics.
+  kernels::BatchNormResult r =
+      kernels::batch_norm_train(xv, gv, beta.value(), running_mean, running_var,
+                                recomputing() ? 0.0f : momentum, eps, relu);
   return record_op(relu ? "batch_norm_relu" : "batch_norm", r.y, {&x, &gamma, &beta},
                    [xv, gv, mean = r.mean, variance = r.variance, mask = r.relu_mask,
                     eps](BackwardContext& ctx) {
@@ -140,7 +144,8 @@ Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variabl
   global.variance = squares;
   for (int64_t c = 0; c < C; ++c) global.variance.data<float>()[c] /= static_cast<float>(count);
   global.count = count;
-  kernels::update_running_moments(running_mean, running_var, global, momentum);
+  kernels::update_running_moments(running_mean, running_var, global,
+                                  recomputing() ? 0.0f : momentum);
   const Tensor rstd = kernels::inverse_std(global.variance, eps);
   Tensor y = local_rows > 0 ? kernels::batch_norm_apply(xv, mean, rstd, gv, beta.value())
                             : Tensor::empty(xv.shape(), xv.dtype(), xv.device());

@@ -69,6 +69,12 @@ Variable record_op(const char* op, Tensor output, std::initializer_list<const Va
 Variable record_op(const char* op, Tensor output, std::span<const Variable* const> inputs,
                    BackwardFn backward);
 
+// Records whenever grad mode is on, even when no input requires grad: for
+// an op whose backward reaches parameters the graph does not hold as its
+// inputs (checkpoint()).
+Variable record_op_always(const char* op, Tensor output,
+                          std::initializer_list<const Variable*> inputs, BackwardFn backward);
+
 // Whether an op over these inputs would be recorded (lets ops skip saving
 // tensors that only backward needs).
 bool records_grad(std::initializer_list<const Variable*> inputs);

@@ -321,9 +321,10 @@ Variable record_op(const char* op, Tensor output, std::initializer_list<const Va
                    std::move(backward));
 }
 
-Variable record_op(const char* op, Tensor output, std::span<const Variable* const> inputs,
-                   BackwardFn backward) {
-  if (!records_grad(inputs)) return Variable(std::move(output), false);
+namespace {
+
+Variable record_node(const char* op, Tensor output, std::span<const Variable* const> inputs,
+                     BackwardFn backward) {
   auto node = std::make_shared<Node>();
   node->op = op;
   node->sequence = next_sequence.fetch_add(1, std::memory_order_relaxed);
@@ -347,6 +348,22 @@ Variable record_op(const char* op, Tensor output, std::span<const Variable* cons
   Variable result(std::move(output), true);
   result.shared_impl()->grad_fn = std::move(node);
   return result;
+}
+
+}  // namespace
+
+Variable record_op(const char* op, Tensor output, std::span<const Variable* const> inputs,
+                   BackwardFn backward) {
+  if (!records_grad(inputs)) return Variable(std::move(output), false);
+  return record_node(op, std::move(output), inputs, std::move(backward));
+}
+
+Variable record_op_always(const char* op, Tensor output,
+                          std::initializer_list<const Variable*> inputs, BackwardFn backward) {
+  if (!grad_mode_enabled) return Variable(std::move(output), false);
+  return record_node(op, std::move(output),
+                     std::span<const Variable* const>(inputs.begin(), inputs.size()),
+                     std::move(backward));
 }
 
 }  // namespace tandem

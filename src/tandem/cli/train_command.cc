@@ -62,6 +62,7 @@ struct TrainOptions {
   std::optional<int> accumulate;            // unset: 1, or derived
   std::optional<int64_t> micro_batch_size;  // unset: derived
   int zero = 0;
+  bool recompute = false;
   std::string wire = "f32";
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
@@ -509,10 +510,21 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument,
                  "--model-options sets a built-in model's sizes; a model file sets its own");
   }
-  const train::ModelFactory factory =
+  train::ModelFactory factory =
       model_file ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
                  : train::builtin_model(o.model, policy, config.seed, compute_dtype,
                                         o.model_options);
+  if (o.recompute) {
+    // Every replica's blocks keep only their inputs (docs/memory.md).
+    factory.build = [build = factory.build, name = factory.spec.name] {
+      std::shared_ptr<nn::Module> model = build();
+      if (model->recompute_blocks() == 0) {
+        TANDEM_THROW(InvalidArgument, "--recompute: model '", name,
+                     "' has no block to recompute (Transformer, ResNet or residual blocks)");
+      }
+      return model;
+    };
+  }
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -689,6 +701,7 @@ int run_train(TrainOptions& o) {
   extra["replicas"] = std::to_string(strategy.global_replicas());
   extra["threads_per_replica"] = std::to_string(strategy.threads_per_replica());
   extra["augment"] = data::augment_spec(augment);
+  extra["recompute"] = o.recompute ? "true" : "false";
   train::write_summary(summary_path, config, factory.spec, result, extra, sections);
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
@@ -746,6 +759,9 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--micro-batch-size", o->micro_batch_size,
                       "Examples per replica per micro-batch (default: global / (replicas x "
                       "accumulation steps)); any two of the three batch settings fix the third");
+  command->add_flag("--recompute", o->recompute,
+                    "Activation recomputation: every Transformer, ResNet or residual block keeps "
+                    "only its input and computes its inside again in backward (docs/memory.md)");
   command->add_option("--zero", o->zero,
                       "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
                       "and gradients (docs/memory.md)")

@@ -305,6 +305,7 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
   const int64_t C = batch.mean.numel();
   check_param(running_mean, C, "batch_norm", "running_mean");
   check_param(running_var, C, "batch_norm", "running_var");
+  if (momentum == 0.0f) return;  // unchanged, even where the batch's moments are not finite
   const double unbias =
       batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
   float* rm = running_mean.data<float>();

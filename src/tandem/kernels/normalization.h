@@ -72,7 +72,8 @@ BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Ten
 // Inference-mode batch norm with the running statistics.
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps);
-// Updates running statistics from batch moments (count rows).
+// Updates running statistics from batch moments (count rows); momentum 0
+// leaves them as they are.
 void update_running_moments(Tensor& running_mean, Tensor& running_var, const Moments& batch,
                             float momentum);
 

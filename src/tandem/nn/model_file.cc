@@ -54,7 +54,7 @@ const std::vector<KindInfo>& kinds() {
       {LayerKind::flatten, "flatten", {}},
       {LayerKind::embedding, "embedding", {"vocabulary", "dim"}},
       {LayerKind::activation, "activation", {"function"}},
-      {LayerKind::residual, "residual", {"layers", "shortcut", "activation"}},
+      {LayerKind::residual, "residual", {"layers", "shortcut", "activation", "recompute"}},
       {LayerKind::avg_pool2d, "avg_pool2d", {"size", "stride"}},
       {LayerKind::global_avg_pool, "global_avg_pool", {}},
       {LayerKind::position_embedding, "position_embedding", {}},
@@ -594,6 +594,7 @@ LayerDefinition Parser::parse_layer(const toml::table& table, const std::string&
                "; a residual block's two paths must give the same shape");
       }
       d.activation = r.activation("activation", true);
+      d.recompute = r.boolean("recompute", false);
       d.output_shape = body.shape;
       break;
     }
@@ -684,7 +685,10 @@ struct Builder {
         std::vector<std::shared_ptr<Module>> body, shortcut;
         for (const LayerDefinition& inner : d.layers) body.push_back(build(inner));
         for (const LayerDefinition& inner : d.shortcut) shortcut.push_back(build(inner));
-        return std::make_shared<Residual>(std::move(body), std::move(shortcut), d.activation);
+        auto block =
+            std::make_shared<Residual>(std::move(body), std::move(shortcut), d.activation);
+        block->set_recompute(d.recompute);
+        return block;
       }
       case LayerKind::avg_pool2d:
         return std::make_shared<AvgPool2d>(d.kernel, d.stride);

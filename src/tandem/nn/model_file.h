@@ -66,6 +66,7 @@ struct LayerDefinition {
   float eps = 1e-5f;                                           // batch_norm, layer_norm
   float momentum = 0.1f;                                       // batch_norm
   bool synchronized = false;                                   // batch_norm
+  bool recompute = false;                                      // residual
   std::vector<LayerDefinition> layers;                         // residual
   std::vector<LayerDefinition> shortcut;                       // residual (empty: identity)
 

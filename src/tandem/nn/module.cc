@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "tandem/autograd/checkpoint.h"
 #include "tandem/base/error.h"
 #include "tandem/nn/graph_builder.h"
 
@@ -97,6 +98,33 @@ std::vector<Module::StateTensor> Module::named_state() {
 int64_t Module::parameter_count() const {
   int64_t count = 0;
   for (const auto& [name, p] : named_parameters()) count += p.value().numel();
+  return count;
+}
+
+Variable Module::operator()(const Variable& input) {
+  if (!recompute_) return forward(input);
+  return checkpoint([this](const Variable& x) { return forward(x); }, input);
+}
+
+void Module::set_recompute(bool on) {
+  if (on && !recomputable()) {
+    TANDEM_THROW(InvalidArgument, "cannot recompute '", describe(),
+                 "': only blocks whose parameters are their own are recomputed (Transformer, "
+                 "ResNet and residual blocks)");
+  }
+  recompute_ = on;
+}
+
+int Module::recompute_blocks() {
+  int count = 0;
+  for (auto& [name, child] : children_) {
+    if (child->recomputable()) {
+      child->recompute_ = true;
+      ++count;
+    } else {
+      count += child->recompute_blocks();
+    }
+  }
   return count;
 }
 

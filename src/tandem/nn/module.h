@@ -29,7 +29,23 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Variable forward(const Variable& input) = 0;
-  Variable operator()(const Variable& input) { return forward(input); }
+  // forward(); with recompute on and gradients recorded, forward() through
+  // autograd's checkpoint(): only the input is kept, the rest is computed
+  // again in backward. Containers call their children through this.
+  Variable operator()(const Variable& input);
+
+  // Activation recomputation (autograd/checkpoint.h) for blocks whose
+  // parameters are their own and whose random draws come from the thread
+  // generator: Transformer blocks, ResNet basic blocks, model-file residual
+  // blocks.
+  virtual bool recomputable() const { return false; }
+  // Turns recomputation on or off for this module; InvalidArgument for a
+  // module that is not recomputable().
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
+  // Turns it on for every recomputable module below this one (not inside
+  // one already recomputed) and returns how many.
+  int recompute_blocks();
 
   // One line describing the layer, e.g. "Linear(784 -> 512, relu)".
   virtual std::string describe() const = 0;
@@ -90,6 +106,7 @@ class Module {
   std::deque<std::pair<std::string, Tensor>> buffers_;  // deque: stable addresses
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool recompute_ = false;
 };
 
 }  // namespace tandem::nn

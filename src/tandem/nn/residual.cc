@@ -22,9 +22,9 @@ Residual::Residual(std::vector<std::shared_ptr<Module>> layers,
 
 Variable Residual::forward(const Variable& input) {
   Variable y = input;
-  for (auto& layer : layers_) y = layer->forward(y);
+  for (auto& layer : layers_) y = (*layer)(y);
   Variable skip = input;
-  for (auto& layer : shortcut_) skip = layer->forward(skip);
+  for (auto& layer : shortcut_) skip = (*layer)(skip);
   if (y.shape() != skip.shape()) {
     TANDEM_THROW(ShapeError, "Residual: its layers map ", input.shape().to_string(), " to ",
                  y.shape().to_string(), " but its shortcut to ", skip.shape().to_string(),

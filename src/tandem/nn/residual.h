@@ -23,6 +23,7 @@ class Residual : public Module {
 
   // Throws ShapeError naming both shapes when the layers change the shape.
   Variable forward(const Variable& input) override;
+  bool recomputable() const override { return true; }
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 

@@ -43,6 +43,7 @@ class BasicBlock : public Module {
   BasicBlock(int64_t in, int64_t out, int64_t stride, const ResNetConfig& config,
              Generator& generator);
   Variable forward(const Variable& x) override;
+  bool recomputable() const override { return true; }
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 

@@ -12,7 +12,7 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
 
 Variable Sequential::forward(const Variable& input) {
   Variable x = input;
-  for (auto& layer : layers_) x = layer->forward(x);
+  for (auto& layer : layers_) x = (*layer)(x);  // recomputed blocks go through checkpoint()
   return x;
 }
 

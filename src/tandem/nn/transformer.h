@@ -67,6 +67,7 @@ class TransformerBlock : public Module {
   TransformerBlock(const GptConfig& config, Generator& generator);
   // x + attention(norm1(x)), then + mlp(norm2(.)).
   Variable forward(const Variable& x) override;
+  bool recomputable() const override { return true; }
   std::string describe() const override;
 
  private:
