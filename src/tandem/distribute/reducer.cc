@@ -74,7 +74,6 @@ Reducer::Reducer(std::vector<Variable> parameters, comm::Communicator& comm, Red
     for (size_t s = 0; s < std::min(kStagingSlots, buckets); ++s)
       slots_.push_back(
           Tensor::zeros(Shape{largest}, DType::f32, device, MemoryCategory::communication));
-    incoming_.resize(buckets);
     slot_taken_.assign(buckets, false);
     staged_.assign(n, false);
   }
@@ -228,12 +227,13 @@ void Reducer::launch_reduce_scatter(size_t bucket) {
     Tensor tail = input.slice(elements - padding, elements);
     tail.zero();
   }
-  Tensor output = shards_[bucket];
+  Tensor& output = shards_[bucket];
   if (accumulate_) {
-    if (!incoming_[bucket].defined())
-      incoming_[bucket] = Tensor::empty(output.shape(), DType::f32, output.device(),
-                                        MemoryCategory::gradients);
-    output = incoming_[bucket];
+    // The earlier passes' sum joins this rank's own chunk of the input: the
+    // reduce-scatter then adds it to this pass's sum over the ranks.
+    const int64_t shard = output.numel();
+    Tensor mine = input.slice(comm_.rank() * shard, (comm_.rank() + 1) * shard);
+    kernels::add_into(mine, output);
   }
   if (options_.overlap) {
     works_[bucket] = comm_.reduce_scatter_async(input, output, comm::ReduceOp::sum);
@@ -284,7 +284,6 @@ void Reducer::finish() {
       convert(staging_[b].raw_data(), staging_[b].dtype(), buffer.raw_data(), DType::f32,
               buffer.numel());
     }
-    if (accumulate_) kernels::add_into(shards_[b], incoming_[b]);
   }
   // Stage 2 keeps no parameter gradient: the shards are the result.
   if (options_.zero_stage != 2)

@@ -32,8 +32,9 @@
 //    computed bucket b). A gradient
 //    produced before its bucket holds a slot (out of order, or with
 //    overlap off) lives in a buffer of its own until it is copied in. There
-//    is no accumulation without synchronising: each micro-batch is reduced
-//    and added to the shard (prepare's accumulate).
+//    is no accumulation without synchronising: each micro-batch is reduced,
+//    its bucket carrying the shard so far in this replica's own chunk, so
+//    that the reduce-scatter adds them (prepare's accumulate).
 
 #include <chrono>
 #include <memory>
@@ -134,7 +135,6 @@ class Reducer {
   // ZeRO-2.
   std::vector<Tensor> slots_;      // kStagingSlots flat buffers, communication
   std::vector<Tensor> shards_;     // per bucket: this replica's reduced shard
-  std::vector<Tensor> incoming_;   // per bucket: a pass's shard while accumulating
   std::vector<bool> slot_taken_;   // per bucket, this pass
   std::vector<bool> staged_;       // per parameter, this pass
 };
