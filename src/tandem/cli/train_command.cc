@@ -20,6 +20,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/memory_plan_output.h"
 #include "tandem/comm/compression.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
@@ -35,6 +36,7 @@
 #include "tandem/optim/optimizer.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/allocator.h"
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
@@ -63,6 +65,8 @@ struct TrainOptions {
   std::optional<int64_t> micro_batch_size;  // unset: derived
   int zero = 0;
   bool recompute = false;
+  std::string memory_limit;  // bytes per device (K/M/G suffixes); empty: the device's share of RAM
+  bool no_memory_plan = false;
   std::string wire = "f32";
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0;  // 0: all
@@ -199,6 +203,7 @@ struct RunData {
   std::map<std::string, std::string> summary;  // summary.json's config entries
   std::optional<data::PaddedBatchOptions> padding;
   std::string input = "image", label = "label";
+  int64_t resident_bytes = 0;  // held in memory for the whole run (the memory plan's input)
 };
 
 RunData load_run_data(const TrainOptions& o, uint64_t seed) {
@@ -207,6 +212,9 @@ RunData load_run_data(const TrainOptions& o, uint64_t seed) {
     if (!o.validation_data.empty())
       TANDEM_THROW(InvalidArgument, "--validation-data needs --data (the training data)");
     const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
+    // --train-examples and --test-examples take views: the whole set stays loaded.
+    for (const data::LabeledImages* d : {&fashion.train, &fashion.test})
+      r.resident_bytes += static_cast<int64_t>(d->images.nbytes() + d->labels.nbytes());
     const data::LabeledImages train = first(fashion.train, o.train_examples);
     const data::LabeledImages test = first(fashion.test, o.test_examples);
     // Reshuffled every epoch (pass) from the seed.
@@ -561,11 +569,30 @@ int run_train(TrainOptions& o) {
     fmt::print(stderr, "tandem: warning: --zero {} with one replica: nothing to shard, the "
                "optimizer state and gradients stay whole\n", o.zero);
   }
-  // The first training example, for the checks of --augment and the
-  // monitor's FLOP figures.
-  std::optional<data::Element> example;
-  if (augment.any() || (chief && !o.no_monitor)) example = train_set.take(1).iterator().next();
+  // The first training example, for the checks of --augment, the memory
+  // plan and the monitor's FLOP figures.
+  const std::optional<data::Element> example = train_set.take(1).iterator().next();
   check_augment_fits(augment, example);
+  // Each device's predicted peak, refused before training when over the limit.
+  std::optional<train::MemoryPlan> plan;
+  const int64_t memory_limit = o.memory_limit.empty()
+                                   ? train::default_memory_limit(strategy.local_replicas())
+                                   : parse_bytes("--memory-limit", o.memory_limit);
+  if (example && !o.no_memory_plan) {
+    plan = train::plan_memory({.model = factory,
+                               .config = trainer.config(),
+                               .layout = {.local_replicas = strategy.local_replicas(),
+                                          .global_replicas = strategy.global_replicas(),
+                                          .threads_per_replica = strategy.threads_per_replica()},
+                               .example = *example,
+                               .evaluates = run_data.validation.has_value(),
+                               .validation_examples =
+                                   run_data.validation ? run_data.validation->cardinality() : -1,
+                               .resident_input_bytes = run_data.resident_bytes,
+                               .writes_checkpoints = true,
+                               .chief = chief});
+    train::check_memory_limit(*plan, memory_limit);
+  }
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
   std::optional<interop::LoadReport> init_report;
   if (init_weights)
@@ -615,6 +642,7 @@ int run_train(TrainOptions& o) {
                  data::augment_spec(augment), setting(config.input_parallel_calls),
                  setting(config.prefetch_batches));
     }
+    if (plan) fmt::print("{}", describe_plan(*plan, memory_limit));
     fmt::print("  output {}\n", config.output_dir);
     if (init_report) print_load_report(*init_weights, *init_report);
   }
@@ -677,6 +705,9 @@ int run_train(TrainOptions& o) {
   sigaction(SIGINT, &action, &previous);
   train::TrainResult result;
   try {
+    // The memory plan's measured side: the high-water marks from here on.
+    for (int r = 0; r < strategy.local_replicas(); ++r)
+      allocator_for(strategy.device(r)).reset_high_water();
     result = trainer.fit(train_set, run_data.validation, callbacks);
   } catch (...) {
     interruptible.store(nullptr);
@@ -696,6 +727,7 @@ int run_train(TrainOptions& o) {
       fmt::print(stderr, "tandem: warning: {}\n", w);
     sections["monitor"] = run_monitor->summary_json();
   }
+  if (plan) sections["memory_plan"] = plan_json(*plan, memory_limit, /*measured=*/true);
   std::map<std::string, std::string> extra = run_data.summary;
   extra["strategy"] = strategy.name();
   extra["replicas"] = std::to_string(strategy.global_replicas());
@@ -762,6 +794,12 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--recompute", o->recompute,
                     "Activation recomputation: every Transformer, ResNet or residual block keeps "
                     "only its input and computes its inside again in backward (docs/memory.md)");
+  command->add_option("--memory-limit", o->memory_limit,
+                      "Bytes per device a run may use (suffix K, M, G or T: powers of 1024; "
+                      "default: physical memory / devices); a run predicted to need more is "
+                      "refused before training");
+  command->add_flag("--no-memory-plan", o->no_memory_plan,
+                    "Skip the memory plan (and the --memory-limit check) before training");
   command->add_option("--zero", o->zero,
                       "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
                       "and gradients (docs/memory.md)")

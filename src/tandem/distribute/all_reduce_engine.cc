@@ -445,9 +445,12 @@ EngineState AllReduceEngine::save_state() {
   Replica& first = replicas_.front();
   save_model_state(*first.model, state);
   if (first.sharded) {
-    // Every replica takes part in gathering the shards (collective).
+    // Every replica takes part in gathering the shards (collective); the
+    // chief's first replica keeps the whole state.
     std::vector<std::vector<std::pair<std::string, Tensor>>> gathered(replicas_.size());
-    strategy().run([&](int r) { gathered[r] = replicas_[r].sharded->gather_state(); });
+    const bool chief = strategy().is_chief();
+    strategy().run(
+        [&](int r) { gathered[r] = replicas_[r].sharded->gather_state(chief && r == 0); });
     for (auto& [name, t] : gathered.front()) state.tensors.emplace_back("optimizer." + name, t);
   } else {
     for (const auto& [name, t] : first.optimizer->state())

@@ -81,7 +81,7 @@ ShardedOptimizer::Outcome ShardedOptimizer::update(precision::LossScaler* scaler
   return outcome;
 }
 
-std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state() {
+std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool keep) {
   const size_t n = parameters_.size();
   std::vector<std::pair<std::string, Tensor>> out;
   std::vector<int32_t> updates(n, 0);
@@ -97,6 +97,7 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state() {
     Tensor whole = Tensor::empty(Shape{flat_->bucket_elements(bucket)}, DType::f32,
                                  tensor->device(), MemoryCategory::optimizer_state);
     comm_.all_gather(*tensor, whole);
+    if (!keep) continue;
     for (size_t layout_index : flat_->tensors_in(bucket)) {
       const size_t i = n - 1 - layout_index;
       const int64_t offset = flat_->offset_of(layout_index);
@@ -105,6 +106,7 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state() {
                        whole.slice(offset, offset + shape.numel()).reshape(shape).clone());
     }
   }
+  if (!keep) return {};
   out.emplace_back("updates",
                    Tensor::from_ints(Shape{static_cast<int64_t>(n)}, updates).clone(
                        MemoryCategory::optimizer_state));

@@ -53,8 +53,10 @@ class ShardedOptimizer {
   optim::Optimizer& optimizer() { return *optimizer_; }
 
   // The whole optimizer state under the replicated optimizer's names,
-  // gathered from every shard (collective: every replica calls it).
-  std::vector<std::pair<std::string, Tensor>> gather_state();
+  // gathered from every shard (collective: every replica calls it). Only a
+  // replica that keeps it holds the whole state at once; the others drop
+  // each bucket's as soon as it is gathered and return nothing.
+  std::vector<std::pair<std::string, Tensor>> gather_state(bool keep);
   // Takes this replica's shard of a whole state (names as gather_state's,
   // under `prefix`). IoError for a missing or mis-shaped tensor;
   // InvalidArgument when parameters of one bucket were updated different

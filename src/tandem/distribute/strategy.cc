@@ -221,7 +221,7 @@ void check_subscription(const StrategyConfig& c, int processes_here, int devices
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
+StrategyLayout strategy_layout(const StrategyConfig& c) {
   const int cores = std::max(1, cpu_info().physical_cores);
   if (c.devices < 0 || c.threads_per_device < 0) {
     TANDEM_THROW(InvalidArgument, "devices and threads per device must be positive, got ",
@@ -234,31 +234,42 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
     }
     const int threads = c.threads_per_device > 0 ? c.threads_per_device : cores;
     check_subscription(c, 1, 1, threads, cores);
-    return std::make_unique<OneDevice>(threads);
+    return {.local_replicas = 1, .global_replicas = 1, .threads_per_replica = threads};
   }
   if (c.name != "mirrored" && c.name != "multi_worker") {
     TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
                  "' (expected one_device, mirrored or multi_worker)");
   }
   // Processes of this job on this host share its cores (multi_worker under mpirun).
-  int processes_here = 1;
+  int processes_here = 1, processes = 1;
   if (c.name == "multi_worker") {
     for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
       if (const char* value = std::getenv(variable)) processes_here = std::max(1, std::atoi(value));
     }
+    if (!comm::launched_by_mpi()) {
+      TANDEM_THROW(InvalidArgument,
+                   "strategy multi_worker needs its processes started by mpirun "
+                   "(e.g. mpirun -np 2 tandem train --strategy multi-worker)");
+    }
+    processes = std::max(1, comm::launched_process_count());
   }
   const int cores_here = std::max(1, cores / processes_here);
   const int devices = c.devices > 0 ? c.devices : cores_here;
   const int threads =
       c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores_here / devices);
   check_subscription(c, processes_here, devices, threads, cores);
-  if (c.name == "mirrored") return std::make_unique<Mirrored>(devices, threads, c.comm);
-  if (!comm::launched_by_mpi()) {
-    TANDEM_THROW(InvalidArgument,
-                 "strategy multi_worker needs its processes started by mpirun "
-                 "(e.g. mpirun -np 2 tandem train --strategy multi-worker)");
+  return {.local_replicas = devices,
+          .global_replicas = devices * processes,
+          .threads_per_replica = threads};
+}
+
+std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
+  const StrategyLayout layout = strategy_layout(c);
+  if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
+  if (c.name == "mirrored") {
+    return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm);
   }
-  return std::make_unique<MultiWorker>(devices, threads, c.comm);
+  return std::make_unique<MultiWorker>(layout.local_replicas, layout.threads_per_replica, c.comm);
 }
 
 }  // namespace tandem::distribute

@@ -71,4 +71,15 @@ class Strategy {
 // multi_worker outside an MPI launcher.
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& config);
 
+// The replicas and threads make_strategy(config) would give, worked out
+// without building anything (no threads, no communicators, no MPI): for
+// planning. global_replicas under multi_worker is from the launcher's
+// process count. Throws what make_strategy throws for a bad configuration.
+struct StrategyLayout {
+  int local_replicas = 1;
+  int global_replicas = 1;
+  int threads_per_replica = 1;
+};
+StrategyLayout strategy_layout(const StrategyConfig& config);
+
 }  // namespace tandem::distribute

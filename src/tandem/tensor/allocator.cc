@@ -73,6 +73,9 @@ void* Allocator::allocate(size_t bytes, MemoryCategory category) {
     stats_.peak_bytes[c] = std::max(stats_.peak_bytes[c], stats_.current_bytes[c]);
     stats_.current_total_bytes += static_cast<int64_t>(bytes);
     stats_.peak_total_bytes = std::max(stats_.peak_total_bytes, stats_.current_total_bytes);
+    stats_.high_water_bytes[c] = std::max(stats_.high_water_bytes[c], stats_.current_bytes[c]);
+    stats_.high_water_total_bytes =
+        std::max(stats_.high_water_total_bytes, stats_.current_total_bytes);
     ++stats_.allocation_count;
   }
   if (block == nullptr) {
@@ -115,6 +118,12 @@ void Allocator::reset_peaks() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_bytes = stats_.current_bytes;
   stats_.peak_total_bytes = stats_.current_total_bytes;
+}
+
+void Allocator::reset_high_water() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.high_water_bytes = stats_.current_bytes;
+  stats_.high_water_total_bytes = stats_.current_total_bytes;
 }
 
 void Allocator::release_cache() {

@@ -35,6 +35,11 @@ struct MemoryStats {
   std::array<int64_t, kMemoryCategoryCount> peak_bytes{};
   int64_t current_total_bytes = 0;
   int64_t peak_total_bytes = 0;
+  // Like the peaks, but reset only by reset_high_water(): run-long figures
+  // while the monitor restarts the peaks every epoch (the memory plan's
+  // measured side).
+  std::array<int64_t, kMemoryCategoryCount> high_water_bytes{};
+  int64_t high_water_total_bytes = 0;
   int64_t cached_bytes = 0;      // freed blocks held for reuse
   int64_t allocation_count = 0;  // calls to allocate()
 
@@ -60,6 +65,8 @@ class Allocator {
   MemoryStats stats() const;
   // Sets every peak to the current value (e.g. at the start of a step).
   void reset_peaks();
+  // Sets the high-water marks to the current values.
+  void reset_high_water();
   // Frees the cached blocks.
   void release_cache();
 

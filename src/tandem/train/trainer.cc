@@ -155,10 +155,6 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
   if (!model_.build) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
   if (config_.epochs < 1)
     TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config_.epochs);
-  if (config_.batch_size < 0 || (config_.batch_size == 0 && config_.micro_batch_size == 0)) {
-    TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ",
-                 config_.batch_size);
-  }
   if (config_.steps_per_epoch < 0) {
     TANDEM_THROW(InvalidArgument,
                  "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
@@ -189,7 +185,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
       TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
   }
   strategy_ = distribute::make_strategy(config_.strategy);
-  resolve_batch_sizes(strategy_->global_replicas());
+  resolve_batch_sizes(config_, strategy_->global_replicas());
   std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
   if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
     scaling = precision::LossScalerOptions{};
@@ -204,10 +200,13 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
 
 Trainer::~Trainer() = default;
 
-void Trainer::resolve_batch_sizes(int replicas) {
-  int64_t& global = config_.batch_size;
-  int64_t& micro = config_.micro_batch_size;
-  const int64_t steps = config_.accumulation_steps;
+void resolve_batch_sizes(TrainConfig& config, int replicas) {
+  int64_t& global = config.batch_size;
+  int64_t& micro = config.micro_batch_size;
+  const int64_t steps = config.accumulation_steps;
+  if (global < 0 || (global == 0 && micro == 0)) {
+    TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ", global);
+  }
   if (micro < 0 || steps < 0 || (steps == 0 && micro == 0)) {
     TANDEM_THROW(InvalidArgument,
                  "accumulation steps (--accumulate) must be at least 1 and the micro-batch "
@@ -219,7 +218,7 @@ void Trainer::resolve_batch_sizes(int replicas) {
       " replicas)";
   if (micro > 0 && global == 0) {
     global = micro * std::max<int64_t>(steps, 1) * replicas;
-    config_.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
+    config.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
   } else if (micro > 0 && steps == 0) {
     if (global % (micro * replicas) != 0) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
@@ -230,7 +229,7 @@ void Trainer::resolve_batch_sizes(int replicas) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
                    " leaves ", derived, " accumulation steps", contract);
     }
-    config_.accumulation_steps = static_cast<int>(derived);
+    config.accumulation_steps = static_cast<int>(derived);
   } else if (micro > 0 && global != micro * steps * replicas) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
                  " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
@@ -246,12 +245,12 @@ void Trainer::resolve_batch_sizes(int replicas) {
                  "only an epoch's last, partial batch is split unevenly)");
   }
   const int64_t per_replica = global / replicas;
-  if (per_replica % config_.accumulation_steps != 0) {
+  if (per_replica % config.accumulation_steps != 0) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, " gives each of the ", replicas,
-                 " replicas ", per_replica, " examples, which ", config_.accumulation_steps,
+                 " replicas ", per_replica, " examples, which ", config.accumulation_steps,
                  " accumulation steps do not split into equal micro-batches", contract);
   }
-  micro = per_replica / config_.accumulation_steps;
+  micro = per_replica / config.accumulation_steps;
 }
 
 std::string Trainer::checkpoint_path() const {

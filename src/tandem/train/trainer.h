@@ -215,6 +215,12 @@ struct TrainCallbacks {
   std::function<void(const EpochResult&)> on_epoch;
 };
 
+// Derives the unset one of batch_size, accumulation_steps and
+// micro_batch_size (see TrainConfig) for `replicas` replicas and checks that
+// they agree: InvalidArgument naming the numbers otherwise. The Trainer
+// calls it once it knows its strategy's replica count.
+void resolve_batch_sizes(TrainConfig& config, int replicas);
+
 class Trainer {
  public:
   // Builds the strategy and the engine (every replica's model); config()
@@ -289,9 +295,6 @@ class Trainer {
   data::Dataset process_batches(const data::Dataset& train) const;
   distribute::ForwardFn training_forward();
   void make_schedule(int64_t steps_per_epoch);
-  // Derives the unset one of batch_size, accumulation_steps and
-  // micro_batch_size (see TrainConfig) and checks that they agree.
-  void resolve_batch_sizes(int replicas);
   EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
   // The settings a checkpoint records and a resume must match, as metadata.
   std::vector<std::pair<std::string, std::string>> resume_settings();
