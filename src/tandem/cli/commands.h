@@ -29,6 +29,8 @@ Command add_report_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+// `plan memory` (its command is the memory subcommand of plan).
+Command add_plan_command(CLI::App& app);
 // The bench subcommands about memory and collectives, under `bench`.
 std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);

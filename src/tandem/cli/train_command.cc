@@ -6,34 +6,26 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
-#include <limits>
 #include <optional>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
-#include "tandem/base/random.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
-#include "tandem/comm/compression.h"
+#include "tandem/cli/run_setup.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
-#include "tandem/data/fashion_mnist.h"
-#include "tandem/data/input_spec.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/interop/torch_state.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
-#include "tandem/nn/models.h"
-#include "tandem/optim/optimizer.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/train/memory_plan.h"
@@ -43,49 +35,12 @@
 namespace tandem::cli {
 namespace {
 
-struct TrainOptions {
-  train::TrainConfig config;
-  std::string model = "cnn";
-  std::string model_options;  // a built-in's settings, "key=value,..."
-  std::string precision = "float32";
-  std::string compute_dtype;            // empty: the policy's
-  std::string loss_scale;               // empty: dynamic under mixed_float16, none otherwise
-  std::optional<double> learning_rate;  // unset: optim::default_learning_rate(optimizer)
-  std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
-  std::optional<double> weight_decay;   // unset: the optimizer's default
-  std::string seed = "0";               // parsed as uint64, so that -1 is refused
-  std::optional<int> threads;           // unset: one per physical core (split between devices)
-  std::string strategy = "one-device";
-  std::optional<int> devices;  // unset: one per physical core
-  bool allow_oversubscription = false;
-  double collective_timeout = 300.0;  // seconds
-  std::optional<double> bucket_mb;  // unset: 25, or 1 under --zero 2
-  std::optional<int64_t> batch_size;        // unset: 128, or derived (--micro-batch-size)
-  std::optional<int> accumulate;            // unset: 1, or derived
-  std::optional<int64_t> micro_batch_size;  // unset: derived
-  int zero = 0;
-  bool recompute = false;
-  std::string memory_limit;  // bytes per device (K/M/G suffixes); empty: the device's share of RAM
+struct TrainOptions : RunOptions {
   bool no_memory_plan = false;
-  std::string wire = "f32";
-  std::string data_dir = data::default_fashion_mnist_dir();
-  int64_t train_examples = 0;  // 0: all
-  int64_t test_examples = 0;
-  std::string data;             // a data specification (or image folder); empty: Fashion-MNIST
-  std::string validation_data;  // likewise; empty: Fashion-MNIST's test set, or none
-  std::string loss = "softmax_cross_entropy";
-  std::optional<double> label_smoothing;  // softmax_cross_entropy; unset: 0
-  std::optional<int32_t> ignore_index;
-  std::optional<double> huber_delta;  // huber; unset: 1
-  std::string metrics;                // empty: accuracy for classification, mae,rmse for regression
-  std::string auto_shard = "auto";
   bool quiet = false;
   bool no_monitor = false;
   int64_t metrics_every = 1;
   std::string trace_steps;           // "FIRST:LAST" global steps, or "STEP"
-  std::string prefetch = "0";        // batches, or "auto"
-  std::string input_parallel = "1";  // batches built at once, or "auto"
-  std::string augment = "none";      // data::parse_augment's spec
   std::string tensorboard;           // event files' directory; empty: RUN_DIR/tensorboard
   bool no_tensorboard = false;
   std::string init_from;             // a safetensors file of starting weights
@@ -116,49 +71,11 @@ extern "C" void on_interrupt(int) {
   [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, sizeof(message) - 1);
 }
 
-data::LabeledImages first(const data::LabeledImages& d, int64_t count) {
-  if (count <= 0 || count >= d.size()) return d;
-  return {d.images.slice(0, count), d.labels.slice(0, count)};
-}
-
 std::string default_output_dir(const std::string& model) {
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
   return (std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp)).string();
-}
-
-// --loss-scale: "dynamic", "none" or a fixed positive number; unset picks
-// dynamic for mixed_float16 and none otherwise, as Keras does.
-std::optional<precision::LossScalerOptions> parse_loss_scale(const std::string& text,
-                                                             precision::Policy policy) {
-  if (text.empty()) {
-    if (policy == precision::Policy::mixed_float16) return precision::LossScalerOptions{};
-    return std::nullopt;
-  }
-  if (text == "dynamic") return precision::LossScalerOptions{};
-  if (text == "none") {
-    if (policy == precision::Policy::mixed_float16) {
-      fmt::print(stderr,
-                 "tandem: warning: mixed_float16 without loss scaling; small gradients will "
-                 "flush to zero and overflowing steps are skipped at scale 1\n");
-      return precision::LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
-    }
-    return std::nullopt;
-  }
-  double scale = 0.0;
-  try {
-    size_t used = 0;
-    scale = std::stod(text, &used);
-    if (used != text.size()) scale = 0.0;
-  } catch (const std::exception&) {
-    scale = 0.0;
-  }
-  if (!(scale > 0.0) || !std::isfinite(scale)) {
-    TANDEM_THROW(InvalidArgument, "--loss-scale must be dynamic, none or a positive number, got '",
-                 text, "'");
-  }
-  return precision::LossScalerOptions{.dynamic = false, .initial_scale = scale};
 }
 
 // --trace-steps: "FIRST:LAST" (1-based global steps, inclusive) or one step.
@@ -181,119 +98,6 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
                  text, "'");
   }
   return {first, last};
-}
-
-// A count flag that also takes "auto" (data::kAutotune).
-int parse_count_or_auto(const std::string& flag, const std::string& text, int minimum) {
-  if (text == "auto") return data::kAutotune;
-  const std::optional<int64_t> value = parse_integer(text);
-  if (!value || *value < minimum || *value > 1024) {
-    TANDEM_THROW(InvalidArgument, flag, " must be a whole number >= ", minimum,
-                 " (at most 1024) or 'auto', got '", text, "'");
-  }
-  return static_cast<int>(*value);
-}
-
-// What the run trains and validates on: Fashion-MNIST (the default) or the
-// data specifications given with --data and --validation-data.
-struct RunData {
-  data::Dataset train = data::Dataset::range(0);
-  std::optional<data::Dataset> validation;
-  std::string description;                     // "Fashion-MNIST, 60000 train / 10000 test examples"
-  std::map<std::string, std::string> summary;  // summary.json's config entries
-  std::optional<data::PaddedBatchOptions> padding;
-  std::string input = "image", label = "label";
-  int64_t resident_bytes = 0;  // held in memory for the whole run (the memory plan's input)
-};
-
-RunData load_run_data(const TrainOptions& o, uint64_t seed) {
-  RunData r;
-  if (o.data.empty()) {
-    if (!o.validation_data.empty())
-      TANDEM_THROW(InvalidArgument, "--validation-data needs --data (the training data)");
-    const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
-    // --train-examples and --test-examples take views: the whole set stays loaded.
-    for (const data::LabeledImages* d : {&fashion.train, &fashion.test})
-      r.resident_bytes += static_cast<int64_t>(d->images.nbytes() + d->labels.nbytes());
-    const data::LabeledImages train = first(fashion.train, o.train_examples);
-    const data::LabeledImages test = first(fashion.test, o.test_examples);
-    // Reshuffled every epoch (pass) from the seed.
-    r.train = data::as_dataset(train).shuffle(train.size(), seed);
-    r.validation = data::as_dataset(test);
-    r.description =
-        fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(), test.size());
-    r.summary = {{"data_dir", o.data_dir},
-                 {"train_examples", std::to_string(train.size())},
-                 {"test_examples", std::to_string(test.size())}};
-    return r;
-  }
-  if (o.train_examples != 0 || o.test_examples != 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "--train-examples and --test-examples select Fashion-MNIST examples; with "
-                 "--data, limit the data in its specification or with --steps-per-epoch");
-  }
-  const data::InputSpec spec = data::read_input_spec(o.data);
-  r.train = data::make_input(spec, seed);
-  r.input = spec.input;
-  r.label = spec.label;
-  if (spec.needs_padding()) r.padding = spec.padding();
-  const int64_t examples = r.train.cardinality();
-  r.description = fmt::format("{} ({}{})", o.data, spec.format,
-                              examples >= 0 ? fmt::format(", {} examples", examples) : "");
-  r.summary = {{"data", std::filesystem::absolute(o.data).string()}};
-  if (!o.validation_data.empty()) {
-    data::InputSpec v = data::read_input_spec(o.validation_data);
-    if (v.input != spec.input || v.label != spec.label) {
-      TANDEM_THROW(InvalidArgument, "--validation-data '", o.validation_data, "' names input '",
-                   v.input, "' and label '", v.label, "' but --data names '", spec.input, "' and '",
-                   spec.label, "'");
-    }
-    v.shuffle = 0;
-    r.validation = data::make_input(v, seed);
-    const int64_t n = r.validation->cardinality();
-    r.description += fmt::format(", validation {}{}", o.validation_data,
-                                 n >= 0 ? fmt::format(" ({} examples)", n) : "");
-    r.summary["validation_data"] = std::filesystem::absolute(o.validation_data).string();
-  }
-  return r;
-}
-
-// --loss and its options, --metrics (default: accuracy for a classifier,
-// mae and rmse for a regression) against the data's label feature.
-void configure_objective(const TrainOptions& o, const std::string& label,
-                         train::TrainConfig& config) {
-  if (o.label_smoothing) {
-    if (!(*o.label_smoothing >= 0.0 && *o.label_smoothing < 1.0)) {
-      TANDEM_THROW(InvalidArgument, "--label-smoothing must be in [0, 1), got ",
-                   *o.label_smoothing);
-    }
-    if (o.loss != "softmax_cross_entropy") {
-      TANDEM_THROW(InvalidArgument,
-                   "--label-smoothing applies to --loss softmax_cross_entropy, not ", o.loss);
-    }
-  }
-  if (o.huber_delta) {
-    if (!(*o.huber_delta > 0.0) || !std::isfinite(*o.huber_delta))
-      TANDEM_THROW(InvalidArgument, "--huber-delta must be positive and finite, got ",
-                   *o.huber_delta);
-    if (o.loss != "huber")
-      TANDEM_THROW(InvalidArgument, "--huber-delta applies to --loss huber, not ", o.loss);
-  }
-  config.loss = train::make_loss(o.loss, {.labels = label,
-                                          .ignore_index = o.ignore_index,
-                                          .label_smoothing = o.label_smoothing.value_or(0.0),
-                                          .delta = o.huber_delta.value_or(1.0)});
-  std::vector<std::string> names = split_list(o.metrics);
-  if (o.metrics.empty()) {
-    if (o.loss == "softmax_cross_entropy") names = {"accuracy"};
-    if (o.loss == "mean_squared_error" || o.loss == "mean_absolute_error" || o.loss == "huber")
-      names = {"mae", "rmse"};
-  }
-  config.metrics.clear();
-  if (o.metrics == "none") return;
-  for (const std::string& name : names)
-    config.metrics.push_back(
-        train::make_metric(name, {.labels = label, .ignore_index = o.ignore_index}));
 }
 
 // The model's forward FLOPs by layer for one example of the data (none when
@@ -323,69 +127,6 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
                " and --strategy ", o.strategy,
                ": each process would train on its own and write the same run directory; add "
                "--strategy multi-worker");
-}
-
-// --seed as an unsigned 64-bit number: a negative one is refused instead of
-// wrapping around.
-uint64_t parse_seed(const std::string& text) {
-  uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    TANDEM_THROW(InvalidArgument, "--seed must be a whole number from 0 to ",
-                 std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
-  }
-  return value;
-}
-
-// Counts where 0 or a negative number would be silently taken for something else.
-void check_counts(const TrainOptions& o) {
-  if (o.devices && *o.devices < 1) {
-    TANDEM_THROW(InvalidArgument,
-                 "--devices must be at least 1 (omit it for one device per physical core), got ",
-                 *o.devices);
-  }
-  if (o.threads && *o.threads < 1) {
-    TANDEM_THROW(InvalidArgument,
-                 "--threads must be at least 1 (omit it for physical cores / devices), got ",
-                 *o.threads);
-  }
-  if (o.train_examples < 0)
-    TANDEM_THROW(InvalidArgument, "--train-examples must be 0 (all) or more, got ",
-                 o.train_examples);
-  if (o.test_examples < 0)
-    TANDEM_THROW(InvalidArgument, "--test-examples must be 0 (all) or more, got ", o.test_examples);
-  // At least one byte, and far from the int64 overflow of the conversion.
-  constexpr int64_t kMaxBucketMb = int64_t{1} << 20;
-  if (o.bucket_mb &&
-      !(*o.bucket_mb * (1 << 20) >= 1.0 && *o.bucket_mb <= static_cast<double>(kMaxBucketMb))) {
-    TANDEM_THROW(InvalidArgument, "--bucket-mb must be a positive number of MiB (one byte to ",
-                 kMaxBucketMb, " MiB), got ", *o.bucket_mb);
-  }
-}
-
-// --optimizer and its flags. Without --lr the optimizer's own default
-// (0.05 for sgd, 1e-3 for adam and adamw); momentum and Nesterov are SGD's.
-void configure_optimizer(const TrainOptions& o, optim::OptimizerConfig& c) {
-  const double default_lr = optim::default_learning_rate(c.name);  // refuses unknown names
-  if (o.learning_rate && (!(*o.learning_rate > 0.0) || !std::isfinite(*o.learning_rate)))
-    TANDEM_THROW(InvalidArgument, "--lr must be positive and finite, got ", *o.learning_rate);
-  c.learning_rate = o.learning_rate.value_or(default_lr);
-  if (c.name != "sgd" && (o.momentum || c.nesterov)) {
-    TANDEM_THROW(InvalidArgument, o.momentum ? "--momentum" : "--nesterov",
-                 " applies to --optimizer sgd, not ", c.name);
-  }
-  if (o.momentum) {
-    if (!(*o.momentum >= 0.0 && *o.momentum < 1.0))
-      TANDEM_THROW(InvalidArgument, "--momentum must be in [0, 1), got ", *o.momentum);
-    c.momentum = *o.momentum;
-  }
-  if (o.weight_decay) {
-    if (!(*o.weight_decay >= 0.0) || !std::isfinite(*o.weight_decay)) {
-      TANDEM_THROW(InvalidArgument, "--weight-decay must be >= 0 and finite, got ",
-                   *o.weight_decay);
-    }
-    c.weight_decay = *o.weight_decay;
-  }
 }
 
 // --augment against the data's first example: a crop padding as large as
@@ -424,73 +165,12 @@ void check_trace_window(const std::string& text, int64_t first, int64_t last,
   }
 }
 
-// --batch-size, --accumulate and --micro-batch-size (any two determine the
-// third; the Trainer derives the missing one once it knows the replica
-// count), --zero and the bucket size that goes with it.
-void configure_batch_and_sharding(const TrainOptions& o, train::TrainConfig& config) {
-  const auto at_least_one = [](const char* flag, auto value) {
-    if (value < 1) TANDEM_THROW(InvalidArgument, flag, " must be at least 1, got ", value);
-  };
-  if (o.batch_size) at_least_one("--batch-size", *o.batch_size);
-  if (o.accumulate) at_least_one("--accumulate", *o.accumulate);
-  if (o.micro_batch_size) at_least_one("--micro-batch-size", *o.micro_batch_size);
-  if (o.micro_batch_size) {
-    config.micro_batch_size = *o.micro_batch_size;
-    config.batch_size = o.batch_size.value_or(0);
-    config.accumulation_steps = o.accumulate.value_or(o.batch_size ? 0 : 1);
-  } else {
-    config.batch_size = o.batch_size.value_or(128);
-    config.accumulation_steps = o.accumulate.value_or(1);
-  }
-  if (o.zero == 3) {
-    TANDEM_THROW(InvalidArgument,
-                 "--zero 3 (parameters sharded too, gathered layer by layer) is not offered; "
-                 "--zero 1 shards the optimizer state, --zero 2 also the gradients");
-  }
-  if (o.zero < 0 || o.zero > 2)
-    TANDEM_THROW(InvalidArgument, "--zero must be 0 (off), 1 or 2, got ", o.zero);
-  config.reducer.zero_stage = o.zero;
-  // ZeRO-2 stages buckets through three buffers of the largest bucket:
-  // small buckets keep that below the gradients it saves (docs/memory.md).
-  const double bucket_mb = o.bucket_mb.value_or(o.zero == 2 ? 1.0 : 25.0);  // checked by check_counts
-  config.reducer.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
-}
-
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
-  config.strategy.name = o.strategy;
-  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
-  check_launcher(o, config.strategy.name);
-  check_counts(o);
-  config.seed = parse_seed(o.seed);
-  const precision::Policy policy = precision::parse_policy(o.precision);
-  const std::optional<DType> compute_dtype =
-      o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
-  config.loss_scale = parse_loss_scale(o.loss_scale, policy);
-  configure_optimizer(o, config.optimizer);
-  config.strategy.devices = o.devices.value_or(0);
-  config.strategy.threads_per_device = o.threads.value_or(0);
-  config.strategy.allow_oversubscription = o.allow_oversubscription;
-  if (!(o.collective_timeout >= 1.0 && o.collective_timeout <= 86400.0)) {
-    TANDEM_THROW(InvalidArgument, "--collective-timeout must be 1 to 86400 seconds, got ",
-                 o.collective_timeout);
-  }
-  config.strategy.comm.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
-  configure_batch_and_sharding(o, config);
-  config.reducer.first_bucket_bytes =
-      std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
-  config.reducer.wire = comm::parse_wire_dtype(o.wire);
-  config.prefetch_batches = parse_count_or_auto("--prefetch", o.prefetch, 0);
-  config.input_parallel_calls = parse_count_or_auto("--input-parallel", o.input_parallel, 1);
-  const data::AugmentOptions augment = data::parse_augment(o.augment);
-  if (augment.any()) {
-    // fit() seeds thread_generator() per step: the same flips and crops
-    // whichever thread builds the batch, and after a resume.
-    config.batch_transform = [augment](data::Element batch) {
-      batch.set("image", data::augment_images(batch.at("image"), augment, thread_generator()));
-      return batch;
-    };
+  {
+    std::string strategy = o.strategy;
+    std::replace(strategy.begin(), strategy.end(), '-', '_');
+    check_launcher(o, strategy);
   }
   if (config.resume && config.output_dir.empty())
     TANDEM_THROW(InvalidArgument, "--resume needs --output, the run directory to continue");
@@ -511,28 +191,6 @@ int run_train(TrainOptions& o) {
       : o.tensorboard.empty()
           ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
           : o.tensorboard;
-  config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
-  // A model file (FILE.toml), or a built-in name (validated here).
-  const bool model_file = o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model);
-  if (model_file && !o.model_options.empty()) {
-    TANDEM_THROW(InvalidArgument,
-                 "--model-options sets a built-in model's sizes; a model file sets its own");
-  }
-  train::ModelFactory factory =
-      model_file ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
-                 : train::builtin_model(o.model, policy, config.seed, compute_dtype,
-                                        o.model_options);
-  if (o.recompute) {
-    // Every replica's blocks keep only their inputs (docs/memory.md).
-    factory.build = [build = factory.build, name = factory.spec.name] {
-      std::shared_ptr<nn::Module> model = build();
-      if (model->recompute_blocks() == 0) {
-        TANDEM_THROW(InvalidArgument, "--recompute: model '", name,
-                     "' has no block to recompute (Transformer, ResNet or residual blocks)");
-      }
-      return model;
-    };
-  }
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -543,19 +201,12 @@ int run_train(TrainOptions& o) {
   // Opened (its header checked) before the data loads, so that a bad file fails fast.
   std::optional<interop::SafetensorsFile> init_weights;
   if (!o.init_from.empty()) init_weights.emplace(o.init_from);
-  const auto load_start = std::chrono::steady_clock::now();
-  const RunData run_data = load_run_data(o, config.seed);
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  config.input_feature = run_data.input;
-  config.padding = run_data.padding;
-  configure_objective(o, run_data.label, config);
-  if (augment.any() && run_data.input != "image") {
-    TANDEM_THROW(InvalidArgument,
-                 "--augment works on an input feature named image; this data's "
-                 "input is '",
-                 run_data.input, "'");
-  }
+  RunSetup setup = prepare_run(o);
+  const train::ModelFactory& factory = setup.model;
+  const RunData& run_data = setup.data;
+  const precision::Policy policy = setup.policy;
+  const data::AugmentOptions& augment = setup.augment;
+  const double load_seconds = setup.load_seconds;
   const data::Dataset& train_set = run_data.train;
 
   train::Trainer trainer(config, factory);
@@ -575,9 +226,7 @@ int run_train(TrainOptions& o) {
   check_augment_fits(augment, example);
   // Each device's predicted peak, refused before training when over the limit.
   std::optional<train::MemoryPlan> plan;
-  const int64_t memory_limit = o.memory_limit.empty()
-                                   ? train::default_memory_limit(strategy.local_replicas())
-                                   : parse_bytes("--memory-limit", o.memory_limit);
+  const int64_t memory_limit = memory_limit_of(o, strategy.local_replicas());
   if (example && !o.no_memory_plan) {
     plan = train::plan_memory({.model = factory,
                                .config = trainer.config(),
@@ -773,131 +422,10 @@ Command add_train_command(CLI::App& app) {
                          "on data described by --data");
   auto o = std::make_shared<TrainOptions>();
   train::TrainConfig& c = o->config;
-  command
-      ->add_option("--model", o->model,
-                   "Model: cnn, mlp, gpt, resnet, or a model file (FILE.toml, docs/model_files.md)")
-      ->capture_default_str();
-  command->add_option("--model-options", o->model_options,
-                      "A built-in model's settings, KEY=VALUE,... (gpt: layers, width, heads, "
-                      "context, vocabulary, mlp_ratio, dropout; resnet: depth, width, channels, "
-                      "classes, sync_bn)");
+  add_run_options(*command, *o);
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
-  command->add_option("--batch-size,--batch", o->batch_size,
-                      "Global batch size (default: 128, or micro-batch x accumulation steps x "
-                      "replicas with --micro-batch-size)");
-  command->add_option("--accumulate", o->accumulate,
-                      "Gradient accumulation: micro-batches per step, whose gradients make one "
-                      "update (default: 1, or global / (micro-batch x replicas))");
-  command->add_option("--micro-batch-size", o->micro_batch_size,
-                      "Examples per replica per micro-batch (default: global / (replicas x "
-                      "accumulation steps)); any two of the three batch settings fix the third");
-  command->add_flag("--recompute", o->recompute,
-                    "Activation recomputation: every Transformer, ResNet or residual block keeps "
-                    "only its input and computes its inside again in backward (docs/memory.md)");
-  command->add_option("--memory-limit", o->memory_limit,
-                      "Bytes per device a run may use (suffix K, M, G or T: powers of 1024; "
-                      "default: physical memory / devices); a run predicted to need more is "
-                      "refused before training");
   command->add_flag("--no-memory-plan", o->no_memory_plan,
                     "Skip the memory plan (and the --memory-limit check) before training");
-  command->add_option("--zero", o->zero,
-                      "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
-                      "and gradients (docs/memory.md)")
-      ->capture_default_str();
-  command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
-      ->capture_default_str();
-  command->add_flag("--drop-remainder", c.drop_remainder,
-                    "Skip the last partial batch of each epoch (default: train on it)");
-  command->add_option("--optimizer", c.optimizer.name, "sgd, adam or adamw")->capture_default_str();
-  command->add_option("--lr", o->learning_rate,
-                      "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
-  command->add_option("--momentum", o->momentum, "SGD momentum in [0, 1) (default: 0.9)");
-  command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
-  command->add_option("--weight-decay", o->weight_decay,
-                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
-  command->add_option("--clip-norm", c.optimizer.global_clip_norm,
-                      "Clip the gradients to this global L2 norm before each update (Keras's "
-                      "global_clipnorm; after the all-reduce; 0: off)")
-      ->capture_default_str();
-  command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
-      ->capture_default_str();
-  command
-      ->add_option("--lr-step-epochs", c.lr_step_epochs,
-                   "Step schedule: epochs between decays (> 0)")
-      ->capture_default_str();
-  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor in (0, 1]")
-      ->capture_default_str();
-  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate, from 0 to --lr")
-      ->capture_default_str();
-  command
-      ->add_option("--warmup-epochs", c.warmup_epochs,
-                   "Linear warm-up length in epochs, from 0 to --epochs")
-      ->capture_default_str();
-  command
-      ->add_option("--seed", o->seed,
-                   "Seed for initialisation, shuffling and dropout (0 to 2^64 - 1)")
-      ->capture_default_str();
-  command->add_option("--threads", o->threads,
-                      "Intra-op threads per device (default: physical cores / devices)");
-  command
-      ->add_option("--strategy", o->strategy, "one-device, mirrored or multi-worker (under mpirun)")
-      ->capture_default_str();
-  command->add_option("--devices", o->devices,
-                      "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
-                      "per physical core)");
-  command->add_flag("--allow-oversubscription", o->allow_oversubscription,
-                    "Allow more devices x threads than physical cores (one device included)");
-  command
-      ->add_option("--collective-timeout", o->collective_timeout,
-                   "Seconds a collective waits for the other replicas before the run ends with a "
-                   "stall report naming the ranks that did not answer (1 to 86400)")
-      ->capture_default_str();
-  command->add_option("--bucket-mb", o->bucket_mb,
-                      "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");
-  command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
-      ->capture_default_str();
-  command
-      ->add_option("--precision", o->precision,
-                   "Mixed-precision policy: float32, mixed_bfloat16 or mixed_float16")
-      ->capture_default_str();
-  command->add_option("--loss-scale", o->loss_scale,
-                      "Loss scaling: dynamic, none or a fixed number (default: dynamic under "
-                      "mixed_float16, none otherwise)");
-  command->add_option("--compute-dtype", o->compute_dtype,
-                      "Override the matmul/conv dtype: f32 or bf16 (default: the policy's)");
-  command->add_option("--data", o->data,
-                      "Training data: a data specification (TOML, docs/training.md) or a folder "
-                      "of images with one sub-folder per class (default: Fashion-MNIST)");
-  command->add_option("--validation-data", o->validation_data,
-                      "Validation data, described like --data (default: Fashion-MNIST's test set "
-                      "without --data, none with it)");
-  command
-      ->add_option("--loss", o->loss,
-                   "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
-                   "mean_absolute_error or huber")
-      ->capture_default_str();
-  command->add_option("--label-smoothing", o->label_smoothing,
-                      "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
-  command->add_option("--ignore-index", o->ignore_index,
-                      "softmax_cross_entropy and metrics: a label value left out");
-  command->add_option("--huber-delta", o->huber_delta, "huber: the delta, > 0 (default: 1)");
-  command->add_option("--metrics", o->metrics,
-                      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
-                      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
-  command
-      ->add_option("--steps-per-epoch", c.steps_per_epoch,
-                   "Steps per epoch from one pass over the data (0: an epoch is a pass)")
-      ->capture_default_str();
-  command
-      ->add_option("--auto-shard", o->auto_shard,
-                   "Multi-worker input sharding: auto, file, data or off")
-      ->capture_default_str();
-  command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
-      ->capture_default_str();
-  command->add_option("--train-examples", o->train_examples,
-                      "Use only the first N Fashion-MNIST training examples (0, the default: all)");
-  command->add_option("--test-examples", o->test_examples,
-                      "Use only the first N Fashion-MNIST test examples (0, the default: all)");
   command->add_option("--output,-o", c.output_dir, "Run directory (default: runs/MODEL-TIMESTAMP)");
   command->add_flag("--resume", c.resume,
                     "Continue from the checkpoint in --output (a cosine schedule is stretched "
@@ -918,20 +446,6 @@ Command add_train_command(CLI::App& app) {
   command
       ->add_option("--metrics-every", o->metrics_every,
                    "Write a metrics.jsonl line every N steps (epoch lines always)")
-      ->capture_default_str();
-  command
-      ->add_option("--prefetch", o->prefetch,
-                   "Batches assembled ahead on a background thread (0: when the step starts; "
-                   "auto: grown while steps wait)")
-      ->capture_default_str();
-  command
-      ->add_option("--input-parallel", o->input_parallel,
-                   "Batches assembled at once on the data pool (auto: grown while steps wait)")
-      ->capture_default_str();
-  command
-      ->add_option("--augment", o->augment,
-                   "Random augmentation of training batches: none, flip, crop:PIXELS, or a "
-                   "comma-separated list (flip,crop:2)")
       ->capture_default_str();
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST (FIRST at "

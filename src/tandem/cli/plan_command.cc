@@ -1,0 +1,95 @@
+// `tandem plan memory`: each device's predicted peak memory for a training
+// run, without training (train/memory_plan.h). It takes the flags of
+// `tandem train`, so a training command line is planned by changing its
+// first word; a run predicted not to fit its --memory-limit exits 1 naming
+// the largest category and the largest batch that fits.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <memory>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/cli/memory_plan_output.h"
+#include "tandem/cli/run_setup.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/train/memory_plan.h"
+
+namespace tandem::cli {
+namespace {
+
+struct PlanOptions : RunOptions {
+  int processes = 0;  // multi-worker processes to plan for; 0: the launcher's (or 1)
+  bool json = false;
+};
+
+int run_plan_memory(PlanOptions& o) {
+  RunSetup setup = prepare_run(o);
+  train::TrainConfig& config = setup.config;
+  // The replicas the run would have, worked out without starting them.
+  distribute::StrategyConfig shape = config.strategy;
+  int processes = 1;
+  if (shape.name == "multi_worker") {
+    if (o.processes < 0)
+      TANDEM_THROW(InvalidArgument, "--processes must be at least 1, got ", o.processes);
+    processes = o.processes > 0 ? o.processes : 0;
+    if (processes == 0) {
+      TANDEM_THROW(InvalidArgument,
+                   "planning --strategy multi-worker needs --processes N (the mpirun -np of "
+                   "the run)");
+    }
+    shape.name = "mirrored";  // one process's replicas
+  } else if (o.processes != 0) {
+    TANDEM_THROW(InvalidArgument, "--processes applies to --strategy multi-worker, not ",
+                 o.strategy);
+  }
+  distribute::StrategyLayout layout = distribute::strategy_layout(shape);
+  if (config.strategy.name == "multi_worker") layout.global_replicas = layout.local_replicas * processes;
+  train::resolve_batch_sizes(config, layout.global_replicas);
+  const std::optional<data::Element> example = setup.data.train.take(1).iterator().next();
+  if (!example) TANDEM_THROW(InvalidArgument, "the training data has no examples to plan with");
+  const train::MemoryPlan plan = train::plan_memory(
+      {.model = setup.model,
+       .config = config,
+       .layout = layout,
+       .example = *example,
+       .evaluates = setup.data.validation.has_value(),
+       .validation_examples = setup.data.validation ? setup.data.validation->cardinality() : -1,
+       .resident_input_bytes = setup.data.resident_bytes,
+       .writes_checkpoints = true,
+       .chief = true});
+  const int64_t limit = memory_limit_of(o, layout.local_replicas);
+  if (o.json) {
+    fmt::print("{}\n", plan_json(plan, limit, /*measured=*/false));
+  } else {
+    fmt::print("{} ({} parameters), global batch {}, {}{}, {} replica(s) x {} thread(s)\n",
+               setup.model.spec.name, plan.parameter_count, config.batch_size,
+               precision::policy_name(setup.policy),
+               config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
+                                             : std::string(),
+               layout.global_replicas, layout.threads_per_replica);
+    fmt::print("{}", plan_table(plan, limit));
+  }
+  train::check_memory_limit(plan, limit);
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  CLI::App* plan = app.add_subcommand("plan", "Plan a run before starting it");
+  plan->require_subcommand(1);
+  CLI::App* memory = plan->add_subcommand(
+      "memory",
+      "Each device's predicted peak memory by category for a training run (the flags of tandem "
+      "train), without training; exits 1 when it does not fit --memory-limit");
+  auto o = std::make_shared<PlanOptions>();
+  add_run_options(*memory, *o);
+  memory->add_option("--processes", o->processes,
+                     "--strategy multi-worker: the number of processes (mpirun -np) to plan for");
+  memory->add_flag("--json", o->json, "Print the plan as JSON");
+  return {memory, [o]() { return run_plan_memory(*o); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,101 @@
+#pragma once
+// What `tandem train` and `tandem plan memory` share: the flags that define
+// a run (model, data, batch and accumulation, strategy, precision,
+// optimizer, ZeRO, recomputation, memory limit) and how they become the
+// Trainer's configuration, the model factory and the data. `tandem plan
+// memory` takes the flags of `tandem train`, so that a training command
+// line is planned by changing its first word.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "tandem/data/augment.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/fashion_mnist.h"
+#include "tandem/precision/policy.h"
+#include "tandem/train/model_factory.h"
+#include "tandem/train/trainer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tandem::cli {
+
+// The flags that define a run.
+struct RunOptions {
+  train::TrainConfig config;
+  std::string model = "cnn";
+  std::string model_options;  // a built-in's settings, "key=value,..."
+  std::string precision = "float32";
+  std::string compute_dtype;            // empty: the policy's
+  std::string loss_scale;               // empty: dynamic under mixed_float16, none otherwise
+  std::optional<double> learning_rate;  // unset: optim::default_learning_rate(optimizer)
+  std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
+  std::optional<double> weight_decay;   // unset: the optimizer's default
+  std::string seed = "0";               // parsed as uint64, so that -1 is refused
+  std::optional<int> threads;           // unset: one per physical core (split between devices)
+  std::string strategy = "one-device";
+  std::optional<int> devices;  // unset: one per physical core
+  bool allow_oversubscription = false;
+  double collective_timeout = 300.0;  // seconds
+  std::optional<double> bucket_mb;  // unset: 25, or 1 under --zero 2
+  std::optional<int64_t> batch_size;        // unset: 128, or derived (--micro-batch-size)
+  std::optional<int> accumulate;            // unset: 1, or derived
+  std::optional<int64_t> micro_batch_size;  // unset: derived
+  int zero = 0;
+  bool recompute = false;
+  std::string memory_limit;  // bytes per device (K/M/G suffixes); empty: the device's share of RAM
+  std::string wire = "f32";
+  std::string data_dir = data::default_fashion_mnist_dir();
+  int64_t train_examples = 0;  // 0: all
+  int64_t test_examples = 0;
+  std::string data;             // a data specification (or image folder); empty: Fashion-MNIST
+  std::string validation_data;  // likewise; empty: Fashion-MNIST's test set, or none
+  std::string loss = "softmax_cross_entropy";
+  std::optional<double> label_smoothing;  // softmax_cross_entropy; unset: 0
+  std::optional<int32_t> ignore_index;
+  std::optional<double> huber_delta;  // huber; unset: 1
+  std::string metrics;                // empty: accuracy for classification, mae,rmse for regression
+  std::string auto_shard = "auto";
+  std::string prefetch = "0";        // batches, or "auto"
+  std::string input_parallel = "1";  // batches built at once, or "auto"
+  std::string augment = "none";      // data::parse_augment's spec
+};
+
+// What the run trains and validates on: Fashion-MNIST (the default) or the
+// data specifications given with --data and --validation-data.
+struct RunData {
+  data::Dataset train = data::Dataset::range(0);
+  std::optional<data::Dataset> validation;
+  std::string description;                     // "Fashion-MNIST, 60000 train / 10000 test examples"
+  std::map<std::string, std::string> summary;  // summary.json's config entries
+  std::optional<data::PaddedBatchOptions> padding;
+  std::string input = "image", label = "label";
+  int64_t resident_bytes = 0;  // held in memory for the whole run (the memory plan's input)
+};
+
+// A run's options turned into what trains it.
+struct RunSetup {
+  train::TrainConfig config;  // batch sizes still to resolve (the Trainer does)
+  train::ModelFactory model;
+  RunData data;
+  precision::Policy policy = precision::Policy::float32;
+  data::AugmentOptions augment;
+  double load_seconds = 0.0;  // reading the data
+};
+
+// Registers the run's flags on a command (train, plan memory).
+void add_run_options(CLI::App& command, RunOptions& o);
+
+// Checks every flag (InvalidArgument naming it), builds the model factory
+// and loads the data. The configuration's output directory and resume are
+// the caller's.
+RunSetup prepare_run(RunOptions& o);
+
+// --memory-limit in bytes, or the device's share of physical memory.
+int64_t memory_limit_of(const RunOptions& o, int local_replicas);
+
+}  // namespace tandem::cli
