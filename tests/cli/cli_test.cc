@@ -191,6 +191,15 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--zero 3", "--zero 3 (parameters sharded too, gathered layer by "
                                            "layer) is not offered");
   expect_one_line_error(base + "--zero -1", "--zero must be 0 (off), 1 or 2, got -1");
+  expect_one_line_error(base + "--recompute",
+                        "--recompute: model 'mlp' has no block to recompute");
+  expect_one_line_error(base + "--memory-limit 12X",
+                        "--memory-limit must be a positive byte count, optionally with K, M, G or "
+                        "T (powers of 1024), at most 2^62 bytes; got '12X'");
+  expect_one_line_error(base + "--memory-limit 0", "got '0'");
+  // The whole Fashion-MNIST set stays loaded on device 0 (about 210 MiB).
+  expect_one_line_error(base + "--memory-limit 100M",
+                        "exceeds the memory limit of 100 MiB; the largest part is input");
   expect_one_line_error(base + "--augment crop:100",
                         "--augment: augmentation 'crop:100' is too large for 28x28 images: the "
                         "crop padding must be smaller than their smaller side (at most crop:27)");
@@ -333,6 +342,33 @@ TEST(Cli, ZeroAndAccumulationTrainLikePlainTrainingAndResumeWithoutThem) {
                 1e-4 * p)
         << "epoch " << e + 1;
   }
+}
+
+TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
+  const std::string flags =
+      "--model cnn --batch-size 64 --strategy mirrored --devices 2 --threads 1 "
+      "--allow-oversubscription --zero 1 --train-examples 512 --test-examples 256 ";
+  const CommandResult table = run("plan memory " + flags);
+  ASSERT_EQ(table.status, 0) << table.output;
+  for (const char* text : {"cnn (421642 parameters), global batch 64, float32, ZeRO-1, 2 replica(s)",
+                           "optimizer_state", "cpu:0", "cpu:1", "micro-batch 32 x 1 accumulation"})
+    EXPECT_NE(table.output.find(text), std::string::npos) << text << "\n" << table.output;
+  const CommandResult json = run("plan memory --json " + flags);
+  ASSERT_EQ(json.status, 0) << json.output;
+  const auto plan = nlohmann::json::parse(json.output);
+  ASSERT_EQ(plan.at("devices").size(), 2u);
+  EXPECT_EQ(plan.at("micro_batch").get<int>(), 32);
+  const auto& one = plan.at("devices")[1];
+  EXPECT_GT(one.at("predicted_bytes").at("activations").get<int64_t>(), 0);
+  EXPECT_GT(one.at("predicted_peak_bytes").get<int64_t>(),
+            one.at("predicted_bytes").at("parameters").get<int64_t>());
+  expect_one_line_error("plan memory " + flags + "--memory-limit 1M",
+                        "Not even one example per replica fits");
+  expect_one_line_error("plan memory --model cnn --strategy multi-worker",
+                        "planning --strategy multi-worker needs --processes N");
+  expect_one_line_error("plan memory --model cnn --processes 2",
+                        "--processes applies to --strategy multi-worker, not one-device");
+  expect_one_line_error("plan", "A subcommand is required");
 }
 
 TEST(Cli, MixedPrecisionRunsLogTheLossScale) {

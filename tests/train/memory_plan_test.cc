@@ -1,0 +1,169 @@
+// The memory planner against what training allocates: each device's
+// predicted peak beside its allocator's high-water mark over a real fit(),
+// for a CNN and for a small GPT under mixed precision, ZeRO-2 and
+// recomputation; and the limit check's answer.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/model_batches.h"
+#include "support/test_data.h"
+#include "tandem/base/error.h"
+#include "tandem/nn/models.h"
+#include "tandem/tensor/allocator.h"
+#include "tandem/train/memory_plan.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+struct Case {
+  std::string name;
+  train::ModelFactory model;
+  train::TrainConfig config;
+  data::Dataset train, validation;
+  int64_t validation_examples;
+};
+
+// Trains one epoch and compares each device's measured peak (what the run
+// added to what the device already held) with the plan's.
+void expect_plan_matches_training(const Case& c, double tolerance) {
+  SCOPED_TRACE(c.name);
+  train::Trainer trainer(c.config, c.model);
+  distribute::Strategy& strategy = trainer.strategy();
+  const data::Element example = *c.train.take(1).iterator().next();
+  const train::MemoryPlan plan =
+      train::plan_memory({.model = c.model,
+                          .config = trainer.config(),
+                          .layout = {.local_replicas = strategy.local_replicas(),
+                                     .global_replicas = strategy.global_replicas(),
+                                     .threads_per_replica = strategy.threads_per_replica()},
+                          .example = example,
+                          .evaluates = true,
+                          .validation_examples = c.validation_examples});
+  // The replicas are built: what each device held before them is not the run's.
+  std::vector<int64_t> before;
+  for (int r = 0; r < strategy.local_replicas(); ++r) {
+    const MemoryStats s = allocator_for(strategy.device(r)).stats();
+    before.push_back(s.current_total_bytes - s.current(MemoryCategory::parameters) -
+                     s.current(MemoryCategory::gradients) -
+                     s.current(MemoryCategory::optimizer_state) -
+                     s.current(MemoryCategory::communication));
+    allocator_for(strategy.device(r)).reset_high_water();
+  }
+  trainer.fit(c.train, c.validation);
+  ASSERT_EQ(plan.devices.size(), static_cast<size_t>(strategy.local_replicas()));
+  for (int r = 0; r < strategy.local_replicas(); ++r) {
+    const MemoryStats s = allocator_for(strategy.device(r)).stats();
+    const double measured = static_cast<double>(s.high_water_total_bytes - before[r]);
+    const double predicted = static_cast<double>(plan.devices[r].total(plan.micro_batch));
+    EXPECT_NEAR(predicted / measured, 1.0, tolerance)
+        << "device " << r << ": predicted " << predicted << " bytes, measured " << measured;
+  }
+}
+
+TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
+  const data::LabeledImages& fashion = testing::fashion().train;
+  const data::LabeledImages head{fashion.images.slice(0, 256), fashion.labels.slice(0, 256)};
+  const data::LabeledImages tail{fashion.images.slice(256, 384), fashion.labels.slice(256, 384)};
+  train::TrainConfig cnn{.epochs = 1, .batch_size = 64, .schedule = "constant"};
+  cnn.strategy = {.name = "mirrored", .devices = 2, .threads_per_device = 1,
+                  .allow_oversubscription = true};
+  expect_plan_matches_training({"cnn", train::builtin_model("cnn"), cnn,
+                                data::as_dataset(head), data::as_dataset(tail), 128},
+                               0.05);
+
+  // A small GPT, bf16, ZeRO-2 with small buckets, recomputed blocks.
+  const data::Dataset sequences =
+      data::Dataset::from_tensors(testing::token_batch(0, 48).features());
+  train::TrainConfig gpt{.epochs = 1, .batch_size = 8, .eval_batch_size = 16,
+                         .schedule = "constant"};
+  gpt.strategy = cnn.strategy;
+  gpt.optimizer = {.name = "adamw", .learning_rate = 1e-3};
+  gpt.reducer = {.bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10, .zero_stage = 2};
+  gpt.input_feature = "tokens";
+  gpt.loss = train::make_loss("softmax_cross_entropy", {.labels = "targets"});
+  gpt.metrics = {};
+  train::ModelFactory model =
+      train::builtin_model("gpt", precision::Policy::mixed_bfloat16, 1, std::nullopt,
+                           "layers=2,width=64,heads=4,context=16");
+  model.build = [build = model.build] {
+    auto m = build();
+    m->recompute_blocks();
+    return m;
+  };
+  expect_plan_matches_training({"gpt", model, gpt, sequences, sequences, 48}, 0.05);
+}
+
+TEST(MemoryPlan, TheLimitNamesTheLargestPartAndTheLargestBatchThatFits) {
+  train::TrainConfig config{.batch_size = 32, .micro_batch_size = 32};
+  config.input_feature = "image";
+  const train::MemoryPlan plan = train::plan_memory(
+      {.model = train::builtin_model("cnn"),
+       .config = config,
+       .layout = {.threads_per_replica = 1},
+       .example = {{"image", Tensor::zeros(Shape{28, 28, 1})},
+                   {"label", Tensor::from_ints(Shape{}, std::vector<int32_t>{3})}},
+       .evaluates = false});
+  const int64_t peak = plan.peak(32);
+  EXPECT_GT(peak, plan.peak(8));
+  EXPECT_LT(peak, plan.peak(128));
+  // Within its own peak it fits; a little less refuses with the numbers.
+  EXPECT_NO_THROW(train::check_memory_limit(plan, peak));
+  const int64_t fits = plan.largest_micro_batch(peak - 1);
+  EXPECT_GE(fits, 16);
+  EXPECT_LT(fits, 32);
+  EXPECT_LE(plan.peak(fits), peak - 1);
+  EXPECT_GT(plan.peak(fits + 1), peak - 1);
+  try {
+    train::check_memory_limit(plan, peak - 1);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("on cpu:0 exceeds the memory limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("the largest part is activations"), std::string::npos) << m;
+    EXPECT_NE(m.find("The largest global batch that fits is " + std::to_string(fits)),
+              std::string::npos)
+        << m;
+  }
+  try {
+    train::check_memory_limit(plan, 1024);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("Not even one example per replica fits"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(train::check_memory_limit(plan, 0), InvalidArgument);
+}
+
+TEST(MemoryPlan, ZeroShardsWhatItShardsInThePlan) {
+  const auto plan_for = [](int stage) {
+    train::TrainConfig config{.batch_size = 64, .micro_batch_size = 16};
+    config.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    config.reducer = {.bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10,
+                      .zero_stage = stage};
+    return train::plan_memory(
+        {.model = train::builtin_model("mlp"),
+         .config = config,
+         .layout = {.local_replicas = 4, .global_replicas = 4, .threads_per_replica = 1},
+         .example = {{"image", Tensor::zeros(Shape{28, 28, 1})},
+                     {"label", Tensor::from_ints(Shape{}, std::vector<int32_t>{3})}},
+         .evaluates = false});
+  };
+  const train::MemoryPlan plain = plan_for(0), one = plan_for(1), two = plan_for(2);
+  const auto bytes = [](const train::MemoryPlan& p, MemoryCategory c) {
+    return static_cast<double>(p.devices[1].bytes(c, p.micro_batch));
+  };
+  EXPECT_NEAR(bytes(one, MemoryCategory::optimizer_state) /
+                  bytes(plain, MemoryCategory::optimizer_state),
+              0.25, 0.01);
+  EXPECT_NEAR(bytes(one, MemoryCategory::gradients) / bytes(plain, MemoryCategory::gradients), 1.0,
+              0.01);
+  EXPECT_NEAR(bytes(two, MemoryCategory::gradients) / bytes(plain, MemoryCategory::gradients), 0.25,
+              0.01);
+  EXPECT_GT(bytes(two, MemoryCategory::communication), bytes(plain, MemoryCategory::communication));
+}
+
+}  // namespace
+}  // namespace tandem
