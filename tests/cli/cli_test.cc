@@ -661,11 +661,23 @@ TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
   EXPECT_EQ(config.at("augment"), "flip,crop:2");
   EXPECT_EQ(config.at("input_parallel_calls"), 2);
   EXPECT_EQ(config.at("prefetch_batches"), -1);
+  // The memory plan printed in the header and recorded beside the measured peaks.
+  EXPECT_NE(r.output.find("memory plan: "), std::string::npos) << r.output;
+  const auto& plan = summary.at("memory_plan").at("devices");
+  ASSERT_EQ(plan.size(), 2u);
+  for (const auto& d : plan) {
+    const double ratio = d.at("predicted_peak_bytes").get<double>() /
+                         d.at("measured_peak_bytes").get<double>();
+    EXPECT_NEAR(ratio, 1.0, 0.1) << d.dump();
+  }
 
   const CommandResult report = run("report " + out);
   ASSERT_EQ(report.status, 0) << report.output;
   EXPECT_NE(report.output.find("report of 5 steps written to"), std::string::npos) << report.output;
   EXPECT_TRUE(fs::exists(out + "/report.html"));
+  std::ifstream html_in(out + "/report.html");
+  const std::string html((std::istreambuf_iterator<char>(html_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("Memory plan: predicted and measured peaks (micro-batch 64)"), std::string::npos);
 
   // Without the monitor: the run's results, no metrics.
   const std::string bare = tmp("cli-no-monitor");

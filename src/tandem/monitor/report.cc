@@ -403,6 +403,35 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     buckets += "</table>";
   }
 
+  // The memory plan (summary.json): each device's predicted peak by
+  // category beside what its allocator measured over the run.
+  std::string plan;
+  if (files.summary.is_object() && files.summary.contains("memory_plan")) {
+    const json& p = files.summary.at("memory_plan");
+    plan += fmt::format(
+        "<h2>Memory plan: predicted and measured peaks (micro-batch {})</h2><table "
+        "class=\"figures\"><tr><th>device</th><th>category</th><th>predicted</th><th>measured</"
+        "th><th>predicted / measured</th></tr>",
+        tandem::detail::json_integer_or(p, "micro_batch", int64_t{0}));
+    for (const auto& d : p.value("devices", json::array())) {
+      const auto row = [&](const std::string& what, double predicted, double measured) {
+        plan += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3f}</td></tr>",
+                            html_escape(d.value("device", "")), html_escape(what),
+                            figure(predicted, "B"), figure(measured, "B"),
+                            measured > 0 ? predicted / measured : NAN);
+      };
+      row("peak", number_or_nan(d, "predicted_peak_bytes"), number_or_nan(d, "measured_peak_bytes"));
+      const json none = json::object();
+      const json& predicted = d.contains("predicted_bytes") ? d.at("predicted_bytes") : none;
+      const json& measured = d.contains("measured_bytes") ? d.at("measured_bytes") : none;
+      for (int c = 0; c < kMemoryCategoryCount; ++c) {
+        const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
+        row(name, number_or_nan(predicted, name.c_str()), number_or_nan(measured, name.c_str()));
+      }
+    }
+    plan += "</table>";
+  }
+
   std::string pipeline;
   for (auto it = files.epochs.rbegin(); it != files.epochs.rend(); ++it) {
     if (!it->second.contains("input_pipeline")) continue;
@@ -501,7 +530,7 @@ addEventListener('load', () => {{
 </script>
 </body></html>
 )",
-      html_escape(title), warnings, table, findings, charts, layers + pipeline + buckets,
+      html_escape(title), warnings, table, findings, charts, layers + plan + pipeline + buckets,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir));
   const std::string partial = result.path + ".partial";
   {
