@@ -14,6 +14,7 @@
 #include "tandem/base/random.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/distribute/reducer.h"
+#include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/nn/activation.h"
 #include "tandem/nn/linear.h"
@@ -305,6 +306,38 @@ TEST(Zero, BadSettingsAreClearErrors) {
   distribute::ReducerOptions compressed = reducer_of(2);
   compressed.wire = comm::WireDType::bf16;
   EXPECT_NE(message({.reducer = compressed}).find("wire bf16 is not supported"), std::string::npos);
+}
+
+TEST(Zero, TheGatheredStateIsTheSameInPiecesAndOnlyTheKeeperHoldsIt) {
+  // Three ranks, Adam after one step; the state gathered 5 elements per rank
+  // at a time equals the state gathered in one piece.
+  comm::InProcessGroup group(3);
+  std::vector<std::vector<std::pair<std::string, Tensor>>> whole(3), pieces(3);
+  testing::run_ranks(3, [&](int r) {
+    auto comm = group.communicator(r);
+    auto m = model();
+    distribute::Reducer reducer(m->parameters(), *comm, reducer_of(1));
+    distribute::ShardedOptimizer sharded(m->parameters(), reducer, *comm, optimizer_of("adamw"));
+    reducer.prepare();
+    const data::Element batch = batch_of(6, 9 + static_cast<uint64_t>(r));
+    sum(forward(*m, {batch, 6, distribute::ReplicaContext{}})).backward();
+    reducer.finish();
+    sharded.update(nullptr, 0.0);
+    whole[r] = sharded.gather_state(true);
+    pieces[r] = sharded.gather_state(r == 0, 5);
+  });
+  EXPECT_TRUE(pieces[1].empty());
+  EXPECT_TRUE(pieces[2].empty());
+  ASSERT_EQ(whole[0].size(), pieces[0].size());
+  ASSERT_EQ(whole[0].size(), 13u);  // 2 moments x 6 parameters, the update counts
+  for (size_t i = 0; i < whole[0].size(); ++i) {
+    EXPECT_EQ(whole[0][i].first, pieces[0][i].first);
+    EXPECT_EQ(whole[0][i].second.shape(), pieces[0][i].second.shape()) << whole[0][i].first;
+    if (whole[0][i].second.dtype() == DType::f32) {
+      EXPECT_EQ(whole[0][i].second.to_floats(), pieces[0][i].second.to_floats()) << whole[0][i].first;
+      EXPECT_EQ(whole[0][i].second.to_floats(), whole[2][i].second.to_floats()) << whole[0][i].first;
+    }
+  }
 }
 
 TEST(Reducer, ZeroTwoReduceScattersEachBucketIntoItsShardAndKeepsNoWholeGradient) {

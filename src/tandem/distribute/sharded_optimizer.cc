@@ -81,10 +81,14 @@ ShardedOptimizer::Outcome ShardedOptimizer::update(precision::LossScaler* scaler
   return outcome;
 }
 
-std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool keep) {
+std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool keep,
+                                                                           int64_t piece) {
+  if (piece < 1) TANDEM_THROW(InvalidArgument, "gather_state: pieces of ", piece, " elements");
   const size_t n = parameters_.size();
+  const int64_t ranks = comm_.size();
   std::vector<std::pair<std::string, Tensor>> out;
   std::vector<int32_t> updates(n, 0);
+  Tensor pieces;  // ranks x piece elements, reused
   for (const auto& [name, tensor] : optimizer_->state()) {
     size_t bucket = 0;
     std::string slot;
@@ -94,16 +98,45 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool 
           updates[n - 1 - layout_index] = tensor->data<int32_t>()[b];
       continue;
     }
-    Tensor whole = Tensor::empty(Shape{flat_->bucket_elements(bucket)}, DType::f32,
-                                 tensor->device(), MemoryCategory::optimizer_state);
-    comm_.all_gather(*tensor, whole);
-    if (!keep) continue;
-    for (size_t layout_index : flat_->tensors_in(bucket)) {
-      const size_t i = n - 1 - layout_index;
-      const int64_t offset = flat_->offset_of(layout_index);
-      const Shape& shape = parameters_[i].shape();
-      out.emplace_back(std::to_string(i) + "." + slot,
-                       whole.slice(offset, offset + shape.numel()).reshape(shape).clone());
+    // The kept state of this slot, one tensor per parameter of the bucket.
+    const std::vector<size_t>& members = flat_->tensors_in(bucket);
+    std::vector<Tensor> whole;
+    if (keep) {
+      for (size_t layout_index : members) {
+        const Shape& shape = parameters_[n - 1 - layout_index].shape();
+        whole.push_back(Tensor::empty(Shape{shape.numel()}, DType::f32, tensor->device(),
+                                      MemoryCategory::optimizer_state));
+      }
+    }
+    // Piece by piece, so that a replica that keeps nothing holds one piece
+    // per rank rather than a whole bucket: elements [a, a + len) of every
+    // rank's shard, i.e. bucket elements r * shard + [a, a + len).
+    const int64_t shard = shard_elements(bucket);
+    for (int64_t a = 0; a < shard; a += piece) {
+      const int64_t len = std::min(piece, shard - a);
+      if (!pieces.defined())
+        pieces = Tensor::empty(Shape{ranks * std::min(piece, shard)}, DType::f32,
+                               tensor->device(), MemoryCategory::optimizer_state);
+      if (pieces.numel() < ranks * len)
+        pieces = Tensor::empty(Shape{ranks * len}, DType::f32, tensor->device(),
+                               MemoryCategory::optimizer_state);
+      const Tensor gathered = pieces.slice(0, ranks * len);
+      comm_.all_gather(tensor->slice(a, a + len), gathered);
+      if (!keep) continue;
+      for (int64_t r = 0; r < ranks; ++r) {
+        const int64_t from = r * shard + a, to = from + len;  // bucket elements
+        for (size_t m = 0; m < members.size(); ++m) {
+          const int64_t offset = flat_->offset_of(members[m]);
+          const int64_t lo = std::max(from, offset), hi = std::min(to, offset + whole[m].numel());
+          if (lo >= hi) continue;
+          Tensor target = whole[m].slice(lo - offset, hi - offset);
+          target.copy_from(gathered.slice(r * len + lo - from, r * len + hi - from));
+        }
+      }
+    }
+    for (size_t m = 0; m < whole.size(); ++m) {
+      const size_t i = n - 1 - members[m];
+      out.emplace_back(std::to_string(i) + "." + slot, whole[m].reshape(parameters_[i].shape()));
     }
   }
   if (!keep) return {};

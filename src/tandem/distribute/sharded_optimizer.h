@@ -53,10 +53,15 @@ class ShardedOptimizer {
   optim::Optimizer& optimizer() { return *optimizer_; }
 
   // The whole optimizer state under the replicated optimizer's names,
-  // gathered from every shard (collective: every replica calls it). Only a
-  // replica that keeps it holds the whole state at once; the others drop
-  // each bucket's as soon as it is gathered and return nothing.
-  std::vector<std::pair<std::string, Tensor>> gather_state(bool keep);
+  // gathered from every shard (collective: every replica calls it), in
+  // pieces of kGatherPiece elements per rank. Only a replica that keeps it
+  // holds the whole state; the others hold one piece per rank at a time and
+  // return nothing.
+  // piece: elements per rank per all-gather (a test shrinks it to reach the
+  // multi-piece path on small models).
+  static constexpr int64_t kGatherPiece = int64_t{1} << 18;  // 1 MiB of f32
+  std::vector<std::pair<std::string, Tensor>> gather_state(bool keep,
+                                                           int64_t piece = kGatherPiece);
   // Takes this replica's shard of a whole state (names as gather_state's,
   // under `prefix`). IoError for a missing or mis-shaped tensor;
   // InvalidArgument when parameters of one bucket were updated different

@@ -12,6 +12,7 @@
 #include "tandem/comm/bucketer.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/distribute/reducer.h"
+#include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/nn/module.h"
 
@@ -333,9 +334,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       d.steady_per_row += steady_per_row[k];
     }
     if (zero > 0 && in.writes_checkpoints) {
-      // Gathering a checkpoint: one bucket's state at a time, and on the
-      // chief's first device the whole state.
-      double gathered = static_cast<double>(largest_bucket * f32);
+      // Gathering a checkpoint: a piece of every rank's shard at a time, and
+      // on the chief's first device the whole state.
+      double gathered = static_cast<double>(
+          global * std::min(largest_shard, distribute::ShardedOptimizer::kGatherPiece) * f32);
       if (r == 0 && in.chief)
         gathered += static_cast<double>(slots * parameter_bytes + parameters * 4);
       d.fixed[index(MemoryCategory::optimizer_state)] += gathered;
