@@ -199,7 +199,7 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--memory-limit 0", "got '0'");
   // The whole Fashion-MNIST set stays loaded on device 0 (about 210 MiB).
   expect_one_line_error(base + "--memory-limit 100M",
-                        "exceeds the memory limit of 100 MiB; the largest part is input");
+                        "exceeds the memory limit of 100.0 MiB; the largest part is input");
   expect_one_line_error(base + "--augment crop:100",
                         "--augment: augmentation 'crop:100' is too large for 28x28 images: the "
                         "crop padding must be smaller than their smaller side (at most crop:27)");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -364,7 +365,11 @@ void check_memory_limit(const MemoryPlan& plan, int64_t limit_bytes) {
   if (peak <= limit_bytes) return;
   const MemoryCategory largest = d.largest(plan.micro_batch);
   const int64_t fits = plan.largest_micro_batch(limit_bytes);
-  const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  const auto mib = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / (1 << 20));
+    return std::string(text);
+  };
   const int64_t per_micro = int64_t{plan.accumulation_steps} * plan.global_replicas;
   TANDEM_THROW(InvalidArgument, "predicted peak of ", mib(peak), " MiB on ", d.device.to_string(),
                " exceeds the memory limit of ", mib(limit_bytes), " MiB; the largest part is ",
