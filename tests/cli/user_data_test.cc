@@ -213,7 +213,9 @@ TEST(UserData, BadModelFilesSpecificationsAndDataAreOneClearError) {
       "flat.toml:2");
   write(dir + "/wide.toml", "input_shape = [5]\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
   expect_one_line_error(
-      "train --model " + dir + "/wide.toml --data " + dir + "/reg.toml" + regression, "(16, 3)");
+      "train --model " + dir + "/wide.toml --data " + dir + "/reg.toml" + regression,
+      "the model does not take the training data (a training step on 4 of its examples, traced "
+      "for the memory plan): linear: input (4, 3) does not fit weight (1, 5)");
   // Specifications: a missing feature, a wrong dtype, a typo, a missing file.
   write(dir + "/missing.toml",
         "format = \"csv\"\nfiles = [\"reg.csv\"]\ninput = \"x\"\nlabel = "

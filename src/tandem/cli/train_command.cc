@@ -222,6 +222,7 @@ int run_train(TrainOptions& o) {
   }
   // The first training example, for the checks of --augment, the memory
   // plan and the monitor's FLOP figures.
+  trainer.check_batch_fits(train_set);
   const std::optional<data::Element> example = train_set.take(1).iterator().next();
   check_augment_fits(augment, example);
   // Each device's predicted peak, refused before training when over the limit.

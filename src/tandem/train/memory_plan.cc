@@ -132,15 +132,25 @@ Trace trace(const MemoryPlanInput& in, int64_t micro_batch, int64_t eval_rows) {
       d[kCategories] = static_cast<double>(after.peak_total_bytes - before.current_total_bytes);
       return d;
     };
+    // A model that does not take the data fails here first: say where.
+    const auto traced_step = [&](int64_t rows, bool training) {
+      try {
+        return step(rows, training);
+      } catch (const Error& e) {
+        TANDEM_THROW(InvalidArgument, "the model does not take the training data (",
+                     training ? "a training step" : "an evaluation", " on ", rows,
+                     " of its examples, traced for the memory plan): ", e.what());
+      }
+    };
     const auto fit = [&](const std::array<int64_t, 2>& rows, bool training) {
-      const Deltas a = step(rows[0], training), b = step(rows[1], training);
+      const Deltas a = traced_step(rows[0], training), b = traced_step(rows[1], training);
       StepFits f;
       for (int c = 0; c < kCategories; ++c) f.category[c] = line(rows[0], a[c], rows[1], b[c]);
       f.total = line(rows[0], a[kCategories], rows[1], b[kCategories]);
       return f;
     };
     out.rows = trace_rows(micro_batch);
-    step(out.rows[0], true);  // warm-up: what persists between steps is allocated now
+    traced_step(out.rows[0], true);  // warm-up: what persists between steps is allocated now
     const MemoryStats warm = allocator.stats();
     for (int c = 0; c < kCategories; ++c) {
       if (c == index(MemoryCategory::gradients)) continue;  // the engine's, not the trace's

@@ -447,6 +447,14 @@ struct Trainer::StepInput {
   Clock::time_point start, input_done;
 };
 
+void Trainer::check_batch_fits(const data::Dataset& train) const {
+  const int64_t examples = train.cardinality();
+  if (examples >= 0 && examples < config_.batch_size) {
+    TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
+                 " is larger than the training set (", examples, " examples)");
+  }
+}
+
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
@@ -480,11 +488,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
                    "': ", error.message());
     }
   }
-  const int64_t examples = train.cardinality();
-  if (examples >= 0 && examples < config_.batch_size) {
-    TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
-                 " is larger than the training set (", examples, " examples)");
-  }
+  check_batch_fits(train);
   steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
   steps_without_update_ = 0;

@@ -274,6 +274,9 @@ class Trainer {
   // the data's cardinality (the largest process shard's batches); 0 when
   // the size is not known. Collective when there are several processes.
   int64_t steps_per_epoch(const data::Dataset& train);
+  // InvalidArgument when the training data has fewer examples than one
+  // global batch (fit() checks it too).
+  void check_batch_fits(const data::Dataset& train) const;
 
  private:
   struct Progress;
