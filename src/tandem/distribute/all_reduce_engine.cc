@@ -292,19 +292,9 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
   rep.loss_sum = 0.0;
   for (int k = 0; k < steps; ++k) {
     const bool last = k == steps - 1;
-    if (rep.reducer) {
-      // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no
-      // whole gradient, so it reduces each one into its shard.
-      if (!last) {
-        if (stage2) {
-          rep.reducer->prepare(true, /*accumulate=*/k > 0);
-        } else {
-          rep.reducer->prepare(false);
-        }
-      } else {
-        rep.reducer->prepare(true, /*accumulate=*/stage2 && k > 0);
-      }
-    }
+    // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no whole
+    // gradient, so it reduces each one and adds it to its shard.
+    if (rep.reducer) rep.reducer->prepare(/*synchronize=*/last || stage2, /*accumulate=*/stage2 && k > 0);
     const auto forward_start = Clock::now();
     Variable loss;
     {
