@@ -178,7 +178,8 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--bucket-mb 0", "--bucket-mb must be a positive number of MiB");
   // Batch sizes, accumulation and ZeRO (any two batch settings fix the third).
   expect_one_line_error(base + "--accumulate 0", "--accumulate must be at least 1, got 0");
-  expect_one_line_error(base + "--micro-batch-size 0", "--micro-batch-size must be at least 1, got 0");
+  expect_one_line_error(base + "--micro-batch-size 0",
+                        "--micro-batch-size must be at least 1, got 0");
   expect_one_line_error(base + "--batch-size 0", "--batch-size must be at least 1, got 0");
   expect_one_line_error(base + "--accumulate 3",
                         "global batch 128 gives each of the 1 replicas 128 examples, which 3 "
@@ -188,11 +189,11 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--batch-size 128 --micro-batch-size 32 --accumulate 2",
                         "global batch 128, micro-batch 32 and 2 accumulation steps disagree: 32 x "
                         "2 x 1 = 64");
-  expect_one_line_error(base + "--zero 3", "--zero 3 (parameters sharded too, gathered layer by "
-                                           "layer) is not offered");
+  expect_one_line_error(base + "--zero 3",
+                        "--zero 3 (parameters sharded too, gathered layer by "
+                        "layer) is not offered");
   expect_one_line_error(base + "--zero -1", "--zero must be 0 (off), 1 or 2, got -1");
-  expect_one_line_error(base + "--recompute",
-                        "--recompute: model 'mlp' has no block to recompute");
+  expect_one_line_error(base + "--recompute", "--recompute: model 'mlp' has no block to recompute");
   expect_one_line_error(base + "--memory-limit 12X",
                         "--memory-limit must be a positive byte count, optionally with K, M, G or "
                         "T (powers of 1024), at most 2^62 bytes; got '12X'");
@@ -317,7 +318,8 @@ TEST(Cli, ZeroAndAccumulationTrainLikePlainTrainingAndResumeWithoutThem) {
   const std::string plain = tmp("cli-zero-plain"), sharded = tmp("cli-zero-sharded");
   const std::string common =
       "train --model mlp --train-examples 512 --test-examples 256 --strategy mirrored "
-      "--devices 2 --threads 1 --allow-oversubscription --quiet --no-tensorboard --schedule constant ";
+      "--devices 2 --threads 1 --allow-oversubscription --quiet --no-tensorboard --schedule "
+      "constant ";
   ASSERT_EQ(run(common + "--epochs 2 --output " + plain).status, 0);
   const CommandResult first =
       run(common + "--epochs 1 --zero 2 --micro-batch-size 32 --accumulate 2 --output " + sharded);
@@ -350,8 +352,9 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
       "--allow-oversubscription --zero 1 --train-examples 512 --test-examples 256 ";
   const CommandResult table = run("plan memory " + flags);
   ASSERT_EQ(table.status, 0) << table.output;
-  for (const char* text : {"cnn (421642 parameters), global batch 64, float32, ZeRO-1, 2 replica(s)",
-                           "optimizer_state", "cpu:0", "cpu:1", "micro-batch 32 x 1 accumulation"})
+  for (const char* text :
+       {"cnn (421642 parameters), global batch 64, float32, ZeRO-1, 2 replica(s)",
+        "optimizer_state", "cpu:0", "cpu:1", "micro-batch 32 x 1 accumulation"})
     EXPECT_NE(table.output.find(text), std::string::npos) << text << "\n" << table.output;
   const CommandResult json = run("plan memory --json " + flags);
   ASSERT_EQ(json.status, 0) << json.output;
@@ -666,8 +669,8 @@ TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
   const auto& plan = summary.at("memory_plan").at("devices");
   ASSERT_EQ(plan.size(), 2u);
   for (const auto& d : plan) {
-    const double ratio = d.at("predicted_peak_bytes").get<double>() /
-                         d.at("measured_peak_bytes").get<double>();
+    const double ratio =
+        d.at("predicted_peak_bytes").get<double>() / d.at("measured_peak_bytes").get<double>();
     EXPECT_NEAR(ratio, 1.0, 0.1) << d.dump();
   }
 
@@ -676,8 +679,10 @@ TEST(Cli, MonitoredRunWritesMetricsTraceSummaryAndReport) {
   EXPECT_NE(report.output.find("report of 5 steps written to"), std::string::npos) << report.output;
   EXPECT_TRUE(fs::exists(out + "/report.html"));
   std::ifstream html_in(out + "/report.html");
-  const std::string html((std::istreambuf_iterator<char>(html_in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(html.find("Memory plan: predicted and measured peaks (micro-batch 64)"), std::string::npos);
+  const std::string html((std::istreambuf_iterator<char>(html_in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("Memory plan: predicted and measured peaks (micro-batch 64)"),
+            std::string::npos);
 
   // Without the monitor: the run's results, no metrics.
   const std::string bare = tmp("cli-no-monitor");

@@ -342,12 +342,11 @@ void expect_multi_worker_matches_one_device(
                                             .allow_oversubscription = true});
   auto one = one_device->make_engine(build, options);
   // Small buckets: several per model, padded for the replica count.
-  auto many = workers->make_engine(
-      build, {.optimizer = setup.optimizer,
-              .reducer = {.bucket_bytes = 16 << 10,
-                          .first_bucket_bytes = 4 << 10,
-                          .zero_stage = setup.zero_stage},
-              .accumulation_steps = setup.accumulation_steps});
+  auto many = workers->make_engine(build, {.optimizer = setup.optimizer,
+                                           .reducer = {.bucket_bytes = 16 << 10,
+                                                       .first_bucket_bytes = 4 << 10,
+                                                       .zero_stage = setup.zero_stage},
+                                           .accumulation_steps = setup.accumulation_steps});
   const int64_t p = comm::mpi_world_rank(), processes = comm::mpi_world_size();
   for (int64_t step = 0; step < 3; ++step) {
     const data::Element whole = global_batch(step);
@@ -383,14 +382,13 @@ TEST(MultiWorkerModels, GptMatchesOneDevice) {
 
 TEST(MultiWorkerModels, ResnetWithSynchronisedBatchNormMatchesOneDevice) {
   expect_multi_worker_matches_one_device(
-      "resnet", builtin("resnet", "width=8,sync_bn=true"), [](int64_t step) { return testing::image_batch(step, 6); },
-      testing::image_classifier_loss);
+      "resnet", builtin("resnet", "width=8,sync_bn=true"),
+      [](int64_t step) { return testing::image_batch(step, 6); }, testing::image_classifier_loss);
 }
 
 // ZeRO stages and gradient accumulation across processes (gpt has no
 // batch-dependent layer, so micro-batches take the whole batch's step).
-class MultiWorkerZero
-    : public ::testing::TestWithParam<std::tuple<int, int, int, std::string>> {};
+class MultiWorkerZero : public ::testing::TestWithParam<std::tuple<int, int, int, std::string>> {};
 
 TEST_P(MultiWorkerZero, ShardedAndAccumulatedTrainingMatchesOneDevice) {
   const auto [stage, devices, accumulation, optimizer] = GetParam();

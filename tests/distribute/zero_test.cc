@@ -27,7 +27,8 @@ namespace {
 using testing::relative_error;
 
 std::unique_ptr<distribute::Strategy> strategy_of(int devices) {
-  if (devices == 1) return distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  if (devices == 1)
+    return distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
   return distribute::make_strategy({.name = "mirrored",
                                     .devices = devices,
                                     .threads_per_device = 1,
@@ -101,9 +102,11 @@ TEST_P(ZeroEquivalence, ShardedTrainingMatchesReplicatedTraining) {
   const ZeroCase c = GetParam();
   auto plain_strategy = strategy_of(c.devices);
   auto zero_strategy = strategy_of(c.devices);
-  distribute::EngineOptions options{.optimizer = optimizer_of(c.optimizer, c.clip_and_scale ? 0.5 : 0.0),
-                                    .reducer = reducer_of(0)};
-  if (c.clip_and_scale) options.loss_scale = precision::LossScalerOptions{.dynamic = false, .initial_scale = 1024};
+  distribute::EngineOptions options{
+      .optimizer = optimizer_of(c.optimizer, c.clip_and_scale ? 0.5 : 0.0),
+      .reducer = reducer_of(0)};
+  if (c.clip_and_scale)
+    options.loss_scale = precision::LossScalerOptions{.dynamic = false, .initial_scale = 1024};
   auto plain = plain_strategy->make_engine(model, options);
   options.reducer = reducer_of(c.stage);
   auto zero = zero_strategy->make_engine(model, options);
@@ -183,8 +186,8 @@ TEST(Zero, EachReplicaHoldsItsShareOfTheOptimizerStateAndGradients) {
     const Bytes grads_before = bytes_on_devices(devices, MemoryCategory::gradients);
     distribute::ReducerOptions reducer = small_buckets;
     reducer.zero_stage = stage;
-    auto engine = strategy->make_engine(
-        wide_model, {.optimizer = optimizer_of("adamw"), .reducer = reducer});
+    auto engine =
+        strategy->make_engine(wide_model, {.optimizer = optimizer_of("adamw"), .reducer = reducer});
     for (int d = 0; d < devices; ++d) allocator_for(cpu_device(d)).reset_peaks();
     for (int64_t step = 0; step < 2; ++step) engine->step(batch_of(32, 3), forward, {.step = step});
     const Bytes state = bytes_on_devices(devices, MemoryCategory::optimizer_state);
@@ -239,8 +242,8 @@ TEST(Zero, StateSavedWithZeroLoadsWithoutItAndBack) {
   zero_again->load_state(plain3->save_state());
   for (int64_t step = 3; step < 6; ++step) {
     const data::Element batch = batch_of(12, 100 + static_cast<uint64_t>(step));
-    for (distribute::Engine* e : {zero.get(), plain3.get(), plain1.get(), zero1.get(),
-                                  zero_again.get()})
+    for (distribute::Engine* e :
+         {zero.get(), plain3.get(), plain1.get(), zero1.get(), zero_again.get()})
       e->step(batch, forward, {.step = step});
   }
   expect_same_parameters(*zero, *plain3, 1e-5, "plain, 3 replicas");
@@ -276,18 +279,16 @@ TEST_P(Accumulation, FourMicroBatchesTakeTheStepOfTheWholeBatch) {
   expect_same_parameters(*whole, *micro, 1e-5, "accumulated");
 }
 
-INSTANTIATE_TEST_SUITE_P(Replicas, Accumulation,
-                         ::testing::Values(AccumulationCase{1, 0, "sgd"},
-                                           AccumulationCase{1, 0, "adamw"},
-                                           AccumulationCase{2, 0, "sgd"},
-                                           AccumulationCase{3, 0, "adamw"},
-                                           AccumulationCase{2, 1, "adamw"},
-                                           AccumulationCase{2, 2, "sgd"},
-                                           AccumulationCase{3, 2, "adamw"}),
-                         [](const ::testing::TestParamInfo<AccumulationCase>& info) {
-                           return std::to_string(info.param.devices) + "devices_zero" +
-                                  std::to_string(info.param.stage) + "_" + info.param.optimizer;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Replicas, Accumulation,
+    ::testing::Values(AccumulationCase{1, 0, "sgd"}, AccumulationCase{1, 0, "adamw"},
+                      AccumulationCase{2, 0, "sgd"}, AccumulationCase{3, 0, "adamw"},
+                      AccumulationCase{2, 1, "adamw"}, AccumulationCase{2, 2, "sgd"},
+                      AccumulationCase{3, 2, "adamw"}),
+    [](const ::testing::TestParamInfo<AccumulationCase>& info) {
+      return std::to_string(info.param.devices) + "devices_zero" +
+             std::to_string(info.param.stage) + "_" + info.param.optimizer;
+    });
 
 TEST(Zero, BadSettingsAreClearErrors) {
   auto strategy = strategy_of(2);
@@ -334,8 +335,10 @@ TEST(Zero, TheGatheredStateIsTheSameInPiecesAndOnlyTheKeeperHoldsIt) {
     EXPECT_EQ(whole[0][i].first, pieces[0][i].first);
     EXPECT_EQ(whole[0][i].second.shape(), pieces[0][i].second.shape()) << whole[0][i].first;
     if (whole[0][i].second.dtype() == DType::f32) {
-      EXPECT_EQ(whole[0][i].second.to_floats(), pieces[0][i].second.to_floats()) << whole[0][i].first;
-      EXPECT_EQ(whole[0][i].second.to_floats(), whole[2][i].second.to_floats()) << whole[0][i].first;
+      EXPECT_EQ(whole[0][i].second.to_floats(), pieces[0][i].second.to_floats())
+          << whole[0][i].first;
+      EXPECT_EQ(whole[0][i].second.to_floats(), whole[2][i].second.to_floats())
+          << whole[0][i].first;
     }
   }
 }

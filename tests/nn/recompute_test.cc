@@ -30,8 +30,7 @@ struct Workload {
 
 Workload gpt_with_dropout() {
   return {"gpt", "layers=3,width=32,heads=4,context=16,dropout=0.2",
-          [](int64_t step) { return testing::token_batch(step, 4); },
-          testing::language_model_loss};
+          [](int64_t step) { return testing::token_batch(step, 4); }, testing::language_model_loss};
 }
 
 Workload resnet_with_batch_norm() {
@@ -56,8 +55,8 @@ Result train_step(const Workload& w, bool recompute) {
   Result out;
   strategy->run([&](int) {
     thread_generator().set_state(1234, 0);
-    const Variable per_example =
-        w.loss(*model, {batch, batch.features().front().second.dim(0), strategy->replica_context(0)});
+    const Variable per_example = w.loss(
+        *model, {batch, batch.features().front().second.dim(0), strategy->replica_context(0)});
     const Variable loss = mean(per_example);
     out.loss = loss.value().item();
     loss.backward();
@@ -99,16 +98,17 @@ TEST(Recompute, ReplicasWithReducersAndZeroTakeTheSameSteps) {
       {.name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true});
   const optim::OptimizerConfig adam{.name = "adamw", .learning_rate = 0.01};
   // Small buckets: the hooks of recomputed blocks launch their buckets.
-  auto a = a_strategy->make_engine(build(false), {.optimizer = adam,
-                                                  .reducer = {.bucket_bytes = 4096,
-                                                              .first_bucket_bytes = 1024}});
-  auto b = b_strategy->make_engine(build(true), {.optimizer = adam,
-                                                 .reducer = {.bucket_bytes = 4096,
-                                                             .first_bucket_bytes = 1024,
-                                                             .zero_stage = 2}});
+  auto a = a_strategy->make_engine(
+      build(false),
+      {.optimizer = adam, .reducer = {.bucket_bytes = 4096, .first_bucket_bytes = 1024}});
+  auto b = b_strategy->make_engine(
+      build(true),
+      {.optimizer = adam,
+       .reducer = {.bucket_bytes = 4096, .first_bucket_bytes = 1024, .zero_stage = 2}});
   for (int64_t step = 0; step < 3; ++step) {
     const data::Element batch = w.batch(step);
-    EXPECT_EQ(a->step(batch, w.loss, {.step = step}).loss, b->step(batch, w.loss, {.step = step}).loss)
+    EXPECT_EQ(a->step(batch, w.loss, {.step = step}).loss,
+              b->step(batch, w.loss, {.step = step}).loss)
         << "step " << step;
   }
   const auto pa = a->model(1).named_parameters(), pb = b->model(1).named_parameters();
@@ -121,7 +121,8 @@ TEST(Recompute, TheGptActivationPeakFallsByMoreThanTwoFifths) {
   const Device device = cpu_device(7);
   const auto peak = [&](bool recompute) {
     DeviceScope scope(device);
-    auto model = nn::make_model("gpt", {.seed = 1, .settings = "layers=6,width=64,heads=4,context=64"});
+    auto model =
+        nn::make_model("gpt", {.seed = 1, .settings = "layers=6,width=64,heads=4,context=64"});
     if (recompute) model->recompute_blocks();
     const data::Element batch = [] {
       Generator g(3);

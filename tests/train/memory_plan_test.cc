@@ -67,17 +67,17 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
   const data::LabeledImages head{fashion.images.slice(0, 256), fashion.labels.slice(0, 256)};
   const data::LabeledImages tail{fashion.images.slice(256, 384), fashion.labels.slice(256, 384)};
   train::TrainConfig cnn{.epochs = 1, .batch_size = 64, .schedule = "constant"};
-  cnn.strategy = {.name = "mirrored", .devices = 2, .threads_per_device = 1,
-                  .allow_oversubscription = true};
-  expect_plan_matches_training({"cnn", train::builtin_model("cnn"), cnn,
-                                data::as_dataset(head), data::as_dataset(tail), 128},
+  cnn.strategy = {
+      .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+  expect_plan_matches_training({"cnn", train::builtin_model("cnn"), cnn, data::as_dataset(head),
+                                data::as_dataset(tail), 128},
                                0.05);
 
   // A small GPT, bf16, ZeRO-2 with small buckets, recomputed blocks.
   const data::Dataset sequences =
       data::Dataset::from_tensors(testing::token_batch(0, 48).features());
-  train::TrainConfig gpt{.epochs = 1, .batch_size = 8, .eval_batch_size = 16,
-                         .schedule = "constant"};
+  train::TrainConfig gpt{
+      .epochs = 1, .batch_size = 8, .eval_batch_size = 16, .schedule = "constant"};
   gpt.strategy = cnn.strategy;
   gpt.optimizer = {.name = "adamw", .learning_rate = 1e-3};
   gpt.reducer = {.bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10, .zero_stage = 2};
@@ -141,8 +141,8 @@ TEST(MemoryPlan, ZeroShardsWhatItShardsInThePlan) {
   const auto plan_for = [](int stage) {
     train::TrainConfig config{.batch_size = 64, .micro_batch_size = 16};
     config.optimizer = {.name = "adam", .learning_rate = 1e-3};
-    config.reducer = {.bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10,
-                      .zero_stage = stage};
+    config.reducer = {
+        .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
     return train::plan_memory(
         {.model = train::builtin_model("mlp"),
          .config = config,
@@ -155,9 +155,9 @@ TEST(MemoryPlan, ZeroShardsWhatItShardsInThePlan) {
   const auto bytes = [](const train::MemoryPlan& p, MemoryCategory c) {
     return static_cast<double>(p.devices[1].bytes(c, p.micro_batch));
   };
-  EXPECT_NEAR(bytes(one, MemoryCategory::optimizer_state) /
-                  bytes(plain, MemoryCategory::optimizer_state),
-              0.25, 0.01);
+  EXPECT_NEAR(
+      bytes(one, MemoryCategory::optimizer_state) / bytes(plain, MemoryCategory::optimizer_state),
+      0.25, 0.01);
   EXPECT_NEAR(bytes(one, MemoryCategory::gradients) / bytes(plain, MemoryCategory::gradients), 1.0,
               0.01);
   EXPECT_NEAR(bytes(two, MemoryCategory::gradients) / bytes(plain, MemoryCategory::gradients), 0.25,

@@ -39,7 +39,9 @@ class RecomputeScope {
 
 }  // namespace
 
-bool recomputing() { return recompute_depth > 0; }
+bool recomputing() {
+  return recompute_depth > 0;
+}
 
 Variable checkpoint(const CheckpointFn& fn, const Variable& input) {
   if (!fn) TANDEM_THROW(InvalidArgument, "checkpoint needs a function");
@@ -52,13 +54,12 @@ Variable checkpoint(const CheckpointFn& fn, const Variable& input) {
     output = fn(input).value();
   }
   return record_op_always(
-      "checkpoint", output, {&input},
-      [fn, x = input.value(), seed, offset](BackwardContext& ctx) {
+      "checkpoint", output, {&input}, [fn, x = input.value(), seed, offset](BackwardContext& ctx) {
         // The input as a leaf of the recomputed graph; its gradient is an
         // activation's, not a parameter's.
         Variable leaf(x, true);
-        leaf.set_grad_buffer(Tensor::empty(x.shape(), x.dtype(), x.device(),
-                                           MemoryCategory::activations));
+        leaf.set_grad_buffer(
+            Tensor::empty(x.shape(), x.dtype(), x.device(), MemoryCategory::activations));
         Variable y;
         {
           RecomputeScope recompute(seed, offset);

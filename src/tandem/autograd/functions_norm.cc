@@ -53,9 +53,8 @@ Variable batch_norm_training(const Variable& x, const Variable& gamma, const Var
                              float eps, bool relu) {
   const Tensor xv = x.value(), gv = gamma.value();
   // A recomputed block (checkpoint()) already updated its running statistics.
-  kernels::BatchNormResult r =
-      kernels::batch_norm_train(xv, gv, beta.value(), running_mean, running_var,
-                                recomputing() ? 0.0f : momentum, eps, relu);
+  kernels::BatchNormResult r = kernels::batch_norm_train(
+      xv, gv, beta.value(), running_mean, running_var, recomputing() ? 0.0f : momentum, eps, relu);
   return record_op(relu ? "batch_norm_relu" : "batch_norm", r.y, {&x, &gamma, &beta},
                    [xv, gv, mean = r.mean, variance = r.variance, mask = r.relu_mask,
                     eps](BackwardContext& ctx) {

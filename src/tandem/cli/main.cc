@@ -63,23 +63,25 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION_STRING);
   app.require_subcommand(1);
   const tandem::cli::Command commands[] = {
-      tandem::cli::add_train_command(app), tandem::cli::add_info_command(app),
-      tandem::cli::add_bench_command(app), tandem::cli::add_data_command(app),
+      tandem::cli::add_train_command(app),    tandem::cli::add_info_command(app),
+      tandem::cli::add_bench_command(app),    tandem::cli::add_data_command(app),
       tandem::cli::add_evaluate_command(app), tandem::cli::add_generate_command(app),
-      tandem::cli::add_export_command(app), tandem::cli::add_report_command(app),
+      tandem::cli::add_export_command(app),   tandem::cli::add_report_command(app),
       tandem::cli::add_plan_command(app)};
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) {
       // A command one level down (plan memory) is known by its parent's name.
-      const CLI::App* top = command.app->get_parent() == &app ? command.app : command.app->get_parent();
+      const CLI::App* top =
+          command.app->get_parent() == &app ? command.app : command.app->get_parent();
       known = known || top->check_name(argv[1]);
     }
     if (!known) {
-      std::fprintf(stderr,
-                   "tandem: error: unknown command '%s' (expected train, evaluate, generate, export, "
-                   "report, plan, info, bench or data; see tandem --help)\n",
-                   argv[1]);
+      std::fprintf(
+          stderr,
+          "tandem: error: unknown command '%s' (expected train, evaluate, generate, export, "
+          "report, plan, info, bench or data; see tandem --help)\n",
+          argv[1]);
       return 2;
     }
   }

@@ -11,7 +11,9 @@
 namespace tandem::cli {
 namespace {
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+double mib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
 
 constexpr MemoryCategory kCategories[] = {
     MemoryCategory::parameters,  MemoryCategory::gradients, MemoryCategory::optimizer_state,
@@ -49,8 +51,8 @@ std::string describe_plan(const train::MemoryPlan& plan, int64_t limit_bytes) {
   for (MemoryCategory c : kCategories) {
     const int64_t bytes = d.bytes(c, micro);
     if (bytes < (64 << 10)) continue;  // under 64 KiB: not worth a word
-    parts += fmt::format("{}{} {:.1f}", parts.empty() ? "" : ", ", memory_category_name(c),
-                         mib(bytes));
+    parts +=
+        fmt::format("{}{} {:.1f}", parts.empty() ? "" : ", ", memory_category_name(c), mib(bytes));
   }
   return fmt::format(
       "  memory plan: {:.1f} MiB predicted peak on {} (limit {:.0f} MiB; the largest batch that "
@@ -65,7 +67,8 @@ std::string plan_table(const train::MemoryPlan& plan, int64_t limit_bytes) {
   out += fmt::format(" {:>12}\n", "total");
   for (const train::DeviceMemoryPlan& d : plan.devices) {
     out += fmt::format("{:<8}", d.device.to_string());
-    for (MemoryCategory c : kCategories) out += fmt::format(" {:>15.2f}", mib(d.bytes(c, plan.micro_batch)));
+    for (MemoryCategory c : kCategories)
+      out += fmt::format(" {:>15.2f}", mib(d.bytes(c, plan.micro_batch)));
     out += fmt::format(" {:>12.2f}\n", mib(d.total(plan.micro_batch)));
   }
   out += fmt::format(

@@ -45,7 +45,8 @@ int run_plan_memory(PlanOptions& o) {
                  o.strategy);
   }
   distribute::StrategyLayout layout = distribute::strategy_layout(shape);
-  if (config.strategy.name == "multi_worker") layout.global_replicas = layout.local_replicas * processes;
+  if (config.strategy.name == "multi_worker")
+    layout.global_replicas = layout.local_replicas * processes;
   train::resolve_batch_sizes(config, layout.global_replicas);
   const std::optional<data::Element> example = setup.data.train.take(1).iterator().next();
   if (!example) TANDEM_THROW(InvalidArgument, "the training data has no examples to plan with");

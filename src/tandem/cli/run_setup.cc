@@ -252,7 +252,8 @@ void configure_batch_and_sharding(const RunOptions& o, train::TrainConfig& confi
   config.reducer.zero_stage = o.zero;
   // ZeRO-2 stages buckets through three buffers of the largest bucket:
   // small buckets keep that below the gradients it saves (docs/memory.md).
-  const double bucket_mb = o.bucket_mb.value_or(o.zero == 2 ? 1.0 : 25.0);  // checked by check_counts
+  const double bucket_mb =
+      o.bucket_mb.value_or(o.zero == 2 ? 1.0 : 25.0);  // checked by check_counts
   config.reducer.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
 }
 
@@ -286,9 +287,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
                       "Bytes per device a run may use (suffix K, M, G or T: powers of 1024; "
                       "default: physical memory / devices); a run predicted to need more is "
                       "refused before training");
-  command->add_option("--zero", o->zero,
-                      "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
-                      "and gradients (docs/memory.md)")
+  command
+      ->add_option("--zero", o->zero,
+                   "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
+                   "and gradients (docs/memory.md)")
       ->capture_default_str();
   command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
       ->capture_default_str();
@@ -301,9 +303,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
   command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
   command->add_option("--weight-decay", o->weight_decay,
                       "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
-  command->add_option("--clip-norm", c.optimizer.global_clip_norm,
-                      "Clip the gradients to this global L2 norm before each update (Keras's "
-                      "global_clipnorm; after the all-reduce; 0: off)")
+  command
+      ->add_option("--clip-norm", c.optimizer.global_clip_norm,
+                   "Clip the gradients to this global L2 norm before each update (Keras's "
+                   "global_clipnorm; after the all-reduce; 0: off)")
       ->capture_default_str();
   command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
       ->capture_default_str();
@@ -367,9 +370,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
   command->add_option("--ignore-index", o->ignore_index,
                       "softmax_cross_entropy and metrics: a label value left out");
   command->add_option("--huber-delta", o->huber_delta, "huber: the delta, > 0 (default: 1)");
-  command->add_option("--metrics", o->metrics,
-                      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
-                      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
+  command->add_option(
+      "--metrics", o->metrics,
+      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
+      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
   command
       ->add_option("--steps-per-epoch", c.steps_per_epoch,
                    "Steps per epoch from one pass over the data (0: an epoch is a pass)")
@@ -446,9 +450,9 @@ RunSetup prepare_run(RunOptions& o) {
                  "--model-options sets a built-in model's sizes; a model file sets its own");
   }
   train::ModelFactory factory =
-      model_file ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
-                 : train::builtin_model(o.model, policy, config.seed, compute_dtype,
-                                        o.model_options);
+      model_file
+          ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
+          : train::builtin_model(o.model, policy, config.seed, compute_dtype, o.model_options);
   if (o.recompute) {
     // Every replica's blocks keep only their inputs (docs/memory.md).
     factory.build = [build = factory.build, name = factory.spec.name] {

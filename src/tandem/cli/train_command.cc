@@ -187,10 +187,9 @@ int run_train(TrainOptions& o) {
   }
   // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
   const std::string tensorboard =
-      o.no_tensorboard ? std::string()
-      : o.tensorboard.empty()
-          ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
-          : o.tensorboard;
+      o.no_tensorboard        ? std::string()
+      : o.tensorboard.empty() ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
+                              : o.tensorboard;
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -217,8 +216,10 @@ int run_train(TrainOptions& o) {
   config.accumulation_steps = trainer.config().accumulation_steps;
   config.micro_batch_size = trainer.config().micro_batch_size;
   if (chief && o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
-    fmt::print(stderr, "tandem: warning: --zero {} with one replica: nothing to shard, the "
-               "optimizer state and gradients stay whole\n", o.zero);
+    fmt::print(stderr,
+               "tandem: warning: --zero {} with one replica: nothing to shard, the "
+               "optimizer state and gradients stay whole\n",
+               o.zero);
   }
   // The first training example, for the checks of --augment, the memory
   // plan and the monitor's FLOP figures.
@@ -229,18 +230,18 @@ int run_train(TrainOptions& o) {
   std::optional<train::MemoryPlan> plan;
   const int64_t memory_limit = memory_limit_of(o, strategy.local_replicas());
   if (example && !o.no_memory_plan) {
-    plan = train::plan_memory({.model = factory,
-                               .config = trainer.config(),
-                               .layout = {.local_replicas = strategy.local_replicas(),
-                                          .global_replicas = strategy.global_replicas(),
-                                          .threads_per_replica = strategy.threads_per_replica()},
-                               .example = *example,
-                               .evaluates = run_data.validation.has_value(),
-                               .validation_examples =
-                                   run_data.validation ? run_data.validation->cardinality() : -1,
-                               .resident_input_bytes = run_data.resident_bytes,
-                               .writes_checkpoints = true,
-                               .chief = chief});
+    plan = train::plan_memory(
+        {.model = factory,
+         .config = trainer.config(),
+         .layout = {.local_replicas = strategy.local_replicas(),
+                    .global_replicas = strategy.global_replicas(),
+                    .threads_per_replica = strategy.threads_per_replica()},
+         .example = *example,
+         .evaluates = run_data.validation.has_value(),
+         .validation_examples = run_data.validation ? run_data.validation->cardinality() : -1,
+         .resident_input_bytes = run_data.resident_bytes,
+         .writes_checkpoints = true,
+         .chief = chief});
     train::check_memory_limit(*plan, memory_limit);
   }
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);

@@ -76,7 +76,7 @@ class AllReduceEngine : public Engine {
     std::shared_ptr<nn::Module> model;
     std::unique_ptr<optim::Optimizer> optimizer;  // null under ZeRO
     std::unique_ptr<Reducer> reducer;
-    std::unique_ptr<ShardedOptimizer> sharded;  // ZeRO only
+    std::unique_ptr<ShardedOptimizer> sharded;      // ZeRO only
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
     double loss_sum = 0.0;                          // this step's sum of per-example losses
     Tensor peer_times;  // several processes: every replica's step record
@@ -114,13 +114,13 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
     : Engine(strategy), options_(options) {
   if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
   if (options.accumulation_steps < 1) {
-    TANDEM_THROW(InvalidArgument, "gradient accumulation needs at least 1 micro-batch per step, got ",
+    TANDEM_THROW(InvalidArgument,
+                 "gradient accumulation needs at least 1 micro-batch per step, got ",
                  options.accumulation_steps);
   }
   if (options.reducer.zero_stage < 0 || options.reducer.zero_stage > 2) {
     TANDEM_THROW(InvalidArgument, "ZeRO stage must be 0 (off), 1 or 2, got ",
-                 options.reducer.zero_stage,
-                 " (stage 3, sharded parameters, is not offered)");
+                 options.reducer.zero_stage, " (stage 3, sharded parameters, is not offered)");
   }
   std::exception_ptr failed;
   try {
@@ -294,7 +294,8 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
     const bool last = k == steps - 1;
     // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no whole
     // gradient, so it reduces each one and adds it to its shard.
-    if (rep.reducer) rep.reducer->prepare(/*synchronize=*/last || stage2, /*accumulate=*/stage2 && k > 0);
+    if (rep.reducer)
+      rep.reducer->prepare(/*synchronize=*/last || stage2, /*accumulate=*/stage2 && k > 0);
     const auto forward_start = Clock::now();
     Variable loss;
     {
@@ -303,7 +304,8 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
       const int64_t n = rows_of(micro[k]);
       if (!per_example.defined() || per_example.shape() != Shape{n}) {
         TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
-                     n, "), got ", per_example.defined() ? per_example.shape().to_string() : "nothing");
+                     n, "), got ",
+                     per_example.defined() ? per_example.shape().to_string() : "nothing");
       }
       const Variable total = sum(per_example);
       rep.loss_sum += static_cast<double>(total.value().item());

@@ -162,8 +162,8 @@ void Reducer::take_slot(size_t bucket) {
     const size_t i = n - 1 - layout_index;
     if (staged_[i]) continue;
     const int64_t offset = bucketer_->offset_of(layout_index);
-    parameters_[i].set_grad_buffer(
-        slot.slice(offset, offset + parameters_[i].value().numel()).reshape(parameters_[i].shape()));
+    parameters_[i].set_grad_buffer(slot.slice(offset, offset + parameters_[i].value().numel())
+                                       .reshape(parameters_[i].shape()));
   }
 }
 
@@ -177,7 +177,8 @@ void Reducer::stage_gradient(size_t parameter) {
   Variable& p = parameters_[parameter];
   Tensor target = slots_[bucket % slots_.size()].slice(offset, offset + p.value().numel());
   if (p.has_grad()) {
-    if (p.grad().raw_data() != target.raw_data()) target.copy_from(p.grad().reshape(target.shape()));
+    if (p.grad().raw_data() != target.raw_data())
+      target.copy_from(p.grad().reshape(target.shape()));
   } else {
     target.zero();  // no gradient this pass: contributes zero
   }
@@ -252,18 +253,19 @@ void Reducer::launch_reduce_scatter(size_t bucket) {
   // their slots now, so that they are computed into them instead of into
   // buffers of their own. This waits for the reduce-scatters of the buckets
   // before this one.
-  for (size_t next = bucket + 1; next < std::min(bucket + slots_.size(), slot_taken_.size()); ++next)
+  for (size_t next = bucket + 1; next < std::min(bucket + slots_.size(), slot_taken_.size());
+       ++next)
     wait_for_slot(next);
 }
 
 void Reducer::record(size_t bucket, const comm::Work& work) {
-  const int64_t bytes = staging_.empty()
-                            ? bucketer_->bucket_elements(bucket) * static_cast<int64_t>(sizeof(float))
-                            : static_cast<int64_t>(staging_[bucket].nbytes());
-  last_.buckets.push_back(
-      {bytes, std::chrono::duration<double>(work.finished() - work.started()).count(),
-       options_.zero_stage == 2 ? std::string_view("reduce_scatter")
-                                : comm_.all_reduce_algorithm(bytes)});
+  const int64_t bytes =
+      staging_.empty() ? bucketer_->bucket_elements(bucket) * static_cast<int64_t>(sizeof(float))
+                       : static_cast<int64_t>(staging_[bucket].nbytes());
+  last_.buckets.push_back({bytes,
+                           std::chrono::duration<double>(work.finished() - work.started()).count(),
+                           options_.zero_stage == 2 ? std::string_view("reduce_scatter")
+                                                    : comm_.all_reduce_algorithm(bytes)});
 }
 
 void Reducer::finish() {

@@ -133,10 +133,10 @@ class Reducer {
   bool active_ = false;
   ReducerStats last_;
   // ZeRO-2.
-  std::vector<Tensor> slots_;      // kStagingSlots flat buffers, communication
-  std::vector<Tensor> shards_;     // per bucket: this replica's reduced shard
-  std::vector<bool> slot_taken_;   // per bucket, this pass
-  std::vector<bool> staged_;       // per parameter, this pass
+  std::vector<Tensor> slots_;     // kStagingSlots flat buffers, communication
+  std::vector<Tensor> shards_;    // per bucket: this replica's reduced shard
+  std::vector<bool> slot_taken_;  // per bucket, this pass
+  std::vector<bool> staged_;      // per parameter, this pass
 };
 
 }  // namespace tandem::distribute

@@ -115,8 +115,8 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool 
     for (int64_t a = 0; a < shard; a += piece) {
       const int64_t len = std::min(piece, shard - a);
       if (!pieces.defined())
-        pieces = Tensor::empty(Shape{ranks * std::min(piece, shard)}, DType::f32,
-                               tensor->device(), MemoryCategory::optimizer_state);
+        pieces = Tensor::empty(Shape{ranks * std::min(piece, shard)}, DType::f32, tensor->device(),
+                               MemoryCategory::optimizer_state);
       if (pieces.numel() < ranks * len)
         pieces = Tensor::empty(Shape{ranks * len}, DType::f32, tensor->device(),
                                MemoryCategory::optimizer_state);
@@ -140,9 +140,8 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool 
     }
   }
   if (!keep) return {};
-  out.emplace_back("updates",
-                   Tensor::from_ints(Shape{static_cast<int64_t>(n)}, updates).clone(
-                       MemoryCategory::optimizer_state));
+  out.emplace_back("updates", Tensor::from_ints(Shape{static_cast<int64_t>(n)}, updates)
+                                  .clone(MemoryCategory::optimizer_state));
   return out;
 }
 

@@ -60,8 +60,7 @@ class ShardedOptimizer {
   // piece: elements per rank per all-gather (a test shrinks it to reach the
   // multi-piece path on small models).
   static constexpr int64_t kGatherPiece = int64_t{1} << 18;  // 1 MiB of f32
-  std::vector<std::pair<std::string, Tensor>> gather_state(bool keep,
-                                                           int64_t piece = kGatherPiece);
+  std::vector<std::pair<std::string, Tensor>> gather_state(bool keep, int64_t piece = kGatherPiece);
   // Takes this replica's shard of a whole state (names as gather_state's,
   // under `prefix`). IoError for a missing or mis-shaped tensor;
   // InvalidArgument when parameters of one bucket were updated different

@@ -420,7 +420,8 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
                             figure(predicted, "B"), figure(measured, "B"),
                             measured > 0 ? predicted / measured : NAN);
       };
-      row("peak", number_or_nan(d, "predicted_peak_bytes"), number_or_nan(d, "measured_peak_bytes"));
+      row("peak", number_or_nan(d, "predicted_peak_bytes"),
+          number_or_nan(d, "measured_peak_bytes"));
       const json none = json::object();
       const json& predicted = d.contains("predicted_bytes") ? d.at("predicted_bytes") : none;
       const json& measured = d.contains("measured_bytes") ? d.at("measured_bytes") : none;

@@ -685,8 +685,7 @@ struct Builder {
         std::vector<std::shared_ptr<Module>> body, shortcut;
         for (const LayerDefinition& inner : d.layers) body.push_back(build(inner));
         for (const LayerDefinition& inner : d.shortcut) shortcut.push_back(build(inner));
-        auto block =
-            std::make_shared<Residual>(std::move(body), std::move(shortcut), d.activation);
+        auto block = std::make_shared<Residual>(std::move(body), std::move(shortcut), d.activation);
         block->set_recompute(d.recompute);
         return block;
       }

@@ -13,8 +13,8 @@
 #include "tandem/comm/bucketer.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/distribute/reducer.h"
-#include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/replica_context.h"
+#include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::train {
@@ -23,11 +23,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kCategories = kMemoryCategoryCount;
-int index(MemoryCategory c) { return static_cast<int>(c); }
+int index(MemoryCategory c) {
+  return static_cast<int>(c);
+}
 
 // Where the trace runs: a device no strategy uses, so that nothing else
 // counts in its allocator.
-Device scratch_device() { return cpu_device(4095); }
+Device scratch_device() {
+  return cpu_device(4095);
+}
 
 // `rows` copies of one example, as a batch.
 data::Element repeat_rows(const data::Element& example, int64_t rows) {
@@ -164,7 +168,9 @@ Trace trace(const MemoryPlanInput& in, int64_t micro_batch, int64_t eval_rows) {
   return out;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -176,9 +182,9 @@ int64_t DeviceMemoryPlan::bytes(MemoryCategory category, int64_t micro_batch) co
 
 int64_t DeviceMemoryPlan::total(int64_t micro_batch) const {
   const auto rows = static_cast<double>(micro_batch);
-  return static_cast<int64_t>(std::llround(
-      steady_fixed + steady_per_row * rows +
-      std::max(transient_floor, transient_fixed + transient_per_row * rows)));
+  return static_cast<int64_t>(
+      std::llround(steady_fixed + steady_per_row * rows +
+                   std::max(transient_floor, transient_fixed + transient_per_row * rows)));
 }
 
 MemoryCategory DeviceMemoryPlan::largest(int64_t micro_batch) const {
@@ -218,15 +224,17 @@ int64_t MemoryPlan::largest_micro_batch(int64_t limit_bytes) const {
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const TrainConfig& c = in.config;
   if (c.micro_batch_size < 1) {
-    TANDEM_THROW(InvalidArgument, "memory plan: the batch sizes must be resolved first (micro-batch ",
+    TANDEM_THROW(InvalidArgument,
+                 "memory plan: the batch sizes must be resolved first (micro-batch ",
                  c.micro_batch_size, ")");
   }
   const int local = in.layout.local_replicas, global = in.layout.global_replicas;
   const int processes = std::max(1, global / std::max(1, local));
   const int64_t micro = c.micro_batch_size;
-  const int64_t eval_batch = in.validation_examples >= 0
-                                 ? std::min(c.eval_batch_size, std::max<int64_t>(1, in.validation_examples))
-                                 : c.eval_batch_size;
+  const int64_t eval_batch =
+      in.validation_examples >= 0
+          ? std::min(c.eval_batch_size, std::max<int64_t>(1, in.validation_examples))
+          : c.eval_batch_size;
   const int64_t eval_rows = ceil_div(ceil_div(eval_batch, processes), local);
 
   MemoryPlan plan;
@@ -282,7 +290,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   const double feature = static_cast<double>(example_bytes(in.example, c.input_feature));
   const double whole = static_cast<double>(example_bytes(in.example));
-  const auto category = [](const StepFits& f, MemoryCategory cat) { return f.category[index(cat)]; };
+  const auto category = [](const StepFits& f, MemoryCategory cat) {
+    return f.category[index(cat)];
+  };
   for (int r = 0; r < local; ++r) {
     DeviceMemoryPlan d;
     d.device = cpu_device(r);
@@ -293,12 +303,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
         static_cast<double>(zero > 0 ? bucket_elements * f32 : parameter_bytes);
     // Gradients: the buckets (whole, padded under ZeRO-1), the shards
     // (ZeRO-2), or each parameter's own (one replica).
-    steady[index(MemoryCategory::gradients)] = static_cast<double>(
-        global == 1 ? parameter_bytes : zero == 2 ? shard_elements * f32 : bucket_elements * f32);
+    steady[index(MemoryCategory::gradients)] =
+        static_cast<double>(global == 1 ? parameter_bytes
+                            : zero == 2 ? shard_elements * f32
+                                        : bucket_elements * f32);
     // Optimizer state: slots per element and one update count per tensor.
-    steady[index(MemoryCategory::optimizer_state)] = static_cast<double>(
-        zero > 0 ? slots * shard_elements * f32 + buckets * 4
-                 : slots * parameter_bytes + parameters * 4);
+    steady[index(MemoryCategory::optimizer_state)] =
+        static_cast<double>(zero > 0 ? slots * shard_elements * f32 + buckets * 4
+                                     : slots * parameter_bytes + parameters * 4);
     // Communication: the in-process group's staging on device 0, compressed
     // wire buffers, ZeRO-2's staging slots and ZeRO's all-gather input (and
     // the hierarchical all-gather's whole-bucket buffer across processes).
@@ -324,7 +336,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       steady_per_row[index(MemoryCategory::input)] =
           depth * static_cast<double>(process_rows / micro) * whole;
     } else {
-      steady_per_row[index(MemoryCategory::input)] = static_cast<double>(c.accumulation_steps) * feature;
+      steady_per_row[index(MemoryCategory::input)] =
+          static_cast<double>(c.accumulation_steps) * feature;
     }
     for (int k = 0; k < kCategories; ++k) steady[k] += traced.persistent[k];
     // Each category's own peak: steady plus the step's own at its peak (a
@@ -334,11 +347,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       d.fixed[k] = steady[k] + category(traced.train, cat).fixed;
       d.per_row[k] = steady_per_row[k] + category(traced.train, cat).per_row;
       if (in.evaluates) {
-        const double eval_input = k == index(MemoryCategory::input) && r != 0
-                                      ? static_cast<double>(eval_rows) * feature
-                                  : k == index(MemoryCategory::input)
-                                      ? static_cast<double>(eval_rows * local) * whole
-                                      : 0.0;
+        const double eval_input =
+            k == index(MemoryCategory::input) && r != 0 ? static_cast<double>(eval_rows) * feature
+            : k == index(MemoryCategory::input) ? static_cast<double>(eval_rows * local) * whole
+                                                : 0.0;
         d.floor[k] = steady[k] + eval_input + category(traced.eval, cat).at(eval_rows);
       }
       d.steady_fixed += steady[k];
@@ -357,10 +369,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     d.transient_fixed = traced.train.total.fixed;
     d.transient_per_row = traced.train.total.per_row;
     if (in.evaluates) {
-      d.transient_floor = std::max(
-          d.transient_floor,
-          traced.eval.total.at(eval_rows) +
-              (r == 0 ? 0.0 : static_cast<double>(eval_rows) * feature));
+      d.transient_floor = std::max(d.transient_floor,
+                                   traced.eval.total.at(eval_rows) +
+                                       (r == 0 ? 0.0 : static_cast<double>(eval_rows) * feature));
     }
     plan.devices.push_back(d);
   }
@@ -381,15 +392,15 @@ void check_memory_limit(const MemoryPlan& plan, int64_t limit_bytes) {
     return std::string(text);
   };
   const int64_t per_micro = int64_t{plan.accumulation_steps} * plan.global_replicas;
-  TANDEM_THROW(InvalidArgument, "predicted peak of ", mib(peak), " MiB on ", d.device.to_string(),
-               " exceeds the memory limit of ", mib(limit_bytes), " MiB; the largest part is ",
-               memory_category_name(largest), " (", mib(d.bytes(largest, plan.micro_batch)),
-               " MiB). ",
-               fits > 0 ? "The largest global batch that fits is " + std::to_string(fits * per_micro) +
-                              " (micro-batch " + std::to_string(fits) + ")"
-                        : std::string("Not even one example per replica fits: the model's state "
-                                      "alone is over the limit (try --zero 2 across more "
-                                      "replicas, or a smaller model)"));
+  TANDEM_THROW(
+      InvalidArgument, "predicted peak of ", mib(peak), " MiB on ", d.device.to_string(),
+      " exceeds the memory limit of ", mib(limit_bytes), " MiB; the largest part is ",
+      memory_category_name(largest), " (", mib(d.bytes(largest, plan.micro_batch)), " MiB). ",
+      fits > 0 ? "The largest global batch that fits is " + std::to_string(fits * per_micro) +
+                     " (micro-batch " + std::to_string(fits) + ")"
+               : std::string("Not even one example per replica fits: the model's state "
+                             "alone is over the limit (try --zero 2 across more "
+                             "replicas, or a smaller model)"));
 }
 
 int64_t default_memory_limit(int local_replicas) {

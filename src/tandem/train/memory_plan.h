@@ -39,7 +39,7 @@ struct MemoryPlanInput {
   distribute::StrategyLayout layout;
   // One training example: the shapes and dtypes of a batch's rows.
   data::Element example;
-  bool evaluates = true;              // validation batches run between epochs
+  bool evaluates = true;             // validation batches run between epochs
   int64_t validation_examples = -1;  // -1: not known (evaluation batches are then full)
   int64_t resident_input_bytes = 0;  // in-memory datasets this process holds
   // The run writes checkpoints: under ZeRO every replica takes part in

@@ -213,9 +213,8 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
                  "(--micro-batch-size) at least 1 when given, got ",
                  steps, " and ", micro);
   }
-  const std::string contract =
-      " (the global batch is micro-batch x accumulation steps x " + std::to_string(replicas) +
-      " replicas)";
+  const std::string contract = " (the global batch is micro-batch x accumulation steps x " +
+                               std::to_string(replicas) + " replicas)";
   if (micro > 0 && global == 0) {
     global = micro * std::max<int64_t>(steps, 1) * replicas;
     config.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));

@@ -65,7 +65,7 @@ struct TrainConfig {
   // replica count and refuses values that do not divide or disagree.
   int64_t batch_size = 128;  // global
   int accumulation_steps = 1;
-  int64_t micro_batch_size = 0;  // per replica
+  int64_t micro_batch_size = 0;    // per replica
   int64_t eval_batch_size = 1000;  // global
   bool drop_remainder = false;     // false: the last partial batch is trained too
   // 0: an epoch is one pass over the training data; N: N steps per epoch
