@@ -136,7 +136,7 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--momentum 1.5", "--momentum must be in [0, 1), got 1.5");
   expect_one_line_error(base + "--momentum -0.5", "--momentum must be in [0, 1), got -0.5");
   expect_one_line_error(base + "--optimizer adam --momentum 0.9",
-                        "--momentum applies to --optimizer sgd, not adam");
+                        "--momentum applies to --optimizer sgd and lars, not adam");
   expect_one_line_error(base + "--optimizer adamw --nesterov",
                         "--nesterov applies to --optimizer sgd, not adamw");
   expect_one_line_error(base + "--lr 0", "--lr must be positive and finite, got 0");

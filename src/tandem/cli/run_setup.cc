@@ -206,9 +206,16 @@ void configure_optimizer(const RunOptions& o, optim::OptimizerConfig& c) {
   if (o.learning_rate && (!(*o.learning_rate > 0.0) || !std::isfinite(*o.learning_rate)))
     TANDEM_THROW(InvalidArgument, "--lr must be positive and finite, got ", *o.learning_rate);
   c.learning_rate = o.learning_rate.value_or(default_lr);
-  if (c.name != "sgd" && (o.momentum || c.nesterov)) {
-    TANDEM_THROW(InvalidArgument, o.momentum ? "--momentum" : "--nesterov",
-                 " applies to --optimizer sgd, not ", c.name);
+  if (c.nesterov && c.name != "sgd")
+    TANDEM_THROW(InvalidArgument, "--nesterov applies to --optimizer sgd, not ", c.name);
+  if (o.momentum && c.name != "sgd" && c.name != "lars")
+    TANDEM_THROW(InvalidArgument, "--momentum applies to --optimizer sgd and lars, not ", c.name);
+  if (o.trust_coefficient) {
+    if (c.name != "lars") {
+      TANDEM_THROW(InvalidArgument, "--trust-coefficient applies to --optimizer lars, not ",
+                   c.name);
+    }
+    c.trust_coefficient = *o.trust_coefficient;
   }
   if (o.momentum) {
     if (!(*o.momentum >= 0.0 && *o.momentum < 1.0))
@@ -296,7 +303,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->capture_default_str();
   command->add_flag("--drop-remainder", c.drop_remainder,
                     "Skip the last partial batch of each epoch (default: train on it)");
-  command->add_option("--optimizer", c.optimizer.name, "sgd, adam or adamw")->capture_default_str();
+  command->add_option("--optimizer", c.optimizer.name, "sgd, adam, adamw, lars or lamb")
+      ->capture_default_str();
+  command->add_option("--trust-coefficient", o->trust_coefficient,
+                      "LARS's trust coefficient eta (> 0; default 0.001)");
   command->add_option("--lr", o->learning_rate,
                       "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
   command->add_option("--momentum", o->momentum, "SGD momentum in [0, 1) (default: 0.9)");

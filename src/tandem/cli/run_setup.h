@@ -35,6 +35,7 @@ struct RunOptions {
   std::optional<double> learning_rate;  // unset: optim::default_learning_rate(optimizer)
   std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
   std::optional<double> weight_decay;   // unset: the optimizer's default
+  std::optional<double> trust_coefficient;  // lars; unset: 0.001
   std::string seed = "0";               // parsed as uint64, so that -1 is refused
   std::optional<int> threads;           // unset: one per physical core (split between devices)
   std::string strategy = "one-device";

@@ -133,6 +133,12 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
       // Under ZeRO each replica's optimizer is built over its shards, below.
       if (sharded()) {
         optim::check_optimizer_config(options.optimizer);
+        const std::string& name = options.optimizer.name;
+        if (name == "lars" || name == "lamb") {
+          TANDEM_THROW(InvalidArgument, "--optimizer ", name,
+                       " scales each parameter's step by its own norms, which ZeRO's shards cut "
+                       "across; use it without --zero");
+        }
       } else {
         replica.optimizer = optim::make_optimizer(options.optimizer, replica.model->parameters());
       }

@@ -1,5 +1,7 @@
 #include "tandem/optim/optimizer.h"
 
+#include "tandem/optim/layerwise.h"
+
 #include "tandem/kernels/elementwise.h"
 
 #include <cmath>
@@ -201,11 +203,12 @@ void Adam::step() {
 namespace {
 
 bool known_optimizer(const std::string& name) {
-  return name == "sgd" || name == "adam" || name == "adamw";
+  return name == "sgd" || name == "adam" || name == "adamw" || name == "lars" || name == "lamb";
 }
 
 [[noreturn]] void unknown_optimizer(const std::string& name) {
-  TANDEM_THROW(InvalidArgument, "unknown optimizer '", name, "' (expected sgd, adam or adamw)");
+  TANDEM_THROW(InvalidArgument, "unknown optimizer '", name,
+               "' (expected sgd, adam, adamw, lars or lamb)");
 }
 
 // In [0, 1): a decay rate of a running average (momentum, Adam's betas).
@@ -217,7 +220,7 @@ bool is_decay_rate(double value) {
 
 double default_learning_rate(const std::string& name) {
   if (!known_optimizer(name)) unknown_optimizer(name);
-  return name == "sgd" ? 0.05 : 1e-3;
+  return name == "sgd" ? 0.05 : name == "lars" ? 1.0 : 1e-3;
 }
 
 void check_optimizer_config(const OptimizerConfig& c) {
@@ -234,11 +237,15 @@ void check_optimizer_config(const OptimizerConfig& c) {
     TANDEM_THROW(InvalidArgument, "gradient clip norm must be >= 0 and finite (0: off), got ",
                  c.global_clip_norm);
   }
-  if (c.name == "sgd") {
+  if (c.name == "sgd" || c.name == "lars") {
     // Momentum 1 or more makes the update a growing sum of every gradient
     // so far: the weights diverge.
     if (!is_decay_rate(c.momentum))
-      TANDEM_THROW(InvalidArgument, "sgd momentum must be in [0, 1), got ", c.momentum);
+      TANDEM_THROW(InvalidArgument, c.name, " momentum must be in [0, 1), got ", c.momentum);
+    if (c.name == "lars" && (!(c.trust_coefficient > 0.0) || !std::isfinite(c.trust_coefficient))) {
+      TANDEM_THROW(InvalidArgument, "lars trust coefficient must be positive and finite, got ",
+                   c.trust_coefficient);
+    }
     return;
   }
   if (!is_decay_rate(c.beta1) || !is_decay_rate(c.beta2)) {
@@ -287,6 +294,19 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                  SgdOptions{.momentum = config.momentum,
                                             .weight_decay = config.weight_decay.value_or(0.0),
                                             .nesterov = config.nesterov});
+  }
+  if (config.name == "lars") {
+    return std::make_unique<Lars>(std::move(parameters), config.learning_rate,
+                                  LarsOptions{.momentum = config.momentum,
+                                              .weight_decay = config.weight_decay.value_or(0.0),
+                                              .trust_coefficient = config.trust_coefficient});
+  }
+  if (config.name == "lamb") {
+    return std::make_unique<Lamb>(std::move(parameters), config.learning_rate,
+                                  LambOptions{.beta1 = config.beta1,
+                                              .beta2 = config.beta2,
+                                              .eps = config.eps,
+                                              .weight_decay = config.weight_decay.value_or(0.01)});
   }
   if (config.name == "adam" || config.name == "adamw") {
     const bool decoupled = config.name == "adamw";

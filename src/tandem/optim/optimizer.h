@@ -94,14 +94,16 @@ class Adam : public Optimizer {
 // The learning rate is explicit here (the recipe's 0.05 for SGD by default);
 // `tandem train` without --lr takes default_learning_rate(name) instead.
 struct OptimizerConfig {
-  std::string name = "sgd";     // sgd, adam, adamw
+  std::string name = "sgd";     // sgd, adam, adamw, lars, lamb (optim/layerwise.h)
   double learning_rate = 0.05;  // > 0, finite
-  double momentum = 0.9;        // sgd; in [0, 1)
+  double momentum = 0.9;        // sgd, lars; in [0, 1)
   bool nesterov = false;        // sgd
-  // Unset: PyTorch's default (0 for sgd and adam, 0.01 for adamw); >= 0.
+  double trust_coefficient = 0.001;  // lars: eta, > 0
+  // Unset: PyTorch's default (0 for sgd, adam and lars, 0.01 for adamw and
+  // lamb); >= 0.
   std::optional<double> weight_decay;
-  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw; in [0, 1)
-  double eps = 1e-8;                  // adam, adamw; > 0, finite
+  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw, lamb; in [0, 1)
+  double eps = 1e-8;                  // adam, adamw, lamb; > 0, finite
   // > 0: before each update, scale the gradients so that their global L2
   // norm (over every parameter) is at most this (Keras's global_clipnorm,
   // PyTorch's clip_grad_norm_). The step engine applies it to the reduced,
@@ -122,8 +124,10 @@ double gradient_squares(const std::vector<Variable>& parameters);
 double clip_to_norm(const std::vector<Variable>& parameters, double norm, double max_norm);
 
 // The learning rate an optimizer starts from when none is given: 0.05 for
-// sgd (the project's recipe), 1e-3 for adam and adamw (PyTorch's and Keras's
-// default). Throws InvalidArgument for an unknown name.
+// sgd (the project's recipe), 1e-3 for adam, adamw and lamb (PyTorch's and
+// Keras's default), 1 for lars (its trust ratio, eta ||w|| / ||g||, is
+// small: the paper's rates are of order 1 to 10). Throws InvalidArgument
+// for an unknown name.
 double default_learning_rate(const std::string& name);
 
 // Throws InvalidArgument naming the first field of `config` outside its
