@@ -193,6 +193,18 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "--zero 3 (parameters sharded too, gathered layer by "
                         "layer) is not offered");
   expect_one_line_error(base + "--zero -1", "--zero must be 0 (off), 1 or 2, got -1");
+  expect_one_line_error(base + "--lr-scaling cubic --reference-batch 128",
+                        "unknown learning-rate scaling rule 'cubic' (expected none, linear or sqrt)");
+  expect_one_line_error(base + "--lr-scaling linear",
+                        "learning-rate scaling 'linear' needs the batch the rate was tuned at "
+                        "(--reference-batch, at least 1)");
+  expect_one_line_error(base + "--reference-batch 256",
+                        "reference_batch (--reference-batch) applies to a learning-rate scaling rule");
+  expect_one_line_error(base + "--optimizer lars --zero 1 --strategy mirrored --devices 2 "
+                               "--allow-oversubscription",
+                        "--optimizer lars scales each parameter's step by its own norms");
+  expect_one_line_error(base + "--optimizer adam --trust-coefficient 0.01",
+                        "--trust-coefficient applies to --optimizer lars, not adam");
   expect_one_line_error(base + "--recompute", "--recompute: model 'mlp' has no block to recompute");
   expect_one_line_error(base + "--memory-limit 12X",
                         "--memory-limit must be a positive byte count, optionally with K, M, G or "
@@ -255,6 +267,23 @@ TEST(Cli, EachOptimizerHasItsOwnDefaultLearningRate) {
   ASSERT_EQ(w.status, 0) << w.output;
   std::ifstream in_set(set + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(in_set).at("config").at("learning_rate").get<double>(), 0.003);
+  // Scaled with the batch: lars at 4x the reference batch, linear rule, and
+  // the warm-up that goes with it (min(5, epochs / 5)).
+  const std::string scaled = tmp("cli-lars-scaled");
+  const CommandResult l =
+      run("train --model mlp --epochs 1 --train-examples 512 --test-examples 64 --threads 1 "
+          "--optimizer lars --lr 0.5 --batch-size 256 --lr-scaling linear --reference-batch 64 "
+          "--output " +
+          scaled);
+  ASSERT_EQ(l.status, 0) << l.output;
+  EXPECT_NE(l.output.find("lars lr 2 (linear scaling from batch 64, cosine)"), std::string::npos)
+      << l.output;
+  EXPECT_NE(l.output.find("warm-up 0.2 epoch(s)"), std::string::npos) << l.output;
+  std::ifstream in_scaled(scaled + "/summary.json");
+  const auto c = nlohmann::json::parse(in_scaled).at("config");
+  EXPECT_EQ(c.at("learning_rate").get<double>(), 2.0);
+  EXPECT_EQ(c.at("lr_scaling"), "linear");
+  EXPECT_EQ(c.at("warmup_epochs").get<double>(), 0.2);
 }
 
 TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {

@@ -47,7 +47,9 @@ struct Result {
 
 Result train_step(const Workload& w, bool recompute) {
   auto model = nn::make_model(w.model, {.seed = 6, .settings = w.settings});
-  if (recompute) EXPECT_GT(model->recompute_blocks(), 0);
+  if (recompute) {
+    EXPECT_GT(model->recompute_blocks(), 0);
+  }
   model->train();
   const data::Element batch = w.batch(0);
   thread_generator().set_state(1234, 0);

@@ -8,6 +8,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/optim/layerwise.h"
+#include "tandem/optim/lr_schedule.h"
 
 namespace tandem {
 namespace {
@@ -116,6 +117,21 @@ TEST(Layerwise, ZeroNormsTakeATrustRatioOfOneAndBadSettingsAreErrors) {
   EXPECT_EQ(optim::default_learning_rate("lamb"), 1e-3);
   EXPECT_THROW(optim::check_optimizer_config({.name = "lars", .trust_coefficient = -1}),
                InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(LrScaling, LinearAndSquareRootRulesFromAReferenceBatch) {
+  EXPECT_DOUBLE_EQ(optim::scaled_learning_rate(0.1, "linear", 1024, 256), 0.4);
+  EXPECT_DOUBLE_EQ(optim::scaled_learning_rate(0.1, "linear", 64, 256), 0.025);
+  EXPECT_DOUBLE_EQ(optim::scaled_learning_rate(1e-3, "sqrt", 1024, 256), 2e-3);
+  EXPECT_DOUBLE_EQ(optim::scaled_learning_rate(0.1, "none", 1024, 0), 0.1);
+  EXPECT_THROW(optim::scaled_learning_rate(0.1, "cubic", 1024, 256), InvalidArgument);
+  EXPECT_THROW(optim::scaled_learning_rate(0.1, "linear", 1024, 0), InvalidArgument);
 }
 
 }  // namespace

@@ -328,10 +328,15 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->capture_default_str();
   command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate, from 0 to --lr")
       ->capture_default_str();
-  command
-      ->add_option("--warmup-epochs", c.warmup_epochs,
-                   "Linear warm-up length in epochs, from 0 to --epochs")
+  command->add_option("--warmup-epochs", o->warmup_epochs,
+                      "Linear warm-up length in epochs, from 0 to --epochs (default: 0, or "
+                      "min(5, epochs / 5) with --lr-scaling)");
+  command->add_option("--lr-scaling", c.lr_scaling,
+                      "Scale the learning rate with the global batch: none, linear (Goyal et al., "
+                      "for SGD) or sqrt (for Adam-type), from --reference-batch")
       ->capture_default_str();
+  command->add_option("--reference-batch", c.reference_batch,
+                      "The global batch --lr is tuned at, for --lr-scaling");
   command
       ->add_option("--seed", o->seed,
                    "Seed for initialisation, shuffling and dropout (0 to 2^64 - 1)")
@@ -427,6 +432,9 @@ RunSetup prepare_run(RunOptions& o) {
       o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
   config.loss_scale = parse_loss_scale(o.loss_scale, policy);
   configure_optimizer(o, config.optimizer);
+  // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
+  config.warmup_epochs = o.warmup_epochs.value_or(
+      config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
   config.strategy.devices = o.devices.value_or(0);
   config.strategy.threads_per_device = o.threads.value_or(0);
   config.strategy.allow_oversubscription = o.allow_oversubscription;

@@ -36,6 +36,7 @@ struct RunOptions {
   std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
   std::optional<double> weight_decay;   // unset: the optimizer's default
   std::optional<double> trust_coefficient;  // lars; unset: 0.001
+  std::optional<double> warmup_epochs;      // unset: 0, or Goyal's under --lr-scaling
   std::string seed = "0";               // parsed as uint64, so that -1 is refused
   std::optional<int> threads;           // unset: one per physical core (split between devices)
   std::string strategy = "one-device";

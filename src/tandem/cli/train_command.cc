@@ -215,6 +215,7 @@ int run_train(TrainOptions& o) {
   config.batch_size = trainer.config().batch_size;
   config.accumulation_steps = trainer.config().accumulation_steps;
   config.micro_batch_size = trainer.config().micro_batch_size;
+  config.optimizer.learning_rate = trainer.config().optimizer.learning_rate;  // scaled
   if (chief && o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
     fmt::print(stderr,
                "tandem: warning: --zero {} with one replica: nothing to shard, the "
@@ -284,7 +285,13 @@ int run_train(TrainOptions& o) {
             : std::string(),
         config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
                                       : std::string(),
-        config.optimizer.name, config.optimizer.learning_rate, config.schedule, config.epochs);
+        config.optimizer.name, config.optimizer.learning_rate,
+        config.lr_scaling == "none"
+            ? config.schedule
+            : fmt::format("{} scaling from batch {}, {}", config.lr_scaling, config.reference_batch,
+                          config.schedule),
+        config.epochs);
+    if (config.warmup_epochs > 0.0) fmt::print("  warm-up {} epoch(s)\n", config.warmup_epochs);
     if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
       const auto setting = [](int v) {
         return v == data::kAutotune ? std::string("auto") : std::to_string(v);

@@ -107,4 +107,21 @@ std::unique_ptr<LrSchedule> make_schedule(const ScheduleConfig& c) {
   return schedule;
 }
 
+double scaled_learning_rate(double learning_rate, const std::string& rule, int64_t batch,
+                            int64_t reference_batch) {
+  if (rule != "none" && rule != "linear" && rule != "sqrt") {
+    TANDEM_THROW(InvalidArgument, "unknown learning-rate scaling rule '", rule,
+                 "' (expected none, linear or sqrt)");
+  }
+  if (rule == "none") return learning_rate;
+  if (reference_batch < 1 || batch < 1) {
+    TANDEM_THROW(InvalidArgument, "learning-rate scaling '", rule,
+                 "' needs the batch the rate was tuned at (--reference-batch, at least 1) and a "
+                 "batch of at least 1, got ",
+                 reference_batch, " and ", batch);
+  }
+  const double ratio = static_cast<double>(batch) / static_cast<double>(reference_batch);
+  return learning_rate * (rule == "linear" ? ratio : std::sqrt(ratio));
+}
+
 }  // namespace tandem::optim

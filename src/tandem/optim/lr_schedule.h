@@ -28,4 +28,13 @@ struct ScheduleConfig {
 // Throws InvalidArgument naming the bad field or the unknown schedule.
 std::unique_ptr<LrSchedule> make_schedule(const ScheduleConfig& config);
 
+// Learning-rate scaling with the batch: a rate tuned at reference_batch,
+// used at batch. "linear" (Goyal et al. 2017: k times the batch, k times
+// the rate) for SGD-type optimizers, "sqrt" (square root of the ratio) for
+// Adam-type ones, "none" (unchanged). Large factors want a gradual warm-up
+// (Goyal et al.: 5 epochs). Throws InvalidArgument for an unknown rule or a
+// batch or reference below 1.
+double scaled_learning_rate(double learning_rate, const std::string& rule, int64_t batch,
+                            int64_t reference_batch);
+
 }  // namespace tandem::optim

@@ -80,9 +80,9 @@ struct MemoryPlan {
   std::array<int64_t, 2> traced_rows{};
   double trace_seconds = 0.0;
 
-  // The device with the largest predicted peak at this micro-batch.
-  const DeviceMemoryPlan& fullest(int64_t micro_batch) const;
-  int64_t peak(int64_t micro_batch) const { return fullest(micro_batch).total(micro_batch); }
+  // The device with the largest predicted peak at a micro-batch of `rows`.
+  const DeviceMemoryPlan& fullest(int64_t rows) const;
+  int64_t peak(int64_t rows) const { return fullest(rows).total(rows); }
   // The largest micro-batch whose every device stays within limit_bytes; 0
   // when not even one row fits.
   int64_t largest_micro_batch(int64_t limit_bytes) const;

@@ -172,8 +172,14 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
     TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
                  config_.eval_batch_size);
   }
-  check_schedule_settings(config_);
   optim::check_optimizer_config(config_.optimizer);
+  // The scaling rule and its reference batch, checked before any replica is built.
+  if (config_.lr_scaling != "none") {
+    optim::scaled_learning_rate(1.0, config_.lr_scaling, 1, config_.reference_batch);
+  } else if (config_.reference_batch != 0) {
+    TANDEM_THROW(InvalidArgument, "reference_batch (--reference-batch) applies to a learning-rate "
+                 "scaling rule (--lr-scaling linear or sqrt)");
+  }
   if (config_.resume && config_.output_dir.empty()) {
     TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
   }
@@ -186,6 +192,10 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
   }
   strategy_ = distribute::make_strategy(config_.strategy);
   resolve_batch_sizes(config_, strategy_->global_replicas());
+  config_.optimizer.learning_rate = optim::scaled_learning_rate(
+      config_.optimizer.learning_rate, config_.lr_scaling, config_.batch_size,
+      config_.reference_batch);
+  check_schedule_settings(config_);  // against the scaled rate
   std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
   if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
     scaling = precision::LossScalerOptions{};

@@ -83,6 +83,12 @@ struct TrainConfig {
   double lr_gamma = 0.1;                // step schedule factor; in (0, 1]
   double min_lr = 0.0;                  // cosine floor; in [0, optimizer.learning_rate]
   double warmup_epochs = 0.0;           // in [0, epochs]
+  // Learning-rate scaling with the global batch (optim::scaled_learning_rate):
+  // optimizer.learning_rate is the rate tuned at reference_batch; the run
+  // uses it scaled "linear"ly or by "sqrt" to the resolved global batch
+  // (config() then holds the scaled rate). "none": as given.
+  std::string lr_scaling = "none";
+  int64_t reference_batch = 0;  // > 0 with a rule
   uint64_t seed = 0;                    // dropout streams and batch_transform's generator
   distribute::StrategyConfig strategy;  // one_device by default
   // Gradient synchronisation, including ZeRO (reducer.zero_stage).
