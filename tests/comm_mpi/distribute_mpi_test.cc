@@ -422,10 +422,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::make_tuple(1, 1, 1, "sgd"), std::make_tuple(2, 1, 1, "adamw"),
                       std::make_tuple(1, 2, 1, "adamw"), std::make_tuple(2, 2, 1, "sgd"),
                       std::make_tuple(2, 2, 2, "adamw"), std::make_tuple(0, 2, 2, "sgd")),
-    [](const ::testing::TestParamInfo<std::tuple<int, int, int, std::string>>& info) {
-      return "zero" + std::to_string(std::get<0>(info.param)) + "_" +
-             std::to_string(std::get<1>(info.param)) + "devices_" +
-             std::to_string(std::get<2>(info.param)) + "micro_" + std::get<3>(info.param);
+    [](const ::testing::TestParamInfo<std::tuple<int, int, int, std::string>>& p) {
+      return "zero" + std::to_string(std::get<0>(p.param)) + "_" +
+             std::to_string(std::get<1>(p.param)) + "devices_" +
+             std::to_string(std::get<2>(p.param)) + "micro_" + std::get<3>(p.param);
     });
 
 INSTANTIATE_TEST_SUITE_P(Devices, MultiWorkerTest,

@@ -136,8 +136,8 @@ std::vector<ZeroCase> zero_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(zero_cases()),
-                         [](const ::testing::TestParamInfo<ZeroCase>& info) {
-                           const ZeroCase& c = info.param;
+                         [](const ::testing::TestParamInfo<ZeroCase>& p) {
+                           const ZeroCase& c = p.param;
                            return "zero" + std::to_string(c.stage) + "_" +
                                   std::to_string(c.devices) + "devices_" + c.optimizer +
                                   (c.clip_and_scale ? "_clipped_scaled" : "");
@@ -203,10 +203,14 @@ TEST(Zero, EachReplicaHoldsItsShareOfTheOptimizerStateAndGradients) {
         EXPECT_NEAR(grad_share, 1.0, 0.01) << "device " << d;
       } else {
         EXPECT_NEAR(state_share, 1.0 / devices, 0.01 / devices) << "device " << d;
-        if (stage == 1) EXPECT_NEAR(grad_share, 1.0, 0.01) << "device " << d;
+        if (stage == 1) {
+          EXPECT_NEAR(grad_share, 1.0, 0.01) << "device " << d;
+        }
         // Stage 2: the shard, plus the gradients of at most a few parameters
         // between backward producing them and their staging.
-        if (stage == 2) EXPECT_NEAR(grad_share, 1.0 / devices, 0.01 / devices) << "device " << d;
+        if (stage == 2) {
+          EXPECT_NEAR(grad_share, 1.0 / devices, 0.01 / devices) << "device " << d;
+        }
       }
     }
   }
@@ -285,9 +289,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AccumulationCase{2, 0, "sgd"}, AccumulationCase{3, 0, "adamw"},
                       AccumulationCase{2, 1, "adamw"}, AccumulationCase{2, 2, "sgd"},
                       AccumulationCase{3, 2, "adamw"}),
-    [](const ::testing::TestParamInfo<AccumulationCase>& info) {
-      return std::to_string(info.param.devices) + "devices_zero" +
-             std::to_string(info.param.stage) + "_" + info.param.optimizer;
+    [](const ::testing::TestParamInfo<AccumulationCase>& p) {
+      return std::to_string(p.param.devices) + "devices_zero" +
+             std::to_string(p.param.stage) + "_" + p.param.optimizer;
     });
 
 TEST(Zero, BadSettingsAreClearErrors) {

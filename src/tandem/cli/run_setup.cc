@@ -331,6 +331,11 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
   command->add_option("--warmup-epochs", o->warmup_epochs,
                       "Linear warm-up length in epochs, from 0 to --epochs (default: 0, or "
                       "min(5, epochs / 5) with --lr-scaling)");
+  command
+      ->add_option("--noise-scale-every", c.noise_scale_every,
+                   "Measure the gradient noise scale every N steps (0: never; needs several "
+                   "replicas or --accumulate; docs/tuning.md)")
+      ->capture_default_str();
   command->add_option("--lr-scaling", c.lr_scaling,
                       "Scale the learning rate with the global batch: none, linear (Goyal et al., "
                       "for SGD) or sqrt (for Adam-type), from --reference-batch")

@@ -16,6 +16,7 @@
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/kernels/reduce.h"
 
 namespace tandem::distribute {
 namespace {
@@ -79,6 +80,10 @@ class AllReduceEngine : public Engine {
     std::unique_ptr<ShardedOptimizer> sharded;      // ZeRO only
     std::unique_ptr<precision::LossScaler> scaler;  // null without loss scaling
     double loss_sum = 0.0;                          // this step's sum of per-example losses
+    // With StepOptions::measure_gradient_norms: sums of squares of the
+    // gradient before (local) and after (reduced) the reduction, still
+    // multiplied by the loss scale, and the rows behind the local one.
+    double local_squares = 0.0, reduced_squares = 0.0, local_rows = 0.0;
     Tensor peer_times;  // several processes: every replica's step record
   };
   // Fields of the record each replica shares after a step when there are
@@ -92,7 +97,11 @@ class AllReduceEngine : public Engine {
   void check_same_architecture();
   void broadcast_weights();
   void run_micro_batches(Replica& rep, const data::Element& rows, int64_t global_rows,
-                         const ReplicaContext& context, const ForwardFn& forward);
+                         const ReplicaContext& context, const ForwardFn& forward, bool measure);
+  // The gradient norm sample of a measured step, from every replica's sums
+  // (exchanged when there are several); on every replica's thread.
+  std::optional<GradientNormSample> gradient_norm_sample(Replica& rep, int r,
+                                                         int64_t global_rows);
   void update(Replica& rep, int r, bool& skipped);
   void run_replica_step(int r, const std::vector<data::Element>& parts, int64_t global_rows,
                         const ForwardFn& forward, const StepOptions& options, bool& skipped);
@@ -106,6 +115,7 @@ class AllReduceEngine : public Engine {
 
   EngineOptions options_;
   double gradient_norm_ = 0.0;  // of the last step (written by replica 0)
+  std::optional<GradientNormSample> gradient_norms_;  // of the last step (replica 0)
   std::vector<Replica> replicas_;
 };
 
@@ -225,6 +235,7 @@ StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& fo
                  global_rows);
   }
   bool skipped = false;
+  gradient_norms_.reset();
   strategy().run(
       [&](int r) { run_replica_step(r, parts, global_rows, forward, options, skipped); });
   const auto end = Clock::now();
@@ -233,6 +244,7 @@ StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& fo
   result.global_rows = global_rows;
   result.skipped = skipped;
   result.gradient_norm = gradient_norm_;
+  if (!skipped) result.gradient_norms = gradient_norms_;
   result.seconds = seconds_between(start, end);
   if (const precision::LossScaler* s = loss_scaler()) result.loss_scale = s->scale();
   double loss_sum = 0.0;
@@ -270,11 +282,24 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   if (options.learning_rate) optimizer(r).set_learning_rate(*options.learning_rate);
   seed_replica_generator(options_.seed, options.step, context);
   for (Variable& p : rep.model->parameters()) p.zero_grad();
-  run_micro_batches(rep, parts[r], global_rows, context, forward);
+  const bool measure = options.measure_gradient_norms;
+  run_micro_batches(rep, parts[r], global_rows, context, forward, measure);
   rep.moments.backward_done = Clock::now();
   if (rep.reducer) {
     trace::Span span("wait for gradients", "step");
     rep.reducer->finish();
+    if (measure) {
+      rep.local_squares = rep.reducer->last_step().local_squares;
+      rep.reduced_squares = rep.reducer->last_step().reduced_squares;
+    }
+  } else if (measure) {
+    rep.reduced_squares = 0.0;
+    for (const Variable& p : rep.model->parameters())
+      if (p.has_grad()) rep.reduced_squares += kernels::squared_norm(p.grad());
+  }
+  if (measure) {
+    std::optional<GradientNormSample> sample = gradient_norm_sample(rep, r, global_rows);
+    if (r == 0) gradient_norms_ = sample;
   }
   rep.moments.reduced = Clock::now();
   {
@@ -287,7 +312,7 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
 
 void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
                                         int64_t global_rows, const ReplicaContext& context,
-                                        const ForwardFn& forward) {
+                                        const ForwardFn& forward, bool measure) {
   // A replica with no rows (an epoch's last, short batch; a worker whose
   // input ended) still runs its empty batches: cross-replica layers and the
   // gradient reduction need every replica.
@@ -296,12 +321,20 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
       steps == 1 ? std::vector<data::Element>{rows} : data::split_batch(rows, steps);
   const bool stage2 = rep.reducer && rep.reducer->zero_stage() == 2;
   rep.loss_sum = 0.0;
+  // The rows behind the gradient a replica holds before its reduction: all
+  // of its share, but under ZeRO-2 (reduced micro-batch by micro-batch) the
+  // last micro-batch, and with one replica the first micro-batch (measured
+  // here, against the accumulated step).
+  rep.local_rows = static_cast<double>(
+      rep.reducer ? rows_of(stage2 ? micro.back() : rows) : rows_of(micro.front()));
   for (int k = 0; k < steps; ++k) {
     const bool last = k == steps - 1;
     // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no whole
     // gradient, so it reduces each one and adds it to its shard.
-    if (rep.reducer)
-      rep.reducer->prepare(/*synchronize=*/last || stage2, /*accumulate=*/stage2 && k > 0);
+    if (rep.reducer) {
+      rep.reducer->prepare(/*synchronize=*/last || stage2, /*accumulate=*/stage2 && k > 0,
+                           /*measure_norms=*/measure);
+    }
     const auto forward_start = Clock::now();
     Variable loss;
     {
@@ -325,7 +358,42 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
     }
     // The last micro-batch's reduction is the step's wait for gradients.
     if (rep.reducer && !last) rep.reducer->finish();
+    if (measure && !rep.reducer && k == 0) {
+      rep.local_squares = 0.0;
+      for (const Variable& p : rep.model->parameters())
+        if (p.has_grad()) rep.local_squares += kernels::squared_norm(p.grad());
+    }
   }
+}
+
+std::optional<GradientNormSample> AllReduceEngine::gradient_norm_sample(Replica& rep, int r,
+                                                                        int64_t global_rows) {
+  // Every loss was divided by the global rows: a replica's gradient over its
+  // b rows is (b / B) times their mean gradient. The loss scale is still in.
+  const double scale = rep.scaler ? rep.scaler->scale() : 1.0;
+  const double unscale = 1.0 / (scale * scale);
+  const auto B = static_cast<double>(global_rows);
+  std::vector<double> all = {rep.local_squares * unscale, rep.local_rows,
+                             rep.reduced_squares * unscale};
+  if (comm::Communicator* comm = strategy().communicator(r))
+    all = gather_in_group(*comm, all);  // every replica's three, in rank order
+  // Under ZeRO-2 each replica holds its shard of the reduced gradient.
+  const bool shards = options_.reducer.zero_stage == 2 && rep.reducer;
+  GradientNormSample sample{.big_batch = B, .big_squares = shards ? 0.0 : all[2]};
+  int counted = 0;
+  for (size_t i = 0; i + 2 < all.size(); i += 3) {
+    if (shards) sample.big_squares += all[i + 2];
+    const double rows = all[i + 1];
+    if (rows <= 0.0) continue;
+    sample.small_squares += (B / rows) * (B / rows) * all[i];
+    sample.small_batch += rows;
+    ++counted;
+  }
+  if (counted == 0) return std::nullopt;
+  sample.small_squares /= counted;
+  sample.small_batch /= counted;
+  if (!(sample.small_batch < sample.big_batch)) return std::nullopt;  // nothing to compare
+  return sample;
 }
 
 void AllReduceEngine::update(Replica& rep, int r, bool& skipped) {

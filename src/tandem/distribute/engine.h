@@ -79,6 +79,10 @@ using EvaluateFn = std::function<void(nn::Module& model, const ReplicaBatch& bat
 
 struct StepOptions {
   int64_t step = 0;  // the global step index: seeds the random streams
+  // Measure the squared gradient norms at two batch sizes for the gradient
+  // noise scale (StepResult::gradient_norms): one pass over the gradients
+  // before and one after their reduction, and a small exchange.
+  bool measure_gradient_norms = false;
   std::optional<double> learning_rate;  // unset: the optimizers keep theirs
   // Rows of the global batch; -1: this process's rows when there is one
   // process, otherwise summed over the processes (one small exchange).
@@ -98,6 +102,18 @@ struct ReplicaStepTime {
   double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
   double communication = 0.0;  // all-reduce not hidden behind any replica's backward
   double optimizer = 0.0;      // unscale/check and the parameter update
+};
+
+// Squared L2 norms of mean gradients (over examples, unscaled) at two batch
+// sizes, for the gradient noise scale (train/noise_scale.h): each replica's
+// own gradient before the reduction (small: its examples; averaged over the
+// replicas) and the reduced one (big: the global batch). With one replica
+// and accumulation, the first micro-batch's and the whole step's.
+struct GradientNormSample {
+  double small_batch = 0.0;  // examples behind each small gradient (mean over replicas)
+  double big_batch = 0.0;    // examples behind the big one
+  double small_squares = 0.0;
+  double big_squares = 0.0;
 };
 
 struct StepResult {
@@ -120,6 +136,10 @@ struct StepResult {
   double idle_seconds = 0.0;
   // Local replica 0's gradient all-reduces, one per bucket (none on one device).
   std::vector<ReducerStats::Bucket> buckets;
+  // With StepOptions::measure_gradient_norms, when the step has two batch
+  // sizes to compare (several replicas, or accumulation) and its gradients
+  // were finite.
+  std::optional<GradientNormSample> gradient_norms;
 };
 
 class Engine {

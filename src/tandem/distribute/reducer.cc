@@ -5,6 +5,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/reduce.h"
 #include "tandem/tensor/convert.h"
 
 namespace tandem::distribute {
@@ -106,7 +107,7 @@ Tensor Reducer::shard_gradient(size_t bucket) const {
   return bucketer_->bucket(bucket).slice(comm_.rank() * shard, (comm_.rank() + 1) * shard);
 }
 
-void Reducer::prepare(bool synchronize, bool accumulate) {
+void Reducer::prepare(bool synchronize, bool accumulate, bool measure_norms) {
   if (options_.zero_stage == 2 && !synchronize) {
     TANDEM_THROW(InvalidArgument,
                  "ZeRO stage 2 keeps no whole gradient to accumulate into: every backward pass "
@@ -114,6 +115,7 @@ void Reducer::prepare(bool synchronize, bool accumulate) {
   }
   synchronize_ = synchronize;
   accumulate_ = accumulate && options_.zero_stage == 2;
+  measure_norms_ = measure_norms;
   active_ = true;
   next_launch_ = 0;
   ready_.assign(parameters_.size(), false);
@@ -200,6 +202,7 @@ void Reducer::launch(size_t bucket) {
     }
   }
   const Tensor& buffer = bucketer_->bucket(bucket);
+  if (measure_norms_) last_.local_squares += kernels::squared_norm(buffer);
   const Tensor& wire = staging_.empty() ? buffer : staging_[bucket];
   if (!staging_.empty())
     convert(buffer.raw_data(), DType::f32, wire.raw_data(), wire.dtype(), buffer.numel());
@@ -228,6 +231,7 @@ void Reducer::launch_reduce_scatter(size_t bucket) {
     Tensor tail = input.slice(elements - padding, elements);
     tail.zero();
   }
+  if (measure_norms_) last_.local_squares += kernels::squared_norm(input);
   Tensor& output = shards_[bucket];
   if (accumulate_) {
     // The earlier passes' sum joins this rank's own chunk of the input: the
@@ -290,6 +294,12 @@ void Reducer::finish() {
   // Stage 2 keeps no parameter gradient: the shards are the result.
   if (options_.zero_stage != 2)
     for (Variable& p : parameters_) p.define_grad();
+  if (measure_norms_) {
+    for (size_t b = 0; b < pending_.size(); ++b) {
+      last_.reduced_squares += kernels::squared_norm(
+          options_.zero_stage == 2 ? shards_[b] : bucketer_->bucket(b));
+    }
+  }
 }
 
 }  // namespace tandem::distribute

@@ -75,6 +75,12 @@ struct ReducerStats {
     std::string_view algorithm;  // Communicator::all_reduce_algorithm (a literal)
   };
   std::vector<Bucket> buckets;
+  // With prepare(..., measure_norms): sums of squares (in double) of this
+  // replica's gradients before their reduction (its buckets as launched) and
+  // of what it holds after it (every reduced gradient, or its shard under
+  // ZeRO-2).
+  double local_squares = 0.0;
+  double reduced_squares = 0.0;
 };
 
 class Reducer {
@@ -88,8 +94,9 @@ class Reducer {
 
   // Before a backward pass. synchronize = false: gradients accumulate
   // locally (not under ZeRO-2, InvalidArgument). accumulate (ZeRO-2): add
-  // this pass's reduced shard to the previous ones' instead of replacing them.
-  void prepare(bool synchronize = true, bool accumulate = false);
+  // this pass's reduced shard to the previous ones' instead of replacing
+  // them. measure_norms: fill last_step()'s sums of squares.
+  void prepare(bool synchronize = true, bool accumulate = false, bool measure_norms = false);
   void finish();
 
   size_t bucket_count() const { return bucketer_->bucket_count(); }
@@ -130,6 +137,7 @@ class Reducer {
   size_t next_launch_ = 0;
   bool synchronize_ = true;
   bool accumulate_ = false;
+  bool measure_norms_ = false;
   bool active_ = false;
   ReducerStats last_;
   // ZeRO-2.

@@ -1,9 +1,11 @@
 #include "tandem/kernels/reduce.h"
 
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/elementwise.h"
 
@@ -37,7 +39,48 @@ double sum_as_double(const Tensor& x) {
   return total;
 }
 
+// f32 lanes inside a block (so that the loop vectorises), double across lanes and blocks.
+TANDEM_TARGET_CLONES double block_squares(const float* __restrict p, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += p[i + k] * p[i + k];
+  double s = 0.0;
+  for (float lane : lanes) s += lane;
+  for (; i < n; ++i) s += static_cast<double>(p[i]) * p[i];
+  return s;
+}
+
 }  // namespace
+
+double squared_norm(const Tensor& x) {
+  const int64_t n = x.numel();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  dispatch_floating(x.dtype(), "squared_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw_data());
+    parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        const int64_t begin = b * kBlock, end = std::min(n, (b + 1) * kBlock);
+        if constexpr (std::is_same_v<T, float>) {
+          partial[static_cast<size_t>(b)] = block_squares(p + begin, end - begin);
+        } else {
+          double acc = 0.0;
+          for (int64_t i = begin; i < end; ++i) {
+            const double v = to_f32(p[i]);
+            acc += v * v;
+          }
+          partial[static_cast<size_t>(b)] = acc;
+        }
+      }
+    });
+  });
+  double total = 0.0;
+  for (double v : partial) total += v;
+  return total;
+}
 
 Tensor sum(const Tensor& x) {
   return Tensor::full(Shape{}, static_cast<float>(sum_as_double(x)), DType::f32, x.device());

@@ -10,6 +10,9 @@ namespace tandem::kernels {
 Tensor sum(const Tensor& x);
 // Mean of all elements, shape () f32; 0 elements give NaN, as in PyTorch.
 Tensor mean(const Tensor& x);
+// Sum of the squares of all elements (f32, bf16 or f16), accumulated in
+// double block by block: a squared L2 norm (gradient norms, the noise scale).
+double squared_norm(const Tensor& x);
 // Sums x over its leading dimensions down to `target`, which must be x's
 // trailing dimensions (the backward of a broadcast). Output f32 of shape target.
 Tensor sum_to_shape(const Tensor& x, const Shape& target);

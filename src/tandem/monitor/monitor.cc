@@ -241,6 +241,7 @@ void Monitor::on_step(const train::StepInfo& s) {
                     .flops = static_cast<double>(flops_now - flops_at_last_step_),
                     .loss_scale = s.loss_scale,
                     .gradient_norm = s.gradient_norm,
+                    .noise_scale = s.noise_scale,
                     .skipped = s.skipped};
   flops_at_last_step_ = flops_now;
   for (const train::ReplicaStepTime& t : s.replicas) {
@@ -295,6 +296,7 @@ void Monitor::on_step(const train::StepInfo& s) {
           {"train/input_seconds", record.input_seconds},
           {"train/loss_scale", record.loss_scale},
           {"train/gradient_norm", record.gradient_norm},
+          {"train/noise_scale", record.noise_scale},
           {"train/peak_fraction", record.peak_fraction}};
       for (size_t i = 0; i < record.replicas.size(); ++i) {
         const std::string replica = fmt::format("replica_{}/", record.replicas[i].replica);
@@ -534,6 +536,8 @@ std::string Monitor::summary_json() const {
       {"steps_per_second",
        stats_.mean_step_seconds() > 0.0 ? 1.0 / stats_.mean_step_seconds() : 0.0},
       {"examples_per_second", stats_.examples_per_second()},
+      {"noise_scale", std::isfinite(stats_.noise_scale()) ? nlohmann::json(stats_.noise_scale())
+                                                          : nlohmann::json(nullptr)},
       {"input_fraction", stats_.input_fraction()},
       {"communication_fraction", stats_.communication_fraction()},
       {"idle_fraction", stats_.idle_fraction()},

@@ -17,6 +17,7 @@ constexpr double kStraggler = 0.15;             // slower than the other replica
 constexpr double kStragglerCost = 0.05;         // and costing the others this much of the step
 constexpr double kStragglerConsistency = 0.75;  // and above the others in this share of steps
 constexpr double kMemoryPressure = 0.90;        // of a device's capacity at the peak
+constexpr double kNoiseScaleFactor = 8.0;       // batch this far below or above the noise scale
 
 std::string percent(double fraction) {
   return fmt::format("{:.0f}%", 100.0 * fraction);
@@ -35,6 +36,10 @@ double allreduce_bus_bandwidth(double bytes, double seconds, int ranks) {
 
 void RunStats::add(const StepRecord& s) {
   ++steps_;
+  if (std::isfinite(s.noise_scale)) {
+    noise_scale_ = s.noise_scale;
+    noise_scale_batch_ = static_cast<double>(s.batch_examples);
+  }
   if (steps_ <= warmup_steps_) return;
   ++measured_;
   step_seconds_ += s.step_seconds;
@@ -191,6 +196,29 @@ std::vector<Finding> RunStats::diagnose() const {
                                    factor > shown ? "more than " : "", std::floor(shown)),
                        factor});
       }
+    }
+  }
+  // The batch against the gradient noise scale (McCandlish et al.): well
+  // below it, steps are mostly noise; well above it, extra examples buy
+  // little per step.
+  if (noise_scale_ > 0.0 && noise_scale_batch_ > 0.0) {
+    const double ratio = noise_scale_batch_ / noise_scale_;
+    if (ratio <= 1.0 / kNoiseScaleFactor) {
+      out.push_back({"batch_below_noise_scale",
+                     fmt::format("the global batch of {:.0f} is {:.0f}x below the gradient noise "
+                                 "scale (about {:.0f} examples): its steps are mostly noise; a "
+                                 "batch up to about {:.0f} would need fewer steps for the same "
+                                 "progress (scale the learning rate with it: --lr-scaling)",
+                                 noise_scale_batch_, 1.0 / ratio, noise_scale_, noise_scale_),
+                     ratio});
+    } else if (ratio >= kNoiseScaleFactor) {
+      out.push_back({"batch_above_noise_scale",
+                     fmt::format("the global batch of {:.0f} is {:.0f}x the gradient noise scale "
+                                 "(about {:.0f} examples): examples beyond it add little to each "
+                                 "step; a smaller batch would reach the same loss with less "
+                                 "compute",
+                                 noise_scale_batch_, ratio, noise_scale_),
+                     ratio});
     }
   }
   const bool bottleneck = std::any_of(out.begin(), out.end(), [](const Finding& f) {

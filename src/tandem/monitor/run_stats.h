@@ -56,6 +56,7 @@ struct StepRecord {
   double allreduce_seconds = 0.0;  // their collectives' durations, summed
   double loss_scale = 1.0;
   double gradient_norm = NAN;  // before clipping; NaN: not computed (no clipping)
+  double noise_scale = NAN;    // smoothed gradient noise scale (examples); NaN: not measured
   bool skipped = false;
   int64_t rss_bytes = 0;  // the process's resident set (read at most once a second)
 };
@@ -92,6 +93,9 @@ class RunStats {
   // Per replica (in the order first seen): mean seconds of each part.
   const std::vector<ReplicaTimes>& replica_means() const { return replica_means_; }
   const std::vector<DeviceMemory>& memory() const { return memory_; }
+  // The latest gradient noise scale the steps reported (NaN: none), and the
+  // global batch of that step.
+  double noise_scale() const { return noise_scale_; }
 
   // Plain-language diagnosis of the measured steps and the latest memory:
   // bottlenecks first, or compute_bound when there is none.
@@ -109,6 +113,7 @@ class RunStats {
   // the median of the others'.
   std::vector<int64_t> slow_steps_;
   std::vector<DeviceMemory> memory_;
+  double noise_scale_ = NAN, noise_scale_batch_ = 0.0;
 };
 
 // Bus bandwidth (nccl-tests convention) of an all-reduce of `bytes` over n ranks.

@@ -60,6 +60,10 @@ const StepField kStepFields[] = {
      "global L2 norm of the reduced, unscaled gradients before clipping (null without "
      "--clip-norm)",
      FieldKind::number, NAN, TANDEM_STEP_MEMBER(gradient_norm)},
+    {"noise_scale",
+     "the smoothed gradient noise scale B_simple in examples (null until measured; "
+     "--noise-scale-every; docs/tuning.md)",
+     FieldKind::number, NAN, TANDEM_STEP_MEMBER(noise_scale)},
     {"skipped", "the update was skipped (non-finite gradients under loss scaling)",
      FieldKind::boolean, 0, TANDEM_STEP_MEMBER(skipped)},
     {"flops", "floating-point operations the matrix kernels of this process ran", FieldKind::number,

@@ -168,6 +168,11 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
     TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
                  config_.input_parallel_calls);
   }
+  if (config_.noise_scale_every < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "noise_scale_every (--noise-scale-every) must be >= 0 (0: off), got ",
+                 config_.noise_scale_every);
+  }
   if (config_.eval_batch_size < 1) {
     TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
                  config_.eval_batch_size);
@@ -466,6 +471,7 @@ void Trainer::check_batch_fits(const data::Dataset& train) const {
 
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
+  noise_scale_ = NoiseScaleEstimator();
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
   if (config_.resume) {
     prepare_resume();
@@ -560,9 +566,14 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
 void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forward,
                          Progress& progress, const TrainCallbacks& callbacks) {
   const double lr = schedule_->lr(progress.global_step);
-  const distribute::StepResult r = engine_->step(
-      in.batch, forward,
-      {.step = progress.global_step, .learning_rate = lr, .global_rows = in.global_rows});
+  const bool measure =
+      config_.noise_scale_every > 0 && progress.global_step % config_.noise_scale_every == 0;
+  const distribute::StepResult r = engine_->step(in.batch, forward,
+                                                 {.step = progress.global_step,
+                                                  .measure_gradient_norms = measure,
+                                                  .learning_rate = lr,
+                                                  .global_rows = in.global_rows});
+  if (r.gradient_norms) noise_scale_.add(*r.gradient_norms);
   const bool finite = std::isfinite(r.loss);
   if (!finite && engine_->loss_scaler() == nullptr) {
     TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
@@ -610,6 +621,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
                      .gradient_norm = config_.optimizer.global_clip_norm > 0.0
                                           ? r.gradient_norm
                                           : std::numeric_limits<double>::quiet_NaN(),
+                     .noise_scale = noise_scale_.noise_scale(),
                      .skipped = r.skipped});
 }
 
@@ -726,6 +738,7 @@ EpochResult Trainer::finish_epoch(Progress& progress,
   epoch.train_seconds = progress.train_seconds;
   epoch.learning_rate = progress.learning_rate;
   epoch.examples_per_second = progress.examples / std::max(progress.train_seconds, 1e-9);
+  epoch.noise_scale = noise_scale_.noise_scale();
   if (const precision::LossScaler* scaler = engine_->loss_scaler()) {
     epoch.loss_scale = scaler->scale();
     epoch.skipped_steps = scaler->skipped_steps();

@@ -51,6 +51,7 @@
 #include "tandem/train/loss.h"
 #include "tandem/train/metric.h"
 #include "tandem/train/model_factory.h"
+#include "tandem/train/noise_scale.h"
 
 namespace tandem::train {
 
@@ -90,6 +91,11 @@ struct TrainConfig {
   std::string lr_scaling = "none";
   int64_t reference_batch = 0;  // > 0 with a rule
   uint64_t seed = 0;                    // dropout streams and batch_transform's generator
+  // Measure the gradient noise scale (train/noise_scale.h) every this many
+  // steps: two passes over the gradients and a small exchange on those
+  // steps. 0: never. It needs two batch sizes: several replicas, or
+  // accumulation_steps > 1 on one.
+  int64_t noise_scale_every = 10;
   distribute::StrategyConfig strategy;  // one_device by default
   // Gradient synchronisation, including ZeRO (reducer.zero_stage).
   distribute::ReducerOptions reducer;
@@ -162,6 +168,9 @@ struct EpochResult {
   double loss_scale = 1.0;
   int64_t skipped_steps = 0;  // over the run so far
   int64_t steps_since_overflow = 0;
+  // The smoothed gradient noise scale B_simple at the epoch's end, in
+  // examples (NaN when not measured).
+  double noise_scale = NAN;
   // The input pipeline's per-stage counters since fit() started or resumed.
   std::vector<data::StageStats> input_stages;
 
@@ -203,6 +212,9 @@ struct StepInfo {
   // The global norm of the reduced, unscaled gradients before clipping; NaN
   // without OptimizerConfig::global_clip_norm (it is not computed then).
   double gradient_norm = NAN;
+  // The smoothed gradient noise scale B_simple so far, in examples (NaN
+  // until measured; TrainConfig::noise_scale_every).
+  double noise_scale = NAN;
   bool skipped = false;  // non-finite gradients: the update was skipped
 };
 
@@ -319,6 +331,8 @@ class Trainer {
   // fit() gives up at kMaxStepsWithoutUpdate.
   static constexpr int64_t kMaxStepsWithoutUpdate = 32;
   int64_t steps_without_update_ = 0;
+  // The gradient noise scale over this fit (restarts with each fit()).
+  NoiseScaleEstimator noise_scale_;
   // Per local replica: this epoch's metric sums (sum, count per metric).
   std::vector<std::vector<MetricSums>> metric_sums_;
   std::atomic<bool> stop_requested_{false};

@@ -37,7 +37,8 @@ inline void to_json(nlohmann::json& j, const EpochResult& e) {
        {"learning_rate", e.learning_rate},
        {"loss_scale", e.loss_scale},
        {"skipped_steps", e.skipped_steps},
-       {"steps_since_overflow", e.steps_since_overflow}};
+       {"steps_since_overflow", e.steps_since_overflow},
+       {"noise_scale", detail::number_or_null(e.noise_scale)}};
   nlohmann::json names = nlohmann::json::array();
   for (const auto& [name, value] : e.train_metrics) {
     names.push_back(name);
@@ -60,6 +61,7 @@ inline void from_json(const nlohmann::json& j, EpochResult& e) {
   e.loss_scale = j.value("loss_scale", 1.0);
   e.skipped_steps = tandem::detail::json_integer_or(j, "skipped_steps", int64_t{0});
   e.steps_since_overflow = tandem::detail::json_integer_or(j, "steps_since_overflow", int64_t{0});
+  e.noise_scale = detail::number_or_nan(j, "noise_scale");
   e.train_metrics.clear();
   e.validation_metrics.clear();
   for (const auto& name : j.value("metrics", nlohmann::json::array())) {

@@ -1,0 +1,36 @@
+#include "tandem/train/noise_scale.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tandem/base/error.h"
+
+namespace tandem::train {
+
+NoiseScaleEstimator::NoiseScaleEstimator(double decay) : decay_(decay) {
+  if (!(decay >= 0.0 && decay < 1.0))
+    TANDEM_THROW(InvalidArgument, "noise scale smoothing must be in [0, 1), got ", decay);
+}
+
+bool NoiseScaleEstimator::add(const GradientNormSample& s) {
+  if (!std::isfinite(s.small_squares) || !std::isfinite(s.big_squares) ||
+      !(s.small_batch > 0.0 && s.small_batch < s.big_batch) || !std::isfinite(s.big_batch))
+    return false;
+  const double squares = (s.big_batch * s.big_squares - s.small_batch * s.small_squares) /
+                         (s.big_batch - s.small_batch);
+  const double trace =
+      (s.small_squares - s.big_squares) / (1.0 / s.small_batch - 1.0 / s.big_batch);
+  // The first measurement starts the averages (no bias towards zero).
+  const double keep = samples_ == 0 ? 0.0 : decay_;
+  squares_ = keep * squares_ + (1.0 - keep) * squares;
+  trace_ = keep * trace_ + (1.0 - keep) * trace;
+  ++samples_;
+  return true;
+}
+
+double NoiseScaleEstimator::noise_scale() const {
+  if (samples_ == 0 || !(squares_ > 0.0)) return std::numeric_limits<double>::quiet_NaN();
+  return trace_ / squares_;
+}
+
+}  // namespace tandem::train
