@@ -6,6 +6,9 @@
 # from scripts/sanitize-build.sh.
 #   sh scripts/fuzz.sh SECONDS [BUILD]   explore: SECONDS per harness, random
 #                                         seed, the corpus grows across runs
+#   sh scripts/fuzz.sh runs:N [BUILD]    N executions per harness (random seed,
+#                                         the growing corpus): the 10^6 runs
+#                                         of docs/reliability.md
 #   sh scripts/fuzz.sh smoke [BUILD]     CI: a fixed seed and number of runs
 #                                         from the seeds alone (about 10 s per
 #                                         harness here), so that CI tries
@@ -55,6 +58,8 @@ for entry in $smoke_runs; do
   h=${entry%%:*}
   if [ "$mode" = smoke ]; then
     budget="-seed=1 -runs=${entry#*:}"
+  elif [ "${mode#runs:}" != "$mode" ]; then
+    budget="-runs=${mode#runs:}"
   else
     budget="-max_total_time=$mode"
   fi

@@ -861,7 +861,10 @@ TEST(Cli, ReportRendersInHeadlessChromium) {
                                 "--dump-dom " +
                                 url + " 2>" + log)
                               .output;
-  EXPECT_NE(dom.find("data-drawn=\"6\""), std::string::npos) << dom.substr(0, 2000);
+  // Loss, accuracy, throughput, utilisation, the noise scale, the step
+  // breakdown and memory.
+  EXPECT_NE(dom.find("data-charts=\"7\""), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_NE(dom.find("data-drawn=\"7\""), std::string::npos) << dom.substr(0, 2000);
   std::ifstream log_in(log);
   for (std::string line; std::getline(log_in, line);)
     EXPECT_EQ(line.find(":CONSOLE"), std::string::npos) << "console output: " << line;

@@ -237,11 +237,19 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   // Curves.
   Series loss{.name = "training loss (per step)", .color = kSeriesColors[0]};
   Series examples{.name = "examples/s", .color = kSeriesColors[0]};
+  Series noise{.name = "noise scale B_simple", .color = kSeriesColors[0]};
+  Series batch{.name = "global batch", .color = kSeriesColors[1]};
   std::vector<double> rates;
   std::map<int, Series> busy;
   for (const auto& [step, line] : files.steps) {
     loss.x.push_back(static_cast<double>(step));
     loss.y.push_back(line.record.loss);
+    if (std::isfinite(line.record.noise_scale)) {
+      noise.x.push_back(static_cast<double>(step));
+      noise.y.push_back(line.record.noise_scale);
+      batch.x.push_back(static_cast<double>(step));
+      batch.y.push_back(static_cast<double>(line.record.batch_examples));
+    }
     examples.x.push_back(line.record.time);
     rates.push_back(line.record.step_seconds > 0.0
                         ? static_cast<double>(line.record.batch_examples) / line.record.step_seconds
@@ -369,6 +377,11 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   const json& last_line = files.steps.rbegin()->second.extra;
   if (last_line.contains("rss_bytes"))
     table += row("process memory (RSS)", figure(number_or_nan(last_line, "rss_bytes"), "B"));
+  if (!noise.y.empty()) {
+    table += row("gradient noise scale",
+                 fmt::format("about {:.0f} examples (B_simple, smoothed; global batch {:.0f})",
+                             noise.y.back(), batch.y.back()));
+  }
 
   std::string layers;
   if (run.contains("layers") && !run.at("layers").empty()) {
@@ -488,8 +501,19 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
                         .series = busy_series,
                         .y_max = 1.0,
                         .percent = true});
+  if (!noise.x.empty()) {
+    charts += line_chart({.id = "noise_scale",
+                          .title = "Gradient noise scale (examples) against the batch",
+                          .x_label = "global step",
+                          .y_label = "examples",
+                          .series = {noise, batch}});
+  }
   charts += stacked_bar_chart(breakdown);
   charts += stacked_bar_chart(memory_chart);
+  int chart_count = 0;
+  for (size_t at = charts.find("class=\"chart\""); at != std::string::npos;
+       at = charts.find("class=\"chart\"", at + 1))
+    ++chart_count;
 
   const std::string title =
       fmt::format("tandem run report: {}", fs::path(run_dir).filename().string());
@@ -506,7 +530,7 @@ svg.chart {{ border: 1px solid #ddd; font-family: sans-serif; }}
 li.finding {{ margin: 4px 0; font-size: 14px; }}
 p.warning {{ color: #a33; }}
 </style></head>
-<body data-charts="6">
+<body data-charts="{8}">
 <h1>{0}</h1>
 {1}
 <table class="figures">{2}</table>
@@ -532,7 +556,7 @@ addEventListener('load', () => {{
 </body></html>
 )",
       html_escape(title), warnings, table, findings, charts, layers + plan + pipeline + buckets,
-      files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir));
+      files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir), chart_count);
   const std::string partial = result.path + ".partial";
   {
     std::ofstream out(partial, std::ios::trunc);
