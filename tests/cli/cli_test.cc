@@ -403,6 +403,27 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
   expect_one_line_error("plan", "A subcommand is required");
 }
 
+TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
+  const CommandResult r =
+      run("tune batch-size --model mlp --train-examples 2048 --test-examples 64 --strategy "
+          "mirrored --devices 2 --threads 1 --allow-oversubscription --batch-size 64 "
+          "--max-batch 64 --steps 2 --noise-steps 10 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.at("trials").size(), 3u);  // 16, 32, 64
+  EXPECT_EQ(j.at("trials")[0].at("batch").get<int>(), 16);
+  EXPECT_GT(j.at("largest_fitting_batch").get<int64_t>(), 64);
+  EXPECT_EQ(j.at("lr_scaling"), "linear");
+  EXPECT_EQ(j.at("reference_batch").get<int>(), 64);
+  const double batch = j.at("batch").get<double>();
+  EXPECT_DOUBLE_EQ(j.at("learning_rate").get<double>(), 0.05 * batch / 64.0);
+  expect_one_line_error("tune batch-size --model mlp --steps 0", "--steps must be at least 1");
+  expect_one_line_error("tune batch-size --model mlp --strategy mirrored --devices 2 "
+                        "--allow-oversubscription --max-batch 1",
+                        "--max-batch must be at least the 2 replicas");
+  expect_one_line_error("tune", "A subcommand is required");
+}
+
 TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
   const std::string out = tmp("cli-f16");
   fs::remove_all(out);

@@ -31,6 +31,8 @@ Command add_generate_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 // `plan memory` (its command is the memory subcommand of plan).
 Command add_plan_command(CLI::App& app);
+// `tune batch-size` (its command is the batch-size subcommand of tune).
+Command add_tune_command(CLI::App& app);
 // The bench subcommands about memory and collectives, under `bench`.
 std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       tandem::cli::add_bench_command(app),    tandem::cli::add_data_command(app),
       tandem::cli::add_evaluate_command(app), tandem::cli::add_generate_command(app),
       tandem::cli::add_export_command(app),   tandem::cli::add_report_command(app),
-      tandem::cli::add_plan_command(app)};
+      tandem::cli::add_plan_command(app), tandem::cli::add_tune_command(app)};
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) {
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "tandem: error: unknown command '%s' (expected train, evaluate, generate, export, "
-          "report, plan, info, bench or data; see tandem --help)\n",
+          "report, plan, tune, info, bench or data; see tandem --help)\n",
           argv[1]);
       return 2;
     }

@@ -85,10 +85,10 @@ struct Trace {
 };
 
 // The rows traced: about a quarter and a half of the micro-batch (both at
-// most 64, so that a big batch is not traced at full size), or the batch
-// itself when it is small.
+// most 64, so that a big batch is not traced at full size); 1 and 2 for the
+// smallest (two sizes always, or nothing would say how memory grows).
 std::array<int64_t, 2> trace_rows(int64_t micro_batch) {
-  if (micro_batch <= 2) return {micro_batch, micro_batch};
+  if (micro_batch <= 4) return {1, 2};
   const int64_t r2 = std::clamp<int64_t>(micro_batch / 2, 2, 64);
   const int64_t r1 = std::max<int64_t>(1, r2 / 2);
   return {r1, r2};

@@ -1,0 +1,129 @@
+#include "tandem/tune/batch_size_finder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tandem/base/error.h"
+#include "tandem/base/statistics.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/optim/lr_schedule.h"
+#include "tandem/train/memory_plan.h"
+
+namespace tandem::tune {
+namespace {
+
+// A short run of the user's configuration at another batch: no checkpoints,
+// no evaluation, a fixed number of steps over the repeated data.
+train::TrainConfig trial_config(const train::TrainConfig& base, int64_t batch, int64_t steps) {
+  train::TrainConfig c = base;
+  c.epochs = 1;
+  c.batch_size = batch;
+  c.micro_batch_size = 0;
+  c.steps_per_epoch = steps;
+  c.output_dir.clear();
+  c.resume = false;
+  c.schedule = "constant";
+  c.warmup_epochs = 0.0;
+  c.min_lr = 0.0;
+  c.lr_scaling = "none";
+  c.reference_batch = 0;
+  c.noise_scale_every = 0;
+  return c;
+}
+
+// The rule for an optimizer when the run names none: linear for SGD-type
+// updates, square root for Adam-type ones.
+std::string default_rule(const std::string& optimizer) {
+  return optimizer == "sgd" || optimizer == "lars" ? "linear" : "sqrt";
+}
+
+}  // namespace
+
+BatchSizeRecommendation find_batch_size(
+    const BatchSizeFinderOptions& o, const std::function<void(const BatchSizeTrial&)>& on_trial) {
+  if (o.memory_limit < 1) TANDEM_THROW(InvalidArgument, "the finder needs a memory limit");
+  if (o.timed_steps < 1 || o.warmup_steps < 0 || o.noise_steps < 1 || o.max_batch < 1) {
+    TANDEM_THROW(InvalidArgument, "finder steps must be positive (timed ", o.timed_steps,
+                 ", warm-up ", o.warmup_steps, ", noise ", o.noise_steps, ") and the largest batch at "
+                 "least 1, got ", o.max_batch);
+  }
+  const distribute::StrategyLayout layout = distribute::strategy_layout(o.config.strategy);
+  const int64_t replicas = layout.global_replicas;
+  const std::optional<data::Element> example = o.train.take(1).iterator().next();
+  if (!example) TANDEM_THROW(InvalidArgument, "the training data has no examples");
+  BatchSizeRecommendation out;
+
+  // 1. The largest batch the memory allows (one micro-batch per step).
+  train::TrainConfig planned = o.config;
+  planned.accumulation_steps = 1;
+  planned.micro_batch_size = 1;
+  planned.batch_size = replicas;
+  const train::MemoryPlan plan =
+      train::plan_memory({.model = o.model,
+                          .config = planned,
+                          .layout = layout,
+                          .example = *example,
+                          .evaluates = false,
+                          .resident_input_bytes = o.resident_input_bytes});
+  const int64_t micro = plan.largest_micro_batch(o.memory_limit);
+  if (micro < 1) train::check_memory_limit(plan, o.memory_limit);  // throws, naming the parts
+  out.largest_fitting_batch = micro * replicas;
+
+  // 2. Throughput along the series.
+  const data::Dataset repeated = o.train.repeat();
+  std::vector<double> times;
+  const int64_t first = std::min(o.min_batch > 0 ? o.min_batch : 8 * replicas,
+                                 std::min(out.largest_fitting_batch, o.max_batch));
+  if (first % replicas != 0) {
+    TANDEM_THROW(InvalidArgument, "the smallest batch to try (", first,
+                 ") must divide among the ", replicas, " replicas");
+  }
+  for (int64_t batch = first; batch <= std::min(out.largest_fitting_batch, o.max_batch);
+       batch *= 2) {
+    times.clear();
+    train::Trainer trainer(trial_config(o.config, batch, o.warmup_steps + o.timed_steps), o.model);
+    trainer.fit(repeated, std::nullopt, {.on_step = [&](const train::StepInfo& s) {
+                  if (s.step > o.warmup_steps) times.push_back(s.step_seconds);
+                }});
+    BatchSizeTrial t{.batch = batch,
+                     .examples_per_second = static_cast<double>(batch) / median(times),
+                     .predicted_peak_bytes = plan.peak(batch / replicas)};
+    out.trials.push_back(t);
+    if (on_trial) on_trial(t);
+  }
+
+  // 3. The noise scale at the run's own batch (with one replica, two
+  // micro-batches supply the second batch size).
+  {
+    train::TrainConfig c = trial_config(o.config, o.config.batch_size, o.noise_steps);
+    c.noise_scale_every = 1;
+    if (replicas == 1) c.accumulation_steps = std::max(c.accumulation_steps, 2);
+    if (c.batch_size % (replicas * c.accumulation_steps) != 0) c.accumulation_steps = 1;
+    train::Trainer trainer(c, o.model);
+    out.noise_scale = std::numeric_limits<double>::quiet_NaN();
+    trainer.fit(repeated, std::nullopt,
+                {.on_step = [&](const train::StepInfo& s) { out.noise_scale = s.noise_scale; }});
+  }
+
+  // The time to a target, up to a constant: (B + B_noise) / throughput.
+  // Without a noise scale every example counts the same (the fastest wins).
+  const double noise = std::isfinite(out.noise_scale) ? std::max(0.0, out.noise_scale) : 0.0;
+  double best = std::numeric_limits<double>::infinity();
+  for (const BatchSizeTrial& t : out.trials)
+    best = std::min(best, (static_cast<double>(t.batch) + noise) / t.examples_per_second);
+  for (BatchSizeTrial& t : out.trials) {
+    t.relative_time = (static_cast<double>(t.batch) + noise) / t.examples_per_second / best;
+    if (t.relative_time == 1.0 && out.batch == 0) out.batch = t.batch;
+  }
+  out.lr_scaling = o.config.lr_scaling != "none" ? o.config.lr_scaling : default_rule(o.config.optimizer.name);
+  out.reference_batch = o.config.reference_batch > 0 ? o.config.reference_batch : o.config.batch_size;
+  out.learning_rate = optim::scaled_learning_rate(o.config.optimizer.learning_rate, out.lr_scaling,
+                                                  out.batch, out.reference_batch);
+  out.warmup_epochs = out.batch > out.reference_batch
+                          ? std::min(5.0, static_cast<double>(o.config.epochs) / 5.0)
+                          : o.config.warmup_epochs;
+  return out;
+}
+
+}  // namespace tandem::tune
