@@ -282,7 +282,9 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   if (options.learning_rate) optimizer(r).set_learning_rate(*options.learning_rate);
   seed_replica_generator(options_.seed, options.step, context);
   for (Variable& p : rep.model->parameters()) p.zero_grad();
-  const bool measure = options.measure_gradient_norms;
+  // With one replica and one micro-batch there is no second batch size.
+  const bool measure = options.measure_gradient_norms &&
+                       (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
   run_micro_batches(rep, parts[r], global_rows, context, forward, measure);
   rep.moments.backward_done = Clock::now();
   if (rep.reducer) {
