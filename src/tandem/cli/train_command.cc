@@ -208,6 +208,35 @@ int run_train(TrainOptions& o) {
   const double load_seconds = setup.load_seconds;
   const data::Dataset& train_set = run_data.train;
 
+  // The run's shape, worked out without building it, so that the memory
+  // plan refuses a run over the limit before any replica is allocated.
+  const distribute::StrategyLayout layout = distribute::strategy_layout(config.strategy);
+  train::TrainConfig resolved = config;
+  train::resolve_batch_sizes(resolved, layout.global_replicas);
+  train::check_batch_fits(resolved, train_set);
+  // The first training example, for the checks of --augment, the memory
+  // plan and the monitor's FLOP figures.
+  const std::optional<data::Element> example = train_set.take(1).iterator().next();
+  check_augment_fits(augment, example);
+  std::optional<train::MemoryPlan> plan;
+  const int64_t memory_limit = memory_limit_of(o, layout.local_replicas);
+  if (example && !o.no_memory_plan) {
+    plan = train::plan_memory(
+        {.model = factory,
+         .config = resolved,
+         .layout = layout,
+         .example = *example,
+         .evaluates = run_data.validation.has_value(),
+         .validation_examples = run_data.validation ? run_data.validation->cardinality() : -1,
+         .resident_input_bytes = run_data.resident_bytes,
+         .writes_checkpoints = true,
+         // Every process plans the chief's share (the gathered checkpoint
+         // state): the same plan everywhere, so that every process of a
+         // multi-worker job takes the same decision before any collective.
+         .chief = true});
+    train::check_memory_limit(*plan, memory_limit);
+  }
+
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   const bool chief = strategy.is_chief();
@@ -221,29 +250,6 @@ int run_train(TrainOptions& o) {
                "tandem: warning: --zero {} with one replica: nothing to shard, the "
                "optimizer state and gradients stay whole\n",
                o.zero);
-  }
-  // The first training example, for the checks of --augment, the memory
-  // plan and the monitor's FLOP figures.
-  trainer.check_batch_fits(train_set);
-  const std::optional<data::Element> example = train_set.take(1).iterator().next();
-  check_augment_fits(augment, example);
-  // Each device's predicted peak, refused before training when over the limit.
-  std::optional<train::MemoryPlan> plan;
-  const int64_t memory_limit = memory_limit_of(o, strategy.local_replicas());
-  if (example && !o.no_memory_plan) {
-    plan = train::plan_memory(
-        {.model = factory,
-         .config = trainer.config(),
-         .layout = {.local_replicas = strategy.local_replicas(),
-                    .global_replicas = strategy.global_replicas(),
-                    .threads_per_replica = strategy.threads_per_replica()},
-         .example = *example,
-         .evaluates = run_data.validation.has_value(),
-         .validation_examples = run_data.validation ? run_data.validation->cardinality() : -1,
-         .resident_input_bytes = run_data.resident_bytes,
-         .writes_checkpoints = true,
-         .chief = chief});
-    train::check_memory_limit(*plan, memory_limit);
   }
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
   std::optional<interop::LoadReport> init_report;

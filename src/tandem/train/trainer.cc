@@ -461,10 +461,10 @@ struct Trainer::StepInput {
   Clock::time_point start, input_done;
 };
 
-void Trainer::check_batch_fits(const data::Dataset& train) const {
+void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
   const int64_t examples = train.cardinality();
-  if (examples >= 0 && examples < config_.batch_size) {
-    TANDEM_THROW(InvalidArgument, "batch size ", config_.batch_size,
+  if (examples >= 0 && examples < config.batch_size) {
+    TANDEM_THROW(InvalidArgument, "batch size ", config.batch_size,
                  " is larger than the training set (", examples, " examples)");
   }
 }
@@ -503,7 +503,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
                    "': ", error.message());
     }
   }
-  check_batch_fits(train);
+  check_batch_fits(config_, train);
   steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
   steps_without_update_ = 0;

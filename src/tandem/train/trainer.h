@@ -239,6 +239,10 @@ struct TrainCallbacks {
 // calls it once it knows its strategy's replica count.
 void resolve_batch_sizes(TrainConfig& config, int replicas);
 
+// InvalidArgument when the training data has fewer examples than one global
+// batch (config's, resolved); fit() checks it too.
+void check_batch_fits(const TrainConfig& config, const data::Dataset& train);
+
 class Trainer {
  public:
   // Builds the strategy and the engine (every replica's model); config()
@@ -292,9 +296,6 @@ class Trainer {
   // the data's cardinality (the largest process shard's batches); 0 when
   // the size is not known. Collective when there are several processes.
   int64_t steps_per_epoch(const data::Dataset& train);
-  // InvalidArgument when the training data has fewer examples than one
-  // global batch (fit() checks it too).
-  void check_batch_fits(const data::Dataset& train) const;
 
  private:
   struct Progress;
