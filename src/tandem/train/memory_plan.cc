@@ -280,7 +280,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     }
   }
   const std::string& optimizer = c.optimizer.name;
-  const int slots = optimizer == "sgd" ? (c.optimizer.momentum > 0.0 ? 1 : 0) : 2;
+  // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
+  // the two moments of Adam, AdamW and LAMB.
+  const int slots = optimizer == "sgd"    ? (c.optimizer.momentum > 0.0 ? 1 : 0)
+                    : optimizer == "lars" ? 1
+                                          : 2;
   const int64_t wire_bytes =
       c.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging, per element
   const int64_t process_rows = micro * c.accumulation_steps * local;
