@@ -5,6 +5,7 @@
 #include "fuzz_input.h"
 #include "tandem/base/error.h"
 #include "tandem/data/image.h"
+#include "tandem/tensor/allocator.h"
 #include "tandem/tensor/tensor.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,5 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const Error&) {
     }
   }
+  // The allocator keeps freed blocks for reuse (up to 2 GiB per device);
+  // random image sizes would fill it and the process's RSS limit would
+  // report the cache, not the decoder.
+  allocator_for(current_device()).release_cache();
   return 0;
 }

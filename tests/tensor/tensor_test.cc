@@ -139,6 +139,28 @@ TEST(Allocator, ReusesFreedBlocksOfTheSameSize) {
   EXPECT_EQ(a.stats().cached_bytes, 0);
 }
 
+TEST(Allocator, LargeBlocksOfNearbySizesShareASizeClass) {
+  // Above 64 KiB a block is one of eight classes per power of two: 1,000,000
+  // and 1,040,000 bytes both take 1,048,576 and reuse each other's block
+  // (decoded images of varying sizes do not each fill the cache).
+  Allocator& a = allocator_for(cpu_device(8));
+  a.release_cache();
+  void* first = a.allocate(1000000, MemoryCategory::input);
+  a.deallocate(first, 1000000, MemoryCategory::input);
+  EXPECT_EQ(a.stats().cached_bytes, 1048576);
+  void* second = a.allocate(1040000, MemoryCategory::input);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(a.stats().cached_bytes, 0);
+  // Requested bytes are what the categories count.
+  EXPECT_EQ(a.stats().current(MemoryCategory::input), 1040000);
+  a.deallocate(second, 1040000, MemoryCategory::input);
+  // Another class: a new block.
+  void* third = a.allocate(1200000, MemoryCategory::input);
+  EXPECT_NE(third, first);
+  a.deallocate(third, 1200000, MemoryCategory::input);
+  a.release_cache();
+}
+
 TEST(Tensor, SliceAndReshapeShareStorage) {
   Tensor t = Tensor::from_floats(Shape{4, 2}, std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7});
   Tensor rows = t.slice(1, 3);

@@ -1,5 +1,6 @@
 #include "tandem/tensor/allocator.h"
 
+#include <bit>
 #include <cstdlib>
 #include <map>
 
@@ -11,9 +12,19 @@ namespace {
 // Freed blocks beyond this many bytes go back to the system instead of the cache.
 constexpr int64_t kMaxCachedBytes = int64_t{2} << 30;
 
+// The block size a request gets: the alignment below 64 KiB; above it, one
+// of eight classes per power of two (at most 12.5% more), so that tensors of
+// varying sizes (decoded images, the last batch of an epoch) reuse each
+// other's cached blocks instead of each size filling the cache with blocks
+// no later request fits. The tail beyond the request is never touched, so
+// it costs address space, not resident memory.
 size_t rounded_size(size_t bytes) {
   const size_t nonzero = bytes == 0 ? 1 : bytes;
-  return (nonzero + Allocator::kAlignment - 1) / Allocator::kAlignment * Allocator::kAlignment;
+  const size_t aligned =
+      (nonzero + Allocator::kAlignment - 1) / Allocator::kAlignment * Allocator::kAlignment;
+  if (aligned < (size_t{64} << 10)) return aligned;
+  const size_t step = std::bit_floor(aligned) / 8;
+  return (aligned + step - 1) / step * step;
 }
 
 thread_local MemoryCategory thread_default_category = MemoryCategory::activations;
