@@ -9,6 +9,7 @@
 #   sh scripts/fuzz.sh runs:N [BUILD]    N executions per harness (random seed,
 #                                         the growing corpus): the 10^6 runs
 #                                         of docs/reliability.md
+#   sh scripts/fuzz.sh MODE BUILD NAME.. only the harnesses named
 #   sh scripts/fuzz.sh smoke [BUILD]     CI: a fixed seed and number of runs
 #                                         from the seeds alone (about 10 s per
 #                                         harness here), so that CI tries
@@ -19,6 +20,8 @@ set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-20}
 build=${2:-build-sanitize}
+shift $(( $# > 2 ? 2 : $# ))
+only="$*"
 [ -x "$build/tests/fuzz/write_seeds" ] || { echo "fuzz: no harnesses in $build (run scripts/sanitize-build.sh)" >&2; exit 1; }
 if [ "$mode" = smoke ]; then
   corpus="$build/fuzz-smoke-corpus"
@@ -56,6 +59,7 @@ smoke_runs="tfrecord:20000 example:150000 idx:15000 csv:50000 image:30000 checkp
   metrics:10000 model_file:4000 input_spec:70000 safetensors:50000"
 for entry in $smoke_runs; do
   h=${entry%%:*}
+  if [ -n "$only" ] && ! echo " $only " | grep -q " $h "; then continue; fi
   if [ "$mode" = smoke ]; then
     budget="-seed=1 -runs=${entry#*:}"
   elif [ "${mode#runs:}" != "$mode" ]; then
