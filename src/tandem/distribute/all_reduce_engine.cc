@@ -379,12 +379,12 @@ std::optional<GradientNormSample> AllReduceEngine::gradient_norm_sample(Replica&
                              rep.reduced_squares * unscale};
   if (comm::Communicator* comm = strategy().communicator(r))
     all = gather_in_group(*comm, all);  // every replica's three, in rank order
-  // Under ZeRO-2 each replica holds its shard of the reduced gradient.
-  const bool shards = options_.reducer.zero_stage == 2 && rep.reducer;
-  GradientNormSample sample{.big_batch = B, .big_squares = shards ? 0.0 : all[2]};
+  // With a Reducer each replica measured its share of the reduced gradient;
+  // with one replica, all of it.
+  GradientNormSample sample{.big_batch = B};
   int counted = 0;
   for (size_t i = 0; i + 2 < all.size(); i += 3) {
-    if (shards) sample.big_squares += all[i + 2];
+    sample.big_squares += all[i + 2];
     const double rows = all[i + 1];
     if (rows <= 0.0) continue;
     sample.small_squares += (B / rows) * (B / rows) * all[i];

@@ -295,9 +295,15 @@ void Reducer::finish() {
   if (options_.zero_stage != 2)
     for (Variable& p : parameters_) p.define_grad();
   if (measure_norms_) {
+    // Every replica holds the same reduced buckets: each measures its share
+    // of them (bucket b on rank b mod N), and the shares add up. Under
+    // ZeRO-2 each measures its own shards.
     for (size_t b = 0; b < pending_.size(); ++b) {
-      last_.reduced_squares += kernels::squared_norm(
-          options_.zero_stage == 2 ? shards_[b] : bucketer_->bucket(b));
+      if (options_.zero_stage == 2) {
+        last_.reduced_squares += kernels::squared_norm(shards_[b]);
+      } else if (static_cast<int>(b % static_cast<size_t>(comm_.size())) == comm_.rank()) {
+        last_.reduced_squares += kernels::squared_norm(bucketer_->bucket(b));
+      }
     }
   }
 }

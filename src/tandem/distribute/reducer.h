@@ -77,8 +77,9 @@ struct ReducerStats {
   std::vector<Bucket> buckets;
   // With prepare(..., measure_norms): sums of squares (in double) of this
   // replica's gradients before their reduction (its buckets as launched) and
-  // of what it holds after it (every reduced gradient, or its shard under
-  // ZeRO-2).
+  // of its share of the reduced ones (the buckets b with b mod N == rank, or
+  // its shards under ZeRO-2): the shares over the replicas add up to the
+  // reduced gradient's.
   double local_squares = 0.0;
   double reduced_squares = 0.0;
 };

@@ -24,7 +24,7 @@ using distribute::GradientNormSample;
 class NoiseScaleEstimator {
  public:
   // decay: the moving averages' weight on the past, in [0, 1).
-  explicit NoiseScaleEstimator(double decay = 0.9);
+  explicit NoiseScaleEstimator(double decay = 0.99);
 
   // Adds a measurement; ignored (returns false) when a figure is not finite
   // or the two batches are not 0 < small < big.

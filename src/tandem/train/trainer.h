@@ -95,7 +95,7 @@ struct TrainConfig {
   // steps: two passes over the gradients and a small exchange on those
   // steps. 0: never. It needs two batch sizes: several replicas, or
   // accumulation_steps > 1 on one.
-  int64_t noise_scale_every = 10;
+  int64_t noise_scale_every = 1;
   distribute::StrategyConfig strategy;  // one_device by default
   // Gradient synchronisation, including ZeRO (reducer.zero_stage).
   distribute::ReducerOptions reducer;
