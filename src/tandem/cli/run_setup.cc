@@ -501,6 +501,8 @@ RunSetup prepare_run(RunOptions& o) {
                  "input is '",
                  run_data.input, "'");
   }
+  // Settings that cannot work are named before any data-dependent check.
+  train::check_train_config(config);
   setup.config = config;
   setup.model = std::move(factory);
   return setup;

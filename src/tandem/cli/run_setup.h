@@ -92,7 +92,8 @@ struct RunSetup {
 // Registers the run's flags on a command (train, plan memory).
 void add_run_options(CLI::App& command, RunOptions& o);
 
-// Checks every flag (InvalidArgument naming it), builds the model factory
+// Checks every flag and the configuration they make (InvalidArgument naming
+// it; train::check_train_config), builds the model factory
 // and loads the data. The configuration's output directory and resume are
 // the caller's.
 RunSetup prepare_run(RunOptions& o);

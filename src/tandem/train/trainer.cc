@@ -137,6 +137,51 @@ double EvalResult::metric(const std::string& name) const {
   return find_metric(metrics, name);
 }
 
+void check_train_config(const TrainConfig& config) {
+  if (config.epochs < 1)
+    TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
+  if (config.steps_per_epoch < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
+                 config.steps_per_epoch);
+  }
+  if (config.prefetch_batches < 0 && config.prefetch_batches != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
+                 config.prefetch_batches);
+  }
+  if (config.input_parallel_calls < 1 && config.input_parallel_calls != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
+                 config.input_parallel_calls);
+  }
+  if (config.noise_scale_every < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "noise_scale_every (--noise-scale-every) must be >= 0 (0: off), got ",
+                 config.noise_scale_every);
+  }
+  if (config.eval_batch_size < 1) {
+    TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
+                 config.eval_batch_size);
+  }
+  optim::check_optimizer_config(config.optimizer);
+  // The scaling rule and its reference batch, checked before any replica is built.
+  if (config.lr_scaling != "none") {
+    optim::scaled_learning_rate(1.0, config.lr_scaling, 1, config.reference_batch);
+  } else if (config.reference_batch != 0) {
+    TANDEM_THROW(InvalidArgument, "reference_batch (--reference-batch) applies to a learning-rate "
+                 "scaling rule (--lr-scaling linear or sqrt)");
+  }
+  if (config.resume && config.output_dir.empty()) {
+    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
+  }
+  if (!config.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
+  if (config.input_feature.empty())
+    TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");
+  for (const Metric& m : config.metrics) {
+    if (!m.measure || !m.value)
+      TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
+  }
+}
+
 Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::string name)
     : Trainer(std::move(config),
               custom_model(std::move(name), [model, used = std::make_shared<bool>(false)]() {
@@ -153,48 +198,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::str
 Trainer::Trainer(TrainConfig config, ModelFactory model)
     : config_(std::move(config)), model_(std::move(model)) {
   if (!model_.build) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
-  if (config_.epochs < 1)
-    TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config_.epochs);
-  if (config_.steps_per_epoch < 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
-                 config_.steps_per_epoch);
-  }
-  if (config_.prefetch_batches < 0 && config_.prefetch_batches != data::kAutotune) {
-    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
-                 config_.prefetch_batches);
-  }
-  if (config_.input_parallel_calls < 1 && config_.input_parallel_calls != data::kAutotune) {
-    TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
-                 config_.input_parallel_calls);
-  }
-  if (config_.noise_scale_every < 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "noise_scale_every (--noise-scale-every) must be >= 0 (0: off), got ",
-                 config_.noise_scale_every);
-  }
-  if (config_.eval_batch_size < 1) {
-    TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
-                 config_.eval_batch_size);
-  }
-  optim::check_optimizer_config(config_.optimizer);
-  // The scaling rule and its reference batch, checked before any replica is built.
-  if (config_.lr_scaling != "none") {
-    optim::scaled_learning_rate(1.0, config_.lr_scaling, 1, config_.reference_batch);
-  } else if (config_.reference_batch != 0) {
-    TANDEM_THROW(InvalidArgument, "reference_batch (--reference-batch) applies to a learning-rate "
-                 "scaling rule (--lr-scaling linear or sqrt)");
-  }
-  if (config_.resume && config_.output_dir.empty()) {
-    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
-  }
-  if (!config_.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
-  if (config_.input_feature.empty())
-    TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");
-  for (const Metric& m : config_.metrics) {
-    if (!m.measure || !m.value)
-      TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
-  }
+  check_train_config(config_);
   strategy_ = distribute::make_strategy(config_.strategy);
   resolve_batch_sizes(config_, strategy_->global_replicas());
   config_.optimizer.learning_rate = optim::scaled_learning_rate(

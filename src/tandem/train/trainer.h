@@ -233,6 +233,11 @@ struct TrainCallbacks {
   std::function<void(const EpochResult&)> on_epoch;
 };
 
+// InvalidArgument naming the first setting of config that cannot work
+// (epochs, step counts, pipeline depths, optimizer, learning-rate scaling,
+// loss, metrics), checked without data or replicas; the Trainer calls it first.
+void check_train_config(const TrainConfig& config);
+
 // Derives the unset one of batch_size, accumulation_steps and
 // micro_batch_size (see TrainConfig) for `replicas` replicas and checks that
 // they agree: InvalidArgument naming the numbers otherwise. The Trainer
