@@ -424,6 +424,71 @@ TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
   expect_one_line_error("tune", "A subcommand is required");
 }
 
+TEST(Cli, TuneSearchTrainsTrialsInRungsResumesAndReports) {
+  const std::string dir = tmp("cli-search");
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir + "/space.toml") << "[search]\nsampler = \"grid\"\nmin_epochs = 1\n"
+                                          "max_epochs = 3\n[space]\n"
+                                          "lr = { choice = [0.02, 0.1, 0.3] }\n";
+  }
+  const std::string data = " --model mlp --train-examples 1024 --test-examples 256";
+  const std::string search = "tune search --space " + dir + "/space.toml --output " + dir + "/out";
+  const CommandResult r = run(search + " --parallel 2 --report " + dir + "/report.html" + data);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("best: trial"), std::string::npos) << r.output;
+  // Three trials for an epoch, the best third of them (one) to the third.
+  const auto summary = nlohmann::json::parse(std::ifstream(dir + "/out/search.json"));
+  int64_t epochs = 0, finished = 0;
+  for (const auto& trial : summary.at("trials")) {
+    epochs += static_cast<int64_t>(trial.at("curve").size());
+    finished += trial.at("results").size() == 2;
+  }
+  EXPECT_EQ(epochs, 3 + 2);
+  EXPECT_EQ(finished, 1);
+  EXPECT_TRUE(fs::exists(dir + "/out/trial-002/summary.json"));
+  std::ifstream report(dir + "/report.html");
+  const std::string html((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("Rungs"), std::string::npos);
+  // Resuming a finished search trains nothing more; starting over is refused.
+  const CommandResult again = run(search + " --resume" + data);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(again.output.find("to epoch"), std::string::npos) << again.output;
+  expect_one_line_error(search + data, "already holds a search");
+  // The target is reported when no trial reaches it.
+  {
+    std::ofstream(dir + "/hard.toml") << "[search]\nsampler = \"grid\"\nmin_epochs = 1\n"
+                                         "max_epochs = 1\ntarget = 0.999\n[space]\n"
+                                         "lr = { choice = [0.1] }\n";
+  }
+  const CommandResult hard =
+      run("tune search --space " + dir + "/hard.toml --output " + dir + "/hard" + data);
+  EXPECT_EQ(hard.status, 1) << hard.output;
+  EXPECT_NE(hard.output.find("target validation_accuracy 0.999 was not reached within 1 epochs"), std::string::npos)
+      << hard.output;
+}
+
+TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {
+  const std::string dir = tmp("cli-search-bad");
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir + "/space.toml") << "[search]\ntrials = 2\n[space]\n"
+                                          "lr = { log_uniform = [0.01, 0.1] }\n";
+    std::ofstream(dir + "/unknown.toml") << "[search]\ntrials = 2\n[space]\n"
+                                            "dropout_rate = { uniform = [0, 0.5] }\n";
+  }
+  const std::string search = "tune search --output " + dir + "/out --model mlp --space " + dir;
+  expect_one_line_error(search + "/unknown.toml",
+                        "unknown.toml:4: unknown parameter 'dropout_rate'");
+  expect_one_line_error(search + "/space.toml --epochs 3", "--epochs is the search's to set");
+  expect_one_line_error(search + "/space.toml --lr 0.1", "--lr is given and searched");
+  expect_one_line_error(search + "/space.toml --batch-size many",
+                        "a trial's tandem train flags");
+  expect_one_line_error(search + "/missing.toml", "cannot read the space file");
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
 TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
   const std::string out = tmp("cli-f16");
   fs::remove_all(out);

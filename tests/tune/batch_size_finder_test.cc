@@ -86,8 +86,11 @@ TEST(BatchSizeFinder, TheLargestFittingBatchIsTheTrueLargest) {
   EXPECT_TRUE(std::isfinite(r.noise_scale));
   // The recommendation is the best trial, its rate scaled linearly (sgd)
   // from the run's batch of 32.
-  for (const tune::BatchSizeTrial& t : r.trials)
-    if (t.relative_time == 1.0) EXPECT_EQ(r.batch, t.batch);
+  for (const tune::BatchSizeTrial& t : r.trials) {
+    if (t.relative_time == 1.0) {
+      EXPECT_EQ(r.batch, t.batch);
+    }
+  }
   EXPECT_EQ(r.lr_scaling, "linear");
   EXPECT_EQ(r.reference_batch, 32);
   EXPECT_DOUBLE_EQ(r.learning_rate, 0.05 * static_cast<double>(r.batch) / 32.0);

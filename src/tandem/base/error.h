@@ -52,6 +52,13 @@ class Timeout : public Error {
   using Error::Error;
 };
 
+// Training diverged (a non-finite loss, or no update for many steps): the
+// run's settings, not the program, failed. `tandem train` exits with 3.
+class Diverged : public Error {
+ public:
+  using Error::Error;
+};
+
 // The combination asked for exists in principle but is not built.
 class NotImplemented : public Error {
  public:

@@ -33,6 +33,8 @@ Command add_export_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 // `tune batch-size` (its command is the batch-size subcommand of tune).
 Command add_tune_command(CLI::App& app);
+// `tune search`, under the `tune` command.
+Command add_tune_search_command(CLI::App& tune);
 // The bench subcommands about memory and collectives, under `bench`.
 std::vector<Command> add_bench_comm_commands(CLI::App& bench);
 Command add_bench_pipeline_command(CLI::App& bench);

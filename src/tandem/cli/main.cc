@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
@@ -43,17 +44,17 @@ namespace {
 // is, then the job is ended (MPI_Finalize would wait for ranks that are
 // stuck or gone); the short pause lets the other ranks, told of the failure
 // by their communicators, print their own line first.
-int fail(const char* kind, const char* message) {
+int fail(const char* kind, const char* message, int status = 1) {
   const int rank = tandem::comm::launched_rank();
   if (tandem::comm::launched_process_count() > 1 && rank >= 0) {
     std::fprintf(stderr, "tandem: %s on rank %d: %s\n", kind, rank, message);
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    tandem::comm::abort_mpi_job(1);
+    tandem::comm::abort_mpi_job(status);
   } else {
     std::fprintf(stderr, "tandem: %s: %s\n", kind, message);
   }
-  return 1;
+  return status;
 }
 
 }  // namespace
@@ -62,12 +63,13 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem: data-parallel deep-learning training for multi-device machines", "tandem"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION_STRING);
   app.require_subcommand(1);
-  const tandem::cli::Command commands[] = {
+  std::vector<tandem::cli::Command> commands = {
       tandem::cli::add_train_command(app),    tandem::cli::add_info_command(app),
       tandem::cli::add_bench_command(app),    tandem::cli::add_data_command(app),
       tandem::cli::add_evaluate_command(app), tandem::cli::add_generate_command(app),
       tandem::cli::add_export_command(app),   tandem::cli::add_report_command(app),
-      tandem::cli::add_plan_command(app), tandem::cli::add_tune_command(app)};
+      tandem::cli::add_plan_command(app),     tandem::cli::add_tune_command(app)};
+  commands.push_back(tandem::cli::add_tune_search_command(*commands.back().app->get_parent()));
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) {
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
       if (command.app->parsed()) return command.run();
     }
     return 2;
+  } catch (const tandem::Diverged& e) {
+    return fail("error", e.what(), 3);  // the settings failed, not the program
   } catch (const tandem::Error& e) {
     return fail("error", e.what());
   } catch (const std::exception& e) {

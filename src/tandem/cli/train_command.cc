@@ -404,6 +404,11 @@ int run_train(TrainOptions& o) {
                trainer.checkpoint_path(), config.output_dir);
     return 130;
   }
+  if (result.paused && !o.quiet) {
+    fmt::print("paused after epoch {} of {}; checkpoint saved to {} (continue with --output {} "
+               "--resume)\n",
+               result.history.size(), config.epochs, trainer.checkpoint_path(), config.output_dir);
+  }
   if (!o.quiet && !result.history.empty()) {
     const auto& last = result.history.back();
     const std::vector<std::pair<std::string, double>>& final_metrics =
@@ -445,6 +450,9 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--resume", c.resume,
                     "Continue from the checkpoint in --output (a cosine schedule is stretched "
                     "over a new --epochs)");
+  command->add_option("--stop-after-epochs", c.stop_after_epochs,
+                      "Stop after this epoch of the --epochs-long run, checkpoint saved; "
+                      "--resume continues with the same schedule (0: off)");
   command->add_option("--tensorboard", o->tensorboard,
                       "TensorBoard event files' directory (default: RUN_DIR/tensorboard)");
   command->add_flag("--no-tensorboard", o->no_tensorboard, "Write no TensorBoard event files");

@@ -1,6 +1,6 @@
-// Model files: the TOML parser, the shape inference and the builder. This is
-// the one translation unit that includes toml++ (a heavy header): keep it out
-// of every other file. The keys each layer type takes are listed once, in
+// Model files: the TOML parser, the shape inference and the builder. toml++
+// is a heavy header: only the parsers of TOML files (this one, input
+// specifications, search spaces) include it. The keys each layer type takes are listed once, in
 // kinds(); the parser refuses any other key and reads only those.
 
 #include "tandem/nn/model_file.h"

@@ -51,6 +51,7 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
                       {"config", c},
                       {"epochs", result.history.size()},
                       {"interrupted", result.interrupted},
+                      {"paused", result.paused},
                       {"input_exhausted", result.input_exhausted},
                       {"wall_seconds", result.wall_seconds},
                       {"examples_per_second", seconds > 0.0 ? examples / seconds : 0.0},

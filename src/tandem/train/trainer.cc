@@ -140,6 +140,11 @@ double EvalResult::metric(const std::string& name) const {
 void check_train_config(const TrainConfig& config) {
   if (config.epochs < 1)
     TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
+  if (config.stop_after_epochs < 0 || config.stop_after_epochs > config.epochs) {
+    TANDEM_THROW(InvalidArgument, "stop_after_epochs (--stop-after-epochs) must be in [0, ",
+                 config.epochs, "] (0: off; at most the run's epochs), got ",
+                 config.stop_after_epochs);
+  }
   if (config.steps_per_epoch < 0) {
     TANDEM_THROW(InvalidArgument,
                  "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
@@ -271,10 +276,12 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
   micro = per_replica / config.accumulation_steps;
 }
 
+std::string checkpoint_path_in(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / kCheckpointFile).string();
+}
+
 std::string Trainer::checkpoint_path() const {
-  return config_.output_dir.empty()
-             ? std::string()
-             : (std::filesystem::path(config_.output_dir) / kCheckpointFile).string();
+  return config_.output_dir.empty() ? std::string() : checkpoint_path_in(config_.output_dir);
 }
 
 data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
@@ -580,7 +587,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   if (r.gradient_norms) noise_scale_.add(*r.gradient_norms);
   const bool finite = std::isfinite(r.loss);
   if (!finite && engine_->loss_scaler() == nullptr) {
-    TANDEM_THROW(Error, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
+    TANDEM_THROW(Diverged, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
                  " step ", progress.step + 1, " (lower the learning rate)");
   }
   // Under loss scaling a non-finite step is skipped, and the scale falls
@@ -589,7 +596,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   // ever updating the weights.
   steps_without_update_ = finite && !r.skipped ? 0 : steps_without_update_ + 1;
   if (steps_without_update_ >= kMaxStepsWithoutUpdate) {
-    TANDEM_THROW(Error, "training diverged: the last ", steps_without_update_,
+    TANDEM_THROW(Diverged, "training diverged: the last ", steps_without_update_,
                  " steps applied no update (", finite ? "gradients overflowed" : "the loss is ",
                  finite ? "" : std::to_string(r.loss), ", loss scale ", r.loss_scale,
                  ") at epoch ", progress.epoch + 1, " step ", progress.step + 1,
@@ -662,7 +669,9 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
   // pipeline's state is where the uninterrupted run had it.
   int64_t to_skip = continuing ? progress.global_step : progress.step;
   progress.learning_rate = schedule_->lr(progress.global_step);
-  while (progress.epoch < config_.epochs) {
+  const int64_t last_epoch =
+      config_.stop_after_epochs > 0 ? config_.stop_after_epochs : config_.epochs;
+  while (progress.epoch < last_epoch) {
     if (!continuing) input.iterator = input.batches.iterator(progress.epoch);
     for (; to_skip > 0; --to_skip) {
       if (!input.iterator.next()) break;
@@ -696,6 +705,7 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
     progress = std::move(next);
     if (result.input_exhausted) break;
   }
+  result.paused = progress.epoch < config_.epochs && !result.input_exhausted;
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   return result;
 }

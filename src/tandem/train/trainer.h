@@ -57,6 +57,11 @@ namespace tandem::train {
 
 struct TrainConfig {
   int64_t epochs = 5;
+  // N > 0: fit() returns after epoch N of the epochs-long run (its
+  // checkpoint saved, TrainResult::paused), and a resume continues to
+  // `epochs` with the same schedule: how a search trains a trial in rungs.
+  // In [0, epochs].
+  int64_t stop_after_epochs = 0;
   // The global batch is micro_batch_size x accumulation_steps x replicas
   // (DeepSpeed's contract): each replica's share runs in accumulation_steps
   // micro-batches whose gradients make one update (gradient accumulation,
@@ -221,6 +226,7 @@ struct StepInfo {
 struct TrainResult {
   std::vector<EpochResult> history;
   bool interrupted = false;  // stopped by request_stop(); a checkpoint was saved
+  bool paused = false;       // stopped at TrainConfig::stop_after_epochs; likewise
   // With steps_per_epoch: the data ended before the last epoch's last step
   // (Keras stops the same way); the history ends with that partial epoch.
   bool input_exhausted = false;
@@ -232,6 +238,9 @@ struct TrainCallbacks {
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochResult&)> on_epoch;
 };
+
+// The checkpoint a run writes in its output directory `run_dir`.
+std::string checkpoint_path_in(const std::string& run_dir);
 
 // InvalidArgument naming the first setting of config that cannot work
 // (epochs, step counts, pipeline depths, optimizer, learning-rate scaling,

@@ -1,0 +1,470 @@
+// `tandem tune search`: a hyperparameter search (tune/search.h) whose
+// trials are `tandem train` processes, one run directory each, started
+// `--parallel` at a time. Every flag the command does not know is a
+// `tandem train` flag, given to every trial.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tandem/base/cpu_info.h"
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/monitor/svg_chart.h"
+#include "tandem/train/trainer.h"
+#include "tandem/tune/search.h"
+
+extern char** environ;
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct SearchCommandOptions {
+  std::string space;
+  std::string output;
+  int64_t parallel = 0;  // 0: one trial per device
+  bool resume = false;
+  std::string report;
+  std::vector<std::string> train_args;  // the flags the command does not know
+};
+
+std::atomic<bool> stop_search{false};
+
+void on_interrupt(int) { stop_search.store(true); }
+
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) TANDEM_THROW(IoError, "cannot read the ", what, " '", path, "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The last line of a trial's log that says what went wrong.
+std::string error_in_log(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, error, last;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("error") != std::string::npos) error = line;
+  }
+  return error.empty() ? last : error;
+}
+
+// The search's metric after each epoch, from the trial's summary.json.
+std::vector<double> read_curve(const std::string& dir, const std::string& metric) {
+  const std::string path = (fs::path(dir) / "summary.json").string();
+  if (!fs::exists(path)) return {};
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(read_text(path, "trial summary"));
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "'", path, "' is not JSON: ", e.what());
+  }
+  std::vector<double> curve;
+  for (const nlohmann::json& epoch : summary.value("history", nlohmann::json::array())) {
+    if (!epoch.contains(metric)) {
+      std::string keys;
+      for (const auto& [key, value] : epoch.items())
+        if (key.starts_with("train_") || key.starts_with("validation_"))
+          keys += (keys.empty() ? "" : ", ") + key;
+      TANDEM_THROW(InvalidArgument, "the trial's history has no '", metric, "' (it has ", keys,
+                   ")");
+    }
+    const nlohmann::json& v = epoch[metric];
+    curve.push_back(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN());
+  }
+  return curve;
+}
+
+// Runs each job as `tandem train` in its run directory, output to log.txt there.
+class ProcessTrialRunner : public tune::TrialRunner {
+ public:
+  ProcessTrialRunner(std::vector<std::string> train_args, std::string metric, int threads)
+      : executable_(fs::read_symlink("/proc/self/exe").string()),
+        train_args_(std::move(train_args)),
+        metric_(std::move(metric)),
+        threads_(threads) {}
+
+  void start(const tune::TrialJob& job) override {
+    std::error_code error;
+    fs::create_directories(job.dir, error);
+    if (error) TANDEM_THROW(IoError, "cannot create '", job.dir, "': ", error.message());
+    // A job whose rung was trained before an interruption left no trace in
+    // the search's state: its summary says so.
+    try {
+      std::vector<double> curve = read_curve(job.dir, metric_);
+      if (static_cast<int64_t>(curve.size()) >= job.epochs) {
+        ready_.push_back({job, {.status = tune::TrialOutcome::Status::finished,
+                                .curve = std::move(curve)}});
+        return;
+      }
+    } catch (const Error&) {
+      // Trained again below; the run's own error, if any, comes from there.
+    }
+    std::vector<std::string> args = {executable_, "train"};
+    args.insert(args.end(), train_args_.begin(), train_args_.end());
+    const std::vector<std::string> trial = tune::trial_arguments(job.settings);
+    args.insert(args.end(), trial.begin(), trial.end());
+    for (const std::string& a :
+         {std::string("--output"), job.dir, std::string("--epochs"),
+          std::to_string(job.max_epochs), std::string("--stop-after-epochs"),
+          std::to_string(job.epochs), std::string("--seed"), std::to_string(job.seed),
+          std::string("--quiet"), std::string("--no-tensorboard")})
+      args.push_back(a);
+    if (threads_ > 0) {
+      args.push_back("--threads");
+      args.push_back(std::to_string(threads_));
+    }
+    if (fs::exists(train::checkpoint_path_in(job.dir))) args.push_back("--resume");
+    const std::string log = (fs::path(job.dir) / "log.txt").string();
+    {
+      std::ofstream out(log, std::ios::app);
+      out << "$";
+      for (const std::string& a : args) out << ' ' << a;
+      out << '\n';
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, executable_.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) TANDEM_THROW(Error, "cannot start a trial: ", std::strerror(rc));
+    running_[pid] = {job, Clock::now(), log};
+  }
+
+  std::pair<tune::TrialJob, tune::TrialOutcome> wait() override {
+    if (!ready_.empty()) {
+      auto next = std::move(ready_.front());
+      ready_.pop_front();
+      return next;
+    }
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, 0);
+      if (pid < 0 && errno == EINTR) {
+        forward_interrupt();
+        continue;
+      }
+      if (pid < 0) TANDEM_THROW(Error, "waiting for a trial: ", std::strerror(errno));
+      const auto it = running_.find(pid);
+      if (it == running_.end()) continue;
+      const Running done = it->second;
+      running_.erase(it);
+      tune::TrialOutcome outcome;
+      outcome.seconds = std::chrono::duration<double>(Clock::now() - done.start).count();
+      const bool interrupted = (WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
+                               (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+      try {
+        outcome.curve = read_curve(done.job.dir, metric_);
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        outcome.status = code == 0     ? tune::TrialOutcome::Status::finished
+                         : code == 3   ? tune::TrialOutcome::Status::diverged
+                         : interrupted ? tune::TrialOutcome::Status::interrupted
+                                       : tune::TrialOutcome::Status::failed;
+        if (code != 0 && !interrupted) {
+          outcome.error = WIFSIGNALED(status)
+                              ? fmt::format("killed by signal {}", WTERMSIG(status))
+                              : error_in_log(done.log);
+        }
+      } catch (const Error& e) {
+        outcome.status = tune::TrialOutcome::Status::failed;
+        outcome.error = e.what();
+      }
+      return {done.job, outcome};
+    }
+  }
+
+ private:
+  struct Running {
+    tune::TrialJob job;
+    Clock::time_point start;
+    std::string log;
+  };
+
+  // Ctrl-C reaches the trials through the terminal; a signal sent to this
+  // process alone is passed on, so that each saves its checkpoint.
+  void forward_interrupt() {
+    if (!stop_search.load() || forwarded_) return;
+    forwarded_ = true;
+    for (const auto& [pid, running] : running_) ::kill(pid, SIGINT);
+  }
+
+  std::string executable_;
+  std::vector<std::string> train_args_;
+  std::string metric_;
+  int threads_;
+  std::map<pid_t, Running> running_;
+  std::deque<std::pair<tune::TrialJob, tune::TrialOutcome>> ready_;
+  bool forwarded_ = false;
+};
+
+// The value given for a train flag among the arguments ("--flag V" or
+// "--flag=V"), or empty.
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (args[i].starts_with(flag + "=")) return args[i].substr(flag.size() + 1);
+  }
+  return {};
+}
+
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+    return a == flag || a.starts_with(flag + "=");
+  });
+}
+
+// Refuses train flags that the search owns or searches, then parses the
+// first trial's command line as `tandem train` would, so that a bad flag
+// is one error here rather than one per trial.
+void check_train_args(const std::vector<std::string>& args, const tune::SearchSpace& space,
+                      const tune::TrialSettings& first) {
+  for (const char* owned : {"--output", "-o", "--resume", "--epochs", "--stop-after-epochs",
+                            "--seed", "--quiet", "-q"}) {
+    if (has_flag(args, owned)) {
+      TANDEM_THROW(InvalidArgument, owned,
+                   " is the search's to set for each trial (the budget is min_epochs and "
+                   "max_epochs, the seed is seed in [search]); drop it");
+    }
+  }
+  for (const tune::Parameter& p : space.parameters) {
+    const std::string flag = p.name.starts_with("model.") ? "--model-options" : "--" + p.name;
+    if (has_flag(args, flag))
+      TANDEM_THROW(InvalidArgument, flag, " is given and searched (", p.name, "); drop one");
+  }
+  CLI::App dry{"tandem", "tandem"};
+  add_train_command(dry);
+  std::vector<std::string> reversed = {"train"};
+  reversed.insert(reversed.end(), args.begin(), args.end());
+  const std::vector<std::string> trial = tune::trial_arguments(first);
+  reversed.insert(reversed.end(), trial.begin(), trial.end());
+  std::reverse(reversed.begin(), reversed.end());
+  try {
+    dry.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    TANDEM_THROW(InvalidArgument, "a trial's tandem train flags: ", e.what());
+  }
+}
+
+std::string fixed(const std::vector<std::string>& train_args, const tune::TrialSettings& s) {
+  std::string command = "tandem train";
+  for (const std::string& a : train_args) command += " " + a;
+  for (const std::string& a : tune::trial_arguments(s)) command += " " + a;
+  return command;
+}
+
+std::string describe(const tune::TrialSettings& settings) {
+  std::string text;
+  for (const auto& [name, value] : settings)
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
+  return text;
+}
+
+std::string html_report(const tune::SearchResult& r, const tune::SearchSettings& s,
+                        const std::vector<std::string>& train_args) {
+  std::vector<monitor::Series> curves;
+  for (size_t t = 0; t < r.trials.size(); ++t) {
+    const tune::TrialRecord& trial = r.trials[t];
+    if (trial.curve.empty()) continue;
+    const bool best = static_cast<int64_t>(t) == r.best;
+    monitor::Series series{.name = fmt::format("trial {}{}", t, best ? " (best)" : ""),
+                           .color = best ? "#e15759" : "#9db4d3",
+                           .markers = true};
+    for (size_t e = 0; e < trial.curve.size(); ++e) {
+      series.x.push_back(static_cast<double>(e + 1));
+      series.y.push_back(trial.curve[e]);
+    }
+    curves.push_back(std::move(series));
+  }
+  std::string rungs;
+  for (size_t k = 0; k < r.rungs.size(); ++k) {
+    int64_t reached = 0;
+    double best = std::numeric_limits<double>::quiet_NaN();
+    for (const tune::TrialRecord& t : r.trials) {
+      if (t.results.size() <= k) continue;
+      ++reached;
+      const double v = t.results[k];
+      if (std::isnan(best) || (s.maximize ? v > best : v < best)) best = v;
+    }
+    rungs += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>", k,
+                         r.rungs[k], reached, best);
+  }
+  std::string trials;
+  for (size_t t = 0; t < r.trials.size(); ++t) {
+    const tune::TrialRecord& trial = r.trials[t];
+    std::string results;
+    for (double v : trial.results) results += fmt::format("{:.4f} ", v);
+    trials += fmt::format(
+        "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0f} s</td><td>{}</td></tr>",
+        static_cast<int64_t>(t) == r.best ? " style=\"font-weight:bold\"" : "", t,
+        monitor::html_escape(describe(trial.settings)), results, trial.curve.size(),
+        trial.seconds, monitor::html_escape(trial.error));
+  }
+  const std::string best =
+      r.best >= 0 ? monitor::html_escape(fixed(train_args, r.trials[static_cast<size_t>(r.best)]
+                                                                  .settings))
+                  : std::string("none");
+  return fmt::format(
+      R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>tandem tune search</title>
+<style>body {{ font-family: sans-serif; margin: 24px; }} td, th {{ padding: 3px 12px 3px 0; text-align: left; }}
+svg.chart {{ border: 1px solid #ddd; }}</style></head><body>
+<h1>Hyperparameter search: {} trials, {} {}</h1>
+<p>Best: trial {} &mdash; <code>{}</code>. Compute: {} epochs over all trials ({:.0f}% of {} trials x {}
+epochs), {:.0f} s of trial time, {:.0f} s wall.</p>
+<div>{}</div>
+<h2>Rungs</h2><table><tr><th>rung</th><th>epochs</th><th>trials</th><th>best {}</th></tr>{}</table>
+<h2>Trials</h2><table><tr><th>trial</th><th>settings</th><th>{} by rung</th><th>epochs</th>
+<th>time</th><th>error</th></tr>{}</table></body></html>
+)",
+      r.trials.size(), s.scheduler == "asha" ? "ASHA" : "every trial in full", s.sampler,
+      r.best, best, r.epochs_trained,
+      100.0 * static_cast<double>(r.epochs_trained) /
+          static_cast<double>(static_cast<int64_t>(r.trials.size()) * s.max_epochs),
+      r.trials.size(), s.max_epochs, r.trial_seconds, r.wall_seconds,
+      monitor::line_chart({.id = "trials",
+                           .title = fmt::format("{} by epoch, every trial", s.metric),
+                           .x_label = "epoch",
+                           .y_label = s.metric,
+                           .series = curves,
+                           .y_from_zero = false}),
+      s.metric, rungs, s.metric, trials);
+}
+
+int run_tune_search(SearchCommandOptions& o) {
+  if (o.output.empty())
+    TANDEM_THROW(InvalidArgument, "--output (the search's directory) is required");
+  const std::string text = read_text(o.space, "space file");
+  const tune::SearchSpace space = tune::parse_search_space(text, o.space);
+  const std::vector<tune::TrialSettings> trials = tune::sample_trials(space);
+  check_train_args(o.train_args, space, trials.front());
+  // One trial per device: a trial of a multi-device strategy takes its
+  // --devices (all the cores when unset).
+  const int cores = std::max(1, cpu_info().physical_cores);
+  const std::string strategy = flag_value(o.train_args, "--strategy");
+  const bool one_device = strategy.empty() || strategy == "one-device";
+  const std::string devices = flag_value(o.train_args, "--devices");
+  const int per_trial = one_device ? 1 : devices.empty() ? cores : std::max(1, std::stoi(devices));
+  if (o.parallel < 0)
+    TANDEM_THROW(InvalidArgument, "--parallel must be at least 1 (0: one per device), got ",
+                 o.parallel);
+  const int64_t parallel = o.parallel > 0 ? o.parallel : std::max(1, cores / per_trial);
+  const int threads = one_device && !has_flag(o.train_args, "--threads")
+                          ? std::max<int>(1, cores / static_cast<int>(parallel))
+                          : 0;
+  const tune::SearchSettings& s = space.settings;
+  fmt::print("tandem tune search: {} {} trials ({}), epochs {} to {}, {} at a time; {} in {}\n",
+             trials.size(), s.sampler,
+             s.scheduler == "asha" ? fmt::format("ASHA, eta {}", s.reduction_factor)
+                                   : std::string("each in full"),
+             s.min_epochs, s.max_epochs, parallel, s.metric, o.output);
+  ProcessTrialRunner runner(o.train_args, s.metric, threads);
+  stop_search.store(false);
+  struct sigaction action = {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);  // no SA_RESTART: waitpid returns to pass the signal on
+  struct sigaction previous = {};
+  sigaction(SIGINT, &action, &previous);
+  tune::SearchResult r;
+  try {
+    r = tune::run_search({.space = space,
+                          .space_text = text,
+                          .output_dir = o.output,
+                          .parallel = parallel,
+                          .resume = o.resume,
+                          .stop = &stop_search,
+                          .log = [](const std::string& line) {
+                            fmt::print("  {}\n", line);
+                            std::fflush(stdout);
+                          }},
+                         runner);
+  } catch (...) {
+    sigaction(SIGINT, &previous, nullptr);
+    throw;
+  }
+  sigaction(SIGINT, &previous, nullptr);
+  if (!o.report.empty()) {
+    std::ofstream out(o.report, std::ios::trunc);
+    out << html_report(r, s, o.train_args);
+    if (!out) TANDEM_THROW(IoError, "cannot write the report '", o.report, "'");
+  }
+  if (r.interrupted) {
+    fmt::print("stopped; continue with the same command and --resume\n");
+    return 130;
+  }
+  const double full = static_cast<double>(static_cast<int64_t>(trials.size()) * s.max_epochs);
+  fmt::print("{} epochs trained over {} trials ({:.0f}% of training every trial for {} epochs), "
+             "{:.0f} s\n",
+             r.epochs_trained, trials.size(), 100.0 * static_cast<double>(r.epochs_trained) / full,
+             s.max_epochs, r.wall_seconds);
+  if (r.best < 0) {
+    fmt::print(stderr, "tandem: error: every trial failed (their logs are in {}/trial-*)\n",
+               o.output);
+    return 1;
+  }
+  const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
+  fmt::print("best: trial {} ({}), {} {:.4f} after {} epochs\n  {}\n", r.best,
+             describe(best.settings), s.metric, best.results.back(),
+             r.rungs[best.results.size() - 1], fixed(o.train_args, best.settings));
+  if (s.target && !r.target_reached) {
+    fmt::print(stderr,
+               "tandem: the target {} {} was not reached within {} epochs (best {:.4f}); widen "
+               "the space or raise max_epochs\n",
+               s.metric, *s.target, s.max_epochs, best.results.back());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_tune_search_command(CLI::App& tune) {
+  CLI::App* search = tune.add_subcommand(
+      "search",
+      "Search hyperparameters with asynchronous successive halving; every other flag is a "
+      "tandem train flag for all trials (docs/tuning.md)");
+  auto o = std::make_shared<SearchCommandOptions>();
+  search->add_option("--space", o->space, "The search space and settings (TOML)")->required();
+  search->add_option("--output,-o", o->output, "The search's directory: a run directory per trial")
+      ->required();
+  search->add_option("--parallel", o->parallel,
+                     "Trials at once (default: one per device, a device per core)");
+  search->add_flag("--resume", o->resume, "Continue the search in --output");
+  search->add_option("--report", o->report,
+                     "Write an HTML page with every trial's curve, the rungs and the best");
+  search->allow_extras();
+  return {search, [o, search]() {
+            o->train_args = search->remaining();
+            return run_tune_search(*o);
+          }};
+}
+
+}  // namespace tandem::cli

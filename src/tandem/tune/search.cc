@@ -1,0 +1,302 @@
+#include "tandem/tune/search.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "tandem/base/error.h"
+#include "tandem/tune/asha.h"
+
+namespace tandem::tune {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kStateFile = "search.json";
+constexpr const char* kFormat = "tandem-search/1";
+
+AshaOptions asha_options(const SearchSettings& s) {
+  return {.trials = s.trials,
+          .min_epochs = s.min_epochs,
+          .max_epochs = s.max_epochs,
+          .reduction_factor = s.reduction_factor,
+          .maximize = s.maximize,
+          .successive_halving = s.scheduler == "asha"};
+}
+
+nlohmann::json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+std::vector<double> numbers(const nlohmann::json& array) {
+  std::vector<double> v;
+  for (const nlohmann::json& x : array)
+    v.push_back(x.is_number() ? x.get<double>() : std::numeric_limits<double>::quiet_NaN());
+  return v;
+}
+
+nlohmann::json numbers_json(const std::vector<double>& v) {
+  nlohmann::json array = nlohmann::json::array();
+  for (double x : v) array.push_back(number_or_null(x));
+  return array;
+}
+
+struct SavedState {
+  std::string space_text;
+  AshaOptions asha;
+  std::vector<TrialRecord> trials;
+  double wall_seconds = 0.0;
+};
+
+void write_state(const std::string& output_dir, const SavedState& state) {
+  nlohmann::json trials = nlohmann::json::array();
+  for (const TrialRecord& r : state.trials) {
+    nlohmann::json settings = nlohmann::json::array();
+    for (const auto& [name, value] : r.settings) settings.push_back({name, value});
+    trials.push_back({{"settings", settings},
+                      {"seed", r.seed},
+                      {"results", numbers_json(r.results)},
+                      {"started_rung", r.started_rung},
+                      {"failed", r.failed},
+                      {"error", r.error},
+                      {"curve", numbers_json(r.curve)},
+                      {"seconds", r.seconds}});
+  }
+  const AshaOptions& a = state.asha;
+  const nlohmann::json json = {
+      {"format", kFormat},
+      {"space", state.space_text},
+      {"asha",
+       {{"min_epochs", a.min_epochs},
+        {"max_epochs", a.max_epochs},
+        {"reduction_factor", a.reduction_factor},
+        {"maximize", a.maximize},
+        {"successive_halving", a.successive_halving}}},
+      {"wall_seconds", state.wall_seconds},
+      {"trials", trials}};
+  // Written aside and renamed, so that an interruption leaves the old state whole.
+  const fs::path path = fs::path(output_dir) / kStateFile;
+  const fs::path temporary = fs::path(output_dir) / (std::string(kStateFile) + ".tmp");
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << json.dump(1) << '\n';
+    if (!out) TANDEM_THROW(IoError, "cannot write '", temporary.string(), "'");
+  }
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) TANDEM_THROW(IoError, "cannot write '", path.string(), "': ", error.message());
+}
+
+SavedState read_state(const std::string& output_dir) {
+  const fs::path path = fs::path(output_dir) / kStateFile;
+  std::ifstream in(path);
+  if (!in) TANDEM_THROW(IoError, "cannot read '", path.string(), "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  SavedState state;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text.str());
+    if (json.at("format") != kFormat) throw std::runtime_error("unknown format");
+    state.space_text = json.at("space").get<std::string>();
+    const nlohmann::json& a = json.at("asha");
+    state.asha = {.min_epochs = a.at("min_epochs").get<int64_t>(),
+                  .max_epochs = a.at("max_epochs").get<int64_t>(),
+                  .reduction_factor = a.at("reduction_factor").get<int64_t>(),
+                  .maximize = a.at("maximize").get<bool>(),
+                  .successive_halving = a.at("successive_halving").get<bool>()};
+    state.wall_seconds = json.at("wall_seconds").get<double>();
+    for (const nlohmann::json& t : json.at("trials")) {
+      TrialRecord r;
+      for (const nlohmann::json& s : t.at("settings"))
+        r.settings.emplace_back(s.at(0).get<std::string>(), s.at(1).get<std::string>());
+      r.seed = t.at("seed").get<uint64_t>();
+      r.results = numbers(t.at("results"));
+      r.started_rung = t.at("started_rung").get<int64_t>();
+      r.failed = t.at("failed").get<bool>();
+      r.error = t.at("error").get<std::string>();
+      r.curve = numbers(t.at("curve"));
+      r.seconds = t.at("seconds").get<double>();
+      state.trials.push_back(std::move(r));
+    }
+    state.asha.trials = static_cast<int64_t>(state.trials.size());
+  } catch (const std::exception& e) {
+    TANDEM_THROW(InvalidArgument, "'", path.string(), "' is not a tandem search's state (",
+                 e.what(), ")");
+  }
+  return state;
+}
+
+std::string describe(const TrialSettings& settings) {
+  std::string text;
+  for (const auto& [name, value] : settings)
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
+  return text;
+}
+
+SearchResult result_of(const SavedState& state, AshaScheduler& scheduler) {
+  SearchResult result;
+  result.trials = state.trials;
+  result.rungs = scheduler.rungs();
+  result.best = scheduler.best_trial();
+  for (const TrialRecord& r : state.trials) {
+    result.epochs_trained += static_cast<int64_t>(r.curve.size());
+    result.trial_seconds += r.seconds;
+  }
+  result.wall_seconds = state.wall_seconds;
+  return result;
+}
+
+}  // namespace
+
+std::string trial_dir(const std::string& output_dir, int64_t trial) {
+  return (fs::path(output_dir) / fmt::format("trial-{:03}", trial)).string();
+}
+
+SearchResult load_search(const std::string& output_dir) {
+  const SavedState state = read_state(output_dir);
+  AshaScheduler scheduler(state.asha);
+  for (size_t t = 0; t < state.trials.size(); ++t) {
+    const TrialRecord& r = state.trials[t];
+    scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
+  }
+  return result_of(state, scheduler);
+}
+
+SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
+  const SearchSettings& settings = options.space.settings;
+  if (options.parallel < 1)
+    TANDEM_THROW(InvalidArgument, "a search needs at least one parallel trial, got ",
+                 options.parallel);
+  const bool exists = fs::exists(fs::path(options.output_dir) / kStateFile);
+  if (exists && !options.resume) {
+    TANDEM_THROW(InvalidArgument, "'", options.output_dir,
+                 "' already holds a search: resume it (--resume) or choose another --output");
+  }
+  if (!exists && options.resume)
+    TANDEM_THROW(InvalidArgument, "no search to resume at '", options.output_dir, "'");
+  std::error_code error;
+  fs::create_directories(options.output_dir, error);
+  if (error) {
+    TANDEM_THROW(IoError, "cannot create the search directory '", options.output_dir,
+                 "': ", error.message());
+  }
+
+  SavedState state{.space_text = options.space_text, .asha = asha_options(settings)};
+  const std::vector<TrialSettings> sampled = sample_trials(options.space);
+  for (size_t t = 0; t < sampled.size(); ++t)
+    state.trials.push_back({.settings = sampled[t], .seed = settings.seed + t});
+  AshaScheduler scheduler(state.asha);
+  if (options.resume) {
+    SavedState saved = read_state(options.output_dir);
+    if (saved.space_text != options.space_text) {
+      TANDEM_THROW(InvalidArgument, "the space file differs from the one the search at '",
+                   options.output_dir, "' started with; resume with that file, or start anew");
+    }
+    state.trials = std::move(saved.trials);
+    state.wall_seconds = saved.wall_seconds;
+    for (size_t t = 0; t < state.trials.size(); ++t) {
+      const TrialRecord& r = state.trials[t];
+      scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
+    }
+  }
+  const auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  const auto start = Clock::now();
+  const double wall_before = state.wall_seconds;
+  const auto save = [&] {
+    state.wall_seconds =
+        wall_before + std::chrono::duration<double>(Clock::now() - start).count();
+    write_state(options.output_dir, state);
+  };
+  save();
+
+  bool any_finished = false;
+  for (const TrialRecord& r : state.trials) any_finished = any_finished || !r.results.empty();
+  std::optional<std::string> first_error;
+  bool interrupted = false;
+  int64_t running = 0;
+  const auto stop_requested = [&] { return options.stop && options.stop->load(); };
+  for (;;) {
+    while (!interrupted && !first_error && !stop_requested() && running < options.parallel) {
+      const std::optional<AshaScheduler::Job> job = scheduler.next();
+      if (!job) break;
+      TrialRecord& record = state.trials[static_cast<size_t>(job->trial)];
+      record.started_rung = job->rung;
+      runner.start({.trial = job->trial,
+                    .rung = job->rung,
+                    .epochs = job->epochs,
+                    .max_epochs = settings.max_epochs,
+                    .settings = record.settings,
+                    .seed = record.seed,
+                    .dir = trial_dir(options.output_dir, job->trial)});
+      ++running;
+      log(fmt::format("trial {:3} to epoch {} (rung {}): {}", job->trial, job->epochs, job->rung,
+                      describe(record.settings)));
+      save();
+    }
+    if (running == 0) break;
+    auto [job, outcome] = runner.wait();
+    --running;
+    TrialRecord& record = state.trials[static_cast<size_t>(job.trial)];
+    if (!outcome.curve.empty()) record.curve = outcome.curve;
+    record.seconds += outcome.seconds;
+    const AshaScheduler::Job asha_job{.trial = job.trial, .rung = job.rung, .epochs = job.epochs};
+    switch (outcome.status) {
+      case TrialOutcome::Status::finished: {
+        const auto epochs = static_cast<size_t>(job.epochs);
+        const double metric = record.curve.size() >= epochs ? record.curve[epochs - 1]
+                              : record.curve.empty()
+                                  ? std::numeric_limits<double>::quiet_NaN()
+                                  : record.curve.back();
+        scheduler.report(asha_job, metric);
+        record.results.push_back(metric);
+        any_finished = true;
+        log(fmt::format("trial {:3} reached epoch {}: {} {:.4f} ({:.1f} s)", job.trial,
+                        job.epochs, settings.metric, metric, outcome.seconds));
+        break;
+      }
+      case TrialOutcome::Status::diverged:
+        scheduler.report(asha_job, std::numeric_limits<double>::quiet_NaN());
+        record.results.push_back(std::numeric_limits<double>::quiet_NaN());
+        record.error = outcome.error;
+        any_finished = true;
+        log(fmt::format("trial {:3} diverged: {}", job.trial, outcome.error));
+        break;
+      case TrialOutcome::Status::interrupted:
+        interrupted = true;  // its rung reruns from its checkpoint on resume
+        log(fmt::format("trial {:3} interrupted", job.trial));
+        break;
+      case TrialOutcome::Status::failed:
+        scheduler.report_failure(asha_job);
+        record.failed = true;
+        record.error = outcome.error;
+        if (!any_finished && !first_error) {
+          first_error = fmt::format("trial {} ({}) failed: {}", job.trial,
+                                    describe(record.settings), outcome.error);
+        }
+        log(fmt::format("trial {:3} failed: {}", job.trial, outcome.error));
+        break;
+    }
+    save();
+  }
+  if (first_error) TANDEM_THROW(Error, *first_error, "; the search stopped");
+  SearchResult result = result_of(state, scheduler);
+  result.interrupted = interrupted || (stop_requested() && !scheduler.done());
+  if (settings.target && result.best >= 0) {
+    const std::vector<double>& best = state.trials[static_cast<size_t>(result.best)].results;
+    const double value = best.back();
+    result.target_reached = settings.maximize ? value >= *settings.target : value <= *settings.target;
+  }
+  return result;
+}
+
+}  // namespace tandem::tune
