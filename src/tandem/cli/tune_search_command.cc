@@ -167,12 +167,10 @@ class ProcessTrialRunner : public tune::TrialRunner {
       return next;
     }
     for (;;) {
+      forward_interrupt();  // a signal that came before this wait
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, 0);
-      if (pid < 0 && errno == EINTR) {
-        forward_interrupt();
-        continue;
-      }
+      if (pid < 0 && errno == EINTR) continue;
       if (pid < 0) TANDEM_THROW(Error, "waiting for a trial: ", std::strerror(errno));
       const auto it = running_.find(pid);
       if (it == running_.end()) continue;
@@ -261,7 +259,8 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
       TANDEM_THROW(InvalidArgument, flag, " is given and searched (", p.name, "); drop one");
   }
   CLI::App dry{"tandem", "tandem"};
-  add_train_command(dry);
+  // Held while parsing: the options it registered live in its closure.
+  const Command train = add_train_command(dry);
   std::vector<std::string> reversed = {"train"};
   reversed.insert(reversed.end(), args.begin(), args.end());
   const std::vector<std::string> trial = tune::trial_arguments(first);
