@@ -280,13 +280,6 @@ std::string fixed(const std::vector<std::string>& train_args, const tune::TrialS
   return command;
 }
 
-std::string describe(const tune::TrialSettings& settings) {
-  std::string text;
-  for (const auto& [name, value] : settings)
-    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
-  return text;
-}
-
 std::string html_report(const tune::SearchResult& r, const tune::SearchSettings& s,
                         const std::vector<std::string>& train_args) {
   std::vector<monitor::Series> curves;
@@ -324,7 +317,7 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
     trials += fmt::format(
         "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0f} s</td><td>{}</td></tr>",
         static_cast<int64_t>(t) == r.best ? " style=\"font-weight:bold\"" : "", t,
-        monitor::html_escape(describe(trial.settings)), results, trial.curve.size(),
+        monitor::html_escape(tune::describe(trial.settings)), results, trial.curve.size(),
         trial.seconds, monitor::html_escape(trial.error));
   }
   const std::string best =
@@ -431,7 +424,7 @@ int run_tune_search(SearchCommandOptions& o) {
   }
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
   fmt::print("best: trial {} ({}), {} {:.4f} after {} epochs\n  {}\n", r.best,
-             describe(best.settings), s.metric, best.results.back(),
+             tune::describe(best.settings), s.metric, best.results.back(),
              r.rungs[best.results.size() - 1], fixed(o.train_args, best.settings));
   if (s.target && !r.target_reached) {
     fmt::print(stderr,

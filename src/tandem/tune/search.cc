@@ -134,13 +134,6 @@ SavedState read_state(const std::string& output_dir) {
   return state;
 }
 
-std::string describe(const TrialSettings& settings) {
-  std::string text;
-  for (const auto& [name, value] : settings)
-    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
-  return text;
-}
-
 SearchResult result_of(const SavedState& state, AshaScheduler& scheduler) {
   SearchResult result;
   result.trials = state.trials;

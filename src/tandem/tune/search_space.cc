@@ -237,6 +237,13 @@ std::string draw(const Parameter& p, uint64_t& state) {
 
 }  // namespace
 
+std::string describe(const TrialSettings& settings) {
+  std::string text;
+  for (const auto& [name, value] : settings)
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
+  return text;
+}
+
 std::string searchable_flags() {
   std::string names;
   for (std::string_view n : kSearchable) {

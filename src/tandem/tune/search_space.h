@@ -78,6 +78,9 @@ std::vector<TrialSettings> sample_trials(const SearchSpace& space);
 // model.KEY ones joined into one --model-options).
 std::vector<std::string> trial_arguments(const TrialSettings& settings);
 
+// "lr=0.1 batch-size=256": a trial's settings for people to read.
+std::string describe(const TrialSettings& settings);
+
 // The parameter names a space may search, for messages.
 std::string searchable_flags();
 
