@@ -219,11 +219,56 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   EXPECT_EQ(losses, expected);
 }
 
+TEST(Trainer, ARunStoppedAfterAnEpochAndResumedIsTheUninterruptedRun) {
+  set_num_threads(2);
+  // The cosine schedule spans all 3 epochs in both runs (how a search's
+  // rungs train a trial).
+  const train::TrainConfig base{.epochs = 3, .batch_size = 64, .seed = 5};
+  const data::Dataset train_data = shuffled(head(fashion().train, 640), 5);
+  const data::Dataset test_data = data::as_dataset(head(fashion().test, 200));
+  train::Trainer uninterrupted(base, small_model(5));
+  train::TrainResult expected;
+  const std::vector<double> all = step_losses(uninterrupted, train_data, test_data, &expected);
+
+  train::TrainConfig rung = base;
+  rung.output_dir = fresh_dir("stop-after");
+  rung.stop_after_epochs = 1;
+  std::vector<double> losses;
+  {
+    train::Trainer first(rung, small_model(5));
+    train::TrainResult r;
+    losses = step_losses(first, train_data, test_data, &r);
+    EXPECT_TRUE(r.paused);
+    EXPECT_FALSE(r.interrupted);
+    EXPECT_EQ(r.history.size(), 1u);
+  }
+  rung.resume = true;
+  {
+    // Resumed at the epoch it stops after: nothing to train.
+    train::Trainer again(rung, small_model(6));
+    train::TrainResult r;
+    EXPECT_TRUE(step_losses(again, train_data, test_data, &r).empty());
+    EXPECT_TRUE(r.paused);
+    EXPECT_EQ(r.history.size(), 1u);
+  }
+  rung.stop_after_epochs = 0;
+  train::Trainer rest(rung, small_model(7));
+  train::TrainResult r;
+  const std::vector<double> more = step_losses(rest, train_data, test_data, &r);
+  losses.insert(losses.end(), more.begin(), more.end());
+  EXPECT_FALSE(r.paused);
+  ASSERT_EQ(r.history.size(), 3u);
+  EXPECT_EQ(losses, all);
+  EXPECT_EQ(r.history[2].validation_loss, expected.history[2].validation_loss);
+}
+
 TEST(Trainer, BadConfigurationsAreClearErrors) {
   const data::Dataset d = data::as_dataset(head(fashion().train, 100));
   auto make = [&](train::TrainConfig c) { return train::Trainer(c, train::builtin_model("mlp")); };
   EXPECT_THROW(make({.batch_size = -5}), InvalidArgument);
   EXPECT_THROW(make({.epochs = 0}), InvalidArgument);
+  EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = 4}), InvalidArgument);
+  EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = -1}), InvalidArgument);
   EXPECT_THROW(make({.steps_per_epoch = -1}), InvalidArgument);
   EXPECT_THROW(make({.optimizer = {.name = "rmsprop"}}), InvalidArgument);
   EXPECT_THROW(make({.resume = true}), InvalidArgument);
