@@ -336,6 +336,36 @@ TEST(ProgressView, PlainLinesShowBusyAndInputShares) {
       << text;
 }
 
+TEST(RunStats, ComparesTheRunsBatchNotAPartialLastOneWithTheNoiseScale) {
+  const auto findings = [](double noise_scale, int64_t last_batch) {
+    monitor::RunStats stats(/*warmup_steps=*/0);
+    for (int i = 0; i < 4; ++i) {
+      monitor::StepRecord r{.global_step = i + 1,
+                            .batch_examples = i == 3 ? last_batch : 64,
+                            .step_seconds = 0.01,
+                            .noise_scale = noise_scale};
+      stats.add(r);
+    }
+    std::map<std::string, std::string> out;
+    for (const auto& f : stats.diagnose()) out[f.kind] = f.message;
+    return out;
+  };
+  // The epoch ends with 32 examples: the run's batch is still 64.
+  auto below = findings(1823.0, 32);
+  ASSERT_TRUE(below.count("batch_below_noise_scale"));
+  EXPECT_NE(below["batch_below_noise_scale"].find("the global batch of 64 is 28x below"),
+            std::string::npos)
+      << below["batch_below_noise_scale"];
+  auto above = findings(4.0, 32);
+  ASSERT_TRUE(above.count("batch_above_noise_scale"));
+  EXPECT_NE(above["batch_above_noise_scale"].find("the global batch of 64 is 16x"),
+            std::string::npos)
+      << above["batch_above_noise_scale"];
+  auto near = findings(100.0, 64);  // within a factor of 8 either way
+  EXPECT_FALSE(near.count("batch_below_noise_scale"));
+  EXPECT_FALSE(near.count("batch_above_noise_scale"));
+}
+
 TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
   const auto steps = [](double input, double forward, double backward, double communication,
                         double slow_extra) {

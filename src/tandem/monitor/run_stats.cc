@@ -38,7 +38,8 @@ void RunStats::add(const StepRecord& s) {
   ++steps_;
   if (std::isfinite(s.noise_scale)) {
     noise_scale_ = s.noise_scale;
-    noise_scale_batch_ = static_cast<double>(s.batch_examples);
+    // The run's batch, not an epoch's last, partial one.
+    noise_scale_batch_ = std::max(noise_scale_batch_, static_cast<double>(s.batch_examples));
   }
   if (steps_ <= warmup_steps_) return;
   ++measured_;
