@@ -1,5 +1,6 @@
 // The tandem command end to end: help, bad flags and bad inputs give one clear
 // line and a non-zero status; a tiny training run writes summary.json.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -467,6 +469,76 @@ TEST(Cli, TuneSearchTrainsTrialsInRungsResumesAndReports) {
   EXPECT_EQ(hard.status, 1) << hard.output;
   EXPECT_NE(hard.output.find("target validation_accuracy 0.999 was not reached within 1 epochs"), std::string::npos)
       << hard.output;
+}
+
+// SIGINT to the search alone (not its process group): it passes the signal
+// to the running trial, which saves its checkpoint; --resume then trains
+// every epoch that was not finished, and none that was.
+TEST(Cli, TuneSearchInterruptedResumesWithoutRetrainingFinishedRungs) {
+  const std::string dir = tmp("cli-search-interrupted");
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir + "/space.toml") << "[search]\nsampler = \"grid\"\nmin_epochs = 1\n"
+                                          "max_epochs = 3\n[space]\n"
+                                          "lr = { choice = [0.02, 0.1, 0.3] }\n";
+  }
+  std::vector<std::string> args = {TANDEM_CLI_PATH, "tune", "search", "--space",
+                                   dir + "/space.toml", "--output", dir + "/out", "--parallel",
+                                   "1", "--model", "mlp", "--train-examples", "8192",
+                                   "--test-examples", "256"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  const auto finished_rungs = [&] {
+    std::map<int, size_t> done;  // trial -> finished rungs
+    std::ifstream in(dir + "/out/search.json");
+    if (!in) return done;
+    const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return done;
+    for (size_t t = 0; t < j.at("trials").size(); ++t)
+      done[static_cast<int>(t)] = j.at("trials")[t].at("results").size();
+    return done;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (finished_rungs()[0] < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::map<int, size_t> before = finished_rungs();
+  if (WEXITSTATUS(status) == 0) GTEST_SKIP() << "the search ended before the interrupt";
+  ASSERT_EQ(WEXITSTATUS(status), 130);
+  ASSERT_GE(before.at(0), 1u);
+  const CommandResult resumed =
+      run("tune search --resume --space " + dir + "/space.toml --output " + dir +
+          "/out --parallel 1 --model mlp --train-examples 8192 --test-examples 256");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  // The uninterrupted search's epochs: 3 trials x 1, and the best to 3.
+  const auto j = nlohmann::json::parse(std::ifstream(dir + "/out/search.json"));
+  int64_t epochs = 0;
+  for (const auto& trial : j.at("trials")) epochs += static_cast<int64_t>(trial.at("curve").size());
+  EXPECT_EQ(epochs, 5);
+  // A rung finished before the interrupt was started once.
+  const int64_t rung_epochs[] = {1, 3};
+  for (const auto& [trial, rungs] : before) {
+    std::ifstream log(dir + "/out/trial-00" + std::to_string(trial) + "/log.txt");
+    std::map<int64_t, int> starts;
+    for (std::string line; std::getline(log, line);) {
+      if (!line.starts_with("$ ")) continue;
+      for (int64_t e : rung_epochs)
+        if (line.find("--stop-after-epochs " + std::to_string(e) + " ") != std::string::npos)
+          ++starts[e];
+    }
+    for (size_t r = 0; r < rungs; ++r)
+      EXPECT_EQ(starts[rung_epochs[r]], 1) << "trial " << trial << " rung " << r;
+  }
 }
 
 TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {

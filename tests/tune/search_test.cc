@@ -168,7 +168,10 @@ class FakeRunner : public tune::TrialRunner {
  public:
   explicit FakeRunner(int64_t interrupt_after = -1) : interrupt_after_(interrupt_after) {}
 
-  void start(const tune::TrialJob& job) override { queue_.push_back(job); }
+  void start(const tune::TrialJob& job) override {
+    fs::create_directories(job.dir);  // as a trial's run directory
+    queue_.push_back(job);
+  }
 
   std::pair<tune::TrialJob, tune::TrialOutcome> wait() override {
     tune::TrialJob job = queue_.front();
@@ -248,6 +251,9 @@ TEST(Search, FindsTheBestTrialForAFractionOfTheGridsEpochs) {
   EXPECT_EQ(saved.epochs_trained, r.epochs_trained);
   // A second search in the same directory is refused; so is a resume of none.
   FakeRunner again;
+  EXPECT_THROW(tune::run_search(options(dir, kQualities, 3), again), InvalidArgument);
+  // Trial directories left without the search's state are not reused.
+  fs::remove(fs::path(dir) / "search.json");
   EXPECT_THROW(tune::run_search(options(dir, kQualities, 3), again), InvalidArgument);
   tune::SearchOptions none = options(dir + "-none", kQualities, 1);
   none.resume = true;

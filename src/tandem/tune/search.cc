@@ -175,6 +175,12 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
   }
   if (!exists && options.resume)
     TANDEM_THROW(InvalidArgument, "no search to resume at '", options.output_dir, "'");
+  // A trial directory without the search's state is another search's:
+  // its checkpoints would be resumed as this one's.
+  if (!exists && fs::exists(trial_dir(options.output_dir, 0))) {
+    TANDEM_THROW(InvalidArgument, "'", options.output_dir,
+                 "' holds trial directories but no search.json; choose another --output");
+  }
   std::error_code error;
   fs::create_directories(options.output_dir, error);
   if (error) {
