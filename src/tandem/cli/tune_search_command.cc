@@ -280,6 +280,49 @@ std::string fixed(const std::vector<std::string>& train_args, const tune::TrialS
   return command;
 }
 
+struct Workers {
+  int64_t parallel = 1;  // trials at once
+  int threads = 0;       // --threads for each trial (0: the trial's own)
+};
+
+// One trial per device unless --parallel says otherwise: a one-device trial
+// takes a core (and cores / parallel threads), a trial of a multi-device
+// strategy its --devices (all the cores when unset).
+Workers size_workers(const std::vector<std::string>& train_args, int64_t requested) {
+  if (requested < 0)
+    TANDEM_THROW(InvalidArgument, "--parallel must be at least 1 (0: one per device), got ",
+                 requested);
+  const int cores = std::max(1, cpu_info().physical_cores);
+  const std::string strategy = flag_value(train_args, "--strategy");
+  const bool one_device = strategy.empty() || strategy == "one-device";
+  const std::string devices = flag_value(train_args, "--devices");  // checked by the dry parse
+  const int per_trial = one_device ? 1 : devices.empty() ? cores : std::max(1, std::stoi(devices));
+  Workers w;
+  w.parallel = requested > 0 ? requested : std::max(1, cores / per_trial);
+  if (one_device && !has_flag(train_args, "--threads"))
+    w.threads = std::max<int>(1, cores / static_cast<int>(std::min<int64_t>(w.parallel, cores)));
+  return w;
+}
+
+// Ctrl-C sets stop_search for the search's lifetime. No SA_RESTART:
+// waitpid returns, so that the signal is passed on to the trials.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    stop_search.store(false);
+    struct sigaction action = {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  struct sigaction previous_ = {};
+};
+
 std::string html_report(const tune::SearchResult& r, const tune::SearchSettings& s,
                         const std::vector<std::string>& train_args) {
   std::vector<monitor::Series> curves;
@@ -358,39 +401,21 @@ int run_tune_search(SearchCommandOptions& o) {
   const tune::SearchSpace space = tune::parse_search_space(text, o.space);
   const std::vector<tune::TrialSettings> trials = tune::sample_trials(space);
   check_train_args(o.train_args, space, trials.front());
-  // One trial per device: a trial of a multi-device strategy takes its
-  // --devices (all the cores when unset).
-  const int cores = std::max(1, cpu_info().physical_cores);
-  const std::string strategy = flag_value(o.train_args, "--strategy");
-  const bool one_device = strategy.empty() || strategy == "one-device";
-  const std::string devices = flag_value(o.train_args, "--devices");
-  const int per_trial = one_device ? 1 : devices.empty() ? cores : std::max(1, std::stoi(devices));
-  if (o.parallel < 0)
-    TANDEM_THROW(InvalidArgument, "--parallel must be at least 1 (0: one per device), got ",
-                 o.parallel);
-  const int64_t parallel = o.parallel > 0 ? o.parallel : std::max(1, cores / per_trial);
-  const int threads = one_device && !has_flag(o.train_args, "--threads")
-                          ? std::max<int>(1, cores / static_cast<int>(parallel))
-                          : 0;
+  const Workers workers = size_workers(o.train_args, o.parallel);
   const tune::SearchSettings& s = space.settings;
   fmt::print("tandem tune search: {} {} trials ({}), epochs {} to {}, {} at a time; {} in {}\n",
              trials.size(), s.sampler,
              s.scheduler == "asha" ? fmt::format("ASHA, eta {}", s.reduction_factor)
                                    : std::string("each in full"),
-             s.min_epochs, s.max_epochs, parallel, s.metric, o.output);
-  ProcessTrialRunner runner(o.train_args, s.metric, threads);
-  stop_search.store(false);
-  struct sigaction action = {};
-  action.sa_handler = on_interrupt;
-  sigemptyset(&action.sa_mask);  // no SA_RESTART: waitpid returns to pass the signal on
-  struct sigaction previous = {};
-  sigaction(SIGINT, &action, &previous);
+             s.min_epochs, s.max_epochs, workers.parallel, s.metric, o.output);
+  ProcessTrialRunner runner(o.train_args, s.metric, workers.threads);
   tune::SearchResult r;
-  try {
+  {
+    const InterruptScope interrupts;
     r = tune::run_search({.space = space,
                           .space_text = text,
                           .output_dir = o.output,
-                          .parallel = parallel,
+                          .parallel = workers.parallel,
                           .resume = o.resume,
                           .stop = &stop_search,
                           .log = [](const std::string& line) {
@@ -398,11 +423,7 @@ int run_tune_search(SearchCommandOptions& o) {
                             std::fflush(stdout);
                           }},
                          runner);
-  } catch (...) {
-    sigaction(SIGINT, &previous, nullptr);
-    throw;
   }
-  sigaction(SIGINT, &previous, nullptr);
   if (!o.report.empty()) {
     std::ofstream out(o.report, std::ios::trunc);
     out << html_report(r, s, o.train_args);
