@@ -147,27 +147,53 @@ SearchResult result_of(const SavedState& state, AshaScheduler& scheduler) {
   return result;
 }
 
-}  // namespace
-
-std::string trial_dir(const std::string& output_dir, int64_t trial) {
-  return (fs::path(output_dir) / fmt::format("trial-{:03}", trial)).string();
-}
-
-SearchResult load_search(const std::string& output_dir) {
-  const SavedState state = read_state(output_dir);
-  AshaScheduler scheduler(state.asha);
-  for (size_t t = 0; t < state.trials.size(); ++t) {
-    const TrialRecord& r = state.trials[t];
-    scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
+// Folds a job's outcome into its trial's record and the scheduler, and
+// says it as a line; returns the outcome's status.
+TrialOutcome::Status record_outcome(const TrialJob& job, const TrialOutcome& outcome,
+                                    const std::string& metric_name, TrialRecord& record,
+                                    AshaScheduler& scheduler,
+                                    const std::function<void(const std::string&)>& log) {
+  if (!outcome.curve.empty()) record.curve = outcome.curve;
+  record.seconds += outcome.seconds;
+  const AshaScheduler::Job asha_job{.trial = job.trial, .rung = job.rung, .epochs = job.epochs};
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  switch (outcome.status) {
+    case TrialOutcome::Status::finished: {
+      // The metric at the rung's last epoch (or the last there is, when the
+      // data ran out first).
+      const auto epochs = static_cast<size_t>(job.epochs);
+      const double metric = record.curve.size() >= epochs ? record.curve[epochs - 1]
+                            : record.curve.empty()        ? kNaN
+                                                          : record.curve.back();
+      scheduler.report(asha_job, metric);
+      record.results.push_back(metric);
+      log(fmt::format("trial {:3} reached epoch {}: {} {:.4f} ({:.1f} s)", job.trial, job.epochs,
+                      metric_name, metric, outcome.seconds));
+      break;
+    }
+    case TrialOutcome::Status::diverged:
+      scheduler.report(asha_job, kNaN);
+      record.results.push_back(kNaN);
+      record.error = outcome.error;
+      log(fmt::format("trial {:3} diverged: {}", job.trial, outcome.error));
+      break;
+    case TrialOutcome::Status::interrupted:
+      log(fmt::format("trial {:3} interrupted", job.trial));
+      break;
+    case TrialOutcome::Status::failed:
+      scheduler.report_failure(asha_job);
+      record.failed = true;
+      record.error = outcome.error;
+      log(fmt::format("trial {:3} failed: {}", job.trial, outcome.error));
+      break;
   }
-  return result_of(state, scheduler);
+  return outcome.status;
 }
 
-SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
+// The search's directory checked and created, and its state: the saved one
+// on a resume, every trial not started otherwise.
+SavedState open_search(const SearchOptions& options) {
   const SearchSettings& settings = options.space.settings;
-  if (options.parallel < 1)
-    TANDEM_THROW(InvalidArgument, "a search needs at least one parallel trial, got ",
-                 options.parallel);
   const bool exists = fs::exists(fs::path(options.output_dir) / kStateFile);
   if (exists && !options.resume) {
     TANDEM_THROW(InvalidArgument, "'", options.output_dir,
@@ -192,7 +218,6 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
   const std::vector<TrialSettings> sampled = sample_trials(options.space);
   for (size_t t = 0; t < sampled.size(); ++t)
     state.trials.push_back({.settings = sampled[t], .seed = settings.seed + t});
-  AshaScheduler scheduler(state.asha);
   if (options.resume) {
     SavedState saved = read_state(options.output_dir);
     if (saved.space_text != options.space_text) {
@@ -201,12 +226,38 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
     }
     state.trials = std::move(saved.trials);
     state.wall_seconds = saved.wall_seconds;
-    for (size_t t = 0; t < state.trials.size(); ++t) {
-      const TrialRecord& r = state.trials[t];
-      scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
-    }
   }
-  const auto log = [&](const std::string& line) {
+  return state;
+}
+
+}  // namespace
+
+std::string trial_dir(const std::string& output_dir, int64_t trial) {
+  return (fs::path(output_dir) / fmt::format("trial-{:03}", trial)).string();
+}
+
+SearchResult load_search(const std::string& output_dir) {
+  const SavedState state = read_state(output_dir);
+  AshaScheduler scheduler(state.asha);
+  for (size_t t = 0; t < state.trials.size(); ++t) {
+    const TrialRecord& r = state.trials[t];
+    scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
+  }
+  return result_of(state, scheduler);
+}
+
+SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
+  const SearchSettings& settings = options.space.settings;
+  if (options.parallel < 1)
+    TANDEM_THROW(InvalidArgument, "a search needs at least one parallel trial, got ",
+                 options.parallel);
+  SavedState state = open_search(options);
+  AshaScheduler scheduler(state.asha);
+  for (size_t t = 0; t < state.trials.size(); ++t) {
+    const TrialRecord& r = state.trials[t];
+    scheduler.restore(static_cast<int64_t>(t), {r.results, r.started_rung, r.failed});
+  }
+  const std::function<void(const std::string&)> log = [&](const std::string& line) {
     if (options.log) options.log(line);
   };
   const auto start = Clock::now();
@@ -246,43 +297,19 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
     auto [job, outcome] = runner.wait();
     --running;
     TrialRecord& record = state.trials[static_cast<size_t>(job.trial)];
-    if (!outcome.curve.empty()) record.curve = outcome.curve;
-    record.seconds += outcome.seconds;
-    const AshaScheduler::Job asha_job{.trial = job.trial, .rung = job.rung, .epochs = job.epochs};
-    switch (outcome.status) {
-      case TrialOutcome::Status::finished: {
-        const auto epochs = static_cast<size_t>(job.epochs);
-        const double metric = record.curve.size() >= epochs ? record.curve[epochs - 1]
-                              : record.curve.empty()
-                                  ? std::numeric_limits<double>::quiet_NaN()
-                                  : record.curve.back();
-        scheduler.report(asha_job, metric);
-        record.results.push_back(metric);
-        any_finished = true;
-        log(fmt::format("trial {:3} reached epoch {}: {} {:.4f} ({:.1f} s)", job.trial,
-                        job.epochs, settings.metric, metric, outcome.seconds));
-        break;
-      }
+    switch (record_outcome(job, outcome, settings.metric, record, scheduler, log)) {
+      case TrialOutcome::Status::finished:
       case TrialOutcome::Status::diverged:
-        scheduler.report(asha_job, std::numeric_limits<double>::quiet_NaN());
-        record.results.push_back(std::numeric_limits<double>::quiet_NaN());
-        record.error = outcome.error;
         any_finished = true;
-        log(fmt::format("trial {:3} diverged: {}", job.trial, outcome.error));
         break;
       case TrialOutcome::Status::interrupted:
         interrupted = true;  // its rung reruns from its checkpoint on resume
-        log(fmt::format("trial {:3} interrupted", job.trial));
         break;
       case TrialOutcome::Status::failed:
-        scheduler.report_failure(asha_job);
-        record.failed = true;
-        record.error = outcome.error;
         if (!any_finished && !first_error) {
           first_error = fmt::format("trial {} ({}) failed: {}", job.trial,
                                     describe(record.settings), outcome.error);
         }
-        log(fmt::format("trial {:3} failed: {}", job.trial, outcome.error));
         break;
     }
     save();
