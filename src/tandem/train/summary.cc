@@ -1,8 +1,7 @@
 #include "tandem/train/summary.h"
 
-#include <cstdio>
-#include <fstream>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/error.h"
 #include "tandem/config.h"
 #include "tandem/train/detail/epoch_json.h"
@@ -77,15 +76,9 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
       TANDEM_THROW(InvalidArgument, "summary section '", name, "' is not JSON: ", e.what());
     }
   }
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << s.dump(2) << "\n";
-    if (!out) TANDEM_THROW(IoError, "cannot write '", temporary, "'");
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    TANDEM_THROW(IoError, "cannot move summary into place at '", path, "'");
-  }
+  const std::string text = s.dump(2) + "\n";
+  const std::string_view parts[] = {text};
+  write_file_atomically(path, parts, "summary");
 }
 
 }  // namespace tandem::train

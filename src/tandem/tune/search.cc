@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/error.h"
 #include "tandem/tune/asha.h"
 
@@ -82,17 +83,10 @@ void write_state(const std::string& output_dir, const SavedState& state) {
         {"successive_halving", a.successive_halving}}},
       {"wall_seconds", state.wall_seconds},
       {"trials", trials}};
-  // Written aside and renamed, so that an interruption leaves the old state whole.
-  const fs::path path = fs::path(output_dir) / kStateFile;
-  const fs::path temporary = fs::path(output_dir) / (std::string(kStateFile) + ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << json.dump(1) << '\n';
-    if (!out) TANDEM_THROW(IoError, "cannot write '", temporary.string(), "'");
-  }
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) TANDEM_THROW(IoError, "cannot write '", path.string(), "': ", error.message());
+  // Atomically, so that an interruption leaves the old state whole.
+  const std::string text = json.dump(1) + "\n";
+  const std::string_view parts[] = {text};
+  write_file_atomically((fs::path(output_dir) / kStateFile).string(), parts, "search state");
 }
 
 SavedState read_state(const std::string& output_dir) {
