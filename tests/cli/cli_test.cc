@@ -557,7 +557,7 @@ TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {
   expect_one_line_error(search + "/space.toml --lr 0.1", "--lr is given and searched");
   expect_one_line_error(search + "/space.toml --batch-size many",
                         "a trial's tandem train flags");
-  expect_one_line_error(search + "/missing.toml", "cannot read the space file");
+  expect_one_line_error(search + "/missing.toml", "space file '" + dir + "/missing.toml' does not exist");
   EXPECT_FALSE(fs::exists(dir + "/out"));
 }
 

@@ -22,10 +22,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
 #include "tandem/monitor/svg_chart.h"
 #include "tandem/train/trainer.h"
@@ -52,13 +52,10 @@ std::atomic<bool> stop_search{false};
 
 void on_interrupt(int) { stop_search.store(true); }
 
-std::string read_text(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) TANDEM_THROW(IoError, "cannot read the ", what, " '", path, "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// Bounds on the files the search reads: a space file is a few lines, a
+// summary a few sections and a line per epoch.
+constexpr std::uintmax_t kMaxSpaceBytes = std::uintmax_t{1} << 20;
+constexpr std::uintmax_t kMaxSummaryBytes = std::uintmax_t{256} << 20;
 
 // The last line of a trial's log that says what went wrong.
 std::string error_in_log(const std::string& path) {
@@ -78,7 +75,7 @@ std::vector<double> read_curve(const std::string& dir, const std::string& metric
   if (!fs::exists(path)) return {};
   nlohmann::json summary;
   try {
-    summary = nlohmann::json::parse(read_text(path, "trial summary"));
+    summary = nlohmann::json::parse(read_text_file(path, "trial summary", kMaxSummaryBytes));
   } catch (const nlohmann::json::exception& e) {
     TANDEM_THROW(IoError, "'", path, "' is not JSON: ", e.what());
   }
@@ -397,7 +394,7 @@ epochs), {:.0f} s of trial time, {:.0f} s wall.</p>
 int run_tune_search(SearchCommandOptions& o) {
   if (o.output.empty())
     TANDEM_THROW(InvalidArgument, "--output (the search's directory) is required");
-  const std::string text = read_text(o.space, "space file");
+  const std::string text = read_text_file(o.space, "space file", kMaxSpaceBytes);
   const tune::SearchSpace space = tune::parse_search_space(text, o.space);
   const std::vector<tune::TrialSettings> trials = tune::sample_trials(space);
   check_train_args(o.train_args, space, trials.front());

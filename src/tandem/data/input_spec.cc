@@ -7,11 +7,10 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
 #include "tandem/data/csv.h"
 #include "tandem/data/example.h"
 #include "tandem/data/feature_ops.h"
@@ -345,16 +344,7 @@ InputSpec read_input_spec(const std::string& path) {
     return spec;
   }
   if (!fs::exists(path, error)) TANDEM_THROW(IoError, "no data specification '", path, "'");
-  const std::uintmax_t size = fs::file_size(path, error);
-  if (error || size > kMaxSpecBytes) {
-    TANDEM_THROW(IoError, "'", path, "' is not a data specification (",
-                 error ? error.message() : std::to_string(size) + " bytes", ")");
-  }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) TANDEM_THROW(IoError, "cannot read '", path, "'");
-  return parse_input_spec(text.str(), path);
+  return parse_input_spec(read_text_file(path, "data specification", kMaxSpecBytes), path);
 }
 
 namespace {

@@ -1,11 +1,7 @@
 #include "tandem/train/model_factory.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
 #include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
 
@@ -28,39 +24,6 @@ ModelFactory definition_model(ModelSpec spec, nn::ModelDefinition definition) {
           }};
 }
 
-// The file's text; refuses anything but a regular file of at most
-// kMaxModelFileBytes, checked before reading and while reading (it may grow).
-std::string read_model_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (!fs::exists(status)) {
-    TANDEM_THROW(IoError, "model file '", path, "' does not exist",
-                 error ? " (" + error.message() + ")" : "");
-  }
-  if (!fs::is_regular_file(status)) {
-    TANDEM_THROW(IoError, "model file '", path, "' is not a regular file");
-  }
-  const uintmax_t size = fs::file_size(path, error);
-  if (error)
-    TANDEM_THROW(IoError, "cannot read the size of model file '", path, "': ", error.message());
-  const auto too_big = [&](uintmax_t bytes) {
-    TANDEM_THROW(IoError, "model file '", path, "' has ", bytes, " bytes, more than the ",
-                 kMaxModelFileBytes, " a model file may have");
-  };
-  if (size > kMaxModelFileBytes) too_big(size);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TANDEM_THROW(IoError, "cannot open model file '", path, "': ", std::strerror(errno));
-  std::string text;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
-    text.append(chunk, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxModelFileBytes) too_big(text.size());
-  }
-  if (in.bad()) TANDEM_THROW(IoError, "cannot read model file '", path, "'");
-  return text;
-}
-
 }  // namespace
 
 ModelFactory builtin_model(const std::string& name, precision::Policy policy, uint64_t seed,
@@ -78,7 +41,7 @@ ModelFactory builtin_model(const std::string& name, precision::Policy policy, ui
 
 ModelFactory model_from_file(const std::string& path, precision::Policy policy, uint64_t seed,
                              std::optional<DType> compute_dtype) {
-  std::string text = read_model_file(path);
+  std::string text = read_text_file(path, "model file", kMaxModelFileBytes);
   nn::ModelDefinition definition = nn::parse_model_definition(text, path);
   ModelSpec spec{.name = definition.name,
                  .definition = std::move(text),

@@ -5,14 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "tandem/base/atomic_file.h"
 #include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
 #include "tandem/tune/asha.h"
 
 namespace tandem::tune {
@@ -23,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kStateFile = "search.json";
 constexpr const char* kFormat = "tandem-search/1";
+// A trial's record is a few hundred bytes and its curve a number per epoch.
+constexpr std::uintmax_t kMaxStateBytes = std::uintmax_t{1} << 30;
 
 AshaOptions asha_options(const SearchSettings& s) {
   return {.trials = s.trials,
@@ -91,13 +92,10 @@ void write_state(const std::string& output_dir, const SavedState& state) {
 
 SavedState read_state(const std::string& output_dir) {
   const fs::path path = fs::path(output_dir) / kStateFile;
-  std::ifstream in(path);
-  if (!in) TANDEM_THROW(IoError, "cannot read '", path.string(), "'");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_text_file(path.string(), "search state", kMaxStateBytes);
   SavedState state;
   try {
-    const nlohmann::json json = nlohmann::json::parse(text.str());
+    const nlohmann::json json = nlohmann::json::parse(text);
     if (json.at("format") != kFormat) throw std::runtime_error("unknown format");
     state.space_text = json.at("space").get<std::string>();
     const nlohmann::json& a = json.at("asha");
