@@ -270,7 +270,9 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
   }
 }
 
-std::string fixed(const std::vector<std::string>& train_args, const tune::TrialSettings& s) {
+// The `tandem train` command that trains one trial's settings in full.
+std::string train_command_line(const std::vector<std::string>& train_args,
+                               const tune::TrialSettings& s) {
   std::string command = "tandem train";
   for (const std::string& a : train_args) command += " " + a;
   for (const std::string& a : tune::trial_arguments(s)) command += " " + a;
@@ -361,7 +363,7 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
         trial.seconds, monitor::html_escape(trial.error));
   }
   const std::string best =
-      r.best >= 0 ? monitor::html_escape(fixed(train_args, r.trials[static_cast<size_t>(r.best)]
+      r.best >= 0 ? monitor::html_escape(train_command_line(train_args, r.trials[static_cast<size_t>(r.best)]
                                                                   .settings))
                   : std::string("none");
   return fmt::format(
@@ -443,7 +445,7 @@ int run_tune_search(SearchCommandOptions& o) {
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
   fmt::print("best: trial {} ({}), {} {:.4f} after {} epochs\n  {}\n", r.best,
              tune::describe(best.settings), s.metric, best.results.back(),
-             r.rungs[best.results.size() - 1], fixed(o.train_args, best.settings));
+             r.rungs[best.results.size() - 1], train_command_line(o.train_args, best.settings));
   if (s.target && !r.target_reached) {
     fmt::print(stderr,
                "tandem: the target {} {} was not reached within {} epochs (best {:.4f}); widen "
