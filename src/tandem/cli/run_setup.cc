@@ -349,11 +349,31 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
   command->add_option("--threads", o->threads,
                       "Intra-op threads per device (default: physical cores / devices)");
   command
-      ->add_option("--strategy", o->strategy, "one-device, mirrored or multi-worker (under mpirun)")
+      ->add_option("--strategy", o->strategy,
+                   "one-device, mirrored, multi-worker (under mpirun) or parameter-server")
       ->capture_default_str();
   command->add_option("--devices", o->devices,
                       "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
                       "per physical core)");
+  command->add_option("--ps", o->ps,
+                      "Parameter-server shards the variables are partitioned over (--strategy "
+                      "parameter-server; default: 1)");
+  command->add_option("--max-staleness", o->max_staleness,
+                      "Parameter server: the largest staleness of an applied gradient (0: "
+                      "synchronous rounds; default: unbounded, fully asynchronous)");
+  command->add_option("--backup-workers", o->backup_workers,
+                      "Parameter server, synchronous rounds: apply each round with the first "
+                      "workers - B gradients and drop the late ones");
+  command->add_flag("--staleness-aware-lr", o->staleness_aware_lr,
+                    "Parameter server: divide each gradient's learning rate by its staleness");
+  command->add_option("--sync-every", o->sync_every,
+                      "Local SGD: replicas step on their own and average parameters every K "
+                      "steps (mirrored or multi-worker; default: off, all-reduce every step)");
+  command->add_flag("--average-optimizer-state", o->average_optimizer_state,
+                    "Local SGD: average the optimizer state with the parameters");
+  command->add_option("--slow-replica", o->slow_replica,
+                      "Make replica R FACTOR times slower (R:FACTOR, e.g. 1:2), to see what a "
+                      "straggler does");
   command->add_flag("--allow-oversubscription", o->allow_oversubscription,
                     "Allow more devices x threads than physical cores (one device included)");
   command
@@ -424,6 +444,79 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->capture_default_str();
 }
 
+namespace {
+
+// "R:FACTOR" for --slow-replica.
+distribute::SlowReplica parse_slow_replica(const std::string& text) {
+  const size_t colon = text.find(':');
+  distribute::SlowReplica slow;
+  try {
+    size_t used = 0;
+    if (colon == std::string::npos) throw std::invalid_argument(text);
+    slow.replica = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument(text);
+    const std::string factor = text.substr(colon + 1);
+    slow.factor = std::stod(factor, &used);
+    if (used != factor.size()) throw std::invalid_argument(text);
+  } catch (const std::logic_error&) {
+    TANDEM_THROW(InvalidArgument, "--slow-replica takes REPLICA:FACTOR (e.g. 1:2), got '", text,
+                 "'");
+  }
+  if (slow.replica < 0) {
+    TANDEM_THROW(InvalidArgument, "--slow-replica's replica must be at least 0, got ",
+                 slow.replica);
+  }
+  return slow;  // the factor's range and the replica's existence: check_engine_options
+}
+
+}  // namespace
+
+void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
+  const bool ps = config.strategy.name == "parameter_server";
+  const std::pair<bool, const char*> ps_only[] = {{o.ps != 0, "--ps"},
+                                                  {!o.max_staleness.empty(), "--max-staleness"},
+                                                  {o.backup_workers != 0, "--backup-workers"},
+                                                  {o.staleness_aware_lr, "--staleness-aware-lr"}};
+  for (const auto& [given, flag] : ps_only) {
+    if (given && !ps) {
+      TANDEM_THROW(InvalidArgument, flag, " applies to --strategy parameter-server, not ",
+                   o.strategy);
+    }
+  }
+  distribute::ParameterServerOptions& p = config.parameter_server;
+  p.shards = o.ps == 0 ? 1 : o.ps;
+  if (o.ps < 0) TANDEM_THROW(InvalidArgument, "--ps must be at least 1, got ", o.ps);
+  p.backup_workers = o.backup_workers;
+  p.staleness_aware_lr = o.staleness_aware_lr;
+  if (!o.max_staleness.empty() && o.max_staleness != "unbounded") {
+    size_t used = 0;
+    try {
+      p.max_staleness = std::stoll(o.max_staleness, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    if (used == 0 || used != o.max_staleness.size()) {
+      TANDEM_THROW(InvalidArgument, "--max-staleness takes a count of updates (0: synchronous) "
+                   "or 'unbounded', got '", o.max_staleness, "'");
+    }
+  } else if (o.max_staleness.empty() && o.backup_workers > 0) {
+    p.max_staleness = 0;  // backup workers are a synchronous rule
+  }
+  if (o.sync_every != 0 && (ps || config.strategy.name == "one_device")) {
+    TANDEM_THROW(InvalidArgument, "--sync-every (local SGD) averages the replicas of --strategy "
+                 "mirrored or multi-worker, not ", o.strategy);
+  }
+  if (o.sync_every < 0) {
+    TANDEM_THROW(InvalidArgument, "--sync-every must be at least 1 (local SGD averages every K "
+                 "steps), got ", o.sync_every);
+  }
+  if (o.average_optimizer_state && o.sync_every == 0)
+    TANDEM_THROW(InvalidArgument, "--average-optimizer-state goes with --sync-every (local SGD)");
+  config.sync_every = o.sync_every;
+  config.average_optimizer_state = o.average_optimizer_state;
+  if (!o.slow_replica.empty()) config.slow_replica = parse_slow_replica(o.slow_replica);
+}
+
 RunSetup prepare_run(RunOptions& o) {
   RunSetup setup;
   train::TrainConfig& config = o.config;
@@ -450,6 +543,7 @@ RunSetup prepare_run(RunOptions& o) {
   config.strategy.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
   configure_batch_and_sharding(o, config);
+  configure_update_rule(o, config);
   config.reducer.first_bucket_bytes =
       std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
   config.reducer.wire = comm::parse_wire_dtype(o.wire);

@@ -48,6 +48,17 @@ struct RunOptions {
   std::optional<int> accumulate;            // unset: 1, or derived
   std::optional<int64_t> micro_batch_size;  // unset: derived
   int zero = 0;
+  // Update rules (distribute::EngineOptions): parameter-server shards (0:
+  // unset, 1 under --strategy parameter-server), its staleness bound
+  // (empty or "unbounded": none), backup workers and staleness-aware rate;
+  // local SGD's period; a slowed replica ("R:FACTOR").
+  int ps = 0;
+  std::string max_staleness;
+  int backup_workers = 0;
+  bool staleness_aware_lr = false;
+  int sync_every = 0;
+  bool average_optimizer_state = false;
+  std::string slow_replica;
   bool recompute = false;
   std::string memory_limit;  // bytes per device (K/M/G suffixes); empty: the device's share of RAM
   std::string wire = "f32";
@@ -97,6 +108,13 @@ void add_run_options(CLI::App& command, RunOptions& o);
 // and loads the data. The configuration's output directory and resume are
 // the caller's.
 RunSetup prepare_run(RunOptions& o);
+
+// The update-rule flags (--ps, --max-staleness, --backup-workers,
+// --staleness-aware-lr, --sync-every, --average-optimizer-state,
+// --slow-replica) into config, after config.strategy.name is set; refuses a
+// flag its strategy ignores. Ranges that depend on the replica count are
+// distribute::check_engine_options's.
+void configure_update_rule(const RunOptions& o, train::TrainConfig& config);
 
 // --memory-limit in bytes, or the device's share of physical memory.
 int64_t memory_limit_of(const RunOptions& o, int local_replicas);

@@ -1,11 +1,12 @@
 // The all-reduce engine: replicated models and optimizers, gradients summed
 // over every replica by the Reducer while backward runs, the same update on
 // every replica. Replicas stay bit-identical, so one replica's state is the
-// whole state.
+// whole state. Under local SGD (sync_every > 0) there is no Reducer: each
+// replica steps on its own rows and the replicas average their parameters
+// every sync_every steps, so they are identical after each average.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "tandem/autograd/functions.h"
@@ -13,6 +14,7 @@
 #include "tandem/base/trace.h"
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/agreement.h"
+#include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/strategy.h"
@@ -32,12 +34,6 @@ int64_t rows_of(const data::Element& e) {
   return first.rank() == 0 ? 0 : first.dim(0);
 }
 
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", value);
-  return text;
-}
-
 class AllReduceEngine : public Engine {
  public:
   AllReduceEngine(Strategy& strategy, const ModelBuilder& build, const EngineOptions& options);
@@ -47,6 +43,7 @@ class AllReduceEngine : public Engine {
   }
 
   std::string name() const override {
+    if (local_sgd()) return "local_sgd";
     return sharded() ? "zero" + std::to_string(options_.reducer.zero_stage) : "all_reduce";
   }
   nn::Module& model(int local_replica) override { return *replicas_.at(local_replica).model; }
@@ -60,6 +57,7 @@ class AllReduceEngine : public Engine {
 
   StepResult step(const data::Element& batch, const ForwardFn& forward,
                   const StepOptions& options) override;
+  StepResult synchronize() override;
   void evaluate(const data::Element& batch, const EvaluateFn& fn) override;
   EngineState save_state() override;
   void load_state(const EngineState& state) override;
@@ -94,10 +92,17 @@ class AllReduceEngine : public Engine {
   bool sharded() const {
     return options_.reducer.zero_stage > 0 && strategy().global_replicas() > 1;
   }
+  bool local_sgd() const { return options_.sync_every > 0; }
+  // Local SGD: replica r's parameters (and optimizer state, when asked)
+  // become the mean over the replicas (collective).
+  void average_replicas(int r);
   void check_same_architecture();
   void broadcast_weights();
+  // loss_divisor: what the summed losses are divided by (the global rows;
+  // a replica's own rows under local SGD).
   void run_micro_batches(Replica& rep, const data::Element& rows, int64_t global_rows,
-                         const ReplicaContext& context, const ForwardFn& forward, bool measure);
+                         int64_t loss_divisor, const ReplicaContext& context,
+                         const ForwardFn& forward, bool measure);
   // The gradient norm sample of a measured step, from every replica's sums
   // (exchanged when there are several); on every replica's thread.
   std::optional<GradientNormSample> gradient_norm_sample(Replica& rep, int r,
@@ -131,6 +136,15 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
   if (options.reducer.zero_stage < 0 || options.reducer.zero_stage > 2) {
     TANDEM_THROW(InvalidArgument, "ZeRO stage must be 0 (off), 1 or 2, got ",
                  options.reducer.zero_stage, " (stage 3, sharded parameters, is not offered)");
+  }
+  check_engine_options(options, strategy.global_replicas());
+  if (local_sgd() && options.reducer.zero_stage > 0) {
+    TANDEM_THROW(InvalidArgument, "local SGD (--sync-every) keeps a whole optimizer on every "
+                 "replica; it does not combine with ZeRO (--zero)");
+  }
+  if (local_sgd() && strategy.global_replicas() < 2) {
+    TANDEM_THROW(InvalidArgument, "local SGD (--sync-every) averages replicas, and this strategy "
+                 "has one (use --strategy mirrored or multi-worker)");
   }
   std::exception_ptr failed;
   try {
@@ -168,7 +182,7 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
   if (strategy.global_replicas() > 1) {
     check_same_architecture();
     broadcast_weights();
-    for (int r = 0; r < strategy.local_replicas(); ++r) {
+    for (int r = 0; r < strategy.local_replicas() && !local_sgd(); ++r) {
       DeviceScope device(strategy.device(r));
       replicas_[r].reducer = std::make_unique<Reducer>(replicas_[r].model->parameters(),
                                                        *strategy.communicator(r), options.reducer);
@@ -283,9 +297,15 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   seed_replica_generator(options_.seed, options.step, context);
   for (Variable& p : rep.model->parameters()) p.zero_grad();
   // With one replica and one micro-batch there is no second batch size.
-  const bool measure = options.measure_gradient_norms &&
-                       (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
-  run_micro_batches(rep, parts[r], global_rows, context, forward, measure);
+  // Local SGD reduces no gradient: there is no big batch to compare with.
+  const bool measure =
+      options.measure_gradient_norms && !local_sgd() &&
+      (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
+  const int64_t own_rows = rows_of(parts[r]);
+  run_micro_batches(rep, parts[r], global_rows, local_sgd() ? std::max<int64_t>(own_rows, 1) : global_rows,
+                    context, forward, measure);
+  detail::slow_down(options_.slow_replica, context.global_replica,
+                    Clock::now() - rep.moments.start);
   rep.moments.backward_done = Clock::now();
   if (rep.reducer) {
     trace::Span span("wait for gradients", "step");
@@ -306,15 +326,18 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   rep.moments.reduced = Clock::now();
   {
     trace::Span span("optimizer", "step");
-    update(rep, r, skipped);
+    // A replica without rows has no gradient of its own to step on.
+    if (!local_sgd() || own_rows > 0) update(rep, r, skipped);
+    if (local_sgd() && (options.step + 1) % options_.sync_every == 0) average_replicas(r);
   }
   rep.moments.done = Clock::now();
   if (several_processes()) exchange_records(r);
 }
 
 void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
-                                        int64_t global_rows, const ReplicaContext& context,
-                                        const ForwardFn& forward, bool measure) {
+                                        int64_t global_rows, int64_t loss_divisor,
+                                        const ReplicaContext& context, const ForwardFn& forward,
+                                        bool measure) {
   // A replica with no rows (an epoch's last, short batch; a worker whose
   // input ended) still runs its empty batches: cross-replica layers and the
   // gradient reduction need every replica.
@@ -351,7 +374,7 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
       const Variable total = sum(per_example);
       rep.loss_sum += static_cast<double>(total.value().item());
       // Normalised by the global batch: the replicas' gradients sum to the batch mean.
-      loss = scale(total, static_cast<float>(1.0 / static_cast<double>(global_rows)));
+      loss = scale(total, static_cast<float>(1.0 / static_cast<double>(loss_divisor)));
     }
     rep.moments.forward += Clock::now() - forward_start;
     {
@@ -427,6 +450,23 @@ void AllReduceEngine::update(Replica& rep, int r, bool& skipped) {
   }
 }
 
+void AllReduceEngine::average_replicas(int r) {
+  comm::Communicator& comm = *strategy().communicator(r);
+  for (Variable& p : replicas_[r].model->parameters()) {
+    comm.all_reduce(p.value(), comm::ReduceOp::mean);
+    p.mark_modified();
+  }
+  if (!options_.average_optimizer_state) return;
+  for (const auto& [name, t] : replicas_[r].optimizer->state()) {
+    if (t->dtype() == DType::f32) comm.all_reduce(*t, comm::ReduceOp::mean);
+  }
+}
+
+StepResult AllReduceEngine::synchronize() {
+  if (local_sgd()) strategy().run([&](int r) { average_replicas(r); });
+  return {};
+}
+
 void AllReduceEngine::exchange_records(int local_replica) {
   Replica& rep = replicas_[local_replica];
   const Replica::Moments& m = rep.moments;
@@ -491,24 +531,12 @@ std::vector<ReplicaStepTime> AllReduceEngine::global_breakdown(Clock::duration s
 }
 
 void AllReduceEngine::evaluate(const data::Element& batch, const EvaluateFn& fn) {
-  if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "evaluation needs a batch with features");
-  const std::vector<data::Element> parts = data::split_batch(batch, strategy().local_replicas());
-  const int64_t rows = rows_of(batch);
-  strategy().run([&](int r) {
-    nn::Module& m = *replicas_[r].model;
-    NoGradGuard no_grad;
-    const bool was_training = m.is_training();
-    m.eval();
-    struct RestoreMode {
-      nn::Module& model;
-      bool training;
-      ~RestoreMode() { model.train(training); }
-    } restore{m, was_training};
-    fn(m, {parts[r], rows, strategy().replica_context(r)});
-  });
+  detail::evaluate_on_replicas(
+      strategy(), [&](int r) -> nn::Module& { return *replicas_[r].model; }, batch, fn);
 }
 
 EngineState AllReduceEngine::save_state() {
+  synchronize();  // local SGD: the replicas' mean is the state
   EngineState state;
   Replica& first = replicas_.front();
   save_model_state(*first.model, state);
@@ -524,11 +552,7 @@ EngineState AllReduceEngine::save_state() {
     for (const auto& [name, t] : first.optimizer->state())
       state.tensors.emplace_back("optimizer." + name, *t);
   }
-  if (const precision::LossScaler* s = first.scaler.get()) {
-    state.metadata["loss_scale"] = number(s->scale());
-    state.metadata["loss_scale_skipped"] = std::to_string(s->skipped_steps());
-    state.metadata["loss_scale_good_steps"] = std::to_string(s->steps_since_overflow());
-  }
+  detail::save_scaler_state(first.scaler.get(), state);
   return state;
 }
 
@@ -541,11 +565,7 @@ void AllReduceEngine::load_state(const EngineState& state) {
     } else {
       for (auto& [name, t] : r.optimizer->state()) state.load_into("optimizer." + name, *t);
     }
-    if (r.scaler && state.metadata.count("loss_scale")) {
-      r.scaler->restore(std::stod(state.meta("loss_scale")),
-                        std::stoll(state.meta("loss_scale_skipped")),
-                        std::stoll(state.meta("loss_scale_good_steps")));
-    }
+    detail::load_scaler_state(state, r.scaler.get());
   }
 }
 

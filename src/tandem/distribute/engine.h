@@ -36,6 +36,35 @@ namespace tandem::distribute {
 
 class Strategy;
 
+// A replica slowed down on purpose (--slow-replica R:FACTOR): after its
+// forward and backward it sleeps (factor - 1) times their duration, so that
+// its compute takes `factor` times as long. For seeing, and testing, what a
+// straggler does to each kind of training.
+struct SlowReplica {
+  int replica = -1;     // global replica index; -1: none
+  double factor = 1.0;  // >= 1
+};
+
+// The parameter-server engine's settings (distribute/parameter_server.h).
+struct ParameterServerOptions {
+  int shards = 1;  // parameter-server shards the variables are partitioned over (--ps)
+  // The largest staleness of an applied gradient: how many updates may land
+  // between a worker's pull of the parameters and the update its gradient
+  // makes. Unset: unbounded (fully asynchronous); 0: synchronous rounds.
+  std::optional<int64_t> max_staleness;
+  // Synchronous rounds (max_staleness 0) only: a round's update averages
+  // the first `workers - backup_workers` gradients to arrive; later ones are
+  // dropped (Chen et al. 2016).
+  int backup_workers = 0;
+  // Divide each asynchronous gradient's learning rate by its staleness (when
+  // above 1; Zhang et al. 2016).
+  bool staleness_aware_lr = false;
+  // Variables of at least twice this many bytes are split along their first
+  // axis into pieces of at least this size, over as many shards as that
+  // allows (TensorFlow's MinSizePartitioner).
+  int64_t min_shard_bytes = int64_t{256} << 10;
+};
+
 // Builds one replica's model; called once per local replica, on the main
 // thread under the replica's device. Every call must build the same
 // architecture (checked across replicas and processes at set-up).
@@ -60,6 +89,14 @@ struct EngineOptions {
   // gradients are not finite are skipped on every replica.
   std::optional<precision::LossScalerOptions> loss_scale;
   uint64_t seed = 0;  // each step's random streams (dropout), with the step index
+  SlowReplica slow_replica;
+  // > 0: local SGD: every replica updates its own copy from its own rows and
+  // the copies are averaged every this many steps (and at synchronize());
+  // the all-reduce engine only. 0: gradients all-reduced every step.
+  int sync_every = 0;
+  // Local SGD: average the optimizer state with the parameters.
+  bool average_optimizer_state = false;
+  ParameterServerOptions parameter_server;  // the parameter-server strategy's engine only
 };
 
 // One replica's share of a batch, as its forward function sees it.
@@ -140,7 +177,16 @@ struct StepResult {
   // sizes to compare (several replicas, or accumulation) and its gradients
   // were finite.
   std::optional<GradientNormSample> gradient_norms;
+  // Asynchronous engines: how many of the gradients applied during the call
+  // had each staleness (index: updates between the gradient's pull and its
+  // application), and the rows each local replica trained on whose gradient
+  // was dropped (late under backup workers). Empty for the others.
+  std::vector<int64_t> staleness;
+  std::vector<int64_t> dropped_rows;
 };
+
+// Adds b's per-call counts (loss sums, rows, staleness, dropped rows) into a.
+void accumulate_step_counts(StepResult& a, const StepResult& b);
 
 class Engine {
  public:
@@ -164,8 +210,20 @@ class Engine {
   // process's rows of a global batch. Throws what a forward throws (after
   // every replica returned), ShapeError for a loss that is not (rows,), and
   // InvalidArgument for a batch without features.
+  //
+  // An asynchronous engine (the parameter server) hands the batch to its
+  // workers and returns before they are done: the result then covers the
+  // work that finished during the call (global_rows counts its rows; 0 rows:
+  // nothing finished, and the loss is NaN), and synchronize() returns the rest.
   virtual StepResult step(const data::Element& batch, const ForwardFn& forward,
                           const StepOptions& options = {}) = 0;
+  // Brings every replica to one consistent state: waits for the work step()
+  // handed out and puts the latest parameters into every replica (the
+  // parameter server), or averages the replicas' copies (local SGD). Returns
+  // what finished meanwhile, as step() does. The Trainer calls it before it
+  // evaluates or saves; evaluate(), save_state() and load_state() call it
+  // themselves. Nothing to do, and an empty result, for the all-reduce engine.
+  virtual StepResult synchronize() { return {}; }
   // Runs fn on every local replica's share of `batch` in evaluation mode,
   // without gradients; the models' modes are restored afterwards. Involves
   // no other process: each evaluates its own batches.
@@ -193,7 +251,15 @@ class Engine {
 // Set-up checks that every replica built the same architecture and
 // broadcasts global replica 0's weights. Throws InvalidArgument for
 // accumulation_steps < 1 or a bad ZeRO stage.
+// With options.sync_every > 0 it is local SGD instead: no gradient
+// reduction, each replica steps on the mean of its own rows, and the
+// replicas average their parameters every sync_every steps.
 std::unique_ptr<Engine> make_all_reduce_engine(Strategy& strategy, const ModelBuilder& build,
                                                const EngineOptions& options);
+
+// Throws InvalidArgument for settings no engine can honour: a slow replica
+// that does not exist or a factor below 1, sync_every < 0, and
+// parameter-server settings out of range for `workers` workers.
+void check_engine_options(const EngineOptions& options, int workers);
 
 }  // namespace tandem::distribute

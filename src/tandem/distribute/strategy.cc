@@ -12,6 +12,7 @@
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/distribute/parameter_server.h"
 
 namespace tandem::distribute {
 namespace {
@@ -182,6 +183,20 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
   std::string name() const override { return "mirrored"; }
 };
 
+// Mirrored's replica threads, as the workers of a parameter-server engine.
+class ParameterServer : public ThreadedStrategy<comm::InProcessGroup> {
+ public:
+  ParameterServer(int devices, int threads, const comm::CommOptions& options)
+      : ThreadedStrategy(std::make_unique<comm::InProcessGroup>(
+                             devices, comm::InProcessOptions{.comm = options}),
+                         devices, threads) {}
+  std::string name() const override { return "parameter_server"; }
+  std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
+                                      const EngineOptions& options) override {
+    return make_parameter_server_engine(*this, build, options);
+  }
+};
+
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
  public:
   MultiWorker(int devices, int threads, const comm::CommOptions& options)
@@ -236,9 +251,16 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     check_subscription(c, 1, 1, threads, cores);
     return {.local_replicas = 1, .global_replicas = 1, .threads_per_replica = threads};
   }
-  if (c.name != "mirrored" && c.name != "multi_worker") {
+  if (c.name != "mirrored" && c.name != "multi_worker" && c.name != "parameter_server") {
     TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
-                 "' (expected one_device, mirrored or multi_worker)");
+                 "' (expected one_device, mirrored, multi_worker or parameter_server)");
+  }
+  if (c.name == "parameter_server" && comm::launched_by_mpi() &&
+      comm::launched_process_count() > 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "the parameter_server strategy runs in one process (shards serving replica "
+                 "threads); across MPI processes it is not built yet: run one process, or use "
+                 "--strategy multi-worker");
   }
   // Processes of this job on this host share its cores (multi_worker under mpirun).
   int processes_here = 1, processes = 1;
@@ -268,6 +290,10 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
   if (c.name == "mirrored") {
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm);
+  }
+  if (c.name == "parameter_server") {
+    return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
+                                             c.comm);
   }
   return std::make_unique<MultiWorker>(layout.local_replicas, layout.threads_per_replica, c.comm);
 }

@@ -6,6 +6,9 @@
 //                  with its own intra-op threads, all-reducing in process.
 //  - multi_worker: mirrored inside each MPI process, hierarchical all-reduce
 //                  across processes (start with mpirun).
+//  - parameter_server: mirrored's replica threads as workers of a parameter
+//                  server in the same process (distribute/parameter_server.h):
+//                  asynchronous, bounded-staleness or synchronous updates.
 // The user states the global batch; each replica gets a share of it (see
 // data::split_batch) and normalises its loss by the global example count, so
 // that N replicas take the same step as one device on the whole batch.
@@ -22,7 +25,7 @@
 namespace tandem::distribute {
 
 struct StrategyConfig {
-  std::string name = "one_device";      // one_device, mirrored, multi_worker
+  std::string name = "one_device";      // one_device, mirrored, multi_worker, parameter_server
   int devices = 0;                      // local replicas; 0: one per physical core
   int threads_per_device = 0;           // 0: physical cores / devices (at least 1)
   bool allow_oversubscription = false;  // more devices x threads than physical cores

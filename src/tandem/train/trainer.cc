@@ -34,6 +34,7 @@ struct Trainer::Progress {
   double train_seconds = 0.0;
   double learning_rate = 0.0;          // of the last step
   std::vector<double> replica_losses;  // per local replica, not yet summed over replicas
+  std::vector<int64_t> staleness, dropped_examples;  // asynchronous engines' counts
 };
 
 // A checkpoint read and checked for the next fit(), and its position.
@@ -133,6 +134,15 @@ double EpochResult::validation_metric(const std::string& name) const {
   return find_metric(validation_metrics, name);
 }
 
+double EpochResult::mean_staleness() const {
+  double sum = 0.0, count = 0.0;
+  for (size_t s = 0; s < staleness.size(); ++s) {
+    sum += static_cast<double>(s) * static_cast<double>(staleness[s]);
+    count += static_cast<double>(staleness[s]);
+  }
+  return count > 0.0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+}
+
 double EvalResult::metric(const std::string& name) const {
   return find_metric(metrics, name);
 }
@@ -217,7 +227,12 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
                                                   .reducer = config_.reducer,
                                                   .accumulation_steps = config_.accumulation_steps,
                                                   .loss_scale = scaling,
-                                                  .seed = config_.seed});
+                                                  .seed = config_.seed,
+                                                  .slow_replica = config_.slow_replica,
+                                                  .sync_every = config_.sync_every,
+                                                  .average_optimizer_state =
+                                                      config_.average_optimizer_state,
+                                                  .parameter_server = config_.parameter_server});
   metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
                       std::vector<MetricSums>(config_.metrics.size()));
 }
@@ -574,18 +589,9 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
   return next;
 }
 
-void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forward,
-                         Progress& progress, const TrainCallbacks& callbacks) {
-  const double lr = schedule_->lr(progress.global_step);
-  const bool measure =
-      config_.noise_scale_every > 0 && progress.global_step % config_.noise_scale_every == 0;
-  const distribute::StepResult r = engine_->step(in.batch, forward,
-                                                 {.step = progress.global_step,
-                                                  .measure_gradient_norms = measure,
-                                                  .learning_rate = lr,
-                                                  .global_rows = in.global_rows});
-  if (r.gradient_norms) noise_scale_.add(*r.gradient_norms);
-  const bool finite = std::isfinite(r.loss);
+void Trainer::absorb(const distribute::StepResult& r, Progress& progress) {
+  // An asynchronous engine may report no finished work yet (0 rows).
+  const bool finite = r.global_rows == 0 || std::isfinite(r.loss);
   if (!finite && engine_->loss_scaler() == nullptr) {
     TANDEM_THROW(Diverged, "training diverged: loss is ", r.loss, " at epoch ", progress.epoch + 1,
                  " step ", progress.step + 1, " (lower the learning rate)");
@@ -609,6 +615,32 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   } else {
     ++progress.nonfinite_steps;
   }
+  const auto add = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+  };
+  add(progress.staleness, r.staleness);
+  add(progress.dropped_examples, r.dropped_rows);
+}
+
+void Trainer::synchronize_engine(Progress& progress) {
+  const auto start = Clock::now();
+  absorb(engine_->synchronize(), progress);
+  progress.train_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forward,
+                         Progress& progress, const TrainCallbacks& callbacks) {
+  const double lr = schedule_->lr(progress.global_step);
+  const bool measure =
+      config_.noise_scale_every > 0 && progress.global_step % config_.noise_scale_every == 0;
+  const distribute::StepResult r = engine_->step(in.batch, forward,
+                                                 {.step = progress.global_step,
+                                                  .measure_gradient_norms = measure,
+                                                  .learning_rate = lr,
+                                                  .global_rows = in.global_rows});
+  if (r.gradient_norms) noise_scale_.add(*r.gradient_norms);
+  absorb(r, progress);
   const double step_seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
   progress.train_seconds += step_seconds;
   progress.learning_rate = lr;
@@ -679,6 +711,7 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
     while (!continuing || progress.step < config_.steps_per_epoch) {
       const StepInput next = next_step_input(input, progress);
       if (next.status == StepInput::Status::stop) {
+        synchronize_engine(progress);
         save(progress, result.history);
         result.interrupted = true;
         result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -690,6 +723,7 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
       }
       train_step(next, forward, progress, callbacks);
     }
+    synchronize_engine(progress);
     EpochResult epoch = finish_epoch(progress, validation);
     epoch.input_stages = input.batches.stats();
     result.history.push_back(epoch);
@@ -753,6 +787,8 @@ EpochResult Trainer::finish_epoch(Progress& progress,
   epoch.learning_rate = progress.learning_rate;
   epoch.examples_per_second = progress.examples / std::max(progress.train_seconds, 1e-9);
   epoch.noise_scale = noise_scale_.noise_scale();
+  epoch.staleness = progress.staleness;
+  epoch.dropped_examples = progress.dropped_examples;
   if (const precision::LossScaler* scaler = engine_->loss_scaler()) {
     epoch.loss_scale = scaler->scale();
     epoch.skipped_steps = scaler->skipped_steps();

@@ -104,6 +104,16 @@ struct TrainConfig {
   distribute::StrategyConfig strategy;  // one_device by default
   // Gradient synchronisation, including ZeRO (reducer.zero_stage).
   distribute::ReducerOptions reducer;
+  // Local SGD (> 0): replicas step on their own rows and average their
+  // parameters every this many steps (and at each epoch's end), optionally
+  // with the optimizer state (distribute::EngineOptions).
+  int sync_every = 0;
+  bool average_optimizer_state = false;
+  // The parameter_server strategy's shards, staleness bound and backup
+  // workers (distribute/parameter_server.h).
+  distribute::ParameterServerOptions parameter_server;
+  // A replica made slower on purpose (--slow-replica R:FACTOR).
+  distribute::SlowReplica slow_replica;
   // Unset: dynamic for a mixed_float16 model, none otherwise. With a
   // scaler, steps with non-finite gradients are skipped instead of failing.
   std::optional<precision::LossScalerOptions> loss_scale;
@@ -178,6 +188,14 @@ struct EpochResult {
   double noise_scale = NAN;
   // The input pipeline's per-stage counters since fit() started or resumed.
   std::vector<data::StageStats> input_stages;
+  // The parameter_server strategy: how many applied gradients had each
+  // staleness (index: updates between a gradient's pull and its
+  // application), and each replica's training examples whose gradient was
+  // dropped (late under backup workers). Empty under the other strategies.
+  std::vector<int64_t> staleness;
+  std::vector<int64_t> dropped_examples;
+  // The mean of `staleness` (NaN when empty).
+  double mean_staleness() const;
 
   // The named metric's value (NaN when the run has no such metric).
   double train_metric(const std::string& name) const;
@@ -324,6 +342,12 @@ class Trainer {
   StepInput next_step_input(Input& input, const Progress& progress);
   void train_step(const StepInput& input, const distribute::ForwardFn& forward, Progress& progress,
                   const TrainCallbacks& callbacks);
+  // Adds the work a step or synchronize() reports as finished to the
+  // epoch's sums; throws Diverged for a non-finite loss without a scaler.
+  void absorb(const distribute::StepResult& r, Progress& progress);
+  // engine.synchronize() (the work an asynchronous engine still has, local
+  // SGD's average), absorbed; before an epoch's end or a save.
+  void synchronize_engine(Progress& progress);
   // This process's shard of `examples` in batches (padded when configured).
   data::Dataset batched(const data::Dataset& examples, int64_t batch_size,
                         bool drop_remainder) const;

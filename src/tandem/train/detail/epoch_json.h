@@ -47,6 +47,11 @@ inline void to_json(nlohmann::json& j, const EpochResult& e) {
   for (const auto& [name, value] : e.validation_metrics)
     j["validation_" + name] = detail::number_or_null(value);
   j["metrics"] = names;
+  if (!e.staleness.empty()) {
+    j["staleness"] = e.staleness;
+    j["mean_staleness"] = detail::number_or_null(e.mean_staleness());
+  }
+  if (!e.dropped_examples.empty()) j["dropped_examples"] = e.dropped_examples;
 }
 
 inline void from_json(const nlohmann::json& j, EpochResult& e) {
@@ -62,6 +67,13 @@ inline void from_json(const nlohmann::json& j, EpochResult& e) {
   e.skipped_steps = tandem::detail::json_integer_or(j, "skipped_steps", int64_t{0});
   e.steps_since_overflow = tandem::detail::json_integer_or(j, "steps_since_overflow", int64_t{0});
   e.noise_scale = detail::number_or_nan(j, "noise_scale");
+  e.staleness.clear();
+  e.dropped_examples.clear();
+  for (const char* key : {"staleness", "dropped_examples"}) {
+    if (!j.contains(key)) continue;
+    std::vector<int64_t>& into = key[0] == 's' ? e.staleness : e.dropped_examples;
+    for (const nlohmann::json& n : j.at(key)) into.push_back(tandem::detail::json_integer<int64_t>(n, key));
+  }
   e.train_metrics.clear();
   e.validation_metrics.clear();
   for (const auto& name : j.value("metrics", nlohmann::json::array())) {

@@ -1,0 +1,666 @@
+// The parameter-server engine (parameter_server.h): workers on the
+// strategy's replica threads, driven by one background call of
+// Strategy::run for as long as step() keeps handing out work; shards of
+// master parameters and optimizer state behind one lock.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+#include "tandem/base/trace.h"
+#include "tandem/data/distribute.h"
+#include "tandem/distribute/detail/engine_parts.h"
+#include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/kernels/elementwise.h"
+
+namespace tandem::distribute {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t rows_of(const data::Element& e) {
+  const Tensor& first = e.features().front().second;
+  return first.rank() == 0 ? 0 : first.dim(0);
+}
+
+// One worker's share of one batch.
+struct Work {
+  data::Element rows;
+  int64_t round = 0;  // the batch's index since the engine was built
+  int64_t step = 0;   // StepOptions::step: seeds the random streams
+  int64_t global_rows = 0;
+  std::optional<double> learning_rate;
+  std::shared_ptr<const ForwardFn> forward;
+};
+
+// What a worker's forward and backward produced.
+struct Gradient {
+  int64_t rows = 0;
+  double loss_sum = 0.0;
+  bool finite = true;
+};
+
+class ParameterServerEngine : public Engine {
+ public:
+  ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
+                        const EngineOptions& options);
+  ~ParameterServerEngine() override;
+
+  std::string name() const override { return "parameter_server"; }
+  nn::Module& model(int local_replica) override { return *workers_.at(local_replica).model; }
+  // Every shard's optimizer has the same settings; the first stands for them.
+  optim::Optimizer& optimizer(int) override { return *shards_.front().optimizer; }
+  const precision::LossScaler* loss_scaler() const override { return scaler_.get(); }
+
+  StepResult step(const data::Element& batch, const ForwardFn& forward,
+                  const StepOptions& options) override;
+  StepResult synchronize() override;
+  void evaluate(const data::Element& batch, const EvaluateFn& fn) override;
+  EngineState save_state() override;
+  void load_state(const EngineState& state) override;
+
+ private:
+  struct Worker {
+    std::shared_ptr<nn::Module> model;
+    std::vector<Variable> parameters;
+    ReplicaContext context;  // the strategy's, without its communicator
+    std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
+    std::deque<Work> queue;                         // synchronous rounds: this worker's shares
+    std::optional<int64_t> pulled;                  // the version it computes on, while it does
+    // Since the engine last reported (under the lock).
+    double loss_sum = 0.0;
+    int64_t rows = 0, dropped = 0;
+    ReplicaStepTime times;
+  };
+  struct Shard {
+    std::vector<size_t> pieces;  // indices into pieces_
+    std::vector<Variable> views;  // each piece's rows of its variable, gradient included
+    std::unique_ptr<optim::Optimizer> optimizer;
+  };
+
+  bool synchronous() const { return ps_.max_staleness && *ps_.max_staleness == 0; }
+  int workers() const { return static_cast<int>(workers_.size()); }
+  void start_workers();
+  // Lets the workers finish the work handed out, joins them, and puts the
+  // latest parameters into every worker; rethrows a worker's error.
+  void drain();
+  void worker_loop(int r);
+  std::optional<Work> take_work(int r, std::unique_lock<std::mutex>& lock);
+  bool admitted() const;
+  bool has_room() const;
+  void pull(Worker& w);
+  Gradient compute(Worker& w, const Work& work);
+  void push_asynchronous(Worker& w, const Work& work, const Gradient& g);
+  void push_to_round(Worker& w, const Work& work, const Gradient& g);
+  void stage(const Worker& w, bool add);
+  void apply(double learning_rate);
+  void drop_stale_shares();
+  StepResult take_results(Clock::time_point since);
+  void rethrow_if_failed();
+
+  EngineOptions options_;
+  ParameterServerOptions ps_;
+  std::vector<Worker> workers_;  // never resized once built: threads hold references
+  // The master variables, whole (the shards' views share their values), and
+  // the staged gradient of the update being applied.
+  std::vector<Variable> server_;
+  std::vector<bool> staged_;
+  std::vector<VariablePiece> pieces_;
+  std::vector<Shard> shards_;
+  std::unique_ptr<precision::LossScaler> scaler_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Work> shared_queue_;  // asynchronous: the next share goes to whoever is free
+  int64_t version_ = 0;            // updates applied (rounds completed, when synchronous)
+  int64_t rounds_ = 0;             // batches handed out
+  int round_arrivals_ = 0;
+  int64_t round_rows_ = 0;
+  bool round_finite_ = true;
+  std::vector<int64_t> staleness_;  // since the last report
+  int64_t applied_ = 0, rejected_ = 0;
+  bool closing_ = false, failed_ = false;
+  std::exception_ptr error_;
+  std::thread runner_;
+};
+
+ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
+                                             const EngineOptions& options)
+    : Engine(strategy), options_(options), ps_(options.parameter_server) {
+  if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
+  check_engine_options(options, strategy.global_replicas());
+  if (strategy.global_replicas() != strategy.local_replicas()) {
+    TANDEM_THROW(InvalidArgument, "the parameter-server engine runs in one process for now");
+  }
+  if (options.accumulation_steps != 1) {
+    TANDEM_THROW(InvalidArgument, "gradient accumulation (--accumulate) does not apply to the "
+                 "parameter-server strategy: each worker pushes the gradient of its own rows");
+  }
+  if (options.reducer.zero_stage != 0 || options.sync_every != 0) {
+    TANDEM_THROW(InvalidArgument, "ZeRO (--zero) and local SGD (--sync-every) are all-reduce "
+                 "settings; the parameter-server strategy keeps the optimizer on its shards");
+  }
+  optim::check_optimizer_config(options.optimizer);
+  workers_.resize(static_cast<size_t>(strategy.local_replicas()));
+  for (int r = 0; r < workers(); ++r) {
+    Worker& w = workers_[r];
+    DeviceScope device(strategy.device(r));
+    w.model = build();
+    if (!w.model) TANDEM_THROW(InvalidArgument, "the model builder returned no model");
+    w.parameters = w.model->parameters();
+    w.context = strategy.replica_context(r);
+    w.context.communicator = nullptr;
+    if (options.loss_scale) w.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
+    const std::vector<Variable>& first = workers_.front().parameters;
+    bool same = w.parameters.size() == first.size();
+    for (size_t i = 0; same && i < first.size(); ++i)
+      same = w.parameters[i].shape() == first[i].shape();
+    if (!same) {
+      TANDEM_THROW(InvalidArgument, "workers were built with different models: worker ", r,
+                   " differs from worker 0 (every worker must build the same architecture)");
+    }
+  }
+  if (options.loss_scale) scaler_ = std::make_unique<precision::LossScaler>(*options.loss_scale);
+  // The server starts from worker 0's initial weights.
+  std::vector<Shape> shapes;
+  for (const Variable& p : workers_.front().parameters) {
+    DeviceScope device(strategy.device(0));
+    MemoryCategoryScope category(MemoryCategory::parameters);
+    Variable master(p.value().clone(), true);
+    master.set_grad_buffer(Tensor::zeros(p.shape(), DType::f32, p.value().device(),
+                                         MemoryCategory::gradients));
+    server_.push_back(master);
+    shapes.push_back(p.shape());
+  }
+  staged_.assign(server_.size(), false);
+  const bool layerwise = options.optimizer.name == "lars" || options.optimizer.name == "lamb";
+  pieces_ = partition_variables(shapes, ps_.shards, ps_.min_shard_bytes, !layerwise);
+  shards_.resize(static_cast<size_t>(ps_.shards));
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const VariablePiece& piece = pieces_[k];
+    const Variable& whole = server_[piece.variable];
+    const bool scalar = whole.shape().rank() == 0;
+    Variable view(scalar ? whole.value() : whole.value().slice(piece.begin, piece.end), true);
+    view.set_grad_buffer(scalar ? whole.grad_buffer()
+                                : whole.grad_buffer().slice(piece.begin, piece.end));
+    shards_[piece.shard].pieces.push_back(k);
+    shards_[piece.shard].views.push_back(view);
+  }
+  for (Shard& shard : shards_) {
+    MemoryCategoryScope category(MemoryCategory::optimizer_state);
+    shard.optimizer = optim::make_optimizer(options.optimizer, shard.views);
+  }
+  for (Worker& w : workers_) pull(w);
+}
+
+ParameterServerEngine::~ParameterServerEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+    failed_ = true;  // nothing more to do: the workers leave at once
+  }
+  changed_.notify_all();
+  if (runner_.joinable()) runner_.join();
+}
+
+void ParameterServerEngine::start_workers() {
+  if (runner_.joinable()) return;
+  runner_ = std::thread([this] {
+    try {
+      strategy().run([this](int r) { worker_loop(r); });
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_ = true;
+      changed_.notify_all();
+    }
+  });
+}
+
+void ParameterServerEngine::rethrow_if_failed() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failed_) return;
+  }
+  // The failing worker's error reaches error_ once every worker has left.
+  if (runner_.joinable()) runner_.join();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = error_;
+  }
+  if (error) std::rethrow_exception(error);
+  TANDEM_THROW(Error, "the parameter-server workers stopped");
+}
+
+void ParameterServerEngine::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+  }
+  changed_.notify_all();
+  if (runner_.joinable()) runner_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = false;
+  }
+  rethrow_if_failed();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Worker& w : workers_) pull(w);
+}
+
+StepResult ParameterServerEngine::step(const data::Element& batch, const ForwardFn& forward,
+                                       const StepOptions& options) {
+  if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "a step needs a batch with features");
+  if (!forward) TANDEM_THROW(InvalidArgument, "a step needs a forward function");
+  rethrow_if_failed();
+  const auto start = Clock::now();
+  const std::vector<data::Element> parts = data::split_batch(batch, workers());
+  const int64_t global_rows = options.global_rows >= 0 ? options.global_rows : rows_of(batch);
+  if (global_rows < 1) {
+    TANDEM_THROW(InvalidArgument, "a step needs at least one row in the global batch, got ",
+                 global_rows);
+  }
+  const auto fn = std::make_shared<const ForwardFn>(forward);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t round = rounds_++;
+    for (int r = 0; r < workers(); ++r) {
+      Work work{parts[r], round, options.step, global_rows, options.learning_rate, fn};
+      (synchronous() ? workers_[r].queue : shared_queue_).push_back(std::move(work));
+    }
+    drop_stale_shares();
+  }
+  changed_.notify_all();
+  start_workers();
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return failed_ || has_room(); });
+  if (failed_) {
+    lock.unlock();
+    rethrow_if_failed();
+  }
+  return take_results(start);
+}
+
+bool ParameterServerEngine::has_room() const {
+  // Enough handed out that the first worker to be free finds work, and no more.
+  if (!synchronous()) return shared_queue_.size() <= workers_.size();
+  for (const Worker& w : workers_)
+    if (w.queue.size() <= 1) return true;
+  return false;
+}
+
+void ParameterServerEngine::drop_stale_shares() {
+  // Shares of rounds already applied (backup workers: a slow worker's
+  // backlog) can no longer join their round.
+  for (Worker& w : workers_) {
+    while (!w.queue.empty() && w.queue.front().round < version_) {
+      w.dropped += rows_of(w.queue.front().rows);
+      w.queue.pop_front();
+    }
+  }
+}
+
+StepResult ParameterServerEngine::synchronize() {
+  const auto start = Clock::now();
+  drain();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return take_results(start);
+}
+
+bool ParameterServerEngine::admitted() const {
+  // Bounded staleness: with this worker computing too, every gradient in
+  // flight must still be within the bound when it lands (each computing
+  // worker lands at most one more update before it).
+  if (!ps_.max_staleness) return true;
+  int64_t computing = 0, oldest = version_;
+  for (const Worker& w : workers_) {
+    if (!w.pulled) continue;
+    ++computing;
+    oldest = std::min(oldest, *w.pulled);
+  }
+  return computing == 0 || version_ - oldest + computing <= *ps_.max_staleness;
+}
+
+std::optional<Work> ParameterServerEngine::take_work(int r, std::unique_lock<std::mutex>& lock) {
+  Worker& w = workers_[r];
+  if (!synchronous()) {
+    changed_.wait(lock, [&] {
+      return failed_ || (closing_ && shared_queue_.empty()) ||
+             (!shared_queue_.empty() && admitted());
+    });
+    if (failed_ || shared_queue_.empty()) return std::nullopt;
+    Work work = std::move(shared_queue_.front());
+    shared_queue_.pop_front();
+    changed_.notify_all();
+    return work;
+  }
+  for (;;) {
+    changed_.wait(lock, [&] { return failed_ || closing_ || !w.queue.empty(); });
+    if (failed_ || w.queue.empty()) return std::nullopt;
+    Work work = std::move(w.queue.front());
+    w.queue.pop_front();
+    changed_.notify_all();
+    // Join the share's round once the one before it is applied; a round
+    // applied without this worker (backup workers) is gone.
+    changed_.wait(lock, [&] { return failed_ || version_ >= work.round; });
+    if (failed_) return std::nullopt;
+    if (version_ == work.round) return work;
+    w.dropped += rows_of(work.rows);
+  }
+}
+
+void ParameterServerEngine::pull(Worker& w) {
+  for (size_t i = 0; i < server_.size(); ++i) {
+    Tensor value = w.parameters[i].value();
+    value.copy_from(server_[i].value());
+    w.parameters[i].mark_modified();
+  }
+  if (scaler_) *w.scaler = *scaler_;
+}
+
+void ParameterServerEngine::worker_loop(int r) {
+  Worker& w = workers_[r];
+  ReplicaScope scope(w.context);
+  std::unique_lock<std::mutex> lock(mutex_);
+  try {
+    for (;;) {
+      const auto wait_start = Clock::now();
+      std::optional<Work> work = take_work(r, lock);
+      const auto pull_start = Clock::now();
+      w.times.idle += seconds(pull_start - wait_start);
+      if (!work) return;
+      const int64_t rows = rows_of(work->rows);
+      if (rows == 0 && !synchronous()) continue;  // nothing to learn from
+      w.pulled = version_;
+      pull(w);
+      w.times.communication += seconds(Clock::now() - pull_start);
+      lock.unlock();
+      const Gradient g = compute(w, *work);
+      lock.lock();
+      const auto push_start = Clock::now();
+      w.loss_sum += g.loss_sum;
+      w.rows += g.rows;
+      if (synchronous()) {
+        push_to_round(w, *work, g);
+      } else {
+        push_asynchronous(w, *work, g);
+      }
+      w.pulled.reset();
+      w.times.optimizer += seconds(Clock::now() - push_start);
+      changed_.notify_all();
+    }
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    w.pulled.reset();
+    failed_ = true;
+    changed_.notify_all();
+    throw;
+  }
+}
+
+Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
+  Gradient g;
+  g.rows = rows_of(work.rows);
+  const auto start = Clock::now();
+  seed_replica_generator(options_.seed, work.step, w.context);
+  for (Variable& p : w.parameters) p.zero_grad();
+  Variable loss;
+  {
+    trace::Span span("forward", "step");
+    const Variable per_example = (*work.forward)(*w.model, {work.rows, work.global_rows, w.context});
+    if (!per_example.defined() || per_example.shape() != Shape{g.rows}) {
+      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
+                   g.rows, "), got ",
+                   per_example.defined() ? per_example.shape().to_string() : "nothing");
+    }
+    const Variable total = sum(per_example);
+    g.loss_sum = static_cast<double>(total.value().item());
+    // A round's gradients add up to its batch's mean; an asynchronous one
+    // is the mean over its own rows.
+    const int64_t divisor = synchronous() ? work.global_rows : std::max<int64_t>(g.rows, 1);
+    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(divisor)));
+  }
+  const auto forward_done = Clock::now();
+  {
+    trace::Span span("backward", "step");
+    (w.scaler ? w.scaler->scale_loss(loss) : loss).backward();
+  }
+  detail::slow_down(options_.slow_replica, w.context.global_replica, Clock::now() - start);
+  if (w.scaler) g.finite = w.scaler->unscale_and_check(w.parameters);
+  const auto done = Clock::now();
+  w.times.forward += seconds(forward_done - start);
+  w.times.backward += seconds(done - forward_done);
+  return g;
+}
+
+void ParameterServerEngine::stage(const Worker& w, bool add) {
+  for (size_t i = 0; i < server_.size(); ++i) {
+    const Variable& p = w.parameters[i];
+    Tensor staged = server_[i].grad_buffer();
+    if (!add) staged_[i] = false;
+    if (!p.has_grad()) {
+      if (!staged_[i]) staged.fill(0.0f);
+      continue;
+    }
+    if (add && staged_[i]) {
+      kernels::add_into(staged, p.grad());
+    } else {
+      staged.copy_from(p.grad());
+    }
+    staged_[i] = true;
+  }
+}
+
+void ParameterServerEngine::apply(double learning_rate) {
+  trace::Span span("parameter server update", "step");
+  for (size_t i = 0; i < server_.size(); ++i) {
+    if (staged_[i]) {
+      server_[i].define_grad();
+    } else {
+      server_[i].zero_grad();
+    }
+  }
+  if (options_.optimizer.global_clip_norm > 0.0)
+    optim::clip_grad_norm(server_, options_.optimizer.global_clip_norm);
+  for (Shard& shard : shards_) {
+    for (size_t k = 0; k < shard.views.size(); ++k) {
+      if (staged_[pieces_[shard.pieces[k]].variable]) {
+        shard.views[k].define_grad();
+      } else {
+        shard.views[k].zero_grad();
+      }
+    }
+    shard.optimizer->set_learning_rate(learning_rate);
+    shard.optimizer->step();
+  }
+  ++applied_;
+}
+
+void ParameterServerEngine::push_asynchronous(Worker& w, const Work& work, const Gradient& g) {
+  const int64_t staleness = version_ - *w.pulled;
+  if (scaler_) scaler_->update(g.finite);
+  if (!g.finite) {
+    ++rejected_;
+    return;
+  }
+  stage(w, /*add=*/false);
+  double lr = work.learning_rate.value_or(options_.optimizer.learning_rate);
+  if (ps_.staleness_aware_lr && staleness > 1) lr /= static_cast<double>(staleness);
+  apply(lr);
+  ++version_;
+  if (staleness_.size() <= static_cast<size_t>(staleness))
+    staleness_.resize(static_cast<size_t>(staleness) + 1, 0);
+  ++staleness_[static_cast<size_t>(staleness)];
+}
+
+void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gradient& g) {
+  if (version_ != work.round) {  // its round was applied without it
+    w.dropped += g.rows;
+    return;
+  }
+  if (round_arrivals_ == 0) {
+    round_rows_ = 0;
+    round_finite_ = true;
+    std::fill(staged_.begin(), staged_.end(), false);
+  }
+  round_finite_ = round_finite_ && g.finite;
+  round_rows_ += g.rows;
+  if (g.finite) stage(w, /*add=*/true);
+  ++round_arrivals_;
+  if (round_arrivals_ < workers() - ps_.backup_workers) return;
+  // Each gradient was divided by the whole batch's rows: rescale to the
+  // mean over the rows that arrived in time.
+  if (round_finite_ && round_rows_ > 0) {
+    if (round_rows_ != work.global_rows) {
+      const auto factor =
+          static_cast<float>(static_cast<double>(work.global_rows) / static_cast<double>(round_rows_));
+      for (size_t i = 0; i < server_.size(); ++i) {
+        if (!staged_[i]) continue;
+        Tensor staged = server_[i].grad_buffer();
+        kernels::add_into(staged, staged, factor - 1.0f);
+      }
+    }
+    apply(work.learning_rate.value_or(options_.optimizer.learning_rate));
+    if (staleness_.empty()) staleness_.resize(1, 0);
+    staleness_[0] += round_arrivals_;
+  } else if (!round_finite_) {
+    ++rejected_;
+  }
+  if (scaler_) scaler_->update(round_finite_);
+  round_arrivals_ = 0;
+  ++version_;
+}
+
+StepResult ParameterServerEngine::take_results(Clock::time_point since) {
+  StepResult result;
+  double loss_sum = 0.0;
+  for (Worker& w : workers_) {
+    result.replica_loss_sums.push_back(w.loss_sum);
+    result.dropped_rows.push_back(w.dropped);
+    result.global_rows += w.rows;
+    loss_sum += w.loss_sum;
+    ReplicaStepTime t = w.times;
+    t.replica = w.context.global_replica;
+    result.replicas.push_back(t);
+    result.idle_seconds += t.idle;
+    result.exposed_communication_seconds += t.communication;
+    w.loss_sum = 0.0;
+    w.rows = w.dropped = 0;
+    w.times = {};
+  }
+  result.loss = result.global_rows > 0 ? loss_sum / static_cast<double>(result.global_rows)
+                                       : std::numeric_limits<double>::quiet_NaN();
+  result.idle_seconds /= static_cast<double>(workers());
+  result.exposed_communication_seconds /= static_cast<double>(workers());
+  result.staleness = std::move(staleness_);
+  staleness_.clear();
+  result.skipped = rejected_ > 0 && applied_ == 0;
+  applied_ = rejected_ = 0;
+  if (scaler_) result.loss_scale = scaler_->scale();
+  result.seconds = seconds(Clock::now() - since);
+  return result;
+}
+
+void ParameterServerEngine::evaluate(const data::Element& batch, const EvaluateFn& fn) {
+  drain();
+  detail::evaluate_on_replicas(
+      strategy(), [&](int r) -> nn::Module& { return *workers_[r].model; }, batch, fn);
+}
+
+EngineState ParameterServerEngine::save_state() {
+  drain();
+  EngineState state;
+  save_model_state(*workers_.front().model, state);  // the server's values, worker 0's buffers
+  // Each shard's state, put together under the replicated optimizer's
+  // names: "<variable index>.<slot>" and "updates" (one count per variable).
+  Tensor updates = Tensor::zeros(Shape{static_cast<int64_t>(server_.size())}, DType::i32);
+  std::vector<std::vector<std::pair<std::string, Tensor>>> slots(server_.size());
+  for (Shard& shard : shards_) {
+    for (const auto& [name, t] : shard.optimizer->state()) {
+      if (name == "updates") {
+        for (size_t k = 0; k < shard.pieces.size(); ++k)
+          updates.data<int32_t>()[pieces_[shard.pieces[k]].variable] = t->data<int32_t>()[k];
+        continue;
+      }
+      const size_t dot = name.find('.');
+      const VariablePiece& piece = pieces_[shard.pieces[std::stoul(name.substr(0, dot))]];
+      const std::string slot = name.substr(dot + 1);
+      auto& mine = slots[piece.variable];
+      auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& s) { return s.first == slot; });
+      if (it == mine.end()) {
+        mine.emplace_back(slot, Tensor::zeros(server_[piece.variable].shape(), DType::f32));
+        it = std::prev(mine.end());
+      }
+      Tensor whole = it->second;
+      if (whole.rank() == 0) {
+        whole.copy_from(*t);
+      } else {
+        Tensor rows = whole.slice(piece.begin, piece.end);
+        rows.copy_from(*t);
+      }
+    }
+  }
+  state.tensors.emplace_back("optimizer.updates", updates);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    for (auto& [slot, t] : slots[i])
+      state.tensors.emplace_back("optimizer." + std::to_string(i) + "." + slot, t);
+  }
+  detail::save_scaler_state(scaler_.get(), state);
+  return state;
+}
+
+void ParameterServerEngine::load_state(const EngineState& state) {
+  drain();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Worker& w : workers_) load_model_state(state, *w.model);
+  for (size_t i = 0; i < server_.size(); ++i) {
+    Tensor value = server_[i].value();
+    value.copy_from(workers_.front().parameters[i].value());
+  }
+  const Tensor& updates = state.tensor("optimizer.updates");
+  if (updates.dtype() != DType::i32 || updates.numel() != static_cast<int64_t>(server_.size())) {
+    TANDEM_THROW(IoError, "checkpoint tensor 'optimizer.updates' has ", updates.numel(),
+                 " counts for ", server_.size(), " parameters");
+  }
+  for (Shard& shard : shards_) {
+    for (const auto& [name, t] : shard.optimizer->state()) {
+      if (name == "updates") {
+        for (size_t k = 0; k < shard.pieces.size(); ++k)
+          t->data<int32_t>()[k] = updates.data<int32_t>()[pieces_[shard.pieces[k]].variable];
+        continue;
+      }
+      const size_t dot = name.find('.');
+      const VariablePiece& piece = pieces_[shard.pieces[std::stoul(name.substr(0, dot))]];
+      const std::string full = "optimizer." + std::to_string(piece.variable) + name.substr(dot);
+      const Tensor& whole = state.tensor(full);
+      if (whole.shape() != server_[piece.variable].shape() || whole.dtype() != DType::f32) {
+        TANDEM_THROW(IoError, "checkpoint tensor '", full, "' has shape ", whole.shape().to_string(),
+                     ", expected ", server_[piece.variable].shape().to_string());
+      }
+      t->copy_from(whole.rank() == 0 ? whole : whole.slice(piece.begin, piece.end));
+    }
+  }
+  detail::load_scaler_state(state, scaler_.get());
+  for (Worker& w : workers_) pull(w);
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const ModelBuilder& build,
+                                                     const EngineOptions& options) {
+  return std::make_unique<ParameterServerEngine>(strategy, build, options);
+}
+
+}  // namespace tandem::distribute
