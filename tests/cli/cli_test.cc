@@ -377,6 +377,77 @@ TEST(Cli, ZeroAndAccumulationTrainLikePlainTrainingAndResumeWithoutThem) {
   }
 }
 
+std::vector<int64_t> epoch_counts(const nlohmann::json& epoch, const char* key) {
+  std::vector<int64_t> out;
+  if (epoch.contains(key))
+    for (const auto& n : epoch.at(key)) out.push_back(n.get<int64_t>());
+  return out;
+}
+
+TEST(Cli, ParameterServerAndLocalSgdRunsReportStalenessAndResumeIntoMirrored) {
+  const std::string ps = tmp("cli-ps"), backup = tmp("cli-ps-backup"), local = tmp("cli-local");
+  const std::string common =
+      "train --model mlp --train-examples 512 --test-examples 256 --devices 2 --threads 1 "
+      "--allow-oversubscription --quiet --no-tensorboard ";
+  const CommandResult a = run(common +
+                              "--strategy parameter-server --max-staleness 2 --slow-replica 1:2 "
+                              "--epochs 1 --output " + ps);
+  ASSERT_EQ(a.status, 0) << a.output;
+  std::ifstream in(ps + "/summary.json");
+  const auto epoch = nlohmann::json::parse(in).at("history").at(0);
+  const std::vector<int64_t> staleness = epoch_counts(epoch, "staleness");
+  ASSERT_FALSE(staleness.empty());
+  EXPECT_LE(staleness.size(), 3u);  // 0, 1 or 2 updates late, never more
+  int64_t applied = 0;
+  for (int64_t n : staleness) applied += n;
+  EXPECT_EQ(applied, 512 / 128 * 2);  // every share of every batch
+  EXPECT_EQ(epoch_counts(epoch, "dropped_examples"), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(epoch.at("train_examples").get<int64_t>(), 512);
+  // Its checkpoint resumes under the all-reduce engine.
+  const CommandResult resumed = run(common + "--strategy mirrored --epochs 2 --resume --output " + ps);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+
+  const CommandResult b =
+      run(common + "--strategy parameter-server --backup-workers 1 --epochs 1 --output " + backup);
+  ASSERT_EQ(b.status, 0) << b.output;
+  std::ifstream in2(backup + "/summary.json");
+  const auto backup_epoch = nlohmann::json::parse(in2).at("history").at(0);
+  const std::vector<int64_t> dropped = epoch_counts(backup_epoch, "dropped_examples");
+  ASSERT_EQ(dropped.size(), 2u);
+  // Each round applies one of the two shares (64 rows); the other is dropped.
+  EXPECT_EQ(dropped[0] + dropped[1], 512 / 2);
+  EXPECT_EQ(epoch_counts(backup_epoch, "staleness"), (std::vector<int64_t>{4}));
+
+  const CommandResult c =
+      run(common + "--strategy mirrored --sync-every 2 --epochs 1 --output " + local);
+  ASSERT_EQ(c.status, 0) << c.output;
+
+  const std::string bad = common + "--epochs 1 --output " + tmp("cli-ps-bad") + " ";
+  expect_one_line_error(bad + "--strategy parameter-server --max-staleness -1",
+                        "--max-staleness must be at least 0");
+  expect_one_line_error(bad + "--strategy parameter-server --max-staleness soon",
+                        "--max-staleness takes a count of updates");
+  expect_one_line_error(bad + "--strategy parameter-server --backup-workers 2",
+                        "--backup-workers must be in [0, workers - 1] = [0, 1]");
+  expect_one_line_error(bad + "--strategy parameter-server --max-staleness 3 --backup-workers 1",
+                        "--backup-workers belongs to synchronous rounds");
+  expect_one_line_error(bad + "--strategy parameter-server --ps 0",
+                        "--ps (parameter-server shards) must be in [1, 256], got 0");
+  expect_one_line_error(bad + "--strategy mirrored --ps 2",
+                        "--ps applies to --strategy parameter-server, not mirrored");
+  expect_one_line_error(bad + "--strategy mirrored --sync-every -1",
+                        "--sync-every must be at least 1");
+  expect_one_line_error(bad + "--sync-every 4", "--sync-every (local SGD) averages the replicas");
+  expect_one_line_error(bad + "--strategy mirrored --slow-replica 2:2",
+                        "--slow-replica names replica 2 but there are 2 replicas");
+  expect_one_line_error(bad + "--strategy mirrored --slow-replica fast",
+                        "--slow-replica takes REPLICA:FACTOR");
+  expect_one_line_error(bad + "--strategy mirrored --slow-replica 1:0.5",
+                        "--slow-replica's factor must be in [1, 1000]");
+  expect_one_line_error(bad + "--strategy parameter-server --accumulate 2",
+                        "gradient accumulation (--accumulate) does not apply");
+}
+
 TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
   const std::string flags =
       "--model cnn --batch-size 64 --strategy mirrored --devices 2 --threads 1 "

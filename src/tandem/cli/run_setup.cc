@@ -473,7 +473,7 @@ distribute::SlowReplica parse_slow_replica(const std::string& text) {
 
 void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   const bool ps = config.strategy.name == "parameter_server";
-  const std::pair<bool, const char*> ps_only[] = {{o.ps != 0, "--ps"},
+  const std::pair<bool, const char*> ps_only[] = {{o.ps.has_value(), "--ps"},
                                                   {!o.max_staleness.empty(), "--max-staleness"},
                                                   {o.backup_workers != 0, "--backup-workers"},
                                                   {o.staleness_aware_lr, "--staleness-aware-lr"}};
@@ -484,8 +484,7 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
     }
   }
   distribute::ParameterServerOptions& p = config.parameter_server;
-  p.shards = o.ps == 0 ? 1 : o.ps;
-  if (o.ps < 0) TANDEM_THROW(InvalidArgument, "--ps must be at least 1, got ", o.ps);
+  p.shards = o.ps.value_or(1);  // its range: check_engine_options
   p.backup_workers = o.backup_workers;
   p.staleness_aware_lr = o.staleness_aware_lr;
   if (!o.max_staleness.empty() && o.max_staleness != "unbounded") {

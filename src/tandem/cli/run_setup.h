@@ -48,11 +48,11 @@ struct RunOptions {
   std::optional<int> accumulate;            // unset: 1, or derived
   std::optional<int64_t> micro_batch_size;  // unset: derived
   int zero = 0;
-  // Update rules (distribute::EngineOptions): parameter-server shards (0:
-  // unset, 1 under --strategy parameter-server), its staleness bound
+  // Update rules (distribute::EngineOptions): parameter-server shards
+  // (unset: 1 under --strategy parameter-server), its staleness bound
   // (empty or "unbounded": none), backup workers and staleness-aware rate;
   // local SGD's period; a slowed replica ("R:FACTOR").
-  int ps = 0;
+  std::optional<int> ps;
   std::string max_staleness;
   int backup_workers = 0;
   bool staleness_aware_lr = false;
