@@ -170,6 +170,7 @@ Command add_bench_command(CLI::App& app) {
   others.push_back(add_bench_scaling_command(*command));
   others.push_back(add_bench_peak_command(*command));
   others.push_back(add_bench_monitor_command(*command));
+  others.push_back(add_bench_sync_async_command(*command));
   return {command, [o, train, others]() {
             if (train->parsed()) return run_bench_train(*o);
             for (const Command& c : others) {

@@ -41,6 +41,7 @@ Command add_bench_pipeline_command(CLI::App& bench);
 Command add_bench_scaling_command(CLI::App& bench);
 Command add_bench_peak_command(CLI::App& bench);
 Command add_bench_monitor_command(CLI::App& bench);
+Command add_bench_sync_async_command(CLI::App& bench);
 
 // n random 28x28x1 images with labels 0-9 (seeded): training input for
 // benchmarks that measure the step, not the data.
