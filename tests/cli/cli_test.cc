@@ -403,6 +403,12 @@ TEST(Cli, ParameterServerAndLocalSgdRunsReportStalenessAndResumeIntoMirrored) {
   EXPECT_EQ(applied, 512 / 128 * 2);  // every share of every batch
   EXPECT_EQ(epoch_counts(epoch, "dropped_examples"), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(epoch.at("train_examples").get<int64_t>(), 512);
+  // metrics.jsonl's epoch line carries it, and the report shows it.
+  ASSERT_EQ(run("report " + ps).status, 0);
+  std::ifstream html_in(ps + "/report.html");
+  const std::string html((std::istreambuf_iterator<char>(html_in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("Staleness of applied gradients"), std::string::npos);
   // Its checkpoint resumes under the all-reduce engine.
   const CommandResult resumed = run(common + "--strategy mirrored --epochs 2 --resume --output " + ps);
   ASSERT_EQ(resumed.status, 0) << resumed.output;

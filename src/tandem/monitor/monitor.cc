@@ -416,6 +416,7 @@ void Monitor::on_epoch(const train::EpochResult& e) {
     for (const auto& [name, value] : e.train_metrics) scalars.emplace_back("epoch/train_" + name, value);
     for (const auto& [name, value] : e.validation_metrics)
       scalars.emplace_back("epoch/validation_" + name, value);
+    if (!e.staleness.empty()) scalars.emplace_back("epoch/mean_staleness", e.mean_staleness());
     write_events(last_global_step_, scalars);
   }
   own_seconds_ += seconds_between(start, Clock::now());

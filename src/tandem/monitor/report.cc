@@ -465,6 +465,31 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     pipeline += "</table>";
     break;
   }
+  // Asynchronous training: each epoch's staleness histogram and dropped examples.
+  std::string staleness;
+  for (const auto& [epoch, e] : files.epochs) {
+    if (!e.contains("staleness") && !e.contains("dropped_examples")) continue;
+    if (staleness.empty()) {
+      staleness =
+          "<h2>Staleness of applied gradients</h2><table class=\"figures\"><tr><th>epoch</th>"
+          "<th>applied</th><th>mean staleness</th><th>histogram (staleness 0, 1, ...)</th>"
+          "<th>dropped examples per replica</th></tr>";
+    }
+    int64_t applied = 0;
+    std::string histogram, dropped;
+    for (const auto& n : e.value("staleness", json::array())) {
+      const auto count = tandem::detail::json_integer<int64_t>(n, "a staleness count");
+      applied += count;
+      histogram += (histogram.empty() ? "" : ", ") + std::to_string(count);
+    }
+    for (const auto& n : e.value("dropped_examples", json::array()))
+      dropped += (dropped.empty() ? "" : ", ") +
+                 std::to_string(tandem::detail::json_integer<int64_t>(n, "a dropped count"));
+    staleness += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{}</td><td>{}</td></tr>",
+                             epoch, applied, number_or_nan(e, "mean_staleness"), histogram,
+                             dropped);
+  }
+  if (!staleness.empty()) staleness += "</table>";
   std::string findings;
   for (const Finding& f : result.findings) {
     findings += fmt::format("<li class=\"finding {}\"><b>{}</b>: {}</li>", html_escape(f.kind),
@@ -555,7 +580,7 @@ addEventListener('load', () => {{
 </script>
 </body></html>
 )",
-      html_escape(title), warnings, table, findings, charts, layers + plan + pipeline + buckets,
+      html_escape(title), warnings, table, findings, charts, layers + plan + pipeline + staleness + buckets,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir), chart_count);
   const std::string partial = result.path + ".partial";
   {
