@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/comm/detail/peer_process.h"
 #include "tandem/comm/detail/reduce_kernels.h"
 #include "tandem/tensor/convert.h"
 #endif
@@ -206,6 +207,14 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // Every rank's host and process id, for the stall report.
+    const detail::PeerProcess me = detail::this_process();
+    const int64_t mine[2] = {static_cast<int64_t>(me.host), me.pid};
+    std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+    check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm_),
+              "MPI_Allgather");
+    for (int r = 0; r < size_; ++r)
+      peers_.push_back({static_cast<uint64_t>(all[2 * r]), all[2 * r + 1]});
     post_notice_receive();
   }
   ~MpiCommunicator() override {
@@ -293,6 +302,7 @@ class MpiCommunicator : public Communicator {
   std::vector<std::shared_ptr<const void> > quarantined_;
   // Stall report answers: rank -> call number it waits in (-1: no answer).
   std::vector<int64_t> pongs_;
+  std::vector<detail::PeerProcess> peers_;  // by rank
 };
 
 void MpiCommunicator::post_notice_receive() {
@@ -444,7 +454,7 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
     if (all_answered() || Clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::string silent, elsewhere;
+  std::string silent, elsewhere, states;
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
     for (int r = 0; r < size_; ++r) {
@@ -452,6 +462,16 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
       const int64_t in = pongs_[static_cast<size_t>(r)];
       if (in < 0) {
         silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+        // A silent rank on this host can be looked at.
+        const detail::PeerProcess& peer = peers_[static_cast<size_t>(r)];
+        const std::string state = peer.host == peers_[static_cast<size_t>(rank_)].host
+                                      ? detail::process_state(peer.pid)
+                                      : std::string();
+        states += tandem::detail::concat("; rank ", r, " (pid ", peer.pid,
+                                         peer.host == peers_[static_cast<size_t>(rank_)].host
+                                             ? ", this host) "
+                                             : ", another host) ",
+                                         state.empty() ? "cannot be looked at from here" : state);
       } else if (in != calls_.load()) {
         elsewhere +=
             tandem::detail::concat(elsewhere.empty() ? "" : ", ", r, " (waits in call #", in, ")");
@@ -462,9 +482,10 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
   std::string report = tandem::detail::concat("stall: ", call.describe(), " #", calls_.load(), " (",
                                               what, ") on MPI rank ", rank_, " timed out after ",
                                               options().timeout.count(), " ms");
-  if (!silent.empty())
-    report +=
-        "; rank(s) " + silent + " did not answer (stopped, hung, or busy outside collectives)";
+  if (!silent.empty()) {
+    report += "; rank(s) " + silent +
+              " did not answer (stopped, hung, or busy outside collectives)" + states;
+  }
   if (!elsewhere.empty()) report += "; rank(s) " + elsewhere + " are in another call";
   if (silent.empty() && elsewhere.empty()) report += "; every rank waits in this call";
   job_broken.store(true);

@@ -1,0 +1,47 @@
+#include "tandem/comm/detail/peer_process.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <fstream>
+#include <sstream>
+
+namespace tandem::comm::detail {
+
+PeerProcess this_process() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = name.data(); *c != '\0'; ++c)
+    hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  return {hash, static_cast<int64_t>(getpid())};
+}
+
+std::string process_state(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return "has exited";
+  std::stringstream text;
+  text << in.rdbuf();
+  // "PID (COMMAND) STATE ...": the command may hold spaces and parentheses.
+  const std::string stat = text.str();
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return "";
+  switch (stat[close + 2]) {
+    case 'T':
+    case 't':
+      return "is stopped (SIGSTOP or a debugger)";
+    case 'R':
+      return "is running (busy outside the collectives)";
+    case 'S':
+    case 'D':
+    case 'I':
+      return "is waiting outside the collectives";
+    case 'Z':
+    case 'X':
+      return "has exited";
+    default:
+      return "";
+  }
+}
+
+}  // namespace tandem::comm::detail
