@@ -173,12 +173,11 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
     for (size_t c = 0; c < conditions.size(); ++c) {
       for (size_t m = 0; m < modes.size(); ++m) {
         results[c][m].push_back(train_once(b, *modes[m], conditions[c], seed));
-        if (!b.json) {
-          const Outcome& r = results[c][m].back();
-          fmt::print(stderr, "  seed {} {:<6} {:<9} {:>7.0f} ex/s  accuracy {:.4f}\n", seed,
-                     modes[m]->name, conditions[c] ? "straggler" : "even",
-                     r.examples_per_second, r.final_accuracy);
-        }
+        // Progress on stderr, with --json too: a whole table takes an hour.
+        const Outcome& r = results[c][m].back();
+        fmt::print(stderr, "  seed {} {:<6} {:<9} {:>7.0f} ex/s  accuracy {:.4f}\n", seed,
+                   modes[m]->name, conditions[c] ? "straggler" : "even", r.examples_per_second,
+                   r.final_accuracy);
       }
     }
   }
