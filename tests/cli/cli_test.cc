@@ -403,6 +403,13 @@ TEST(Cli, ParameterServerAndLocalSgdRunsReportStalenessAndResumeIntoMirrored) {
   EXPECT_EQ(applied, 512 / 128 * 2);  // every share of every batch
   EXPECT_EQ(epoch_counts(epoch, "dropped_examples"), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(epoch.at("train_examples").get<int64_t>(), 512);
+  // The memory plan knows where the servers' state lives (device 0).
+  std::ifstream summary_in(ps + "/summary.json");
+  for (const auto& d : nlohmann::json::parse(summary_in).at("memory_plan").at("devices")) {
+    const double ratio =
+        d.at("predicted_peak_bytes").get<double>() / d.at("measured_peak_bytes").get<double>();
+    EXPECT_NEAR(ratio, 1.0, 0.1) << d.dump();
+  }
   // metrics.jsonl's epoch line carries it, and the report shows it.
   ASSERT_EQ(run("report " + ps).status, 0);
   std::ifstream html_in(ps + "/report.html");

@@ -262,10 +262,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   allocator_for(scratch_device()).release_cache();
   const int zero = global > 1 ? c.reducer.zero_stage : 0;
   const int64_t f32 = 4;
+  // Neither the parameter server nor local SGD reduces gradients in
+  // buckets; the servers' parameters, staged gradient and optimizer state
+  // live on device 0 (distribute/parameter_server.h).
+  const bool parameter_server = c.strategy.name == "parameter_server";
+  const bool reduces = global > 1 && !parameter_server && c.sync_every == 0;
   // The Reducer's buckets (layout only), with ZeRO's padding.
   int64_t bucket_elements = 0, largest_bucket = 0, shard_elements = 0, largest_shard = 0;
   int64_t buckets = 0;
-  if (global > 1) {
+  if (reduces) {
     const comm::Bucketer layout(layouts, {.bucket_bytes = c.reducer.bucket_bytes,
                                           .first_bucket_bytes = c.reducer.first_bucket_bytes,
                                           .pad_to = zero > 0 ? global : 1,
@@ -304,17 +309,21 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     std::array<double, kCategories> steady{}, steady_per_row{};
     // Parameters (ZeRO keeps them in padded flat buffers) and their casts.
     steady[index(MemoryCategory::parameters)] =
-        static_cast<double>(zero > 0 ? bucket_elements * f32 : parameter_bytes);
+        static_cast<double>(zero > 0 ? bucket_elements * f32 : parameter_bytes) +
+        (parameter_server && r == 0 ? static_cast<double>(parameter_bytes) : 0.0);
     // Gradients: the buckets (whole, padded under ZeRO-1), the shards
     // (ZeRO-2), or each parameter's own (one replica).
     steady[index(MemoryCategory::gradients)] =
-        static_cast<double>(global == 1 ? parameter_bytes
+        static_cast<double>(!reduces    ? parameter_bytes
                             : zero == 2 ? shard_elements * f32
-                                        : bucket_elements * f32);
+                                        : bucket_elements * f32) +
+        (parameter_server && r == 0 ? static_cast<double>(parameter_bytes) : 0.0);
     // Optimizer state: slots per element and one update count per tensor.
     steady[index(MemoryCategory::optimizer_state)] =
-        static_cast<double>(zero > 0 ? slots * shard_elements * f32 + buckets * 4
-                                     : slots * parameter_bytes + parameters * 4);
+        parameter_server && r > 0
+            ? 0.0
+            : static_cast<double>(zero > 0 ? slots * shard_elements * f32 + buckets * 4
+                                           : slots * parameter_bytes + parameters * 4);
     // Communication: the in-process group's staging on device 0, compressed
     // wire buffers, ZeRO-2's staging slots and ZeRO's all-gather input (and
     // the hierarchical all-gather's whole-bucket buffer across processes).
@@ -323,7 +332,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       const int64_t small = comm::InProcessOptions{}.small_message_bytes;
       communication += 2.0 * static_cast<double>(ceil_div(small, 64) * 64 * local);
     }
-    if (global > 1) {
+    if (reduces) {
       communication += static_cast<double>(bucket_elements * wire_bytes);
       if (zero == 2) {
         communication += static_cast<double>(
