@@ -232,6 +232,9 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "mirrored: each process would train on its own and write the same run "
                         "directory; add --strategy multi-worker",
                         "OMPI_COMM_WORLD_SIZE=2");
+  expect_one_line_error(base + "--strategy parameter-server",
+                        "--strategy parameter-server, which runs in one process for now",
+                        "OMPI_COMM_WORLD_SIZE=2");
   // None of them started a run.
   EXPECT_FALSE(fs::exists(out));
 }

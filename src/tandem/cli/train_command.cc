@@ -122,6 +122,12 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
   if (strategy == "multi_worker") return;
   const int processes = comm::launched_process_count();
   if (processes == 0 || processes == 1) return;
+  if (strategy == "parameter_server") {
+    TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ", processes,
+                 " processes and --strategy parameter-server, which runs in one process for now "
+                 "(shards serving replica threads); run it without mpirun, or use --strategy "
+                 "multi-worker (with --sync-every K for local SGD)");
+  }
   TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ",
                processes > 1 ? fmt::format("{} processes", processes) : "several processes",
                " and --strategy ", o.strategy,
