@@ -856,6 +856,28 @@ TEST(Cli, BenchTrainJson) {
   expect_one_line_error("bench train --precisions float64", "float64");
 }
 
+TEST(Cli, BenchSyncAsyncComparesTheUpdateRules) {
+  // Progress goes to stderr even with --json; the table is stdout's.
+  const CommandResult r = shell(std::string(TANDEM_CLI_PATH) +
+                                " bench sync-async --model mlp --epochs 1 --seeds 1 "
+                                "--train-examples 512 --test-examples 128 --target 0.3 "
+                                "--modes sync,backup,async --json 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const auto& rows = j.at("results");
+  ASSERT_EQ(rows.size(), 6u);  // 3 modes, with and without the straggler
+  EXPECT_EQ(rows[0].at("mode"), "sync");
+  EXPECT_EQ(rows[0].at("examples_per_second_vs_first_mode").get<double>(), 1.0);
+  EXPECT_TRUE(rows[0].at("mean_staleness").is_null());
+  EXPECT_EQ(rows[1].at("mode"), "backup");
+  EXPECT_NEAR(rows[1].at("dropped_fraction").get<double>(), 0.5, 1e-9);  // one share in two
+  EXPECT_EQ(rows[2].at("mean_staleness").is_number(), true);
+  EXPECT_TRUE(rows[3].at("straggler").get<bool>());
+  for (const auto& row : rows) EXPECT_GT(row.at("examples_per_second").get<double>(), 0.0);
+  expect_one_line_error("bench sync-async --modes sync,fastest", "unknown mode 'fastest'");
+  expect_one_line_error("bench sync-async --devices 1", "--devices at least 2");
+}
+
 TEST(Cli, BenchScalingRunsTheReferenceModels) {
   for (const std::string model : {"gpt --model-options layers=1,width=16,heads=2,context=8",
                                   // width 8: on AVX2 CPUs oneDNN 2.6's convolutions with 4

@@ -76,7 +76,7 @@ struct Outcome {
   double time_to_target = NAN;       // training seconds until validation reached the target
   double final_accuracy = NAN;
   double mean_staleness = NAN;
-  double dropped_fraction = 0.0;  // of the examples trained
+  double dropped_fraction = 0.0;  // of the examples handed out, whose gradient was dropped
   double update_fraction = 0.0;   // of the replicas' time spent updating (the servers' work)
 };
 
@@ -123,8 +123,9 @@ Outcome train_once(const SyncAsyncOptions& b, const Mode& mode, bool straggler, 
   out.steps_per_second = static_cast<double>(steps) / seconds;
   if (stale_count > 0)
     out.mean_staleness = static_cast<double>(stale_sum) / static_cast<double>(stale_count);
-  out.dropped_fraction = examples > 0 ? static_cast<double>(dropped) / static_cast<double>(examples)
-                                      : 0.0;
+  const int64_t handed_out = setup.data.train.cardinality() * b.epochs;
+  out.dropped_fraction =
+      handed_out > 0 ? static_cast<double>(dropped) / static_cast<double>(handed_out) : 0.0;
   out.update_fraction = replica_seconds > 0.0 ? update / replica_seconds : 0.0;
   return out;
 }
