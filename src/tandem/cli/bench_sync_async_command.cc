@@ -13,6 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/detail/json_number.h"
 #include "tandem/base/error.h"
 #include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
@@ -140,10 +141,6 @@ double median_of(const std::vector<Outcome>& runs, double Outcome::*field) {
   return median(std::move(v));
 }
 
-nlohmann::json number_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
 int run_bench_sync_async(const SyncAsyncOptions& b) {
   if (b.seeds < 1 || b.epochs < 1 || b.devices < 2) {
     TANDEM_THROW(InvalidArgument, "--seeds and --epochs must be at least 1 and --devices at "
@@ -207,8 +204,8 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
       for (const Outcome& r : runs) {
         seeds.push_back({{"examples_per_second", r.examples_per_second},
                          {"steps_per_second", r.steps_per_second},
-                         {"time_to_target", number_or_null(r.time_to_target)},
-                         {"final_accuracy", number_or_null(r.final_accuracy)}});
+                         {"time_to_target", tandem::detail::number_or_null(r.time_to_target)},
+                         {"final_accuracy", tandem::detail::number_or_null(r.final_accuracy)}});
       }
       rows.push_back({{"mode", modes[m]->name},
                       {"description", modes[m]->description},
@@ -217,9 +214,9 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
                       {"examples_per_second_vs_first_mode", eps / sync_eps},
                       {"steps_per_second", steps},
                       {"steps_per_second_vs_first_mode", steps / sync_steps},
-                      {"time_to_target_seconds", number_or_null(to_target)},
-                      {"final_accuracy", number_or_null(accuracy)},
-                      {"mean_staleness", number_or_null(staleness)},
+                      {"time_to_target_seconds", tandem::detail::number_or_null(to_target)},
+                      {"final_accuracy", tandem::detail::number_or_null(accuracy)},
+                      {"mean_staleness", tandem::detail::number_or_null(staleness)},
                       {"dropped_fraction", dropped},
                       {"update_fraction", update},
                       {"seeds", seeds}});

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/detail/json_number.h"
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/run_setup.h"
@@ -115,9 +116,7 @@ int run_tune_batch_size(TuneOptions& o) {
                         {"relative_time", t.relative_time}});
     }
     fmt::print("{}\n", nlohmann::json{{"largest_fitting_batch", r.largest_fitting_batch},
-                                      {"noise_scale", std::isfinite(r.noise_scale)
-                                                          ? nlohmann::json(r.noise_scale)
-                                                          : nlohmann::json(nullptr)},
+                                      {"noise_scale", tandem::detail::number_or_null(r.noise_scale)},
                                       {"trials", trials},
                                       {"batch", r.batch},
                                       {"learning_rate", r.learning_rate},

@@ -537,8 +537,7 @@ std::string Monitor::summary_json() const {
       {"steps_per_second",
        stats_.mean_step_seconds() > 0.0 ? 1.0 / stats_.mean_step_seconds() : 0.0},
       {"examples_per_second", stats_.examples_per_second()},
-      {"noise_scale", std::isfinite(stats_.noise_scale()) ? nlohmann::json(stats_.noise_scale())
-                                                          : nlohmann::json(nullptr)},
+      {"noise_scale", tandem::detail::number_or_null(stats_.noise_scale())},
       {"input_fraction", stats_.input_fraction()},
       {"communication_fraction", stats_.communication_fraction()},
       {"idle_fraction", stats_.idle_fraction()},

@@ -1,3 +1,4 @@
+#include "tandem/base/detail/json_number.h"
 #include "tandem/tune/search.h"
 
 #include <fmt/format.h>
@@ -34,10 +35,6 @@ AshaOptions asha_options(const SearchSettings& s) {
           .successive_halving = s.scheduler == "asha"};
 }
 
-nlohmann::json number_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
 std::vector<double> numbers(const nlohmann::json& array) {
   std::vector<double> v;
   for (const nlohmann::json& x : array)
@@ -47,7 +44,7 @@ std::vector<double> numbers(const nlohmann::json& array) {
 
 nlohmann::json numbers_json(const std::vector<double>& v) {
   nlohmann::json array = nlohmann::json::array();
-  for (double x : v) array.push_back(number_or_null(x));
+  for (double x : v) array.push_back(tandem::detail::number_or_null(x));
   return array;
 }
 

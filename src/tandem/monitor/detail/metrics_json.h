@@ -6,18 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/detail/json_integer.h"
+#include "tandem/base/detail/json_number.h"
 #include "tandem/data/stats.h"
 #include "tandem/monitor/run_stats.h"
 #include "tandem/monitor/step_schema.h"
 
 namespace tandem::monitor::detail {
 
-// A number, NaN where the line holds null (how NaN and infinities are
-// written) or lacks the key.
-inline double number_or_nan(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
-}
+using tandem::detail::number_or_nan;
 
 inline nlohmann::json to_json(const ReplicaTimes& r) {
   return {{"replica", r.replica},     {"forward", r.forward},
