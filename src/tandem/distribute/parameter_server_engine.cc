@@ -44,11 +44,12 @@ struct Work {
   std::shared_ptr<const ForwardFn> forward;
 };
 
-// What a worker's forward and backward produced.
+// What a worker's forward and backward produced, and how long they took.
 struct Gradient {
   int64_t rows = 0;
   double loss_sum = 0.0;
   bool finite = true;
+  double forward_seconds = 0.0, backward_seconds = 0.0;
 };
 
 class ParameterServerEngine : public Engine {
@@ -78,7 +79,8 @@ class ParameterServerEngine : public Engine {
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
     std::deque<Work> queue;                         // synchronous rounds: this worker's shares
     std::optional<int64_t> pulled;                  // the version it computes on, while it does
-    // Since the engine last reported (under the lock).
+    // Since the engine last reported; under the lock, like every field the
+    // main thread reads while the worker runs.
     double loss_sum = 0.0;
     int64_t rows = 0, dropped = 0;
     ReplicaStepTime times;
@@ -390,6 +392,8 @@ void ParameterServerEngine::worker_loop(int r) {
       const Gradient g = compute(w, *work);
       lock.lock();
       const auto push_start = Clock::now();
+      w.times.forward += g.forward_seconds;
+      w.times.backward += g.backward_seconds;
       w.loss_sum += g.loss_sum;
       w.rows += g.rows;
       if (synchronous()) {
@@ -439,9 +443,8 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   }
   detail::slow_down(options_.slow_replica, w.context.global_replica, Clock::now() - start);
   if (w.scaler) g.finite = w.scaler->unscale_and_check(w.parameters);
-  const auto done = Clock::now();
-  w.times.forward += seconds(forward_done - start);
-  w.times.backward += seconds(done - forward_done);
+  g.forward_seconds = seconds(forward_done - start);
+  g.backward_seconds = seconds(Clock::now() - forward_done);
   return g;
 }
 
