@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/detail/json_number.h"
@@ -33,6 +34,7 @@ struct SyncAsyncOptions {
   double target = 0.90;  // validation accuracy
   std::string data_dir = data::default_fashion_mnist_dir();
   int64_t train_examples = 0, test_examples = 0;
+  std::optional<double> learning_rate;  // unset: tandem train's default
   bool json = false;
 };
 
@@ -92,6 +94,7 @@ Outcome train_once(const SyncAsyncOptions& b, const Mode& mode, bool straggler, 
   o.data_dir = b.data_dir;
   o.train_examples = b.train_examples;
   o.test_examples = b.test_examples;
+  o.learning_rate = b.learning_rate;
   mode.apply(o);
   if (straggler) o.slow_replica = fmt::format("1:{}", b.slow_factor);
   RunSetup setup = prepare_run(o);
@@ -240,6 +243,9 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
                                       {"seeds", b.seeds},
                                       {"slow_factor", b.slow_factor},
                                       {"target", b.target},
+                                      {"learning_rate", b.learning_rate
+                                                            ? nlohmann::json(*b.learning_rate)
+                                                            : nlohmann::json(nullptr)},
                                       {"results", rows}}
                            .dump(2));
   } else {
@@ -269,6 +275,7 @@ Command add_bench_sync_async_command(CLI::App& bench) {
   c->add_option("--target", o->target, "Validation accuracy to time")->capture_default_str();
   c->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
+  c->add_option("--lr", o->learning_rate, "Learning rate of every run (default: tandem train's)");
   c->add_option("--train-examples", o->train_examples, "The first N training examples (0: all)");
   c->add_option("--test-examples", o->test_examples, "The first N test examples (0: all)");
   c->add_flag("--json", o->json, "Print the table as JSON");
