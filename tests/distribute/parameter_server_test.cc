@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "tandem/autograd/functions.h"
-#include "tandem/data/distribute.h"
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
+#include "tandem/data/distribute.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/nn/activation.h"
@@ -23,10 +23,8 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<distribute::Strategy> make(const std::string& name, int devices) {
-  return distribute::make_strategy({.name = name,
-                                    .devices = devices,
-                                    .threads_per_device = 1,
-                                    .allow_oversubscription = true});
+  return distribute::make_strategy(
+      {.name = name, .devices = devices, .threads_per_device = 1, .allow_oversubscription = true});
 }
 
 // Two layers, so that there are several variables to place.
@@ -117,8 +115,8 @@ TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
       for (int64_t step = 0; step < 6; ++step) {
         // 7 rows split unevenly; the last batch has 2 (a worker without rows).
         const data::Element batch = batch_of(step == 5 ? 2 : 7, 100 + static_cast<uint64_t>(step));
-        reference_loss += reference->step(batch, squared_error, {.step = step}).loss *
-                          (step == 5 ? 2 : 7);
+        reference_loss +=
+            reference->step(batch, squared_error, {.step = step}).loss * (step == 5 ? 2 : 7);
         const distribute::StepResult r = ps->step(batch, squared_error, {.step = step});
         ps_loss += r.global_rows > 0 ? r.loss * static_cast<double>(r.global_rows) : 0.0;
         rows += r.global_rows;
@@ -138,8 +136,8 @@ TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
 std::vector<int64_t> train_and_count_staleness(distribute::Engine& engine, int steps) {
   distribute::StepResult total;
   for (int64_t step = 0; step < steps; ++step)
-    distribute::accumulate_step_counts(
-        total, engine.step(batch_of(12, static_cast<uint64_t>(step)), squared_error, {.step = step}));
+    distribute::accumulate_step_counts(total, engine.step(batch_of(12, static_cast<uint64_t>(step)),
+                                                          squared_error, {.step = step}));
   distribute::accumulate_step_counts(total, engine.synchronize());
   return total.staleness;
 }
@@ -149,10 +147,10 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
   for (int64_t bound : {1, 2, 4}) {
     SCOPED_TRACE("max staleness " + std::to_string(bound));
     auto strategy = make("parameter_server", 3);
-    auto engine = strategy->make_engine(
-        small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
-                    .slow_replica = {.replica = 2, .factor = 4.0},
-                    .parameter_server = {.max_staleness = bound}});
+    auto engine =
+        strategy->make_engine(small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
+                                          .slow_replica = {.replica = 2, .factor = 4.0},
+                                          .parameter_server = {.max_staleness = bound}});
     const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20);
     ASSERT_FALSE(staleness.empty());
     EXPECT_LE(static_cast<int64_t>(staleness.size()) - 1, bound);
@@ -164,9 +162,9 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
   }
   // Unbounded: the straggler's gradients land after several of the others'.
   auto strategy = make("parameter_server", 3);
-  auto engine = strategy->make_engine(small_mlp,
-                                      {.optimizer = {.name = "sgd", .learning_rate = 0.05},
-                                       .slow_replica = {.replica = 2, .factor = 4.0}});
+  auto engine =
+      strategy->make_engine(small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
+                                        .slow_replica = {.replica = 2, .factor = 4.0}});
   const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20);
   EXPECT_EQ(std::accumulate(staleness.begin(), staleness.end(), int64_t{0}), 20 * 3);
   EXPECT_GE(staleness.size(), 3u);
@@ -231,8 +229,7 @@ TEST(ParameterServer, CheckpointsLoadIntoMirroredTrainingAndBack) {
 TEST(ParameterServer, AWorkersErrorEndsTheStepInsteadOfHanging) {
   for (std::optional<int64_t> bound : {std::optional<int64_t>{}, std::optional<int64_t>{0}}) {
     auto strategy = make("parameter_server", 2);
-    auto engine = strategy->make_engine(
-        small_mlp, {.parameter_server = {.max_staleness = bound}});
+    auto engine = strategy->make_engine(small_mlp, {.parameter_server = {.max_staleness = bound}});
     const auto failing = [](nn::Module& model, const distribute::ReplicaBatch& b) {
       if (b.context.global_replica == 1) TANDEM_THROW(InvalidArgument, "worker 1 broke");
       return squared_error(model, b);
@@ -290,7 +287,8 @@ TEST(EngineOptions, SettingsThatCannotWorkAreRefused) {
     }
   };
   refuses(*two, {.parameter_server = {.max_staleness = -1}}, "--max-staleness");
-  refuses(*two, {.parameter_server = {.max_staleness = 0, .backup_workers = 2}}, "--backup-workers");
+  refuses(*two, {.parameter_server = {.max_staleness = 0, .backup_workers = 2}},
+          "--backup-workers");
   refuses(*two, {.parameter_server = {.backup_workers = 1}}, "synchronous rounds");
   refuses(*two, {.parameter_server = {.shards = 0}}, "--ps");
   refuses(*two, {.slow_replica = {.replica = 2, .factor = 2.0}}, "replica 2");

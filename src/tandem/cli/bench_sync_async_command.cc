@@ -11,8 +11,8 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tandem/base/detail/json_number.h"
 #include "tandem/base/error.h"
@@ -29,7 +29,8 @@ struct SyncAsyncOptions {
   std::string modes = "sync,backup,ssp1,ssp4,async,local8";
   int64_t epochs = 5;
   int devices = 2;
-  double slow_factor = 2.0;  // replica 1 under the straggler condition; 1: that condition is skipped
+  double slow_factor =
+      2.0;  // replica 1 under the straggler condition; 1: that condition is skipped
   int seeds = 3;
   double target = 0.90;  // validation accuracy
   std::string data_dir = data::default_fashion_mnist_dir();
@@ -146,8 +147,10 @@ double median_of(const std::vector<Outcome>& runs, double Outcome::*field) {
 
 int run_bench_sync_async(const SyncAsyncOptions& b) {
   if (b.seeds < 1 || b.epochs < 1 || b.devices < 2) {
-    TANDEM_THROW(InvalidArgument, "--seeds and --epochs must be at least 1 and --devices at "
-                 "least 2, got ", b.seeds, ", ", b.epochs, " and ", b.devices);
+    TANDEM_THROW(InvalidArgument,
+                 "--seeds and --epochs must be at least 1 and --devices at "
+                 "least 2, got ",
+                 b.seeds, ", ", b.epochs, " and ", b.devices);
   }
   if (!(b.slow_factor >= 1.0) || !(b.target > 0.0 && b.target <= 1.0)) {
     TANDEM_THROW(InvalidArgument, "--slow-factor must be at least 1 and --target in (0, 1], got ",
@@ -156,8 +159,8 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
   std::vector<const Mode*> modes;
   for (const std::string& name : split_list(b.modes)) {
     const auto& known = all_modes();
-    const auto it = std::find_if(known.begin(), known.end(),
-                                 [&](const Mode& m) { return m.name == name; });
+    const auto it =
+        std::find_if(known.begin(), known.end(), [&](const Mode& m) { return m.name == name; });
     if (it == known.end()) {
       TANDEM_THROW(InvalidArgument, "unknown mode '", name,
                    "' in --modes (expected sync, backup, ssp1, ssp4, async or local8)");
@@ -184,9 +187,10 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
   }
   nlohmann::json rows = nlohmann::json::array();
   if (!b.json) {
-    fmt::print("sync-async: {} on {} replicas x 1 thread, {} epoch(s), {} seed(s); straggler: "
-               "replica 1 {}x slower; target {:.1f}% validation accuracy\n",
-               b.model, b.devices, b.epochs, b.seeds, b.slow_factor, 100 * b.target);
+    fmt::print(
+        "sync-async: {} on {} replicas x 1 thread, {} epoch(s), {} seed(s); straggler: "
+        "replica 1 {}x slower; target {:.1f}% validation accuracy\n",
+        b.model, b.devices, b.epochs, b.seeds, b.slow_factor, 100 * b.target);
     fmt::print("{:<7} {:<9} {:>8} {:>7} {:>8} {:>7} {:>10} {:>9} {:>9} {:>8} {:>7}\n", "mode",
                "replicas", "ex/s", "vs sync", "steps/s", "vs sync", "to target", "accuracy",
                "staleness", "dropped", "update");
@@ -224,35 +228,36 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
                       {"update_fraction", update},
                       {"seeds", seeds}});
       if (!b.json) {
-        fmt::print("{:<7} {:<9} {:>8.0f} {:>6.2f}x {:>8.1f} {:>6.2f}x {:>10} {:>8.2f}% {:>9} "
-                   "{:>7.1f}% {:>6.1f}%\n",
-                   modes[m]->name, conditions[c] ? "straggler" : "even", eps, eps / sync_eps, steps,
-                   steps / sync_steps,
-                   std::isfinite(to_target) ? fmt::format("{:.0f} s", to_target) : "not reached",
-                   100 * accuracy,
-                   std::isfinite(staleness) ? fmt::format("{:.2f}", staleness) : "-",
-                   100 * dropped, 100 * update);
+        fmt::print(
+            "{:<7} {:<9} {:>8.0f} {:>6.2f}x {:>8.1f} {:>6.2f}x {:>10} {:>8.2f}% {:>9} "
+            "{:>7.1f}% {:>6.1f}%\n",
+            modes[m]->name, conditions[c] ? "straggler" : "even", eps, eps / sync_eps, steps,
+            steps / sync_steps,
+            std::isfinite(to_target) ? fmt::format("{:.0f} s", to_target) : "not reached",
+            100 * accuracy, std::isfinite(staleness) ? fmt::format("{:.2f}", staleness) : "-",
+            100 * dropped, 100 * update);
       }
     }
   }
   if (b.json) {
-    fmt::print("{}\n", nlohmann::json{{"bench", "sync-async"},
-                                      {"model", b.model},
-                                      {"devices", b.devices},
-                                      {"epochs", b.epochs},
-                                      {"seeds", b.seeds},
-                                      {"slow_factor", b.slow_factor},
-                                      {"target", b.target},
-                                      {"learning_rate", b.learning_rate
-                                                            ? nlohmann::json(*b.learning_rate)
-                                                            : nlohmann::json(nullptr)},
-                                      {"results", rows}}
-                           .dump(2));
+    fmt::print("{}\n",
+               nlohmann::json{{"bench", "sync-async"},
+                              {"model", b.model},
+                              {"devices", b.devices},
+                              {"epochs", b.epochs},
+                              {"seeds", b.seeds},
+                              {"slow_factor", b.slow_factor},
+                              {"target", b.target},
+                              {"learning_rate", b.learning_rate ? nlohmann::json(*b.learning_rate)
+                                                                : nlohmann::json(nullptr)},
+                              {"results", rows}}
+                   .dump(2));
   } else {
-    fmt::print("(medians over the seeds; 'vs sync' against the first mode under the same "
-               "condition; 'to target' in training seconds, evaluated at epoch ends; 'update': "
-               "the replicas' time in parameter updates, the servers' work under the parameter "
-               "server)\n");
+    fmt::print(
+        "(medians over the seeds; 'vs sync' against the first mode under the same "
+        "condition; 'to target' in training seconds, evaluated at epoch ends; 'update': "
+        "the replicas' time in parameter updates, the servers' work under the parameter "
+        "server)\n");
   }
   return 0;
 }
@@ -260,8 +265,8 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
 }  // namespace
 
 Command add_bench_sync_async_command(CLI::App& bench) {
-  CLI::App* c = bench.add_subcommand(
-      "sync-async", "The update rules side by side, with and without a straggler");
+  CLI::App* c = bench.add_subcommand("sync-async",
+                                     "The update rules side by side, with and without a straggler");
   auto o = std::make_shared<SyncAsyncOptions>();
   c->add_option("--model", o->model, "A built-in image model (cnn, mlp)")->capture_default_str();
   c->add_option("--modes", o->modes, "Comma-separated: sync, backup, ssp1, ssp4, async, local8")

@@ -302,8 +302,8 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
       options.measure_gradient_norms && !local_sgd() &&
       (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
   const int64_t own_rows = rows_of(parts[r]);
-  run_micro_batches(rep, parts[r], global_rows, local_sgd() ? std::max<int64_t>(own_rows, 1) : global_rows,
-                    context, forward, measure);
+  const int64_t divisor = local_sgd() ? std::max<int64_t>(own_rows, 1) : global_rows;
+  run_micro_batches(rep, parts[r], global_rows, divisor, context, forward, measure);
   detail::slow_down(options_.slow_replica, context.global_replica,
                     Clock::now() - rep.moments.start);
   rep.moments.backward_done = Clock::now();
@@ -373,7 +373,8 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
       }
       const Variable total = sum(per_example);
       rep.loss_sum += static_cast<double>(total.value().item());
-      // Normalised by the global batch: the replicas' gradients sum to the batch mean.
+      // Normalised by the global batch, the replicas' gradients sum to the
+      // batch mean; under local SGD each is its own rows' mean.
       loss = scale(total, static_cast<float>(1.0 / static_cast<double>(loss_divisor)));
     }
     rep.moments.forward += Clock::now() - forward_start;

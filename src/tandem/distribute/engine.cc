@@ -18,8 +18,8 @@ void accumulate_step_counts(StepResult& a, const StepResult& b) {
     if (into.size() < from.size()) into.resize(from.size());
     for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
   };
-  const double loss_sum = a.loss * static_cast<double>(a.global_rows) +
-                          b.loss * static_cast<double>(b.global_rows);
+  const double loss_sum =
+      a.loss * static_cast<double>(a.global_rows) + b.loss * static_cast<double>(b.global_rows);
   a.global_rows += b.global_rows;
   a.loss = a.global_rows > 0 ? loss_sum / static_cast<double>(a.global_rows) : b.loss;
   add(a.replica_loss_sums, b.replica_loss_sums);
@@ -31,8 +31,8 @@ void check_engine_options(const EngineOptions& options, int workers) {
   const SlowReplica& slow = options.slow_replica;
   if (slow.replica != -1) {
     if (slow.replica < 0 || slow.replica >= workers) {
-      TANDEM_THROW(InvalidArgument, "--slow-replica names replica ", slow.replica, " but there are ",
-                   workers, " replicas (0 to ", workers - 1, ")");
+      TANDEM_THROW(InvalidArgument, "--slow-replica names replica ", slow.replica,
+                   " but there are ", workers, " replicas (0 to ", workers - 1, ")");
     }
     if (!(slow.factor >= 1.0) || slow.factor > 1000.0) {
       TANDEM_THROW(InvalidArgument, "--slow-replica's factor must be in [1, 1000], got ",
@@ -40,8 +40,10 @@ void check_engine_options(const EngineOptions& options, int workers) {
     }
   }
   if (options.sync_every < 0) {
-    TANDEM_THROW(InvalidArgument, "--sync-every must be at least 1 (local SGD averages every K "
-                 "steps), got ", options.sync_every);
+    TANDEM_THROW(InvalidArgument,
+                 "--sync-every must be at least 1 (local SGD averages every K "
+                 "steps), got ",
+                 options.sync_every);
   }
   const ParameterServerOptions& ps = options.parameter_server;
   if (ps.shards < 1 || ps.shards > 256) {
@@ -49,7 +51,8 @@ void check_engine_options(const EngineOptions& options, int workers) {
                  ps.shards);
   }
   if (ps.max_staleness && *ps.max_staleness < 0) {
-    TANDEM_THROW(InvalidArgument, "--max-staleness must be at least 0 (0: synchronous rounds; "
+    TANDEM_THROW(InvalidArgument,
+                 "--max-staleness must be at least 0 (0: synchronous rounds; "
                  "leave it out or say 'unbounded' for fully asynchronous training), got ",
                  *ps.max_staleness);
   }
@@ -58,7 +61,8 @@ void check_engine_options(const EngineOptions& options, int workers) {
                  workers - 1, "] (a round needs at least one gradient), got ", ps.backup_workers);
   }
   if (ps.backup_workers > 0 && !(ps.max_staleness && *ps.max_staleness == 0)) {
-    TANDEM_THROW(InvalidArgument, "--backup-workers belongs to synchronous rounds "
+    TANDEM_THROW(InvalidArgument,
+                 "--backup-workers belongs to synchronous rounds "
                  "(--max-staleness 0); asynchronous workers never wait for each other");
   }
   if (ps.min_shard_bytes < 1) {

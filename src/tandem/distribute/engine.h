@@ -221,8 +221,10 @@ class Engine {
   // handed out and puts the latest parameters into every replica (the
   // parameter server), or averages the replicas' copies (local SGD). Returns
   // what finished meanwhile, as step() does. The Trainer calls it before it
-  // evaluates or saves; evaluate(), save_state() and load_state() call it
-  // themselves. Nothing to do, and an empty result, for the all-reduce engine.
+  // evaluates or saves; save_state() and load_state() call it themselves,
+  // and so does the parameter server's evaluate() (under local SGD each
+  // replica evaluates its own copy). Nothing to do, and an empty result,
+  // for the all-reduce engine without local SGD.
   virtual StepResult synchronize() { return {}; }
   // Runs fn on every local replica's share of `batch` in evaluation mode,
   // without gradients; the models' modes are restored afterwards. Involves

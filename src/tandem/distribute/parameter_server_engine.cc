@@ -27,7 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 int64_t rows_of(const data::Element& e) {
   const Tensor& first = e.features().front().second;
@@ -75,7 +77,7 @@ class ParameterServerEngine : public Engine {
   struct Worker {
     std::shared_ptr<nn::Module> model;
     std::vector<Variable> parameters;
-    ReplicaContext context;  // the strategy's, without its communicator
+    ReplicaContext context;                         // the strategy's, without its communicator
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
     std::deque<Work> queue;                         // synchronous rounds: this worker's shares
     std::optional<int64_t> pulled;                  // the version it computes on, while it does
@@ -86,7 +88,7 @@ class ParameterServerEngine : public Engine {
     ReplicaStepTime times;
   };
   struct Shard {
-    std::vector<size_t> pieces;  // indices into pieces_
+    std::vector<size_t> pieces;   // indices into pieces_
     std::vector<Variable> views;  // each piece's rows of its variable, gradient included
     std::unique_ptr<optim::Optimizer> optimizer;
   };
@@ -146,11 +148,13 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
     TANDEM_THROW(InvalidArgument, "the parameter-server engine runs in one process for now");
   }
   if (options.accumulation_steps != 1) {
-    TANDEM_THROW(InvalidArgument, "gradient accumulation (--accumulate) does not apply to the "
+    TANDEM_THROW(InvalidArgument,
+                 "gradient accumulation (--accumulate) does not apply to the "
                  "parameter-server strategy: each worker pushes the gradient of its own rows");
   }
   if (options.reducer.zero_stage != 0 || options.sync_every != 0) {
-    TANDEM_THROW(InvalidArgument, "ZeRO (--zero) and local SGD (--sync-every) are all-reduce "
+    TANDEM_THROW(InvalidArgument,
+                 "ZeRO (--zero) and local SGD (--sync-every) are all-reduce "
                  "settings; the parameter-server strategy keeps the optimizer on its shards");
   }
   optim::check_optimizer_config(options.optimizer);
@@ -180,8 +184,8 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
     DeviceScope device(strategy.device(0));
     MemoryCategoryScope category(MemoryCategory::parameters);
     Variable master(p.value().clone(), true);
-    master.set_grad_buffer(Tensor::zeros(p.shape(), DType::f32, p.value().device(),
-                                         MemoryCategory::gradients));
+    master.set_grad_buffer(
+        Tensor::zeros(p.shape(), DType::f32, p.value().device(), MemoryCategory::gradients));
     server_.push_back(master);
     shapes.push_back(p.shape());
   }
@@ -423,7 +427,8 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   Variable loss;
   {
     trace::Span span("forward", "step");
-    const Variable per_example = (*work.forward)(*w.model, {work.rows, work.global_rows, w.context});
+    const Variable per_example =
+        (*work.forward)(*w.model, {work.rows, work.global_rows, w.context});
     if (!per_example.defined() || per_example.shape() != Shape{g.rows}) {
       TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
                    g.rows, "), got ",
@@ -527,8 +532,8 @@ void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gra
   // mean over the rows that arrived in time.
   if (round_finite_ && round_rows_ > 0) {
     if (round_rows_ != work.global_rows) {
-      const auto factor =
-          static_cast<float>(static_cast<double>(work.global_rows) / static_cast<double>(round_rows_));
+      const auto factor = static_cast<float>(static_cast<double>(work.global_rows) /
+                                             static_cast<double>(round_rows_));
       for (size_t i = 0; i < server_.size(); ++i) {
         if (!staged_[i]) continue;
         Tensor staged = server_[i].grad_buffer();
@@ -601,7 +606,8 @@ EngineState ParameterServerEngine::save_state() {
       const VariablePiece& piece = pieces_[shard.pieces[std::stoul(name.substr(0, dot))]];
       const std::string slot = name.substr(dot + 1);
       auto& mine = slots[piece.variable];
-      auto it = std::find_if(mine.begin(), mine.end(), [&](const auto& s) { return s.first == slot; });
+      auto it =
+          std::find_if(mine.begin(), mine.end(), [&](const auto& s) { return s.first == slot; });
       if (it == mine.end()) {
         mine.emplace_back(slot, Tensor::zeros(server_[piece.variable].shape(), DType::f32));
         it = std::prev(mine.end());
@@ -649,8 +655,9 @@ void ParameterServerEngine::load_state(const EngineState& state) {
       const std::string full = "optimizer." + std::to_string(piece.variable) + name.substr(dot);
       const Tensor& whole = state.tensor(full);
       if (whole.shape() != server_[piece.variable].shape() || whole.dtype() != DType::f32) {
-        TANDEM_THROW(IoError, "checkpoint tensor '", full, "' has shape ", whole.shape().to_string(),
-                     ", expected ", server_[piece.variable].shape().to_string());
+        TANDEM_THROW(IoError, "checkpoint tensor '", full, "' has shape ",
+                     whole.shape().to_string(), ", expected ",
+                     server_[piece.variable].shape().to_string());
       }
       t->copy_from(whole.rank() == 0 ? whole : whole.slice(piece.begin, piece.end));
     }

@@ -9,7 +9,8 @@ namespace tandem::distribute {
 
 std::vector<VariablePiece> partition_variables(const std::vector<Shape>& shapes, int shards,
                                                int64_t min_shard_bytes, bool split) {
-  if (shards < 1) TANDEM_THROW(InvalidArgument, "a parameter server needs at least 1 shard, got ", shards);
+  if (shards < 1)
+    TANDEM_THROW(InvalidArgument, "a parameter server needs at least 1 shard, got ", shards);
   if (min_shard_bytes < 1) {
     TANDEM_THROW(InvalidArgument, "the smallest variable piece must be at least 1 byte, got ",
                  min_shard_bytes);

@@ -57,18 +57,22 @@ inline void from_json(const nlohmann::json& j, EpochResult& e) {
   e.noise_scale = tandem::detail::number_or_nan(j, "noise_scale");
   e.staleness.clear();
   e.dropped_examples.clear();
-  for (const char* key : {"staleness", "dropped_examples"}) {
-    if (!j.contains(key)) continue;
-    std::vector<int64_t>& into = key[0] == 's' ? e.staleness : e.dropped_examples;
-    for (const nlohmann::json& n : j.at(key)) into.push_back(tandem::detail::json_integer<int64_t>(n, key));
-  }
+  const auto read_counts = [&](const char* key, std::vector<int64_t>& into) {
+    if (!j.contains(key)) return;
+    for (const nlohmann::json& n : j.at(key))
+      into.push_back(tandem::detail::json_integer<int64_t>(n, key));
+  };
+  read_counts("staleness", e.staleness);
+  read_counts("dropped_examples", e.dropped_examples);
   e.train_metrics.clear();
   e.validation_metrics.clear();
   for (const auto& name : j.value("metrics", nlohmann::json::array())) {
     const std::string n = name.get<std::string>();
     e.train_metrics.emplace_back(n, tandem::detail::number_or_nan(j, ("train_" + n).c_str()));
-    if (j.contains("validation_" + n))
-      e.validation_metrics.emplace_back(n, tandem::detail::number_or_nan(j, ("validation_" + n).c_str()));
+    if (j.contains("validation_" + n)) {
+      e.validation_metrics.emplace_back(
+          n, tandem::detail::number_or_nan(j, ("validation_" + n).c_str()));
+    }
   }
 }
 
