@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "support/model_batches.h"
 #include "support/test_data.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
@@ -33,20 +34,11 @@ std::shared_ptr<nn::Module> linear_model() {
 }
 
 data::Element batch_of(int64_t rows, uint64_t seed) {
-  Generator g(seed);
-  std::vector<float> x(static_cast<size_t>(3 * rows)), y(static_cast<size_t>(rows));
-  g.uniform(x.data(), 3 * rows, -1.0f, 1.0f);
-  g.uniform(y.data(), rows, -1.0f, 1.0f);
-  return {{"x", Tensor::from_floats(Shape{rows, 3}, x)},
-          {"y", Tensor::from_floats(Shape{rows}, y)}};
+  return testing::regression_batch(rows, 3, seed);
 }
 
 // Squared error per example.
-Variable forward(nn::Module& model, const distribute::ReplicaBatch& b) {
-  const Variable p = reshape(model.forward(Variable(b.rows.at("x"))), b.rows.at("y").shape());
-  const Variable e = add(p, scale(Variable(b.rows.at("y")), -1.0f));
-  return mul(e, e);
-}
+constexpr auto forward = &testing::squared_error_loss;
 
 TEST(Agreement, SumsAreExactAndInGlobalReplicaOrder) {
   for (int devices : {1, 2, 3, 5}) {

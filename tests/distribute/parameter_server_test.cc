@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "support/model_batches.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
@@ -38,19 +39,11 @@ std::shared_ptr<nn::Module> small_mlp() {
 }
 
 data::Element batch_of(int64_t rows, uint64_t seed) {
-  Generator g(seed);
-  std::vector<float> x(static_cast<size_t>(3 * rows)), y(static_cast<size_t>(rows));
-  g.uniform(x.data(), 3 * rows, -1.0f, 1.0f);
-  g.uniform(y.data(), rows, -1.0f, 1.0f);
-  return {{"x", Tensor::from_floats(Shape{rows, 3}, x)},
-          {"y", Tensor::from_floats(Shape{rows}, y)}};
+  return testing::regression_batch(rows, 3, seed);
 }
 
-Variable squared_error(nn::Module& model, const distribute::ReplicaBatch& b) {
-  const Variable p = reshape(model.forward(Variable(b.rows.at("x"))), b.rows.at("y").shape());
-  const Variable e = add(p, scale(Variable(b.rows.at("y")), -1.0f));
-  return mul(e, e);
-}
+// Squared error per example.
+constexpr auto squared_error = &testing::squared_error_loss;
 
 double max_relative_error(nn::Module& a, nn::Module& b) {
   const auto pa = a.parameters(), pb = b.parameters();

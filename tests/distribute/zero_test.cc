@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "support/model_batches.h"
 #include "support/ranks.h"
 #include "support/reference.h"
 #include "tandem/autograd/functions.h"
@@ -48,20 +49,11 @@ std::shared_ptr<nn::Module> model() {
 }
 
 data::Element batch_of(int64_t rows, uint64_t seed) {
-  Generator g(seed);
-  std::vector<float> x(static_cast<size_t>(5 * rows)), y(static_cast<size_t>(rows));
-  g.uniform(x.data(), 5 * rows, -1.0f, 1.0f);
-  g.uniform(y.data(), rows, -1.0f, 1.0f);
-  return {{"x", Tensor::from_floats(Shape{rows, 5}, x)},
-          {"y", Tensor::from_floats(Shape{rows}, y)}};
+  return testing::regression_batch(rows, 5, seed);
 }
 
 // Squared error per example.
-Variable forward(nn::Module& m, const distribute::ReplicaBatch& b) {
-  const Variable p = reshape(m.forward(Variable(b.rows.at("x"))), b.rows.at("y").shape());
-  const Variable e = add(p, scale(Variable(b.rows.at("y")), -1.0f));
-  return mul(e, e);
-}
+constexpr auto forward = &testing::squared_error_loss;
 
 optim::OptimizerConfig optimizer_of(const std::string& name, double clip = 0.0) {
   if (name == "sgd") {

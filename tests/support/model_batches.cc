@@ -26,6 +26,15 @@ data::Element image_batch(int64_t step, int64_t rows) {
       {"label", Tensor::from_ints(Shape{rows}, y)}};
 }
 
+data::Element regression_batch(int64_t rows, int64_t features, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> x(static_cast<size_t>(features * rows)), y(static_cast<size_t>(rows));
+  g.uniform(x.data(), features * rows, -1.0f, 1.0f);
+  g.uniform(y.data(), rows, -1.0f, 1.0f);
+  return {{"x", Tensor::from_floats(Shape{rows, features}, x)},
+          {"y", Tensor::from_floats(Shape{rows}, y)}};
+}
+
 Variable language_model_loss(nn::Module& model, const distribute::ReplicaBatch& batch) {
   return softmax_cross_entropy_per_example(model.forward(Variable(batch.rows.at("tokens"))),
                                            batch.rows.at("targets"));
@@ -34,6 +43,13 @@ Variable language_model_loss(nn::Module& model, const distribute::ReplicaBatch& 
 Variable image_classifier_loss(nn::Module& model, const distribute::ReplicaBatch& batch) {
   return softmax_cross_entropy_per_example(model.forward(Variable(batch.rows.at("image"))),
                                            batch.rows.at("label"));
+}
+
+Variable squared_error_loss(nn::Module& model, const distribute::ReplicaBatch& batch) {
+  const Variable p =
+      reshape(model.forward(Variable(batch.rows.at("x"))), batch.rows.at("y").shape());
+  const Variable e = add(p, scale(Variable(batch.rows.at("y")), -1.0f));
+  return mul(e, e);
 }
 
 }  // namespace tandem::testing

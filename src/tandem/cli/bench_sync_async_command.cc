@@ -100,6 +100,7 @@ Outcome train_once(const SyncAsyncOptions& b, const Mode& mode, bool straggler, 
   if (straggler) o.slow_replica = fmt::format("1:{}", b.slow_factor);
   RunSetup setup = prepare_run(o);
   train::Trainer trainer(setup.config, setup.model);
+  const int64_t steps_per_epoch = trainer.steps_per_epoch(setup.data.train);
   Outcome out;
   double seconds = 0.0, update = 0.0, replica_seconds = 0.0;
   int64_t examples = 0, steps = 0, dropped = 0, stale_sum = 0, stale_count = 0;
@@ -113,7 +114,7 @@ Outcome train_once(const SyncAsyncOptions& b, const Mode& mode, bool straggler, 
   callbacks.on_epoch = [&](const train::EpochResult& e) {
     seconds += e.train_seconds;
     examples += e.train_examples;
-    steps += trainer.steps_per_epoch(setup.data.train);
+    steps += steps_per_epoch;
     for (int64_t d : e.dropped_examples) dropped += d;
     for (size_t k = 0; k < e.staleness.size(); ++k) {
       stale_sum += static_cast<int64_t>(k) * e.staleness[k];

@@ -505,13 +505,9 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
     TANDEM_THROW(InvalidArgument, "--sync-every (local SGD) averages the replicas of --strategy "
                  "mirrored or multi-worker, not ", o.strategy);
   }
-  if (o.sync_every < 0) {
-    TANDEM_THROW(InvalidArgument, "--sync-every must be at least 1 (local SGD averages every K "
-                 "steps), got ", o.sync_every);
-  }
   if (o.average_optimizer_state && o.sync_every == 0)
     TANDEM_THROW(InvalidArgument, "--average-optimizer-state goes with --sync-every (local SGD)");
-  config.sync_every = o.sync_every;
+  config.sync_every = o.sync_every;  // its range: check_engine_options
   config.average_optimizer_state = o.average_optimizer_state;
   if (!o.slow_replica.empty()) config.slow_replica = parse_slow_replica(o.slow_replica);
 }

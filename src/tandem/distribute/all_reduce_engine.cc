@@ -29,10 +29,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::max(0.0, std::chrono::duration<double>(to - from).count());
 }
 
-int64_t rows_of(const data::Element& e) {
-  const Tensor& first = e.features().front().second;
-  return first.rank() == 0 ? 0 : first.dim(0);
-}
+using detail::rows_of;
 
 class AllReduceEngine : public Engine {
  public:

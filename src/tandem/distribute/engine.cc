@@ -77,8 +77,7 @@ void evaluate_on_replicas(Strategy& strategy, const std::function<nn::Module&(in
                           const data::Element& batch, const EvaluateFn& fn) {
   if (batch.size() == 0) TANDEM_THROW(InvalidArgument, "evaluation needs a batch with features");
   const std::vector<data::Element> parts = data::split_batch(batch, strategy.local_replicas());
-  const Tensor& first = batch.features().front().second;
-  const int64_t rows = first.rank() == 0 ? 0 : first.dim(0);
+  const int64_t rows = rows_of(batch);
   strategy.run([&](int r) {
     nn::Module& m = model(r);
     NoGradGuard no_grad;

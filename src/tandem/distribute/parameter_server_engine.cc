@@ -31,10 +31,7 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-int64_t rows_of(const data::Element& e) {
-  const Tensor& first = e.features().front().second;
-  return first.rank() == 0 ? 0 : first.dim(0);
-}
+using detail::rows_of;
 
 // One worker's share of one batch.
 struct Work {

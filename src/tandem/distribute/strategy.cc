@@ -184,12 +184,9 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
 };
 
 // Mirrored's replica threads, as the workers of a parameter-server engine.
-class ParameterServer : public ThreadedStrategy<comm::InProcessGroup> {
+class ParameterServer : public Mirrored {
  public:
-  ParameterServer(int devices, int threads, const comm::CommOptions& options)
-      : ThreadedStrategy(std::make_unique<comm::InProcessGroup>(
-                             devices, comm::InProcessOptions{.comm = options}),
-                         devices, threads) {}
+  using Mirrored::Mirrored;
   std::string name() const override { return "parameter_server"; }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
                                       const EngineOptions& options) override {

@@ -2,11 +2,18 @@
 // Private to the engines: the pieces more than one of them uses.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 
 #include "tandem/distribute/engine.h"
 
 namespace tandem::distribute::detail {
+
+// Rows of a batch: its first feature's first dimension (0 for a scalar).
+inline int64_t rows_of(const data::Element& e) {
+  const Tensor& first = e.features().front().second;
+  return first.rank() == 0 ? 0 : first.dim(0);
+}
 
 // Runs fn on every local replica's share of `batch`, on the model model(r)
 // returns, in evaluation mode and without gradients; modes are restored.
