@@ -336,9 +336,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
                    "Measure the gradient noise scale every N steps (0: never; needs several "
                    "replicas or --accumulate; docs/tuning.md)")
       ->capture_default_str();
-  command->add_option("--lr-scaling", c.lr_scaling,
-                      "Scale the learning rate with the global batch: none, linear (Goyal et al., "
-                      "for SGD) or sqrt (for Adam-type), from --reference-batch")
+  command
+      ->add_option("--lr-scaling", c.lr_scaling,
+                   "Scale the learning rate with the global batch: none, linear (Goyal et al., "
+                   "for SGD) or sqrt (for Adam-type), from --reference-batch")
       ->capture_default_str();
   command->add_option("--reference-batch", c.reference_batch,
                       "The global batch --lr is tuned at, for --lr-scaling");
@@ -380,6 +381,12 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->add_option("--collective-timeout", o->collective_timeout,
                    "Seconds a collective waits for the other replicas before the run ends with a "
                    "stall report naming the ranks that did not answer (1 to 86400)")
+      ->capture_default_str();
+  command
+      ->add_option("--peer-timeout", o->peer_timeout,
+                   "Under mpirun: seconds a waiting rank asks a peer process that answers "
+                   "nothing before the run ends naming that rank's host as unreachable (1 to "
+                   "86400)")
       ->capture_default_str();
   command->add_option("--bucket-mb", o->bucket_mb,
                       "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");
@@ -495,15 +502,19 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
       used = 0;
     }
     if (used == 0 || used != o.max_staleness.size()) {
-      TANDEM_THROW(InvalidArgument, "--max-staleness takes a count of updates (0: synchronous) "
-                   "or 'unbounded', got '", o.max_staleness, "'");
+      TANDEM_THROW(InvalidArgument,
+                   "--max-staleness takes a count of updates (0: synchronous) "
+                   "or 'unbounded', got '",
+                   o.max_staleness, "'");
     }
   } else if (o.max_staleness.empty() && o.backup_workers > 0) {
     p.max_staleness = 0;  // backup workers are a synchronous rule
   }
   if (o.sync_every != 0 && (ps || config.strategy.name == "one_device")) {
-    TANDEM_THROW(InvalidArgument, "--sync-every (local SGD) averages the replicas of --strategy "
-                 "mirrored or multi-worker, not ", o.strategy);
+    TANDEM_THROW(InvalidArgument,
+                 "--sync-every (local SGD) averages the replicas of --strategy "
+                 "mirrored or multi-worker, not ",
+                 o.strategy);
   }
   if (o.average_optimizer_state && o.sync_every == 0)
     TANDEM_THROW(InvalidArgument, "--average-optimizer-state goes with --sync-every (local SGD)");
@@ -537,6 +548,12 @@ RunSetup prepare_run(RunOptions& o) {
   }
   config.strategy.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.collective_timeout * 1000.0)));
+  if (!(o.peer_timeout >= 1.0 && o.peer_timeout <= 86400.0)) {
+    TANDEM_THROW(InvalidArgument, "--peer-timeout must be 1 to 86400 seconds, got ",
+                 o.peer_timeout);
+  }
+  config.strategy.comm.peer_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.peer_timeout * 1000.0)));
   configure_batch_and_sharding(o, config);
   configure_update_rule(o, config);
   config.reducer.first_bucket_bytes =

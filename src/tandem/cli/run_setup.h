@@ -43,6 +43,7 @@ struct RunOptions {
   std::optional<int> devices;  // unset: one per physical core
   bool allow_oversubscription = false;
   double collective_timeout = 300.0;        // seconds
+  double peer_timeout = 15.0;               // seconds
   std::optional<double> bucket_mb;          // unset: 25, or 1 under --zero 2
   std::optional<int64_t> batch_size;        // unset: 128, or derived (--micro-batch-size)
   std::optional<int> accumulate;            // unset: 1, or derived

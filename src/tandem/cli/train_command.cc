@@ -40,11 +40,11 @@ struct TrainOptions : RunOptions {
   bool quiet = false;
   bool no_monitor = false;
   int64_t metrics_every = 1;
-  std::string trace_steps;           // "FIRST:LAST" global steps, or "STEP"
-  std::string tensorboard;           // event files' directory; empty: RUN_DIR/tensorboard
+  std::string trace_steps;  // "FIRST:LAST" global steps, or "STEP"
+  std::string tensorboard;  // event files' directory; empty: RUN_DIR/tensorboard
   bool no_tensorboard = false;
-  std::string init_from;             // a safetensors file of starting weights
-  bool non_strict = false;           // --init-from skips missing and unexpected tensors
+  std::string init_from;    // a safetensors file of starting weights
+  bool non_strict = false;  // --init-from skips missing and unexpected tensors
 };
 
 void print_load_report(const interop::SafetensorsFile& file, const interop::LoadReport& r) {
@@ -251,6 +251,8 @@ int run_train(TrainOptions& o) {
   config.accumulation_steps = trainer.config().accumulation_steps;
   config.micro_batch_size = trainer.config().micro_batch_size;
   config.optimizer.learning_rate = trainer.config().optimizer.learning_rate;  // scaled
+  if (const std::string advice = comm::mpi_launch_advice(); chief && !advice.empty())
+    fmt::print(stderr, "tandem: note: {}\n", advice);
   if (chief && o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
     fmt::print(stderr,
                "tandem: warning: --zero {} with one replica: nothing to shard, the "
@@ -298,10 +300,9 @@ int run_train(TrainOptions& o) {
         config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
                                       : std::string(),
         config.optimizer.name, config.optimizer.learning_rate,
-        config.lr_scaling == "none"
-            ? config.schedule
-            : fmt::format("{} scaling from batch {}, {}", config.lr_scaling, config.reference_batch,
-                          config.schedule),
+        config.lr_scaling == "none" ? config.schedule
+                                    : fmt::format("{} scaling from batch {}, {}", config.lr_scaling,
+                                                  config.reference_batch, config.schedule),
         config.epochs);
     if (config.warmup_epochs > 0.0) fmt::print("  warm-up {} epoch(s)\n", config.warmup_epochs);
     if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
@@ -411,9 +412,10 @@ int run_train(TrainOptions& o) {
     return 130;
   }
   if (result.paused && !o.quiet) {
-    fmt::print("paused after epoch {} of {}; checkpoint saved to {} (continue with --output {} "
-               "--resume)\n",
-               result.history.size(), config.epochs, trainer.checkpoint_path(), config.output_dir);
+    fmt::print(
+        "paused after epoch {} of {}; checkpoint saved to {} (continue with --output {} "
+        "--resume)\n",
+        result.history.size(), config.epochs, trainer.checkpoint_path(), config.output_dir);
   }
   if (!o.quiet && !result.history.empty()) {
     const auto& last = result.history.back();

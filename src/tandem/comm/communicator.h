@@ -17,7 +17,10 @@
 //     synchronous ones after every earlier asynchronous one.
 //  4. Blocking waits time out (CommOptions::timeout) with a Timeout error
 //     naming the ranks that did not arrive, where that is known. A timeout
-//     breaks the group, as abort() does.
+//     breaks the group, as abort() does. Between processes, a rank whose
+//     process answers nothing for CommOptions::peer_timeout while another
+//     waits for it (its host unreachable, or the process frozen) ends the
+//     wait sooner, with PeerFailed naming the rank and its host.
 //  5. A rank that fails calls abort(reason): every rank waiting in, or later
 //     calling, a collective of the group throws PeerFailed carrying the
 //     reason (within a poll interval, about 0.1 s), instead of waiting for a
@@ -46,6 +49,10 @@ ReduceOp parse_reduce_op(std::string_view name);
 
 struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Between processes: how long a waiting rank goes on asking a silent peer
+  // process (one that answers nothing, not even "busy") before it gives the
+  // peer up as unreachable. Well below `timeout`: a slow peer still answers.
+  std::chrono::milliseconds peer_timeout{std::chrono::seconds(15)};
   // Cross-rank check of every call's (collective, dtype, count, op, root).
   bool verify_calls = true;
 };

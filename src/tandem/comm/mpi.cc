@@ -74,6 +74,9 @@ int mpi_world_size() {
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
+std::string mpi_launch_advice() {
+  return {};
+}
 void abort_mpi_job(int) {}
 
 #else
@@ -111,7 +114,56 @@ struct MpiRuntime {
 // abort notice does not set it: the failing rank is alive and may finalise.
 std::atomic<bool> job_broken{false};
 
+// Set by the first communicator that sees the job's hosts.
+std::mutex advice_mutex;
+std::string launch_advice;
+
+std::string advice_for(const std::vector<detail::PeerProcess>& peers) {
+  std::vector<std::string> hosts;
+  for (const detail::PeerProcess& p : peers) hosts.push_back(p.host);
+  std::sort(hosts.begin(), hosts.end());
+  const auto count = std::unique(hosts.begin(), hosts.end()) - hosts.begin();
+  // OpenMPI's mpirun hands its --mca settings to the ranks as OMPI_MCA_*.
+  if (count < 2 || std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr ||
+      std::getenv("OMPI_MCA_oob_tcp_keepalive_time") != nullptr)
+    return {};
+  return tandem::detail::concat(
+      "this job spans ", count,
+      " hosts, and with OpenMPI's default TCP keepalive (300 s, then 9 probes 20 s apart) "
+      "mpirun waits 8 minutes or more for a host that became unreachable after the ranks have "
+      "ended; run mpirun with --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 "
+      "--mca oob_tcp_keepalive_probes 3 to end such a job within about 15 s "
+      "(docs/multi_host.md)");
+}
+
+// Communicators' responder threads still running, and the exit's request
+// that they stop: none may call MPI during or after MPI_Finalize.
+std::atomic<int> responders_running{0};
+std::atomic<bool> finalizing{false};
+
+// How long a rank waits for a silent peer: CommOptions::peer_timeout, or
+// longer than mpirun's own TCP keepalive probing (oob_tcp_keepalive_*) where
+// that is set. mpirun then finds a lost host first and ends the job whole:
+// a message that a rank sent towards the lost host (its error report, or
+// the MPI_Abort that follows) would sit unacknowledged in TCP, which sends
+// no keepalive probes while data is outstanding, and leave mpirun or the
+// lost host's daemon waiting for TCP's retransmissions (15 minutes).
+std::chrono::milliseconds peer_wait(std::chrono::milliseconds peer_timeout) {
+  const int idle = environment_number({"OMPI_MCA_oob_tcp_keepalive_time"}, 1);
+  if (idle < 0) return peer_timeout;  // not set, or probing off
+  // OpenMPI's defaults for the others: 20 s and 9 probes.
+  int interval = environment_number({"OMPI_MCA_oob_tcp_keepalive_intvl"}, 1);
+  int probes = environment_number({"OMPI_MCA_oob_tcp_keepalive_probes"}, 1);
+  if (interval < 0) interval = 20;
+  if (probes < 0) probes = 9;
+  const auto launcher = std::chrono::seconds(int64_t{idle} + int64_t{interval} * probes + 3);
+  return std::max<std::chrono::milliseconds>(peer_timeout, launcher);
+}
+
 void finalize_at_exit() {
+  finalizing.store(true);
+  for (int i = 0; i < 1000 && responders_running.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && !job_broken.load()) MPI_Finalize();
@@ -129,6 +181,11 @@ MpiRuntime& runtime() {
       // on shared memory; its ring matches it (`tandem bench allreduce
       // --backend mpi`, docs/performance.md). A user's own choice stands.
       setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
+      // Waiting ranks poll; without yielding, on a host with no core to
+      // spare they starve the kernel's network processing: over TCP between
+      // hosts a 1 MiB all-reduce ran at a third of the link rate
+      // (docs/multi_host.md). Yielding costs shared memory nothing measurable.
+      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
       int provided = 0;
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
@@ -187,6 +244,11 @@ constexpr int kNoticeBytes = 2048;
 using Clock = std::chrono::steady_clock;
 // How long a wait tests without sleeping.
 constexpr std::chrono::milliseconds kSpinTime{100};
+// A wait longer than this asks every peer process, once a period, whether
+// it is still there (CommOptions::peer_timeout).
+constexpr std::chrono::milliseconds kHeartbeat{1000};
+// How often each communicator's responder thread answers those questions.
+constexpr std::chrono::milliseconds kResponderPeriod{20};
 
 // Memory of broken communicators that MPI may still write: never freed.
 void abandon(std::vector<std::shared_ptr<const void> > memory) {
@@ -207,18 +269,32 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    // Every rank's host and process id, for the stall report.
-    const detail::PeerProcess me = detail::this_process();
-    const int64_t mine[2] = {static_cast<int64_t>(me.host), me.pid};
-    std::vector<int64_t> all(2 * static_cast<size_t>(size_));
-    check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm_),
+    // Every rank's host and process id, for the stall and unreachable reports.
+    const detail::PeerRecord mine = detail::to_record(detail::this_process());
+    std::vector<detail::PeerRecord> all(static_cast<size_t>(size_));
+    check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
               "MPI_Allgather");
-    for (int r = 0; r < size_; ++r)
-      peers_.push_back({static_cast<uint64_t>(all[2 * r]), all[2 * r + 1]});
+    for (const detail::PeerRecord& record : all) peers_.push_back(detail::from_record(record));
+    {
+      std::lock_guard<std::mutex> lock(advice_mutex);
+      launch_advice = advice_for(peers_);
+    }
+    unanswered_since_.assign(static_cast<size_t>(size_), kAnswered);
+    peer_wait_ = peer_wait(options.peer_timeout);
     post_notice_receive();
+    ++responders_running;
+    responder_ = std::thread([this] {
+      while (!stopping_.load() && !finalizing.load()) {
+        poll_notices();
+        std::this_thread::sleep_for(kResponderPeriod);
+      }
+      --responders_running;
+    });
   }
   ~MpiCommunicator() override {
     drain();  // bounded: a broken communicator refuses queued calls at once
+    stopping_.store(true);
+    responder_.join();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
@@ -258,6 +334,13 @@ class MpiCommunicator : public Communicator {
   void wait(MPI_Request& request, const Call& call, const char* what,
             std::shared_ptr<const void> scratch = nullptr);
   [[noreturn]] void stall(const Call& call, const char* what);
+  // Asks each peer process not asked since its last answer whether it is
+  // there (at most once per kHeartbeat); returns a peer that has not
+  // answered for peer_timeout, or -1.
+  int silent_peer();
+  [[noreturn]] void unreachable(const Call& call, const char* what, int peer);
+  // "rank R (pid P on host H)".
+  std::string describe_rank(int rank) const;
   [[noreturn]] void refuse(const Call& call);
   bool must_refuse() const { return broken_.load() && calls_.load() > peer_finished_.load(); }
   void run_collective(const Call& call);
@@ -300,9 +383,18 @@ class MpiCommunicator : public Communicator {
   std::string reason_;  // guarded by control_mutex_
   // Buffers of abandoned requests (guarded likewise).
   std::vector<std::shared_ptr<const void> > quarantined_;
-  // Stall report answers: rank -> call number it waits in (-1: no answer).
-  std::vector<int64_t> pongs_;
+  // Stall report answers: rank -> the calls it had started and finished
+  // when it answered (-1: no answer).
+  std::vector<std::array<int64_t, 2> > pongs_;
   std::vector<detail::PeerProcess> peers_;  // by rank
+  // By rank: when this rank first asked it after its last answer.
+  static constexpr Clock::time_point kAnswered = Clock::time_point::max();
+  std::vector<Clock::time_point> unanswered_since_;  // guarded by control_mutex_
+  Clock::time_point last_heartbeat_;                 // likewise
+  std::chrono::milliseconds peer_wait_;
+  // Answers peers' questions while this rank computes (or waits).
+  std::thread responder_;
+  std::atomic<bool> stopping_{false};
 };
 
 void MpiCommunicator::post_notice_receive() {
@@ -327,6 +419,8 @@ void MpiCommunicator::poll_notices() {
     int count = 0;
     MPI_Get_count(&status, MPI_CHAR, &count);
     const int from = status.MPI_SOURCE;
+    // Any message shows the peer process is there and reachable.
+    if (from >= 0 && from < size_) unanswered_since_[static_cast<size_t>(from)] = kAnswered;
     if (status.MPI_TAG == kAbortTag && count >= static_cast<int>(sizeof(int64_t))) {
       int64_t finished = 0;
       std::memcpy(&finished, notice_->data(), sizeof finished);
@@ -337,10 +431,10 @@ void MpiCommunicator::poll_notices() {
         broken_.store(true);
       }
     } else if (status.MPI_TAG == kPingTag) {
-      const int64_t waiting_in = calls_.load();
-      send_notice(from, kPongTag, &waiting_in, sizeof waiting_in);
-    } else if (status.MPI_TAG == kPongTag && count == sizeof(int64_t) && !pongs_.empty()) {
-      std::memcpy(&pongs_[static_cast<size_t>(from)], notice_->data(), sizeof(int64_t));
+      const int64_t calls[2] = {calls_.load(), finished_.load()};
+      send_notice(from, kPongTag, calls, sizeof calls);
+    } else if (status.MPI_TAG == kPongTag && count == 2 * sizeof(int64_t) && !pongs_.empty()) {
+      std::memcpy(pongs_[static_cast<size_t>(from)].data(), notice_->data(), 2 * sizeof(int64_t));
     }
     post_notice_receive();
   }
@@ -418,16 +512,57 @@ void MpiCommunicator::wait(MPI_Request& request, const Call& call, const char* w
     if ((i & 63) != 0 && waited < kSpinTime) continue;
     poll_notices();
     const bool refused = must_refuse();
-    if (refused || Clock::now() > deadline) {
+    const int silent = waited > kHeartbeat ? silent_peer() : -1;
+    const bool timed_out = Clock::now() > deadline;
+    if (refused || silent >= 0 || timed_out) {
       std::lock_guard<std::mutex> lock(control_mutex_);
       for (const Tensor& t : {call.input, call.output})
         if (t.defined()) quarantined_.push_back(std::make_shared<const Tensor>(t));
       if (scratch) quarantined_.push_back(std::move(scratch));
     }
     if (refused) refuse(call);
-    if (Clock::now() > deadline) stall(call, what);
+    if (silent >= 0) unreachable(call, what, silent);
+    if (timed_out) stall(call, what);
     if (waited > kSpinTime) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+int MpiCommunicator::silent_peer() {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  const auto now = Clock::now();
+  for (int r = 0; r < size_; ++r) {
+    const Clock::time_point since = unanswered_since_[static_cast<size_t>(r)];
+    if (r != rank_ && since != kAnswered && now - since > peer_wait_) return r;
+  }
+  if (now - last_heartbeat_ < kHeartbeat) return -1;
+  last_heartbeat_ = now;
+  const int64_t mine = calls_.load();
+  for (int r = 0; r < size_; ++r) {
+    Clock::time_point& since = unanswered_since_[static_cast<size_t>(r)];
+    if (r == rank_ || since != kAnswered) continue;
+    since = now;
+    send_notice(r, kPingTag, &mine, sizeof mine);
+  }
+  return -1;
+}
+
+std::string MpiCommunicator::describe_rank(int rank) const {
+  const detail::PeerProcess& peer = peers_[static_cast<size_t>(rank)];
+  return tandem::detail::concat("rank ", rank, " (pid ", peer.pid, " on host ",
+                                peer.host.empty() ? "?" : peer.host, ")");
+}
+
+void MpiCommunicator::unreachable(const Call& call, const char* what, int peer) {
+  const std::string report = tandem::detail::concat(
+      "host ", peers_[static_cast<size_t>(peer)].host, " unreachable: ", describe_rank(peer),
+      " answered nothing for ", peer_wait_.count() / 1000.0, " s while ", describe_rank(rank_),
+      " waited in ", call.describe(), " #", calls_.load(), " (", what,
+      "); the link to it or the host is down, or the process is frozen or has left the job");
+  // MPI_Finalize would wait for the lost rank.
+  job_broken.store(true);
+  break_communicator(report);
+  flush_notices(std::chrono::milliseconds(2000));
+  TANDEM_THROW(PeerFailed, report);
 }
 
 void MpiCommunicator::stall(const Call& call, const char* what) {
@@ -435,7 +570,7 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
   // from their wait loop, a stopped or hung one does not.
   {
     std::lock_guard<std::mutex> lock(control_mutex_);
-    pongs_.assign(static_cast<size_t>(size_), -1);
+    pongs_.assign(static_cast<size_t>(size_), {-1, -1});
     const int64_t mine = calls_.load();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) send_notice(r, kPingTag, &mine, sizeof mine);
@@ -446,7 +581,8 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
   const auto all_answered = [&] {
     std::lock_guard<std::mutex> lock(control_mutex_);
     int answered = 0;
-    for (int r = 0; r < size_; ++r) answered += r != rank_ && pongs_[static_cast<size_t>(r)] >= 0;
+    for (int r = 0; r < size_; ++r)
+      answered += r != rank_ && pongs_[static_cast<size_t>(r)][0] >= 0;
     return answered == size_ - 1;
   };
   for (;;) {
@@ -459,22 +595,21 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
     std::lock_guard<std::mutex> lock(control_mutex_);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      const int64_t in = pongs_[static_cast<size_t>(r)];
-      if (in < 0) {
+      const auto [started, finished] = pongs_[static_cast<size_t>(r)];
+      if (started < 0) {
         silent += (silent.empty() ? "" : ", ") + std::to_string(r);
         // A silent rank on this host can be looked at.
         const detail::PeerProcess& peer = peers_[static_cast<size_t>(r)];
-        const std::string state = peer.host == peers_[static_cast<size_t>(rank_)].host
-                                      ? detail::process_state(peer.pid)
-                                      : std::string();
+        const bool here = peer.host == peers_[static_cast<size_t>(rank_)].host;
+        const std::string state = here ? detail::process_state(peer.pid) : std::string();
         states += tandem::detail::concat("; rank ", r, " (pid ", peer.pid,
-                                         peer.host == peers_[static_cast<size_t>(rank_)].host
-                                             ? ", this host) "
-                                             : ", another host) ",
+                                         here ? ", this host) " : ", host " + peer.host + ") ",
                                          state.empty() ? "cannot be looked at from here" : state);
-      } else if (in != calls_.load()) {
-        elsewhere +=
-            tandem::detail::concat(elsewhere.empty() ? "" : ", ", r, " (waits in call #", in, ")");
+      } else if (started != calls_.load()) {
+        elsewhere += tandem::detail::concat(
+            elsewhere.empty() ? "" : ", ", r,
+            started == finished ? " (outside the collectives after call #" : " (waits in call #",
+            started, ")");
       }
     }
     pongs_.clear();
@@ -483,8 +618,7 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
                                               what, ") on MPI rank ", rank_, " timed out after ",
                                               options().timeout.count(), " ms");
   if (!silent.empty()) {
-    report += "; rank(s) " + silent +
-              " did not answer (stopped, hung, or busy outside collectives)" + states;
+    report += "; rank(s) " + silent + " did not answer (stopped, or its host unreachable)" + states;
   }
   if (!elsewhere.empty()) report += "; rank(s) " + elsewhere + " are in another call";
   if (silent.empty() && elsewhere.empty()) report += "; every rank waits in this call";
@@ -623,6 +757,11 @@ int mpi_world_size() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
+}
+
+std::string mpi_launch_advice() {
+  std::lock_guard<std::mutex> lock(advice_mutex);
+  return launch_advice;
 }
 
 void abort_mpi_job(int status) {

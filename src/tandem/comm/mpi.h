@@ -41,6 +41,12 @@ int mpi_world_size();
 // each addition MPI performs.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 
+// mpirun settings this job lacks, as advice for the user (empty when none,
+// or before an MPI communicator was made): today, a job over several hosts
+// whose mpirun keeps OpenMPI's TCP keepalive defaults, with which mpirun
+// waits minutes for a host that became unreachable. docs/multi_host.md.
+std::string mpi_launch_advice();
+
 // For a process's last words after an error, when MPI is initialised and the
 // job has more than one process: MPI_Abort on the world communicator, so
 // that mpirun ends every rank (the others learned the reason from abort()

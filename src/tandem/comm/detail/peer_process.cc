@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -11,10 +12,19 @@ namespace tandem::comm::detail {
 PeerProcess this_process() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (const char* c = name.data(); *c != '\0'; ++c)
-    hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-  return {hash, static_cast<int64_t>(getpid())};
+  return {std::string(name.data()).substr(0, kHostNameBytes - 1), static_cast<int64_t>(getpid())};
+}
+
+PeerRecord to_record(const PeerProcess& process) {
+  PeerRecord record;
+  record.pid = process.pid;
+  process.host.copy(record.host, kHostNameBytes - 1);
+  return record;
+}
+
+PeerProcess from_record(const PeerRecord& record) {
+  // The bytes came from another process: never read past the array.
+  return {std::string(record.host, strnlen(record.host, kHostNameBytes)), record.pid};
 }
 
 std::string process_state(int64_t pid) {

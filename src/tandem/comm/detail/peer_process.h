@@ -3,15 +3,25 @@
 // the stall report, which can then tell a stopped rank (SIGSTOP, a
 // debugger) from one that is busy or waiting outside the collectives.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace tandem::comm::detail {
 
 struct PeerProcess {
-  uint64_t host = 0;  // a hash of the host name
+  std::string host;  // the host name (gethostname; at most kHostNameBytes - 1 bytes)
   int64_t pid = 0;
 };
+
+// A PeerProcess as fixed-size bytes, for an all-gather between ranks.
+constexpr size_t kHostNameBytes = 120;
+struct PeerRecord {
+  int64_t pid = 0;
+  char host[kHostNameBytes] = {};
+};
+PeerRecord to_record(const PeerProcess& process);
+PeerProcess from_record(const PeerRecord& record);
 
 PeerProcess this_process();
 
