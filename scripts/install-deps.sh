@@ -13,12 +13,14 @@ set -eu
 # with ONNX's Python checker and runs it in OpenCV's DNN module.
 # python3-torch and python3-protobuf: the interop tests that load tandem's
 # safetensors into PyTorch's own models (and PyTorch's into tandem) and parse
-# its TensorBoard event files with Google's protobuf runtime.
+# its TensorBoard event files with Google's protobuf runtime. iproute2 and
+# procps: the test hosts in network namespaces (scripts/netns-hosts.sh) and
+# the fault tests' checks for processes left behind.
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libonnx-dev libprotobuf-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist bible-kjv chromium clang libclang-rt-14-dev libomp-14-dev
-  python3-torch python3-protobuf python3-onnx python3-opencv"
+  python3-torch python3-protobuf python3-onnx python3-opencv iproute2 procps"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -8,6 +8,12 @@
 //           thread; the others wait in the gradient all-reduce).
 //   stop    the last rank stops itself (SIGSTOP) at step 5; the others' next
 //           collective times out after 3 s with a stall report naming it.
+//   freeze  as stop, but with the default 300 s collective timeout: the
+//           others give the silent rank up after the 3 s peer timeout,
+//           naming its host.
+//   slow    the last rank computes for 6 s at step 5 (twice the peer
+//           timeout) and the run of 20 steps must complete: a busy rank
+//           still answers, so it is never given up.
 // argv[2]: replicas per process (default 1).
 // The end is the CLI's: the error on stderr with the rank, then MPI_Abort.
 #include <csignal>
@@ -40,16 +46,19 @@ int fail(const char* message) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const int devices = argc > 2 ? std::atoi(argv[2]) : 1;
-  if (mode != "start" && mode != "throw" && mode != "stop") {
-    std::fprintf(stderr, "usage: fault_rank start|throw|stop [replicas per process]\n");
+  if (mode != "start" && mode != "throw" && mode != "stop" && mode != "freeze" && mode != "slow") {
+    std::fprintf(stderr, "usage: fault_rank start|throw|stop|freeze|slow [replicas per process]\n");
     return 2;
   }
+  const bool peer_timeout_case = mode == "freeze" || mode == "slow";
   try {
-    auto strategy = distribute::make_strategy({.name = "multi_worker",
-                                               .devices = devices,
-                                               .threads_per_device = 1,
-                                               .allow_oversubscription = true,
-                                               .comm = {.timeout = std::chrono::seconds(3)}});
+    auto strategy = distribute::make_strategy(
+        {.name = "multi_worker",
+         .devices = devices,
+         .threads_per_device = 1,
+         .allow_oversubscription = true,
+         .comm = {.timeout = std::chrono::seconds(peer_timeout_case ? 300 : 3),
+                  .peer_timeout = std::chrono::seconds(3)}});
     const int rank = strategy->first_replica() / strategy->local_replicas();
     const int last = strategy->global_replicas() / strategy->local_replicas() - 1;
     if (mode == "start" && rank == 0) throw Error("injected failure before the first collective");
@@ -64,19 +73,21 @@ int main(int argc, char** argv) {
                                               const distribute::ReplicaBatch& b) {
       if (step == 5 && rank == last && b.context.local_replica == 0) {
         if (mode == "throw") throw Error("injected failure in the forward pass");
-        if (mode == "stop") std::raise(SIGSTOP);
+        if (mode == "stop" || mode == "freeze") std::raise(SIGSTOP);
+        if (mode == "slow") std::this_thread::sleep_for(std::chrono::seconds(6));
       }
       const Variable error =
           add(model.forward(Variable(b.rows.at("x"))), scale(Variable(b.rows.at("y")), -1.0f));
       return reshape(mul(error, error), Shape{b.rows.at("x").shape()[0]});
     };
-    for (; step < 1000000; ++step) {
+    for (const int64_t steps = mode == "slow" ? 20 : 1000000; step < steps; ++step) {
       engine->step(batch(8), forward,
                    {.step = step, .learning_rate = 0.1, .global_rows = 8 * (last + 1)});
     }
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+  if (mode == "slow") return 0;
   std::printf("rank %d finished without noticing the failure\n", comm::launched_rank());
   return 0;
 }

@@ -80,10 +80,14 @@ class AllReduceEngine : public Engine {
     // multiplied by the loss scale, and the rows behind the local one.
     double local_squares = 0.0, reduced_squares = 0.0, local_rows = 0.0;
     Tensor peer_times;  // several processes: every replica's step record
+    // Several processes: how long the previous step's record exchange took
+    // here (the exchange cannot carry its own duration).
+    float last_exchange = 0.0f;
   };
   // Fields of the record each replica shares after a step when there are
-  // several processes (their clocks differ, so durations, not moments).
-  static constexpr int kRecordFields = 5;  // forward, backward, wait, optimizer, loss sum
+  // several processes (their clocks differ, so durations, not moments):
+  // forward, backward, wait, optimizer, loss sum, previous exchange.
+  static constexpr int kRecordFields = 6;
 
   // ZeRO with more than one replica (with one there is nothing to shard).
   bool sharded() const {
@@ -102,8 +106,7 @@ class AllReduceEngine : public Engine {
                          const ForwardFn& forward, bool measure);
   // The gradient norm sample of a measured step, from every replica's sums
   // (exchanged when there are several); on every replica's thread.
-  std::optional<GradientNormSample> gradient_norm_sample(Replica& rep, int r,
-                                                         int64_t global_rows);
+  std::optional<GradientNormSample> gradient_norm_sample(Replica& rep, int r, int64_t global_rows);
   void update(Replica& rep, int r, bool& skipped);
   void run_replica_step(int r, const std::vector<data::Element>& parts, int64_t global_rows,
                         const ForwardFn& forward, const StepOptions& options, bool& skipped);
@@ -116,7 +119,7 @@ class AllReduceEngine : public Engine {
   }
 
   EngineOptions options_;
-  double gradient_norm_ = 0.0;  // of the last step (written by replica 0)
+  double gradient_norm_ = 0.0;                        // of the last step (written by replica 0)
   std::optional<GradientNormSample> gradient_norms_;  // of the last step (replica 0)
   std::vector<Replica> replicas_;
 };
@@ -136,11 +139,13 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
   }
   check_engine_options(options, strategy.global_replicas());
   if (local_sgd() && options.reducer.zero_stage > 0) {
-    TANDEM_THROW(InvalidArgument, "local SGD (--sync-every) keeps a whole optimizer on every "
+    TANDEM_THROW(InvalidArgument,
+                 "local SGD (--sync-every) keeps a whole optimizer on every "
                  "replica; it does not combine with ZeRO (--zero)");
   }
   if (local_sgd() && strategy.global_replicas() < 2) {
-    TANDEM_THROW(InvalidArgument, "local SGD (--sync-every) averages replicas, and this strategy "
+    TANDEM_THROW(InvalidArgument,
+                 "local SGD (--sync-every) averages replicas, and this strategy "
                  "has one (use --strategy mirrored or multi-worker)");
   }
   std::exception_ptr failed;
@@ -295,9 +300,8 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   for (Variable& p : rep.model->parameters()) p.zero_grad();
   // With one replica and one micro-batch there is no second batch size.
   // Local SGD reduces no gradient: there is no big batch to compare with.
-  const bool measure =
-      options.measure_gradient_norms && !local_sgd() &&
-      (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
+  const bool measure = options.measure_gradient_norms && !local_sgd() &&
+                       (strategy().global_replicas() > 1 || options_.accumulation_steps > 1);
   const int64_t own_rows = rows_of(parts[r]);
   const int64_t divisor = local_sgd() ? std::max<int64_t>(own_rows, 1) : global_rows;
   run_micro_batches(rep, parts[r], global_rows, divisor, context, forward, measure);
@@ -347,8 +351,8 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
   // of its share, but under ZeRO-2 (reduced micro-batch by micro-batch) the
   // last micro-batch, and with one replica the first micro-batch (measured
   // here, against the accumulated step).
-  rep.local_rows = static_cast<double>(
-      rep.reducer ? rows_of(stage2 ? micro.back() : rows) : rows_of(micro.front()));
+  rep.local_rows = static_cast<double>(rep.reducer ? rows_of(stage2 ? micro.back() : rows)
+                                                   : rows_of(micro.front()));
   for (int k = 0; k < steps; ++k) {
     const bool last = k == steps - 1;
     // Earlier micro-batches add up locally (no_sync); ZeRO-2 keeps no whole
@@ -472,12 +476,16 @@ void AllReduceEngine::exchange_records(int local_replica) {
   const float mine[kRecordFields] = {seconds(m.forward),
                                      seconds(m.backward_done - m.start - m.forward),
                                      seconds(m.reduced - m.backward_done),
-                                     seconds(m.done - m.reduced), static_cast<float>(rep.loss_sum)};
+                                     seconds(m.done - m.reduced),
+                                     static_cast<float>(rep.loss_sum),
+                                     rep.last_exchange};
   if (!rep.peer_times.defined())
     rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()});
+  const auto start = Clock::now();
   strategy()
       .communicator(local_replica)
       ->all_gather(Tensor::from_floats(Shape{kRecordFields}, mine), rep.peer_times);
+  rep.last_exchange = seconds(Clock::now() - start);
 }
 
 std::vector<ReplicaStepTime> AllReduceEngine::local_breakdown(Clock::time_point start,
@@ -507,12 +515,20 @@ std::vector<ReplicaStepTime> AllReduceEngine::local_breakdown(Clock::time_point 
 
 std::vector<ReplicaStepTime> AllReduceEngine::global_breakdown(Clock::duration span) const {
   // The slowest replica waits only for the exposed part of the all-reduce;
-  // every other replica's longer wait is idling for it.
+  // every other replica's longer wait is idling for it. The same holds for
+  // the record exchange, a collective of its own (its cost as measured in
+  // the previous step: it is steady, and the exchange cannot carry its own
+  // duration). Counting only the all-reduce left a slow link's latency of
+  // the exchange as idle: 40% of a step of a model with no computation
+  // across two hosts at 100 Mbit/s (docs/multi_host.md).
   const float* t = replicas_.front().peer_times.data<float>();
   const int n = strategy().global_replicas();
-  double exposed = t[2];
-  for (int g = 1; g < n; ++g)
+  double exposed = t[2], exchange = t[5];
+  for (int g = 1; g < n; ++g) {
     exposed = std::min(exposed, static_cast<double>(t[kRecordFields * g + 2]));
+    exchange = std::min(exchange, static_cast<double>(t[kRecordFields * g + 5]));
+  }
+  exposed += exchange;
   const double total = std::chrono::duration<double>(span).count();
   std::vector<ReplicaStepTime> out;
   for (int g = 0; g < n; ++g) {
