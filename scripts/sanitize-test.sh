@@ -14,6 +14,6 @@ build=${1:-build-sanitize}
 # allocator_may_return_null: tests that ask for impossible sizes check the error path.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install" \
+ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install|multi_host" \
   -E "^comm\.mpi|^distribute\.multi_worker|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\."
 sh scripts/fuzz.sh smoke "$build"
