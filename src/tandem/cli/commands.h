@@ -31,6 +31,8 @@ Command add_generate_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 // `plan memory` (its command is the memory subcommand of plan).
 Command add_plan_command(CLI::App& app);
+// `plan scaling`, under the `plan` command.
+Command add_plan_scaling_command(CLI::App& plan);
 // `tune batch-size` (its command is the batch-size subcommand of tune).
 Command add_tune_command(CLI::App& app);
 // `tune search`, under the `tune` command.

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
       tandem::cli::add_export_command(app),   tandem::cli::add_report_command(app),
       tandem::cli::add_plan_command(app),     tandem::cli::add_tune_command(app)};
   commands.push_back(tandem::cli::add_tune_search_command(*commands.back().app->get_parent()));
+  commands.push_back(tandem::cli::add_plan_scaling_command(*commands[8].app->get_parent()));
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) {

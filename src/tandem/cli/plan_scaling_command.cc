@@ -1,0 +1,336 @@
+// `tandem plan scaling RUN_DIR`: the step time, throughput and scaling
+// efficiency of a one-device run's model and batch on D devices per host x
+// H hosts (train/scaling_plan.h), with the links given as
+// `tandem bench allreduce --json` tables or as numbers; where the time goes,
+// and the best bucket size for each link and wire. docs/multi_host.md.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
+#include "tandem/cli/commands.h"
+#include "tandem/monitor/model_flops.h"
+#include "tandem/nn/model_file.h"
+#include "tandem/nn/sequential.h"
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/evaluation.h"
+#include "tandem/train/model_factory.h"
+#include "tandem/train/scaling_plan.h"
+
+namespace tandem::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ScalingOptions {
+  std::string run_dir;
+  std::string hosts = "1,2,4,8";
+  std::string devices_per_host = "1";
+  std::string link, local_link;  // bench allreduce --json files
+  double link_gbps = 0.0, link_latency_us = 50.0;
+  double local_gbps = 0.0, local_latency_us = 10.0;
+  std::string wire = "f32,bf16";
+  double bucket_mb = 25.0;
+  int small_collectives = 6;
+  bool json = false;
+};
+
+constexpr std::uintmax_t kMaxJsonBytes = std::uintmax_t{64} << 20;
+
+json read_json(const std::string& path, std::string_view what) {
+  const std::string text = read_text_file(path, what, kMaxJsonBytes);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    TANDEM_THROW(InvalidArgument, what, " '", path, "' is not valid JSON: ", e.what());
+  }
+}
+
+double number_at(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_number())
+    TANDEM_THROW(InvalidArgument, where, " has no number '", key, "'");
+  return j[key].get<double>();
+}
+
+// When backward completes each parameter's gradient, as a fraction of
+// backward: by the layers' FLOPs where the model is a Sequential whose
+// input is known (backward runs its layers last to first, each costing
+// twice its forward), else by the gradients' sizes.
+std::vector<double> ready_fractions(nn::Module& model, const train::ModelSpec& spec,
+                                    const std::vector<std::pair<std::string, Variable> >& params,
+                                    bool& by_layers) {
+  std::vector<double> layer_cost;  // by Sequential child index
+  if (dynamic_cast<nn::Sequential*>(&model) != nullptr) {
+    std::optional<Shape> shape;
+    if (!spec.definition.empty())
+      shape = Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
+    else if (spec.name == "mlp" || spec.name == "cnn")
+      shape = Shape{28, 28, 1};
+    if (shape) {
+      for (const monitor::LayerFlops& l : monitor::layer_flops(model, *shape))
+        layer_cost.push_back(2.0 * l.forward_flops);
+    }
+  }
+  const auto layer_of = [&](const std::string& name) -> int {
+    const size_t dot = name.find('.');
+    const std::optional<int64_t> index = parse_integer(name.substr(0, dot));
+    return index && *index >= 0 && *index < static_cast<int64_t>(layer_cost.size())
+               ? static_cast<int>(*index)
+               : -1;
+  };
+  by_layers = !layer_cost.empty();
+  for (const auto& [name, p] : params) by_layers = by_layers && layer_of(name) >= 0;
+  double total = 0.0;
+  if (by_layers)
+    for (double c : layer_cost) total += c;
+  std::vector<double> ready(params.size());
+  if (by_layers && total > 0.0) {
+    // Layer l's gradients are complete once layers n-1 .. l have run backward.
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int l = layer_of(params[i].first);
+      double done = 0.0;
+      for (size_t k = static_cast<size_t>(l); k < layer_cost.size(); ++k) done += layer_cost[k];
+      ready[i] = done / total;
+    }
+    return ready;
+  }
+  by_layers = false;
+  double elements = 0.0;
+  for (const auto& [name, p] : params) elements += static_cast<double>(p.value().numel());
+  double done = 0.0;
+  for (size_t i = params.size(); i-- > 0;) {
+    done += static_cast<double>(params[i].second.value().numel());
+    ready[i] = done / elements;
+  }
+  return ready;
+}
+
+struct Profile {
+  train::StepProfile step;
+  std::string model;
+  int64_t parameters = 0;
+  bool by_layers = false;
+};
+
+Profile profile_from_run(const std::string& run_dir) {
+  const std::filesystem::path dir(run_dir);
+  if (!std::filesystem::is_directory(dir))
+    TANDEM_THROW(InvalidArgument, "run directory '", run_dir, "' does not exist");
+  const std::string summary_path = (dir / "summary.json").string();
+  const json summary = read_json(summary_path, "summary.json");
+  if (!summary.contains("config") || !summary.contains("monitor") ||
+      !summary["monitor"].contains("replicas") || !summary["monitor"]["replicas"].is_array()) {
+    TANDEM_THROW(InvalidArgument, "'", summary_path,
+                 "' has no monitor section (a run of tandem train without --no-monitor)");
+  }
+  const json& monitor = summary["monitor"];
+  const json& replicas = monitor["replicas"];
+  if (replicas.size() != 1) {
+    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(),
+                 " replicas; profile a one-device run (tandem train --strategy one-device "
+                 "--threads T, T the threads each device of the planned run gets)");
+  }
+  Profile p;
+  const json& r = replicas[0];
+  p.step.forward = number_at(r, "forward", summary_path);
+  p.step.backward = number_at(r, "backward", summary_path);
+  p.step.optimizer = number_at(r, "optimizer", summary_path);
+  const double step = number_at(monitor, "mean_step_seconds", summary_path);
+  p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer);
+  p.step.examples = static_cast<int64_t>(number_at(summary["config"], "batch_size", summary_path));
+
+  const std::string checkpoint_path = (dir / "checkpoint.tckpt").string();
+  if (!std::filesystem::exists(checkpoint_path)) {
+    TANDEM_THROW(InvalidArgument, "'", run_dir,
+                 "' holds no checkpoint.tckpt: not a run directory of tandem train");
+  }
+  const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
+  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  const auto params = model->named_parameters();
+  const std::vector<double> ready = ready_fractions(*model, spec, params, p.by_layers);
+  for (size_t i = params.size(); i-- > 0;) {  // backward order
+    p.step.gradients.push_back({params[i].second.value().numel(), ready[i]});
+    p.parameters += params[i].second.value().numel();
+  }
+  p.model = spec.name;
+  return p;
+}
+
+// A link from a bench table, or from numbers.
+train::LinkModel link_model(const std::string& file, double gbps, double latency_us,
+                            const char* flag) {
+  if (!file.empty()) {
+    const json table = read_json(file, "all-reduce table");
+    if (!table.contains("results") || !table["results"].is_array() || !table.contains("ranks"))
+      TANDEM_THROW(InvalidArgument, "'", file,
+                   "' is not the JSON of tandem bench allreduce --json");
+    std::vector<std::pair<double, double> > points;
+    for (const json& row : table["results"])
+      points.emplace_back(number_at(row, "bytes", file), number_at(row, "time_us", file) * 1e-6);
+    return train::fit_link(points, static_cast<int>(number_at(table, "ranks", file)));
+  }
+  if (!(gbps > 0.0) || !(latency_us >= 0.0)) {
+    TANDEM_THROW(InvalidArgument, flag, " needs a table (", flag,
+                 " FILE) or a positive bandwidth in GB/s and a latency >= 0 us");
+  }
+  return {.latency = latency_us * 1e-6, .bus_bandwidth = gbps * 1e9};
+}
+
+std::vector<int> counts(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(text)) {
+    const std::optional<int64_t> n = parse_integer(item);
+    if (!n || *n < 1 || *n > 1000000)
+      TANDEM_THROW(InvalidArgument, flag, " takes counts from 1 to 1000000, got '", item, "'");
+    out.push_back(static_cast<int>(*n));
+  }
+  if (out.empty()) TANDEM_THROW(InvalidArgument, flag, " needs at least one count");
+  return out;
+}
+
+int run_plan_scaling(const ScalingOptions& o) {
+  const std::vector<int> hosts = counts(o.hosts, "--hosts");
+  const std::vector<int> devices = counts(o.devices_per_host, "--devices-per-host");
+  std::vector<int> wires;
+  for (const std::string& w : split_list(o.wire)) {
+    if (w != "f32" && w != "bf16" && w != "f16")
+      TANDEM_THROW(InvalidArgument, "--wire takes f32, bf16 or f16, got '", w, "'");
+    wires.push_back(w == "f32" ? 4 : 2);
+  }
+  if (wires.empty()) TANDEM_THROW(InvalidArgument, "--wire needs at least one dtype");
+  if (!(o.bucket_mb > 0.0 && o.bucket_mb <= 65536.0))
+    TANDEM_THROW(InvalidArgument, "--bucket-mb must be > 0 and at most 65536, got ", o.bucket_mb);
+  if (o.small_collectives < 0 || o.small_collectives > 1000)
+    TANDEM_THROW(InvalidArgument, "--small-collectives must be 0 to 1000, got ",
+                 o.small_collectives);
+  const Profile profile = profile_from_run(o.run_dir);
+  const bool need_hosts = *std::max_element(hosts.begin(), hosts.end()) > 1;
+  const bool need_local = *std::max_element(devices.begin(), devices.end()) > 1;
+  train::ScalingSetup base;
+  if (need_hosts) base.between_hosts = link_model(o.link, o.link_gbps, o.link_latency_us, "--link");
+  if (need_local)
+    base.local = link_model(o.local_link, o.local_gbps, o.local_latency_us, "--local-link");
+  base.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  base.first_bucket_bytes = std::min<int64_t>(base.bucket_bytes, int64_t{1} << 20);
+  base.small_collectives_per_step = o.small_collectives;
+
+  json rows = json::array();
+  if (!o.json) {
+    const train::StepProfile& s = profile.step;
+    fmt::print(
+        "{}: {} parameters, {} examples per device, one-device step {:.2f} ms (forward "
+        "{:.2f}, backward {:.2f}, optimizer {:.2f}, other {:.2f}); gradients ready by {}\n",
+        profile.model, profile.parameters, s.examples, 1e3 * s.one_device_step(), 1e3 * s.forward,
+        1e3 * s.backward, 1e3 * s.optimizer, 1e3 * s.other,
+        profile.by_layers ? "layer FLOPs" : "size");
+    if (need_hosts)
+      fmt::print("between hosts: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective\n",
+                 base.between_hosts.bus_bandwidth / 1e9, base.between_hosts.latency * 1e6);
+    if (need_local)
+      fmt::print("within a host: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective\n",
+                 base.local.bus_bandwidth / 1e9, base.local.latency * 1e6);
+    fmt::print("{:>6} {:>8} {:>5} {:>9} {:>10} {:>7} {:>11} {:>9} {:>11} {:>12}\n", "hosts",
+               "devices", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)", "small(ms)",
+               "busy(ms)", "best bucket");
+  }
+  for (int h : hosts) {
+    for (int d : devices) {
+      for (int wire : wires) {
+        train::ScalingSetup setup = base;
+        setup.hosts = h;
+        setup.devices_per_host = d;
+        setup.wire_bytes = wire;
+        const train::ScalingPrediction p = train::predict_scaling(profile.step, setup);
+        // The bucket size that gives the shortest step on these links.
+        double best_mb = o.bucket_mb, best_step = p.step;
+        for (double mb : {0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0}) {
+          train::ScalingSetup trial = setup;
+          trial.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+          trial.first_bucket_bytes = std::min<int64_t>(trial.bucket_bytes, int64_t{1} << 20);
+          const double step = train::predict_scaling(profile.step, trial).step;
+          if (step < best_step * 0.999) best_step = step, best_mb = mb;
+        }
+        const char* wire_name = wire == 4 ? "f32" : "bf16";
+        if (o.json) {
+          rows.push_back({{"hosts", h},
+                          {"devices_per_host", d},
+                          {"wire", wire_name},
+                          {"step_seconds", p.step},
+                          {"examples_per_second", p.examples_per_second},
+                          {"efficiency", p.efficiency},
+                          {"exposed_communication_seconds", p.exposed_communication},
+                          {"small_collectives_seconds", p.small_collectives},
+                          {"communication_busy_seconds", p.communication_busy},
+                          {"buckets", p.buckets.size()},
+                          {"best_bucket_mb", best_mb},
+                          {"best_step_seconds", best_step}});
+        } else {
+          fmt::print(
+              "{:>6} {:>8} {:>5} {:>9.2f} {:>10.0f} {:>7.1f} {:>11.2f} {:>9.2f} {:>11.2f} "
+              "{:>7g} MiB\n",
+              h, d, wire_name, 1e3 * p.step, p.examples_per_second, 100.0 * p.efficiency,
+              1e3 * p.exposed_communication, 1e3 * p.small_collectives, 1e3 * p.communication_busy,
+              best_mb);
+        }
+      }
+    }
+  }
+  if (o.json) {
+    fmt::print("{}\n", json{{"model", profile.model},
+                            {"parameters", profile.parameters},
+                            {"examples_per_device", profile.step.examples},
+                            {"one_device_step_seconds", profile.step.one_device_step()},
+                            {"predictions", rows}}
+                           .dump(2));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_scaling_command(CLI::App& plan) {
+  CLI::App* command = plan.add_subcommand(
+      "scaling",
+      "Predict step time and scaling efficiency on D devices per host x H hosts from a one-device "
+      "run and link models");
+  auto o = std::make_shared<ScalingOptions>();
+  command->add_option("run_dir", o->run_dir, "A one-device run directory (tandem train --output)")
+      ->required();
+  command->add_option("--hosts", o->hosts, "Host counts, comma-separated")->capture_default_str();
+  command
+      ->add_option("--devices-per-host", o->devices_per_host, "Devices per host, comma-separated")
+      ->capture_default_str();
+  command->add_option("--link", o->link,
+                      "The hosts' link: a `tandem bench allreduce --backend mpi --json` table "
+                      "measured between two hosts");
+  command->add_option("--link-gbps", o->link_gbps, "... or its bus bandwidth in GB/s");
+  command
+      ->add_option("--link-latency-us", o->link_latency_us,
+                   "... and a small collective's time in us")
+      ->capture_default_str();
+  command->add_option("--local-link", o->local_link,
+                      "The devices of a host: a `tandem bench allreduce --ranks D --json` table");
+  command->add_option("--local-gbps", o->local_gbps, "... or its bus bandwidth in GB/s");
+  command
+      ->add_option("--local-latency-us", o->local_latency_us,
+                   "... and a small collective's time in us")
+      ->capture_default_str();
+  command->add_option("--wire", o->wire, "Wire dtypes between hosts: f32, bf16 (comma-separated)")
+      ->capture_default_str();
+  command->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MiB")
+      ->capture_default_str();
+  command
+      ->add_option("--small-collectives", o->small_collectives,
+                   "Small collectives per step outside the buckets")
+      ->capture_default_str();
+  command->add_flag("--json", o->json, "Print the predictions as JSON");
+  return {command, [o]() { return run_plan_scaling(*o); }};
+}
+
+}  // namespace tandem::cli

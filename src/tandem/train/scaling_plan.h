@@ -1,0 +1,82 @@
+#pragma once
+// The scaling planner (`tandem plan scaling`, docs/multi_host.md): the step
+// time of data-parallel training on D devices per host x H hosts, predicted
+// from a one-device profile and a model of the links, before anyone runs
+// (or buys) the hosts. The model follows what the engine does: backward
+// produces the gradients in reverse parameter order; the Reducer packs them
+// into fusion buckets and all-reduces each bucket, one after another on its
+// communication thread, as soon as backward has completed it (each with a
+// small call check); the step ends after the last bucket and the
+// optimizer; a few small collectives per step (the Trainer's agreement, the
+// engine's record exchange, the noise scale's norms) sit on the critical
+// path. Weak scaling: every device keeps the profile's batch.
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace tandem::train {
+
+// One all-reduce over `ranks` ranks of a link level: latency plus the bus
+// bytes (2 (n - 1) / n of the buffer: what a ring moves through each rank's
+// link) at the bus bandwidth. One rank costs nothing.
+struct LinkModel {
+  double latency = 0.0;        // seconds: a small collective's time
+  double bus_bandwidth = 0.0;  // bytes per second
+  double all_reduce_seconds(double bytes, int ranks) const;
+};
+
+// A link model from `tandem bench allreduce` results (bytes, seconds) over
+// `ranks` ranks: the latency is the smallest buffer's time, the bandwidth
+// the median bus bandwidth of the buffers of 1 MiB and more (of the largest
+// buffer when none is that large). Throws InvalidArgument for an empty or
+// non-positive table.
+LinkModel fit_link(const std::vector<std::pair<double, double> >& bytes_and_seconds, int ranks);
+
+struct StepProfile {
+  // Seconds of one device's step: its forward, backward and optimizer, and
+  // the rest (input, the framework's hand-offs).
+  double forward = 0.0, backward = 0.0, optimizer = 0.0, other = 0.0;
+  int64_t examples = 0;  // per device and step
+  struct Gradient {
+    int64_t elements = 0;  // f32 elements
+    double ready = 1.0;    // when backward completes it, as a fraction of backward (0 to 1)
+  };
+  std::vector<Gradient> gradients;  // in the order backward produces them
+  double one_device_step() const { return forward + backward + optimizer + other; }
+};
+
+struct ScalingSetup {
+  int hosts = 1;
+  int devices_per_host = 1;
+  LinkModel local;          // between the devices of a host (replica threads of one process)
+  LinkModel between_hosts;  // between the hosts' processes
+  int64_t bucket_bytes = int64_t{25} << 20;  // of f32 gradient, as --bucket-mb
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+  int wire_bytes = 4;  // per element between hosts: 4 (f32), 2 (bf16, f16)
+  // Small collectives per step outside the buckets; each bucket adds one
+  // (its call check).
+  int small_collectives_per_step = 6;
+};
+
+struct BucketSchedule {
+  int64_t elements = 0;
+  double ready = 0.0, start = 0.0, end = 0.0;  // seconds from the step's start
+};
+
+struct ScalingPrediction {
+  double step = 0.0;                    // seconds
+  double exposed_communication = 0.0;   // bucket all-reduces not hidden behind backward
+  double small_collectives = 0.0;       // the per-step small collectives
+  double communication_busy = 0.0;      // the buckets' all-reduces, hidden or not
+  double examples_per_second = 0.0;     // all devices
+  double efficiency = 0.0;              // of devices x the one-device throughput
+  std::vector<BucketSchedule> buckets;  // in launch order
+};
+
+// Throws InvalidArgument for fewer than one host or device, a profile
+// without examples or with negative times, or a link model without
+// bandwidth where one is needed.
+ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup);
+
+}  // namespace tandem::train

@@ -1,0 +1,126 @@
+// The scaling planner against schedules worked out by hand.
+#include "tandem/train/scaling_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "tandem/base/error.h"
+
+namespace tandem::train {
+namespace {
+
+StepProfile profile(std::vector<StepProfile::Gradient> gradients) {
+  StepProfile p;
+  p.forward = 1.0;
+  p.backward = 2.0;
+  p.optimizer = 0.5;
+  p.other = 0.5;
+  p.examples = 100;
+  p.gradients = std::move(gradients);
+  return p;
+}
+
+ScalingSetup two_hosts(int wire_bytes = 4) {
+  ScalingSetup s;
+  s.hosts = 2;
+  s.between_hosts = {.latency = 0.01, .bus_bandwidth = 4e6};
+  s.bucket_bytes = 1 << 20;
+  s.first_bucket_bytes = 1 << 20;
+  s.wire_bytes = wire_bytes;
+  s.small_collectives_per_step = 6;
+  return s;
+}
+
+TEST(ScalingPlan, OneDeviceIsTheProfile) {
+  const ScalingPrediction p = predict_scaling(profile({{1000, 1.0}}), {});
+  EXPECT_DOUBLE_EQ(p.step, 4.0);
+  EXPECT_DOUBLE_EQ(p.efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(p.examples_per_second, 25.0);
+  EXPECT_TRUE(p.buckets.empty());
+}
+
+TEST(ScalingPlan, ALastGradientIsAllExposed) {
+  // 4 MB of f32 at a bus bandwidth of 4 MB/s between 2 hosts: 1 s, plus the
+  // bucket's call check and the all-reduce's latency (0.01 s each), after
+  // backward; then 6 small collectives.
+  const ScalingPrediction p = predict_scaling(profile({{1000000, 1.0}}), two_hosts());
+  ASSERT_EQ(p.buckets.size(), 1u);
+  EXPECT_DOUBLE_EQ(p.buckets[0].ready, 3.0);
+  EXPECT_NEAR(p.exposed_communication, 1.02, 1e-12);
+  EXPECT_NEAR(p.small_collectives, 0.06, 1e-12);
+  EXPECT_NEAR(p.step, 4.0 + 1.02 + 0.06, 1e-12);
+  EXPECT_NEAR(p.efficiency, 4.0 / 5.08, 1e-12);
+  EXPECT_NEAR(p.examples_per_second, 200.0 / 5.08, 1e-9);
+}
+
+TEST(ScalingPlan, AnEarlierBucketHidesBehindBackwardAndBf16HalvesTheWire) {
+  // Two 1 MiB gradients, ready half-way through backward and at its end:
+  // two buckets; the first (0.02 + 1,048,576 / 4e6 s) ends before the
+  // second is ready, which alone is exposed.
+  const std::vector<StepProfile::Gradient> g = {{262144, 0.5}, {262144, 1.0}};
+  const double bucket = 0.02 + 1048576.0 / 4e6;
+  const ScalingPrediction f32 = predict_scaling(profile(g), two_hosts(4));
+  ASSERT_EQ(f32.buckets.size(), 2u);
+  EXPECT_DOUBLE_EQ(f32.buckets[0].start, 2.0);
+  EXPECT_NEAR(f32.buckets[0].end, 2.0 + bucket, 1e-12);
+  EXPECT_DOUBLE_EQ(f32.buckets[1].start, 3.0);
+  EXPECT_NEAR(f32.exposed_communication, bucket, 1e-12);
+  EXPECT_NEAR(f32.communication_busy, 2 * bucket, 1e-12);
+  const ScalingPrediction bf16 = predict_scaling(profile(g), two_hosts(2));
+  EXPECT_NEAR(bf16.exposed_communication, 0.02 + 524288.0 / 4e6, 1e-12);
+}
+
+TEST(ScalingPlan, BucketsQueueBehindEachOtherOnTheLink) {
+  // Both ready early, the second waits for the first.
+  const std::vector<StepProfile::Gradient> g = {{262144, 0.1}, {262144, 0.2}};
+  ScalingSetup s = two_hosts();
+  s.between_hosts.bus_bandwidth = 1e6;  // about 1.05 s a bucket
+  const ScalingPrediction p = predict_scaling(profile(g), s);
+  ASSERT_EQ(p.buckets.size(), 2u);
+  EXPECT_DOUBLE_EQ(p.buckets[1].start, p.buckets[0].end);
+  EXPECT_NEAR(p.exposed_communication, p.buckets[1].end - 3.0, 1e-12);
+}
+
+TEST(ScalingPlan, DevicesOfAHostAddTheirInProcessPhase) {
+  ScalingSetup s = two_hosts();
+  s.devices_per_host = 2;
+  s.local = {.latency = 0.001, .bus_bandwidth = 4e7};
+  const ScalingPrediction p = predict_scaling(profile({{1000000, 1.0}}), s);
+  // Small collectives cross both levels; the host's replicas reduce in f32.
+  const double small = 0.01 + 0.001;
+  EXPECT_NEAR(p.exposed_communication, small + (0.001 + 4e6 / 4e7) + (0.01 + 1.0), 1e-12);
+  EXPECT_NEAR(p.small_collectives, 6 * small, 1e-12);
+  EXPECT_NEAR(p.examples_per_second, 400.0 / p.step, 1e-9);
+}
+
+TEST(ScalingPlan, LinkFitTakesTheSmallestTimeAndTheMedianLargeBandwidth) {
+  std::vector<std::pair<double, double> > table;
+  for (double bytes = 4; bytes <= 256.0 * (1 << 20); bytes *= 4)
+    table.emplace_back(bytes, 2e-5 + bytes / 1e9);
+  const LinkModel link = fit_link(table, 2);
+  EXPECT_DOUBLE_EQ(link.latency, 2e-5 + 4 / 1e9);
+  EXPECT_NEAR(link.bus_bandwidth, 1e9, 0.01e9);
+  // Over 4 ranks a ring moves 1.5x the buffer through each link.
+  EXPECT_NEAR(fit_link({{1 << 20, 1.0}}, 4).bus_bandwidth, 1.5 * (1 << 20), 1e-6);
+}
+
+TEST(ScalingPlan, ImpossibleSetupsAreRefused) {
+  ScalingSetup s = two_hosts();
+  s.hosts = 0;
+  EXPECT_THROW(predict_scaling(profile({{10, 1.0}}), s), InvalidArgument);
+  s = two_hosts();
+  s.between_hosts.bus_bandwidth = 0.0;
+  EXPECT_THROW(predict_scaling(profile({{10, 1.0}}), s), InvalidArgument);
+  s = two_hosts(3);
+  EXPECT_THROW(predict_scaling(profile({{10, 1.0}}), s), InvalidArgument);
+  StepProfile bad = profile({{10, 1.5}});
+  EXPECT_THROW(predict_scaling(bad, two_hosts()), InvalidArgument);
+  bad = profile({{10, 1.0}});
+  bad.forward = -1.0;
+  EXPECT_THROW(predict_scaling(bad, two_hosts()), InvalidArgument);
+  EXPECT_THROW(fit_link({}, 2), InvalidArgument);
+  EXPECT_THROW(fit_link({{0.0, 1.0}}, 2), InvalidArgument);
+  EXPECT_THROW(fit_link({{10.0, 1.0}}, 1), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem::train
