@@ -29,6 +29,7 @@ using nlohmann::json;
 
 struct ScalingOptions {
   std::string run_dir;
+  std::string profile;  // a profile described in JSON, instead of a run
   std::string hosts = "1,2,4,8";
   std::string devices_per_host = "1";
   std::string link, local_link;  // bench allreduce --json files
@@ -58,56 +59,46 @@ double number_at(const json& j, const char* key, const std::string& where) {
 }
 
 // When backward completes each parameter's gradient, as a fraction of
-// backward: by the layers' FLOPs where the model is a Sequential whose
+// backward, by the layers' FLOPs where the model is a Sequential whose
 // input is known (backward runs its layers last to first, each costing
-// twice its forward), else by the gradients' sizes.
-std::vector<double> ready_fractions(nn::Module& model, const train::ModelSpec& spec,
-                                    const std::vector<std::pair<std::string, Variable> >& params,
-                                    bool& by_layers) {
+// twice its forward); empty otherwise (readiness then goes by size).
+std::vector<double> ready_by_layers(nn::Module& model, const train::ModelSpec& spec,
+                                    const std::vector<std::pair<std::string, Variable> >& params) {
+  if (dynamic_cast<nn::Sequential*>(&model) == nullptr) return {};
+  std::optional<Shape> shape;
+  if (!spec.definition.empty())
+    shape = Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
+  else if (spec.name == "mlp" || spec.name == "cnn")
+    shape = Shape{28, 28, 1};
+  if (!shape) return {};
   std::vector<double> layer_cost;  // by Sequential child index
-  if (dynamic_cast<nn::Sequential*>(&model) != nullptr) {
-    std::optional<Shape> shape;
-    if (!spec.definition.empty())
-      shape = Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
-    else if (spec.name == "mlp" || spec.name == "cnn")
-      shape = Shape{28, 28, 1};
-    if (shape) {
-      for (const monitor::LayerFlops& l : monitor::layer_flops(model, *shape))
-        layer_cost.push_back(2.0 * l.forward_flops);
-    }
-  }
-  const auto layer_of = [&](const std::string& name) -> int {
-    const size_t dot = name.find('.');
-    const std::optional<int64_t> index = parse_integer(name.substr(0, dot));
-    return index && *index >= 0 && *index < static_cast<int64_t>(layer_cost.size())
-               ? static_cast<int>(*index)
-               : -1;
-  };
-  by_layers = !layer_cost.empty();
-  for (const auto& [name, p] : params) by_layers = by_layers && layer_of(name) >= 0;
   double total = 0.0;
-  if (by_layers)
-    for (double c : layer_cost) total += c;
-  std::vector<double> ready(params.size());
-  if (by_layers && total > 0.0) {
-    // Layer l's gradients are complete once layers n-1 .. l have run backward.
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int l = layer_of(params[i].first);
-      double done = 0.0;
-      for (size_t k = static_cast<size_t>(l); k < layer_cost.size(); ++k) done += layer_cost[k];
-      ready[i] = done / total;
-    }
-    return ready;
+  for (const monitor::LayerFlops& l : monitor::layer_flops(model, *shape)) {
+    layer_cost.push_back(2.0 * l.forward_flops);
+    total += layer_cost.back();
   }
-  by_layers = false;
-  double elements = 0.0;
-  for (const auto& [name, p] : params) elements += static_cast<double>(p.value().numel());
-  double done = 0.0;
-  for (size_t i = params.size(); i-- > 0;) {
-    done += static_cast<double>(params[i].second.value().numel());
-    ready[i] = done / elements;
+  std::vector<double> ready;
+  for (const auto& [name, p] : params) {
+    const std::optional<int64_t> layer = parse_integer(name.substr(0, name.find('.')));
+    if (!layer || *layer < 0 || *layer >= static_cast<int64_t>(layer_cost.size()) || !(total > 0.0))
+      return {};
+    // Layer l's gradients are complete once layers n-1 .. l have run backward.
+    double done = 0.0;
+    for (size_t k = static_cast<size_t>(*layer); k < layer_cost.size(); ++k) done += layer_cost[k];
+    ready.push_back(done / total);
   }
   return ready;
+}
+
+// Gradient readiness by size: backward order, each complete when the
+// share of the elements up to it is.
+void ready_by_size(std::vector<train::StepProfile::Gradient>& gradients) {
+  double total = 0.0, done = 0.0;
+  for (const auto& g : gradients) total += static_cast<double>(g.elements);
+  for (auto& g : gradients) {
+    done += static_cast<double>(g.elements);
+    g.ready = done / total;
+  }
 }
 
 struct Profile {
@@ -153,12 +144,60 @@ Profile profile_from_run(const std::string& run_dir) {
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   const auto params = model->named_parameters();
-  const std::vector<double> ready = ready_fractions(*model, spec, params, p.by_layers);
+  const std::vector<double> ready = ready_by_layers(*model, spec, params);
+  p.by_layers = !ready.empty();
   for (size_t i = params.size(); i-- > 0;) {  // backward order
-    p.step.gradients.push_back({params[i].second.value().numel(), ready[i]});
+    p.step.gradients.push_back({params[i].second.value().numel(), p.by_layers ? ready[i] : 1.0});
     p.parameters += params[i].second.value().numel();
   }
+  if (!p.by_layers) ready_by_size(p.step.gradients);
   p.model = spec.name;
+  return p;
+}
+
+// A device and model described by numbers (published speeds, a model not at
+// hand): {"model", "examples", "forward_ms", "backward_ms", "optimizer_ms",
+// "other_ms", and "gradients" (f32 elements in backward order) or
+// "parameters" and "tensors" (that many equal gradients)}.
+Profile profile_from_json(const std::string& path) {
+  const json j = read_json(path, "profile");
+  Profile p;
+  p.model = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "model";
+  const double examples = number_at(j, "examples", path);
+  if (!(examples >= 1.0 && examples <= 1e12))
+    TANDEM_THROW(InvalidArgument, "'", path, "': examples must be 1 to 1e12, got ", examples);
+  p.step.examples = static_cast<int64_t>(examples);
+  p.step.forward = 1e-3 * number_at(j, "forward_ms", path);
+  p.step.backward = 1e-3 * number_at(j, "backward_ms", path);
+  p.step.optimizer = 1e-3 * number_at(j, "optimizer_ms", path);
+  p.step.other = j.contains("other_ms") ? 1e-3 * number_at(j, "other_ms", path) : 0.0;
+  const auto elements = [&](double n) {
+    if (!(n >= 1.0 && n <= 1e13))
+      TANDEM_THROW(InvalidArgument, "'", path, "': a gradient needs 1 to 1e13 elements, got ", n);
+    return static_cast<int64_t>(n);
+  };
+  if (j.contains("gradients") && j["gradients"].is_array()) {
+    if (j["gradients"].size() > 1000000)
+      TANDEM_THROW(InvalidArgument, "'", path, "': more than 1,000,000 gradients");
+    for (const json& g : j["gradients"]) {
+      if (!g.is_number()) TANDEM_THROW(InvalidArgument, "'", path, "': gradients must be numbers");
+      p.step.gradients.push_back({elements(g.get<double>()), 1.0});
+    }
+  } else {
+    const double parameters = number_at(j, "parameters", path);
+    const double tensors = number_at(j, "tensors", path);
+    if (!(tensors >= 1.0 && tensors <= 1e6 && parameters >= tensors))
+      TANDEM_THROW(InvalidArgument, "'", path,
+                   "': tensors must be 1 to 1e6 and at most parameters");
+    const auto n = static_cast<int64_t>(tensors);
+    const auto total = static_cast<int64_t>(parameters);
+    for (int64_t i = 0; i < n; ++i)  // the first takes the remainder
+      p.step.gradients.push_back(
+          {elements(static_cast<double>(total / n + (i == 0 ? total % n : 0))), 1.0});
+  }
+  if (p.step.gradients.empty()) TANDEM_THROW(InvalidArgument, "'", path, "' lists no gradients");
+  ready_by_size(p.step.gradients);
+  for (const auto& g : p.step.gradients) p.parameters += g.elements;
   return p;
 }
 
@@ -209,7 +248,11 @@ int run_plan_scaling(const ScalingOptions& o) {
   if (o.small_collectives < 0 || o.small_collectives > 1000)
     TANDEM_THROW(InvalidArgument, "--small-collectives must be 0 to 1000, got ",
                  o.small_collectives);
-  const Profile profile = profile_from_run(o.run_dir);
+  if (o.run_dir.empty() == o.profile.empty())
+    TANDEM_THROW(InvalidArgument,
+                 "give a one-device run directory or --profile FILE.json (one of them)");
+  const Profile profile =
+      o.profile.empty() ? profile_from_run(o.run_dir) : profile_from_json(o.profile);
   const bool need_hosts = *std::max_element(hosts.begin(), hosts.end()) > 1;
   const bool need_local = *std::max_element(devices.begin(), devices.end()) > 1;
   train::ScalingSetup base;
@@ -300,8 +343,10 @@ Command add_plan_scaling_command(CLI::App& plan) {
       "Predict step time and scaling efficiency on D devices per host x H hosts from a one-device "
       "run and link models");
   auto o = std::make_shared<ScalingOptions>();
-  command->add_option("run_dir", o->run_dir, "A one-device run directory (tandem train --output)")
-      ->required();
+  command->add_option("run_dir", o->run_dir, "A one-device run directory (tandem train --output)");
+  command->add_option(
+      "--profile", o->profile,
+      "Instead of a run: a device and model described in JSON (docs/multi_host.md)");
   command->add_option("--hosts", o->hosts, "Host counts, comma-separated")->capture_default_str();
   command
       ->add_option("--devices-per-host", o->devices_per_host, "Devices per host, comma-separated")

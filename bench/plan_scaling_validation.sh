@@ -1,0 +1,45 @@
+#!/bin/sh
+# The scaling planner against measurements across two test hosts (network
+# namespaces, scripts/netns-hosts.sh; needs root): for each data-link rate,
+# the link's all-reduce table; for each model, a one-device profile; then
+# for each rate x wire x model, the predicted and the measured step time of
+# multi-worker training on 2 hosts (one process and device each, one thread
+# each, 128 examples per device as in the profile).
+# usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES]
+#   e.g. bench/plan_scaling_validation.sh build/tandem "none 1gbit 100mbit" "mlp cnn" 6400
+set -eu
+tandem=$(readlink -f "$1")
+rates=${2:-none 1gbit 100mbit}
+models=${3:-mlp cnn}
+examples=${4:-6400}
+netns="$(dirname "$(readlink -f "$0")")/../scripts/netns-hosts.sh"
+export TANDEM_NETNS_PREFIX=tandem-plan
+work=$(mktemp -d)
+trap '"$netns" down; rm -rf "$work"' EXIT
+"$netns" up 2
+common="--threads 1 --epochs 1 --train-examples $examples --test-examples 100 --quiet"
+for model in $models; do
+  # shellcheck disable=SC2086
+  "$tandem" train --model "$model" $common --output "$work/profile-$model" >/dev/null
+done
+printf '%-8s %-5s %-5s %12s %12s %8s\n' rate model wire predicted_ms measured_ms error_%
+for rate in $rates; do
+  "$netns" shape "$rate"
+  "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
+    --repeats 3 --json >"$work/link-$rate.json"
+  for model in $models; do
+    for wire in f32 bf16; do
+      # shellcheck disable=SC2086
+      "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
+        --wire "$wire" --batch-size 256 $common --output "$work/run" >/dev/null
+      predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
+        --link "$work/link-$rate.json" --json |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
+      measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
+        "$work/run/summary.json")
+      python3 -c "import sys; p,m=float(sys.argv[4]),float(sys.argv[5]); print('%-8s %-5s %-5s %12.2f %12.2f %8.1f' % (sys.argv[1], sys.argv[2], sys.argv[3], 1e3*p, 1e3*m, 100*(p-m)/m))" \
+        "$rate" "$model" "$wire" "$predicted" "$measured"
+      rm -rf "$work/run"
+    done
+  done
+done
