@@ -99,8 +99,14 @@ TEST(ScalingPlan, LinkFitTakesTheSmallestTimeAndTheMedianLargeBandwidth) {
   const LinkModel link = fit_link(table, 2);
   EXPECT_DOUBLE_EQ(link.latency, 2e-5 + 4 / 1e9);
   EXPECT_NEAR(link.bus_bandwidth, 1e9, 0.01e9);
-  // Over 4 ranks a ring moves 1.5x the buffer through each link.
-  EXPECT_NEAR(fit_link({{1 << 20, 1.0}}, 4).bus_bandwidth, 1.5 * (1 << 20), 1e-6);
+  // Over 4 ranks a ring moves 1.5x the buffer through each link, and a
+  // small collective took log2(4) = 2 latencies.
+  const LinkModel four = fit_link({{8, 0.5}, {1 << 20, 1.0}}, 4);
+  EXPECT_NEAR(four.bus_bandwidth, 1.5 * (1 << 20), 1e-6);
+  EXPECT_DOUBLE_EQ(four.latency, 0.25);
+  EXPECT_DOUBLE_EQ(four.small_seconds(8), 0.75);
+  EXPECT_DOUBLE_EQ(four.small_seconds(1), 0.0);
+  EXPECT_DOUBLE_EQ(four.all_reduce_seconds(1 << 20, 8), 0.75 + 1.75 / 1.5);
 }
 
 TEST(ScalingPlan, ImpossibleSetupsAreRefused) {

@@ -8,10 +8,14 @@
 
 namespace tandem::train {
 
+double LinkModel::small_seconds(int ranks) const {
+  return ranks <= 1 ? 0.0 : latency * std::log2(static_cast<double>(ranks));
+}
+
 double LinkModel::all_reduce_seconds(double bytes, int ranks) const {
   if (ranks <= 1) return 0.0;
   const double bus_bytes = 2.0 * (ranks - 1) / ranks * bytes;
-  return latency + bus_bytes / bus_bandwidth;
+  return small_seconds(ranks) + bus_bytes / bus_bandwidth;
 }
 
 LinkModel fit_link(const std::vector<std::pair<double, double> >& bytes_and_seconds, int ranks) {
@@ -34,7 +38,8 @@ LinkModel fit_link(const std::vector<std::pair<double, double> >& bytes_and_seco
   std::sort(large.begin(), large.end());
   const size_t n = large.size();
   const double bandwidth = n % 2 == 1 ? large[n / 2] : 0.5 * (large[n / 2 - 1] + large[n / 2]);
-  return {.latency = sorted.front().second, .bus_bandwidth = bandwidth};
+  return {.latency = sorted.front().second / std::log2(static_cast<double>(ranks)),
+          .bus_bandwidth = bandwidth};
 }
 
 ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {
@@ -61,11 +66,9 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
     TANDEM_THROW(InvalidArgument, "wire bytes per element must be 2 or 4, got ", setup.wire_bytes);
 
   ScalingPrediction out;
-  // A small collective's cost: the slowest level it crosses.
-  const double small = across_hosts
-                           ? setup.between_hosts.latency + (within_host ? setup.local.latency : 0.0)
-                       : within_host ? setup.local.latency
-                                     : 0.0;
+  // A small collective crosses both levels.
+  const double small = setup.between_hosts.small_seconds(setup.hosts) +
+                       setup.local.small_seconds(setup.devices_per_host);
   const double backward_end = profile.forward + profile.backward;
   double link_free = 0.0;
   if ((across_hosts || within_host) && !profile.gradients.empty()) {

@@ -17,17 +17,22 @@
 
 namespace tandem::train {
 
-// One all-reduce over `ranks` ranks of a link level: latency plus the bus
-// bytes (2 (n - 1) / n of the buffer: what a ring moves through each rank's
-// link) at the bus bandwidth. One rank costs nothing.
+// One all-reduce over `ranks` ranks of a link level: a small collective's
+// time, then the bus bytes (2 (n - 1) / n of the buffer: what a ring moves
+// through each rank's link) at the bus bandwidth. A small collective takes
+// log2(n) steps of the latency (recursive doubling or a tree, as MPI and
+// NCCL do for small buffers; a ring's 2 (n - 1) steps only pay for large
+// ones). One rank costs nothing.
 struct LinkModel {
-  double latency = 0.0;        // seconds: a small collective's time
+  double latency = 0.0;        // seconds: a small collective's time between 2 ranks
   double bus_bandwidth = 0.0;  // bytes per second
+  double small_seconds(int ranks) const;
   double all_reduce_seconds(double bytes, int ranks) const;
 };
 
 // A link model from `tandem bench allreduce` results (bytes, seconds) over
-// `ranks` ranks: the latency is the smallest buffer's time, the bandwidth
+// `ranks` ranks: the latency is the smallest buffer's time (over log2(ranks)
+// steps), the bandwidth
 // the median bus bandwidth of the buffers of 1 MiB and more (of the largest
 // buffer when none is that large). Throws InvalidArgument for an empty or
 // non-positive table.
