@@ -76,15 +76,18 @@ check() {
   [ "$(id -u)" -eq 0 ] || { echo "netns-hosts: needs root" >&2; exit 77; }
   command -v ip >/dev/null && command -v tc >/dev/null ||
     { echo "netns-hosts: needs iproute2 (ip, tc)" >&2; exit 77; }
+  # The probe runs in a mount namespace of its own: where it fails half-way
+  # (a chroot, a container), the mount `ip netns add` makes of /run/netns
+  # must not be left behind.
   probe="$prefix-probe$$"
-  if ! ip netns add "$probe" 2>/dev/null; then
-    echo "netns-hosts: cannot create network namespaces here" >&2
+  ok=0
+  unshare --mount sh -c "ip netns add $probe && ip netns exec $probe unshare --uts true" \
+    >/dev/null 2>&1 || ok=1
+  rm -f "/run/netns/$probe"  # the file stays; its mount went with the namespace
+  if [ $ok -ne 0 ]; then
+    echo "netns-hosts: cannot create network and UTS namespaces here (a container?)" >&2
     exit 77
   fi
-  ok=0
-  ip netns exec "$probe" unshare --uts true 2>/dev/null || ok=1
-  ip netns del "$probe"
-  [ $ok -eq 0 ] || { echo "netns-hosts: cannot create UTS namespaces here" >&2; exit 77; }
 }
 
 down() {
