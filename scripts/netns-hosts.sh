@@ -195,7 +195,9 @@ case $command in
     mkdir -p "/run/tandem-netns"
     hostfile="/run/tandem-netns/$prefix.hostfile"
     hosts | sed 's/$/ slots=64/' >"$hostfile"
-    line="mpirun --allow-run-as-root --hostfile $hostfile --map-by node"
+    # --bind-to none: the hosts share this machine's cores, and each host's
+    # daemon would bind its first rank to the same first core.
+    line="mpirun --allow-run-as-root --hostfile $hostfile --map-by node --bind-to none"
     line="$line --mca plm_rsh_agent '$self agent' --mca btl tcp,self"
     line="$line --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth1"
     # A host that becomes unreachable ends the job within about 15 s, not
