@@ -181,10 +181,11 @@ MpiRuntime& runtime() {
       // on shared memory; its ring matches it (`tandem bench allreduce
       // --backend mpi`, docs/performance.md). A user's own choice stands.
       setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
-      // Waiting ranks poll; without yielding, on a host with no core to
-      // spare they starve the kernel's network processing: over TCP between
-      // hosts a 1 MiB all-reduce ran at a third of the link rate
-      // (docs/multi_host.md). Yielding costs shared memory nothing measurable.
+      // Waiting ranks poll; without yielding, ranks that share a core (an
+      // oversubscribed host, or ranks bound to the same core) starve each
+      // other and the kernel's network processing: over TCP between hosts a
+      // 1 MiB all-reduce ran at a third of the link rate (docs/multi_host.md).
+      // Yielding costs shared memory nothing measurable.
       setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
       int provided = 0;
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
