@@ -147,6 +147,13 @@ up() {  # HOSTS RATE
   trap - EXIT
 }
 
+# The arguments as one shell command line, each quoted.
+quoted() {
+  for arg in "$@"; do
+    printf " '%s'" "$(printf '%s' "$arg" | sed "s/'/'\\\\''/g")"
+  done
+}
+
 # Runs CMD (one shell command line) on HOST with HOST as its hostname.
 on_host() {  # HOST CMD
   known_host "$1"
@@ -175,12 +182,7 @@ case $command in
     [ $# -ge 2 ] || die "usage: $0 exec HOST CMD..."
     host=$1
     shift
-    # Quote each argument for the inner shell.
-    line=""
-    for arg in "$@"; do
-      line="$line '$(printf '%s' "$arg" | sed "s/'/'\\\\''/g")'"
-    done
-    on_host "$host" "$line"
+    on_host "$host" "$(quoted "$@")"
     ;;
   agent)
     # OpenMPI calls AGENT [options] HOST COMMAND...; options (ssh's -x) are ignored.
@@ -203,10 +205,7 @@ case $command in
     # A host that becomes unreachable ends the job within about 15 s, not
     # minutes (docs/multi_host.md).
     line="$line --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2"
-    line="$line --mca oob_tcp_keepalive_probes 3"
-    for arg in "$@"; do
-      line="$line '$(printf '%s' "$arg" | sed "s/'/'\\\\''/g")'"
-    done
+    line="$line --mca oob_tcp_keepalive_probes 3$(quoted "$@")"
     export TANDEM_NETNS_PREFIX="$prefix"
     on_host h0 "$line"
     ;;
