@@ -236,11 +236,10 @@ std::vector<int> counts(const std::string& text, const char* flag) {
 int run_plan_scaling(const ScalingOptions& o) {
   const std::vector<int> hosts = counts(o.hosts, "--hosts");
   const std::vector<int> devices = counts(o.devices_per_host, "--devices-per-host");
-  std::vector<int> wires;
-  for (const std::string& w : split_list(o.wire)) {
+  const std::vector<std::string> wires = split_list(o.wire);
+  for (const std::string& w : wires) {
     if (w != "f32" && w != "bf16" && w != "f16")
       TANDEM_THROW(InvalidArgument, "--wire takes f32, bf16 or f16, got '", w, "'");
-    wires.push_back(w == "f32" ? 4 : 2);
   }
   if (wires.empty()) TANDEM_THROW(InvalidArgument, "--wire needs at least one dtype");
   if (!(o.bucket_mb > 0.0 && o.bucket_mb <= 65536.0))
@@ -259,8 +258,12 @@ int run_plan_scaling(const ScalingOptions& o) {
   if (need_hosts) base.between_hosts = link_model(o.link, o.link_gbps, o.link_latency_us, "--link");
   if (need_local)
     base.local = link_model(o.local_link, o.local_gbps, o.local_latency_us, "--local-link");
-  base.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  base.first_bucket_bytes = std::min<int64_t>(base.bucket_bytes, int64_t{1} << 20);
+  // Buckets as the Trainer sizes them: the first at most 1 MiB.
+  const auto set_bucket_mb = [](train::ScalingSetup& setup, double mb) {
+    setup.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+    setup.first_bucket_bytes = std::min<int64_t>(setup.bucket_bytes, int64_t{1} << 20);
+  };
+  set_bucket_mb(base, o.bucket_mb);
   base.small_collectives_per_step = o.small_collectives;
 
   json rows = json::array();
@@ -284,22 +287,20 @@ int run_plan_scaling(const ScalingOptions& o) {
   }
   for (int h : hosts) {
     for (int d : devices) {
-      for (int wire : wires) {
+      for (const std::string& wire_name : wires) {
         train::ScalingSetup setup = base;
         setup.hosts = h;
         setup.devices_per_host = d;
-        setup.wire_bytes = wire;
+        setup.wire_bytes = wire_name == "f32" ? 4 : 2;
         const train::ScalingPrediction p = train::predict_scaling(profile.step, setup);
         // The bucket size that gives the shortest step on these links.
         double best_mb = o.bucket_mb, best_step = p.step;
         for (double mb : {0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0}) {
           train::ScalingSetup trial = setup;
-          trial.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
-          trial.first_bucket_bytes = std::min<int64_t>(trial.bucket_bytes, int64_t{1} << 20);
+          set_bucket_mb(trial, mb);
           const double step = train::predict_scaling(profile.step, trial).step;
           if (step < best_step * 0.999) best_step = step, best_mb = mb;
         }
-        const char* wire_name = wire == 4 ? "f32" : "bf16";
         if (o.json) {
           rows.push_back({{"hosts", h},
                           {"devices_per_host", d},
@@ -366,7 +367,8 @@ Command add_plan_scaling_command(CLI::App& plan) {
       ->add_option("--local-latency-us", o->local_latency_us,
                    "... and a small collective's time in us")
       ->capture_default_str();
-  command->add_option("--wire", o->wire, "Wire dtypes between hosts: f32, bf16 (comma-separated)")
+  command
+      ->add_option("--wire", o->wire, "Wire dtypes between hosts: f32, bf16, f16 (comma-separated)")
       ->capture_default_str();
   command->add_option("--bucket-mb", o->bucket_mb, "Gradient bucket size in MiB")
       ->capture_default_str();
