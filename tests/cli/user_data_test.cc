@@ -314,6 +314,13 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   auto evaluated = testing::run("evaluate " + run_dir + " --json");
   ASSERT_EQ(evaluated.status, 0) << evaluated.output;
   EXPECT_NE(evaluated.output.find("bits_per_byte"), std::string::npos) << evaluated.output;
+  auto onnx = testing::run("export " + run_dir + " --format onnx");
+  ASSERT_EQ(onnx.status, 0) << onnx.output;
+  EXPECT_NE(onnx.output.find("input (N, T) int64 tokens with T up to 32, output logits (N, T, "
+                             "vocabulary)"),
+            std::string::npos)
+      << onnx.output;
+  EXPECT_TRUE(fs::exists(run_dir + "/model.onnx"));
   auto generated = testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1",
                                 true);
   ASSERT_EQ(generated.status, 0) << generated.output;

@@ -12,7 +12,9 @@
 
 #include "tandem/base/error.h"
 #include "tandem/nn/model_file.h"
+#include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/sequential.h"
 
 namespace tandem {
 namespace {
@@ -54,24 +56,53 @@ TEST(OnnxExport, TheCnnIsItsLayersWithPyTorchNamedWeights) {
   }
 }
 
-TEST(OnnxExport, LayersWithoutAnOnnxFormAreNamed) {
+TEST(OnnxExport, GptTakesInt64TokensOfAnyLengthAndTiesItsOutputToTheEmbedding) {
+  auto gpt = nn::make_model("gpt", {.seed = 1, .settings = "layers=2,width=16,heads=2,context=8"});
+  const onnx::ModelProto m = parsed(interop::onnx_model(*gpt, Shape{8}, DType::i32));
+  const auto& input = m.graph().input(0).type().tensor_type();
+  EXPECT_EQ(input.elem_type(), onnx::TensorProto::INT64);
+  ASSERT_EQ(input.shape().dim_size(), 2);
+  EXPECT_EQ(input.shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(input.shape().dim(1).dim_param(), "T");
+  EXPECT_EQ(m.graph().output(0).type().tensor_type().shape().dim_size(), 3);
+  std::map<std::string, int> ops;
+  for (const auto& n : m.graph().node()) ++ops[n.op_type()];
+  EXPECT_EQ(ops["Gather"], 1);   // the token lookup
+  EXPECT_EQ(ops["Softmax"], 2);  // one per block
+  EXPECT_EQ(ops["Erf"], 0);      // the MLP's GELU is the tanh form
+  EXPECT_EQ(ops["Tanh"], 2);
+  std::map<std::string, int> initializers;
+  for (const auto& t : m.graph().initializer()) ++initializers[t.name()];
+  // Every parameter once, under its state_dict name; the tied output
+  // projection reads the token table rather than a copy of it.
+  for (const nn::Module::StateTensor& s : gpt->named_state())
+    EXPECT_EQ(initializers[s.name], 1) << s.name;
+  EXPECT_EQ(initializers.count("lm_head.weight"), 0u);
+}
+
+TEST(OnnxExport, TokenInputsMustBeSequences) {
   auto gpt = nn::make_model("gpt", {.settings = "layers=1,width=16,heads=2,context=8"});
+  EXPECT_THROW(interop::onnx_model(*gpt, Shape{8, 2}, DType::i32), InvalidArgument);
+  EXPECT_THROW(interop::onnx_model(*gpt, Shape{8}, DType::bf16), InvalidArgument);
+}
+
+// A layer of the user's own, without a to_graph.
+class Scale : public nn::Module {
+ public:
+  Variable forward(const Variable& x) override { return x; }
+  std::string describe() const override { return "Scale(custom)"; }
+};
+
+TEST(OnnxExport, LayersWithoutAnOnnxFormAreNamed) {
+  nn::Sequential model;
+  model.emplace<nn::Linear>(4, 4);
+  model.emplace<Scale>();
   try {
-    interop::onnx_model(*gpt, Shape{8});
-    ADD_FAILURE() << "gpt exported";
+    interop::onnx_model(model, Shape{4});
+    ADD_FAILURE() << "a layer without an ONNX form exported";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("has no ONNX form"), std::string::npos) << e.what();
-  }
-  const nn::ModelDefinition d = nn::parse_model_definition(
-      "input_shape = [6]\n[[layers]]\ntype = \"layer_norm\"\n[[layers]]\ntype = \"dense\"\n"
-      "units = 2\n",
-      "norm.toml");
-  auto model = nn::build_model(d);
-  try {
-    interop::onnx_model(*model, Shape{6});
-    ADD_FAILURE() << "layer_norm exported";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("LayerNorm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Scale(custom) has no ONNX form"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -13,6 +13,7 @@
 #include "tandem/interop/torch_state.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/nn/resnet.h"
+#include "tandem/nn/transformer.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
 
@@ -26,19 +27,23 @@ struct ExportOptions {
   std::string output;  // empty: RUN_DIR/model.safetensors
 };
 
-// One example's shape as the model takes it: a model file's declared input,
-// the built-ins' 28x28 images (resnet with its channels).
-Shape example_shape(const train::ModelSpec& spec, const nn::Module& model) {
-  if (!spec.definition.empty())
-    return Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
-  if (spec.name == "gpt") {
-    TANDEM_THROW(InvalidArgument,
-                 "ONNX export of gpt is not implemented yet: its embeddings, layer norms and "
-                 "attention have no ONNX form in tandem (opset 13 could express them); export "
-                 "its weights with --format safetensors");
+// One example as the model takes it: a model file's declared input, gpt's
+// context of tokens, the other built-ins' 28x28 images (resnet with its
+// channels).
+struct ModelInput {
+  Shape example;
+  DType dtype = DType::f32;
+};
+
+ModelInput model_input(const train::ModelSpec& spec, const nn::Module& model) {
+  if (!spec.definition.empty()) {
+    const nn::ModelDefinition d = nn::parse_model_definition(spec.definition, spec.name);
+    return {Shape(d.input_shape), d.input_dtype};
   }
+  if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model))
+    return {Shape{gpt->config().context}, DType::i32};
   const auto* resnet = dynamic_cast<const nn::ResNet*>(&model);
-  return Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1};
+  return {Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1}, DType::f32};
 }
 
 int run_export(const ExportOptions& o) {
@@ -66,11 +71,18 @@ int run_export(const ExportOptions& o) {
           ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
           : o.output;
   if (o.format == "onnx") {
-    const Shape shape = example_shape(spec, *model);
-    interop::export_onnx(*model, shape, output);
-    fmt::print("wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
-               "from {}\n",
-               output, interop::kOnnxOpset, fmt::join(shape.to_vector(), ", "), checkpoint_path);
+    const ModelInput input = model_input(spec, *model);
+    interop::export_onnx(*model, input.example, input.dtype, output);
+    if (input.dtype == DType::i32) {
+      fmt::print("wrote {} (ONNX opset {}, input (N, T) int64 tokens with T up to {}, output "
+                 "logits (N, T, vocabulary)) from {}\n",
+                 output, interop::kOnnxOpset, input.example.dim(0), checkpoint_path);
+    } else {
+      fmt::print("wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
+                 "from {}\n",
+                 output, interop::kOnnxOpset, fmt::join(input.example.to_vector(), ", "),
+                 checkpoint_path);
+    }
     return 0;
   }
   interop::save_safetensors(*model, output, parse_dtype(o.dtype),

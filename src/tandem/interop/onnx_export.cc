@@ -68,6 +68,16 @@ class OnnxGraph : public nn::GraphBuilder {
     return name;
   }
 
+  std::string integers(const std::vector<int64_t>& values) override {
+    const std::string name = "constant_" + std::to_string(++constants_);
+    onnx::TensorProto& t = *graph_.add_initializer();
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t.add_int64_data(v);
+    return name;
+  }
+
  private:
   void add_initializer(const std::string& name, const Tensor& value) {
     onnx::TensorProto& t = *graph_.add_initializer();
@@ -84,10 +94,10 @@ class OnnxGraph : public nn::GraphBuilder {
   int constants_ = 0;
 };
 
-void set_float_type(onnx::ValueInfoProto& info, const std::vector<std::string>& dims_as_text,
-                    const std::vector<int64_t>& dims) {
+void set_type(onnx::ValueInfoProto& info, onnx::TensorProto::DataType type,
+              const std::vector<std::string>& dims_as_text, const std::vector<int64_t>& dims) {
   onnx::TypeProto_Tensor& tensor = *info.mutable_type()->mutable_tensor_type();
-  tensor.set_elem_type(onnx::TensorProto::FLOAT);
+  tensor.set_elem_type(type);
   onnx::TensorShapeProto& shape = *tensor.mutable_shape();
   for (const std::string& p : dims_as_text) shape.add_dim()->set_dim_param(p);
   for (int64_t d : dims) shape.add_dim()->set_dim_value(d);
@@ -95,7 +105,16 @@ void set_float_type(onnx::ValueInfoProto& info, const std::vector<std::string>& 
 
 }  // namespace
 
-std::string onnx_model(nn::Module& model, const Shape& example_shape) {
+std::string onnx_model(nn::Module& model, const Shape& example_shape, DType input_dtype) {
+  if (input_dtype != DType::f32 && input_dtype != DType::i32) {
+    TANDEM_THROW(InvalidArgument, "ONNX export: inputs are f32 features or i32 tokens, got ",
+                 dtype_name(input_dtype));
+  }
+  const bool tokens = input_dtype == DType::i32;
+  if (tokens && example_shape.rank() != 1) {
+    TANDEM_THROW(InvalidArgument, "ONNX export: token inputs are sequences (T), got example shape ",
+                 example_shape.to_string());
+  }
   onnx::ModelProto proto;
   proto.set_ir_version(onnx::IR_VERSION);
   proto.set_producer_name("tandem");
@@ -105,7 +124,13 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape) {
   opset.set_version(kOnnxOpset);
   onnx::GraphProto& graph = *proto.mutable_graph();
   graph.set_name("tandem");
-  set_float_type(*graph.add_input(), {"N"}, example_shape.to_vector());
+  // Tokens are int64, ONNX's index type, and sequences may be shorter than
+  // the context: (N, T) with both symbolic.
+  if (tokens) {
+    set_type(*graph.add_input(), onnx::TensorProto::INT64, {"N", "T"}, {});
+  } else {
+    set_type(*graph.add_input(), onnx::TensorProto::FLOAT, {"N"}, example_shape.to_vector());
+  }
   graph.mutable_input(0)->set_name("input");
 
   OnnxGraph onnx_graph(graph, model);
@@ -113,7 +138,7 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape) {
   const int rank = example_shape.rank() + 1;
   nn::GraphValue x{"input", rank};
   // Inside the graph images are (N, C, H, W), as ONNX's Conv expects.
-  if (rank == 4) x = builder.op("Transpose", {x.name}, 4, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
+  if (rank == 4 && !tokens) x = builder.op("Transpose", {x.name}, 4, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
   const nn::GraphValue y = model.to_graph(builder, x);
   if (y.rank == 4) {
     TANDEM_THROW(InvalidArgument,
@@ -128,7 +153,7 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape) {
   std::vector<std::string> symbolic(static_cast<size_t>(y.rank), "");
   symbolic[0] = "N";
   for (int i = 1; i < y.rank; ++i) symbolic[static_cast<size_t>(i)] = "D" + std::to_string(i);
-  set_float_type(output, symbolic, {});
+  set_type(output, onnx::TensorProto::FLOAT, symbolic, {});
   try {
     onnx::checker::check_model(proto);
   } catch (const std::exception& e) {
@@ -139,8 +164,9 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape) {
   return bytes;
 }
 
-void export_onnx(nn::Module& model, const Shape& example_shape, const std::string& path) {
-  const std::string bytes = onnx_model(model, example_shape);
+void export_onnx(nn::Module& model, const Shape& example_shape, DType input_dtype,
+                 const std::string& path) {
+  const std::string bytes = onnx_model(model, example_shape, input_dtype);
   const std::string_view parts[] = {bytes};
   write_file_atomically(path, parts, "ONNX model");
 }

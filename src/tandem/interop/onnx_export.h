@@ -5,13 +5,17 @@
 // onnx::checker before it is written.
 //
 // The graph's input "input" is float32 (N, ...example shape) in tandem's
-// layout (channels-last images, (N, H, W, C)), N symbolic; its output
-// "logits" is float32 (N, classes). Weights are initializers named as in
-// torch_state (PyTorch's names; conv weights (O, C, KH, KW)).
+// layout (channels-last images, (N, H, W, C)), N symbolic, or for token
+// models (input dtype i32: gpt, model files with an embedding first) int64
+// tokens (N, T), both symbolic, T up to the example's length; its output
+// "logits" is float32 (N, classes) or (N, T, vocabulary). Weights are
+// initializers named as in torch_state (PyTorch's names; conv weights
+// (O, C, KH, KW)).
 
 #include <string>
 
 #include "tandem/nn/module.h"
+#include "tandem/tensor/dtype.h"
 #include "tandem/tensor/shape.h"
 
 namespace tandem::interop {
@@ -21,9 +25,11 @@ inline constexpr int kOnnxOpset = 13;
 // The model's ONNX bytes for inputs of `example_shape` (one example, no
 // batch dimension). Throws InvalidArgument naming the first layer without an
 // ONNX form, or what the checker found.
-std::string onnx_model(nn::Module& model, const Shape& example_shape);
+std::string onnx_model(nn::Module& model, const Shape& example_shape,
+                       DType input_dtype = DType::f32);
 
 // onnx_model written atomically to `path`; IoError when it cannot be.
-void export_onnx(nn::Module& model, const Shape& example_shape, const std::string& path);
+void export_onnx(nn::Module& model, const Shape& example_shape, DType input_dtype,
+                 const std::string& path);
 
 }  // namespace tandem::interop

@@ -4,6 +4,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 #include "tandem/nn/init.h"
 
 namespace tandem::nn {
@@ -26,6 +27,10 @@ Variable Embedding::forward(const Variable& input) {
 
 std::string Embedding::describe() const {
   return "Embedding(" + std::to_string(vocabulary_) + ", " + std::to_string(dim_) + ")";
+}
+
+GraphValue Embedding::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  return graph.op("Gather", {graph.weight(weight_.value()), x.name}, x.rank + 1);
 }
 
 PositionEmbedding::PositionEmbedding(int64_t positions, int64_t dim, Generator& generator)
@@ -56,6 +61,10 @@ Variable PositionEmbedding::forward(const Variable& input) {
 
 std::string PositionEmbedding::describe() const {
   return "PositionEmbedding(" + std::to_string(positions_) + ", " + std::to_string(dim_) + ")";
+}
+
+GraphValue PositionEmbedding::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  return add_position_rows(graph, x, weight_.value());
 }
 
 }  // namespace tandem::nn

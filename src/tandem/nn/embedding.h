@@ -13,6 +13,7 @@ class Embedding : public Module {
   // input: i32 indices of any shape S -> (S..., dim).
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
   const Variable& weight() const { return weight_; }
 
@@ -31,6 +32,7 @@ class PositionEmbedding : public Module {
   // or more positions than the table has.
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   int64_t positions_, dim_;

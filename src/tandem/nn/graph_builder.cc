@@ -39,4 +39,17 @@ GraphValue activation_to_graph(GraphBuilder& g, const GraphValue& x, kernels::Ac
   return x;
 }
 
+GraphValue size_along(GraphBuilder& g, const GraphValue& x, int axis) {
+  const GraphValue shape = g.op("Shape", {x.name}, 1);
+  return g.op("Slice", {shape.name, g.integers({axis}), g.integers({axis + 1}), g.integers({0})},
+              1);
+}
+
+GraphValue add_position_rows(GraphBuilder& g, const GraphValue& x, const Tensor& table) {
+  const GraphValue t = size_along(g, x, x.rank - 2);
+  const GraphValue rows =
+      g.op("Slice", {g.weight(table), g.integers({0}), t.name, g.integers({0})}, 2);
+  return g.op("Add", {x.name, rows.name}, x.rank);
+}
+
 }  // namespace tandem::nn

@@ -44,10 +44,20 @@ class GraphBuilder {
   virtual std::string weight(const Tensor& weight, std::span<const int> axes = {}) = 0;
   // A scalar constant (f32), for composite formulas.
   virtual std::string scalar(float value) = 0;
+  // A rank-1 int64 constant: shapes, axes and slice bounds.
+  virtual std::string integers(const std::vector<int64_t>& values) = 0;
 };
 
 // The operators of an activation after x (none: x itself). Throws
 // InvalidArgument for one opset 13 cannot express.
 GraphValue activation_to_graph(GraphBuilder& g, const GraphValue& x, kernels::Activation a);
+
+// x (..., T, D) plus the first T rows of a (positions, D) table, T read from
+// x's shape when the graph runs (sequences may be shorter than the table).
+GraphValue add_position_rows(GraphBuilder& g, const GraphValue& x, const Tensor& table);
+
+// x's size along `axis` when the graph runs, as a rank-1 int64 value of one
+// element (a Slice bound).
+GraphValue size_along(GraphBuilder& g, const GraphValue& x, int axis);
 
 }  // namespace tandem::nn

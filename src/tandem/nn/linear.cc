@@ -46,13 +46,21 @@ std::string Linear::describe() const {
 }
 
 GraphValue Linear::to_graph(GraphBuilder& graph, const GraphValue& x) const {
-  if (x.rank != 2) {
-    TANDEM_THROW(InvalidArgument, describe(), ": ONNX export takes a Linear on (N, features) only, got rank ",
-                 x.rank);
+  if (x.rank < 2) {
+    TANDEM_THROW(InvalidArgument, describe(),
+                 ": ONNX export takes a Linear on (..., features), got rank ", x.rank);
   }
-  std::vector<std::string> inputs = {x.name, graph.weight(weight_.value())};
-  if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
-  const GraphValue y = graph.op("Gemm", inputs, 2, {{"transB", int64_t{1}}});
+  GraphValue y;
+  if (x.rank == 2) {
+    std::vector<std::string> inputs = {x.name, graph.weight(weight_.value())};
+    if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
+    y = graph.op("Gemm", inputs, 2, {{"transB", int64_t{1}}});
+  } else {  // sequences: Gemm takes matrices only
+    const GraphValue w_t = graph.op("Transpose", {graph.weight(weight_.value())}, 2,
+                                    {{"perm", std::vector<int64_t>{1, 0}}});
+    y = graph.op("MatMul", {x.name, w_t.name}, x.rank);
+    if (options_.bias) y = graph.op("Add", {y.name, graph.weight(bias_.value())}, x.rank);
+  }
   return activation_to_graph(graph, y, options_.activation);
 }
 

@@ -69,8 +69,8 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
 
 GraphValue Module::to_graph(GraphBuilder&, const GraphValue&) const {
   TANDEM_THROW(InvalidArgument, "layer ", describe(),
-               " has no ONNX form (tandem exports Linear, Conv2d, pooling, BatchNorm2d, Flatten, "
-               "activations, Dropout, Residual, Sequential and the built-in mlp, cnn and resnet)");
+               " has no ONNX form (tandem exports its built-in layers and models; a layer of "
+               "your own needs a to_graph)");
 }
 
 std::vector<int> Module::torch_axes(const std::string&) const {

@@ -41,6 +41,19 @@ std::string LayerNorm::describe() const {
   return "LayerNorm(" + std::to_string(features_) + ")";
 }
 
+GraphValue LayerNorm::to_graph(GraphBuilder& g, const GraphValue& x) const {
+  const std::vector<GraphAttribute> last_axis = {{"axes", std::vector<int64_t>{-1}}};
+  const GraphValue mean = g.op("ReduceMean", {x.name}, x.rank, last_axis);
+  const GraphValue centred = g.op("Sub", {x.name, mean.name}, x.rank);
+  const GraphValue squares = g.op("Mul", {centred.name, centred.name}, x.rank);
+  const GraphValue variance = g.op("ReduceMean", {squares.name}, x.rank, last_axis);
+  const GraphValue deviation =
+      g.op("Sqrt", {g.op("Add", {variance.name, g.scalar(eps_)}, x.rank).name}, x.rank);
+  const GraphValue normalised = g.op("Div", {centred.name, deviation.name}, x.rank);
+  const GraphValue scaled = g.op("Mul", {normalised.name, g.weight(gamma_.value())}, x.rank);
+  return g.op("Add", {scaled.name, g.weight(beta_.value())}, x.rank);
+}
+
 BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool synchronized, bool relu)
     : channels_(channels),
       eps_(eps),

@@ -11,6 +11,8 @@ class LayerNorm : public Module {
   explicit LayerNorm(int64_t features, float eps = 1e-5f);
   Variable forward(const Variable& input) override;
   std::string describe() const override;
+  // Opset 13 has no LayerNormalization: the formula over the last axis.
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   int64_t features_;

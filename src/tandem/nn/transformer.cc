@@ -6,6 +6,7 @@
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/nn/graph_builder.h"
 #include "tandem/nn/init.h"
 
 namespace tandem::nn {
@@ -82,6 +83,47 @@ Variable CausalSelfAttention::forward(const Variable& x) {
   return proj_->forward(reshape(permute(y, {0, 2, 1, 3}), Shape{B, T, C}));
 }
 
+GraphValue CausalSelfAttention::to_graph(GraphBuilder& g, const GraphValue& x) const {
+  const int64_t C = config_.width, H = config_.heads, D = C / H;
+  const GraphValue qkv = qkv_->to_graph(g, x);  // (N, T, 3C): q, k, v side by side
+  const std::string head_shape = g.integers({0, 0, H, D});
+  // Third `part` of qkv as heads (N, T, H, D), then axes permuted by `perm`.
+  const auto heads = [&](int64_t part, std::vector<int64_t> perm) {
+    const GraphValue third = g.op(
+        "Slice", {qkv.name, g.integers({part * C}), g.integers({(part + 1) * C}), g.integers({2})},
+        3);
+    const GraphValue split = g.op("Reshape", {third.name, head_shape}, 4);
+    return g.op("Transpose", {split.name}, 4, {{"perm", std::move(perm)}});
+  };
+  const GraphValue q = heads(0, {0, 2, 1, 3});  // (N, H, T, D)
+  const GraphValue k = heads(1, {0, 2, 3, 1});  // (N, H, D, T)
+  const GraphValue v = heads(2, {0, 2, 1, 3});
+  const GraphValue scores =
+      g.op("Mul", {g.op("MatMul", {q.name, k.name}, 4).name,
+                   g.scalar(1.0f / std::sqrt(static_cast<float>(D)))},
+           4);
+  // Query i sees keys j <= i: a large negative number above the diagonal
+  // (exp underflows to exactly 0, as in the fused kernel), cut to (T, T).
+  std::vector<float> mask(static_cast<size_t>(config_.context * config_.context), 0.0f);
+  for (int64_t i = 0; i < config_.context; ++i)
+    for (int64_t j = i + 1; j < config_.context; ++j)
+      mask[static_cast<size_t>(i * config_.context + j)] = -1e9f;
+  const GraphValue t = size_along(g, x, 1);
+  const GraphValue tt = g.op("Concat", {t.name, t.name}, 1, {{"axis", int64_t{0}}});
+  const GraphValue causal = g.op(
+      "Slice",
+      {g.weight(Tensor::from_floats(Shape{config_.context, config_.context}, mask)),
+       g.integers({0, 0}), tt.name, g.integers({0, 1})},
+      2);
+  const GraphValue probabilities =
+      g.op("Softmax", {g.op("Add", {scores.name, causal.name}, 4).name}, 4,
+           {{"axis", int64_t{-1}}});
+  const GraphValue y = g.op("MatMul", {probabilities.name, v.name}, 4);  // (N, H, T, D)
+  const GraphValue rows =
+      g.op("Transpose", {y.name}, 4, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  return proj_->to_graph(g, g.op("Reshape", {rows.name, g.integers({0, 0, C})}, 3));
+}
+
 std::string CausalSelfAttention::describe() const {
   return fmt::format("CausalSelfAttention({} heads of {})", config_.heads,
                      config_.width / config_.heads);
@@ -100,6 +142,10 @@ Mlp::Mlp(const GptConfig& config, Generator& generator) {
 
 Variable Mlp::forward(const Variable& x) {
   return proj_->forward(fc_->forward(x));
+}
+
+GraphValue Mlp::to_graph(GraphBuilder& graph, const GraphValue& x) const {
+  return proj_->to_graph(graph, fc_->to_graph(graph, x));
 }
 
 std::string Mlp::describe() const {
@@ -122,6 +168,12 @@ Variable TransformerBlock::forward(const Variable& x) {
   const bool training = is_training();
   Variable h = add(x, residual_dropout(attention_->forward(norm1_->forward(x)), config_, training));
   return add(h, residual_dropout(mlp_->forward(norm2_->forward(h)), config_, training));
+}
+
+GraphValue TransformerBlock::to_graph(GraphBuilder& g, const GraphValue& x) const {
+  const GraphValue attended = attention_->to_graph(g, norm1_->to_graph(g, x));
+  const GraphValue h = g.op("Add", {x.name, attended.name}, x.rank);
+  return g.op("Add", {h.name, mlp_->to_graph(g, norm2_->to_graph(g, h)).name}, x.rank);
 }
 
 std::string TransformerBlock::describe() const {
@@ -170,6 +222,19 @@ Variable Gpt::forward(const Variable& tokens) {
       config_.float32_logits ? std::optional<DType>(DType::f32) : config_.activation_dtype;
   return linear(x, tokens_->weight(), Variable(),
                 {.compute_dtype = config_.compute_dtype, .output_dtype = logits_dtype});
+}
+
+GraphValue Gpt::to_graph(GraphBuilder& g, const GraphValue& tokens) const {
+  if (tokens.rank != 2) {
+    TANDEM_THROW(InvalidArgument, "gpt: ONNX export takes tokens (N, T), got rank ", tokens.rank);
+  }
+  const GraphValue embedded = tokens_->to_graph(g, tokens);
+  const GraphValue x =
+      norm_->to_graph(g, blocks_->to_graph(g, add_position_rows(g, embedded,
+                                                                positions_->weight().value())));
+  const GraphValue table_t = g.op("Transpose", {g.weight(tokens_->weight().value())}, 2,
+                                  {{"perm", std::vector<int64_t>{1, 0}}});
+  return g.op("MatMul", {x.name, table_t.name}, 3);  // tied output projection
 }
 
 std::string Gpt::describe() const {

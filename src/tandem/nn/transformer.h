@@ -45,6 +45,8 @@ class CausalSelfAttention : public Module {
   // (B, T, C) -> (B, T, C).
   Variable forward(const Variable& x) override;
   std::string describe() const override;
+  // Matrix products, a Softmax and a constant causal mask cut to T.
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   GptConfig config_;
@@ -57,6 +59,7 @@ class Mlp : public Module {
   Mlp(const GptConfig& config, Generator& generator);
   Variable forward(const Variable& x) override;
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   std::shared_ptr<Linear> fc_, proj_;
@@ -69,6 +72,7 @@ class TransformerBlock : public Module {
   Variable forward(const Variable& x) override;
   bool recomputable() const override { return true; }
   std::string describe() const override;
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 
  private:
   GptConfig config_;
@@ -86,6 +90,8 @@ class Gpt : public Module {
   // InvalidArgument for a token outside the vocabulary.
   Variable forward(const Variable& tokens) override;
   std::string describe() const override;
+  // Input: int64 tokens (N, T), T up to the context; output logits (N, T, V).
+  GraphValue to_graph(GraphBuilder& graph, const GraphValue& tokens) const override;
   const GptConfig& config() const { return config_; }
 
  private:

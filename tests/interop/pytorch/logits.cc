@@ -22,6 +22,7 @@
 #include "tandem/nn/init.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/transformer.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ using namespace tandem;
 struct Built {
   std::shared_ptr<nn::Module> model;
   Shape example;
+  DType input_dtype = DType::f32;
 };
 
 Built build(const std::string& name, const std::string& settings, uint64_t seed) {
@@ -37,9 +39,12 @@ Built build(const std::string& name, const std::string& settings, uint64_t seed)
     std::ifstream in(name);
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     const nn::ModelDefinition d = nn::parse_model_definition(text, name);
-    return {nn::build_model(d, {.seed = seed}), Shape(d.input_shape)};
+    return {nn::build_model(d, {.seed = seed}), Shape(d.input_shape), d.input_dtype};
   }
-  return {nn::make_model(name, {.seed = seed, .settings = settings}), Shape{28, 28, 1}};
+  auto model = nn::make_model(name, {.seed = seed, .settings = settings});
+  if (const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get()))
+    return {model, Shape{gpt->config().context}, DType::i32};
+  return {model, Shape{28, 28, 1}};
 }
 
 }  // namespace
@@ -61,7 +66,7 @@ int main(int argc, char** argv) {
     if (command == "onnx" && argc == 6) {
       Built b = build(name, settings, 0);
       interop::load_safetensors(interop::SafetensorsFile(argv[4]), *b.model);
-      interop::export_onnx(*b.model, b.example, argv[5]);
+      interop::export_onnx(*b.model, b.example, b.input_dtype, argv[5]);
       return 0;
     }
     if (command == "logits" && argc == 7) {
