@@ -984,8 +984,12 @@ TEST(Cli, BenchPeakAndMonitorJson) {
   ASSERT_EQ(monitor.status, 0) << monitor.output;
   const auto m = nlohmann::json::parse(monitor.output);
   EXPECT_EQ(m.at("monitor_examples_per_second").size(), 2u);
+  EXPECT_EQ(m.at("monitor_without_tensorboard_examples_per_second").size(), 2u);
+  EXPECT_EQ(m.at("off_examples_per_second").size(), 2u);
   EXPECT_GT(m.at("ratio_median").get<double>(), 0.0);
   EXPECT_GE(m.at("monitor_own_fraction_median").get<double>(), 0.0);
+  EXPECT_GT(m.at("monitor_own_microseconds_per_step").get<double>(), 0.0);
+  EXPECT_GT(m.at("monitor_without_tensorboard_own_microseconds_per_step").get<double>(), 0.0);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // `tandem bench monitor`: what the monitor costs. One mirrored Trainer trains
-// the same number of steps again and again, alternately with the monitor
-// (metrics.jsonl every step, memory snapshots, busy fractions; trace off)
-// and without it, in one process so that both see the same machine moments;
+// the same number of steps again and again, in turn with the monitor
+// (metrics.jsonl every step, TensorBoard events, memory snapshots, busy
+// fractions; trace off), with it but without TensorBoard, and without it,
+// in one process so that all see the same machine moments;
 // throughput is steps x batch over fit()'s wall time, which includes the
 // callbacks. Also reports the monitor's own time, measured inside it.
 #include <fmt/format.h>
@@ -55,63 +56,81 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   };
   const monitor::RunInfo info = monitor::describe_run(trainer, trainer.steps_per_epoch(data));
   timed_fit({});  // warm-up: primitives, allocator caches
-  std::vector<double> on, off, ratios, own_fraction;
+  // Three variants per round, in an order that rotates: the monitor as
+  // tandem train runs it (metrics.jsonl and TensorBoard events), the monitor
+  // without TensorBoard, and no monitor.
+  constexpr int kVariants = 3;
+  std::vector<double> rate[kVariants], own[kVariants], ratios;
+  const auto monitored = [&](bool tensorboard, std::vector<double>& own_fraction) {
+    const std::filesystem::path events = std::filesystem::path(run_dir) / "tensorboard";
+    std::filesystem::remove_all(events);
+    monitor::Monitor m({.run_dir = run_dir,
+                        .metrics_every = o.metrics_every,
+                        .tensorboard_dir = tensorboard ? events.string() : std::string()},
+                       info);
+    const auto start = std::chrono::steady_clock::now();
+    const double examples_per_second =
+        timed_fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
+                   .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    own_fraction.push_back(m.own_seconds() / wall);
+    return examples_per_second;
+  };
   for (int r = 0; r < o.rounds; ++r) {
-    double with = 0.0, without = 0.0;
-    for (int turn = 0; turn < 2; ++turn) {
-      if ((turn == 0) == (r % 2 == 0)) {
-        // As tandem train monitors by default: metrics.jsonl and TensorBoard events.
-        std::filesystem::remove_all(std::filesystem::path(run_dir) / "tensorboard");
-        monitor::Monitor m({.run_dir = run_dir,
-                            .metrics_every = o.metrics_every,
-                            .tensorboard_dir = (std::filesystem::path(run_dir) / "tensorboard").string()},
-                           info);
-        const auto start = std::chrono::steady_clock::now();
-        with = timed_fit({.on_step = [&](const train::StepInfo& s) { m.on_step(s); },
-                          .on_epoch = [&](const train::EpochResult& e) { m.on_epoch(e); }});
-        const double wall =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        own_fraction.push_back(m.own_seconds() / wall);
-      } else {
-        without = timed_fit({});
-      }
+    for (int turn = 0; turn < kVariants; ++turn) {
+      const int v = (turn + r) % kVariants;
+      rate[v].push_back(v == 2 ? timed_fit({}) : monitored(v == 0, own[v]));
     }
-    on.push_back(with);
-    off.push_back(without);
-    ratios.push_back(with / without);
-    if (!o.json)
-      fmt::print("round {}/{}: monitor {:.0f} ex/s, off {:.0f} ex/s\n", r + 1, o.rounds, with,
-                 without);
+    ratios.push_back(rate[0].back() / rate[2].back());
+    if (!o.json) {
+      fmt::print("round {}/{}: monitor {:.0f} ex/s, without TensorBoard {:.0f}, off {:.0f}\n",
+                 r + 1, o.rounds, rate[0].back(), rate[1].back(), rate[2].back());
+    }
   }
   const double ratio = median(ratios);
+  // The monitor's own time per step, with and without the event writes.
+  const double steps = static_cast<double>(o.steps);
+  const auto per_step_us = [&](int v) {
+    std::vector<double> us;
+    for (size_t i = 0; i < own[v].size(); ++i)
+      us.push_back(own[v][i] * static_cast<double>(o.batch_size) * steps / rate[v][i] / steps * 1e6);
+    return median(us);
+  };
+  const double own_us = per_step_us(0), own_without_us = per_step_us(1);
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"devices", o.devices},
                         {"steps", o.steps},
                         {"rounds", o.rounds},
-                        {"monitor_examples_per_second", on},
-                        {"off_examples_per_second", off},
+                        {"monitor_examples_per_second", rate[0]},
+                        {"monitor_without_tensorboard_examples_per_second", rate[1]},
+                        {"off_examples_per_second", rate[2]},
                         {"ratio_median", ratio},
                         {"ratio_min", *std::min_element(ratios.begin(), ratios.end())},
                         {"ratio_max", *std::max_element(ratios.begin(), ratios.end())},
-                        {"monitor_own_fraction_median", median(own_fraction)}};
+                        {"monitor_own_fraction_median", median(own[0])},
+                        {"monitor_own_microseconds_per_step", own_us},
+                        {"monitor_without_tensorboard_own_microseconds_per_step", own_without_us}};
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
+  const auto row = [](const char* label, const std::vector<double>& v) {
+    fmt::print("  {:26s} median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n", label, median(v),
+               *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+  };
   fmt::print("{} on {} device(s), {} steps x batch {} per run, {} interleaved rounds\n", o.model,
              o.devices, o.steps, o.batch_size, o.rounds);
-  fmt::print("  monitor on (trace off)  median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n",
-             median(on), *std::min_element(on.begin(), on.end()),
-             *std::max_element(on.begin(), on.end()));
-  fmt::print("  monitor off             median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n",
-             median(off), *std::min_element(off.begin(), off.end()),
-             *std::max_element(off.begin(), off.end()));
+  row("monitor on (trace off)", rate[0]);
+  row("monitor, no TensorBoard", rate[1]);
+  row("monitor off", rate[2]);
   fmt::print(
-      "  per-round ratio on/off  median {:.4f}  min {:.4f}  max {:.4f}  (overhead {:.2f}%)\n",
+      "  per-round ratio on/off     median {:.4f}  min {:.4f}  max {:.4f}  (overhead {:.2f}%)\n",
       ratio, *std::min_element(ratios.begin(), ratios.end()),
       *std::max_element(ratios.begin(), ratios.end()), 100.0 * (1.0 - ratio));
-  fmt::print("  the monitor's own time  median {:.3f}% of the run's wall time\n",
-             100.0 * median(own_fraction));
+  fmt::print("  the monitor's own time     median {:.3f}% of the run's wall time; {:.1f} us per "
+             "step, {:.1f} us without TensorBoard (the event writes: {:.1f} us per step)\n",
+             100.0 * median(own[0]), own_us, own_without_us, own_us - own_without_us);
   return 0;
 }
 
@@ -126,7 +145,7 @@ Command add_bench_monitor_command(CLI::App& bench) {
       ->capture_default_str();
   c->add_option("--batch-size,--batch", o->batch_size, "Global batch size")->capture_default_str();
   c->add_option("--steps", o->steps, "Steps per run")->capture_default_str();
-  c->add_option("--rounds", o->rounds, "Pairs of runs (the order alternates)")
+  c->add_option("--rounds", o->rounds, "Rounds of the three variants (the order rotates)")
       ->capture_default_str();
   c->add_option("--metrics-every", o->metrics_every, "The monitor's metrics.jsonl interval (steps)")
       ->capture_default_str();
