@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -123,10 +124,15 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
   const int processes = comm::launched_process_count();
   if (processes == 0 || processes == 1) return;
   if (strategy == "parameter_server") {
-    TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ", processes,
-                 " processes and --strategy parameter-server, which runs in one process for now "
-                 "(shards serving replica threads); run it without mpirun, or use --strategy "
-                 "multi-worker (with --sync-every K for local SGD)");
+    // Rank 0 serves every shard; the other processes are its workers.
+    const int shards = o.config.parameter_server.shards;
+    if (shards != 1) {
+      TANDEM_THROW(InvalidArgument, "--ps ", shards, " with mpirun -np ", processes,
+                   ": across processes the parameter server is one process, rank 0, and the "
+                   "other ", processes - 1, " are workers; give --ps 1 (several shards on "
+                   "several ranks are not built)");
+    }
+    return;
   }
   TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ",
                processes > 1 ? fmt::format("{} processes", processes) : "several processes",
@@ -245,7 +251,19 @@ int run_train(TrainOptions& o) {
 
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
+  if (strategy.is_remote_worker()) {
+    // A parameter-server worker process: it computes what rank 0 sends.
+    trainer.serve_remote_work();
+    return 0;
+  }
   const bool chief = strategy.is_chief();
+  if (chief && strategy.name() == "parameter_server" && comm::launched_process_count() > 1 &&
+      std::getenv("OMPI_MCA_orte_enable_recovery") == nullptr) {
+    fmt::print(stderr,
+               "tandem: note: without mpirun --enable-recovery, mpirun ends the whole job when "
+               "a worker process dies; with it the parameter server trains on without the "
+               "lost worker (docs/sync_async.md)\n");
+  }
   // The batch sizes the Trainer derived (global, accumulation, micro-batch).
   config.batch_size = trainer.config().batch_size;
   config.accumulation_steps = trainer.config().accumulation_steps;

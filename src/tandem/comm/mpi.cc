@@ -77,6 +77,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions) {
 std::string mpi_launch_advice() {
   return {};
 }
+std::string mpi_broadcast(std::string, int) {
+  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
+}
 void abort_mpi_job(int) {}
 
 #else
@@ -758,6 +761,20 @@ int mpi_world_size() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
+}
+
+std::string mpi_broadcast(std::string bytes, int root) {
+  runtime();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Small texts (addresses): the length first, then the bytes.
+  int64_t length = static_cast<int64_t>(bytes.size());
+  MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD);
+  if (length < 0 || length > (int64_t{1} << 20))
+    TANDEM_THROW(CommError, "mpi_broadcast: ", length, " bytes (at most 1 MiB)");
+  if (rank != root) bytes.assign(static_cast<size_t>(length), '\0');
+  MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
+  return bytes;
 }
 
 std::string mpi_launch_advice() {

@@ -15,6 +15,7 @@
 // (it would wait for the ranks that are gone); abort_mpi_job() ends the job.
 
 #include <memory>
+#include <string>
 
 #include "tandem/comm/communicator.h"
 
@@ -41,6 +42,10 @@ int mpi_world_size();
 // each addition MPI performs.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 
+// Root's `bytes` (at most 1 MiB) on every rank, over MPI_COMM_WORLD
+// (initialises MPI). Collective: every process must call it. For set-up
+// exchanges (the parameter server's address), not for training traffic.
+std::string mpi_broadcast(std::string bytes, int root);
 // mpirun settings this job lacks, as advice for the user (empty when none,
 // or before an MPI communicator was made): today, a job over several hosts
 // whose mpirun keeps OpenMPI's TCP keepalive defaults, with which mpirun

@@ -25,6 +25,9 @@ void accumulate_step_counts(StepResult& a, const StepResult& b) {
   add(a.replica_loss_sums, b.replica_loss_sums);
   add(a.staleness, b.staleness);
   add(a.dropped_rows, b.dropped_rows);
+  if (a.replica_reports.size() < b.replica_reports.size())
+    a.replica_reports.resize(b.replica_reports.size());
+  for (size_t r = 0; r < b.replica_reports.size(); ++r) add(a.replica_reports[r], b.replica_reports[r]);
 }
 
 void check_engine_options(const EngineOptions& options, int workers) {

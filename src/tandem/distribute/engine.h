@@ -183,6 +183,11 @@ struct StepResult {
   // was dropped (late under backup workers). Empty for the others.
   std::vector<int64_t> staleness;
   std::vector<int64_t> dropped_rows;
+  // The parameter server across processes: per local replica (worker), the
+  // element-wise sums of what its worker process reported with the
+  // gradients applied during the call (the Trainer's metric sums). Empty
+  // when the workers run in this process (their forward functions ran here).
+  std::vector<std::vector<double>> replica_reports;
 };
 
 // Adds b's per-call counts (loss sums, rows, staleness, dropped rows) into a.

@@ -43,15 +43,24 @@
 // optimizer state under the replicated optimizer's names, so they load into
 // any engine and replica count, and back.
 
+#include <memory>
+
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/variable_partition.h"
 
 namespace tandem::distribute {
 
+struct RemoteWorkers;
+
 // The strategy's replicas are the workers; options.parameter_server says
-// the rest. Throws what check_engine_options throws, and InvalidArgument for
-// gradient accumulation or ZeRO (neither applies to a parameter server).
+// the rest. With `remote` (the server rank of a job across processes,
+// parameter_server_processes.h) replica r's work goes to the process behind
+// remote->links[r], and the local replicas only hold a copy of the model
+// (for evaluation and the link's buffers). Throws what check_engine_options
+// throws, and InvalidArgument for gradient accumulation or ZeRO (neither
+// applies to a parameter server).
 std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const ModelBuilder& build,
-                                                     const EngineOptions& options);
+                                                     const EngineOptions& options,
+                                                     std::shared_ptr<RemoteWorkers> remote = {});
 
 }  // namespace tandem::distribute

@@ -6,19 +6,29 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/trace.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/detail/engine_parts.h"
+#include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/parameter_server_processes.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/elementwise.h"
 
@@ -43,18 +53,17 @@ struct Work {
   std::shared_ptr<const ForwardFn> forward;
 };
 
-// What a worker's forward and backward produced, and how long they took.
-struct Gradient {
-  int64_t rows = 0;
-  double loss_sum = 0.0;
-  bool finite = true;
-  double forward_seconds = 0.0, backward_seconds = 0.0;
+// What a worker's forward and backward produced, how long they took, and
+// (a remote worker's) the caller's sums that came with it.
+struct Gradient : detail::WorkerGradient {
+  std::vector<double> reports;
+  double wire_seconds = 0.0;  // a remote worker's: the round trip less its compute
 };
 
 class ParameterServerEngine : public Engine {
  public:
   ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
-                        const EngineOptions& options);
+                        const EngineOptions& options, std::shared_ptr<RemoteWorkers> remote);
   ~ParameterServerEngine() override;
 
   std::string name() const override { return "parameter_server"; }
@@ -78,11 +87,13 @@ class ParameterServerEngine : public Engine {
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
     std::deque<Work> queue;                         // synchronous rounds: this worker's shares
     std::optional<int64_t> pulled;                  // the version it computes on, while it does
+    bool lost = false;                              // a remote worker whose process is gone
     // Since the engine last reported; under the lock, like every field the
     // main thread reads while the worker runs.
     double loss_sum = 0.0;
     int64_t rows = 0, dropped = 0;
     ReplicaStepTime times;
+    std::vector<double> reports;  // a remote worker's sums (StepResult::replica_reports)
   };
   struct Shard {
     std::vector<size_t> pieces;   // indices into pieces_
@@ -92,6 +103,9 @@ class ParameterServerEngine : public Engine {
 
   bool synchronous() const { return ps_.max_staleness && *ps_.max_staleness == 0; }
   int workers() const { return static_cast<int>(workers_.size()); }
+  int live_workers() const;
+  // Gradients a synchronous round waits for.
+  int required_arrivals() const { return std::max(1, live_workers() - ps_.backup_workers); }
   void start_workers();
   // Lets the workers finish the work handed out, joins them, and puts the
   // latest parameters into every worker; rethrows a worker's error.
@@ -101,9 +115,13 @@ class ParameterServerEngine : public Engine {
   bool admitted() const;
   bool has_room() const;
   void pull(Worker& w);
+  int64_t divisor(const Work& work) const;
   Gradient compute(Worker& w, const Work& work);
+  Gradient compute_remote(int r, Worker& w, const Work& work);
+  void lose_worker(int r, std::optional<Work> work, const std::string& why);
   void push_asynchronous(Worker& w, const Work& work, const Gradient& g);
   void push_to_round(Worker& w, const Work& work, const Gradient& g);
+  void finish_round_if_complete(const Work& work);
   void stage(const Worker& w, bool add);
   void apply(double learning_rate);
   void drop_stale_shares();
@@ -112,6 +130,7 @@ class ParameterServerEngine : public Engine {
 
   EngineOptions options_;
   ParameterServerOptions ps_;
+  std::shared_ptr<RemoteWorkers> remote_;  // workers in other processes, or null
   std::vector<Worker> workers_;  // never resized once built: threads hold references
   // The master variables, whole (the shards' views share their values), and
   // the staged gradient of the update being applied.
@@ -131,18 +150,26 @@ class ParameterServerEngine : public Engine {
   bool round_finite_ = true;
   std::vector<int64_t> staleness_;  // since the last report
   int64_t applied_ = 0, rejected_ = 0;
+  int64_t handed_out_ = 0;  // shares sent to remote workers (the fault-injection hook)
   bool closing_ = false, failed_ = false;
   std::exception_ptr error_;
   std::thread runner_;
 };
 
 ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
-                                             const EngineOptions& options)
-    : Engine(strategy), options_(options), ps_(options.parameter_server) {
+                                             const EngineOptions& options,
+                                             std::shared_ptr<RemoteWorkers> remote)
+    : Engine(strategy), options_(options), ps_(options.parameter_server), remote_(std::move(remote)) {
   if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
   check_engine_options(options, strategy.global_replicas());
   if (strategy.global_replicas() != strategy.local_replicas()) {
-    TANDEM_THROW(InvalidArgument, "the parameter-server engine runs in one process for now");
+    TANDEM_THROW(InvalidArgument,
+                 "the parameter-server engine's workers are this process's replicas or, on "
+                 "the server rank, the worker processes");
+  }
+  if (remote_ && remote_->links.size() != static_cast<size_t>(strategy.local_replicas())) {
+    TANDEM_THROW(InvalidArgument, "the parameter server has ", remote_->links.size(),
+                 " worker processes for ", strategy.local_replicas(), " replicas");
   }
   if (options.accumulation_steps != 1) {
     TANDEM_THROW(InvalidArgument,
@@ -215,13 +242,49 @@ ParameterServerEngine::~ParameterServerEngine() {
   }
   changed_.notify_all();
   if (runner_.joinable()) runner_.join();
+  if (!remote_) return;
+  // The worker processes end when told (or, failing that, when the
+  // connection closes with this process).
+  for (size_t r = 0; r < remote_->links.size(); ++r) {
+    if (workers_[r].lost) continue;
+    try {
+      remote_->links[r]->send(detail::FrameKind::stop, {});
+    } catch (const Error&) {
+    }
+    remote_->links[r]->close();
+  }
+}
+
+int ParameterServerEngine::live_workers() const {
+  int live = 0;
+  for (const Worker& w : workers_) live += w.lost ? 0 : 1;
+  return live;
 }
 
 void ParameterServerEngine::start_workers() {
   if (runner_.joinable()) return;
   runner_ = std::thread([this] {
     try {
-      strategy().run([this](int r) { worker_loop(r); });
+      if (remote_) {
+        // One thread per worker process: it sends the work and waits for
+        // the gradient, which the replica thread would compute in process.
+        std::vector<std::thread> threads;
+        std::vector<std::exception_ptr> errors(workers_.size());
+        for (int r = 0; r < workers(); ++r) {
+          threads.emplace_back([this, r, &errors] {
+            try {
+              worker_loop(r);
+            } catch (...) {
+              errors[static_cast<size_t>(r)] = std::current_exception();
+            }
+          });
+        }
+        for (std::thread& t : threads) t.join();
+        for (const std::exception_ptr& e : errors)
+          if (e) std::rethrow_exception(e);
+      } else {
+        strategy().run([this](int r) { worker_loop(r); });
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -269,7 +332,6 @@ StepResult ParameterServerEngine::step(const data::Element& batch, const Forward
   if (!forward) TANDEM_THROW(InvalidArgument, "a step needs a forward function");
   rethrow_if_failed();
   const auto start = Clock::now();
-  const std::vector<data::Element> parts = data::split_batch(batch, workers());
   const int64_t global_rows = options.global_rows >= 0 ? options.global_rows : rows_of(batch);
   if (global_rows < 1) {
     TANDEM_THROW(InvalidArgument, "a step needs at least one row in the global batch, got ",
@@ -278,12 +340,20 @@ StepResult ParameterServerEngine::step(const data::Element& batch, const Forward
   const auto fn = std::make_shared<const ForwardFn>(forward);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t round = rounds_++;
-    for (int r = 0; r < workers(); ++r) {
-      Work work{parts[r], round, options.step, global_rows, options.learning_rate, fn};
-      (synchronous() ? workers_[r].queue : shared_queue_).push_back(std::move(work));
+    if (live_workers() == 0) {
+      failed_ = true;
+    } else {
+      // One share per live worker (lost workers' shares would be lost too).
+      const std::vector<data::Element> parts = data::split_batch(batch, live_workers());
+      const int64_t round = rounds_++;
+      size_t part = 0;
+      for (int r = 0; r < workers(); ++r) {
+        if (workers_[r].lost) continue;
+        Work work{parts[part++], round, options.step, global_rows, options.learning_rate, fn};
+        (synchronous() ? workers_[r].queue : shared_queue_).push_back(std::move(work));
+      }
+      drop_stale_shares();
     }
-    drop_stale_shares();
   }
   changed_.notify_all();
   start_workers();
@@ -298,9 +368,9 @@ StepResult ParameterServerEngine::step(const data::Element& batch, const Forward
 
 bool ParameterServerEngine::has_room() const {
   // Enough handed out that the first worker to be free finds work, and no more.
-  if (!synchronous()) return shared_queue_.size() <= workers_.size();
+  if (!synchronous()) return shared_queue_.size() <= static_cast<size_t>(live_workers());
   for (const Worker& w : workers_)
-    if (w.queue.size() <= 1) return true;
+    if (!w.lost && w.queue.size() <= 1) return true;
   return false;
 }
 
@@ -390,13 +460,27 @@ void ParameterServerEngine::worker_loop(int r) {
       pull(w);
       w.times.communication += seconds(Clock::now() - pull_start);
       lock.unlock();
-      const Gradient g = compute(w, *work);
+      Gradient g;
+      if (remote_) {
+        try {
+          g = compute_remote(r, w, *work);
+        } catch (const PeerFailed& e) {
+          lock.lock();
+          lose_worker(r, std::move(work), e.what());
+          return;
+        }
+      } else {
+        g = compute(w, *work);
+      }
       lock.lock();
       const auto push_start = Clock::now();
       w.times.forward += g.forward_seconds;
       w.times.backward += g.backward_seconds;
+      w.times.communication += g.wire_seconds;
       w.loss_sum += g.loss_sum;
       w.rows += g.rows;
+      if (w.reports.size() < g.reports.size()) w.reports.resize(g.reports.size(), 0.0);
+      for (size_t i = 0; i < g.reports.size(); ++i) w.reports[i] += g.reports[i];
       if (synchronous()) {
         push_to_round(w, *work, g);
       } else {
@@ -415,39 +499,98 @@ void ParameterServerEngine::worker_loop(int r) {
   }
 }
 
+int64_t ParameterServerEngine::divisor(const Work& work) const {
+  // A round's gradients add up to its batch's mean; an asynchronous one
+  // is the mean over its own rows.
+  return synchronous() ? work.global_rows : std::max<int64_t>(rows_of(work.rows), 1);
+}
+
 Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   Gradient g;
-  g.rows = rows_of(work.rows);
-  const auto start = Clock::now();
-  seed_replica_generator(options_.seed, work.step, w.context);
-  for (Variable& p : w.parameters) p.zero_grad();
-  Variable loss;
-  {
-    trace::Span span("forward", "step");
-    const Variable per_example =
-        (*work.forward)(*w.model, {work.rows, work.global_rows, w.context});
-    if (!per_example.defined() || per_example.shape() != Shape{g.rows}) {
-      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
-                   g.rows, "), got ",
-                   per_example.defined() ? per_example.shape().to_string() : "nothing");
-    }
-    const Variable total = sum(per_example);
-    g.loss_sum = static_cast<double>(total.value().item());
-    // A round's gradients add up to its batch's mean; an asynchronous one
-    // is the mean over its own rows.
-    const int64_t divisor = synchronous() ? work.global_rows : std::max<int64_t>(g.rows, 1);
-    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(divisor)));
-  }
-  const auto forward_done = Clock::now();
-  {
-    trace::Span span("backward", "step");
-    (w.scaler ? w.scaler->scale_loss(loss) : loss).backward();
-  }
-  detail::slow_down(options_.slow_replica, w.context.global_replica, Clock::now() - start);
-  if (w.scaler) g.finite = w.scaler->unscale_and_check(w.parameters);
-  g.forward_seconds = seconds(forward_done - start);
-  g.backward_seconds = seconds(Clock::now() - forward_done);
+  static_cast<detail::WorkerGradient&>(g) = detail::compute_worker_gradient(
+      *w.model, w.parameters, *work.forward, work.rows, work.global_rows, divisor(work), work.step,
+      options_, w.context, w.scaler.get());
   return g;
+}
+
+Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work) {
+  detail::WorkerLink& link = *remote_->links[static_cast<size_t>(r)];
+  const auto start = Clock::now();
+  {
+    detail::FrameWriter out;
+    out.u64(static_cast<uint64_t>(work.step));
+    out.u64(static_cast<uint64_t>(work.global_rows));
+    out.u64(static_cast<uint64_t>(divisor(work)));
+    out.f64(w.scaler ? w.scaler->scale() : 0.0);
+    out.element(work.rows);
+    out.u64(w.parameters.size());
+    for (const Variable& p : w.parameters) out.tensor(p.value());
+    link.send(detail::FrameKind::work, {out.bytes()});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::maybe_kill_after_work(++handed_out_);
+  }
+  auto [kind, payload] = link.receive(remote_->silence_seconds);
+  if (kind != detail::FrameKind::gradient) {
+    TANDEM_THROW(IoError, remote_->names[static_cast<size_t>(r)], " answered work with frame kind ",
+                 static_cast<int>(kind));
+  }
+  detail::FrameReader in(payload, "gradient from " + remote_->names[static_cast<size_t>(r)]);
+  Gradient g;
+  g.rows = static_cast<int64_t>(in.u64());
+  g.loss_sum = in.f64();
+  g.finite = in.u64() != 0;
+  g.forward_seconds = in.f64();
+  g.backward_seconds = in.f64();
+  const uint64_t reports = in.u64();
+  if (reports > 4096) TANDEM_THROW(IoError, "a gradient frame with ", reports, " report values");
+  for (uint64_t i = 0; i < reports; ++i) g.reports.push_back(in.f64());
+  if (in.u64() != w.parameters.size()) {
+    TANDEM_THROW(IoError, remote_->names[static_cast<size_t>(r)],
+                 " sent gradients for a different number of parameters (not the same model?)");
+  }
+  for (Variable& p : w.parameters) {
+    if (in.u64() == 0) {
+      p.zero_grad();
+      continue;
+    }
+    Tensor buffer = p.grad_buffer();
+    in.tensor_into(buffer);
+    p.define_grad();
+  }
+  // The wire and the remote process's own overhead count as communication.
+  const double wall = seconds(Clock::now() - start);
+  g.wire_seconds = std::max(0.0, wall - g.forward_seconds - g.backward_seconds);
+  return g;
+}
+
+void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const std::string& why) {
+  Worker& w = workers_[static_cast<size_t>(r)];
+  w.lost = true;
+  w.pulled.reset();
+  const int live = live_workers();
+  fmt::print(stderr, "tandem: warning: {} lost: {}; training goes on with {} worker(s)\n",
+             remote_->names[static_cast<size_t>(r)], why, live);
+  std::fflush(stderr);
+  if (work && !synchronous()) {
+    shared_queue_.push_front(std::move(*work));  // another worker takes its share
+  } else if (work) {
+    w.dropped += rows_of(work->rows);
+  }
+  for (const Work& queued : w.queue) w.dropped += rows_of(queued.rows);
+  w.queue.clear();
+  if (live == 0) {
+    failed_ = true;
+    if (!error_) {
+      error_ = std::make_exception_ptr(
+          PeerFailed("every parameter-server worker was lost (the last: " +
+                     remote_->names[static_cast<size_t>(r)] + ": " + why + ")"));
+    }
+  } else if (synchronous() && work && version_ == work->round && round_arrivals_ > 0) {
+    finish_round_if_complete(*work);  // the round may need one gradient fewer now
+  }
+  changed_.notify_all();
 }
 
 void ParameterServerEngine::stage(const Worker& w, bool add) {
@@ -524,7 +667,11 @@ void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gra
   round_rows_ += g.rows;
   if (g.finite) stage(w, /*add=*/true);
   ++round_arrivals_;
-  if (round_arrivals_ < workers() - ps_.backup_workers) return;
+  finish_round_if_complete(work);
+}
+
+void ParameterServerEngine::finish_round_if_complete(const Work& work) {
+  if (round_arrivals_ < required_arrivals()) return;
   // Each gradient was divided by the whole batch's rows: rescale to the
   // mean over the rows that arrived in time.
   if (round_finite_ && round_rows_ > 0) {
@@ -554,6 +701,7 @@ StepResult ParameterServerEngine::take_results(Clock::time_point since) {
   for (Worker& w : workers_) {
     result.replica_loss_sums.push_back(w.loss_sum);
     result.dropped_rows.push_back(w.dropped);
+    if (remote_) result.replica_reports.push_back(std::exchange(w.reports, {}));
     result.global_rows += w.rows;
     loss_sum += w.loss_sum;
     ReplicaStepTime t = w.times;
@@ -666,8 +814,57 @@ void ParameterServerEngine::load_state(const EngineState& state) {
 }  // namespace
 
 std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const ModelBuilder& build,
-                                                     const EngineOptions& options) {
-  return std::make_unique<ParameterServerEngine>(strategy, build, options);
+                                                     const EngineOptions& options,
+                                                     std::shared_ptr<RemoteWorkers> remote) {
+  return std::make_unique<ParameterServerEngine>(strategy, build, options, std::move(remote));
 }
+
+namespace detail {
+
+void maybe_kill_after_work(int64_t done) {
+  static const char* spec = std::getenv("TANDEM_TEST_KILL_AFTER_WORK");
+  if (spec == nullptr) return;
+  int rank = -1;
+  long long after = 0;
+  if (std::sscanf(spec, "%d:%lld", &rank, &after) != 2) return;
+  if (rank == comm::launched_rank() && done == after) ::raise(SIGKILL);
+}
+
+WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Variable>& parameters,
+                                       const ForwardFn& forward, const data::Element& rows,
+                                       int64_t global_rows, int64_t divisor, int64_t step,
+                                       const EngineOptions& options, const ReplicaContext& context,
+                                       precision::LossScaler* scaler) {
+  WorkerGradient g;
+  g.rows = rows_of(rows);
+  const auto start = Clock::now();
+  seed_replica_generator(options.seed, step, context);
+  for (const Variable& p : parameters) const_cast<Variable&>(p).zero_grad();
+  Variable loss;
+  {
+    trace::Span span("forward", "step");
+    const Variable per_example = forward(model, {rows, global_rows, context});
+    if (!per_example.defined() || per_example.shape() != Shape{g.rows}) {
+      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
+                   g.rows, "), got ",
+                   per_example.defined() ? per_example.shape().to_string() : "nothing");
+    }
+    const Variable total = sum(per_example);
+    g.loss_sum = static_cast<double>(total.value().item());
+    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(divisor)));
+  }
+  const auto forward_done = Clock::now();
+  {
+    trace::Span span("backward", "step");
+    (scaler ? scaler->scale_loss(loss) : loss).backward();
+  }
+  slow_down(options.slow_replica, context.global_replica, Clock::now() - start);
+  if (scaler) g.finite = scaler->unscale_and_check(parameters);
+  g.forward_seconds = seconds(forward_done - start);
+  g.backward_seconds = seconds(Clock::now() - forward_done);
+  return g;
+}
+
+}  // namespace detail
 
 }  // namespace tandem::distribute

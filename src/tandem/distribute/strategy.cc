@@ -1,5 +1,6 @@
 #include "tandem/distribute/strategy.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -12,7 +13,9 @@
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/parameter_server_processes.h"
 
 namespace tandem::distribute {
 namespace {
@@ -183,15 +186,69 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
   std::string name() const override { return "mirrored"; }
 };
 
-// Mirrored's replica threads, as the workers of a parameter-server engine.
+// Mirrored's replica threads, as the workers of a parameter-server engine;
+// on the server rank of a job across processes, stand-ins for the worker
+// processes (their models hold what travels to and from them).
 class ParameterServer : public Mirrored {
  public:
-  using Mirrored::Mirrored;
+  ParameterServer(int devices, int threads, const comm::CommOptions& options,
+                  std::shared_ptr<RemoteWorkers> remote = {})
+      : Mirrored(devices, threads, options), remote_(std::move(remote)) {}
   std::string name() const override { return "parameter_server"; }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
                                       const EngineOptions& options) override {
-    return make_parameter_server_engine(*this, build, options);
+    return make_parameter_server_engine(*this, build, options, remote_);
   }
+
+ private:
+  std::shared_ptr<RemoteWorkers> remote_;
+};
+
+// A worker process of the parameter-server strategy across processes: one
+// replica, global index rank - 1 of the job's workers, never the chief. Its
+// engine (the Trainer builds one) is one device's, whose model the server's
+// work is computed on.
+class ParameterServerWorker : public Strategy {
+ public:
+  ParameterServerWorker(int threads, int workers, std::unique_ptr<detail::WorkerLink> link,
+                        double silence_seconds)
+      : single_(threads), link_(std::move(link)), silence_seconds_(silence_seconds) {
+    context_ = single_.replica_context(0);
+    context_.global_replica = comm::launched_rank() - 1;
+    context_.num_replicas = workers;
+  }
+  std::string name() const override { return "parameter_server"; }
+  int local_replicas() const override { return 1; }
+  int global_replicas() const override { return context_.num_replicas; }
+  int first_replica() const override { return context_.global_replica; }
+  bool is_chief() const override { return false; }
+  bool is_remote_worker() const override { return true; }
+  comm::Communicator* communicator(int) override { return nullptr; }
+  int threads_per_replica() const override { return context_.threads; }
+  Device device(int) const override { return context_.device; }
+  const ReplicaContext& replica_context(int) const override { return context_; }
+  void run(const std::function<void(int)>& fn) override {
+    ReplicaScope scope(context_);
+    fn(0);
+  }
+  std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
+                                      const EngineOptions& options) override {
+    EngineOptions local = options;
+    local.slow_replica = {};  // checked against the job's workers on the server
+    local.parameter_server = {};
+    return make_all_reduce_engine(single_, build, local);
+  }
+  void serve_remote_work(nn::Module& model, const ForwardFn& forward, const EngineOptions& options,
+                         const std::function<std::vector<double>()>& take_reports) override {
+    serve_parameter_server_work(*link_, model, forward, options, context_, take_reports,
+                                silence_seconds_);
+  }
+
+ private:
+  OneDevice single_;
+  ReplicaContext context_;
+  std::unique_ptr<detail::WorkerLink> link_;
+  double silence_seconds_;
 };
 
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
@@ -203,6 +260,13 @@ class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
 };
 
 }  // namespace
+
+void Strategy::serve_remote_work(nn::Module&, const ForwardFn&, const EngineOptions&,
+                                 const std::function<std::vector<double>()>&) {
+  TANDEM_THROW(InvalidArgument, "strategy ", name(),
+               " serves no remote work: only a worker process of the parameter-server strategy "
+               "under mpirun does");
+}
 
 void Strategy::abort(const std::string& reason) {
   for (int r = 0; r < local_replicas(); ++r) {
@@ -252,19 +316,33 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
                  "' (expected one_device, mirrored, multi_worker or parameter_server)");
   }
-  if (c.name == "parameter_server" && comm::launched_by_mpi() &&
-      comm::launched_process_count() > 1) {
-    TANDEM_THROW(InvalidArgument,
-                 "the parameter_server strategy runs in one process (shards serving replica "
-                 "threads); across MPI processes it is not built yet: run one process, or use "
-                 "--strategy multi-worker");
-  }
-  // Processes of this job on this host share its cores (multi_worker under mpirun).
+  // Processes of this job on this host share its cores (multi_worker and
+  // the parameter server under mpirun).
   int processes_here = 1, processes = 1;
-  if (c.name == "multi_worker") {
+  const bool across_processes = c.name == "multi_worker" || parameter_server_across_processes();
+  if (across_processes) {
     for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
       if (const char* value = std::getenv(variable)) processes_here = std::max(1, std::atoi(value));
     }
+  }
+  if (c.name == "parameter_server" && parameter_server_across_processes()) {
+    // Rank 0 serves; every other process is one worker.
+    if (c.devices > 1) {
+      TANDEM_THROW(InvalidArgument, "under mpirun each parameter-server worker is one process "
+                   "with one replica; got --devices ", c.devices, " (start more processes)");
+    }
+    const int workers = comm::launched_process_count() - 1;
+    if (comm::launched_rank() == 0) {
+      // Stand-ins for the workers: they hold values, and compute only when
+      // the chief evaluates.
+      return {.local_replicas = workers, .global_replicas = workers, .threads_per_replica = 1};
+    }
+    const int threads = c.threads_per_device > 0 ? c.threads_per_device
+                                                 : std::max(1, cores / processes_here);
+    check_subscription(c, processes_here, 1, threads, cores);
+    return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
+  }
+  if (c.name == "multi_worker") {
     if (!comm::launched_by_mpi()) {
       TANDEM_THROW(InvalidArgument,
                    "strategy multi_worker needs its processes started by mpirun "
@@ -287,6 +365,18 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
   if (c.name == "mirrored") {
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm);
+  }
+  if (c.name == "parameter_server" && parameter_server_across_processes()) {
+    const double silence =
+        std::chrono::duration<double>(c.comm.peer_timeout).count();
+    if (comm::launched_rank() == 0) {
+      return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
+                                               c.comm,
+                                               accept_remote_workers(layout.global_replicas, silence));
+    }
+    return std::make_unique<ParameterServerWorker>(layout.threads_per_replica,
+                                                   layout.global_replicas,
+                                                   connect_to_parameter_server(), silence);
   }
   if (c.name == "parameter_server") {
     return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,

@@ -8,7 +8,9 @@
 //                  across processes (start with mpirun).
 //  - parameter_server: mirrored's replica threads as workers of a parameter
 //                  server in the same process (distribute/parameter_server.h):
-//                  asynchronous, bounded-staleness or synchronous updates.
+//                  asynchronous, bounded-staleness or synchronous updates;
+//                  under mpirun rank 0 serves and the other processes work
+//                  (distribute/parameter_server_processes.h).
 // The user states the global batch; each replica gets a share of it (see
 // data::split_batch) and normalises its loss by the global example count, so
 // that N replicas take the same step as one device on the whole batch.
@@ -59,8 +61,17 @@ class Strategy {
   // The device of local replica i: its thread runs under a DeviceScope for it,
   // so that its tensors are accounted to that device's allocator.
   virtual Device device(int local_replica) const = 0;
-  // The replica that writes checkpoints and summaries.
-  bool is_chief() const { return first_replica() == 0; }
+  // The process that writes checkpoints and summaries.
+  virtual bool is_chief() const { return first_replica() == 0; }
+  // A worker process of the parameter-server strategy across processes:
+  // it serves the server's work (Trainer::serve_remote_work) instead of
+  // training on its own.
+  virtual bool is_remote_worker() const { return false; }
+  // On a remote worker: serve_parameter_server_work on its link, under this
+  // process's replica context. Throws InvalidArgument elsewhere.
+  virtual void serve_remote_work(nn::Module& model, const ForwardFn& forward,
+                                 const EngineOptions& options,
+                                 const std::function<std::vector<double>()>& take_reports);
   // Breaks every local replica's communicator (Communicator::abort): for a
   // process that gives up, so that no replica here or elsewhere waits for it.
   void abort(const std::string& reason);

@@ -220,24 +220,27 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
       config_.optimizer.learning_rate, config_.lr_scaling, config_.batch_size,
       config_.reference_batch);
   check_schedule_settings(config_);  // against the scaled rate
-  std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
-  if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
-    scaling = precision::LossScalerOptions{};
-  engine_ = strategy_->make_engine(model_.build, {.optimizer = config_.optimizer,
-                                                  .reducer = config_.reducer,
-                                                  .accumulation_steps = config_.accumulation_steps,
-                                                  .loss_scale = scaling,
-                                                  .seed = config_.seed,
-                                                  .slow_replica = config_.slow_replica,
-                                                  .sync_every = config_.sync_every,
-                                                  .average_optimizer_state =
-                                                      config_.average_optimizer_state,
-                                                  .parameter_server = config_.parameter_server});
+  engine_ = strategy_->make_engine(model_.build, engine_options());
   metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
                       std::vector<MetricSums>(config_.metrics.size()));
 }
 
 Trainer::~Trainer() = default;
+
+distribute::EngineOptions Trainer::engine_options() const {
+  std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
+  if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
+    scaling = precision::LossScalerOptions{};
+  return {.optimizer = config_.optimizer,
+          .reducer = config_.reducer,
+          .accumulation_steps = config_.accumulation_steps,
+          .loss_scale = scaling,
+          .seed = config_.seed,
+          .slow_replica = config_.slow_replica,
+          .sync_every = config_.sync_every,
+          .average_optimizer_state = config_.average_optimizer_state,
+          .parameter_server = config_.parameter_server};
+}
 
 void resolve_batch_sizes(TrainConfig& config, int replicas) {
   int64_t& global = config.batch_size;
@@ -621,6 +624,26 @@ void Trainer::absorb(const distribute::StepResult& r, Progress& progress) {
   };
   add(progress.staleness, r.staleness);
   add(progress.dropped_examples, r.dropped_rows);
+  // Worker processes' metric sums, (sum, count) per metric (serve_remote_work).
+  for (size_t replica = 0; replica < r.replica_reports.size(); ++replica) {
+    const std::vector<double>& v = r.replica_reports[replica];
+    std::vector<MetricSums>& sums = metric_sums_.at(replica);
+    for (size_t i = 0; i < sums.size() && 2 * i + 1 < v.size(); ++i)
+      sums[i] += MetricSums{v[2 * i], v[2 * i + 1]};
+  }
+}
+
+void Trainer::serve_remote_work() {
+  std::vector<MetricSums>& sums = metric_sums_.front();
+  strategy_->serve_remote_work(engine_->model(0), training_forward(), engine_options(), [&sums] {
+    std::vector<double> flat;
+    for (MetricSums& m : sums) {
+      flat.push_back(m.sum);
+      flat.push_back(m.count);
+      m = {};
+    }
+    return flat;
+  });
 }
 
 void Trainer::synchronize_engine(Progress& progress) {

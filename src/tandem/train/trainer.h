@@ -315,6 +315,13 @@ class Trainer {
   // call from a signal handler or another thread.
   void request_stop() { stop_requested_.store(true); }
 
+  // A worker process of the parameter-server strategy across processes
+  // (strategy().is_remote_worker(); distribute/parameter_server_processes.h)
+  // does not run fit(): it computes the server's shares of batches with this
+  // Trainer's model, loss and metrics until the server ends the run. Throws
+  // PeerFailed when the server is lost.
+  void serve_remote_work();
+
   // Local replica 0's model and optimizer (every replica holds the same values).
   nn::Module& model() { return engine_->model(0); }
   optim::Optimizer& optimizer() { return engine_->optimizer(0); }
@@ -354,6 +361,8 @@ class Trainer {
   // The training batches: batched, transformed, prefetched.
   data::Dataset process_batches(const data::Dataset& train) const;
   distribute::ForwardFn training_forward();
+  // The engine settings this configuration asks for.
+  distribute::EngineOptions engine_options() const;
   void make_schedule(int64_t steps_per_epoch);
   EpochResult finish_epoch(Progress& progress, const std::optional<data::Dataset>& validation);
   // The settings a checkpoint records and a resume must match, as metadata.

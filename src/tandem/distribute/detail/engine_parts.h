@@ -30,4 +30,26 @@ void load_scaler_state(const EngineState& state, precision::LossScaler* scaler);
 std::chrono::steady_clock::duration slow_down(const SlowReplica& slow, int global_replica,
                                               std::chrono::steady_clock::duration compute);
 
+// One parameter-server worker's forward and backward on its rows, at the
+// parameters `model` holds: the per-example losses' sum divided by
+// `divisor` is differentiated (scaled by `scaler` when given, and the
+// gradients unscaled and checked after). Runs in the server's process or in
+// a worker process (parameter_server_processes.h).
+struct WorkerGradient {
+  int64_t rows = 0;
+  double loss_sum = 0.0;
+  bool finite = true;
+  double forward_seconds = 0.0, backward_seconds = 0.0;
+};
+WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Variable>& parameters,
+                                       const ForwardFn& forward, const data::Element& rows,
+                                       int64_t global_rows, int64_t divisor, int64_t step,
+                                       const EngineOptions& options, const ReplicaContext& context,
+                                       precision::LossScaler* scaler);
+
+// Test hook (fault injection): TANDEM_TEST_KILL_AFTER_WORK="RANK:N" makes MPI
+// rank RANK kill itself with SIGKILL once it has sent (the parameter server)
+// or received (a worker process) its N-th share of work.
+void maybe_kill_after_work(int64_t done);
+
 }  // namespace tandem::distribute::detail

@@ -1,0 +1,334 @@
+#include "tandem/distribute/detail/worker_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "tandem/base/error.h"
+
+namespace tandem::distribute::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kHeartbeatEvery = std::chrono::seconds(1);
+constexpr int kMaxRank = 8;
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  TANDEM_THROW(PeerFailed, what, ": ", std::strerror(errno));
+}
+
+void set_no_delay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int milliseconds_left(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
+}
+
+}  // namespace
+
+WorkerLink::WorkerLink(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {
+  set_no_delay(fd_);
+}
+
+WorkerLink::~WorkerLink() {
+  close();
+  if (heartbeats_.joinable()) heartbeats_.join();
+  ::close(fd_);
+}
+
+void WorkerLink::close() {
+  if (!closing_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
+}
+
+void WorkerLink::start_heartbeats() {
+  if (heartbeats_.joinable()) return;
+  heartbeats_ = std::thread([this] {
+    while (!closing_.load()) {
+      const auto next = Clock::now() + kHeartbeatEvery;
+      while (!closing_.load() && Clock::now() < next)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (closing_.load()) return;
+      try {
+        send(FrameKind::heartbeat, {});
+      } catch (const Error&) {
+        return;  // the receiving side reports the loss
+      }
+    }
+  });
+}
+
+void WorkerLink::send(FrameKind kind, const std::vector<std::string_view>& parts) {
+  uint64_t length = 0;
+  for (std::string_view p : parts) length += p.size();
+  char header[12];
+  const auto k = static_cast<uint32_t>(kind);
+  std::memcpy(header, &k, 4);
+  std::memcpy(header + 4, &length, 8);
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  const auto write_all = [&](std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw_errno("connection to " + peer_ + " lost while sending");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+  };
+  write_all({header, sizeof header});
+  for (std::string_view p : parts) write_all(p);
+}
+
+void WorkerLink::read_exactly(char* out, size_t n, double silence_seconds) {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(silence_seconds));
+  while (n > 0) {
+    pollfd p{fd_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, milliseconds_left(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) throw_errno("waiting for " + peer_);
+    if (ready == 0) {
+      if (closing_.load()) TANDEM_THROW(PeerFailed, "connection to ", peer_, " closed here");
+      if (Clock::now() >= deadline) {
+        TANDEM_THROW(PeerFailed, peer_, " sent nothing for ", silence_seconds,
+                     " s (stopped, hung or cut off)");
+      }
+      continue;
+    }
+    const ssize_t got = ::recv(fd_, out, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_errno("connection to " + peer_ + " lost");
+    if (got == 0) TANDEM_THROW(PeerFailed, peer_, " closed the connection (the process ended)");
+    out += got;
+    n -= static_cast<size_t>(got);
+    // Any bytes are a sign of life.
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(silence_seconds));
+  }
+}
+
+std::pair<FrameKind, std::string> WorkerLink::receive(double silence_seconds) {
+  for (;;) {
+    char header[12];
+    read_exactly(header, sizeof header, silence_seconds);
+    uint32_t kind = 0;
+    uint64_t length = 0;
+    std::memcpy(&kind, header, 4);
+    std::memcpy(&length, header + 4, 8);
+    if (kind < static_cast<uint32_t>(FrameKind::hello) ||
+        kind > static_cast<uint32_t>(FrameKind::stop) || length > kMaxFrameBytes) {
+      TANDEM_THROW(IoError, "malformed frame from ", peer_, ": kind ", kind, ", ", length,
+                   " bytes (not a tandem parameter-server peer?)");
+    }
+    std::string payload(length, '\0');
+    read_exactly(payload.data(), payload.size(), silence_seconds);
+    if (static_cast<FrameKind>(kind) == FrameKind::heartbeat) continue;
+    return {static_cast<FrameKind>(kind), std::move(payload)};
+  }
+}
+
+WorkerListener::WorkerListener() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw_errno("cannot open the parameter server's socket");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = 0;
+  socklen_t size = sizeof address;
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(fd_, 64) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    errno = error;
+    throw_errno("cannot listen for parameter-server workers");
+  }
+  port_ = ntohs(address.sin_port);
+}
+
+WorkerListener::~WorkerListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int WorkerListener::accept(double seconds) {
+  pollfd p{fd_, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(seconds * 1000.0));
+  if (ready <= 0) {
+    TANDEM_THROW(Timeout, "no parameter-server worker connected within ", seconds,
+                 " s (port ", port_, "; a firewall between the hosts?)");
+  }
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) throw_errno("accepting a parameter-server worker");
+  return fd;
+}
+
+std::vector<std::string> host_addresses() {
+  std::vector<std::string> addresses;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+      if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      char text[INET_ADDRSTRLEN];
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) addresses.emplace_back(text);
+    }
+    ::freeifaddrs(list);
+  }
+  addresses.emplace_back("127.0.0.1");
+  return addresses;
+}
+
+int connect_to(const std::vector<std::string>& addresses, int port, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(seconds));
+  std::string tried;
+  do {
+    for (const std::string& text : addresses) {
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      if (::inet_pton(AF_INET, text.c_str(), &address.sin_addr) != 1) continue;
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) throw_errno("cannot open a socket");
+      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int error = ETIMEDOUT;
+        if (::poll(&p, 1, 2000) == 1) {
+          socklen_t size = sizeof error;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
+        }
+        rc = error == 0 ? 0 : -1;
+        errno = error;
+      }
+      if (rc == 0) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        return fd;
+      }
+      tried += (tried.empty() ? "" : ", ") + text + " (" + std::strerror(errno) + ")";
+      ::close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (Clock::now() < deadline);
+  TANDEM_THROW(PeerFailed, "cannot reach the parameter server on port ", port, " at ", tried);
+}
+
+void FrameWriter::u64(uint64_t v) {
+  bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void FrameWriter::f64(double v) {
+  bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void FrameWriter::text(std::string_view s) {
+  u64(s.size());
+  bytes_.append(s);
+}
+
+void FrameWriter::tensor(const Tensor& t) {
+  u64(static_cast<uint64_t>(t.dtype()));
+  u64(static_cast<uint64_t>(t.rank()));
+  for (int64_t d : t.shape().to_vector()) u64(static_cast<uint64_t>(d));
+  bytes_.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+}
+
+void FrameWriter::element(const data::Element& e) {
+  u64(e.size());
+  for (const auto& [name, t] : e.features()) {
+    text(name);
+    tensor(t);
+  }
+}
+
+std::string_view FrameReader::take(size_t n) {
+  if (n > bytes_.size() - offset_) {
+    TANDEM_THROW(IoError, what_, ": the frame ends after ", bytes_.size(), " bytes, ", n,
+                 " more needed at byte ", offset_);
+  }
+  const std::string_view out = bytes_.substr(offset_, n);
+  offset_ += n;
+  return out;
+}
+
+uint64_t FrameReader::u64() {
+  uint64_t v = 0;
+  std::memcpy(&v, take(sizeof v).data(), sizeof v);
+  return v;
+}
+
+double FrameReader::f64() {
+  double v = 0;
+  std::memcpy(&v, take(sizeof v).data(), sizeof v);
+  return v;
+}
+
+std::string FrameReader::text() {
+  const uint64_t n = u64();
+  return std::string(take(n));
+}
+
+std::pair<DType, Shape> FrameReader::tensor_header() {
+  const uint64_t dtype = u64(), rank = u64();
+  if (dtype > static_cast<uint64_t>(DType::u8) || rank > kMaxRank)
+    TANDEM_THROW(IoError, what_, ": a tensor of dtype code ", dtype, " and rank ", rank);
+  std::vector<int64_t> dims;
+  uint64_t elements = 1;
+  for (uint64_t i = 0; i < rank; ++i) {
+    const uint64_t d = u64();
+    if (d > kMaxFrameBytes || (d > 0 && elements > kMaxFrameBytes / d))
+      TANDEM_THROW(IoError, what_, ": a tensor dimension of ", d);
+    elements *= d;
+    dims.push_back(static_cast<int64_t>(d));
+  }
+  return {static_cast<DType>(dtype), Shape(dims)};
+}
+
+Tensor FrameReader::tensor() {
+  const auto [dtype, shape] = tensor_header();
+  const size_t n = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const std::string_view bytes = take(n);  // checked before the allocation
+  Tensor t = Tensor::empty(shape, dtype);
+  std::memcpy(t.raw_data(), bytes.data(), n);
+  return t;
+}
+
+void FrameReader::tensor_into(Tensor& into) {
+  const auto [dtype, shape] = tensor_header();
+  if (dtype != into.dtype() || shape != into.shape()) {
+    TANDEM_THROW(IoError, what_, ": a tensor ", dtype_name(dtype), " ", shape.to_string(),
+                 " where ", dtype_name(into.dtype()), " ", into.shape().to_string(),
+                 " was expected (do the processes build the same model?)");
+  }
+  const std::string_view bytes = take(into.nbytes());
+  std::memcpy(into.raw_data(), bytes.data(), bytes.size());
+}
+
+data::Element FrameReader::element() {
+  const uint64_t features = u64();
+  if (features > 1024) TANDEM_THROW(IoError, what_, ": an element of ", features, " features");
+  data::Element e;
+  for (uint64_t i = 0; i < features; ++i) {
+    std::string name = text();
+    e.set(name, tensor());
+  }
+  return e;
+}
+
+}  // namespace tandem::distribute::detail

@@ -1,0 +1,131 @@
+#pragma once
+// Private to the parameter-server engine across processes
+// (parameter_server.h): the TCP connection between the server (MPI rank 0)
+// and one worker rank, and the encoding of what travels on it.
+//
+// Why TCP of our own and not MPI messages: Open MPI 4.1 has no fault
+// tolerance (no ULFM), so a send to or a receive from a killed rank never
+// completes and MPI_Finalize then waits for it; on a socket a killed peer is
+// an end of stream at once, and a stopped one is a silence that heartbeats
+// bound. MPI only starts the processes and broadcasts the server's address.
+//
+// A frame is a kind (u32), a length (u64) and that many bytes. Each side
+// sends a heartbeat frame every second from a thread of its own, so a peer
+// silent for longer than the timeout given to receive() is lost (stopped,
+// hung, or cut off) even while the connection stays open.
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tandem/data/element.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::distribute::detail {
+
+enum class FrameKind : uint32_t { hello = 1, work = 2, gradient = 3, heartbeat = 4, stop = 5 };
+
+// Frames longer than this are refused before anything is allocated (the
+// largest is a model's parameters plus a batch).
+inline constexpr uint64_t kMaxFrameBytes = uint64_t{4} << 30;
+
+class WorkerLink {
+ public:
+  // Takes the connected socket; `peer` names the other side in errors.
+  WorkerLink(int fd, std::string peer);
+  ~WorkerLink();
+  WorkerLink(const WorkerLink&) = delete;
+  WorkerLink& operator=(const WorkerLink&) = delete;
+
+  // Sends one frame made of `parts` (thread-safe). Throws PeerFailed when
+  // the peer is gone.
+  void send(FrameKind kind, const std::vector<std::string_view>& parts);
+  // The next frame other than heartbeats. Throws PeerFailed when the peer
+  // closed the connection or sent nothing for `silence_seconds`, IoError
+  // for a malformed frame.
+  std::pair<FrameKind, std::string> receive(double silence_seconds);
+  // Starts the heartbeat thread (once).
+  void start_heartbeats();
+  // Ends the connection (the peer's receive() sees the end); idempotent.
+  void close();
+  const std::string& peer() const { return peer_; }
+  // Renames the peer once it has said who it is (before any other thread
+  // uses the link).
+  void set_peer(std::string peer) { peer_ = std::move(peer); }
+
+ private:
+  void read_exactly(char* out, size_t n, double silence_seconds);
+
+  int fd_;
+  std::string peer_;
+  std::mutex send_mutex_;
+  std::atomic<bool> closing_{false};
+  std::thread heartbeats_;
+};
+
+// A listening socket on every interface, on a port the kernel chooses.
+class WorkerListener {
+ public:
+  WorkerListener();
+  ~WorkerListener();
+  WorkerListener(const WorkerListener&) = delete;
+  WorkerListener& operator=(const WorkerListener&) = delete;
+  int port() const { return port_; }
+  // The next connection; throws Timeout after `seconds`.
+  int accept(double seconds);
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// This host's IPv4 addresses, loopback last: where workers may reach a
+// listener here.
+std::vector<std::string> host_addresses();
+// A socket connected to the first of `addresses` that answers on `port`;
+// throws PeerFailed naming them all when none does within `seconds`.
+int connect_to(const std::vector<std::string>& addresses, int port, double seconds);
+
+// Little-endian encoding of numbers, strings and tensors in a frame.
+class FrameWriter {
+ public:
+  void u64(uint64_t v);
+  void f64(double v);
+  void text(std::string_view s);
+  // Dtype, rank, dims, then the bytes.
+  void tensor(const Tensor& t);
+  void element(const data::Element& e);
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// Reads what FrameWriter wrote; throws IoError naming `what` for a frame
+// that ends early or holds an impossible dtype, rank or size.
+class FrameReader {
+ public:
+  FrameReader(std::string_view bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {}
+  uint64_t u64();
+  double f64();
+  std::string text();
+  Tensor tensor();
+  // Copies the bytes of a tensor of exactly `into`'s shape and dtype into it.
+  void tensor_into(Tensor& into);
+  data::Element element();
+  bool done() const { return offset_ == bytes_.size(); }
+
+ private:
+  std::string_view take(size_t n);
+  std::pair<DType, Shape> tensor_header();
+  std::string_view bytes_;
+  size_t offset_ = 0;
+  std::string what_;
+};
+
+}  // namespace tandem::distribute::detail
