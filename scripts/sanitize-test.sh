@@ -15,5 +15,5 @@ build=${1:-build-sanitize}
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install|multi_host" \
-  -E "^comm\.mpi|^distribute\.multi_worker|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\."
+  -E "^comm\.mpi|^distribute\.multi_worker|^distribute\.parameter_server\.mpi|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\."
 sh scripts/fuzz.sh smoke "$build"

@@ -125,7 +125,7 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
   if (processes == 0 || processes == 1) return;
   if (strategy == "parameter_server") {
     // Rank 0 serves every shard; the other processes are its workers.
-    const int shards = o.config.parameter_server.shards;
+    const int shards = o.ps.value_or(1);
     if (shards != 1) {
       TANDEM_THROW(InvalidArgument, "--ps ", shards, " with mpirun -np ", processes,
                    ": across processes the parameter server is one process, rank 0, and the "

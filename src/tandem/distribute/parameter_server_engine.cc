@@ -408,6 +408,7 @@ bool ParameterServerEngine::admitted() const {
 
 std::optional<Work> ParameterServerEngine::take_work(int r, std::unique_lock<std::mutex>& lock) {
   Worker& w = workers_[r];
+  if (w.lost) return std::nullopt;
   if (!synchronous()) {
     changed_.wait(lock, [&] {
       return failed_ || (closing_ && shared_queue_.empty()) ||
@@ -826,8 +827,10 @@ void maybe_kill_after_work(int64_t done) {
   if (spec == nullptr) return;
   int rank = -1;
   long long after = 0;
-  if (std::sscanf(spec, "%d:%lld", &rank, &after) != 2) return;
-  if (rank == comm::launched_rank() && done == after) ::raise(SIGKILL);
+  char how[8] = {};
+  if (std::sscanf(spec, "%d:%lld:%7s", &rank, &after, how) < 2) return;
+  if (rank == comm::launched_rank() && done == after)
+    ::raise(std::string_view(how) == "stop" ? SIGSTOP : SIGKILL);
 }
 
 WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Variable>& parameters,

@@ -49,7 +49,8 @@ WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Vari
 
 // Test hook (fault injection): TANDEM_TEST_KILL_AFTER_WORK="RANK:N" makes MPI
 // rank RANK kill itself with SIGKILL once it has sent (the parameter server)
-// or received (a worker process) its N-th share of work.
+// or received (a worker process) its N-th share of work; "RANK:N:stop"
+// stops it (SIGSTOP) instead.
 void maybe_kill_after_work(int64_t done);
 
 }  // namespace tandem::distribute::detail

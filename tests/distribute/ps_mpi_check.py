@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The parameter-server strategy across MPI processes, end to end through
+`tandem train` under mpirun (CTest distribute.parameter_server.mpi):
+
+- synchronous rounds (--max-staleness 0) on 1 server + 2 worker processes
+  give the parameters of mirrored training on 2 devices (max relative error
+  <= 1e-5, SGD with momentum and Adam), and the same training accuracy (the
+  workers' metric sums come back with their gradients);
+- asynchronous training completes on 1 server + 3 workers;
+- a worker killed (SIGKILL) mid-epoch under `mpirun --enable-recovery`: the
+  run completes every epoch on the others and names the lost worker;
+- the server killed (SIGKILL) or stopped (SIGSTOP, with --peer-timeout 3):
+  every worker ends with an error naming the server, the job within 30 s;
+- --ps 2 and --devices 2 under mpirun are refused with one clear line.
+
+    python3 ps_mpi_check.py --tandem build/tandem --mpirun mpirun --work /tmp/x
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+TOLERANCE = 1e-5
+LIMIT = 30  # seconds for a job whose server is gone
+
+COMMON = ["--model", "mlp", "--train-examples", "1536", "--test-examples", "256",
+          "--batch-size", "96", "--seed", "3", "--threads", "1", "--allow-oversubscription",
+          "--quiet"]
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[8 + n + begin:8 + n + end]
+        tensors[name] = struct.unpack(f"<{len(raw) // 4}f", raw)
+    return tensors
+
+
+def max_relative_error(a, b):
+    worst = 0.0
+    for name, values in b.items():
+        scale = max(max(abs(v) for v in values), 1e-30)
+        worst = max(worst, max(abs(x - y) for x, y in zip(a[name], values)) / scale)
+    return worst
+
+
+class Check:
+    def __init__(self, args):
+        self.args = args
+        self.failures = []
+
+    def mpirun(self, np, extra, env=None, recovery=False):
+        command = [self.args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
+        if recovery:
+            command.append("--enable-recovery")
+        for key, value in (env or {}).items():
+            command += ["-x", f"{key}={value}"]
+        return command + [self.args.tandem, "train", "--strategy", "parameter-server"] + extra
+
+    def run(self, command, timeout=240):
+        start = time.monotonic()
+        try:
+            r = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            return r.returncode, r.stdout + r.stderr, time.monotonic() - start
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode() + (e.stderr or b"").decode()
+            return None, out, time.monotonic() - start
+
+    def expect(self, label, ok, detail=""):
+        print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
+        if not ok:
+            self.failures.append(label)
+
+    def directory(self, name):
+        path = os.path.join(self.args.work, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def summary(self, path):
+        with open(os.path.join(path, "summary.json")) as f:
+            return json.load(f)
+
+    def synchronous_equals_mirrored(self, optimizer):
+        ps, mirrored = self.directory(f"ps-{optimizer}"), self.directory(f"mirrored-{optimizer}")
+        settings = COMMON + ["--epochs", "1", "--optimizer", optimizer,
+                             "--lr", "0.001" if optimizer == "adam" else "0.05"]
+        code, out, _ = self.run(self.mpirun(3, settings + ["--ps", "1", "--max-staleness", "0",
+                                                           "--output", ps]))
+        if code != 0:
+            return self.expect(f"S=0 {optimizer} under mpirun", False, out[-2000:])
+        code, out, _ = self.run([self.args.tandem, "train", "--strategy", "mirrored", "--devices",
+                                 "2"] + settings + ["--output", mirrored])
+        if code != 0:
+            return self.expect(f"mirrored {optimizer}", False, out[-2000:])
+        for run_dir in (ps, mirrored):
+            self.run([self.args.tandem, "export", run_dir])
+        error = max_relative_error(read_safetensors(os.path.join(ps, "model.safetensors")),
+                                   read_safetensors(os.path.join(mirrored, "model.safetensors")))
+        accuracies = (self.summary(ps)["train_accuracy"], self.summary(mirrored)["train_accuracy"])
+        self.expect(f"S=0 {optimizer}: 1 server + 2 worker processes = mirrored on 2 devices",
+                    error <= TOLERANCE and abs(accuracies[0] - accuracies[1]) < 1e-9,
+                    f"max relative error {error:.1e}, train accuracy {accuracies[0]:.4f} / "
+                    f"{accuracies[1]:.4f}")
+
+    def asynchronous(self):
+        out_dir = self.directory("async")
+        code, out, _ = self.run(self.mpirun(4, COMMON + ["--epochs", "2", "--output", out_dir]))
+        ok = code == 0 and len(self.summary(out_dir)["history"]) == 2
+        self.expect("asynchronous, 1 server + 3 worker processes, 2 epochs", ok,
+                    "" if ok else out[-2000:])
+
+    def worker_killed(self):
+        out_dir = self.directory("worker-killed")
+        code, out, _ = self.run(self.mpirun(4, COMMON + ["--epochs", "2", "--output", out_dir],
+                                            env={"TANDEM_TEST_KILL_AFTER_WORK": "2:5"},
+                                            recovery=True))
+        epochs = []
+        if os.path.exists(os.path.join(out_dir, "summary.json")):
+            epochs = self.summary(out_dir)["history"]
+        named = "worker 1 (rank 2" in out and "lost" in out and "goes on with 2 worker(s)" in out
+        self.expect("a killed worker: the others finish every epoch and the run names it",
+                    code == 0 and len(epochs) == 2 and named,
+                    f"exit {code}, {len(epochs)} epochs" + ("" if named else "\n" + out[-2000:]))
+
+    def server_lost(self, how, extra):
+        out_dir = self.directory(f"server-{how}")
+        spec = "0:10" + (":stop" if how == "stopped" else "")
+        code, out, seconds = self.run(
+            self.mpirun(3, COMMON + ["--epochs", "2", "--output", out_dir] + extra,
+                        env={"TANDEM_TEST_KILL_AFTER_WORK": spec}, recovery=True),
+            timeout=LIMIT + 30)
+        reason = "lost" if how == "killed" else "sent nothing for 3 s"
+        named = sum(f"error on rank {r}:" in out and "the parameter server (rank 0" in out
+                    for r in (1, 2))
+        ok = code is not None and seconds < LIMIT and named == 2 and reason in out
+        self.expect(f"the server {how}: every worker ends naming it within {LIMIT} s", ok,
+                    f"{seconds:.1f} s" + ("" if ok else "\n" + out[-2000:]))
+
+    def refused(self, extra, message):
+        code, out, _ = self.run(self.mpirun(3, COMMON + ["--epochs", "1", "--output",
+                                                        self.directory("refused")] + extra))
+        self.expect(f"refused: {' '.join(extra)}", code != 0 and message in out,
+                    "" if message in out else out[-1500:])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tandem", required=True)
+    p.add_argument("--mpirun", required=True)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    check = Check(args)
+    check.synchronous_equals_mirrored("sgd")
+    check.synchronous_equals_mirrored("adam")
+    check.asynchronous()
+    check.worker_killed()
+    check.server_lost("killed", [])
+    check.server_lost("stopped", ["--peer-timeout", "3"])
+    check.refused(["--ps", "2"], "across processes the parameter server is one process")
+    check.refused(["--devices", "2"], "each parameter-server worker is one process")
+    if check.failures:
+        print(f"{len(check.failures)} failed: {', '.join(check.failures)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
