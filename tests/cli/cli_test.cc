@@ -235,8 +235,10 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "mirrored: each process would train on its own and write the same run "
                         "directory; add --strategy multi-worker",
                         "OMPI_COMM_WORLD_SIZE=2");
-  expect_one_line_error(base + "--strategy parameter-server",
-                        "--strategy parameter-server, which runs in one process for now",
+  // The parameter server across processes is one server rank.
+  expect_one_line_error(base + "--strategy parameter-server --ps 2",
+                        "--ps 2 with mpirun -np 2: across processes the parameter server is one "
+                        "process, rank 0, and the other 1 are workers; give --ps 1",
                         "OMPI_COMM_WORLD_SIZE=2");
   // None of them started a run.
   EXPECT_FALSE(fs::exists(out));

@@ -65,7 +65,7 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence
 }
 
 std::unique_ptr<detail::WorkerLink> connect_to_parameter_server() {
-  const int rank = comm::launched_rank();
+  const int rank = comm::mpi_world_rank();
   std::istringstream card(comm::mpi_broadcast({}, 0));
   std::string host, address;
   int port = 0;

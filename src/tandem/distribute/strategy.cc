@@ -210,11 +210,11 @@ class ParameterServer : public Mirrored {
 // work is computed on.
 class ParameterServerWorker : public Strategy {
  public:
-  ParameterServerWorker(int threads, int workers, std::unique_ptr<detail::WorkerLink> link,
-                        double silence_seconds)
+  ParameterServerWorker(int rank, int threads, int workers,
+                        std::unique_ptr<detail::WorkerLink> link, double silence_seconds)
       : single_(threads), link_(std::move(link)), silence_seconds_(silence_seconds) {
     context_ = single_.replica_context(0);
-    context_.global_replica = comm::launched_rank() - 1;
+    context_.global_replica = rank - 1;
     context_.num_replicas = workers;
   }
   std::string name() const override { return "parameter_server"; }
@@ -369,12 +369,13 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
     const double silence =
         std::chrono::duration<double>(c.comm.peer_timeout).count();
-    if (comm::launched_rank() == 0) {
+    const int rank = comm::mpi_world_rank();
+    if (rank == 0) {
       return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
                                                c.comm,
                                                accept_remote_workers(layout.global_replicas, silence));
     }
-    return std::make_unique<ParameterServerWorker>(layout.threads_per_replica,
+    return std::make_unique<ParameterServerWorker>(rank, layout.threads_per_replica,
                                                    layout.global_replicas,
                                                    connect_to_parameter_server(), silence);
   }
