@@ -8,7 +8,11 @@
   workers' metric sums come back with their gradients);
 - asynchronous training completes on 1 server + 3 workers;
 - a worker killed (SIGKILL) mid-epoch under `mpirun --enable-recovery`: the
-  run completes every epoch on the others and names the lost worker;
+  run completes every epoch on the others and names the lost worker; a
+  worker stopped (SIGSTOP, --peer-timeout 3) likewise, and the job ends
+  (the server kills the stopped process, which mpirun would wait for);
+- a checkpoint of a run across processes resumes across processes and into
+  mirrored training;
 - the server killed (SIGKILL) or stopped (SIGSTOP, with --peer-timeout 3):
   every worker ends with an error naming the server, the job within 30 s;
 - --ps 2 and --devices 2 under mpirun are refused with one clear line.
@@ -120,18 +124,38 @@ class Check:
         self.expect("asynchronous, 1 server + 3 worker processes, 2 epochs", ok,
                     "" if ok else out[-2000:])
 
-    def worker_killed(self):
-        out_dir = self.directory("worker-killed")
-        code, out, _ = self.run(self.mpirun(4, COMMON + ["--epochs", "2", "--output", out_dir],
-                                            env={"TANDEM_TEST_KILL_AFTER_WORK": "2:5"},
-                                            recovery=True))
+    def worker_lost(self, how):
+        out_dir = self.directory(f"worker-{how}")
+        spec, extra = ("2:5", []) if how == "killed" else ("2:5:stop", ["--peer-timeout", "3"])
+        code, out, seconds = self.run(
+            self.mpirun(4, COMMON + ["--epochs", "2", "--output", out_dir] + extra,
+                        env={"TANDEM_TEST_KILL_AFTER_WORK": spec}, recovery=True),
+            timeout=LIMIT + 60)
         epochs = []
         if os.path.exists(os.path.join(out_dir, "summary.json")):
             epochs = self.summary(out_dir)["history"]
-        named = "worker 1 (rank 2" in out and "lost" in out and "goes on with 2 worker(s)" in out
-        self.expect("a killed worker: the others finish every epoch and the run names it",
+        reason = "closed the connection" if how == "killed" else "sent nothing for 3 s"
+        named = ("worker 1 (rank 2" in out and reason in out and
+                 "goes on with 2 worker(s)" in out)
+        self.expect(f"a {how} worker: the others finish every epoch and the run names it",
                     code == 0 and len(epochs) == 2 and named,
-                    f"exit {code}, {len(epochs)} epochs" + ("" if named else "\n" + out[-2000:]))
+                    f"exit {code}, {len(epochs)} epochs, {seconds:.1f} s" +
+                    ("" if named else "\n" + out[-2000:]))
+
+    def checkpoints(self):
+        out_dir = self.directory("resumed")
+        first = self.run(self.mpirun(3, COMMON + ["--epochs", "1", "--output", out_dir]))
+        again = self.run(self.mpirun(3, COMMON + ["--epochs", "2", "--resume", "--output",
+                                                  out_dir]))
+        copy = self.directory("resumed-into-mirrored")
+        shutil.copytree(out_dir, copy)
+        mirrored = self.run([self.args.tandem, "train", "--strategy", "mirrored", "--devices",
+                             "2"] + COMMON + ["--epochs", "3", "--resume", "--output", copy])
+        ok = (first[0] == 0 and again[0] == 0 and mirrored[0] == 0 and
+              len(self.summary(out_dir)["history"]) == 2 and
+              len(self.summary(copy)["history"]) == 3)
+        self.expect("a checkpoint across processes resumes across processes and into mirrored",
+                    ok, "" if ok else (first[1] + again[1] + mirrored[1])[-2000:])
 
     def server_lost(self, how, extra):
         out_dir = self.directory(f"server-{how}")
@@ -165,7 +189,9 @@ def main():
     check.synchronous_equals_mirrored("sgd")
     check.synchronous_equals_mirrored("adam")
     check.asynchronous()
-    check.worker_killed()
+    check.checkpoints()
+    check.worker_lost("killed")
+    check.worker_lost("stopped")
     check.server_lost("killed", [])
     check.server_lost("stopped", ["--peer-timeout", "3"])
     check.refused(["--ps", "2"], "across processes the parameter server is one process")

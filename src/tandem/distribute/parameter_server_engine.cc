@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
+#include <sys/types.h>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -87,7 +88,8 @@ class ParameterServerEngine : public Engine {
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
     std::deque<Work> queue;                         // synchronous rounds: this worker's shares
     std::optional<int64_t> pulled;                  // the version it computes on, while it does
-    bool lost = false;                              // a remote worker whose process is gone
+    bool lost = false;    // a remote worker whose process is gone or given up
+    bool silent = false;  // given up for its silence: its process may still exist
     // Since the engine last reported; under the lock, like every field the
     // main thread reads while the worker runs.
     double loss_sum = 0.0;
@@ -246,6 +248,15 @@ ParameterServerEngine::~ParameterServerEngine() {
   // The worker processes end when told (or, failing that, when the
   // connection closes with this process).
   for (size_t r = 0; r < remote_->links.size(); ++r) {
+    if (workers_[r].silent && remote_->on_this_host[r]) {
+      // Stopped or hung: mpirun would wait for it at the end of the job.
+      ::kill(remote_->pids[r], SIGKILL);
+    } else if (workers_[r].silent) {
+      fmt::print(stderr,
+                 "tandem: warning: {} was given up while its process may still run; mpirun "
+                 "waits for it until it ends (end it on its host)\n",
+                 remote_->names[r]);
+    }
     if (workers_[r].lost) continue;
     try {
       remote_->links[r]->send(detail::FrameKind::stop, {});
@@ -467,6 +478,7 @@ void ParameterServerEngine::worker_loop(int r) {
           g = compute_remote(r, w, *work);
         } catch (const PeerFailed& e) {
           lock.lock();
+          w.silent = remote_->links[static_cast<size_t>(r)]->peer_silent();
           lose_worker(r, std::move(work), e.what());
           return;
         }

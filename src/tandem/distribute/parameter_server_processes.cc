@@ -43,6 +43,8 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence
   remote->silence_seconds = silence_seconds;
   remote->links.resize(static_cast<size_t>(workers));
   remote->names.resize(static_cast<size_t>(workers));
+  remote->pids.resize(static_cast<size_t>(workers));
+  remote->on_this_host.resize(static_cast<size_t>(workers));
   for (int i = 0; i < workers; ++i) {
     auto link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds),
                                                      "a connecting worker");
@@ -57,6 +59,8 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence
     }
     const size_t r = rank - 1;
     remote->names[r] = fmt::format("worker {} (rank {}, pid {} on host {})", r, rank, pid, host);
+    remote->pids[r] = static_cast<int>(pid);
+    remote->on_this_host[r] = host == host_name();
     link->set_peer(remote->names[r]);
     remote->links[r] = std::move(link);
   }

@@ -13,7 +13,9 @@
 // Faults: a worker that dies (its connection ends) or falls silent for the
 // peer timeout is lost: the server says so on stderr and trains on with
 // the others (an asynchronous share it held goes to another worker; a
-// synchronous round completes without it). Under `mpirun` this needs
+// synchronous round completes without it); a silent one that runs on the
+// server's host is killed at the end, so that mpirun does not wait for it
+// (one on another host must be ended there). Under `mpirun` this needs
 // `--enable-recovery`, without which mpirun ends the job when any rank
 // dies. A lost server ends every worker with an error naming it at once
 // (its connection ends) or after the peer timeout (stopped, cut off).
@@ -37,6 +39,8 @@ struct RemoteWorkers {
   ~RemoteWorkers();
   std::vector<std::unique_ptr<detail::WorkerLink>> links;  // worker r = rank r + 1
   std::vector<std::string> names;  // "worker 1 (rank 2, pid N on host h)"
+  std::vector<int> pids;           // each worker's process, and whether it runs on this host
+  std::vector<bool> on_this_host;
   double silence_seconds = 15.0;   // a peer this long silent is lost
 };
 

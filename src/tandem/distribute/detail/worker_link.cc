@@ -105,6 +105,7 @@ void WorkerLink::read_exactly(char* out, size_t n, double silence_seconds) {
     if (ready == 0) {
       if (closing_.load()) TANDEM_THROW(PeerFailed, "connection to ", peer_, " closed here");
       if (Clock::now() >= deadline) {
+        silent_.store(true);
         TANDEM_THROW(PeerFailed, peer_, " sent nothing for ", silence_seconds,
                      " s (stopped, hung or cut off)");
       }

@@ -54,6 +54,9 @@ class WorkerLink {
   // Ends the connection (the peer's receive() sees the end); idempotent.
   void close();
   const std::string& peer() const { return peer_; }
+  // Whether receive() gave the peer up for its silence (its process may
+  // still exist: stopped, hung or cut off), rather than for an end of stream.
+  bool peer_silent() const { return silent_.load(); }
   // Renames the peer once it has said who it is (before any other thread
   // uses the link).
   void set_peer(std::string peer) { peer_ = std::move(peer); }
@@ -65,6 +68,7 @@ class WorkerLink {
   std::string peer_;
   std::mutex send_mutex_;
   std::atomic<bool> closing_{false};
+  std::atomic<bool> silent_{false};
   std::thread heartbeats_;
 };
 
