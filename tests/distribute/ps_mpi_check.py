@@ -4,7 +4,7 @@
 
 - synchronous rounds (--max-staleness 0) on 1 server + 2 worker processes
   give the parameters of mirrored training on 2 devices (max relative error
-  <= 1e-5, SGD with momentum and Adam), and the same training accuracy (the
+  <= 1e-5, SGD and Adam), and the same training accuracy (the
   workers' metric sums come back with their gradients);
 - asynchronous training completes on 1 server + 3 workers;
 - a worker killed (SIGKILL) mid-epoch under `mpirun --enable-recovery`: the

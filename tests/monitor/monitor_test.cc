@@ -409,6 +409,25 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
       << straggler["straggler"];
   EXPECT_NE(straggler["straggler"].find("slow in 100% of the steps"), std::string::npos)
       << straggler["straggler"];
+  // Parameter-server workers go at their own pace: both compute for 6 ms
+  // per step, but replica 1 gets through half the examples: named, per
+  // example (an asynchronous straggler computes fewer, not longer).
+  {
+    monitor::RunStats stats(/*warmup_steps=*/0);
+    for (int i = 0; i < 5; ++i) {
+      monitor::StepRecord r{.global_step = i + 1, .batch_examples = 96};
+      r.replicas = {{.replica = 0, .forward = 0.002, .backward = 0.004, .examples = 64},
+                    {.replica = 1, .forward = 0.002, .backward = 0.004, .examples = 32}};
+      r.step_seconds = 0.006;
+      stats.add(r);
+    }
+    const auto found = kinds(stats);
+    ASSERT_TRUE(found.count("straggler"));
+    EXPECT_NE(found.at("straggler").find("replica 1 is 100% slower than the others (0.188 vs "
+                                         "0.094 ms of compute per example"),
+              std::string::npos)
+        << found.at("straggler");
+  }
   // Slow now and then: replica 1 takes 9 ms more in one step of five, which
   // raises its mean by 1.8 ms (30%), but it is slower than replica 0 in only
   // 20% of the steps (ties in the others): no straggler.

@@ -139,6 +139,10 @@ struct ReplicaStepTime {
   double idle = 0.0;           // waiting: to start, for the slowest backward, for the step's end
   double communication = 0.0;  // all-reduce not hidden behind any replica's backward
   double optimizer = 0.0;      // unscale/check and the parameter update
+  // Rows whose gradient the replica computed during the call: the
+  // parameter server's workers, which take shares at their own pace; -1
+  // where every replica computes its share of every step.
+  int64_t examples = -1;
 };
 
 // Squared L2 norms of mean gradients (over examples, unscaled) at two batch

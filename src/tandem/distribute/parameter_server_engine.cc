@@ -719,6 +719,7 @@ StepResult ParameterServerEngine::take_results(Clock::time_point since) {
     loss_sum += w.loss_sum;
     ReplicaStepTime t = w.times;
     t.replica = w.context.global_replica;
+    t.examples = w.rows;
     result.replicas.push_back(t);
     result.idle_seconds += t.idle;
     result.exposed_communication_seconds += t.communication;

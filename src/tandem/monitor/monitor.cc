@@ -250,7 +250,9 @@ void Monitor::on_step(const train::StepInfo& s) {
                                .backward = t.backward,
                                .communication = t.communication,
                                .optimizer = t.optimizer,
-                               .idle = t.idle});
+                               .idle = t.idle,
+                               .examples = t.examples >= 0 ? static_cast<double>(t.examples)
+                                                           : std::nan("")});
   }
   for (const auto& b : s.buckets) {
     record.allreduce_bytes += b.wire_bytes;

@@ -58,14 +58,22 @@ void RunStats::add(const StepRecord& s) {
       slow_steps_.push_back(0);
       it = replica_sums_.end() - 1;
     }
-    // Slow in this step: above the median of the others' compute. (The 15%
-    // margin applies to the means; a replica 18% slower with a few percent
-    // of jitter per step is above the others in every step, not 15% above.)
+    // Slow in this step: above the median of the others' compute (per
+    // example, where replicas compute different numbers of examples). (The
+    // 15% margin applies to the means; a replica 18% slower with a few
+    // percent of jitter per step is above the others in every step, not 15%
+    // above.)
+    const auto pace = [](const ReplicaTimes& t) {
+      return std::isnan(t.examples) ? t.compute()
+             : t.examples > 0.0     ? t.compute() / t.examples
+                                    : std::nan("");
+    };
     std::vector<double> others;
     for (const ReplicaTimes& o : s.replicas)
-      if (&o != &r) others.push_back(o.compute());
-    if (!others.empty() && r.compute() > median(others))
+      if (&o != &r && !std::isnan(pace(o))) others.push_back(pace(o));
+    if (!others.empty() && !std::isnan(pace(r)) && pace(r) > median(others))
       ++slow_steps_[static_cast<size_t>(it - replica_sums_.begin())];
+    if (!std::isnan(r.examples)) it->examples = (std::isnan(it->examples) ? 0.0 : it->examples) + r.examples;
     it->forward += r.forward;
     it->backward += r.backward;
     it->communication += r.communication;
@@ -76,6 +84,7 @@ void RunStats::add(const StepRecord& s) {
   const double n = static_cast<double>(measured_);
   for (ReplicaTimes& r : replica_means_) {
     r.forward /= n, r.backward /= n, r.communication /= n, r.optimizer /= n, r.idle /= n;
+    r.examples /= n;
   }
 }
 
@@ -148,30 +157,49 @@ std::vector<Finding> RunStats::diagnose() const {
                    communication});
   }
   if (replica_means_.size() >= 2) {
-    // Each replica's own compute, measured before it waits for the others.
+    // Each replica's own compute, measured before it waits for the others;
+    // per example where the replicas compute different numbers of them (the
+    // parameter server's workers: a slow one computes fewer, not longer).
+    bool per_example = true;
+    for (const ReplicaTimes& r : replica_means_)
+      per_example = per_example && !std::isnan(r.examples) && r.examples > 0.0;
+    const auto pace = [&](const ReplicaTimes& r) {
+      return per_example ? r.compute() / r.examples : r.compute();
+    };
     size_t slowest = 0;
     for (size_t i = 1; i < replica_means_.size(); ++i)
-      if (replica_means_[i].compute() > replica_means_[slowest].compute()) slowest = i;
+      if (pace(replica_means_[i]) > pace(replica_means_[slowest])) slowest = i;
     std::vector<double> others;
     for (size_t i = 0; i < replica_means_.size(); ++i)
-      if (i != slowest) others.push_back(replica_means_[i].compute());
+      if (i != slowest) others.push_back(pace(replica_means_[i]));
+    const ReplicaTimes& slow = replica_means_[slowest];
     const double typical = median(others);
-    const double excess = typical > 0.0 ? replica_means_[slowest].compute() / typical - 1.0 : 0.0;
-    const double cost = replica_means_[slowest].compute() - typical;
+    const double excess = typical > 0.0 ? pace(slow) / typical - 1.0 : 0.0;
+    // What it costs per step: the compute it would not need at the others'
+    // pace (synchronous replicas wait that long for it; asynchronous
+    // workers lose that many examples' worth of work).
+    const double cost = per_example ? slow.compute() * excess / (1.0 + excess)
+                                    : slow.compute() - typical;
     // A replica that is slow now and then (descheduled by the OS, sharing a
     // core) raises its mean without being the one the others wait for.
     const double consistency =
         static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
     if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
         consistency >= kStragglerConsistency) {
-      out.push_back({"straggler",
-                     fmt::format("straggler: replica {} is {} slower than the others ({:.1f} vs "
-                                 "{:.1f} ms of compute per step, slow in {} of the steps); "
-                                 "the others idle waiting for it",
-                                 replica_means_[slowest].replica, percent(excess),
-                                 1e3 * replica_means_[slowest].compute(), 1e3 * typical,
-                                 percent(consistency)),
-                     excess});
+      const std::string measure =
+          per_example ? fmt::format("{:.3f} vs {:.3f} ms of compute per example", 1e3 * pace(slow),
+                                    1e3 * typical)
+                      : fmt::format("{:.1f} vs {:.1f} ms of compute per step", 1e3 * pace(slow),
+                                    1e3 * typical);
+      out.push_back(
+          {"straggler",
+           fmt::format("straggler: replica {} is {} slower than the others ({}, slow in {} of "
+                       "the steps); {}",
+                       slow.replica, percent(excess), measure, percent(consistency),
+                       per_example ? "parameter-server workers wait for it in synchronous "
+                                     "rounds, and asynchronous ones train on without its share"
+                                   : "the others idle waiting for it"),
+           excess});
     }
   }
   for (const DeviceMemory& m : memory_) {

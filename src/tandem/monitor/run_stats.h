@@ -22,6 +22,9 @@ struct ReplicaTimes {
   double communication = 0.0;  // all-reduce not hidden behind backward
   double optimizer = 0.0;
   double idle = 0.0;  // waiting for other replicas or the step's end
+  // Examples it computed (the parameter server's workers, which go at their
+  // own pace); NaN where every replica computes its share of every step.
+  double examples = NAN;
   double compute() const { return forward + backward + optimizer; }
 };
 

@@ -91,6 +91,10 @@ const ReplicaField kReplicaFields[] = {
      TANDEM_REPLICA_MEMBER(optimizer)},
     {"idle", "waiting: to start, for the slowest backward, for the step's end (s)",
      FieldKind::number, TANDEM_REPLICA_MEMBER(idle)},
+    {"examples",
+     "examples it computed (parameter-server workers, which go at their own pace; null "
+     "where every replica computes its share of every step)",
+     FieldKind::number, TANDEM_REPLICA_MEMBER(examples)},
     {"busy_fraction", "compute over wall time in the monitor's window (10 s)", FieldKind::number,
      [](const StepRecord& r, size_t i) {
        return i < r.busy_fractions.size() ? r.busy_fractions[i] : NAN;

@@ -16,9 +16,11 @@ namespace tandem::monitor::detail {
 using tandem::detail::number_or_nan;
 
 inline nlohmann::json to_json(const ReplicaTimes& r) {
-  return {{"replica", r.replica},     {"forward", r.forward},
-          {"backward", r.backward},   {"communication", r.communication},
-          {"optimizer", r.optimizer}, {"idle", r.idle}};
+  nlohmann::json j = {{"replica", r.replica},     {"forward", r.forward},
+                      {"backward", r.backward},   {"communication", r.communication},
+                      {"optimizer", r.optimizer}, {"idle", r.idle}};
+  if (std::isfinite(r.examples)) j["examples"] = r.examples;
+  return j;
 }
 
 inline ReplicaTimes replica_times_from_json(const nlohmann::json& j) {
@@ -27,7 +29,8 @@ inline ReplicaTimes replica_times_from_json(const nlohmann::json& j) {
           .backward = number_or_nan(j, "backward"),
           .communication = number_or_nan(j, "communication"),
           .optimizer = number_or_nan(j, "optimizer"),
-          .idle = number_or_nan(j, "idle")};
+          .idle = number_or_nan(j, "idle"),
+          .examples = number_or_nan(j, "examples")};
 }
 
 inline nlohmann::json to_json(const DeviceMemory& m) {
