@@ -583,8 +583,9 @@ void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const s
   w.lost = true;
   w.pulled.reset();
   const int live = live_workers();
-  fmt::print(stderr, "tandem: warning: {} lost: {}; training goes on with {} worker(s)\n",
-             remote_->names[static_cast<size_t>(r)], why, live);
+  // `why` names the worker (the link's errors name their peer).
+  fmt::print(stderr, "tandem: warning: parameter-server worker lost: {}; training goes on with {} "
+             "worker(s)\n", why, live);
   std::fflush(stderr);
   if (work && !synchronous()) {
     shared_queue_.push_front(std::move(*work));  // another worker takes its share
