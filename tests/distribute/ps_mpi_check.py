@@ -19,10 +19,12 @@
 - --ps 2 and --devices 2 under mpirun are refused with one clear line.
 
     python3 ps_mpi_check.py --tandem build/tandem --mpirun mpirun --work /tmp/x
+    python3 ps_mpi_check.py ... --mpirun 'sh scripts/netns-hosts.sh mpirun'  # across test hosts
 """
 import argparse
 import json
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -66,7 +68,8 @@ class Check:
         self.failures = []
 
     def mpirun(self, np, extra, env=None, recovery=False):
-        command = [self.args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
+        command = shlex.split(self.args.mpirun) + ["--allow-run-as-root", "--oversubscribe", "-np",
+                                                   str(np)]
         if recovery:
             command.append("--enable-recovery")
         for key, value in (env or {}).items():
@@ -184,7 +187,8 @@ class Check:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tandem", required=True)
-    p.add_argument("--mpirun", required=True)
+    p.add_argument("--mpirun", required=True,
+                   help="the launcher, with its own arguments (e.g. 'sh netns-hosts.sh mpirun')")
     p.add_argument("--work", required=True)
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
