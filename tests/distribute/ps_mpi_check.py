@@ -4,8 +4,8 @@
 
 - synchronous rounds (--max-staleness 0) on 1 server + 2 worker processes
   give the parameters of mirrored training on 2 devices (max relative error
-  <= 1e-5, SGD and Adam, and mixed_float16 with its loss scaling), and the
-  same training accuracy (the
+  <= 1e-5, SGD and Adam, mixed_float16 with its loss scaling, a ResNet
+  with batch norm), and the same training accuracy (the
   workers' metric sums come back with their gradients);
 - asynchronous training completes on 1 server + 3 workers;
 - a worker killed (SIGKILL) mid-epoch under `mpirun --enable-recovery`: the
@@ -99,11 +99,13 @@ class Check:
         with open(os.path.join(path, "summary.json")) as f:
             return json.load(f)
 
-    def synchronous_equals_mirrored(self, optimizer, precision="float32"):
-        label = f"{optimizer}-{precision}"
+    def synchronous_equals_mirrored(self, optimizer, precision="float32", model=None):
+        label = f"{optimizer}-{precision}" + ("-" + model[1] if model else "")
         ps, mirrored = self.directory(f"ps-{label}"), self.directory(f"mirrored-{label}")
         settings = COMMON + ["--epochs", "1", "--optimizer", optimizer, "--precision", precision,
                              "--lr", "0.001" if optimizer == "adam" else "0.05"]
+        if model:  # instead of COMMON's mlp
+            settings = settings[2:] + model
         code, out, _ = self.run(self.mpirun(3, settings + ["--ps", "1", "--max-staleness", "0",
                                                            "--output", ps]))
         if code != 0:
@@ -117,8 +119,7 @@ class Check:
         error = max_relative_error(read_safetensors(os.path.join(ps, "model.safetensors")),
                                    read_safetensors(os.path.join(mirrored, "model.safetensors")))
         accuracies = (self.summary(ps)["train_accuracy"], self.summary(mirrored)["train_accuracy"])
-        self.expect(f"S=0 {optimizer} {precision}: 1 server + 2 worker processes = mirrored on 2 "
-                    "devices",
+        self.expect(f"S=0 {label}: 1 server + 2 worker processes = mirrored on 2 devices",
                     error <= TOLERANCE and abs(accuracies[0] - accuracies[1]) < 1e-9,
                     f"max relative error {error:.1e}, train accuracy {accuracies[0]:.4f} / "
                     f"{accuracies[1]:.4f}")
@@ -196,6 +197,9 @@ def main():
     check.synchronous_equals_mirrored("sgd")
     check.synchronous_equals_mirrored("adam")
     check.synchronous_equals_mirrored("sgd", "mixed_float16")  # loss scaling on the server
+    # Batch norm: each worker's running statistics travel with its shares.
+    check.synchronous_equals_mirrored("sgd", model=["--model", "resnet", "--model-options",
+                                                    "depth=8,width=8"])
     check.asynchronous()
     check.checkpoints()
     check.worker_lost("killed")

@@ -538,6 +538,11 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
     out.element(work.rows);
     out.u64(w.parameters.size());
     for (const Variable& p : w.parameters) out.tensor(p.value());
+    // Buffers (batch norm's running statistics) are each worker's own, as
+    // in one process: its copy here travels out and back with every share.
+    const auto buffers = w.model->named_buffers();
+    out.u64(buffers.size());
+    for (const auto& [name, t] : buffers) out.tensor(*t);
     link.send(detail::FrameKind::work, {out.bytes()});
   }
   {
@@ -572,6 +577,7 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
     in.tensor_into(buffer);
     p.define_grad();
   }
+  detail::read_buffers(in, *w.model);
   // The wire and the remote process's own overhead count as communication.
   const double wall = seconds(Clock::now() - start);
   g.wire_seconds = std::max(0.0, wall - g.forward_seconds - g.backward_seconds);
@@ -835,6 +841,15 @@ std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const M
 }
 
 namespace detail {
+
+void read_buffers(FrameReader& in, nn::Module& model) {
+  const auto buffers = model.named_buffers();
+  if (in.u64() != buffers.size()) {
+    TANDEM_THROW(IoError, "a parameter-server frame holds buffers for a different model (every "
+                 "process must build the same one)");
+  }
+  for (const auto& [name, t] : buffers) in.tensor_into(*t);
+}
 
 void maybe_kill_after_work(int64_t done) {
   static const char* spec = std::getenv("TANDEM_TEST_KILL_AFTER_WORK");

@@ -123,6 +123,7 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
       in.tensor_into(value);
       p.mark_modified();
     }
+    detail::read_buffers(in, model);
     if (divisor < 1 || global_rows < 1) TANDEM_THROW(IoError, what, ": a divisor of ", divisor);
     if (scaler) scaler->restore(scale, 0, 0);
     const detail::WorkerGradient g = detail::compute_worker_gradient(
@@ -142,6 +143,9 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
       out.u64(p.has_grad() ? 1 : 0);
       if (p.has_grad()) out.tensor(p.grad());
     }
+    const auto buffers = model.named_buffers();
+    out.u64(buffers.size());
+    for (const auto& [name, t] : buffers) out.tensor(*t);
     link.send(detail::FrameKind::gradient, {out.bytes()});
   }
 }

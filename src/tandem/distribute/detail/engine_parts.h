@@ -47,6 +47,12 @@ WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Vari
                                        const EngineOptions& options, const ReplicaContext& context,
                                        precision::LossScaler* scaler);
 
+class FrameReader;
+// A model's buffers (batch norm's running statistics) from a
+// parameter-server frame, in named_buffers() order; IoError when they do
+// not fit the model.
+void read_buffers(FrameReader& in, nn::Module& model);
+
 // Test hook (fault injection): TANDEM_TEST_KILL_AFTER_WORK="RANK:N" makes MPI
 // rank RANK kill itself with SIGKILL once it has sent (the parameter server)
 // or received (a worker process) its N-th share of work; "RANK:N:stop"
