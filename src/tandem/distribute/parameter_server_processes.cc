@@ -17,6 +17,7 @@ namespace tandem::distribute {
 namespace {
 
 constexpr double kConnectSeconds = 60.0;
+constexpr double kHelloSeconds = 10.0;  // from a connection to its hello
 
 std::string host_name() {
   char name[256] = {};
@@ -45,17 +46,27 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence
   remote->names.resize(static_cast<size_t>(workers));
   remote->pids.resize(static_cast<size_t>(workers));
   remote->on_this_host.resize(static_cast<size_t>(workers));
-  for (int i = 0; i < workers; ++i) {
+  for (int connected = 0; connected < workers;) {
     auto link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds),
                                                      "a connecting worker");
-    auto [kind, payload] = link->receive(kConnectSeconds);
-    detail::FrameReader in(payload, "a worker's hello");
-    const uint64_t rank = in.u64(), pid = in.u64();
-    const std::string host = in.text();
-    if (kind != detail::FrameKind::hello || rank < 1 || rank > static_cast<uint64_t>(workers) ||
-        remote->links[rank - 1]) {
-      TANDEM_THROW(IoError, "the parameter server got an unexpected hello (rank ", rank,
-                   ") from a process on ", host);
+    uint64_t rank = 0, pid = 0;
+    std::string host;
+    try {
+      auto [kind, payload] = link->receive(kHelloSeconds);
+      detail::FrameReader in(payload, "a worker's hello");
+      rank = in.u64();
+      pid = in.u64();
+      host = in.text();
+      if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
+    } catch (const Error& e) {
+      // Something else found the port: not one of ours, and not fatal.
+      fmt::print(stderr, "tandem: warning: the parameter server ignored a connection that is "
+                 "not a tandem worker ({})\n", e.what());
+      continue;
+    }
+    if (rank < 1 || rank > static_cast<uint64_t>(workers) || remote->links[rank - 1]) {
+      TANDEM_THROW(IoError, "the parameter server got a hello from rank ", rank, " on host ", host,
+                   ", which is not one of its ", workers, " workers or connected twice");
     }
     const size_t r = rank - 1;
     remote->names[r] = fmt::format("worker {} (rank {}, pid {} on host {})", r, rank, pid, host);
@@ -63,6 +74,7 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence
     remote->on_this_host[r] = host == host_name();
     link->set_peer(remote->names[r]);
     remote->links[r] = std::move(link);
+    ++connected;
   }
   for (auto& link : remote->links) link->start_heartbeats();
   return remote;

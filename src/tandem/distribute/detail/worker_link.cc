@@ -136,8 +136,15 @@ std::pair<FrameKind, std::string> WorkerLink::receive(double silence_seconds) {
       TANDEM_THROW(IoError, "malformed frame from ", peer_, ": kind ", kind, ", ", length,
                    " bytes (not a tandem parameter-server peer?)");
     }
-    std::string payload(length, '\0');
-    read_exactly(payload.data(), payload.size(), silence_seconds);
+    // Grown as the bytes arrive, so that a length a peer merely claims
+    // allocates nothing.
+    std::string payload;
+    constexpr uint64_t kChunk = uint64_t{16} << 20;
+    while (payload.size() < length) {
+      const size_t done = payload.size();
+      payload.resize(done + static_cast<size_t>(std::min(kChunk, length - done)));
+      read_exactly(payload.data() + done, payload.size() - done, silence_seconds);
+    }
     if (static_cast<FrameKind>(kind) == FrameKind::heartbeat) continue;
     return {static_cast<FrameKind>(kind), std::move(payload)};
   }
