@@ -168,6 +168,15 @@ def run(command):
         raise SystemExit(f"{' '.join(command)} failed:\n{r.stdout}{r.stderr}")
 
 
+def export_checked(logits, model, settings, stem):
+    """Seeded weights, their ONNX graph through onnx.checker (full check)."""
+    run([logits, model, settings, "export", "2", stem + ".safetensors"])
+    run([logits, model, settings, "onnx", stem + ".safetensors", stem + ".onnx"])
+    proto = onnx.load(stem + ".onnx")
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--logits", required=True, help="the interop_logits helper")
@@ -188,10 +197,7 @@ def main():
     for model, settings, shape in cases:
         label = os.path.basename(model)
         stem = os.path.join(args.work, label)
-        run([args.logits, model, settings, "export", "2", stem + ".safetensors"])
-        run([args.logits, model, settings, "onnx", stem + ".safetensors", stem + ".onnx"])
-        proto = onnx.load(stem + ".onnx")
-        onnx.checker.check_model(proto, full_check=True)
+        proto = export_checked(args.logits, model, settings, stem)
         x = rng.standard_normal((3,) + shape).astype(np.float32)
         write_safetensors(stem + "-input.safetensors", "input", x)
         run([args.logits, model, settings, "logits", stem + ".safetensors",
@@ -210,10 +216,7 @@ def main():
     for model, settings, context in token_cases:
         label = os.path.basename(model)
         stem = os.path.join(args.work, label)
-        run([args.logits, model, settings, "export", "2", stem + ".safetensors"])
-        run([args.logits, model, settings, "onnx", stem + ".safetensors", stem + ".onnx"])
-        proto = onnx.load(stem + ".onnx")
-        onnx.checker.check_model(proto, full_check=True)
+        proto = export_checked(args.logits, model, settings, stem)
         errors = []
         for length in (context, context // 2 + 1):  # full and shorter sequences
             tokens = rng.integers(0, 256, (3, length)).astype(np.int32)

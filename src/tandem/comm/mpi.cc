@@ -80,6 +80,7 @@ std::string mpi_launch_advice() {
 std::string mpi_broadcast(std::string, int) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
+void skip_mpi_finalize() {}
 void abort_mpi_job(int) {}
 
 #else
@@ -761,6 +762,10 @@ int mpi_world_size() {
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
+}
+
+void skip_mpi_finalize() {
+  job_broken.store(true);
 }
 
 std::string mpi_broadcast(std::string bytes, int root) {

@@ -46,6 +46,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 // (initialises MPI). Collective: every process must call it. For set-up
 // exchanges (the parameter server's address), not for training traffic.
 std::string mpi_broadcast(std::string bytes, int root);
+// This process will not call MPI_Finalize at exit: for a job that goes on
+// after one of its ranks died (the parameter server's lost workers, under
+// mpirun --enable-recovery), where Open MPI 4.1's MPI_Finalize can wait for
+// the dead rank forever. (Exiting without it is accepted there.)
+void skip_mpi_finalize();
 // mpirun settings this job lacks, as advice for the user (empty when none,
 // or before an MPI communicator was made): today, a job over several hosts
 // whose mpirun keeps OpenMPI's TCP keepalive defaults, with which mpirun

@@ -246,7 +246,13 @@ ParameterServerEngine::~ParameterServerEngine() {
   if (runner_.joinable()) runner_.join();
   if (!remote_) return;
   // The worker processes end when told (or, failing that, when the
-  // connection closes with this process).
+  // connection closes with this process). After a loss no process of the
+  // job finalizes MPI: Open MPI 4.1's MPI_Finalize may wait for the dead
+  // rank forever (seen one run in four).
+  const bool any_lost = live_workers() < workers();
+  if (any_lost) comm::skip_mpi_finalize();
+  detail::FrameWriter stop;
+  stop.u64(any_lost ? 1 : 0);
   for (size_t r = 0; r < remote_->links.size(); ++r) {
     if (workers_[r].silent && remote_->on_this_host[r]) {
       // Stopped or hung: mpirun would wait for it at the end of the job.
@@ -259,7 +265,7 @@ ParameterServerEngine::~ParameterServerEngine() {
     }
     if (workers_[r].lost) continue;
     try {
-      remote_->links[r]->send(detail::FrameKind::stop, {});
+      remote_->links[r]->send(detail::FrameKind::stop, {stop.bytes()});
     } catch (const Error&) {
     }
     remote_->links[r]->close();

@@ -116,7 +116,12 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
   const std::string what = "work from " + link.peer();
   for (int64_t received = 1;; ++received) {
     auto [kind, payload] = link.receive(silence_seconds);
-    if (kind == detail::FrameKind::stop) return;
+    if (kind == detail::FrameKind::stop) {
+      // The server lost a worker: no MPI_Finalize here either (see the engine).
+      detail::FrameReader in(payload, "the server's stop");
+      if (!in.done() && in.u64() != 0) comm::skip_mpi_finalize();
+      return;
+    }
     if (kind != detail::FrameKind::work)
       TANDEM_THROW(IoError, link.peer(), " sent frame kind ", static_cast<int>(kind));
     detail::maybe_kill_after_work(received);

@@ -23,11 +23,12 @@ namespace {
 class OneDevice : public Strategy {
  public:
   explicit OneDevice(int threads)
-      : context_{.device = cpu_device(), .threads = threads, .communicator = nullptr} {}
+      : OneDevice(ReplicaContext{.device = cpu_device(), .threads = threads}) {}
+  explicit OneDevice(const ReplicaContext& context) : context_(context) {}
   std::string name() const override { return "one_device"; }
   int local_replicas() const override { return 1; }
-  int global_replicas() const override { return 1; }
-  int first_replica() const override { return 0; }
+  int global_replicas() const override { return context_.num_replicas; }
+  int first_replica() const override { return context_.global_replica; }
   comm::Communicator* communicator(int) override { return nullptr; }
   int threads_per_replica() const override { return context_.threads; }
   Device device(int) const override { return context_.device; }
@@ -208,29 +209,20 @@ class ParameterServer : public Mirrored {
 // replica, global index rank - 1 of the job's workers, never the chief. Its
 // engine (the Trainer builds one) is one device's, whose model the server's
 // work is computed on.
-class ParameterServerWorker : public Strategy {
+class ParameterServerWorker : public OneDevice {
  public:
   ParameterServerWorker(int rank, int threads, int workers,
                         std::unique_ptr<detail::WorkerLink> link, double silence_seconds)
-      : single_(threads), link_(std::move(link)), silence_seconds_(silence_seconds) {
-    context_ = single_.replica_context(0);
-    context_.global_replica = rank - 1;
-    context_.num_replicas = workers;
-  }
+      : OneDevice(ReplicaContext{.global_replica = rank - 1,
+                                 .num_replicas = workers,
+                                 .device = cpu_device(),
+                                 .threads = threads}),
+        single_(threads),
+        link_(std::move(link)),
+        silence_seconds_(silence_seconds) {}
   std::string name() const override { return "parameter_server"; }
-  int local_replicas() const override { return 1; }
-  int global_replicas() const override { return context_.num_replicas; }
-  int first_replica() const override { return context_.global_replica; }
   bool is_chief() const override { return false; }
   bool is_remote_worker() const override { return true; }
-  comm::Communicator* communicator(int) override { return nullptr; }
-  int threads_per_replica() const override { return context_.threads; }
-  Device device(int) const override { return context_.device; }
-  const ReplicaContext& replica_context(int) const override { return context_; }
-  void run(const std::function<void(int)>& fn) override {
-    ReplicaScope scope(context_);
-    fn(0);
-  }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
                                       const EngineOptions& options) override {
     EngineOptions local = options;
@@ -240,13 +232,12 @@ class ParameterServerWorker : public Strategy {
   }
   void serve_remote_work(nn::Module& model, const ForwardFn& forward, const EngineOptions& options,
                          const std::function<std::vector<double>()>& take_reports) override {
-    serve_parameter_server_work(*link_, model, forward, options, context_, take_reports,
-                                silence_seconds_);
+    serve_parameter_server_work(*link_, model, forward, options, replica_context(0),
+                                take_reports, silence_seconds_);
   }
 
  private:
-  OneDevice single_;
-  ReplicaContext context_;
+  OneDevice single_;  // what its engine runs on: one replica of one
   std::unique_ptr<detail::WorkerLink> link_;
   double silence_seconds_;
 };
