@@ -80,7 +80,8 @@ std::string mpi_launch_advice() {
 std::string mpi_broadcast(std::string, int) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
-void skip_mpi_finalize() {}
+void bound_mpi_finalize(double) {}
+void end_mpi_job_at_exit() {}
 void abort_mpi_job(int) {}
 
 #else
@@ -117,6 +118,8 @@ struct MpiRuntime {
 // aborted: MPI_Finalize would then wait for ranks that never arrive. A peer's
 // abort notice does not set it: the failing rank is alive and may finalise.
 std::atomic<bool> job_broken{false};
+std::atomic<double> finalize_limit_seconds{0.0};  // > 0: bound_mpi_finalize
+std::atomic<bool> abort_at_exit{false};             // end_mpi_job_at_exit
 
 // Set by the first communicator that sees the job's hosts.
 std::mutex advice_mutex;
@@ -170,7 +173,24 @@ void finalize_at_exit() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && !job_broken.load()) MPI_Finalize();
+  if (finalized || job_broken.load()) return;
+  if (abort_at_exit.load()) {
+    // Everything is written; mpirun may otherwise wait for ranks that are
+    // gone (Open MPI 4.1 under --enable-recovery, across hosts).
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, 0);
+  }
+  if (const double limit = finalize_limit_seconds.load(); limit > 0.0) {
+    // A job that lost a rank: Open MPI 4.1's MPI_Finalize may wait for it
+    // forever on one host, while leaving it out keeps mpirun waiting when
+    // the job spans hosts; so finalize, but give up after the limit.
+    std::thread([limit] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }).detach();
+  }
+  MPI_Finalize();
 }
 
 MpiRuntime& runtime() {
@@ -764,8 +784,12 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
 }
 
-void skip_mpi_finalize() {
-  job_broken.store(true);
+void bound_mpi_finalize(double seconds) {
+  finalize_limit_seconds.store(seconds);
+}
+
+void end_mpi_job_at_exit() {
+  abort_at_exit.store(true);
 }
 
 std::string mpi_broadcast(std::string bytes, int root) {

@@ -46,11 +46,18 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 // (initialises MPI). Collective: every process must call it. For set-up
 // exchanges (the parameter server's address), not for training traffic.
 std::string mpi_broadcast(std::string bytes, int root);
-// This process will not call MPI_Finalize at exit: for a job that goes on
-// after one of its ranks died (the parameter server's lost workers, under
-// mpirun --enable-recovery), where Open MPI 4.1's MPI_Finalize can wait for
-// the dead rank forever. (Exiting without it is accepted there.)
-void skip_mpi_finalize();
+// For a job that goes on after one of its ranks died (the parameter
+// server's lost workers, under mpirun --enable-recovery): MPI_Finalize at
+// exit is given `seconds`, after which the process ends without it (status
+// 0). Open MPI 4.1's finalize sometimes waits for the dead rank forever on
+// one host, which accepts a process that ends without it; across hosts the
+// finalize is needed, or mpirun waits.
+void bound_mpi_finalize(double seconds);
+// For the process that ends such a job (the parameter server): at exit,
+// instead of MPI_Finalize, MPI_Abort with status 0, which makes mpirun end
+// the job; Open MPI 4.1's mpirun under --enable-recovery otherwise sometimes
+// waits forever after every process of a job across hosts has ended.
+void end_mpi_job_at_exit();
 // mpirun settings this job lacks, as advice for the user (empty when none,
 // or before an MPI communicator was made): today, a job over several hosts
 // whose mpirun keeps OpenMPI's TCP keepalive defaults, with which mpirun

@@ -246,11 +246,11 @@ ParameterServerEngine::~ParameterServerEngine() {
   if (runner_.joinable()) runner_.join();
   if (!remote_) return;
   // The worker processes end when told (or, failing that, when the
-  // connection closes with this process). After a loss no process of the
-  // job finalizes MPI: Open MPI 4.1's MPI_Finalize may wait for the dead
-  // rank forever (seen one run in four).
+  // connection closes with this process). After a loss every process of
+  // the job bounds its MPI_Finalize: Open MPI 4.1's may wait for the dead
+  // rank forever (seen one run in four on one host).
   const bool any_lost = live_workers() < workers();
-  if (any_lost) comm::skip_mpi_finalize();
+  if (any_lost) comm::end_mpi_job_at_exit();
   detail::FrameWriter stop;
   stop.u64(any_lost ? 1 : 0);
   for (size_t r = 0; r < remote_->links.size(); ++r) {

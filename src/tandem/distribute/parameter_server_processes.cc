@@ -117,9 +117,9 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
   for (int64_t received = 1;; ++received) {
     auto [kind, payload] = link.receive(silence_seconds);
     if (kind == detail::FrameKind::stop) {
-      // The server lost a worker: no MPI_Finalize here either (see the engine).
+      // The server lost a worker: a bounded MPI_Finalize here too (see the engine).
       detail::FrameReader in(payload, "the server's stop");
-      if (!in.done() && in.u64() != 0) comm::skip_mpi_finalize();
+      if (!in.done() && in.u64() != 0) comm::bound_mpi_finalize(kFinalizeSeconds);
       return;
     }
     if (kind != detail::FrameKind::work)

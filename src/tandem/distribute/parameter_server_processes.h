@@ -44,6 +44,11 @@ struct RemoteWorkers {
   double silence_seconds = 15.0;   // a peer this long silent is lost
 };
 
+// After a lost worker every remaining process bounds its MPI_Finalize at
+// exit by this (comm::bound_mpi_finalize): Open MPI 4.1 may wait for the
+// dead rank there forever.
+inline constexpr double kFinalizeSeconds = 1.0;
+
 // Whether this process is one of several that mpirun started for the
 // parameter-server strategy (then rank 0 serves and the others work).
 bool parameter_server_across_processes();
