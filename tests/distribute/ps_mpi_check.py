@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import shutil
 import struct
 import subprocess
@@ -78,11 +79,16 @@ class Check:
 
     def run(self, command, timeout=240):
         start = time.monotonic()
+        # Its own process group, so that a job past its time goes whole
+        # (mpirun, its daemons and ranks), not just the launcher.
+        p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
         try:
-            r = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            return r.returncode, r.stdout + r.stderr, time.monotonic() - start
-        except subprocess.TimeoutExpired as e:
-            out = (e.stdout or b"").decode() + (e.stderr or b"").decode()
+            out, _ = p.communicate(timeout=timeout)
+            return p.returncode, out, time.monotonic() - start
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
             return None, out, time.monotonic() - start
 
     def expect(self, label, ok, detail=""):
