@@ -182,8 +182,8 @@ void finalize_at_exit() {
   }
   if (const double limit = finalize_limit_seconds.load(); limit > 0.0) {
     // A job that lost a rank: Open MPI 4.1's MPI_Finalize may wait for it
-    // forever on one host, while leaving it out keeps mpirun waiting when
-    // the job spans hosts; so finalize, but give up after the limit.
+    // forever; finalize, but give up after the limit (the process that
+    // ends the job does so with end_mpi_job_at_exit).
     std::thread([limit] {
       std::this_thread::sleep_for(std::chrono::duration<double>(limit));
       std::fflush(nullptr);
