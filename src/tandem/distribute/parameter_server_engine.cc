@@ -3,6 +3,7 @@
 // Strategy::run for as long as step() keeps handing out work; shards of
 // master parameters and optimizer state behind one lock.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -152,7 +153,7 @@ class ParameterServerEngine : public Engine {
   bool round_finite_ = true;
   std::vector<int64_t> staleness_;  // since the last report
   int64_t applied_ = 0, rejected_ = 0;
-  int64_t handed_out_ = 0;  // shares sent to remote workers (the fault-injection hook)
+  std::atomic<int64_t> handed_out_{0};  // shares sent to remote workers (the fault-injection hook)
   bool closing_ = false, failed_ = false;
   std::exception_ptr error_;
   std::thread runner_;
@@ -546,15 +547,10 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
     for (const Variable& p : w.parameters) out.tensor(p.value());
     // Buffers (batch norm's running statistics) are each worker's own, as
     // in one process: its copy here travels out and back with every share.
-    const auto buffers = w.model->named_buffers();
-    out.u64(buffers.size());
-    for (const auto& [name, t] : buffers) out.tensor(*t);
+    detail::write_buffers(out, *w.model);
     link.send(detail::FrameKind::work, {out.bytes()});
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    detail::maybe_kill_after_work(++handed_out_);
-  }
+  detail::maybe_kill_after_work(handed_out_.fetch_add(1) + 1);
   auto [kind, payload] = link.receive(remote_->silence_seconds);
   if (kind != detail::FrameKind::gradient) {
     TANDEM_THROW(IoError, remote_->names[static_cast<size_t>(r)], " answered work with frame kind ",
@@ -847,6 +843,12 @@ std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const M
 }
 
 namespace detail {
+
+void write_buffers(FrameWriter& out, nn::Module& model) {
+  const auto buffers = model.named_buffers();
+  out.u64(buffers.size());
+  for (const auto& [name, t] : buffers) out.tensor(*t);
+}
 
 void read_buffers(FrameReader& in, nn::Module& model) {
   const auto buffers = model.named_buffers();

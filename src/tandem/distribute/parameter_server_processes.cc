@@ -160,9 +160,7 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
       out.u64(p.has_grad() ? 1 : 0);
       if (p.has_grad()) out.tensor(p.grad());
     }
-    const auto buffers = model.named_buffers();
-    out.u64(buffers.size());
-    for (const auto& [name, t] : buffers) out.tensor(*t);
+    detail::write_buffers(out, model);
     link.send(detail::FrameKind::gradient, {out.bytes()});
   }
 }

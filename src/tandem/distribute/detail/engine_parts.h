@@ -48,9 +48,11 @@ WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Vari
                                        precision::LossScaler* scaler);
 
 class FrameReader;
-// A model's buffers (batch norm's running statistics) from a
-// parameter-server frame, in named_buffers() order; IoError when they do
-// not fit the model.
+class FrameWriter;
+// A model's buffers (batch norm's running statistics) into and from a
+// parameter-server frame, in named_buffers() order; read_buffers throws
+// IoError when they do not fit the model.
+void write_buffers(FrameWriter& out, nn::Module& model);
 void read_buffers(FrameReader& in, nn::Module& model);
 
 // Test hook (fault injection): TANDEM_TEST_KILL_AFTER_WORK="RANK:N" makes MPI
