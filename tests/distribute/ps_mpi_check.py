@@ -6,8 +6,14 @@
   give the parameters of mirrored training on 2 devices (max relative error
   <= 1e-5, SGD and Adam, mixed_float16 with its loss scaling, a ResNet
   with batch norm), and the same training accuracy (the
-  workers' metric sums come back with their gradients);
-- asynchronous training completes on 1 server + 3 workers;
+  workers' metric sums come back with their gradients); the same with the
+  variables sharded over 2 and 3 server ranks (--ps 2, --ps 3; Adam,
+  gradient clipping by the global norm, batch norm);
+- a checkpoint of shard ranks holds their optimizer state: stopped after an
+  epoch and resumed in mirrored (and the other way) ends where mirrored
+  training without the stop ends;
+- asynchronous training completes on 1 server + 3 workers, and on 2 shard
+  ranks + 3 workers;
 - a worker killed (SIGKILL) mid-epoch under `mpirun --enable-recovery`: the
   run completes every epoch on the others and names the lost worker; a
   worker stopped (SIGSTOP, --peer-timeout 3) likewise, and the job ends
@@ -16,7 +22,9 @@
   mirrored training;
 - the server killed (SIGKILL) or stopped (SIGSTOP, with --peer-timeout 3):
   every worker ends with an error naming the server, the job within 30 s;
-- --ps 2 and --devices 2 under mpirun are refused with one clear line.
+  the same for shard rank 1 of 2;
+- --ps 3 with 3 processes (no worker left) and --devices 2 under mpirun
+  are refused with one clear line.
 
     python3 ps_mpi_check.py --tandem build/tandem --mpirun mpirun --work /tmp/x
     python3 ps_mpi_check.py ... --mpirun 'sh scripts/netns-hosts.sh mpirun'  # across test hosts
@@ -105,15 +113,17 @@ class Check:
         with open(os.path.join(path, "summary.json")) as f:
             return json.load(f)
 
-    def synchronous_equals_mirrored(self, optimizer, precision="float32", model=None):
-        label = f"{optimizer}-{precision}" + ("-" + model[1] if model else "")
+    def synchronous_equals_mirrored(self, optimizer, precision="float32", model=None, shards=1,
+                                    extra=()):
+        label = (f"{optimizer}-{precision}" + ("-" + model[1] if model else "") +
+                 f"-ps{shards}" + "".join(extra))
         ps, mirrored = self.directory(f"ps-{label}"), self.directory(f"mirrored-{label}")
         settings = COMMON + ["--epochs", "1", "--optimizer", optimizer, "--precision", precision,
-                             "--lr", "0.001" if optimizer == "adam" else "0.05"]
+                             "--lr", "0.001" if optimizer == "adam" else "0.05"] + list(extra)
         if model:  # instead of COMMON's mlp
             settings = settings[2:] + model
-        code, out, _ = self.run(self.mpirun(3, settings + ["--ps", "1", "--max-staleness", "0",
-                                                           "--output", ps]))
+        code, out, _ = self.run(self.mpirun(shards + 2, settings + [
+            "--ps", str(shards), "--max-staleness", "0", "--output", ps]))
         if code != 0:
             return self.expect(f"S=0 {label} under mpirun", False, out[-2000:])
         code, out, _ = self.run([self.args.tandem, "train", "--strategy", "mirrored", "--devices",
@@ -125,17 +135,46 @@ class Check:
         error = max_relative_error(read_safetensors(os.path.join(ps, "model.safetensors")),
                                    read_safetensors(os.path.join(mirrored, "model.safetensors")))
         accuracies = (self.summary(ps)["train_accuracy"], self.summary(mirrored)["train_accuracy"])
-        self.expect(f"S=0 {label}: 1 server + 2 worker processes = mirrored on 2 devices",
+        self.expect(f"S=0 {label}: {shards} server rank(s) + 2 worker processes = mirrored on "
+                    "2 devices",
                     error <= TOLERANCE and abs(accuracies[0] - accuracies[1]) < 1e-9,
                     f"max relative error {error:.1e}, train accuracy {accuracies[0]:.4f} / "
                     f"{accuracies[1]:.4f}")
 
-    def asynchronous(self):
-        out_dir = self.directory("async")
-        code, out, _ = self.run(self.mpirun(4, COMMON + ["--epochs", "2", "--output", out_dir]))
+    def asynchronous(self, shards=1):
+        out_dir = self.directory(f"async-ps{shards}")
+        code, out, _ = self.run(self.mpirun(shards + 3, COMMON + [
+            "--epochs", "2", "--ps", str(shards), "--output", out_dir]))
         ok = code == 0 and len(self.summary(out_dir)["history"]) == 2
-        self.expect("asynchronous, 1 server + 3 worker processes, 2 epochs", ok,
+        self.expect(f"asynchronous, {shards} server rank(s) + 3 worker processes, 2 epochs", ok,
                     "" if ok else out[-2000:])
+
+    def shard_state_in_checkpoints(self):
+        # Both runs stop after the first of 2 epochs and resume in the
+        # other strategy; each must end where mirrored without a stop ends.
+        settings = COMMON + ["--epochs", "2", "--optimizer", "adam", "--lr", "0.001"]
+        sharded = self.mpirun(4, settings + ["--ps", "2", "--max-staleness", "0"])
+        mirrored = [self.args.tandem, "train", "--strategy", "mirrored", "--devices", "2"] + settings
+        straight, ps_first, mirrored_first = (self.directory(n) for n in (
+            "straight", "ps-then-mirrored", "mirrored-then-ps"))
+        runs = [mirrored + ["--output", straight],
+                sharded + ["--stop-after-epochs", "1", "--output", ps_first],
+                mirrored + ["--resume", "--output", ps_first],
+                mirrored + ["--stop-after-epochs", "1", "--output", mirrored_first],
+                sharded + ["--resume", "--output", mirrored_first]]
+        for command in runs:
+            code, out, _ = self.run(command)
+            if code != 0:
+                return self.expect("shard ranks' optimizer state in checkpoints", False,
+                                   out[-2000:])
+        for run_dir in (straight, ps_first, mirrored_first):
+            self.run([self.args.tandem, "export", run_dir])
+        reference = read_safetensors(os.path.join(straight, "model.safetensors"))
+        errors = [max_relative_error(read_safetensors(os.path.join(d, "model.safetensors")),
+                                     reference) for d in (ps_first, mirrored_first)]
+        self.expect("Adam's state through 2 shard ranks' checkpoints, both ways = mirrored "
+                    "without a stop", max(errors) <= TOLERANCE,
+                    f"max relative errors {errors[0]:.1e} / {errors[1]:.1e}")
 
     def worker_lost(self, how):
         out_dir = self.directory(f"worker-{how}")
@@ -170,18 +209,24 @@ class Check:
         self.expect("a checkpoint across processes resumes across processes and into mirrored",
                     ok, "" if ok else (first[1] + again[1] + mirrored[1])[-2000:])
 
-    def server_lost(self, how, extra):
-        out_dir = self.directory(f"server-{how}")
-        spec = "0:10" + (":stop" if how == "stopped" else "")
+    def server_lost(self, how, extra, shards=1):
+        # The chief (rank 0) with one shard; shard rank 1 (its pulls
+        # counted) with two.
+        out_dir = self.directory(f"server-{how}-ps{shards}")
+        spec = ("0:10" if shards == 1 else "1:10") + (":stop" if how == "stopped" else "")
         code, out, seconds = self.run(
-            self.mpirun(3, COMMON + ["--epochs", "2", "--output", out_dir] + extra,
+            self.mpirun(shards + 2, COMMON + ["--epochs", "2", "--ps", str(shards), "--output",
+                                              out_dir] + extra,
                         env={"TANDEM_TEST_KILL_AFTER_WORK": spec}, recovery=True),
             timeout=LIMIT + 30)
         reason = "lost" if how == "killed" else "sent nothing for 3 s"
-        named = sum(f"error on rank {r}:" in out and "the parameter server (rank 0" in out
-                    for r in (1, 2))
+        server = "the parameter server (rank 0" if shards == 1 else "parameter-server shard 1 (rank 1"
+        lines = out.splitlines()
+        named = sum(any(f"error on rank {r}:" in line and server in line for line in lines)
+                    for r in (shards, shards + 1))
         ok = code is not None and seconds < LIMIT and named == 2 and reason in out
-        self.expect(f"the server {how}: every worker ends naming it within {LIMIT} s", ok,
+        what = "the server" if shards == 1 else "shard rank 1 of 2"
+        self.expect(f"{what} {how}: every worker ends naming it within {LIMIT} s", ok,
                     f"{seconds:.1f} s" + ("" if ok else "\n" + out[-2000:]))
 
     def refused(self, extra, message):
@@ -206,13 +251,24 @@ def main():
     # Batch norm: each worker's running statistics travel with its shares.
     check.synchronous_equals_mirrored("sgd", model=["--model", "resnet", "--model-options",
                                                     "depth=8,width=8"])
+    # The variables sharded over server ranks.
+    check.synchronous_equals_mirrored("sgd", shards=2)
+    check.synchronous_equals_mirrored("adam", shards=3)
+    check.synchronous_equals_mirrored("sgd", shards=2, extra=["--clip-norm", "0.5"])
+    check.synchronous_equals_mirrored("sgd", "mixed_float16", shards=2)
+    check.synchronous_equals_mirrored("sgd", model=["--model", "resnet", "--model-options",
+                                                    "depth=8,width=8"], shards=2)
+    check.shard_state_in_checkpoints()
     check.asynchronous()
+    check.asynchronous(shards=2)
     check.checkpoints()
     check.worker_lost("killed")
     check.worker_lost("stopped")
     check.server_lost("killed", [])
     check.server_lost("stopped", ["--peer-timeout", "3"])
-    check.refused(["--ps", "2"], "across processes the parameter server is one process")
+    check.server_lost("killed", [], shards=2)
+    check.server_lost("stopped", ["--peer-timeout", "3"], shards=2)
+    check.refused(["--ps", "3"], "would hold the parameter-server shards and leave no worker")
     check.refused(["--devices", "2"], "each parameter-server worker is one process")
     if check.failures:
         print(f"{len(check.failures)} failed: {', '.join(check.failures)}")

@@ -492,6 +492,7 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   }
   distribute::ParameterServerOptions& p = config.parameter_server;
   p.shards = o.ps.value_or(1);  // its range: check_engine_options
+  config.strategy.ps_shards = p.shards;
   p.backup_workers = o.backup_workers;
   p.staleness_aware_lr = o.staleness_aware_lr;
   if (!o.max_staleness.empty() && o.max_staleness != "unbounded") {

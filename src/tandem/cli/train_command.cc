@@ -123,17 +123,8 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
   if (strategy == "multi_worker") return;
   const int processes = comm::launched_process_count();
   if (processes == 0 || processes == 1) return;
-  if (strategy == "parameter_server") {
-    // Rank 0 serves every shard; the other processes are its workers.
-    const int shards = o.ps.value_or(1);
-    if (shards != 1) {
-      TANDEM_THROW(InvalidArgument, "--ps ", shards, " with mpirun -np ", processes,
-                   ": across processes the parameter server is one process, rank 0, and the "
-                   "other ", processes - 1, " are workers; give --ps 1 (several shards on "
-                   "several ranks are not built)");
-    }
-    return;
-  }
+  // The parameter server's ranks and workers: strategy_layout.
+  if (strategy == "parameter_server") return;
   TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ",
                processes > 1 ? fmt::format("{} processes", processes) : "several processes",
                " and --strategy ", o.strategy,
@@ -251,8 +242,8 @@ int run_train(TrainOptions& o) {
 
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
-  if (strategy.is_remote_worker()) {
-    // A parameter-server worker process: it computes what rank 0 sends.
+  if (strategy.serves_chief()) {
+    // A parameter-server worker or shard rank: it serves rank 0.
     trainer.serve_remote_work();
     return 0;
   }

@@ -28,11 +28,13 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/detail/engine_parts.h"
+#include "tandem/distribute/detail/ps_messages.h"
 #include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/parameter_server_processes.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/optim/optimizer.h"
 
 namespace tandem::distribute {
 namespace {
@@ -60,6 +62,8 @@ struct Work {
 struct Gradient : detail::WorkerGradient {
   std::vector<double> reports;
   double wire_seconds = 0.0;  // a remote worker's: the round trip less its compute
+  int64_t share = 0;          // a remote worker's count: names its gradient on shard ranks
+  std::vector<double> shard_squares;  // a remote worker's, per shard, with clipping
 };
 
 class ParameterServerEngine : public Engine {
@@ -70,7 +74,8 @@ class ParameterServerEngine : public Engine {
 
   std::string name() const override { return "parameter_server"; }
   nn::Module& model(int local_replica) override { return *workers_.at(local_replica).model; }
-  // Every shard's optimizer has the same settings; the first stands for them.
+  // Every shard's optimizer has the same settings; the first (always in
+  // this process) stands for them.
   optim::Optimizer& optimizer(int) override { return *shards_.front().optimizer; }
   const precision::LossScaler* loss_scaler() const override { return scaler_.get(); }
 
@@ -89,6 +94,7 @@ class ParameterServerEngine : public Engine {
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
     std::deque<Work> queue;                         // synchronous rounds: this worker's shares
     std::optional<int64_t> pulled;                  // the version it computes on, while it does
+    int64_t shares = 0;   // shares handed to a remote worker
     bool lost = false;    // a remote worker whose process is gone or given up
     bool silent = false;  // given up for its silence: its process may still exist
     // Since the engine last reported; under the lock, like every field the
@@ -101,7 +107,11 @@ class ParameterServerEngine : public Engine {
   struct Shard {
     std::vector<size_t> pieces;   // indices into pieces_
     std::vector<Variable> views;  // each piece's rows of its variable, gradient included
-    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<optim::Optimizer> optimizer;  // null on a shard rank's shard
+    // A shard kept by another process (a shard rank across processes):
+    // its optimizer and the master values are there; the views here hold
+    // the values as of the last fetch_remote_values().
+    detail::WorkerLink* link = nullptr;
   };
 
   bool synchronous() const { return ps_.max_staleness && *ps_.max_staleness == 0; }
@@ -126,7 +136,20 @@ class ParameterServerEngine : public Engine {
   void push_to_round(Worker& w, const Work& work, const Gradient& g);
   void finish_round_if_complete(const Work& work);
   void stage(const Worker& w, bool add);
-  void apply(double learning_rate);
+  // Applies the staged gradient here and has the shard ranks apply
+  // `update` (its sources: the same gradients); `worker_squares`, when
+  // given, are the one gradient's squared norms per shard (for clipping).
+  void apply(double learning_rate, detail::ShardUpdate update,
+             const std::vector<double>* worker_squares = nullptr);
+  bool remote_shards() const { return shards_.size() > 1 && shards_.back().link != nullptr; }
+  void tell_shards(const detail::ShardUpdate& update);
+  // The shard ranks' values into server_ (after a drain).
+  void fetch_remote_values();
+  // A shard's optimizer state under its own names (for a shard rank's, a copy).
+  std::vector<std::pair<std::string, Tensor>> shard_state(Shard& shard);
+  // Shard rank k's values from server_, and its optimizer state; waits
+  // until it has them (a worker's pull must not overtake them).
+  void load_shard_rank(int k, const std::vector<std::pair<std::string, Tensor>>& state);
   void drop_stale_shares();
   StepResult take_results(Clock::time_point since);
   void rethrow_if_failed();
@@ -151,6 +174,7 @@ class ParameterServerEngine : public Engine {
   int round_arrivals_ = 0;
   int64_t round_rows_ = 0;
   bool round_finite_ = true;
+  std::vector<detail::ShareId> round_sources_, round_discards_;  // for the shard ranks
   std::vector<int64_t> staleness_;  // since the last report
   int64_t applied_ = 0, rejected_ = 0;
   std::atomic<int64_t> handed_out_{0};  // shares sent to remote workers (the fault-injection hook)
@@ -206,7 +230,6 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
   }
   if (options.loss_scale) scaler_ = std::make_unique<precision::LossScaler>(*options.loss_scale);
   // The server starts from worker 0's initial weights.
-  std::vector<Shape> shapes;
   for (const Variable& p : workers_.front().parameters) {
     DeviceScope device(strategy.device(0));
     MemoryCategoryScope category(MemoryCategory::parameters);
@@ -214,23 +237,24 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
     master.set_grad_buffer(
         Tensor::zeros(p.shape(), DType::f32, p.value().device(), MemoryCategory::gradients));
     server_.push_back(master);
-    shapes.push_back(p.shape());
   }
   staged_.assign(server_.size(), false);
-  const bool layerwise = options.optimizer.name == "lars" || options.optimizer.name == "lamb";
-  pieces_ = partition_variables(shapes, ps_.shards, ps_.min_shard_bytes, !layerwise);
+  pieces_ = detail::server_pieces(server_, options);
   shards_.resize(static_cast<size_t>(ps_.shards));
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    const VariablePiece& piece = pieces_[k];
-    const Variable& whole = server_[piece.variable];
-    const bool scalar = whole.shape().rank() == 0;
-    Variable view(scalar ? whole.value() : whole.value().slice(piece.begin, piece.end), true);
-    view.set_grad_buffer(scalar ? whole.grad_buffer()
-                                : whole.grad_buffer().slice(piece.begin, piece.end));
-    shards_[piece.shard].pieces.push_back(k);
-    shards_[piece.shard].views.push_back(view);
+  const size_t shard_ranks = remote_ ? remote_->shard_links.size() : 0;
+  if (shard_ranks != 0 && shard_ranks + 1 != shards_.size()) {
+    TANDEM_THROW(InvalidArgument, "the parameter server has ", shard_ranks + 1,
+                 " shard ranks for ", shards_.size(), " shards");
   }
-  for (Shard& shard : shards_) {
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    Shard& shard = shards_[k];
+    shard.views = detail::shard_views(server_, pieces_, static_cast<int>(k), &shard.pieces);
+    if (k > 0 && shard_ranks != 0) {
+      // The shard rank's first values: this process's, like every worker's.
+      shard.link = remote_->shard_links[k - 1].get();
+      load_shard_rank(static_cast<int>(k), {});
+      continue;
+    }
     MemoryCategoryScope category(MemoryCategory::optimizer_state);
     shard.optimizer = optim::make_optimizer(options.optimizer, shard.views);
   }
@@ -270,6 +294,13 @@ ParameterServerEngine::~ParameterServerEngine() {
     } catch (const Error&) {
     }
     remote_->links[r]->close();
+  }
+  for (auto& link : remote_->shard_links) {
+    try {
+      link->send(detail::FrameKind::stop, {stop.bytes()});
+    } catch (const Error&) {
+    }
+    link->close();
   }
 }
 
@@ -341,7 +372,22 @@ void ParameterServerEngine::drain() {
   }
   rethrow_if_failed();
   std::lock_guard<std::mutex> lock(mutex_);
+  fetch_remote_values();
   for (Worker& w : workers_) pull(w);
+}
+
+void ParameterServerEngine::fetch_remote_values() {
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    detail::WorkerLink* link = shards_[k].link;
+    if (link == nullptr) continue;
+    link->send(detail::FrameKind::values, {});
+    auto [kind, payload] = link->receive(remote_->silence_seconds);
+    if (kind != detail::FrameKind::values)
+      TANDEM_THROW(IoError, link->peer(), " answered a values request with frame kind ",
+                   static_cast<int>(kind));
+    detail::FrameReader in(payload, "values from " + link->peer());
+    detail::read_shard_values(in, pieces_, static_cast<int>(k), server_);
+  }
 }
 
 StepResult ParameterServerEngine::step(const data::Element& batch, const ForwardFn& forward,
@@ -535,16 +581,21 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
 
 Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work) {
   detail::WorkerLink& link = *remote_->links[static_cast<size_t>(r)];
+  const std::string& name = remote_->names[static_cast<size_t>(r)];
   const auto start = Clock::now();
+  Gradient g;
+  g.share = ++w.shares;
   {
     detail::FrameWriter out;
-    out.u64(static_cast<uint64_t>(work.step));
-    out.u64(static_cast<uint64_t>(work.global_rows));
-    out.u64(static_cast<uint64_t>(divisor(work)));
-    out.f64(w.scaler ? w.scaler->scale() : 0.0);
+    detail::write_work(out, {.step = work.step,
+                             .global_rows = work.global_rows,
+                             .divisor = divisor(work),
+                             .scale = w.scaler ? w.scaler->scale() : 0.0,
+                             .version = *w.pulled,
+                             .share = g.share});
     out.element(work.rows);
-    out.u64(w.parameters.size());
-    for (const Variable& p : w.parameters) out.tensor(p.value());
+    // Shard 0's values; the worker pulls the other shards' from their ranks.
+    detail::write_shard_values(out, pieces_, 0, w.parameters);
     // Buffers (batch norm's running statistics) are each worker's own, as
     // in one process: its copy here travels out and back with every share.
     detail::write_buffers(out, *w.model);
@@ -552,33 +603,19 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
   }
   detail::maybe_kill_after_work(handed_out_.fetch_add(1) + 1);
   auto [kind, payload] = link.receive(remote_->silence_seconds);
-  if (kind != detail::FrameKind::gradient) {
-    TANDEM_THROW(IoError, remote_->names[static_cast<size_t>(r)], " answered work with frame kind ",
-                 static_cast<int>(kind));
-  }
-  detail::FrameReader in(payload, "gradient from " + remote_->names[static_cast<size_t>(r)]);
-  Gradient g;
-  g.rows = static_cast<int64_t>(in.u64());
-  g.loss_sum = in.f64();
-  g.finite = in.u64() != 0;
-  g.forward_seconds = in.f64();
-  g.backward_seconds = in.f64();
-  const uint64_t reports = in.u64();
-  if (reports > 4096) TANDEM_THROW(IoError, "a gradient frame with ", reports, " report values");
-  for (uint64_t i = 0; i < reports; ++i) g.reports.push_back(in.f64());
-  if (in.u64() != w.parameters.size()) {
-    TANDEM_THROW(IoError, remote_->names[static_cast<size_t>(r)],
-                 " sent gradients for a different number of parameters (not the same model?)");
-  }
-  for (Variable& p : w.parameters) {
-    if (in.u64() == 0) {
-      p.zero_grad();
-      continue;
-    }
-    Tensor buffer = p.grad_buffer();
-    in.tensor_into(buffer);
-    p.define_grad();
-  }
+  if (kind != detail::FrameKind::gradient)
+    TANDEM_THROW(IoError, name, " answered work with frame kind ", static_cast<int>(kind));
+  detail::FrameReader in(payload, "gradient from " + name);
+  detail::GradientReport report = detail::read_report(in);
+  g.rows = report.rows;
+  g.loss_sum = report.loss_sum;
+  g.finite = report.finite;
+  g.forward_seconds = report.forward_seconds;
+  g.backward_seconds = report.backward_seconds;
+  g.reports = std::move(report.reports);
+  g.shard_squares = std::move(report.shard_squares);
+  for (Variable& p : w.parameters) p.zero_grad();
+  detail::read_shard_gradients(in, pieces_, 0, w.parameters);
   detail::read_buffers(in, *w.model);
   // The wire and the remote process's own overhead count as communication.
   const double wall = seconds(Clock::now() - start);
@@ -602,6 +639,8 @@ void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const s
   }
   for (const Work& queued : w.queue) w.dropped += rows_of(queued.rows);
   w.queue.clear();
+  // A gradient it pushed to the shard ranks but never reported is of no use.
+  tell_shards({.discards = {{w.context.global_replica, -1}}});
   if (live == 0) {
     failed_ = true;
     if (!error_) {
@@ -633,7 +672,16 @@ void ParameterServerEngine::stage(const Worker& w, bool add) {
   }
 }
 
-void ParameterServerEngine::apply(double learning_rate) {
+void ParameterServerEngine::tell_shards(const detail::ShardUpdate& update) {
+  if (!remote_shards()) return;
+  detail::FrameWriter out;
+  detail::write_update(out, update);
+  for (Shard& shard : shards_)
+    if (shard.link) shard.link->send(detail::FrameKind::update, {out.bytes()});
+}
+
+void ParameterServerEngine::apply(double learning_rate, detail::ShardUpdate update,
+                                  const std::vector<double>* worker_squares) {
   trace::Span span("parameter server update", "step");
   for (size_t i = 0; i < server_.size(); ++i) {
     if (staged_[i]) {
@@ -642,8 +690,6 @@ void ParameterServerEngine::apply(double learning_rate) {
       server_[i].zero_grad();
     }
   }
-  if (options_.optimizer.global_clip_norm > 0.0)
-    optim::clip_grad_norm(server_, options_.optimizer.global_clip_norm);
   for (Shard& shard : shards_) {
     for (size_t k = 0; k < shard.views.size(); ++k) {
       if (staged_[pieces_[shard.pieces[k]].variable]) {
@@ -652,6 +698,45 @@ void ParameterServerEngine::apply(double learning_rate) {
         shard.views[k].zero_grad();
       }
     }
+  }
+  update.advance = update.step = true;
+  update.learning_rate = learning_rate;
+  const double max_norm = options_.optimizer.global_clip_norm;
+  if (max_norm > 0.0 && !remote_shards()) {
+    optim::clip_grad_norm(server_, max_norm);
+  } else if (max_norm > 0.0) {
+    // The norm is over every shard's part of the update: one gradient's
+    // comes from its worker; a round's sum is asked of the shard ranks.
+    std::vector<Variable>& local = shards_.front().views;
+    double squares = 0.0;
+    if (worker_squares && worker_squares->size() == shards_.size()) {
+      for (double s : *worker_squares) squares += s;
+      update.clip_norm = std::sqrt(squares);
+      tell_shards(update);
+    } else {
+      update.report_squares = true;
+      tell_shards(update);
+      squares = optim::gradient_squares(local);
+      for (Shard& shard : shards_) {
+        if (!shard.link) continue;
+        auto [kind, payload] = shard.link->receive(remote_->silence_seconds);
+        detail::FrameReader in(payload, "squares from " + shard.link->peer());
+        if (kind != detail::FrameKind::squares)
+          TANDEM_THROW(IoError, shard.link->peer(), " answered an update with frame kind ",
+                       static_cast<int>(kind));
+        squares += in.f64();
+      }
+      detail::FrameWriter norm;
+      norm.f64(std::sqrt(squares));
+      for (Shard& shard : shards_)
+        if (shard.link) shard.link->send(detail::FrameKind::norm, {norm.bytes()});
+    }
+    optim::clip_to_norm(local, std::sqrt(squares), max_norm);
+  } else {
+    tell_shards(update);
+  }
+  for (Shard& shard : shards_) {
+    if (!shard.optimizer) continue;
     shard.optimizer->set_learning_rate(learning_rate);
     shard.optimizer->step();
   }
@@ -660,15 +745,17 @@ void ParameterServerEngine::apply(double learning_rate) {
 
 void ParameterServerEngine::push_asynchronous(Worker& w, const Work& work, const Gradient& g) {
   const int64_t staleness = version_ - *w.pulled;
+  const detail::ShareId id{w.context.global_replica, g.share};
   if (scaler_) scaler_->update(g.finite);
   if (!g.finite) {
     ++rejected_;
+    tell_shards({.discards = {id}});
     return;
   }
   stage(w, /*add=*/false);
   double lr = work.learning_rate.value_or(options_.optimizer.learning_rate);
   if (ps_.staleness_aware_lr && staleness > 1) lr /= static_cast<double>(staleness);
-  apply(lr);
+  apply(lr, {.sources = {id}}, &g.shard_squares);
   ++version_;
   if (staleness_.size() <= static_cast<size_t>(staleness))
     staleness_.resize(static_cast<size_t>(staleness) + 1, 0);
@@ -676,8 +763,10 @@ void ParameterServerEngine::push_asynchronous(Worker& w, const Work& work, const
 }
 
 void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gradient& g) {
+  const detail::ShareId id{w.context.global_replica, g.share};
   if (version_ != work.round) {  // its round was applied without it
     w.dropped += g.rows;
+    tell_shards({.discards = {id}});
     return;
   }
   if (round_arrivals_ == 0) {
@@ -687,13 +776,21 @@ void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gra
   }
   round_finite_ = round_finite_ && g.finite;
   round_rows_ += g.rows;
-  if (g.finite) stage(w, /*add=*/true);
+  if (g.finite) {
+    stage(w, /*add=*/true);
+    round_sources_.push_back(id);
+  } else {
+    round_discards_.push_back(id);
+  }
   ++round_arrivals_;
   finish_round_if_complete(work);
 }
 
 void ParameterServerEngine::finish_round_if_complete(const Work& work) {
   if (round_arrivals_ < required_arrivals()) return;
+  detail::ShardUpdate update{.advance = true,
+                             .sources = std::exchange(round_sources_, {}),
+                             .discards = std::exchange(round_discards_, {})};
   // Each gradient was divided by the whole batch's rows: rescale to the
   // mean over the rows that arrived in time.
   if (round_finite_ && round_rows_ > 0) {
@@ -705,12 +802,17 @@ void ParameterServerEngine::finish_round_if_complete(const Work& work) {
         Tensor staged = server_[i].grad_buffer();
         kernels::add_into(staged, staged, factor - 1.0f);
       }
+      update.factor = factor;
     }
-    apply(work.learning_rate.value_or(options_.optimizer.learning_rate));
+    apply(work.learning_rate.value_or(options_.optimizer.learning_rate), std::move(update));
     if (staleness_.empty()) staleness_.resize(1, 0);
     staleness_[0] += round_arrivals_;
-  } else if (!round_finite_) {
-    ++rejected_;
+  } else {
+    if (!round_finite_) ++rejected_;
+    // The version moves on without an update: the shard ranks' too.
+    update.discards.insert(update.discards.end(), update.sources.begin(), update.sources.end());
+    update.sources.clear();
+    tell_shards(update);
   }
   if (scaler_) scaler_->update(round_finite_);
   round_arrivals_ = 0;
@@ -755,6 +857,34 @@ void ParameterServerEngine::evaluate(const data::Element& batch, const EvaluateF
       strategy(), [&](int r) -> nn::Module& { return *workers_[r].model; }, batch, fn);
 }
 
+void ParameterServerEngine::load_shard_rank(
+    int k, const std::vector<std::pair<std::string, Tensor>>& state) {
+  detail::WorkerLink& link = *shards_[static_cast<size_t>(k)].link;
+  detail::FrameWriter load;
+  detail::write_shard_values(load, pieces_, k, server_);
+  detail::write_named_tensors(load, state);
+  link.send(detail::FrameKind::load, {load.bytes()});
+  auto [kind, payload] = link.receive(remote_->silence_seconds);
+  if (kind != detail::FrameKind::ack)
+    TANDEM_THROW(IoError, link.peer(), " answered its values with frame kind ",
+                 static_cast<int>(kind));
+}
+
+std::vector<std::pair<std::string, Tensor>> ParameterServerEngine::shard_state(Shard& shard) {
+  if (!shard.link) {
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& [name, t] : shard.optimizer->state()) state.emplace_back(name, *t);
+    return state;
+  }
+  shard.link->send(detail::FrameKind::state, {});
+  auto [kind, payload] = shard.link->receive(remote_->silence_seconds);
+  if (kind != detail::FrameKind::state)
+    TANDEM_THROW(IoError, shard.link->peer(), " answered a state request with frame kind ",
+                 static_cast<int>(kind));
+  detail::FrameReader in(payload, "optimizer state from " + shard.link->peer());
+  return detail::read_named_tensors(in);
+}
+
 EngineState ParameterServerEngine::save_state() {
   drain();
   EngineState state;
@@ -764,14 +894,14 @@ EngineState ParameterServerEngine::save_state() {
   Tensor updates = Tensor::zeros(Shape{static_cast<int64_t>(server_.size())}, DType::i32);
   std::vector<std::vector<std::pair<std::string, Tensor>>> slots(server_.size());
   for (Shard& shard : shards_) {
-    for (const auto& [name, t] : shard.optimizer->state()) {
+    for (const auto& [name, t] : shard_state(shard)) {
       if (name == "updates") {
         for (size_t k = 0; k < shard.pieces.size(); ++k)
-          updates.data<int32_t>()[pieces_[shard.pieces[k]].variable] = t->data<int32_t>()[k];
+          updates.data<int32_t>()[pieces_[shard.pieces[k]].variable] = t.data<int32_t>()[k];
         continue;
       }
       const size_t dot = name.find('.');
-      const VariablePiece& piece = pieces_[shard.pieces[std::stoul(name.substr(0, dot))]];
+      const VariablePiece& piece = pieces_[shard.pieces.at(std::stoul(name.substr(0, dot)))];
       const std::string slot = name.substr(dot + 1);
       auto& mine = slots[piece.variable];
       auto it =
@@ -782,10 +912,10 @@ EngineState ParameterServerEngine::save_state() {
       }
       Tensor whole = it->second;
       if (whole.rank() == 0) {
-        whole.copy_from(*t);
+        whole.copy_from(t);
       } else {
         Tensor rows = whole.slice(piece.begin, piece.end);
-        rows.copy_from(*t);
+        rows.copy_from(t);
       }
     }
   }
@@ -811,15 +941,17 @@ void ParameterServerEngine::load_state(const EngineState& state) {
     TANDEM_THROW(IoError, "checkpoint tensor 'optimizer.updates' has ", updates.numel(),
                  " counts for ", server_.size(), " parameters");
   }
-  for (Shard& shard : shards_) {
-    for (const auto& [name, t] : shard.optimizer->state()) {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    Shard& shard = shards_[s];
+    std::vector<std::pair<std::string, Tensor>> own = shard_state(shard);
+    for (auto& [name, t] : own) {
       if (name == "updates") {
         for (size_t k = 0; k < shard.pieces.size(); ++k)
-          t->data<int32_t>()[k] = updates.data<int32_t>()[pieces_[shard.pieces[k]].variable];
+          t.data<int32_t>()[k] = updates.data<int32_t>()[pieces_[shard.pieces[k]].variable];
         continue;
       }
       const size_t dot = name.find('.');
-      const VariablePiece& piece = pieces_[shard.pieces[std::stoul(name.substr(0, dot))]];
+      const VariablePiece& piece = pieces_[shard.pieces.at(std::stoul(name.substr(0, dot)))];
       const std::string full = "optimizer." + std::to_string(piece.variable) + name.substr(dot);
       const Tensor& whole = state.tensor(full);
       if (whole.shape() != server_[piece.variable].shape() || whole.dtype() != DType::f32) {
@@ -827,8 +959,9 @@ void ParameterServerEngine::load_state(const EngineState& state) {
                      whole.shape().to_string(), ", expected ",
                      server_[piece.variable].shape().to_string());
       }
-      t->copy_from(whole.rank() == 0 ? whole : whole.slice(piece.begin, piece.end));
+      t.copy_from(whole.rank() == 0 ? whole : whole.slice(piece.begin, piece.end));
     }
+    if (shard.link) load_shard_rank(static_cast<int>(s), own);
   }
   detail::load_scaler_state(state, scaler_.get());
   for (Worker& w : workers_) pull(w);
@@ -843,21 +976,6 @@ std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const M
 }
 
 namespace detail {
-
-void write_buffers(FrameWriter& out, nn::Module& model) {
-  const auto buffers = model.named_buffers();
-  out.u64(buffers.size());
-  for (const auto& [name, t] : buffers) out.tensor(*t);
-}
-
-void read_buffers(FrameReader& in, nn::Module& model) {
-  const auto buffers = model.named_buffers();
-  if (in.u64() != buffers.size()) {
-    TANDEM_THROW(IoError, "a parameter-server frame holds buffers for a different model (every "
-                 "process must build the same one)");
-  }
-  for (const auto& [name, t] : buffers) in.tensor_into(*t);
-}
 
 void maybe_kill_after_work(int64_t done) {
   static const char* spec = std::getenv("TANDEM_TEST_KILL_AFTER_WORK");

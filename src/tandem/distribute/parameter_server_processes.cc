@@ -11,6 +11,7 @@
 #include "tandem/base/error.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/engine_parts.h"
+#include "tandem/distribute/detail/ps_messages.h"
 #include "tandem/distribute/detail/worker_link.h"
 
 namespace tandem::distribute {
@@ -25,6 +26,92 @@ std::string host_name() {
   return name;
 }
 
+// "host\nport\naddress address ...": where this rank's peers find it.
+std::string card_of(const detail::WorkerListener& listener) {
+  std::string card = host_name() + "\n" + std::to_string(listener.port()) + "\n";
+  for (const std::string& a : detail::host_addresses()) card += a + " ";
+  return card;
+}
+
+// Every server rank's card, rank k at index k: each broadcasts its own in
+// turn (`mine` on a server rank, ignored elsewhere).
+std::vector<std::string> exchange_cards(int shards, const std::string& mine) {
+  const int rank = comm::mpi_world_rank();
+  std::vector<std::string> cards;
+  for (int k = 0; k < shards; ++k) cards.push_back(comm::mpi_broadcast(k == rank ? mine : "", k));
+  return cards;
+}
+
+// A connection to the server rank `server_rank` behind `card`, introduced
+// by a hello frame saying who this process is.
+std::unique_ptr<detail::WorkerLink> connect_with_hello(const std::string& card, int server_rank) {
+  std::istringstream in(card);
+  std::string host, address;
+  int port = 0;
+  std::getline(in, host);
+  in >> port;
+  std::vector<std::string> addresses;
+  // On the server's host, the loopback first.
+  if (host == host_name()) addresses.emplace_back("127.0.0.1");
+  while (in >> address) addresses.push_back(address);
+  const std::string server =
+      server_rank == 0 ? fmt::format("the parameter server (rank 0 on host {})", host)
+                       : fmt::format("parameter-server shard {} (rank {} on host {})",
+                                     server_rank, server_rank, host);
+  auto link = std::make_unique<detail::WorkerLink>(
+      detail::connect_to(addresses, port, kConnectSeconds), server);
+  detail::FrameWriter hello;
+  hello.u64(static_cast<uint64_t>(comm::mpi_world_rank()));
+  hello.u64(static_cast<uint64_t>(::getpid()));
+  hello.text(host_name());
+  link->send(detail::FrameKind::hello, {hello.bytes()});
+  return link;
+}
+
+struct Hello {
+  int rank = 0;
+  int pid = 0;
+  std::string host;
+  std::unique_ptr<detail::WorkerLink> link;
+};
+
+// The next `count` connections whose hellos come from ranks in
+// [first, last), each rank once.
+std::vector<Hello> accept_hellos(detail::WorkerListener& listener, int count, int first,
+                                 int last, const std::string& who) {
+  std::vector<Hello> hellos;
+  std::vector<bool> seen(static_cast<size_t>(last), false);
+  while (static_cast<int>(hellos.size()) < count) {
+    Hello h;
+    h.link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds),
+                                                  "a connecting process");
+    uint64_t rank = 0;
+    try {
+      auto [kind, payload] = h.link->receive(kHelloSeconds);
+      detail::FrameReader in(payload, "a hello");
+      rank = in.u64();
+      h.pid = static_cast<int>(in.u64());
+      h.host = in.text();
+      if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
+    } catch (const Error& e) {
+      // Something else found the port: not one of ours, and not fatal.
+      fmt::print(stderr, "tandem: warning: {} ignored a connection that is not a tandem process "
+                 "of this job ({})\n", who, e.what());
+      continue;
+    }
+    if (rank < static_cast<uint64_t>(first) || rank >= static_cast<uint64_t>(last) ||
+        seen[rank]) {
+      TANDEM_THROW(IoError, who, " got a hello from rank ", rank, " on host ", h.host,
+                   ", which is not one of ranks ", first, "..", last - 1,
+                   " or connected twice");
+    }
+    seen[rank] = true;
+    h.rank = static_cast<int>(rank);
+    hellos.push_back(std::move(h));
+  }
+  return hellos;
+}
+
 }  // namespace
 
 RemoteWorkers::RemoteWorkers() = default;
@@ -34,88 +121,96 @@ bool parameter_server_across_processes() {
   return comm::launched_by_mpi() && comm::launched_process_count() > 1;
 }
 
-std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, double silence_seconds) {
+std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, int shards,
+                                                     double silence_seconds) {
   detail::WorkerListener listener;
-  // "host\nport\naddress address ...": where the workers find this process.
-  std::string card = host_name() + "\n" + std::to_string(listener.port()) + "\n";
-  for (const std::string& a : detail::host_addresses()) card += a + " ";
-  comm::mpi_broadcast(card, 0);
+  exchange_cards(shards, card_of(listener));
   auto remote = std::make_shared<RemoteWorkers>();
   remote->silence_seconds = silence_seconds;
   remote->links.resize(static_cast<size_t>(workers));
   remote->names.resize(static_cast<size_t>(workers));
   remote->pids.resize(static_cast<size_t>(workers));
   remote->on_this_host.resize(static_cast<size_t>(workers));
-  for (int connected = 0; connected < workers;) {
-    auto link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds),
-                                                     "a connecting worker");
-    uint64_t rank = 0, pid = 0;
-    std::string host;
-    try {
-      auto [kind, payload] = link->receive(kHelloSeconds);
-      detail::FrameReader in(payload, "a worker's hello");
-      rank = in.u64();
-      pid = in.u64();
-      host = in.text();
-      if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
-    } catch (const Error& e) {
-      // Something else found the port: not one of ours, and not fatal.
-      fmt::print(stderr, "tandem: warning: the parameter server ignored a connection that is "
-                 "not a tandem worker ({})\n", e.what());
+  remote->shard_links.resize(static_cast<size_t>(shards - 1));
+  for (Hello& h : accept_hellos(listener, workers + shards - 1, 1, shards + workers,
+                                "the parameter server")) {
+    if (h.rank < shards) {
+      h.link->set_peer(fmt::format("parameter-server shard {} (rank {}, pid {} on host {})",
+                                   h.rank, h.rank, h.pid, h.host));
+      remote->shard_links[static_cast<size_t>(h.rank - 1)] = std::move(h.link);
       continue;
     }
-    if (rank < 1 || rank > static_cast<uint64_t>(workers) || remote->links[rank - 1]) {
-      TANDEM_THROW(IoError, "the parameter server got a hello from rank ", rank, " on host ", host,
-                   ", which is not one of its ", workers, " workers or connected twice");
-    }
-    const size_t r = rank - 1;
-    remote->names[r] = fmt::format("worker {} (rank {}, pid {} on host {})", r, rank, pid, host);
-    remote->pids[r] = static_cast<int>(pid);
-    remote->on_this_host[r] = host == host_name();
-    link->set_peer(remote->names[r]);
-    remote->links[r] = std::move(link);
-    ++connected;
+    const auto r = static_cast<size_t>(h.rank - shards);
+    remote->names[r] = fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host);
+    remote->pids[r] = h.pid;
+    remote->on_this_host[r] = h.host == host_name();
+    h.link->set_peer(remote->names[r]);
+    remote->links[r] = std::move(h.link);
   }
+  // Heartbeats to every peer: the shard ranks too hear from the chief.
   for (auto& link : remote->links) link->start_heartbeats();
+  for (auto& link : remote->shard_links) link->start_heartbeats();
   return remote;
 }
 
-std::unique_ptr<detail::WorkerLink> connect_to_parameter_server() {
-  const int rank = comm::mpi_world_rank();
-  std::istringstream card(comm::mpi_broadcast({}, 0));
-  std::string host, address;
-  int port = 0;
-  std::getline(card, host);
-  card >> port;
-  std::vector<std::string> addresses;
-  // On the server's host, the loopback first.
-  if (host == host_name()) addresses.emplace_back("127.0.0.1");
-  while (card >> address) addresses.push_back(address);
-  const std::string server = fmt::format("the parameter server (rank 0 on host {})", host);
-  auto link = std::make_unique<detail::WorkerLink>(
-      detail::connect_to(addresses, port, kConnectSeconds), server);
-  detail::FrameWriter hello;
-  hello.u64(static_cast<uint64_t>(rank));
-  hello.u64(static_cast<uint64_t>(::getpid()));
-  hello.text(host_name());
-  link->send(detail::FrameKind::hello, {hello.bytes()});
-  link->start_heartbeats();
-  return link;
+std::vector<std::unique_ptr<detail::WorkerLink>> connect_to_parameter_servers(int shards) {
+  const std::vector<std::string> cards = exchange_cards(shards, "");
+  std::vector<std::unique_ptr<detail::WorkerLink>> links;
+  for (int k = 0; k < shards; ++k) {
+    links.push_back(connect_with_hello(cards[static_cast<size_t>(k)], k));
+    links.back()->start_heartbeats();
+  }
+  return links;
 }
 
-void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
-                                 const ForwardFn& forward, const EngineOptions& options,
-                                 const ReplicaContext& context,
+ShardRankLinks::ShardRankLinks() = default;
+ShardRankLinks::~ShardRankLinks() = default;
+ShardRankLinks::ShardRankLinks(ShardRankLinks&&) noexcept = default;
+
+ShardRankLinks accept_shard_clients(int shards, int workers) {
+  const int rank = comm::mpi_world_rank();
+  detail::WorkerListener listener;
+  const std::vector<std::string> cards = exchange_cards(shards, card_of(listener));
+  ShardRankLinks links;
+  // No heartbeats to the chief: it reads this connection only for the
+  // answers it asks for (a silent shard rank is noticed by the workers).
+  links.chief = connect_with_hello(cards.front(), 0);
+  links.workers.resize(static_cast<size_t>(workers));
+  for (Hello& h : accept_hellos(listener, workers, shards, shards + workers,
+                                fmt::format("parameter-server shard {}", rank))) {
+    const auto r = static_cast<size_t>(h.rank - shards);
+    h.link->set_peer(fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host));
+    h.link->start_heartbeats();
+    links.workers[r] = std::move(h.link);
+  }
+  return links;
+}
+
+void serve_parameter_server_work(std::vector<std::unique_ptr<detail::WorkerLink>>& servers,
+                                 nn::Module& model, const ForwardFn& forward,
+                                 const EngineOptions& options, const ReplicaContext& context,
                                  const std::function<std::vector<double>()>& take_reports,
                                  double silence_seconds) {
   ReplicaScope scope(context);
   std::vector<Variable> parameters = model.parameters();
+  const std::vector<VariablePiece> pieces = detail::server_pieces(parameters, options);
+  const int shards = static_cast<int>(servers.size());
   std::optional<precision::LossScaler> scaler;
   if (options.loss_scale) scaler.emplace(*options.loss_scale);
   model.train();
-  const std::string what = "work from " + link.peer();
-  for (int64_t received = 1;; ++received) {
+  detail::WorkerLink& chief = *servers.front();
+  const auto expect = [&](detail::WorkerLink& link, detail::FrameKind want,
+                          const char* what) -> std::string {
     auto [kind, payload] = link.receive(silence_seconds);
+    if (kind != want) {
+      TANDEM_THROW(IoError, link.peer(), " sent frame kind ", static_cast<int>(kind), " where ",
+                   what, " was expected");
+    }
+    return std::move(payload);
+  };
+  const std::string what = "work from " + chief.peer();
+  for (int64_t received = 1;; ++received) {
+    auto [kind, payload] = chief.receive(silence_seconds);
     if (kind == detail::FrameKind::stop) {
       // The server lost a worker: a bounded MPI_Finalize here too (see the engine).
       detail::FrameReader in(payload, "the server's stop");
@@ -123,45 +218,50 @@ void serve_parameter_server_work(detail::WorkerLink& link, nn::Module& model,
       return;
     }
     if (kind != detail::FrameKind::work)
-      TANDEM_THROW(IoError, link.peer(), " sent frame kind ", static_cast<int>(kind));
+      TANDEM_THROW(IoError, chief.peer(), " sent frame kind ", static_cast<int>(kind));
     detail::maybe_kill_after_work(received);
     detail::FrameReader in(payload, what);
-    const auto step = static_cast<int64_t>(in.u64());
-    const auto global_rows = static_cast<int64_t>(in.u64());
-    const auto divisor = static_cast<int64_t>(in.u64());
-    const double scale = in.f64();
+    const detail::WorkOrder order = detail::read_work(in);
     const data::Element rows = in.element();
-    if (in.u64() != parameters.size()) {
-      TANDEM_THROW(IoError, what, ": parameters for a different model (every process must "
-                   "build the same one)");
-    }
-    for (Variable& p : parameters) {
-      Tensor value = p.value();
-      in.tensor_into(value);
-      p.mark_modified();
-    }
+    detail::read_shard_values(in, pieces, 0, parameters);
     detail::read_buffers(in, model);
-    if (divisor < 1 || global_rows < 1) TANDEM_THROW(IoError, what, ": a divisor of ", divisor);
-    if (scaler) scaler->restore(scale, 0, 0);
-    const detail::WorkerGradient g = detail::compute_worker_gradient(
-        model, parameters, forward, rows, global_rows, divisor, step, options, context,
-        scaler ? &*scaler : nullptr);
-    detail::FrameWriter out;
-    out.u64(static_cast<uint64_t>(g.rows));
-    out.f64(g.loss_sum);
-    out.u64(g.finite ? 1 : 0);
-    out.f64(g.forward_seconds);
-    out.f64(g.backward_seconds);
-    const std::vector<double> reports = take_reports ? take_reports() : std::vector<double>{};
-    out.u64(reports.size());
-    for (double v : reports) out.f64(v);
-    out.u64(parameters.size());
-    for (const Variable& p : parameters) {
-      out.u64(p.has_grad() ? 1 : 0);
-      if (p.has_grad()) out.tensor(p.grad());
+    // The other shards' values at the version the chief handed out (or later).
+    detail::FrameWriter pull;
+    pull.u64(static_cast<uint64_t>(order.version));
+    for (int k = 1; k < shards; ++k) servers[k]->send(detail::FrameKind::pull, {pull.bytes()});
+    for (int k = 1; k < shards; ++k) {
+      const std::string values = expect(*servers[k], detail::FrameKind::values, "values");
+      detail::FrameReader values_in(values, "values from " + servers[k]->peer());
+      detail::read_shard_values(values_in, pieces, k, parameters);
     }
+    if (scaler) scaler->restore(order.scale, 0, 0);
+    const detail::WorkerGradient g = detail::compute_worker_gradient(
+        model, parameters, forward, rows, order.global_rows, order.divisor, order.step, options,
+        context, scaler ? &*scaler : nullptr);
+    // Every shard rank holds its part before the chief hears of it.
+    for (int k = 1; k < shards; ++k) {
+      detail::FrameWriter push;
+      push.u64(static_cast<uint64_t>(context.global_replica));
+      push.u64(static_cast<uint64_t>(order.share));
+      detail::write_shard_gradients(push, pieces, k, parameters);
+      servers[k]->send(detail::FrameKind::push, {push.bytes()});
+    }
+    for (int k = 1; k < shards; ++k) expect(*servers[k], detail::FrameKind::ack, "an ack");
+    detail::GradientReport report{.rows = g.rows,
+                                  .loss_sum = g.loss_sum,
+                                  .finite = g.finite,
+                                  .forward_seconds = g.forward_seconds,
+                                  .backward_seconds = g.backward_seconds};
+    if (take_reports) report.reports = take_reports();
+    if (options.optimizer.global_clip_norm > 0.0 && shards > 1) {
+      for (int k = 0; k < shards; ++k)
+        report.shard_squares.push_back(detail::shard_gradient_squares(pieces, k, parameters));
+    }
+    detail::FrameWriter out;
+    detail::write_report(out, report);
+    detail::write_shard_gradients(out, pieces, 0, parameters);
     detail::write_buffers(out, model);
-    link.send(detail::FrameKind::gradient, {out.bytes()});
+    chief.send(detail::FrameKind::gradient, {out.bytes()});
   }
 }
 

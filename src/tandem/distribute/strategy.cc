@@ -205,41 +205,72 @@ class ParameterServer : public Mirrored {
   std::shared_ptr<RemoteWorkers> remote_;
 };
 
-// A worker process of the parameter-server strategy across processes: one
-// replica, global index rank - 1 of the job's workers, never the chief. Its
-// engine (the Trainer builds one) is one device's, whose model the server's
-// work is computed on.
-class ParameterServerWorker : public OneDevice {
+// A process of the parameter-server strategy across processes other than
+// the chief: a worker or a shard rank. Its engine (the Trainer builds one)
+// is one device's: a worker computes the chief's work on its model, a
+// shard rank takes the variables' shapes from it.
+class ParameterServerPeer : public OneDevice {
  public:
-  ParameterServerWorker(int rank, int threads, int workers,
-                        std::unique_ptr<detail::WorkerLink> link, double silence_seconds)
-      : OneDevice(ReplicaContext{.global_replica = rank - 1,
+  ParameterServerPeer(int global_replica, int threads, int workers, double silence_seconds)
+      : OneDevice(ReplicaContext{.global_replica = global_replica,
                                  .num_replicas = workers,
                                  .device = cpu_device(),
                                  .threads = threads}),
         single_(threads),
-        link_(std::move(link)),
         silence_seconds_(silence_seconds) {}
   std::string name() const override { return "parameter_server"; }
   bool is_chief() const override { return false; }
-  bool is_remote_worker() const override { return true; }
+  bool serves_chief() const override { return true; }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
                                       const EngineOptions& options) override {
     EngineOptions local = options;
-    local.slow_replica = {};  // checked against the job's workers on the server
+    local.slow_replica = {};  // checked against the job's workers on the chief
     local.parameter_server = {};
     return make_all_reduce_engine(single_, build, local);
   }
-  void serve_remote_work(nn::Module& model, const ForwardFn& forward, const EngineOptions& options,
-                         const std::function<std::vector<double>()>& take_reports) override {
-    serve_parameter_server_work(*link_, model, forward, options, replica_context(0),
-                                take_reports, silence_seconds_);
-  }
+
+ protected:
+  double silence_seconds() const { return silence_seconds_; }
 
  private:
   OneDevice single_;  // what its engine runs on: one replica of one
-  std::unique_ptr<detail::WorkerLink> link_;
   double silence_seconds_;
+};
+
+// Worker rank - shards of the job's workers.
+class ParameterServerWorker : public ParameterServerPeer {
+ public:
+  ParameterServerWorker(int rank, int shards, int threads, int workers,
+                        std::vector<std::unique_ptr<detail::WorkerLink>> servers,
+                        double silence_seconds)
+      : ParameterServerPeer(rank - shards, threads, workers, silence_seconds),
+        servers_(std::move(servers)) {}
+  void serve_remote_work(nn::Module& model, const ForwardFn& forward, const EngineOptions& options,
+                         const std::function<std::vector<double>()>& take_reports) override {
+    serve_parameter_server_work(servers_, model, forward, options, replica_context(0),
+                                take_reports, silence_seconds());
+  }
+
+ private:
+  std::vector<std::unique_ptr<detail::WorkerLink>> servers_;  // rank k at index k
+};
+
+// Shard rank `shard` (>= 1; the chief keeps shard 0).
+class ParameterServerShardRank : public ParameterServerPeer {
+ public:
+  ParameterServerShardRank(int shard, int threads, int workers, ShardRankLinks links,
+                           double silence_seconds)
+      : ParameterServerPeer(0, threads, workers, silence_seconds),
+        shard_(shard),
+        links_(std::move(links)) {}
+  void serve_remote_work(nn::Module& model, const ForwardFn&, const EngineOptions& options,
+                         const std::function<std::vector<double>()>&) override {
+    serve_parameter_server_shard(links_, shard_, model, options, silence_seconds());
+  }
+
+ private:
+  int shard_;
+  ShardRankLinks links_;
 };
 
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
@@ -317,12 +348,18 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     }
   }
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
-    // Rank 0 serves; every other process is one worker.
+    // Ranks below ps_shards serve; every other process is one worker.
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument, "under mpirun each parameter-server worker is one process "
                    "with one replica; got --devices ", c.devices, " (start more processes)");
     }
-    const int workers = comm::launched_process_count() - 1;
+    const int launched = comm::launched_process_count();
+    const int workers = launched - c.ps_shards;
+    if (c.ps_shards < 1 || workers < 1) {
+      TANDEM_THROW(InvalidArgument, "--ps ", c.ps_shards, " with mpirun -np ", launched,
+                   ": ranks 0..", c.ps_shards - 1, " would hold the parameter-server shards "
+                   "and leave no worker (start more processes or give a smaller --ps)");
+    }
     if (comm::launched_rank() == 0) {
       // Stand-ins for the workers: they hold values, and compute only when
       // the chief evaluates.
@@ -361,14 +398,21 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
     const double silence =
         std::chrono::duration<double>(c.comm.peer_timeout).count();
     const int rank = comm::mpi_world_rank();
+    const int workers = layout.global_replicas;
     if (rank == 0) {
-      return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
-                                               c.comm,
-                                               accept_remote_workers(layout.global_replicas, silence));
+      return std::make_unique<ParameterServer>(
+          layout.local_replicas, layout.threads_per_replica, c.comm,
+          accept_remote_workers(workers, c.ps_shards, silence));
     }
-    return std::make_unique<ParameterServerWorker>(rank, layout.threads_per_replica,
-                                                   layout.global_replicas,
-                                                   connect_to_parameter_server(), silence);
+    if (rank < c.ps_shards) {
+      return std::make_unique<ParameterServerShardRank>(
+          rank, layout.threads_per_replica, workers, accept_shard_clients(c.ps_shards, workers),
+          silence);
+    }
+    return std::make_unique<ParameterServerWorker>(rank, c.ps_shards, layout.threads_per_replica,
+                                                   workers,
+                                                   connect_to_parameter_servers(c.ps_shards),
+                                                   silence);
   }
   if (c.name == "parameter_server") {
     return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,

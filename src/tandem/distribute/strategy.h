@@ -31,6 +31,9 @@ struct StrategyConfig {
   int devices = 0;                      // local replicas; 0: one per physical core
   int threads_per_device = 0;           // 0: physical cores / devices (at least 1)
   bool allow_oversubscription = false;  // more devices x threads than physical cores
+  // parameter_server under mpirun: ranks 0..ps_shards-1 hold the shards
+  // (--ps), the others are workers.
+  int ps_shards = 1;
   comm::CommOptions comm;
 };
 
@@ -63,12 +66,13 @@ class Strategy {
   virtual Device device(int local_replica) const = 0;
   // The process that writes checkpoints and summaries.
   virtual bool is_chief() const { return first_replica() == 0; }
-  // A worker process of the parameter-server strategy across processes:
-  // it serves the server's work (Trainer::serve_remote_work) instead of
-  // training on its own.
-  virtual bool is_remote_worker() const { return false; }
-  // On a remote worker: serve_parameter_server_work on its link, under this
-  // process's replica context. Throws InvalidArgument elsewhere.
+  // A process of the parameter-server strategy across processes other than
+  // the chief (a worker or a shard rank): it serves the chief
+  // (Trainer::serve_remote_work) instead of training on its own.
+  virtual bool serves_chief() const { return false; }
+  // Where serves_chief(): serve_parameter_server_work or
+  // serve_parameter_server_shard on its links, under this process's
+  // replica context. Throws InvalidArgument elsewhere.
   virtual void serve_remote_work(nn::Module& model, const ForwardFn& forward,
                                  const EngineOptions& options,
                                  const std::function<std::vector<double>()>& take_reports);

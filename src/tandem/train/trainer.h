@@ -315,11 +315,12 @@ class Trainer {
   // call from a signal handler or another thread.
   void request_stop() { stop_requested_.store(true); }
 
-  // A worker process of the parameter-server strategy across processes
-  // (strategy().is_remote_worker(); distribute/parameter_server_processes.h)
-  // does not run fit(): it computes the server's shares of batches with this
-  // Trainer's model, loss and metrics until the server ends the run. Throws
-  // PeerFailed when the server is lost.
+  // A worker or shard rank of the parameter-server strategy across
+  // processes (strategy().serves_chief(); distribute/parameter_server_processes.h)
+  // does not run fit(): a worker computes the chief's shares of batches with
+  // this Trainer's model, loss and metrics, a shard rank keeps a shard of
+  // the model's variables, until the chief ends the run. Throws PeerFailed
+  // when a server rank is lost.
   void serve_remote_work();
 
   // Local replica 0's model and optimizer (every replica holds the same values).

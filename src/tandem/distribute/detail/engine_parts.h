@@ -47,18 +47,10 @@ WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Vari
                                        const EngineOptions& options, const ReplicaContext& context,
                                        precision::LossScaler* scaler);
 
-class FrameReader;
-class FrameWriter;
-// A model's buffers (batch norm's running statistics) into and from a
-// parameter-server frame, in named_buffers() order; read_buffers throws
-// IoError when they do not fit the model.
-void write_buffers(FrameWriter& out, nn::Module& model);
-void read_buffers(FrameReader& in, nn::Module& model);
-
 // Test hook (fault injection): TANDEM_TEST_KILL_AFTER_WORK="RANK:N" makes MPI
-// rank RANK kill itself with SIGKILL once it has sent (the parameter server)
-// or received (a worker process) its N-th share of work; "RANK:N:stop"
-// stops it (SIGSTOP) instead.
+// rank RANK kill itself with SIGKILL once it has sent (the chief) or
+// received (a worker process) its N-th share of work, or answered its N-th
+// pull (a shard rank); "RANK:N:stop" stops it (SIGSTOP) instead.
 void maybe_kill_after_work(int64_t done);
 
 }  // namespace tandem::distribute::detail

@@ -132,7 +132,7 @@ std::pair<FrameKind, std::string> WorkerLink::receive(double silence_seconds) {
     std::memcpy(&kind, header, 4);
     std::memcpy(&length, header + 4, 8);
     if (kind < static_cast<uint32_t>(FrameKind::hello) ||
-        kind > static_cast<uint32_t>(FrameKind::stop) || length > kMaxFrameBytes) {
+        kind > static_cast<uint32_t>(FrameKind::last) || length > kMaxFrameBytes) {
       TANDEM_THROW(IoError, "malformed frame from ", peer_, ": kind ", kind, ", ", length,
                    " bytes (not a tandem parameter-server peer?)");
     }

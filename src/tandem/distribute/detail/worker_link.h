@@ -1,7 +1,8 @@
 #pragma once
 // Private to the parameter-server engine across processes
-// (parameter_server.h): the TCP connection between the server (MPI rank 0)
-// and one worker rank, and the encoding of what travels on it.
+// (parameter_server_processes.h): a TCP connection between two of its
+// processes (the chief and a worker, the chief and a shard rank, a worker
+// and a shard rank), and the encoding of numbers and tensors in its frames.
 //
 // Why TCP of our own and not MPI messages: Open MPI 4.1 has no fault
 // tolerance (no ULFM), so a send to or a receive from a killed rank never
@@ -28,7 +29,24 @@
 
 namespace tandem::distribute::detail {
 
-enum class FrameKind : uint32_t { hello = 1, work = 2, gradient = 3, heartbeat = 4, stop = 5 };
+// What each kind carries: ps_messages.h.
+enum class FrameKind : uint32_t {
+  hello = 1,
+  work = 2,
+  gradient = 3,
+  heartbeat = 4,
+  stop = 5,
+  pull = 6,
+  values = 7,
+  push = 8,
+  ack = 9,
+  load = 10,
+  update = 11,
+  squares = 12,
+  norm = 13,
+  state = 14,
+  last = state
+};
 
 // Frames longer than this are refused before anything is allocated (the
 // largest is a model's parameters plus a batch).
