@@ -428,6 +428,26 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
               std::string::npos)
         << found.at("straggler");
   }
+  // Their communication is pulls and pushes: the finding says so, and
+  // does not send them to all-reduce settings.
+  {
+    monitor::RunStats stats(/*warmup_steps=*/0);
+    for (int i = 0; i < 5; ++i) {
+      monitor::StepRecord r{.global_step = i + 1, .batch_examples = 96};
+      r.replicas = {{.replica = 0, .forward = 0.002, .backward = 0.004, .communication = 0.004,
+                     .examples = 48},
+                    {.replica = 1, .forward = 0.002, .backward = 0.004, .communication = 0.004,
+                     .examples = 48}};
+      r.step_seconds = 0.010;
+      stats.add(r);
+    }
+    const auto found = kinds(stats);
+    ASSERT_TRUE(found.count("communication_bound"));
+    EXPECT_NE(found.at("communication_bound").find("40% of step time pulling parameters"),
+              std::string::npos)
+        << found.at("communication_bound");
+    EXPECT_EQ(found.at("communication_bound").find("all-reduce"), std::string::npos);
+  }
   // Slow now and then: replica 1 takes 9 ms more in one step of five, which
   // raises its mean by 1.8 ms (30%), but it is slower than replica 0 in only
   // 20% of the steps (ties in the others): no straggler.

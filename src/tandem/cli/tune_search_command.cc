@@ -1,10 +1,8 @@
 // `tandem tune search`: a hyperparameter search (tune/search.h) whose
-// trials are `tandem train` processes, one run directory each, started
-// `--parallel` at a time. Every flag the command does not know is a
-// `tandem train` flag, given to every trial.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
+// trials are `tandem train` processes (process_trial_runner.h), one run
+// directory each, started `--parallel` at a time; under mpirun on every
+// rank's host (mpi_trial_runner.h). Every flag the command does not know
+// is a `tandem train` flag, given to every trial.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -12,32 +10,23 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <csignal>
-#include <cstring>
-#include <deque>
-#include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/mpi_trial_runner.h"
+#include "tandem/cli/process_trial_runner.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/monitor/svg_chart.h"
-#include "tandem/train/trainer.h"
 #include "tandem/tune/search.h"
-
-extern char** environ;
 
 namespace tandem::cli {
 namespace {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 struct SearchCommandOptions {
   std::string space;
@@ -50,176 +39,16 @@ struct SearchCommandOptions {
 
 std::atomic<bool> stop_search{false};
 
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
 void on_interrupt(int) { stop_search.store(true); }
 
-// Bounds on the files the search reads: a space file is a few lines, a
-// summary a few sections and a line per epoch.
+// A space file is a few lines.
 constexpr std::uintmax_t kMaxSpaceBytes = std::uintmax_t{1} << 20;
-constexpr std::uintmax_t kMaxSummaryBytes = std::uintmax_t{256} << 20;
-
-// The last line of a trial's log that says what went wrong.
-std::string error_in_log(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, error, last;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    last = line;
-    if (line.find("error") != std::string::npos) error = line;
-  }
-  return error.empty() ? last : error;
-}
-
-// The search's metric after each epoch, from the trial's summary.json.
-std::vector<double> read_curve(const std::string& dir, const std::string& metric) {
-  const std::string path = (fs::path(dir) / "summary.json").string();
-  if (!fs::exists(path)) return {};
-  nlohmann::json summary;
-  try {
-    summary = nlohmann::json::parse(read_text_file(path, "trial summary", kMaxSummaryBytes));
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(IoError, "'", path, "' is not JSON: ", e.what());
-  }
-  std::vector<double> curve;
-  for (const nlohmann::json& epoch : summary.value("history", nlohmann::json::array())) {
-    if (!epoch.contains(metric)) {
-      std::string keys;
-      for (const auto& [key, value] : epoch.items())
-        if (key.starts_with("train_") || key.starts_with("validation_"))
-          keys += (keys.empty() ? "" : ", ") + key;
-      TANDEM_THROW(InvalidArgument, "the trial's history has no '", metric, "' (it has ", keys,
-                   ")");
-    }
-    const nlohmann::json& v = epoch[metric];
-    curve.push_back(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN());
-  }
-  return curve;
-}
-
-// Runs each job as `tandem train` in its run directory, output to log.txt there.
-class ProcessTrialRunner : public tune::TrialRunner {
- public:
-  ProcessTrialRunner(std::vector<std::string> train_args, std::string metric, int threads)
-      : executable_(fs::read_symlink("/proc/self/exe").string()),
-        train_args_(std::move(train_args)),
-        metric_(std::move(metric)),
-        threads_(threads) {}
-
-  void start(const tune::TrialJob& job) override {
-    std::error_code error;
-    fs::create_directories(job.dir, error);
-    if (error) TANDEM_THROW(IoError, "cannot create '", job.dir, "': ", error.message());
-    // A job whose rung was trained before an interruption left no trace in
-    // the search's state: its summary says so.
-    try {
-      std::vector<double> curve = read_curve(job.dir, metric_);
-      if (static_cast<int64_t>(curve.size()) >= job.epochs) {
-        ready_.push_back({job, {.status = tune::TrialOutcome::Status::finished,
-                                .curve = std::move(curve)}});
-        return;
-      }
-    } catch (const Error&) {
-      // Trained again below; the run's own error, if any, comes from there.
-    }
-    std::vector<std::string> args = {executable_, "train"};
-    args.insert(args.end(), train_args_.begin(), train_args_.end());
-    const std::vector<std::string> trial = tune::trial_arguments(job.settings);
-    args.insert(args.end(), trial.begin(), trial.end());
-    for (const std::string& a :
-         {std::string("--output"), job.dir, std::string("--epochs"),
-          std::to_string(job.max_epochs), std::string("--stop-after-epochs"),
-          std::to_string(job.epochs), std::string("--seed"), std::to_string(job.seed),
-          std::string("--quiet"), std::string("--no-tensorboard")})
-      args.push_back(a);
-    if (threads_ > 0) {
-      args.push_back("--threads");
-      args.push_back(std::to_string(threads_));
-    }
-    if (fs::exists(train::checkpoint_path_in(job.dir))) args.push_back("--resume");
-    const std::string log = (fs::path(job.dir) / "log.txt").string();
-    {
-      std::ofstream out(log, std::ios::app);
-      out << "$";
-      for (const std::string& a : args) out << ' ' << a;
-      out << '\n';
-    }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, executable_.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) TANDEM_THROW(Error, "cannot start a trial: ", std::strerror(rc));
-    running_[pid] = {job, Clock::now(), log};
-  }
-
-  std::pair<tune::TrialJob, tune::TrialOutcome> wait() override {
-    if (!ready_.empty()) {
-      auto next = std::move(ready_.front());
-      ready_.pop_front();
-      return next;
-    }
-    for (;;) {
-      forward_interrupt();  // a signal that came before this wait
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, 0);
-      if (pid < 0 && errno == EINTR) continue;
-      if (pid < 0) TANDEM_THROW(Error, "waiting for a trial: ", std::strerror(errno));
-      const auto it = running_.find(pid);
-      if (it == running_.end()) continue;
-      const Running done = it->second;
-      running_.erase(it);
-      tune::TrialOutcome outcome;
-      outcome.seconds = std::chrono::duration<double>(Clock::now() - done.start).count();
-      const bool interrupted = (WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
-                               (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
-      try {
-        outcome.curve = read_curve(done.job.dir, metric_);
-        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        outcome.status = code == 0     ? tune::TrialOutcome::Status::finished
-                         : code == 3   ? tune::TrialOutcome::Status::diverged
-                         : interrupted ? tune::TrialOutcome::Status::interrupted
-                                       : tune::TrialOutcome::Status::failed;
-        if (code != 0 && !interrupted) {
-          outcome.error = WIFSIGNALED(status)
-                              ? fmt::format("killed by signal {}", WTERMSIG(status))
-                              : error_in_log(done.log);
-        }
-      } catch (const Error& e) {
-        outcome.status = tune::TrialOutcome::Status::failed;
-        outcome.error = e.what();
-      }
-      return {done.job, outcome};
-    }
-  }
-
- private:
-  struct Running {
-    tune::TrialJob job;
-    Clock::time_point start;
-    std::string log;
-  };
-
-  // Ctrl-C reaches the trials through the terminal; a signal sent to this
-  // process alone is passed on, so that each saves its checkpoint.
-  void forward_interrupt() {
-    if (!stop_search.load() || forwarded_) return;
-    forwarded_ = true;
-    for (const auto& [pid, running] : running_) ::kill(pid, SIGINT);
-  }
-
-  std::string executable_;
-  std::vector<std::string> train_args_;
-  std::string metric_;
-  int threads_;
-  std::map<pid_t, Running> running_;
-  std::deque<std::pair<tune::TrialJob, tune::TrialOutcome>> ready_;
-  bool forwarded_ = false;
-};
 
 // The value given for a train flag among the arguments ("--flag V" or
 // "--flag=V"), or empty.
@@ -402,19 +231,35 @@ int run_tune_search(SearchCommandOptions& o) {
   check_train_args(o.train_args, space, trials.front());
   const Workers workers = size_workers(o.train_args, o.parallel);
   const tune::SearchSettings& s = space.settings;
-  fmt::print("tandem tune search: {} {} trials ({}), epochs {} to {}, {} at a time; {} in {}\n",
+  // Under mpirun: rank 0 searches, every rank runs trials (mpi_trial_runner.h).
+  const bool across_ranks = comm::launched_by_mpi() && comm::launched_process_count() > 1;
+  const int rank = across_ranks ? comm::mpi_world_rank() : 0;
+  const std::string where = across_ranks ? fmt::format("rank {} on host {}", rank, host_name())
+                                         : std::string();
+  ProcessTrialRunner local(o.train_args, s.metric, workers.threads, &stop_search, where);
+  if (rank != 0) {
+    const InterruptScope interrupts;
+    serve_trials(local, workers.parallel, stop_search);
+    return 0;
+  }
+  std::optional<MpiTrialRunner> ranks;
+  if (across_ranks) ranks.emplace(local, workers.parallel, &stop_search);
+  tune::TrialRunner& runner = ranks ? static_cast<tune::TrialRunner&>(*ranks) : local;
+  const int64_t parallel = ranks ? ranks->slots() : workers.parallel;
+  fmt::print("tandem tune search: {} {} trials ({}), epochs {} to {}, {} at a time{}; {} in {}\n",
              trials.size(), s.sampler,
              s.scheduler == "asha" ? fmt::format("ASHA, eta {}", s.reduction_factor)
                                    : std::string("each in full"),
-             s.min_epochs, s.max_epochs, workers.parallel, s.metric, o.output);
-  ProcessTrialRunner runner(o.train_args, s.metric, workers.threads);
+             s.min_epochs, s.max_epochs, parallel,
+             ranks ? fmt::format(" over {} ranks", comm::launched_process_count()) : std::string(),
+             s.metric, o.output);
   tune::SearchResult r;
   {
     const InterruptScope interrupts;
     r = tune::run_search({.space = space,
                           .space_text = text,
                           .output_dir = o.output,
-                          .parallel = workers.parallel,
+                          .parallel = parallel,
                           .resume = o.resume,
                           .stop = &stop_search,
                           .log = [](const std::string& line) {

@@ -80,6 +80,12 @@ std::string mpi_launch_advice() {
 std::string mpi_broadcast(std::string, int) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
+void mpi_send_message(int, const std::string&) {
+  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
+}
+std::optional<std::pair<int, std::string>> mpi_poll_message() {
+  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
+}
 void bound_mpi_finalize(double) {}
 void end_mpi_job_at_exit() {}
 void abort_mpi_job(int) {}
@@ -804,6 +810,38 @@ std::string mpi_broadcast(std::string bytes, int root) {
   if (rank != root) bytes.assign(static_cast<size_t>(length), '\0');
   MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
   return bytes;
+}
+
+// Apart from every collective's tag space: the collectives run on
+// duplicates of the world communicator, and the broadcasts above carry none.
+constexpr int kMessageTag = 7301;
+constexpr int kMaxMessageBytes = 1 << 20;
+
+void mpi_send_message(int to, const std::string& bytes) {
+  runtime();
+  if (bytes.size() > static_cast<size_t>(kMaxMessageBytes))
+    TANDEM_THROW(CommError, "mpi_send_message: ", bytes.size(), " bytes (at most 1 MiB)");
+  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, to, kMessageTag,
+                     MPI_COMM_WORLD),
+            "MPI_Send");
+}
+
+std::optional<std::pair<int, std::string>> mpi_poll_message() {
+  runtime();
+  int arrived = 0;
+  MPI_Status status;
+  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kMessageTag, MPI_COMM_WORLD, &arrived, &status),
+            "MPI_Iprobe");
+  if (!arrived) return std::nullopt;
+  int count = 0;
+  MPI_Get_count(&status, MPI_CHAR, &count);
+  if (count < 0 || count > kMaxMessageBytes)
+    TANDEM_THROW(CommError, "a message of ", count, " bytes from rank ", status.MPI_SOURCE);
+  std::string bytes(static_cast<size_t>(count), '\0');
+  check_mpi(MPI_Recv(bytes.data(), count, MPI_CHAR, status.MPI_SOURCE, kMessageTag,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+  return std::pair(status.MPI_SOURCE, std::move(bytes));
 }
 
 std::string mpi_launch_advice() {

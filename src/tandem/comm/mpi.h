@@ -15,7 +15,9 @@
 // (it would wait for the ranks that are gone); abort_mpi_job() ends the job.
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "tandem/comm/communicator.h"
 
@@ -46,6 +48,14 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 // (initialises MPI). Collective: every process must call it. For set-up
 // exchanges (the parameter server's address), not for training traffic.
 std::string mpi_broadcast(std::string bytes, int root);
+// Small messages between ranks over MPI_COMM_WORLD (initialises MPI), for
+// coordination (the hyperparameter search's jobs and results), not
+// training traffic. mpi_send_message sends `bytes` (at most 1 MiB) to rank
+// `to` and may wait until that rank receives it; mpi_poll_message returns
+// the next message that has arrived from any rank (its sender and bytes),
+// or nothing, without waiting.
+void mpi_send_message(int to, const std::string& bytes);
+std::optional<std::pair<int, std::string>> mpi_poll_message();
 // For a job that goes on after one of its ranks died (the parameter
 // server's lost workers, under mpirun --enable-recovery): MPI_Finalize at
 // exit is given `seconds`, after which the process ends without it (status

@@ -147,8 +147,21 @@ std::vector<Finding> RunStats::diagnose() const {
                                percent(input), input * step_ms, step_ms),
                    input});
   }
+  // Replicas that count their own examples are parameter-server workers:
+  // their communication is pulls and pushes, not an all-reduce.
+  const bool parameter_server =
+      std::any_of(replica_means_.begin(), replica_means_.end(),
+                  [](const ReplicaTimes& r) { return !std::isnan(r.examples); });
   const double communication = communication_fraction();
-  if (communication >= kCommunicationBound) {
+  if (communication >= kCommunicationBound && parameter_server) {
+    out.push_back({"communication_bound",
+                   fmt::format("communication-bound: {} of step time pulling parameters from "
+                               "and pushing gradients to the parameter servers ({:.1f} ms per "
+                               "step) - spread the variables over more server ranks (--ps), or "
+                               "give each worker a larger share of the batch",
+                               percent(communication), communication * step_ms),
+                   communication});
+  } else if (communication >= kCommunicationBound) {
     out.push_back({"communication_bound",
                    fmt::format("communication-bound: {} of step time in all-reduce not hidden "
                                "behind backward ({:.1f} ms per step) - try a smaller --bucket-mb "

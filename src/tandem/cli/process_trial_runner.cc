@@ -1,0 +1,202 @@
+#include "tandem/cli/process_trial_runner.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/base/text_file.h"
+#include "tandem/train/trainer.h"
+
+extern char** environ;
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A trial's summary is a few sections and a line per epoch.
+constexpr std::uintmax_t kMaxSummaryBytes = std::uintmax_t{256} << 20;
+
+// The last line of a trial's log that says what went wrong.
+std::string error_in_log(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, error, last;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("error") != std::string::npos) error = line;
+  }
+  return error.empty() ? last : error;
+}
+
+// The search's metric after each epoch, from the trial's summary.json.
+std::vector<double> read_curve(const std::string& dir, const std::string& metric) {
+  const std::string path = (fs::path(dir) / "summary.json").string();
+  if (!fs::exists(path)) return {};
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(read_text_file(path, "trial summary", kMaxSummaryBytes));
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "'", path, "' is not JSON: ", e.what());
+  }
+  std::vector<double> curve;
+  for (const nlohmann::json& epoch : summary.value("history", nlohmann::json::array())) {
+    if (!epoch.contains(metric)) {
+      std::string keys;
+      for (const auto& [key, value] : epoch.items())
+        if (key.starts_with("train_") || key.starts_with("validation_"))
+          keys += (keys.empty() ? "" : ", ") + key;
+      TANDEM_THROW(InvalidArgument, "the trial's history has no '", metric, "' (it has ", keys,
+                   ")");
+    }
+    const nlohmann::json& v = epoch[metric];
+    curve.push_back(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN());
+  }
+  return curve;
+}
+
+}  // namespace
+
+ProcessTrialRunner::ProcessTrialRunner(std::vector<std::string> train_args, std::string metric,
+                                       int threads, const std::atomic<bool>* interrupt,
+                                       std::string where)
+    : executable_(fs::read_symlink("/proc/self/exe").string()),
+      train_args_(std::move(train_args)),
+      metric_(std::move(metric)),
+      threads_(threads),
+      interrupt_(interrupt),
+      where_(std::move(where)) {}
+
+void ProcessTrialRunner::start(const tune::TrialJob& job) {
+  std::error_code error;
+  fs::create_directories(job.dir, error);
+  if (error) TANDEM_THROW(IoError, "cannot create '", job.dir, "': ", error.message());
+  // A job whose rung was trained before an interruption left no trace in
+  // the search's state: its summary says so.
+  try {
+    std::vector<double> curve = read_curve(job.dir, metric_);
+    if (static_cast<int64_t>(curve.size()) >= job.epochs) {
+      ready_.push_back({job, {.status = tune::TrialOutcome::Status::finished,
+                              .curve = std::move(curve)}});
+      return;
+    }
+  } catch (const Error&) {
+    // Trained again below; the run's own error, if any, comes from there.
+  }
+  std::vector<std::string> args = {executable_, "train"};
+  args.insert(args.end(), train_args_.begin(), train_args_.end());
+  const std::vector<std::string> trial = tune::trial_arguments(job.settings);
+  args.insert(args.end(), trial.begin(), trial.end());
+  for (const std::string& a :
+       {std::string("--output"), job.dir, std::string("--epochs"),
+        std::to_string(job.max_epochs), std::string("--stop-after-epochs"),
+        std::to_string(job.epochs), std::string("--seed"), std::to_string(job.seed),
+        std::string("--quiet"), std::string("--no-tensorboard")})
+    args.push_back(a);
+  if (threads_ > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(threads_));
+  }
+  if (fs::exists(train::checkpoint_path_in(job.dir))) args.push_back("--resume");
+  const std::string log = (fs::path(job.dir) / "log.txt").string();
+  {
+    std::ofstream out(log, std::ios::app);
+    if (!where_.empty()) out << "# " << where_ << '\n';
+    out << "$";
+    for (const std::string& a : args) out << ' ' << a;
+    out << '\n';
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  // A trial is a process of its own, not a rank of the search's MPI job:
+  // without the launcher's variables it does not take itself for one.
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (!v.starts_with("OMPI_") && !v.starts_with("PMIX_") && !v.starts_with("PMI_"))
+      env.push_back(*e);
+  }
+  env.push_back(nullptr);
+  const int rc = posix_spawn(&pid, executable_.c_str(), &actions, nullptr, argv.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) TANDEM_THROW(Error, "cannot start a trial: ", std::strerror(rc));
+  running_[pid] = {job, Clock::now(), log};
+}
+
+std::pair<tune::TrialJob, tune::TrialOutcome> ProcessTrialRunner::wait() {
+  for (;;)
+    if (auto done = reap(/*block=*/true)) return std::move(*done);
+}
+
+std::optional<std::pair<tune::TrialJob, tune::TrialOutcome>> ProcessTrialRunner::poll() {
+  return reap(/*block=*/false);
+}
+
+void ProcessTrialRunner::forward_interrupt() {
+  if (interrupt_ == nullptr || !interrupt_->load() || forwarded_) return;
+  forwarded_ = true;
+  for (const auto& [pid, running] : running_) ::kill(pid, SIGINT);
+}
+
+std::optional<std::pair<tune::TrialJob, tune::TrialOutcome>> ProcessTrialRunner::reap(bool block) {
+  if (!ready_.empty()) {
+    auto next = std::move(ready_.front());
+    ready_.pop_front();
+    return next;
+  }
+  forward_interrupt();  // a signal that came before this wait
+  if (running_.empty()) {
+    if (block) TANDEM_THROW(Error, "waiting for a trial when none runs");
+    return std::nullopt;
+  }
+  int status = 0;
+  const pid_t pid = ::waitpid(-1, &status, block ? 0 : WNOHANG);
+  if (pid == 0 || (pid < 0 && errno == EINTR)) return std::nullopt;
+  if (pid < 0) TANDEM_THROW(Error, "waiting for a trial: ", std::strerror(errno));
+  const auto it = running_.find(pid);
+  if (it == running_.end()) return std::nullopt;
+  const Running done = it->second;
+  running_.erase(it);
+  tune::TrialOutcome outcome;
+  outcome.seconds = std::chrono::duration<double>(Clock::now() - done.start).count();
+  const bool interrupted = (WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
+                           (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+  try {
+    outcome.curve = read_curve(done.job.dir, metric_);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    outcome.status = code == 0     ? tune::TrialOutcome::Status::finished
+                     : code == 3   ? tune::TrialOutcome::Status::diverged
+                     : interrupted ? tune::TrialOutcome::Status::interrupted
+                                   : tune::TrialOutcome::Status::failed;
+    if (code != 0 && !interrupted) {
+      outcome.error = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                          : error_in_log(done.log);
+    }
+  } catch (const Error& e) {
+    outcome.status = tune::TrialOutcome::Status::failed;
+    outcome.error = e.what();
+  }
+  return std::pair(done.job, outcome);
+}
+
+}  // namespace tandem::cli
