@@ -235,10 +235,10 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "mirrored: each process would train on its own and write the same run "
                         "directory; add --strategy multi-worker",
                         "OMPI_COMM_WORLD_SIZE=2");
-  // The parameter server across processes is one server rank.
+  // Across processes the ranks below --ps hold the shards: at least one must work.
   expect_one_line_error(base + "--strategy parameter-server --ps 2",
-                        "--ps 2 with mpirun -np 2: across processes the parameter server is one "
-                        "process, rank 0, and the other 1 are workers; give --ps 1",
+                        "--ps 2 with mpirun -np 2: ranks 0..1 would hold the parameter-server "
+                        "shards and leave no worker (start more processes or give a smaller --ps)",
                         "OMPI_COMM_WORLD_SIZE=2");
   // None of them started a run.
   EXPECT_FALSE(fs::exists(out));

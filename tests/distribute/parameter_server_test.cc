@@ -126,11 +126,12 @@ TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
 }
 
 // Every applied gradient's staleness, counted over the calls.
-std::vector<int64_t> train_and_count_staleness(distribute::Engine& engine, int steps) {
+std::vector<int64_t> train_and_count_staleness(distribute::Engine& engine, int steps,
+                                               const distribute::ForwardFn& forward = squared_error) {
   distribute::StepResult total;
   for (int64_t step = 0; step < steps; ++step)
     distribute::accumulate_step_counts(total, engine.step(batch_of(12, static_cast<uint64_t>(step)),
-                                                          squared_error, {.step = step}));
+                                                          forward, {.step = step}));
   distribute::accumulate_step_counts(total, engine.synchronize());
   return total.staleness;
 }
@@ -154,11 +155,18 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
     }
   }
   // Unbounded: the straggler's gradients land after several of the others'.
+  // Its compute here takes microseconds, so 4x of it is lost in the threads'
+  // scheduling on a loaded machine: it also sleeps 20 ms a share, in which
+  // the others apply several updates.
+  const auto slower = [](nn::Module& model, const distribute::ReplicaBatch& b) {
+    if (b.context.global_replica == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return squared_error(model, b);
+  };
   auto strategy = make("parameter_server", 3);
   auto engine =
       strategy->make_engine(small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
                                         .slow_replica = {.replica = 2, .factor = 4.0}});
-  const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20);
+  const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20, slower);
   EXPECT_EQ(std::accumulate(staleness.begin(), staleness.end(), int64_t{0}), 20 * 3);
   EXPECT_GE(staleness.size(), 3u);
 }
