@@ -603,7 +603,7 @@ TEST(Cli, TuneSearchTrainsTrialsInRungsResumesAndReports) {
   // Resuming a finished search trains nothing more; starting over is refused.
   const CommandResult again = run(search + " --resume" + data);
   ASSERT_EQ(again.status, 0) << again.output;
-  EXPECT_EQ(again.output.find("to epoch"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("(rung"), std::string::npos) << again.output;
   expect_one_line_error(search + data, "already holds a search");
   // The target is reported when no trial reaches it.
   {
@@ -614,9 +614,37 @@ TEST(Cli, TuneSearchTrainsTrialsInRungsResumesAndReports) {
   const CommandResult hard =
       run("tune search --space " + dir + "/hard.toml --output " + dir + "/hard" + data);
   EXPECT_EQ(hard.status, 1) << hard.output;
-  EXPECT_NE(hard.output.find("target validation_accuracy 0.999 was not reached within 1 epochs"),
+  EXPECT_NE(hard.output.find("target validation_accuracy 0.999 was not reached by epoch 1"),
             std::string::npos)
       << hard.output;
+}
+
+// Budgets in steps: each trial's epochs are min_steps steps of repeated
+// data (here 2 steps a pass, 3 an epoch), the rungs at steps 3 and 9.
+TEST(Cli, TuneSearchBudgetsInStepsTrainRepeatedData) {
+  const std::string dir = tmp("cli-search-steps");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir + "/space.toml") << "[search]\nsampler = \"grid\"\nmin_steps = 3\n"
+                                          "max_steps = 9\n[space]\n"
+                                          "lr = { choice = [0.02, 0.1, 0.3] }\n";
+  }
+  const std::string search = "tune search --space " + dir + "/space.toml --parallel 1 --model mlp "
+                             "--train-examples 256 --test-examples 128 --output ";
+  const CommandResult r = run(search + dir + "/out");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step 3 to step 9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reached step 9"), std::string::npos) << r.output;
+  const auto state = nlohmann::json::parse(std::ifstream(dir + "/out/search.json"));
+  int64_t epochs = 0;
+  for (const auto& trial : state.at("trials")) epochs += static_cast<int64_t>(trial.at("curve").size());
+  EXPECT_EQ(epochs, 3 + 2);  // three trials to step 3, the best on to step 9
+  std::ifstream log(dir + "/out/trial-000/log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--steps-per-epoch 3 --repeat"), std::string::npos) << text;
+  expect_one_line_error(search + dir + "/again --repeat --steps-per-epoch 3",
+                        "is the search's to set with budgets in steps");
 }
 
 // SIGINT to the search alone (not its process group): it passes the signal

@@ -262,6 +262,48 @@ TEST(Trainer, ARunStoppedAfterAnEpochAndResumedIsTheUninterruptedRun) {
   EXPECT_EQ(r.history[2].validation_loss, expected.history[2].validation_loss);
 }
 
+TEST(Trainer, RepeatedDataRunsEveryEpochAndResumesAcrossAPassBoundary) {
+  set_num_threads(2);
+  // 10 steps a pass, 4 a epoch, 6 epochs: 2.4 passes, each its own shuffle.
+  const train::TrainConfig base{
+      .epochs = 6, .batch_size = 64, .steps_per_epoch = 4, .repeat = true, .seed = 5};
+  const data::Dataset train_data = shuffled(head(fashion().train, 640), 5);
+  const data::Dataset test_data = data::as_dataset(head(fashion().test, 200));
+  train::Trainer uninterrupted(base, small_model(5));
+  train::TrainResult expected;
+  const std::vector<double> all = step_losses(uninterrupted, train_data, test_data, &expected);
+  EXPECT_EQ(all.size(), 24u);
+  EXPECT_FALSE(expected.input_exhausted);
+  ASSERT_EQ(expected.history.size(), 6u);
+  // Without repeat the run ends with its one pass.
+  {
+    train::TrainConfig once = base;
+    once.repeat = false;
+    train::Trainer t(once, small_model(5));
+    train::TrainResult r;
+    EXPECT_EQ(step_losses(t, train_data, test_data, &r).size(), 10u);
+    EXPECT_TRUE(r.input_exhausted);
+  }
+  // Stopped after 12 steps (past the first pass's end) and resumed.
+  train::TrainConfig rung = base;
+  rung.output_dir = fresh_dir("repeat");
+  rung.stop_after_epochs = 3;
+  std::vector<double> losses;
+  {
+    train::Trainer first(rung, small_model(5));
+    losses = step_losses(first, train_data, test_data);
+  }
+  rung.stop_after_epochs = 0;
+  rung.resume = true;
+  train::Trainer rest(rung, small_model(7));
+  train::TrainResult r;
+  const std::vector<double> more = step_losses(rest, train_data, test_data, &r);
+  losses.insert(losses.end(), more.begin(), more.end());
+  EXPECT_EQ(losses, all);
+  ASSERT_EQ(r.history.size(), 6u);
+  EXPECT_EQ(r.history[5].validation_loss, expected.history[5].validation_loss);
+}
+
 TEST(Trainer, BadConfigurationsAreClearErrors) {
   const data::Dataset d = data::as_dataset(head(fashion().train, 100));
   auto make = [&](train::TrainConfig c) { return train::Trainer(c, train::builtin_model("mlp")); };
@@ -270,6 +312,7 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = 4}), InvalidArgument);
   EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = -1}), InvalidArgument);
   EXPECT_THROW(make({.steps_per_epoch = -1}), InvalidArgument);
+  EXPECT_THROW(make({.repeat = true}), InvalidArgument);  // an epoch that never ends
   EXPECT_THROW(make({.optimizer = {.name = "rmsprop"}}), InvalidArgument);
   EXPECT_THROW(make({.resume = true}), InvalidArgument);
   EXPECT_THROW(make({.input_feature = ""}), InvalidArgument);

@@ -79,7 +79,7 @@ def main():
            f"exit {code}, {epochs} epochs, {finished} finished, ranks {sorted(ranks)}" +
            ("" if code == 0 else "\n" + text[-2000:]))
     code, text = run(["--output", out, "--resume"])
-    expect("resuming the finished search trains nothing", code == 0 and "to epoch" not in text,
+    expect("resuming the finished search trains nothing", code == 0 and "(rung" not in text,
            "" if code == 0 else text[-2000:])
     code, text = run(["--output", os.path.join(args.work, "bad"), "--optimizer", "nonesuch"])
     expect("a bad train flag stops the search with the trial's error",

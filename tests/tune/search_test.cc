@@ -111,6 +111,28 @@ TEST(SearchSpace, BadFilesNameTheLineAndTheProblem) {
   expect_space_error("[space\n", "space.toml:1: invalid TOML");
   expect_space_error("[search]\nmode = \"maximum\"\n", "unknown mode 'maximum'");
   expect_space_error("[search]\nmetric = \"accuracy\"\n", "not an epoch figure");
+  // Budgets in steps.
+  expect_space_error("[search]\nmin_steps = 100\nmax_steps = 900\nmax_epochs = 3\n",
+                     "space.toml:4: budgets in epochs and in steps");
+  expect_space_error("[search]\nmin_steps = 100\n[space]\nlr = {choice=[1]}\n",
+                     "space.toml:2: budgets in steps need both min_steps and max_steps");
+  expect_space_error("[search]\nmin_steps = 100\nmax_steps = 950\n[space]\nlr = {choice=[1]}\n",
+                     "max_steps 950 is not a multiple of min_steps 100");
+  expect_space_error("[search]\nmin_steps = 900\nmax_steps = 300\n[space]\nlr = {choice=[1]}\n",
+                     "min_steps 900 is above max_steps 300");
+  expect_space_error("[search]\nmin_steps = 0\nmax_steps = 300\n", "min_steps (a budget)");
+}
+
+TEST(SearchSpace, BudgetsInStepsAreEpochsOfMinStepsSteps) {
+  const tune::SearchSpace space = tune::parse_search_space(
+      "[search]\nsampler = \"grid\"\nmin_steps = 300\nmax_steps = 2700\n[space]\n"
+      "lr = { choice = [0.1] }\n",
+      "space.toml");
+  EXPECT_EQ(space.settings.steps_per_epoch, 300);
+  EXPECT_EQ(space.settings.min_epochs, 1);
+  EXPECT_EQ(space.settings.max_epochs, 9);
+  EXPECT_EQ(tune::budget_point(space.settings.steps_per_epoch, 3), "step 900");
+  EXPECT_EQ(tune::budget_point(0, 3), "epoch 3");
 }
 
 TEST(Asha, RungsGrowByTheReductionFactorUpToTheMaximum) {

@@ -21,8 +21,13 @@ constexpr auto kPollEvery = std::chrono::milliseconds(20);
 constexpr auto kHelloWithin = std::chrono::seconds(60);
 
 json job_to_json(const tune::TrialJob& job) {
-  return {{"trial", job.trial},     {"rung", job.rung},         {"epochs", job.epochs},
-          {"max_epochs", job.max_epochs}, {"settings", job.settings}, {"seed", job.seed},
+  return {{"trial", job.trial},
+          {"rung", job.rung},
+          {"epochs", job.epochs},
+          {"max_epochs", job.max_epochs},
+          {"steps_per_epoch", job.steps_per_epoch},
+          {"settings", job.settings},
+          {"seed", job.seed},
           {"dir", job.dir}};
 }
 
@@ -32,6 +37,7 @@ tune::TrialJob job_from_json(const json& j) {
   job.rung = j.at("rung").get<int64_t>();
   job.epochs = j.at("epochs").get<int64_t>();
   job.max_epochs = j.at("max_epochs").get<int64_t>();
+  job.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
   job.settings = j.at("settings").get<tune::TrialSettings>();
   job.seed = j.at("seed").get<uint64_t>();
   job.dir = j.at("dir").get<std::string>();

@@ -106,6 +106,11 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
         std::to_string(job.epochs), std::string("--seed"), std::to_string(job.seed),
         std::string("--quiet"), std::string("--no-tensorboard")})
     args.push_back(a);
+  if (job.steps_per_epoch > 0) {
+    for (const std::string& a : {std::string("--steps-per-epoch"),
+                                 std::to_string(job.steps_per_epoch), std::string("--repeat")})
+      args.push_back(a);
+  }
   if (threads_ > 0) {
     args.push_back("--threads");
     args.push_back(std::to_string(threads_));

@@ -425,6 +425,9 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->add_option("--steps-per-epoch", c.steps_per_epoch,
                    "Steps per epoch from one pass over the data (0: an epoch is a pass)")
       ->capture_default_str();
+  command->add_flag("--repeat", c.repeat,
+                    "With --steps-per-epoch: the next pass over the training data follows when "
+                    "one ends (tf.data's repeat()); without it the run ends with the data");
   command
       ->add_option("--auto-shard", o->auto_shard,
                    "Multi-worker input sharding: auto, file, data or off")

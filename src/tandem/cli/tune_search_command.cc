@@ -47,6 +47,12 @@ std::string host_name() {
 
 void on_interrupt(int) { stop_search.store(true); }
 
+// "12 epochs", or with budgets in steps "3600 steps".
+std::string amount(const tune::SearchSettings& s, int64_t epochs) {
+  return s.steps_per_epoch > 0 ? fmt::format("{} steps", epochs * s.steps_per_epoch)
+                               : fmt::format("{} epochs", epochs);
+}
+
 // A space file is a few lines.
 constexpr std::uintmax_t kMaxSpaceBytes = std::uintmax_t{1} << 20;
 
@@ -77,6 +83,15 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
       TANDEM_THROW(InvalidArgument, owned,
                    " is the search's to set for each trial (the budget is min_epochs and "
                    "max_epochs, the seed is seed in [search]); drop it");
+    }
+  }
+  if (space.settings.steps_per_epoch > 0) {
+    for (const char* owned : {"--steps-per-epoch", "--repeat"}) {
+      if (has_flag(args, owned)) {
+        TANDEM_THROW(InvalidArgument, owned,
+                     " is the search's to set with budgets in steps (each trial's epochs are "
+                     "min_steps steps of repeated data); drop it");
+      }
     }
   }
   for (const tune::Parameter& p : space.parameters) {
@@ -246,11 +261,12 @@ int run_tune_search(SearchCommandOptions& o) {
   if (across_ranks) ranks.emplace(local, workers.parallel, &stop_search);
   tune::TrialRunner& runner = ranks ? static_cast<tune::TrialRunner&>(*ranks) : local;
   const int64_t parallel = ranks ? ranks->slots() : workers.parallel;
-  fmt::print("tandem tune search: {} {} trials ({}), epochs {} to {}, {} at a time{}; {} in {}\n",
+  fmt::print("tandem tune search: {} {} trials ({}), {} to {}, {} at a time{}; {} in {}\n",
              trials.size(), s.sampler,
              s.scheduler == "asha" ? fmt::format("ASHA, eta {}", s.reduction_factor)
                                    : std::string("each in full"),
-             s.min_epochs, s.max_epochs, parallel,
+             tune::budget_point(s.steps_per_epoch, s.min_epochs),
+             tune::budget_point(s.steps_per_epoch, s.max_epochs), parallel,
              ranks ? fmt::format(" over {} ranks", comm::launched_process_count()) : std::string(),
              s.metric, o.output);
   tune::SearchResult r;
@@ -278,24 +294,27 @@ int run_tune_search(SearchCommandOptions& o) {
     return 130;
   }
   const double full = static_cast<double>(static_cast<int64_t>(trials.size()) * s.max_epochs);
-  fmt::print("{} epochs trained over {} trials ({:.0f}% of training every trial for {} epochs), "
+  fmt::print("{} trained over {} trials ({:.0f}% of training every trial to {}), "
              "{:.0f} s\n",
-             r.epochs_trained, trials.size(), 100.0 * static_cast<double>(r.epochs_trained) / full,
-             s.max_epochs, r.wall_seconds);
+             amount(s, r.epochs_trained), trials.size(),
+             100.0 * static_cast<double>(r.epochs_trained) / full,
+             tune::budget_point(s.steps_per_epoch, s.max_epochs), r.wall_seconds);
   if (r.best < 0) {
     fmt::print(stderr, "tandem: error: every trial failed (their logs are in {}/trial-*)\n",
                o.output);
     return 1;
   }
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
-  fmt::print("best: trial {} ({}), {} {:.4f} after {} epochs\n  {}\n", r.best,
+  fmt::print("best: trial {} ({}), {} {:.4f} at {}\n  {}\n", r.best,
              tune::describe(best.settings), s.metric, best.results.back(),
-             r.rungs[best.results.size() - 1], train_command_line(o.train_args, best.settings));
+             tune::budget_point(s.steps_per_epoch, r.rungs[best.results.size() - 1]),
+             train_command_line(o.train_args, best.settings));
   if (s.target && !r.target_reached) {
     fmt::print(stderr,
-               "tandem: the target {} {} was not reached within {} epochs (best {:.4f}); widen "
-               "the space or raise max_epochs\n",
-               s.metric, *s.target, s.max_epochs, best.results.back());
+               "tandem: the target {} {} was not reached by {} (best {:.4f}); widen the space or "
+               "raise the maximum budget\n",
+               s.metric, *s.target, tune::budget_point(s.steps_per_epoch, s.max_epochs),
+               best.results.back());
     return 1;
   }
   return 0;

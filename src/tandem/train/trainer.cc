@@ -160,6 +160,11 @@ void check_train_config(const TrainConfig& config) {
                  "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
                  config.steps_per_epoch);
   }
+  if (config.repeat && config.steps_per_epoch == 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "repeat (--repeat) needs steps_per_epoch (--steps-per-epoch): an epoch of data "
+                 "that repeats would never end");
+  }
   if (config.prefetch_batches < 0 && config.prefetch_batches != data::kAutotune) {
     TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
                  config.prefetch_batches);
@@ -479,7 +484,16 @@ StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int6
 struct Trainer::Input {
   data::Dataset batches = data::Dataset::range(0);
   data::Iterator iterator;
+  int64_t pass = 0;  // the pass `iterator` reads
   std::optional<data::Element> empty_batch;
+  // The next batch; with TrainConfig::repeat, from the next pass when this
+  // one has ended (none only when a whole pass has none).
+  std::optional<data::Element> next(bool repeat) {
+    std::optional<data::Element> batch = iterator.next();
+    if (batch || !repeat) return batch;
+    iterator = batches.iterator(++pass);
+    return iterator.next();
+  }
 };
 
 // What a step gets from the input, once every process agreed on it.
@@ -556,7 +570,7 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
   std::exception_ptr input_error;
   try {
     trace::Span span("input", "step");
-    batch = input.iterator.next();
+    batch = input.next(config_.repeat);
     if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
   } catch (...) {
     if (processes_of(*strategy_) == 1) throw;
@@ -729,7 +743,7 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
   while (progress.epoch < last_epoch) {
     if (!continuing) input.iterator = input.batches.iterator(progress.epoch);
     for (; to_skip > 0; --to_skip) {
-      if (!input.iterator.next()) break;
+      if (!input.next(config_.repeat)) break;
     }
     while (!continuing || progress.step < config_.steps_per_epoch) {
       const StepInput next = next_step_input(input, progress);

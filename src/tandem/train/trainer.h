@@ -14,7 +14,8 @@
 //    and the engine splits each batch between the process's replicas.
 //  - An epoch is one pass over the data (steps_per_epoch = 0), or
 //    steps_per_epoch steps of one pass that runs across epochs (for
-//    repeated, infinite datasets: Keras's steps_per_epoch).
+//    repeated, infinite datasets: Keras's steps_per_epoch), or, with
+//    repeat, of passes that follow each other (tf.data's repeat()).
 //  - Uneven inputs are normal: when one process's shard ends first it takes
 //    part in the remaining steps with empty batches (every process agrees on
 //    each step before taking it), so no process hangs, no example is
@@ -77,6 +78,11 @@ struct TrainConfig {
   // 0: an epoch is one pass over the training data; N: N steps per epoch
   // from one pass that continues across epochs (needed for infinite data).
   int64_t steps_per_epoch = 0;
+  // With steps_per_epoch: when this process's pass over its data ends, the
+  // next pass (Dataset::iterator(k + 1): its own shuffle) follows, so the
+  // run has steps_per_epoch x epochs steps whatever the data's size.
+  // Without it the run ends when the data does.
+  bool repeat = false;
   optim::OptimizerConfig optimizer;
   // Cosine decay from the learning rate to min_lr over the run: the recipe
   // fixes the rate, not its schedule, and decay converges further (see

@@ -156,8 +156,9 @@ TrialOutcome::Status record_outcome(const TrialJob& job, const TrialOutcome& out
                                                           : record.curve.back();
       scheduler.report(asha_job, metric);
       record.results.push_back(metric);
-      log(fmt::format("trial {:3} reached epoch {}: {} {:.4f} ({:.1f} s)", job.trial, job.epochs,
-                      metric_name, metric, outcome.seconds));
+      log(fmt::format("trial {:3} reached {}: {} {:.4f} ({:.1f} s)", job.trial,
+                      budget_point(job.steps_per_epoch, job.epochs), metric_name, metric,
+                      outcome.seconds));
       break;
     }
     case TrialOutcome::Status::diverged:
@@ -274,12 +275,13 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
                     .rung = job->rung,
                     .epochs = job->epochs,
                     .max_epochs = settings.max_epochs,
+                    .steps_per_epoch = settings.steps_per_epoch,
                     .settings = record.settings,
                     .seed = record.seed,
                     .dir = trial_dir(options.output_dir, job->trial)});
       ++running;
-      log(fmt::format("trial {:3} to epoch {} (rung {}): {}", job->trial, job->epochs, job->rung,
-                      describe(record.settings)));
+      log(fmt::format("trial {:3} to {} (rung {}): {}", job->trial,
+                      budget_point(settings.steps_per_epoch, job->epochs), job->rung, describe(record.settings)));
       save();
     }
     if (running == 0) break;

@@ -121,6 +121,8 @@ Parameter parse_parameter(const std::string& name, const toml::node& node,
 
 void parse_settings(const toml::table& table, const std::string& source, SearchSettings& s) {
   std::optional<std::string> mode;
+  std::optional<int64_t> min_steps, max_steps;
+  int64_t steps_line = 0, epochs_line = 0;
   for (const auto& [key, value] : table) {
     const std::string k(key.str());
     const int64_t line = static_cast<int64_t>(key.source().begin.line);
@@ -145,6 +147,13 @@ void parse_settings(const toml::table& table, const std::string& source, SearchS
       if (epochs < 1 || epochs > 1000000)
         fail(source, line, k, " (a budget) must be in [1, 1000000] epochs, got ", epochs);
       (k == "min_epochs" ? s.min_epochs : s.max_epochs) = epochs;
+      epochs_line = line;
+    } else if (k == "min_steps" || k == "max_steps") {
+      const int64_t steps = integer(value, source, k);
+      if (steps < 1 || steps > 1000000000)
+        fail(source, line, k, " (a budget) must be in [1, 1000000000] steps, got ", steps);
+      (k == "min_steps" ? min_steps : max_steps) = steps;
+      steps_line = line;
     } else if (k == "metric") {
       s.metric = text(value, source, k);
       if (!s.metric.starts_with("validation_") && !s.metric.starts_with("train_")) {
@@ -164,8 +173,27 @@ void parse_settings(const toml::table& table, const std::string& source, SearchS
     } else {
       fail(source, line, "unknown setting '", k,
            "' in [search] (sampler, trials, scheduler, reduction_factor, min_epochs, "
-           "max_epochs, metric, mode, target, seed)");
+           "max_epochs, min_steps, max_steps, metric, mode, target, seed)");
     }
+  }
+  if (steps_line > 0) {
+    if (epochs_line > 0) {
+      fail(source, std::max(steps_line, epochs_line),
+           "budgets in epochs and in steps: give min_epochs and max_epochs, or min_steps and "
+           "max_steps");
+    }
+    if (!min_steps || !max_steps)
+      fail(source, steps_line, "budgets in steps need both min_steps and max_steps");
+    if (*min_steps > *max_steps) {
+      fail(source, steps_line, "min_steps ", *min_steps, " is above max_steps ", *max_steps);
+    }
+    if (*max_steps % *min_steps != 0) {
+      fail(source, steps_line, "max_steps ", *max_steps, " is not a multiple of min_steps ",
+           *min_steps, " (a trial's epochs are min_steps steps long)");
+    }
+    s.steps_per_epoch = *min_steps;
+    s.min_epochs = 1;
+    s.max_epochs = *max_steps / *min_steps;
   }
   s.maximize = mode ? *mode == "max" : s.metric.ends_with("accuracy");
   if (s.min_epochs > s.max_epochs) {
@@ -173,6 +201,15 @@ void parse_settings(const toml::table& table, const std::string& source, SearchS
          s.max_epochs);
   }
 }
+
+}  // namespace
+
+std::string budget_point(int64_t steps_per_epoch, int64_t epochs) {
+  return steps_per_epoch > 0 ? "step " + std::to_string(epochs * steps_per_epoch)
+                             : "epoch " + std::to_string(epochs);
+}
+
+namespace {
 
 // A parameter's grid points, as flag text.
 std::vector<std::string> grid_points(const Parameter& p, const std::string& source) {

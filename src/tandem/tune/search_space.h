@@ -7,6 +7,9 @@
 //   scheduler = "asha"        # or "none": every trial to max_epochs
 //   min_epochs = 1            # the first rung's budget
 //   max_epochs = 9            # the last rung's
+//   (or min_steps = 300 and max_steps = 2700: budgets in steps, a multiple
+//   of min_steps; each trial then trains epochs of min_steps steps over
+//   repeated data, `--steps-per-epoch min_steps --repeat`)
 //   reduction_factor = 3      # ASHA's eta
 //   metric = "validation_accuracy"   # an entry of summary.json's history
 //   mode = "max"              # default: max for accuracies, min otherwise
@@ -49,8 +52,11 @@ struct SearchSettings {
   int64_t trials = 0;              // random: required; grid: the grid's size
   std::string scheduler = "asha";  // asha, none
   int64_t reduction_factor = 3;
+  // Budgets in epochs; with steps_per_epoch > 0 (budgets in steps: min_steps
+  // and max_steps), an epoch of the search is that many steps.
   int64_t min_epochs = 1;
   int64_t max_epochs = 9;
+  int64_t steps_per_epoch = 0;
   std::string metric = "validation_accuracy";
   bool maximize = true;
   std::optional<double> target;
@@ -77,6 +83,10 @@ std::vector<TrialSettings> sample_trials(const SearchSpace& space);
 // A trial's settings as `tandem train` arguments ("--lr", "0.1", ...; the
 // model.KEY ones joined into one --model-options).
 std::vector<std::string> trial_arguments(const TrialSettings& settings);
+
+// "epoch 3", or with budgets in steps (steps_per_epoch > 0) "step 900":
+// where `epochs` of the search's end, for people to read.
+std::string budget_point(int64_t steps_per_epoch, int64_t epochs);
 
 // "lr=0.1 batch-size=256": a trial's settings for people to read.
 std::string describe(const TrialSettings& settings);
