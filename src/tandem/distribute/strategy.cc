@@ -237,7 +237,8 @@ class ParameterServerPeer : public OneDevice {
   double silence_seconds_;
 };
 
-// Worker rank - shards of the job's workers.
+// A worker process: worker rank - N of the job's workers, where ranks
+// 0..N-1 hold the N shards (--ps N).
 class ParameterServerWorker : public ParameterServerPeer {
  public:
   ParameterServerWorker(int rank, int shards, int threads, int workers,
