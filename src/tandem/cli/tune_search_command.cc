@@ -3,7 +3,6 @@
 // directory each, started `--parallel` at a time; under mpirun on every
 // rank's host (mpi_trial_runner.h). Every flag the command does not know
 // is a `tandem train` flag, given to every trial.
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -17,6 +16,7 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/host_name.h"
 #include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/mpi_trial_runner.h"
@@ -38,12 +38,6 @@ struct SearchCommandOptions {
 };
 
 std::atomic<bool> stop_search{false};
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
-}
 
 void on_interrupt(int) { stop_search.store(true); }
 

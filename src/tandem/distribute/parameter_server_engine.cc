@@ -127,7 +127,10 @@ class ParameterServerEngine : public Engine {
   std::optional<Work> take_work(int r, std::unique_lock<std::mutex>& lock);
   bool admitted() const;
   bool has_room() const;
-  void pull(Worker& w);
+  // The server's values (and loss scale) into a worker's copy: every
+  // variable, or only those with a piece on a shard in this process (what a
+  // share needs here: the shard ranks serve the rest).
+  void pull(Worker& w, bool held_here_only = false);
   int64_t divisor(const Work& work) const;
   Gradient compute(Worker& w, const Work& work);
   Gradient compute_remote(int r, Worker& w, const Work& work);
@@ -162,6 +165,7 @@ class ParameterServerEngine : public Engine {
   // the staged gradient of the update being applied.
   std::vector<Variable> server_;
   std::vector<bool> staged_;
+  std::vector<bool> held_here_;  // per variable: a piece of it on a shard of this process
   std::vector<VariablePiece> pieces_;
   std::vector<Shard> shards_;
   std::unique_ptr<precision::LossScaler> scaler_;
@@ -258,6 +262,9 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
     MemoryCategoryScope category(MemoryCategory::optimizer_state);
     shard.optimizer = optim::make_optimizer(options.optimizer, shard.views);
   }
+  held_here_.assign(server_.size(), false);
+  for (const VariablePiece& piece : pieces_)
+    if (!shards_[static_cast<size_t>(piece.shard)].link) held_here_[piece.variable] = true;
   for (Worker& w : workers_) pull(w);
 }
 
@@ -381,10 +388,8 @@ void ParameterServerEngine::fetch_remote_values() {
     detail::WorkerLink* link = shards_[k].link;
     if (link == nullptr) continue;
     link->send(detail::FrameKind::values, {});
-    auto [kind, payload] = link->receive(remote_->silence_seconds);
-    if (kind != detail::FrameKind::values)
-      TANDEM_THROW(IoError, link->peer(), " answered a values request with frame kind ",
-                   static_cast<int>(kind));
+    const std::string payload =
+        link->receive(detail::FrameKind::values, "its values", remote_->silence_seconds);
     detail::FrameReader in(payload, "values from " + link->peer());
     detail::read_shard_values(in, pieces_, static_cast<int>(k), server_);
   }
@@ -499,8 +504,9 @@ std::optional<Work> ParameterServerEngine::take_work(int r, std::unique_lock<std
   }
 }
 
-void ParameterServerEngine::pull(Worker& w) {
+void ParameterServerEngine::pull(Worker& w, bool held_here_only) {
   for (size_t i = 0; i < server_.size(); ++i) {
+    if (held_here_only && !held_here_[i]) continue;
     Tensor value = w.parameters[i].value();
     value.copy_from(server_[i].value());
     w.parameters[i].mark_modified();
@@ -522,7 +528,7 @@ void ParameterServerEngine::worker_loop(int r) {
       const int64_t rows = rows_of(work->rows);
       if (rows == 0 && !synchronous()) continue;  // nothing to learn from
       w.pulled = version_;
-      pull(w);
+      pull(w, /*held_here_only=*/true);
       w.times.communication += seconds(Clock::now() - pull_start);
       lock.unlock();
       Gradient g;
@@ -602,9 +608,8 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
     link.send(detail::FrameKind::work, {out.bytes()});
   }
   detail::maybe_kill_after_work(handed_out_.fetch_add(1) + 1);
-  auto [kind, payload] = link.receive(remote_->silence_seconds);
-  if (kind != detail::FrameKind::gradient)
-    TANDEM_THROW(IoError, name, " answered work with frame kind ", static_cast<int>(kind));
+  const std::string payload =
+      link.receive(detail::FrameKind::gradient, "a gradient", remote_->silence_seconds);
   detail::FrameReader in(payload, "gradient from " + name);
   detail::GradientReport report = detail::read_report(in);
   g.rows = report.rows;
@@ -656,6 +661,7 @@ void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const s
 
 void ParameterServerEngine::stage(const Worker& w, bool add) {
   for (size_t i = 0; i < server_.size(); ++i) {
+    if (!held_here_[i]) continue;  // a shard rank stages it (staged_[i] stays false)
     const Variable& p = w.parameters[i];
     Tensor staged = server_[i].grad_buffer();
     if (!add) staged_[i] = false;
@@ -719,11 +725,9 @@ void ParameterServerEngine::apply(double learning_rate, detail::ShardUpdate upda
       squares = optim::gradient_squares(local);
       for (Shard& shard : shards_) {
         if (!shard.link) continue;
-        auto [kind, payload] = shard.link->receive(remote_->silence_seconds);
+        const std::string payload = shard.link->receive(
+            detail::FrameKind::squares, "the update's squares", remote_->silence_seconds);
         detail::FrameReader in(payload, "squares from " + shard.link->peer());
-        if (kind != detail::FrameKind::squares)
-          TANDEM_THROW(IoError, shard.link->peer(), " answered an update with frame kind ",
-                       static_cast<int>(kind));
         squares += in.f64();
       }
       detail::FrameWriter norm;
@@ -864,10 +868,7 @@ void ParameterServerEngine::load_shard_rank(
   detail::write_shard_values(load, pieces_, k, server_);
   detail::write_named_tensors(load, state);
   link.send(detail::FrameKind::load, {load.bytes()});
-  auto [kind, payload] = link.receive(remote_->silence_seconds);
-  if (kind != detail::FrameKind::ack)
-    TANDEM_THROW(IoError, link.peer(), " answered its values with frame kind ",
-                 static_cast<int>(kind));
+  link.receive(detail::FrameKind::ack, "an ack of its values", remote_->silence_seconds);
 }
 
 std::vector<std::pair<std::string, Tensor>> ParameterServerEngine::shard_state(Shard& shard) {
@@ -877,10 +878,8 @@ std::vector<std::pair<std::string, Tensor>> ParameterServerEngine::shard_state(S
     return state;
   }
   shard.link->send(detail::FrameKind::state, {});
-  auto [kind, payload] = shard.link->receive(remote_->silence_seconds);
-  if (kind != detail::FrameKind::state)
-    TANDEM_THROW(IoError, shard.link->peer(), " answered a state request with frame kind ",
-                 static_cast<int>(kind));
+  const std::string payload =
+      shard.link->receive(detail::FrameKind::state, "its optimizer state", remote_->silence_seconds);
   detail::FrameReader in(payload, "optimizer state from " + shard.link->peer());
   return detail::read_named_tensors(in);
 }

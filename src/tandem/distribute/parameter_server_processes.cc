@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tandem/base/error.h"
+#include "tandem/base/host_name.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/detail/ps_messages.h"
@@ -19,12 +20,6 @@ namespace {
 
 constexpr double kConnectSeconds = 60.0;
 constexpr double kHelloSeconds = 10.0;  // from a connection to its hello
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
-  return name;
-}
 
 // "host\nport\naddress address ...": where this rank's peers find it.
 std::string card_of(const detail::WorkerListener& listener) {
@@ -199,15 +194,6 @@ void serve_parameter_server_work(std::vector<std::unique_ptr<detail::WorkerLink>
   if (options.loss_scale) scaler.emplace(*options.loss_scale);
   model.train();
   detail::WorkerLink& chief = *servers.front();
-  const auto expect = [&](detail::WorkerLink& link, detail::FrameKind want,
-                          const char* what) -> std::string {
-    auto [kind, payload] = link.receive(silence_seconds);
-    if (kind != want) {
-      TANDEM_THROW(IoError, link.peer(), " sent frame kind ", static_cast<int>(kind), " where ",
-                   what, " was expected");
-    }
-    return std::move(payload);
-  };
   const std::string what = "work from " + chief.peer();
   for (int64_t received = 1;; ++received) {
     auto [kind, payload] = chief.receive(silence_seconds);
@@ -230,7 +216,8 @@ void serve_parameter_server_work(std::vector<std::unique_ptr<detail::WorkerLink>
     pull.u64(static_cast<uint64_t>(order.version));
     for (int k = 1; k < shards; ++k) servers[k]->send(detail::FrameKind::pull, {pull.bytes()});
     for (int k = 1; k < shards; ++k) {
-      const std::string values = expect(*servers[k], detail::FrameKind::values, "values");
+      const std::string values =
+          servers[k]->receive(detail::FrameKind::values, "values", silence_seconds);
       detail::FrameReader values_in(values, "values from " + servers[k]->peer());
       detail::read_shard_values(values_in, pieces, k, parameters);
     }
@@ -246,7 +233,8 @@ void serve_parameter_server_work(std::vector<std::unique_ptr<detail::WorkerLink>
       detail::write_shard_gradients(push, pieces, k, parameters);
       servers[k]->send(detail::FrameKind::push, {push.bytes()});
     }
-    for (int k = 1; k < shards; ++k) expect(*servers[k], detail::FrameKind::ack, "an ack");
+    for (int k = 1; k < shards; ++k)
+      servers[k]->receive(detail::FrameKind::ack, "an ack", silence_seconds);
     detail::GradientReport report{.rows = g.rows,
                                   .loss_sum = g.loss_sum,
                                   .finite = g.finite,

@@ -127,9 +127,10 @@ void ShardServer::serve_worker(size_t r) {
             rows.emplace_back();
             continue;
           }
-          Tensor t = Tensor::zeros(detail::piece_of(server_[pieces_[k].variable].value(),
-                                                    pieces_[k]).shape(),
-                                   DType::f32);
+          // Every byte is read into it: no need to zero it first.
+          Tensor t = Tensor::empty(
+              detail::piece_of(server_[pieces_[k].variable].value(), pieces_[k]).shape(),
+              DType::f32);
           in.tensor_into(t);
           rows.emplace_back(std::move(t));
         }
@@ -222,10 +223,8 @@ void ShardServer::update(const detail::ShardUpdate& u) {
       detail::FrameWriter squares;
       squares.f64(optim::gradient_squares(views_));
       links_.chief->send(detail::FrameKind::squares, {squares.bytes()});
-      auto [kind, payload] = links_.chief->receive(silence_seconds_);
-      if (kind != detail::FrameKind::norm)
-        TANDEM_THROW(IoError, links_.chief->peer(), " sent frame kind ", static_cast<int>(kind),
-                     " where the update's norm was expected");
+      const std::string payload =
+          links_.chief->receive(detail::FrameKind::norm, "the update's norm", silence_seconds_);
       detail::FrameReader in(payload, "the update's norm");
       optim::clip_to_norm(views_, in.f64(), max_norm);
     } else if (u.clip_norm > 0.0 && max_norm > 0.0) {

@@ -150,6 +150,15 @@ std::pair<FrameKind, std::string> WorkerLink::receive(double silence_seconds) {
   }
 }
 
+std::string WorkerLink::receive(FrameKind want, std::string_view what, double silence_seconds) {
+  auto [kind, payload] = receive(silence_seconds);
+  if (kind != want) {
+    TANDEM_THROW(IoError, peer_, " sent frame kind ", static_cast<int>(kind), " where ", what,
+                 " was expected");
+  }
+  return std::move(payload);
+}
+
 WorkerListener::WorkerListener() {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw_errno("cannot open the parameter server's socket");

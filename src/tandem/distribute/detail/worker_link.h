@@ -67,6 +67,10 @@ class WorkerLink {
   // closed the connection or sent nothing for `silence_seconds`, IoError
   // for a malformed frame.
   std::pair<FrameKind, std::string> receive(double silence_seconds);
+  // The next frame's payload, which must be of kind `want` (the answer to
+  // a request): IoError naming the peer, the kind it sent and `what` when
+  // it is another; otherwise as receive().
+  std::string receive(FrameKind want, std::string_view what, double silence_seconds);
   // Starts the heartbeat thread (once).
   void start_heartbeats();
   // Ends the connection (the peer's receive() sees the end); idempotent.
