@@ -224,6 +224,25 @@ TEST(Trainer, DataThatCannotWorkIsAClearError) {
   EXPECT_THROW(train::make_loss("huber", {.delta = 0}), InvalidArgument);
 }
 
+// The main thread builds the batches between steps. It gets the replica's
+// threads, not OpenMP's default of every core: under mpirun other processes
+// use those cores, and the spinning workers of a 2-thread team there made
+// each 2-host mlp step 4x slower (docs/performance.md).
+TEST(Trainer, BatchesAreBuiltWithTheReplicasThreadsNotEveryCore) {
+  set_num_threads(2);
+  std::vector<int> seen;
+  const data::Dataset d = head(48).map([&seen](data::Element e) {
+    seen.push_back(num_threads());
+    return e;
+  });
+  train::Trainer t(config("one_device", 1, "sgd"), train::builtin_model("mlp"));
+  t.fit(d);
+  ASSERT_FALSE(seen.empty());
+  for (int threads : seen) EXPECT_EQ(threads, 1);
+  EXPECT_EQ(num_threads(), 2);  // restored after the run
+  set_num_threads(1);
+}
+
 // Metrics over replicas are the metrics of the whole dataset, however the
 // examples fell on the replicas (50 over 3 replicas, a batch of 2 at the end).
 TEST(Trainer, EvaluationOverReplicasIsTheWholeDatasets) {

@@ -406,7 +406,7 @@ EvalResult Trainer::evaluate(const data::Dataset& dataset) {
   try {
     const int64_t batch = (config_.eval_batch_size + processes - 1) / processes;
     data::Iterator it = batched(dataset, batch, false).iterator();
-    NumThreadsScope main_threads(local > 1 ? 1 : num_threads());
+    NumThreadsScope main_threads(local > 1 ? 1 : strategy_->threads_per_replica());
     while (std::optional<data::Element> e = it.next()) {
       engine_->evaluate(*e, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
         const Variable outputs =
@@ -727,9 +727,13 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
   TrainResult result;
   Progress progress;
   begin_fit(train, progress, result);
-  // With replica threads on every core, the main thread must not start
-  // OpenMP teams: their workers spin after each region and steal a replica's core.
-  NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1 : num_threads());
+  // The main thread builds batches between steps. With replica threads on
+  // every core it must not start OpenMP teams: their workers spin after each
+  // region and steal a replica's core. With one replica it has that
+  // replica's threads, not the OpenMP default (every core of the machine),
+  // which other processes of the job or of the host may be using.
+  NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1
+                                                               : strategy_->threads_per_replica());
   Input input{.batches = process_batches(train)};
   const distribute::ForwardFn forward = training_forward();
   const bool continuing = config_.steps_per_epoch > 0;
