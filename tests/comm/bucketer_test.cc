@@ -13,18 +13,36 @@
 namespace tandem::comm {
 namespace {
 
-TEST(Bucketer, FillsBucketsInOrderWithASmallerFirstBucket) {
-  // 100 KiB tensors: 1 fits the 160 KiB first bucket, 4 fit each 400 KiB bucket.
+TEST(Bucketer, FillsBucketsInOrderUntilEachReachesItsSizeAsDdpDoes) {
+  // 100 KiB tensors: the 160 KiB first bucket takes 2 (the second crosses
+  // its size), each 400 KiB bucket 4 (the fourth reaches it).
   std::vector<TensorLayout> layouts(10, TensorLayout{Shape{25600}, DType::f32});
   Bucketer b(layouts, {.bucket_bytes = 400 << 10, .first_bucket_bytes = 160 << 10});
-  ASSERT_EQ(b.bucket_count(), 4u);
-  EXPECT_EQ(b.tensors_in(0), (std::vector<size_t>{0}));
-  EXPECT_EQ(b.tensors_in(1), (std::vector<size_t>{1, 2, 3, 4}));
-  EXPECT_EQ(b.tensors_in(3), (std::vector<size_t>{9}));
+  ASSERT_EQ(b.bucket_count(), 3u);
+  EXPECT_EQ(b.tensors_in(0), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(b.tensors_in(1), (std::vector<size_t>{2, 3, 4, 5}));
+  EXPECT_EQ(b.tensors_in(2), (std::vector<size_t>{6, 7, 8, 9}));
   EXPECT_EQ(b.bucket_of(7), 2u);
-  EXPECT_EQ(b.offset_of(7), 2 * 25600);
+  EXPECT_EQ(b.offset_of(7), 25600);
   EXPECT_EQ(b.bucket(1).numel(), 4 * 25600);
   EXPECT_EQ(b.bucket(1).category(), MemoryCategory::gradients);
+}
+
+// The mlp's gradients in backward order: two small ones, then a 1 MiB
+// weight, then the biggest. The weight joins the first bucket, whose
+// all-reduce then starts when backward has produced it and overlaps the
+// rest of backward; a rule that kept buckets under their size would have
+// left the first bucket with the small ones and sent everything else in
+// one bucket after backward.
+TEST(Bucketer, ALargeGradientJoinsTheFirstBucketThatHasRoom) {
+  const std::vector<TensorLayout> layouts = {{Shape{10}, DType::f32},
+                                             {Shape{512, 10}, DType::f32},
+                                             {Shape{512, 512}, DType::f32},
+                                             {Shape{784, 512}, DType::f32}};
+  Bucketer b(layouts, {.bucket_bytes = 25 << 20, .first_bucket_bytes = 1 << 20});
+  ASSERT_EQ(b.bucket_count(), 2u);
+  EXPECT_EQ(b.tensors_in(0), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(b.tensors_in(1), (std::vector<size_t>{3}));
 }
 
 TEST(Bucketer, ViewsShareTheBucketAndKeepShapes) {
@@ -34,7 +52,7 @@ TEST(Bucketer, ViewsShareTheBucketAndKeepShapes) {
                                        {Shape{1000000}, DType::f32},
                                        {Shape{7}, DType::f32}};
   Bucketer b(layouts, {.bucket_bytes = 1 << 20, .first_bucket_bytes = 1 << 10});
-  // dtype change and an oversized tensor each open a bucket.
+  // A dtype change, and a full bucket, each open a bucket.
   EXPECT_EQ(b.bucket_of(0), b.bucket_of(1));
   EXPECT_NE(b.bucket_of(2), b.bucket_of(1));
   EXPECT_NE(b.bucket_of(3), b.bucket_of(2));

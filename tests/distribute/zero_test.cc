@@ -340,7 +340,7 @@ TEST(Zero, TheGatheredStateIsTheSameInPiecesAndOnlyTheKeeperHoldsIt) {
 }
 
 TEST(Reducer, ZeroTwoReduceScattersEachBucketIntoItsShardAndKeepsNoWholeGradient) {
-  // Three ranks, buckets of 8 bytes (one per parameter), padded to 3.
+  // Three ranks, buckets of 4 bytes (each parameter fills one), padded to 3.
   comm::InProcessGroup group(3);
   std::vector<std::vector<std::vector<float>>> shards(3);
   testing::run_ranks(3, [&](int r) {
@@ -348,7 +348,7 @@ TEST(Reducer, ZeroTwoReduceScattersEachBucketIntoItsShardAndKeepsNoWholeGradient
     Variable a(Tensor::full(Shape{2}, 1.0f), true), b(Tensor::full(Shape{4}, 1.0f), true),
         unused(Tensor::full(Shape{1}, 1.0f), true);
     distribute::Reducer reducer({a, b, unused}, *comm,
-                                {.bucket_bytes = 16, .first_bucket_bytes = 16, .zero_stage = 2});
+                                {.bucket_bytes = 4, .first_bucket_bytes = 4, .zero_stage = 2});
     EXPECT_EQ(reducer.bucket_count(), 3u);
     // Two passes accumulate into the shard.
     for (int pass = 0; pass < 2; ++pass) {

@@ -23,10 +23,11 @@ Bucketer::Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptio
   };
   for (size_t i = 0; i < tensors.size(); ++i) {
     const int64_t elements = tensors[i].shape.numel();
-    const auto bytes = static_cast<int64_t>(elements * dtype_size(tensors[i].dtype));
+    // PyTorch DDP's rule: a bucket takes tensors until it has reached its
+    // size, the one that crosses it included.
     const bool fits =
         !open.empty() && open.back().dtype == tensors[i].dtype &&
-        static_cast<int64_t>(open.back().elements * dtype_size(open.back().dtype)) + bytes <=
+        static_cast<int64_t>(open.back().elements * dtype_size(open.back().dtype)) <
             limit(open.size() - 1);
     if (!fits) open.push_back({tensors[i].dtype, 0, {}});
     placement_[i] = {open.size() - 1, open.back().elements};

@@ -3,9 +3,13 @@
 // many small tensors laid out in a few flat buffers so that one collective
 // serves them all, each tensor being a view into its bucket (no packing copy).
 // Tensors are placed in the order given (a model's gradients in reverse
-// parameter order, the order backward produces them); a bucket closes when
-// the next tensor would take it past its size, and the first bucket is
-// smaller so that the first all-reduce can start early, as in PyTorch DDP.
+// parameter order, the order backward produces them); as in PyTorch DDP, a
+// bucket takes tensors until it has reached its size (the tensor that
+// crosses it included), and the first bucket is smaller so that the first
+// all-reduce can start early. (Closing a bucket before the tensor that would
+// cross its size, as tandem did before, left a model whose last layers are
+// small and the next large with a first bucket of the small ones and
+// everything else in one bucket sent after backward.)
 
 #include <cstdint>
 #include <utility>
@@ -37,7 +41,7 @@ struct TensorLayout {
 class Bucketer {
  public:
   // Throws InvalidArgument for non-positive bucket sizes. Tensors of different
-  // dtypes never share a bucket; a tensor larger than a bucket gets its own.
+  // dtypes never share a bucket; a bucket holds at most its size plus one tensor.
   explicit Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptions& options = {});
 
   size_t bucket_count() const { return members_.size(); }
