@@ -5,16 +5,24 @@
 # .(i+1)), which the ranks' MPI traffic uses, and "eth1", the management
 # network (10.214.0.0/16), which mpirun's control traffic uses. Traffic
 # between hosts crosses two links, never shared memory or loopback; data
-# links can be rate-limited (tc tbf, both directions), and either network
-# cut. Every process started through `exec`, `agent` or
+# links can be rate-limited (tc tbf, both directions) and delayed (this
+# kernel has no netem: a forwarder of the project's own, link-delay, sits in
+# each data link), and either network cut. Every process started through `exec`, `agent` or
 # `mpirun` sees its host's name as its hostname (own UTS namespace) and the
 # others' names in /etc/hosts, so OpenMPI treats the hosts as separate nodes.
 # Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2. docs/multi_host.md.
 #
-#   netns-hosts.sh up [HOSTS] [RATE]  create HOSTS (default 2) hosts, links at RATE
-#                                     (tc units: 1gbit, 100mbit; default: unshaped)
+#   netns-hosts.sh up [HOSTS] [RATE] [DELAY]
+#                                     create HOSTS (default 2) hosts, data links at
+#                                     RATE (tc units: 1gbit, 100mbit; default:
+#                                     unshaped) and DELAY (as below; default none)
 #   netns-hosts.sh down               remove them, killing whatever runs inside
 #   netns-hosts.sh shape RATE|none    change every data link's rate
+#   netns-hosts.sh delay TIME|none    delay every data link by TIME each way (500us,
+#                                     5ms, 1s), so host to host by twice TIME and a
+#                                     round trip by four times; needs the link-delay
+#                                     program (TANDEM_LINK_DELAY, on PATH, or
+#                                     build/tests/link-delay)
 #   netns-hosts.sh cut HOST [data]    take HOST's links down (pulled cables), or
 #                                     only its data link
 #   netns-hosts.sh restore HOST       bring them back
@@ -72,6 +80,64 @@ shape() {  # RATE
   done
 }
 
+# The link-delay program (tests/multi_host/link_delay.cc).
+link_delay_program() {
+  for candidate in "${TANDEM_LINK_DELAY:-}" "$(command -v link-delay || true)" \
+    "$(dirname "$self")/../build/tests/link-delay"; do
+    [ -n "$candidate" ] && [ -x "$candidate" ] && { echo "$candidate"; return; }
+  done
+  die "no link-delay program: build the link_delay target (cmake --build build --target link_delay), or set TANDEM_LINK_DELAY to its path"
+}
+
+# TIME (500us, 5ms, 1s) in microseconds.
+microseconds() {
+  case $1 in
+    *us) n=${1%us} factor=1 ;;
+    *ms) n=${1%ms} factor=1000 ;;
+    *s) n=${1%s} factor=1000000 ;;
+    *) n="" ;;
+  esac
+  case $n in '' | *[!0-9]*) die "delay must be a whole number with us, ms or s (500us, 5ms), or none; got '$1'" ;; esac
+  us=$((n * factor))
+  [ "$us" -le 10000000 ] || die "delay must be at most 10s, got '$1'"
+  echo "$us"
+}
+
+# In the switch, data port hI normally sits on the bridge. Delayed, it is
+# joined instead by link-delay to fI, whose veth peer dI sits on the bridge.
+delay() {  # TIME|none
+  [ "$1" = none ] || { us=$(microseconds "$1"); program=$(link_delay_program); }
+  mkdir -p /run/tandem-netns
+  for h in $(hosts); do
+    i=${h#h}
+    pidfile="/run/tandem-netns/$prefix-$h.delay"
+    if [ -f "$pidfile" ]; then
+      read -r pid _ <"$pidfile"
+      kill "$pid" 2>/dev/null || true
+      rm -f "$pidfile"
+    fi
+    ip -n "$switch" link del "d$i" 2>/dev/null || true
+    if [ "$1" = none ]; then
+      ip -n "$switch" link set "$h" master data
+      continue
+    fi
+    ip -n "$switch" link set "$h" nomaster
+    ip -n "$switch" link add "d$i" type veth peer name "f$i"
+    ip -n "$switch" link set "d$i" master data
+    ip -n "$switch" link set "d$i" up
+    ip -n "$switch" link set "f$i" up
+    ip netns exec "$switch" "$program" "$h" "f$i" "$us" </dev/null >/dev/null 2>"${pidfile}.log" &
+    echo "$! $us" >"$pidfile"
+  done
+  [ "$1" = none ] && return
+  sleep 0.2
+  for h in $(hosts); do
+    read -r pid _ <"/run/tandem-netns/$prefix-$h.delay"
+    kill -0 "$pid" 2>/dev/null ||
+      die "link-delay did not start on $h's data link ($program $h f${h#h} $us)"
+  done
+}
+
 check() {
   [ "$(id -u)" -eq 0 ] || { echo "netns-hosts: needs root" >&2; exit 77; }
   command -v ip >/dev/null && command -v tc >/dev/null ||
@@ -98,7 +164,7 @@ down() {
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "/etc/netns/$ns"
   done
-  rm -f "/run/tandem-netns/$prefix.hostfile"
+  rm -f "/run/tandem-netns/$prefix.hostfile" /run/tandem-netns/"$prefix"-h*.delay
 }
 
 up() {  # HOSTS RATE
@@ -144,6 +210,7 @@ up() {  # HOSTS RATE
     i=$((i + 1))
   done
   [ "$2" = none ] || shape "$2"
+  [ "$3" = none ] || delay "$3"
   trap - EXIT
 }
 
@@ -163,13 +230,18 @@ on_host() {  # HOST CMD
 command=${1:-}
 [ $# -eq 0 ] || shift
 case $command in
-  up) up "${1:-2}" "${2:-none}" ;;
+  up) up "${1:-2}" "${2:-none}" "${3:-none}" ;;
   down) down ;;
   check) check ;;
   shape)
     [ $# -eq 1 ] || die "usage: $0 shape RATE|none"
     [ "$(host_count)" -gt 0 ] || die "no hosts; create them with: $0 up"
     shape "$1"
+    ;;
+  delay)
+    [ $# -eq 1 ] || die "usage: $0 delay TIME|none"
+    [ "$(host_count)" -gt 0 ] || die "no hosts; create them with: $0 up"
+    delay "$1"
     ;;
   cut | restore)
     [ $# -ge 1 ] && [ $# -le 2 ] && [ "${2:-data}" = data ] || die "usage: $0 cut HOST [data] | restore HOST"
@@ -214,8 +286,13 @@ case $command in
       rate=$(ip netns exec "$prefix-$h" tc qdisc show dev eth0 | sed -n 's/.*tbf.*rate \([^ ]*\).*/\1/p')
       data=$(ip -n "$switch" -br link show "$h" | awk '{print $2}')
       mgmt=$(ip -n "$switch" -br link show "m${h#h}" | awk '{print $2}')
+      delayed=""
+      if [ -f "/run/tandem-netns/$prefix-$h.delay" ]; then
+        read -r pid us <"/run/tandem-netns/$prefix-$h.delay"
+        delayed=" delay ${us}us (link-delay pid $pid)"
+      fi
       echo "$h data $(ip -n "$prefix-$h" -br -4 addr show eth0 | awk '{print $3}') ${data:-?}" \
-        "rate ${rate:-unshaped}, management $(ip -n "$prefix-$h" -br -4 addr show eth1 | awk '{print $3}') ${mgmt:-?}"
+        "rate ${rate:-unshaped}${delayed}, management $(ip -n "$prefix-$h" -br -4 addr show eth1 | awk '{print $3}') ${mgmt:-?}"
     done
     ;;
   *)

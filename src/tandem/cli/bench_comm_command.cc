@@ -164,9 +164,21 @@ std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective colle
       }
     };
     fill();
-    s.iterations =
-        std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(s.bytes, 1), 3, 20000);
     once();  // warm-up: page faults, caches
+    // About 64 MiB through each sample, and at most about a quarter of a
+    // second of calls as long as the slowest rank's next three: over a link
+    // with milliseconds of delay, 20,000 4-byte calls would take minutes.
+    const auto timed = Clock::now();
+    for (int i = 0; i < 3; ++i) once();
+    Tensor took = Tensor::full(
+        Shape{1},
+        static_cast<float>(std::chrono::duration<double>(Clock::now() - timed).count() / 3));
+    comm.all_reduce(took, took, comm::ReduceOp::max);
+    const double call_seconds = std::max(1e-7, static_cast<double>(took.to_floats()[0]));
+    s.iterations = std::clamp<int64_t>(
+        std::min<int64_t>((int64_t{64} << 20) / std::max<int64_t>(s.bytes, 1),
+                          static_cast<int64_t>(0.25 / call_seconds)),
+        3, 20000);
     std::vector<double> samples;
     for (int rep = 0; rep < repeats; ++rep) {
       comm.barrier();
