@@ -1,17 +1,29 @@
 #!/bin/sh
 # The scaling planner against measurements across two test hosts (network
 # namespaces, scripts/netns-hosts.sh; needs root): for each data-link rate,
-# the link's all-reduce table; for each model, a one-device profile; then
+# the link's all-reduce table; for each model, a profile (below); then
 # for each rate x wire x model, the predicted and the measured step time of
 # multi-worker training on 2 hosts (one process and device each, one thread
 # each, 128 examples per device as in the profile).
-# usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES]
-#   e.g. bench/plan_scaling_validation.sh build/tandem "none 1gbit 100mbit" "mlp cnn" 6400
+# PROFILE "one" takes each model's profile from a one-device run; "mirrored"
+# (the default) from a mirrored run of 2 devices, one thread each: the test
+# hosts share this machine's cores, so each host's device computes while the
+# other's does, as a mirrored run's devices do (docs/multi_host.md).
+# usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES] [PROFILE]
+#   e.g. bench/plan_scaling_validation.sh build/tandem "none 1gbit 100mbit 1gbit@2ms" "mlp cnn" 6400
+# A rate may carry a delay per data link after @ (netns-hosts.sh delay; the
+# link-delay program must be built).
 set -eu
 tandem=$(readlink -f "$1")
 rates=${2:-none 1gbit 100mbit}
 models=${3:-mlp cnn}
 examples=${4:-6400}
+profile=${5:-mirrored}
+case $profile in
+  one) profile_flags="--batch-size 128" ;;
+  mirrored) profile_flags="--strategy mirrored --devices 2 --allow-oversubscription --batch-size 256" ;;
+  *) echo "PROFILE must be one or mirrored, got '$profile'" >&2; exit 2 ;;
+esac
 netns="$(dirname "$(readlink -f "$0")")/../scripts/netns-hosts.sh"
 export TANDEM_NETNS_PREFIX=tandem-plan
 work=$(mktemp -d)
@@ -20,11 +32,12 @@ trap '"$netns" down; rm -rf "$work"' EXIT
 common="--threads 1 --epochs 1 --train-examples $examples --test-examples 100 --quiet"
 for model in $models; do
   # shellcheck disable=SC2086
-  "$tandem" train --model "$model" $common --output "$work/profile-$model" >/dev/null
+  "$tandem" train --model "$model" $profile_flags $common --output "$work/profile-$model" >/dev/null
 done
-printf '%-8s %-5s %-5s %12s %12s %8s\n' rate model wire predicted_ms measured_ms error_%
+printf '%-11s %-5s %-5s %12s %12s %8s\n' rate model wire predicted_ms measured_ms error_%
 for rate in $rates; do
-  "$netns" shape "$rate"
+  "$netns" shape "${rate%@*}"
+  case $rate in *@*) "$netns" delay "${rate#*@}" ;; *) "$netns" delay none ;; esac
   "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
     --repeats 3 --json >"$work/link-$rate.json"
   for model in $models; do
@@ -37,7 +50,7 @@ for rate in $rates; do
         python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
       measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
         "$work/run/summary.json")
-      python3 -c "import sys; p,m=float(sys.argv[4]),float(sys.argv[5]); print('%-8s %-5s %-5s %12.2f %12.2f %8.1f' % (sys.argv[1], sys.argv[2], sys.argv[3], 1e3*p, 1e3*m, 100*(p-m)/m))" \
+      python3 -c "import sys; p,m=float(sys.argv[4]),float(sys.argv[5]); print('%-11s %-5s %-5s %12.2f %12.2f %8.1f' % (sys.argv[1], sys.argv[2], sys.argv[3], 1e3*p, 1e3*m, 100*(p-m)/m))" \
         "$rate" "$model" "$wire" "$predicted" "$measured"
       rm -rf "$work/run"
     done

@@ -538,8 +538,25 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
             std::string::npos)
       << numbers.output;
 
+  // From a mirrored run of one host's devices: each device's batch, and
+  // the compute of devices that run at once.
+  const std::string mirrored = tmp("cli-plan-scaling-mirrored");
+  fs::remove_all(mirrored);
+  const CommandResult both = run(
+      "train --model mlp --strategy mirrored --devices 2 --threads 1 --allow-oversubscription "
+      "--batch-size 64 --epochs 1 --train-examples 512 --test-examples 64 --quiet --output " +
+      mirrored);
+  ASSERT_EQ(both.status, 0) << both.output;
+  const CommandResult loaded = run("plan scaling " + mirrored + " --hosts 2 --link-gbps 0.1");
+  ASSERT_EQ(loaded.status, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("669706 parameters, 32 examples per device"), std::string::npos)
+      << loaded.output;
+  EXPECT_NE(loaded.output.find("the mean of 2 mirrored devices computing at once"),
+            std::string::npos)
+      << loaded.output;
+
   expect_one_line_error("plan scaling --hosts 2 --link-gbps 1",
-                        "give a one-device run directory or --profile");
+                        "give a run directory (one device, or the mirrored devices of one host)");
   expect_one_line_error("plan scaling " + out + " --hosts 2",
                         "--link needs a table (--link FILE) or a positive bandwidth");
   expect_one_line_error("plan scaling " + out + " --hosts 0 --link-gbps 1",

@@ -106,6 +106,7 @@ struct Profile {
   std::string model;
   int64_t parameters = 0;
   bool by_layers = false;
+  int devices = 1;  // replicas of the profiled run
 };
 
 Profile profile_from_run(const std::string& run_dir) {
@@ -121,19 +122,36 @@ Profile profile_from_run(const std::string& run_dir) {
   }
   const json& monitor = summary["monitor"];
   const json& replicas = monitor["replicas"];
-  if (replicas.size() != 1) {
-    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(),
-                 " replicas; profile a one-device run (tandem train --strategy one-device "
-                 "--threads T, T the threads each device of the planned run gets)");
+  const json& config = summary["config"];
+  if (replicas.empty())
+    TANDEM_THROW(InvalidArgument, "'", summary_path, "' lists no replicas in its monitor section");
+  if (replicas.size() > 1 && config.value("strategy", "") != "mirrored") {
+    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(), " replicas with strategy '",
+                 config.value("strategy", "?"), "'; profile a one-device run, or a mirrored run "
+                 "of the devices of one host (their compute under each other's load)");
   }
+  // A mirrored run's replicas: their mean compute is one device's while the
+  // host's other devices compute too (shared memory bandwidth and caches,
+  // or shared cores); its communication and waits are not the profile's.
   Profile p;
-  const json& r = replicas[0];
-  p.step.forward = number_at(r, "forward", summary_path);
-  p.step.backward = number_at(r, "backward", summary_path);
-  p.step.optimizer = number_at(r, "optimizer", summary_path);
+  double communication = 0.0, idle = 0.0;
+  for (const json& r : replicas) {
+    p.step.forward += number_at(r, "forward", summary_path);
+    p.step.backward += number_at(r, "backward", summary_path);
+    p.step.optimizer += number_at(r, "optimizer", summary_path);
+    communication += number_at(r, "communication", summary_path);
+    idle += number_at(r, "idle", summary_path);
+  }
+  const auto n = static_cast<double>(replicas.size());
+  p.step.forward /= n;
+  p.step.backward /= n;
+  p.step.optimizer /= n;
   const double step = number_at(monitor, "mean_step_seconds", summary_path);
-  p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer);
-  p.step.examples = static_cast<int64_t>(number_at(summary["config"], "batch_size", summary_path));
+  p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer -
+                                   communication / n - idle / n);
+  const auto batch = static_cast<int64_t>(number_at(config, "batch_size", summary_path));
+  p.step.examples = batch / static_cast<int64_t>(replicas.size());
+  p.devices = static_cast<int>(replicas.size());
 
   const std::string checkpoint_path = (dir / "checkpoint.tckpt").string();
   if (!std::filesystem::exists(checkpoint_path)) {
@@ -249,7 +267,8 @@ int run_plan_scaling(const ScalingOptions& o) {
                  o.small_collectives);
   if (o.run_dir.empty() == o.profile.empty())
     TANDEM_THROW(InvalidArgument,
-                 "give a one-device run directory or --profile FILE.json (one of them)");
+                 "give a run directory (one device, or the mirrored devices of one host) or "
+                 "--profile FILE.json (one of them)");
   const Profile profile =
       o.profile.empty() ? profile_from_run(o.run_dir) : profile_from_json(o.profile);
   const bool need_hosts = *std::max_element(hosts.begin(), hosts.end()) > 1;
@@ -271,9 +290,12 @@ int run_plan_scaling(const ScalingOptions& o) {
     const train::StepProfile& s = profile.step;
     fmt::print(
         "{}: {} parameters, {} examples per device, one-device step {:.2f} ms (forward "
-        "{:.2f}, backward {:.2f}, optimizer {:.2f}, other {:.2f}); gradients ready by {}\n",
+        "{:.2f}, backward {:.2f}, optimizer {:.2f}, other {:.2f}{}); gradients ready by {}\n",
         profile.model, profile.parameters, s.examples, 1e3 * s.one_device_step(), 1e3 * s.forward,
         1e3 * s.backward, 1e3 * s.optimizer, 1e3 * s.other,
+        profile.devices > 1
+            ? fmt::format("; the mean of {} mirrored devices computing at once", profile.devices)
+            : "",
         profile.by_layers ? "layer FLOPs" : "size");
     if (need_hosts)
       fmt::print("between hosts: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective\n",
@@ -344,7 +366,9 @@ Command add_plan_scaling_command(CLI::App& plan) {
       "Predict step time and scaling efficiency on D devices per host x H hosts from a one-device "
       "run and link models");
   auto o = std::make_shared<ScalingOptions>();
-  command->add_option("run_dir", o->run_dir, "A one-device run directory (tandem train --output)");
+  command->add_option("run_dir", o->run_dir,
+                      "A run directory (tandem train --output) of one device, or of a mirrored "
+                      "run over one host's devices (their compute under each other's load)");
   command->add_option(
       "--profile", o->profile,
       "Instead of a run: a device and model described in JSON (docs/multi_host.md)");
