@@ -7,9 +7,10 @@
 # between hosts crosses two links, never shared memory or loopback; data
 # links can be rate-limited (tc tbf, both directions) and delayed (this
 # kernel has no netem: a forwarder of the project's own, link-delay, sits in
-# each data link), and either network cut. Every process started through `exec`, `agent` or
-# `mpirun` sees its host's name as its hostname (own UTS namespace) and the
-# others' names in /etc/hosts, so OpenMPI treats the hosts as separate nodes.
+# each data link), and either network cut. Every process started through
+# `exec`, `agent` or `mpirun` sees its host's name as its hostname (own UTS
+# namespace) and the others' names in /etc/hosts, so OpenMPI treats the
+# hosts as separate nodes.
 # Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2. docs/multi_host.md.
 #
 #   netns-hosts.sh up [HOSTS] [RATE] [DELAY]
@@ -167,7 +168,7 @@ down() {
   rm -f "/run/tandem-netns/$prefix.hostfile" /run/tandem-netns/"$prefix"-h*.delay
 }
 
-up() {  # HOSTS RATE
+up() {  # HOSTS RATE DELAY
   count=$1
   case $count in '' | *[!0-9]*) die "HOSTS must be a number from 2 to 200, got '$count'" ;; esac
   [ "$count" -ge 2 ] && [ "$count" -le 200 ] || die "HOSTS must be a number from 2 to 200, got '$count'"

@@ -1,5 +1,5 @@
 // `tandem plan scaling RUN_DIR`: the step time, throughput and scaling
-// efficiency of a one-device run's model and batch on D devices per host x
+// efficiency of a profiled run's model and batch on D devices per host x
 // H hosts (train/scaling_plan.h), with the links given as
 // `tandem bench allreduce --json` tables or as numbers; where the time goes,
 // and the best bucket size for each link and wire. docs/multi_host.md.
@@ -363,8 +363,8 @@ int run_plan_scaling(const ScalingOptions& o) {
 Command add_plan_scaling_command(CLI::App& plan) {
   CLI::App* command = plan.add_subcommand(
       "scaling",
-      "Predict step time and scaling efficiency on D devices per host x H hosts from a one-device "
-      "run and link models");
+      "Predict step time and scaling efficiency on D devices per host x H hosts from a profiled "
+      "run (one device, or one host's mirrored devices) and link models");
   auto o = std::make_shared<ScalingOptions>();
   command->add_option("run_dir", o->run_dir,
                       "A run directory (tandem train --output) of one device, or of a mirrored "
