@@ -4,12 +4,15 @@
 # the link's all-reduce table; for each model, a profile (below); then
 # for each rate x wire x model, the predicted and the measured step time of
 # multi-worker training on 2 hosts (one process and device each, one thread
-# each, 128 examples per device as in the profile).
+# each, BATCH examples per device as in the profile).
 # PROFILE "one" takes each model's profile from a one-device run; "mirrored"
 # (the default) from a mirrored run of 2 devices, one thread each: the test
 # hosts share this machine's cores, so each host's device computes while the
 # other's does, as a mirrored run's devices do (docs/multi_host.md).
-# usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES] [PROFILE]
+# BATCH: examples per device (default 128). DATA (environment): a data
+# specification to train on instead of Fashion-MNIST (gpt: DATA=data/kjv/train.toml),
+# EXAMPLES examples of it a run.
+# usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES] [PROFILE] [BATCH]
 #   e.g. bench/plan_scaling_validation.sh build/tandem "none 1gbit 100mbit 1gbit@2ms" "mlp cnn" 6400
 # A rate may carry a delay per data link after @ (netns-hosts.sh delay; the
 # link-delay program must be built).
@@ -19,9 +22,10 @@ rates=${2:-none 1gbit 100mbit}
 models=${3:-mlp cnn}
 examples=${4:-6400}
 profile=${5:-mirrored}
+batch=${6:-128}
 case $profile in
-  one) profile_flags="--batch-size 128" ;;
-  mirrored) profile_flags="--strategy mirrored --devices 2 --allow-oversubscription --batch-size 256" ;;
+  one) profile_flags="--batch-size $batch" ;;
+  mirrored) profile_flags="--strategy mirrored --devices 2 --allow-oversubscription --batch-size $((2 * batch))" ;;
   *) echo "PROFILE must be one or mirrored, got '$profile'" >&2; exit 2 ;;
 esac
 netns="$(dirname "$(readlink -f "$0")")/../scripts/netns-hosts.sh"
@@ -29,7 +33,12 @@ export TANDEM_NETNS_PREFIX=tandem-plan
 work=$(mktemp -d)
 trap '"$netns" down; rm -rf "$work"' EXIT
 "$netns" up 2
-common="--threads 1 --epochs 1 --train-examples $examples --test-examples 100 --quiet"
+if [ -n "${DATA:-}" ]; then
+  size="--data $DATA --steps-per-epoch $((examples / (2 * batch)))"
+else
+  size="--train-examples $examples --test-examples 100"
+fi
+common="--threads 1 --epochs 1 $size --quiet"
 for model in $models; do
   # shellcheck disable=SC2086
   "$tandem" train --model "$model" $profile_flags $common --output "$work/profile-$model" >/dev/null
@@ -44,7 +53,7 @@ for rate in $rates; do
     for wire in f32 bf16; do
       # shellcheck disable=SC2086
       "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
-        --wire "$wire" --batch-size 256 $common --output "$work/run" >/dev/null
+        --wire "$wire" --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
       predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
         --link "$work/link-$rate.json" --json |
         python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
