@@ -3,10 +3,11 @@
 // from those on others.
 
 #include <string>
+#include <string_view>
 
 namespace tandem {
 
-// gethostname(); "unknown" when it fails.
-std::string host_name();
+// gethostname(); `fallback` when it fails.
+std::string host_name(std::string_view fallback = "unknown");
 
 }  // namespace tandem

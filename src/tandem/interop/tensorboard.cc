@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "tandem/base/error.h"
+#include "tandem/base/host_name.h"
 #include "tandem/data/crc32c.h"
 
 namespace tandem::interop {
@@ -78,8 +79,7 @@ EventWriter::EventWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, error);
   if (error)
     TANDEM_THROW(IoError, "cannot create the TensorBoard directory '", dir, "': ", error.message());
-  char host[256] = "localhost";
-  ::gethostname(host, sizeof(host) - 1);
+  const std::string host = host_name(/*fallback=*/"localhost");
   const auto seconds = static_cast<int64_t>(now_seconds());
   path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
                                          host + "." + std::to_string(::getpid()) + ".0"))

@@ -2,17 +2,17 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "tandem/base/host_name.h"
+
 namespace tandem::comm::detail {
 
 PeerProcess this_process() {
-  std::array<char, 256> name{};
-  if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
-  return {std::string(name.data()).substr(0, kHostNameBytes - 1), static_cast<int64_t>(getpid())};
+  return {host_name(/*fallback=*/"").substr(0, kHostNameBytes - 1),
+          static_cast<int64_t>(getpid())};
 }
 
 PeerRecord to_record(const PeerProcess& process) {
