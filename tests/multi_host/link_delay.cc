@@ -77,14 +77,6 @@ struct Frame {
   std::vector<char> bytes;  // virtio-net header, then the Ethernet frame
 };
 
-// Frames read from one end, waiting to be written to the other.
-struct Direction {
-  int from = -1, to = -1;
-  std::deque<Frame> queue;
-  size_t queued_bytes = 0;
-  uint64_t dropped = 0;
-};
-
 // struct virtio_net_hdr (linux/virtio_net.h, which C++ cannot include: a
 // member there is named `class`): flags, GSO type, and four 16-bit fields.
 constexpr size_t kVirtioNetHeaderBytes = 10;
@@ -92,8 +84,17 @@ constexpr size_t kVirtioNetHeaderBytes = 10;
 // the virtio-net header.
 constexpr size_t kMaxFrame = 65536 + 64 + kVirtioNetHeaderBytes;
 
+// Frames read from one end, waiting to be written to the other.
+struct Direction {
+  int from = -1, to = -1;
+  std::deque<Frame> queue;
+  size_t queued_bytes = 0;
+  uint64_t dropped = 0;
+  std::vector<char> buffer = std::vector<char>(kMaxFrame);  // each read lands here first
+};
+
 void receive(Direction& d, std::chrono::microseconds delay, size_t limit) {
-  std::vector<char> buffer(kMaxFrame);
+  std::vector<char>& buffer = d.buffer;
   for (;;) {
     const ssize_t n = recv(d.from, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0) {
@@ -130,7 +131,7 @@ void transmit_due(Direction& d) {
   }
 }
 
-long parse_positive(const char* text, const char* what, long max) {
+long parse_whole_number(const char* text, const char* what, long max) {
   char* end = nullptr;
   errno = 0;
   const long value = std::strtol(text, &end, 10);
@@ -147,9 +148,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s IF_A IF_B DELAY_US [QUEUE_BYTES]\n", argv[0]);
     return 2;
   }
-  const std::chrono::microseconds delay(parse_positive(argv[3], "DELAY_US", 10'000'000));
+  const std::chrono::microseconds delay(parse_whole_number(argv[3], "DELAY_US", 10'000'000));
   const auto limit =
-      static_cast<size_t>(argc == 5 ? parse_positive(argv[4], "QUEUE_BYTES", 1L << 32) : 64L << 20);
+      static_cast<size_t>(argc == 5 ? parse_whole_number(argv[4], "QUEUE_BYTES", 1L << 32) : 64L << 20);
   if (limit < kMaxFrame) die("QUEUE_BYTES must hold at least one frame (" +
                              std::to_string(kMaxFrame) + " bytes)");
   std::signal(SIGTERM, request_stop);
