@@ -54,20 +54,48 @@ BatchSizeRecommendation find_batch_size(
   if (!example) TANDEM_THROW(InvalidArgument, "the training data has no examples");
   BatchSizeRecommendation out;
 
-  // 1. The largest batch the memory allows (one micro-batch per step).
-  train::TrainConfig planned = o.config;
-  planned.accumulation_steps = 1;
-  planned.micro_batch_size = 1;
-  planned.batch_size = replicas;
-  const train::MemoryPlan plan =
-      train::plan_memory({.model = o.model,
-                          .config = planned,
-                          .layout = layout,
-                          .example = *example,
-                          .evaluates = false,
-                          .resident_input_bytes = o.resident_input_bytes});
-  const int64_t micro = plan.largest_micro_batch(o.memory_limit);
-  if (micro < 1) train::check_memory_limit(plan, o.memory_limit);  // throws, naming the parts
+  // 1. The largest batch the memory allows (one micro-batch per step). A
+  // plan extrapolates from the rows it traced, and the kernels' memory need
+  // not grow in a line from one row to hundreds (oneDNN picks other
+  // algorithms and scratchpads for other batches), so the answer is planned
+  // again from a trace near it until it holds there.
+  const auto plan_at = [&](int64_t micro) {
+    train::TrainConfig planned = o.config;
+    planned.accumulation_steps = 1;
+    planned.micro_batch_size = micro;
+    planned.batch_size = micro * replicas;
+    return train::plan_memory({.model = o.model,
+                               .config = planned,
+                               .layout = layout,
+                               .example = *example,
+                               .evaluates = false,
+                               .resident_input_bytes = o.resident_input_bytes});
+  };
+  const train::MemoryPlan first_plan = plan_at(1);
+  int64_t micro = first_plan.largest_micro_batch(o.memory_limit);
+  if (micro < 1) train::check_memory_limit(first_plan, o.memory_limit);  // throws, naming the parts
+  const auto fits = [&](int64_t m) { return plan_at(m).peak(m) <= o.memory_limit; };
+  bool verified = false;
+  for (int round = 0; round < 4 && !verified; ++round) {
+    const train::MemoryPlan near = plan_at(micro);
+    const int64_t by_near = near.largest_micro_batch(o.memory_limit);
+    if (near.peak(micro) > o.memory_limit) {
+      micro = std::max<int64_t>(1, std::min(micro - 1, by_near));
+    } else if (by_near > micro && fits(by_near)) {
+      micro = by_near;  // fits as traced near it; perhaps more does
+    } else {
+      verified = true;
+    }
+  }
+  if (!verified) {  // the traces disagree: bisect between one row and the last answer
+    int64_t good = 0, bad = micro + 1;
+    while (bad - good > 1) {
+      const int64_t mid = good + (bad - good) / 2;
+      (fits(mid) ? good : bad) = mid;
+    }
+    if (good < 1) train::check_memory_limit(plan_at(1), o.memory_limit);  // throws, naming the parts
+    micro = good;
+  }
   out.largest_fitting_batch = micro * replicas;
 
   // 2. Throughput along the series.
@@ -88,7 +116,7 @@ BatchSizeRecommendation find_batch_size(
                 }});
     BatchSizeTrial t{.batch = batch,
                      .examples_per_second = static_cast<double>(batch) / median(times),
-                     .predicted_peak_bytes = plan.peak(batch / replicas)};
+                     .predicted_peak_bytes = plan_at(batch / replicas).peak(batch / replicas)};
     out.trials.push_back(t);
     if (on_trial) on_trial(t);
   }
