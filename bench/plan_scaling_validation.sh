@@ -1,7 +1,8 @@
 #!/bin/sh
 # The scaling planner against measurements across two test hosts (network
 # namespaces, scripts/netns-hosts.sh; needs root): for each data-link rate,
-# the link's all-reduce table; for each model, a profile (below); then
+# the link's all-reduce tables (f32, and the compressed bf16 all-reduce that
+# --wire bf16 runs); for each model, a profile (below); then
 # for each rate x wire x model, the predicted and the measured step time of
 # multi-worker training on 2 hosts (one process and device each, one thread
 # each, BATCH examples per device as in the profile).
@@ -47,15 +48,18 @@ printf '%-11s %-5s %-5s %12s %12s %8s\n' rate model wire predicted_ms measured_m
 for rate in $rates; do
   "$netns" shape "${rate%@*}"
   case $rate in *@*) "$netns" delay "${rate#*@}" ;; *) "$netns" delay none ;; esac
-  "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
-    --repeats 3 --json >"$work/link-$rate.json"
+  # The link in f32, and the compressed all-reduce that --wire bf16 runs.
+  for wire in f32 bf16; do
+    "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
+      --repeats 3 --wire "$wire" --json >"$work/link-$rate-$wire.json"
+  done
   for model in $models; do
     for wire in f32 bf16; do
       # shellcheck disable=SC2086
       "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
         --wire "$wire" --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
       predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
-        --link "$work/link-$rate.json" --json |
+        --link "$work/link-$rate-f32.json,$work/link-$rate-bf16.json" --json |
         python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
       measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
         "$work/run/summary.json")

@@ -565,6 +565,52 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
                         "--wire takes f32, bf16 or f16, got 'f8'");
   expect_one_line_error("plan scaling " + out + " --hosts 2 --link " + profile,
                         "is not the JSON of tandem bench allreduce --json");
+
+  // Link tables as `bench allreduce --json` writes them: an f32 one at
+  // 0.1 GB/s that keeps a core busy, and one of the compressed bf16
+  // all-reduce whose conversions make it no faster than f32.
+  const auto write_table = [&](const std::string& name, const std::string& wire,
+                               const std::string& dtype, double gbps) {
+    const std::string path = tmp(name);
+    std::ofstream f(path);
+    nlohmann::json measured = nlohmann::json::array();
+    for (double bytes : {4.0, 1048576.0, 4194304.0})
+      measured.push_back({{"bytes", bytes},
+                      {"time_us", 50.0 + bytes / (gbps * 1e3)},
+                      {"cpu_us", 50.0 + bytes / (gbps * 1e3)}});
+    f << nlohmann::json{{"ranks", 2}, {"dtype", dtype}, {"wire", wire}, {"results", measured}}.dump();
+    return path;
+  };
+  const std::string f32_table = write_table("cli-plan-f32.json", "f32", "f32", 0.1);
+  const std::string bf16_table = write_table("cli-plan-bf16.json", "bf16", "f32", 0.1);
+  const auto predict = [&](const std::string& flags) {
+    const CommandResult r = run("plan scaling " + out + " --hosts 2 --json " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(r.output).at("predictions");
+  };
+  const auto f32_only = predict("--link " + f32_table);
+  const auto with_bf16 = predict("--link " + f32_table + "," + bf16_table);
+  // Without its own table bf16 halves the f32 link's bytes; with it, it
+  // costs what the compressed all-reduce was measured to cost.
+  EXPECT_LT(f32_only[1].at("step_seconds").get<double>(),
+            f32_only[0].at("step_seconds").get<double>());
+  EXPECT_NEAR(with_bf16[1].at("step_seconds").get<double>(),
+              with_bf16[0].at("step_seconds").get<double>(), 1e-9);
+  // The link's CPU time shares the core with backward, unless one is spare.
+  EXPECT_GT(f32_only[0].at("compute_slowdown_seconds").get<double>(), 0.0);
+  const auto spare = predict("--link " + f32_table + " --spare-core");
+  EXPECT_EQ(spare[0].at("compute_slowdown_seconds").get<double>(), 0.0);
+  EXPECT_LT(spare[0].at("step_seconds").get<double>(),
+            f32_only[0].at("step_seconds").get<double>());
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --wire f32 --link " + bf16_table,
+                        "--wire f32 needs a --link table measured with --wire f32 or with f32");
+  expect_one_line_error(
+      "plan scaling " + out + " --hosts 2 --link " + f32_table + "," + f32_table,
+      "two --link tables were measured with wire f32; give one per wire dtype");
+  expect_one_line_error(
+      "plan scaling " + out + " --hosts 2 --link " +
+          write_table("cli-plan-bf16-buffers.json", "f32", "bf16", 0.1),
+      "measured bf16 buffers; the planner needs f32 gradients");
 }
 
 TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {

@@ -5,7 +5,12 @@
 // full buffer), each size's result checked against a naive reduction. For
 // in-place all-reduce the table also gives the fraction of the memory-traffic
 // bound: n buffers of S bytes must be read and written once, so no all-reduce
-// takes less than 2 n S / B, B being the read2_write2 bandwidth.
+// takes less than 2 n S / B, B being the read2_write2 bandwidth. Each size
+// also gives the CPU time a rank's process spends per call (user and
+// system: MPI's polling and the kernel's TCP copies), which the scaling
+// planner charges to compute where the two share cores; and all-reduce with
+// --wire bf16|f16 times the compressed all-reduce that training's --wire
+// runs, conversions included.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -14,12 +19,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/memory_bandwidth.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
+#include "tandem/comm/compression.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
@@ -73,6 +81,7 @@ struct CollectiveOptions {
   std::string backend = "inprocess";
   int ranks = 2;  // in-process ranks (threads); per process for hierarchical
   std::string dtype = "f32";
+  std::string wire = "f32";  // all-reduce: the f32 buffer travels as this dtype
   std::string op = "sum";
   std::string min_bytes = "4";
   std::string max_bytes = "256M";
@@ -111,6 +120,7 @@ struct SizeResult {
   int64_t bytes = 0, count = 0, iterations = 0;
   double seconds = 0;  // median time of one collective
   double seconds_min = 0, seconds_max = 0;
+  double cpu_seconds = 0;  // CPU time of one rank per collective, mean over ranks
   bool correct = true;
 };
 
@@ -119,11 +129,34 @@ float input_value(int rank, int64_t i) {
   return static_cast<float>(i % 13 + rank);
 }
 
-// Runs `collective` at every size on communicator `comm`; every rank calls
+// User and system time of this process so far.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct MeasureSetup {
+  comm::Collective collective = comm::Collective::all_reduce;
+  DType dtype = DType::f32;
+  comm::WireDType wire = comm::WireDType::f32;
+  comm::ReduceOp op = comm::ReduceOp::sum;
+  bool in_place = true;
+  int repeats = 5;
+  int ranks_per_process = 1;  // threads that share the process's CPU time
+};
+
+// Runs the collective at every size on communicator `comm`; every rank calls
 // this with the same arguments. Rank 0's timings are returned.
-std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective collective, DType dtype,
-                                comm::ReduceOp op, const std::vector<int64_t>& sizes, bool in_place,
-                                int repeats) {
+std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& setup,
+                                const std::vector<int64_t>& sizes) {
+  const comm::Collective collective = setup.collective;
+  const DType dtype = setup.dtype;
+  const comm::ReduceOp op = setup.op;
+  const bool in_place = setup.in_place;
   const int n = comm.size(), r = comm.rank();
   const int64_t element = static_cast<int64_t>(dtype_size(dtype));
   std::vector<SizeResult> results;
@@ -150,10 +183,19 @@ std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective colle
       (collective == comm::Collective::all_gather ? small : big)
           .copy_from(Tensor::from_floats(Shape{static_cast<int64_t>(values.size())}, values));
     };
+    const Tensor staging =
+        setup.wire == comm::WireDType::f32
+            ? Tensor()
+            : Tensor::empty(Shape{s.count},
+                            setup.wire == comm::WireDType::bf16 ? DType::bf16 : DType::f16,
+                            cpu_device(), MemoryCategory::communication);
     auto once = [&] {
       switch (collective) {
         case comm::Collective::all_reduce:
-          comm.all_reduce(big, small, op);
+          if (staging.defined())
+            comm::all_reduce_compressed(comm, big, op, setup.wire, staging);
+          else
+            comm.all_reduce(big, small, op);
           break;
         case comm::Collective::reduce_scatter:
           comm.reduce_scatter(big, small, op);
@@ -180,13 +222,19 @@ std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective colle
                           static_cast<int64_t>(0.25 / call_seconds)),
         3, 20000);
     std::vector<double> samples;
-    for (int rep = 0; rep < repeats; ++rep) {
+    const double cpu_start = process_cpu_seconds();
+    for (int rep = 0; rep < setup.repeats; ++rep) {
       comm.barrier();
       const auto start = Clock::now();
       for (int64_t it = 0; it < s.iterations; ++it) once();
       comm.barrier();
       samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / s.iterations);
     }
+    Tensor cpu = Tensor::full(
+        Shape{1}, static_cast<float>((process_cpu_seconds() - cpu_start) / setup.ranks_per_process /
+                                     static_cast<double>(setup.repeats * s.iterations)));
+    comm.all_reduce(cpu, cpu, comm::ReduceOp::mean);
+    s.cpu_seconds = static_cast<double>(cpu.to_floats()[0]);
     s.seconds = median(samples);
     s.seconds_min = *std::min_element(samples.begin(), samples.end());
     s.seconds_max = *std::max_element(samples.begin(), samples.end());
@@ -212,7 +260,8 @@ std::vector<SizeResult> measure(comm::Communicator& comm, comm::Collective colle
         }
         if (op == comm::ReduceOp::mean) expected /= n;
       }
-      const double tolerance = dtype == DType::f32 || dtype == DType::i32
+      const double tolerance = (dtype == DType::f32 || dtype == DType::i32) &&
+                                       setup.wire == comm::WireDType::f32
                                    ? 1e-5 * std::abs(expected)
                                    : std::abs(expected) / 100 * n;
       if (std::abs(out[i] - expected) > tolerance + 1e-6) s.correct = false;
@@ -234,6 +283,21 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
   std::vector<int64_t> sizes;
   for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
   const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
+  const comm::WireDType wire = comm::parse_wire_dtype(o.wire);
+  if (wire != comm::WireDType::f32) {
+    if (dtype != DType::f32)
+      TANDEM_THROW(InvalidArgument, "--wire compresses an f32 buffer; --dtype is ", o.dtype);
+    if (op != comm::ReduceOp::sum && op != comm::ReduceOp::mean)
+      TANDEM_THROW(InvalidArgument, "--wire supports --op sum and mean, got ", o.op);
+    if (!in_place) TANDEM_THROW(InvalidArgument, "--wire reduces in place; drop --out-of-place");
+  }
+  MeasureSetup setup{.collective = collective,
+                     .dtype = dtype,
+                     .wire = wire,
+                     .op = op,
+                     .in_place = in_place,
+                     .repeats = o.repeats,
+                     .ranks_per_process = o.backend == "mpi" ? 1 : o.ranks};
   const comm::CommOptions comm_options{.verify_calls = false};
 
   std::vector<SizeResult> results;
@@ -251,7 +315,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
         try {
           set_num_threads(1);
           auto c = group.communicator(r);
-          auto mine = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+          auto mine = measure(*c, setup, sizes);
           if (r == 0) results = std::move(mine);
         } catch (...) {
           std::lock_guard<std::mutex> lock(error_mutex);
@@ -265,7 +329,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     auto c = comm::make_mpi_communicator(comm_options);
     world = c->size();
     print = c->rank() == 0;
-    results = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+    results = measure(*c, setup, sizes);
   } else if (o.backend == "hierarchical") {
     comm::HierarchicalGroup group(o.ranks, comm_options);
     world = group.process_count() * o.ranks;
@@ -274,7 +338,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     for (int r = 0; r < o.ranks; ++r) {
       threads.emplace_back([&, r] {
         auto c = group.communicator(r);
-        auto mine = measure(*c, collective, dtype, op, sizes, in_place, o.repeats);
+        auto mine = measure(*c, setup, sizes);
         if (r == 0) results = std::move(mine);
       });
     }
@@ -297,14 +361,16 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
   bool all_correct = true;
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json) {
-    fmt::print("{} {} {}{}, {} rank(s), backend {}, {} (median of {})\n", name, o.dtype,
+    fmt::print("{} {}{} {}{}, {} rank(s), backend {}, {} (median of {})\n", name, o.dtype,
+               wire == comm::WireDType::f32 ? "" : " as " + o.wire + " on the wire",
                collective == comm::Collective::all_gather ? "" : o.op + " ",
                in_place ? "in place" : "out of place", world, o.backend,
                o.backend == "inprocess" ? "ranks are threads" : "ranks are processes", o.repeats);
     if (with_bound)
       fmt::print("memory-traffic bound: read2_write2 bandwidth {:.2f} GB/s\n", bound / 1e9);
-    fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}\n", "bytes", "time(us)",
-               "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "", "check");
+    fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}\n", "bytes", "time(us)",
+               "cpu(us)", "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "",
+               "check");
   }
   for (const SizeResult& s : results) {
     all_correct = all_correct && s.correct;
@@ -318,6 +384,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                             {"time_us", s.seconds * 1e6},
                             {"time_us_min", s.seconds_min * 1e6},
                             {"time_us_max", s.seconds_max * 1e6},
+                            {"cpu_us", s.cpu_seconds * 1e6},
                             {"algbw_gbps", algbw},
                             {"busbw_gbps", busbw},
                             {"iterations", s.iterations},
@@ -325,15 +392,16 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
       if (with_bound) row["bound_fraction"] = fraction;
       rows.push_back(row);
     } else {
-      fmt::print("{:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>11.1f} {:>8} {:>6}\n", s.bytes,
-                 s.seconds * 1e6, algbw, busbw, spread,
+      fmt::print("{:>12} {:>11.2f} {:>11.2f} {:>11.3f} {:>11.3f} {:>11.1f} {:>8} {:>6}\n",
+                 s.bytes, s.seconds * 1e6, s.cpu_seconds * 1e6, algbw, busbw, spread,
                  with_bound ? fmt::format("{:.1f}", 100 * fraction) : "",
                  s.correct ? "ok" : "WRONG");
     }
   }
   if (o.json) {
     nlohmann::json out = {{"bench", name},        {"backend", o.backend}, {"ranks", world},
-                          {"dtype", o.dtype},     {"op", o.op},           {"in_place", in_place},
+                          {"dtype", o.dtype},     {"wire", o.wire},       {"op", o.op},
+                          {"in_place", in_place},
                           {"repeats", o.repeats}, {"results", rows}};
     if (with_bound) out["bound_gbps"] = bound / 1e9;
     fmt::print("{}\n", out.dump(2));
@@ -372,6 +440,11 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
     c->add_option("--ranks", o->ranks, "In-process ranks (per process for hierarchical)")
         ->capture_default_str();
     c->add_option("--dtype", o->dtype, "f32, bf16, f16 or i32")->capture_default_str();
+    if (collective == comm::Collective::all_reduce) {
+      c->add_option("--wire", o->wire,
+                    "f32, or bf16/f16: the f32 buffer travels compressed, as training's --wire")
+          ->capture_default_str();
+    }
     if (collective != comm::Collective::all_gather) {
       c->add_option("--op", o->op, "sum, mean, max or min")->capture_default_str();
     }

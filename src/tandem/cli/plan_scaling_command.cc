@@ -32,7 +32,9 @@ struct ScalingOptions {
   std::string profile;  // a profile described in JSON, instead of a run
   std::string hosts = "1,2,4,8";
   std::string devices_per_host = "1";
-  std::string link, local_link;  // bench allreduce --json files
+  std::vector<std::string> links;  // bench allreduce --json files, one per wire dtype
+  std::string local_link;
+  bool spare_core = false;
   double link_gbps = 0.0, link_latency_us = 50.0;
   double local_gbps = 0.0, local_latency_us = 10.0;
   std::string wire = "f32,bf16";
@@ -219,24 +221,61 @@ Profile profile_from_json(const std::string& path) {
   return p;
 }
 
-// A link from a bench table, or from numbers.
-train::LinkModel link_model(const std::string& file, double gbps, double latency_us,
-                            const char* flag) {
-  if (!file.empty()) {
-    const json table = read_json(file, "all-reduce table");
-    if (!table.contains("results") || !table["results"].is_array() || !table.contains("ranks"))
-      TANDEM_THROW(InvalidArgument, "'", file,
-                   "' is not the JSON of tandem bench allreduce --json");
-    std::vector<std::pair<double, double> > points;
-    for (const json& row : table["results"])
-      points.emplace_back(number_at(row, "bytes", file), number_at(row, "time_us", file) * 1e-6);
-    return train::fit_link(points, static_cast<int>(number_at(table, "ranks", file)));
+struct LinkTable {
+  train::LinkModel model;
+  std::string wire;  // what the bench sent: f32, or the compressed all-reduce's bf16/f16
+};
+
+LinkTable read_link_table(const std::string& file) {
+  const json table = read_json(file, "all-reduce table");
+  if (!table.contains("results") || !table["results"].is_array() || !table.contains("ranks"))
+    TANDEM_THROW(InvalidArgument, "'", file, "' is not the JSON of tandem bench allreduce --json");
+  std::vector<train::MeasuredAllReduce> rows;
+  for (const json& row : table["results"]) {
+    rows.push_back({.bytes = number_at(row, "bytes", file),
+                    .seconds = number_at(row, "time_us", file) * 1e-6,
+                    // Tables from before the bench measured CPU time have none.
+                    .cpu_seconds = row.contains("cpu_us") ? number_at(row, "cpu_us", file) * 1e-6
+                                                          : 0.0});
   }
+  if (table.value("dtype", "f32") != "f32")
+    TANDEM_THROW(InvalidArgument, "'", file, "' measured ", table.value("dtype", "?"),
+                 " buffers; the planner needs f32 gradients (bench allreduce --dtype f32, and "
+                 "--wire for compression)");
+  const std::string wire = table.value("wire", "f32");
+  if (wire != "f32" && wire != "bf16" && wire != "f16")
+    TANDEM_THROW(InvalidArgument, "'", file, "' has an unknown wire '", wire, "'");
+  return {.model = train::fit_link(rows, static_cast<int>(number_at(table, "ranks", file))),
+          .wire = wire};
+}
+
+// A link from numbers.
+train::LinkModel link_from_numbers(double gbps, double latency_us, const char* flag) {
   if (!(gbps > 0.0) || !(latency_us >= 0.0)) {
     TANDEM_THROW(InvalidArgument, flag, " needs a table (", flag,
                  " FILE) or a positive bandwidth in GB/s and a latency >= 0 us");
   }
   return {.latency = latency_us * 1e-6, .bus_bandwidth = gbps * 1e9};
+}
+
+// The hosts' link for one wire dtype: a table measured with that wire's
+// compressed all-reduce (conversions and their CPU included) when given,
+// else the f32 table or the numbers, with the wire's bytes per element.
+struct WireLink {
+  train::LinkModel model;
+  int bytes_per_element = 4;
+};
+
+WireLink link_for_wire(const std::vector<LinkTable>& tables, const train::LinkModel& numbers,
+                       const std::string& wire) {
+  const int narrow = wire == "f32" ? 4 : 2;
+  if (tables.empty()) return {numbers, narrow};
+  for (const LinkTable& t : tables)
+    if (t.wire == wire) return {t.model, 4};
+  for (const LinkTable& t : tables)
+    if (t.wire == "f32") return {t.model, narrow};
+  TANDEM_THROW(InvalidArgument, "--wire ", wire, " needs a --link table measured with --wire ",
+               wire, " or with f32");
 }
 
 std::vector<int> counts(const std::string& text, const char* flag) {
@@ -274,9 +313,32 @@ int run_plan_scaling(const ScalingOptions& o) {
   const bool need_hosts = *std::max_element(hosts.begin(), hosts.end()) > 1;
   const bool need_local = *std::max_element(devices.begin(), devices.end()) > 1;
   train::ScalingSetup base;
-  if (need_hosts) base.between_hosts = link_model(o.link, o.link_gbps, o.link_latency_us, "--link");
-  if (need_local)
-    base.local = link_model(o.local_link, o.local_gbps, o.local_latency_us, "--local-link");
+  base.spare_core = o.spare_core;
+  std::vector<LinkTable> host_tables;
+  train::LinkModel host_numbers;
+  if (need_hosts) {
+    for (const std::string& file : o.links) {
+      host_tables.push_back(read_link_table(file));
+      for (size_t i = 0; i + 1 < host_tables.size(); ++i)
+        if (host_tables[i].wire == host_tables.back().wire)
+          TANDEM_THROW(InvalidArgument, "two --link tables were measured with wire ",
+                       host_tables.back().wire, "; give one per wire dtype");
+    }
+    if (host_tables.empty())
+      host_numbers = link_from_numbers(o.link_gbps, o.link_latency_us, "--link");
+    for (const std::string& w : wires) link_for_wire(host_tables, host_numbers, w);
+  }
+  if (need_local) {
+    if (o.local_link.empty()) {
+      base.local = link_from_numbers(o.local_gbps, o.local_latency_us, "--local-link");
+    } else {
+      const LinkTable local = read_link_table(o.local_link);
+      if (local.wire != "f32")
+        TANDEM_THROW(InvalidArgument, "--local-link: a host's devices reduce in f32, but '",
+                     o.local_link, "' was measured with wire ", local.wire);
+      base.local = local.model;
+    }
+  }
   // Buckets as the Trainer sizes them: the first at most 1 MiB.
   const auto set_bucket_mb = [](train::ScalingSetup& setup, double mb) {
     setup.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
@@ -297,15 +359,22 @@ int run_plan_scaling(const ScalingOptions& o) {
             ? fmt::format("; the mean of {} mirrored devices computing at once", profile.devices)
             : "",
         profile.by_layers ? "layer FLOPs" : "size");
-    if (need_hosts)
-      fmt::print("between hosts: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective\n",
-                 base.between_hosts.bus_bandwidth / 1e9, base.between_hosts.latency * 1e6);
-    if (need_local)
-      fmt::print("within a host: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective\n",
-                 base.local.bus_bandwidth / 1e9, base.local.latency * 1e6);
-    fmt::print("{:>6} {:>8} {:>5} {:>9} {:>10} {:>7} {:>11} {:>9} {:>11} {:>12}\n", "hosts",
-               "devices", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)", "small(ms)",
-               "busy(ms)", "best bucket");
+    const auto describe = [](const char* where, const train::LinkModel& m, const std::string& wire) {
+      fmt::print(
+          "{}{}: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective, {:.2f} CPU s per s "
+          "of all-reduce\n",
+          where, wire.empty() ? "" : " (measured with wire " + wire + ")", m.bus_bandwidth / 1e9,
+          m.latency * 1e6, m.cpu_per_second);
+    };
+    if (need_hosts && host_tables.empty()) describe("between hosts", host_numbers, "");
+    for (const LinkTable& t : host_tables) describe("between hosts", t.model, t.wire);
+    if (need_local) describe("within a host", base.local, "");
+    fmt::print("communication's CPU time {}\n",
+               o.spare_core ? "runs on a spare core of each host (--spare-core)"
+                            : "shares the hosts' cores with backward while they overlap");
+    fmt::print("{:>6} {:>8} {:>5} {:>9} {:>10} {:>7} {:>11} {:>10} {:>9} {:>11} {:>12}\n",
+               "hosts", "devices", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)",
+               "shared(ms)", "small(ms)", "busy(ms)", "best bucket");
   }
   for (int h : hosts) {
     for (int d : devices) {
@@ -313,7 +382,11 @@ int run_plan_scaling(const ScalingOptions& o) {
         train::ScalingSetup setup = base;
         setup.hosts = h;
         setup.devices_per_host = d;
-        setup.wire_bytes = wire_name == "f32" ? 4 : 2;
+        if (need_hosts) {
+          const WireLink link = link_for_wire(host_tables, host_numbers, wire_name);
+          setup.between_hosts = link.model;
+          setup.wire_bytes = link.bytes_per_element;
+        }
         const train::ScalingPrediction p = train::predict_scaling(profile.step, setup);
         // The bucket size that gives the shortest step on these links.
         double best_mb = o.bucket_mb, best_step = p.step;
@@ -331,6 +404,7 @@ int run_plan_scaling(const ScalingOptions& o) {
                           {"examples_per_second", p.examples_per_second},
                           {"efficiency", p.efficiency},
                           {"exposed_communication_seconds", p.exposed_communication},
+                          {"compute_slowdown_seconds", p.compute_slowdown},
                           {"small_collectives_seconds", p.small_collectives},
                           {"communication_busy_seconds", p.communication_busy},
                           {"buckets", p.buckets.size()},
@@ -338,11 +412,11 @@ int run_plan_scaling(const ScalingOptions& o) {
                           {"best_step_seconds", best_step}});
         } else {
           fmt::print(
-              "{:>6} {:>8} {:>5} {:>9.2f} {:>10.0f} {:>7.1f} {:>11.2f} {:>9.2f} {:>11.2f} "
-              "{:>7g} MiB\n",
+              "{:>6} {:>8} {:>5} {:>9.2f} {:>10.0f} {:>7.1f} {:>11.2f} {:>10.2f} {:>9.2f} "
+              "{:>11.2f} {:>7g} MiB\n",
               h, d, wire_name, 1e3 * p.step, p.examples_per_second, 100.0 * p.efficiency,
-              1e3 * p.exposed_communication, 1e3 * p.small_collectives, 1e3 * p.communication_busy,
-              best_mb);
+              1e3 * p.exposed_communication, 1e3 * p.compute_slowdown, 1e3 * p.small_collectives,
+              1e3 * p.communication_busy, best_mb);
         }
       }
     }
@@ -376,9 +450,12 @@ Command add_plan_scaling_command(CLI::App& plan) {
   command
       ->add_option("--devices-per-host", o->devices_per_host, "Devices per host, comma-separated")
       ->capture_default_str();
-  command->add_option("--link", o->link,
-                      "The hosts' link: a `tandem bench allreduce --backend mpi --json` table "
-                      "measured between two hosts");
+  command
+      ->add_option("--link", o->links,
+                   "The hosts' link: `tandem bench allreduce --backend mpi --json` tables "
+                   "measured between two hosts, one per --wire of the bench (comma-separated); "
+                   "a wire without its own table uses the f32 one at its bytes per element")
+      ->delimiter(',');
   command->add_option("--link-gbps", o->link_gbps, "... or its bus bandwidth in GB/s");
   command
       ->add_option("--link-latency-us", o->link_latency_us,
@@ -400,6 +477,9 @@ Command add_plan_scaling_command(CLI::App& plan) {
       ->add_option("--small-collectives", o->small_collectives,
                    "Small collectives per step outside the buckets")
       ->capture_default_str();
+  command->add_flag("--spare-core", o->spare_core,
+                    "Each host keeps a core free of compute for communication (by default its "
+                    "measured CPU time shares the cores with backward)");
   command->add_flag("--json", o->json, "Print the predictions as JSON");
   return {command, [o]() { return run_plan_scaling(*o); }};
 }

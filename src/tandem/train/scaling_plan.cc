@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
+#include "tandem/base/statistics.h"
 #include "tandem/comm/bucketer.h"
 
 namespace tandem::train {
@@ -18,28 +19,35 @@ double LinkModel::all_reduce_seconds(double bytes, int ranks) const {
   return small_seconds(ranks) + bus_bytes / bus_bandwidth;
 }
 
-LinkModel fit_link(const std::vector<std::pair<double, double> >& bytes_and_seconds, int ranks) {
-  if (bytes_and_seconds.empty())
+LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
+  if (table.empty())
     TANDEM_THROW(InvalidArgument, "a link model needs at least one measured all-reduce");
   if (ranks < 2) TANDEM_THROW(InvalidArgument, "a link model needs 2 or more ranks, got ", ranks);
-  for (const auto& [bytes, seconds] : bytes_and_seconds) {
-    if (!(bytes > 0.0) || !(seconds > 0.0) || !std::isfinite(bytes) || !std::isfinite(seconds)) {
-      TANDEM_THROW(InvalidArgument, "a measured all-reduce needs positive bytes and time, got ",
-                   bytes, " bytes in ", seconds, " s");
+  for (const MeasuredAllReduce& m : table) {
+    if (!(m.bytes > 0.0) || !(m.seconds > 0.0) || !std::isfinite(m.bytes) ||
+        !std::isfinite(m.seconds) || !(m.cpu_seconds >= 0.0) || !std::isfinite(m.cpu_seconds)) {
+      TANDEM_THROW(InvalidArgument,
+                   "a measured all-reduce needs positive bytes and time and a CPU time >= 0, got ",
+                   m.bytes, " bytes in ", m.seconds, " s (CPU ", m.cpu_seconds, " s)");
     }
   }
-  std::vector<std::pair<double, double> > sorted = bytes_and_seconds;
-  std::sort(sorted.begin(), sorted.end());
+  std::vector<MeasuredAllReduce> sorted = table;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const MeasuredAllReduce& a, const MeasuredAllReduce& b) { return a.bytes < b.bytes; });
   const double factor = 2.0 * (ranks - 1) / ranks;
-  std::vector<double> large;
-  for (const auto& [bytes, seconds] : sorted)
-    if (bytes >= (1 << 20)) large.push_back(factor * bytes / seconds);
-  if (large.empty()) large.push_back(factor * sorted.back().first / sorted.back().second);
-  std::sort(large.begin(), large.end());
-  const size_t n = large.size();
-  const double bandwidth = n % 2 == 1 ? large[n / 2] : 0.5 * (large[n / 2 - 1] + large[n / 2]);
-  return {.latency = sorted.front().second / std::log2(static_cast<double>(ranks)),
-          .bus_bandwidth = bandwidth};
+  std::vector<double> bandwidths, cpu;
+  for (const MeasuredAllReduce& m : sorted) {
+    if (m.bytes < (1 << 20)) continue;
+    bandwidths.push_back(factor * m.bytes / m.seconds);
+    cpu.push_back(m.cpu_seconds / m.seconds);
+  }
+  if (bandwidths.empty()) {
+    bandwidths.push_back(factor * sorted.back().bytes / sorted.back().seconds);
+    cpu.push_back(sorted.back().cpu_seconds / sorted.back().seconds);
+  }
+  return {.latency = sorted.front().seconds / std::log2(static_cast<double>(ranks)),
+          .bus_bandwidth = median(bandwidths),
+          .cpu_per_second = median(cpu)};
 }
 
 ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {
@@ -69,8 +77,12 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
   // A small collective crosses both levels.
   const double small = setup.between_hosts.small_seconds(setup.hosts) +
                        setup.local.small_seconds(setup.devices_per_host);
-  const double backward_end = profile.forward + profile.backward;
-  double link_free = 0.0;
+  struct Bucket {
+    double ready_work = 0.0;  // seconds of backward done when it is complete
+    double seconds = 0.0;     // its all-reduce, alone on the host
+    double cpu = 0.0;         // CPU seconds per second of it
+  };
+  std::vector<Bucket> buckets;
   if ((across_hosts || within_host) && !profile.gradients.empty()) {
     std::vector<comm::TensorLayout> layouts;
     for (const StepProfile::Gradient& g : profile.gradients) {
@@ -81,35 +93,70 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
       }
       layouts.push_back({Shape{g.elements}, DType::f32});
     }
-    const comm::Bucketer buckets(layouts, {.bucket_bytes = setup.bucket_bytes,
-                                           .first_bucket_bytes = setup.first_bucket_bytes,
-                                           .allocate = false});
-    for (size_t b = 0; b < buckets.bucket_count(); ++b) {
+    const comm::Bucketer bucketer(layouts, {.bucket_bytes = setup.bucket_bytes,
+                                            .first_bucket_bytes = setup.first_bucket_bytes,
+                                            .allocate = false});
+    for (size_t b = 0; b < bucketer.bucket_count(); ++b) {
       double ready = 0.0;
-      for (size_t t : buckets.tensors_in(b)) ready = std::max(ready, profile.gradients[t].ready);
-      BucketSchedule s;
-      s.elements = buckets.bucket_elements(b);
-      s.ready = profile.forward + ready * profile.backward;
-      s.start = std::max(s.ready, link_free);
+      for (size_t t : bucketer.tensors_in(b)) ready = std::max(ready, profile.gradients[t].ready);
+      const auto elements = static_cast<double>(bucketer.bucket_elements(b));
       // The replicas of a host reduce in f32 in memory; the hosts exchange the wire dtype.
-      const double seconds =
-          small +
-          setup.local.all_reduce_seconds(4.0 * static_cast<double>(s.elements),
-                                         setup.devices_per_host) +
-          (across_hosts
-               ? setup.between_hosts.all_reduce_seconds(
-                     static_cast<double>(setup.wire_bytes) * static_cast<double>(s.elements),
-                     setup.hosts)
-               : 0.0);
-      s.end = s.start + seconds;
-      link_free = s.end;
-      out.communication_busy += seconds;
-      out.buckets.push_back(s);
+      const double local =
+          setup.local.all_reduce_seconds(4.0 * elements, setup.devices_per_host);
+      const double hosts =
+          across_hosts ? setup.between_hosts.all_reduce_seconds(
+                             static_cast<double>(setup.wire_bytes) * elements, setup.hosts)
+                       : 0.0;
+      Bucket bucket{.ready_work = ready * profile.backward, .seconds = small + local + hosts};
+      if (!setup.spare_core && bucket.seconds > 0.0) {
+        bucket.cpu = (local * setup.local.cpu_per_second +
+                      hosts * setup.between_hosts.cpu_per_second) /
+                     bucket.seconds;
+      }
+      buckets.push_back(bucket);
+      out.buckets.push_back({.elements = bucketer.bucket_elements(b)});
     }
   }
+
+  // Backward's work and the link's queue of buckets, advanced from event to
+  // event (backward completing a bucket or ending, an all-reduce ending);
+  // while both run they share the cores, each at 1 / (1 + cpu).
+  double now = profile.forward, work = 0.0, left = 0.0, backward_end = -1.0;
+  size_t completed = 0, started = 0;  // buckets backward has completed; the link has started
+  int active = -1;
+  for (;;) {
+    for (; completed < buckets.size() && work >= buckets[completed].ready_work; ++completed)
+      out.buckets[completed].ready = now;
+    if (active < 0 && started < completed) {
+      active = static_cast<int>(started++);
+      left = buckets[active].seconds;
+      out.buckets[active].start = now;
+    }
+    const bool computing = work < profile.backward;
+    if (!computing && backward_end < 0.0) backward_end = now;
+    if (!computing && active < 0) break;
+    const double rate = computing && active >= 0 ? 1.0 / (1.0 + buckets[active].cpu) : 1.0;
+    const double target = completed < buckets.size()
+                              ? std::min(profile.backward, buckets[completed].ready_work)
+                              : profile.backward;
+    const double compute_dt = computing ? (target - work) / rate : INFINITY;
+    const double comm_dt = active >= 0 ? left / rate : INFINITY;
+    const double dt = std::min(compute_dt, comm_dt);
+    now += dt;
+    work = compute_dt <= comm_dt ? target : work + (computing ? dt * rate : 0.0);
+    left = comm_dt <= compute_dt ? 0.0 : left - dt * rate;
+    if (active >= 0 && left <= 0.0) {
+      out.buckets[active].end = now;
+      out.communication_busy += now - out.buckets[active].start;
+      active = -1;
+    }
+  }
+  const double link_free = buckets.empty() ? 0.0 : out.buckets.back().end;
+  out.compute_slowdown = backward_end - (profile.forward + profile.backward);
   out.exposed_communication = std::max(0.0, link_free - backward_end);
   out.small_collectives = small * setup.small_collectives_per_step;
-  out.step = profile.one_device_step() + out.exposed_communication + out.small_collectives;
+  out.step = profile.one_device_step() + out.compute_slowdown + out.exposed_communication +
+             out.small_collectives;
   const double devices = static_cast<double>(setup.hosts) * setup.devices_per_host;
   out.examples_per_second = devices * static_cast<double>(profile.examples) / out.step;
   out.efficiency = profile.one_device_step() / out.step;

@@ -10,6 +10,12 @@
 // optimizer; a few small collectives per step (the Trainer's agreement, the
 // engine's record exchange, the noise scale's norms) sit on the critical
 // path. Weak scaling: every device keeps the profile's batch.
+// Communication takes CPU too (MPI's polling, the kernel's TCP copies, the
+// wire compression's conversions): where a host's cores all compute, an
+// all-reduce that overlaps backward shares them with it, and each then
+// progresses at 1 / (1 + c) of its own speed, c being the CPU seconds the
+// all-reduce takes per second of its own (measured by `tandem bench
+// allreduce`); a host with a core to spare for communication does not.
 
 #include <cstdint>
 #include <utility>
@@ -26,17 +32,25 @@ namespace tandem::train {
 struct LinkModel {
   double latency = 0.0;        // seconds: a small collective's time between 2 ranks
   double bus_bandwidth = 0.0;  // bytes per second
+  // CPU seconds of each rank's process per second of a large all-reduce;
+  // 0 for a link that needs no host CPU (or one given as numbers).
+  double cpu_per_second = 0.0;
   double small_seconds(int ranks) const;
   double all_reduce_seconds(double bytes, int ranks) const;
 };
 
-// A link model from `tandem bench allreduce` results (bytes, seconds) over
-// `ranks` ranks: the latency is the smallest buffer's time (over log2(ranks)
-// steps), the bandwidth
-// the median bus bandwidth of the buffers of 1 MiB and more (of the largest
-// buffer when none is that large). Throws InvalidArgument for an empty or
-// non-positive table.
-LinkModel fit_link(const std::vector<std::pair<double, double> >& bytes_and_seconds, int ranks);
+// One row of `tandem bench allreduce --json`: a buffer's bytes, the time of
+// one all-reduce and the CPU time of a rank's process during it.
+struct MeasuredAllReduce {
+  double bytes = 0.0, seconds = 0.0, cpu_seconds = 0.0;
+};
+
+// A link model from measured all-reduces over `ranks` ranks: the latency is
+// the smallest buffer's time (over log2(ranks) steps); the bandwidth and the
+// CPU per second are the medians over the buffers of 1 MiB and more (the
+// largest buffer's when none is that large). Throws InvalidArgument for an
+// empty table, or non-positive sizes and times, or a negative CPU time.
+LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks);
 
 struct StepProfile {
   // Seconds of one device's step: its forward, backward and optimizer, and
@@ -58,7 +72,12 @@ struct ScalingSetup {
   LinkModel between_hosts;  // between the hosts' processes
   int64_t bucket_bytes = int64_t{25} << 20;  // of f32 gradient, as --bucket-mb
   int64_t first_bucket_bytes = int64_t{1} << 20;
-  int wire_bytes = 4;  // per element between hosts: 4 (f32), 2 (bf16, f16)
+  // Bytes per gradient element as the hosts' link model counts them: 4 (f32,
+  // or a link measured with the compressed all-reduce itself, whose table
+  // counts the f32 buffer), 2 (bf16 or f16 on a link measured in f32).
+  int wire_bytes = 4;
+  // Each host keeps a core that compute does not use for communication.
+  bool spare_core = false;
   // Small collectives per step outside the buckets; each bucket adds one
   // (its call check).
   int small_collectives_per_step = 6;
@@ -74,6 +93,7 @@ struct ScalingPrediction {
   double exposed_communication = 0.0;   // bucket all-reduces not hidden behind backward
   double small_collectives = 0.0;       // the per-step small collectives
   double communication_busy = 0.0;      // the buckets' all-reduces, hidden or not
+  double compute_slowdown = 0.0;        // backward's extension while it shares cores with them
   double examples_per_second = 0.0;     // all devices
   double efficiency = 0.0;              // of devices x the one-device throughput
   std::vector<BucketSchedule> buckets;  // in launch order
