@@ -10,6 +10,8 @@
 # (the default) from a mirrored run of 2 devices, one thread each: the test
 # hosts share this machine's cores, so each host's device computes while the
 # other's does, as a mirrored run's devices do (docs/multi_host.md).
+# ROUNDS (environment, default 3): rounds of profile, links and runs; the
+# table gives medians over them.
 # BATCH: examples per device (default 128). DATA (environment): a data
 # specification to train on instead of Fashion-MNIST (gpt: DATA=data/kjv/train.toml),
 # EXAMPLES examples of it a run.
@@ -40,32 +42,55 @@ else
   size="--train-examples $examples --test-examples 100"
 fi
 common="--threads 1 --epochs 1 $size --quiet"
-for model in $models; do
-  # shellcheck disable=SC2086
-  "$tandem" train --model "$model" $profile_flags $common --output "$work/profile-$model" >/dev/null
-done
-printf '%-11s %-5s %-5s %12s %12s %8s\n' rate model wire predicted_ms measured_ms error_%
-for rate in $rates; do
-  "$netns" shape "${rate%@*}"
-  case $rate in *@*) "$netns" delay "${rate#*@}" ;; *) "$netns" delay none ;; esac
-  # The link in f32, and the compressed all-reduce that --wire bf16 runs.
-  for wire in f32 bf16; do
-    "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
-      --repeats 3 --wire "$wire" --json >"$work/link-$rate-$wire.json"
-  done
+# Each round profiles every model, measures the links and trains every
+# configuration once; the table gives the medians over the rounds (this
+# machine's speed drifts by tens of percent from minute to minute, so one
+# sample of an 8 ms step says little).
+rounds=${ROUNDS:-3}
+results="$work/results"
+: >"$results"
+round=1
+while [ "$round" -le "$rounds" ]; do
   for model in $models; do
+    rm -rf "$work/profile-$model"
+    # shellcheck disable=SC2086
+    "$tandem" train --model "$model" $profile_flags $common --output "$work/profile-$model" >/dev/null
+  done
+  for rate in $rates; do
+    "$netns" shape "${rate%@*}"
+    case $rate in *@*) "$netns" delay "${rate#*@}" ;; *) "$netns" delay none ;; esac
+    # The link in f32, and the compressed all-reduce that --wire bf16 runs.
     for wire in f32 bf16; do
-      # shellcheck disable=SC2086
-      "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
-        --wire "$wire" --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
-      predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
-        --link "$work/link-$rate-f32.json,$work/link-$rate-bf16.json" --json |
-        python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
-      measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
-        "$work/run/summary.json")
-      python3 -c "import sys; p,m=float(sys.argv[4]),float(sys.argv[5]); print('%-11s %-5s %-5s %12.2f %12.2f %8.1f' % (sys.argv[1], sys.argv[2], sys.argv[3], 1e3*p, 1e3*m, 100*(p-m)/m))" \
-        "$rate" "$model" "$wire" "$predicted" "$measured"
-      rm -rf "$work/run"
+      "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
+        --repeats 3 --wire "$wire" --json >"$work/link-$rate-$wire.json"
+    done
+    for model in $models; do
+      for wire in f32 bf16; do
+        # shellcheck disable=SC2086
+        "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
+          --wire "$wire" --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
+        predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
+          --link "$work/link-$rate-f32.json,$work/link-$rate-bf16.json" --json |
+          python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
+        measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
+          "$work/run/summary.json")
+        echo "$rate $model $wire $predicted $measured" >>"$results"
+        echo "round $round: $rate $model $wire predicted $predicted s, measured $measured s" >&2
+        rm -rf "$work/run"
+      done
     done
   done
+  round=$((round + 1))
 done
+python3 - "$results" "$rates" "$models" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+print('%-11s %-6s %-5s %14s %24s %8s' % ('rate', 'model', 'wire', 'predicted_ms', 'measured_ms (min-max)', 'error_%'))
+for rate in sys.argv[2].split():
+    for model in sys.argv[3].split():
+        for wire in ('f32', 'bf16'):
+            p = [1e3 * float(r[3]) for r in rows if r[:3] == [rate, model, wire]]
+            m = [1e3 * float(r[4]) for r in rows if r[:3] == [rate, model, wire]]
+            pm, mm = statistics.median(p), statistics.median(m)
+            print('%-11s %-6s %-5s %14.2f %10.2f (%.2f-%.2f) %8.1f' % (rate, model, wire, pm, mm, min(m), max(m), 100 * (pm - mm) / mm))
+PY

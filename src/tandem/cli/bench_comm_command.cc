@@ -80,6 +80,7 @@ int run_bench_memory(const MemoryOptions& o) {
 struct CollectiveOptions {
   std::string backend = "inprocess";
   int ranks = 2;  // in-process ranks (threads); per process for hierarchical
+  int threads = 1;  // intra-op threads of each rank (the wire's conversions, reductions)
   std::string dtype = "f32";
   std::string wire = "f32";  // all-reduce: the f32 buffer travels as this dtype
   std::string op = "sum";
@@ -280,6 +281,8 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
   if (o.factor < 2) TANDEM_THROW(InvalidArgument, "--factor must be at least 2, got ", o.factor);
   if (o.ranks < 1) TANDEM_THROW(InvalidArgument, "--ranks must be at least 1, got ", o.ranks);
   if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
+  if (o.threads < 1 || o.threads > 1024)
+    TANDEM_THROW(InvalidArgument, "--threads must be 1 to 1024, got ", o.threads);
   std::vector<int64_t> sizes;
   for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
   const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
@@ -313,7 +316,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     for (int r = 0; r < o.ranks; ++r) {
       threads.emplace_back([&, r] {
         try {
-          set_num_threads(1);
+          set_num_threads(o.threads);
           auto c = group.communicator(r);
           auto mine = measure(*c, setup, sizes);
           if (r == 0) results = std::move(mine);
@@ -326,6 +329,9 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     for (auto& t : threads) t.join();
     if (error) std::rethrow_exception(error);
   } else if (o.backend == "mpi") {
+    // Not OpenMP's default team: ranks that share a host's cores (or test
+    // hosts that share a machine's) would spin against each other.
+    set_num_threads(o.threads);
     auto c = comm::make_mpi_communicator(comm_options);
     world = c->size();
     print = c->rank() == 0;
@@ -337,6 +343,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     std::vector<std::thread> threads;
     for (int r = 0; r < o.ranks; ++r) {
       threads.emplace_back([&, r] {
+        set_num_threads(o.threads);
         auto c = group.communicator(r);
         auto mine = measure(*c, setup, sizes);
         if (r == 0) results = std::move(mine);
@@ -438,6 +445,10 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
                   "inprocess (threads), mpi (processes under mpirun) or hierarchical")
         ->capture_default_str();
     c->add_option("--ranks", o->ranks, "In-process ranks (per process for hierarchical)")
+        ->capture_default_str();
+    c->add_option("--threads", o->threads,
+                  "Intra-op threads of each rank, as training's --threads (the wire's "
+                  "conversions)")
         ->capture_default_str();
     c->add_option("--dtype", o->dtype, "f32, bf16, f16 or i32")->capture_default_str();
     if (collective == comm::Collective::all_reduce) {
