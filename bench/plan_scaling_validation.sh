@@ -2,7 +2,7 @@
 # The scaling planner against measurements across two test hosts (network
 # namespaces, scripts/netns-hosts.sh; needs root): for each data-link rate,
 # the link's all-reduce tables (f32, and the compressed bf16 all-reduce that
-# --wire bf16 runs); for each model, a profile (below); then
+# --wire bf16 runs; alone and beside a computing thread); for each model, a profile (below); then
 # for each rate x wire x model, the predicted and the measured step time of
 # multi-worker training on 2 hosts (one process and device each, one thread
 # each, BATCH examples per device as in the profile).
@@ -59,10 +59,11 @@ while [ "$round" -le "$rounds" ]; do
   for rate in $rates; do
     "$netns" shape "${rate%@*}"
     case $rate in *@*) "$netns" delay "${rate#*@}" ;; *) "$netns" delay none ;; esac
-    # The link in f32, and the compressed all-reduce that --wire bf16 runs.
+    # The link in f32, and the compressed all-reduce that --wire bf16 runs;
+    # each also while a thread per host computes, as training's one does.
     for wire in f32 bf16; do
-      "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 16M \
-        --repeats 3 --wire "$wire" --json >"$work/link-$rate-$wire.json"
+      "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 4M \
+        --repeats 3 --wire "$wire" --busy-threads 1 --json >"$work/link-$rate-$wire.json"
     done
     for model in $models; do
       for wire in f32 bf16; do

@@ -566,9 +566,10 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
   expect_one_line_error("plan scaling " + out + " --hosts 2 --link " + profile,
                         "is not the JSON of tandem bench allreduce --json");
 
-  // Link tables as `bench allreduce --json` writes them: an f32 one at
-  // 0.1 GB/s that keeps a core busy, and one of the compressed bf16
-  // all-reduce whose conversions make it no faster than f32.
+  // Link tables as `bench allreduce --busy-threads 1 --json` writes them: an
+  // f32 one at 0.1 GB/s whose all-reduce and compute each go at half speed
+  // while both run, and one of the compressed bf16 all-reduce whose
+  // conversions make it no faster than f32.
   const auto write_table = [&](const std::string& name, const std::string& wire,
                                const std::string& dtype, double gbps) {
     const std::string path = tmp(name);
@@ -576,8 +577,9 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
     nlohmann::json measured = nlohmann::json::array();
     for (double bytes : {4.0, 1048576.0, 4194304.0})
       measured.push_back({{"bytes", bytes},
-                      {"time_us", 50.0 + bytes / (gbps * 1e3)},
-                      {"cpu_us", 50.0 + bytes / (gbps * 1e3)}});
+                          {"time_us", 50.0 + bytes / (gbps * 1e3)},
+                          {"busy_time_us", 2.0 * (50.0 + bytes / (gbps * 1e3))},
+                          {"busy_compute_rate", 0.5}});
     f << nlohmann::json{{"ranks", 2}, {"dtype", dtype}, {"wire", wire}, {"results", measured}}.dump();
     return path;
   };
@@ -596,7 +598,7 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
             f32_only[0].at("step_seconds").get<double>());
   EXPECT_NEAR(with_bf16[1].at("step_seconds").get<double>(),
               with_bf16[0].at("step_seconds").get<double>(), 1e-9);
-  // The link's CPU time shares the core with backward, unless one is spare.
+  // The all-reduce slows the backward it overlaps, unless a core is spare.
   EXPECT_GT(f32_only[0].at("compute_slowdown_seconds").get<double>(), 0.0);
   const auto spare = predict("--link " + f32_table + " --spare-core");
   EXPECT_EQ(spare[0].at("compute_slowdown_seconds").get<double>(), 0.0);

@@ -92,51 +92,60 @@ TEST(ScalingPlan, DevicesOfAHostAddTheirInProcessPhase) {
   EXPECT_NEAR(p.examples_per_second, 400.0 / p.step, 1e-9);
 }
 
-TEST(ScalingPlan, CommunicationThatNeedsACoreSlowsTheBackwardItOverlaps) {
-  // The earlier bucket of AnEarlierBucketHidesBehindBackward..., on a link
-  // whose all-reduce keeps a core busy (1 CPU second per second): while it
-  // runs, backward and it each go at half speed, so it takes twice as long
-  // and backward ends one bucket's time later; nothing was hidden.
+TEST(ScalingPlan, AnAllReduceAndTheBackwardItOverlapsGoAtTheirSharedSpeeds) {
+  // Two 1 MiB gradients, ready half-way through backward and at its end, on
+  // a link without latency (a bucket: 0.262144 s alone) whose all-reduce and
+  // compute each go at half speed while both run: the first bucket takes
+  // twice as long, backward ends one bucket's time later, nothing is hidden.
   const std::vector<StepProfile::Gradient> g = {{262144, 0.5}, {262144, 1.0}};
-  const double bucket = 0.02 + 1048576.0 / 4e6;
+  const double bucket = 1048576.0 / 4e6;
   ScalingSetup s = two_hosts();
-  s.between_hosts.cpu_per_second = 1.0;
+  s.between_hosts = {.latency = 0.0, .bus_bandwidth = 4e6, .shared_speed = 0.5,
+                     .compute_speed = 0.5};
   const ScalingPrediction shared = predict_scaling(profile(g), s);
   ASSERT_EQ(shared.buckets.size(), 2u);
   EXPECT_DOUBLE_EQ(shared.buckets[0].start, 2.0);
-  // The bucket's small collective is latency, not CPU: 0.01 of it of the 0.27 s.
-  const double cpu = (bucket - 0.01) / bucket;
-  EXPECT_NEAR(shared.buckets[0].end, 2.0 + bucket * (1.0 + cpu), 1e-12);
-  EXPECT_NEAR(shared.compute_slowdown, bucket * cpu, 1e-12);
-  EXPECT_NEAR(shared.buckets[1].ready, 3.0 + bucket * cpu, 1e-12);
+  EXPECT_NEAR(shared.buckets[0].end, 2.0 + 2.0 * bucket, 1e-12);
+  EXPECT_NEAR(shared.compute_slowdown, bucket, 1e-12);
+  EXPECT_NEAR(shared.buckets[1].ready, 3.0 + bucket, 1e-12);
   EXPECT_NEAR(shared.exposed_communication, bucket, 1e-12);
-  EXPECT_NEAR(shared.step, 4.0 + bucket * cpu + bucket + 0.06, 1e-12);
+  EXPECT_NEAR(shared.step, 4.0 + 2.0 * bucket, 1e-12);
   // A core to spare: the plan without sharing.
   s.spare_core = true;
   const ScalingPrediction spare = predict_scaling(profile(g), s);
   EXPECT_DOUBLE_EQ(spare.compute_slowdown, 0.0);
-  EXPECT_NEAR(spare.step, predict_scaling(profile(g), two_hosts()).step, 1e-12);
-  // An all-reduce that outlasts backward goes at full speed once backward ends.
-  s = two_hosts();
-  s.between_hosts = {.latency = 0.0, .bus_bandwidth = 4e6, .cpu_per_second = 1.0};
-  const ScalingPrediction late = predict_scaling(profile({{262144, 0.9}, {10, 1.0}}), s);
-  ASSERT_EQ(late.buckets.size(), 2u);
-  // Backward's last 0.2 s shares the core: 0.4 s of wall time, 0.2 s of the bucket.
-  EXPECT_NEAR(late.compute_slowdown, 0.2, 1e-12);
-  EXPECT_NEAR(late.buckets[0].end, 2.8 + 0.4 + (1048576.0 / 4e6 - 0.2), 1e-12);
+  EXPECT_NEAR(spare.step, 4.0 + bucket, 1e-12);
+  // An all-reduce nearly stalled by compute (10%) while compute keeps 90%:
+  // the bucket waits out backward, slowed by a tenth, then runs alone.
+  s.spare_core = false;
+  s.between_hosts.shared_speed = 0.1;
+  s.between_hosts.compute_speed = 0.9;
+  const ScalingPrediction stalled = predict_scaling(profile(g), s);
+  const double overlap = 1.0 / 0.9;  // backward's second half, at 90%
+  EXPECT_NEAR(stalled.compute_slowdown, overlap - 1.0, 1e-12);
+  EXPECT_NEAR(stalled.buckets[0].end, 2.0 + overlap + (bucket - 0.1 * overlap), 1e-12);
+  EXPECT_NEAR(stalled.buckets[1].end, stalled.buckets[0].end + bucket, 1e-12);
+  // Speeds outside (0, 1] are refused.
+  s.between_hosts.shared_speed = 0.0;
+  EXPECT_THROW(predict_scaling(profile(g), s), InvalidArgument);
 }
 
 TEST(ScalingPlan, LinkFitTakesTheSmallestTimeAndTheMedianLargeBandwidth) {
   std::vector<MeasuredAllReduce> table;
   for (double bytes = 4; bytes <= 256.0 * (1 << 20); bytes *= 4) {
     const double seconds = 2e-5 + bytes / 1e9;
-    // The CPU per second is 0.8 for the large buffers, whatever the small ones took.
-    table.push_back({bytes, seconds, bytes >= (1 << 20) ? 0.8 * seconds : 3.0 * seconds});
+    // While busy, the large buffers take 4x as long and leave compute 70%;
+    // the small ones' shared speeds do not count.
+    const bool large = bytes >= (1 << 20);
+    table.push_back({bytes, seconds, (large ? 4.0 : 1.5) * seconds, large ? 0.7 : 0.2});
   }
   const LinkModel link = fit_link(table, 2);
   EXPECT_DOUBLE_EQ(link.latency, 2e-5 + 4 / 1e9);
   EXPECT_NEAR(link.bus_bandwidth, 1e9, 0.01e9);
-  EXPECT_NEAR(link.cpu_per_second, 0.8, 1e-12);
+  EXPECT_NEAR(link.shared_speed, 0.25, 1e-12);
+  EXPECT_NEAR(link.compute_speed, 0.7, 1e-12);
+  // Without busy measurements nothing interferes.
+  EXPECT_EQ(fit_link({{1 << 20, 1.0}}, 2).shared_speed, 1.0);
   // Over 4 ranks a ring moves 1.5x the buffer through each link, and a
   // small collective took log2(4) = 2 latencies.
   const LinkModel four = fit_link({{8, 0.5}, {1 << 20, 1.0}}, 4);
@@ -165,6 +174,7 @@ TEST(ScalingPlan, ImpossibleSetupsAreRefused) {
   EXPECT_THROW(fit_link({{0.0, 1.0}}, 2), InvalidArgument);
   EXPECT_THROW(fit_link({{10.0, 1.0}}, 1), InvalidArgument);
   EXPECT_THROW(fit_link({{10.0, 1.0, -0.5}}, 2), InvalidArgument);
+  EXPECT_THROW(fit_link({{10.0, 1.0, 2.0, 0.0}}, 2), InvalidArgument);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "tandem/base/memory_bandwidth.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/statistics.h"
+#include "tandem/cli/busy_work.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/compression.h"
 #include "tandem/comm/hierarchical.h"
@@ -81,6 +82,7 @@ struct CollectiveOptions {
   std::string backend = "inprocess";
   int ranks = 2;  // in-process ranks (threads); per process for hierarchical
   int threads = 1;  // intra-op threads of each rank (the wire's conversions, reductions)
+  int busy_threads = 0;  // > 0: also time each size while that many threads compute per rank
   std::string dtype = "f32";
   std::string wire = "f32";  // all-reduce: the f32 buffer travels as this dtype
   std::string op = "sum";
@@ -122,6 +124,9 @@ struct SizeResult {
   double seconds = 0;  // median time of one collective
   double seconds_min = 0, seconds_max = 0;
   double cpu_seconds = 0;  // CPU time of one rank per collective, mean over ranks
+  // With busy threads: the collective's median time while they compute, and
+  // their speed meanwhile as a fraction of their speed alone (mean over ranks).
+  double busy_seconds = 0, busy_compute_rate = 0;
   bool correct = true;
 };
 
@@ -148,6 +153,7 @@ struct MeasureSetup {
   bool in_place = true;
   int repeats = 5;
   int ranks_per_process = 1;  // threads that share the process's CPU time
+  int busy_threads = 0;
 };
 
 // Runs the collective at every size on communicator `comm`; every rank calls
@@ -160,6 +166,14 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
   const bool in_place = setup.in_place;
   const int n = comm.size(), r = comm.rank();
   const int64_t element = static_cast<int64_t>(dtype_size(dtype));
+  // The busy threads' speed with every rank's running and no collective.
+  double busy_alone = 0.0;
+  if (setup.busy_threads > 0) {
+    comm.barrier();
+    busy_alone = busy_work_per_second(setup.busy_threads, [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    });
+  }
   std::vector<SizeResult> results;
   for (int64_t bytes : sizes) {
     SizeResult s;
@@ -239,6 +253,24 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
     s.seconds = median(samples);
     s.seconds_min = *std::min_element(samples.begin(), samples.end());
     s.seconds_max = *std::max_element(samples.begin(), samples.end());
+    if (setup.busy_threads > 0) {
+      std::vector<double> busy_samples, rates;
+      for (int rep = 0; rep < setup.repeats; ++rep) {
+        comm.barrier();
+        double seconds = 0.0;
+        const double work = busy_work_per_second(setup.busy_threads, [&] {
+          const auto start = Clock::now();
+          for (int64_t it = 0; it < s.iterations; ++it) once();
+          seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        });
+        busy_samples.push_back(seconds / static_cast<double>(s.iterations));
+        rates.push_back(work / busy_alone);
+      }
+      Tensor rate = Tensor::full(Shape{1}, static_cast<float>(median(rates)));
+      comm.all_reduce(rate, rate, comm::ReduceOp::mean);
+      s.busy_compute_rate = static_cast<double>(rate.to_floats()[0]);
+      s.busy_seconds = median(busy_samples);
+    }
     // Check one fresh call against the closed form.
     fill();
     once();
@@ -283,6 +315,8 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
   if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
   if (o.threads < 1 || o.threads > 1024)
     TANDEM_THROW(InvalidArgument, "--threads must be 1 to 1024, got ", o.threads);
+  if (o.busy_threads < 0 || o.busy_threads > 1024)
+    TANDEM_THROW(InvalidArgument, "--busy-threads must be 0 to 1024, got ", o.busy_threads);
   std::vector<int64_t> sizes;
   for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
   const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
@@ -300,7 +334,8 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                      .op = op,
                      .in_place = in_place,
                      .repeats = o.repeats,
-                     .ranks_per_process = o.backend == "mpi" ? 1 : o.ranks};
+                     .ranks_per_process = o.backend == "mpi" ? 1 : o.ranks,
+                     .busy_threads = o.busy_threads};
   const comm::CommOptions comm_options{.verify_calls = false};
 
   std::vector<SizeResult> results;
@@ -375,9 +410,14 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                o.backend == "inprocess" ? "ranks are threads" : "ranks are processes", o.repeats);
     if (with_bound)
       fmt::print("memory-traffic bound: read2_write2 bandwidth {:.2f} GB/s\n", bound / 1e9);
-    fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}\n", "bytes", "time(us)",
+    if (o.busy_threads > 0) {
+      fmt::print("with {} busy thread(s) per rank: the time while they compute, and their speed "
+                 "then (% of their speed alone)\n",
+                 o.busy_threads);
+    }
+    fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}{}\n", "bytes", "time(us)",
                "cpu(us)", "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "",
-               "check");
+               "check", o.busy_threads > 0 ? "  busy time(us)  compute(%)" : "");
   }
   for (const SizeResult& s : results) {
     all_correct = all_correct && s.correct;
@@ -397,18 +437,25 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                             {"iterations", s.iterations},
                             {"correct", s.correct}};
       if (with_bound) row["bound_fraction"] = fraction;
+      if (o.busy_threads > 0) {
+        row["busy_time_us"] = s.busy_seconds * 1e6;
+        row["busy_compute_rate"] = s.busy_compute_rate;
+      }
       rows.push_back(row);
     } else {
-      fmt::print("{:>12} {:>11.2f} {:>11.2f} {:>11.3f} {:>11.3f} {:>11.1f} {:>8} {:>6}\n",
+      fmt::print("{:>12} {:>11.2f} {:>11.2f} {:>11.3f} {:>11.3f} {:>11.1f} {:>8} {:>6}{}\n",
                  s.bytes, s.seconds * 1e6, s.cpu_seconds * 1e6, algbw, busbw, spread,
                  with_bound ? fmt::format("{:.1f}", 100 * fraction) : "",
-                 s.correct ? "ok" : "WRONG");
+                 s.correct ? "ok" : "WRONG",
+                 o.busy_threads > 0 ? fmt::format(" {:>13.2f} {:>13.1f}", s.busy_seconds * 1e6,
+                                                  100.0 * s.busy_compute_rate)
+                                    : "");
     }
   }
   if (o.json) {
     nlohmann::json out = {{"bench", name},        {"backend", o.backend}, {"ranks", world},
                           {"dtype", o.dtype},     {"wire", o.wire},       {"op", o.op},
-                          {"in_place", in_place},
+                          {"in_place", in_place}, {"busy_threads", o.busy_threads},
                           {"repeats", o.repeats}, {"results", rows}};
     if (with_bound) out["bound_gbps"] = bound / 1e9;
     fmt::print("{}\n", out.dump(2));
@@ -445,6 +492,11 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
                   "inprocess (threads), mpi (processes under mpirun) or hierarchical")
         ->capture_default_str();
     c->add_option("--ranks", o->ranks, "In-process ranks (per process for hierarchical)")
+        ->capture_default_str();
+    c->add_option("--busy-threads", o->busy_threads,
+                  "Also time each size while this many threads per rank compute, as "
+                  "training's do (its --threads), and report their speed meanwhile "
+                  "(tandem plan scaling's model of overlap)")
         ->capture_default_str();
     c->add_option("--threads", o->threads,
                   "Intra-op threads of each rank, as training's --threads (the wire's "

@@ -232,11 +232,12 @@ LinkTable read_link_table(const std::string& file) {
     TANDEM_THROW(InvalidArgument, "'", file, "' is not the JSON of tandem bench allreduce --json");
   std::vector<train::MeasuredAllReduce> rows;
   for (const json& row : table["results"]) {
-    rows.push_back({.bytes = number_at(row, "bytes", file),
-                    .seconds = number_at(row, "time_us", file) * 1e-6,
-                    // Tables from before the bench measured CPU time have none.
-                    .cpu_seconds = row.contains("cpu_us") ? number_at(row, "cpu_us", file) * 1e-6
-                                                          : 0.0});
+    const bool busy = row.contains("busy_time_us");  // measured with --busy-threads
+    rows.push_back(
+        {.bytes = number_at(row, "bytes", file),
+         .seconds = number_at(row, "time_us", file) * 1e-6,
+         .busy_seconds = busy ? number_at(row, "busy_time_us", file) * 1e-6 : 0.0,
+         .busy_compute_rate = busy ? number_at(row, "busy_compute_rate", file) : 1.0});
   }
   if (table.value("dtype", "f32") != "f32")
     TANDEM_THROW(InvalidArgument, "'", file, "' measured ", table.value("dtype", "?"),
@@ -361,17 +362,16 @@ int run_plan_scaling(const ScalingOptions& o) {
         profile.by_layers ? "layer FLOPs" : "size");
     const auto describe = [](const char* where, const train::LinkModel& m, const std::string& wire) {
       fmt::print(
-          "{}{}: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective, {:.2f} CPU s per s "
-          "of all-reduce\n",
+          "{}{}: {:.4g} GB/s bus bandwidth, {:.1f} us per small collective; while the host "
+          "computes, all-reduce at {:.0f}% and compute at {:.0f}% of their speeds alone\n",
           where, wire.empty() ? "" : " (measured with wire " + wire + ")", m.bus_bandwidth / 1e9,
-          m.latency * 1e6, m.cpu_per_second);
+          m.latency * 1e6, 100.0 * m.shared_speed, 100.0 * m.compute_speed);
     };
     if (need_hosts && host_tables.empty()) describe("between hosts", host_numbers, "");
     for (const LinkTable& t : host_tables) describe("between hosts", t.model, t.wire);
     if (need_local) describe("within a host", base.local, "");
-    fmt::print("communication's CPU time {}\n",
-               o.spare_core ? "runs on a spare core of each host (--spare-core)"
-                            : "shares the hosts' cores with backward while they overlap");
+    if (o.spare_core)
+      fmt::print("communication runs on a spare core of each host (--spare-core)\n");
     fmt::print("{:>6} {:>8} {:>5} {:>9} {:>10} {:>7} {:>11} {:>10} {:>9} {:>11} {:>12}\n",
                "hosts", "devices", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)",
                "shared(ms)", "small(ms)", "busy(ms)", "best bucket");
@@ -478,8 +478,9 @@ Command add_plan_scaling_command(CLI::App& plan) {
                    "Small collectives per step outside the buckets")
       ->capture_default_str();
   command->add_flag("--spare-core", o->spare_core,
-                    "Each host keeps a core free of compute for communication (by default its "
-                    "measured CPU time shares the cores with backward)");
+                    "Each host keeps a core free of compute for communication (by default an "
+                    "all-reduce and backward share the cores at the speeds bench allreduce "
+                    "--busy-threads measured)");
   command->add_flag("--json", o->json, "Print the predictions as JSON");
   return {command, [o]() { return run_plan_scaling(*o); }};
 }

@@ -25,29 +25,36 @@ LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
   if (ranks < 2) TANDEM_THROW(InvalidArgument, "a link model needs 2 or more ranks, got ", ranks);
   for (const MeasuredAllReduce& m : table) {
     if (!(m.bytes > 0.0) || !(m.seconds > 0.0) || !std::isfinite(m.bytes) ||
-        !std::isfinite(m.seconds) || !(m.cpu_seconds >= 0.0) || !std::isfinite(m.cpu_seconds)) {
-      TANDEM_THROW(InvalidArgument,
-                   "a measured all-reduce needs positive bytes and time and a CPU time >= 0, got ",
-                   m.bytes, " bytes in ", m.seconds, " s (CPU ", m.cpu_seconds, " s)");
+        !std::isfinite(m.seconds) || !(m.busy_seconds >= 0.0) || !std::isfinite(m.busy_seconds)) {
+      TANDEM_THROW(InvalidArgument, "a measured all-reduce needs positive bytes and time, got ",
+                   m.bytes, " bytes in ", m.seconds, " s (", m.busy_seconds, " s while busy)");
+    }
+    // Above 1 only by noise: compute cannot go much faster for an all-reduce.
+    if (m.busy_seconds > 0.0 && !(m.busy_compute_rate > 0.0 && m.busy_compute_rate <= 2.0)) {
+      TANDEM_THROW(InvalidArgument, "compute's speed during an all-reduce must be in (0, 2], got ",
+                   m.busy_compute_rate);
     }
   }
   std::vector<MeasuredAllReduce> sorted = table;
   std::sort(sorted.begin(), sorted.end(),
             [](const MeasuredAllReduce& a, const MeasuredAllReduce& b) { return a.bytes < b.bytes; });
   const double factor = 2.0 * (ranks - 1) / ranks;
-  std::vector<double> bandwidths, cpu;
-  for (const MeasuredAllReduce& m : sorted) {
-    if (m.bytes < (1 << 20)) continue;
-    bandwidths.push_back(factor * m.bytes / m.seconds);
-    cpu.push_back(m.cpu_seconds / m.seconds);
-  }
-  if (bandwidths.empty()) {
-    bandwidths.push_back(factor * sorted.back().bytes / sorted.back().seconds);
-    cpu.push_back(sorted.back().cpu_seconds / sorted.back().seconds);
+  std::vector<const MeasuredAllReduce*> large;
+  for (const MeasuredAllReduce& m : sorted)
+    if (m.bytes >= (1 << 20)) large.push_back(&m);
+  if (large.empty()) large.push_back(&sorted.back());
+  std::vector<double> bandwidths, shared, compute;
+  for (const MeasuredAllReduce* m : large) {
+    bandwidths.push_back(factor * m->bytes / m->seconds);
+    if (m->busy_seconds > 0.0) {
+      shared.push_back(std::min(1.0, m->seconds / m->busy_seconds));
+      compute.push_back(std::min(1.0, m->busy_compute_rate));
+    }
   }
   return {.latency = sorted.front().seconds / std::log2(static_cast<double>(ranks)),
           .bus_bandwidth = median(bandwidths),
-          .cpu_per_second = median(cpu)};
+          .shared_speed = shared.empty() ? 1.0 : median(shared),
+          .compute_speed = compute.empty() ? 1.0 : median(compute)};
 }
 
 ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {
@@ -70,6 +77,13 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
                  across_hosts ? "the hosts' link" : "the devices of a host",
                  " needs a positive bandwidth");
   }
+  for (const LinkModel* link : {&setup.local, &setup.between_hosts}) {
+    if (!(link->shared_speed > 0.0 && link->shared_speed <= 1.0) ||
+        !(link->compute_speed > 0.0 && link->compute_speed <= 1.0)) {
+      TANDEM_THROW(InvalidArgument, "a link's shared speeds must be in (0, 1], got ",
+                   link->shared_speed, " (all-reduce) and ", link->compute_speed, " (compute)");
+    }
+  }
   if (setup.wire_bytes != 2 && setup.wire_bytes != 4)
     TANDEM_THROW(InvalidArgument, "wire bytes per element must be 2 or 4, got ", setup.wire_bytes);
 
@@ -80,7 +94,8 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
   struct Bucket {
     double ready_work = 0.0;  // seconds of backward done when it is complete
     double seconds = 0.0;     // its all-reduce, alone on the host
-    double cpu = 0.0;         // CPU seconds per second of it
+    // While backward runs: its all-reduce's speed and backward's (fractions).
+    double comm_speed = 1.0, compute_speed = 1.0;
   };
   std::vector<Bucket> buckets;
   if ((across_hosts || within_host) && !profile.gradients.empty()) {
@@ -109,9 +124,14 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
                        : 0.0;
       Bucket bucket{.ready_work = ready * profile.backward, .seconds = small + local + hosts};
       if (!setup.spare_core && bucket.seconds > 0.0) {
-        bucket.cpu = (local * setup.local.cpu_per_second +
-                      hosts * setup.between_hosts.cpu_per_second) /
-                     bucket.seconds;
+        // Each level's part at its own shared speeds; the small call check is latency.
+        const double local_shared = local / setup.local.shared_speed;
+        const double hosts_shared = hosts / setup.between_hosts.shared_speed;
+        const double shared = small + local_shared + hosts_shared;
+        bucket.comm_speed = bucket.seconds / shared;
+        bucket.compute_speed = (small + local_shared * setup.local.compute_speed +
+                                hosts_shared * setup.between_hosts.compute_speed) /
+                               shared;
       }
       buckets.push_back(bucket);
       out.buckets.push_back({.elements = bucketer.bucket_elements(b)});
@@ -120,7 +140,7 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
 
   // Backward's work and the link's queue of buckets, advanced from event to
   // event (backward completing a bucket or ending, an all-reduce ending);
-  // while both run they share the cores, each at 1 / (1 + cpu).
+  // while both run they go at their shared speeds.
   double now = profile.forward, work = 0.0, left = 0.0, backward_end = -1.0;
   size_t completed = 0, started = 0;  // buckets backward has completed; the link has started
   int active = -1;
@@ -135,16 +155,18 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
     const bool computing = work < profile.backward;
     if (!computing && backward_end < 0.0) backward_end = now;
     if (!computing && active < 0) break;
-    const double rate = computing && active >= 0 ? 1.0 / (1.0 + buckets[active].cpu) : 1.0;
+    const bool both = computing && active >= 0;
+    const double compute_rate = both ? buckets[active].compute_speed : 1.0;
+    const double comm_rate = both ? buckets[active].comm_speed : 1.0;
     const double target = completed < buckets.size()
                               ? std::min(profile.backward, buckets[completed].ready_work)
                               : profile.backward;
-    const double compute_dt = computing ? (target - work) / rate : INFINITY;
-    const double comm_dt = active >= 0 ? left / rate : INFINITY;
+    const double compute_dt = computing ? (target - work) / compute_rate : INFINITY;
+    const double comm_dt = active >= 0 ? left / comm_rate : INFINITY;
     const double dt = std::min(compute_dt, comm_dt);
     now += dt;
-    work = compute_dt <= comm_dt ? target : work + (computing ? dt * rate : 0.0);
-    left = comm_dt <= compute_dt ? 0.0 : left - dt * rate;
+    work = compute_dt <= comm_dt ? target : work + (computing ? dt * compute_rate : 0.0);
+    left = comm_dt <= compute_dt ? 0.0 : left - dt * comm_rate;
     if (active >= 0 && left <= 0.0) {
       out.buckets[active].end = now;
       out.communication_busy += now - out.buckets[active].start;

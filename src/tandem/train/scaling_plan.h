@@ -10,12 +10,12 @@
 // optimizer; a few small collectives per step (the Trainer's agreement, the
 // engine's record exchange, the noise scale's norms) sit on the critical
 // path. Weak scaling: every device keeps the profile's batch.
-// Communication takes CPU too (MPI's polling, the kernel's TCP copies, the
-// wire compression's conversions): where a host's cores all compute, an
-// all-reduce that overlaps backward shares them with it, and each then
-// progresses at 1 / (1 + c) of its own speed, c being the CPU seconds the
-// all-reduce takes per second of its own (measured by `tandem bench
-// allreduce`); a host with a core to spare for communication does not.
+// Communication and compute share a host's cores (MPI's polling, the
+// kernel's TCP copies, the wire compression's conversions): while a
+// bucket's all-reduce overlaps backward, each goes at the speed `tandem
+// bench allreduce --busy-threads` measured for the two running at once, as
+// a fraction of its speed alone; a host with a core to spare for
+// communication runs both at full speed.
 
 #include <cstdint>
 #include <utility>
@@ -32,24 +32,29 @@ namespace tandem::train {
 struct LinkModel {
   double latency = 0.0;        // seconds: a small collective's time between 2 ranks
   double bus_bandwidth = 0.0;  // bytes per second
-  // CPU seconds of each rank's process per second of a large all-reduce;
-  // 0 for a link that needs no host CPU (or one given as numbers).
-  double cpu_per_second = 0.0;
+  // While the host computes: a large all-reduce's speed, and compute's, as
+  // fractions of each one's speed alone (1: they do not interfere, as for a
+  // link given as numbers).
+  double shared_speed = 1.0;
+  double compute_speed = 1.0;
   double small_seconds(int ranks) const;
   double all_reduce_seconds(double bytes, int ranks) const;
 };
 
-// One row of `tandem bench allreduce --json`: a buffer's bytes, the time of
-// one all-reduce and the CPU time of a rank's process during it.
+// One row of `tandem bench allreduce --json`: a buffer's bytes and the time
+// of one all-reduce; with --busy-threads also its time while the ranks'
+// hosts compute and compute's speed then (a fraction of its speed alone).
 struct MeasuredAllReduce {
-  double bytes = 0.0, seconds = 0.0, cpu_seconds = 0.0;
+  double bytes = 0.0, seconds = 0.0;
+  double busy_seconds = 0.0;  // 0: not measured
+  double busy_compute_rate = 1.0;
 };
 
 // A link model from measured all-reduces over `ranks` ranks: the latency is
 // the smallest buffer's time (over log2(ranks) steps); the bandwidth and the
-// CPU per second are the medians over the buffers of 1 MiB and more (the
+// shared speeds are the medians over the buffers of 1 MiB and more (the
 // largest buffer's when none is that large). Throws InvalidArgument for an
-// empty table, or non-positive sizes and times, or a negative CPU time.
+// empty table, non-positive sizes or times, or a compute rate outside (0, 2].
 LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks);
 
 struct StepProfile {
@@ -93,7 +98,7 @@ struct ScalingPrediction {
   double exposed_communication = 0.0;   // bucket all-reduces not hidden behind backward
   double small_collectives = 0.0;       // the per-step small collectives
   double communication_busy = 0.0;      // the buckets' all-reduces, hidden or not
-  double compute_slowdown = 0.0;        // backward's extension while it shares cores with them
+  double compute_slowdown = 0.0;        // backward's extension while it shares the cores with them
   double examples_per_second = 0.0;     // all devices
   double efficiency = 0.0;              // of devices x the one-device throughput
   std::vector<BucketSchedule> buckets;  // in launch order
