@@ -139,11 +139,22 @@ TEST(ScalingPlan, LinkFitTakesTheSmallestTimeAndTheMedianLargeBandwidth) {
     const bool large = bytes >= (1 << 20);
     table.push_back({bytes, seconds, (large ? 4.0 : 1.5) * seconds, large ? 0.7 : 0.2});
   }
+  // One of them slower beside compute, and compute slower too: the sums
+  // of times and the mean of compute's speeds.
+  table.back().busy_seconds = 8.0 * table.back().seconds;
+  table.back().busy_compute_rate = 0.3;
+  double alone = 0.0, busy = 0.0, rates = 0.0, large = 0.0;
+  for (const MeasuredAllReduce& m : table) {
+    if (m.bytes < (1 << 20)) continue;
+    alone += m.seconds, busy += m.busy_seconds, rates += m.busy_compute_rate, large += 1.0;
+  }
   const LinkModel link = fit_link(table, 2);
   EXPECT_DOUBLE_EQ(link.latency, 2e-5 + 4 / 1e9);
   EXPECT_NEAR(link.bus_bandwidth, 1e9, 0.01e9);
-  EXPECT_NEAR(link.shared_speed, 0.25, 1e-12);
-  EXPECT_NEAR(link.compute_speed, 0.7, 1e-12);
+  EXPECT_NEAR(link.shared_speed, alone / busy, 1e-12);
+  EXPECT_NEAR(link.compute_speed, rates / large, 1e-12);
+  EXPECT_LT(link.shared_speed, 0.25);
+  EXPECT_LT(link.compute_speed, 0.7);
   // Without busy measurements nothing interferes.
   EXPECT_EQ(fit_link({{1 << 20, 1.0}}, 2).shared_speed, 1.0);
   // Over 4 ranks a ring moves 1.5x the buffer through each link, and a

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -124,8 +125,8 @@ struct SizeResult {
   double seconds = 0;  // median time of one collective
   double seconds_min = 0, seconds_max = 0;
   double cpu_seconds = 0;  // CPU time of one rank per collective, mean over ranks
-  // With busy threads: the collective's median time while they compute, and
-  // their speed meanwhile as a fraction of their speed alone (mean over ranks).
+  // With busy threads: the collective's mean time while they compute, and
+  // their mean speed meanwhile as a fraction of their speed alone (and over ranks).
   double busy_seconds = 0, busy_compute_rate = 0;
   bool correct = true;
 };
@@ -254,22 +255,40 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
     s.seconds_min = *std::min_element(samples.begin(), samples.end());
     s.seconds_max = *std::max_element(samples.begin(), samples.end());
     if (setup.busy_threads > 0) {
+      // Beside compute a call can take 50x as long: as many calls as fill
+      // about a quarter of a second at the slowest rank's pace of three.
+      double three = 0.0;
+      busy_work_per_second(setup.busy_threads, [&] {
+        const auto start = Clock::now();
+        for (int i = 0; i < 3; ++i) once();
+        three = std::chrono::duration<double>(Clock::now() - start).count() / 3;
+      });
+      Tensor slowest = Tensor::full(Shape{1}, static_cast<float>(three));
+      comm.all_reduce(slowest, slowest, comm::ReduceOp::max);
+      const int64_t calls = std::clamp<int64_t>(
+          static_cast<int64_t>(0.25 / std::max(1e-7, static_cast<double>(slowest.to_floats()[0]))),
+          3, s.iterations);
       std::vector<double> busy_samples, rates;
       for (int rep = 0; rep < setup.repeats; ++rep) {
         comm.barrier();
         double seconds = 0.0;
         const double work = busy_work_per_second(setup.busy_threads, [&] {
           const auto start = Clock::now();
-          for (int64_t it = 0; it < s.iterations; ++it) once();
+          for (int64_t it = 0; it < calls; ++it) once();
           seconds = std::chrono::duration<double>(Clock::now() - start).count();
         });
-        busy_samples.push_back(seconds / static_cast<double>(s.iterations));
+        busy_samples.push_back(seconds / static_cast<double>(calls));
         rates.push_back(work / busy_alone);
       }
-      Tensor rate = Tensor::full(Shape{1}, static_cast<float>(median(rates)));
+      // Means, not medians: beside compute a call either shares the core
+      // or waits out the compute's time slice, and steps see the mix.
+      const auto mean = [](const std::vector<double>& v) {
+        return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+      };
+      Tensor rate = Tensor::full(Shape{1}, static_cast<float>(mean(rates)));
       comm.all_reduce(rate, rate, comm::ReduceOp::mean);
       s.busy_compute_rate = static_cast<double>(rate.to_floats()[0]);
-      s.busy_seconds = median(busy_samples);
+      s.busy_seconds = mean(busy_samples);
     }
     // Check one fresh call against the closed form.
     fill();

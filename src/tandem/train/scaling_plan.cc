@@ -43,18 +43,24 @@ LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
   for (const MeasuredAllReduce& m : sorted)
     if (m.bytes >= (1 << 20)) large.push_back(&m);
   if (large.empty()) large.push_back(&sorted.back());
-  std::vector<double> bandwidths, shared, compute;
+  // The shared speeds are means, as the bench's: they mix two regimes (the
+  // all-reduce shares the core, or waits out compute's time slice).
+  std::vector<double> bandwidths;
+  double alone = 0.0, busy = 0.0, compute = 0.0;
+  int measured = 0;
   for (const MeasuredAllReduce* m : large) {
     bandwidths.push_back(factor * m->bytes / m->seconds);
     if (m->busy_seconds > 0.0) {
-      shared.push_back(std::min(1.0, m->seconds / m->busy_seconds));
-      compute.push_back(std::min(1.0, m->busy_compute_rate));
+      alone += m->seconds;
+      busy += m->busy_seconds;
+      compute += m->busy_compute_rate;
+      ++measured;
     }
   }
   return {.latency = sorted.front().seconds / std::log2(static_cast<double>(ranks)),
           .bus_bandwidth = median(bandwidths),
-          .shared_speed = shared.empty() ? 1.0 : median(shared),
-          .compute_speed = compute.empty() ? 1.0 : median(compute)};
+          .shared_speed = measured == 0 ? 1.0 : std::min(1.0, alone / busy),
+          .compute_speed = measured == 0 ? 1.0 : std::min(1.0, compute / measured)};
 }
 
 ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {

@@ -51,9 +51,10 @@ struct MeasuredAllReduce {
 };
 
 // A link model from measured all-reduces over `ranks` ranks: the latency is
-// the smallest buffer's time (over log2(ranks) steps); the bandwidth and the
-// shared speeds are the medians over the buffers of 1 MiB and more (the
-// largest buffer's when none is that large). Throws InvalidArgument for an
+// the smallest buffer's time (over log2(ranks) steps); over the buffers of
+// 1 MiB and more (the largest buffer when none is that large), the bandwidth
+// is the median, the all-reduce's shared speed its summed time alone over
+// its summed time beside compute, and compute's the mean. Throws InvalidArgument for an
 // empty table, non-positive sizes or times, or a compute rate outside (0, 2].
 LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks);
 
