@@ -180,7 +180,8 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
     }
   }
   const double link_free = buckets.empty() ? 0.0 : out.buckets.back().end;
-  out.compute_slowdown = backward_end - (profile.forward + profile.backward);
+  // Without sharing the events add up to backward's end but for rounding.
+  out.compute_slowdown = std::max(0.0, backward_end - (profile.forward + profile.backward));
   out.exposed_communication = std::max(0.0, link_free - backward_end);
   out.small_collectives = small * setup.small_collectives_per_step;
   out.step = profile.one_device_step() + out.compute_slowdown + out.exposed_communication +
