@@ -7,10 +7,10 @@
 // bound: n buffers of S bytes must be read and written once, so no all-reduce
 // takes less than 2 n S / B, B being the read2_write2 bandwidth. Each size
 // also gives the CPU time a rank's process spends per call (user and
-// system: MPI's polling and the kernel's TCP copies), which the scaling
-// planner charges to compute where the two share cores; and all-reduce with
-// --wire bf16|f16 times the compressed all-reduce that training's --wire
-// runs, conversions included.
+// system: MPI's polling and the kernel's TCP copies); with --busy-threads,
+// its time beside computing threads and their speed meanwhile, the scaling
+// planner's model of overlap; and all-reduce with --wire bf16|f16 times the
+// compressed all-reduce that training's --wire runs, conversions included.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
