@@ -155,11 +155,13 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
     }
   }
   // Unbounded: the straggler's gradients land after several of the others'.
-  // Its compute here takes microseconds, so 4x of it is lost in the threads'
-  // scheduling on a loaded machine: it also sleeps 20 ms a share, in which
-  // the others apply several updates.
+  // Compute here takes microseconds, so 4x of it is lost in the threads'
+  // scheduling on a loaded machine: the straggler sleeps 20 ms a share, in
+  // which the others apply several updates. The others sleep 2 ms, or on a
+  // loaded machine they drain every share before the straggler's thread
+  // wakes, one at a time, and every gradient is fresh.
   const auto slower = [](nn::Module& model, const distribute::ReplicaBatch& b) {
-    if (b.context.global_replica == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(b.context.global_replica == 2 ? 20 : 2));
     return squared_error(model, b);
   };
   auto strategy = make("parameter_server", 3);
