@@ -187,13 +187,16 @@ TEST(Hierarchical, TwoDevicesPerProcessActLikeOneGroup) {
           }
         }
       }
-      Tensor scattered = Tensor::zeros(Shape{count});
-      c->reduce_scatter(collective_input(r, count * n, DType::f32), scattered, ReduceOp::sum);
-      const auto got_s = scattered.to_floats();
-      for (int64_t i = 0; i < count; ++i) {
-        const double expected = collective_reference(ReduceOp::sum, n, r * count + i, DType::f32);
-        if (std::abs(got_s[i] - expected) > 1e-5 * std::max(1.0, std::abs(expected))) {
-          TANDEM_THROW(Error, "hierarchical reduce_scatter wrong on rank ", r, " element ", i);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
+        Tensor scattered = Tensor::zeros(Shape{count});
+        c->reduce_scatter(collective_input(r, count * n, DType::f32), scattered, op);
+        const auto got_s = scattered.to_floats();
+        for (int64_t i = 0; i < count; ++i) {
+          const double expected = collective_reference(op, n, r * count + i, DType::f32);
+          if (std::abs(got_s[i] - expected) > 1e-5 * std::max(1.0, std::abs(expected))) {
+            TANDEM_THROW(Error, "hierarchical reduce_scatter wrong on rank ", r, " element ", i,
+                         ": ", got_s[i], " vs ", expected);
+          }
         }
       }
       c->barrier();

@@ -100,12 +100,28 @@ void HierarchicalCommunicator::run_levels(const Call& call) {
       all_reduce(call.output, call.op);
       return;
     case Collective::reduce_scatter: {
-      const Tensor whole = call.input.clone(MemoryCategory::communication);
-      all_reduce(whole, call.op);
+      // Reduce within the process, reduce-scatter between the leaders (a
+      // process's ranks own contiguous segments, so its block is one), and
+      // give each local rank its segment of the block: between processes
+      // (P - 1) / P of the buffer, half of what an all-reduce moves.
+      const ReduceOp partial = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
+      const Tensor whole =
+          call.input.reshape(Shape{call.input.numel()}).clone(MemoryCategory::communication);
+      local_->all_reduce(whole, partial);
       const int64_t segment = call.output.numel();
+      const Tensor block = Tensor::empty(Shape{segment * local_size}, whole.dtype(),
+                                         whole.device(), MemoryCategory::communication);
+      if (leader()) state_->leaders->reduce_scatter(whole, block, partial);
+      local_->broadcast(block, 0);
       Tensor out = call.output;
-      out.copy_from(
-          whole.reshape(Shape{whole.numel()}).slice(segment * rank(), segment * (rank() + 1)));
+      out.copy_from(block.slice(segment * local_rank_, segment * (local_rank_ + 1))
+                        .reshape(call.output.shape()));
+      if (call.op == ReduceOp::mean) {
+        const void* in = out.raw_data();
+        void* dst = out.raw_data();
+        kernels::reduce_range(out.dtype(), ReduceOp::sum, 1.0f / static_cast<float>(size()), &in,
+                              1, &dst, 1, 0, out.numel());
+      }
       return;
     }
     case Collective::all_gather: {
