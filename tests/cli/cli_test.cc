@@ -461,6 +461,10 @@ TEST(Cli, ParameterServerAndLocalSgdRunsReportStalenessAndResumeIntoMirrored) {
   expect_one_line_error(bad + "--strategy mirrored --sync-every -1",
                         "--sync-every must be at least 1");
   expect_one_line_error(bad + "--sync-every 4", "--sync-every (local SGD) averages the replicas");
+  expect_one_line_error(bad + "--strategy mirrored --sync-every 4 --wire bf16",
+                        "--wire bf16 compresses the gradient all-reduce; local SGD");
+  expect_one_line_error(bad + "--strategy parameter-server --wire f16",
+                        "--wire f16 compresses the gradient all-reduce; the parameter server");
   expect_one_line_error(bad + "--strategy mirrored --slow-replica 2:2",
                         "--slow-replica names replica 2 but there are 2 replicas");
   expect_one_line_error(bad + "--strategy mirrored --slow-replica fast",
@@ -618,6 +622,43 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
   EXPECT_NEAR(spare[0].at("compute_slowdown_seconds").get<double>(), 0.0, 1e-12);
   EXPECT_LT(spare[0].at("step_seconds").get<double>(),
             f32_only[0].at("step_seconds").get<double>());
+  // Other ways of keeping in step: the wires only where training takes them,
+  // local SGD without buckets.
+  const CommandResult modes =
+      run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " +
+          "all-reduce,zero2,local-sgd:4,ps-async:2 --json");
+  ASSERT_EQ(modes.status, 0) << modes.output;
+  const auto by_mode = nlohmann::json::parse(modes.output);
+  const auto& mode_rows = by_mode.at("predictions");
+  ASSERT_EQ(mode_rows.size(), 5u);  // all-reduce f32 and bf16, then one f32 row each
+  EXPECT_EQ(mode_rows[2].at("mode").get<std::string>(), "zero2");
+  EXPECT_EQ(mode_rows[2].at("wire").get<std::string>(), "f32");
+  // Its reduce-scatter moves half an all-reduce's bytes; the all-gather follows the update.
+  EXPECT_LT(mode_rows[2].at("exposed_communication_seconds").get<double>(),
+            mode_rows[0].at("exposed_communication_seconds").get<double>());
+  EXPECT_GT(mode_rows[2].at("update_communication_seconds").get<double>(), 0.0);
+  const auto& local_sgd = mode_rows[3];
+  EXPECT_EQ(local_sgd.at("buckets").get<int>(), 0);
+  EXPECT_TRUE(local_sgd.at("best_bucket_mb").is_null());
+  EXPECT_GT(local_sgd.at("update_communication_seconds").get<double>(), 0.0);
+  EXPECT_LT(local_sgd.at("step_seconds").get<double>(),
+            mode_rows[0].at("step_seconds").get<double>());
+  const auto& best = by_mode.at("best").at(0);
+  EXPECT_EQ(best.at("fastest").at("mode").get<std::string>(), "local-sgd:4");
+  const std::string synchronous =
+      best.at("fastest_synchronous").at("mode").get<std::string>();
+  EXPECT_TRUE(synchronous == "all-reduce" || synchronous == "zero2") << synchronous;
+  const CommandResult text = run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " +
+                                 "all-reduce,ps-sync:2");
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("     2        1 best: all-reduce with wire bf16"), std::string::npos)
+      << text.output;
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link-gbps 1 --modes zero3",
+                        "--modes: unknown mode 'zero3'");
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link-gbps 1 --modes zero1:2",
+                        "only local-sgd, ps-sync and ps-async take a count");
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link-gbps 1 --modes local-sgd:0",
+                        "the count after ':' must be 1 to 1000000");
   expect_one_line_error("plan scaling " + out + " --hosts 2 --wire f32 --link " + bf16_table,
                         "--wire f32 needs a --link table measured with --wire f32 or with f32");
   expect_one_line_error(

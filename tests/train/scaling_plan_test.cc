@@ -167,6 +167,78 @@ TEST(ScalingPlan, LinkFitTakesTheSmallestTimeAndTheMedianLargeBandwidth) {
   EXPECT_DOUBLE_EQ(four.all_reduce_seconds(1 << 20, 8), 0.75 + 1.75 / 1.5);
 }
 
+TEST(ScalingPlan, ZeroShardsTheUpdateAndGathersTheParametersAfterIt) {
+  // One 4 MB gradient between 2 hosts at 4 MB/s (see ALastGradientIsAllExposed:
+  // its all-reduce takes 1.01 s and its call check 0.01 s).
+  const StepProfile one = profile({{1000000, 1.0}});
+  ScalingSetup s = two_hosts();
+  s.mode = UpdateMode::zero1;
+  ScalingPrediction p = predict_scaling(one, s);
+  // The all-reduce as without ZeRO; half the optimizer; the all-gather of
+  // the parameters: half a ring (0.01 + 2 MB / 4 MB/s).
+  EXPECT_NEAR(p.exposed_communication, 1.02, 1e-12);
+  EXPECT_NEAR(p.optimizer, 0.25, 1e-12);
+  EXPECT_NEAR(p.update_communication, 0.51, 1e-12);
+  EXPECT_NEAR(p.step, 5.08 - 0.25 + 0.51, 1e-12);
+  // ZeRO-2 reduce-scatters instead: half a ring too.
+  s.mode = UpdateMode::zero2;
+  p = predict_scaling(one, s);
+  EXPECT_NEAR(p.exposed_communication, 0.52, 1e-12);
+  EXPECT_NEAR(p.step, 4.0 - 0.25 + 0.52 + 0.06 + 0.51, 1e-12);
+  // With 2 devices per host it reduces in the process (an in-process
+  // all-reduce: 1 ms + 4 MB at 40 MB/s) before the hosts' reduce-scatter.
+  s.devices_per_host = 2;
+  s.local = {.latency = 0.001, .bus_bandwidth = 4e7};
+  p = predict_scaling(one, s);
+  EXPECT_NEAR(p.buckets.at(0).end - p.buckets.at(0).start, 0.011 + 0.101 + 0.51, 1e-12);
+  EXPECT_NEAR(p.optimizer, 0.125, 1e-12);
+  s.wire_bytes = 2;  // ZeRO-2 sends f32
+  EXPECT_THROW(predict_scaling(one, s), InvalidArgument);
+}
+
+TEST(ScalingPlan, LocalSgdAveragesEachParameterEveryKSteps) {
+  ScalingSetup s = two_hosts();
+  s.mode = UpdateMode::local_sgd;
+  s.sync_every = 4;
+  const ScalingPrediction p = predict_scaling(profile({{500000, 1.0}, {500000, 0.5}}), s);
+  // Two all-reduces of 2 MB (0.01 + 0.5 s each) every 4 steps; no buckets.
+  EXPECT_TRUE(p.buckets.empty());
+  EXPECT_DOUBLE_EQ(p.exposed_communication, 0.0);
+  EXPECT_NEAR(p.update_communication, 1.02 / 4, 1e-12);
+  EXPECT_NEAR(p.step, 4.0 + 0.06 + 1.02 / 4, 1e-12);
+  s.sync_every = 0;
+  EXPECT_THROW(predict_scaling(profile({{10, 1.0}}), s), InvalidArgument);
+}
+
+TEST(ScalingPlan, ParameterServerWorkersGoAtTheirPaceUntilTheServersLinkIsFull) {
+  // 4 MB of parameters at 4 MB/s: a pull or a push takes 0.01 + 1 s; a
+  // worker computes forward, backward and the rest (3.5 s), the server updates.
+  const StepProfile one = profile({{1000000, 1.0}});
+  ScalingSetup s = two_hosts();
+  s.mode = UpdateMode::ps_asynchronous;
+  ScalingPrediction p = predict_scaling(one, s);
+  EXPECT_NEAR(p.step, 2.02 + 3.5, 1e-12);  // each worker's own pace
+  EXPECT_DOUBLE_EQ(p.optimizer, 0.0);
+  EXPECT_NEAR(p.update_communication, 2.02, 1e-12);
+  // Four workers: one shard rank's link takes a share per 1 s of transfer
+  // and 0.5 s of update, 4 shares in 6 s.
+  s.hosts = 4;
+  p = predict_scaling(one, s);
+  EXPECT_NEAR(p.step, 6.0, 1e-12);
+  EXPECT_NEAR(p.examples_per_second, 400.0 / 6.0, 1e-9);
+  s.ps_shards = 2;  // two links: the workers' pace again
+  EXPECT_NEAR(predict_scaling(one, s).step, 5.52, 1e-12);
+  // Synchronous rounds, 2 workers and one shard: both workers' pulls, then
+  // both pushes, through its link (0.01 + 2 s each), then the update.
+  s = two_hosts();
+  s.mode = UpdateMode::ps_synchronous;
+  p = predict_scaling(one, s);
+  EXPECT_NEAR(p.step, 2 * 2.01 + 3.5 + 0.5, 1e-12);
+  EXPECT_NEAR(p.update_communication, 2 * 2.01, 1e-12);
+  s.ps_shards = 0;
+  EXPECT_THROW(predict_scaling(one, s), InvalidArgument);
+}
+
 TEST(ScalingPlan, ImpossibleSetupsAreRefused) {
   ScalingSetup s = two_hosts();
   s.hosts = 0;

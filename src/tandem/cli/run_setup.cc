@@ -522,6 +522,12 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   }
   if (o.average_optimizer_state && o.sync_every == 0)
     TANDEM_THROW(InvalidArgument, "--average-optimizer-state goes with --sync-every (local SGD)");
+  // The wire dtype is the gradient all-reduce's: local SGD averages f32
+  // parameters and the parameter server sends f32 over its own links.
+  if (o.wire != "f32" && (ps || o.sync_every != 0)) {
+    TANDEM_THROW(InvalidArgument, "--wire ", o.wire, " compresses the gradient all-reduce; ",
+                 ps ? "the parameter server" : "local SGD (--sync-every)", " sends f32");
+  }
   config.sync_every = o.sync_every;  // its range: check_engine_options
   config.average_optimizer_state = o.average_optimizer_state;
   if (!o.slow_replica.empty()) config.slow_replica = parse_slow_replica(o.slow_replica);

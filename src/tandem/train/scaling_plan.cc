@@ -19,6 +19,13 @@ double LinkModel::all_reduce_seconds(double bytes, int ranks) const {
   return small_seconds(ranks) + bus_bytes / bus_bandwidth;
 }
 
+double LinkModel::half_ring_seconds(double bytes, int ranks) const {
+  if (ranks <= 1) return 0.0;
+  return small_seconds(ranks) + (ranks - 1.0) / ranks * bytes / bus_bandwidth;
+}
+
+double LinkModel::transfer_seconds(double bytes) const { return latency + bytes / bus_bandwidth; }
+
 LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
   if (table.empty())
     TANDEM_THROW(InvalidArgument, "a link model needs at least one measured all-reduce");
@@ -63,7 +70,17 @@ LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
           .compute_speed = measured == 0 ? 1.0 : std::min(1.0, compute / measured)};
 }
 
-ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {
+namespace {
+
+bool takes_wire(UpdateMode mode) {
+  return mode == UpdateMode::all_reduce || mode == UpdateMode::zero1;
+}
+
+bool parameter_server(UpdateMode mode) {
+  return mode == UpdateMode::ps_synchronous || mode == UpdateMode::ps_asynchronous;
+}
+
+void check_inputs(const StepProfile& profile, const ScalingSetup& setup) {
   if (setup.hosts < 1 || setup.devices_per_host < 1) {
     TANDEM_THROW(InvalidArgument,
                  "a scaling plan needs at least one host and one device per host, got ",
@@ -76,6 +93,12 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
   }
   if (!(profile.one_device_step() > 0.0))
     TANDEM_THROW(InvalidArgument, "the profile's step takes no time");
+  for (const StepProfile::Gradient& g : profile.gradients) {
+    if (g.elements < 1 || !(g.ready >= 0.0 && g.ready <= 1.0)) {
+      TANDEM_THROW(InvalidArgument, "a gradient needs elements and a ready fraction in [0, 1], got ",
+                   g.elements, " elements ready at ", g.ready);
+    }
+  }
   const bool across_hosts = setup.hosts > 1, within_host = setup.devices_per_host > 1;
   if ((across_hosts && !(setup.between_hosts.bus_bandwidth > 0.0)) ||
       (within_host && !(setup.local.bus_bandwidth > 0.0))) {
@@ -92,74 +115,96 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
   }
   if (setup.wire_bytes != 2 && setup.wire_bytes != 4)
     TANDEM_THROW(InvalidArgument, "wire bytes per element must be 2 or 4, got ", setup.wire_bytes);
-
-  ScalingPrediction out;
-  // A small collective crosses both levels.
-  const double small = setup.between_hosts.small_seconds(setup.hosts) +
-                       setup.local.small_seconds(setup.devices_per_host);
-  struct Bucket {
-    double ready_work = 0.0;  // seconds of backward done when it is complete
-    double seconds = 0.0;     // its all-reduce, alone on the host
-    // While backward runs: its all-reduce's speed and backward's (fractions).
-    double comm_speed = 1.0, compute_speed = 1.0;
-  };
-  std::vector<Bucket> buckets;
-  if ((across_hosts || within_host) && !profile.gradients.empty()) {
-    std::vector<comm::TensorLayout> layouts;
-    for (const StepProfile::Gradient& g : profile.gradients) {
-      if (g.elements < 1 || !(g.ready >= 0.0 && g.ready <= 1.0)) {
-        TANDEM_THROW(InvalidArgument,
-                     "a gradient needs elements and a ready fraction in [0, 1], got ", g.elements,
-                     " elements ready at ", g.ready);
-      }
-      layouts.push_back({Shape{g.elements}, DType::f32});
-    }
-    const comm::Bucketer bucketer(layouts, {.bucket_bytes = setup.bucket_bytes,
-                                            .first_bucket_bytes = setup.first_bucket_bytes,
-                                            .allocate = false});
-    for (size_t b = 0; b < bucketer.bucket_count(); ++b) {
-      double ready = 0.0;
-      for (size_t t : bucketer.tensors_in(b)) ready = std::max(ready, profile.gradients[t].ready);
-      const auto elements = static_cast<double>(bucketer.bucket_elements(b));
-      // The replicas of a host reduce in f32 in memory; the hosts exchange the wire dtype.
-      const double local =
-          setup.local.all_reduce_seconds(4.0 * elements, setup.devices_per_host);
-      const double hosts =
-          across_hosts ? setup.between_hosts.all_reduce_seconds(
-                             static_cast<double>(setup.wire_bytes) * elements, setup.hosts)
-                       : 0.0;
-      Bucket bucket{.ready_work = ready * profile.backward, .seconds = small + local + hosts};
-      if (!setup.spare_core && bucket.seconds > 0.0) {
-        // Each level's part at its own shared speeds; the small call check is latency.
-        const double local_shared = local / setup.local.shared_speed;
-        const double hosts_shared = hosts / setup.between_hosts.shared_speed;
-        const double shared = small + local_shared + hosts_shared;
-        bucket.comm_speed = bucket.seconds / shared;
-        bucket.compute_speed = (small + local_shared * setup.local.compute_speed +
-                                hosts_shared * setup.between_hosts.compute_speed) /
-                               shared;
-      }
-      buckets.push_back(bucket);
-      out.buckets.push_back({.elements = bucketer.bucket_elements(b)});
-    }
+  if (setup.wire_bytes != 4 && !takes_wire(setup.mode)) {
+    TANDEM_THROW(InvalidArgument,
+                 "a compressed wire goes with the all-reduce and ZeRO-1 only; ZeRO-2, local SGD "
+                 "and the parameter server send f32");
   }
+  if (setup.sync_every < 1)
+    TANDEM_THROW(InvalidArgument, "local SGD averages every K >= 1 steps, got ", setup.sync_every);
+  if (setup.ps_shards < 1)
+    TANDEM_THROW(InvalidArgument, "the parameter server needs at least one shard, got ",
+                 setup.ps_shards);
+}
 
-  // Backward's work and the link's queue of buckets, advanced from event to
-  // event (backward completing a bucket or ending, an all-reduce ending);
-  // while both run they go at their shared speeds.
-  double now = profile.forward, work = 0.0, left = 0.0, backward_end = -1.0;
+// One fusion bucket: when backward has completed it, and its collective.
+struct Bucket {
+  double ready_work = 0.0;  // seconds of backward done when it is complete
+  double seconds = 0.0;     // its collective, alone on the host
+  // While backward runs: its collective's speed and backward's (fractions).
+  double comm_speed = 1.0, compute_speed = 1.0;
+};
+
+// The buckets as the Reducer builds them, in backward order, each with the
+// collective its mode runs: an all-reduce (the hosts' phase in the wire
+// dtype), or under ZeRO-2 a reduce-scatter (across processes: reduced in
+// the process, reduce-scattered between them).
+std::vector<Bucket> plan_buckets(const StepProfile& profile, const ScalingSetup& setup,
+                                 double small, std::vector<BucketSchedule>& schedule) {
+  std::vector<comm::TensorLayout> layouts;
+  for (const StepProfile::Gradient& g : profile.gradients)
+    layouts.push_back({Shape{g.elements}, DType::f32});
+  const comm::Bucketer bucketer(layouts, {.bucket_bytes = setup.bucket_bytes,
+                                          .first_bucket_bytes = setup.first_bucket_bytes,
+                                          .allocate = false});
+  const int d = setup.devices_per_host, h = setup.hosts;
+  std::vector<Bucket> buckets;
+  for (size_t b = 0; b < bucketer.bucket_count(); ++b) {
+    double ready = 0.0;
+    for (size_t t : bucketer.tensors_in(b)) ready = std::max(ready, profile.gradients[t].ready);
+    const double bytes = 4.0 * static_cast<double>(bucketer.bucket_elements(b));
+    double local = 0.0, hosts = 0.0;
+    if (setup.mode == UpdateMode::zero2) {
+      local = h > 1 ? setup.local.all_reduce_seconds(bytes, d)
+                    : setup.local.half_ring_seconds(bytes, d);
+      hosts = setup.between_hosts.half_ring_seconds(bytes, h);
+    } else {
+      // The replicas of a host reduce in f32 in memory; the hosts exchange the wire dtype.
+      local = setup.local.all_reduce_seconds(bytes, d);
+      hosts = setup.between_hosts.all_reduce_seconds(bytes * setup.wire_bytes / 4.0, h);
+    }
+    Bucket bucket{.ready_work = ready * profile.backward, .seconds = small + local + hosts};
+    if (!setup.spare_core && bucket.seconds > 0.0) {
+      // Each level's part at its own shared speeds; the small call check is latency.
+      const double local_shared = local / setup.local.shared_speed;
+      const double hosts_shared = hosts / setup.between_hosts.shared_speed;
+      const double shared = small + local_shared + hosts_shared;
+      bucket.comm_speed = bucket.seconds / shared;
+      bucket.compute_speed = (small + local_shared * setup.local.compute_speed +
+                              hosts_shared * setup.between_hosts.compute_speed) /
+                             shared;
+    }
+    buckets.push_back(bucket);
+    schedule.push_back({.elements = bucketer.bucket_elements(b)});
+  }
+  return buckets;
+}
+
+struct Overlap {
+  double backward_end = 0.0;  // seconds from the step's start
+  double link_free = 0.0;     // when the last bucket's collective ends
+  double busy = 0.0;          // the collectives' summed time
+};
+
+// Backward's work and the link's queue of buckets, advanced from event to
+// event (backward completing a bucket or ending, a collective ending); while
+// both run they go at their shared speeds.
+Overlap overlap_backward(const StepProfile& profile, const std::vector<Bucket>& buckets,
+                         std::vector<BucketSchedule>& schedule) {
+  Overlap out{.backward_end = -1.0};
+  double now = profile.forward, work = 0.0, left = 0.0;
   size_t completed = 0, started = 0;  // buckets backward has completed; the link has started
   int active = -1;
   for (;;) {
     for (; completed < buckets.size() && work >= buckets[completed].ready_work; ++completed)
-      out.buckets[completed].ready = now;
+      schedule[completed].ready = now;
     if (active < 0 && started < completed) {
       active = static_cast<int>(started++);
       left = buckets[active].seconds;
-      out.buckets[active].start = now;
+      schedule[active].start = now;
     }
     const bool computing = work < profile.backward;
-    if (!computing && backward_end < 0.0) backward_end = now;
+    if (!computing && out.backward_end < 0.0) out.backward_end = now;
     if (!computing && active < 0) break;
     const bool both = computing && active >= 0;
     const double compute_rate = both ? buckets[active].compute_speed : 1.0;
@@ -174,18 +219,104 @@ ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup
     work = compute_dt <= comm_dt ? target : work + (computing ? dt * compute_rate : 0.0);
     left = comm_dt <= compute_dt ? 0.0 : left - dt * comm_rate;
     if (active >= 0 && left <= 0.0) {
-      out.buckets[active].end = now;
-      out.communication_busy += now - out.buckets[active].start;
+      schedule[active].end = now;
+      out.busy += now - schedule[active].start;
       active = -1;
     }
   }
-  const double link_free = buckets.empty() ? 0.0 : out.buckets.back().end;
+  out.link_free = buckets.empty() ? 0.0 : schedule.back().end;
+  return out;
+}
+
+// All-reduce, ZeRO and local SGD: every replica steps, in step with the others.
+ScalingPrediction predict_replicated(const StepProfile& profile, const ScalingSetup& setup) {
+  ScalingPrediction out;
+  const int d = setup.devices_per_host, h = setup.hosts;
+  const int replicas = d * h;
+  // A small collective crosses both levels.
+  const double small = setup.between_hosts.small_seconds(h) + setup.local.small_seconds(d);
+  std::vector<Bucket> buckets;
+  if (replicas > 1 && setup.mode != UpdateMode::local_sgd && !profile.gradients.empty())
+    buckets = plan_buckets(profile, setup, small, out.buckets);
+  const Overlap overlap = overlap_backward(profile, buckets, out.buckets);
   // Without sharing the events add up to backward's end but for rounding.
-  out.compute_slowdown = std::max(0.0, backward_end - (profile.forward + profile.backward));
-  out.exposed_communication = std::max(0.0, link_free - backward_end);
+  out.compute_slowdown = std::max(0.0, overlap.backward_end - (profile.forward + profile.backward));
+  out.exposed_communication = std::max(0.0, overlap.link_free - overlap.backward_end);
+  out.communication_busy = overlap.busy;
   out.small_collectives = small * setup.small_collectives_per_step;
-  out.step = profile.one_device_step() + out.compute_slowdown + out.exposed_communication +
-             out.small_collectives;
+  out.optimizer = profile.optimizer;
+  if (setup.mode == UpdateMode::zero1 || setup.mode == UpdateMode::zero2) {
+    // Each replica updates its shard, then every bucket's shards are
+    // all-gathered, after the update (not overlapped).
+    out.optimizer /= replicas;
+    for (const BucketSchedule& b : out.buckets) {
+      const double bytes = 4.0 * static_cast<double>(b.elements);
+      out.update_communication += setup.local.half_ring_seconds(bytes, d) +
+                                  setup.between_hosts.half_ring_seconds(bytes, h);
+    }
+  } else if (setup.mode == UpdateMode::local_sgd && replicas > 1) {
+    // Every K steps each parameter is all-reduced on its own, in f32.
+    double average = 0.0;
+    for (const StepProfile::Gradient& g : profile.gradients) {
+      const double bytes = 4.0 * static_cast<double>(g.elements);
+      average += setup.local.all_reduce_seconds(bytes, d) +
+                 setup.between_hosts.all_reduce_seconds(bytes, h);
+    }
+    out.update_communication = average / setup.sync_every;
+  }
+  out.step = profile.forward + profile.backward + out.optimizer + profile.other +
+             out.compute_slowdown + out.exposed_communication + out.small_collectives +
+             out.update_communication;
+  return out;
+}
+
+// The parameter server: each worker pulls the parameters, computes its share
+// (forward, backward, the rest) and pushes the gradient; the shard ranks
+// apply the updates. A worker's host link carries its host's workers'
+// traffic; each shard rank's link carries its part of every worker's,
+// sending and receiving at once. Asynchronous: the workers go at their own
+// pace until the shards' links or the hosts' are full. Synchronous rounds:
+// every worker pulls, computes and pushes, then the shards update.
+ScalingPrediction predict_parameter_server(const StepProfile& profile, const ScalingSetup& setup) {
+  ScalingPrediction out;
+  const int d = setup.devices_per_host, h = setup.hosts;
+  const double workers = static_cast<double>(d) * h;
+  const LinkModel& link = h > 1 ? setup.between_hosts : setup.local;
+  double elements = 0.0;
+  for (const StepProfile::Gradient& g : profile.gradients) elements += static_cast<double>(g.elements);
+  const double bytes = 4.0 * elements;
+  const double shards = setup.ps_shards;
+  const double compute = profile.forward + profile.backward + profile.other;
+  const double update = profile.optimizer / shards;  // each shard rank updates its part
+  if (!(link.bus_bandwidth > 0.0)) {  // one worker on one host: nothing travels
+    out.step = compute + profile.optimizer;
+    out.optimizer = profile.optimizer;
+    return out;
+  }
+  const double one_way = bytes / link.bus_bandwidth;
+  if (setup.mode == UpdateMode::ps_asynchronous) {
+    const double worker_period = link.transfer_seconds(bytes) * 2.0 + compute;
+    // Shares per second: the workers', each host link's, the shard ranks'.
+    const double rate = std::min({workers / worker_period, h / one_way,
+                                  shards / (one_way + profile.optimizer)});
+    out.step = workers / rate;
+  } else {
+    // A phase moves every worker's parameters (or gradients) through the
+    // shard ranks' links and each host's workers' through their host's.
+    const double phase = link.latency + std::max(workers / shards, static_cast<double>(d)) * one_way;
+    out.step = 2.0 * phase + compute + update;
+    out.optimizer = update;
+  }
+  out.update_communication = out.step - compute - out.optimizer;
+  return out;
+}
+
+}  // namespace
+
+ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup) {
+  check_inputs(profile, setup);
+  ScalingPrediction out = parameter_server(setup.mode) ? predict_parameter_server(profile, setup)
+                                                       : predict_replicated(profile, setup);
   const double devices = static_cast<double>(setup.hosts) * setup.devices_per_host;
   out.examples_per_second = devices * static_cast<double>(profile.examples) / out.step;
   out.efficiency = profile.one_device_step() / out.step;

@@ -16,6 +16,12 @@
 // bench allreduce --busy-threads` measured for the two running at once, as
 // a fraction of its speed alone; a host with a core to spare for
 // communication runs both at full speed.
+//
+// The other ways of keeping replicas in step (UpdateMode) follow their
+// engines too: ZeRO shards the update and gathers the parameters after it;
+// local SGD averages the parameters every K steps instead; the parameter
+// server's workers pull the parameters and push the gradient with every
+// share, through the shard ranks' links.
 
 #include <cstdint>
 #include <utility>
@@ -39,6 +45,12 @@ struct LinkModel {
   double compute_speed = 1.0;
   double small_seconds(int ranks) const;
   double all_reduce_seconds(double bytes, int ranks) const;
+  // A reduce-scatter or an all-gather: one of a ring's two halves, (n - 1) / n
+  // of the buffer through each link.
+  double half_ring_seconds(double bytes, int ranks) const;
+  // One message between two ranks: a small collective's time and the bytes
+  // at the link rate (a ring's bus bandwidth is its links' rate).
+  double transfer_seconds(double bytes) const;
 };
 
 // One row of `tandem bench allreduce --json`: a buffer's bytes and the time
@@ -71,7 +83,23 @@ struct StepProfile {
   double one_device_step() const { return forward + backward + optimizer + other; }
 };
 
+// How the replicas keep their parameters in step: the training flags that
+// choose it (docs/memory.md, docs/sync_async.md).
+enum class UpdateMode {
+  all_reduce,       // each step's gradients all-reduced in buckets (the default)
+  zero1,            // --zero 1: all-reduce; each replica updates 1/N and the parameters are all-gathered
+  zero2,            // --zero 2: each bucket reduce-scattered; the same update and all-gather
+  local_sgd,        // --sync-every K: parameters all-reduced every K steps, tensor by tensor
+  ps_synchronous,   // --strategy parameter-server --max-staleness 0: rounds of every worker
+  ps_asynchronous,  // --strategy parameter-server: each share applied on its own
+};
+
 struct ScalingSetup {
+  UpdateMode mode = UpdateMode::all_reduce;
+  int sync_every = 8;  // local SGD's K
+  // Parameter server: shard ranks (--ps), each on a link of its own of the
+  // hosts' rate (or the local one on one host); every device is a worker.
+  int ps_shards = 1;
   int hosts = 1;
   int devices_per_host = 1;
   LinkModel local;          // between the devices of a host (replica threads of one process)
@@ -95,8 +123,16 @@ struct BucketSchedule {
 };
 
 struct ScalingPrediction {
-  double step = 0.0;                    // seconds
+  // Seconds; under the parameter server, the time for every worker to
+  // compute one share (devices x the profile's examples), as a synchronous
+  // step trains.
+  double step = 0.0;
+  double optimizer = 0.0;               // a device's update (1/N of it under ZeRO; 0 on a worker)
   double exposed_communication = 0.0;   // bucket all-reduces not hidden behind backward
+  // Communication outside backward: ZeRO's all-gather, local SGD's average
+  // (per step), the parameter server's pull and push and the wait for the
+  // servers' links.
+  double update_communication = 0.0;
   double small_collectives = 0.0;       // the per-step small collectives
   double communication_busy = 0.0;      // the buckets' all-reduces, hidden or not
   double compute_slowdown = 0.0;        // backward's extension while it shares the cores with them
@@ -106,8 +142,9 @@ struct ScalingPrediction {
 };
 
 // Throws InvalidArgument for fewer than one host or device, a profile
-// without examples or with negative times, or a link model without
-// bandwidth where one is needed.
+// without examples or with negative times, a link model without bandwidth
+// where one is needed, a mode's count below 1, or a compressed wire with a
+// mode that sends f32 (ZeRO-2, local SGD, the parameter server).
 ScalingPrediction predict_scaling(const StepProfile& profile, const ScalingSetup& setup);
 
 }  // namespace tandem::train
