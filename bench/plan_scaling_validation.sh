@@ -12,11 +12,18 @@
 # other's does, as a mirrored run's devices do (docs/multi_host.md).
 # ROUNDS (environment, default 3): rounds of profile, links and runs; the
 # table gives medians over them.
+# MODES (environment, default all-reduce): the ways of keeping in step to
+# run and plan (plan scaling --modes): all-reduce (f32 and bf16 wire),
+# zero1, zero2, local-sgd:K, ps-sync:N, ps-async:N (f32). The parameter
+# server's N shard ranks get hosts of their own (h0 ..), its 2 workers the
+# next two, as the planner assumes.
 # BATCH: examples per device (default 128). DATA (environment): a data
 # specification to train on instead of Fashion-MNIST (gpt: DATA=data/kjv/train.toml),
 # EXAMPLES examples of it a run.
 # usage: bench/plan_scaling_validation.sh TANDEM [RATES] [MODELS] [EXAMPLES] [PROFILE] [BATCH]
 #   e.g. bench/plan_scaling_validation.sh build/tandem "none 1gbit 100mbit 1gbit@2ms" "mlp cnn" 6400
+#        MODES="zero1 zero2 local-sgd:8 ps-sync:1 ps-async:1" bench/plan_scaling_validation.sh \
+#          build/tandem "1gbit 100mbit" "mlp cnn" 6400
 # A rate may carry a delay per data link after @ (netns-hosts.sh delay; the
 # link-delay program must be built).
 set -eu
@@ -35,7 +42,12 @@ netns="$(dirname "$(readlink -f "$0")")/../scripts/netns-hosts.sh"
 export TANDEM_NETNS_PREFIX=tandem-plan
 work=$(mktemp -d)
 trap '"$netns" down; rm -rf "$work"' EXIT
-"$netns" up 2
+modes=${MODES:-all-reduce}
+hosts=2
+for mode in $modes; do
+  case $mode in ps-*:*) n=${mode#*:}; hosts=$((n + 2 > hosts ? n + 2 : hosts)) ;; ps-*) hosts=3 ;; esac
+done
+"$netns" up "$hosts"
 if [ -n "${DATA:-}" ]; then
   size="--data $DATA --steps-per-epoch $((examples / (2 * batch)))"
 else
@@ -66,32 +78,54 @@ while [ "$round" -le "$rounds" ]; do
         --repeats 3 --wire "$wire" --busy-threads 1 --json >"$work/link-$rate-$wire.json"
     done
     for model in $models; do
-      for wire in f32 bf16; do
-        # shellcheck disable=SC2086
-        "$netns" mpirun -np 2 "$tandem" train --strategy multi-worker --devices 1 --model "$model" \
-          --wire "$wire" --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
-        predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
-          --link "$work/link-$rate-f32.json,$work/link-$rate-bf16.json" --json |
-          python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
-        measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
-          "$work/run/summary.json")
-        echo "$rate $model $wire $predicted $measured" >>"$results"
-        echo "round $round: $rate $model $wire predicted $predicted s, measured $measured s" >&2
-        rm -rf "$work/run"
+      for mode in $modes; do
+        case $mode in
+          all-reduce) wires="f32 bf16" ;;
+          *) wires=f32 ;;
+        esac
+        for wire in $wires; do
+          np=2
+          flags="--strategy multi-worker --devices 1 --wire $wire"
+          case $mode in
+            zero1) flags="$flags --zero 1" ;;
+            zero2) flags="$flags --zero 2" ;;
+            local-sgd:*) flags="$flags --sync-every ${mode#*:}" ;;
+            ps-sync:* | ps-async:*)
+              np=$((${mode#*:} + 2))
+              flags="--strategy parameter-server --devices 1 --ps ${mode#*:}"
+              case $mode in ps-sync:*) flags="$flags --max-staleness 0" ;; esac
+              ;;
+          esac
+          # shellcheck disable=SC2086
+          "$netns" mpirun -np $np "$tandem" train --model "$model" $flags \
+            --batch-size $((2 * batch)) $common --output "$work/run" >/dev/null
+          predicted=$("$tandem" plan scaling "$work/profile-$model" --hosts 2 --wire "$wire" \
+            --modes "$mode" --link "$work/link-$rate-f32.json,$work/link-$rate-bf16.json" --json |
+            python3 -c "import json,sys; print(json.load(sys.stdin)['predictions'][0]['step_seconds'])")
+          measured=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['monitor']['mean_step_seconds'])" \
+            "$work/run/summary.json")
+          echo "$rate $model $mode $wire $predicted $measured" >>"$results"
+          echo "round $round: $rate $model $mode $wire predicted $predicted s, measured $measured s" >&2
+          rm -rf "$work/run"
+        done
       done
     done
   done
   round=$((round + 1))
 done
-python3 - "$results" "$rates" "$models" <<'PY'
+python3 - "$results" "$rates" "$models" "$modes" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
-print('%-11s %-6s %-5s %14s %24s %8s' % ('rate', 'model', 'wire', 'predicted_ms', 'measured_ms (min-max)', 'error_%'))
+print('%-11s %-6s %-12s %-5s %14s %24s %8s' % ('rate', 'model', 'mode', 'wire', 'predicted_ms', 'measured_ms (min-max)', 'error_%'))
 for rate in sys.argv[2].split():
     for model in sys.argv[3].split():
-        for wire in ('f32', 'bf16'):
-            p = [1e3 * float(r[3]) for r in rows if r[:3] == [rate, model, wire]]
-            m = [1e3 * float(r[4]) for r in rows if r[:3] == [rate, model, wire]]
-            pm, mm = statistics.median(p), statistics.median(m)
-            print('%-11s %-6s %-5s %14.2f %10.2f (%.2f-%.2f) %8.1f' % (rate, model, wire, pm, mm, min(m), max(m), 100 * (pm - mm) / mm))
+        for mode in sys.argv[4].split():
+            for wire in ('f32', 'bf16'):
+                key = [rate, model, mode, wire]
+                p = [1e3 * float(r[4]) for r in rows if r[:4] == key]
+                m = [1e3 * float(r[5]) for r in rows if r[:4] == key]
+                if not p:
+                    continue
+                pm, mm = statistics.median(p), statistics.median(m)
+                print('%-11s %-6s %-12s %-5s %14.2f %10.2f (%.2f-%.2f) %8.1f' % (rate, model, mode, wire, pm, mm, min(m), max(m), 100 * (pm - mm) / mm))
 PY

@@ -63,14 +63,19 @@ TEST(Mpi, AllReduceMatchesNaiveReduction) {
 TEST(Mpi, ReduceScatterAllGatherBroadcastBarrierAsync) {
   Communicator& c = world();
   const int n = c.size(), r = c.rank();
-  for (int64_t count : {0, 1, 1009}) {
+  // The reduce-scatter and all-gather are rings of messages (n - 1 steps).
+  for (int64_t count : {0, 1, 1009, 65537}) {
     for (DType dtype : {DType::f32, DType::bf16, DType::i32}) {
-      Tensor scattered = Tensor::zeros(Shape{count}, dtype);
-      c.reduce_scatter(collective_input(r, count * n, dtype), scattered, ReduceOp::sum);
-      const auto s = scattered.to_floats();
-      for (int64_t i = 0; i < count; ++i) {
-        const double expected = collective_reference(ReduceOp::sum, n, r * count + i, dtype);
-        ASSERT_LE(std::abs(s[i] - expected), collective_tolerance(dtype, expected, n));
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::mean}) {
+        if (op == ReduceOp::mean && dtype == DType::i32) continue;
+        Tensor scattered = Tensor::zeros(Shape{count}, dtype);
+        c.reduce_scatter(collective_input(r, count * n, dtype), scattered, op);
+        const auto s = scattered.to_floats();
+        for (int64_t i = 0; i < count; ++i) {
+          const double expected = collective_reference(op, n, r * count + i, dtype);
+          ASSERT_LE(std::abs(s[i] - expected), collective_tolerance(dtype, expected, n))
+              << "count " << count << " element " << i;
+        }
       }
       Tensor gathered = Tensor::zeros(Shape{count * n}, dtype);
       c.all_gather(collective_input(r, count, dtype), gathered);
