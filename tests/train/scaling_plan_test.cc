@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tandem/base/error.h"
 
 namespace tandem::train {
@@ -210,24 +212,35 @@ TEST(ScalingPlan, LocalSgdAveragesEachParameterEveryKSteps) {
   EXPECT_THROW(predict_scaling(profile({{10, 1.0}}), s), InvalidArgument);
 }
 
-TEST(ScalingPlan, ParameterServerWorkersGoAtTheirPaceUntilTheServersLinkIsFull) {
-  // 4 MB of parameters at 4 MB/s: a pull or a push takes 0.01 + 1 s; a
-  // worker computes forward, backward and the rest (3.5 s), the server updates.
+TEST(ScalingPlan, ParameterServerTransfersShareTheShardRanksLinks) {
+  // 4 MB of parameters at 4 MB/s: a pull or a push alone takes 0.01 + 1 s;
+  // a worker computes forward, backward and the rest (3.5 s), the shard
+  // ranks update.
   const StepProfile one = profile({{1000000, 1.0}});
   ScalingSetup s = two_hosts();
   s.mode = UpdateMode::ps_asynchronous;
+  s.hosts = 1;  // one worker: nothing shares its links
+  s.local = s.between_hosts;
+  EXPECT_NEAR(predict_scaling(one, s).step, 2.02 + 3.5, 1e-9);
+  // Two workers, one shard rank: each transfer is stretched by the other
+  // worker's use of the shard's link, 1 s of each cycle T, so
+  // T = 2 (0.01 + 1 / (1 - 1 / T)) + 3.5: T^2 - 6.52 T + 3.52 = 0.
+  s.hosts = 2;
   ScalingPrediction p = predict_scaling(one, s);
-  EXPECT_NEAR(p.step, 2.02 + 3.5, 1e-12);  // each worker's own pace
+  const double cycle = (6.52 + std::sqrt(6.52 * 6.52 - 4 * 3.52)) / 2;
+  EXPECT_NEAR(p.step, cycle, 1e-9);
   EXPECT_DOUBLE_EQ(p.optimizer, 0.0);
-  EXPECT_NEAR(p.update_communication, 2.02, 1e-12);
-  // Four workers: one shard rank's link takes a share per 1 s of transfer
-  // and 0.5 s of update, 4 shares in 6 s.
-  s.hosts = 4;
-  p = predict_scaling(one, s);
-  EXPECT_NEAR(p.step, 6.0, 1e-12);
-  EXPECT_NEAR(p.examples_per_second, 400.0 / 6.0, 1e-9);
-  s.ps_shards = 2;  // two links: the workers' pace again
-  EXPECT_NEAR(predict_scaling(one, s).step, 5.52, 1e-12);
+  EXPECT_NEAR(p.update_communication, cycle - 3.5, 1e-9);
+  EXPECT_NEAR(p.examples_per_second, 200.0 / cycle, 1e-6);
+  // Two shard ranks halve that use; each worker's own link (1 s) is then
+  // the longer way.
+  s.ps_shards = 2;
+  EXPECT_NEAR(predict_scaling(one, s).step, 5.52, 1e-9);
+  // Updates slower than the transfers set the pace: 2 shares of 10 s.
+  StepProfile slow_update = one;
+  slow_update.optimizer = 10.0;
+  s.ps_shards = 1;
+  EXPECT_NEAR(predict_scaling(slow_update, s).step, 20.0, 1e-9);
   // Synchronous rounds, 2 workers and one shard: both workers' pulls, then
   // both pushes, through its link (0.01 + 2 s each), then the update.
   s = two_hosts();
