@@ -504,14 +504,17 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
 }
 
 TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
+  // A run to profile: one epoch, quiet, into a fresh directory.
+  const auto train_run = [](const std::string& name, const std::string& flags) {
+    const std::string dir = tmp(name);
+    fs::remove_all(dir);
+    const CommandResult r = run("train " + flags + " --threads 1 --epochs 1 --quiet --output " + dir);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return dir;
+  };
   // From a one-device run: two hosts at 0.1 GB/s cost more per step than one.
-  const std::string out = tmp("cli-plan-scaling");
-  fs::remove_all(out);
-  const CommandResult train = run(
-      "train --model mlp --epochs 1 --threads 1 --train-examples 512 --test-examples 64 --quiet "
-      "--output " +
-      out);
-  ASSERT_EQ(train.status, 0) << train.output;
+  const std::string out =
+      train_run("cli-plan-scaling", "--model mlp --train-examples 512 --test-examples 64");
   const CommandResult table =
       run("plan scaling " + out + " --hosts 1,2 --link-gbps 0.1 --link-latency-us 100 --json");
   ASSERT_EQ(table.status, 0) << table.output;
@@ -544,13 +547,10 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
 
   // From a mirrored run of one host's devices: each device's batch, and
   // the compute of devices that run at once.
-  const std::string mirrored = tmp("cli-plan-scaling-mirrored");
-  fs::remove_all(mirrored);
-  const CommandResult both = run(
-      "train --model mlp --strategy mirrored --devices 2 --threads 1 --allow-oversubscription "
-      "--batch-size 64 --epochs 1 --train-examples 512 --test-examples 64 --quiet --output " +
-      mirrored);
-  ASSERT_EQ(both.status, 0) << both.output;
+  const std::string mirrored =
+      train_run("cli-plan-scaling-mirrored",
+                "--model mlp --strategy mirrored --devices 2 --allow-oversubscription "
+                "--batch-size 64 --train-examples 512 --test-examples 64");
   const CommandResult loaded = run("plan scaling " + mirrored + " --hosts 2 --link-gbps 0.1");
   ASSERT_EQ(loaded.status, 0) << loaded.output;
   EXPECT_NE(loaded.output.find("669706 parameters, 32 examples per device"), std::string::npos)
@@ -560,13 +560,10 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
       << loaded.output;
 
   // A model that is not a Sequential: readiness from a traced backward.
-  const std::string resnet = tmp("cli-plan-scaling-resnet");
-  fs::remove_all(resnet);
-  const CommandResult resnet_train = run(
-      "train --model resnet --model-options depth=8 --threads 1 --batch-size 16 --epochs 1 "
-      "--train-examples 64 --test-examples 16 --quiet --output " +
-      resnet);
-  ASSERT_EQ(resnet_train.status, 0) << resnet_train.output;
+  const std::string resnet =
+      train_run("cli-plan-scaling-resnet",
+                "--model resnet --model-options depth=8 --batch-size 16 --train-examples 64 "
+                "--test-examples 16");
   const CommandResult resnet_plan = run("plan scaling " + resnet + " --hosts 2 --link-gbps 0.01");
   ASSERT_EQ(resnet_plan.status, 0) << resnet_plan.output;
   EXPECT_NE(resnet_plan.output.find("gradients ready by the FLOPs of a traced backward"),

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -157,6 +157,52 @@ struct MeasureSetup {
   int busy_threads = 0;
 };
 
+// One number reduced across the ranks (every rank calls it).
+double across_ranks(comm::Communicator& comm, double value, comm::ReduceOp op) {
+  Tensor t = Tensor::full(Shape{1}, static_cast<float>(value));
+  comm.all_reduce(t, t, op);
+  return static_cast<double>(t.to_floats()[0]);
+}
+
+// The seconds of one call at the slowest rank's pace over three calls.
+double slowest_call_seconds(comm::Communicator& comm, const std::function<void()>& once) {
+  const auto start = Clock::now();
+  for (int i = 0; i < 3; ++i) once();
+  const double mine = std::chrono::duration<double>(Clock::now() - start).count() / 3;
+  return std::max(1e-7, across_ranks(comm, mine, comm::ReduceOp::max));
+}
+
+// Calls of `call_seconds` that fill about a quarter of a second (at least 3,
+// at most `most`): over a link with milliseconds of delay, 20,000 4-byte
+// calls would take minutes, and beside compute a call can take 50x as long.
+int64_t quarter_second_of_calls(double call_seconds, int64_t most) {
+  return std::clamp<int64_t>(static_cast<int64_t>(0.25 / call_seconds), 3, most);
+}
+
+// The collective's time while `setup.busy_threads` threads per rank compute,
+// and their speed then as a fraction of `busy_alone`, into `s` (means over
+// the samples: beside compute a call either shares the core or waits out
+// the compute's time slice, and steps see the mix).
+void time_beside_compute(comm::Communicator& comm, const MeasureSetup& setup,
+                         const std::function<void()>& once, double busy_alone, SizeResult& s) {
+  double three = 0.0;
+  busy_work_per_second(setup.busy_threads, [&] { three = slowest_call_seconds(comm, once); });
+  const int64_t calls = quarter_second_of_calls(three, s.iterations);
+  double seconds = 0.0, rates = 0.0;
+  for (int rep = 0; rep < setup.repeats; ++rep) {
+    comm.barrier();
+    const double work = busy_work_per_second(setup.busy_threads, [&] {
+      const auto start = Clock::now();
+      for (int64_t it = 0; it < calls; ++it) once();
+      seconds += std::chrono::duration<double>(Clock::now() - start).count() /
+                 static_cast<double>(calls);
+    });
+    rates += work / busy_alone;
+  }
+  s.busy_seconds = seconds / setup.repeats;
+  s.busy_compute_rate = across_ranks(comm, rates / setup.repeats, comm::ReduceOp::mean);
+}
+
 // Runs the collective at every size on communicator `comm`; every rank calls
 // this with the same arguments. Rank 0's timings are returned.
 std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& setup,
@@ -205,7 +251,7 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
             : Tensor::empty(Shape{s.count},
                             setup.wire == comm::WireDType::bf16 ? DType::bf16 : DType::f16,
                             cpu_device(), MemoryCategory::communication);
-    auto once = [&] {
+    const std::function<void()> once = [&] {
       switch (collective) {
         case comm::Collective::all_reduce:
           if (staging.defined())
@@ -223,20 +269,10 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
     };
     fill();
     once();  // warm-up: page faults, caches
-    // About 64 MiB through each sample, and at most about a quarter of a
-    // second of calls as long as the slowest rank's next three: over a link
-    // with milliseconds of delay, 20,000 4-byte calls would take minutes.
-    const auto timed = Clock::now();
-    for (int i = 0; i < 3; ++i) once();
-    Tensor took = Tensor::full(
-        Shape{1},
-        static_cast<float>(std::chrono::duration<double>(Clock::now() - timed).count() / 3));
-    comm.all_reduce(took, took, comm::ReduceOp::max);
-    const double call_seconds = std::max(1e-7, static_cast<double>(took.to_floats()[0]));
-    s.iterations = std::clamp<int64_t>(
-        std::min<int64_t>((int64_t{64} << 20) / std::max<int64_t>(s.bytes, 1),
-                          static_cast<int64_t>(0.25 / call_seconds)),
-        3, 20000);
+    // About 64 MiB through each sample, and at most a quarter of a second.
+    s.iterations = quarter_second_of_calls(
+        slowest_call_seconds(comm, once),
+        std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(s.bytes, 1), 3, 20000));
     std::vector<double> samples;
     const double cpu_start = process_cpu_seconds();
     for (int rep = 0; rep < setup.repeats; ++rep) {
@@ -246,50 +282,14 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
       comm.barrier();
       samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / s.iterations);
     }
-    Tensor cpu = Tensor::full(
-        Shape{1}, static_cast<float>((process_cpu_seconds() - cpu_start) / setup.ranks_per_process /
-                                     static_cast<double>(setup.repeats * s.iterations)));
-    comm.all_reduce(cpu, cpu, comm::ReduceOp::mean);
-    s.cpu_seconds = static_cast<double>(cpu.to_floats()[0]);
+    s.cpu_seconds = across_ranks(comm,
+                                 (process_cpu_seconds() - cpu_start) / setup.ranks_per_process /
+                                     static_cast<double>(setup.repeats * s.iterations),
+                                 comm::ReduceOp::mean);
     s.seconds = median(samples);
     s.seconds_min = *std::min_element(samples.begin(), samples.end());
     s.seconds_max = *std::max_element(samples.begin(), samples.end());
-    if (setup.busy_threads > 0) {
-      // Beside compute a call can take 50x as long: as many calls as fill
-      // about a quarter of a second at the slowest rank's pace of three.
-      double three = 0.0;
-      busy_work_per_second(setup.busy_threads, [&] {
-        const auto start = Clock::now();
-        for (int i = 0; i < 3; ++i) once();
-        three = std::chrono::duration<double>(Clock::now() - start).count() / 3;
-      });
-      Tensor slowest = Tensor::full(Shape{1}, static_cast<float>(three));
-      comm.all_reduce(slowest, slowest, comm::ReduceOp::max);
-      const int64_t calls = std::clamp<int64_t>(
-          static_cast<int64_t>(0.25 / std::max(1e-7, static_cast<double>(slowest.to_floats()[0]))),
-          3, s.iterations);
-      std::vector<double> busy_samples, rates;
-      for (int rep = 0; rep < setup.repeats; ++rep) {
-        comm.barrier();
-        double seconds = 0.0;
-        const double work = busy_work_per_second(setup.busy_threads, [&] {
-          const auto start = Clock::now();
-          for (int64_t it = 0; it < calls; ++it) once();
-          seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        });
-        busy_samples.push_back(seconds / static_cast<double>(calls));
-        rates.push_back(work / busy_alone);
-      }
-      // Means, not medians: beside compute a call either shares the core
-      // or waits out the compute's time slice, and steps see the mix.
-      const auto mean = [](const std::vector<double>& v) {
-        return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-      };
-      Tensor rate = Tensor::full(Shape{1}, static_cast<float>(mean(rates)));
-      comm.all_reduce(rate, rate, comm::ReduceOp::mean);
-      s.busy_compute_rate = static_cast<double>(rate.to_floats()[0]);
-      s.busy_seconds = mean(busy_samples);
-    }
+    if (setup.busy_threads > 0) time_beside_compute(comm, setup, once, busy_alone, s);
     // Check one fresh call against the closed form.
     fill();
     once();
