@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "support/test_data.h"
 #include "tandem/base/error.h"
@@ -290,16 +291,19 @@ TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
   EXPECT_NE(read_file(report.path).find("straggler: replica 1 is"), std::string::npos);
 
   // The buckets' all-reduce times start when both replicas have arrived, so
-  // the fast replica's wait for the slow one is not counted as collective time.
+  // the fast replica's wait for the slow one (the 15 ms sleep) is not counted
+  // as collective time. Counted, every step would show 15 ms or more; the
+  // median over steps keeps a loaded machine's slow all-reduce (5 ms seen
+  // under ctest -j2) from failing the test.
   std::ifstream metrics(fs::path(dir) / "metrics.jsonl");
-  int steps = 0;
+  std::vector<double> allreduce;
   for (std::string line; std::getline(metrics, line);) {
     const json j = json::parse(line);
-    if (j.at("type") != "step") continue;
-    ++steps;
-    EXPECT_LT(j.at("allreduce_seconds").get<double>(), 0.005) << line;
+    if (j.at("type") == "step") allreduce.push_back(j.at("allreduce_seconds").get<double>());
   }
-  EXPECT_EQ(steps, 10);
+  ASSERT_EQ(allreduce.size(), 10u);
+  std::nth_element(allreduce.begin(), allreduce.begin() + 5, allreduce.end());
+  EXPECT_LT(allreduce[5], 0.0075);
 }
 
 // The findings' rules on made-up steps with known parts: each bottleneck,
