@@ -44,6 +44,22 @@ Command add_info_command(CLI::App& app) {
                                   {"onednn_isa", backend.cpu_isa},
                                   {"virtual_cpu_devices", virtual_cpu_device_count()},
                                   {"cuda", TANDEM_HAVE_CUDA == 1}};
+              if (backend.cuda_built) {
+                nlohmann::json gpus = nlohmann::json::array();
+                for (const auto& g : backend.gpus) {
+                  gpus.push_back({{"name", g.name},
+                                  {"memory_bytes", g.memory_bytes},
+                                  {"compute_capability",
+                                   fmt::format("{}.{}", g.compute_major, g.compute_minor)},
+                                  {"multiprocessors", g.multiprocessors}});
+                }
+                j["gpus"] = gpus;
+                j["cuda_runtime_version"] = backend.cuda_runtime_version;
+                j["cuda_driver_version"] = backend.cuda_driver_version;
+                j["cublas_version"] = backend.cublas_version;
+                j["cudnn_version"] = backend.cudnn_version;
+                j["nccl_version"] = backend.nccl_version;
+              }
               fmt::print("{}\n", j.dump(2));
               return 0;
             }
@@ -68,6 +84,20 @@ Command add_info_command(CLI::App& app) {
                        backend.cpu_isa);
             fmt::print("devices        {} virtual CPU device(s) (one per physical core)\n",
                        virtual_cpu_device_count());
+            if (!backend.cuda_built) {
+              fmt::print("cuda           not built (no CUDA toolkit when configured)\n");
+              return 0;
+            }
+            fmt::print("cuda           runtime {}, driver {}, cuBLASLt {}, cuDNN {}, NCCL {}\n",
+                       backend.cuda_runtime_version, backend.cuda_driver_version,
+                       backend.cublas_version, backend.cudnn_version, backend.nccl_version);
+            if (backend.gpus.empty()) fmt::print("gpus           none found\n");
+            for (size_t i = 0; i < backend.gpus.size(); ++i) {
+              const auto& g = backend.gpus[i];
+              fmt::print("gpu            cuda:{} {}, {:.1f} GiB, compute {}.{}, {} SMs\n", i,
+                         g.name, static_cast<double>(g.memory_bytes) / (1 << 30), g.compute_major,
+                         g.compute_minor, g.multiprocessors);
+            }
             return 0;
           }};
 }

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/eltwise.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -115,10 +116,12 @@ Activation parse_activation(std::string_view name) {
 }
 
 Tensor relu(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, activate(Activation::relu, x));
   return map_unary(x, "relu", [](float v) { return v > 0.0f ? v : 0.0f; });
 }
 
 Tensor relu_backward(const Tensor& dy, const Tensor& y) {
+  TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::relu, dy, y));
   return map_binary(dy, y, "relu_backward", [](float g, float v) { return v > 0.0f ? g : 0.0f; });
 }
 
@@ -137,11 +140,13 @@ bool vectorised(const Tensor& dy, const Tensor& x, const char* op) {
 }  // namespace
 
 Tensor gelu(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, activate(Activation::gelu, x));
   if (vectorised(x)) return detail::eltwise_forward(Activation::gelu, x);
   return map_unary(x, "gelu", [](float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
 }
 
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu, dy, x));
   if (vectorised(dy, x, "gelu_backward")) return detail::eltwise_backward(Activation::gelu, dy, x);
   return map_binary(dy, x, "gelu_backward", [](float g, float v) {
     const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
@@ -155,6 +160,7 @@ constexpr float kTanhScale = 0.7978845608028654f;
 constexpr float kTanhCubic = 0.044715f;
 
 Tensor gelu_tanh(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, activate(Activation::gelu_tanh, x));
   if (vectorised(x)) return detail::eltwise_forward(Activation::gelu_tanh, x);
   return map_unary(x, "gelu_tanh", [](float v) {
     return 0.5f * v * (1.0f + std::tanh(kTanhScale * (v + kTanhCubic * v * v * v)));
@@ -162,6 +168,7 @@ Tensor gelu_tanh(const Tensor& x) {
 }
 
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu_tanh, dy, x));
   if (vectorised(dy, x, "gelu_tanh_backward"))
     return detail::eltwise_backward(Activation::gelu_tanh, dy, x);
   return map_binary(dy, x, "gelu_tanh_backward", [](float g, float v) {
@@ -172,11 +179,13 @@ Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
 }
 
 Tensor silu(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, activate(Activation::silu, x));
   if (vectorised(x)) return detail::eltwise_forward(Activation::silu, x);
   return map_unary(x, "silu", [](float v) { return v / (1.0f + std::exp(-v)); });
 }
 
 Tensor silu_backward(const Tensor& dy, const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::silu, dy, x));
   if (vectorised(dy, x, "silu_backward")) return detail::eltwise_backward(Activation::silu, dy, x);
   return map_binary(dy, x, "silu_backward", [](float g, float v) {
     const float s = 1.0f / (1.0f + std::exp(-v));

@@ -1,6 +1,7 @@
 #include "tandem/kernels/elementwise.h"
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -51,14 +52,17 @@ bool broadcastable(const Shape& a, const Shape& b) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  TANDEM_DISPATCH_CUDA(a, add(a, b));
   return broadcast_binary(a, b, "add", [](float x, float y) { return x + y; });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  TANDEM_DISPATCH_CUDA(a, mul(a, b));
   return broadcast_binary(a, b, "mul", [](float x, float y) { return x * y; });
 }
 
 Tensor scale(const Tensor& a, float factor) {
+  TANDEM_DISPATCH_CUDA(a, scale(a, factor));
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   dispatch_floating(a.dtype(), "scale", [&](auto tag) {
     using T = decltype(tag);
@@ -72,6 +76,7 @@ Tensor scale(const Tensor& a, float factor) {
 }
 
 void add_into(Tensor& dst, const Tensor& src, float alpha) {
+  TANDEM_DISPATCH_CUDA(dst, add_into(dst, src, alpha));
   if (dst.numel() != src.numel()) {
     TANDEM_THROW(ShapeError, "add_into: ", dst.to_string(), " and ", src.to_string(),
                  " differ in element count");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -25,6 +26,7 @@ void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  TANDEM_DISPATCH_CUDA(weight, embedding(weight, indices));
   if (weight.rank() != 2 || !is_floating(weight.dtype())) {
     TANDEM_THROW(ShapeError, "embedding: weight must be a floating (V, D) table, got ",
                  weight.to_string());
@@ -47,6 +49,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary) {
+  TANDEM_DISPATCH_CUDA(dy, embedding_backward(dy, indices, vocabulary));
   check_indices(indices, vocabulary, "embedding_backward");
   const int64_t count = indices.numel();
   if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {

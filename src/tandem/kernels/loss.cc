@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -70,6 +71,7 @@ void softmax_rows(const Tensor& logits, float* probs, const int32_t* labels, dou
 
 CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
                                          double normalizer) {
+  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy(logits, labels, normalizer));
   check_logits(logits, "softmax_cross_entropy");
   const int64_t B = logits.dim(0), K = logits.dim(1);
   check_labels(labels, B, K, "softmax_cross_entropy");
@@ -86,6 +88,8 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& lab
 
 Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor& labels,
                                       float grad_loss, double normalizer, DType out_dtype) {
+  TANDEM_DISPATCH_CUDA(probabilities, softmax_cross_entropy_backward(probabilities, labels, grad_loss,
+                                                                     normalizer, out_dtype));
   check_logits(probabilities, "softmax_cross_entropy_backward");
   const int64_t B = probabilities.dim(0), K = probabilities.dim(1);
   check_labels(labels, B, K, "softmax_cross_entropy_backward");
@@ -109,6 +113,7 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  TANDEM_DISPATCH_CUDA(logits, count_correct(logits, labels));
   check_logits(logits, "count_correct");
   const int64_t B = logits.dim(0), K = logits.dim(1);
   check_labels(labels, B, K, "count_correct");

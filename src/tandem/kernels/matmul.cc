@@ -1,8 +1,10 @@
 #include "tandem/kernels/matmul.h"
 
+#include <atomic>
 #include <vector>
 
 #include "tandem/kernels/detail/onednn.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/flops.h"
 
 namespace tandem::kernels {
@@ -143,6 +145,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
                  const MatmulOptions& options) {
   const MatmulDims d = matmul_dims(a, b, options);
   check_operands(a, b, bias, out, d);
+  TANDEM_DISPATCH_CUDA(a, run_matmul({1, 1, d.M, d.K, d.N}, a, b, bias, out, options));
   run_matmul("matmul", {1, 1, d.M, d.K, d.N, false}, a, b, bias, out, options);
 }
 
@@ -200,8 +203,22 @@ void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
   for (int i = 0; i < ra - 2; ++i) batch *= a.dim(i);
   const int64_t M = shape.dim(ra - 2), N = shape.dim(ra - 1);
   const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
+  TANDEM_DISPATCH_CUDA(
+      a, run_matmul({batch, rb == 2 ? 1 : batch, M, K, N}, a, b, Tensor(), out, options));
   run_matmul("batched_matmul", {batch, rb == 2 ? 1 : batch, M, K, N, true}, a, b, Tensor(), out,
              options);
+}
+
+namespace {
+std::atomic<bool> tf32_allowed{true};
+}  // namespace
+
+void set_matmul_allow_tf32(bool allow) {
+  tf32_allowed.store(allow);
+}
+
+bool matmul_allow_tf32() {
+  return tf32_allowed.load();
 }
 
 }  // namespace tandem::kernels

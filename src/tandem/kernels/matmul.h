@@ -34,4 +34,10 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt
 void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
                          const MatmulOptions& options = {});
 
+// On CUDA devices, whether f32 products may run on TF32 Tensor Cores (10-bit
+// mantissa inputs, f32 accumulation): on by default, as in TensorFlow; off,
+// they round as the CPU's do. Process-wide; the CPU ignores it.
+void set_matmul_allow_tf32(bool allow);
+bool matmul_allow_tf32();
+
 }  // namespace tandem::kernels

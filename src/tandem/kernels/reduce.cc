@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/elementwise.h"
@@ -55,6 +56,7 @@ TANDEM_TARGET_CLONES double block_squares(const float* __restrict p, int64_t n) 
 }  // namespace
 
 double squared_norm(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, squared_norm(x));
   const int64_t n = x.numel();
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
@@ -83,16 +85,19 @@ double squared_norm(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, sum(x));
   return Tensor::full(Shape{}, static_cast<float>(sum_as_double(x)), DType::f32, x.device());
 }
 
 Tensor mean(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, mean(x));
   const float value = x.numel() == 0 ? std::numeric_limits<float>::quiet_NaN()
                                      : static_cast<float>(sum_as_double(x) / x.numel());
   return Tensor::full(Shape{}, value, DType::f32, x.device());
 }
 
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
+  TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));
   if (x.shape() == target) return x.to(DType::f32);
   if (!broadcastable(x.shape(), target)) {
     TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a broadcast target of ",

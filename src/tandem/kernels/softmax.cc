@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -59,6 +60,7 @@ std::pair<float, float> max_and_log_sum(const float* x, int64_t n) {
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, softmax(x));
   return map_rows(x, nullptr, "softmax", [](const float* in, const float*, float* out, int64_t n) {
     const auto [m, log_sum] = max_and_log_sum(in, n);
     const float shift = m + log_sum;
@@ -67,6 +69,7 @@ Tensor softmax(const Tensor& x) {
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  TANDEM_DISPATCH_CUDA(dy, softmax_backward(dy, y));
   return map_rows(dy, &y, "softmax_backward",
                   [](const float* g, const float* yv, float* out, int64_t n) {
                     double dot = 0.0;
@@ -77,6 +80,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
 }
 
 Tensor log_softmax(const Tensor& x) {
+  TANDEM_DISPATCH_CUDA(x, log_softmax(x));
   return map_rows(x, nullptr, "log_softmax",
                   [](const float* in, const float*, float* out, int64_t n) {
                     const auto [m, log_sum] = max_and_log_sum(in, n);
@@ -86,6 +90,7 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
+  TANDEM_DISPATCH_CUDA(dy, log_softmax_backward(dy, y));
   return map_rows(dy, &y, "log_softmax_backward",
                   [](const float* g, const float* yv, float* out, int64_t n) {
                     double total = 0.0;

@@ -5,12 +5,15 @@
 #include <map>
 
 #include "tandem/base/error.h"
+#include "tandem/tensor/device_memory.h"
 
 namespace tandem {
 namespace {
 
-// Freed blocks beyond this many bytes go back to the system instead of the cache.
-constexpr int64_t kMaxCachedBytes = int64_t{2} << 30;
+// Freed host blocks beyond this many bytes go back to the system instead of
+// the cache. A GPU's cache is bounded by its memory instead: when cudaMalloc
+// fails, the cache is released and the allocation tried once more.
+constexpr int64_t kMaxCachedHostBytes = int64_t{2} << 30;
 
 // The block size a request gets: the alignment below 64 KiB; above it, one
 // of eight classes per power of two (at most 12.5% more), so that tensors of
@@ -89,8 +92,14 @@ void* Allocator::allocate(size_t bytes, MemoryCategory category) {
         std::max(stats_.high_water_total_bytes, stats_.current_total_bytes);
     ++stats_.allocation_count;
   }
-  if (block == nullptr) {
-    block = std::aligned_alloc(kAlignment, size);
+  if (block != nullptr) {
+    detail::device_reuse(device_, block);
+  } else {
+    block = detail::device_allocate(device_, size);
+    if (block == nullptr) {
+      release_cache();
+      block = detail::device_allocate(device_, size);
+    }
     if (block == nullptr) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.current_bytes[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
@@ -111,13 +120,15 @@ void Allocator::deallocate(void* block, size_t bytes, MemoryCategory category) {
     const int c = static_cast<int>(category);
     stats_.current_bytes[c] -= static_cast<int64_t>(bytes);
     stats_.current_total_bytes -= static_cast<int64_t>(bytes);
-    if (stats_.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedBytes) {
+    if (device_.kind != DeviceKind::cpu ||
+        stats_.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedHostBytes) {
+      detail::device_retire(device_, block);
       free_blocks_[size].push_back(block);
       stats_.cached_bytes += static_cast<int64_t>(size);
       keep = true;
     }
   }
-  if (!keep) std::free(block);
+  if (!keep) detail::device_release(device_, block);
 }
 
 MemoryStats Allocator::stats() const {
@@ -140,7 +151,7 @@ void Allocator::reset_high_water() {
 void Allocator::release_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [size, blocks] : free_blocks_) {
-    for (void* block : blocks) std::free(block);
+    for (void* block : blocks) detail::device_release(device_, block);
   }
   free_blocks_.clear();
   stats_.cached_bytes = 0;

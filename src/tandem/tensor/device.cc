@@ -6,6 +6,10 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/config.h"
+#if TANDEM_HAVE_CUDA
+#include "tandem/cuda/runtime.h"
+#endif
 
 namespace tandem {
 namespace {
@@ -76,6 +80,14 @@ void set_virtual_cpu_device_count(int count) {
 
 std::ostream& operator<<(std::ostream& out, const Device& device) {
   return out << device.to_string();
+}
+
+int cuda_device_count() {
+#if TANDEM_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
 }
 
 }  // namespace tandem

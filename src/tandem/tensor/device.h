@@ -52,6 +52,10 @@ int virtual_cpu_device_count();
 // Sets the number of virtual CPU devices (1..1024). Call before creating replicas.
 void set_virtual_cpu_device_count(int count);
 
+// The CUDA devices this process sees: cuda:0 .. cuda:(n-1); 0 when there is
+// no GPU or driver, or tandem was built without CUDA.
+int cuda_device_count();
+
 std::ostream& operator<<(std::ostream& out, const Device& device);
 
 }  // namespace tandem

@@ -6,14 +6,12 @@
 
 #include "tandem/base/error.h"
 #include "tandem/tensor/convert.h"
+#include "tandem/tensor/device_memory.h"
 
 namespace tandem {
 
 Storage::Storage(size_t bytes, Device device, MemoryCategory category)
     : bytes_(bytes), device_(device), category_(category), allocator_(&allocator_for(device)) {
-  if (device.kind != DeviceKind::cpu) {
-    TANDEM_THROW(NotImplemented, "no allocator for ", device.to_string(), " in this build");
-  }
   data_ = allocator_->allocate(bytes, category);
 }
 
@@ -63,6 +61,7 @@ Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values, DT
     TANDEM_THROW(ShapeError, "from_floats: ", values.size(), " values for shape ",
                  shape.to_string(), " (", shape.numel(), " elements)");
   }
+  if (device.kind != DeviceKind::cpu) return from_floats(shape, values, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   convert(values.data(), DType::f32, t.raw_data(), dtype, shape.numel());
   return t;
@@ -74,7 +73,7 @@ Tensor Tensor::from_ints(const Shape& shape, std::span<const int32_t> values, De
                  " (", shape.numel(), " elements)");
   }
   Tensor t = empty(shape, DType::i32, device);
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
+  detail::device_copy(t.device_data(), device, values.data(), cpu_device(), t.nbytes());
   return t;
 }
 
@@ -97,6 +96,17 @@ MemoryCategory Tensor::category() const {
 }
 
 void* Tensor::raw_data() const {
+  check_defined("data");
+  if (storage_->device().kind != DeviceKind::cpu) {
+    TANDEM_THROW(InvalidArgument, "host code was given a tensor on ",
+                 storage_->device().to_string(),
+                 ": this operation has no kernel for that device yet (copy the tensor to the CPU "
+                 "with to(cpu_device()) first)");
+  }
+  return static_cast<char*>(storage_->data()) + offset_bytes_;
+}
+
+void* Tensor::device_data() const {
   check_defined("data");
   return static_cast<char*>(storage_->data()) + offset_bytes_;
 }
@@ -145,18 +155,14 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::clone(MemoryCategory category) const {
   Tensor copy = empty(shape_, dtype_, device(), category);
-  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  detail::device_copy(copy.device_data(), device(), device_data(), device(), nbytes());
   return copy;
 }
 
 Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
-  if (target.kind != DeviceKind::cpu || device().kind != DeviceKind::cpu) {
-    TANDEM_THROW(InvalidArgument, "copies between ", device().to_string(), " and ",
-                 target.to_string(), " are not supported on this build");
-  }
   Tensor copy = empty(shape_, dtype_, target, category());
-  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  detail::device_copy(copy.device_data(), target, device_data(), device(), nbytes());
   return copy;
 }
 
@@ -165,48 +171,43 @@ void Tensor::copy_from(const Tensor& other) {
     TANDEM_THROW(ShapeError, "copy_from: source ", other.shape().to_string(), " and destination ",
                  shape_.to_string(), " differ in element count");
   }
-  convert(other.raw_data(), other.dtype(), raw_data(), dtype_, numel());
+  if (other.device() == device()) {
+    detail::device_convert(other.device_data(), other.dtype(), device_data(), dtype_, numel(), device());
+  } else if (other.dtype() == dtype_) {
+    detail::device_copy(device_data(), device(), other.device_data(), other.device(), nbytes());
+  } else {
+    copy_from(other.to(device()));  // across devices first, then converted
+  }
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   Tensor out = empty(shape_, dtype, device(), category());
-  convert(raw_data(), dtype_, out.raw_data(), dtype, numel());
+  detail::device_convert(device_data(), dtype_, out.device_data(), dtype, numel(), device());
   return out;
 }
 
 void Tensor::fill(float value) {
-  const int64_t n = numel();
-  if (n == 0) return;
-  if (value == 0.0f) {
-    std::memset(raw_data(), 0, nbytes());
-    return;
-  }
-  if (dtype_ == DType::f32) {
-    std::fill_n(static_cast<float*>(raw_data()), n, value);
-    return;
-  }
-  // Convert once, then replicate the element's bytes.
-  const size_t size = dtype_size(dtype_);
-  unsigned char element[4];
-  convert(&value, DType::f32, element, dtype_, 1);
-  auto* out = static_cast<unsigned char*>(raw_data());
-  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * size, element, size);
+  detail::device_fill(device_data(), dtype_, value, numel(), device());
 }
 
 void Tensor::zero() {
   fill(0.0f);
 }
 
+Tensor Tensor::on_host() const {
+  return device().kind == DeviceKind::cpu ? *this : to(cpu_device());
+}
+
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel()));
-  if (!out.empty()) convert(raw_data(), dtype_, out.data(), DType::f32, numel());
+  if (!out.empty()) convert(on_host().raw_data(), dtype_, out.data(), DType::f32, numel());
   return out;
 }
 
 std::vector<int32_t> Tensor::to_ints() const {
   std::vector<int32_t> out(static_cast<size_t>(numel()));
-  if (!out.empty()) convert(raw_data(), dtype_, out.data(), DType::i32, numel());
+  if (!out.empty()) convert(on_host().raw_data(), dtype_, out.data(), DType::i32, numel());
   return out;
 }
 
@@ -215,7 +216,7 @@ float Tensor::item() const {
     TANDEM_THROW(ShapeError, "item() needs a one-element tensor, got shape ", shape_.to_string());
   }
   float value = 0.0f;
-  convert(raw_data(), dtype_, &value, DType::f32, 1);
+  convert(on_host().raw_data(), dtype_, &value, DType::f32, 1);
   return value;
 }
 

@@ -80,8 +80,14 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
+  // The first element, in host memory: throws InvalidArgument for a tensor on
+  // a GPU, so that host code (the CPU kernels) never reads device memory.
   void* raw_data() const;
-  // Typed access; throws ShapeError when T does not match the dtype.
+  // The first element's address on the tensor's own device, whatever it is:
+  // for copies between devices and the device's own kernels.
+  void* device_data() const;
+  // Typed host access (raw_data's check); throws ShapeError when T does not
+  // match the dtype.
   template <typename T>
   T* data() const {
     check_element_type(sizeof(T), is_float_type<T>());
@@ -110,6 +116,8 @@ class Tensor {
   std::vector<int32_t> to_ints() const;
   // The single element of a one-element tensor, as float.
   float item() const;
+  // This tensor if it is on the CPU, else a copy on cpu:0 (to read on the host).
+  Tensor on_host() const;
 
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
   std::string to_string() const;  // "Tensor(f32, (2, 3), cpu:0)"

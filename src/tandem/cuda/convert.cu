@@ -1,0 +1,94 @@
+// Element conversion and fill on the device, for tensor/device_memory.cc.
+#include <cmath>
+#include <limits>
+
+#include "tandem/cuda/elements.cuh"
+#include "tandem/cuda/memory.h"
+#include "tandem/cuda/runtime.h"
+
+namespace tandem::cuda {
+namespace {
+
+__device__ float load_any(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::bf16:
+      return load(static_cast<const __nv_bfloat16*>(p), i);
+    case DType::f16:
+      return load(static_cast<const __half*>(p), i);
+    case DType::i32:
+      return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DType::u8:
+      return static_cast<float>(static_cast<const uint8_t*>(p)[i]);
+  }
+  return 0.0f;
+}
+
+// Integers as the CPU stores them: rounded to nearest even, saturated, NaN to 0.
+__device__ float saturated(float v, float lo, float hi) {
+  if (isnan(v)) return 0.0f;
+  const float r = nearbyintf(v);
+  return r <= lo ? lo : (r >= hi ? hi : r);
+}
+
+__device__ void store_any(void* p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::f32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::bf16:
+      store(static_cast<__nv_bfloat16*>(p), i, v);
+      break;
+    case DType::f16:
+      store(static_cast<__half*>(p), i, v);
+      break;
+    case DType::i32:
+      if (isnan(v)) {
+        static_cast<int32_t*>(p)[i] = 0;
+      } else {
+        const float r = nearbyintf(v);
+        static_cast<int32_t*>(p)[i] = r <= -2147483648.0f  ? INT32_MIN
+                                      : r >= 2147483648.0f ? INT32_MAX
+                                                           : static_cast<int32_t>(r);
+      }
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(saturated(v, 0.0f, 255.0f));
+      break;
+  }
+}
+
+__global__ void convert_kernel(const void* src, DType s, void* dst, DType d, int64_t n) {
+  TANDEM_CUDA_FOR(i, n) store_any(dst, d, i, load_any(src, s, i));
+}
+
+__global__ void fill_kernel(void* dst, DType d, float value, int64_t n) {
+  TANDEM_CUDA_FOR(i, n) store_any(dst, d, i, value);
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+             Device device) {
+  if (n <= 0) return;
+  DeviceGuard guard(device);
+  if (src_dtype == dst_dtype) {
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype),
+                          cudaMemcpyDeviceToDevice, stream(device)),
+          "cudaMemcpyAsync");
+    return;
+  }
+  convert_kernel<<<blocks_for(n, 256), 256, 0, stream(device)>>>(src, src_dtype, dst, dst_dtype,
+                                                                 n);
+  check_launch("convert");
+}
+
+void fill(void* dst, DType dtype, float value, int64_t n, Device device) {
+  if (n <= 0) return;
+  DeviceGuard guard(device);
+  fill_kernel<<<blocks_for(n, 256), 256, 0, stream(device)>>>(dst, dtype, value, n);
+  check_launch("fill");
+}
+
+}  // namespace tandem::cuda

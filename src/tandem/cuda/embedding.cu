@@ -1,0 +1,96 @@
+// Embedding lookup and its backward. The backward runs one thread per
+// embedding column, each adding the rows in index order: the CPU's order,
+// so the two agree to the last bit in f32 and runs are deterministic (a
+// sort-by-index scatter would be faster for long sequences; not done yet).
+#include <vector>
+
+#include "tandem/cuda/checks.h"
+#include "tandem/cuda/elements.cuh"
+#include "tandem/cuda/kernels.h"
+#include "tandem/cuda/runtime.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr unsigned int kThreads = 256;
+
+template <typename T>
+__global__ void gather_kernel(const T* table, const int32_t* idx, T* out, int64_t n, int64_t d) {
+  TANDEM_CUDA_FOR(i, n) out[i] = table[static_cast<int64_t>(idx[i / d]) * d + i % d];
+}
+
+template <typename T>
+__global__ void scatter_columns_kernel(const T* dy, const int32_t* idx, int64_t count, int64_t d,
+                                       float* grad) {
+  TANDEM_CUDA_FOR(c, d) {
+    for (int64_t i = 0; i < count; ++i) {
+      grad[static_cast<int64_t>(idx[i]) * d + c] += load(dy, i * d + c);
+    }
+  }
+}
+
+// The same messages as the CPU kernel; reads the indices back (a synchronisation).
+void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
+  if (indices.dtype() != DType::i32) {
+    TANDEM_THROW(ShapeError, op, ": indices must be i32, got ", indices.to_string());
+  }
+  const std::vector<int32_t> idx = indices.to_ints();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < 0 || idx[i] >= vocabulary) {
+      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i, " is outside [0, ",
+                   vocabulary, ")");
+    }
+  }
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  check_same_device("embedding", weight, {&indices});
+  if (weight.rank() != 2 || !is_floating(weight.dtype())) {
+    TANDEM_THROW(ShapeError, "embedding: weight must be a floating (V, D) table, got ",
+                 weight.to_string());
+  }
+  const int64_t V = weight.dim(0), D = weight.dim(1);
+  check_indices(indices, V, "embedding");
+  std::vector<int64_t> dims = indices.shape().to_vector();
+  dims.push_back(D);
+  Tensor out = Tensor::empty(Shape(dims), weight.dtype(), weight.device());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  DeviceGuard guard(weight.device());
+  dispatch_float(weight.dtype(), "embedding", [&](auto* tag) {
+    using T = Element<decltype(tag)>;
+    gather_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream(weight.device())>>>(
+        static_cast<const T*>(weight.device_data()),
+        static_cast<const int32_t*>(indices.device_data()), static_cast<T*>(out.device_data()), n,
+        D);
+  });
+  check_launch("embedding");
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary) {
+  check_same_device("embedding_backward", dy, {&indices});
+  check_indices(indices, vocabulary, "embedding_backward");
+  const int64_t count = indices.numel();
+  if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {
+    TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(), " does not match indices ",
+                 indices.to_string());
+  }
+  const int64_t D = dy.dim(-1);
+  Tensor grad = Tensor::zeros(Shape{vocabulary, D}, DType::f32, dy.device());
+  if (count == 0 || D == 0) return grad;
+  DeviceGuard guard(dy.device());
+  dispatch_float(dy.dtype(), "embedding_backward", [&](auto* tag) {
+    using T = Element<decltype(tag)>;
+    scatter_columns_kernel<T><<<blocks_for(D, kThreads), kThreads, 0, stream(dy.device())>>>(
+        static_cast<const T*>(dy.device_data()),
+        static_cast<const int32_t*>(indices.device_data()), count, D,
+        static_cast<float*>(grad.device_data()));
+  });
+  check_launch("embedding_backward");
+  return grad;
+}
+
+}  // namespace tandem::cuda

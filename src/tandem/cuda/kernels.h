@@ -1,0 +1,58 @@
+#pragma once
+// The CUDA implementations of the kernels the public interface
+// (tandem/kernels/*.h) dispatches to for tensors on a cuda device; same
+// signatures and meaning, documented there. Every tensor of a call must be
+// on the same device. Work goes to the calling thread's stream
+// (cuda/runtime.h); results that the host reads (a loss value, a count, a
+// norm) synchronise it.
+
+#include <cstdint>
+
+#include "tandem/kernels/activation.h"
+#include "tandem/kernels/loss.h"
+#include "tandem/kernels/matmul.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::cuda {
+
+// Matrix products on cuBLASLt (cuda/matmul.cc), after kernels/matmul.cc
+// has checked the operands: `batch` products of op(a) (M, K) and op(b)
+// (K, N) into out (M, N); b is shared by the batch when b_batch is 1.
+struct MatmulProblem {
+  int64_t batch, b_batch, M, K, N;
+};
+void run_matmul(const MatmulProblem& problem, const Tensor& a, const Tensor& b, const Tensor& bias,
+                Tensor& out, const kernels::MatmulOptions& options);
+
+// Pointwise (cuda/elementwise.cu).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, float factor);
+void add_into(Tensor& dst, const Tensor& src, float alpha);
+Tensor activate(kernels::Activation activation, const Tensor& x);
+Tensor activation_backward(kernels::Activation activation, const Tensor& dy, const Tensor& saved);
+// out (M, N) += bias (N) and then the activation, in place: matmul's epilogue.
+void bias_activation_inplace(Tensor& out, const Tensor& bias, kernels::Activation activation);
+
+// Reductions (cuda/reduce.cu), accumulated in double in a fixed order.
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+double squared_norm(const Tensor& x);
+Tensor sum_to_shape(const Tensor& x, const Shape& target);
+
+// Row-wise softmax and the fused cross-entropy (cuda/softmax.cu).
+Tensor softmax(const Tensor& x);
+Tensor softmax_backward(const Tensor& dy, const Tensor& y);
+Tensor log_softmax(const Tensor& x);
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
+kernels::CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                                  double normalizer);
+Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor& labels,
+                                      float grad_loss, double normalizer, DType out_dtype);
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// Embedding lookup and its scatter-add backward (cuda/embedding.cu).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary);
+
+}  // namespace tandem::cuda
