@@ -80,6 +80,13 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --loss-scale -4" + out, "--loss-scale must be");
   expect_one_line_error("train --loss-scale often" + out, "'often'");
   expect_one_line_error("train --threads 0" + out, "--threads must be at least 1");
+  expect_one_line_error("train --device tpu" + out, "--device must be cpu or cuda, got 'tpu'");
+  expect_one_line_error("train --device cuda --strategy parameter-server" + out,
+                        "needs the NCCL communicator");
+  if (tandem::cuda_device_count() == 0) {
+    expect_one_line_error("train --device cuda --strategy one-device" + out,
+                          "this machine has no CUDA device");
+  }
   // A resume of a run that is not there neither creates its directory nor
   // starts the monitor in it.
   expect_one_line_error("train --resume" + out, "no run to resume at '" + tmp("cli-bad") +
@@ -508,7 +515,8 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
   const auto train_run = [](const std::string& name, const std::string& flags) {
     const std::string dir = tmp(name);
     fs::remove_all(dir);
-    const CommandResult r = run("train " + flags + " --threads 1 --epochs 1 --quiet --output " + dir);
+    const CommandResult r =
+        run("train " + flags + " --threads 1 --epochs 1 --quiet --output " + dir);
     EXPECT_EQ(r.status, 0) << r.output;
     return dir;
   };
@@ -595,7 +603,8 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
                           {"time_us", 50.0 + bytes / (gbps * 1e3)},
                           {"busy_time_us", 2.0 * (50.0 + bytes / (gbps * 1e3))},
                           {"busy_compute_rate", 0.5}});
-    f << nlohmann::json{{"ranks", 2}, {"dtype", dtype}, {"wire", wire}, {"results", measured}}.dump();
+    f << nlohmann::json{{"ranks", 2}, {"dtype", dtype}, {"wire", wire}, {"results", measured}}
+             .dump();
     return path;
   };
   const std::string f32_table = write_table("cli-plan-f32.json", "f32", "f32", 0.1);
@@ -621,9 +630,8 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
             f32_only[0].at("step_seconds").get<double>());
   // Other ways of keeping in step: the wires only where training takes them,
   // local SGD without buckets.
-  const CommandResult modes =
-      run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " +
-          "all-reduce,zero2,local-sgd:4,ps-async:2 --json");
+  const CommandResult modes = run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " +
+                                  "all-reduce,zero2,local-sgd:4,ps-async:2 --json");
   ASSERT_EQ(modes.status, 0) << modes.output;
   const auto by_mode = nlohmann::json::parse(modes.output);
   const auto& mode_rows = by_mode.at("predictions");
@@ -642,11 +650,10 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
             mode_rows[0].at("step_seconds").get<double>());
   const auto& best = by_mode.at("best").at(0);
   EXPECT_EQ(best.at("fastest").at("mode").get<std::string>(), "local-sgd:4");
-  const std::string synchronous =
-      best.at("fastest_synchronous").at("mode").get<std::string>();
+  const std::string synchronous = best.at("fastest_synchronous").at("mode").get<std::string>();
   EXPECT_TRUE(synchronous == "all-reduce" || synchronous == "zero2") << synchronous;
-  const CommandResult text = run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " +
-                                 "all-reduce,ps-sync:2");
+  const CommandResult text =
+      run("plan scaling " + out + " --hosts 2 --link-gbps 0.1 --modes " + "all-reduce,ps-sync:2");
   ASSERT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("     2        1 best: all-reduce with wire bf16"), std::string::npos)
       << text.output;
@@ -658,13 +665,11 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
                         "the count after ':' must be 1 to 1000000");
   expect_one_line_error("plan scaling " + out + " --hosts 2 --wire f32 --link " + bf16_table,
                         "--wire f32 needs a --link table measured with --wire f32 or with f32");
-  expect_one_line_error(
-      "plan scaling " + out + " --hosts 2 --link " + f32_table + "," + f32_table,
-      "two --link tables were measured with wire f32; give one per wire dtype");
-  expect_one_line_error(
-      "plan scaling " + out + " --hosts 2 --link " +
-          write_table("cli-plan-bf16-buffers.json", "f32", "bf16", 0.1),
-      "measured bf16 buffers; the planner needs f32 gradients");
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link " + f32_table + "," + f32_table,
+                        "two --link tables were measured with wire f32; give one per wire dtype");
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link " +
+                            write_table("cli-plan-bf16-buffers.json", "f32", "bf16", 0.1),
+                        "measured bf16 buffers; the planner needs f32 gradients");
 }
 
 TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
@@ -747,7 +752,8 @@ TEST(Cli, TuneSearchBudgetsInStepsTrainRepeatedData) {
                                           "max_steps = 9\n[space]\n"
                                           "lr = { choice = [0.02, 0.1, 0.3] }\n";
   }
-  const std::string search = "tune search --space " + dir + "/space.toml --parallel 1 --model mlp "
+  const std::string search = "tune search --space " + dir +
+                             "/space.toml --parallel 1 --model mlp "
                              "--train-examples 256 --test-examples 128 --output ";
   const CommandResult r = run(search + dir + "/out");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -755,7 +761,8 @@ TEST(Cli, TuneSearchBudgetsInStepsTrainRepeatedData) {
   EXPECT_NE(r.output.find("reached step 9"), std::string::npos) << r.output;
   const auto state = nlohmann::json::parse(std::ifstream(dir + "/out/search.json"));
   int64_t epochs = 0;
-  for (const auto& trial : state.at("trials")) epochs += static_cast<int64_t>(trial.at("curve").size());
+  for (const auto& trial : state.at("trials"))
+    epochs += static_cast<int64_t>(trial.at("curve").size());
   EXPECT_EQ(epochs, 3 + 2);  // three trials to step 3, the best on to step 9
   std::ifstream log(dir + "/out/trial-000/log.txt");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

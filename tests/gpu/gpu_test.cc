@@ -8,19 +8,27 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/gradcheck.h"
+#include "support/model_batches.h"
+#include "support/reference.h"
 #include "tandem/base/error.h"
+#include "tandem/comm/inprocess.h"
 #include "tandem/config.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/embedding.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
+#include "tandem/kernels/optimizer_update.h"
+#include "tandem/kernels/per_example_loss.h"
 #include "tandem/kernels/reduce.h"
 #include "tandem/kernels/softmax.h"
+#include "tandem/nn/models.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {
@@ -35,7 +43,8 @@ class Gpu : public ::testing::Test {
  protected:
   void SetUp() override {
     if (TANDEM_HAVE_CUDA == 0) GTEST_SKIP() << "GPU test not run: this build has no CUDA backend";
-    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test not run: no CUDA device on this machine";
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "GPU test not run: no CUDA device on this machine";
     kernels::set_matmul_allow_tf32(false);
   }
   void TearDown() override { kernels::set_matmul_allow_tf32(true); }
@@ -50,7 +59,8 @@ void expect_match(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
   for (size_t i = 0; i < g.size(); ++i) {
     const double scale = std::max(1.0, std::abs(static_cast<double>(c[i])));
     ASSERT_LE(std::abs(static_cast<double>(g[i]) - c[i]), tol * scale)
-        << what << ": element " << i << " is " << g[i] << " on the GPU and " << c[i] << " on the CPU";
+        << what << ": element " << i << " is " << g[i] << " on the GPU and " << c[i]
+        << " on the CPU";
   }
 }
 
@@ -115,14 +125,15 @@ TEST_F(Gpu, MatmulMatchesTheCpu) {
       for (DType out : {DType::f32, DType::bf16}) {
         const kernels::MatmulOptions o{c.ta, c.tb, c.act, out};
         const Tensor cpu = kernels::matmul(a, b, bias, o);
-        const Tensor gpu = kernels::matmul(a.to(kGpu), b.to(kGpu),
-                                           bias.defined() ? bias.to(kGpu) : Tensor(), o);
+        const Tensor gpu =
+            kernels::matmul(a.to(kGpu), b.to(kGpu), bias.defined() ? bias.to(kGpu) : Tensor(), o);
         // Sums of K products: the f32 tolerance grows with K's rounding.
-        const double tol = out == DType::bf16 || dtype == DType::bf16 ? 2e-2 : 1e-5 * std::sqrt(c.K);
+        const double tol =
+            out == DType::bf16 || dtype == DType::bf16 ? 2e-2 : 1e-5 * std::sqrt(c.K);
         expect_match(gpu, cpu, tol,
-                     "matmul " + std::string(dtype_name(dtype)) + " -> " + std::string(dtype_name(out)) +
-                         " M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
-                         " N=" + std::to_string(c.N));
+                     "matmul " + std::string(dtype_name(dtype)) + " -> " +
+                         std::string(dtype_name(out)) + " M=" + std::to_string(c.M) +
+                         " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
       }
     }
   }
@@ -164,9 +175,10 @@ TEST_F(Gpu, PointwiseOpsMatchTheCpu) {
     kernels::add_into(dst_cpu, a, 0.5f);
     kernels::add_into(dst_gpu, a.to(kGpu), 0.5f);
     expect_match(dst_gpu, dst_cpu, 1e-5, "add_into f32 += " + std::string(dtype_name(dtype)));
-    for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh,
-                           Activation::silu}) {
-      const std::string name = std::string(kernels::activation_name(act)) + " " + std::string(dtype_name(dtype));
+    for (Activation act :
+         {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu}) {
+      const std::string name =
+          std::string(kernels::activation_name(act)) + " " + std::string(dtype_name(dtype));
       const Tensor y = kernels::activate(act, a);
       expect_match(kernels::activate(act, a.to(kGpu)), y, tol, name);
       const Tensor saved = act == Activation::relu ? y : a;
@@ -191,8 +203,8 @@ TEST_F(Gpu, ReductionsMatchTheCpuAndRepeatExactly) {
   }
   EXPECT_TRUE(std::isnan(kernels::mean(Tensor::empty(Shape{0}, DType::f32, kGpu)).item()));
   const Tensor x = random_tensor(Shape{6, 4, 17}, -1.0f, 1.0f, 99);
-  expect_match(kernels::sum_to_shape(x.to(kGpu), Shape{4, 17}), kernels::sum_to_shape(x, Shape{4, 17}),
-               1e-5, "sum_to_shape");
+  expect_match(kernels::sum_to_shape(x.to(kGpu), Shape{4, 17}),
+               kernels::sum_to_shape(x, Shape{4, 17}), 1e-5, "sum_to_shape");
   expect_match(kernels::sum_to_shape(x.to(kGpu), Shape{17}), kernels::sum_to_shape(x, Shape{17}),
                1e-5, "sum_to_shape to a row");
 }
@@ -221,11 +233,11 @@ TEST_F(Gpu, SoftmaxAndCrossEntropyMatchTheCpu) {
     expect_match(gpu.loss, cpu.loss, 1e-5, "cross-entropy loss");
     expect_match(gpu.probabilities, cpu.probabilities, 1e-5, "cross-entropy probabilities");
     for (DType out : kFloatTypes) {
-      expect_match(kernels::softmax_cross_entropy_backward(gpu.probabilities, labels.to(kGpu),
-                                                           2.0f, 64.0, out),
-                   kernels::softmax_cross_entropy_backward(cpu.probabilities, labels, 2.0f, 64.0,
-                                                           out),
-                   tolerance(out), "cross-entropy backward");
+      expect_match(
+          kernels::softmax_cross_entropy_backward(gpu.probabilities, labels.to(kGpu), 2.0f, 64.0,
+                                                  out),
+          kernels::softmax_cross_entropy_backward(cpu.probabilities, labels, 2.0f, 64.0, out),
+          tolerance(out), "cross-entropy backward");
     }
     EXPECT_EQ(kernels::count_correct(logits.to(kGpu), labels.to(kGpu)),
               kernels::count_correct(logits, labels));
@@ -250,6 +262,210 @@ TEST_F(Gpu, EmbeddingMatchesTheCpuAndRefusesBadIndices) {
   const Tensor bad = Tensor::from_ints(Shape{1}, std::vector<int32_t>{50}, kGpu);
   EXPECT_THROW(kernels::embedding(Tensor::zeros(Shape{50, 4}, DType::f32, kGpu), bad),
                InvalidArgument);
+}
+
+TEST_F(Gpu, PerExampleCrossEntropyMatchesTheCpuWithIgnoredLabelsAndSmoothing) {
+  uint64_t seed = 140;
+  for (DType dtype : kFloatTypes) {
+    const Tensor logits = random_of(Shape{3, 5, 40}, dtype, ++seed, -6.0f, 6.0f);
+    std::vector<int32_t> l(15);
+    for (size_t i = 0; i < l.size(); ++i)
+      l[i] = i % 4 == 3 ? -100 : static_cast<int32_t>(i * 11 % 40);
+    const Tensor labels = Tensor::from_ints(Shape{3, 5}, l);
+    const Tensor grad = random_tensor(Shape{3}, -1.0f, 1.0f, ++seed);
+    for (double smoothing : {0.0, 0.1}) {
+      const kernels::CrossEntropyOptions o{.ignore_index = -100, .label_smoothing = smoothing};
+      const auto cpu = kernels::softmax_cross_entropy_per_example(logits, labels, o);
+      const auto gpu =
+          kernels::softmax_cross_entropy_per_example(logits.to(kGpu), labels.to(kGpu), o);
+      expect_match(gpu.loss, cpu.loss, 1e-5, "per-example loss");
+      expect_match(gpu.log_sum_exp, cpu.log_sum_exp, 1e-5, "log_sum_exp");
+      expect_match(kernels::softmax_cross_entropy_per_example_backward(
+                       grad.to(kGpu), logits.to(kGpu), labels.to(kGpu), gpu.log_sum_exp, o),
+                   kernels::softmax_cross_entropy_per_example_backward(grad, logits, labels,
+                                                                       cpu.log_sum_exp, o),
+                   tolerance(dtype), "per-example backward");
+    }
+  }
+}
+
+TEST_F(Gpu, OptimizerUpdatesAndTheLossScalersCheckMatchTheCpu) {
+  const Tensor w = random_tensor(Shape{1000, 3}, -1.0f, 1.0f, 150);
+  const Tensor g = random_tensor(Shape{1000, 3}, -1.0f, 1.0f, 151);
+  const Tensor state = random_tensor(Shape{1000, 3}, 0.0f, 1.0f, 152);
+  for (bool nesterov : {false, true}) {
+    for (bool first : {false, true}) {
+      Tensor wc = w.clone(), bc = state.clone();
+      Tensor wg = w.to(kGpu), bg = state.to(kGpu);
+      const kernels::SgdUpdate s{.lr = 0.1f,
+                                 .momentum = 0.9f,
+                                 .dampening = 0.0f,
+                                 .decay = 1e-4f,
+                                 .first = first,
+                                 .nesterov = nesterov};
+      kernels::sgd_update(wc, g, bc, s);
+      kernels::sgd_update(wg, g.to(kGpu), bg, s);
+      expect_match(wg, wc, 1e-6, "sgd weights");
+      expect_match(bg, bc, 1e-6, "sgd momentum");
+    }
+  }
+  Tensor wc = w.clone(), mc = state.clone(), vc = state.clone();
+  Tensor wg = w.to(kGpu), mg = state.to(kGpu), vg = state.to(kGpu);
+  const kernels::AdamUpdate a{.b1 = 0.9f,
+                              .b2 = 0.999f,
+                              .eps = 1e-8f,
+                              .l2 = 0.0f,
+                              .shrink = 0.999f,
+                              .step_size = 1e-3f,
+                              .inv_sqrt_correction2 = 3.0f};
+  kernels::adam_update(wc, g, mc, vc, a);
+  kernels::adam_update(wg, g.to(kGpu), mg, vg, a);
+  expect_match(wg, wc, 1e-6, "adam weights");
+  expect_match(mg, mc, 1e-6, "adam first moment");
+  expect_match(vg, vc, 1e-6, "adam second moment");
+
+  std::vector<Tensor> finite = {w.to(kGpu), g.to(kGpu)};
+  EXPECT_TRUE(kernels::scale_and_check_finite(finite, 0.5f));
+  expect_match(finite[0], kernels::scale(w, 0.5f), 0.0, "unscaled");
+  Tensor overflow = w.clone();
+  overflow.data<float>()[1234] = INFINITY;
+  std::vector<Tensor> with_inf = {g.to(kGpu), overflow.to(kGpu)};
+  EXPECT_FALSE(kernels::scale_and_check_finite(with_inf, 0.5f));
+}
+
+// One device on the GPU against one on the CPU: the reference mlp, 4 SGD
+// steps with momentum, the same batches. TF32 off (the fixture): f32 all
+// the way, so only the order of sums differs.
+TEST_F(Gpu, OneDeviceTrainingOnTheGpuTakesTheCpuSteps) {
+  const auto build = [] { return nn::make_model("mlp", {.seed = 4}); };
+  const distribute::EngineOptions options{
+      .optimizer = {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9}};
+  auto cpu = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto gpu = distribute::make_strategy({.name = "one_device", .device_kind = DeviceKind::cuda});
+  auto a = cpu->make_engine(build, options);
+  auto b = gpu->make_engine(build, options);
+  EXPECT_EQ(b->model().parameters().front().value().device(), kGpu);
+  for (int64_t step = 0; step < 4; ++step) {
+    const data::Element batch = testing::image_batch(step, 32);
+    const auto ra = a->step(batch, testing::image_classifier_loss, {.step = step});
+    const auto rb = b->step(batch, testing::image_classifier_loss, {.step = step});
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-5 * std::abs(ra.loss)) << "step " << step;
+  }
+  const auto pa = a->model().named_parameters(), pb = b->model().named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT(
+        testing::relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+        1e-5)
+        << pa[i].first;
+  }
+}
+
+// The dynamic loss scaler on a GPU: a scale that overflows the gradients
+// skips the step and leaves the weights unchanged, as on the CPU.
+TEST_F(Gpu, TheLossScalerSkipsAnOverflowingStepOnTheGpu) {
+  const auto build = [] { return nn::make_model("mlp", {.seed = 4}); };
+  const distribute::EngineOptions options{
+      .optimizer = {.name = "sgd", .learning_rate = 0.1},
+      .loss_scale = precision::LossScalerOptions{.initial_scale = 3e38}};
+  auto gpu = distribute::make_strategy({.name = "one_device", .device_kind = DeviceKind::cuda});
+  auto engine = gpu->make_engine(build, options);
+  const std::vector<float> before = engine->model().parameters().front().value().to_floats();
+  const auto first =
+      engine->step(testing::image_batch(0, 32), testing::image_classifier_loss, {.step = 0});
+  EXPECT_TRUE(first.skipped);
+  EXPECT_EQ(engine->model().parameters().front().value().to_floats(), before);
+}
+
+// Virtual GPU devices (cuda:0 .. cuda:(k-1) on GPU 0) and the in-process
+// collectives over their memory, against sums taken on the host.
+TEST_F(Gpu, InProcessCollectivesOverVirtualGpuDevicesMatchHostReductions) {
+  set_cuda_devices_per_gpu(3);
+  for (int ranks : {2, 3}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::i32}) {
+      const int64_t n = 3 * 1001;
+      std::vector<Tensor> host;
+      for (int r = 0; r < ranks; ++r) {
+        host.push_back(random_tensor(Shape{n}, -8.0f, 8.0f, 200 + r).to(dtype));
+      }
+      std::vector<double> sum(n, 0.0), max(n, -1e30);
+      for (const Tensor& h : host) {
+        const std::vector<float> v = h.to_floats();
+        for (int64_t i = 0; i < n; ++i) {
+          sum[i] += v[i];
+          max[i] = std::max(max[i], static_cast<double>(v[i]));
+        }
+      }
+      comm::InProcessGroup group(ranks);
+      std::vector<std::unique_ptr<comm::Communicator>> comms;
+      for (int r = 0; r < ranks; ++r) comms.push_back(group.communicator(r));
+      std::vector<Tensor> summed(ranks), maxed(ranks), scattered(ranks), gathered(ranks),
+          broadcast(ranks);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ranks; ++r) {
+        threads.emplace_back([&, r] {
+          const Device device{DeviceKind::cuda, r};
+          DeviceScope scope(device);
+          const Tensor mine = host[r].to(device);
+          summed[r] = Tensor::empty(Shape{n}, dtype, device);
+          comms[r]->all_reduce(mine, summed[r], comm::ReduceOp::sum);
+          maxed[r] = mine.clone();
+          comms[r]->all_reduce(maxed[r], comm::ReduceOp::max);
+          scattered[r] = Tensor::empty(Shape{n / ranks}, dtype, device);
+          comms[r]->reduce_scatter(mine, scattered[r], comm::ReduceOp::sum);
+          gathered[r] = Tensor::empty(Shape{n * ranks}, dtype, device);
+          comms[r]->all_gather(mine, gathered[r]);
+          broadcast[r] = mine.clone();
+          comms[r]->broadcast(broadcast[r], 1);
+        });
+      }
+      for (auto& t : threads) t.join();
+      const double tol = dtype == DType::bf16 ? 0.05 : 1e-4;
+      for (int r = 0; r < ranks; ++r) {
+        const std::vector<float> s = summed[r].to_floats(), m = maxed[r].to_floats(),
+                                 sc = scattered[r].to_floats(), g = gathered[r].to_floats();
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_NEAR(s[i], sum[i], tol * std::max(1.0, std::abs(sum[i]))) << "sum, rank " << r;
+          ASSERT_NEAR(m[i], max[i], 1e-6) << "max, rank " << r;
+        }
+        for (int64_t i = 0; i < n / ranks; ++i) {
+          const double expected = sum[r * (n / ranks) + i];
+          ASSERT_NEAR(sc[i], expected, tol * std::max(1.0, std::abs(expected))) << "reduce-scatter";
+        }
+        for (int q = 0; q < ranks; ++q) {
+          const std::vector<float> v = host[q].to_floats();
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(g[q * n + i], v[i]) << "all-gather";
+        }
+        EXPECT_EQ(broadcast[r].to_floats(), host[1].to_floats()) << "broadcast to rank " << r;
+      }
+    }
+  }
+}
+
+// 2 virtual GPU devices on one GPU (mirrored) take one GPU device's steps.
+TEST_F(Gpu, TwoVirtualGpuDevicesOnOneGpuTakeTheOneDeviceSteps) {
+  const auto build = [] { return nn::make_model("mlp", {.seed = 4}); };
+  const distribute::EngineOptions options{
+      .optimizer = {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9}};
+  auto one = distribute::make_strategy({.name = "one_device", .device_kind = DeviceKind::cuda});
+  auto two = distribute::make_strategy(
+      {.name = "mirrored", .devices = 2, .device_kind = DeviceKind::cuda});
+  auto a = one->make_engine(build, options);
+  auto b = two->make_engine(build, options);
+  EXPECT_EQ(b->model(1).parameters().front().value().device(), (Device{DeviceKind::cuda, 1}));
+  for (int64_t step = 0; step < 4; ++step) {
+    const data::Element batch = testing::image_batch(step, 32);
+    const auto ra = a->step(batch, testing::image_classifier_loss, {.step = step});
+    const auto rb = b->step(batch, testing::image_classifier_loss, {.step = step});
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-5 * std::abs(ra.loss)) << "step " << step;
+  }
+  const auto pa = a->model().named_parameters(), pb = b->model(1).named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT(
+        testing::relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+        1e-5)
+        << pa[i].first;
+  }
 }
 
 TEST_F(Gpu, MixedDevicesAndKernelsWithoutACudaVersionAreRefused) {

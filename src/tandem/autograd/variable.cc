@@ -98,7 +98,7 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& seed) {
       node->backward(context);
       for (size_t i = 0; i < destinations.size(); ++i) {
         if (destinations[i].defined() && grads[i].defined() &&
-            grads[i].raw_data() == destinations[i].raw_data()) {
+            grads[i].device_data() == destinations[i].device_data()) {
           // Written in place: the contribution is already in the buffer.
           check_gradient(grads[i], node->inputs[i].shape, node->inputs[i].dtype, "input of",
                          node->op);
@@ -212,7 +212,7 @@ void Variable::set_grad_buffer(const Tensor& buffer) {
     TANDEM_THROW(ShapeError, "gradient buffer ", buffer.to_string(), " for '", impl.name,
                  "' must match its value ", impl.value.to_string());
   }
-  if (impl.grad_defined && buffer.raw_data() != impl.grad_buffer.raw_data()) {
+  if (impl.grad_defined && buffer.device_data() != impl.grad_buffer.device_data()) {
     // Keep the gradient accumulated so far.
     Tensor target = buffer;
     target.copy_from(impl.grad_buffer);

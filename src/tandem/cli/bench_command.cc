@@ -24,6 +24,7 @@ struct BenchTrainOptions {
   std::string model_options;  // for every model that takes settings
   std::string precisions = "float32,mixed_bfloat16";
   std::string threads = "";  // default: 1 and the physical core count
+  std::string device = "cpu";
   int64_t batch_size = 128;
   int64_t steps = 30;
   int64_t warmup = 5;
@@ -52,9 +53,15 @@ int run_bench_train(const BenchTrainOptions& o) {
     int64_t tokens_per_example = 1;
     double model_flops_per_example = 0.0;
   };
+  const Device device = parse_device(o.device);
+  if (device.kind != DeviceKind::cpu && !o.threads.empty()) {
+    TANDEM_THROW(InvalidArgument, "--threads applies to CPU devices, not ", device.to_string());
+  }
   std::vector<int> thread_counts;
-  const std::string threads_text =
-      o.threads.empty() ? fmt::format("1,{}", std::max(1, cpu_info().physical_cores)) : o.threads;
+  const std::string threads_text = device.kind != DeviceKind::cpu ? "1"
+                                   : o.threads.empty()
+                                       ? fmt::format("1,{}", std::max(1, cpu_info().physical_cores))
+                                       : o.threads;
   for (const auto& t : split_list(threads_text)) {
     const int n = parse_threads(t);
     if (std::find(thread_counts.begin(), thread_counts.end(), n) == thread_counts.end()) {
@@ -74,16 +81,15 @@ int run_bench_train(const BenchTrainOptions& o) {
   for (int r = 0; r < o.repeats; ++r) {
     for (Variant& v : variants) {
       set_num_threads(v.threads);
-      const train::ThroughputResult result =
-          train::measure_training_throughput({.model = v.model,
-                                              .settings = v.model == "gpt" || v.model == "resnet"
-                                                              ? o.model_options
-                                                              : std::string(),
-                                              .policy = v.policy,
-                                              .batch_size = o.batch_size,
-                                              .warmup_steps = o.warmup,
-                                              .steps = o.steps,
-                                              .seed = static_cast<uint64_t>(r)});
+      const train::ThroughputResult result = train::measure_training_throughput(
+          {.model = v.model,
+           .settings = v.model == "gpt" || v.model == "resnet" ? o.model_options : std::string(),
+           .policy = v.policy,
+           .batch_size = o.batch_size,
+           .warmup_steps = o.warmup,
+           .steps = o.steps,
+           .seed = static_cast<uint64_t>(r),
+           .device = device});
       v.samples.push_back(result.examples_per_second);
       v.peak_activation_bytes = std::max(v.peak_activation_bytes, result.peak_activation_bytes);
       v.tokens_per_example = result.tokens_per_example;
@@ -111,18 +117,23 @@ int run_bench_train(const BenchTrainOptions& o) {
            {"samples", v.samples},
            {"tokens_per_second_median",
             median(v.samples) * static_cast<double>(v.tokens_per_example)},
-           {"model_gflops_per_second_median",
-            median(v.samples) * v.model_flops_per_example / 1e9},
+           {"model_gflops_per_second_median", median(v.samples) * v.model_flops_per_example / 1e9},
            {"peak_activation_bytes", v.peak_activation_bytes}});
     }
-    nlohmann::json out = {
-        {"bench", "train"}, {"cpu", cpu_info().model_name}, {"onednn_isa", backend.cpu_isa},
-        {"steps", o.steps}, {"repeats", o.repeats},         {"results", rows}};
+    nlohmann::json out = {{"bench", "train"},
+                          {"device", device.to_string()},
+                          {"cpu", cpu_info().model_name},
+                          {"onednn_isa", backend.cpu_isa},
+                          {"steps", o.steps},
+                          {"repeats", o.repeats},
+                          {"results", rows}};
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
-  fmt::print("training throughput, batch {}, {} timed steps x {} repeats (interleaved), {} on {}\n",
-             o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
+  fmt::print(
+      "training throughput on {}, batch {}, {} timed steps x {} repeats (interleaved), {} "
+      "on {}\n",
+      device.to_string(), o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
   fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16}\n", "model", "precision",
              "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s", "peak act. MiB");
   for (const Variant& v : variants) {
@@ -157,6 +168,7 @@ Command add_bench_command(CLI::App& app) {
       ->add_option("--precisions", o->precisions,
                    "Comma-separated policies (float32, mixed_bfloat16, mixed_float16)")
       ->capture_default_str();
+  train->add_option("--device", o->device, "cpu, or cuda:N for a GPU")->capture_default_str();
   train->add_option("--threads", o->threads,
                     "Comma-separated thread counts (default: 1 and the physical core count)");
   train->add_option("--batch-size,--batch", o->batch_size, "Batch size")->capture_default_str();

@@ -353,6 +353,10 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->add_option("--strategy", o->strategy,
                    "one-device, mirrored, multi-worker (under mpirun) or parameter-server")
       ->capture_default_str();
+  command
+      ->add_option("--device", o->device,
+                   "cpu (virtual CPU devices) or cuda (GPUs; --strategy one-device for now)")
+      ->capture_default_str();
   command->add_option("--devices", o->devices,
                       "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
                       "per physical core)");
@@ -549,6 +553,10 @@ RunSetup prepare_run(RunOptions& o) {
   // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
   config.warmup_epochs = o.warmup_epochs.value_or(
       config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
+  if (o.device != "cpu" && o.device != "cuda") {
+    TANDEM_THROW(InvalidArgument, "--device must be cpu or cuda, got '", o.device, "'");
+  }
+  config.strategy.device_kind = o.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
   config.strategy.devices = o.devices.value_or(0);
   config.strategy.threads_per_device = o.threads.value_or(0);
   config.strategy.allow_oversubscription = o.allow_oversubscription;

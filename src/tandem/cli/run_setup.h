@@ -30,17 +30,18 @@ struct RunOptions {
   std::string model = "cnn";
   std::string model_options;  // a built-in's settings, "key=value,..."
   std::string precision = "float32";
-  std::string compute_dtype;            // empty: the policy's
-  std::string loss_scale;               // empty: dynamic under mixed_float16, none otherwise
-  std::optional<double> learning_rate;  // unset: optim::default_learning_rate(optimizer)
-  std::optional<double> momentum;       // unset: OptimizerConfig's (sgd only)
-  std::optional<double> weight_decay;   // unset: the optimizer's default
+  std::string compute_dtype;                // empty: the policy's
+  std::string loss_scale;                   // empty: dynamic under mixed_float16, none otherwise
+  std::optional<double> learning_rate;      // unset: optim::default_learning_rate(optimizer)
+  std::optional<double> momentum;           // unset: OptimizerConfig's (sgd only)
+  std::optional<double> weight_decay;       // unset: the optimizer's default
   std::optional<double> trust_coefficient;  // lars; unset: 0.001
   std::optional<double> warmup_epochs;      // unset: 0, or Goyal's under --lr-scaling
-  std::string seed = "0";               // parsed as uint64, so that -1 is refused
-  std::optional<int> threads;           // unset: one per physical core (split between devices)
+  std::string seed = "0";                   // parsed as uint64, so that -1 is refused
+  std::optional<int> threads;               // unset: one per physical core (split between devices)
   std::string strategy = "one-device";
   std::optional<int> devices;  // unset: one per physical core
+  std::string device = "cpu";  // --device: cpu or cuda
   bool allow_oversubscription = false;
   double collective_timeout = 300.0;        // seconds
   double peer_timeout = 15.0;               // seconds

@@ -9,6 +9,7 @@
 #include "tandem/base/error.h"
 #include "tandem/comm/detail/reduce_kernels.h"
 #include "tandem/comm/detail/spin_barrier.h"
+#include "tandem/tensor/device_memory.h"
 
 namespace tandem::comm {
 
@@ -18,6 +19,7 @@ struct InProcessGroup::State {
     const void* input = nullptr;
     void* output = nullptr;
     bool small = false;
+    bool gpu = false;  // the buffers are GPU memory (device addresses)
   };
 
   State(int ranks, InProcessOptions o)
@@ -151,6 +153,40 @@ void InProcessCommunicator::check_calls(const Call& call, int parity) const {
   }
 }
 
+// GPU buffers: the call's device (ranks on virtual GPU devices of one GPU,
+// or on GPUs that reach each other's memory).
+Device buffer_device(const Call& call) {
+  return call.input.defined() ? call.input.device() : call.output.device();
+}
+
+bool on_gpu(const Call& call) {
+  return (call.input.defined() || call.output.defined()) &&
+         buffer_device(call).kind != DeviceKind::cpu;
+}
+
+// memcpy, or a copy on the calling thread's stream between GPU buffers.
+void copy(const Call& call, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (!on_gpu(call)) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const Device device = buffer_device(call);
+  tandem::detail::device_copy(dst, device, src, device, bytes);
+}
+
+// reduce_range over host or GPU buffers.
+void reduce(const Call& call, float scale, const void* const* inputs, int input_count,
+            void* const* outputs, int output_count, int64_t begin, int64_t end) {
+  if (on_gpu(call)) {
+    kernels::reduce_range_on_device(buffer_device(call), call.dtype, call.op, scale, inputs,
+                                    input_count, outputs, output_count, begin, end);
+  } else {
+    kernels::reduce_range(call.dtype, call.op, scale, inputs, input_count, outputs, output_count,
+                          begin, end);
+  }
+}
+
 void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
   const int n = size();
   const auto& slots = state_->slots[parity];
@@ -164,8 +200,7 @@ void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
   const int64_t begin = std::min(call.count, per_rank * rank_);
   const int64_t end = std::min(call.count, per_rank * (rank_ + 1));
   const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
-  kernels::reduce_range(call.dtype, call.op, scale, inputs_.data(), n, outputs_.data(), n, begin,
-                        end);
+  reduce(call, scale, inputs_.data(), n, outputs_.data(), n, begin, end);
 }
 
 void InProcessCommunicator::run(const Call& call) {
@@ -180,15 +215,27 @@ void InProcessCommunicator::run(const Call& call) {
   slot.call.op = call.op;
   slot.call.root = call.root;
   slot.call.error = call.error;
-  slot.input = call.input.defined() ? call.input.raw_data() : nullptr;
-  slot.output = call.output.defined() ? call.output.raw_data() : nullptr;
-  slot.small = call.collective == Collective::all_reduce && call.error.empty() &&
+  slot.input = call.input.defined() ? call.input.device_data() : nullptr;
+  slot.output = call.output.defined() ? call.output.device_data() : nullptr;
+  slot.gpu = on_gpu(call);
+  slot.small = !slot.gpu && call.collective == Collective::all_reduce && call.error.empty() &&
                static_cast<int64_t>(bytes) <= state_->options.small_message_bytes;
   if (slot.small && bytes > 0) std::memcpy(state_->staged(parity, rank_), slot.input, bytes);
+  // GPU buffers: every kernel that writes them has run before a peer reads
+  // them (this may be the progress thread, not the replica's, so the whole
+  // GPU is waited for).
+  if (slot.gpu) synchronize_all(buffer_device(call));
   wait_all(call);
   if (state_->options.whole_group) mark_all_ranks_arrived();
   ++calls_;
   check_calls(call, parity);
+  for (int r = 0; r < n; ++r) {
+    if (state_->slots[parity][r].gpu != slot.gpu) {
+      TANDEM_THROW(CommError, "in-process collective: rank ", r, "'s buffers are ",
+                   slot.gpu ? "host" : "GPU", " memory and rank ", rank_, "'s are ",
+                   slot.gpu ? "GPU" : "host", " memory (every rank must pass the same kind)");
+    }
+  }
   if (state_->broken.load()) {
     // Broken since the barrier: the peers may not all be here to finish.
     state_->quarantine(call);
@@ -216,19 +263,21 @@ void InProcessCommunicator::run(const Call& call) {
       for (int r = 0; r < n; ++r) inputs_[r] = static_cast<const char*>(slots[r].input) + offset;
       void* out = slot.output;
       const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
-      kernels::reduce_range(call.dtype, call.op, scale, inputs_.data(), n, &out, 1, 0, segment);
+      reduce(call, scale, inputs_.data(), n, &out, 1, 0, segment);
       break;
     }
     case Collective::all_gather:
       for (int r = 0; r < n; ++r) {
-        if (bytes > 0)
-          std::memcpy(static_cast<char*>(slot.output) + bytes * r, slots[r].input, bytes);
+        copy(call, static_cast<char*>(slot.output) + bytes * r, slots[r].input, bytes);
       }
       break;
     case Collective::broadcast:
-      if (rank_ != call.root && bytes > 0) std::memcpy(slot.output, slots[call.root].input, bytes);
+      if (rank_ != call.root) copy(call, slot.output, slots[call.root].input, bytes);
       break;
   }
+  // This thread's kernels and copies on GPU buffers are done before the
+  // peers go on (and may reuse their inputs).
+  if (slot.gpu) synchronize(buffer_device(call));
   // Peers may still be reading this rank's input: hold it until all are done.
   wait_all(call);
 }

@@ -103,6 +103,17 @@ __global__ void bias_activation_kernel(T* out, const float* bias, int64_t n, int
   }
 }
 
+// Scales in place; any non-finite result sets *bad.
+__global__ void scale_check_kernel(float* x, int64_t n, float factor, int* bad) {
+  bool ok = true;
+  TANDEM_CUDA_FOR(i, n) {
+    const float v = x[i] * factor;
+    x[i] = v;
+    ok &= isfinite(v);
+  }
+  if (!ok) *bad = 1;
+}
+
 Tensor binary(const Tensor& a, const Tensor& b, Binary op, const char* name) {
   check_same_device(name, a, {&b});
   if (a.dtype() != b.dtype()) {
@@ -209,6 +220,22 @@ Tensor activation_backward(Activation activation, const Tensor& dy, const Tensor
   });
   check_launch("activation_backward");
   return dx;
+}
+
+bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor) {
+  const Tensor& first = tensors.front();
+  const Device device = first.device();
+  DeviceGuard guard(device);
+  Tensor flag = Tensor::zeros(Shape{1}, DType::i32, device, MemoryCategory::workspace);
+  for (const Tensor& t : tensors) {
+    check_same_device("scale_and_check_finite", first, {&t});
+    const int64_t n = t.numel();
+    if (n == 0) continue;
+    scale_check_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream(device)>>>(
+        static_cast<float*>(t.device_data()), n, factor, static_cast<int*>(flag.device_data()));
+    check_launch("scale_and_check_finite");
+  }
+  return flag.item() == 0.0f;  // one read back for all the tensors
 }
 
 void bias_activation_inplace(Tensor& out, const Tensor& bias, Activation activation) {

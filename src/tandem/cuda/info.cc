@@ -1,9 +1,6 @@
 #include "tandem/cuda/info.h"
 
-#include <cublasLt.h>
-#include <cudnn.h>
-#include <nccl.h>
-
+#include "tandem/cuda/libraries.h"
 #include "tandem/cuda/runtime.h"
 
 namespace tandem::cuda {
@@ -25,18 +22,10 @@ void describe(kernels::BackendInfo& info) {
   info.cuda_driver_version =
       cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0 ? cuda_version(driver) : "none";
   cudaGetLastError();
-  const size_t cublas = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-  info.cublas_version = std::to_string(cublas / 10000) + "." + std::to_string(cublas / 100 % 100) +
-                        "." + std::to_string(cublas % 100);
-  const size_t cudnn = cudnnGetVersion();  // major * 10000 + minor * 100 + patch (cuDNN 9)
-  info.cudnn_version = std::to_string(cudnn / 10000) + "." + std::to_string(cudnn / 100 % 100) +
-                       "." + std::to_string(cudnn % 100);
-  int nccl = 0;
-  info.nccl_version = ncclGetVersion(&nccl) == ncclSuccess
-                          ? std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) +
-                                "." + std::to_string(nccl % 100)
-                          : "unknown";
-  for (int i = 0; i < device_count(); ++i) {
+  info.cublas_version = cublaslt_version();
+  info.cudnn_version = cudnn_version();
+  info.nccl_version = nccl_version();
+  for (int i = 0; i < physical_device_count(); ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
     info.gpus.push_back({.name = p.name,

@@ -7,10 +7,13 @@
 // norm) synchronise it.
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/kernels/matmul.h"
+#include "tandem/kernels/optimizer_update.h"
+#include "tandem/kernels/per_example_loss.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -31,6 +34,7 @@ Tensor scale(const Tensor& a, float factor);
 void add_into(Tensor& dst, const Tensor& src, float alpha);
 Tensor activate(kernels::Activation activation, const Tensor& x);
 Tensor activation_backward(kernels::Activation activation, const Tensor& dy, const Tensor& saved);
+bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor);
 // out (M, N) += bias (N) and then the activation, in place: matmul's epilogue.
 void bias_activation_inplace(Tensor& out, const Tensor& bias, kernels::Activation activation);
 
@@ -51,8 +55,30 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
                                       float grad_loss, double normalizer, DType out_dtype);
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
+// Per-example cross-entropy (cuda/per_example_loss.cu).
+kernels::CrossEntropyPerExample softmax_cross_entropy_per_example(
+    const Tensor& logits, const Tensor& labels, const kernels::CrossEntropyOptions& options);
+Tensor softmax_cross_entropy_per_example_backward(const Tensor& grad_loss, const Tensor& logits,
+                                                  const Tensor& labels, const Tensor& log_sum_exp,
+                                                  const kernels::CrossEntropyOptions& options);
+
 // Embedding lookup and its scatter-add backward (cuda/embedding.cu).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary);
+
+// The optimizers' updates (cuda/optimizer.cu).
+void sgd_update(const Tensor& w, const Tensor& g, const Tensor& momentum,
+                const kernels::SgdUpdate& s);
+void adam_update(const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v,
+                 const kernels::AdamUpdate& s);
+
+// The in-process collectives' reduction over GPU buffers (cuda/collectives.cu):
+// for i in [begin, end), outputs[k][i] = op over inputs[r][i] (times scale
+// for floating dtypes), queued on the calling thread's stream for `device`.
+// Buffers on another GPU are reached by peer access, or refused.
+enum class Reduction : uint8_t { sum, max, min };
+void reduce_range(Device device, DType dtype, Reduction op, float scale, const void* const* inputs,
+                  int input_count, void* const* outputs, int output_count, int64_t begin,
+                  int64_t end);
 
 }  // namespace tandem::cuda

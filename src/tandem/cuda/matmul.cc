@@ -3,7 +3,6 @@
 // turned that off. cuBLASLt is column-major; a row-major (R, C) matrix is the
 // column-major (C, R) one, so out = op(a) op(b) is computed as
 // out^T = op(b)^T op(a)^T with b in cuBLAS's A slot and a in its B slot.
-#include <cublasLt.h>
 
 #include <map>
 #include <memory>
@@ -13,6 +12,7 @@
 #include "tandem/base/error.h"
 #include "tandem/cuda/checks.h"
 #include "tandem/cuda/kernels.h"
+#include "tandem/cuda/libraries.h"
 #include "tandem/cuda/runtime.h"
 #include "tandem/kernels/flops.h"
 
@@ -24,8 +24,8 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 void check_blas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  TANDEM_THROW(Error, "cuBLASLt error in ", what, ": ", cublasLtGetStatusName(status), " (",
-               cublasLtGetStatusString(status), ")");
+  TANDEM_THROW(Error, "cuBLASLt error in ", what, ": ", cublaslt().status_name(status), " (",
+               cublaslt().status_string(status), ")");
 }
 
 cublasLtHandle_t handle(Device device) {
@@ -34,7 +34,7 @@ cublasLtHandle_t handle(Device device) {
   if (it != handles.end()) return it->second;
   DeviceGuard guard(device);
   cublasLtHandle_t created = nullptr;
-  check_blas(cublasLtCreate(&created), "cublasLtCreate");
+  check_blas(cublaslt().create(&created), "cublasLtCreate");
   handles.emplace(device.index, created);
   return created;
 }
@@ -72,16 +72,15 @@ struct Plan {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                               int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  check_blas(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
-                                        static_cast<uint64_t>(cols), ld),
+  check_blas(cublaslt().layout_create(&l, type, static_cast<uint64_t>(rows),
+                                      static_cast<uint64_t>(cols), ld),
              "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    check_blas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                sizeof(count)),
+    check_blas(cublaslt().layout_set(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
                "batch count");
-    check_blas(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                &stride, sizeof(stride)),
+    check_blas(cublaslt().layout_set(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                     sizeof(stride)),
                "batch stride");
   }
   return l;
@@ -105,14 +104,12 @@ std::shared_ptr<Plan> plan_for(const MatmulProblem& p, const Tensor& a, const Te
 
   auto plan = std::make_shared<Plan>();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check_blas(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_blas(cublaslt().desc_create(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_a = o.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = o.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_blas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                            sizeof(op_a)),
+  check_blas(cublaslt().desc_set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
              "transa");
-  check_blas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                            sizeof(op_b)),
+  check_blas(cublaslt().desc_set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
              "transb");
   const cudaDataType_t in = data_type(a.dtype());
   // Stored column-major shapes: b is (N, K) ld N, or (K, N) ld K when
@@ -124,24 +121,23 @@ std::shared_ptr<Plan> plan_for(const MatmulProblem& p, const Tensor& a, const Te
   plan->c = layout(data_type(out.dtype()), p.N, p.M, p.N, p.batch, p.M * p.N);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check_blas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check_blas(cublaslt().preference_create(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t workspace = kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                       sizeof(workspace));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                       sizeof(align_a));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                       sizeof(align_b));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                       sizeof(align_c));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                       sizeof(align_c));
+  cublaslt().preference_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                            sizeof(workspace));
+  cublaslt().preference_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                            sizeof(align_a));
+  cublaslt().preference_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                            sizeof(align_b));
+  cublaslt().preference_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                            sizeof(align_c));
+  cublaslt().preference_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                            sizeof(align_c));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle(a.device()), plan->op, plan->a, plan->b, plan->c,
-                                     plan->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t status = cublaslt().heuristic(handle(a.device()), plan->op, plan->a, plan->b,
+                                                     plan->c, plan->c, pref, 1, &result, &found);
+  cublaslt().preference_destroy(pref);
   check_blas(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0) {
     TANDEM_THROW(NotImplemented, "cuBLASLt has no algorithm for a ", dtype_name(a.dtype()),
@@ -166,10 +162,10 @@ void run_matmul(const MatmulProblem& p, const Tensor& a, const Tensor& b, const 
     Tensor workspace = Tensor::empty(Shape{static_cast<int64_t>(kWorkspaceBytes)}, DType::u8,
                                      a.device(), MemoryCategory::workspace);
     const float one = 1.0f, zero = 0.0f;
-    check_blas(cublasLtMatmul(handle(a.device()), plan->op, &one, b.device_data(), plan->a,
-                              a.device_data(), plan->b, &zero, out.device_data(), plan->c,
-                              out.device_data(), plan->c, &plan->algo, workspace.device_data(),
-                              kWorkspaceBytes, stream(a.device())),
+    check_blas(cublaslt().matmul(handle(a.device()), plan->op, &one, b.device_data(), plan->a,
+                                 a.device_data(), plan->b, &zero, out.device_data(), plan->c,
+                                 out.device_data(), plan->c, &plan->algo, workspace.device_data(),
+                                 kWorkspaceBytes, stream(a.device())),
                "cublasLtMatmul");
   }
   if (bias.defined() || options.activation != kernels::Activation::none) {

@@ -103,10 +103,10 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
   const bool src_gpu = src_device.kind == DeviceKind::cuda;
   if (dst_gpu && src_gpu && dst_device.index != src_device.index) {
     // The source's queued work must finish first: it is on another stream.
-    synchronize(src_device);
+    sync_stream(src_device);
     DeviceGuard guard(dst_device);
-    check(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes,
-                              stream(dst_device)),
+    check(cudaMemcpyPeerAsync(dst, physical_index(dst_device), src, physical_index(src_device),
+                              bytes, stream(dst_device)),
           "cudaMemcpyPeerAsync");
     return;
   }
@@ -115,7 +115,7 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
   // From pageable host memory the copy is staged before this call returns,
   // so the caller may free or change src at once.
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream(gpu)), "cudaMemcpyAsync");
-  if (!dst_gpu) synchronize(gpu);
+  if (!dst_gpu) sync_stream(gpu);
 }
 
 void zero(void* dst, Device device, size_t bytes) {

@@ -58,8 +58,8 @@ double reduce(const Tensor& x, bool squares, double factor, float* out, bool to_
   const unsigned int blocks =
       n == 0 ? 1 : std::min<unsigned int>(kPartials, blocks_for(n, kThreads));
   // The partial sums and the result, as doubles: 8 bytes each.
-  Tensor partial = Tensor::empty(Shape{8 * (blocks + 1)}, DType::u8, device,
-                                 MemoryCategory::workspace);
+  Tensor partial =
+      Tensor::empty(Shape{8 * (blocks + 1)}, DType::u8, device, MemoryCategory::workspace);
   auto* partial_d = static_cast<double*>(partial.device_data());
   if (n == 0) {
     check(cudaMemsetAsync(partial_d, 0, sizeof(double), stream(device)), "cudaMemsetAsync");
@@ -77,10 +77,9 @@ double reduce(const Tensor& x, bool squares, double factor, float* out, bool to_
   check_launch(op);
   if (!to_host) return 0.0;
   double result = 0.0;
-  check(cudaMemcpyAsync(&result, result_d, sizeof(double), cudaMemcpyDeviceToHost,
-                        stream(device)),
+  check(cudaMemcpyAsync(&result, result_d, sizeof(double), cudaMemcpyDeviceToHost, stream(device)),
         "cudaMemcpyAsync");
-  synchronize(device);
+  sync_stream(device);
   return result;
 }
 
@@ -110,8 +109,8 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
   bool trailing = t <= r;
   for (int i = 0; trailing && i < t; ++i) trailing = target.dim(i) == x.dim(r - t + i);
   if (!trailing) {
-    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(),
-                 " is not a trailing part of ", x.shape().to_string());
+    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a trailing part of ",
+                 x.shape().to_string());
   }
   Tensor out = Tensor::empty(target, DType::f32, x.device());
   const int64_t cols = target.numel();

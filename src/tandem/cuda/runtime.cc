@@ -1,5 +1,6 @@
 #include "tandem/cuda/runtime.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -15,7 +16,11 @@ void check(cudaError_t status, const char* what) {
                cudaGetErrorString(status), ")");
 }
 
-int device_count() {
+namespace {
+std::atomic<int> per_gpu{1};
+}  // namespace
+
+int physical_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // no driver, or no device: not an error here
@@ -24,9 +29,29 @@ int device_count() {
   return count;
 }
 
+void set_devices_per_gpu(int count) {
+  if (count < 1 || count > 64) {
+    TANDEM_THROW(InvalidArgument, "virtual GPU devices per GPU must be 1 to 64, got ", count);
+  }
+  per_gpu.store(count);
+}
+
+int devices_per_gpu() {
+  return per_gpu.load();
+}
+
+int device_count() {
+  return physical_device_count() * devices_per_gpu();
+}
+
+int physical_index(Device device) {
+  return device.index / devices_per_gpu();
+}
+
 DeviceGuard::DeviceGuard(Device device) {
   check(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device.index) check(cudaSetDevice(device.index), "cudaSetDevice");
+  const int gpu = physical_index(device);
+  if (previous_ != gpu) check(cudaSetDevice(gpu), "cudaSetDevice");
 }
 
 DeviceGuard::~DeviceGuard() {
@@ -54,8 +79,13 @@ cudaStream_t stream(Device device) {
   return created;
 }
 
-void synchronize(Device device) {
+void sync_stream(Device device) {
   check(cudaStreamSynchronize(stream(device)), "a kernel or copy queued on this thread's stream");
+}
+
+void sync_device(Device device) {
+  DeviceGuard guard(device);
+  check(cudaDeviceSynchronize(), "work queued on the GPU");
 }
 
 void check_launch(const char* kernel) {

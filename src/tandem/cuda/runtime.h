@@ -17,8 +17,17 @@ namespace tandem::cuda {
 // Throws Error naming `what` and CUDA's message when status is not success.
 void check(cudaError_t status, const char* what);
 
-// Devices the driver shows this process; 0 when there is no driver or GPU.
+// GPUs the driver shows this process; 0 when there is no driver or GPU.
+int physical_device_count();
+// Virtual GPU devices (TensorFlow's logical devices): each GPU is split into
+// this many cuda:N devices, GPU g holding cuda:(g*k) .. cuda:(g*k+k-1), each
+// with its own allocator and streams. 1 (the default) is one device per GPU.
+void set_devices_per_gpu(int count);
+int devices_per_gpu();
+// The cuda:N devices: physical GPUs x devices per GPU.
 int device_count();
+// The GPU (CUDA ordinal) a cuda:N device lives on.
+int physical_index(Device device);
 
 // Makes `device` current on this thread for the scope (cudaSetDevice), and
 // restores the previous one after.
@@ -41,7 +50,11 @@ cudaStream_t stream(Device device);
 
 // Waits until everything this thread queued on `device` has run, and turns
 // an asynchronous kernel error into an Error.
-void synchronize(Device device);
+void sync_stream(Device device);
+
+// Waits until every thread's work on the device's GPU has run: a fence for
+// buffers another thread's stream wrote (the in-process collectives).
+void sync_device(Device device);
 
 // Checks that the last launch was accepted (a bad configuration shows at
 // once; faults inside the kernel show at the next synchronisation).

@@ -249,10 +249,9 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   });
   check_launch("count_correct");
   unsigned long long correct = 0;
-  check(cudaMemcpyAsync(&correct, count_d, sizeof(correct), cudaMemcpyDeviceToHost,
-                        stream(device)),
+  check(cudaMemcpyAsync(&correct, count_d, sizeof(correct), cudaMemcpyDeviceToHost, stream(device)),
         "cudaMemcpyAsync");
-  synchronize(device);
+  sync_stream(device);
   return static_cast<int64_t>(correct);
 }
 

@@ -44,6 +44,22 @@ std::string Element::describe() const {
   return out;
 }
 
+Element on_device(const Element& element, Device device) {
+  // Virtual CPU devices share the host's memory: a host tensor serves any.
+  const auto usable = [&](const Tensor& t) {
+    return t.device() == device ||
+           (t.device().kind == DeviceKind::cpu && device.kind == DeviceKind::cpu);
+  };
+  bool all_there = true;
+  for (const auto& [name, value] : element.features()) all_there &= usable(value);
+  if (all_there) return element;
+  Element moved;
+  for (const auto& [name, value] : element.features()) {
+    moved.set(name, usable(value) ? value : value.to(device));
+  }
+  return moved;
+}
+
 Tensor bytes_tensor(const std::string& bytes) {
   Tensor t = Tensor::empty(Shape{static_cast<int64_t>(bytes.size())}, DType::u8);
   if (!bytes.empty()) std::memcpy(t.raw_data(), bytes.data(), bytes.size());

@@ -31,6 +31,11 @@ class Element {
   std::vector<std::pair<std::string, Tensor>> features_;
 };
 
+// The element with every feature on `device`: itself when they all are
+// (host batches for CPU replicas cost nothing), else copies (a GPU replica's
+// input, copied on its thread's stream).
+Element on_device(const Element& element, Device device);
+
 // Bytes (file names, encoded images, TFRecord records) travel as 1-D u8 tensors.
 Tensor bytes_tensor(const std::string& bytes);
 std::string tensor_bytes(const Tensor& tensor);

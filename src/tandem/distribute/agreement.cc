@@ -12,9 +12,10 @@ namespace {
 // that they arrive bit for bit.
 std::vector<uint64_t> all_gather_words(comm::Communicator& comm, std::span<const uint64_t> words) {
   const auto count = static_cast<int64_t>(2 * words.size());
-  Tensor input = Tensor::empty(Shape{count}, DType::i32);
+  // Host buffers whatever the replicas' devices: the words are read here.
+  Tensor input = Tensor::empty(Shape{count}, DType::i32, cpu_device());
   if (!words.empty()) std::memcpy(input.raw_data(), words.data(), words.size() * sizeof(uint64_t));
-  Tensor output = Tensor::empty(Shape{count * comm.size()}, DType::i32);
+  Tensor output = Tensor::empty(Shape{count * comm.size()}, DType::i32, cpu_device());
   comm.all_gather(input, output);
   std::vector<uint64_t> out(words.size() * static_cast<size_t>(comm.size()));
   if (!out.empty()) std::memcpy(out.data(), output.raw_data(), out.size() * sizeof(uint64_t));
@@ -102,8 +103,7 @@ std::vector<int64_t> gather_over_processes(Strategy& strategy, std::span<const i
 std::vector<int64_t> sum_over_processes(Strategy& strategy, std::span<const int64_t> values) {
   const std::vector<int64_t> all = gather_over_processes(strategy, values);
   std::vector<int64_t> total(values.size(), 0);
-  for (size_t i = 0; i < all.size(); ++i)
-    total[i % values.size()] += all[i];
+  for (size_t i = 0; i < all.size(); ++i) total[i % values.size()] += all[i];
   return total;
 }
 

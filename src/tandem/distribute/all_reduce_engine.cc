@@ -365,7 +365,8 @@ void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
     Variable loss;
     {
       trace::Span span("forward", "step");
-      const Variable per_example = forward(*rep.model, {micro[k], global_rows, context});
+      const Variable per_example =
+          forward(*rep.model, {on_device(micro[k], context.device), global_rows, context});
       const int64_t n = rows_of(micro[k]);
       if (!per_example.defined() || per_example.shape() != Shape{n}) {
         TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
@@ -480,11 +481,13 @@ void AllReduceEngine::exchange_records(int local_replica) {
                                      static_cast<float>(rep.loss_sum),
                                      rep.last_exchange};
   if (!rep.peer_times.defined())
-    rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()});
+    rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()}, DType::f32,
+                                   cpu_device());  // read on the host
   const auto start = Clock::now();
   strategy()
       .communicator(local_replica)
-      ->all_gather(Tensor::from_floats(Shape{kRecordFields}, mine), rep.peer_times);
+      ->all_gather(Tensor::from_floats(Shape{kRecordFields}, mine, DType::f32, cpu_device()),
+                   rep.peer_times);
   rep.last_exchange = seconds(Clock::now() - start);
 }
 

@@ -27,7 +27,8 @@ void accumulate_step_counts(StepResult& a, const StepResult& b) {
   add(a.dropped_rows, b.dropped_rows);
   if (a.replica_reports.size() < b.replica_reports.size())
     a.replica_reports.resize(b.replica_reports.size());
-  for (size_t r = 0; r < b.replica_reports.size(); ++r) add(a.replica_reports[r], b.replica_reports[r]);
+  for (size_t r = 0; r < b.replica_reports.size(); ++r)
+    add(a.replica_reports[r], b.replica_reports[r]);
 }
 
 void check_engine_options(const EngineOptions& options, int workers) {
@@ -91,7 +92,8 @@ void evaluate_on_replicas(Strategy& strategy, const std::function<nn::Module&(in
       bool training;
       ~RestoreMode() { model.train(training); }
     } restore{m, was_training};
-    fn(m, {parts[r], rows, strategy.replica_context(r)});
+    const ReplicaContext& context = strategy.replica_context(r);
+    fn(m, {data::on_device(parts[r], context.device), rows, context});
   });
 }
 

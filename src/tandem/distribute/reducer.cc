@@ -6,7 +6,6 @@
 #include "tandem/base/error.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/reduce.h"
-#include "tandem/tensor/convert.h"
 
 namespace tandem::distribute {
 namespace {
@@ -179,7 +178,7 @@ void Reducer::stage_gradient(size_t parameter) {
   Variable& p = parameters_[parameter];
   Tensor target = slots_[bucket % slots_.size()].slice(offset, offset + p.value().numel());
   if (p.has_grad()) {
-    if (p.grad().raw_data() != target.raw_data())
+    if (p.grad().device_data() != target.device_data())
       target.copy_from(p.grad().reshape(target.shape()));
   } else {
     target.zero();  // no gradient this pass: contributes zero
@@ -204,8 +203,7 @@ void Reducer::launch(size_t bucket) {
   const Tensor& buffer = bucketer_->bucket(bucket);
   if (measure_norms_) last_.local_squares += kernels::squared_norm(buffer);
   const Tensor& wire = staging_.empty() ? buffer : staging_[bucket];
-  if (!staging_.empty())
-    convert(buffer.raw_data(), DType::f32, wire.raw_data(), wire.dtype(), buffer.numel());
+  if (!staging_.empty()) Tensor(wire).copy_from(buffer);
   if (options_.overlap) {
     works_[bucket] = comm_.all_reduce_async(wire, wire, comm::ReduceOp::sum);
   } else {
@@ -287,8 +285,7 @@ void Reducer::finish() {
     }
     if (!staging_.empty()) {
       const Tensor& buffer = bucketer_->bucket(b);
-      convert(staging_[b].raw_data(), staging_[b].dtype(), buffer.raw_data(), DType::f32,
-              buffer.numel());
+      Tensor(buffer).copy_from(staging_[b]);
     }
   }
   // Stage 2 keeps no parameter gradient: the shards are the result.

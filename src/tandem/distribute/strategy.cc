@@ -13,6 +13,7 @@
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/config.h"
 #include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/parameter_server_processes.h"
@@ -139,7 +140,8 @@ int global_replica_count(const comm::HierarchicalGroup& group) {
 template <typename Group>
 class ThreadedStrategy : public Strategy {
  public:
-  ThreadedStrategy(std::unique_ptr<Group> group, int devices, int threads)
+  ThreadedStrategy(std::unique_ptr<Group> group, int devices, int threads,
+                   DeviceKind kind = DeviceKind::cpu)
       : group_(std::move(group)) {
     const int first_replica = first_global_replica(*group_);
     const int global_replicas = global_replica_count(*group_);
@@ -148,7 +150,7 @@ class ThreadedStrategy : public Strategy {
       contexts_.push_back({.local_replica = r,
                            .global_replica = first_replica + r,
                            .num_replicas = global_replicas,
-                           .device = cpu_device(r),
+                           .device = Device{kind, r},
                            .threads = threads,
                            .communicator = comms_[r].get()});
     }
@@ -180,10 +182,13 @@ class ThreadedStrategy : public Strategy {
 
 class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
  public:
-  Mirrored(int devices, int threads, const comm::CommOptions& options)
+  // On GPUs (kind cuda) the in-process collectives run over GPU memory:
+  // replicas on virtual GPU devices of one GPU, or GPUs with peer access.
+  Mirrored(int devices, int threads, const comm::CommOptions& options,
+           DeviceKind kind = DeviceKind::cpu)
       : ThreadedStrategy(std::make_unique<comm::InProcessGroup>(
                              devices, comm::InProcessOptions{.comm = options}),
-                         devices, threads) {}
+                         devices, threads, kind) {}
   std::string name() const override { return "mirrored"; }
 };
 
@@ -248,8 +253,8 @@ class ParameterServerWorker : public ParameterServerPeer {
         servers_(std::move(servers)) {}
   void serve_remote_work(nn::Module& model, const ForwardFn& forward, const EngineOptions& options,
                          const std::function<std::vector<double>()>& take_reports) override {
-    serve_parameter_server_work(servers_, model, forward, options, replica_context(0),
-                                take_reports, silence_seconds());
+    serve_parameter_server_work(servers_, model, forward, options, replica_context(0), take_reports,
+                                silence_seconds());
   }
 
  private:
@@ -326,6 +331,31 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     TANDEM_THROW(InvalidArgument, "devices and threads per device must be positive, got ",
                  c.devices, " and ", c.threads_per_device);
   }
+  if (c.device_kind == DeviceKind::cuda) {
+    if (c.name != "one_device" && c.name != "mirrored") {
+      TANDEM_THROW(NotImplemented, "strategy ", c.name,
+                   " on GPUs needs the NCCL communicator, "
+                   "which tandem does not have yet; use one-device or mirrored with --device cuda");
+    }
+    const int gpus = cuda_gpu_count();
+    if (gpus < 1) {
+      TANDEM_THROW(InvalidArgument, "--device cuda: this machine has no CUDA device",
+                   TANDEM_HAVE_CUDA ? "" : " (and this build of tandem has no CUDA backend)");
+    }
+    if (c.name == "one_device" && c.devices > 1) {
+      TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
+                   " devices (use --strategy mirrored)");
+    }
+    const int devices = c.name == "one_device" ? 1 : (c.devices > 0 ? c.devices : gpus);
+    if (devices > gpus && devices % gpus != 0) {
+      TANDEM_THROW(InvalidArgument, devices, " GPU replicas on ", gpus,
+                   " GPU(s): more replicas "
+                   "than GPUs become virtual GPU devices, an equal number on each GPU");
+    }
+    // One host thread drives each GPU replica (the input pipeline has its own).
+    const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;
+    return {.local_replicas = devices, .global_replicas = devices, .threads_per_replica = threads};
+  }
   if (c.name == "one_device") {
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
@@ -351,14 +381,17 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
     // Ranks below ps_shards serve; every other process is one worker.
     if (c.devices > 1) {
-      TANDEM_THROW(InvalidArgument, "under mpirun each parameter-server worker is one process "
-                   "with one replica; got --devices ", c.devices, " (start more processes)");
+      TANDEM_THROW(InvalidArgument,
+                   "under mpirun each parameter-server worker is one process "
+                   "with one replica; got --devices ",
+                   c.devices, " (start more processes)");
     }
     const int launched = comm::launched_process_count();
     const int workers = launched - c.ps_shards;
     if (c.ps_shards < 1 || workers < 1) {
       TANDEM_THROW(InvalidArgument, "--ps ", c.ps_shards, " with mpirun -np ", launched,
-                   ": ranks 0..", c.ps_shards - 1, " would hold the parameter-server shards "
+                   ": ranks 0..", c.ps_shards - 1,
+                   " would hold the parameter-server shards "
                    "and leave no worker (start more processes or give a smaller --ps)");
     }
     if (comm::launched_rank() == 0) {
@@ -366,8 +399,8 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
       // the chief evaluates.
       return {.local_replicas = workers, .global_replicas = workers, .threads_per_replica = 1};
     }
-    const int threads = c.threads_per_device > 0 ? c.threads_per_device
-                                                 : std::max(1, cores / processes_here);
+    const int threads =
+        c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores / processes_here);
     check_subscription(c, processes_here, 1, threads, cores);
     return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
   }
@@ -391,13 +424,22 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
 
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   const StrategyLayout layout = strategy_layout(c);
+  if (c.name == "one_device" && c.device_kind == DeviceKind::cuda) {
+    return std::make_unique<OneDevice>(ReplicaContext{.device = Device{DeviceKind::cuda, 0},
+                                                      .threads = layout.threads_per_replica});
+  }
   if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
+  if (c.name == "mirrored" && c.device_kind == DeviceKind::cuda) {
+    const int gpus = cuda_gpu_count();
+    if (layout.local_replicas > gpus) set_cuda_devices_per_gpu(layout.local_replicas / gpus);
+    return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm,
+                                      DeviceKind::cuda);
+  }
   if (c.name == "mirrored") {
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm);
   }
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
-    const double silence =
-        std::chrono::duration<double>(c.comm.peer_timeout).count();
+    const double silence = std::chrono::duration<double>(c.comm.peer_timeout).count();
     const int rank = comm::mpi_world_rank();
     const int workers = layout.global_replicas;
     if (rank == 0) {
@@ -406,14 +448,13 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
           accept_remote_workers(workers, c.ps_shards, silence));
     }
     if (rank < c.ps_shards) {
-      return std::make_unique<ParameterServerShardRank>(
-          rank, layout.threads_per_replica, workers, accept_shard_clients(c.ps_shards, workers),
-          silence);
+      return std::make_unique<ParameterServerShardRank>(rank, layout.threads_per_replica, workers,
+                                                        accept_shard_clients(c.ps_shards, workers),
+                                                        silence);
     }
-    return std::make_unique<ParameterServerWorker>(rank, c.ps_shards, layout.threads_per_replica,
-                                                   workers,
-                                                   connect_to_parameter_servers(c.ps_shards),
-                                                   silence);
+    return std::make_unique<ParameterServerWorker>(
+        rank, c.ps_shards, layout.threads_per_replica, workers,
+        connect_to_parameter_servers(c.ps_shards), silence);
   }
   if (c.name == "parameter_server") {
     return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,

@@ -27,8 +27,12 @@
 namespace tandem::distribute {
 
 struct StrategyConfig {
-  std::string name = "one_device";      // one_device, mirrored, multi_worker, parameter_server
-  int devices = 0;                      // local replicas; 0: one per physical core
+  std::string name = "one_device";  // one_device, mirrored, multi_worker, parameter_server
+  int devices = 0;                  // local replicas; 0: one per physical core
+  // Where replicas run: virtual CPU devices, or GPUs (cuda:0.., one replica
+  // each; one_device and mirrored, whose in-process collectives reach GPU
+  // memory; more replicas than GPUs split each GPU into virtual GPU devices).
+  DeviceKind device_kind = DeviceKind::cpu;
   int threads_per_device = 0;           // 0: physical cores / devices (at least 1)
   bool allow_oversubscription = false;  // more devices x threads than physical cores
   // parameter_server under mpirun: ranks 0..ps_shards-1 hold the shards

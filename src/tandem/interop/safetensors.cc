@@ -74,7 +74,8 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& j) {
 void check_entry(const SafetensorsEntry& e, const std::string& path) {
   const size_t element_size = safetensors_dtype_size(e.dtype);
   if (element_size == 0)
-    TANDEM_THROW(IoError, "'", path, "': tensor '", e.name, "' has an unknown dtype '", e.dtype, "'");
+    TANDEM_THROW(IoError, "'", path, "': tensor '", e.name, "' has an unknown dtype '", e.dtype,
+                 "'");
   for (int64_t d : e.shape) {
     if (d < 0) {
       TANDEM_THROW(IoError, "'", path, "': tensor '", e.name, "' has a negative dimension ", d);
@@ -140,7 +141,8 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
 
   try {
     const nlohmann::json header = nlohmann::json::parse(text);
-    if (!header.is_object()) TANDEM_THROW(IoError, "'", path_, "': the header is not a JSON object");
+    if (!header.is_object())
+      TANDEM_THROW(IoError, "'", path_, "': the header is not a JSON object");
     for (const auto& [key, value] : header.items()) {
       if (key == kMetadataKey) {
         if (!value.is_object())
@@ -230,8 +232,13 @@ void write_safetensors(const std::string& path,
   std::vector<std::string_view> parts;
   parts.emplace_back(reinterpret_cast<const char*>(&length), sizeof(length));
   parts.emplace_back(text);
-  for (const auto& [name, t] : tensors)
-    if (t.nbytes() > 0) parts.emplace_back(static_cast<const char*>(t.raw_data()), t.nbytes());
+  std::vector<Tensor> host;  // GPU tensors' host copies, alive until written
+  host.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    host.push_back(t.on_host());
+    if (t.nbytes() > 0)
+      parts.emplace_back(static_cast<const char*>(host.back().raw_data()), t.nbytes());
+  }
   write_file_atomically(path, parts, "safetensors file");
 }
 

@@ -1,5 +1,8 @@
 #include "tandem/kernels/elementwise.h"
 
+#include <atomic>
+#include <cmath>
+
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
@@ -93,6 +96,34 @@ void add_into(Tensor& dst, const Tensor& src, float alpha) {
       });
     });
   });
+}
+
+bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor) {
+  for (const Tensor& t : tensors) {
+    if (t.dtype() != DType::f32) {
+      TANDEM_THROW(InvalidArgument, "scale_and_check_finite needs f32 tensors, got ",
+                   t.to_string());
+    }
+  }
+  if (!tensors.empty())
+    TANDEM_DISPATCH_CUDA(tensors.front(), scale_and_check_finite(tensors, factor));
+  bool finite = true;
+  for (const Tensor& t : tensors) {
+    float* data = t.data<float>();
+    std::atomic<bool> ok{true};
+    parallel_for(t.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+      // Scale and test in one pass: finite values stay finite when scaled
+      // down, so testing the product is testing the gradient.
+      bool chunk_ok = true;
+      for (int64_t i = begin; i < end; ++i) {
+        data[i] *= factor;
+        chunk_ok &= std::isfinite(data[i]);
+      }
+      if (!chunk_ok) ok.store(false, std::memory_order_relaxed);
+    });
+    finite &= ok.load();
+  }
+  return finite;
 }
 
 }  // namespace tandem::kernels

@@ -3,6 +3,8 @@
 // Broadcasting: b may have a's shape, a's trailing dimensions (repeated over
 // the leading ones, e.g. a bias row), or a single element.
 
+#include <vector>
+
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::kernels {
@@ -15,6 +17,11 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, float factor);
 // dst += alpha * src; same element count; dtypes may differ (src converted).
 void add_into(Tensor& dst, const Tensor& src, float alpha = 1.0f);
+// Multiplies every f32 tensor in place by factor and says whether all the
+// results are finite (the loss scaler's unscale-and-check, one pass). On a
+// GPU the answer is one flag for all the tensors, read back once.
+bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor);
+
 // True when b broadcasts onto a under the rules above.
 bool broadcastable(const Shape& a, const Shape& b);
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "tandem/tensor/device.h"
 #include "tandem/tensor/dtype.h"
 
 namespace tandem::kernels {
@@ -17,8 +18,12 @@ int64_t flops_executed();
 void count_flops(int64_t flops);
 
 // The matmul rate (FLOP/s) of square n x n products in dtype (f32 or bf16)
-// on the calling thread's intra-op threads, the best of repeats lasting at
-// least min_seconds in all. Throws InvalidArgument for other dtypes or n < 1.
-double measure_matmul_peak(DType dtype, int64_t n = 1024, double min_seconds = 0.3);
+// on `device` (a CPU device: the calling thread's intra-op threads), the
+// best of repeats lasting at least min_seconds in all. On a GPU each repeat
+// queues enough products to last a few milliseconds and waits for them, so
+// launch latency does not count; f32 there follows set_matmul_allow_tf32.
+// Throws InvalidArgument for other dtypes or n < 1.
+double measure_matmul_peak(DType dtype, int64_t n = 1024, double min_seconds = 0.3,
+                           Device device = cpu_device());
 
 }  // namespace tandem::kernels

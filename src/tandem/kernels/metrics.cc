@@ -14,6 +14,13 @@
 namespace tandem::kernels {
 namespace {
 
+// Metrics are reductions of a batch's outputs to a few numbers: on a GPU the
+// outputs are copied to the host and summed there, in the CPU's order (a
+// copy of the logits per batch; a device kernel would save it).
+bool on_device(const Tensor& a, const Tensor& b) {
+  return a.device().kind != DeviceKind::cpu || b.device().kind != DeviceKind::cpu;
+}
+
 using detail::dispatch_floating;
 using detail::to_f32;
 
@@ -29,6 +36,9 @@ double count_not_ignored(const Tensor& labels, std::optional<int32_t> ignore_ind
 // in order.
 template <typename F>
 MetricSums error_sums(const Tensor& predictions, const Tensor& targets, const char* op, F f) {
+  if (on_device(predictions, targets)) {
+    return error_sums(predictions.on_host(), targets.on_host(), op, f);
+  }
   const Tensor t = detail::check_targets(predictions, targets, op);
   const int64_t N = predictions.dim(0), M = predictions.shape().row_numel();
   std::vector<double> row(static_cast<size_t>(N), 0.0);
@@ -57,6 +67,8 @@ MetricSums error_sums(const Tensor& predictions, const Tensor& targets, const ch
 
 MetricSums top_k_correct(const Tensor& logits, const Tensor& labels, int k,
                          std::optional<int32_t> ignore_index) {
+  if (on_device(logits, labels))
+    return top_k_correct(logits.on_host(), labels.on_host(), k, ignore_index);
   const char* op = "top_k_correct";
   if (k < 1) TANDEM_THROW(InvalidArgument, op, ": k must be >= 1, got ", k);
   const detail::ClassLayout layout = detail::check_class_labels(logits, labels, ignore_index, op);
@@ -97,6 +109,9 @@ MetricSums squared_error_sums(const Tensor& predictions, const Tensor& targets) 
 
 MetricSums token_cross_entropy_sums(const Tensor& logits, const Tensor& labels,
                                     std::optional<int32_t> ignore_index) {
+  if (on_device(logits, labels)) {
+    return token_cross_entropy_sums(logits.on_host(), labels.on_host(), ignore_index);
+  }
   const char* op = "token_cross_entropy_sums";
   const detail::ClassLayout layout = detail::check_class_labels(logits, labels, ignore_index, op);
   std::vector<double> token(static_cast<size_t>(layout.examples * layout.positions));

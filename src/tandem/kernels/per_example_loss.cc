@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/detail/loss_common.h"
 
@@ -92,6 +93,7 @@ float element_grad(ElementwiseLoss kind, float x, float t, float delta) {
 
 CrossEntropyPerExample softmax_cross_entropy_per_example(const Tensor& logits, const Tensor& labels,
                                                          const CrossEntropyOptions& options) {
+  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example(logits, labels, options));
   const char* op = "softmax_cross_entropy_per_example";
   check_smoothing(options.label_smoothing, op);
   const detail::ClassLayout layout =
@@ -116,6 +118,8 @@ CrossEntropyPerExample softmax_cross_entropy_per_example(const Tensor& logits, c
 Tensor softmax_cross_entropy_per_example_backward(const Tensor& grad_loss, const Tensor& logits,
                                                   const Tensor& labels, const Tensor& log_sum_exp,
                                                   const CrossEntropyOptions& options) {
+  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example_backward(grad_loss, logits, labels,
+                                                                          log_sum_exp, options));
   const char* op = "softmax_cross_entropy_per_example_backward";
   check_smoothing(options.label_smoothing, op);
   const detail::ClassLayout layout =

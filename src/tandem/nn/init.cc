@@ -18,14 +18,26 @@ void check_fan(int64_t fan, const char* what) {
   if (fan <= 0) TANDEM_THROW(InvalidArgument, "init::", what, ": fan must be positive, got ", fan);
 }
 
+// Draws on the host, from the same generator whatever the device, so that a
+// model initialises to the same values on a GPU as on the CPU.
+template <typename Draw>
+void draw_on_host(Tensor& tensor, const char* what, Draw draw) {
+  if (tensor.device().kind == DeviceKind::cpu) return draw(f32_data(tensor, what));
+  Tensor host = Tensor::empty(tensor.shape(), tensor.dtype(), cpu_device(), tensor.category());
+  draw(f32_data(host, what));
+  tensor.copy_from(host);
+}
+
 }  // namespace
 
 void uniform(Tensor& tensor, float low, float high, Generator& generator) {
-  generator.uniform(f32_data(tensor, "uniform"), tensor.numel(), low, high);
+  draw_on_host(tensor, "uniform",
+               [&](float* data) { generator.uniform(data, tensor.numel(), low, high); });
 }
 
 void normal(Tensor& tensor, float mean, float stddev, Generator& generator) {
-  generator.normal(f32_data(tensor, "normal"), tensor.numel(), mean, stddev);
+  draw_on_host(tensor, "normal",
+               [&](float* data) { generator.normal(data, tensor.numel(), mean, stddev); });
 }
 
 void kaiming_uniform(Tensor& tensor, int64_t fan_in, float a, Generator& generator) {

@@ -3,69 +3,19 @@
 #include "tandem/optim/layerwise.h"
 
 #include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/optimizer_update.h"
+#include "tandem/kernels/reduce.h"
 
 #include <cmath>
 
 #include "tandem/base/error.h"
-#include "tandem/base/parallel.h"
-#include "tandem/base/target_clones.h"
 
 namespace tandem::optim {
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;
-
 void check_finite_non_negative(double value, const char* what) {
   if (!(value >= 0.0) || !std::isfinite(value)) {
     TANDEM_THROW(InvalidArgument, what, " must be a finite non-negative number, got ", value);
-  }
-}
-
-// The update loops are memory-bound streams over the parameters and their
-// state: written branch-free over non-aliasing arrays so that they compile to
-// vector code for each ISA clone (the optimizer step was a fifth of an mlp
-// bf16 training step as a scalar loop).
-struct SgdStep {
-  float lr, momentum, dampening, decay;
-  bool first, nesterov;
-};
-
-TANDEM_TARGET_CLONES void sgd_update(float* __restrict w, const float* __restrict g,
-                                     float* __restrict buf, int64_t n, SgdStep s) {
-  if (buf == nullptr) {
-    for (int64_t j = 0; j < n; ++j) w[j] -= s.lr * (g[j] + s.decay * w[j]);
-    return;
-  }
-  const float keep = s.first ? 0.0f : s.momentum;
-  const float take = s.first ? 1.0f : 1.0f - s.dampening;
-  const float look_ahead = s.nesterov ? s.momentum : 0.0f;
-  if (s.nesterov) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float d = g[j] + s.decay * w[j];
-      buf[j] = keep * buf[j] + take * d;
-      w[j] -= s.lr * (d + look_ahead * buf[j]);
-    }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      buf[j] = keep * buf[j] + take * (g[j] + s.decay * w[j]);
-      w[j] -= s.lr * buf[j];
-    }
-  }
-}
-
-struct AdamStep {
-  float b1, b2, eps, l2, shrink, step_size, inv_sqrt_correction2;
-};
-
-TANDEM_TARGET_CLONES void adam_update(float* __restrict w, const float* __restrict g,
-                                      float* __restrict m, float* __restrict v, int64_t n,
-                                      AdamStep s) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float d = g[j] + s.l2 * w[j];
-    m[j] = s.b1 * m[j] + (1.0f - s.b1) * d;
-    v[j] = s.b2 * v[j] + (1.0f - s.b2) * d * d;
-    w[j] =
-        w[j] * s.shrink - s.step_size * m[j] / (std::sqrt(v[j]) * s.inv_sqrt_correction2 + s.eps);
   }
 }
 
@@ -80,10 +30,9 @@ Optimizer::Optimizer(std::vector<Variable> parameters, double learning_rate)
                    p.defined() ? p.name() : "undefined", "'");
     }
   }
-  const Device device =
-      parameters_.empty() ? current_device() : parameters_.front().value().device();
+  // Step counts are the host's bookkeeping, wherever the parameters live.
   update_counts_ = Tensor::zeros(Shape{static_cast<int64_t>(parameters_.size())}, DType::i32,
-                                 device, MemoryCategory::optimizer_state);
+                                 cpu_device(), MemoryCategory::optimizer_state);
 }
 
 void Optimizer::zero_grad() {
@@ -133,18 +82,14 @@ void Sgd::step() {
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Variable& param = parameters()[i];
     if (!param.has_grad()) continue;
-    float* w = param.value().data<float>();
-    const float* g = param.grad().data<float>();
-    float* buf = momentum > 0.0f ? momentum_[i]->data<float>() : nullptr;
-    const SgdStep step{.lr = lr,
-                       .momentum = momentum,
-                       .dampening = dampening,
-                       .decay = decay,
-                       .first = updates(i) == 0,
-                       .nesterov = nesterov};
-    parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
-      sgd_update(w + begin, g + begin, buf != nullptr ? buf + begin : nullptr, end - begin, step);
-    });
+    const kernels::SgdUpdate step{.lr = lr,
+                                  .momentum = momentum,
+                                  .dampening = dampening,
+                                  .decay = decay,
+                                  .first = updates(i) == 0,
+                                  .nesterov = nesterov};
+    kernels::sgd_update(param.value(), param.grad(), momentum > 0.0f ? *momentum_[i] : Tensor(),
+                        step);
     param.mark_modified();
     ++updates(i);
   }
@@ -182,20 +127,14 @@ void Adam::step() {
     const auto step_size = static_cast<float>(lr / correction1);
     const auto inv_sqrt_correction2 =
         static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)));
-    float* w = param.value().data<float>();
-    const float* g = param.grad().data<float>();
-    float* m = first_moment_[i]->data<float>();
-    float* v = second_moment_[i]->data<float>();
-    const AdamStep step{.b1 = b1,
-                        .b2 = b2,
-                        .eps = eps,
-                        .l2 = l2,
-                        .shrink = shrink,
-                        .step_size = step_size,
-                        .inv_sqrt_correction2 = inv_sqrt_correction2};
-    parallel_for(param.value().numel(), kGrain, [&](int64_t begin, int64_t end) {
-      adam_update(w + begin, g + begin, m + begin, v + begin, end - begin, step);
-    });
+    const kernels::AdamUpdate step{.b1 = b1,
+                                   .b2 = b2,
+                                   .eps = eps,
+                                   .l2 = l2,
+                                   .shrink = shrink,
+                                   .step_size = step_size,
+                                   .inv_sqrt_correction2 = inv_sqrt_correction2};
+    kernels::adam_update(param.value(), param.grad(), *first_moment_[i], *second_moment_[i], step);
     param.mark_modified();
   }
 }
@@ -260,6 +199,10 @@ double gradient_squares(const std::vector<Variable>& parameters) {
   double squares = 0.0;
   for (const Variable& p : parameters) {
     if (!p.has_grad()) continue;
+    if (p.grad().device().kind != DeviceKind::cpu) {
+      squares += kernels::squared_norm(p.grad());  // on the device; one number comes back
+      continue;
+    }
     const Tensor g = p.grad().to(DType::f32);
     const float* v = g.data<float>();
     for (int64_t i = 0; i < g.numel(); ++i) squares += static_cast<double>(v[i]) * v[i];

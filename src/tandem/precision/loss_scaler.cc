@@ -1,11 +1,10 @@
 #include "tandem/precision/loss_scaler.h"
 
-#include <atomic>
 #include <cmath>
 
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
-#include "tandem/base/parallel.h"
+#include "tandem/kernels/elementwise.h"
 
 namespace tandem::precision {
 
@@ -29,30 +28,16 @@ Variable LossScaler::scale_loss(const Variable& loss) const {
 }
 
 bool LossScaler::unscale_and_check(const std::vector<Variable>& parameters) const {
-  const auto inverse = static_cast<float>(1.0 / scale_);
-  bool finite = true;
+  std::vector<Tensor> gradients;
   for (const Variable& p : parameters) {
     if (!p.has_grad()) continue;
-    Tensor g = p.grad();
-    if (g.dtype() != DType::f32) {
+    if (p.grad().dtype() != DType::f32) {
       TANDEM_THROW(InvalidArgument, "loss scaling needs f32 gradients, '", p.name(), "' has ",
-                   dtype_name(g.dtype()));
+                   dtype_name(p.grad().dtype()));
     }
-    float* data = g.data<float>();
-    std::atomic<bool> ok{true};
-    parallel_for(g.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
-      // Unscale and test in one pass: finite values stay finite when scaled
-      // down, so testing the product is testing the gradient.
-      bool chunk_ok = true;
-      for (int64_t i = begin; i < end; ++i) {
-        data[i] *= inverse;
-        chunk_ok &= std::isfinite(data[i]);
-      }
-      if (!chunk_ok) ok.store(false, std::memory_order_relaxed);
-    });
-    finite &= ok.load();
+    gradients.push_back(p.grad());
   }
-  return finite;
+  return kernels::scale_and_check_finite(gradients, static_cast<float>(1.0 / scale_));
 }
 
 void LossScaler::update(bool finite) {

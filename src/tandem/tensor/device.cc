@@ -82,6 +82,34 @@ std::ostream& operator<<(std::ostream& out, const Device& device) {
   return out << device.to_string();
 }
 
+void synchronize([[maybe_unused]] Device device) {
+#if TANDEM_HAVE_CUDA
+  if (device.kind == DeviceKind::cuda) cuda::sync_stream(device);
+#endif
+}
+
+void synchronize_all([[maybe_unused]] Device device) {
+#if TANDEM_HAVE_CUDA
+  if (device.kind == DeviceKind::cuda) cuda::sync_device(device);
+#endif
+}
+
+void set_cuda_devices_per_gpu([[maybe_unused]] int count) {
+#if TANDEM_HAVE_CUDA
+  cuda::set_devices_per_gpu(count);
+#else
+  TANDEM_THROW(NotImplemented, "virtual GPU devices: this build of tandem has no CUDA backend");
+#endif
+}
+
+int cuda_gpu_count() {
+#if TANDEM_HAVE_CUDA
+  return cuda::physical_device_count();
+#else
+  return 0;
+#endif
+}
+
 int cuda_device_count() {
 #if TANDEM_HAVE_CUDA
   return cuda::device_count();

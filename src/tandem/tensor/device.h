@@ -53,8 +53,24 @@ int virtual_cpu_device_count();
 void set_virtual_cpu_device_count(int count);
 
 // The CUDA devices this process sees: cuda:0 .. cuda:(n-1); 0 when there is
-// no GPU or driver, or tandem was built without CUDA.
+// no GPU or driver, or tandem was built without CUDA. With k devices per GPU
+// (below) there are k per GPU.
 int cuda_device_count();
+// The physical GPUs this process sees (0 without CUDA or a GPU).
+int cuda_gpu_count();
+// Splits each GPU into `count` virtual GPU devices (1 to 64; TensorFlow's
+// logical devices), so that strategies can run several replicas on one GPU
+// (tests, and trying a multi-GPU recipe on one). Call before any tensor is
+// on a GPU. Throws NotImplemented in a build without CUDA.
+void set_cuda_devices_per_gpu(int count);
+
+// Waits until the work the calling thread queued on `device` has run (GPU
+// kernels are asynchronous); returns at once for CPU devices, whose kernels
+// finish before they return.
+void synchronize(Device device);
+// Waits until the work every thread queued on the device's GPU has run:
+// before one thread reads buffers another thread's kernels wrote.
+void synchronize_all(Device device);
 
 std::ostream& operator<<(std::ostream& out, const Device& device);
 

@@ -132,7 +132,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   bytes.resize(data_start + offset, '\0');
   size_t position = data_start;
   for (const auto& [name, t] : checkpoint.tensors) {
-    if (t.nbytes() > 0) std::memcpy(bytes.data() + position, t.raw_data(), t.nbytes());
+    if (t.nbytes() > 0) std::memcpy(bytes.data() + position, t.on_host().raw_data(), t.nbytes());
     position = data_start + align_up(position - data_start + t.nbytes());
   }
   append_pod<uint32_t>(bytes, crc_of(bytes.data(), bytes.size()));

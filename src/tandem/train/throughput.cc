@@ -18,7 +18,7 @@ Tensor random_tokens(const Shape& shape, int64_t vocabulary, Generator& generato
   std::vector<int32_t> ids(static_cast<size_t>(shape.numel()));
   const auto v = static_cast<uint64_t>(vocabulary);
   for (auto& t : ids) t = static_cast<int32_t>(generator.next_below(v));
-  return Tensor::from_ints(shape, ids);
+  return Tensor::from_ints(shape, ids, cpu_device());
 }
 
 ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
@@ -26,6 +26,7 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
     TANDEM_THROW(InvalidArgument, "throughput: batch size and steps must be positive, got batch ",
                  options.batch_size, " steps ", options.steps, " warm-up ", options.warmup_steps);
   }
+  DeviceScope on_device(options.device);
   auto model = nn::make_model(
       options.model, precision::model_options(
                          options.policy, {.seed = options.seed, .settings = options.settings}));
@@ -40,37 +41,37 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   for (int b = 0; b < kBatches; ++b) {
     if (gpt != nullptr) {
       const int64_t T = gpt->config().context, V = gpt->config().vocabulary;
-      inputs.push_back(random_tokens(Shape{B, T}, V, generator));
-      labels.push_back(random_tokens(Shape{B * T}, V, generator));
+      inputs.push_back(random_tokens(Shape{B, T}, V, generator).to(options.device));
+      labels.push_back(random_tokens(Shape{B * T}, V, generator).to(options.device));
       continue;
     }
-    Tensor x = Tensor::empty(Shape{B, 28, 28, 1});
+    Tensor x = Tensor::empty(Shape{B, 28, 28, 1}, DType::f32, cpu_device());
     generator.normal(x.data<float>(), x.numel());
     std::vector<int32_t> y(static_cast<size_t>(B));
     for (auto& label : y) label = static_cast<int32_t>(generator.next_below(10));
-    inputs.push_back(x);
-    labels.push_back(Tensor::from_ints(Shape{B}, y));
+    inputs.push_back(x.to(options.device));
+    labels.push_back(Tensor::from_ints(Shape{B}, y, options.device));
   }
   const auto logits_of = [&](const Variable& out) {
-    return gpt != nullptr ? reshape(out, Shape{out.shape().numel() / out.shape()[2], out.shape()[2]})
-                          : out;
+    return gpt != nullptr
+               ? reshape(out, Shape{out.shape().numel() / out.shape()[2], out.shape()[2]})
+               : out;
   };
   ThroughputResult result;
   if (gpt != nullptr) {
     const nn::GptConfig& c = gpt->config();
     result.tokens_per_example = c.context;
-    result.model_flops_per_example =
-        static_cast<double>(c.context) *
-        (6.0 * static_cast<double>(model->parameter_count()) +
-         12.0 * static_cast<double>(c.layers * c.context * c.width));
+    result.model_flops_per_example = static_cast<double>(c.context) *
+                                     (6.0 * static_cast<double>(model->parameter_count()) +
+                                      12.0 * static_cast<double>(c.layers * c.context * c.width));
   }
-  Allocator& memory = allocator_for(cpu_device());
+  Allocator& memory = allocator_for(options.device);
   auto train_step = [&](int64_t i) {
     const int64_t start_bytes = memory.stats().current(MemoryCategory::activations);
     memory.reset_peaks();
     optimizer->zero_grad();
-    const Variable loss = softmax_cross_entropy(logits_of(model->forward(Variable(inputs[i % kBatches]))),
-                                                labels[i % kBatches]);
+    const Variable loss = softmax_cross_entropy(
+        logits_of(model->forward(Variable(inputs[i % kBatches]))), labels[i % kBatches]);
     loss.backward();
     optimizer->step();
     result.final_loss = loss.value().item();

@@ -22,6 +22,10 @@ struct ThroughputOptions {
   int64_t warmup_steps = 5;  // untimed: primitive creation, allocator warm-up
   int64_t steps = 30;        // timed
   uint64_t seed = 0;
+  // Where the model and batches live: a CPU device (the calling thread's
+  // intra-op threads) or a GPU (each step ends with its loss read back, so
+  // the timing covers the queued work).
+  Device device = cpu_device();
 };
 
 struct ThroughputResult {

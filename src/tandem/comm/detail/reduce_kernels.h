@@ -16,4 +16,12 @@ namespace tandem::comm::kernels {
 void reduce_range(DType dtype, ReduceOp op, float scale, const void* const* inputs, int input_count,
                   void* const* outputs, int output_count, int64_t begin, int64_t end);
 
+// The same over GPU buffers (device addresses) of `device`'s GPU or GPUs it
+// can reach, queued on the calling thread's stream: synchronize(device)
+// before the results are read elsewhere. Throws NotImplemented in a build
+// without CUDA.
+void reduce_range_on_device(Device device, DType dtype, ReduceOp op, float scale,
+                            const void* const* inputs, int input_count, void* const* outputs,
+                            int output_count, int64_t begin, int64_t end);
+
 }  // namespace tandem::comm::kernels

@@ -1,0 +1,94 @@
+#include "tandem/cuda/libraries.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "tandem/base/error.h"
+
+namespace tandem::cuda {
+namespace {
+
+// The handle of the first of `names` that loads, or nullptr.
+void* open_library(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return handle;
+  }
+  return nullptr;
+}
+
+template <typename F>
+void bind(void* handle, const char* library, const char* symbol, F& slot) {
+  void* address = dlsym(handle, symbol);
+  if (address == nullptr) {
+    TANDEM_THROW(Error, library, " has no ", symbol, ": a version older than tandem was built for");
+  }
+  slot = reinterpret_cast<F>(address);
+}
+
+// major * 10000 + minor * 100 + patch, as cuBLASLt, cuDNN 9 and NCCL 2.9+ encode it.
+std::string dotted(size_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+}  // namespace
+
+const CublasLt& cublaslt() {
+  static CublasLt lt{};
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    void* h = open_library({"libcublasLt.so.13", "libcublasLt.so"});
+    if (h == nullptr) {
+      failure = std::string("cannot load cuBLASLt (libcublasLt.so.13): ") + dlerror() +
+                " (put the CUDA libraries on LD_LIBRARY_PATH)";
+      return;
+    }
+    try {
+      const char* name = "libcublasLt";
+      bind(h, name, "cublasLtCreate", lt.create);
+      bind(h, name, "cublasLtGetVersion", lt.get_version);
+      bind(h, name, "cublasLtGetStatusName", lt.status_name);
+      bind(h, name, "cublasLtGetStatusString", lt.status_string);
+      bind(h, name, "cublasLtMatrixLayoutCreate", lt.layout_create);
+      bind(h, name, "cublasLtMatrixLayoutSetAttribute", lt.layout_set);
+      bind(h, name, "cublasLtMatmulDescCreate", lt.desc_create);
+      bind(h, name, "cublasLtMatmulDescSetAttribute", lt.desc_set);
+      bind(h, name, "cublasLtMatmulPreferenceCreate", lt.preference_create);
+      bind(h, name, "cublasLtMatmulPreferenceSetAttribute", lt.preference_set);
+      bind(h, name, "cublasLtMatmulPreferenceDestroy", lt.preference_destroy);
+      bind(h, name, "cublasLtMatmulAlgoGetHeuristic", lt.heuristic);
+      bind(h, name, "cublasLtMatmul", lt.matmul);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) TANDEM_THROW(Error, failure);
+  return lt;
+}
+
+std::string cublaslt_version() {
+  try {
+    return dotted(cublaslt().get_version());
+  } catch (const Error&) {
+    return "not found";
+  }
+}
+
+std::string cudnn_version() {
+  void* h = open_library({"libcudnn.so.9", "libcudnn.so"});
+  if (h == nullptr) return "not found";
+  auto* get = reinterpret_cast<size_t (*)()>(dlsym(h, "cudnnGetVersion"));
+  return get != nullptr ? dotted(get()) : "not found";
+}
+
+std::string nccl_version() {
+  void* h = open_library({"libnccl.so.2", "libnccl.so"});
+  if (h == nullptr) return "not found";
+  auto* get = reinterpret_cast<int (*)(int*)>(dlsym(h, "ncclGetVersion"));
+  int v = 0;
+  return get != nullptr && get(&v) == 0 ? dotted(static_cast<size_t>(v)) : "not found";
+}
+
+}  // namespace tandem::cuda
