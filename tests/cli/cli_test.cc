@@ -82,7 +82,7 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --threads 0" + out, "--threads must be at least 1");
   expect_one_line_error("train --device tpu" + out, "--device must be cpu or cuda, got 'tpu'");
   expect_one_line_error("train --device cuda --strategy parameter-server" + out,
-                        "needs the NCCL communicator");
+                        "does not run on GPUs");
   if (tandem::cuda_device_count() == 0) {
     expect_one_line_error("train --device cuda --strategy one-device" + out,
                           "this machine has no CUDA device");

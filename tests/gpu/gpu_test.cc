@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,11 +17,15 @@
 #include "support/reference.h"
 #include "tandem/base/error.h"
 #include "tandem/comm/inprocess.h"
+#include "tandem/comm/nccl.h"
 #include "tandem/config.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/attention.h"
+#include "tandem/kernels/dropout.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/embedding.h"
+#include "tandem/kernels/layout.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
@@ -333,6 +338,121 @@ TEST_F(Gpu, OptimizerUpdatesAndTheLossScalersCheckMatchTheCpu) {
   EXPECT_FALSE(kernels::scale_and_check_finite(with_inf, 0.5f));
 }
 
+TEST_F(Gpu, LayoutCopiesMatchTheCpu) {
+  const Tensor x = random_tensor(Shape{3, 5, 4, 7}, -3.0f, 3.0f, 31);
+  const std::vector<std::vector<int>> orders = {{0, 1, 2, 3}, {3, 2, 1, 0}, {0, 2, 1, 3},
+                                                {1, 0, 2, 3}, {2, 0, 3, 1}, {0, 1, 3, 2}};
+  for (DType dtype : {DType::f32, DType::bf16, DType::u8, DType::i32}) {
+    const Tensor cpu = x.to(dtype), gpu = cpu.to(kGpu);
+    const std::string name(dtype_name(dtype));
+    for (const auto& order : orders) {
+      expect_match(kernels::permute(gpu, order), kernels::permute(cpu, order), 0.0,
+                   "permute " + name);
+    }
+    for (int axis = 0; axis < 4; ++axis) {
+      const int64_t end = x.dim(axis), begin = end > 2 ? 1 : 0;
+      const Tensor sc = kernels::slice(cpu, axis, begin, end),
+                   sg = kernels::slice(gpu, axis, begin, end);
+      expect_match(sg, sc, 0.0, "slice " + name);
+      expect_match(kernels::unslice(sg, x.shape(), axis, begin),
+                   kernels::unslice(sc, x.shape(), axis, begin), 0.0, "unslice " + name);
+      const std::vector<Tensor> parts_c = {cpu, sc, cpu}, parts_g = {gpu, sg, gpu};
+      expect_match(kernels::concat(parts_g, axis), kernels::concat(parts_c, axis), 0.0,
+                   "concat " + name);
+    }
+  }
+  const std::vector<Tensor> mixed = {x, x.to(kGpu)};
+  EXPECT_THROW(kernels::concat(mixed, 0), InvalidArgument);
+}
+
+TEST_F(Gpu, LayerAndRmsNormMatchTheCpuForwardAndBackward) {
+  uint64_t seed = 40;
+  for (DType dtype : kFloatTypes) {
+    for (const Shape& shape : {Shape{7, 33}, Shape{3, 5, 256}, Shape{2, 1000}, Shape{300, 8}}) {
+      const int64_t C = shape.dim(-1);
+      const Tensor x = random_of(shape, dtype, ++seed), dy = random_of(shape, dtype, ++seed);
+      const Tensor gamma = random_tensor(Shape{C}, 0.5f, 1.5f, ++seed),
+                   beta = random_tensor(Shape{C}, -1.0f, 1.0f, ++seed);
+      const Tensor xg = x.to(kGpu), dyg = dy.to(kGpu), gg = gamma.to(kGpu), bg = beta.to(kGpu);
+      const double tol = tolerance(dtype);
+      const std::string what = std::string(dtype_name(dtype)) + " " + shape.to_string();
+      const auto lc = kernels::layer_norm(x, gamma, beta, 1e-5f);
+      const auto lg = kernels::layer_norm(xg, gg, bg, 1e-5f);
+      expect_match(lg.y, lc.y, tol, "layer_norm y " + what);
+      expect_match(lg.mean, lc.mean, 1e-5, "layer_norm mean " + what);
+      expect_match(lg.rstd, lc.rstd, 1e-5, "layer_norm rstd " + what);
+      const auto lbc = kernels::layer_norm_backward(dy, x, lc.mean, lc.rstd, gamma);
+      const auto lbg = kernels::layer_norm_backward(dyg, xg, lg.mean, lg.rstd, gg);
+      expect_match(lbg.dx, lbc.dx, tol, "layer_norm dx " + what);
+      expect_match(lbg.dgamma, lbc.dgamma, 1e-5, "layer_norm dgamma " + what);
+      expect_match(lbg.dbeta, lbc.dbeta, 1e-5, "layer_norm dbeta " + what);
+      const auto rc = kernels::rms_norm(x, gamma, 1e-6f);
+      const auto rg = kernels::rms_norm(xg, gg, 1e-6f);
+      expect_match(rg.y, rc.y, tol, "rms_norm y " + what);
+      expect_match(rg.rstd, rc.rstd, 1e-5, "rms_norm rstd " + what);
+      const auto rbc = kernels::rms_norm_backward(dy, x, rc.rstd, gamma);
+      const auto rbg = kernels::rms_norm_backward(dyg, xg, rg.rstd, gg);
+      expect_match(rbg.dx, rbc.dx, tol, "rms_norm dx " + what);
+      expect_match(rbg.dgamma, rbc.dgamma, 1e-5, "rms_norm dgamma " + what);
+      EXPECT_FALSE(rbg.dbeta.defined());
+    }
+  }
+}
+
+// The device draws the CPU's mask bit for bit (the same Philox stream).
+TEST_F(Gpu, DropoutDrawsTheCpusMask) {
+  for (DType dtype : kFloatTypes) {
+    const Tensor x = random_of(Shape{37, 129}, dtype, 50),
+                 dy = random_of(Shape{37, 129}, dtype, 51);
+    for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
+      const auto c = kernels::dropout(x, p, 1234, 77),
+                 g = kernels::dropout(x.to(kGpu), p, 1234, 77);
+      EXPECT_EQ(g.mask.to_ints(), c.mask.to_ints()) << dtype_name(dtype) << " p=" << p;
+      expect_match(g.y, c.y, tolerance(dtype), "dropout y");
+      expect_match(kernels::dropout_backward(dy.to(kGpu), g.mask, p),
+                   kernels::dropout_backward(dy, c.mask, p), tolerance(dtype), "dropout dx");
+    }
+  }
+  EXPECT_THROW(kernels::dropout(Tensor::zeros(Shape{4}, DType::f32, kGpu), 1.0f, 1, 0),
+               InvalidArgument);
+}
+
+TEST_F(Gpu, AttentionMatchesTheCpuWithMasksAndDropout) {
+  struct Case {
+    int64_t B, H, T, S, D;
+    bool causal;
+    float dropout;
+  };
+  const std::vector<Case> cases = {{2, 3, 17, 17, 8, true, 0.0f},
+                                   {1, 2, 5, 9, 16, false, 0.0f},
+                                   {2, 2, 33, 33, 32, true, 0.2f},
+                                   {1, 1, 1, 1, 4, true, 0.0f}};
+  uint64_t seed = 60;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (const Case& c : cases) {
+      const Tensor q = random_of(Shape{c.B, c.H, c.T, c.D}, dtype, ++seed),
+                   k = random_of(Shape{c.B, c.H, c.S, c.D}, dtype, ++seed),
+                   v = random_of(Shape{c.B, c.H, c.S, c.D}, dtype, ++seed),
+                   dout = random_of(Shape{c.B, c.H, c.T, c.D}, dtype, ++seed);
+      const kernels::AttentionOptions o{
+          .causal = c.causal, .dropout = c.dropout, .seed = 9, .offset = 5};
+      const auto fc = kernels::attention(q, k, v, o);
+      const auto fg = kernels::attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), o);
+      const std::string what = std::string(dtype_name(dtype)) + " T=" + std::to_string(c.T) +
+                               " S=" + std::to_string(c.S) + " p=" + std::to_string(c.dropout);
+      const double tol = dtype == DType::f32 ? 1e-5 : 3e-2;
+      expect_match(fg.out, fc.out, tol, "attention out " + what);
+      expect_match(fg.lse, fc.lse, dtype == DType::f32 ? 1e-5 : 1e-2, "attention lse " + what);
+      const auto bc = kernels::attention_backward(dout, q, k, v, fc.out, fc.lse, o);
+      const auto bg = kernels::attention_backward(dout.to(kGpu), q.to(kGpu), k.to(kGpu), v.to(kGpu),
+                                                  fg.out, fg.lse, o);
+      expect_match(bg.dq, bc.dq, tol, "attention dq " + what);
+      expect_match(bg.dk, bc.dk, tol, "attention dk " + what);
+      expect_match(bg.dv, bc.dv, tol, "attention dv " + what);
+    }
+  }
+}
+
 // One device on the GPU against one on the CPU: the reference mlp, 4 SGD
 // steps with momentum, the same batches. TF32 off (the fixture): f32 all
 // the way, so only the order of sums differs.
@@ -361,6 +481,33 @@ TEST_F(Gpu, OneDeviceTrainingOnTheGpuTakesTheCpuSteps) {
   }
 }
 
+// The small gpt (embedding, layer norm, attention, tied projection) on one
+// GPU against the CPU: 3 AdamW steps on the same token batches.
+TEST_F(Gpu, GptOnTheGpuTakesTheCpuSteps) {
+  const auto build = [] {
+    return nn::make_model("gpt", {.seed = 3, .settings = "layers=2,width=32,heads=4,context=16"});
+  };
+  const distribute::EngineOptions options{.optimizer = {.name = "adamw", .learning_rate = 1e-3}};
+  auto cpu = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto gpu = distribute::make_strategy({.name = "one_device", .device_kind = DeviceKind::cuda});
+  auto a = cpu->make_engine(build, options);
+  auto b = gpu->make_engine(build, options);
+  for (int64_t step = 0; step < 3; ++step) {
+    const data::Element batch = testing::token_batch(step);
+    const auto ra = a->step(batch, testing::language_model_loss, {.step = step});
+    const auto rb = b->step(batch, testing::language_model_loss, {.step = step});
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-5 * std::abs(ra.loss)) << "step " << step;
+  }
+  const auto pa = a->model().named_parameters(), pb = b->model().named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT(
+        testing::relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+        1e-5)
+        << pa[i].first;
+  }
+}
+
 // The dynamic loss scaler on a GPU: a scale that overflows the gradients
 // skips the step and leaves the weights unchanged, as on the CPU.
 TEST_F(Gpu, TheLossScalerSkipsAnOverflowingStepOnTheGpu) {
@@ -375,6 +522,85 @@ TEST_F(Gpu, TheLossScalerSkipsAnOverflowingStepOnTheGpu) {
       engine->step(testing::image_batch(0, 32), testing::image_classifier_loss, {.step = 0});
   EXPECT_TRUE(first.skipped);
   EXPECT_EQ(engine->model().parameters().front().value().to_floats(), before);
+}
+
+// NCCL over the GPUs this machine has (one rank each): every collective
+// against host reductions, on device buffers and on host buffers (staged).
+// With one GPU the group has one rank, which still runs every NCCL call.
+// Before the tests that split GPU 0 into virtual devices (they change what
+// cuda:1 names for the rest of the process).
+TEST_F(Gpu, NcclCollectivesMatchHostReductions) {
+  ASSERT_TRUE(comm::nccl_available()) << "NCCL cannot be loaded";
+  const int ranks = std::min(cuda_gpu_count(), 4);
+  if (ranks < 2) std::cout << "[ NOTE ] NCCL checked with 1 rank: this machine has 1 GPU\n";
+  std::vector<Device> devices;
+  for (int r = 0; r < ranks; ++r) devices.push_back(Device{DeviceKind::cuda, r});
+  comm::NcclGroup group(devices);
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+  for (int r = 0; r < ranks; ++r) comms.push_back(group.communicator(r));
+  EXPECT_THROW(group.communicator(0), InvalidArgument);
+  EXPECT_EQ(comms[0]->backend(), "nccl");
+  for (DType dtype : {DType::f32, DType::bf16, DType::i32}) {
+    const int64_t n = static_cast<int64_t>(ranks) * 1001;
+    std::vector<Tensor> host;
+    for (int r = 0; r < ranks; ++r) {
+      host.push_back(random_tensor(Shape{n}, -8.0f, 8.0f, 300 + r).to(dtype));
+    }
+    std::vector<double> sum(n, 0.0), max(n, -1e30);
+    for (const Tensor& h : host) {
+      const std::vector<float> v = h.to_floats();
+      for (int64_t i = 0; i < n; ++i) {
+        sum[i] += v[i];
+        max[i] = std::max(max[i], static_cast<double>(v[i]));
+      }
+    }
+    std::vector<Tensor> summed(ranks), maxed(ranks), scattered(ranks), gathered(ranks),
+        broadcast(ranks), host_summed(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        DeviceScope scope(devices[r]);
+        const Tensor mine = host[r].to(devices[r]);
+        summed[r] = Tensor::empty(Shape{n}, dtype, devices[r]);
+        comms[r]->all_reduce(mine, summed[r], comm::ReduceOp::sum);
+        maxed[r] = mine.clone();
+        comms[r]->all_reduce_async(maxed[r], maxed[r], comm::ReduceOp::max)->wait();
+        scattered[r] = Tensor::empty(Shape{n / ranks}, dtype, devices[r]);
+        comms[r]->reduce_scatter(mine, scattered[r], comm::ReduceOp::sum);
+        gathered[r] = Tensor::empty(Shape{n * ranks}, dtype, devices[r]);
+        comms[r]->all_gather(mine, gathered[r]);
+        broadcast[r] = mine.clone();
+        comms[r]->broadcast(broadcast[r], ranks - 1);
+        host_summed[r] = host[r].clone();
+        comms[r]->all_reduce(host_summed[r], comm::ReduceOp::sum);
+        comms[r]->barrier();
+      });
+    }
+    for (auto& t : threads) t.join();
+    const double tol = dtype == DType::bf16 ? 0.05 : 1e-4;
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<float> s = summed[r].to_floats(), m = maxed[r].to_floats(),
+                               sc = scattered[r].to_floats(), g = gathered[r].to_floats(),
+                               hs = host_summed[r].to_floats();
+      EXPECT_EQ(host_summed[r].device(), cpu_device());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(s[i], sum[i], tol * std::max(1.0, std::abs(sum[i]))) << "sum, rank " << r;
+        ASSERT_NEAR(hs[i], sum[i], tol * std::max(1.0, std::abs(sum[i]))) << "host sum";
+        ASSERT_NEAR(m[i], max[i], 1e-6) << "max, rank " << r;
+      }
+      for (int64_t i = 0; i < n / ranks; ++i) {
+        const double expected = sum[r * (n / ranks) + i];
+        ASSERT_NEAR(sc[i], expected, tol * std::max(1.0, std::abs(expected))) << "reduce-scatter";
+      }
+      for (int q = 0; q < ranks; ++q) {
+        const std::vector<float> v = host[q].to_floats();
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(g[q * n + i], v[i]) << "all-gather";
+      }
+      EXPECT_EQ(broadcast[r].to_floats(), host[ranks - 1].to_floats()) << "broadcast, rank " << r;
+    }
+  }
+  // Two ranks on one GPU are refused (NCCL cannot serve them).
+  EXPECT_THROW(comm::NcclGroup({kGpu, kGpu}), InvalidArgument);
 }
 
 // Virtual GPU devices (cuda:0 .. cuda:(k-1) on GPU 0) and the in-process
@@ -473,9 +699,8 @@ TEST_F(Gpu, MixedDevicesAndKernelsWithoutACudaVersionAreRefused) {
   const Tensor c = Tensor::zeros(Shape{4, 8});
   EXPECT_THROW(kernels::add(g, c), InvalidArgument);
   try {
-    kernels::layer_norm(g, Tensor::zeros(Shape{8}, DType::f32, kGpu),
-                        Tensor::zeros(Shape{8}, DType::f32, kGpu), 1e-5f);
-    FAIL() << "layer_norm on a GPU tensor should be refused";
+    kernels::batch_norm_moments(g);
+    FAIL() << "batch_norm_moments on a GPU tensor should be refused";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("no kernel for that device"), std::string::npos)
         << e.what();

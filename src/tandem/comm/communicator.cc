@@ -213,7 +213,10 @@ Call Communicator::make_call(Collective collective, const Tensor& input, const T
   return call;
 }
 
+void Communicator::on_issue(const Call&) {}
+
 void Communicator::run_now(const Call& call) {
+  on_issue(call);
   drain();
   run(call);
 }
@@ -239,6 +242,7 @@ void Communicator::barrier() {
 }
 
 std::shared_ptr<Work> Communicator::submit(Call call) {
+  on_issue(call);
   auto work = std::make_shared<Work>();
   work->set_description(call.describe() + " on rank " + std::to_string(rank()));
   std::lock_guard<std::mutex> lock(queue_mutex_);

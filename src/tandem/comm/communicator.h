@@ -152,6 +152,10 @@ class Communicator {
  protected:
   explicit Communicator(CommOptions options);
 
+  // Called on the issuing thread for every call, in issue order, before the
+  // call is queued or run: a backend that must order the call after work the
+  // issuing thread queued elsewhere (its GPU stream) notes that here.
+  virtual void on_issue(const Call& call);
   // Carries out one call, from the calling thread or the progress thread, in
   // issue order. Must throw (after the cross-rank check) when call.error is set.
   virtual void run(const Call& call) = 0;

@@ -7,11 +7,15 @@
 // norm) synchronise it.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/detail/attention_rows.h"
+#include "tandem/kernels/dropout.h"
 #include "tandem/kernels/loss.h"
 #include "tandem/kernels/matmul.h"
+#include "tandem/kernels/normalization.h"
 #include "tandem/kernels/optimizer_update.h"
 #include "tandem/kernels/per_example_loss.h"
 #include "tandem/tensor/tensor.h"
@@ -65,6 +69,35 @@ Tensor softmax_cross_entropy_per_example_backward(const Tensor& grad_loss, const
 // Embedding lookup and its scatter-add backward (cuda/embedding.cu).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary);
+
+// Layout copies (cuda/layout.cu): `rows` rows of `bytes` bytes, src's rows
+// src_pitch bytes apart and dst's dst_pitch apart; and y = x permuted by
+// order, whose first `kept` dimensions move (the others stay in place).
+void copy_rows(Device device, const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch,
+               int64_t bytes, int64_t rows);
+void permute_into(const Tensor& x, std::span<const int> order, int kept, Tensor& y);
+
+// Layer norm and RMSNorm (cuda/normalization.cu), statistics in double.
+kernels::NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps);
+kernels::NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& gamma);
+kernels::NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps);
+kernels::NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                     const Tensor& gamma);
+
+// Dropout with the counter-based generator's mask (cuda/dropout.cu): the
+// same mask as the CPU for the same (seed, offset).
+kernels::DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset);
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p);
+
+// The row-wise parts of attention (cuda/attention.cu), documented in
+// kernels/detail/attention_rows.h.
+void attention_probabilities(const kernels::detail::AttentionRows& rows, int64_t first,
+                             Tensor& scores, Tensor& lse);
+Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
+void attention_score_grads(const kernels::detail::AttentionRows& rows, int64_t first, Tensor& probs,
+                           Tensor& dprobs, Tensor& dropped, const Tensor& lse,
+                           const Tensor& row_dot);
 
 // The optimizers' updates (cuda/optimizer.cu).
 void sgd_update(const Tensor& w, const Tensor& g, const Tensor& momentum,

@@ -68,6 +68,38 @@ const CublasLt& cublaslt() {
   return lt;
 }
 
+const Nccl& nccl() {
+  static Nccl n{};
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    void* h = open_library({"libnccl.so.2", "libnccl.so"});
+    if (h == nullptr) {
+      failure = std::string("cannot load NCCL (libnccl.so.2): ") + dlerror() +
+                " (put the CUDA libraries on LD_LIBRARY_PATH)";
+      return;
+    }
+    try {
+      const char* name = "libnccl";
+      bind(h, name, "ncclGetUniqueId", n.get_unique_id);
+      bind(h, name, "ncclCommInitRank", n.comm_init_rank);
+      bind(h, name, "ncclCommInitAll", n.comm_init_all);
+      bind(h, name, "ncclCommDestroy", n.comm_destroy);
+      bind(h, name, "ncclCommAbort", n.comm_abort);
+      bind(h, name, "ncclCommGetAsyncError", n.comm_get_async_error);
+      bind(h, name, "ncclGetErrorString", n.error_string);
+      bind(h, name, "ncclAllReduce", n.all_reduce);
+      bind(h, name, "ncclReduceScatter", n.reduce_scatter);
+      bind(h, name, "ncclAllGather", n.all_gather);
+      bind(h, name, "ncclBroadcast", n.broadcast);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) TANDEM_THROW(Error, failure);
+  return n;
+}
+
 std::string cublaslt_version() {
   try {
     return dotted(cublaslt().get_version());

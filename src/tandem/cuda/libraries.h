@@ -6,6 +6,7 @@
 // headers' types are used at build time.
 
 #include <cublasLt.h>
+#include <nccl.h>
 
 #include <cstddef>
 #include <string>
@@ -31,6 +32,23 @@ struct CublasLt {
 // Loaded on first call; throws Error naming the library (and how to find
 // it: LD_LIBRARY_PATH) when it cannot be loaded.
 const CublasLt& cublaslt();
+
+struct Nccl {
+  decltype(&ncclGetUniqueId) get_unique_id;
+  decltype(&ncclCommInitRank) comm_init_rank;
+  decltype(&ncclCommInitAll) comm_init_all;
+  decltype(&ncclCommDestroy) comm_destroy;
+  decltype(&ncclCommAbort) comm_abort;
+  decltype(&ncclCommGetAsyncError) comm_get_async_error;
+  decltype(&ncclGetErrorString) error_string;
+  decltype(&ncclAllReduce) all_reduce;
+  decltype(&ncclReduceScatter) reduce_scatter;
+  decltype(&ncclAllGather) all_gather;
+  decltype(&ncclBroadcast) broadcast;
+};
+
+// As cublaslt(), for NCCL (libnccl.so.2).
+const Nccl& nccl();
 
 // "9.19.0", or "not found" when the library cannot be loaded.
 std::string cublaslt_version();

@@ -13,6 +13,7 @@
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/comm/nccl.h"
 #include "tandem/config.h"
 #include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
@@ -128,6 +129,12 @@ int first_global_replica(const comm::InProcessGroup&) {
 int global_replica_count(const comm::InProcessGroup& group) {
   return group.size();
 }
+int first_global_replica(const comm::NcclGroup&) {
+  return 0;
+}
+int global_replica_count(const comm::NcclGroup& group) {
+  return group.size();
+}
 int first_global_replica(const comm::HierarchicalGroup& group) {
   return group.process_rank() * group.local_size();
 }
@@ -190,6 +197,23 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
                              devices, comm::InProcessOptions{.comm = options}),
                          devices, threads, kind) {}
   std::string name() const override { return "mirrored"; }
+};
+
+// Mirrored over distinct GPUs of this process, all-reducing with NCCL (the
+// choice of TensorFlow's MirroredStrategy and PyTorch DDP on GPUs).
+class MirroredNccl : public ThreadedStrategy<comm::NcclGroup> {
+ public:
+  MirroredNccl(int devices, int threads, const comm::CommOptions& options)
+      : ThreadedStrategy(std::make_unique<comm::NcclGroup>(gpus(devices), options), devices,
+                         threads, DeviceKind::cuda) {}
+  std::string name() const override { return "mirrored"; }
+
+ private:
+  static std::vector<Device> gpus(int count) {
+    std::vector<Device> devices;
+    for (int i = 0; i < count; ++i) devices.push_back(Device{DeviceKind::cuda, i});
+    return devices;
+  }
 };
 
 // Mirrored's replica threads, as the workers of a parameter-server engine;
@@ -279,6 +303,46 @@ class ParameterServerShardRank : public ParameterServerPeer {
   ShardRankLinks links_;
 };
 
+// multi_worker on GPUs: this process's one replica on GPU (local rank mod
+// GPUs), all-reducing with NCCL, bootstrapped over MPI.
+class MultiWorkerNccl : public Strategy {
+ public:
+  MultiWorkerNccl(int threads, const comm::CommOptions& options)
+      : bootstrap_(comm::make_mpi_communicator(options)) {
+    const Device device{DeviceKind::cuda, local_process_index() % cuda_gpu_count()};
+    nccl_ = comm::make_nccl_communicator(*bootstrap_, device, options);
+    context_ = ReplicaContext{.global_replica = nccl_->rank(),
+                              .num_replicas = nccl_->size(),
+                              .device = device,
+                              .threads = threads,
+                              .communicator = nccl_.get()};
+  }
+  std::string name() const override { return "multi_worker"; }
+  int local_replicas() const override { return 1; }
+  int global_replicas() const override { return context_.num_replicas; }
+  int first_replica() const override { return context_.global_replica; }
+  comm::Communicator* communicator(int) override { return nccl_.get(); }
+  int threads_per_replica() const override { return context_.threads; }
+  Device device(int) const override { return context_.device; }
+  const ReplicaContext& replica_context(int) const override { return context_; }
+  void run(const std::function<void(int)>& fn) override {
+    ReplicaScope scope(context_);
+    fn(0);
+  }
+
+ private:
+  // This process's index among the job's processes on its host.
+  static int local_process_index() {
+    for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+      if (const char* value = std::getenv(variable)) return std::max(0, std::atoi(value));
+    }
+    return 0;
+  }
+
+  std::unique_ptr<comm::Communicator> bootstrap_, nccl_;
+  ReplicaContext context_;
+};
+
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
  public:
   MultiWorker(int devices, int threads, const comm::CommOptions& options)
@@ -323,6 +387,49 @@ void check_subscription(const StrategyConfig& c, int processes_here, int devices
                "--allow-oversubscription on the command line, to do it anyway)");
 }
 
+// Replicas on GPUs: one per GPU (more become virtual GPU devices) in a
+// process; under multi_worker, one process per GPU.
+StrategyLayout gpu_layout(const StrategyConfig& c) {
+  if (c.name != "one_device" && c.name != "mirrored" && c.name != "multi_worker") {
+    TANDEM_THROW(NotImplemented, "strategy ", c.name,
+                 " does not run on GPUs (its workers and shards exchange host memory); use "
+                 "one-device, mirrored or multi-worker with --device cuda");
+  }
+  const int gpus = cuda_gpu_count();
+  if (gpus < 1) {
+    TANDEM_THROW(InvalidArgument, "--device cuda: this machine has no CUDA device",
+                 TANDEM_HAVE_CUDA ? "" : " (and this build of tandem has no CUDA backend)");
+  }
+  // One host thread drives each GPU replica (the input pipeline has its own).
+  const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;
+  if (c.name == "multi_worker") {
+    if (!comm::launched_by_mpi()) {
+      TANDEM_THROW(InvalidArgument,
+                   "strategy multi_worker needs its processes started by mpirun "
+                   "(e.g. mpirun -np 2 tandem train --strategy multi-worker --device cuda)");
+    }
+    if (c.devices > 1) {
+      TANDEM_THROW(InvalidArgument,
+                   "multi_worker on GPUs runs one replica per process (on GPU local rank mod "
+                   "GPUs); got --devices ",
+                   c.devices, " (start one process per GPU instead)");
+    }
+    const int processes = std::max(1, comm::launched_process_count());
+    return {.local_replicas = 1, .global_replicas = processes, .threads_per_replica = threads};
+  }
+  if (c.name == "one_device" && c.devices > 1) {
+    TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
+                 " devices (use --strategy mirrored)");
+  }
+  const int devices = c.name == "one_device" ? 1 : (c.devices > 0 ? c.devices : gpus);
+  if (devices > gpus && devices % gpus != 0) {
+    TANDEM_THROW(InvalidArgument, devices, " GPU replicas on ", gpus,
+                 " GPU(s): more replicas "
+                 "than GPUs become virtual GPU devices, an equal number on each GPU");
+  }
+  return {.local_replicas = devices, .global_replicas = devices, .threads_per_replica = threads};
+}
+
 }  // namespace
 
 StrategyLayout strategy_layout(const StrategyConfig& c) {
@@ -331,31 +438,7 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     TANDEM_THROW(InvalidArgument, "devices and threads per device must be positive, got ",
                  c.devices, " and ", c.threads_per_device);
   }
-  if (c.device_kind == DeviceKind::cuda) {
-    if (c.name != "one_device" && c.name != "mirrored") {
-      TANDEM_THROW(NotImplemented, "strategy ", c.name,
-                   " on GPUs needs the NCCL communicator, "
-                   "which tandem does not have yet; use one-device or mirrored with --device cuda");
-    }
-    const int gpus = cuda_gpu_count();
-    if (gpus < 1) {
-      TANDEM_THROW(InvalidArgument, "--device cuda: this machine has no CUDA device",
-                   TANDEM_HAVE_CUDA ? "" : " (and this build of tandem has no CUDA backend)");
-    }
-    if (c.name == "one_device" && c.devices > 1) {
-      TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
-                   " devices (use --strategy mirrored)");
-    }
-    const int devices = c.name == "one_device" ? 1 : (c.devices > 0 ? c.devices : gpus);
-    if (devices > gpus && devices % gpus != 0) {
-      TANDEM_THROW(InvalidArgument, devices, " GPU replicas on ", gpus,
-                   " GPU(s): more replicas "
-                   "than GPUs become virtual GPU devices, an equal number on each GPU");
-    }
-    // One host thread drives each GPU replica (the input pipeline has its own).
-    const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;
-    return {.local_replicas = devices, .global_replicas = devices, .threads_per_replica = threads};
-  }
+  if (c.device_kind == DeviceKind::cuda) return gpu_layout(c);
   if (c.name == "one_device") {
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
@@ -431,7 +514,14 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
   if (c.name == "mirrored" && c.device_kind == DeviceKind::cuda) {
     const int gpus = cuda_gpu_count();
+    // One replica per GPU all-reduces with NCCL; more replicas than GPUs
+    // split each GPU into virtual devices, which NCCL cannot serve: the
+    // in-process collectives over device memory do.
     if (layout.local_replicas > gpus) set_cuda_devices_per_gpu(layout.local_replicas / gpus);
+    if (layout.local_replicas > 1 && layout.local_replicas <= gpus && comm::nccl_available()) {
+      return std::make_unique<MirroredNccl>(layout.local_replicas, layout.threads_per_replica,
+                                            c.comm);
+    }
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm,
                                       DeviceKind::cuda);
   }
@@ -459,6 +549,9 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   if (c.name == "parameter_server") {
     return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
                                              c.comm);
+  }
+  if (c.device_kind == DeviceKind::cuda) {
+    return std::make_unique<MultiWorkerNccl>(layout.threads_per_replica, c.comm);
   }
   return std::make_unique<MultiWorker>(layout.local_replicas, layout.threads_per_replica, c.comm);
 }

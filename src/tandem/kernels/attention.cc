@@ -8,13 +8,17 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/kernels/detail/attention_rows.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/matmul.h"
 
 namespace tandem::kernels {
 namespace {
 
-// Scores of at most this many bytes exist at once (per call).
+// Scores of at most this many bytes exist at once (per call): a cache's
+// worth on the CPU; on a GPU, enough heads at once to fill the device.
 constexpr int64_t kScratchBytes = int64_t{8} << 20;
+constexpr int64_t kGpuScratchBytes = int64_t{256} << 20;
 
 struct Dims {
   int64_t B, H, T, S, D;
@@ -57,37 +61,119 @@ Tensor heads(const Tensor& t, int64_t first, int64_t count) {
   return t.reshape(Shape{t.dim(0) * t.dim(1), t.dim(2), t.dim(3)}).slice(first, first + count);
 }
 
-// The dropout decision for probability (row, j) of global head h.
-struct DropoutMask {
-  bool active = false;
-  uint64_t seed = 0, offset = 0, threshold = 0;
-  float keep_scale = 1.0f;
-  int64_t T = 0, S = 0;
-
-  DropoutMask(const AttentionOptions& o, const Dims& d) : T(d.T), S(d.S) {
-    active = o.dropout > 0.0f;
-    seed = o.seed;
-    offset = o.offset;
-    threshold = static_cast<uint64_t>(std::ldexp(static_cast<double>(o.dropout), 32));
-    keep_scale = 1.0f / (1.0f - o.dropout);
-  }
-  // The factor probability (h, i, j) is multiplied by: 0 or 1 / (1 - p).
-  float factor(int64_t h, int64_t i, int64_t j) const {
-    const uint64_t index = offset + static_cast<uint64_t>((h * T + i) * S + j);
-    return random_bits_at(seed, index) >= threshold ? keep_scale : 0.0f;
-  }
-};
+// The factor probability (h, i, j) is multiplied by: 0 or 1 / (1 - p).
+float dropout_factor(const detail::AttentionRows& r, int64_t h, int64_t i, int64_t j) {
+  const uint64_t index = r.offset + static_cast<uint64_t>((h * r.T + i) * r.S + j);
+  return random_bits_at(r.seed, index) >= r.threshold ? r.keep_scale : 0.0f;
+}
 
 // Keys row i sees: [0, limit).
-int64_t visible(const AttentionOptions& o, int64_t i, int64_t S) {
-  return o.causal ? std::min(i + 1, S) : S;
+int64_t visible(const detail::AttentionRows& r, int64_t i) {
+  return r.causal ? std::min(i + 1, r.S) : r.S;
 }
 
 }  // namespace
 
-int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S) {
+namespace detail {
+
+AttentionRows::AttentionRows(const AttentionOptions& o, int64_t T_, int64_t S_, int64_t D)
+    : T(T_),
+      S(S_),
+      scale(scale_of(o, D)),
+      causal(o.causal),
+      dropout(o.dropout > 0.0f),
+      seed(o.seed),
+      offset(o.offset),
+      threshold(static_cast<uint64_t>(std::ldexp(static_cast<double>(o.dropout), 32))),
+      keep_scale(1.0f / (1.0f - o.dropout)) {}
+
+void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores,
+                             Tensor& lse) {
+  TANDEM_DISPATCH_CUDA(scores, attention_probabilities(rows, first, scores, lse));
+  const int64_t count = scores.dim(0), T = rows.T, S = rows.S;
+  const float scale = rows.scale;
+  float* s = scores.data<float>();
+  float* l = lse.data<float>();
+  parallel_for(count * T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t h = first + row / T, i = row % T;
+      const int64_t limit = visible(rows, i);
+      float* x = s + row * S;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < limit; ++j) m = std::max(m, x[j] * scale);
+      double sum = 0.0;
+      for (int64_t j = 0; j < limit; ++j) {
+        x[j] = std::exp(x[j] * scale - m);
+        sum += x[j];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < limit; ++j) x[j] *= inv;
+      for (int64_t j = limit; j < S; ++j) x[j] = 0.0f;
+      if (rows.dropout)
+        for (int64_t j = 0; j < limit; ++j) x[j] *= dropout_factor(rows, h, i, j);
+      l[h * T + i] = m + static_cast<float>(std::log(sum));
+    }
+  });
+}
+
+Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
+  TANDEM_DISPATCH_CUDA(dout, attention_row_dot(dout, out));
+  const int64_t D = dout.dim(-1), rows = dout.numel() / std::max<int64_t>(D, 1);
+  Tensor row_dot = Tensor::empty(Shape{rows}, DType::f32, dout.device());
+  const Tensor dof = dout.to(DType::f32), of = out.to(DType::f32);
+  const float* a = dof.data<float>();
+  const float* b = of.data<float>();
+  float* rd = row_dot.data<float>();
+  parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < D; ++c) acc += static_cast<double>(a[row * D + c]) * b[row * D + c];
+      rd[row] = static_cast<float>(acc);
+    }
+  });
+  return row_dot;
+}
+
+void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
+                           Tensor& dropped, const Tensor& lse, const Tensor& row_dot) {
+  TANDEM_DISPATCH_CUDA(probs,
+                       attention_score_grads(rows, first, probs, dprobs, dropped, lse, row_dot));
+  const int64_t count = probs.dim(0), T = rows.T, S = rows.S;
+  const float scale = rows.scale;
+  const float* lse_v = lse.data<float>();
+  const float* rd = row_dot.data<float>();
+  float* p = probs.data<float>();
+  float* dp = dprobs.data<float>();
+  float* pd = dropped.data<float>();
+  parallel_for(count * T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t h = first + row / T, i = row % T;
+      const int64_t limit = visible(rows, i);
+      const float l = lse_v[h * T + i], di = rd[h * T + i];
+      float* pr = p + row * S;
+      float* dpr = dp + row * S;
+      float* pdr = pd + row * S;
+      for (int64_t j = 0; j < limit; ++j) {
+        const float prob = std::exp(pr[j] * scale - l);
+        const float f = rows.dropout ? dropout_factor(rows, h, i, j) : 1.0f;
+        // dS = P (dP - D) scale, dP the gradient before dropout.
+        dpr[j] = prob * (dpr[j] * f - di) * scale;
+        pdr[j] = prob * f;
+      }
+      for (int64_t j = limit; j < S; ++j) {
+        dpr[j] = 0.0f;
+        pdr[j] = 0.0f;
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S, Device device) {
   const int64_t per_head = std::max<int64_t>(1, T * S * static_cast<int64_t>(sizeof(float)));
-  return std::clamp<int64_t>(kScratchBytes / per_head, 1, std::max<int64_t>(heads, 1));
+  const int64_t scratch = device.kind == DeviceKind::cpu ? kScratchBytes : kGpuScratchBytes;
+  return std::clamp<int64_t>(scratch / per_head, 1, std::max<int64_t>(heads, 1));
 }
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -104,35 +190,13 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     r.lse.fill(-std::numeric_limits<float>::infinity());
     return r;
   }
-  const float scale = scale_of(options, d.D);
-  const DropoutMask mask(options, d);
-  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S);
-  float* lse = r.lse.data<float>();
+  const detail::AttentionRows rows(options, d.T, d.S, d.D);
+  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
     Tensor scores = batched_matmul(heads(q, first, count), heads(k, first, count),
                                    {.transpose_b = true, .out_dtype = DType::f32});
-    float* s = scores.data<float>();
-    parallel_for(count * d.T, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t h = first + row / d.T, i = row % d.T;
-        const int64_t limit = visible(options, i, d.S);
-        float* x = s + row * d.S;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < limit; ++j) m = std::max(m, x[j] * scale);
-        double sum = 0.0;
-        for (int64_t j = 0; j < limit; ++j) {
-          x[j] = std::exp(x[j] * scale - m);
-          sum += x[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < limit; ++j) x[j] *= inv;
-        for (int64_t j = limit; j < d.S; ++j) x[j] = 0.0f;
-        if (mask.active)
-          for (int64_t j = 0; j < limit; ++j) x[j] *= mask.factor(h, i, j);
-        lse[h * d.T + i] = m + static_cast<float>(std::log(sum));
-      }
-    });
+    detail::attention_probabilities(rows, first, scores, r.lse);
     Tensor out = heads(r.out, first, count);
     batched_matmul_into(scores.to(q.dtype()), heads(v, first, count), out);
   }
@@ -159,60 +223,18 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     g.dv.zero();
     return g;
   }
-  const float scale = scale_of(options, d.D);
-  const DropoutMask mask(options, d);
-  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S);
-  const float* lse_v = lse.data<float>();
-  // D_i = dout_i . out_i, the row terms of softmax's backward.
-  Tensor row_dot = Tensor::empty(Shape{d.heads() * d.T}, DType::f32, q.device());
-  {
-    const Tensor dof = dout.to(DType::f32), of = out.to(DType::f32);
-    const float* a = dof.data<float>();
-    const float* b = of.data<float>();
-    float* rd = row_dot.data<float>();
-    parallel_for(d.heads() * d.T, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        double acc = 0.0;
-        for (int64_t c = 0; c < d.D; ++c)
-          acc += static_cast<double>(a[row * d.D + c]) * b[row * d.D + c];
-        rd[row] = static_cast<float>(acc);
-      }
-    });
-  }
-  const float* rd = row_dot.data<float>();
+  const detail::AttentionRows rows(options, d.T, d.S, d.D);
+  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
+  const Tensor row_dot = detail::attention_row_dot(dout, out);
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
     const Tensor qg = heads(q, first, count), kg = heads(k, first, count),
                  vg = heads(v, first, count), dog = heads(dout, first, count);
     // The probabilities again, from the scores and the kept log-sum-exp.
-    Tensor probs =
-        batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
+    Tensor probs = batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
     Tensor dprobs = batched_matmul(dog, vg, {.transpose_b = true, .out_dtype = DType::f32});
-    Tensor dropped = mask.active ? Tensor::empty(probs.shape(), DType::f32, q.device()) : probs;
-    float* p = probs.data<float>();
-    float* dp = dprobs.data<float>();
-    float* pd = dropped.data<float>();
-    parallel_for(count * d.T, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t h = first + row / d.T, i = row % d.T;
-        const int64_t limit = visible(options, i, d.S);
-        const float l = lse_v[h * d.T + i], di = rd[h * d.T + i];
-        float* pr = p + row * d.S;
-        float* dpr = dp + row * d.S;
-        float* pdr = pd + row * d.S;
-        for (int64_t j = 0; j < limit; ++j) {
-          const float prob = std::exp(pr[j] * scale - l);
-          const float f = mask.active ? mask.factor(h, i, j) : 1.0f;
-          // dS = P (dP - D) scale, dP the gradient before dropout.
-          dpr[j] = prob * (dpr[j] * f - di) * scale;
-          pdr[j] = prob * f;
-        }
-        for (int64_t j = limit; j < d.S; ++j) {
-          dpr[j] = 0.0f;
-          pdr[j] = 0.0f;
-        }
-      }
-    });
+    Tensor dropped = rows.dropout ? Tensor::empty(probs.shape(), DType::f32, q.device()) : probs;
+    detail::attention_score_grads(rows, first, probs, dprobs, dropped, lse, row_dot);
     const Tensor pc = dropped.to(q.dtype()), dsc = dprobs.to(q.dtype());
     Tensor dv = heads(g.dv, first, count), dq = heads(g.dq, first, count),
            dk = heads(g.dk, first, count);

@@ -15,7 +15,7 @@
 namespace tandem::kernels {
 
 struct AttentionOptions {
-  bool causal = true;  // query i sees keys j <= i (PyTorch's is_causal)
+  bool causal = true;    // query i sees keys j <= i (PyTorch's is_causal)
   float dropout = 0.0f;  // on the probabilities, in [0, 1)
   // The dropout mask: probability (i, j) of head h (flattened over B and H) is
   // kept when random_bits_at(seed, offset + (h * T + i) * S + j) / 2^32 >= p.
@@ -45,7 +45,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const AttentionOptions& options = {});
 
-// The number of T x S f32 score matrices attention works on at once.
-int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S);
+// The number of T x S f32 score matrices attention works on at once on
+// `device` (8 MiB of them on the CPU, 256 MiB on a GPU).
+int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S,
+                                  Device device = cpu_device());
 
 }  // namespace tandem::kernels

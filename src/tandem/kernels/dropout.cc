@@ -4,6 +4,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -23,6 +24,7 @@ void check_probability(float p) {
 }  // namespace
 
 DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset) {
+  TANDEM_DISPATCH_CUDA(x, dropout(x, p, seed, offset));
   check_probability(p);
   DropoutResult result;
   result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -47,6 +49,7 @@ DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset) 
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
+  TANDEM_DISPATCH_CUDA(dy, dropout_backward(dy, mask, p));
   check_probability(p);
   if (mask.dtype() != DType::u8 || mask.shape() != dy.shape()) {
     TANDEM_THROW(ShapeError, "dropout_backward: mask ", mask.to_string(), " does not match dy ",

@@ -4,6 +4,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -26,15 +27,29 @@ Slabs slabs_of(const Shape& shape, int axis, size_t element) {
 
 // Copies `rows` rows of `inner` bytes from each outer block of src (block
 // stride src_rows rows, starting at row src_at) to dst likewise.
-void copy_rows(const char* src, int64_t src_rows, int64_t src_at, char* dst, int64_t dst_rows,
-               int64_t dst_at, int64_t rows, int64_t outer, int64_t inner) {
+void copy_rows(const Tensor& src, int64_t src_rows, int64_t src_at, const Tensor& dst,
+               int64_t dst_rows, int64_t dst_at, int64_t rows, int64_t outer, int64_t inner) {
   const int64_t bytes = rows * inner;
   if (bytes == 0) return;
+#if TANDEM_HAVE_CUDA
+  if (detail::on_cuda(dst) || detail::on_cuda(src)) {
+    if (src.device() != dst.device()) {
+      TANDEM_THROW(InvalidArgument, "layout copy between ", src.device().to_string(), " and ",
+                   dst.device().to_string(), " (move one with Tensor::to(Device))");
+    }
+    cuda::copy_rows(dst.device(), static_cast<const char*>(src.device_data()) + src_at * inner,
+                    src_rows * inner, static_cast<char*>(dst.device_data()) + dst_at * inner,
+                    dst_rows * inner, bytes, outer);
+    return;
+  }
+#endif
+  const char* from = static_cast<const char*>(src.raw_data());
+  char* to = static_cast<char*>(dst.raw_data());
   parallel_for(outer, std::max<int64_t>(1, detail::kPointwiseGrain / std::max<int64_t>(bytes, 1)),
                [&](int64_t begin, int64_t end) {
                  for (int64_t o = begin; o < end; ++o) {
-                   std::memcpy(dst + (o * dst_rows + dst_at) * inner,
-                               src + (o * src_rows + src_at) * inner, static_cast<size_t>(bytes));
+                   std::memcpy(to + (o * dst_rows + dst_at) * inner,
+                               from + (o * src_rows + src_at) * inner, static_cast<size_t>(bytes));
                  }
                });
 }
@@ -50,7 +65,8 @@ int normalize_axis(int axis, int rank) {
 
 std::vector<int> inverse_permutation(std::span<const int> order) {
   std::vector<int> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < order.size(); ++i)
+    inverse[static_cast<size_t>(order[i])] = static_cast<int>(i);
   return inverse;
 }
 
@@ -69,7 +85,8 @@ Tensor permute(const Tensor& x, std::span<const int> order) {
                  " dimensions of ", x.shape().to_string());
   }
   std::vector<int64_t> dims(static_cast<size_t>(rank));
-  for (int i = 0; i < rank; ++i) dims[static_cast<size_t>(i)] = x.dim(order[static_cast<size_t>(i)]);
+  for (int i = 0; i < rank; ++i)
+    dims[static_cast<size_t>(i)] = x.dim(order[static_cast<size_t>(i)]);
   Tensor y = Tensor::empty(Shape(dims), x.dtype(), x.device());
   if (x.numel() == 0) return y;
   // Trailing dimensions that stay in place move as one contiguous run.
@@ -79,9 +96,15 @@ Tensor permute(const Tensor& x, std::span<const int> order) {
   int64_t run = static_cast<int64_t>(element);
   for (int i = kept; i < rank; ++i) run *= x.dim(i);
   if (kept == 0) {
-    std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
+    y.copy_from(x);
     return y;
   }
+#if TANDEM_HAVE_CUDA
+  if (detail::on_cuda(x)) {
+    cuda::permute_into(x, order, kept, y);
+    return y;
+  }
+#endif
   // Byte strides of x's dimensions, read in y's order.
   std::vector<int64_t> x_stride(static_cast<size_t>(rank));
   int64_t stride = static_cast<int64_t>(element);
@@ -93,19 +116,19 @@ Tensor permute(const Tensor& x, std::span<const int> order) {
   for (int i = 0; i < kept; ++i) runs *= dims[static_cast<size_t>(i)];
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(y.raw_data());
-  parallel_for(runs, std::max<int64_t>(1, detail::kPointwiseGrain / run),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t r = begin; r < end; ++r) {
-                   // r's coordinates in y's first `kept` dimensions.
-                   int64_t rest = r, offset = 0;
-                   for (int i = kept - 1; i >= 0; --i) {
-                     const int64_t d = dims[static_cast<size_t>(i)];
-                     offset += (rest % d) * x_stride[static_cast<size_t>(order[static_cast<size_t>(i)])];
-                     rest /= d;
-                   }
-                   std::memcpy(dst + r * run, src + offset, static_cast<size_t>(run));
-                 }
-               });
+  parallel_for(
+      runs, std::max<int64_t>(1, detail::kPointwiseGrain / run), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          // r's coordinates in y's first `kept` dimensions.
+          int64_t rest = r, offset = 0;
+          for (int i = kept - 1; i >= 0; --i) {
+            const int64_t d = dims[static_cast<size_t>(i)];
+            offset += (rest % d) * x_stride[static_cast<size_t>(order[static_cast<size_t>(i)])];
+            rest /= d;
+          }
+          std::memcpy(dst + r * run, src + offset, static_cast<size_t>(run));
+        }
+      });
   return y;
 }
 
@@ -119,8 +142,7 @@ Tensor slice(const Tensor& x, int axis, int64_t begin, int64_t end) {
   dims[static_cast<size_t>(a)] = end - begin;
   Tensor y = Tensor::empty(Shape(dims), x.dtype(), x.device());
   const Slabs s = slabs_of(x.shape(), a, dtype_size(x.dtype()));
-  copy_rows(static_cast<const char*>(x.raw_data()), s.length, begin,
-            static_cast<char*>(y.raw_data()), end - begin, 0, end - begin, s.outer, s.inner);
+  copy_rows(x, s.length, begin, y, end - begin, 0, end - begin, s.outer, s.inner);
   return y;
 }
 
@@ -132,8 +154,7 @@ Tensor unslice(const Tensor& dy, const Shape& shape, int axis, int64_t begin) {
   }
   Tensor dx = Tensor::zeros(shape, dy.dtype(), dy.device());
   const Slabs s = slabs_of(shape, a, dtype_size(dy.dtype()));
-  copy_rows(static_cast<const char*>(dy.raw_data()), dy.dim(a), 0,
-            static_cast<char*>(dx.raw_data()), s.length, begin, dy.dim(a), s.outer, s.inner);
+  copy_rows(dy, dy.dim(a), 0, dx, s.length, begin, dy.dim(a), s.outer, s.inner);
   return dx;
 }
 
@@ -158,8 +179,7 @@ Tensor concat(std::span<const Tensor> parts, int axis) {
   const Slabs s = slabs_of(y.shape(), a, dtype_size(y.dtype()));
   int64_t at = 0;
   for (const Tensor& t : parts) {
-    copy_rows(static_cast<const char*>(t.raw_data()), t.dim(a), 0, static_cast<char*>(y.raw_data()),
-              total, at, t.dim(a), s.outer, s.inner);
+    copy_rows(t, t.dim(a), 0, y, total, at, t.dim(a), s.outer, s.inner);
     at += t.dim(a);
   }
   return y;

@@ -6,6 +6,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/batch_norm.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
@@ -67,6 +68,7 @@ Tensor f32_vector(const std::vector<double>& values, Device device) {
 }  // namespace
 
 NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
+  TANDEM_DISPATCH_CUDA(x, layer_norm(x, gamma, beta, eps));
   const RowsCols shape = rows_cols(x, "layer_norm");
   const int64_t R = shape.rows, C = shape.cols;
   check_param(gamma, C, "layer_norm", "gamma");
@@ -108,6 +110,7 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
 
 NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma) {
+  TANDEM_DISPATCH_CUDA(x, layer_norm_backward(dy, x, mean, rstd, gamma));
   const RowsCols shape = rows_cols(x, "layer_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
@@ -160,6 +163,7 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
 }
 
 NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps) {
+  TANDEM_DISPATCH_CUDA(x, rms_norm(x, gamma, eps));
   const RowsCols shape = rows_cols(x, "rms_norm");
   const int64_t R = shape.rows, C = shape.cols;
   check_param(gamma, C, "rms_norm", "gamma");
@@ -191,6 +195,7 @@ NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps) {
 
 NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                             const Tensor& gamma) {
+  TANDEM_DISPATCH_CUDA(x, rms_norm_backward(dy, x, rstd, gamma));
   const RowsCols shape = rows_cols(x, "rms_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
@@ -212,8 +217,8 @@ NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rst
       for (int64_t r = r0; r < r1; ++r) {
         double mean_gx = 0.0;  // mean of dxhat * xhat
         for (int64_t c = 0; c < C; ++c) {
-          mean_gx += static_cast<double>(to_f32(gy[r * C + c])) * g[c] * to_f32(xs[r * C + c]) *
-                     rs[r];
+          mean_gx +=
+              static_cast<double>(to_f32(gy[r * C + c])) * g[c] * to_f32(xs[r * C + c]) * rs[r];
         }
         mean_gx /= static_cast<double>(C);
         for (int64_t c = 0; c < C; ++c) {
@@ -317,7 +322,9 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
   }
 }
 
-bool batch_norm_fuses_relu(const Tensor& x) { return detail::batch_norm_supported(x); }
+bool batch_norm_fuses_relu(const Tensor& x) {
+  return detail::batch_norm_supported(x);
+}
 
 BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  Tensor& running_mean, Tensor& running_var, float momentum,

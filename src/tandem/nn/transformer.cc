@@ -1,7 +1,7 @@
 #include "tandem/nn/transformer.h"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 #include <vector>
 
 #include "tandem/autograd/functions.h"
@@ -57,8 +57,8 @@ void check_gpt_config(const GptConfig& c) {
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& config, Generator& generator)
     : config_(config) {
-  qkv_ = std::make_shared<Linear>(config.width, 3 * config.width, linear_options(config),
-                                  generator);
+  qkv_ =
+      std::make_shared<Linear>(config.width, 3 * config.width, linear_options(config), generator);
   proj_ = std::make_shared<Linear>(config.width, config.width, linear_options(config), generator);
   gpt_init(*qkv_, kInitStd, generator);
   gpt_init(*proj_, kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers)), generator);
@@ -89,19 +89,19 @@ GraphValue CausalSelfAttention::to_graph(GraphBuilder& g, const GraphValue& x) c
   const std::string head_shape = g.integers({0, 0, H, D});
   // Third `part` of qkv as heads (N, T, H, D), then axes permuted by `perm`.
   const auto heads = [&](int64_t part, std::vector<int64_t> perm) {
-    const GraphValue third = g.op(
-        "Slice", {qkv.name, g.integers({part * C}), g.integers({(part + 1) * C}), g.integers({2})},
-        3);
+    const GraphValue third =
+        g.op("Slice",
+             {qkv.name, g.integers({part * C}), g.integers({(part + 1) * C}), g.integers({2})}, 3);
     const GraphValue split = g.op("Reshape", {third.name, head_shape}, 4);
     return g.op("Transpose", {split.name}, 4, {{"perm", std::move(perm)}});
   };
   const GraphValue q = heads(0, {0, 2, 1, 3});  // (N, H, T, D)
   const GraphValue k = heads(1, {0, 2, 3, 1});  // (N, H, D, T)
   const GraphValue v = heads(2, {0, 2, 1, 3});
-  const GraphValue scores =
-      g.op("Mul", {g.op("MatMul", {q.name, k.name}, 4).name,
-                   g.scalar(1.0f / std::sqrt(static_cast<float>(D)))},
-           4);
+  const GraphValue scores = g.op(
+      "Mul",
+      {g.op("MatMul", {q.name, k.name}, 4).name, g.scalar(1.0f / std::sqrt(static_cast<float>(D)))},
+      4);
   // Query i sees keys j <= i: a large negative number above the diagonal
   // (exp underflows to exactly 0, as in the fused kernel), cut to (T, T).
   std::vector<float> mask(static_cast<size_t>(config_.context * config_.context), 0.0f);
@@ -110,14 +110,13 @@ GraphValue CausalSelfAttention::to_graph(GraphBuilder& g, const GraphValue& x) c
       mask[static_cast<size_t>(i * config_.context + j)] = -1e9f;
   const GraphValue t = size_along(g, x, 1);
   const GraphValue tt = g.op("Concat", {t.name, t.name}, 1, {{"axis", int64_t{0}}});
-  const GraphValue causal = g.op(
-      "Slice",
-      {g.weight(Tensor::from_floats(Shape{config_.context, config_.context}, mask)),
-       g.integers({0, 0}), tt.name, g.integers({0, 1})},
-      2);
-  const GraphValue probabilities =
-      g.op("Softmax", {g.op("Add", {scores.name, causal.name}, 4).name}, 4,
-           {{"axis", int64_t{-1}}});
+  const GraphValue causal =
+      g.op("Slice",
+           {g.weight(Tensor::from_floats(Shape{config_.context, config_.context}, mask)),
+            g.integers({0, 0}), tt.name, g.integers({0, 1})},
+           2);
+  const GraphValue probabilities = g.op(
+      "Softmax", {g.op("Add", {scores.name, causal.name}, 4).name}, 4, {{"axis", int64_t{-1}}});
   const GraphValue y = g.op("MatMul", {probabilities.name, v.name}, 4);  // (N, H, T, D)
   const GraphValue rows =
       g.op("Transpose", {y.name}, 4, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
@@ -211,8 +210,9 @@ Variable Gpt::forward(const Variable& tokens) {
   }
   std::vector<int32_t> positions(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  Variable x = add(tokens_->forward(tokens),
-                   positions_->forward(Variable(Tensor::from_ints(Shape{T}, positions))));
+  Variable x =
+      add(tokens_->forward(tokens),
+          positions_->forward(Variable(Tensor::from_ints(Shape{T}, positions, t.device()))));
   if (config_.activation_dtype) x = cast(x, *config_.activation_dtype);
   x = residual_dropout(x, config_, is_training());
   x = blocks_->forward(x);
@@ -229,9 +229,8 @@ GraphValue Gpt::to_graph(GraphBuilder& g, const GraphValue& tokens) const {
     TANDEM_THROW(InvalidArgument, "gpt: ONNX export takes tokens (N, T), got rank ", tokens.rank);
   }
   const GraphValue embedded = tokens_->to_graph(g, tokens);
-  const GraphValue x =
-      norm_->to_graph(g, blocks_->to_graph(g, add_position_rows(g, embedded,
-                                                                positions_->weight().value())));
+  const GraphValue x = norm_->to_graph(
+      g, blocks_->to_graph(g, add_position_rows(g, embedded, positions_->weight().value())));
   const GraphValue table_t = g.op("Transpose", {g.weight(tokens_->weight().value())}, 2,
                                   {{"perm", std::vector<int64_t>{1, 0}}});
   return g.op("MatMul", {x.name, table_t.name}, 3);  // tied output projection

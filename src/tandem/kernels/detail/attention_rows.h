@@ -1,0 +1,43 @@
+#pragma once
+// The row-wise parts of attention (kernels/attention.cc), between its
+// batched products: the masked softmax of the scores, and in backward the
+// gradient of the scores. Each has a CPU and a CUDA implementation; the
+// products run on kernels::batched_matmul on either device.
+
+#include <cstdint>
+
+#include "tandem/kernels/attention.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::kernels::detail {
+
+// What the row-wise parts need of the shapes and options.
+struct AttentionRows {
+  int64_t T = 0, S = 0;  // query rows and keys per head
+  float scale = 1.0f;    // applied to the raw scores q . k
+  bool causal = true;
+  // Dropout on the probabilities: (h, i, j) of global head h is kept when
+  // random_bits_at(seed, offset + (h * T + i) * S + j) >= threshold.
+  bool dropout = false;
+  uint64_t seed = 0, offset = 0, threshold = 0;
+  float keep_scale = 1.0f;
+
+  AttentionRows(const AttentionOptions& options, int64_t T, int64_t S, int64_t D);
+};
+
+// scores (count, T, S) f32 holds q . k of global heads [first, first +
+// count); replaced by the probabilities (masked, dropout applied), and each
+// row's log-sum-exp of the scaled scores written to lse (B, H, T) f32.
+void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse);
+
+// D_i = dout_i . out_i for every row of (B, H, T, D): (B * H * T,) f32.
+Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
+
+// probs (count, T, S) f32 holds q . k again and dprobs dout . v^T; probs
+// becomes the kept probabilities (after dropout) in `dropped` (which may be
+// probs itself when there is no dropout), and dprobs the gradient of the
+// raw scores, dS = P (dP - D) scale.
+void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
+                           Tensor& dropped, const Tensor& lse, const Tensor& row_dot);
+
+}  // namespace tandem::kernels::detail
