@@ -6,9 +6,12 @@
 #   1. nvidia-smi and `tandem info` (the GPU, driver and library versions),
 #   2. the GPU tests: every CUDA kernel against the CPU (tests/gpu),
 #   3. the matmul peak on the GPU: f32, TF32 and bf16 (`tandem bench peak`),
-#   4. training throughput on the GPU (`bench train`): mlp in f32 and mixed
-#      bf16, and gpt at the default size and at GPT-2-small size (12 layers,
-#      width 768, context 1024) in mixed bf16.
+#   4. training throughput on the GPU (`bench train`): mlp, cnn and resnet
+#      in f32 and mixed bf16, and gpt at the default size and at
+#      GPT-2-small size (12 layers, width 768, context 1024) in mixed bf16,
+#   5. PyTorch eager on the same GPU, same models and batches, bf16
+#      autocast (bench/pytorch/bench_models.py --device cuda): GPT-2-small
+#      gpt and resnet, for the side-by-side ratio.
 # Each step has a time limit; the whole stays under 8 minutes. Writes
 # gpu-check.json (every step's status and figures) and each step's log to
 # $OUT, or to ./gpu-check when OUT is unset. Exit status 0 only when every
@@ -65,6 +68,13 @@ step train 120 "$bin/tandem" bench train --device cuda:0 --models mlp \
   --precisions float32,mixed_bfloat16 --batch-size 4096 --steps 20 --warmup 3 --repeats 3 --json
 step train_gpt 120 "$bin/tandem" bench train --device cuda:0 --models gpt \
   --precisions float32,mixed_bfloat16 --batch-size 64 --steps 10 --warmup 2 --repeats 3 --json
+step train_convnets 120 "$bin/tandem" bench train --device cuda:0 --models cnn,resnet \
+  --precisions float32,mixed_bfloat16 --batch-size 256 --steps 20 --warmup 3 --repeats 3 --json
+step pytorch_resnet 90 python3 bench/pytorch/bench_models.py --model resnet --device cuda \
+  --precision bf16 --batch-size 256 --steps 20 --warmup 3 --json
+step pytorch_gpt2_small 120 python3 bench/pytorch/bench_models.py --model gpt --device cuda \
+  --precision bf16 --layers 12 --width 768 --heads 12 --context 1024 --batch-size 8 --steps 10 \
+  --warmup 3 --json
 step train_gpt2_small 150 "$bin/tandem" bench train --device cuda:0 --models gpt \
   --model-options layers=12,width=768,heads=12,context=1024 --precisions mixed_bfloat16 \
   --batch-size 8 --steps 10 --warmup 2 --repeats 3 --json
@@ -89,7 +99,8 @@ if "testsuites" in tests:
     result["gpu_test"] = {"tests": tests.get("tests"), "failures": tests.get("failures"),
                           "failed": [n for n, t in cases if t.get("failures")],
                           "skipped": [n for n, t in cases if t.get("result") == "SKIPPED"]}
-for name in ("peak", "train", "train_gpt", "train_gpt2_small"):
+for name in ("peak", "train", "train_gpt", "train_gpt2_small", "train_convnets",
+             "pytorch_resnet", "pytorch_gpt2_small"):
     try:
         text = open(os.path.join(out, name + ".log")).read()
         starts = [i for i in (text.find("["), text.find("{")) if i >= 0]

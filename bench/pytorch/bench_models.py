@@ -2,7 +2,7 @@
 """Times PyTorch training steps of tandem's reference models (models.py) on
 synthetic in-memory data, for side-by-side comparison with tandem.
 
-    python3 bench_models.py --model gpt|resnet [--threads 1|2]
+    python3 bench_models.py --model gpt|resnet [--threads 1|2] [--device cpu|cuda]
         [--precision float32|bf16] [--batch-size N] [--steps S] [--warmup W] [--json]
 
 gpt: AdamW lr 6e-4 (PyTorch's defaults otherwise: betas 0.9/0.999, eps 1e-8,
@@ -14,7 +14,10 @@ memorises them: a convergence check, not a data set.
 
 Each timed step (zero_grad, forward, loss, backward, optimizer step) is
 measured alone; examples/s (and tokens/s for gpt) is reported as the median
-over the timed steps with the min and max. Works with PyTorch 1.13 and 2.x.
+over the timed steps with the min and max (each step ends with loss.item(),
+which waits for a GPU). Works with PyTorch 1.13 and 2.x. On cuda, bf16 is
+autocast to bf16 on the GPU and float32 uses PyTorch's default (TF32 off for
+matmuls, on for cuDNN convolutions).
 """
 import argparse
 import contextlib
@@ -86,6 +89,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=("gpt", "resnet"), required=True)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--precision", choices=("float32", "bf16"), default="float32")
     p.add_argument("--batch-size", type=int, help="default: gpt 32, resnet 128")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -116,6 +120,8 @@ def parse_args(argv=None):
         a.lr = DEFAULT_LR[a.model]
     if a.steps < 1 or a.warmup < 0 or a.batch_size < 1 or a.threads < 1 or a.batches < 1:
         p.error("steps, batch-size, threads and batches must be >= 1, warmup >= 0")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this PyTorch sees no GPU")
     if a.attention == "sdpa" and not HAS_SDPA:
         p.error(f"torch {torch.__version__} has no scaled_dot_product_attention")
     return a
@@ -155,9 +161,14 @@ def run(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     model, opt, loss_fn, batches = build(a)
+    if a.device == "cuda":
+        model = model.cuda()
+        # The optimizer holds the parameters: rebuild it for the moved ones.
+        opt = type(opt)(model.parameters(), **opt.defaults)
+        batches = [(x.cuda(), y.cuda()) for x, y in batches]
     model.train()
     if a.precision == "bf16":
-        autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)  # noqa: E731
+        autocast = lambda: torch.autocast(device_type=a.device, dtype=torch.bfloat16)  # noqa: E731
     else:
         autocast = contextlib.nullcontext
 
@@ -192,6 +203,7 @@ def run(a):
         "model": a.model,
         "parameters": count_parameters(model),
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "precision": a.precision,
         "batch_size": a.batch_size,
         "steps": a.steps,

@@ -49,8 +49,8 @@ Variable rms_norm(const Variable& x, const Variable& gamma, float eps) {
 namespace {
 
 Variable batch_norm_training(const Variable& x, const Variable& gamma, const Variable& beta,
-                             Tensor& running_mean, Tensor& running_var, float momentum,
-                             float eps, bool relu) {
+                             Tensor& running_mean, Tensor& running_var, float momentum, float eps,
+                             bool relu) {
   const Tensor xv = x.value(), gv = gamma.value();
   // A recomputed block (checkpoint()) already updated its running statistics.
   kernels::BatchNormResult r = kernels::batch_norm_train(
@@ -83,8 +83,8 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
           kernels::BatchNormSums sums = kernels::batch_norm_backward_sums(g, xv, mean, rstd);
           if (ctx.needs(0)) {
             // dx = dy * gamma * rstd: the statistics are constants here.
-            Tensor a = kernels::batch_norm_apply(g, Tensor::zeros(rstd.shape()), rstd, gv,
-                                                 Tensor::zeros(rstd.shape()));
+            const Tensor zero = Tensor::zeros(rstd.shape(), DType::f32, rstd.device());
+            Tensor a = kernels::batch_norm_apply(g, zero, rstd, gv, zero);
             ctx.set(0, a);
           }
           if (ctx.needs(1)) ctx.set(1, sums.sum_dy_xhat);
@@ -95,8 +95,8 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 }
 
 Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variable& beta,
-                         Tensor& running_mean, Tensor& running_var, bool training,
-                         float momentum, float eps) {
+                         Tensor& running_mean, Tensor& running_var, bool training, float momentum,
+                         float eps) {
   if (!training || !kernels::batch_norm_fuses_relu(x.value())) {
     return relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps));
   }
@@ -109,28 +109,34 @@ Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variabl
   const Tensor xv = x.value(), gv = gamma.value();
   const int64_t C = xv.dim(-1);
   const int64_t local_rows = C == 0 ? 0 : xv.numel() / C;
+  // The per-channel arithmetic and the cross-replica sums run on the host;
+  // x, y and the statistics the kernels use stay on x's device.
+  const Device device = xv.device();
+  const Device host = device.kind == DeviceKind::cpu ? device : cpu_device();
   // 1. Global count and mean: sum (rows, rows x local mean) over replicas.
-  Tensor sums = Tensor::zeros(Shape{C + 1});
+  Tensor sums = Tensor::zeros(Shape{C + 1}, DType::f32, host);
   float* s = sums.data<float>();
-  kernels::Moments local;
+  Tensor local_mean, local_variance;
   if (local_rows > 0) {
-    local = kernels::batch_norm_moments(xv);
-    const float* m = local.mean.data<float>();
+    kernels::Moments local = kernels::batch_norm_moments(xv);
+    local_mean = local.mean.to(host);
+    local_variance = local.variance.to(host);
+    const float* m = local_mean.data<float>();
     for (int64_t c = 0; c < C; ++c) s[c] = m[c] * static_cast<float>(local_rows);
   }
   s[C] = static_cast<float>(local_rows);
   replicas.sum(sums);
   const auto count = static_cast<int64_t>(s[C] + 0.5f);
   if (count == 0) TANDEM_THROW(ShapeError, "sync_batch_norm: no rows on any replica");
-  Tensor mean = Tensor::empty(Shape{C});
+  Tensor mean = Tensor::empty(Shape{C}, DType::f32, host);
   for (int64_t c = 0; c < C; ++c) mean.data<float>()[c] = s[c] / static_cast<float>(count);
   // 2. Global biased variance around the global mean: each replica's sum of
   // squared deviations from it, rows x (local variance + (local mean -
   // global mean)^2), in double, without a second pass over x.
-  Tensor squares = Tensor::zeros(Shape{C});
+  Tensor squares = Tensor::zeros(Shape{C}, DType::f32, host);
   if (local_rows > 0) {
-    const float* lm = local.mean.data<float>();
-    const float* lv = local.variance.data<float>();
+    const float* lm = local_mean.data<float>();
+    const float* lv = local_variance.data<float>();
     for (int64_t c = 0; c < C; ++c) {
       const double shift = static_cast<double>(lm[c]) - mean.data<float>()[c];
       squares.data<float>()[c] = static_cast<float>(static_cast<double>(local_rows) *
@@ -138,35 +144,36 @@ Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variabl
     }
   }
   replicas.sum(squares);
+  for (int64_t c = 0; c < C; ++c) squares.data<float>()[c] /= static_cast<float>(count);
   kernels::Moments global;
-  global.mean = mean;
-  global.variance = squares;
-  for (int64_t c = 0; c < C; ++c) global.variance.data<float>()[c] /= static_cast<float>(count);
+  global.mean = mean.to(device);
+  global.variance = squares.to(device);
   global.count = count;
   kernels::update_running_moments(running_mean, running_var, global,
                                   recomputing() ? 0.0f : momentum);
   const Tensor rstd = kernels::inverse_std(global.variance, eps);
-  Tensor y = local_rows > 0 ? kernels::batch_norm_apply(xv, mean, rstd, gv, beta.value())
-                            : Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  Tensor y = local_rows > 0 ? kernels::batch_norm_apply(xv, global.mean, rstd, gv, beta.value())
+                            : Tensor::empty(xv.shape(), xv.dtype(), device);
   CrossReplicaSum* sum = &replicas;
   return record_op(
       "sync_batch_norm", y, {&x, &gamma, &beta},
-      [xv, gv, mean, rstd, count, sum, C, local_rows](BackwardContext& ctx) {
+      [xv, gv, mean = global.mean, rstd, count, sum, C, local_rows, device,
+       host](BackwardContext& ctx) {
         // 3. dx needs the global sums of dy and dy * xhat.
-        kernels::BatchNormSums local_sums{Tensor::zeros(Shape{C}), Tensor::zeros(Shape{C})};
+        kernels::BatchNormSums local_sums{Tensor::zeros(Shape{C}, DType::f32, device),
+                                          Tensor::zeros(Shape{C}, DType::f32, device)};
         if (local_rows > 0)
           local_sums = kernels::batch_norm_backward_sums(ctx.grad_output(), xv, mean, rstd);
-        Tensor packed = Tensor::empty(Shape{2 * C});
-        std::memcpy(packed.data<float>(), local_sums.sum_dy.data<float>(), C * sizeof(float));
-        std::memcpy(packed.data<float>() + C, local_sums.sum_dy_xhat.data<float>(),
-                    C * sizeof(float));
+        Tensor packed = Tensor::empty(Shape{2 * C}, DType::f32, host);
+        packed.slice(0, C).copy_from(local_sums.sum_dy);
+        packed.slice(C, 2 * C).copy_from(local_sums.sum_dy_xhat);
         sum->sum(packed);
-        const kernels::BatchNormSums global_sums{packed.slice(0, C).clone(),
-                                                 packed.slice(C, 2 * C).clone()};
+        const kernels::BatchNormSums global_sums{packed.slice(0, C).to(device).clone(),
+                                                 packed.slice(C, 2 * C).to(device).clone()};
         if (ctx.needs(0)) {
           ctx.set(0, local_rows > 0 ? kernels::batch_norm_backward_dx(ctx.grad_output(), xv, mean,
                                                                       rstd, gv, global_sums, count)
-                                    : Tensor::zeros(xv.shape(), xv.dtype()));
+                                    : Tensor::zeros(xv.shape(), xv.dtype(), device));
         }
         // Parameter gradients stay local: the reducer sums them over replicas.
         if (ctx.needs(1)) ctx.set(1, local_sums.sum_dy_xhat);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/conv.h"
 #include "tandem/kernels/detail/attention_rows.h"
 #include "tandem/kernels/dropout.h"
 #include "tandem/kernels/loss.h"
@@ -18,6 +19,7 @@
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/optimizer_update.h"
 #include "tandem/kernels/per_example_loss.h"
+#include "tandem/kernels/pool.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -84,6 +86,41 @@ kernels::NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const 
 kernels::NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps);
 kernels::NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                                      const Tensor& gamma);
+
+// Batch norm's split parts (cuda/batch_norm.cu); the single-device
+// batch_norm_train/backward compose them on the GPU.
+kernels::Moments batch_norm_moments(const Tensor& x);
+Tensor inverse_std(const Tensor& variance, float eps);
+Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& gamma, const Tensor& beta);
+void update_running_moments(Tensor& running_mean, Tensor& running_var,
+                            const kernels::Moments& batch, float momentum);
+kernels::BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x,
+                                                const Tensor& mean, const Tensor& rstd);
+Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gamma,
+                              const kernels::BatchNormSums& sums, int64_t count);
+
+// Convolution on cuDNN (cuda/conv.cc).
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const kernels::Conv2dGeometry& geometry, kernels::Activation activation,
+                      DType out_dtype);
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                            const kernels::Conv2dGeometry& geometry, DType out_dtype);
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                             const kernels::Conv2dGeometry& geometry, Tensor& dw, Tensor* db);
+
+// Max, average and global average pooling (cuda/pool.cu); max pooling's
+// workspace is i32 indices with y's shape.
+kernels::MaxPoolResult max_pool2d_forward(const Tensor& x, const kernels::Pool2dGeometry& geometry,
+                                          bool training);
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape,
+                           const kernels::Pool2dGeometry& geometry);
+Tensor avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& geometry);
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape,
+                           const kernels::Pool2dGeometry& geometry);
+Tensor global_avg_pool(const Tensor& x);
+Tensor global_avg_pool_backward(const Tensor& dy, const Shape& x_shape);
 
 // Dropout with the counter-based generator's mask (cuda/dropout.cu): the
 // same mask as the CPU for the same (seed, offset).

@@ -100,6 +100,49 @@ const Nccl& nccl() {
   return n;
 }
 
+const Cudnn& cudnn() {
+  static Cudnn d{};
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    void* h = open_library({"libcudnn.so.9", "libcudnn.so"});
+    if (h == nullptr) {
+      failure = std::string("cannot load cuDNN (libcudnn.so.9): ") + dlerror() +
+                " (put the CUDA libraries on LD_LIBRARY_PATH)";
+      return;
+    }
+    try {
+      const char* name = "libcudnn";
+      bind(h, name, "cudnnCreate", d.create);
+      bind(h, name, "cudnnSetStream", d.set_stream);
+      bind(h, name, "cudnnGetErrorString", d.error_string);
+      bind(h, name, "cudnnCreateTensorDescriptor", d.tensor_create);
+      bind(h, name, "cudnnSetTensor4dDescriptor", d.tensor_set_4d);
+      bind(h, name, "cudnnDestroyTensorDescriptor", d.tensor_destroy);
+      bind(h, name, "cudnnCreateFilterDescriptor", d.filter_create);
+      bind(h, name, "cudnnSetFilter4dDescriptor", d.filter_set_4d);
+      bind(h, name, "cudnnDestroyFilterDescriptor", d.filter_destroy);
+      bind(h, name, "cudnnCreateConvolutionDescriptor", d.convolution_create);
+      bind(h, name, "cudnnSetConvolution2dDescriptor", d.convolution_set_2d);
+      bind(h, name, "cudnnSetConvolutionMathType", d.convolution_set_math);
+      bind(h, name, "cudnnDestroyConvolutionDescriptor", d.convolution_destroy);
+      bind(h, name, "cudnnGetConvolutionForwardAlgorithm_v7", d.forward_algorithms);
+      bind(h, name, "cudnnGetConvolutionForwardWorkspaceSize", d.forward_workspace);
+      bind(h, name, "cudnnConvolutionForward", d.forward);
+      bind(h, name, "cudnnGetConvolutionBackwardDataAlgorithm_v7", d.backward_data_algorithms);
+      bind(h, name, "cudnnGetConvolutionBackwardDataWorkspaceSize", d.backward_data_workspace);
+      bind(h, name, "cudnnConvolutionBackwardData", d.backward_data);
+      bind(h, name, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", d.backward_filter_algorithms);
+      bind(h, name, "cudnnGetConvolutionBackwardFilterWorkspaceSize", d.backward_filter_workspace);
+      bind(h, name, "cudnnConvolutionBackwardFilter", d.backward_filter);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) TANDEM_THROW(Error, failure);
+  return d;
+}
+
 std::string cublaslt_version() {
   try {
     return dotted(cublaslt().get_version());

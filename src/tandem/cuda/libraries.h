@@ -8,6 +8,13 @@
 #include <cublasLt.h>
 #include <nccl.h>
 
+// cuDNN 9 marks the convolution API tandem uses (descriptors and
+// cudnnConvolution*) deprecated in favour of its graph API; it is still
+// there and supported in 9.x.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
+
 #include <cstddef>
 #include <string>
 
@@ -50,9 +57,39 @@ struct Nccl {
 // As cublaslt(), for NCCL (libnccl.so.2).
 const Nccl& nccl();
 
+struct Cudnn {
+  decltype(&cudnnCreate) create;
+  decltype(&cudnnSetStream) set_stream;
+  decltype(&cudnnGetErrorString) error_string;
+  decltype(&cudnnCreateTensorDescriptor) tensor_create;
+  decltype(&cudnnSetTensor4dDescriptor) tensor_set_4d;
+  decltype(&cudnnDestroyTensorDescriptor) tensor_destroy;
+  decltype(&cudnnCreateFilterDescriptor) filter_create;
+  decltype(&cudnnSetFilter4dDescriptor) filter_set_4d;
+  decltype(&cudnnDestroyFilterDescriptor) filter_destroy;
+  decltype(&cudnnCreateConvolutionDescriptor) convolution_create;
+  decltype(&cudnnSetConvolution2dDescriptor) convolution_set_2d;
+  decltype(&cudnnSetConvolutionMathType) convolution_set_math;
+  decltype(&cudnnDestroyConvolutionDescriptor) convolution_destroy;
+  decltype(&cudnnGetConvolutionForwardAlgorithm_v7) forward_algorithms;
+  decltype(&cudnnGetConvolutionForwardWorkspaceSize) forward_workspace;
+  decltype(&cudnnConvolutionForward) forward;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) backward_data_algorithms;
+  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) backward_data_workspace;
+  decltype(&cudnnConvolutionBackwardData) backward_data;
+  decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) backward_filter_algorithms;
+  decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) backward_filter_workspace;
+  decltype(&cudnnConvolutionBackwardFilter) backward_filter;
+};
+
+// As cublaslt(), for cuDNN (libcudnn.so.9, which loads its sub-libraries).
+const Cudnn& cudnn();
+
 // "9.19.0", or "not found" when the library cannot be loaded.
 std::string cublaslt_version();
 std::string cudnn_version();
 std::string nccl_version();
 
 }  // namespace tandem::cuda
+
+#pragma GCC diagnostic pop

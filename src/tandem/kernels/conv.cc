@@ -1,5 +1,6 @@
 #include "tandem/kernels/conv.h"
 
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
 
@@ -148,6 +149,12 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dGeometry& 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
                       Activation activation, DType out_dtype) {
   check_float_pair(x, w, "conv2d_forward");
+  const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
+  if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
+                 bias.to_string());
+  }
+  TANDEM_DISPATCH_CUDA(x, conv2d_forward(x, w, bias, g, activation, out_dtype));
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     Tensor y;
     {
@@ -155,11 +162,6 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
       y = conv2d_forward(detail::widened(x), detail::widened(w), bias, g, activation);
     }
     return detail::narrowed(y, out_dtype);
-  }
-  const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
-  if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
-    TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
-                 bias.to_string());
   }
   Tensor y = Tensor::empty(y_shape, out_dtype, x.device());
   if (y.numel() == 0) return y;
@@ -180,6 +182,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2dGeometry& g, DType out_dtype) {
   check_float_pair(dy, w, "conv2d_backward_data");
+  const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
+  if (dy.shape() != y_shape) {
+    TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(), " should be ",
+                 y_shape.to_string());
+  }
+  TANDEM_DISPATCH_CUDA(dy, conv2d_backward_data(dy, w, x_shape, g, out_dtype));
   if (detail::needs_bf16_widening(dy)) {  // see onednn_runs_bf16
     Tensor dx;
     {
@@ -187,11 +195,6 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
       dx = conv2d_backward_data(detail::widened(dy), detail::widened(w), x_shape, g);
     }
     return detail::narrowed(dx, out_dtype);
-  }
-  const Shape y_shape = conv2d_output_shape(x_shape, w.shape(), g);
-  if (dy.shape() != y_shape) {
-    TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(), " should be ",
-                 y_shape.to_string());
   }
   Tensor dx = Tensor::empty(x_shape, out_dtype, dy.device());
   if (dx.numel() == 0) return dx;
@@ -239,11 +242,6 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g, Tensor& dw,
                              Tensor* db) {
   check_float_pair(x, dy, "conv2d_backward_weights");
-  if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
-    MemoryCategoryScope temporaries(MemoryCategory::workspace);
-    conv2d_backward_weights(detail::widened(x), detail::widened(dy), g, dw, db);
-    return;
-  }
   const Shape y_shape = conv2d_output_shape(x.shape(), dw.shape(), g);
   if (dy.shape() != y_shape) {
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(), " should be ",
@@ -253,6 +251,12 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
       (db != nullptr && (db->dtype() != DType::f32 || db->numel() != dw.dim(3)))) {
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dw and db must be f32 with matching O, got ",
                  dw.to_string(), db ? " and " + db->to_string() : std::string());
+  }
+  TANDEM_DISPATCH_CUDA(x, conv2d_backward_weights(x, dy, g, dw, db));
+  if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
+    MemoryCategoryScope temporaries(MemoryCategory::workspace);
+    conv2d_backward_weights(detail::widened(x), detail::widened(dy), g, dw, db);
+    return;
   }
   if (dy.numel() == 0 || x.numel() == 0) {
     dw.zero();

@@ -242,6 +242,7 @@ Moments batch_norm_moments(const Tensor& x) {
   const int64_t R = shape.rows, C = shape.cols;
   if (R == 0)
     TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
+  TANDEM_DISPATCH_CUDA(x, batch_norm_moments(x));
   Moments m;
   m.count = R;
   dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
@@ -265,6 +266,7 @@ Moments batch_norm_moments(const Tensor& x) {
 }
 
 Tensor inverse_std(const Tensor& variance, float eps) {
+  TANDEM_DISPATCH_CUDA(variance, inverse_std(variance, eps));
   Tensor out = Tensor::empty(variance.shape(), DType::f32, variance.device());
   const float* v = variance.data<float>();
   float* o = out.data<float>();
@@ -282,6 +284,7 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
   check_param(rstd, C, "batch_norm", "rstd");
   check_param(gamma, C, "batch_norm", "gamma");
   check_param(beta, C, "batch_norm", "beta");
+  TANDEM_DISPATCH_CUDA(x, batch_norm_apply(x, mean, rstd, gamma, beta));
   // Fold into y = x * a + b per channel.
   std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
@@ -310,6 +313,8 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var, const Mom
   const int64_t C = batch.mean.numel();
   check_param(running_mean, C, "batch_norm", "running_mean");
   check_param(running_var, C, "batch_norm", "running_var");
+  TANDEM_DISPATCH_CUDA(batch.mean,
+                       update_running_moments(running_mean, running_var, batch, momentum));
   if (momentum == 0.0f) return;  // unchanged, even where the batch's moments are not finite
   const double unbias =
       batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
@@ -376,6 +381,7 @@ BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const 
   }
   check_param(mean, C, "batch_norm_backward", "mean");
   check_param(rstd, C, "batch_norm_backward", "rstd");
+  TANDEM_DISPATCH_CUDA(x, batch_norm_backward_sums(dy, x, mean, rstd));
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
   std::vector<double> sums;
@@ -401,6 +407,7 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
   const RowsCols shape = rows_cols(x, "batch_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
   check_param(gamma, C, "batch_norm_backward", "gamma");
+  TANDEM_DISPATCH_CUDA(x, batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, count));
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
   const float* g = gamma.data<float>();

@@ -1,5 +1,6 @@
 #include "tandem/kernels/pool.h"
 
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
 
 namespace tandem::kernels {
@@ -79,6 +80,7 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool 
   if (!is_floating(x.dtype())) {
     TANDEM_THROW(ShapeError, "max_pool2d: expected f32, bf16 or f16, got ", x.to_string());
   }
+  TANDEM_DISPATCH_CUDA(x, max_pool2d_forward(x, g, training));
   if (x.dtype() == DType::f16 || detail::needs_bf16_widening(x)) {
     // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs, bf16 only from AVX-512
     // (onednn_runs_bf16): pool in f32 (max is exact in either) and narrow;
@@ -118,6 +120,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
     TANDEM_THROW(ShapeError, "max_pool2d_backward: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
+  TANDEM_DISPATCH_CUDA(dy, max_pool2d_backward(dy, workspace, x_shape, g));
   if (dy.dtype() == DType::f16 || detail::needs_bf16_widening(dy)) {  // see max_pool2d_forward
     Tensor dx;
     {

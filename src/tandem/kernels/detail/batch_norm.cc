@@ -38,8 +38,8 @@ normalization_flags training_flags(bool relu) {
 }
 
 std::shared_ptr<Forward> forward_primitive(const Tensor& x, float eps, bool training, bool relu) {
-  const std::string key = tandem::detail::concat(
-      "bnorm_fwd:", training ? "train:" : "stats:", relu, ":", eps, ":", key_of(x));
+  const std::string key = tandem::detail::concat("bnorm_fwd:", training ? "train:" : "stats:", relu,
+                                                 ":", eps, ":", key_of(x));
   return cached<Forward>(key, [&] {
     return guarded("batch norm forward creation", [&] {
       auto p = std::make_shared<Forward>();
@@ -63,9 +63,10 @@ Tensor channel_tensor(const Tensor& x) {
 }  // namespace
 
 bool batch_norm_supported(const Tensor& x) {
-  return (x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && onednn_runs_bf16())) &&
-         x.rank() >= 1 &&
-         x.dim(-1) > 0 && x.numel() > 0;
+  // On a GPU the split kernels run (cuda/batch_norm.cu).
+  return x.defined() && x.device().kind == DeviceKind::cpu &&
+         (x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && onednn_runs_bf16())) &&
+         x.rank() >= 1 && x.dim(-1) > 0 && x.numel() > 0;
 }
 
 BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -82,13 +83,12 @@ BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const
                                        {DNNL_ARG_VARIANCE, memory_of(r.variance, channel)}};
   if (relu) {
     const memory::desc workspace = p->pd.workspace_desc();
-    r.relu_mask = Tensor::empty(Shape{static_cast<int64_t>(workspace.get_size())}, DType::u8,
-                                x.device());
+    r.relu_mask =
+        Tensor::empty(Shape{static_cast<int64_t>(workspace.get_size())}, DType::u8, x.device());
     args.emplace(DNNL_ARG_WORKSPACE, memory_of(r.relu_mask, workspace));
   }
-  guarded("batch norm forward", [&] {
-    execute(p->primitive, p->pd.scratchpad_desc(), std::move(args), x.device());
-  });
+  guarded("batch norm forward",
+          [&] { execute(p->primitive, p->pd.scratchpad_desc(), std::move(args), x.device()); });
   return r;
 }
 
@@ -144,9 +144,8 @@ NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const 
                                        {DNNL_ARG_DIFF_SCALE, memory_of(g.dgamma, channel)},
                                        {DNNL_ARG_DIFF_SHIFT, memory_of(g.dbeta, channel)}};
   if (relu) args.emplace(DNNL_ARG_WORKSPACE, memory_of(relu_mask, hint->pd.workspace_desc()));
-  guarded("batch norm backward", [&] {
-    execute(p->primitive, p->scratchpad, std::move(args), x.device());
-  });
+  guarded("batch norm backward",
+          [&] { execute(p->primitive, p->scratchpad, std::move(args), x.device()); });
   return g;
 }
 
