@@ -6,6 +6,7 @@
 // skipped, naming why; the error tests run everywhere.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <iostream>
@@ -38,6 +39,7 @@
 #include "tandem/kernels/resize.h"
 #include "tandem/kernels/softmax.h"
 #include "tandem/nn/models.h"
+#include "tandem/tensor/device_clock.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {
@@ -855,6 +857,39 @@ TEST_F(Gpu, InProcessCollectivesOverVirtualGpuDevicesMatchHostReductions) {
         EXPECT_EQ(broadcast[r].to_floats(), host[1].to_floats()) << "broadcast to rank " << r;
       }
     }
+  }
+}
+
+// Marks on the GPU's timeline time the work the device runs, which takes
+// longer than queueing it; the step breakdown of a GPU replica uses them,
+// and its parts still add up to the step.
+TEST_F(Gpu, DeviceMarksTimeTheGpusWorkAndTheStepBreakdown) {
+  const Tensor a = Tensor::full(Shape{4096, 4096}, 0.5f, DType::f32, kGpu);
+  kernels::matmul(a, a).to_floats();  // cuBLASLt's plan and workspace made before timing
+  const auto host_start = std::chrono::steady_clock::now();
+  const DeviceMark before = DeviceMark::record(kGpu);
+  for (int i = 0; i < 4; ++i) kernels::matmul(a, a);
+  const DeviceMark after = DeviceMark::record(kGpu);
+  const double device = before.seconds_until(after);
+  const double host =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
+  EXPECT_GT(device, 0.0);
+  EXPECT_LE(device, host);
+
+  auto gpu = gpu_strategy("one_device");
+  auto engine = gpu->make_engine(model("cnn"), kSgd);
+  for (int64_t step = 0; step < 3; ++step) {
+    const auto r = engine->step(testing::image_batch(step, 64), testing::image_classifier_loss,
+                                {.step = step});
+    ASSERT_EQ(r.replicas.size(), 1u);
+    const distribute::ReplicaStepTime& t = r.replicas[0];
+    EXPECT_GT(t.forward, 0.0) << "step " << step;
+    EXPECT_GT(t.backward, 0.0) << "step " << step;
+    EXPECT_GE(t.optimizer, 0.0) << "step " << step;
+    EXPECT_GE(t.idle, 0.0) << "step " << step;
+    EXPECT_NEAR(t.forward + t.backward + t.communication + t.optimizer + t.idle, r.seconds,
+                0.01 * r.seconds)
+        << "step " << step;
   }
 }
 

@@ -88,6 +88,25 @@ void sync_device(Device device) {
   check(cudaDeviceSynchronize(), "work queued on the GPU");
 }
 
+std::shared_ptr<void> record_event(Device device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreate(&event), "cudaEventCreate");
+  std::shared_ptr<void> owner(event,
+                              [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  check(cudaEventRecord(event, stream(device)), "cudaEventRecord");
+  return owner;
+}
+
+double seconds_between_events(void* earlier, void* later) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(later)), "waiting for a timing event");
+  float ms = 0.0f;
+  check(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(earlier), static_cast<cudaEvent_t>(later)),
+      "cudaEventElapsedTime");
+  return static_cast<double>(ms) * 1e-3;
+}
+
 void check_launch(const char* kernel) {
   check(cudaGetLastError(), kernel);
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "tandem/tensor/device.h"
@@ -55,6 +56,12 @@ void sync_stream(Device device);
 // Waits until every thread's work on the device's GPU has run: a fence for
 // buffers another thread's stream wrote (the in-process collectives).
 void sync_device(Device device);
+
+// An event (timing enabled) recorded on the calling thread's stream for
+// `device`, destroyed with its last owner (tensor/device_clock.h).
+std::shared_ptr<void> record_event(Device device);
+// Milliseconds between two such events as seconds; waits for `later`.
+double seconds_between_events(void* earlier, void* later);
 
 // Checks that the last launch was accepted (a bad configuration shows at
 // once; faults inside the kernel show at the next synchronisation).

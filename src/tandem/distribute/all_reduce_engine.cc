@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "tandem/autograd/functions.h"
@@ -19,6 +20,7 @@
 #include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/reduce.h"
+#include "tandem/tensor/device_clock.h"
 
 namespace tandem::distribute {
 namespace {
@@ -107,6 +109,10 @@ class AllReduceEngine : public Engine {
   // The gradient norm sample of a measured step, from every replica's sums
   // (exchanged when there are several); on every replica's thread.
   std::optional<GradientNormSample> gradient_norm_sample(Replica& rep, int r, int64_t global_rows);
+  // Moves a GPU replica's backward and optimizer ends to when the device
+  // finished them (the marks were recorded as the host queued them).
+  static void device_timeline(Replica::Moments& m, const DeviceMark& started,
+                              const DeviceMark& backward_queued, const DeviceMark& done_queued);
   void update(Replica& rep, int r, bool& skipped);
   void run_replica_step(int r, const std::vector<data::Element>& parts, int64_t global_rows,
                         const ForwardFn& forward, const StepOptions& options, bool& skipped);
@@ -295,6 +301,11 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   const ReplicaContext& context = strategy().replica_context(r);
   rep.moments = {};
   rep.moments.start = Clock::now();
+  // On a GPU the phases end when the device finishes them, not when the
+  // host has queued them (see device_timeline below).
+  const bool gpu = context.device.kind != DeviceKind::cpu;
+  std::optional<DeviceMark> started, backward_queued, done_queued;
+  if (gpu) started = DeviceMark::record(context.device);
   if (options.learning_rate) optimizer(r).set_learning_rate(*options.learning_rate);
   seed_replica_generator(options_.seed, options.step, context);
   for (Variable& p : rep.model->parameters()) p.zero_grad();
@@ -308,6 +319,7 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
   detail::slow_down(options_.slow_replica, context.global_replica,
                     Clock::now() - rep.moments.start);
   rep.moments.backward_done = Clock::now();
+  if (gpu) backward_queued = DeviceMark::record(context.device);
   if (rep.reducer) {
     trace::Span span("wait for gradients", "step");
     rep.reducer->finish();
@@ -332,7 +344,27 @@ void AllReduceEngine::run_replica_step(int r, const std::vector<data::Element>& 
     if (local_sgd() && (options.step + 1) % options_.sync_every == 0) average_replicas(r);
   }
   rep.moments.done = Clock::now();
+  if (gpu) {
+    done_queued = DeviceMark::record(context.device);
+    device_timeline(rep.moments, *started, *backward_queued, *done_queued);
+  }
   if (several_processes()) exchange_records(r);
+}
+
+void AllReduceEngine::device_timeline(Replica::Moments& m, const DeviceMark& started,
+                                      const DeviceMark& backward_queued,
+                                      const DeviceMark& done_queued) {
+  // The device's own times, placed on the host clock from the step's start
+  // (the stream is idle then: the previous step waited for its last mark).
+  // Backward ends when its last kernel does, which the gradient reduction
+  // waited for, so no later than `reduced`; the optimizer's kernels end
+  // when the step's last mark is reached, which this waits for.
+  const auto after_start = [&](const DeviceMark& mark) {
+    return m.start + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(started.seconds_until(mark)));
+  };
+  m.backward_done = std::clamp(after_start(backward_queued), m.backward_done, m.reduced);
+  m.done = std::max(after_start(done_queued), m.done);
 }
 
 void AllReduceEngine::run_micro_batches(Replica& rep, const data::Element& rows,
