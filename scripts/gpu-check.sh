@@ -64,18 +64,18 @@ step info 60 "$bin/tandem" info --json
 step gpu_test 240 "$bin/gpu_test" --gtest_output="json:$out/gpu_test.json"
 step peak 150 "$bin/tandem" bench peak --device cuda:0 --dtypes f32,tf32,bf16 --size 8192 \
   --repeats 3 --json
-step train 120 "$bin/tandem" bench train --device cuda:0 --models mlp \
+step train 120 "$bin/tandem" bench train --device cuda:0 --threads 4 --models mlp \
   --precisions float32,mixed_bfloat16 --batch-size 4096 --steps 20 --warmup 3 --repeats 3 --json
-step train_gpt 120 "$bin/tandem" bench train --device cuda:0 --models gpt \
+step train_gpt 120 "$bin/tandem" bench train --device cuda:0 --threads 4 --models gpt \
   --precisions float32,mixed_bfloat16 --batch-size 64 --steps 10 --warmup 2 --repeats 3 --json
-step train_convnets 120 "$bin/tandem" bench train --device cuda:0 --models cnn,resnet \
+step train_convnets 120 "$bin/tandem" bench train --device cuda:0 --threads 4 --models cnn,resnet \
   --precisions float32,mixed_bfloat16 --batch-size 256 --steps 20 --warmup 3 --repeats 3 --json
 step pytorch_resnet 90 python3 bench/pytorch/bench_models.py --model resnet --device cuda \
   --precision bf16 --batch-size 256 --steps 20 --warmup 3 --json
 step pytorch_gpt2_small 120 python3 bench/pytorch/bench_models.py --model gpt --device cuda \
   --precision bf16 --layers 12 --width 768 --heads 12 --context 1024 --batch-size 8 --steps 10 \
   --warmup 3 --json
-step train_gpt2_small 150 "$bin/tandem" bench train --device cuda:0 --models gpt \
+step train_gpt2_small 150 "$bin/tandem" bench train --device cuda:0 --threads 4 --models gpt \
   --model-options layers=12,width=768,heads=12,context=1024 --precisions mixed_bfloat16 \
   --batch-size 8 --steps 10 --warmup 2 --repeats 3 --json
 
