@@ -139,9 +139,12 @@ TEST(MultiWorkerTiming, ARemoteStragglerIsNamedNotHiddenInCommunication) {
   };
   EXPECT_GT(median(slow_minus_fast), 0.015);
   EXPECT_GT(median(fast_idle), 0.010);
-  EXPECT_LT(median(communication), 0.010);
+  // Counted as communication, the straggler's 20 ms would put every wait
+  // above 20 ms; the transfer alone is about 1 ms, but under CTest's two
+  // jobs on two cores it was once 10.5 ms (a median over the steps).
+  EXPECT_LT(median(communication), 0.015);
   ASSERT_FALSE(bucket_seconds.empty());
-  EXPECT_LT(median(bucket_seconds), 0.010);
+  EXPECT_LT(median(bucket_seconds), 0.015);
   EXPECT_GT(median(bucket_seconds), 1e-6);
   EXPECT_EQ(steps, 6);
 }
