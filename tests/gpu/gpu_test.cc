@@ -21,6 +21,9 @@
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/nccl.h"
 #include "tandem/config.h"
+#if TANDEM_HAVE_CUDA
+#include "tandem/cuda/host_staging.h"
+#endif
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/attention.h"
@@ -104,6 +107,44 @@ TEST_F(Gpu, TensorsCopyAndConvertBetweenHostAndDevice) {
   EXPECT_EQ(Tensor::from_ints(Shape{3}, std::vector<int32_t>{4, -1, 9}, kGpu).to_ints(),
             (std::vector<int32_t>{4, -1, 9}));
   EXPECT_FLOAT_EQ(dev.slice(2, 3).reshape(Shape{7000}).to_floats()[5], host.to_floats()[14005]);
+}
+
+// Host-to-device copies go through pinned staging blocks (cuda/host_staging.h):
+// the source is free as soon as the copy returns, blocks are reused only
+// once their DMA has run, copies too large to stage go directly, and two
+// threads (two streams) staging at once each get their own data.
+TEST_F(Gpu, HostToDeviceCopiesAreStagedAndLeaveTheSourceFree) {
+  // The last is above cuda::kMaxStagedCopy (16 MiB): copied directly.
+  const std::vector<int64_t> sizes = {1, 1000, (64 << 10) + 3, (3 << 20) + 5, (16 << 20) + 4};
+  const auto copy_and_overwrite = [&](int thread, std::vector<std::string>& failures) {
+    for (int64_t n : sizes) {
+      Tensor host = Tensor::empty(Shape{n}, DType::u8);
+      std::vector<Tensor> copies;
+      std::vector<std::vector<float>> expected;
+      for (int round = 0; round < 4; ++round) {
+        auto* bytes = host.data<uint8_t>();
+        for (int64_t i = 0; i < n; ++i)
+          bytes[i] = static_cast<uint8_t>((i * 7 + round * 31 + thread * 101) & 0xff);
+        expected.push_back(host.to_floats());
+        copies.push_back(host.to(kGpu));  // the next round overwrites host at once
+      }
+      for (size_t r = 0; r < copies.size(); ++r) {
+        if (copies[r].to_floats() != expected[r])
+          failures.push_back("thread " + std::to_string(thread) + ", " + std::to_string(n) +
+                             " bytes, round " + std::to_string(r));
+      }
+    }
+  };
+  std::vector<std::string> failures[2];
+  std::thread other([&] { copy_and_overwrite(1, failures[1]); });
+  copy_and_overwrite(0, failures[0]);
+  other.join();
+  for (const auto& f : failures)
+    for (const std::string& what : f) ADD_FAILURE() << "staged copy lost data: " << what;
+#if TANDEM_HAVE_CUDA
+  EXPECT_GT(cuda::staging_bytes(), 0u);
+  EXPECT_LE(cuda::staging_bytes(), cuda::kMaxStagingPerDevice);
+#endif
 }
 
 TEST_F(Gpu, AllocatorAccountsDeviceMemoryByCategory) {

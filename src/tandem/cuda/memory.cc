@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/base/error.h"
+#include "tandem/cuda/host_staging.h"
 #include "tandem/cuda/runtime.h"
 
 namespace tandem::cuda {
@@ -110,10 +111,12 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
           "cudaMemcpyPeerAsync");
     return;
   }
+  if (dst_gpu && !src_gpu && copy_to_device_staged(dst, dst_device, src, bytes)) return;
   const Device gpu = dst_gpu ? dst_device : src_device;
   DeviceGuard guard(gpu);
-  // From pageable host memory the copy is staged before this call returns,
-  // so the caller may free or change src at once.
+  // From pageable host memory the copy is staged before this call returns
+  // (waiting, for large copies, until the stream has reached it), so the
+  // caller may free or change src at once.
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream(gpu)), "cudaMemcpyAsync");
   if (!dst_gpu) sync_stream(gpu);
 }
