@@ -1,7 +1,9 @@
 // Hand-written kernels against naive double references, f32 and bf16/f16.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "support/gradcheck.h"
@@ -9,6 +11,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/detail/fast_exp.h"
 #include "tandem/kernels/dropout.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/embedding.h"
@@ -88,6 +91,36 @@ INSTANTIATE_TEST_SUITE_P(DTypes, PointwiseDTypeTest,
                          [](const auto& param_info) {
                            return std::string(dtype_name(param_info.param));
                          });
+
+// Broadcasting over more rows than one thread's share: the threads' chunks
+// start and end in the middle of b's repeats.
+TEST(Elementwise, BroadcastAddSplitsMidRepeatAcrossThreads) {
+  NumThreadsScope threads(2);
+  const Tensor a = random_tensor(Shape{37, 1001}, -2, 2, 5);
+  const Tensor b = random_tensor(Shape{1001}, -2, 2, 6);
+  const std::vector<float> av = a.to_floats(), bv = b.to_floats(),
+                           out = kernels::add(a, b).to_floats();
+  for (size_t i = 0; i < av.size(); ++i)
+    ASSERT_EQ(out[i], av[i] + bv[i % bv.size()]) << "element " << i;
+}
+
+// The vectorisable exp of the attention rows against libm's expf.
+TEST(FastExp, WithinTwoUlpOfExpfAndKeepsSpecialValues) {
+  const auto ulps = [](float a, float b) {
+    return std::abs(static_cast<int64_t>(std::bit_cast<int32_t>(a)) - std::bit_cast<int32_t>(b));
+  };
+  for (float x = -87.0f; x < 88.0f; x += 0.000731f) {
+    const float want = std::exp(x), got = kernels::detail::fast_exp(x);
+    ASSERT_LE(ulps(want, got), 2) << "exp(" << x << ") = " << want << ", fast_exp gives " << got;
+  }
+  EXPECT_EQ(kernels::detail::fast_exp(0.0f), 1.0f);
+  EXPECT_EQ(kernels::detail::fast_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(kernels::detail::fast_exp(-100.0f), 0.0f);
+  EXPECT_EQ(kernels::detail::fast_exp(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(kernels::detail::fast_exp(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(kernels::detail::fast_exp(std::numeric_limits<float>::quiet_NaN())));
+}
 
 TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
   Tensor dst = Tensor::full(Shape{10}, 1.0f);
@@ -232,7 +265,8 @@ TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
           kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
       const kernels::Moments m = kernels::batch_norm_moments(x);
       expect_close(to_doubles(r.mean), to_doubles(m.mean), 1e-5, 1e-5, (where + " mean").c_str());
-      expect_close(to_doubles(r.variance), to_doubles(m.variance), 1e-5, 1e-5, (where + " var").c_str());
+      expect_close(to_doubles(r.variance), to_doubles(m.variance), 1e-5, 1e-5,
+                   (where + " var").c_str());
       const Tensor rstd = kernels::inverse_std(m.variance, 1e-5f);
       const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
       expect_close(to_doubles(r.y),
@@ -241,12 +275,13 @@ TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
       const kernels::NormGrads g =
           kernels::batch_norm_backward(dy, x, r.mean, r.variance, gamma, 1e-5f);
       const kernels::BatchNormSums sums = kernels::batch_norm_backward_sums(dy, x, m.mean, rstd);
-      const Tensor dx = kernels::batch_norm_backward_dx(dy, x, m.mean, rstd, gamma, sums,
-                                                        x.numel() / C);
+      const Tensor dx =
+          kernels::batch_norm_backward_dx(dy, x, m.mean, rstd, gamma, sums, x.numel() / C);
       expect_close(to_doubles(g.dx), to_doubles(dx), tol, tol, (where + " dx").c_str());
       expect_close(to_doubles(g.dgamma), to_doubles(sums.sum_dy_xhat), 1e-4, 1e-4,
                    (where + " dgamma").c_str());
-      expect_close(to_doubles(g.dbeta), to_doubles(sums.sum_dy), 1e-4, 1e-4, (where + " dbeta").c_str());
+      expect_close(to_doubles(g.dbeta), to_doubles(sums.sum_dy), 1e-4, 1e-4,
+                   (where + " dbeta").c_str());
     }
   }
 }
@@ -255,42 +290,41 @@ TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
   // Channel counts that fill SIMD registers, and 4 and 3 that do not (the
   // fused ReLU's workspace is laid out by them).
   for (const Shape& shape : {Shape{4, 6, 6, 16}, Shape{4, 28, 28, 4}, Shape{2, 7, 7, 3}}) {
-  SCOPED_TRACE(shape.to_string());
-  const int64_t C = shape.dim(-1);
-  const Tensor x = random_tensor(shape, -2, 2, 45), dy = random_tensor(shape, -1, 1, 46);
-  const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 47),
-               beta = random_tensor(Shape{C}, -0.5, 0.5, 48);
-  Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
-  ASSERT_TRUE(kernels::batch_norm_fuses_relu(x));
-  const auto plain = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
-  const auto fused = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, true);
-  const std::vector<float> y = plain.y.to_floats(), yr = fused.y.to_floats(),
-                           g = dy.to_floats();
-  std::vector<float> masked(g.size());
-  int positive = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    // The fused kernel may sum the statistics in another order (AVX2).
-    ASSERT_NEAR(yr[i], std::max(y[i], 0.0f), 1e-5f * (1.0f + std::abs(y[i]))) << i;
-    masked[i] = yr[i] > 0.0f ? g[i] : 0.0f;
-    positive += yr[i] > 0.0f;
-  }
-  EXPECT_GT(positive, 0);
-  EXPECT_LT(positive, static_cast<int>(y.size()));
-  const auto through_relu = kernels::batch_norm_backward(dy, x, fused.mean, fused.variance, gamma,
-                                                         1e-5f, fused.relu_mask);
-  const auto reference = kernels::batch_norm_backward(Tensor::from_floats(shape, masked), x,
-                                                      plain.mean, plain.variance, gamma, 1e-5f);
-  expect_close(to_doubles(through_relu.dx), to_doubles(reference.dx), 1e-5, 1e-5, "dx");
-  expect_close(to_doubles(through_relu.dgamma), to_doubles(reference.dgamma), 1e-5, 1e-5,
-               "dgamma");
-  expect_close(to_doubles(through_relu.dbeta), to_doubles(reference.dbeta), 1e-5, 1e-5, "dbeta");
-  if (C != 16) continue;
-  // f16 runs on the split kernels, which have no fused ReLU.
-  const Tensor half = x.to(DType::f16);
-  EXPECT_FALSE(kernels::batch_norm_fuses_relu(half));
-  EXPECT_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f, true),
-               InvalidArgument);
-  EXPECT_NO_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f));
+    SCOPED_TRACE(shape.to_string());
+    const int64_t C = shape.dim(-1);
+    const Tensor x = random_tensor(shape, -2, 2, 45), dy = random_tensor(shape, -1, 1, 46);
+    const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 47),
+                 beta = random_tensor(Shape{C}, -0.5, 0.5, 48);
+    Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
+    ASSERT_TRUE(kernels::batch_norm_fuses_relu(x));
+    const auto plain = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f);
+    const auto fused = kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, true);
+    const std::vector<float> y = plain.y.to_floats(), yr = fused.y.to_floats(), g = dy.to_floats();
+    std::vector<float> masked(g.size());
+    int positive = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      // The fused kernel may sum the statistics in another order (AVX2).
+      ASSERT_NEAR(yr[i], std::max(y[i], 0.0f), 1e-5f * (1.0f + std::abs(y[i]))) << i;
+      masked[i] = yr[i] > 0.0f ? g[i] : 0.0f;
+      positive += yr[i] > 0.0f;
+    }
+    EXPECT_GT(positive, 0);
+    EXPECT_LT(positive, static_cast<int>(y.size()));
+    const auto through_relu = kernels::batch_norm_backward(dy, x, fused.mean, fused.variance, gamma,
+                                                           1e-5f, fused.relu_mask);
+    const auto reference = kernels::batch_norm_backward(Tensor::from_floats(shape, masked), x,
+                                                        plain.mean, plain.variance, gamma, 1e-5f);
+    expect_close(to_doubles(through_relu.dx), to_doubles(reference.dx), 1e-5, 1e-5, "dx");
+    expect_close(to_doubles(through_relu.dgamma), to_doubles(reference.dgamma), 1e-5, 1e-5,
+                 "dgamma");
+    expect_close(to_doubles(through_relu.dbeta), to_doubles(reference.dbeta), 1e-5, 1e-5, "dbeta");
+    if (C != 16) continue;
+    // f16 runs on the split kernels, which have no fused ReLU.
+    const Tensor half = x.to(DType::f16);
+    EXPECT_FALSE(kernels::batch_norm_fuses_relu(half));
+    EXPECT_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f, true),
+                 InvalidArgument);
+    EXPECT_NO_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f));
   }
 }
 

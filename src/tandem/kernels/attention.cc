@@ -8,12 +8,16 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/attention_rows.h"
 #include "tandem/kernels/detail/dispatch.h"
+#include "tandem/kernels/detail/fast_exp.h"
 #include "tandem/kernels/matmul.h"
 
 namespace tandem::kernels {
 namespace {
+
+using detail::fast_exp;
 
 // Scores of at most this many bytes exist at once (per call): a cache's
 // worth on the CPU; on a GPU, enough heads at once to fill the device.
@@ -72,6 +76,55 @@ int64_t visible(const detail::AttentionRows& r, int64_t i) {
   return r.causal ? std::min(i + 1, r.S) : r.S;
 }
 
+// The row loops below keep 16 partial results so that they vectorise.
+constexpr int kLanes = 16;
+
+TANDEM_TARGET_CLONES float scaled_max(const float* __restrict x, int64_t n, float scale) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] = std::max(lanes[k], x[j + k] * scale);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float lane : lanes) m = std::max(m, lane);
+  for (; j < n; ++j) m = std::max(m, x[j] * scale);
+  return m;
+}
+
+// x = exp(x * scale - shift); returns the sum of the new values.
+TANDEM_TARGET_CLONES float exp_in_place(float* __restrict x, int64_t n, float scale, float shift) {
+  float lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      x[j + k] = fast_exp(x[j + k] * scale - shift);
+      lanes[k] += x[j + k];
+    }
+  }
+  float sum = 0.0f;
+  for (float lane : lanes) sum += lane;
+  for (; j < n; ++j) {
+    x[j] = fast_exp(x[j] * scale - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+
+TANDEM_TARGET_CLONES void scale_in_place(float* __restrict x, int64_t n, float factor) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= factor;
+}
+
+// Without dropout: the scores become the probabilities P = exp(s * scale -
+// lse) and dp the gradient of the raw scores, P (dP - D) scale.
+TANDEM_TARGET_CLONES void score_grads_in_place(float* __restrict s, float* __restrict dp, int64_t n,
+                                               float scale, float lse, float row_dot) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float prob = fast_exp(s[j] * scale - lse);
+    dp[j] = prob * (dp[j] - row_dot) * scale;
+    s[j] = prob;
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -99,19 +152,13 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
       const int64_t h = first + row / T, i = row % T;
       const int64_t limit = visible(rows, i);
       float* x = s + row * S;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < limit; ++j) m = std::max(m, x[j] * scale);
-      double sum = 0.0;
-      for (int64_t j = 0; j < limit; ++j) {
-        x[j] = std::exp(x[j] * scale - m);
-        sum += x[j];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j < limit; ++j) x[j] *= inv;
-      for (int64_t j = limit; j < S; ++j) x[j] = 0.0f;
+      const float m = scaled_max(x, limit, scale);
+      const float sum = exp_in_place(x, limit, scale, m);
+      scale_in_place(x, limit, 1.0f / sum);
+      std::fill(x + limit, x + S, 0.0f);
       if (rows.dropout)
         for (int64_t j = 0; j < limit; ++j) x[j] *= dropout_factor(rows, h, i, j);
-      l[h * T + i] = m + static_cast<float>(std::log(sum));
+      l[h * T + i] = m + std::log(sum);
     }
   });
 }
@@ -153,17 +200,19 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
       float* pr = p + row * S;
       float* dpr = dp + row * S;
       float* pdr = pd + row * S;
-      for (int64_t j = 0; j < limit; ++j) {
-        const float prob = std::exp(pr[j] * scale - l);
-        const float f = rows.dropout ? dropout_factor(rows, h, i, j) : 1.0f;
-        // dS = P (dP - D) scale, dP the gradient before dropout.
-        dpr[j] = prob * (dpr[j] * f - di) * scale;
-        pdr[j] = prob * f;
+      if (rows.dropout) {
+        for (int64_t j = 0; j < limit; ++j) {
+          const float prob = fast_exp(pr[j] * scale - l);
+          const float f = dropout_factor(rows, h, i, j);
+          // dS = P (dP - D) scale, dP the gradient before dropout.
+          dpr[j] = prob * (dpr[j] * f - di) * scale;
+          pdr[j] = prob * f;
+        }
+      } else {
+        score_grads_in_place(pr, dpr, limit, scale, l, di);
       }
-      for (int64_t j = limit; j < S; ++j) {
-        dpr[j] = 0.0f;
-        pdr[j] = 0.0f;
-      }
+      std::fill(dpr + limit, dpr + S, 0.0f);
+      std::fill(pdr + limit, pdr + S, 0.0f);
     }
   });
 }

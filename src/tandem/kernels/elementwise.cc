@@ -1,5 +1,6 @@
 #include "tandem/kernels/elementwise.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -31,12 +32,15 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
     const T* pb = static_cast<const T*>(b.raw_data());
     T* o = static_cast<T*>(out.raw_data());
     parallel_for(n, kPointwiseGrain, [&](int64_t begin, int64_t end) {
-      if (period == n) {
-        for (int64_t i = begin; i < end; ++i) o[i] = from_f32<T>(f(to_f32(pa[i]), to_f32(pb[i])));
-      } else {
-        for (int64_t i = begin; i < end; ++i) {
-          o[i] = from_f32<T>(f(to_f32(pa[i]), to_f32(pb[i % period])));
-        }
+      // b's repeats one run at a time: a contiguous loop, no index modulo.
+      for (int64_t i = begin; i < end;) {
+        const int64_t j = i % period;
+        const int64_t run = std::min(end - i, period - j);
+        const T* x = pa + i;
+        const T* y = pb + j;
+        T* z = o + i;
+        for (int64_t k = 0; k < run; ++k) z[k] = from_f32<T>(f(to_f32(x[k]), to_f32(y[k])));
+        i += run;
       }
     });
   });

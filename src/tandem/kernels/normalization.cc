@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/batch_norm.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
@@ -36,6 +38,71 @@ void check_param(const Tensor& p, int64_t cols, const char* op, const char* name
   if (!p.defined() || p.dtype() != DType::f32 || p.numel() != cols) {
     TANDEM_THROW(ShapeError, op, ": ", name, " must be f32 with ", cols, " elements, got ",
                  p.to_string());
+  }
+}
+
+// f32 rows, the common case, in loops that vectorise: 16 partial sums in
+// float (a row is at most a few thousand values), not one in double.
+constexpr int kLanes = 16;
+
+TANDEM_TARGET_CLONES void layer_norm_row_f32(const float* __restrict x, float* __restrict y,
+                                             int64_t C, const float* __restrict g,
+                                             const float* __restrict b, float eps,
+                                             float* __restrict mean, float* __restrict rstd) {
+  float lanes[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= C; c += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += x[c + k];
+  float sum = 0.0f;
+  for (float lane : lanes) sum += lane;
+  for (; c < C; ++c) sum += x[c];
+  const float m = sum / static_cast<float>(C);
+  float squares[kLanes] = {};
+  for (c = 0; c + kLanes <= C; c += kLanes)
+    for (int k = 0; k < kLanes; ++k) squares[k] += (x[c + k] - m) * (x[c + k] - m);
+  float sq = 0.0f;
+  for (float lane : squares) sq += lane;
+  for (; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+  const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + eps);
+  for (c = 0; c < C; ++c) y[c] = (x[c] - m) * s * g[c] + b[c];
+  *mean = m;
+  *rstd = s;
+}
+
+TANDEM_TARGET_CLONES void layer_norm_backward_row_f32(const float* __restrict x,
+                                                      const float* __restrict dy,
+                                                      float* __restrict dx, int64_t C,
+                                                      const float* __restrict g, float m, float s) {
+  float lanes_g[kLanes] = {}, lanes_gx[kLanes] = {};  // sums of dxhat and dxhat * xhat
+  int64_t c = 0;
+  for (; c + kLanes <= C; c += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float dxhat = dy[c + k] * g[c + k];
+      lanes_g[k] += dxhat;
+      lanes_gx[k] += dxhat * (x[c + k] - m) * s;
+    }
+  }
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int k = 0; k < kLanes; ++k) {
+    sum_g += lanes_g[k];
+    sum_gx += lanes_gx[k];
+  }
+  for (; c < C; ++c) {
+    const float dxhat = dy[c] * g[c];
+    sum_g += dxhat;
+    sum_gx += dxhat * (x[c] - m) * s;
+  }
+  const float mean_g = sum_g / static_cast<float>(C), mean_gx = sum_gx / static_cast<float>(C);
+  for (c = 0; c < C; ++c) dx[c] = s * (dy[c] * g[c] - mean_g - (x[c] - m) * s * mean_gx);
+}
+
+// acc[c] += dgamma's and acc[C + c] += dbeta's share of the row.
+TANDEM_TARGET_CLONES void layer_norm_param_row_f32(const float* __restrict x,
+                                                   const float* __restrict dy, int64_t C, float m,
+                                                   float s, double* __restrict acc) {
+  for (int64_t c = 0; c < C; ++c) {
+    acc[c] += static_cast<double>(dy[c] * (x[c] - m) * s);
+    acc[C + c] += static_cast<double>(dy[c]);
   }
 }
 
@@ -88,6 +155,10 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = in + r * C;
+        if constexpr (std::is_same_v<T, float>) {
+          layer_norm_row_f32(row, out + r * C, C, g, b, eps, mean + r, rstd + r);
+          continue;
+        }
         double sum = 0.0;
         for (int64_t c = 0; c < C; ++c) sum += to_f32(row[c]);
         const double m = sum / static_cast<double>(C);
@@ -131,6 +202,10 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
     T* dx = static_cast<T*>(grads.dx.raw_data());
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
+        if constexpr (std::is_same_v<T, float>) {
+          layer_norm_backward_row_f32(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
+          continue;
+        }
         double mean_g = 0.0, mean_gx = 0.0;  // means of dxhat and dxhat * xhat
         for (int64_t c = 0; c < C; ++c) {
           const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
@@ -150,6 +225,10 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
     });
     // dgamma in [0, C), dbeta in [C, 2C).
     param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
+      if constexpr (std::is_same_v<T, float>) {
+        layer_norm_param_row_f32(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
+        return;
+      }
       for (int64_t c = 0; c < C; ++c) {
         const double gyv = to_f32(gy[r * C + c]);
         acc[c] += gyv * (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
