@@ -86,9 +86,9 @@ std::vector<double> attention_reference(const Tensor& q, const Tensor& k, const 
 
 struct OpCase {
   std::string name;
-  std::function<Tensor(DType)> run;             // the kernel on inputs of that dtype
+  std::function<Tensor(DType)> run;                     // the kernel on inputs of that dtype
   std::function<std::vector<double>(DType)> reference;  // on the same (rounded) inputs
-  bool f16 = true;                              // the kernel takes f16
+  bool f16 = true;                                      // the kernel takes f16
   double atol = 1e-5;
 };
 
@@ -144,7 +144,9 @@ std::vector<OpCase> cases() {
   }
   const Shape p4{2, 3, 4, 5};
   c.push_back({"permute (2,0,3,1)",
-               [=](DType d) { return kernels::permute(in(p4, 5, d), std::vector<int>{2, 0, 3, 1}); },
+               [=](DType d) {
+                 return kernels::permute(in(p4, 5, d), std::vector<int>{2, 0, 3, 1});
+               },
                [=](DType d) {
                  const std::vector<double> x = to_doubles(in(p4, 5, d));
                  std::vector<double> y;
@@ -154,7 +156,8 @@ std::vector<OpCase> cases() {
                        for (int64_t f = 0; f < 3; ++f) y.push_back(x[at(p4, {b, f, a, e})]);
                  return y;
                }});
-  c.push_back({"slice axis 2 [1, 3)", [=](DType d) { return kernels::slice(in(p4, 6, d), 2, 1, 3); },
+  c.push_back({"slice axis 2 [1, 3)",
+               [=](DType d) { return kernels::slice(in(p4, 6, d), 2, 1, 3); },
                [=](DType d) {
                  const std::vector<double> x = to_doubles(in(p4, 6, d));
                  std::vector<double> y;
@@ -182,7 +185,8 @@ std::vector<OpCase> cases() {
   const Shape img{2, 5, 7, 3};
   const kernels::Pool2dGeometry pg{
       .kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
-  c.push_back({"avg_pool2d k3x2 s2 p1", [=](DType d) { return kernels::avg_pool2d(in(img, 9, d), pg); },
+  c.push_back({"avg_pool2d k3x2 s2 p1",
+               [=](DType d) { return kernels::avg_pool2d(in(img, 9, d), pg); },
                [=](DType d) {
                  const std::vector<double> x = to_doubles(in(img, 9, d));
                  const Shape ys = kernels::pool2d_output_shape(img, pg);
@@ -195,7 +199,8 @@ std::vector<OpCase> cases() {
                          for (int64_t i = 0; i < 3; ++i)
                            for (int64_t j = 0; j < 2; ++j) {
                              const int64_t h = oh * 2 - 1 + i, w = ow * 2 - 1 + j;
-                             if (h >= 0 && h < 5 && w >= 0 && w < 7) acc += x[at(img, {n, h, w, ch})];
+                             if (h >= 0 && h < 5 && w >= 0 && w < 7)
+                               acc += x[at(img, {n, h, w, ch})];
                            }
                          y.push_back(acc / 6);
                        }
@@ -207,7 +212,8 @@ std::vector<OpCase> cases() {
                  std::vector<double> y(6, 0.0);
                  for (int64_t n = 0; n < 2; ++n)
                    for (int64_t p = 0; p < 35; ++p)
-                     for (int64_t ch = 0; ch < 3; ++ch) y[n * 3 + ch] += x[(n * 35 + p) * 3 + ch] / 35;
+                     for (int64_t ch = 0; ch < 3; ++ch)
+                       y[n * 3 + ch] += x[(n * 35 + p) * 3 + ch] / 35;
                  return y;
                }});
   const Shape pw{7, 13};
@@ -224,9 +230,11 @@ std::vector<OpCase> cases() {
                    v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
                  return x;
                }});
-  c.push_back({"rms_norm", [=](DType d) {
-                 return kernels::rms_norm(in(Shape{5, 33}, 13, d), random_tensor(Shape{33}, 0.5, 1.5, 14),
-                                          1e-5f).y;
+  c.push_back({"rms_norm",
+               [=](DType d) {
+                 return kernels::rms_norm(in(Shape{5, 33}, 13, d),
+                                          random_tensor(Shape{33}, 0.5, 1.5, 14), 1e-5f)
+                     .y;
                },
                [=](DType d) {
                  std::vector<double> x = to_doubles(in(Shape{5, 33}, 13, d));
@@ -243,15 +251,17 @@ std::vector<OpCase> cases() {
     for (int64_t S : {int64_t{9}, int64_t{13}}) {
       if (causal && S != 9) continue;
       const Shape qs{2, 3, 9, 8}, ks{2, 3, S, 8};
-      c.push_back({std::string("attention ") + (causal ? "causal" : "full") + " S=" + std::to_string(S),
-                   [=](DType d) {
-                     return kernels::attention(in(qs, 15, d), in(ks, 16, d), in(ks, 17, d),
-                                               {.causal = causal}).out;
-                   },
-                   [=](DType d) {
-                     return attention_reference(in(qs, 15, d), in(ks, 16, d), in(ks, 17, d), causal);
-                   },
-                   false, 1e-4});
+      c.push_back(
+          {std::string("attention ") + (causal ? "causal" : "full") + " S=" + std::to_string(S),
+           [=](DType d) {
+             return kernels::attention(in(qs, 15, d), in(ks, 16, d), in(ks, 17, d),
+                                       {.causal = causal})
+                 .out;
+           },
+           [=](DType d) {
+             return attention_reference(in(qs, 15, d), in(ks, 16, d), in(ks, 17, d), causal);
+           },
+           false, 1e-4});
     }
   return c;
 }
@@ -275,36 +285,48 @@ INSTANTIATE_TEST_SUITE_P(DTypes, TransformerOps,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Attention against softmax(q k^T / sqrt(D) + mask) v built from the primitive
-// ops, forward and every gradient.
+// ops, forward and every gradient, also with more keys than queries and
+// more queries than keys.
 TEST(Attention, MatchesTheCompositionOfPrimitiveOps) {
   for (DType d : {DType::f32, DType::bf16}) {
-    const Shape s{2, 4, 11, 8};
-    auto make = [&](uint64_t seed) { return Variable(in(s, seed, d), true); };
-    Variable q = make(20), k = make(21), v = make(22);
-    const Tensor dy = random_tensor(s, -1, 1, 23).to(d);
-    // The causal mask as an additive (T, T) tensor, broadcast over (B, H).
-    std::vector<float> mask(11 * 11);
-    for (int i = 0; i < 11; ++i)
-      for (int j = 0; j < 11; ++j) mask[i * 11 + j] = j > i ? -1e30f : 0.0f;
-    const Variable additive(Tensor::from_floats(Shape{11, 11}, mask));
-    const Variable scores = add(scale(batched_matmul(cast(q, DType::f32), cast(k, DType::f32),
-                                                     false, true),
-                                      1.0f / std::sqrt(8.0f)),
-                                additive);
-    const Variable composed = batched_matmul(softmax(scores), cast(v, DType::f32));
-    composed.backward(dy.to(DType::f32));
-    const Tensor cq = q.grad().to(DType::f32), ck = k.grad().to(DType::f32),
-                 cv = v.grad().to(DType::f32);
-    q.zero_grad();
-    k.zero_grad();
-    v.zero_grad();
-    const Variable fused = attention(q, k, v, {.causal = true});
-    fused.backward(dy);
-    const double tol = d == DType::f32 ? 1e-5 : 3e-2;
-    EXPECT_LT(testing::relative_error(composed.value().to_floats(), fused.value().to_floats()), tol);
-    EXPECT_LT(testing::relative_error(cq.to_floats(), q.grad().to_floats()), tol);
-    EXPECT_LT(testing::relative_error(ck.to_floats(), k.grad().to_floats()), tol);
-    EXPECT_LT(testing::relative_error(cv.to_floats(), v.grad().to_floats()), tol);
+    for (const auto& [T, S] :
+         std::vector<std::pair<int64_t, int64_t>>{{11, 11}, {150, 150}, {100, 150}, {150, 100}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(d) << " T=" << T << " S=" << S);
+      auto make = [&](const Shape& s, uint64_t seed) { return Variable(in(s, seed, d), true); };
+      Variable q = make(Shape{2, 2, T, 8}, 20), k = make(Shape{2, 2, S, 8}, 21),
+               v = make(Shape{2, 2, S, 8}, 22);
+      const Tensor dy = random_tensor(Shape{2, 2, T, 8}, -1, 1, 23).to(d);
+      // The causal mask as an additive (T, S) tensor, broadcast over (B, H).
+      std::vector<float> mask(static_cast<size_t>(T * S));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < S; ++j)
+          mask[static_cast<size_t>(i * S + j)] = j > i ? -1e30f : 0.0f;
+      const Variable additive(Tensor::from_floats(Shape{T, S}, mask));
+      const Variable scores =
+          add(scale(batched_matmul(cast(q, DType::f32), cast(k, DType::f32), false, true),
+                    1.0f / std::sqrt(8.0f)),
+              additive);
+      const Variable composed = batched_matmul(softmax(scores), cast(v, DType::f32));
+      composed.backward(dy.to(DType::f32));
+      const Tensor cq = q.grad().to(DType::f32), ck = k.grad().to(DType::f32),
+                   cv = v.grad().to(DType::f32);
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+      const Variable fused = attention(q, k, v, {.causal = true});
+      fused.backward(dy);
+      const double tol = d == DType::f32 ? 1e-5 : 3e-2;
+      EXPECT_LT(testing::relative_error(composed.value().to_floats(), fused.value().to_floats()),
+                tol);
+      EXPECT_LT(testing::relative_error(cq.to_floats(), q.grad().to_floats()), tol);
+      EXPECT_LT(testing::relative_error(ck.to_floats(), k.grad().to_floats()), tol);
+      EXPECT_LT(testing::relative_error(cv.to_floats(), v.grad().to_floats()), tol);
+      // Keys beyond the last query are seen by none: no gradient.
+      if (S > T) {
+        const std::vector<float> dk = k.grad().to_floats();
+        for (int64_t j = T; j < S; ++j) EXPECT_EQ(dk[static_cast<size_t>(j * 8)], 0.0f);
+      }
+    }
   }
 }
 
@@ -318,18 +340,27 @@ TEST(TransformerOpsBackward, Bf16MatchesF32) {
     Fn f;
   };
   const std::vector<Case> table{
-      {"batched_matmul", {Shape{2, 3, 5, 7}, Shape{2, 3, 9, 7}},
+      {"batched_matmul",
+       {Shape{2, 3, 5, 7}, Shape{2, 3, 9, 7}},
        [](const auto& x) { return batched_matmul(x[0], x[1], false, true); }},
       {"softmax", {Shape{3, 17}}, [](const auto& x) { return softmax(x[0]); }},
       {"log_softmax", {Shape{3, 17}}, [](const auto& x) { return log_softmax(x[0]); }},
-      {"permute", {Shape{2, 3, 4, 5}}, [](const auto& x) { return permute(x[0], {0, 2, 1, 3}); }},
-      {"concat+slice", {Shape{2, 3, 4}, Shape{2, 2, 4}},
-       [](const auto& x) { return slice(concat({x[0], x[1]}, 1), 1, 1, 4); }},
+      {"permute",
+       {Shape{2, 3, 4, 5}},
+       [](const auto& x) {
+         return permute(x[0], {0, 2, 1, 3});
+       }},
+      {"concat+slice",
+       {Shape{2, 3, 4}, Shape{2, 2, 4}},
+       [](const auto& x) {
+         return slice(concat({x[0], x[1]}, 1), 1, 1, 4);
+       }},
       {"avg_pool2d", {Shape{2, 6, 6, 3}}, [](const auto& x) { return avg_pool2d(x[0], {}); }},
       {"global_avg_pool", {Shape{2, 6, 6, 3}}, [](const auto& x) { return global_avg_pool(x[0]); }},
       {"silu", {Shape{7, 13}}, [](const auto& x) { return silu(x[0]); }},
       {"gelu_tanh", {Shape{7, 13}}, [](const auto& x) { return gelu_tanh(x[0]); }},
-      {"attention", {Shape{2, 2, 9, 8}, Shape{2, 2, 9, 8}, Shape{2, 2, 9, 8}},
+      {"attention",
+       {Shape{2, 2, 9, 8}, Shape{2, 2, 9, 8}, Shape{2, 2, 9, 8}},
        [](const auto& x) { return attention(x[0], x[1], x[2]); }},
   };
   for (const Case& c : table) {
