@@ -91,13 +91,23 @@ __global__ void column_partials_kernel(const T* x, const T* dy, const float* mea
   }
 }
 
+// One block per column: each thread adds every kThreads-th partial in order,
+// then a fixed tree adds the threads' sums, so the result does not depend on
+// scheduling (and a column's thousands of partials are not one thread's
+// serial loop).
 __global__ void combine_partials_kernel(const double* partial, int64_t blocks, int64_t width,
                                         double scale, float* out) {
-  TANDEM_CUDA_FOR(c, width) {
-    double acc = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) acc += partial[b * width + c];
-    out[c] = static_cast<float>(acc * scale);
+  __shared__ double sums[kThreads];
+  const int64_t c = blockIdx.x;
+  double acc = 0.0;
+  for (int64_t b = threadIdx.x; b < blocks; b += kThreads) acc += partial[b * width + c];
+  sums[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
   }
+  if (threadIdx.x == 0) out[c] = static_cast<float>(sums[0] * scale);
 }
 
 // Column sums of `term` over x's R rows into out (width f32), times scale.
@@ -105,6 +115,7 @@ template <Term term>
 void column_sums(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& rstd,
                  int64_t R, int64_t C, double scale, Tensor& out, const char* op) {
   const int64_t width = out.numel();
+  if (width == 0) return;  // no channels: nothing to sum (an empty grid is a launch error)
   DeviceGuard guard(x.device());
   const int64_t blocks = (R + kRowBlock - 1) / kRowBlock;
   if (blocks > 0x7fffffff || (C + kColumns - 1) / kColumns > 65535) {
@@ -124,7 +135,7 @@ void column_sums(const Tensor& x, const Tensor& dy, const Tensor& mean, const Te
         mean.defined() ? f32(mean) : nullptr, rstd.defined() ? f32(rstd) : nullptr, R, C, width,
         static_cast<double*>(partial.device_data()));
   });
-  combine_partials_kernel<<<blocks_for(width, kThreads), kThreads, 0, st>>>(
+  combine_partials_kernel<<<static_cast<unsigned int>(width), kThreads, 0, st>>>(
       static_cast<const double*>(partial.device_data()), blocks, width, scale, f32(out));
   check_launch(op);
 }

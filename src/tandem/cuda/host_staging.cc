@@ -41,7 +41,12 @@ Pool& pool(Device device) {
 
 bool drained(const Block& b) {
   const cudaError_t status = cudaEventQuery(b.drained);
-  if (status == cudaErrorNotReady) return false;
+  if (status == cudaErrorNotReady) {
+    // Not an error, but the runtime may keep it as the last error, which
+    // the next kernel launch's check would then report.
+    cudaGetLastError();
+    return false;
+  }
   check(status, "a copy from pinned staging memory");
   return true;
 }
@@ -70,7 +75,8 @@ int take_block(Pool& p, size_t bytes) {
   }
   const size_t size = std::bit_ceil(std::max(bytes, kSmallestBlock));
   // Room for a new block: drop idle ones, smallest first (they are what a
-  // change of batch shape leaves behind).
+  // change of batch shape leaves behind). cudaFreeHost synchronises the
+  // device, so this is kept to the rare copy that finds the pool full.
   while (p.bytes + size > kMaxStagingPerDevice) {
     int victim = -1;
     for (size_t i = 0; i < p.blocks.size(); ++i) {
@@ -89,7 +95,11 @@ int take_block(Pool& p, size_t bytes) {
     return -1;  // the host cannot lock more memory: copy directly
   }
   check(status, "cudaHostAlloc");
-  check(cudaEventCreateWithFlags(&b.drained, cudaEventDisableTiming), "cudaEventCreate");
+  const cudaError_t event = cudaEventCreateWithFlags(&b.drained, cudaEventDisableTiming);
+  if (event != cudaSuccess) {
+    cudaFreeHost(b.host);
+    check(event, "cudaEventCreate");
+  }
   p.blocks.push_back(b);
   p.bytes += size;
   total_bytes += size;
@@ -101,6 +111,7 @@ int take_block(Pool& p, size_t bytes) {
 bool copy_to_device_staged(void* dst, Device device, const void* src, size_t bytes) {
   if (bytes > kMaxStagedCopy) return false;
   DeviceGuard guard(device);
+  const cudaStream_t s = stream(device);
   Pool& p = pool(device);
   Block b;
   {
@@ -115,15 +126,16 @@ bool copy_to_device_staged(void* dst, Device device, const void* src, size_t byt
     for (Block& x : p.blocks)
       if (x.host == b.host) x.filling = false;
   };
-  try {
-    std::memcpy(b.host, src, bytes);
-    const cudaStream_t s = stream(device);
-    check(cudaMemcpyAsync(dst, b.host, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    check(cudaEventRecord(b.drained, s), "cudaEventRecord");
-  } catch (...) {
+  std::memcpy(b.host, src, bytes);
+  const cudaError_t queued = cudaMemcpyAsync(dst, b.host, bytes, cudaMemcpyHostToDevice, s);
+  if (queued != cudaSuccess) {
     release();
-    throw;
+    check(queued, "cudaMemcpyAsync");
   }
+  // A DMA is queued from the block: without its event the block is never
+  // known to be drained, so it stays marked as filling (lost to the pool)
+  // rather than be refilled under the DMA.
+  check(cudaEventRecord(b.drained, s), "cudaEventRecord");
   release();
   return true;
 }

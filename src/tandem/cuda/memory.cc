@@ -76,8 +76,13 @@ void* allocate(Device device, size_t bytes) {
 void release(Device device, void* block) {
   if (block == nullptr) return;
   DeviceGuard guard(device);
-  if (cudaEvent_t e = forget_fence(block)) spare_event(e);
-  // cudaFree waits for the device's queued work, so no fence is needed here.
+  // cudaFree "may" synchronise, the runtime says, not "will": work another
+  // thread queued on the block must have run before it goes back to CUDA
+  // (the allocator frees its cache to retry a failed allocation).
+  if (cudaEvent_t e = forget_fence(block)) {
+    check(cudaEventSynchronize(e), "work queued on a freed block");
+    spare_event(e);
+  }
   check(cudaFree(block), "cudaFree");
 }
 

@@ -93,8 +93,8 @@ class NcclCommunicator : public comm::Communicator {
     DeviceGuard guard(device_);
     for (cudaEvent_t e : issued_) cudaEventDestroy(e);
     if (group_->broken) {
-      nccl().comm_abort(comm_);
-    } else {
+      abort_once();
+    } else if (!aborted_.load()) {
       nccl().comm_destroy(comm_);
     }
     cudaStreamDestroy(stream_);
@@ -232,6 +232,7 @@ class NcclCommunicator : public comm::Communicator {
       const cudaError_t state = cudaStreamQuery(stream_);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) check(state, "NCCL collective");
+      cudaGetLastError();  // "not ready" must not linger as the next launch's error
       ncclResult_t async = ncclSuccess;
       nccl().comm_get_async_error(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
@@ -239,12 +240,12 @@ class NcclCommunicator : public comm::Communicator {
                        nccl().error_string(async));
       }
       if (group_->broken) {
-        nccl().comm_abort(comm_);
+        abort_once();
         TANDEM_THROW(PeerFailed, group_->reason(), " (", call.describe(), " on rank ", rank_, ")");
       }
       if (std::chrono::steady_clock::now() - start > options().timeout) {
         group_->breaks(call.describe() + " timed out on rank " + std::to_string(rank_));
-        nccl().comm_abort(comm_);
+        abort_once();
         TANDEM_THROW(Timeout, call.describe(), " on NCCL rank ", rank_, " did not finish within ",
                      options().timeout.count(), " ms");
       }
@@ -252,7 +253,14 @@ class NcclCommunicator : public comm::Communicator {
     }
   }
 
+  // ncclCommAbort frees the communicator: a second call (a failed wait,
+  // then the destructor) would use freed memory.
+  void abort_once() {
+    if (!aborted_.exchange(true)) nccl().comm_abort(comm_);
+  }
+
   ncclComm_t comm_;
+  std::atomic<bool> aborted_{false};
   int rank_, size_;
   Device device_;
   std::shared_ptr<GroupState> group_;

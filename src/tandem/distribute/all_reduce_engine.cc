@@ -176,6 +176,9 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
       }
       if (options.loss_scale)
         replica.scaler = std::make_unique<precision::LossScaler>(*options.loss_scale);
+      // On a GPU the parameters' initial values were queued on this
+      // thread's stream; the replica's thread works on its own.
+      tandem::synchronize(strategy.device(r));
       replicas_.push_back(std::move(replica));
     }
   } catch (...) {
@@ -199,6 +202,7 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
             replicas_[r].model->parameters(), *replicas_[r].reducer, *strategy.communicator(r),
             options.optimizer);
       }
+      tandem::synchronize(strategy.device(r));  // their buffers' fills, as above
     }
   }
 }

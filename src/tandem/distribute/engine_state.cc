@@ -25,6 +25,9 @@ void EngineState::load_into(const std::string& name, Tensor& target) const {
                  target.to_string());
   }
   target.copy_from(saved);
+  // On a GPU the copy is queued on this thread's stream; the replica
+  // threads that use the tensor next queue on their own.
+  synchronize(target.device());
 }
 
 const std::string& EngineState::meta(const std::string& key) const {
