@@ -138,8 +138,8 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 // relu(batch_norm(...)), in one pass forward and backward where the kernels
 // fuse them (kernels::batch_norm_fuses_relu: training in f32 and bf16).
 Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variable& beta,
-                         Tensor& running_mean, Tensor& running_var, bool training,
-                         float momentum, float eps);
+                         Tensor& running_mean, Tensor& running_var, bool training, float momentum,
+                         float eps);
 // Synchronised batch norm (training): the statistics are over all replicas'
 // rows, combined through `replicas`; running statistics are updated with the
 // global ones, so they stay identical on every replica.
@@ -159,6 +159,13 @@ struct AttentionOptions {
 };
 Variable attention(const Variable& q, const Variable& k, const Variable& v,
                    const AttentionOptions& options = {}, Generator* generator = nullptr);
+// Self-attention on q, k and v packed along a first axis of 3: qkv (3, B,
+// H, T, D) -> (B, H, T, D). Same result as attention() on the thirds, but
+// the thirds are views of qkv, and their gradients are written into one
+// tensor (split() would copy each third, and add three zero-padded
+// gradients in backward).
+Variable attention_packed(const Variable& qkv, const AttentionOptions& options = {},
+                          Generator* generator = nullptr);
 
 // Rows of weight (V, D) gathered by i32 indices -> (indices..., D).
 Variable embedding(const Variable& weight, const Tensor& indices);

@@ -1,13 +1,20 @@
 // Differentiable fused scaled dot-product attention.
+#include <vector>
+
 #include "tandem/autograd/functions.h"
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
 #include "tandem/kernels/attention.h"
+#include "tandem/kernels/layout.h"
 
 namespace tandem {
 
-Variable attention(const Variable& q, const Variable& k, const Variable& v,
-                   const AttentionOptions& options, Generator* generator) {
+namespace {
+
+// The kernel's options: dropout's seed and the B*H*T*S positions it draws
+// from the generator, in training only.
+kernels::AttentionOptions kernel_options(const AttentionOptions& options, const Shape& q,
+                                         const Shape& k, Generator* generator) {
   if (options.compute_dtype != DType::f32 && options.compute_dtype != DType::bf16) {
     TANDEM_THROW(InvalidArgument, "attention: compute dtype must be f32 or bf16, got ",
                  dtype_name(options.compute_dtype));
@@ -16,16 +23,23 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v,
   if (options.training && options.dropout > 0.0f) {
     if (generator == nullptr)
       TANDEM_THROW(InvalidArgument, "attention dropout in training needs a generator");
-    const Shape& s = q.shape();
-    if (s.rank() != 4 || k.shape().rank() != 4)
+    if (q.rank() != 4 || k.rank() != 4)
       TANDEM_THROW(ShapeError, "attention needs q, k, v of rank 4 (B, H, T, D), got ",
-                   s.to_string(), " and ", k.shape().to_string());
+                   q.to_string(), " and ", k.to_string());
     ko.dropout = options.dropout;
     ko.seed = generator->seed();
-    ko.offset = generator->reserve(s[0] * s[1] * s[2] * k.shape()[2]);
+    ko.offset = generator->reserve(q[0] * q[1] * q[2] * k[2]);
   } else if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
     TANDEM_THROW(InvalidArgument, "attention dropout must be in [0, 1), got ", options.dropout);
   }
+  return ko;
+}
+
+}  // namespace
+
+Variable attention(const Variable& q, const Variable& k, const Variable& v,
+                   const AttentionOptions& options, Generator* generator) {
+  const kernels::AttentionOptions ko = kernel_options(options, q.shape(), k.shape(), generator);
   const DType out_dtype = q.dtype();
   const Variable qc = cast(q, options.compute_dtype), kc = cast(k, options.compute_dtype),
                  vc = cast(v, options.compute_dtype);
@@ -39,6 +53,33 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v,
                              if (ctx.needs(1)) ctx.set(1, g.dk);
                              if (ctx.needs(2)) ctx.set(2, g.dv);
                            });
+  return cast(out, out_dtype);
+}
+
+Variable attention_packed(const Variable& qkv, const AttentionOptions& options,
+                          Generator* generator) {
+  const Shape& s = qkv.shape();
+  if (s.rank() != 5 || s[0] != 3) {
+    TANDEM_THROW(ShapeError, "attention_packed needs qkv of shape (3, B, H, T, D), got ",
+                 s.to_string());
+  }
+  const Shape heads{s[1], s[2], s[3], s[4]};
+  const kernels::AttentionOptions ko = kernel_options(options, heads, heads, generator);
+  const DType out_dtype = qkv.dtype();
+  const Variable packed = cast(qkv, options.compute_dtype);
+  const Tensor all = packed.value();
+  // Thirds of the first axis are contiguous: views, not copies.
+  const Tensor q = all.slice(0, 1).reshape(heads), k = all.slice(1, 2).reshape(heads),
+               v = all.slice(2, 3).reshape(heads);
+  kernels::AttentionResult r = kernels::attention(q, k, v, ko);
+  Variable out = record_op(
+      "attention", r.out, {&packed}, [q, k, v, o = r.out, lse = r.lse, ko](BackwardContext& ctx) {
+        kernels::AttentionGrads g =
+            kernels::attention_backward(ctx.grad_output(), q, k, v, o, lse, ko);
+        const Shape one{1, q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
+        const std::vector<Tensor> parts{g.dq.reshape(one), g.dk.reshape(one), g.dv.reshape(one)};
+        ctx.set(0, kernels::concat(parts, 0));
+      });
   return cast(out, out_dtype);
 }
 

@@ -71,15 +71,12 @@ Variable CausalSelfAttention::forward(const Variable& x) {
   // (B, T, 3C) -> (3, B, H, T, D): one copy, then q, k, v are its thirds.
   const Variable qkv =
       permute(reshape(qkv_->forward(x), Shape{B, T, 3, H, C / H}), {2, 0, 3, 1, 4});
-  const std::vector<Variable> parts = split(qkv, 0, {1, 1, 1});
-  const Shape head_shape{B, H, T, C / H};
-  const Variable y = attention(reshape(parts[0], head_shape), reshape(parts[1], head_shape),
-                               reshape(parts[2], head_shape),
-                               {.causal = true,
-                                .dropout = config_.dropout,
-                                .training = is_training(),
-                                .compute_dtype = config_.compute_dtype},
-                               &thread_generator());
+  const Variable y = attention_packed(qkv,
+                                      {.causal = true,
+                                       .dropout = config_.dropout,
+                                       .training = is_training(),
+                                       .compute_dtype = config_.compute_dtype},
+                                      &thread_generator());
   return proj_->forward(reshape(permute(y, {0, 2, 1, 3}), Shape{B, T, C}));
 }
 
