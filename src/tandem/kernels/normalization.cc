@@ -41,45 +41,54 @@ void check_param(const Tensor& p, int64_t cols, const char* op, const char* name
   }
 }
 
-// f32 rows, the common case, in loops that vectorise: 16 partial sums in
-// float (a row is at most a few thousand values), not one in double.
+// f32 and bf16 rows, in loops that vectorise: 16 partial sums in float (a
+// row is at most a few thousand values), not one in double. The bodies are
+// templates inlined into one clone set per storage type.
 constexpr int kLanes = 16;
 
-TANDEM_TARGET_CLONES void layer_norm_row_f32(const float* __restrict x, float* __restrict y,
-                                             int64_t C, const float* __restrict g,
-                                             const float* __restrict b, float eps,
-                                             float* __restrict mean, float* __restrict rstd) {
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_row_body(const T* __restrict x, T* __restrict y,
+                                                       int64_t C, const float* __restrict g,
+                                                       const float* __restrict b, float eps,
+                                                       float* __restrict mean,
+                                                       float* __restrict rstd) {
   float lanes[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= C; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += x[c + k];
+    for (int k = 0; k < kLanes; ++k) lanes[k] += to_f32(x[c + k]);
   float sum = 0.0f;
   for (float lane : lanes) sum += lane;
-  for (; c < C; ++c) sum += x[c];
+  for (; c < C; ++c) sum += to_f32(x[c]);
   const float m = sum / static_cast<float>(C);
   float squares[kLanes] = {};
-  for (c = 0; c + kLanes <= C; c += kLanes)
-    for (int k = 0; k < kLanes; ++k) squares[k] += (x[c + k] - m) * (x[c + k] - m);
+  for (c = 0; c + kLanes <= C; c += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float d = to_f32(x[c + k]) - m;
+      squares[k] += d * d;
+    }
+  }
   float sq = 0.0f;
   for (float lane : squares) sq += lane;
-  for (; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+  for (; c < C; ++c) sq += (to_f32(x[c]) - m) * (to_f32(x[c]) - m);
   const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + eps);
-  for (c = 0; c < C; ++c) y[c] = (x[c] - m) * s * g[c] + b[c];
+  for (c = 0; c < C; ++c) y[c] = from_f32<T>((to_f32(x[c]) - m) * s * g[c] + b[c]);
   *mean = m;
   *rstd = s;
 }
 
-TANDEM_TARGET_CLONES void layer_norm_backward_row_f32(const float* __restrict x,
-                                                      const float* __restrict dy,
-                                                      float* __restrict dx, int64_t C,
-                                                      const float* __restrict g, float m, float s) {
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_backward_row_body(const T* __restrict x,
+                                                                const T* __restrict dy,
+                                                                T* __restrict dx, int64_t C,
+                                                                const float* __restrict g, float m,
+                                                                float s) {
   float lanes_g[kLanes] = {}, lanes_gx[kLanes] = {};  // sums of dxhat and dxhat * xhat
   int64_t c = 0;
   for (; c + kLanes <= C; c += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
-      const float dxhat = dy[c + k] * g[c + k];
+      const float dxhat = to_f32(dy[c + k]) * g[c + k];
       lanes_g[k] += dxhat;
-      lanes_gx[k] += dxhat * (x[c + k] - m) * s;
+      lanes_gx[k] += dxhat * (to_f32(x[c + k]) - m) * s;
     }
   }
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -88,23 +97,50 @@ TANDEM_TARGET_CLONES void layer_norm_backward_row_f32(const float* __restrict x,
     sum_gx += lanes_gx[k];
   }
   for (; c < C; ++c) {
-    const float dxhat = dy[c] * g[c];
+    const float dxhat = to_f32(dy[c]) * g[c];
     sum_g += dxhat;
-    sum_gx += dxhat * (x[c] - m) * s;
+    sum_gx += dxhat * (to_f32(x[c]) - m) * s;
   }
   const float mean_g = sum_g / static_cast<float>(C), mean_gx = sum_gx / static_cast<float>(C);
-  for (c = 0; c < C; ++c) dx[c] = s * (dy[c] * g[c] - mean_g - (x[c] - m) * s * mean_gx);
+  for (c = 0; c < C; ++c) {
+    const float xhat = (to_f32(x[c]) - m) * s;
+    dx[c] = from_f32<T>(s * (to_f32(dy[c]) * g[c] - mean_g - xhat * mean_gx));
+  }
 }
 
 // acc[c] += dgamma's and acc[C + c] += dbeta's share of the row.
-TANDEM_TARGET_CLONES void layer_norm_param_row_f32(const float* __restrict x,
-                                                   const float* __restrict dy, int64_t C, float m,
-                                                   float s, double* __restrict acc) {
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_param_row_body(const T* __restrict x,
+                                                             const T* __restrict dy, int64_t C,
+                                                             float m, float s,
+                                                             double* __restrict acc) {
   for (int64_t c = 0; c < C; ++c) {
-    acc[c] += static_cast<double>(dy[c] * (x[c] - m) * s);
-    acc[C + c] += static_cast<double>(dy[c]);
+    const float gy = to_f32(dy[c]);
+    acc[c] += static_cast<double>(gy * (to_f32(x[c]) - m) * s);
+    acc[C + c] += static_cast<double>(gy);
   }
 }
+
+#define TANDEM_LAYER_NORM_ROWS(T)                                                                 \
+  TANDEM_TARGET_CLONES void layer_norm_row(const T* x, T* y, int64_t C, const float* g,           \
+                                           const float* b, float eps, float* mean, float* rstd) { \
+    layer_norm_row_body(x, y, C, g, b, eps, mean, rstd);                                          \
+  }                                                                                               \
+  TANDEM_TARGET_CLONES void layer_norm_backward_row(const T* x, const T* dy, T* dx, int64_t C,    \
+                                                    const float* g, float m, float s) {           \
+    layer_norm_backward_row_body(x, dy, dx, C, g, m, s);                                          \
+  }                                                                                               \
+  TANDEM_TARGET_CLONES void layer_norm_param_row(const T* x, const T* dy, int64_t C, float m,     \
+                                                 float s, double* acc) {                          \
+    layer_norm_param_row_body(x, dy, C, m, s, acc);                                               \
+  }
+TANDEM_LAYER_NORM_ROWS(float)
+TANDEM_LAYER_NORM_ROWS(detail::Bf16)
+#undef TANDEM_LAYER_NORM_ROWS
+
+// Storage types with vectorised rows above; f16 takes the generic loops.
+template <typename T>
+constexpr bool kFastRows = std::is_same_v<T, float> || std::is_same_v<T, detail::Bf16>;
 
 // Sums per-row contributions into `width` doubles: add_row(r, acc) adds row r.
 template <typename AddRow>
@@ -155,8 +191,8 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = in + r * C;
-        if constexpr (std::is_same_v<T, float>) {
-          layer_norm_row_f32(row, out + r * C, C, g, b, eps, mean + r, rstd + r);
+        if constexpr (kFastRows<T>) {
+          layer_norm_row(row, out + r * C, C, g, b, eps, mean + r, rstd + r);
           continue;
         }
         double sum = 0.0;
@@ -202,8 +238,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
     T* dx = static_cast<T*>(grads.dx.raw_data());
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if constexpr (std::is_same_v<T, float>) {
-          layer_norm_backward_row_f32(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
+        if constexpr (kFastRows<T>) {
+          layer_norm_backward_row(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
           continue;
         }
         double mean_g = 0.0, mean_gx = 0.0;  // means of dxhat and dxhat * xhat
@@ -225,8 +261,8 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
     });
     // dgamma in [0, C), dbeta in [C, 2C).
     param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
-      if constexpr (std::is_same_v<T, float>) {
-        layer_norm_param_row_f32(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
+      if constexpr (kFastRows<T>) {
+        layer_norm_param_row(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
         return;
       }
       for (int64_t c = 0; c < C; ++c) {
