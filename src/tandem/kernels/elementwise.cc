@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -16,17 +17,41 @@ using detail::from_f32;
 using detail::kPointwiseGrain;
 using detail::to_f32;
 
-template <typename F>
-Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+enum class Binary { add, mul };
+
+template <Binary op, typename T>
+[[gnu::always_inline]] inline void binary_run_body(const T* __restrict x, const T* __restrict y,
+                                                   T* __restrict z, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    const float a = to_f32(x[k]), b = to_f32(y[k]);
+    z[k] = from_f32<T>(op == Binary::add ? a + b : a * b);
+  }
+}
+
+// z = x op y over n elements, cloned per ISA for each storage type.
+#define TANDEM_BINARY_RUN(T)                                                                 \
+  TANDEM_TARGET_CLONES void binary_run(Binary op, const T* x, const T* y, T* z, int64_t n) { \
+    if (op == Binary::add) {                                                                 \
+      binary_run_body<Binary::add>(x, y, z, n);                                              \
+    } else {                                                                                 \
+      binary_run_body<Binary::mul>(x, y, z, n);                                              \
+    }                                                                                        \
+  }
+TANDEM_BINARY_RUN(float)
+TANDEM_BINARY_RUN(detail::Bf16)
+TANDEM_BINARY_RUN(detail::F16)
+#undef TANDEM_BINARY_RUN
+
+Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* name, Binary op) {
   if (a.dtype() != b.dtype() || !broadcastable(a.shape(), b.shape())) {
-    TANDEM_THROW(ShapeError, op, ": cannot combine ", a.to_string(), " with ", b.to_string(),
+    TANDEM_THROW(ShapeError, name, ": cannot combine ", a.to_string(), " with ", b.to_string(),
                  " (b must match a's dtype and have a's shape, its trailing dimensions, or one "
                  "element)");
   }
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const int64_t n = a.numel();
   const int64_t period = b.numel();  // b repeats every `period` elements of a
-  dispatch_floating(a.dtype(), op, [&](auto tag) {
+  dispatch_floating(a.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());
@@ -36,10 +61,7 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
       for (int64_t i = begin; i < end;) {
         const int64_t j = i % period;
         const int64_t run = std::min(end - i, period - j);
-        const T* x = pa + i;
-        const T* y = pb + j;
-        T* z = o + i;
-        for (int64_t k = 0; k < run; ++k) z[k] = from_f32<T>(f(to_f32(x[k]), to_f32(y[k])));
+        binary_run(op, pa + i, pb + j, o + i, run);
         i += run;
       }
     });
@@ -60,12 +82,12 @@ bool broadcastable(const Shape& a, const Shape& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   TANDEM_DISPATCH_CUDA(a, add(a, b));
-  return broadcast_binary(a, b, "add", [](float x, float y) { return x + y; });
+  return broadcast_binary(a, b, "add", Binary::add);
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   TANDEM_DISPATCH_CUDA(a, mul(a, b));
-  return broadcast_binary(a, b, "mul", [](float x, float y) { return x * y; });
+  return broadcast_binary(a, b, "mul", Binary::mul);
 }
 
 Tensor scale(const Tensor& a, float factor) {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
-#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/elementwise.h"
 
@@ -96,6 +96,26 @@ Tensor mean(const Tensor& x) {
   return Tensor::full(Shape{}, value, DType::f32, x.device());
 }
 
+namespace {
+
+// acc[c] += row[c], cloned per ISA for each storage type.
+template <typename T>
+[[gnu::always_inline]] inline void add_row_body(const T* __restrict row, int64_t n,
+                                                double* __restrict acc) {
+  for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(to_f32(row[c]));
+}
+TANDEM_TARGET_CLONES void add_row(const float* row, int64_t n, double* acc) {
+  add_row_body(row, n, acc);
+}
+TANDEM_TARGET_CLONES void add_row(const detail::Bf16* row, int64_t n, double* acc) {
+  add_row_body(row, n, acc);
+}
+TANDEM_TARGET_CLONES void add_row(const detail::F16* row, int64_t n, double* acc) {
+  add_row_body(row, n, acc);
+}
+
+}  // namespace
+
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
   TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));
   if (x.shape() == target) return x.to(DType::f32);
@@ -114,10 +134,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
     // Split over columns: each column is summed over rows in order.
     parallel_for(cols, 256, [&](int64_t c0, int64_t c1) {
       std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = p + r * cols;
-        for (int64_t c = c0; c < c1; ++c) acc[static_cast<size_t>(c - c0)] += to_f32(row[c]);
-      }
+      for (int64_t r = 0; r < rows; ++r) add_row(p + r * cols + c0, c1 - c0, acc.data());
       for (int64_t c = c0; c < c1; ++c) o[c] = static_cast<float>(acc[static_cast<size_t>(c - c0)]);
     });
   });
