@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "tandem/base/parallel.h"
@@ -41,7 +40,7 @@ void check_param(const Tensor& p, int64_t cols, const char* op, const char* name
   }
 }
 
-// f32 and bf16 rows, in loops that vectorise: 16 partial sums in float (a
+// Layer norm's rows, in loops that vectorise: 16 partial sums in float (a
 // row is at most a few thousand values), not one in double. The bodies are
 // templates inlined into one clone set per storage type.
 constexpr int kLanes = 16;
@@ -136,11 +135,8 @@ template <typename T>
   }
 TANDEM_LAYER_NORM_ROWS(float)
 TANDEM_LAYER_NORM_ROWS(detail::Bf16)
+TANDEM_LAYER_NORM_ROWS(detail::F16)
 #undef TANDEM_LAYER_NORM_ROWS
-
-// Storage types with vectorised rows above; f16 takes the generic loops.
-template <typename T>
-constexpr bool kFastRows = std::is_same_v<T, float> || std::is_same_v<T, detail::Bf16>;
 
 // Sums per-row contributions into `width` doubles: add_row(r, acc) adds row r.
 template <typename AddRow>
@@ -190,25 +186,7 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     T* out = static_cast<T*>(result.y.raw_data());
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const T* row = in + r * C;
-        if constexpr (kFastRows<T>) {
-          layer_norm_row(row, out + r * C, C, g, b, eps, mean + r, rstd + r);
-          continue;
-        }
-        double sum = 0.0;
-        for (int64_t c = 0; c < C; ++c) sum += to_f32(row[c]);
-        const double m = sum / static_cast<double>(C);
-        double sq = 0.0;
-        for (int64_t c = 0; c < C; ++c) {
-          const double d = to_f32(row[c]) - m;
-          sq += d * d;
-        }
-        const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + eps));
-        mean[r] = static_cast<float>(m);
-        rstd[r] = s;
-        for (int64_t c = 0; c < C; ++c) {
-          out[r * C + c] = from_f32<T>((to_f32(row[c]) - mean[r]) * s * g[c] + b[c]);
-        }
+        layer_norm_row(in + r * C, out + r * C, C, g, b, eps, mean + r, rstd + r);
       }
     });
   });
@@ -238,38 +216,12 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
     T* dx = static_cast<T*>(grads.dx.raw_data());
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if constexpr (kFastRows<T>) {
-          layer_norm_backward_row(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
-          continue;
-        }
-        double mean_g = 0.0, mean_gx = 0.0;  // means of dxhat and dxhat * xhat
-        for (int64_t c = 0; c < C; ++c) {
-          const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
-          const double dxhat = to_f32(gy[r * C + c]) * g[c];
-          mean_g += dxhat;
-          mean_gx += dxhat * xhat;
-        }
-        mean_g /= static_cast<double>(C);
-        mean_gx /= static_cast<double>(C);
-        for (int64_t c = 0; c < C; ++c) {
-          const double xhat = (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
-          const double dxhat = to_f32(gy[r * C + c]) * g[c];
-          dx[r * C + c] =
-              from_f32<T>(static_cast<float>(rs[r] * (dxhat - mean_g - xhat * mean_gx)));
-        }
+        layer_norm_backward_row(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
       }
     });
     // dgamma in [0, C), dbeta in [C, 2C).
     param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
-      if constexpr (kFastRows<T>) {
-        layer_norm_param_row(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
-        return;
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        const double gyv = to_f32(gy[r * C + c]);
-        acc[c] += gyv * (to_f32(xs[r * C + c]) - mu[r]) * rs[r];
-        acc[C + c] += gyv;
-      }
+      layer_norm_param_row(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
     });
   });
   grads.dgamma = f32_vector({param_sums.begin(), param_sums.begin() + C}, x.device());

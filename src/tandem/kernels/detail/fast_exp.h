@@ -20,7 +20,9 @@ namespace tandem::kernels::detail {
   constexpr float kLn2High = 0.693359375f;  // ln 2 = kLn2High + kLn2Low, the first exact in float
   constexpr float kLn2Low = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float c = x > kHigh ? kHigh : (x < kLow ? kLow : x);
+  // NaN fails both tests and takes kLow: converting NaN to an integer
+  // below would be undefined (the result for NaN is x itself, at the end).
+  const float c = x > kHigh ? kHigh : (x >= kLow ? x : kLow);
   const float n = (c * kLog2e + kRound) - kRound;
   const float r = (c - n * kLn2High) - n * kLn2Low;
   float p = 1.9875691500e-4f;
