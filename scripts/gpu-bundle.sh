@@ -5,11 +5,19 @@
 # protobuf, ...), in one compressed file. Left out: the C and C++ runtimes
 # (the GPU machine's own, which are newer) and CUDA's libraries (the GPU
 # machine's, which match its driver; gpu-check.sh finds them there).
-#   sh scripts/gpu-bundle.sh [BUILD] [OUT]     (defaults: build, .gpu)
+#   sh scripts/gpu-bundle.sh [--data] [BUILD] [OUT]   (defaults: build, .gpu)
+# --data adds Fashion-MNIST (Debian's dataset-fashion-mnist, 30 MB) and the
+# King James Bible cut into gpt's sequences (`tandem data text --corpus
+# kjv`; Debian's bible-kjv) for gpu-check.sh's accuracy steps.
 # Then carry OUT to the GPU machine beside the checkout and run
 #   sh scripts/gpu-check.sh
 set -eu
 cd "$(dirname "$0")/.."
+data=0
+if [ "${1:-}" = "--data" ]; then
+  data=1
+  shift
+fi
 build=${1:-build}
 out=${2:-.gpu}
 if ! grep -q "define TANDEM_HAVE_CUDA 1" "$build/generated/tandem/config.h" 2>/dev/null; then
@@ -29,6 +37,11 @@ for f in "$out"/stage/bin/*; do ldd "$f"; done | awk '/=> \// {print $3}' | sort
       *) cp -L "$lib" "$out/stage/lib/" ;;
     esac
   done
+if [ $data -eq 1 ]; then
+  mkdir -p "$out/stage/data"
+  cp -r /usr/share/datasets/fashion-mnist "$out/stage/data/"
+  "$build/tandem" data text --corpus kjv --output "$out/stage/data/kjv" > /dev/null
+fi
 git rev-parse HEAD > "$out/stage/commit" 2>/dev/null || echo unknown > "$out/stage/commit"
 tar -C "$out/stage" -cJf "$out/bundle.tar.xz" .
 rm -rf "$out/stage"

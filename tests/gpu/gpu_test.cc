@@ -248,8 +248,12 @@ TEST_F(Gpu, ReductionsMatchTheCpuAndRepeatExactly) {
       const Tensor g = x.to(kGpu);
       expect_match(kernels::sum(g), kernels::sum(x), 1e-5, "sum");
       if (n > 0) expect_match(kernels::mean(g), kernels::mean(x), 1e-5, "mean");
-      EXPECT_NEAR(kernels::squared_norm(g), kernels::squared_norm(x),
-                  1e-9 * std::max(1.0, kernels::squared_norm(x)));
+      // Against a double reference: the GPU sums squares in double; the
+      // CPU's f32 path sums them in float lanes within each block (1e-6).
+      double expected = 0.0;
+      for (float v : x.to_floats()) expected += static_cast<double>(v) * v;
+      EXPECT_NEAR(kernels::squared_norm(g), expected, 1e-12 * std::max(1.0, expected));
+      EXPECT_NEAR(kernels::squared_norm(x), expected, 1e-6 * std::max(1.0, expected));
       EXPECT_EQ(kernels::sum(g).item(), kernels::sum(g).item()) << "not deterministic";
     }
   }
@@ -655,15 +659,20 @@ TEST_F(Gpu, BatchNormMatchesTheCpuInEveryPart) {
   }
 }
 
+// Compares one parameter's values after the steps (name, first, second).
+using ParameterCheck = std::function<void(const std::string&, const std::vector<float>&,
+                                          const std::vector<float>&)>;
+
 // Trains `build`'s model under both strategies from the same batches:
 // the same losses at every step and, after `steps`, the same parameters
-// (second's replica `replica`) within `tol` relative error per tensor.
+// (second's replica `replica`) within `tol` relative error per tensor, or
+// as `check` says where it is given.
 void expect_same_steps(distribute::Strategy& first, distribute::Strategy& second,
                        const distribute::ModelBuilder& build,
                        const distribute::EngineOptions& options,
                        const std::function<data::Element(int64_t)>& batch,
                        const distribute::ForwardFn& forward, int64_t steps, double tol,
-                       int replica = 0) {
+                       int replica = 0, const ParameterCheck& check = nullptr) {
   auto a = first.make_engine(build, options);
   auto b = second.make_engine(build, options);
   for (int64_t step = 0; step < steps; ++step) {
@@ -676,10 +685,13 @@ void expect_same_steps(distribute::Strategy& first, distribute::Strategy& second
   ASSERT_EQ(pa.size(), pb.size());
   for (size_t i = 0; i < pa.size(); ++i) {
     EXPECT_EQ(pb[i].second.value().device().kind, DeviceKind::cuda) << pb[i].first;
-    EXPECT_LT(
-        testing::relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
-        tol)
-        << pa[i].first;
+    const std::vector<float> va = pa[i].second.value().to_floats(),
+                             vb = pb[i].second.value().to_floats();
+    if (check) {
+      check(pa[i].first, va, vb);
+    } else {
+      EXPECT_LT(testing::relative_error(va, vb), tol) << pa[i].first;
+    }
   }
 }
 
@@ -699,8 +711,9 @@ distribute::ModelBuilder model(const std::string& name, const std::string& setti
 const distribute::EngineOptions kSgd{
     .optimizer = {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9}};
 
+// Fashion-MNIST-sized images: the mlp and the cnn take 28 x 28.
 std::function<data::Element(int64_t)> images(int64_t rows) {
-  return [rows](int64_t step) { return testing::image_batch(step, rows); };
+  return [rows](int64_t step) { return testing::image_batch(step, rows, 28); };
 }
 
 // One device on the GPU against one on the CPU: the reference mlp, 4 SGD
@@ -714,13 +727,39 @@ TEST_F(Gpu, OneDeviceTrainingOnTheGpuTakesTheCpuSteps) {
 
 // The small gpt (embedding, layer norm, attention, tied projection) on one
 // GPU against the CPU: 3 AdamW steps on the same token batches.
+//
+// The key projection's bias has no gradient but rounding noise (softmax
+// ignores a constant added to a row's scores), and AdamW divides that noise
+// by its own size: each side moves those 32 values by up to the learning
+// rate per step, differently (seen on the H200: qkv.bias 3e-4 apart, every
+// other tensor within 1e-5). So the q and v thirds are held to 1e-5 and
+// the k third only to the learning rate's bound.
 TEST_F(Gpu, GptOnTheGpuTakesTheCpuSteps) {
+  constexpr int64_t kWidth = 32, kSteps = 3;
+  constexpr double kLearningRate = 1e-3, kTol = 1e-5;
+  const ParameterCheck check = [&](const std::string& name, const std::vector<float>& cpu,
+                                   const std::vector<float>& gpu) {
+    if (name.size() < 8 || name.substr(name.size() - 8) != "qkv.bias") {
+      EXPECT_LT(testing::relative_error(cpu, gpu), kTol) << name;
+      return;
+    }
+    ASSERT_EQ(cpu.size(), static_cast<size_t>(3 * kWidth)) << name;
+    for (int part : {0, 2}) {
+      const auto third = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + part * kWidth, v.begin() + (part + 1) * kWidth);
+      };
+      EXPECT_LT(testing::relative_error(third(cpu), third(gpu)), kTol) << name << " part " << part;
+    }
+    for (int64_t i = kWidth; i < 2 * kWidth; ++i) {
+      EXPECT_LE(std::abs(cpu[i] - gpu[i]), 2 * kSteps * kLearningRate) << name << " key " << i;
+    }
+  };
   auto cpu = cpu_device_strategy(), gpu = gpu_strategy("one_device");
   expect_same_steps(
       *cpu, *gpu, model("gpt", "layers=2,width=32,heads=4,context=16"),
-      {.optimizer = {.name = "adamw", .learning_rate = 1e-3}},
-      [](int64_t step) { return testing::token_batch(step); }, testing::language_model_loss, 3,
-      1e-5);
+      {.optimizer = {.name = "adamw", .learning_rate = kLearningRate}},
+      [](int64_t step) { return testing::token_batch(step); }, testing::language_model_loss, kSteps,
+      kTol, 0, check);
 }
 
 // The convolutional models (cuDNN convolutions, pooling, batch norm) on one
@@ -752,7 +791,7 @@ TEST_F(Gpu, TheLossScalerSkipsAnOverflowingStepOnTheGpu) {
   auto engine = gpu->make_engine(build, options);
   const std::vector<float> before = engine->model().parameters().front().value().to_floats();
   const auto first =
-      engine->step(testing::image_batch(0, 32), testing::image_classifier_loss, {.step = 0});
+      engine->step(images(32)(0), testing::image_classifier_loss, {.step = 0});
   EXPECT_TRUE(first.skipped);
   EXPECT_EQ(engine->model().parameters().front().value().to_floats(), before);
 }
@@ -920,7 +959,7 @@ TEST_F(Gpu, DeviceMarksTimeTheGpusWorkAndTheStepBreakdown) {
   auto gpu = gpu_strategy("one_device");
   auto engine = gpu->make_engine(model("cnn"), kSgd);
   for (int64_t step = 0; step < 3; ++step) {
-    const auto r = engine->step(testing::image_batch(step, 64), testing::image_classifier_loss,
+    const auto r = engine->step(images(64)(step), testing::image_classifier_loss,
                                 {.step = step});
     ASSERT_EQ(r.replicas.size(), 1u);
     const distribute::ReplicaStepTime& t = r.replicas[0];
@@ -961,6 +1000,28 @@ TEST_F(Gpu, MixedDevicesAndKernelsWithoutACudaVersionAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("no kernel for that device"), std::string::npos)
         << e.what();
+  }
+}
+
+// Runs on every machine: the models and batches the GPU tests train fit
+// each other (on the device the first run found the mlp and the cnn given
+// 12 x 12 images, an error no machine without a GPU had shown).
+TEST(GpuTestModels, TakeTheirBatchesOnTheCpu) {
+  struct Pairing {
+    distribute::ModelBuilder build;
+    std::function<data::Element(int64_t)> batch;
+    distribute::ForwardFn forward;
+  };
+  const std::vector<Pairing> pairings = {
+      {model("mlp"), images(32), testing::image_classifier_loss},
+      {model("cnn"), images(64), testing::image_classifier_loss},
+      {model("resnet", "width=8"), images(16), testing::image_classifier_loss},
+      {model("gpt", "layers=2,width=32,heads=4,context=16"),
+       [](int64_t step) { return testing::token_batch(step); }, testing::language_model_loss}};
+  for (const Pairing& p : pairings) {
+    auto cpu = cpu_device_strategy();
+    auto engine = cpu->make_engine(p.build, kSgd);
+    EXPECT_TRUE(std::isfinite(engine->step(p.batch(0), p.forward, {.step = 0}).loss));
   }
 }
 

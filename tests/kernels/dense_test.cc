@@ -77,6 +77,15 @@ TEST(Matmul, Bf16OutputAndErrors) {
   EXPECT_EQ(out.dtype(), DType::bf16);
   expect_close(to_doubles(out), testing::matmul_reference(a, b, false, false), 0.02, 0.01,
                "bf16 out");
+  // f32 operands into a bf16 output (oneDNN 2.6 has no such primitive):
+  // the f32 result with bias and activation, rounded once.
+  const Tensor a32 = random_tensor(Shape{17, 33}, -1, 1, 4), b32 = random_tensor(Shape{33, 9}, -1, 1, 5);
+  const Tensor bias = random_tensor(Shape{9}, -1, 1, 6);
+  const kernels::MatmulOptions relu{.activation = kernels::Activation::relu};
+  const Tensor narrow = kernels::matmul(
+      a32, b32, bias, {.activation = kernels::Activation::relu, .out_dtype = DType::bf16});
+  EXPECT_EQ(narrow.dtype(), DType::bf16);
+  EXPECT_EQ(narrow.to_floats(), kernels::matmul(a32, b32, bias, relu).to(DType::bf16).to_floats());
   EXPECT_THROW(
       kernels::matmul(random_tensor(Shape{4, 6}, 0, 1, 1), random_tensor(Shape{5, 3}, 0, 1, 1)),
       ShapeError);

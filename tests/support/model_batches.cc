@@ -18,11 +18,11 @@ data::Element token_batch(int64_t step, int64_t rows) {
                        {"targets", Tensor::from_ints(Shape{rows, 16}, y)}};
 }
 
-data::Element image_batch(int64_t step, int64_t rows) {
+data::Element image_batch(int64_t step, int64_t rows, int64_t side) {
   std::vector<int32_t> y(static_cast<size_t>(rows));
   for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>((i + step) % 10);
   return data::Element{
-      {"image", random_tensor(Shape{rows, 12, 12, 1}, -1, 1, static_cast<uint64_t>(20 + step))},
+      {"image", random_tensor(Shape{rows, side, side, 1}, -1, 1, static_cast<uint64_t>(20 + step))},
       {"label", Tensor::from_ints(Shape{rows}, y)}};
 }
 

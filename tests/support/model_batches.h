@@ -13,8 +13,9 @@ namespace tandem::testing {
 
 // "tokens" and "targets": i32 (rows, 16), random bytes seeded by step.
 data::Element token_batch(int64_t step, int64_t rows = 6);
-// "image" f32 (rows, 12, 12, 1) and "label" i32 (rows,), seeded by step.
-data::Element image_batch(int64_t step, int64_t rows);
+// "image" f32 (rows, side, side, 1) and "label" i32 (rows,), seeded by
+// step. The mlp and cnn built-ins take Fashion-MNIST's side, 28.
+data::Element image_batch(int64_t step, int64_t rows, int64_t side = 12);
 
 // "x" f32 (rows, features) and "y" f32 (rows,), uniform in [-1, 1) from
 // Generator(seed): x first, then y.

@@ -193,8 +193,13 @@ Call Communicator::make_call(Collective collective, const Tensor& input, const T
   } else if (input.dtype() != output.dtype()) {
     invalid(tandem::detail::concat("input is ", dtype_name(input.dtype()), " but output is ",
                                    dtype_name(output.dtype())));
-  } else if (input.device().kind != DeviceKind::cpu || output.device().kind != DeviceKind::cpu) {
-    invalid("only CPU buffers are supported by this backend");
+  } else if (input.device().kind != output.device().kind ||
+             (input.device().kind != DeviceKind::cpu && input.device() != output.device())) {
+    invalid(tandem::detail::concat("input is on ", input.device().to_string(), " but output on ",
+                                   output.device().to_string()));
+  } else if (input.device().kind != DeviceKind::cpu && !takes_gpu_buffers()) {
+    invalid(tandem::detail::concat("the ", backend(), " backend takes host buffers, not ",
+                                   input.device().to_string()));
   } else if (collective == Collective::all_reduce && output.numel() != input.numel()) {
     invalid(
         tandem::detail::concat("output has ", output.numel(), " elements, input ", input.numel()));

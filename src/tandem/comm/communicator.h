@@ -117,8 +117,11 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "inprocess", "mpi", "hierarchical"
+  // "inprocess", "mpi", "hierarchical", "nccl"
   virtual std::string backend() const = 0;
+  // Whether calls may pass buffers in GPU memory (both on one device); a
+  // backend that answers false is given host buffers only.
+  virtual bool takes_gpu_buffers() const { return false; }
   // How this communicator all-reduces a buffer of `bytes` per rank, for
   // reports: "staged" or "sliced" in process, "MPI_Allreduce",
   // "local+MPI_Allreduce+broadcast". A string literal.

@@ -93,6 +93,7 @@ class InProcessCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return state_->size; }
   std::string backend() const override { return "inprocess"; }
+  bool takes_gpu_buffers() const override { return true; }
   std::string_view all_reduce_algorithm(int64_t bytes) const override {
     // Staged: one barrier, each rank reduces every staged copy. Sliced: each
     // rank reduces its slice of every buffer and writes it to all, two barriers.

@@ -103,6 +103,7 @@ class NcclCommunicator : public comm::Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  bool takes_gpu_buffers() const override { return true; }
   std::string_view all_reduce_algorithm(int64_t) const override { return "ncclAllReduce"; }
 
   void abort(const std::string& reason) override {

@@ -99,6 +99,15 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     if (out.dtype() != DType::f32) out.copy_from(wide);
     return;
   }
+  if (a.dtype() == DType::f32 && out.dtype() != DType::f32) {
+    // oneDNN 2.6 has no f32 x f32 -> bf16 matmul on any CPU: the f32 result,
+    // rounded once (what the fused kernel would give).
+    MemoryCategoryScope temporaries(MemoryCategory::workspace);
+    Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());
+    run_matmul(op, p, a, b, bias, wide, options);
+    out.copy_from(wide);
+    return;
+  }
   const std::string key = tandem::detail::concat(
       op, ":", detail::key_of(a), options.transpose_a, detail::key_of(b), options.transpose_b,
       bias.defined(), static_cast<int>(options.activation), dtype_name(out.dtype()));
