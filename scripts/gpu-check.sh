@@ -18,7 +18,8 @@
 #                         CPU results docs/gpu.md compares (the cnn, the cnn
 #                         as a model file, ResNet-20 on Fashion-MNIST, gpt
 #                         on the KJV), when the bundle carries the data
-#                         (scripts/gpu-bundle.sh --data)
+#                         (scripts/gpu-bundle.sh --data); accuracy_cnn also
+#                         writes the report of its run (report.html)
 #   pytorch_resnet, pytorch_gpt2_small, train_gpt2_small
 #                         PyTorch eager and tandem side by side (bf16)
 # Every step has its own time limit and the whole a deadline
@@ -71,7 +72,9 @@ accuracy() {
         echo "== cnn, $precision"
         "$bin/tandem" train --device cuda --model cnn --epochs 5 --precision "$precision" \
           --data-dir "$fashion" --output "$work/runs/cnn-$precision" || return 1
-      done ;;
+      done
+      # The report of the last run (the step breakdown from device events).
+      "$bin/tandem" report "$work/runs/cnn-mixed_bfloat16" --output "$OUT_DIR/report.html" ;;
     cnn_file)
       "$bin/tandem" train --device cuda --model examples/models/cnn.toml --epochs 5 \
         --data-dir "$fashion" --output "$work/runs/cnn-file" ;;
@@ -158,6 +161,7 @@ done
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$work/bin
 export bin logs work deadline
+export OUT_DIR="$out"
 self="$PWD/scripts/gpu-check.sh"
 
 step nvidia_smi 30 nvidia-smi

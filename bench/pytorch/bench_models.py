@@ -162,9 +162,11 @@ def run(a):
     torch.manual_seed(a.seed)
     model, opt, loss_fn, batches = build(a)
     if a.device == "cuda":
+        # Module.cuda() moves each Parameter's data in place, so the optimizer
+        # (no state yet) holds the moved ones. (Rebuilding it from
+        # opt.defaults fails on PyTorch 2.11, whose AdamW defaults hold a key
+        # its constructor refuses.)
         model = model.cuda()
-        # The optimizer holds the parameters: rebuild it for the moved ones.
-        opt = type(opt)(model.parameters(), **opt.defaults)
         batches = [(x.cuda(), y.cuda()) for x, y in batches]
     model.train()
     if a.precision == "bf16":

@@ -155,6 +155,15 @@ void run_matmul(const MatmulProblem& p, const Tensor& a, const Tensor& b, const 
   check_same_device("matmul", a, {&b, &bias, &out});
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
   DeviceGuard guard(a.device());
+  if (a.dtype() == DType::f32 && out.dtype() != DType::f32) {
+    // cuBLASLt has no f32 x f32 -> bf16 product (CUBLAS_STATUS_NOT_SUPPORTED
+    // on the H200): the f32 result with its bias and activation, rounded
+    // once, as on the CPU.
+    Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device(), MemoryCategory::workspace);
+    run_matmul(p, a, b, bias, wide, options);
+    out.copy_from(wide);
+    return;
+  }
   if (p.K == 0) {
     out.zero();
   } else {
