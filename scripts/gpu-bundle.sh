@@ -42,7 +42,7 @@ if [ $data -eq 1 ]; then
   cp -r /usr/share/datasets/fashion-mnist "$out/stage/data/"
   "$build/tandem" data text --corpus kjv --output "$out/stage/data/kjv" > /dev/null
 fi
-git rev-parse HEAD > "$out/stage/commit" 2>/dev/null || echo unknown > "$out/stage/commit"
+git describe --always --dirty > "$out/stage/commit" 2>/dev/null || echo unknown > "$out/stage/commit"
 tar -C "$out/stage" -cJf "$out/bundle.tar.xz" .
 rm -rf "$out/stage"
 ls -l "$out/bundle.tar.xz"

@@ -1028,6 +1028,10 @@ TEST_F(Gpu, MixedDevicesAndKernelsWithoutACudaVersionAreRefused) {
   const Tensor g = Tensor::zeros(Shape{4, 8}, DType::f32, kGpu);
   const Tensor c = Tensor::zeros(Shape{4, 8});
   EXPECT_THROW(kernels::add(g, c), InvalidArgument);
+  // A collective with its input on the GPU and its output on the host.
+  comm::InProcessGroup group(1);
+  const auto one_rank = group.communicator(0);
+  EXPECT_THROW(one_rank->all_reduce(g, c, comm::ReduceOp::sum), CommError);
   try {
     kernels::resize_bilinear(g.reshape(Shape{1, 4, 8, 1}), 2, 2);
     FAIL() << "resize_bilinear on a GPU tensor should be refused";

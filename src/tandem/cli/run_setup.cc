@@ -355,7 +355,7 @@ void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
       ->capture_default_str();
   command
       ->add_option("--device", o->device,
-                   "cpu (virtual CPU devices) or cuda (GPUs; --strategy one-device for now)")
+                   "cpu (virtual CPU devices) or cuda (GPUs: one-device, mirrored or multi-worker)")
       ->capture_default_str();
   command->add_option("--devices", o->devices,
                       "Replicas (virtual CPU devices) in this process, at least 1 (default: one "

@@ -24,6 +24,7 @@
 #include "tandem/data/dataset.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/interop/torch_state.h"
+#include "tandem/kernels/backend_info.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
@@ -166,6 +167,30 @@ void check_trace_window(const std::string& text, int64_t first, int64_t last,
     TANDEM_THROW(InvalidArgument, "--trace-steps ", text, " ends before step ", resumed_at + 1,
                  ", where this resumed run starts");
   }
+}
+
+// What the monitor compares each replica's device with: its memory and a
+// short matmul run's rate in the policy's matrix dtype, on that device (a
+// GPU's, not the host's: the first H200 run reported the host CPU's).
+void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
+                      monitor::RunInfo& info) {
+  const Device device = strategy.device(0);
+  info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
+  if (device.kind == DeviceKind::cuda) {
+    // Virtual GPU devices share their GPU's memory.
+    const std::vector<kernels::BackendInfo::Gpu> gpus = kernels::backend_info().gpus;
+    const int per_gpu = std::max(1, cuda_device_count() / std::max(1, cuda_gpu_count()));
+    const auto gpu = static_cast<size_t>(device.index / per_gpu);
+    info.device_memory_bytes = gpu < gpus.size() ? gpus[gpu].memory_bytes / per_gpu : 0;
+  }
+  NumThreadsScope threads(strategy.threads_per_replica());
+  // 1024 keeps the CPU's measurement short; a GPU needs 4096 to come near
+  // its peak (an 8192 product reaches it).
+  info.peak_flops_per_device =
+      kernels::measure_matmul_peak(compute_dtype == DType::bf16 ? DType::bf16 : DType::f32,
+                                   device.kind == DeviceKind::cuda ? 4096 : 1024, 0.2, device);
+  // The measurement's buffers are gone; peaks should be the model's.
+  for (const Device& d : info.devices) allocator_for(d).reset_peaks();
 }
 
 int run_train(TrainOptions& o) {
@@ -332,16 +357,7 @@ int run_train(TrainOptions& o) {
   if (chief && !o.no_monitor) {
     monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
     info.layers = example_layer_flops(trainer.model(), example, config.input_feature);
-    info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
-    {
-      // The device's peak for the utilisation figure: a short matmul run with
-      // one replica's threads in the policy's matrix dtype.
-      NumThreadsScope threads(strategy.threads_per_replica());
-      info.peak_flops_per_device = kernels::measure_matmul_peak(
-          factory.spec.compute_dtype == DType::bf16 ? DType::bf16 : DType::f32, 1024, 0.2);
-      // The measurement's buffers are gone; peaks should be the model's.
-      for (const Device& d : info.devices) allocator_for(d).reset_peaks();
-    }
+    describe_devices(strategy, factory.spec.compute_dtype, info);
     if (!o.quiet) {
       double forward = 0.0;
       for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;
