@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "support/cli.h"
@@ -89,30 +90,82 @@ TEST(UserData, ModelFileOnJpegTfrecordShardsMatchesTheBuiltInPath) {
             0);
 }
 
-TEST(UserData, ImageFolderAndCsvRegressionTrain) {
-  // A folder of PNGs, one sub-folder per class (3 classes of Fashion-MNIST).
-  const std::string dir = tmp("user-folder");
+// A folder of PNGs, one sub-folder per class: folder/class<c>/<n>.png for
+// each class c in `classes`, `per_class` Fashion-MNIST training images of
+// that class each.
+void write_image_folder(const std::string& folder, const std::vector<int32_t>& classes,
+                        int per_class) {
   const std::vector<int32_t> labels = fashion().train.labels.to_ints();
   const std::vector<float> pixels = fashion().train.images.to_floats();
-  int written[3] = {0, 0, 0};
-  for (size_t i = 0; i < labels.size() && written[0] + written[1] + written[2] < 300; ++i) {
+  std::map<int32_t, int> written;
+  for (int32_t c : classes) written[c] = 0;
+  int total = 0;
+  for (size_t i = 0; i < labels.size() && total < per_class * static_cast<int>(classes.size());
+       ++i) {
     const int32_t c = labels[i];
-    if (c > 2 || written[c] >= 100) continue;
+    if (!written.count(c) || written[c] >= per_class) continue;
     Tensor u8 = Tensor::empty(Shape{28, 28, 1}, DType::u8);
     for (int k = 0; k < 784; ++k) {
       const float v = (pixels[i * 784 + k] * data::kFashionMnistStd + data::kFashionMnistMean);
       u8.data<uint8_t>()[k] = static_cast<uint8_t>(std::clamp(v * 255.0f + 0.5f, 0.0f, 255.0f));
     }
     const std::string path =
-        dir + "/images/class" + std::to_string(c) + "/" + std::to_string(written[c]++) + ".png";
+        folder + "/class" + std::to_string(c) + "/" + std::to_string(written[c]++) + ".png";
+    ++total;
     fs::create_directories(fs::path(path).parent_path());
     const std::string bytes = data::tensor_bytes(data::encode_png(u8));
     std::ofstream(path, std::ios::binary)
         .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  write(dir + "/mlp3.toml",
-        "input_shape = [28, 28, 1]\n[[layers]]\ntype = \"flatten\"\n[[layers]]\ntype = "
-        "\"dense\"\nunits = 64\nactivation = \"relu\"\n[[layers]]\ntype = \"dense\"\nunits = 3\n");
+}
+
+const char* kMlp3 =
+    "input_shape = [28, 28, 1]\n[[layers]]\ntype = \"flatten\"\n[[layers]]\ntype = "
+    "\"dense\"\nunits = 64\nactivation = \"relu\"\n[[layers]]\ntype = \"dense\"\nunits = 3\n";
+
+// A validation or evaluation folder that lacks one of the training
+// folder's classes keeps the model's labels (by name; they used to shift,
+// giving an accuracy near 0), with a warning naming the missing class; one
+// with a class the model never saw, and a resume on other classes, are
+// refused. The classes are in the checkpoint and summary.json.
+TEST(UserData, FoldersAreMatchedToTheModelsClassesByName) {
+  const std::string dir = tmp("user-folder-classes");
+  write_image_folder(dir + "/train", {0, 1, 2}, 100);
+  write_image_folder(dir + "/val", {1, 2}, 60);  // no class0
+  write_image_folder(dir + "/odd", {1, 5}, 10);  // class5: unknown to the model
+  write(dir + "/mlp3.toml", kMlp3);
+  const testing::CommandResult trained =
+      run("train --model " + dir + "/mlp3.toml --data " + dir + "/train --validation-data " + dir +
+          "/val --batch-size 30 --epochs 3 --schedule constant --quiet --output " + dir + "/run");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("has no folder for 1 of the model's 3 classes (class0)"),
+            std::string::npos)
+      << trained.output;
+  const nlohmann::json s = summary_of(dir + "/run");
+  EXPECT_EQ(s.at("config").at("class_names"),
+            (std::vector<std::string>{"class0", "class1", "class2"}));
+  EXPECT_GT(s.at("validation_accuracy").get<double>(), 0.6);
+
+  const testing::CommandResult evaluated = run("evaluate " + dir + "/run --json");
+  ASSERT_EQ(evaluated.status, 0) << evaluated.output;
+  const nlohmann::json e =
+      nlohmann::json::parse(evaluated.output.substr(evaluated.output.find('{')));
+  EXPECT_EQ(e.at("examples"), 120);
+  EXPECT_NEAR(e.at("accuracy").get<double>(), s.at("validation_accuracy").get<double>(), 1e-6);
+
+  expect_one_line_error("evaluate " + dir + "/run --data " + dir + "/odd",
+                        "class5 that the model does not know");
+  expect_one_line_error("train --model " + dir + "/mlp3.toml --data " + dir + "/val --output " +
+                            dir + "/run --resume --batch-size 30 --epochs 4 --schedule constant "
+                            "--quiet",
+                        "it was trained on classes [\"class0\",\"class1\",\"class2\"]");
+}
+
+TEST(UserData, ImageFolderAndCsvRegressionTrain) {
+  // A folder of PNGs, one sub-folder per class (3 classes of Fashion-MNIST).
+  const std::string dir = tmp("user-folder");
+  write_image_folder(dir + "/images", {0, 1, 2}, 100);
+  write(dir + "/mlp3.toml", kMlp3);
   const testing::CommandResult folder =
       run("train --model " + dir + "/mlp3.toml --data " + dir + "/images --validation-data " + dir +
           "/images --batch-size 30 --epochs 3 --schedule constant --quiet --output " + dir +

@@ -156,6 +156,36 @@ TEST(ImageFolder, ClassNamesAndExtensionsOptions) {
       (std::vector<std::string>{(root / "cat" / "notes.txt").string()}));
 }
 
+// A validation folder for a model trained on other classes: labels are the
+// model's, whichever folders this root lacks; a folder the model does not
+// know is refused, naming it.
+TEST(ImageFolder, KnownClassesKeepTheModelsLabels) {
+  const fs::path root = make_pets("folder_known");  // cat, dog
+  const ImageFolderIndex index =
+      index_image_folder(root.string(), {.known_classes = {"bird", "cat", "dog", "fish"}});
+  EXPECT_EQ(index.labels, (std::vector<int32_t>{1, 1, 1, 2}));
+  EXPECT_EQ(index.missing_classes, (std::vector<std::string>{"bird", "fish"}));
+  EXPECT_EQ(index.class_names, (std::vector<std::string>{"bird", "cat", "dog", "fish"}));
+  const std::vector<Item> items =
+      read_all(Dataset::from_image_folder(root.string(), {.known_classes = {"dog", "cat"}}));
+  ASSERT_EQ(items.size(), 4u);
+  EXPECT_EQ(items[0].label, 0);  // in label order: dog's file first
+  EXPECT_EQ(items[0].shape, (Shape{3, 7, 3}));
+  EXPECT_EQ(items[1].label, 1);
+  EXPECT_EQ(items[3].label, 1);
+  const std::string unknown = error_of<InvalidArgument>(
+      [&] { index_image_folder(root.string(), {.known_classes = {"cat", "bird"}}); });
+  EXPECT_NE(unknown.find("class folder(s) dog that the model does not know"), std::string::npos)
+      << unknown;
+  EXPECT_NE(unknown.find("cat, bird"), std::string::npos) << unknown;
+  EXPECT_THROW(index_image_folder(root.string(), {.known_classes = {"bird", "fish", "cat", "dog"},
+                                                  .extensions = {".gif"}}),
+               IoError);
+  EXPECT_THROW(
+      index_image_folder(root.string(), {.class_names = {"cat"}, .known_classes = {"cat", "dog"}}),
+      InvalidArgument);
+}
+
 TEST(ImageFolder, BadFoldersAndOptionsNameThePath) {
   const fs::path root = make_pets("folder_bad");
   std::string message = error_of<IoError>([] { Dataset::from_image_folder("/nonexistent/pets"); });

@@ -177,6 +177,15 @@ TEST(InputSpec, AFolderIsAnImageFolderShuffledEachEpoch) {
   bool differs = false;
   for (int64_t pass = 1; pass < 6 && !differs; ++pass) differs = labels(pass) != labels(0);
   EXPECT_TRUE(differs);
+  // A specification of the folder shuffles it too unless it says
+  // shuffle = 0 (its files are listed class by class).
+  const InputSpec described =
+      parse_input_spec("format = \"image_folder\"\nroot = \"images\"\n", dir + "/spec.toml");
+  EXPECT_GT(described.shuffle, 0);
+  EXPECT_EQ(parse_input_spec("format = \"image_folder\"\nroot = \"images\"\nshuffle = 0\n",
+                             dir + "/spec.toml")
+                .shuffle,
+            0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/run_setup.h"
 #include "tandem/data/input_spec.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/evaluation.h"
@@ -55,7 +56,8 @@ struct EvaluationData {
   std::optional<data::PaddedBatchOptions> padding;
 };
 
-EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& config) {
+EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& config,
+                               const std::vector<std::string>& class_names) {
   std::string spec_path = o.data;
   if (spec_path.empty() && config.is_object()) {
     for (const char* key : {"validation_data", "data"}) {
@@ -70,6 +72,7 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
       TANDEM_THROW(InvalidArgument, "--test-examples selects Fashion-MNIST test examples");
     data::InputSpec spec = data::read_input_spec(spec_path);
     spec.shuffle = 0;
+    use_model_classes(spec, class_names, "'" + spec_path + "'");
     EvaluationData d{data::make_input(spec, 0), spec_path, std::nullopt};
     if (spec.needs_padding()) d.padding = spec.padding();
     return d;
@@ -106,7 +109,7 @@ int run_evaluate(const EvaluateOptions& o) {
   const nlohmann::json config = run_config(o.run_dir);
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
-  const EvaluationData data = evaluation_data(o, config);
+  const EvaluationData data = evaluation_data(o, config, train::checkpoint_class_names(checkpoint));
   const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   train::Trainer trainer({.eval_batch_size = o.batch_size,
                           .strategy = {.threads_per_device = threads,

@@ -80,12 +80,11 @@ int main(int argc, char** argv) {
       known = known || top->check_name(argv[1]);
     }
     if (!known) {
-      std::fprintf(
-          stderr,
-          "tandem: error: unknown command '%s' (expected train, evaluate, generate, export, "
-          "report, plan, tune, info, bench or data; see tandem --help)\n",
-          argv[1]);
-      return 2;
+      const std::string message =
+          std::string("unknown command '") + argv[1] +
+          "' (expected train, evaluate, generate, export, report, plan, tune, info, bench or "
+          "data; see tandem --help)";
+      return fail("error", message.c_str(), 2);
     }
   }
   try {
@@ -97,8 +96,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "tandem: error: %s (see tandem --help)\n", e.what());
-    return 2;
+    // Under mpirun too: a rank with a bad command line ends the job.
+    const std::string message = std::string(e.what()) + " (see tandem --help)";
+    return fail("error", message.c_str(), 2);
   }
   try {
     for (const auto& command : commands) {

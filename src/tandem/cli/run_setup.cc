@@ -15,11 +15,30 @@
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/comm/compression.h"
+#include "tandem/data/image_folder.h"
 #include "tandem/data/input_spec.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/train/memory_plan.h"
 
 namespace tandem::cli {
+
+void use_model_classes(data::InputSpec& spec, const std::vector<std::string>& classes,
+                       const std::string& what) {
+  if (spec.format != "image_folder" || classes.empty()) return;
+  spec.known_classes = classes;
+  const data::ImageFolderIndex index =
+      data::index_image_folder(spec.root, {.known_classes = classes});
+  if (!index.missing_classes.empty()) {
+    std::string names;
+    for (const std::string& c : index.missing_classes) names += (names.empty() ? "" : ", ") + c;
+    fmt::print(stderr,
+               "tandem: warning: {} has no folder for {} of the model's {} classes ({}); its "
+               "figures cover the other {}\n",
+               what, index.missing_classes.size(), classes.size(), names,
+               classes.size() - index.missing_classes.size());
+  }
+}
+
 namespace {
 
 data::LabeledImages first(const data::LabeledImages& d, int64_t count) {
@@ -98,6 +117,7 @@ RunData load_run_data(const RunOptions& o, uint64_t seed) {
                  "--data, limit the data in its specification or with --steps-per-epoch");
   }
   const data::InputSpec spec = data::read_input_spec(o.data);
+  if (spec.format == "image_folder") r.class_names = data::image_folder_class_names(spec.root);
   r.train = data::make_input(spec, seed);
   r.input = spec.input;
   r.label = spec.label;
@@ -114,6 +134,7 @@ RunData load_run_data(const RunOptions& o, uint64_t seed) {
                    spec.label, "'");
     }
     v.shuffle = 0;
+    use_model_classes(v, r.class_names, "--validation-data '" + o.validation_data + "'");
     r.validation = data::make_input(v, seed);
     const int64_t n = r.validation->cardinality();
     r.description += fmt::format(", validation {}{}", o.validation_data,
@@ -617,6 +638,7 @@ RunSetup prepare_run(RunOptions& o) {
   setup.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   config.input_feature = run_data.input;
+  config.class_names = run_data.class_names;
   config.padding = run_data.padding;
   configure_objective(o, run_data.label, config);
   if (augment.any() && run_data.input != "image") {

@@ -10,10 +10,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
+#include "tandem/data/input_spec.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/trainer.h"
@@ -90,7 +92,15 @@ struct RunData {
   std::optional<data::PaddedBatchOptions> padding;
   std::string input = "image", label = "label";
   int64_t resident_bytes = 0;  // held in memory for the whole run (the memory plan's input)
+  std::vector<std::string> class_names;  // an image folder's classes, in label order
 };
+
+// Points an image-folder spec at a model's classes (label i is classes[i]):
+// a class folder the model does not know is refused, naming it, and known
+// classes without a folder are a warning on stderr naming them and `what`
+// (the flag). Does nothing for other formats or without classes.
+void use_model_classes(data::InputSpec& spec, const std::vector<std::string>& classes,
+                       const std::string& what);
 
 // A run's options turned into what trains it.
 struct RunSetup {

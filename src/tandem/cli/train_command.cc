@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -63,15 +64,66 @@ void print_load_report(const interop::SafetensorsFile& file, const interop::Load
   }
 }
 
-// The trainer a SIGINT should stop; the handler only does an atomic store.
+// The trainer a stop signal should stop, and the signal that did; the
+// handler only does atomic stores.
 std::atomic<train::Trainer*> interruptible{nullptr};
+std::atomic<int> stop_signal{0};
 
-extern "C" void on_interrupt(int) {
+// Ctrl-C; SIGTERM (what SLURM, Kubernetes and spot reclaim send before they
+// kill, and mpirun to its ranks before killing them 1 s later); SIGUSR1
+// (what mpirun forwards to every rank without killing, and SLURM's
+// --signal=USR1@SECONDS sends ahead of a time limit): every process agrees
+// to stop at the next step, the chief writes a checkpoint, and the run
+// exits with 128 + the signal. A second signal of the same kind terminates
+// at once.
+extern "C" void on_stop_signal(int signal) {
+  stop_signal.store(signal);
   if (train::Trainer* trainer = interruptible.load()) trainer->request_stop();
-  static const char message[] =
+  static const char interrupted[] =
       "\ntandem: interrupted, saving a checkpoint (Ctrl-C again to abort)\n";
-  [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+  static const char terminated[] =
+      "\ntandem: terminated (SIGTERM), saving a checkpoint (SIGTERM again to abort)\n";
+  static const char user1[] = "\ntandem: SIGUSR1, saving a checkpoint and stopping\n";
+  const char* message = signal == SIGTERM ? terminated : signal == SIGUSR1 ? user1 : interrupted;
+  const size_t size = signal == SIGTERM   ? sizeof(terminated) - 1
+                      : signal == SIGUSR1 ? sizeof(user1) - 1
+                                          : sizeof(interrupted) - 1;
+  [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, size);
 }
+
+// Routes SIGINT, SIGTERM and SIGUSR1 to on_stop_signal while it lives.
+// Without a trainer (a parameter-server worker or shard rank, which serves
+// rank 0) the signal is only noted: rank 0, signalled alike by mpirun,
+// stops the job and writes the checkpoint, and this process serves until
+// then.
+class StopSignals {
+ public:
+  explicit StopSignals(train::Trainer* trainer) {
+    struct sigaction action = {};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESETHAND;  // the second signal terminates
+    sigemptyset(&action.sa_mask);
+    interruptible.store(trainer);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~StopSignals() {
+    interruptible.store(nullptr);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // The exit status of a run stopped by a signal: 128 + the signal (130
+  // for Ctrl-C, 143 for SIGTERM, 138 for SIGUSR1); 130 when another
+  // process's signal stopped this one.
+  static int status() {
+    const int s = stop_signal.load();
+    return 128 + (s == 0 ? SIGINT : s);
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGUSR1};
+  std::array<struct sigaction, 3> previous_ = {};
+};
 
 std::string default_output_dir(const std::string& model) {
   const std::time_t now = std::time(nullptr);
@@ -268,7 +320,10 @@ int run_train(TrainOptions& o) {
   train::Trainer trainer(config, factory);
   distribute::Strategy& strategy = trainer.strategy();
   if (strategy.serves_chief()) {
-    // A parameter-server worker or shard rank: it serves rank 0.
+    // A parameter-server worker or shard rank: it serves rank 0 until rank
+    // 0 ends the job (also when a signal stops it: exit 0 then, so that
+    // mpirun does not abort rank 0 while it writes its checkpoint).
+    const StopSignals stop_signals(nullptr);
     trainer.serve_remote_work();
     return 0;
   }
@@ -392,30 +447,18 @@ int run_train(TrainOptions& o) {
     view.on_epoch(e);
   };
 
-  struct sigaction action = {};
-  action.sa_handler = on_interrupt;
-  action.sa_flags = SA_RESETHAND;  // a second Ctrl-C terminates
-  sigemptyset(&action.sa_mask);
-  struct sigaction previous = {};
-  interruptible.store(&trainer);
-  sigaction(SIGINT, &action, &previous);
   train::TrainResult result;
-  try {
+  {
+    const StopSignals stop_signals(&trainer);
     // The memory plan's measured side: the high-water marks from here on.
     for (int r = 0; r < strategy.local_replicas(); ++r)
       allocator_for(strategy.device(r)).reset_high_water();
     result = trainer.fit(train_set, run_data.validation, callbacks);
-  } catch (...) {
-    interruptible.store(nullptr);
-    sigaction(SIGINT, &previous, nullptr);
-    throw;
   }
-  interruptible.store(nullptr);
-  sigaction(SIGINT, &previous, nullptr);
 
   const std::string summary_path =
       (std::filesystem::path(config.output_dir) / "summary.json").string();
-  if (!chief) return result.interrupted ? 130 : 0;
+  if (!chief) return result.interrupted ? StopSignals::status() : 0;
   std::map<std::string, std::string> sections;
   if (run_monitor) {
     run_monitor->finish();
@@ -434,7 +477,7 @@ int run_train(TrainOptions& o) {
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
                trainer.checkpoint_path(), config.output_dir);
-    return 130;
+    return StopSignals::status();
   }
   if (result.paused && !o.quiet) {
     fmt::print(
@@ -483,6 +526,9 @@ Command add_train_command(CLI::App& app) {
   command->add_flag("--resume", c.resume,
                     "Continue from the checkpoint in --output (a cosine schedule is stretched "
                     "over a new --epochs)");
+  command->add_option("--checkpoint-every", c.checkpoint_every,
+                      "Also write the checkpoint every N steps, not only at each epoch's end, so "
+                      "that a killed run loses at most N steps (0: off)");
   command->add_option("--stop-after-epochs", c.stop_after_epochs,
                       "Stop after this epoch of the --epochs-long run, checkpoint saved; "
                       "--resume continues with the same schedule (0: off)");

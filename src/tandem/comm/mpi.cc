@@ -929,6 +929,18 @@ void abort_mpi_job(int status) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  if (!initialized && !finalized && launched_process_count() > 1) {
+    // Failed before MPI was needed (a flag, a file, a layout): the ranks
+    // that got further wait in MPI_Init's exchange for this one, and
+    // mpirun --enable-recovery would not end the job for its exit. Joining
+    // MPI to abort it ends every rank.
+    try {
+      runtime();
+      initialized = 1;
+    } catch (const Error&) {
+      return;
+    }
+  }
   if (!initialized || finalized) return;
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

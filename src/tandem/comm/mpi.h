@@ -74,11 +74,12 @@ void end_mpi_job_at_exit();
 // waits minutes for a host that became unreachable. docs/multi_host.md.
 std::string mpi_launch_advice();
 
-// For a process's last words after an error, when MPI is initialised and the
-// job has more than one process: MPI_Abort on the world communicator, so
-// that mpirun ends every rank (the others learned the reason from abort()
-// where a communicator carried it). Returns without doing anything in a
-// single-process run or when MPI was never initialised.
+// For a process's last words after an error, in a job of more than one
+// process: MPI_Abort on the world communicator, so that mpirun ends every
+// rank (the others learned the reason from abort() where a communicator
+// carried it). MPI is initialised first where the error came before it
+// (the ranks that got further wait for this one in MPI_Init). Returns
+// without doing anything in a single-process run.
 void abort_mpi_job(int status);
 
 }  // namespace tandem::comm

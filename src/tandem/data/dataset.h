@@ -63,6 +63,12 @@ struct ImageFolderOptions {
   // The classes to read, in label order; each must be a sub-folder of the
   // root (a subset is allowed). Empty: every sub-folder, sorted by name.
   std::vector<std::string> class_names;
+  // The classes a model knows, in its label order (a validation or test
+  // folder for a model trained on another folder): label i is
+  // known_classes[i] whatever folders this root has; a sub-folder that is
+  // not one of them is refused, naming it; a known class may have no folder
+  // (ImageFolderIndex::missing_classes). Not with class_names.
+  std::vector<std::string> known_classes;
   // File name endings that count as images, compared case-insensitively; a
   // missing leading dot is added.
   std::vector<std::string> extensions = {".jpg", ".jpeg", ".png"};

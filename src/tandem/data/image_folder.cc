@@ -105,6 +105,58 @@ Tensor read_image_file(const std::string& path) {
   return bytes;
 }
 
+// Appends a class folder's images with their label; IoError for a folder
+// without images.
+void add_class(const fs::path& folder, int32_t label, const std::vector<std::string>& extensions,
+               ImageFolderIndex& index) {
+  std::vector<std::string> files = class_files(folder, extensions);
+  if (files.empty()) {
+    TANDEM_THROW(IoError, "class folder '", folder.string(), "' has no images (",
+                 joined(extensions), ")");
+  }
+  for (std::string& f : files) {
+    index.files.push_back(std::move(f));
+    index.labels.push_back(label);
+  }
+}
+
+// A folder read for a model that knows `options.known_classes`: labels are
+// indices into that list, every sub-folder must be one of them, and known
+// classes without a folder are listed as missing. Without this, a
+// validation folder lacking one class would shift every later label.
+ImageFolderIndex index_known_classes(const fs::path& root, const std::vector<std::string>& folders,
+                                     const std::vector<std::string>& extensions,
+                                     const ImageFolderOptions& options) {
+  if (!options.class_names.empty()) {
+    TANDEM_THROW(InvalidArgument,
+                 "image folder: class_names and known_classes cannot both be given");
+  }
+  const std::vector<std::string>& known = options.known_classes;
+  std::vector<std::string> unknown;
+  for (const std::string& f : folders) {
+    if (std::find(known.begin(), known.end(), f) == known.end()) unknown.push_back(f);
+  }
+  if (!unknown.empty()) {
+    TANDEM_THROW(InvalidArgument, "image folder '", root.string(), "' has class folder(s) ",
+                 joined(unknown), " that the model does not know (its ", known.size(),
+                 " classes: ", joined(known), ")");
+  }
+  ImageFolderIndex index;
+  index.class_names = known;
+  for (size_t label = 0; label < known.size(); ++label) {
+    if (std::binary_search(folders.begin(), folders.end(), known[label])) {
+      add_class(root / known[label], static_cast<int32_t>(label), extensions, index);
+    } else {
+      index.missing_classes.push_back(known[label]);
+    }
+  }
+  if (index.files.empty()) {
+    TANDEM_THROW(IoError, "image folder '", root.string(), "' has none of the model's classes (",
+                 joined(known), ")");
+  }
+  return index;
+}
+
 class ImageFolderNode : public detail::Node {
  public:
   // label_of maps every file of the whole folder to its label, so that
@@ -185,6 +237,7 @@ ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOp
   if (!fs::is_directory(status)) TANDEM_THROW(IoError, "image folder '", root, "' is not a folder");
   const std::vector<std::string> folders = class_folders(root);
   ImageFolderIndex index;
+  if (!options.known_classes.empty()) return index_known_classes(root, folders, extensions, options);
   if (options.class_names.empty()) {
     if (folders.empty()) {
       TANDEM_THROW(IoError, "image folder '", root, "' has no class sub-folders (expected ", root,
@@ -208,18 +261,9 @@ ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOp
     }
     index.class_names = options.class_names;
   }
-  for (size_t label = 0; label < index.class_names.size(); ++label) {
-    const fs::path folder = fs::path(root) / index.class_names[label];
-    std::vector<std::string> files = class_files(folder, extensions);
-    if (files.empty()) {
-      TANDEM_THROW(IoError, "class folder '", folder.string(), "' has no images (",
-                   joined(extensions), ")");
-    }
-    for (std::string& f : files) {
-      index.files.push_back(std::move(f));
-      index.labels.push_back(static_cast<int32_t>(label));
-    }
-  }
+  for (size_t label = 0; label < index.class_names.size(); ++label)
+    add_class(fs::path(root) / index.class_names[label], static_cast<int32_t>(label), extensions,
+              index);
   return index;
 }
 

@@ -22,12 +22,15 @@ struct ImageFolderIndex {
   std::vector<std::string> class_names;  // label i is class_names[i]
   std::vector<std::string> files;        // root/<class>/<file>, class by class
   std::vector<int32_t> labels;           // files[i]'s label
+  // With known_classes: those with no folder here (their labels never occur).
+  std::vector<std::string> missing_classes;
 };
 
 // Lists root as from_image_folder reads it. Throws IoError naming the path
 // for a missing or unlistable root, a root without class folders, or a
 // class folder without images; InvalidArgument for a class name that is not
-// a sub-folder (or is repeated, empty or a path) and for empty extensions.
+// a sub-folder (or is repeated, empty or a path), for a sub-folder that is
+// not one of known_classes, for both lists given, and for empty extensions.
 ImageFolderIndex index_image_folder(const std::string& root,
                                     const ImageFolderOptions& options = {});
 

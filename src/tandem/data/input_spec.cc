@@ -295,7 +295,10 @@ InputSpec parse_input_spec(std::string_view text, const std::string& path) {
                                 (error ? " (" + error.message() + ")" : std::string()));
     }
   }
-  spec.shuffle = r.integer("shuffle", 0).value_or(0);
+  // An image folder lists its files class by class: unshuffled, a model
+  // would train on one class after another. So it shuffles its file list
+  // unless told `shuffle = 0` (as a folder given directly does).
+  spec.shuffle = r.integer("shuffle", 0).value_or(spec.format == "image_folder" ? 1 : 0);
   spec.cache = r.boolean("cache").value_or(false);
   if (const toml::node* p = r.get("parallel")) {
     if (p->is_string() && *p->value<std::string>() == "auto") {
@@ -453,7 +456,7 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
     d = Dataset::from_idx(spec.images, spec.labels);
   } else {
     // A folder shuffles its file list: no buffer of image bytes.
-    ImageFolderOptions options;
+    ImageFolderOptions options{.known_classes = spec.known_classes};
     if (spec.shuffle > 0 && !spec.cache) options.shuffle_seed = seed;
     d = Dataset::from_image_folder(spec.root, options);
   }

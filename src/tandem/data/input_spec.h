@@ -52,6 +52,10 @@ struct InputSpec {
   bool detect_compression = true;
   std::string images, labels;   // idx
   std::string root;             // image_folder
+  // image_folder: the classes of the model the examples are for, in label
+  // order (ImageFolderOptions::known_classes); empty: every sub-folder,
+  // sorted by name.
+  std::vector<std::string> known_classes;
   int64_t shuffle = 0;          // buffer; 0: examples in file order
   bool cache = false;           // keep the decoded examples in memory after the first pass
   int parallel = kAutotune;     // map calls at once for decoding

@@ -477,14 +477,16 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
                    " would hold the parameter-server shards "
                    "and leave no worker (start more processes or give a smaller --ps)");
     }
+    // Every rank checks the workers' layout, rank 0 too: a decision only
+    // the workers took would leave rank 0 waiting for them.
+    const int threads =
+        c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores / processes_here);
+    check_subscription(c, processes_here, 1, threads, cores);
     if (comm::launched_rank() == 0) {
       // Stand-ins for the workers: they hold values, and compute only when
       // the chief evaluates.
       return {.local_replicas = workers, .global_replicas = workers, .threads_per_replica = 1};
     }
-    const int threads =
-        c.threads_per_device > 0 ? c.threads_per_device : std::max(1, cores / processes_here);
-    check_subscription(c, processes_here, 1, threads, cores);
     return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
   }
   if (c.name == "multi_worker") {

@@ -1,6 +1,7 @@
 #include "tandem/train/evaluation.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
 
@@ -15,6 +16,16 @@ Checkpoint load_trainer_checkpoint(const std::string& path) {
                  ", expected ", kTrainerCheckpointFormat, ")");
   }
   return c;
+}
+
+std::vector<std::string> checkpoint_class_names(const Checkpoint& checkpoint) {
+  const auto it = checkpoint.metadata.find("class_names");
+  if (it == checkpoint.metadata.end()) return {};
+  try {
+    return nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint has malformed class names: ", e.what());
+  }
 }
 
 }  // namespace tandem::train

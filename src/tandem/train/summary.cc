@@ -40,6 +40,7 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
       {"drop_remainder", config.drop_remainder},
       {"prefetch_batches", config.prefetch_batches},           // -1: autotune
       {"input_parallel_calls", config.input_parallel_calls}};  // -1: autotune
+  if (!config.class_names.empty()) c["class_names"] = config.class_names;
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
   for (const EpochResult& e : result.history) {

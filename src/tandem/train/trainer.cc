@@ -150,6 +150,10 @@ double EvalResult::metric(const std::string& name) const {
 void check_train_config(const TrainConfig& config) {
   if (config.epochs < 1)
     TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
+  if (config.checkpoint_every < 0) {
+    TANDEM_THROW(InvalidArgument, "checkpoint_every (--checkpoint-every) must be 0 (off) or a "
+                 "number of steps, got ", config.checkpoint_every);
+  }
   if (config.stop_after_epochs < 0 || config.stop_after_epochs > config.epochs) {
     TANDEM_THROW(InvalidArgument, "stop_after_epochs (--stop-after-epochs) must be in [0, ",
                  config.epochs, "] (0: off; at most the run's epochs), got ",
@@ -477,6 +481,29 @@ StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int6
   return a;
 }
 
+// Folds the replicas' partial sums into the progress (collective).
+void fold_partial_sums(distribute::Strategy& strategy, std::vector<double>& replica_losses,
+                       std::vector<std::vector<MetricSums>>& metric_sums, double& loss_sum,
+                       std::vector<MetricSums>& metrics) {
+  std::vector<std::vector<double>> values;
+  for (size_t r = 0; r < replica_losses.size(); ++r) {
+    std::vector<double> v = {replica_losses[r]};
+    for (const MetricSums& m : metric_sums[r]) {
+      v.push_back(m.sum);
+      v.push_back(m.count);
+    }
+    values.push_back(std::move(v));
+    replica_losses[r] = 0.0;
+    std::fill(metric_sums[r].begin(), metric_sums[r].end(), MetricSums{});
+  }
+  const std::vector<double> total = distribute::sum_over_replicas(strategy, values);
+  loss_sum += total[0];
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    metrics[i].sum += total[1 + 2 * i];
+    metrics[i].count += total[2 + 2 * i];
+  }
+}
+
 }  // namespace
 
 // The training input of a fit: the batches of this process, the current
@@ -763,6 +790,15 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
         break;
       }
       train_step(next, forward, progress, callbacks);
+      if (config_.checkpoint_every > 0 && !config_.output_dir.empty() &&
+          progress.global_step % config_.checkpoint_every == 0) {
+        // The replicas' partial sums go into the live position (save folds
+        // a copy and would drop them from this epoch's figures).
+        synchronize_engine(progress);
+        fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
+                          progress.metrics);
+        save(progress, result.history);
+      }
     }
     synchronize_engine(progress);
     EpochResult epoch = finish_epoch(progress, validation);
@@ -784,33 +820,6 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   return result;
 }
-
-namespace {
-
-// Folds the replicas' partial sums into the progress (collective).
-void fold_partial_sums(distribute::Strategy& strategy, std::vector<double>& replica_losses,
-                       std::vector<std::vector<MetricSums>>& metric_sums, double& loss_sum,
-                       std::vector<MetricSums>& metrics) {
-  std::vector<std::vector<double>> values;
-  for (size_t r = 0; r < replica_losses.size(); ++r) {
-    std::vector<double> v = {replica_losses[r]};
-    for (const MetricSums& m : metric_sums[r]) {
-      v.push_back(m.sum);
-      v.push_back(m.count);
-    }
-    values.push_back(std::move(v));
-    replica_losses[r] = 0.0;
-    std::fill(metric_sums[r].begin(), metric_sums[r].end(), MetricSums{});
-  }
-  const std::vector<double> total = distribute::sum_over_replicas(strategy, values);
-  loss_sum += total[0];
-  for (size_t i = 0; i < metrics.size(); ++i) {
-    metrics[i].sum += total[1 + 2 * i];
-    metrics[i].count += total[2 + 2 * i];
-  }
-}
-
-}  // namespace
 
 EpochResult Trainer::finish_epoch(Progress& progress,
                                   const std::optional<data::Dataset>& validation) {
@@ -883,6 +892,8 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
       {"train_seconds", number(progress.train_seconds)},
       {"history", nlohmann::json(history).dump()}};
   for (const auto& [key, value] : entries) c.metadata[key] = value;
+  if (!config_.class_names.empty())
+    c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
   save_checkpoint(checkpoint_path(), c);
 }
 
@@ -920,6 +931,14 @@ const ResumePoint& Trainer::prepare_resume() {
       TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", key, " ",
                    c.meta(key), " but this run has ", value);
     }
+  }
+  const std::vector<std::string> classes = checkpoint_class_names(c);
+  if (classes != config_.class_names) {
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was trained on classes ",
+                 classes.empty() ? "(none: not an image folder)" : nlohmann::json(classes).dump(),
+                 " but this run's data has ",
+                 config_.class_names.empty() ? "(none: not an image folder)"
+                                             : nlohmann::json(config_.class_names).dump());
   }
   Progress& progress = pending->progress;
   progress.metrics.assign(config_.metrics.size(), {});

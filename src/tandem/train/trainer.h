@@ -63,6 +63,9 @@ struct TrainConfig {
   // `epochs` with the same schedule: how a search trains a trial in rungs.
   // In [0, epochs].
   int64_t stop_after_epochs = 0;
+  // N > 0: a checkpoint every N steps as well as at each epoch's end (with
+  // output_dir), so that a killed run loses at most N steps of a long epoch.
+  int64_t checkpoint_every = 0;
   // The global batch is micro_batch_size x accumulation_steps x replicas
   // (DeepSpeed's contract): each replica's share runs in accumulation_steps
   // micro-batches whose gradients make one update (gradient accumulation,
@@ -126,6 +129,10 @@ struct TrainConfig {
 
   // What the model computes from and against.
   std::string input_feature = "image";  // the batch feature given to forward()
+  // A classifier of an image folder: label i's class name (its sub-folder),
+  // kept in the checkpoint and summary.json so that validation, evaluation
+  // and resumed runs map other folders by name. Empty for other data.
+  std::vector<std::string> class_names;
   Loss loss = make_loss("softmax_cross_entropy");
   std::vector<Metric> metrics = {make_metric("accuracy")};
 
