@@ -303,6 +303,42 @@ TEST(Cli, EachOptimizerHasItsOwnDefaultLearningRate) {
   EXPECT_EQ(c.at("warmup_epochs").get<double>(), 0.2);
 }
 
+// --resume takes every setting from the run's recorded arguments: a resume
+// with no other flag continues the run that was started (strategy, devices,
+// examples, batch, learning rate), where it used to fall back to the
+// defaults; a setting that would change the training is refused, naming
+// it; --epochs may change.
+TEST(Cli, ResumeTakesTheRunsSettings) {
+  const std::string out = tmp("cli-resume-settings");
+  const CommandResult started =
+      run("train --model mlp --train-examples 1024 --test-examples 256 --epochs 2 "
+          "--stop-after-epochs 1 --strategy mirrored --devices 2 --threads 1 --lr 0.02 "
+          "--batch-size 64 --quiet --output " +
+          out);
+  ASSERT_EQ(started.status, 0) << started.output;
+  const CommandResult resumed = run("train --output " + out + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming " + out + " with the run's settings: --model=mlp"),
+            std::string::npos)
+      << resumed.output;
+  const auto summary = [&] { return nlohmann::json::parse(std::ifstream(out + "/summary.json")); };
+  nlohmann::json s = summary();
+  EXPECT_EQ(s.at("epochs"), 2);
+  EXPECT_EQ(s.at("config").at("strategy"), "mirrored");
+  EXPECT_EQ(s.at("config").at("replicas"), "2");
+  EXPECT_EQ(s.at("config").at("batch_size"), 64);
+  EXPECT_EQ(s.at("config").at("learning_rate").get<double>(), 0.02);
+  EXPECT_EQ(s.at("config").at("train_examples"), "1024");
+  expect_one_line_error("train --output " + out + " --resume --epochs 3 --lr 0.1",
+                        "which was started with --lr 0.02; this command gives --lr 0.1");
+  expect_one_line_error("train --output " + out + " --resume --epochs 3 --data-dir /elsewhere",
+                        "started without --data-dir; this command gives --data-dir /elsewhere");
+  ASSERT_EQ(run("train --output " + out + " --resume --epochs 3 --quiet").status, 0);
+  s = summary();
+  EXPECT_EQ(s.at("epochs"), 3);
+  EXPECT_EQ(s.at("config").at("strategy"), "mirrored");
+}
+
 TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   const std::string out = tmp("cli-run");
   const CommandResult r =
@@ -327,7 +363,8 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
       "--output " +
       out;
   expect_one_line_error(resume + " --epochs 2 --batch-size 64",
-                        "it was written with batch_size 128 but this run has 64");
+                        "--resume takes every setting from the run, which was started without "
+                        "--batch-size; this command gives --batch-size 64");
   expect_one_line_error(resume + " --epochs 1",
                         "the run has trained 1 epoch(s) and epochs (--epochs) is 1, which leaves "
                         "nothing to train");

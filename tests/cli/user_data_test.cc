@@ -155,10 +155,18 @@ TEST(UserData, FoldersAreMatchedToTheModelsClassesByName) {
 
   expect_one_line_error("evaluate " + dir + "/run --data " + dir + "/odd",
                         "class5 that the model does not know");
-  expect_one_line_error("train --model " + dir + "/mlp3.toml --data " + dir + "/val --output " +
-                            dir + "/run --resume --batch-size 30 --epochs 4 --schedule constant "
-                            "--quiet",
-                        "it was trained on classes [\"class0\",\"class1\",\"class2\"]");
+  // The training folder with a class more: the resume is refused, naming
+  // them (after the validation folder's warning, now for 2 of 4 classes).
+  write_image_folder(dir + "/train", {0, 1, 2, 3}, 10);
+  const testing::CommandResult resumed = run("train --output " + dir + "/run --resume --epochs 4");
+  EXPECT_EQ(resumed.status, 1) << resumed.output;
+  EXPECT_NE(resumed.output.find("tandem: error: cannot resume"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("it was trained on classes [\"class0\",\"class1\",\"class2\"] "
+                                "but this run's data has "
+                                "[\"class0\",\"class1\",\"class2\",\"class3\"]"),
+            std::string::npos)
+      << resumed.output;
 }
 
 TEST(UserData, ImageFolderAndCsvRegressionTrain) {

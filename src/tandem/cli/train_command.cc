@@ -12,6 +12,7 @@
 #include <ctime>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "tandem/base/cpu_info.h"
@@ -19,6 +20,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
+#include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
@@ -31,6 +33,7 @@
 #include "tandem/monitor/progress_view.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/allocator.h"
+#include "tandem/train/evaluation.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
@@ -509,14 +512,8 @@ int run_train(TrainOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-Command add_train_command(CLI::App& app) {
-  CLI::App* command =
-      app.add_subcommand("train",
-                         "Train a model (built-in or from a file) on Fashion-MNIST or "
-                         "on data described by --data");
-  auto o = std::make_shared<TrainOptions>();
+// Registers tandem train's options on `command`, bound to `o`.
+void add_train_options(CLI::App* command, TrainOptions* o) {
   train::TrainConfig& c = o->config;
   add_run_options(*command, *o);
   command->add_option("--epochs", c.epochs, "Epochs to train")->capture_default_str();
@@ -552,7 +549,88 @@ Command add_train_command(CLI::App& app) {
   command->add_option("--trace-steps", o->trace_steps,
                       "Record a Chrome trace (trace.json) of global steps FIRST:LAST (FIRST at "
                       "most the run's last step)");
-  return {command, [o]() { return run_train(*o); }};
+}
+
+// A train command line parsed on its own (a run's recorded arguments).
+struct TrainCommandLine {
+  CLI::App app{"", "train"};
+  TrainOptions options;
+};
+
+std::unique_ptr<TrainCommandLine> parse_train_arguments(std::vector<std::string> args) {
+  auto line = std::make_unique<TrainCommandLine>();
+  add_train_options(&line->app, &line->options);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  try {
+    line->app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    TANDEM_THROW(InvalidArgument, "the run's recorded arguments do not parse: ", e.what());
+  }
+  return line;
+}
+
+// The arguments a --resume of the run in `o`'s output continues with (the
+// recorded ones, with what may change taken from `command`), or nothing
+// for a run that recorded none (made before runs recorded them, or in
+// code) or has no readable checkpoint (run_train says so).
+std::optional<std::vector<std::string>> resumed_arguments(const CLI::App& command,
+                                                          const TrainOptions& o) {
+  const std::filesystem::path path =
+      std::filesystem::path(o.config.output_dir) / "checkpoint.tckpt";
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return std::nullopt;
+  std::vector<std::string> recorded;
+  try {
+    const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path.string());
+    const auto it = checkpoint.metadata.find("arguments");
+    if (it == checkpoint.metadata.end()) {
+      if (!o.quiet) {
+        fmt::print(stderr,
+                   "tandem: warning: the run in {} recorded no arguments (it predates that): "
+                   "its settings come from this command line\n",
+                   o.config.output_dir);
+      }
+      return std::nullopt;
+    }
+    recorded = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", path.string(), "' has malformed arguments: ", e.what());
+  } catch (const IoError&) {
+    return std::nullopt;  // run_train reports the unreadable checkpoint
+  }
+  return resume_arguments(command, parse_train_arguments(recorded)->app);
+}
+
+int run_train_command(const CLI::App& command, TrainOptions& o) {
+  if (o.config.resume) {
+    if (const auto args = resumed_arguments(command, o)) {
+      auto line = parse_train_arguments(*args);
+      if (!o.quiet) {
+        std::string text;
+        for (const std::string& a : *args) text += " " + a;
+        fmt::print("resuming {} with the run's settings:{}\n", o.config.output_dir, text);
+      }
+      line->options.quiet = o.quiet;
+      line->options.config.output_dir = o.config.output_dir;
+      line->options.config.resume = true;
+      line->options.config.arguments = *args;
+      return run_train(line->options);
+    }
+  }
+  o.config.arguments = given_arguments(command);
+  return run_train(o);
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("train",
+                         "Train a model (built-in or from a file) on Fashion-MNIST or "
+                         "on data described by --data");
+  auto o = std::make_shared<TrainOptions>();
+  add_train_options(command, o.get());
+  return {command, [command, o]() { return run_train_command(*command, *o); }};
 }
 
 }  // namespace tandem::cli

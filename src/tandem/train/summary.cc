@@ -41,6 +41,7 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
       {"prefetch_batches", config.prefetch_batches},           // -1: autotune
       {"input_parallel_calls", config.input_parallel_calls}};  // -1: autotune
   if (!config.class_names.empty()) c["class_names"] = config.class_names;
+  if (!config.arguments.empty()) c["arguments"] = config.arguments;
   for (const auto& [key, value] : extra_config) c[key] = value;
   double examples = 0.0, seconds = 0.0;
   for (const EpochResult& e : result.history) {

@@ -894,6 +894,8 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   for (const auto& [key, value] : entries) c.metadata[key] = value;
   if (!config_.class_names.empty())
     c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
+  if (!config_.arguments.empty())
+    c.metadata["arguments"] = nlohmann::json(config_.arguments).dump();
   save_checkpoint(checkpoint_path(), c);
 }
 

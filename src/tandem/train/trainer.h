@@ -133,6 +133,10 @@ struct TrainConfig {
   // kept in the checkpoint and summary.json so that validation, evaluation
   // and resumed runs map other folders by name. Empty for other data.
   std::vector<std::string> class_names;
+  // The command line that started the run ("--name=value" each; tandem
+  // train's), kept in the checkpoint and summary.json: a resume takes its
+  // settings from it. Empty for runs made in code.
+  std::vector<std::string> arguments;
   Loss loss = make_loss("softmax_cross_entropy");
   std::vector<Metric> metrics = {make_metric("accuracy")};
 

@@ -1,0 +1,106 @@
+#include "tandem/cli/resume_arguments.h"
+
+#include <algorithm>
+#include <set>
+
+#include "tandem/base/error.h"
+
+namespace tandem::cli {
+namespace {
+
+// What a resume may change: how long it trains, where and how it reports,
+// and how the work is spread (strategies resume exactly).
+const std::set<std::string>& changeable() {
+  static const std::set<std::string> names = {
+      "--epochs", "--output", "--resume", "--quiet", "--no-monitor", "--metrics-every",
+      "--trace-steps", "--tensorboard", "--no-tensorboard", "--checkpoint-every",
+      "--stop-after-epochs", "--strategy", "--devices", "--device", "--threads",
+      "--allow-oversubscription", "--collective-timeout", "--peer-timeout", "--prefetch",
+      "--input-parallel", "--memory-limit", "--no-memory-plan",
+      // The strategy's update rule, with the strategy.
+      "--ps", "--max-staleness", "--backup-workers", "--staleness-aware-lr", "--sync-every",
+      "--average-optimizer-state", "--slow-replica"};
+  return names;
+}
+
+// The update rule's flags belong to the strategy they were given for: a
+// resume into another strategy does not inherit them.
+const std::set<std::string>& strategy_bound() {
+  static const std::set<std::string> names = {
+      "--ps", "--max-staleness", "--backup-workers", "--staleness-aware-lr", "--sync-every",
+      "--average-optimizer-state", "--slow-replica"};
+  return names;
+}
+
+// The value of `name` given to `app`, or empty.
+std::vector<std::string> value_of(const CLI::App& app, const std::string& name) {
+  const CLI::Option* option = app.get_option_no_throw(name);
+  return option != nullptr && option->count() > 0 ? option->results() : std::vector<std::string>();
+}
+
+// Flags of one invocation, never taken from the recorded arguments: how
+// much this command prints or traces, and where it pauses.
+const std::set<std::string>& per_invocation() {
+  static const std::set<std::string> names = {"--quiet", "--trace-steps", "--stop-after-epochs"};
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& values) {
+  std::string out;
+  for (const std::string& v : values) out += (out.empty() ? "" : " ") + v;
+  return out;
+}
+
+void append(std::vector<std::string>& args, const CLI::Option& option) {
+  for (const std::string& value : option.results()) args.push_back(option.get_name() + "=" + value);
+}
+
+}  // namespace
+
+std::vector<std::string> given_arguments(const CLI::App& command) {
+  std::vector<std::string> args;
+  for (const CLI::Option* option : command.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--resume" || name == "--output") continue;
+    append(args, *option);
+  }
+  return args;
+}
+
+std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& recorded) {
+  const bool new_strategy = !value_of(now, "--strategy").empty() &&
+                            value_of(now, "--strategy") != value_of(recorded, "--strategy");
+  std::vector<std::string> args;
+  for (const CLI::Option* option : recorded.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--resume" || name == "--output") continue;
+    const CLI::Option* given = now.get_option_no_throw(name);
+    // A changeable option given now replaces the recorded one (below).
+    if (changeable().count(name) && given != nullptr && given->count() > 0) continue;
+    if (per_invocation().count(name)) continue;
+    if (new_strategy && strategy_bound().count(name)) continue;
+    append(args, *option);
+  }
+  for (const CLI::Option* option : now.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--resume" || name == "--output") continue;
+    if (changeable().count(name)) {
+      append(args, *option);
+      continue;
+    }
+    const CLI::Option* before = recorded.get_option_no_throw(name);
+    const std::vector<std::string> was =
+        before != nullptr ? before->results() : std::vector<std::string>();
+    if (option->results() != was) {
+      TANDEM_THROW(InvalidArgument, "--resume takes every setting from the run, which was started ",
+                   was.empty() ? "without " + name : "with " + name + " " + joined(was),
+                   "; this command gives ", name, " ", joined(option->results()),
+                   " (a resume may change only --epochs, the output and monitoring flags, the "
+                   "strategy, devices, threads, timeouts and input parallelism; to change ",
+                   name, ", start a new run in another --output)");
+    }
+  }
+  return args;
+}
+
+}  // namespace tandem::cli
