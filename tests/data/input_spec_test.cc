@@ -93,7 +93,9 @@ TEST(InputSpec, EveryExampleInTheTrainingDocsBuildsItsPipeline) {
 std::string error_of(const std::string& toml, const std::string& dir) {
   try {
     const InputSpec spec = parse_input_spec(toml, dir + "/bad.toml");
-    make_input(spec, 0).iterator().next();
+    Iterator it = make_input(spec, 0).iterator();
+    while (it.next()) {
+    }
   } catch (const Error& e) {
     return e.what();
   }
@@ -151,11 +153,20 @@ TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
   bytes.bytes = {"not an image"};
   Feature label{.kind = Feature::Kind::int64_list};
   label.int64s = {0};
-  write_tfrecord(junk, {encode_example({{"image", bytes}, {"label", label}})});
+  // The error names the file and record (the second of the file)...
+  Feature good{.kind = Feature::Kind::bytes_list};
+  good.bytes = {tensor_bytes(encode_png(Tensor::full(Shape{4, 4, 3}, 9.0f).to(DType::u8)))};
+  write_tfrecord(junk, {encode_example({{"image", good}, {"label", label}}),
+                        encode_example({{"image", bytes}, {"label", label}})});
   expect_error(
       "format = \"tfrecord\"\nfiles = [\"junk.tfrecord\"]\n[features.image]\ntype = "
       "\"bytes\"\ndecode = \"image\"\n[features.label]\ntype = \"int64\"\n",
-      "image");
+      "'" + junk + " record 1': decode_image: 12 bytes are neither JPEG nor PNG");
+  // ... and an image folder's the file.
+  const fs::path bad_png = fs::path(dir) / "images" / "dog" / "1.png";
+  std::ofstream(bad_png, std::ios::binary | std::ios::trunc) << "not a png";
+  expect_error("format = \"image_folder\"\nroot = \"images\"\nshuffle = 0\n",
+               "'" + bad_png.string() + "': decode_image: 9 bytes are neither JPEG nor PNG");
   EXPECT_THROW(read_input_spec(dir + "/missing.toml"), IoError);
 }
 

@@ -23,12 +23,13 @@ const std::set<std::string>& changeable() {
   return names;
 }
 
-// The update rule's flags belong to the strategy they were given for: a
-// resume into another strategy does not inherit them.
+// The layout's and the update rule's flags belong to the strategy they
+// were given for: a resume into another strategy does not inherit them.
 const std::set<std::string>& strategy_bound() {
   static const std::set<std::string> names = {
-      "--ps", "--max-staleness", "--backup-workers", "--staleness-aware-lr", "--sync-every",
-      "--average-optimizer-state", "--slow-replica"};
+      "--devices", "--threads", "--allow-oversubscription", "--ps", "--max-staleness",
+      "--backup-workers", "--staleness-aware-lr", "--sync-every", "--average-optimizer-state",
+      "--slow-replica"};
   return names;
 }
 
@@ -39,9 +40,12 @@ std::vector<std::string> value_of(const CLI::App& app, const std::string& name) 
 }
 
 // Flags of one invocation, never taken from the recorded arguments: how
-// much this command prints or traces, and where it pauses.
+// much this command prints or traces, where it pauses, and the starting
+// weights (a resume starts from the checkpoint's; given now, the run's own
+// check refuses them).
 const std::set<std::string>& per_invocation() {
-  static const std::set<std::string> names = {"--quiet", "--trace-steps", "--stop-after-epochs"};
+  static const std::set<std::string> names = {"--quiet", "--trace-steps", "--stop-after-epochs",
+                                              "--init-from", "--non-strict"};
   return names;
 }
 
@@ -84,7 +88,7 @@ std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& r
   for (const CLI::Option* option : now.get_options()) {
     const std::string name = option->get_name();
     if (option->count() == 0 || name == "--resume" || name == "--output") continue;
-    if (changeable().count(name)) {
+    if (changeable().count(name) || per_invocation().count(name)) {
       append(args, *option);
       continue;
     }

@@ -7,9 +7,11 @@
 // schedule's rule: stretched over the new total), the output and
 // monitoring flags, the strategy, devices and threads (which resume
 // exactly), timeouts and input parallelism. Any other flag is refused
-// unless it repeats the recorded value. --quiet, --trace-steps and
-// --stop-after-epochs belong to one invocation and are not taken from the
-// recorded arguments.
+// unless it repeats the recorded value. --quiet, --trace-steps,
+// --stop-after-epochs, --init-from and --non-strict belong to one
+// invocation and are not taken from the recorded arguments; a resume into
+// another --strategy does not take the layout's and update rule's flags
+// (--devices, --threads, --ps, --max-staleness, ...) either.
 
 #include <CLI/CLI.hpp>
 #include <string>

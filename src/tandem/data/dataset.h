@@ -76,6 +76,9 @@ struct ImageFolderOptions {
   // pass) (Keras's image_dataset_from_directory shuffles its file list the
   // same way): no buffer of image bytes is needed to shuffle a folder.
   std::optional<uint64_t> shuffle_seed;
+  // Adds {"origin": u8 bytes of the file's path} to each element, for
+  // errors that name the file a bad image came from.
+  bool with_origin = false;
 };
 
 // For Dataset::padded_batch (tf.data's padded_batch).
@@ -142,9 +145,12 @@ class Dataset {
   // One {"filename": u8 bytes} element per path, in order (for interleave).
   static Dataset from_files(std::vector<std::string> paths);
   // {"record": u8 (length,)} for each record of the TFRecord files, in order;
-  // every record's masked CRC-32C is checked.
+  // every record's masked CRC-32C is checked. with_origin adds {"origin":
+  // u8 bytes of "FILE record N"} (N from 0), for errors that name the
+  // record a bad example came from.
   static Dataset from_tfrecord(std::vector<std::string> paths,
-                               Compression compression = Compression::none);
+                               Compression compression = Compression::none,
+                               bool with_origin = false);
   // {"image": u8 (bytes,), the encoded file, "label": i32 ()} for each image
   // file of a folder of class sub-folders (Keras image_dataset_from_directory):
   // label i is the i-th class name; class by class, files sorted by path. The

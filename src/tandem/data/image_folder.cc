@@ -163,12 +163,13 @@ class ImageFolderNode : public detail::Node {
   // with_files can relabel any subset.
   ImageFolderNode(std::vector<std::string> files, std::vector<int32_t> labels, size_t classes,
                   std::shared_ptr<const std::unordered_map<std::string, int32_t>> label_of,
-                  std::optional<uint64_t> shuffle_seed)
+                  std::optional<uint64_t> shuffle_seed, bool with_origin)
       : files_(std::move(files)),
         labels_(std::move(labels)),
         classes_(classes),
         label_of_(std::move(label_of)),
-        shuffle_seed_(shuffle_seed) {}
+        shuffle_seed_(shuffle_seed),
+        with_origin_(with_origin) {}
 
   std::unique_ptr<IteratorBase> make_iterator() override {
     struct It : IteratorBase {
@@ -183,6 +184,7 @@ class ImageFolderNode : public detail::Node {
         Tensor label = Tensor::empty(Shape{}, DType::i32);
         label.data<int32_t>()[0] = node->labels_[i];
         Element e{{"image", read_image_file(node->files_[i])}, {"label", label}};
+        if (node->with_origin_) e.set("origin", bytes_tensor(node->files_[i]));
         node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
         node->counters.elements.fetch_add(1, std::memory_order_relaxed);
         return e;
@@ -214,7 +216,7 @@ class ImageFolderNode : public detail::Node {
       labels.push_back(it->second);
     }
     return std::make_shared<ImageFolderNode>(std::move(files), std::move(labels), classes_,
-                                             label_of_, shuffle_seed_);
+                                             label_of_, shuffle_seed_, with_origin_);
   }
 
  private:
@@ -223,6 +225,7 @@ class ImageFolderNode : public detail::Node {
   size_t classes_;
   std::shared_ptr<const std::unordered_map<std::string, int32_t>> label_of_;
   std::optional<uint64_t> shuffle_seed_;
+  bool with_origin_;
 };
 
 }  // namespace
@@ -279,7 +282,7 @@ Dataset Dataset::from_image_folder(const std::string& root, const ImageFolderOpt
     label_of->emplace(index.files[i], index.labels[i]);
   return Dataset(std::make_shared<ImageFolderNode>(std::move(index.files), std::move(index.labels),
                                                    index.class_names.size(), std::move(label_of),
-                                                   options.shuffle_seed));
+                                                   options.shuffle_seed, options.with_origin));
 }
 
 }  // namespace tandem::data

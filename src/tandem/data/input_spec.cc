@@ -368,6 +368,19 @@ Tensor make_image(Tensor t, const InputFeature& f) {
                          f.stddev.empty() ? std::vector<float>{1.0f} : f.stddev);
 }
 
+// `make`, whose errors name the file (and record) the element came from
+// when the source added its "origin" (IoError: the data is bad).
+MapFn naming_origin(std::function<Element(const Element&)> make) {
+  return [make = std::move(make)](Element e) {
+    if (!e.has("origin")) return make(e);
+    try {
+      return make(e);
+    } catch (const Error& error) {
+      TANDEM_THROW(IoError, "'", tensor_bytes(e.at("origin")), "': ", error.what());
+    }
+  };
+}
+
 // The per-example map of a spec: parse, decode and shape its features.
 MapFn example_maker(const InputSpec& spec) {
   if (spec.format == "tfrecord") {
@@ -384,7 +397,7 @@ MapFn example_maker(const InputSpec& spec) {
       parse.push_back(std::move(p));
     }
     const std::vector<InputFeature> features = spec.features;
-    return [parse, features](Element record) {
+    return naming_origin([parse, features](const Element& record) {
       const Element parsed = parse_example(tensor_bytes(record.at("record")), parse);
       Element out;
       for (size_t i = 0; i < features.size(); ++i) {
@@ -395,7 +408,7 @@ MapFn example_maker(const InputSpec& spec) {
                                             : t);
       }
       return out;
-    };
+    });
   }
   if (spec.format == "csv") {
     const std::vector<InputFeature> features = spec.features;
@@ -416,10 +429,9 @@ MapFn example_maker(const InputSpec& spec) {
   for (const InputFeature& f : spec.features) {
     if (f.name == "image") image = f;
   }
-  return [image](Element e) {
-    e.set("image", make_image(e.at("image"), image));
-    return e;
-  };
+  return naming_origin([image](const Element& e) {
+    return Element{{"image", make_image(e.at("image"), image)}, {"label", e.at("label")}};
+  });
 }
 
 }  // namespace
@@ -429,7 +441,7 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
   if (spec.format == "tfrecord") {
     const Compression c =
         spec.detect_compression ? detect_compression(spec.files.front()) : spec.compression;
-    d = Dataset::from_tfrecord(spec.files, c);
+    d = Dataset::from_tfrecord(spec.files, c, /*with_origin=*/true);
   } else if (spec.format == "csv") {
     // Integer features read their column as i32, the others f32.
     CsvOptions options;
@@ -456,7 +468,7 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
     d = Dataset::from_idx(spec.images, spec.labels);
   } else {
     // A folder shuffles its file list: no buffer of image bytes.
-    ImageFolderOptions options{.known_classes = spec.known_classes};
+    ImageFolderOptions options{.known_classes = spec.known_classes, .with_origin = true};
     if (spec.shuffle > 0 && !spec.cache) options.shuffle_seed = seed;
     d = Dataset::from_image_folder(spec.root, options);
   }

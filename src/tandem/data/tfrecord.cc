@@ -276,12 +276,13 @@ namespace {
 
 class TFRecordNode : public detail::Node {
  public:
-  TFRecordNode(std::vector<std::string> paths, Compression compression)
-      : paths_(std::move(paths)), compression_(compression) {}
+  TFRecordNode(std::vector<std::string> paths, Compression compression, bool with_origin)
+      : paths_(std::move(paths)), compression_(compression), with_origin_(with_origin) {}
   std::unique_ptr<IteratorBase> make_iterator() override {
     struct It : IteratorBase {
       TFRecordNode* node;
       size_t file = 0;
+      int64_t index = 0;  // of the next record in the file
       std::unique_ptr<TFRecordReader> reader;
       std::optional<Element> next() override {
         const auto start = detail::Clock::now();
@@ -291,10 +292,17 @@ class TFRecordNode : public detail::Node {
           if (auto record = reader->next()) {
             node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
             node->counters.elements.fetch_add(1, std::memory_order_relaxed);
-            return Element{{"record", bytes_tensor(*record)}};
+            Element e{{"record", bytes_tensor(*record)}};
+            if (node->with_origin_) {
+              e.set("origin",
+                    bytes_tensor(node->paths_[file] + " record " + std::to_string(index)));
+            }
+            ++index;
+            return e;
           }
           reader.reset();
           ++file;
+          index = 0;
         }
         return std::nullopt;
       }
@@ -308,7 +316,7 @@ class TFRecordNode : public detail::Node {
   }
   std::vector<std::string> files() const override { return paths_; }
   std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
-    return std::make_shared<TFRecordNode>(std::move(files), compression_);
+    return std::make_shared<TFRecordNode>(std::move(files), compression_, with_origin_);
   }
   // Uncompressed files are counted once by walking their record headers.
   int64_t cardinality() const override {
@@ -332,15 +340,17 @@ class TFRecordNode : public detail::Node {
  private:
   std::vector<std::string> paths_;
   Compression compression_;
+  bool with_origin_;
   mutable std::once_flag counted_;
   mutable int64_t cardinality_ = kUnknownCardinality;
 };
 
 }  // namespace
 
-Dataset Dataset::from_tfrecord(std::vector<std::string> paths, Compression compression) {
+Dataset Dataset::from_tfrecord(std::vector<std::string> paths, Compression compression,
+                               bool with_origin) {
   if (paths.empty()) TANDEM_THROW(InvalidArgument, "from_tfrecord needs at least one file");
-  return Dataset(std::make_shared<TFRecordNode>(std::move(paths), compression));
+  return Dataset(std::make_shared<TFRecordNode>(std::move(paths), compression, with_origin));
 }
 
 }  // namespace tandem::data

@@ -89,7 +89,10 @@ Tensor stack(const std::vector<Element>& elements, size_t feature) {
       TANDEM_THROW(ShapeError, "batch: feature '", name, "' of element ", i, " is ",
                    dtype_name(t.dtype()), " ", t.shape().to_string(), " but element 0's is ",
                    dtype_name(first.dtype()), " ", first.shape().to_string(),
-                   " (pad or resize before batching)");
+                   " (examples of one batch share a shape: in a data specification, images of "
+                   "different sizes take `resize = [HEIGHT, WIDTH]` and lists of different "
+                   "lengths `variable_length = true`, docs/training.md; in code, map a resize or "
+                   "use padded_batch)");
     }
     if (bytes > 0) std::memcpy(static_cast<char*>(out.raw_data()) + i * bytes, t.raw_data(), bytes);
   }
