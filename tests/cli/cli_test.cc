@@ -1014,6 +1014,36 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   expect_one_line_error("evaluate", "run_dir is required");
 }
 
+// The mistakes a TensorFlow or PyTorch user makes first get a line that
+// says how to fix them.
+TEST(Cli, CommonMistakesSayHowToFixThem) {
+  const std::string dir = tmp("cli-mistakes");
+  fs::create_directories(dir + "/folder/cat");
+  const std::string png = tandem::data::tensor_bytes(tandem::data::encode_png(
+      tandem::Tensor::zeros(tandem::Shape{4, 4, 1}).to(tandem::DType::u8)));
+  std::ofstream(dir + "/folder/cat/a.png", std::ios::binary) << png;
+  std::ofstream(dir + "/table.csv") << "x,y\n1,2\n";
+  expect_one_line_error("train --model mlp --learning-rate 0.01",
+                        "did you mean --lr for --learning-rate?");
+  expect_one_line_error("train --model mlp --batch_size 64",
+                        "did you mean --batch-size for --batch_size?");
+  expect_one_line_error("train --model mlp --epoch 3", "did you mean --epochs for --epoch?");
+  expect_one_line_error("train --model mlp --threads 1 --threads 2",
+                        "--threads is given more than once (give it once)");
+  expect_one_line_error("train --model mlp --data " + dir + "/table.csv",
+                        "is a CSV file, not a data specification: give a .toml file that "
+                        "describes it (format = \"csv\", files = [\"table.csv\"]");
+  // A folder is inspected as an image folder.
+  const CommandResult folder = run("data inspect " + dir + "/folder");
+  ASSERT_EQ(folder.status, 0) << folder.output;
+  const auto j = nlohmann::json::parse(folder.output);
+  EXPECT_EQ(j.at("format"), "image_folder");
+  EXPECT_EQ(j.at("classes")[0].at("name"), "cat");
+  EXPECT_EQ(j.at("classes")[0].at("images"), 1);
+  fs::create_directories(dir + "/empty");
+  expect_one_line_error("data inspect " + dir + "/empty", "has no class sub-folders");
+}
+
 TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   ASSERT_EQ(run(std::string("data inspect ") + TANDEM_TESTDATA_DIR +
                 "/tfrecord/tfx_chicago_taxi_eval_shard0.tfrecord.gz -n 2")

@@ -82,6 +82,39 @@ TEST(AutoShard, FileAndDataShardsAreDisjointAndCoverTheDataset) {
   EXPECT_THROW(parse_auto_shard_policy("row"), InvalidArgument);
 }
 
+// DATA sharding of a shuffled source keeps each worker's share of the
+// order one process draws: worker w's k-th element is the one process's
+// (k * workers + w)-th, every pass (each reshuffles), so the workers'
+// batches together are one process's and training matches one device. It
+// used to shard before the shuffle: each worker shuffled its own share.
+TEST(AutoShard, DataShardsOfAShuffleInterleaveOneProcesssOrder) {
+  const Dataset shuffled = Dataset::range(60).shuffle(16, 7);  // a buffer, not the whole set
+  const Dataset whole_set = Dataset::range(60).shuffle(60, 7);
+  for (const Dataset& d : {shuffled, whole_set}) {
+    for (int workers : {2, 3}) {
+      for (int pass = 0; pass < 2; ++pass) {
+        Iterator one = d.iterator(pass);
+        std::vector<Iterator> parts;
+        for (int w = 0; w < workers; ++w)
+          parts.push_back(auto_shard(d, workers, w, AutoShardPolicy::data).iterator(pass));
+        for (int64_t k = 0;; ++k) {
+          const auto expected = one.next();
+          auto got = parts[static_cast<size_t>(k % workers)].next();
+          ASSERT_EQ(expected.has_value(), got.has_value()) << k;
+          if (!expected) break;
+          EXPECT_EQ(got->at("index").to_ints(), expected->at("index").to_ints())
+              << workers << " workers, pass " << pass << ", element " << k;
+        }
+      }
+    }
+  }
+  // Under a map the shard still goes above the shuffle, below the map.
+  const std::string described =
+      auto_shard(shuffled.map([](Element e) { return e; }), 2, 1, AutoShardPolicy::data).describe();
+  EXPECT_LT(described.find("shuffle(16)"), described.find("shard(1/2)")) << described;
+  EXPECT_LT(described.find("shard(1/2)"), described.find("map")) << described;
+}
+
 TEST(SplitBatch, EvenAsPossibleAndNothingDropped) {
   Iterator it = Dataset::range(10).batch(10).iterator();
   const Element batch = *it.next();

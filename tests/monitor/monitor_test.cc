@@ -308,6 +308,28 @@ TEST(Monitor, SlowReplicaIsNamedAndNotHiddenByTheAllReduce) {
 
 // The findings' rules on made-up steps with known parts: each bottleneck,
 // the numbers in its sentence, and the memory findings.
+// The bar fits the terminal: an 80-column one got a 103-character line,
+// which wrapped and scrolled.
+TEST(ProgressView, TheBarFitsTheTerminal) {
+  const std::string status = "loss 0.2566  9032 ex/s  busy 29% 30%  input 1%  ETA 2s";
+  const std::string wide = monitor::bar_line(2, 5, 696, 938, "696/938", status, 200);
+  EXPECT_NE(wide.find("[" + std::string(17, '#') + std::string(7, '.') + "]"), std::string::npos)
+      << wide;
+  EXPECT_NE(wide.find(status), std::string::npos) << wide;
+  for (int columns : {100, 80, 60, 40, 20}) {
+    const std::string line = monitor::bar_line(2, 5, 696, 938, "696/938", status, columns);
+    EXPECT_LE(line.size(), static_cast<size_t>(std::max(columns - 1, 20))) << columns << ": " << line;
+    EXPECT_NE(line.find("epoch 2/5"), std::string::npos) << line;
+    EXPECT_NE(line.find("696/938"), std::string::npos) << line;
+  }
+  // 80 columns keep a shorter bar and the whole status; 60 drop the bar and
+  // whole trailing fields.
+  EXPECT_NE(monitor::bar_line(2, 5, 696, 938, "696/938", status, 100).find(status), std::string::npos);
+  const std::string narrow = monitor::bar_line(2, 5, 696, 938, "696/938", status, 60);
+  EXPECT_EQ(narrow.find('['), std::string::npos) << narrow;
+  EXPECT_NE(narrow.find("loss 0.2566"), std::string::npos) << narrow;
+}
+
 // The live line: throughput, each device's busy fraction and the input
 // share over the monitor's window, then the ETA.
 TEST(ProgressView, PlainLinesShowBusyAndInputShares) {

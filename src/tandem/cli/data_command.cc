@@ -1,23 +1,28 @@
 // `tandem data inspect FILE`: what a TFRecord, IDX or CSV file holds: the
 // record count and the first records as JSON (feature names, dtypes, shapes,
 // values; bytes as length and leading hex, and as text when they are valid
-// UTF-8, as TensorFlow prints an Example), before training on it.
+// UTF-8, as TensorFlow prints an Example), before training on it; for a
+// folder of class sub-folders, its classes and images.
 #include <zlib.h>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
 #include "tandem/base/error.h"
+#include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
 #include "tandem/data/crc32c.h"
 #include "tandem/data/csv.h"
 #include "tandem/data/example.h"
 #include "tandem/data/idx.h"
+#include "tandem/data/image_folder.h"
 #include "tandem/data/text_corpus.h"
 #include "tandem/data/tfrecord.h"
 
@@ -43,29 +48,6 @@ std::string hex(const std::string& bytes, size_t limit) {
 
 // Bytes of a bytes feature shown as text at most (cut at a character boundary).
 constexpr size_t kTextLimit = 64;
-
-// The length of the valid UTF-8 sequence starting at s[i] (RFC 3629: no
-// overlong forms, no surrogates, at most U+10FFFF), or 0.
-size_t utf8_sequence(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const auto continuation = [&](size_t k) { return i + k < s.size() && (b(k) & 0xC0) == 0x80; };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return continuation(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!continuation(1) || !continuation(2)) return 0;
-    if (c == 0xE0 && b(1) < 0xA0) return 0;  // overlong
-    if (c == 0xED && b(1) > 0x9F) return 0;  // UTF-16 surrogates
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!continuation(1) || !continuation(2) || !continuation(3)) return 0;
-    if (c == 0xF0 && b(1) < 0x90) return 0;  // overlong
-    if (c == 0xF4 && b(1) > 0x8F) return 0;  // above U+10FFFF
-    return 4;
-  }
-  return 0;
-}
 
 // The bytes as text when they are valid UTF-8 (the first kTextLimit bytes,
 // cut back to a whole character; `cut` says whether anything was left out).
@@ -233,8 +215,33 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
           {"first", first}};
 }
 
+// A folder of class sub-folders (an image folder): its classes, how many
+// images each has, and the first files.
+nlohmann::json inspect_image_folder(const InspectOptions& o) {
+  const data::ImageFolderIndex index = data::index_image_folder(o.path);
+  nlohmann::json classes = nlohmann::json::array();
+  for (size_t label = 0; label < index.class_names.size(); ++label) {
+    const auto count = std::count(index.labels.begin(), index.labels.end(),
+                                  static_cast<int32_t>(label));
+    classes.push_back({{"label", label}, {"name", index.class_names[label]}, {"images", count}});
+  }
+  nlohmann::json first = nlohmann::json::array();
+  for (size_t i = 0; i < index.files.size() && static_cast<int>(i) < o.records; ++i)
+    first.push_back({{"file", index.files[i]}, {"label", index.labels[i]}});
+  return {{"format", "image_folder"}, {"path", o.path}, {"images", index.files.size()},
+          {"classes", classes}, {"first", first}};
+}
+
 int run_inspect(const InspectOptions& o) {
   if (o.records < 0) TANDEM_THROW(InvalidArgument, "--records must be >= 0, got ", o.records);
+  std::error_code error;
+  if (std::filesystem::is_directory(o.path, error)) {
+    if (o.format != "auto" && o.format != "image_folder") {
+      TANDEM_THROW(InvalidArgument, "'", o.path, "' is a folder, not a ", o.format, " file");
+    }
+    fmt::print("{}\n", inspect_image_folder(o).dump(2));
+    return 0;
+  }
   {
     std::ifstream probe(o.path);
     if (!probe) TANDEM_THROW(IoError, "cannot open '", o.path, "'");
@@ -249,7 +256,7 @@ int run_inspect(const InspectOptions& o) {
     out = inspect_csv(o);
   } else {
     TANDEM_THROW(InvalidArgument, "--format: unknown format '", format,
-                 "' (expected auto, tfrecord, idx or csv)");
+                 "' (expected auto, tfrecord, idx, csv or image_folder)");
   }
   fmt::print("{}\n", out.dump(2));
   return 0;
@@ -286,12 +293,18 @@ Command add_data_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand("data", "Look at datasets");
   command->require_subcommand(1);
   CLI::App* inspect =
-      command->add_subcommand("inspect", "Print what a TFRecord, IDX or CSV file holds, as JSON");
+      command->add_subcommand("inspect",
+                              "Print what a TFRecord, IDX or CSV file, or an image folder, holds, "
+                              "as JSON");
   auto o = std::make_shared<InspectOptions>();
-  inspect->add_option("file", o->path, "The file (gzip/zlib compression is detected)")->required();
+  inspect->add_option("file", o->path,
+                      "The file (gzip/zlib compression is detected), or a folder of class "
+                      "sub-folders of images")
+      ->required();
   inspect->add_option("--records,-n", o->records, "How many records to print")
       ->capture_default_str();
-  inspect->add_option("--format", o->format, "auto, tfrecord, idx or csv")->capture_default_str();
+  inspect->add_option("--format", o->format, "auto, tfrecord, idx, csv or image_folder")
+      ->capture_default_str();
   inspect->add_option("--max-values", o->max_values, "Values printed per feature")
       ->capture_default_str();
   CLI::App* text = command->add_subcommand(

@@ -9,6 +9,7 @@
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/train/evaluation.h"
@@ -62,7 +63,9 @@ int run_generate(const GenerateOptions& o) {
   }
   const std::string text =
       train::generate({*model, context, vocabulary}, o.prompt, o.generation);
-  fmt::print("{}{}\n", o.prompt, text);
+  // A byte-level model can sample bytes that are not UTF-8: escaped, so
+  // that the terminal gets valid text.
+  fmt::print("{}{}\n", o.prompt, escape_invalid_utf8(text));
   return 0;
 }
 

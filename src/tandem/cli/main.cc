@@ -10,6 +10,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/parse_errors.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/config.h"
 
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Under mpirun too: a rank with a bad command line ends the job.
-    const std::string message = std::string(e.what()) + " (see tandem --help)";
+    const std::string message = tandem::cli::explain(e, app) + " (see tandem --help)";
     return fail("error", message.c_str(), 2);
   }
   try {

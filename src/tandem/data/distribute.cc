@@ -47,6 +47,8 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
                  " workers needs at least ", num_shards, " files, the pipeline reads ",
                  files.size(), " (", source->label(), "); use DATA or AUTO");
   }
+  // chain[kept] is the deepest node the rewrite keeps as it is.
+  size_t kept = chain.size() - 1;
   if (policy != AutoShardPolicy::data && enough_files) {
     std::vector<std::string> mine;
     for (size_t i = static_cast<size_t>(index); i < files.size();
@@ -55,10 +57,13 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
     }
     replacement = source->with_files(std::move(mine));
   } else {
-    replacement = Dataset(source).shard(num_shards, index).node();
+    // Above the shuffles that sit on the source: every worker draws the
+    // order one process would (the same seed, every element) and keeps its
+    // every n-th, so that together the workers' batches are one process's.
+    while (kept > 0 && chain[kept - 1]->reorders_only()) --kept;
+    replacement = Dataset(chain[kept]).shard(num_shards, index).node();
   }
-  for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it)
-    replacement = (*it)->with_input(replacement);
+  for (size_t i = kept; i-- > 0;) replacement = chain[i]->with_input(replacement);
   return Dataset(replacement);
 }
 

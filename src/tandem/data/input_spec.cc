@@ -6,6 +6,7 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <set>
 
@@ -347,6 +348,29 @@ InputSpec read_input_spec(const std::string& path) {
     return spec;
   }
   if (!fs::exists(path, error)) TANDEM_THROW(IoError, "no data specification '", path, "'");
+  // A data file given where its specification belongs: say so, rather
+  // than report its bytes as a TOML error.
+  std::string extension = fs::path(path).extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string name = fs::path(path).filename().string();
+  const std::string csv = "a CSV file, not a data specification: give a .toml file that "
+                          "describes it (format = \"csv\", files = [\"" + name +
+                          "\"], input, label and [features.*] tables; docs/training.md)";
+  const std::string tfrecord = "a TFRecord file, not a data specification: give a .toml file "
+                               "that describes it (format = \"tfrecord\", files = [\"" + name +
+                               "\"] and [features.*] tables; docs/training.md)";
+  const std::string idx = "a gzip file (IDX?), not a data specification: give a .toml file "
+                          "that describes the pair (format = \"idx\", images = ..., labels = "
+                          "...; docs/training.md)";
+  const std::string image = "an image, not a data specification: give the folder of class "
+                            "sub-folders that holds the images";
+  const std::pair<const char*, const std::string*> data_files[] = {
+      {".csv", &csv},           {".tsv", &csv}, {".tfrecord", &tfrecord},
+      {".tfrecords", &tfrecord}, {".gz", &idx},  {".png", &image},
+      {".jpg", &image},          {".jpeg", &image}};
+  for (const auto& [ending, what] : data_files) {
+    if (extension == ending) TANDEM_THROW(InvalidArgument, "'", path, "' is ", *what);
+  }
   return parse_input_spec(read_text_file(path, "data specification", kMaxSpecBytes), path);
 }
 

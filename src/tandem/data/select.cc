@@ -154,6 +154,7 @@ class SelectNode : public detail::UnaryNode {
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
     return std::make_shared<SelectNode>(std::move(input), spec_);
   }
+  bool reorders_only() const override { return spec_.kind == SelectKind::shuffle; }
   int64_t cardinality() const override {
     const int64_t n = input_->cardinality();
     if (n == kInfiniteCardinality && spec_.kind == SelectKind::take) return spec_.count;

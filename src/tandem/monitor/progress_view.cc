@@ -1,8 +1,12 @@
 #include "tandem/monitor/progress_view.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace tandem::monitor {
 namespace {
@@ -31,7 +35,50 @@ std::string step_text(const train::StepInfo& s) {
                                : std::to_string(s.step);
 }
 
+// The width of the terminal `out` writes to, or $COLUMNS, else 80.
+int terminal_columns(std::FILE* out) {
+  struct winsize size = {};
+  if (::ioctl(::fileno(out), TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const int n = std::atoi(columns);
+    if (n > 0) return n;
+  }
+  return 80;
+}
+
 }  // namespace
+
+std::string bar_line(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch,
+                     const std::string& step_text, const std::string& status, int columns) {
+  const auto room = static_cast<size_t>(std::max(columns - 1, 20));
+  const std::string head = fmt::format("  epoch {}/{} ", epoch, epochs);
+  const std::string tail = fmt::format(" {}  ", step_text);
+  const auto bar = [&](int width) {
+    const int filled =
+        steps_per_epoch > 0
+            ? static_cast<int>(width * std::min(step, steps_per_epoch) / steps_per_epoch)
+            : 0;
+    std::string cells = "[";
+    cells.append(static_cast<size_t>(filled), '#');
+    cells.append(static_cast<size_t>(width - filled), '.');
+    return cells + "]";
+  };
+  const size_t fixed = head.size() + tail.size() + status.size();
+  for (int width = 24; width >= 8; --width) {
+    if (fixed + static_cast<size_t>(width) + 2 <= room) return head + bar(width) + tail + status;
+  }
+  // No room for a bar: the status, cut back to whole fields ("  " apart).
+  std::string text = head + step_text + "  " + status;
+  while (text.size() > room) {
+    const size_t cut = text.rfind("  ");
+    if (cut == std::string::npos || cut <= head.size() + step_text.size()) {
+      text.resize(room);
+      break;
+    }
+    text.resize(cut);
+  }
+  return text;
+}
 
 ProgressView::ProgressView(ProgressMode mode, int64_t epochs, bool loss_scaling,
                            const Monitor* monitor, std::FILE* out, double line_interval_seconds)
@@ -71,13 +118,11 @@ void ProgressView::on_step(const train::StepInfo& s) {
   const double since = std::chrono::duration<double>(now - last_draw_).count();
   if (mode_ == ProgressMode::bar) {
     if (since < 0.2 && s.step != s.steps_per_epoch) return;
-    constexpr int kWidth = 24;
-    const int filled =
-        s.steps_per_epoch > 0
-            ? static_cast<int>(kWidth * std::min(s.step, s.steps_per_epoch) / s.steps_per_epoch)
-            : 0;
-    fmt::print(out_, "\r  epoch {}/{} [{}{}] {}  {}   ", s.epoch, epochs_, std::string(filled, '#'),
-               std::string(kWidth - filled, '.'), step_text(s), status(s));
+    // Redrawn in place: the line fits the terminal (a wider one wraps and
+    // scrolls), and \033[K clears what a longer previous line left.
+    fmt::print(out_, "\r{}\033[K",
+               bar_line(s.epoch, epochs_, s.step, s.steps_per_epoch, step_text(s), status(s),
+                        terminal_columns(out_)));
     bar_drawn_ = true;
   } else {
     if (since < line_interval_seconds_) return;

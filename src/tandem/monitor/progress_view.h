@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "tandem/monitor/monitor.h"
 #include "tandem/train/trainer.h"
@@ -14,6 +15,12 @@
 namespace tandem::monitor {
 
 enum class ProgressMode { bar, lines, quiet };
+
+// One redraw of the progress bar that fits a terminal `columns` wide (one
+// column spare, so it never wraps): the bar shrinks first, from 24 cells
+// to 8, then goes, then the status is cut at a field boundary.
+std::string bar_line(int64_t epoch, int64_t epochs, int64_t step, int64_t steps_per_epoch,
+                     const std::string& step_text, const std::string& status, int columns);
 
 class ProgressView {
  public:

@@ -60,6 +60,10 @@ class Node {
   // new first dimension, the same bytes batch() builds from them.
   virtual Element gather(std::span<const int64_t> positions);
 
+  // True for a stage that passes on every element of its input and only
+  // changes their order (shuffle): DATA auto-sharding goes above it.
+  virtual bool reorders_only() const { return false; }
+
   // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
   virtual int64_t cardinality() const { return kUnknownCardinality; }
 
