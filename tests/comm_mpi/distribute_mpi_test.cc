@@ -212,6 +212,14 @@ TEST_P(MultiWorkerFiles, CsvRegressionMatchesOneDevice) {
   EXPECT_NEAR(all.history.back().train_loss, one.history.back().train_loss, 1e-6);
   EXPECT_NEAR(all.history.back().validation_metric("rmse"),
               one.history.back().validation_metric("rmse"), 1e-6);
+  // Shuffled (reshuffled every epoch): the workers keep their shares of
+  // the one order (the shards used to be shuffled each on its own).
+  const data::Dataset shuffled = rows.shuffle(64, 9);
+  train::Trainer single_shuffled(c, model);
+  single_shuffled.fit(shuffled);
+  train::Trainer workers_shuffled(m, model);
+  workers_shuffled.fit(shuffled);
+  expect_same_parameters(single_shuffled, workers_shuffled, "shuffled csv regression");
 }
 
 TEST_P(MultiWorkerFiles, JpegTfrecordClassifierMatchesOneDevice) {

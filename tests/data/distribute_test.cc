@@ -108,11 +108,16 @@ TEST(AutoShard, DataShardsOfAShuffleInterleaveOneProcesssOrder) {
       }
     }
   }
-  // Under a map the shard still goes above the shuffle, below the map.
+  // The shard goes right above the last shuffle: above a map below it,
+  // below a map above it.
+  const auto same = [](Element e) { return e; };
   const std::string described =
-      auto_shard(shuffled.map([](Element e) { return e; }), 2, 1, AutoShardPolicy::data).describe();
+      auto_shard(Dataset::range(60).map(same).shuffle(16, 7).map(same), 2, 1,
+                 AutoShardPolicy::data)
+          .describe();
   EXPECT_LT(described.find("shuffle(16)"), described.find("shard(1/2)")) << described;
-  EXPECT_LT(described.find("shard(1/2)"), described.find("map")) << described;
+  EXPECT_LT(described.find("shard(1/2)"), described.rfind("map")) << described;
+  EXPECT_LT(described.find("map"), described.find("shuffle(16)")) << described;
 }
 
 TEST(SplitBatch, EvenAsPossibleAndNothingDropped) {

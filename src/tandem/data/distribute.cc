@@ -47,7 +47,7 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
                  " workers needs at least ", num_shards, " files, the pipeline reads ",
                  files.size(), " (", source->label(), "); use DATA or AUTO");
   }
-  // chain[kept] is the deepest node the rewrite keeps as it is.
+  // The shard (or the file subset) goes right above chain[kept].
   size_t kept = chain.size() - 1;
   if (policy != AutoShardPolicy::data && enough_files) {
     std::vector<std::string> mine;
@@ -57,11 +57,22 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
     }
     replacement = source->with_files(std::move(mine));
   } else {
-    // Above the shuffles that sit on the source: every worker draws the
-    // order one process would (the same seed, every element) and keeps its
-    // every n-th, so that together the workers' batches are one process's.
-    while (kept > 0 && chain[kept - 1]->reorders_only()) --kept;
-    replacement = Dataset(chain[kept]).shard(num_shards, index).node();
+    // Above the last shuffle: every worker draws the order one process
+    // would (the same seed, every element) and keeps its every n-th, so
+    // that together the workers' batches are one process's. The stages up
+    // to that shuffle run on every element in every worker.
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      if (chain[i]->reorders_only()) {
+        kept = i;
+        break;
+      }
+    }
+    // Fresh copies of the stages under the shard: a shuffle numbers its
+    // passes, and one shared with the unsharded pipeline (or another
+    // shard's) would draw another pass's order.
+    replacement = source;
+    for (size_t i = chain.size() - 1; i-- > kept;) replacement = chain[i]->with_input(replacement);
+    replacement = Dataset(replacement).shard(num_shards, index).node();
   }
   for (size_t i = kept; i-- > 0;) replacement = chain[i]->with_input(replacement);
   return Dataset(replacement);

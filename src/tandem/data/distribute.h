@@ -12,11 +12,13 @@ namespace tandem::data {
 
 // FILE: each worker reads a disjoint subset of the files (needs at least as
 // many files as workers). DATA: each worker reads everything and keeps every
-// n-th element right after the source, or after the shuffles that follow
-// it: each worker then keeps its share of the order one process would draw,
-// and the workers' batches together are one process's (the strategies'
-// equivalence holds; under FILE it does not). AUTO: FILE when the pipeline
-// reads at least num_shards files, DATA otherwise. OFF: unchanged.
+// n-th element right after the source, or, where the pipeline shuffles,
+// right after its last shuffle: each worker then keeps its share of the
+// order one process would draw (the stages up to that shuffle run on every
+// element in every worker), and the workers' batches together are one
+// process's (the strategies' equivalence holds; under FILE it does not).
+// AUTO: FILE when the pipeline reads at least num_shards files, DATA
+// otherwise. OFF: unchanged.
 enum class AutoShardPolicy : uint8_t { automatic, file, data, off };
 
 std::string_view auto_shard_policy_name(AutoShardPolicy policy);

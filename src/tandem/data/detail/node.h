@@ -61,7 +61,7 @@ class Node {
   virtual Element gather(std::span<const int64_t> positions);
 
   // True for a stage that passes on every element of its input and only
-  // changes their order (shuffle): DATA auto-sharding goes above it.
+  // changes their order (shuffle): DATA auto-sharding goes above the last.
   virtual bool reorders_only() const { return false; }
 
   // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
