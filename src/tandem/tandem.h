@@ -66,6 +66,7 @@
 #include "tandem/kernels/reduce.h"
 #include "tandem/kernels/resize.h"
 #include "tandem/kernels/softmax.h"
+#include "tandem/kernels/unary.h"
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"

@@ -1,8 +1,11 @@
 // Every differentiable op: backward against central finite differences.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
 
 namespace tandem {
 namespace {
@@ -100,6 +103,79 @@ TEST(Gradcheck, PointwiseOps) {
       {x});
   expect_gradients_match([](const auto& in) { return cast(cast(in[0], DType::bf16), DType::f32); },
                          {x}, {.eps = 5e-2, .atol = 2e-2, .rtol = 5e-2});
+}
+
+// The ops a custom loss is written with: values against <cmath> in double,
+// gradients against finite differences.
+TEST(Gradcheck, UnaryOpsSubDivAndAxisReductions) {
+  const Tensor xt = random_tensor(Shape{3, 4, 5}, -2, 2, 31);
+  const Tensor pos = random_tensor(Shape{3, 4, 5}, 0.5f, 2, 32);
+  const std::vector<float> xv = xt.to_floats(), pv = pos.to_floats();
+  const auto expect_values = [](const Variable& got, const std::vector<double>& want,
+                                const char* what) {
+    const std::vector<float> g = got.value().to_floats();
+    ASSERT_EQ(g.size(), want.size()) << what;
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_NEAR(g[i], want[i], 1e-6 * std::max(1.0, std::abs(want[i]))) << what << " " << i;
+  };
+  std::vector<double> e, l, s, t, q;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    e.push_back(std::exp(static_cast<double>(xv[i])));
+    l.push_back(std::log(static_cast<double>(pv[i])));
+    s.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(xv[i]))));
+    t.push_back(std::tanh(static_cast<double>(xv[i])));
+    q.push_back(static_cast<double>(xv[i]) / pv[i]);
+  }
+  const Variable x = leaf(xt), p = leaf(pos);
+  expect_values(exp(x), e, "exp");
+  expect_values(log(p), l, "log");
+  expect_values(sigmoid(x), s, "sigmoid");
+  expect_values(tanh(x), t, "tanh");
+  expect_values(div(x, p), q, "div");
+  // sigmoid at the extremes: no overflow, no NaN.
+  expect_values(sigmoid(leaf(Tensor::from_floats(Shape{2}, std::vector<float>{-100.0f, 100.0f}))),
+                {std::exp(-100.0), 1.0}, "sigmoid extremes");
+  // Along an axis: (3, 4, 5) summed over axis 1 (and -1), with keepdim.
+  const Variable s1 = sum(x, 1);
+  ASSERT_EQ(s1.shape(), (Shape{3, 5}));
+  std::vector<double> by_axis(15, 0.0);
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 4; ++b)
+      for (int c = 0; c < 5; ++c) by_axis[a * 5 + c] += xv[(a * 4 + b) * 5 + c];
+  expect_values(s1, by_axis, "sum axis 1");
+  EXPECT_EQ(sum(x, -1, true).shape(), (Shape{3, 4, 1}));
+  EXPECT_EQ(mean(x, 0).shape(), (Shape{4, 5}));
+  EXPECT_THROW(sum(x, 3), ShapeError);
+
+  expect_gradients_match([](const auto& in) { return exp(in[0]); }, {leaf(xt)});
+  expect_gradients_match([](const auto& in) { return log(in[0]); }, {leaf(pos)}, {.eps = 1e-3});
+  expect_gradients_match([](const auto& in) { return sigmoid(in[0]); }, {leaf(xt)});
+  expect_gradients_match([](const auto& in) { return tanh(in[0]); }, {leaf(xt)});
+  expect_gradients_match([](const auto& in) { return sub(in[0], in[1]); },
+                         {leaf(xt), leaf(random_tensor(Shape{5}, -1, 1, 33))});
+  expect_gradients_match([](const auto& in) { return div(in[0], in[1]); }, {leaf(xt), leaf(pos)},
+                         {.eps = 1e-3});
+  for (int axis : {0, 1, 2, -1}) {
+    SCOPED_TRACE(axis);
+    expect_gradients_match([axis](const auto& in) { return sum(in[0], axis); }, {leaf(xt)});
+    expect_gradients_match([axis](const auto& in) { return mean(in[0], axis, true); }, {leaf(xt)});
+  }
+  // A custom loss from them: binary cross-entropy by hand equals the
+  // built-in one's per-example values.
+  const Tensor logits = random_tensor(Shape{6, 1}, -3, 3, 34);
+  const Tensor targets = Tensor::from_floats(Shape{6, 1}, std::vector<float>{0, 1, 1, 0, 1, 0});
+  const Variable z = leaf(logits), yv = leaf(targets);
+  const Variable one = leaf(Tensor::full(Shape{1}, 1.0f));
+  const Variable pz = sigmoid(z);
+  const Variable by_hand =
+      scale(add(mul(yv, log(pz)), mul(sub(scale(yv, -1.0f), scale(one, -1.0f)),
+                                      log(sub(scale(pz, -1.0f), scale(one, -1.0f))))),
+            -1.0f);
+  const std::vector<float> built_in =
+      binary_cross_entropy_with_logits_per_example(leaf(logits), targets).value().to_floats();
+  const std::vector<float> mine = sum(by_hand, 1).value().to_floats();
+  ASSERT_EQ(mine.size(), built_in.size());
+  for (size_t i = 0; i < mine.size(); ++i) EXPECT_NEAR(mine[i], built_in[i], 1e-5) << i;
 }
 
 TEST(Gradcheck, DropoutWithAFixedMask) {
@@ -204,11 +280,11 @@ TEST(Gradcheck, BatchedMatmulEveryTransposeAndASharedOperand) {
     for (bool tb : {false, true}) {
       Variable a = input(ta ? Shape{2, 3, 5, 3} : Shape{2, 3, 3, 5}, 40);
       Variable b = input(tb ? Shape{2, 3, 4, 5} : Shape{2, 3, 5, 4}, 41);
-      expect_gradients_match(
-          [&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); }, {a, b});
+      expect_gradients_match([&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); },
+                             {a, b});
       Variable shared = input(tb ? Shape{4, 5} : Shape{5, 4}, 42);
-      expect_gradients_match(
-          [&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); }, {a, shared});
+      expect_gradients_match([&](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); },
+                             {a, shared});
     }
   }
 }
@@ -285,8 +361,8 @@ TEST(Gradcheck, AttentionCausalAndFullWithDropout) {
   expect_gradients_match(
       [&](const auto& in) {
         Generator g(5);
-        return attention(in[0], in[1], in[2],
-                         {.causal = false, .dropout = 0.3f, .training = true}, &g);
+        return attention(in[0], in[1], in[2], {.causal = false, .dropout = 0.3f, .training = true},
+                         &g);
       },
       {q, k7, v7});
 }

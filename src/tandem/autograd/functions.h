@@ -70,11 +70,23 @@ Variable dropout(const Variable& x, float p, bool training, Generator& generator
 
 // Broadcasting as kernels::add: b has a's shape, its trailing dims, or one element.
 Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);  // a - b
 Variable mul(const Variable& a, const Variable& b);
+Variable div(const Variable& a, const Variable& b);  // a / b
 Variable scale(const Variable& a, float factor);
+// Pointwise functions for losses of one's own (kernels/unary.h; CPU only
+// for now), in x's dtype.
+Variable exp(const Variable& x);
+Variable log(const Variable& x);
+Variable sigmoid(const Variable& x);
+Variable tanh(const Variable& x);
 // Sum / mean of all elements: shape () f32.
 Variable sum(const Variable& x);
 Variable mean(const Variable& x);
+// Sum / mean along one axis (negative counts from the end), f32; keepdim
+// keeps that axis with size 1 (so that the result broadcasts back).
+Variable sum(const Variable& x, int axis, bool keepdim = false);
+Variable mean(const Variable& x, int axis, bool keepdim = false);
 
 Variable reshape(const Variable& x, const Shape& shape);
 // Over the last dimension.

@@ -1,12 +1,31 @@
 // Differentiable pointwise ops, reductions and shape changes.
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "tandem/autograd/functions.h"
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
 #include "tandem/kernels/dropout.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/layout.h"
 #include "tandem/kernels/reduce.h"
+#include "tandem/kernels/unary.h"
 
 namespace tandem {
+namespace {
+
+// A recorded kernels::unary with its backward from x and y.
+Variable unary_function(kernels::UnaryOp op, const Variable& x) {
+  const Tensor xv = x.value();
+  const Tensor y = kernels::unary(op, xv);
+  // unary_op_name returns string literals: data() is null-terminated.
+  return record_op(kernels::unary_op_name(op).data(), y, {&x}, [op, xv, y](BackwardContext& ctx) {
+    ctx.set(0, kernels::unary_backward(op, ctx.grad_output(), xv, y));
+  });
+}
+
+}  // namespace
 
 Variable relu(const Variable& x) {
   Tensor y = kernels::relu(x.value());
@@ -84,6 +103,30 @@ Variable mul(const Variable& a, const Variable& b) {
   });
 }
 
+Variable sub(const Variable& a, const Variable& b) {
+  return add(a, scale(b, -1.0f));
+}
+
+Variable div(const Variable& a, const Variable& b) {
+  return mul(a, unary_function(kernels::UnaryOp::reciprocal, b));
+}
+
+Variable exp(const Variable& x) {
+  return unary_function(kernels::UnaryOp::exp, x);
+}
+
+Variable log(const Variable& x) {
+  return unary_function(kernels::UnaryOp::log, x);
+}
+
+Variable sigmoid(const Variable& x) {
+  return unary_function(kernels::UnaryOp::sigmoid, x);
+}
+
+Variable tanh(const Variable& x) {
+  return unary_function(kernels::UnaryOp::tanh, x);
+}
+
 Variable scale(const Variable& a, float factor) {
   return record_op(
       "scale", kernels::scale(a.value(), factor), {&a},
@@ -103,6 +146,31 @@ Variable mean(const Variable& x) {
                      const float g = ctx.grad_output().item() / static_cast<float>(shape.numel());
                      ctx.set(0, Tensor::full(shape, g, dtype));
                    });
+}
+
+Variable sum(const Variable& x, int axis, bool keepdim) {
+  const int a = kernels::normalize_axis(axis, x.value().rank());
+  Tensor y = kernels::sum_axis(x.value(), a);
+  if (keepdim) {
+    std::vector<int64_t> dims = x.shape().to_vector();
+    dims[static_cast<size_t>(a)] = 1;
+    y = y.reshape(Shape(dims));
+  }
+  return record_op("sum_axis", y, {&x},
+                   [a, shape = x.shape(), dtype = x.dtype()](BackwardContext& ctx) {
+                     std::vector<int64_t> reduced = shape.to_vector();
+                     const int64_t size = reduced[static_cast<size_t>(a)];
+                     reduced.erase(reduced.begin() + a);
+                     const Tensor g = ctx.grad_output().reshape(Shape(reduced));
+                     ctx.set(0, kernels::expand_axis(g, a, size).to(dtype));
+                   });
+}
+
+Variable mean(const Variable& x, int axis, bool keepdim) {
+  const int a = kernels::normalize_axis(axis, x.value().rank());
+  const int64_t n = x.shape().dims()[static_cast<size_t>(a)];
+  return scale(sum(x, a, keepdim),
+               n > 0 ? 1.0f / static_cast<float>(n) : std::numeric_limits<float>::quiet_NaN());
 }
 
 Variable reshape(const Variable& x, const Shape& shape) {

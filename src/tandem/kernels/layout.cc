@@ -185,4 +185,26 @@ Tensor concat(std::span<const Tensor> parts, int axis) {
   return y;
 }
 
+Tensor expand_axis(const Tensor& x, int axis, int64_t size) {
+  if (size < 0) TANDEM_THROW(ShapeError, "expand_axis: size must be >= 0, got ", size);
+  const int a = normalize_axis(axis, x.rank() + 1);
+  std::vector<int64_t> dims = x.shape().to_vector();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a; ++d) outer *= dims[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(a); d < dims.size(); ++d) inner *= dims[d];
+  dims.insert(dims.begin() + a, size);
+  Tensor out = Tensor::empty(Shape(dims), x.dtype(), x.device());
+  const size_t row = static_cast<size_t>(inner) * dtype_size(x.dtype());
+  const auto* in = static_cast<const char*>(x.raw_data());
+  auto* o = static_cast<char*>(out.raw_data());
+  parallel_for(outer * size, 64, [&](int64_t first, int64_t last) {
+    for (int64_t j = first; j < last; ++j) {
+      if (row > 0)
+        std::memcpy(o + static_cast<size_t>(j) * row, in + static_cast<size_t>(j / size) * row,
+                    row);
+    }
+  });
+  return out;
+}
+
 }  // namespace tandem::kernels

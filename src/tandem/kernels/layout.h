@@ -28,6 +28,10 @@ Tensor unslice(const Tensor& dy, const Shape& shape, int axis, int64_t begin);
 // other dimension (ShapeError naming the first that differs).
 Tensor concat(std::span<const Tensor> parts, int axis);
 
+// x repeated `size` times along a new dimension `axis` of the result (the
+// backward of a sum along that axis; tf.repeat of an expanded dimension).
+Tensor expand_axis(const Tensor& x, int axis, int64_t size);
+
 // A negative axis counts from the end (-1: the last); throws ShapeError when
 // it is out of range for rank.
 int normalize_axis(int axis, int rank);

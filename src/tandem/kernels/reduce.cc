@@ -9,6 +9,7 @@
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/layout.h"
 
 namespace tandem::kernels {
 namespace {
@@ -136,6 +137,32 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
       std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
       for (int64_t r = 0; r < rows; ++r) add_row(p + r * cols + c0, c1 - c0, acc.data());
       for (int64_t c = c0; c < c1; ++c) o[c] = static_cast<float>(acc[static_cast<size_t>(c - c0)]);
+    });
+  });
+  return out;
+}
+
+Tensor sum_axis(const Tensor& x, int axis) {
+  const int a = normalize_axis(axis, x.rank());
+  std::vector<int64_t> dims = x.shape().to_vector();
+  const int64_t n = dims[static_cast<size_t>(a)];
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a; ++d) outer *= x.dim(d);
+  for (int d = a + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  dims.erase(dims.begin() + a);
+  Tensor out = Tensor::empty(Shape(dims), DType::f32, x.device());
+  float* o = out.data<float>();
+  dispatch_floating(x.dtype(), "sum_axis", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw_data());
+    parallel_for(outer * inner, 1024, [&](int64_t first, int64_t last) {
+      for (int64_t j = first; j < last; ++j) {
+        const int64_t before = j / inner, after = j % inner;
+        const T* column = p + before * n * inner + after;
+        double acc = 0.0;
+        for (int64_t i = 0; i < n; ++i) acc += to_f32(column[i * inner]);
+        o[j] = static_cast<float>(acc);
+      }
     });
   });
   return out;

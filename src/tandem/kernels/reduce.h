@@ -16,5 +16,8 @@ double squared_norm(const Tensor& x);
 // Sums x over its leading dimensions down to `target`, which must be x's
 // trailing dimensions (the backward of a broadcast). Output f32 of shape target.
 Tensor sum_to_shape(const Tensor& x, const Shape& target);
+// Sums x (f32, bf16 or f16) along one axis (negative counts from the end),
+// in double and in index order: f32 of x's shape without that axis.
+Tensor sum_axis(const Tensor& x, int axis);
 
 }  // namespace tandem::kernels
