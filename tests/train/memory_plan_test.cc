@@ -4,6 +4,7 @@
 // recomputation; and the limit check's answer.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "support/model_batches.h"
@@ -93,6 +94,62 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
     return m;
   };
   expect_plan_matches_training({"gpt", model, gpt, sequences, sequences, 48}, 0.05);
+}
+
+// ZeRO lowers every device's peak, device 0's included, planned and
+// measured over a run that writes checkpoints. Saving used to gather the
+// whole optimizer state on device 0 (and the whole file in memory), which
+// put ZeRO-1's peak there above the plain run's; it now streams one
+// bucket's slot at a time into the file.
+TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
+  // A GPT whose parameters (about 0.8 M, in buckets of 256 KiB) outweigh
+  // its activations at this batch, so that the optimizer state decides.
+  const data::Dataset train =
+      data::Dataset::from_tensors(testing::token_batch(0, 32).features());
+  const data::Element example = *train.take(1).iterator().next();
+  const train::ModelFactory model = train::builtin_model(
+      "gpt", precision::Policy::float32, 1, std::nullopt, "layers=4,width=128,heads=4,context=16");
+  std::vector<double> planned, measured;
+  for (int stage : {0, 1, 2}) {
+    train::TrainConfig config{.epochs = 1, .batch_size = 8, .schedule = "constant"};
+    config.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    config.reducer = {
+        .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
+    config.strategy = {
+        .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+    config.input_feature = "tokens";
+    config.loss = train::make_loss("softmax_cross_entropy", {.labels = "targets"});
+    config.metrics = {};
+    config.output_dir = std::string(TANDEM_TEST_TMPDIR) + "/zero-peak-" + std::to_string(stage);
+    std::filesystem::remove_all(config.output_dir);
+    train::Trainer trainer(config, model);
+    distribute::Strategy& strategy = trainer.strategy();
+    const train::MemoryPlan plan =
+        train::plan_memory({.model = model,
+                            .config = trainer.config(),
+                            .layout = {.local_replicas = strategy.local_replicas(),
+                                       .global_replicas = strategy.global_replicas(),
+                                       .threads_per_replica = strategy.threads_per_replica()},
+                            .example = example,
+                            .evaluates = false,
+                            .writes_checkpoints = true});
+    const Device device0 = strategy.device(0);
+    const MemoryStats before = allocator_for(device0).stats();
+    const double held = static_cast<double>(
+        before.current_total_bytes - before.current(MemoryCategory::parameters) -
+        before.current(MemoryCategory::gradients) - before.current(MemoryCategory::optimizer_state) -
+        before.current(MemoryCategory::communication));
+    allocator_for(device0).reset_high_water();
+    trainer.fit(train);
+    measured.push_back(static_cast<double>(allocator_for(device0).stats().high_water_total_bytes) -
+                       held);
+    planned.push_back(static_cast<double>(plan.devices[0].total(plan.micro_batch)));
+    EXPECT_NEAR(planned.back() / measured.back(), 1.0, 0.05) << "ZeRO-" << stage;
+  }
+  for (int stage : {1, 2}) {
+    EXPECT_LT(measured[stage], measured[0]) << "ZeRO-" << stage << " measured on device 0";
+    EXPECT_LT(planned[stage], planned[0]) << "ZeRO-" << stage << " planned on device 0";
+  }
 }
 
 TEST(MemoryPlan, TheLimitNamesTheLargestPartAndTheLargestBatchThatFits) {

@@ -11,50 +11,60 @@
 #include "tandem/base/error.h"
 
 namespace tandem {
-namespace {
 
-void write_all(int fd, std::string_view bytes, const std::string& path, std::string_view what) {
+AtomicFile::AtomicFile(std::string path, std::string_view what)
+    : path_(std::move(path)), temporary_(path_ + ".tmp"), what_(what) {
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    TANDEM_THROW(IoError, "cannot create ", what_, " '", temporary_, "': ", std::strerror(errno));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temporary_.c_str());
+  }
+}
+
+void AtomicFile::write(std::string_view bytes) {
+  if (fd_ < 0) TANDEM_THROW(IoError, what_, " '", path_, "' was already committed");
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      TANDEM_THROW(IoError, "cannot write ", what, " '", path, "': ", std::strerror(errno));
+      TANDEM_THROW(IoError, "cannot write ", what_, " '", temporary_, "': ", std::strerror(errno));
     }
     done += static_cast<size_t>(n);
   }
 }
 
-}  // namespace
-
-void write_file_atomically(const std::string& path, std::span<const std::string_view> parts,
-                           std::string_view what) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    TANDEM_THROW(IoError, "cannot create ", what, " '", temporary, "': ", std::strerror(errno));
-  try {
-    for (std::string_view part : parts) write_all(fd, part, temporary, what);
-    if (::fsync(fd) != 0)
-      TANDEM_THROW(IoError, "cannot sync ", what, " '", temporary, "': ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+void AtomicFile::commit() {
+  if (fd_ < 0) TANDEM_THROW(IoError, what_, " '", path_, "' was already committed");
+  if (::fsync(fd_) != 0)
+    TANDEM_THROW(IoError, "cannot sync ", what_, " '", temporary_, "': ", std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
     const int error = errno;
-    ::unlink(temporary.c_str());
-    TANDEM_THROW(IoError, "cannot move ", what, " into place at '", path,
+    ::unlink(temporary_.c_str());
+    TANDEM_THROW(IoError, "cannot move ", what_, " into place at '", path_,
                  "': ", std::strerror(error));
   }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
   const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+}
+
+void write_file_atomically(const std::string& path, std::span<const std::string_view> parts,
+                           std::string_view what) {
+  AtomicFile file(path, what);
+  for (std::string_view part : parts) file.write(part);
+  file.commit();
 }
 
 }  // namespace tandem

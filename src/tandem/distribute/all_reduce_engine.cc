@@ -59,6 +59,7 @@ class AllReduceEngine : public Engine {
   StepResult synchronize() override;
   void evaluate(const data::Element& batch, const EvaluateFn& fn) override;
   EngineState save_state() override;
+  void save_state(StateWriter& writer) override;
   void load_state(const EngineState& state) override;
 
  private:
@@ -607,6 +608,36 @@ EngineState AllReduceEngine::save_state() {
   }
   detail::save_scaler_state(first.scaler.get(), state);
   return state;
+}
+
+void AllReduceEngine::save_state(StateWriter& writer) {
+  Replica& first = replicas_.front();
+  if (!first.sharded) {
+    write_state(save_state(), writer);
+    return;
+  }
+  synchronize();  // local SGD: the replicas' mean is the state
+  // The model and the scaler (resident anyway), then the optimizer state
+  // as its buckets are gathered: the chief's first replica hands each
+  // bucket's slot to the writer and drops it before the next.
+  EngineState resident;
+  save_model_state(*first.model, resident);
+  detail::save_scaler_state(first.scaler.get(), resident);
+  std::vector<TensorLayout> layout;
+  for (const auto& [name, t] : resident.tensors) layout.push_back({name, t.shape(), t.dtype()});
+  for (TensorLayout l : first.sharded->state_layout()) {
+    l.name = "optimizer." + l.name;
+    layout.push_back(std::move(l));
+  }
+  writer.begin(resident.metadata, layout);
+  for (const auto& [name, t] : resident.tensors) writer.put(name, t);
+  const bool chief = strategy().is_chief();
+  strategy().run([&](int r) {
+    ShardedOptimizer::StateSink sink;
+    if (chief && r == 0)
+      sink = [&](const std::string& name, const Tensor& t) { writer.put("optimizer." + name, t); };
+    replicas_[r].sharded->gather_state(sink);
+  });
 }
 
 void AllReduceEngine::load_state(const EngineState& state) {

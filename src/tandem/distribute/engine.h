@@ -243,6 +243,11 @@ class Engine {
   // The complete state, on the chief process (collective: every process
   // calls it; others may receive a partial or empty state).
   virtual EngineState save_state() = 0;
+  // The same state given to `writer` tensor by tensor (collective, like
+  // save_state). The default writes save_state()'s; an engine whose state
+  // is sharded gathers and gives it piece by piece, so that no device ever
+  // holds all of it (ZeRO).
+  virtual void save_state(StateWriter& writer) { write_state(save_state(), writer); }
   // Loads a complete state into every local replica (every process calls
   // it with the same state). IoError naming the first tensor that is
   // missing or differs in shape or dtype.

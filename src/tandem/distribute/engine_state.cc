@@ -36,6 +36,13 @@ const std::string& EngineState::meta(const std::string& key) const {
   return it->second;
 }
 
+void write_state(const EngineState& state, StateWriter& writer) {
+  std::vector<TensorLayout> layout;
+  for (const auto& [name, t] : state.tensors) layout.push_back({name, t.shape(), t.dtype()});
+  writer.begin(state.metadata, layout);
+  for (const auto& [name, t] : state.tensors) writer.put(name, t);
+}
+
 void save_model_state(nn::Module& model, EngineState& state) {
   for (const auto& [name, p] : model.named_parameters())
     state.tensors.emplace_back("model." + name, p.value());

@@ -30,6 +30,38 @@ struct EngineState {
   const std::string& meta(const std::string& key) const;
 };
 
+// One tensor of a state as a writer is told of it before its bytes exist.
+struct TensorLayout {
+  std::string name;
+  Shape shape;
+  DType dtype;
+};
+
+// Where an engine saves its state tensor by tensor, so that no device holds
+// all of it at once (ZeRO's optimizer state is gathered bucket by bucket and
+// written as it arrives). The engine calls begin() once, with its metadata
+// and every tensor in the order it will give them, then put() for each in
+// that order. A process that keeps nothing (not the chief) gets a writer
+// that drops them: every process saves (the gathers are collective).
+class StateWriter {
+ public:
+  virtual ~StateWriter() = default;
+  virtual void begin(const std::map<std::string, std::string>& metadata,
+                     const std::vector<TensorLayout>& layout) = 0;
+  virtual void put(const std::string& name, const Tensor& tensor) = 0;
+};
+
+// A writer that keeps nothing: what processes that do not write a
+// checkpoint save into (they take part in the gathers).
+class DiscardingStateWriter : public StateWriter {
+ public:
+  void begin(const std::map<std::string, std::string>&, const std::vector<TensorLayout>&) override {}
+  void put(const std::string&, const Tensor&) override {}
+};
+
+// begin() with the state's metadata and tensors, then put() each.
+void write_state(const EngineState& state, StateWriter& writer);
+
 // Adds the model's parameters ("model.<name>") and buffers ("buffer.<name>").
 void save_model_state(nn::Module& model, EngineState& state);
 // Copies the state's parameters and buffers into `model`, which must have

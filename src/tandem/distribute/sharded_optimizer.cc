@@ -83,10 +83,33 @@ ShardedOptimizer::Outcome ShardedOptimizer::update(precision::LossScaler* scaler
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool keep,
                                                                            int64_t piece) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  StateSink sink;
+  if (keep) sink = [&](const std::string& name, const Tensor& t) { out.emplace_back(name, t); };
+  gather_state(sink, piece);
+  return out;
+}
+
+std::vector<TensorLayout> ShardedOptimizer::state_layout() const {
+  const size_t n = parameters_.size();
+  std::vector<TensorLayout> layout;
+  for (const auto& [name, tensor] : optimizer_->state()) {
+    size_t bucket = 0;
+    std::string slot;
+    if (!split_state_name(name, bucket, slot)) continue;
+    for (size_t layout_index : flat_->tensors_in(bucket)) {
+      const size_t i = n - 1 - layout_index;
+      layout.push_back({std::to_string(i) + "." + slot, parameters_[i].shape(), DType::f32});
+    }
+  }
+  layout.push_back({"updates", Shape{static_cast<int64_t>(n)}, DType::i32});
+  return layout;
+}
+
+void ShardedOptimizer::gather_state(const StateSink& keep, int64_t piece) {
   if (piece < 1) TANDEM_THROW(InvalidArgument, "gather_state: pieces of ", piece, " elements");
   const size_t n = parameters_.size();
   const int64_t ranks = comm_.size();
-  std::vector<std::pair<std::string, Tensor>> out;
   std::vector<int32_t> updates(n, 0);
   Tensor pieces;  // ranks x piece elements, reused
   for (const auto& [name, tensor] : optimizer_->state()) {
@@ -98,7 +121,8 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool 
           updates[n - 1 - layout_index] = tensor->data<int32_t>()[b];
       continue;
     }
-    // The kept state of this slot, one tensor per parameter of the bucket.
+    // The kept state of this slot, one tensor per parameter of the bucket:
+    // one bucket's slot at a time is all a keeping replica holds.
     const std::vector<size_t>& members = flat_->tensors_in(bucket);
     std::vector<Tensor> whole;
     if (keep) {
@@ -136,13 +160,12 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state(bool 
     }
     for (size_t m = 0; m < whole.size(); ++m) {
       const size_t i = n - 1 - members[m];
-      out.emplace_back(std::to_string(i) + "." + slot, whole[m].reshape(parameters_[i].shape()));
+      keep(std::to_string(i) + "." + slot, whole[m].reshape(parameters_[i].shape()));
     }
   }
-  if (!keep) return {};
-  out.emplace_back("updates", Tensor::from_ints(Shape{static_cast<int64_t>(n)}, updates)
-                                  .clone(MemoryCategory::optimizer_state));
-  return out;
+  if (!keep) return;
+  keep("updates", Tensor::from_ints(Shape{static_cast<int64_t>(n)}, updates)
+                      .clone(MemoryCategory::optimizer_state));
 }
 
 void ShardedOptimizer::load_state(const EngineState& state, const std::string& prefix) {

@@ -18,6 +18,7 @@
 // ("<parameter index>.<slot>", "updates"), gathered from the shards, so a
 // ZeRO checkpoint loads without ZeRO and into any replica count, and back.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,6 +62,14 @@ class ShardedOptimizer {
   // multi-piece path on small models).
   static constexpr int64_t kGatherPiece = int64_t{1} << 18;  // 1 MiB of f32
   std::vector<std::pair<std::string, Tensor>> gather_state(bool keep, int64_t piece = kGatherPiece);
+  // The same, one bucket's slot at a time: `keep` receives each gathered
+  // tensor (those of one bucket and slot, then the next; "updates" last) in
+  // the order of state_layout(), and only those of one bucket's slot exist
+  // at once. Collective like gather_state.
+  using StateSink = std::function<void(const std::string& name, const Tensor& tensor)>;
+  void gather_state(const StateSink& keep, int64_t piece = kGatherPiece);
+  // The names, shapes and dtypes gather_state gives, in its order.
+  std::vector<TensorLayout> state_layout() const;
   // Takes this replica's shard of a whole state (names as gather_state's,
   // under `prefix`). IoError for a missing or mis-shaped tensor;
   // InvalidArgument when parameters of one bucket were updated different

@@ -35,15 +35,19 @@ T read_pod(const std::string& in, size_t offset) {
   return value;
 }
 
-uint32_t crc_of(const char* data, size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// The CRC-32 of `crc`'s bytes followed by these (crc 0: none before).
+uint32_t crc_update(uint32_t crc, const char* data, size_t bytes) {
   while (bytes > 0) {
     const auto chunk = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(data), chunk));
     data += chunk;
     bytes -= chunk;
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
+}
+
+uint32_t crc_of(const char* data, size_t bytes) {
+  return crc_update(0, data, bytes);
 }
 
 // The whole file, read into memory at its size on disk.
@@ -108,37 +112,85 @@ Tensor read_tensor(const nlohmann::json& entry, const std::string& name, const D
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+CheckpointWriter::CheckpointWriter(std::string path, std::map<std::string, std::string> metadata)
+    : file_(std::make_unique<AtomicFile>(path, "checkpoint")),
+      path_(std::move(path)),
+      metadata_(std::move(metadata)) {}
+
+CheckpointWriter::~CheckpointWriter() = default;
+
+void CheckpointWriter::write(std::string_view bytes) {
+  file_->write(bytes);
+  crc_ = crc_update(crc_, bytes.data(), bytes.size());
+}
+
+void CheckpointWriter::begin(const std::map<std::string, std::string>& metadata,
+                             const std::vector<distribute::TensorLayout>& layout) {
+  if (begun_) TANDEM_THROW(InvalidArgument, "checkpoint '", path_, "': begin() called twice");
+  begun_ = true;
+  for (const auto& [key, value] : metadata) metadata_.emplace(key, value);
   nlohmann::json header;
-  header["metadata"] = checkpoint.metadata;
+  header["metadata"] = metadata_;
   header["tensors"] = nlohmann::json::array();
   size_t offset = 0;
-  for (const auto& [name, t] : checkpoint.tensors) {
-    header["tensors"].push_back({{"name", name},
-                                 {"dtype", std::string(dtype_name(t.dtype()))},
-                                 {"shape", t.shape().to_vector()},
+  for (const distribute::TensorLayout& t : layout) {
+    const size_t bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
+    header["tensors"].push_back({{"name", t.name},
+                                 {"dtype", std::string(dtype_name(t.dtype))},
+                                 {"shape", t.shape.to_vector()},
                                  {"offset", offset},
-                                 {"bytes", t.nbytes()}});
-    offset = align_up(offset + t.nbytes());
+                                 {"bytes", bytes}});
+    offset = align_up(offset + bytes);
   }
+  layout_ = layout;
   const std::string header_text = header.dump();
-  std::string bytes;
-  bytes.append(kMagic, sizeof(kMagic));
-  append_pod<uint32_t>(bytes, kVersion);
-  append_pod<uint64_t>(bytes, header_text.size());
-  bytes += header_text;
-  bytes.resize(align_up(bytes.size()), '\0');
-  const size_t data_start = bytes.size();
-  bytes.resize(data_start + offset, '\0');
-  size_t position = data_start;
-  for (const auto& [name, t] : checkpoint.tensors) {
-    if (t.nbytes() > 0) std::memcpy(bytes.data() + position, t.on_host().raw_data(), t.nbytes());
-    position = data_start + align_up(position - data_start + t.nbytes());
-  }
-  append_pod<uint32_t>(bytes, crc_of(bytes.data(), bytes.size()));
+  std::string start;
+  start.append(kMagic, sizeof(kMagic));
+  append_pod<uint32_t>(start, kVersion);
+  append_pod<uint64_t>(start, header_text.size());
+  start += header_text;
+  start.resize(align_up(start.size()), '\0');
+  write(start);
+}
 
-  const std::string_view parts[] = {bytes};
-  write_file_atomically(path, parts, "checkpoint");
+void CheckpointWriter::put(const std::string& name, const Tensor& tensor) {
+  if (!begun_ || written_ >= layout_.size()) {
+    TANDEM_THROW(InvalidArgument, "checkpoint '", path_, "': tensor '", name,
+                 "' was not laid out by begin()");
+  }
+  const distribute::TensorLayout& expected = layout_[written_];
+  if (name != expected.name || tensor.shape() != expected.shape ||
+      tensor.dtype() != expected.dtype) {
+    TANDEM_THROW(InvalidArgument, "checkpoint '", path_, "': tensor ", written_, " is '", name,
+                 "' ", dtype_name(tensor.dtype()), " ", tensor.shape().to_string(),
+                 " but was laid out as '", expected.name, "' ", dtype_name(expected.dtype), " ",
+                 expected.shape.to_string());
+  }
+  const size_t bytes = tensor.nbytes();
+  if (bytes > 0) {
+    const Tensor host = tensor.on_host();
+    write({static_cast<const char*>(host.raw_data()), bytes});
+  }
+  const size_t padding = align_up(bytes) - bytes;
+  if (padding > 0) write(std::string(padding, '\0'));
+  ++written_;
+}
+
+void CheckpointWriter::commit() {
+  if (!begun_ || written_ != layout_.size()) {
+    TANDEM_THROW(InvalidArgument, "checkpoint '", path_, "': ", written_, " of ", layout_.size(),
+                 " tensors were written");
+  }
+  std::string crc;
+  append_pod<uint32_t>(crc, crc_);
+  file_->write(crc);
+  file_->commit();
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+  CheckpointWriter writer(path);
+  distribute::write_state(checkpoint, writer);
+  writer.commit();
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

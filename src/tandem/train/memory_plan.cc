@@ -371,11 +371,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     }
     if (zero > 0 && in.writes_checkpoints) {
       // Gathering a checkpoint: a piece of every rank's shard at a time, and
-      // on the chief's first device the whole state.
+      // on the chief's first device one bucket's slot at a time (written to
+      // the file before the next is gathered) and the update counts.
       double gathered = static_cast<double>(
           global * std::min(largest_shard, distribute::ShardedOptimizer::kGatherPiece) * f32);
       if (r == 0 && in.chief)
-        gathered += static_cast<double>(slots * parameter_bytes + parameters * 4);
+        gathered += static_cast<double>((slots > 0 ? largest_bucket * f32 : 0) + parameters * 4);
       d.fixed[index(MemoryCategory::optimizer_state)] += gathered;
       d.transient_floor = std::max(d.transient_floor, gathered);
     }

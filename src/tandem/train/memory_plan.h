@@ -11,8 +11,9 @@
 //    micro-batch; the fixed part includes what persists between steps, and
 //    the trace adds what the parameters' category gains (mixed precision's
 //    cached low-precision weights, two of them while an update recasts);
-//  - under ZeRO the chief's first device also holds the whole optimizer
-//    state for a moment while a checkpoint is gathered;
+//  - under ZeRO a checkpoint is gathered piece by piece, and the chief's
+//    first device holds one bucket's optimizer slot at a time (it is
+//    written to the file before the next is gathered);
 //  - input is the in-memory data this process holds plus the batches the
 //    input pipeline keeps (two, plus the prefetch depth) on device 0, and
 //    each replica's share of the input feature on its own device.
@@ -43,7 +44,8 @@ struct MemoryPlanInput {
   int64_t validation_examples = -1;  // -1: not known (evaluation batches are then full)
   int64_t resident_input_bytes = 0;  // in-memory datasets this process holds
   // The run writes checkpoints: under ZeRO every replica takes part in
-  // gathering the optimizer state, and the chief's first keeps all of it.
+  // gathering the optimizer state, and the chief's first hands it to the
+  // file one bucket's slot at a time.
   bool writes_checkpoints = false;
   bool chief = true;  // this process is the chief
 };

@@ -869,8 +869,12 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   Progress progress = position;
   fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
                     progress.metrics);
-  Checkpoint c = engine_->save_state();
-  if (config_.output_dir.empty() || !strategy_->is_chief()) return;
+  if (config_.output_dir.empty() || !strategy_->is_chief()) {
+    distribute::DiscardingStateWriter nothing;  // the gathers are collective
+    engine_->save_state(nothing);
+    return;
+  }
+  Checkpoint c;  // the trainer's metadata; the engine's state streams in
   write_spec(model_.spec, c.metadata);
   nlohmann::json metric_sums = nlohmann::json::array();
   for (size_t i = 0; i < progress.metrics.size(); ++i)
@@ -896,7 +900,11 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
     c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
   if (!config_.arguments.empty())
     c.metadata["arguments"] = nlohmann::json(config_.arguments).dump();
-  save_checkpoint(checkpoint_path(), c);
+  // Written as the engine gives its state: under ZeRO the optimizer state
+  // arrives one gathered bucket at a time and is never whole on a device.
+  CheckpointWriter writer(checkpoint_path(), c.metadata);
+  engine_->save_state(writer);
+  writer.commit();
 }
 
 const ResumePoint& Trainer::prepare_resume() {
