@@ -540,6 +540,29 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
             one.at("predicted_bytes").at("parameters").get<int64_t>());
   expect_one_line_error("plan memory " + flags + "--memory-limit 1M",
                         "Not even one example per replica fits");
+  // ZeRO lowers device 0's planned peak for a GPT with Adam, where the
+  // optimizer state decides it (a checkpoint's gathered state used to put
+  // ZeRO-1 above the plain run there).
+  const std::string kjv = tmp("cli-plan-kjv");
+  fs::create_directories(kjv);
+  {
+    std::ofstream text(kjv + "/text.txt");
+    for (int i = 0; i < 2000; ++i) text << "in the beginning was the word, verse " << i << "\n";
+  }
+  ASSERT_EQ(run("data text --corpus " + kjv + "/text.txt --output " + kjv + " --context 16").status,
+            0);
+  const auto device0_peak = [&](int zero) {
+    const CommandResult r = run(
+        "plan memory --json --model gpt --model-options layers=4,width=128,heads=4,context=16 "
+        "--optimizer adam --strategy mirrored --devices 2 --threads 1 --allow-oversubscription "
+        "--batch-size 8 --bucket-mb 0.25 --data " +
+        kjv + "/train.toml --zero " + std::to_string(zero));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(r.output).at("devices")[0].at("predicted_peak_bytes").get<int64_t>();
+  };
+  const int64_t plain = device0_peak(0);
+  EXPECT_LT(device0_peak(1), plain);
+  EXPECT_LT(device0_peak(2), plain);
   expect_one_line_error("plan memory --model cnn --strategy multi-worker",
                         "planning --strategy multi-worker needs --processes N");
   expect_one_line_error("plan memory --model cnn --processes 2",

@@ -13,9 +13,9 @@ namespace {
 // type, underscores for dashes, or a name at most two edits away.
 std::string likely_option(const CLI::App& command, const std::string& token) {
   static const std::map<std::string, std::string> common = {
-      {"--learning-rate", "--lr"}, {"--learning_rate", "--lr"}, {"--num-epochs", "--epochs"},
-      {"--num_epochs", "--epochs"}, {"--epoch", "--epochs"},    {"--output-dir", "--output"},
-      {"--model-dir", "--output"},  {"--out", "--output"},      {"--gpus", "--devices"},
+      {"--learning-rate", "--lr"},  {"--learning_rate", "--lr"}, {"--num-epochs", "--epochs"},
+      {"--num_epochs", "--epochs"}, {"--epoch", "--epochs"},     {"--output-dir", "--output"},
+      {"--model-dir", "--output"},  {"--out", "--output"},       {"--gpus", "--devices"},
       {"--workers", "--devices"},   {"--seeds", "--seed"}};
   const CLI::App* app = &command;
   for (bool deeper = true; deeper;) {

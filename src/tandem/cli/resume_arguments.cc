@@ -26,10 +26,16 @@ const std::set<std::string>& changeable() {
 // The layout's and the update rule's flags belong to the strategy they
 // were given for: a resume into another strategy does not inherit them.
 const std::set<std::string>& strategy_bound() {
-  static const std::set<std::string> names = {
-      "--devices", "--threads", "--allow-oversubscription", "--ps", "--max-staleness",
-      "--backup-workers", "--staleness-aware-lr", "--sync-every", "--average-optimizer-state",
-      "--slow-replica"};
+  static const std::set<std::string> names = {"--devices",
+                                              "--threads",
+                                              "--allow-oversubscription",
+                                              "--ps",
+                                              "--max-staleness",
+                                              "--backup-workers",
+                                              "--staleness-aware-lr",
+                                              "--sync-every",
+                                              "--average-optimizer-state",
+                                              "--slow-replica"};
   return names;
 }
 
