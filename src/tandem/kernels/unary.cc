@@ -2,15 +2,10 @@
 
 #include <cmath>
 
-#include "tandem/base/parallel.h"
-#include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/pointwise_map.h"
 
 namespace tandem::kernels {
 namespace {
-
-using detail::dispatch_floating;
-using detail::from_f32;
-using detail::to_f32;
 
 float apply(UnaryOp op, float x) {
   switch (op) {
@@ -29,28 +24,22 @@ float apply(UnaryOp op, float x) {
   return x;
 }
 
-// op'(x) from x and y = op(x).
-float derivative(UnaryOp op, float x, float y) {
+// op'(x) from what unary_backward saves of it: x for log, y = op(x)
+// otherwise.
+float derivative(UnaryOp op, float saved) {
   switch (op) {
     case UnaryOp::exp:
-      return y;
+      return saved;
     case UnaryOp::log:
-      return 1.0f / x;
+      return 1.0f / saved;
     case UnaryOp::sigmoid:
-      return y * (1.0f - y);
+      return saved * (1.0f - saved);
     case UnaryOp::tanh:
-      return 1.0f - y * y;
+      return 1.0f - saved * saved;
     case UnaryOp::reciprocal:
-      return -y * y;
+      return -saved * saved;
   }
   return 0.0f;
-}
-
-void check_same_shape(const char* what, const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) {
-    TANDEM_THROW(ShapeError, what, ": shapes differ: ", a.shape().to_string(), " and ",
-                 b.shape().to_string());
-  }
 }
 
 }  // namespace
@@ -72,39 +61,15 @@ std::string_view unary_op_name(UnaryOp op) {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = static_cast<const T*>(x.raw_data());
-    T* out = static_cast<T*>(y.raw_data());
-    parallel_for(x.numel(), detail::kPointwiseGrain, [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) out[i] = from_f32<T>(apply(op, to_f32(in[i])));
-    });
-  });
-  return y;
+  return detail::map_unary(x, unary_op_name(op).data(), [op](float v) { return apply(op, v); });
 }
 
 Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& x, const Tensor& y) {
-  check_same_shape("unary_backward", dy, x);
-  check_same_shape("unary_backward", x, y);
-  if (x.dtype() != y.dtype()) {
-    TANDEM_THROW(ShapeError, "unary_backward: x is ", dtype_name(x.dtype()), " but y is ",
-                 dtype_name(y.dtype()));
-  }
+  detail::check_same(x, y, "unary_backward");
+  const Tensor& saved = op == UnaryOp::log ? x : y;
   const Tensor g = dy.dtype() == x.dtype() ? dy : dy.to(x.dtype());
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
-    using T = decltype(tag);
-    const T* gp = static_cast<const T*>(g.raw_data());
-    const T* xp = static_cast<const T*>(x.raw_data());
-    const T* yp = static_cast<const T*>(y.raw_data());
-    T* out = static_cast<T*>(dx.raw_data());
-    parallel_for(x.numel(), detail::kPointwiseGrain, [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) {
-        out[i] = from_f32<T>(to_f32(gp[i]) * derivative(op, to_f32(xp[i]), to_f32(yp[i])));
-      }
-    });
-  });
+  const Tensor dx = detail::map_binary(g, saved, unary_op_name(op).data(),
+                                       [op](float d, float s) { return d * derivative(op, s); });
   return dy.dtype() == x.dtype() ? dx : dx.to(dy.dtype());
 }
 
