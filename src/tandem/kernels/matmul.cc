@@ -91,21 +91,17 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
     return;
   }
-  if (detail::needs_bf16_widening(a)) {
-    // See onednn_runs_bf16: the product of the widened operands in f32.
+  // In f32, rounded once into a bf16 output: bf16 operands where oneDNN
+  // cannot take them (see onednn_runs_bf16: the product of the widened
+  // operands), and f32 operands into a bf16 output (oneDNN 2.6 has no such
+  // primitive on any CPU).
+  const bool widen = detail::needs_bf16_widening(a);
+  if (widen || (a.dtype() == DType::f32 && out.dtype() != DType::f32)) {
     MemoryCategoryScope temporaries(MemoryCategory::workspace);
     Tensor wide = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32, out.device());
-    run_matmul(op, p, detail::widened(a), detail::widened(b), bias, wide, options);
+    run_matmul(op, p, widen ? detail::widened(a) : a, widen ? detail::widened(b) : b, bias, wide,
+               options);
     if (out.dtype() != DType::f32) out.copy_from(wide);
-    return;
-  }
-  if (a.dtype() == DType::f32 && out.dtype() != DType::f32) {
-    // oneDNN 2.6 has no f32 x f32 -> bf16 matmul on any CPU: the f32 result,
-    // rounded once (what the fused kernel would give).
-    MemoryCategoryScope temporaries(MemoryCategory::workspace);
-    Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());
-    run_matmul(op, p, a, b, bias, wide, options);
-    out.copy_from(wide);
     return;
   }
   const std::string key = tandem::detail::concat(
