@@ -228,42 +228,54 @@ class ImageFolderNode : public detail::Node {
   bool with_origin_;
 };
 
-}  // namespace
-
-ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOptions& options) {
-  const std::vector<std::string> extensions = normalized_extensions(options.extensions);
+// root's class sub-folders, sorted; IoError for a root that is missing,
+// unreadable or not a folder.
+std::vector<std::string> root_class_folders(const std::string& root) {
   std::error_code ec;
   const fs::file_status status = fs::status(root, ec);
   if (ec && status.type() != fs::file_type::not_found)
     TANDEM_THROW(IoError, "cannot access image folder '", root, "': ", ec.message());
   if (!fs::exists(status)) TANDEM_THROW(IoError, "image folder '", root, "' does not exist");
   if (!fs::is_directory(status)) TANDEM_THROW(IoError, "image folder '", root, "' is not a folder");
-  const std::vector<std::string> folders = class_folders(root);
-  ImageFolderIndex index;
-  if (!options.known_classes.empty()) return index_known_classes(root, folders, extensions, options);
+  return class_folders(root);
+}
+
+// The classes in label order from `folders` (root's) and options.class_names.
+std::vector<std::string> chosen_classes(const std::string& root,
+                                        const std::vector<std::string>& folders,
+                                        const ImageFolderOptions& options) {
   if (options.class_names.empty()) {
     if (folders.empty()) {
       TANDEM_THROW(IoError, "image folder '", root, "' has no class sub-folders (expected ", root,
                    "/<class>/<image>)");
     }
-    index.class_names = folders;
-  } else {
-    std::set<std::string> seen;
-    for (const std::string& name : options.class_names) {
-      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-        TANDEM_THROW(InvalidArgument, "image folder: class name '", name,
-                     "' is not a sub-folder name");
-      }
-      if (!seen.insert(name).second)
-        TANDEM_THROW(InvalidArgument, "image folder: class name '", name, "' is given twice");
-      if (!std::binary_search(folders.begin(), folders.end(), name)) {
-        TANDEM_THROW(InvalidArgument, "image folder: class '", name, "' has no folder '",
-                     (fs::path(root) / name).string(), "' (the sub-folders are: ",
-                     folders.empty() ? std::string("none") : joined(folders), ")");
-      }
-    }
-    index.class_names = options.class_names;
+    return folders;
   }
+  std::set<std::string> seen;
+  for (const std::string& name : options.class_names) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+      TANDEM_THROW(InvalidArgument, "image folder: class name '", name,
+                   "' is not a sub-folder name");
+    }
+    if (!seen.insert(name).second)
+      TANDEM_THROW(InvalidArgument, "image folder: class name '", name, "' is given twice");
+    if (!std::binary_search(folders.begin(), folders.end(), name)) {
+      TANDEM_THROW(InvalidArgument, "image folder: class '", name, "' has no folder '",
+                   (fs::path(root) / name).string(), "' (the sub-folders are: ",
+                   folders.empty() ? std::string("none") : joined(folders), ")");
+    }
+  }
+  return options.class_names;
+}
+
+}  // namespace
+
+ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOptions& options) {
+  const std::vector<std::string> extensions = normalized_extensions(options.extensions);
+  const std::vector<std::string> folders = root_class_folders(root);
+  if (!options.known_classes.empty()) return index_known_classes(root, folders, extensions, options);
+  ImageFolderIndex index;
+  index.class_names = chosen_classes(root, folders, options);
   for (size_t label = 0; label < index.class_names.size(); ++label)
     add_class(fs::path(root) / index.class_names[label], static_cast<int32_t>(label), extensions,
               index);
@@ -272,7 +284,8 @@ ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOp
 
 std::vector<std::string> image_folder_class_names(const std::string& root,
                                                   const ImageFolderOptions& options) {
-  return index_image_folder(root, options).class_names;
+  if (!options.known_classes.empty()) return index_image_folder(root, options).class_names;
+  return chosen_classes(root, root_class_folders(root), options);
 }
 
 Dataset Dataset::from_image_folder(const std::string& root, const ImageFolderOptions& options) {

@@ -34,8 +34,10 @@ struct ImageFolderIndex {
 ImageFolderIndex index_image_folder(const std::string& root,
                                     const ImageFolderOptions& options = {});
 
-// The class names in label order (index_image_folder(...).class_names), for
-// printing; the same errors.
+// The class names in label order (index_image_folder(...).class_names)
+// from the sub-folders alone, without listing their files (which reading
+// the folder then does once): the same errors but those about the files
+// (a class folder without images) and the extensions.
 std::vector<std::string> image_folder_class_names(const std::string& root,
                                                   const ImageFolderOptions& options = {});
 
