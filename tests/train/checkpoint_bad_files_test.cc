@@ -95,7 +95,25 @@ TEST(CheckpointBadFiles, HeaderLengthsBeyondTheFileAreRefused) {
     const std::string path = write_checkpoint(checkpoint_bytes(header, length, ""));
     const std::string message = rejected_cheaply<IoError>([&] { load_checkpoint(path); });
     expect_contains(message, "claims.tckpt' is corrupt (header length " + std::to_string(length));
+    // The metadata reader (the header alone) checks the same before allocating.
+    expect_contains(rejected_cheaply<IoError>([&] { read_checkpoint_metadata(path); }),
+                    "claims.tckpt' is corrupt (header length " + std::to_string(length));
   }
+}
+
+// The metadata alone, from the header: what load_checkpoint gives, without
+// the tensors; a file that is not a checkpoint is refused alike.
+TEST(CheckpointBadFiles, MetadataIsReadFromTheHeaderAlone) {
+  const std::string header = header_with(tensor_json("w", "[4,4]", "0", "64", "f32"));
+  const std::string path =
+      write_checkpoint(checkpoint_bytes(header, header.size(), std::string(64, '\0')));
+  EXPECT_EQ(read_checkpoint_metadata(path), load_checkpoint(path).metadata);
+  EXPECT_EQ(read_checkpoint_metadata(path).at("step"), "1");
+  const std::string junk = write_checkpoint("not a checkpoint");
+  expect_contains(rejected_cheaply<IoError>([&] { read_checkpoint_metadata(junk); }),
+                  "is not a tandem checkpoint");
+  expect_contains(rejected_cheaply<IoError>([&] { read_checkpoint_metadata(junk + ".none"); }),
+                  "cannot open checkpoint");
 }
 
 TEST(CheckpointBadFiles, TensorSizesBeyondTheFileAreRefusedBeforeAllocating) {

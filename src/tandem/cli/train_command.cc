@@ -33,7 +33,7 @@
 #include "tandem/monitor/progress_view.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/allocator.h"
-#include "tandem/train/evaluation.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
@@ -581,9 +581,11 @@ std::optional<std::vector<std::string>> resumed_arguments(const CLI::App& comman
   if (!std::filesystem::exists(path, error)) return std::nullopt;
   std::vector<std::string> recorded;
   try {
-    const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path.string());
-    const auto it = checkpoint.metadata.find("arguments");
-    if (it == checkpoint.metadata.end()) {
+    // The header alone: the run loads the whole checkpoint once, later.
+    const std::map<std::string, std::string> metadata =
+        train::read_checkpoint_metadata(path.string());
+    const auto it = metadata.find("arguments");
+    if (it == metadata.end()) {
       if (!o.quiet) {
         fmt::print(stderr,
                    "tandem: warning: the run in {} recorded no arguments (it predates that): "
@@ -610,7 +612,6 @@ int run_train_command(const CLI::App& command, TrainOptions& o) {
         for (const std::string& a : *args) text += " " + a;
         fmt::print("resuming {} with the run's settings:{}\n", o.config.output_dir, text);
       }
-      line->options.quiet = o.quiet;
       line->options.config.output_dir = o.config.output_dir;
       line->options.config.resume = true;
       line->options.config.arguments = *args;

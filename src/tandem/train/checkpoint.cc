@@ -50,21 +50,60 @@ uint32_t crc_of(const char* data, size_t bytes) {
   return crc_update(0, data, bytes);
 }
 
-// The whole file, read into memory at its size on disk.
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+// Magic, version and header length.
+constexpr size_t kFixed = sizeof(kMagic) + 4 + 8;
+
+// A checkpoint file opened for reading, and its size on disk.
+struct OpenedFile {
+  std::ifstream in;
+  size_t size = 0;
+};
+
+OpenedFile open_file(const std::string& path) {
+  OpenedFile f{std::ifstream(path, std::ios::binary), 0};
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
-  if (!in || error) {
+  if (!f.in || error) {
     TANDEM_THROW(IoError, "cannot open checkpoint '", path, "'",
                  error ? ": " + error.message() : "");
   }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    TANDEM_THROW(IoError, "cannot read checkpoint '", path, "': got ", in.gcount(), " of ", size,
+  f.size = static_cast<size_t>(size);
+  return f;
+}
+
+// The next `size` bytes of the file.
+std::string read_bytes(OpenedFile& f, size_t size, const std::string& path) {
+  std::string bytes(size, '\0');
+  if (!f.in.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    TANDEM_THROW(IoError, "cannot read checkpoint '", path, "': got ", f.in.gcount(), " of ", size,
                  " bytes");
   }
   return bytes;
+}
+
+// Checks the magic and version at the start of `bytes`, a file of
+// `file_size` bytes (bytes holds at least kFixed of them when it is long
+// enough to be a checkpoint).
+void check_prefix(const std::string& bytes, size_t file_size, const std::string& path) {
+  if (file_size < kFixed + 4 || bytes.size() < kFixed ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    TANDEM_THROW(IoError, "'", path, "' is not a tandem checkpoint (bad magic or too short)");
+  }
+  const auto version = read_pod<uint32_t>(bytes, sizeof(kMagic));
+  if (version != kVersion) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' has format version ", version,
+                 ", this build reads version ", kVersion);
+  }
+}
+
+// The header length after the prefix, checked against the file's size.
+uint64_t header_length(const std::string& bytes, size_t file_size, const std::string& path) {
+  const auto header_bytes = read_pod<uint64_t>(bytes, sizeof(kMagic) + 4);
+  if (header_bytes > file_size - kFixed - 4) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (header length ", header_bytes,
+                 ", but only ", file_size - kFixed - 4, " bytes follow it)");
+  }
+  return header_bytes;
 }
 
 // The tensor bytes of a checkpoint file held in memory.
@@ -194,25 +233,14 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  const std::string bytes = read_file(path);
-  constexpr size_t kFixed = sizeof(kMagic) + 4 + 8;
-  if (bytes.size() < kFixed + 4 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-    TANDEM_THROW(IoError, "'", path, "' is not a tandem checkpoint (bad magic or too short)");
-  }
-  const auto version = read_pod<uint32_t>(bytes, sizeof(kMagic));
-  if (version != kVersion) {
-    TANDEM_THROW(IoError, "checkpoint '", path, "' has format version ", version,
-                 ", this build reads version ", kVersion);
-  }
+  OpenedFile file = open_file(path);
+  const std::string bytes = read_bytes(file, file.size, path);
+  check_prefix(bytes, bytes.size(), path);
   const uint32_t stored_crc = read_pod<uint32_t>(bytes, bytes.size() - 4);
   if (crc_of(bytes.data(), bytes.size() - 4) != stored_crc) {
     TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (checksum mismatch)");
   }
-  const auto header_bytes = read_pod<uint64_t>(bytes, sizeof(kMagic) + 4);
-  if (header_bytes > bytes.size() - kFixed - 4) {
-    TANDEM_THROW(IoError, "checkpoint '", path, "' is corrupt (header length ", header_bytes,
-                 ", but only ", bytes.size() - kFixed - 4, " bytes follow it)");
-  }
+  const uint64_t header_bytes = header_length(bytes, bytes.size(), path);
   Checkpoint checkpoint;
   try {
     const nlohmann::json header = nlohmann::json::parse(bytes.substr(kFixed, header_bytes));
@@ -231,6 +259,18 @@ Checkpoint load_checkpoint(const std::string& path) {
     TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed header: ", e.what());
   }
   return checkpoint;
+}
+
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path) {
+  OpenedFile file = open_file(path);
+  const std::string prefix = read_bytes(file, std::min(file.size, kFixed), path);
+  check_prefix(prefix, file.size, path);
+  const std::string header = read_bytes(file, header_length(prefix, file.size, path), path);
+  try {
+    return nlohmann::json::parse(header).at("metadata").get<std::map<std::string, std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed header: ", e.what());
+  }
 }
 
 }  // namespace tandem::train

@@ -56,5 +56,10 @@ class CheckpointWriter : public distribute::StateWriter {
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Throws IoError naming the file for a missing, truncated or corrupt checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
+// A checkpoint's metadata alone, from its header, without reading (or
+// checking the checksum of) its tensors: what a resume reads before the
+// run loads the whole file. IoError as load_checkpoint for a missing file,
+// a bad magic or version, a header longer than the file or not JSON.
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
 
 }  // namespace tandem::train
