@@ -8,21 +8,6 @@
 namespace tandem::cli {
 namespace {
 
-// What a resume may change: how long it trains, where and how it reports,
-// and how the work is spread (strategies resume exactly).
-const std::set<std::string>& changeable() {
-  static const std::set<std::string> names = {
-      "--epochs", "--output", "--resume", "--quiet", "--no-monitor", "--metrics-every",
-      "--trace-steps", "--tensorboard", "--no-tensorboard", "--checkpoint-every",
-      "--stop-after-epochs", "--strategy", "--devices", "--device", "--threads",
-      "--allow-oversubscription", "--collective-timeout", "--peer-timeout", "--prefetch",
-      "--input-parallel", "--memory-limit", "--no-memory-plan",
-      // The strategy's update rule, with the strategy.
-      "--ps", "--max-staleness", "--backup-workers", "--staleness-aware-lr", "--sync-every",
-      "--average-optimizer-state", "--slow-replica"};
-  return names;
-}
-
 // The layout's and the update rule's flags belong to the strategy they
 // were given for: a resume into another strategy does not inherit them.
 const std::set<std::string>& strategy_bound() {
@@ -37,6 +22,32 @@ const std::set<std::string>& strategy_bound() {
                                               "--average-optimizer-state",
                                               "--slow-replica"};
   return names;
+}
+
+// What a resume may change: how long it trains, where and how it reports,
+// and how the work is spread (strategies resume exactly), with the flags
+// bound to the strategy.
+bool changeable(const std::string& name) {
+  static const std::set<std::string> names = {"--epochs",
+                                              "--output",
+                                              "--resume",
+                                              "--quiet",
+                                              "--no-monitor",
+                                              "--metrics-every",
+                                              "--trace-steps",
+                                              "--tensorboard",
+                                              "--no-tensorboard",
+                                              "--checkpoint-every",
+                                              "--stop-after-epochs",
+                                              "--strategy",
+                                              "--device",
+                                              "--collective-timeout",
+                                              "--peer-timeout",
+                                              "--prefetch",
+                                              "--input-parallel",
+                                              "--memory-limit",
+                                              "--no-memory-plan"};
+  return names.count(name) > 0 || strategy_bound().count(name) > 0;
 }
 
 // The value of `name` given to `app`, or empty.
@@ -86,7 +97,7 @@ std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& r
     if (option->count() == 0 || name == "--resume" || name == "--output") continue;
     const CLI::Option* given = now.get_option_no_throw(name);
     // A changeable option given now replaces the recorded one (below).
-    if (changeable().count(name) && given != nullptr && given->count() > 0) continue;
+    if (changeable(name) && given != nullptr && given->count() > 0) continue;
     if (per_invocation().count(name)) continue;
     if (new_strategy && strategy_bound().count(name)) continue;
     append(args, *option);
@@ -94,7 +105,7 @@ std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& r
   for (const CLI::Option* option : now.get_options()) {
     const std::string name = option->get_name();
     if (option->count() == 0 || name == "--resume" || name == "--output") continue;
-    if (changeable().count(name) || per_invocation().count(name)) {
+    if (changeable(name) || per_invocation().count(name)) {
       append(args, *option);
       continue;
     }
