@@ -26,6 +26,22 @@ struct Case {
   int64_t validation_examples;
 };
 
+// The strategy's replica layout, as the planner takes it.
+distribute::StrategyLayout layout_of(distribute::Strategy& strategy) {
+  return {.local_replicas = strategy.local_replicas(),
+          .global_replicas = strategy.global_replicas(),
+          .threads_per_replica = strategy.threads_per_replica()};
+}
+
+// What a device holds that is not the run's (the replicas are built: their
+// parameters, gradients, optimizer state and communication buffers are).
+int64_t held_before_the_run(const Device& device) {
+  const MemoryStats s = allocator_for(device).stats();
+  return s.current_total_bytes - s.current(MemoryCategory::parameters) -
+         s.current(MemoryCategory::gradients) - s.current(MemoryCategory::optimizer_state) -
+         s.current(MemoryCategory::communication);
+}
+
 // Trains one epoch and compares each device's measured peak (what the run
 // added to what the device already held) with the plan's.
 void expect_plan_matches_training(const Case& c, double tolerance) {
@@ -36,20 +52,13 @@ void expect_plan_matches_training(const Case& c, double tolerance) {
   const train::MemoryPlan plan =
       train::plan_memory({.model = c.model,
                           .config = trainer.config(),
-                          .layout = {.local_replicas = strategy.local_replicas(),
-                                     .global_replicas = strategy.global_replicas(),
-                                     .threads_per_replica = strategy.threads_per_replica()},
+                          .layout = layout_of(strategy),
                           .example = example,
                           .evaluates = true,
                           .validation_examples = c.validation_examples});
-  // The replicas are built: what each device held before them is not the run's.
   std::vector<int64_t> before;
   for (int r = 0; r < strategy.local_replicas(); ++r) {
-    const MemoryStats s = allocator_for(strategy.device(r)).stats();
-    before.push_back(s.current_total_bytes - s.current(MemoryCategory::parameters) -
-                     s.current(MemoryCategory::gradients) -
-                     s.current(MemoryCategory::optimizer_state) -
-                     s.current(MemoryCategory::communication));
+    before.push_back(held_before_the_run(strategy.device(r)));
     allocator_for(strategy.device(r)).reset_high_water();
   }
   trainer.fit(c.train, c.validation);
@@ -127,18 +136,12 @@ TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
     const train::MemoryPlan plan =
         train::plan_memory({.model = model,
                             .config = trainer.config(),
-                            .layout = {.local_replicas = strategy.local_replicas(),
-                                       .global_replicas = strategy.global_replicas(),
-                                       .threads_per_replica = strategy.threads_per_replica()},
+                            .layout = layout_of(strategy),
                             .example = example,
                             .evaluates = false,
                             .writes_checkpoints = true});
     const Device device0 = strategy.device(0);
-    const MemoryStats before = allocator_for(device0).stats();
-    const double held = static_cast<double>(
-        before.current_total_bytes - before.current(MemoryCategory::parameters) -
-        before.current(MemoryCategory::gradients) - before.current(MemoryCategory::optimizer_state) -
-        before.current(MemoryCategory::communication));
+    const double held = static_cast<double>(held_before_the_run(device0));
     allocator_for(device0).reset_high_water();
     trainer.fit(train);
     measured.push_back(static_cast<double>(allocator_for(device0).stats().high_water_total_bytes) -
