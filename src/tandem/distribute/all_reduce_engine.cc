@@ -623,8 +623,7 @@ void AllReduceEngine::save_state(StateWriter& writer) {
   EngineState resident;
   save_model_state(*first.model, resident);
   detail::save_scaler_state(first.scaler.get(), resident);
-  std::vector<TensorLayout> layout;
-  for (const auto& [name, t] : resident.tensors) layout.push_back({name, t.shape(), t.dtype()});
+  std::vector<TensorLayout> layout = layout_of(resident);
   for (TensorLayout l : first.sharded->state_layout()) {
     l.name = "optimizer." + l.name;
     layout.push_back(std::move(l));

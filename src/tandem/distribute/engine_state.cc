@@ -36,10 +36,14 @@ const std::string& EngineState::meta(const std::string& key) const {
   return it->second;
 }
 
-void write_state(const EngineState& state, StateWriter& writer) {
+std::vector<TensorLayout> layout_of(const EngineState& state) {
   std::vector<TensorLayout> layout;
   for (const auto& [name, t] : state.tensors) layout.push_back({name, t.shape(), t.dtype()});
-  writer.begin(state.metadata, layout);
+  return layout;
+}
+
+void write_state(const EngineState& state, StateWriter& writer) {
+  writer.begin(state.metadata, layout_of(state));
   for (const auto& [name, t] : state.tensors) writer.put(name, t);
 }
 

@@ -59,6 +59,8 @@ class DiscardingStateWriter : public StateWriter {
   void put(const std::string&, const Tensor&) override {}
 };
 
+// The state's tensors as a writer is told of them, in order.
+std::vector<TensorLayout> layout_of(const EngineState& state);
 // begin() with the state's metadata and tensors, then put() each.
 void write_state(const EngineState& state, StateWriter& writer);
 
