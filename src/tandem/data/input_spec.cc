@@ -336,6 +336,46 @@ InputSpec parse_input_spec(std::string_view text, const std::string& path) {
   return spec;
 }
 
+namespace {
+
+// A data file given where its specification belongs: an error that says
+// which specification describes it, rather than its bytes as a TOML error.
+void refuse_data_file(const std::string& path) {
+  std::string extension = fs::path(path).extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string name = fs::path(path).filename().string();
+  const auto is = [&](std::initializer_list<const char*> endings) {
+    for (const char* e : endings)
+      if (extension == e) return true;
+    return false;
+  };
+  if (is({".csv", ".tsv"})) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is a CSV file, not a data specification: give a .toml file that describes it "
+                 "(format = \"csv\", files = [\"",
+                 name, "\"], input, label and [features.*] tables; docs/training.md)");
+  }
+  if (is({".tfrecord", ".tfrecords"})) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is a TFRecord file, not a data specification: give a .toml file that "
+                 "describes it (format = \"tfrecord\", files = [\"",
+                 name, "\"] and [features.*] tables; docs/training.md)");
+  }
+  if (is({".gz"})) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is a gzip file (IDX?), not a data specification: give a .toml file that "
+                 "describes the pair (format = \"idx\", images = ..., labels = ...; "
+                 "docs/training.md)");
+  }
+  if (is({".png", ".jpg", ".jpeg"})) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is an image, not a data specification: give the folder of class sub-folders "
+                 "that holds the images");
+  }
+}
+
+}  // namespace
+
 InputSpec read_input_spec(const std::string& path) {
   std::error_code error;
   if (fs::is_directory(path, error)) {
@@ -348,29 +388,7 @@ InputSpec read_input_spec(const std::string& path) {
     return spec;
   }
   if (!fs::exists(path, error)) TANDEM_THROW(IoError, "no data specification '", path, "'");
-  // A data file given where its specification belongs: say so, rather
-  // than report its bytes as a TOML error.
-  std::string extension = fs::path(path).extension().string();
-  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::string name = fs::path(path).filename().string();
-  const std::string csv = "a CSV file, not a data specification: give a .toml file that "
-                          "describes it (format = \"csv\", files = [\"" + name +
-                          "\"], input, label and [features.*] tables; docs/training.md)";
-  const std::string tfrecord = "a TFRecord file, not a data specification: give a .toml file "
-                               "that describes it (format = \"tfrecord\", files = [\"" + name +
-                               "\"] and [features.*] tables; docs/training.md)";
-  const std::string idx = "a gzip file (IDX?), not a data specification: give a .toml file "
-                          "that describes the pair (format = \"idx\", images = ..., labels = "
-                          "...; docs/training.md)";
-  const std::string image = "an image, not a data specification: give the folder of class "
-                            "sub-folders that holds the images";
-  const std::pair<const char*, const std::string*> data_files[] = {
-      {".csv", &csv},           {".tsv", &csv}, {".tfrecord", &tfrecord},
-      {".tfrecords", &tfrecord}, {".gz", &idx},  {".png", &image},
-      {".jpg", &image},          {".jpeg", &image}};
-  for (const auto& [ending, what] : data_files) {
-    if (extension == ending) TANDEM_THROW(InvalidArgument, "'", path, "' is ", *what);
-  }
+  refuse_data_file(path);
   return parse_input_spec(read_text_file(path, "data specification", kMaxSpecBytes), path);
 }
 
