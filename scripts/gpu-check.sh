@@ -22,6 +22,14 @@
 #                         writes the report of its run (report.html)
 #   pytorch_resnet, pytorch_gpt2_small, train_gpt2_small
 #                         PyTorch eager and tandem side by side (bf16)
+#   pytorch_compile_gpt2_small
+#                         PyTorch with torch.compile on GPT-2-small (bf16)
+#   profile_gpt2_small, profile_resnet (GPT-2-small at 6 layers: half the
+#                         launches to profile, the same per layer)
+#                         where one bf16 step's device time goes, per
+#                         kernel (Nsight Compute; scripts/gpu-kernel-table.py)
+#   pytorch_profile_gpt2_small, pytorch_profile_resnet
+#                         the same for PyTorch eager (torch.profiler)
 # Every step has its own time limit and the whole a deadline
 # (GPU_CHECK_SECONDS, default 480): a step that would start past it is
 # skipped. Writes gpu-check.json (every step's status and figures) and
@@ -91,6 +99,23 @@ accuracy() {
   esac
 }
 
+# One warm-up and one timed step of `bench train` under Nsight Compute, each
+# kernel's device time; the kernels of the timed step are then tabulated by
+# name: profile NAME BOUNDARY BENCH-ARGS... (BOUNDARY: the optimizer kernel
+# that ends each step).
+profile() {
+  name=$1 boundary=$2
+  shift 2
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  [ -n "$ncu" ] || { echo "no ncu on this machine"; return 1; }
+  "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --print-kernel-base function --launch-count 20000 \
+    --log-file "$logs/$name.csv" "$bin/tandem" bench train --device cuda:0 \
+    --precisions mixed_bfloat16 --steps 1 --warmup 1 --repeats 1 "$@" || return 1
+  python3 "$PWD/scripts/gpu-kernel-table.py" "$logs/$name.csv" --boundary "$boundary" \
+    --rows 45 | tee "$OUT_DIR/$name.txt"
+}
+
 # `timeout` runs programs, not shell functions: the functions above run as
 # this script again, with their state in the environment.
 if [ "${1:-}" = "--step" ]; then
@@ -103,7 +128,8 @@ bundle=${1:-.gpu/bundle.tar.xz}
 out=${OUT:-$PWD/gpu-check}
 all_steps="nvidia_smi info gpu_test sanitize peak train train_gpt train_convnets accuracy_gpt
   accuracy_cnn accuracy_cnn_file accuracy_resnet pytorch_resnet pytorch_gpt2_small
-  train_gpt2_small"
+  train_gpt2_small profile_gpt2_small profile_resnet pytorch_profile_gpt2_small
+  pytorch_profile_resnet pytorch_compile_gpt2_small"
 wanted=${GPU_CHECK_STEPS:-$all_steps}
 deadline=$(($(date +%s) + ${GPU_CHECK_SECONDS:-480}))
 mkdir -p "$out"
@@ -188,6 +214,19 @@ step pytorch_gpt2_small 120 python3 bench/pytorch/bench_models.py --model gpt --
 step train_gpt2_small 150 "$bin/tandem" bench train --device cuda:0 --models gpt \
   --model-options layers=12,width=768,heads=12,context=1024 --precisions mixed_bfloat16 \
   --batch-size 8 --steps 10 --warmup 2 --repeats 3 --json
+step profile_gpt2_small 240 sh "$self" --step profile profile_gpt2_small adam_kernel \
+  --models gpt --model-options layers=6,width=768,heads=12,context=1024 --batch-size 8
+step profile_resnet 150 sh "$self" --step profile profile_resnet sgd_kernel \
+  --models resnet --batch-size 256
+step pytorch_profile_gpt2_small 90 python3 bench/pytorch/bench_models.py --model gpt \
+  --device cuda --precision bf16 --layers 12 --width 768 --heads 12 --context 1024 \
+  --batch-size 8 --steps 3 --warmup 3 --kernel-table "$OUT_DIR/pytorch_profile_gpt2_small.txt"
+step pytorch_profile_resnet 90 python3 bench/pytorch/bench_models.py --model resnet \
+  --device cuda --precision bf16 --batch-size 256 --steps 3 --warmup 3 \
+  --kernel-table "$OUT_DIR/pytorch_profile_resnet.txt"
+step pytorch_compile_gpt2_small 240 python3 bench/pytorch/bench_models.py --model gpt \
+  --device cuda --precision bf16 --layers 12 --width 768 --heads 12 --context 1024 \
+  --batch-size 8 --steps 10 --warmup 3 --compile --json
 
 python3 - "$out" "$logs" "$(cat "$work/commit")" $steps <<'PY'
 import glob, json, os, sys
@@ -225,7 +264,7 @@ if cases:
             fails = report["testsuites"][0]["testsuite"][0].get("failures", [])
             result["gpu_test"]["failed"][name] = [f["failure"][:400] for f in fails[:3]]
 for name in ("peak", "train", "train_gpt", "train_gpt2_small", "train_convnets",
-             "pytorch_resnet", "pytorch_gpt2_small"):
+             "pytorch_resnet", "pytorch_gpt2_small", "pytorch_compile_gpt2_small"):
     path = os.path.join(logs, name + ".log")
     if not os.path.exists(path):
         continue

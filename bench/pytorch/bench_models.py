@@ -99,6 +99,11 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=int, default=4, help="distinct synthetic batches cycled")
     p.add_argument("--lr", type=float, help="default: gpt 6e-4, resnet 0.05")
     p.add_argument("--width", type=int, help="default: gpt 256, resnet 16")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (default mode) before the warm-up steps")
+    p.add_argument("--kernel-table", metavar="FILE",
+                   help="after the timed steps, profile one more step (torch.profiler) and "
+                        "write its kernels' device time per kernel name to FILE")
     g = p.add_argument_group("gpt")
     g.add_argument("--vocabulary", type=int, default=256)
     g.add_argument("--context", type=int, default=128, help="also the sequence length")
@@ -169,6 +174,8 @@ def run(a):
         model = model.cuda()
         batches = [(x.cuda(), y.cuda()) for x, y in batches]
     model.train()
+    if a.compile:
+        model = torch.compile(model)
     if a.precision == "bf16":
         autocast = lambda: torch.autocast(device_type=a.device, dtype=torch.bfloat16)  # noqa: E731
     else:
@@ -192,6 +199,9 @@ def run(a):
         if i >= a.warmup:
             times.append(elapsed)
 
+    if a.kernel_table:
+        write_kernel_table(a, step)
+
     def stats(per_step):
         values = [per_step / t for t in times]
         return {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -212,6 +222,7 @@ def run(a):
         "warmup": a.warmup,
         "lr": a.lr,
         "optimizer": type(opt).__name__,
+        "compiled": a.compile,
         "examples_per_s": stats(a.batch_size),
         "step_ms": {"median": 1e3 * statistics.median(times),
                     "min": 1e3 * min(times), "max": 1e3 * max(times)},
@@ -228,6 +239,21 @@ def run(a):
         result["config"] = {"depth": a.depth, "width": a.width, "image_size": a.image_size,
                             "channels_last": a.channels_last}
     return result
+
+
+def write_kernel_table(a, step):
+    """One more step under torch.profiler: device time per kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU]
+    if a.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        step(a.warmup + a.steps)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+    key = "self_device_time_total" if a.device == "cuda" else "self_cpu_time_total"
+    with open(a.kernel_table, "w") as f:
+        f.write(prof.key_averages().table(sort_by=key, row_limit=60, max_name_column_width=90))
 
 
 def report(r):
