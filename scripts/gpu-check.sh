@@ -214,7 +214,7 @@ step pytorch_gpt2_small 120 python3 bench/pytorch/bench_models.py --model gpt --
 step train_gpt2_small 150 "$bin/tandem" bench train --device cuda:0 --models gpt \
   --model-options layers=12,width=768,heads=12,context=1024 --precisions mixed_bfloat16 \
   --batch-size 8 --steps 10 --warmup 2 --repeats 3 --json
-step profile_gpt2_small 240 sh "$self" --step profile profile_gpt2_small adam_kernel \
+step profile_gpt2_small 240 sh "$self" --step profile profile_gpt2_small sgd_kernel \
   --models gpt --model-options layers=6,width=768,heads=12,context=1024 --batch-size 8
 step profile_resnet 150 sh "$self" --step profile profile_resnet sgd_kernel \
   --models resnet --batch-size 256

@@ -8,7 +8,7 @@ and including the second step's), and prints per kernel name: launches,
 device time, share of the step. The step boundary is the optimizer's own
 kernel (--boundary, a substring of its name), which runs once per parameter
 at the end of each step.
-    python3 scripts/gpu-kernel-table.py NCU.csv [--boundary adam_kernel] [--json]
+    python3 scripts/gpu-kernel-table.py NCU.csv [--boundary sgd_kernel] [--json]
 """
 import argparse
 import collections
@@ -64,7 +64,7 @@ def one_step(kernels, boundary):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv")
-    p.add_argument("--boundary", default="adam_kernel")
+    p.add_argument("--boundary", default="sgd_kernel")
     p.add_argument("--json", action="store_true")
     p.add_argument("--rows", type=int, default=40)
     a = p.parse_args()

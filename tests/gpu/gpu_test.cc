@@ -269,6 +269,12 @@ TEST_F(Gpu, ReductionsMatchTheCpuAndRepeatExactly) {
                kernels::sum_to_shape(x, Shape{4, 17}), 1e-5, "sum_to_shape");
   expect_match(kernels::sum_to_shape(x.to(kGpu), Shape{17}), kernels::sum_to_shape(x, Shape{17}),
                1e-5, "sum_to_shape to a row");
+  // Many chunks of rows and a ragged last tile of columns (the two-pass path).
+  for (DType dtype : kFloatTypes) {
+    const Tensor big = random_of(Shape{8193, 771}, dtype, ++seed);
+    expect_match(kernels::sum_to_shape(big.to(kGpu), Shape{771}),
+                 kernels::sum_to_shape(big, Shape{771}), 1e-4, "sum_to_shape, many rows");
+  }
 }
 
 TEST_F(Gpu, SoftmaxAndCrossEntropyMatchTheCpu) {
@@ -320,6 +326,14 @@ TEST_F(Gpu, EmbeddingMatchesTheCpuAndRefusesBadIndices) {
     const Tensor dy = random_of(Shape{4, 9, 24}, dtype, 121);
     expect_match(kernels::embedding_backward(dy.to(kGpu), indices.to(kGpu), 50),
                  kernels::embedding_backward(dy, indices, 50), 1e-6, "embedding_backward");
+    // Many ranges of table rows and blocks of columns, repeated indices.
+    std::vector<int32_t> many(3000);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>((i * 7919) % 1000 % 611);
+    const Tensor many_indices = Tensor::from_ints(Shape{3, 1000}, many);
+    const Tensor many_dy = random_of(Shape{3, 1000, 300}, dtype, 122);
+    expect_match(kernels::embedding_backward(many_dy.to(kGpu), many_indices.to(kGpu), 700),
+                 kernels::embedding_backward(many_dy, many_indices, 700), 1e-6,
+                 "embedding_backward, many rows");
   }
   const Tensor bad = Tensor::from_ints(Shape{1}, std::vector<int32_t>{50}, kGpu);
   EXPECT_THROW(kernels::embedding(Tensor::zeros(Shape{50, 4}, DType::f32, kGpu), bad),

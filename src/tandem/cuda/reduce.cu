@@ -1,6 +1,7 @@
 // Reductions in double, in an order fixed by the element count alone (a
 // fixed grid, then one block over the partial sums), so that a result never
 // depends on scheduling: the same input gives the same bits every run.
+#include <algorithm>
 #include <limits>
 
 #include "tandem/cuda/elements.cuh"
@@ -38,14 +39,70 @@ __global__ void final_sum(const double* partial, unsigned int count, double fact
   }
 }
 
-// column j of x viewed as (rows, cols): out[j] = sum over rows, in double.
+// Column sums of x viewed as (rows, cols), in two passes so that every
+// multiprocessor works (one thread per column used 3 of 132 for a 768-wide
+// bias gradient and took 42% of a GPT-2-small step). Pass one: a block of
+// kTileColumns x kLanes threads sums one chunk of rows for kTileColumns
+// columns, each lane a strided subset of the chunk, the lanes then combined
+// in a fixed order; pass two adds the chunks' partials per column in chunk
+// order. The chunking depends on the shape alone, so results are
+// deterministic. With one chunk, pass one writes the f32 result itself.
+constexpr unsigned int kTileColumns = 32, kLanes = 8;
+
+int64_t rows_per_chunk(int64_t rows) {
+  return std::max<int64_t>(64, (rows + 127) / 128);  // at most 128 chunks
+}
+
 template <typename T>
-__global__ void column_sums(const T* x, int64_t rows, int64_t cols, float* out) {
+__global__ void column_partials(const T* x, int64_t rows, int64_t cols, int64_t chunk_rows,
+                                double* partial, float* out) {
+  __shared__ double lanes[kLanes][kTileColumns];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kTileColumns + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
+  double acc = 0.0;
+  if (col < cols) {
+    for (int64_t r = first + threadIdx.y; r < last; r += kLanes) acc += load(x, r * cols + col);
+  }
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  double total = 0.0;
+  for (unsigned int lane = 0; lane < kLanes; ++lane) total += lanes[lane][threadIdx.x];
+  if (out != nullptr) {
+    out[col] = static_cast<float>(total);
+  } else {
+    partial[blockIdx.y * cols + col] = total;
+  }
+}
+
+__global__ void combine_column_partials(const double* partial, int64_t chunks, int64_t cols,
+                                        float* out) {
   TANDEM_CUDA_FOR(j, cols) {
     double acc = 0.0;
-    for (int64_t r = 0; r < rows; ++r) acc += load(x, r * cols + j);
+    for (int64_t c = 0; c < chunks; ++c) acc += partial[c * cols + j];
     out[j] = static_cast<float>(acc);
   }
+}
+
+template <typename T>
+void column_sums(const T* x, int64_t rows, int64_t cols, float* out, Device device) {
+  const int64_t chunk_rows = rows_per_chunk(rows);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const dim3 grid(static_cast<unsigned int>((cols + kTileColumns - 1) / kTileColumns),
+                  static_cast<unsigned int>(std::max<int64_t>(chunks, 1)));
+  const dim3 block(kTileColumns, kLanes);
+  if (chunks <= 1) {
+    column_partials<T><<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, nullptr, out);
+    return;
+  }
+  Tensor partial = Tensor::empty(Shape{8 * chunks * cols}, DType::u8, device,
+                                 MemoryCategory::workspace);
+  auto* partial_d = static_cast<double*>(partial.device_data());
+  column_partials<T><<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, partial_d,
+                                                         nullptr);
+  combine_column_partials<<<blocks_for(cols, kThreads), kThreads, 0, stream(device)>>>(
+      partial_d, chunks, cols, out);
 }
 
 // Sums x (squared or not) times factor; writes out (f32, on the device)
@@ -119,8 +176,8 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
   DeviceGuard guard(x.device());
   dispatch_float(x.dtype(), "sum_to_shape", [&](auto* tag) {
     using T = Element<decltype(tag)>;
-    column_sums<T><<<blocks_for(cols, kThreads), kThreads, 0, stream(x.device())>>>(
-        static_cast<const T*>(x.device_data()), rows, cols, static_cast<float*>(out.device_data()));
+    column_sums<T>(static_cast<const T*>(x.device_data()), rows, cols,
+                   static_cast<float*>(out.device_data()), x.device());
   });
   check_launch("sum_to_shape");
   return out;
