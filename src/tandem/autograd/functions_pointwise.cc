@@ -88,7 +88,11 @@ Variable add(const Variable& a, const Variable& b) {
                    [b_shape = b.shape(), b_dtype = b.dtype()](BackwardContext& ctx) {
                      const Tensor& g = ctx.grad_output();
                      if (ctx.needs(0)) ctx.set(0, g);
-                     if (ctx.needs(1)) ctx.set(1, kernels::sum_to_shape(g, b_shape).to(b_dtype));
+                     if (!ctx.needs(1)) return;
+                     // A residual add's b has a's shape: its gradient is g
+                     // itself, not a reduction and two conversions.
+                     const bool same = g.shape() == b_shape && g.dtype() == b_dtype;
+                     ctx.set(1, same ? g : kernels::sum_to_shape(g, b_shape).to(b_dtype));
                    });
 }
 

@@ -40,28 +40,30 @@ __device__ __forceinline__ float dropout_factor(const Rows& r, int64_t h, int64_
   return random_bits_at(r.seed, index) >= r.threshold ? r.keep_scale : 0.0f;
 }
 
-__global__ void probabilities_kernel(float* scores, float* lse, Rows r) {
+// Three passes over the row (it stays in L1/L2): the maximum, the sum of
+// the exponentials, then the probabilities written in the output's dtype;
+// the exponentials are recomputed rather than stored, so out may be a
+// narrower type than scores or scores itself.
+template <typename T>
+__global__ void probabilities_kernel(const float* scores, T* out, float* lse, Rows r) {
   __shared__ float max_scratch[kThreads];
   __shared__ double sum_scratch[kThreads];
   const int64_t row = blockIdx.x;
   const int64_t h = r.first + row / r.T, i = row % r.T;
   const int64_t limit = visible(r, i);
-  float* x = scores + row * r.S;
+  const float* x = scores + row * r.S;
+  T* y = out + row * r.S;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) m = fmaxf(m, x[j] * r.scale);
   m = block_max(m, max_scratch);
   double s = 0.0;
-  for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) {
-    const float e = expf(x[j] * r.scale - m);
-    x[j] = e;
-    s += e;
-  }
+  for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) s += expf(x[j] * r.scale - m);
   const double sum = block_sum(s, sum_scratch);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = threadIdx.x; j < r.S; j += blockDim.x) {
-    float p = j < limit ? x[j] * inv : 0.0f;
+    float p = j < limit ? expf(x[j] * r.scale - m) * inv : 0.0f;
     if (r.dropout && j < limit) p *= dropout_factor(r, h, i, j);
-    x[j] = p;
+    store(y, j, p);
   }
   if (threadIdx.x == 0) lse[h * r.T + i] = m + static_cast<float>(log(sum));
 }
@@ -77,25 +79,26 @@ __global__ void row_dot_kernel(const T* a, const T* b, float* out, int64_t rows,
   }
 }
 
-__global__ void score_grads_kernel(float* probs, float* dprobs, float* dropped, const float* lse,
-                                   const float* row_dot, Rows r) {
+// Each element is read before it is written by the same thread, so kept
+// may be probs and dscores dprobs (f32, in place).
+template <typename T>
+__global__ void score_grads_kernel(const float* probs, const float* dprobs, const float* lse,
+                                   const float* row_dot, T* kept, T* dscores, Rows r) {
   const int64_t row = blockIdx.x;
   const int64_t h = r.first + row / r.T, i = row % r.T;
   const int64_t limit = visible(r, i);
   const float l = lse[h * r.T + i], di = row_dot[h * r.T + i];
-  float* pr = probs + row * r.S;
-  float* dpr = dprobs + row * r.S;
-  float* pdr = dropped + row * r.S;
+  const int64_t at = row * r.S;
   for (int64_t j = threadIdx.x; j < r.S; j += blockDim.x) {
+    float ds = 0.0f, p = 0.0f;
     if (j < limit) {
-      const float prob = expf(pr[j] * r.scale - l);
+      const float prob = expf(probs[at + j] * r.scale - l);
       const float f = r.dropout ? dropout_factor(r, h, i, j) : 1.0f;
-      dpr[j] = prob * (dpr[j] * f - di) * r.scale;
-      pdr[j] = prob * f;
-    } else {
-      dpr[j] = 0.0f;
-      pdr[j] = 0.0f;
+      ds = prob * (dprobs[at + j] * f - di) * r.scale;
+      p = prob * f;
     }
+    store(dscores, at + j, ds);
+    store(kept, at + j, p);
   }
 }
 
@@ -107,15 +110,18 @@ unsigned int row_blocks(const Tensor& scores, const char* op) {
 
 }  // namespace
 
-void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores,
-                             Tensor& lse) {
-  check_same_device("attention", scores, {&lse});
+void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse,
+                             Tensor& probs) {
+  check_same_device("attention", scores, {&lse, &probs});
   const unsigned int blocks = row_blocks(scores, "attention");
   if (blocks == 0 || rows.S == 0) return;
   DeviceGuard guard(scores.device());
-  probabilities_kernel<<<blocks, kThreads, 0, stream(scores.device())>>>(
-      static_cast<float*>(scores.device_data()), static_cast<float*>(lse.device_data()),
-      rows_of(rows, first));
+  dispatch_float(probs.dtype(), "attention", [&](auto* tag) {
+    using T = Element<decltype(tag)>;
+    probabilities_kernel<T><<<blocks, kThreads, 0, stream(scores.device())>>>(
+        static_cast<const float*>(scores.device_data()), static_cast<T*>(probs.device_data()),
+        static_cast<float*>(lse.device_data()), rows_of(rows, first));
+  });
   check_launch("attention");
 }
 
@@ -136,15 +142,25 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
 }
 
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
-                           Tensor& dropped, const Tensor& lse, const Tensor& row_dot) {
-  check_same_device("attention_backward", probs, {&dprobs, &dropped, &lse, &row_dot});
+                           const Tensor& lse, const Tensor& row_dot, Tensor& kept,
+                           Tensor& dscores) {
+  check_same_device("attention_backward", probs, {&dprobs, &lse, &row_dot, &kept, &dscores});
+  if (kept.dtype() != dscores.dtype()) {
+    TANDEM_THROW(InvalidArgument, "attention_backward: kept ", kept.to_string(), " and dscores ",
+                 dscores.to_string(), " differ in dtype");
+  }
   const unsigned int blocks = row_blocks(probs, "attention_backward");
   if (blocks == 0) return;
   DeviceGuard guard(probs.device());
-  score_grads_kernel<<<blocks, kThreads, 0, stream(probs.device())>>>(
-      static_cast<float*>(probs.device_data()), static_cast<float*>(dprobs.device_data()),
-      static_cast<float*>(dropped.device_data()), static_cast<const float*>(lse.device_data()),
-      static_cast<const float*>(row_dot.device_data()), rows_of(rows, first));
+  dispatch_float(kept.dtype(), "attention_backward", [&](auto* tag) {
+    using T = Element<decltype(tag)>;
+    score_grads_kernel<T><<<blocks, kThreads, 0, stream(probs.device())>>>(
+        static_cast<const float*>(probs.device_data()),
+        static_cast<const float*>(dprobs.device_data()),
+        static_cast<const float*>(lse.device_data()),
+        static_cast<const float*>(row_dot.device_data()), static_cast<T*>(kept.device_data()),
+        static_cast<T*>(dscores.device_data()), rows_of(rows, first));
+  });
   check_launch("attention_backward");
 }
 

@@ -28,12 +28,23 @@ __global__ void gather_kernel(const T* table, const int32_t* idx, T* out, int64_
 template <typename T>
 __global__ void scatter_rows_kernel(const T* dy, const int32_t* idx, int64_t count, int64_t d,
                                     int64_t rows_per_range, float* grad) {
+  // The indices pass through shared memory a block's width at a time: a
+  // dependent global load per index made the scan latency-bound.
+  __shared__ int32_t staged[kThreads];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t first = static_cast<int64_t>(blockIdx.y) * rows_per_range;
-  if (c >= d) return;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t row = idx[i];
-    if (row >= first && row < first + rows_per_range) grad[row * d + c] += load(dy, i * d + c);
+  for (int64_t base = 0; base < count; base += kThreads) {
+    const int64_t n = count - base < kThreads ? count - base : kThreads;
+    __syncthreads();
+    if (threadIdx.x < n) staged[threadIdx.x] = idx[base + threadIdx.x];
+    __syncthreads();
+    if (c >= d) continue;
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t row = staged[k];
+      if (row >= first && row < first + rows_per_range) {
+        grad[row * d + c] += load(dy, (base + k) * d + c);
+      }
+    }
   }
 }
 

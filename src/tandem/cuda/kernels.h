@@ -130,11 +130,11 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p);
 // The row-wise parts of attention (cuda/attention.cu), documented in
 // kernels/detail/attention_rows.h.
 void attention_probabilities(const kernels::detail::AttentionRows& rows, int64_t first,
-                             Tensor& scores, Tensor& lse);
+                             Tensor& scores, Tensor& lse, Tensor& probs);
 Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
 void attention_score_grads(const kernels::detail::AttentionRows& rows, int64_t first, Tensor& probs,
-                           Tensor& dprobs, Tensor& dropped, const Tensor& lse,
-                           const Tensor& row_dot);
+                           Tensor& dprobs, const Tensor& lse, const Tensor& row_dot, Tensor& kept,
+                           Tensor& dscores);
 
 // The optimizers' updates (cuda/optimizer.cu).
 void sgd_update(const Tensor& w, const Tensor& g, const Tensor& momentum,

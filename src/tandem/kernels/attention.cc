@@ -140,9 +140,9 @@ AttentionRows::AttentionRows(const AttentionOptions& o, int64_t T_, int64_t S_, 
       threshold(static_cast<uint64_t>(std::ldexp(static_cast<double>(o.dropout), 32))),
       keep_scale(1.0f / (1.0f - o.dropout)) {}
 
-void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores,
-                             Tensor& lse) {
-  TANDEM_DISPATCH_CUDA(scores, attention_probabilities(rows, first, scores, lse));
+void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse,
+                             Tensor& probs) {
+  TANDEM_DISPATCH_CUDA(scores, attention_probabilities(rows, first, scores, lse, probs));
   const int64_t count = scores.dim(0), T = rows.T, S = rows.S;
   const float scale = rows.scale;
   float* s = scores.data<float>();
@@ -161,6 +161,7 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
       l[h * T + i] = m + std::log(sum);
     }
   });
+  if (probs.raw_data() != scores.raw_data()) probs.copy_from(scores);
 }
 
 Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
@@ -182,9 +183,17 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
 }
 
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
-                           Tensor& dropped, const Tensor& lse, const Tensor& row_dot) {
-  TANDEM_DISPATCH_CUDA(probs,
-                       attention_score_grads(rows, first, probs, dprobs, dropped, lse, row_dot));
+                           const Tensor& lse, const Tensor& row_dot, Tensor& kept,
+                           Tensor& dscores) {
+  TANDEM_DISPATCH_CUDA(probs, attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept,
+                                                    dscores));
+  // The f32 work in place (dropout's kept probabilities beside, in kept
+  // when it is f32), copied into kept and dscores at the end when they are
+  // other tensors.
+  Tensor dropped = !rows.dropout                ? probs
+                   : kept.dtype() == DType::f32 ? kept
+                                                : Tensor::empty(probs.shape(), DType::f32,
+                                                                probs.device());
   const int64_t count = probs.dim(0), T = rows.T, S = rows.S;
   const float scale = rows.scale;
   const float* lse_v = lse.data<float>();
@@ -215,6 +224,8 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
       std::fill(pdr + limit, pdr + S, 0.0f);
     }
   });
+  if (kept.raw_data() != dropped.raw_data()) kept.copy_from(dropped);
+  if (dscores.raw_data() != dprobs.raw_data()) dscores.copy_from(dprobs);
 }
 
 }  // namespace detail
@@ -245,9 +256,11 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     const int64_t count = std::min(group, d.heads() - first);
     Tensor scores = batched_matmul(heads(q, first, count), heads(k, first, count),
                                    {.transpose_b = true, .out_dtype = DType::f32});
-    detail::attention_probabilities(rows, first, scores, r.lse);
+    Tensor probs = q.dtype() == DType::f32 ? scores
+                                           : Tensor::empty(scores.shape(), q.dtype(), q.device());
+    detail::attention_probabilities(rows, first, scores, r.lse, probs);
     Tensor out = heads(r.out, first, count);
-    batched_matmul_into(scores.to(q.dtype()), heads(v, first, count), out);
+    batched_matmul_into(probs, heads(v, first, count), out);
   }
   return r;
 }
@@ -282,14 +295,15 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     // The probabilities again, from the scores and the kept log-sum-exp.
     Tensor probs = batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
     Tensor dprobs = batched_matmul(dog, vg, {.transpose_b = true, .out_dtype = DType::f32});
-    Tensor dropped = rows.dropout ? Tensor::empty(probs.shape(), DType::f32, q.device()) : probs;
-    detail::attention_score_grads(rows, first, probs, dprobs, dropped, lse, row_dot);
-    const Tensor pc = dropped.to(q.dtype()), dsc = dprobs.to(q.dtype());
+    const bool f32 = q.dtype() == DType::f32;
+    Tensor kept = f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
+    Tensor dscores = f32 ? dprobs : Tensor::empty(probs.shape(), q.dtype(), q.device());
+    detail::attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
     Tensor dv = heads(g.dv, first, count), dq = heads(g.dq, first, count),
            dk = heads(g.dk, first, count);
-    batched_matmul_into(pc, dog, dv, {.transpose_a = true});
-    batched_matmul_into(dsc, kg, dq);
-    batched_matmul_into(dsc, qg, dk, {.transpose_a = true});
+    batched_matmul_into(kept, dog, dv, {.transpose_a = true});
+    batched_matmul_into(dscores, kg, dq);
+    batched_matmul_into(dscores, qg, dk, {.transpose_a = true});
   }
   return g;
 }

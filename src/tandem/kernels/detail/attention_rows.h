@@ -26,18 +26,22 @@ struct AttentionRows {
 };
 
 // scores (count, T, S) f32 holds q . k of global heads [first, first +
-// count); replaced by the probabilities (masked, dropout applied), and each
-// row's log-sum-exp of the scaled scores written to lse (B, H, T) f32.
-void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse);
-
+// count); probs (same shape, q's dtype; may be scores itself) receives the
+// probabilities (masked, dropout applied), and each row's log-sum-exp of
+// the scaled scores is written to lse (B, H, T) f32. Writing probs in q's
+// dtype in the same pass saves the device a conversion pass over scores.
+void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse,
+                             Tensor& probs);
 // D_i = dout_i . out_i for every row of (B, H, T, D): (B * H * T,) f32.
 Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
 
-// probs (count, T, S) f32 holds q . k again and dprobs dout . v^T; probs
-// becomes the kept probabilities (after dropout) in `dropped` (which may be
-// probs itself when there is no dropout), and dprobs the gradient of the
-// raw scores, dS = P (dP - D) scale.
+// probs (count, T, S) f32 holds q . k again and dprobs dout . v^T (both
+// may be overwritten); `kept` receives the kept probabilities (after
+// dropout) and `dscores` the gradient of the raw scores, dS = P (dP - D)
+// scale, both in q's dtype. Without dropout in f32, kept may be probs and
+// dscores dprobs: the work is then in place.
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
-                           Tensor& dropped, const Tensor& lse, const Tensor& row_dot);
+                           const Tensor& lse, const Tensor& row_dot, Tensor& kept,
+                           Tensor& dscores);
 
 }  // namespace tandem::kernels::detail
