@@ -1,7 +1,7 @@
 // The row-wise parts of attention on the device (kernels/detail/
-// attention_rows.h): one block per row of scores, the same arithmetic as the
-// CPU (f32 exponentials, the row's sum in double, the dropout mask from the
-// same generator).
+// attention_rows.h): a warp per row of scores for the softmax, a block per
+// row for the score gradients; f32 exponentials, the row's sum in double,
+// the dropout mask from the CPU's generator.
 #include <cmath>
 
 #include "tandem/base/error.h"
@@ -40,32 +40,37 @@ __device__ __forceinline__ float dropout_factor(const Rows& r, int64_t h, int64_
   return random_bits_at(r.seed, index) >= r.threshold ? r.keep_scale : 0.0f;
 }
 
-// Three passes over the row (it stays in L1/L2): the maximum, the sum of
-// the exponentials, then the probabilities written in the output's dtype;
-// the exponentials are recomputed rather than stored, so out may be a
-// narrower type than scores or scores itself.
+// One warp per row, reduced with shuffles (a block per row spent its time
+// in sixteen block-wide barriers). Three passes over the row (it stays in
+// L1): the maximum, the sum of the exponentials in double, then the
+// probabilities written in the output's dtype; the exponentials are
+// recomputed rather than stored, so out may be a narrower type than scores
+// or scores itself.
+constexpr unsigned int kRowsPerBlock = kThreads / 32;
+
 template <typename T>
-__global__ void probabilities_kernel(const float* scores, T* out, float* lse, Rows r) {
-  __shared__ float max_scratch[kThreads];
-  __shared__ double sum_scratch[kThreads];
-  const int64_t row = blockIdx.x;
+__global__ void probabilities_kernel(const float* scores, T* out, float* lse, int64_t rows,
+                                     Rows r) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const unsigned int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
   const int64_t h = r.first + row / r.T, i = row % r.T;
   const int64_t limit = visible(r, i);
   const float* x = scores + row * r.S;
   T* y = out + row * r.S;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) m = fmaxf(m, x[j] * r.scale);
-  m = block_max(m, max_scratch);
+  for (int64_t j = lane; j < limit; j += 32) m = fmaxf(m, x[j] * r.scale);
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(~0u, m, offset));
   double s = 0.0;
-  for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) s += expf(x[j] * r.scale - m);
-  const double sum = block_sum(s, sum_scratch);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = threadIdx.x; j < r.S; j += blockDim.x) {
+  for (int64_t j = lane; j < limit; j += 32) s += expf(x[j] * r.scale - m);
+  for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(~0u, s, offset);
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t j = lane; j < r.S; j += 32) {
     float p = j < limit ? expf(x[j] * r.scale - m) * inv : 0.0f;
     if (r.dropout && j < limit) p *= dropout_factor(r, h, i, j);
     store(y, j, p);
   }
-  if (threadIdx.x == 0) lse[h * r.T + i] = m + static_cast<float>(log(sum));
+  if (lane == 0) lse[h * r.T + i] = m + static_cast<float>(log(s));
 }
 
 template <typename T>
@@ -116,11 +121,12 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
   const unsigned int blocks = row_blocks(scores, "attention");
   if (blocks == 0 || rows.S == 0) return;
   DeviceGuard guard(scores.device());
+  const unsigned int warp_blocks = (blocks + kRowsPerBlock - 1) / kRowsPerBlock;
   dispatch_float(probs.dtype(), "attention", [&](auto* tag) {
     using T = Element<decltype(tag)>;
-    probabilities_kernel<T><<<blocks, kThreads, 0, stream(scores.device())>>>(
+    probabilities_kernel<T><<<warp_blocks, kThreads, 0, stream(scores.device())>>>(
         static_cast<const float*>(scores.device_data()), static_cast<T*>(probs.device_data()),
-        static_cast<float*>(lse.device_data()), rows_of(rows, first));
+        static_cast<float*>(lse.device_data()), blocks, rows_of(rows, first));
   });
   check_launch("attention");
 }

@@ -48,10 +48,12 @@ __global__ void scatter_rows_kernel(const T* dy, const int32_t* idx, int64_t cou
   }
 }
 
-// Enough blocks to fill a large GPU several times over; a range of at least
+// Every block scans all the indices, so the scan's cost grows with the
+// block count: about one block per multiprocessor of a large GPU (1024
+// blocks made the scan, not the additions, the cost); a range of at least
 // one row.
 int64_t rows_per_range(int64_t vocabulary, int64_t column_blocks) {
-  constexpr int64_t kWantedBlocks = 1024;
+  constexpr int64_t kWantedBlocks = 128;
   const int64_t ranges =
       std::clamp<int64_t>(kWantedBlocks / std::max<int64_t>(column_blocks, 1), 1, 65535);
   return std::max<int64_t>(1, (vocabulary + ranges - 1) / ranges);

@@ -14,7 +14,9 @@ namespace tandem::cuda {
 namespace {
 
 constexpr unsigned int kThreads = 256;
-constexpr int64_t kRowBlock = 256;  // rows per partial sum of a column
+// Rows per partial sum of a column: 64 gives a 8192 x 768 layer norm 384
+// blocks (256 gave 96, under one per multiprocessor of an H200).
+constexpr int64_t kRowBlock = 64;
 
 struct RowsCols {
   int64_t rows, cols;
