@@ -35,8 +35,9 @@ if(NOT TANDEM_WITH_CUDA STREQUAL "OFF")
     add_library(tandem_cuda_deps INTERFACE)
     target_include_directories(tandem_cuda_deps INTERFACE ${TANDEM_NCCL_INCLUDE}
                                ${TANDEM_CUDNN_INCLUDE})
-    # cuBLASLt, cuDNN and NCCL are loaded on first use (src/tandem/cuda/
-    # libraries.cc), not linked: only their headers are needed here.
+    # cuBLASLt, cuDNN and NCCL are loaded on first use (kernels/cuda/
+    # libraries.cc, comm/cuda/nccl_library.cc), not linked: only their
+    # headers are needed here.
     target_link_libraries(tandem_cuda_deps INTERFACE CUDA::cudart ${CMAKE_DL_LIBS})
     message(STATUS "tandem: CUDA backend on (toolkit ${CUDAToolkit_VERSION}, "
                    "architectures ${CMAKE_CUDA_ARCHITECTURES})")

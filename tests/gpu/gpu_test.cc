@@ -22,7 +22,7 @@
 #include "tandem/comm/nccl.h"
 #include "tandem/config.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/host_staging.h"
+#include "tandem/tensor/cuda/host_staging.h"
 #endif
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/activation.h"
@@ -109,7 +109,7 @@ TEST_F(Gpu, TensorsCopyAndConvertBetweenHostAndDevice) {
   EXPECT_FLOAT_EQ(dev.slice(2, 3).reshape(Shape{7000}).to_floats()[5], host.to_floats()[14005]);
 }
 
-// Host-to-device copies go through pinned staging blocks (cuda/host_staging.h):
+// Host-to-device copies go through pinned staging blocks (tensor/cuda/host_staging.h):
 // the source is free as soon as the copy returns, blocks are reused only
 // once their DMA has run, copies too large to stage go directly, and two
 // threads (two streams) staging at once each get their own data.

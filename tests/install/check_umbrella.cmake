@@ -4,6 +4,7 @@
 set(internal
     tandem/tandem.h
     tandem/base/atomic_file.h tandem/base/host_name.h tandem/base/memory_bandwidth.h
+    tandem/base/shared_library.h
     tandem/base/statistics.h tandem/base/target_clones.h tandem/base/text_file.h
     tandem/base/utf8.h tandem/data/crc32c.h tandem/tensor/device_memory.h
     tandem/distribute/parameter_server_processes.h tandem/distribute/variable_partition.h
@@ -12,7 +13,7 @@ file(READ ${SOURCE_DIR}/src/tandem/tandem.h umbrella)
 file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR}/src ${SOURCE_DIR}/src/tandem/*.h)
 set(missing "")
 foreach(header IN LISTS headers)
-  if(header MATCHES "/detail/" OR header MATCHES "^tandem/cli/" OR header MATCHES "^tandem/cuda/")
+  if(header MATCHES "/detail/" OR header MATCHES "^tandem/cli/" OR header MATCHES "/cuda/")
     continue()
   endif()
   list(FIND internal ${header} at)

@@ -5,6 +5,7 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/cli/commands.h"
+#include "tandem/comm/nccl.h"
 #include "tandem/config.h"
 #include "tandem/kernels/backend_info.h"
 #include "tandem/tensor/device.h"
@@ -58,7 +59,7 @@ Command add_info_command(CLI::App& app) {
                 j["cuda_driver_version"] = backend.cuda_driver_version;
                 j["cublas_version"] = backend.cublas_version;
                 j["cudnn_version"] = backend.cudnn_version;
-                j["nccl_version"] = backend.nccl_version;
+                j["nccl_version"] = comm::nccl_version();
               }
               fmt::print("{}\n", j.dump(2));
               return 0;
@@ -90,7 +91,7 @@ Command add_info_command(CLI::App& app) {
             }
             fmt::print("cuda           runtime {}, driver {}, cuBLASLt {}, cuDNN {}, NCCL {}\n",
                        backend.cuda_runtime_version, backend.cuda_driver_version,
-                       backend.cublas_version, backend.cudnn_version, backend.nccl_version);
+                       backend.cublas_version, backend.cudnn_version, comm::nccl_version());
             if (backend.gpus.empty()) fmt::print("gpus           none found\n");
             for (size_t i = 0; i < backend.gpus.size(); ++i) {
               const auto& g = backend.gpus[i];

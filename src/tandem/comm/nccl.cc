@@ -3,11 +3,12 @@
 #include "tandem/base/error.h"
 #include "tandem/config.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/libraries.h"
-#include "tandem/cuda/nccl_communicator.h"
+#include "tandem/comm/cuda/nccl_library.h"
+#include "tandem/comm/cuda/nccl_communicator.h"
 #endif
 
 namespace tandem::comm {
+#if !TANDEM_HAVE_CUDA
 namespace {
 
 [[noreturn]] void no_cuda() {
@@ -15,6 +16,7 @@ namespace {
 }
 
 }  // namespace
+#endif
 
 bool nccl_available() {
 #if TANDEM_HAVE_CUDA
@@ -26,6 +28,14 @@ bool nccl_available() {
   }
 #else
   return false;
+#endif
+}
+
+std::string nccl_version() {
+#if TANDEM_HAVE_CUDA
+  return cuda::nccl_version();
+#else
+  return "not built";
 #endif
 }
 

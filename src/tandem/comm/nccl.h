@@ -11,6 +11,7 @@
 // by the others only when their timeout expires.
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -19,6 +20,10 @@ namespace tandem::comm {
 
 // True when this build has the CUDA backend and NCCL can be loaded.
 bool nccl_available();
+
+// NCCL's version ("2.28.3"), "not found" when it cannot be loaded, or "not
+// built" without the CUDA backend (`tandem info`).
+std::string nccl_version();
 
 class NcclGroup {
  public:

@@ -8,7 +8,7 @@
 #include "tandem/config.h"
 #include "tandem/kernels/detail/onednn.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/info.h"
+#include "tandem/kernels/cuda/info.h"
 #endif
 
 namespace tandem::kernels {

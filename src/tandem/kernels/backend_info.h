@@ -25,8 +25,8 @@ struct BackendInfo {
   };
   std::vector<Gpu> gpus;  // empty without a driver or GPU
   // "13.0" etc.; empty when not built, the driver's "none" when absent.
-  std::string cuda_runtime_version, cuda_driver_version, cublas_version, cudnn_version,
-      nccl_version;
+  // (NCCL's version is comm's: comm::nccl_version().)
+  std::string cuda_runtime_version, cuda_driver_version, cublas_version, cudnn_version;
 };
 
 BackendInfo backend_info();

@@ -3,7 +3,7 @@
 #include "tandem/base/error.h"
 #include "tandem/config.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/runtime.h"
 #endif
 
 namespace tandem {

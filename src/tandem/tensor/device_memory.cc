@@ -8,7 +8,7 @@
 #include "tandem/config.h"
 #include "tandem/tensor/convert.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/memory.h"
+#include "tandem/tensor/cuda/memory.h"
 #endif
 
 namespace tandem::detail {

@@ -1,7 +1,7 @@
 #pragma once
 // Raw memory of every device kind, for the Allocator and Tensor: the one
 // place the tensor layer branches on the device (CPU: aligned host memory
-// and memcpy; CUDA: cuda/memory.h). Everything above works on Tensors.
+// and memcpy; CUDA: tensor/cuda/memory.h). Everything above works on Tensors.
 
 #include <cstddef>
 #include <cstdint>

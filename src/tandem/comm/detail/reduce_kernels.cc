@@ -8,7 +8,7 @@
 #include "tandem/config.h"
 #include "tandem/tensor/convert.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/kernels.h"
+#include "tandem/comm/cuda/collectives.h"
 #endif
 
 namespace tandem::comm::kernels {

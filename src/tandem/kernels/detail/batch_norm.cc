@@ -63,7 +63,7 @@ Tensor channel_tensor(const Tensor& x) {
 }  // namespace
 
 bool batch_norm_supported(const Tensor& x) {
-  // On a GPU the split kernels run (cuda/batch_norm.cu).
+  // On a GPU the split kernels run (kernels/cuda/batch_norm.cu).
   return x.defined() && x.device().kind == DeviceKind::cpu &&
          (x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && onednn_runs_bf16())) &&
          x.rank() >= 1 && x.dim(-1) > 0 && x.numel() > 0;

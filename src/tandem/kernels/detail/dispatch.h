@@ -1,6 +1,6 @@
 #pragma once
 // Device dispatch of the public kernels: each entry point hands tensors on a
-// CUDA device to its cuda:: implementation (tandem/cuda/kernels.h) before
+// CUDA device to its cuda:: implementation (tandem/kernels/cuda/kernels.h) before
 // any host code touches them:
 //   Tensor add(const Tensor& a, const Tensor& b) {
 //     TANDEM_DISPATCH_CUDA(a, add(a, b));
@@ -11,7 +11,7 @@
 #include "tandem/config.h"
 #include "tandem/tensor/tensor.h"
 #if TANDEM_HAVE_CUDA
-#include "tandem/cuda/kernels.h"
+#include "tandem/kernels/cuda/kernels.h"
 #endif
 
 namespace tandem::kernels::detail {

@@ -3,10 +3,10 @@
 // Computed in f32 whatever the storage dtype, as on the CPU.
 #include <cmath>
 
-#include "tandem/cuda/checks.h"
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/kernels/cuda/checks.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/runtime.h"
 #include "tandem/kernels/elementwise.h"
 
 namespace tandem::cuda {

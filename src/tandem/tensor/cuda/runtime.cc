@@ -1,4 +1,4 @@
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 #include <atomic>
 #include <map>

@@ -4,9 +4,10 @@
 // wrap-around for i32 sums, as MPI_SUM does.
 #include <vector>
 
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/comm/cuda/collectives.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/tensor/cuda/runtime.h"
+#include "tandem/tensor/tensor.h"
 
 namespace tandem::cuda {
 namespace {

@@ -1,7 +1,7 @@
-#include "tandem/cuda/info.h"
+#include "tandem/kernels/cuda/info.h"
 
-#include "tandem/cuda/libraries.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/kernels/cuda/libraries.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {
@@ -24,7 +24,6 @@ void describe(kernels::BackendInfo& info) {
   cudaGetLastError();
   info.cublas_version = cublaslt_version();
   info.cudnn_version = cudnn_version();
-  info.nccl_version = nccl_version();
   for (int i = 0; i < physical_device_count(); ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;

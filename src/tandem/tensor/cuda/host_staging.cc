@@ -1,4 +1,4 @@
-#include "tandem/cuda/host_staging.h"
+#include "tandem/tensor/cuda/host_staging.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 
 #include "tandem/base/error.h"
-#include "tandem/cuda/checks.h"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/libraries.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/kernels/cuda/checks.h"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/kernels/cuda/libraries.h"
+#include "tandem/tensor/cuda/runtime.h"
 #include "tandem/kernels/flops.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // see libraries.h

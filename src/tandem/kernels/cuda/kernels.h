@@ -3,7 +3,7 @@
 // (tandem/kernels/*.h) dispatches to for tensors on a cuda device; same
 // signatures and meaning, documented there. Every tensor of a call must be
 // on the same device. Work goes to the calling thread's stream
-// (cuda/runtime.h); results that the host reads (a loss value, a count, a
+// (tensor/cuda/runtime.h); results that the host reads (a loss value, a count, a
 // norm) synchronise it.
 
 #include <cstdint>
@@ -24,7 +24,7 @@
 
 namespace tandem::cuda {
 
-// Matrix products on cuBLASLt (cuda/matmul.cc), after kernels/matmul.cc
+// Matrix products on cuBLASLt (kernels/cuda/matmul.cc), after kernels/matmul.cc
 // has checked the operands: `batch` products of op(a) (M, K) and op(b)
 // (K, N) into out (M, N); b is shared by the batch when b_batch is 1.
 struct MatmulProblem {
@@ -141,14 +141,5 @@ void sgd_update(const Tensor& w, const Tensor& g, const Tensor& momentum,
                 const kernels::SgdUpdate& s);
 void adam_update(const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& v,
                  const kernels::AdamUpdate& s);
-
-// The in-process collectives' reduction over GPU buffers (cuda/collectives.cu):
-// for i in [begin, end), outputs[k][i] = op over inputs[r][i] (times scale
-// for floating dtypes), queued on the calling thread's stream for `device`.
-// Buffers on another GPU are reached by peer access, or refused.
-enum class Reduction : uint8_t { sum, max, min };
-void reduce_range(Device device, DType dtype, Reduction op, float scale, const void* const* inputs,
-                  int input_count, void* const* outputs, int output_count, int64_t begin,
-                  int64_t end);
 
 }  // namespace tandem::cuda

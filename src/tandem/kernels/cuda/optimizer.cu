@@ -1,9 +1,9 @@
 // The optimizers' update arithmetic on the device: one pass over each
 // parameter, its gradient and its state, the same formulas as the CPU loops
 // (kernels/optimizer_update.cc).
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

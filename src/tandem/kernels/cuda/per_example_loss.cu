@@ -5,10 +5,10 @@
 // kernel's own checks (one read back of the labels per forward pass).
 #include <cmath>
 
-#include "tandem/cuda/checks.h"
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/kernels/cuda/checks.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/runtime.h"
 #include "tandem/kernels/detail/loss_common.h"
 
 namespace tandem::cuda {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -1,12 +1,12 @@
 #pragma once
-// cuBLASLt, cuDNN and NCCL, loaded when first used (dlopen) rather than
-// linked: they are hundreds of megabytes (cuBLASLt 540 MB, NCCL 220 MB here)
+// cuBLASLt and cuDNN, loaded when first used (dlopen) rather than linked
+// (NCCL likewise, comm/cuda/nccl_library.h): they are hundreds of megabytes
+// (cuBLASLt 540 MB, NCCL 220 MB here)
 // that every tandem process would map and partly touch at start, about
 // 130 MB more resident memory in a run that never uses a GPU. Only their
 // headers' types are used at build time.
 
 #include <cublasLt.h>
-#include <nccl.h>
 
 // cuDNN 9 marks the convolution API tandem uses (descriptors and
 // cudnnConvolution*) deprecated in favour of its graph API; it is still
@@ -40,22 +40,6 @@ struct CublasLt {
 // it: LD_LIBRARY_PATH) when it cannot be loaded.
 const CublasLt& cublaslt();
 
-struct Nccl {
-  decltype(&ncclGetUniqueId) get_unique_id;
-  decltype(&ncclCommInitRank) comm_init_rank;
-  decltype(&ncclCommInitAll) comm_init_all;
-  decltype(&ncclCommDestroy) comm_destroy;
-  decltype(&ncclCommAbort) comm_abort;
-  decltype(&ncclCommGetAsyncError) comm_get_async_error;
-  decltype(&ncclGetErrorString) error_string;
-  decltype(&ncclAllReduce) all_reduce;
-  decltype(&ncclReduceScatter) reduce_scatter;
-  decltype(&ncclAllGather) all_gather;
-  decltype(&ncclBroadcast) broadcast;
-};
-
-// As cublaslt(), for NCCL (libnccl.so.2).
-const Nccl& nccl();
 
 struct Cudnn {
   decltype(&cudnnCreate) create;
@@ -88,7 +72,6 @@ const Cudnn& cudnn();
 // "9.19.0", or "not found" when the library cannot be loaded.
 std::string cublaslt_version();
 std::string cudnn_version();
-std::string nccl_version();
 
 }  // namespace tandem::cuda
 

@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
-#include "tandem/cuda/checks.h"
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/kernels.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/kernels/cuda/checks.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -1,12 +1,12 @@
-#include "tandem/cuda/memory.h"
+#include "tandem/tensor/cuda/memory.h"
 
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "tandem/base/error.h"
-#include "tandem/cuda/host_staging.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/host_staging.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

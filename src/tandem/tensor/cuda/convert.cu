@@ -2,9 +2,9 @@
 #include <cmath>
 #include <limits>
 
-#include "tandem/cuda/elements.cuh"
-#include "tandem/cuda/memory.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/tensor/cuda/memory.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "tandem/cuda/nccl_communicator.h"
+#include "tandem/comm/cuda/nccl_communicator.h"
 
 #include <array>
 #include <atomic>
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "tandem/base/error.h"
-#include "tandem/cuda/libraries.h"
-#include "tandem/cuda/runtime.h"
+#include "tandem/comm/cuda/nccl_library.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -1,0 +1,58 @@
+# The layer order of docs/architecture.md, checked against the includes:
+# every file under src/tandem/<layer>/ may include tandem/<other>/... only
+# for an <other> listed before (or equal to) <layer> here. Fails naming each
+# file, its include and the two layers. With DOC set, also checks that the
+# layer map in that Markdown file lists exactly these layers, in this order.
+#   cmake -DSOURCE_DIR=<repo> [-DDOC=<repo>/docs/architecture.md] -P cmake/check_layers.cmake
+set(layers base tensor kernels autograd nn optim data comm precision distribute train interop
+           monitor tune cli)
+if(NOT SOURCE_DIR)
+  message(FATAL_ERROR "check_layers: set SOURCE_DIR to the repository")
+endif()
+set(root ${SOURCE_DIR}/src/tandem)
+file(GLOB_RECURSE files RELATIVE ${root} ${root}/*.h ${root}/*.cc ${root}/*.cu ${root}/*.cuh)
+set(problems "")
+foreach(file IN LISTS files)
+  if(NOT file MATCHES "/")
+    continue()  # tandem.h, the umbrella over every layer
+  endif()
+  string(REGEX MATCH "^[a-z_]+" layer ${file})
+  list(FIND layers ${layer} rank)
+  if(rank EQUAL -1)
+    string(APPEND problems "\n  src/tandem/${file}: folder '${layer}' is no layer of the list")
+    continue()
+  endif()
+  file(STRINGS ${root}/${file} includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"tandem/")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^[^\"]*\"tandem/([^\"]*)\".*" "\\1" target "${line}")
+    if(NOT target MATCHES "/")
+      continue()  # tandem/config.h, generated for every layer
+    endif()
+    string(REGEX MATCH "^[a-z_]+" used ${target})
+    list(FIND layers ${used} used_rank)
+    if(used_rank GREATER rank OR used_rank EQUAL -1)
+      string(APPEND problems "\n  src/tandem/${file} includes tandem/${target}: "
+                             "layer '${used}' is above '${layer}'")
+    endif()
+  endforeach()
+endforeach()
+if(DOC)
+  file(READ ${DOC} text)
+  string(FIND "${text}" "## Layers" at)
+  string(SUBSTRING "${text}" ${at} -1 text)
+  string(REGEX MATCH "```\n([^`]*)```" block "${text}")
+  string(REGEX MATCHALL "\n[a-z_]+ " names "\n${CMAKE_MATCH_1}")
+  set(documented "")
+  foreach(name IN LISTS names)
+    string(STRIP "${name}" name)
+    list(APPEND documented ${name})
+  endforeach()
+  if(NOT documented STREQUAL layers)
+    string(APPEND problems "\n  ${DOC}'s layer map lists '${documented}', the check '${layers}'")
+  endif()
+endif()
+if(problems)
+  message(FATAL_ERROR "includes that point up the layer order (docs/architecture.md):${problems}")
+endif()
+list(LENGTH files count)
+message(STATUS "check_layers: ${count} files, no include points up the layer order")
