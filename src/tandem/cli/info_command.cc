@@ -44,7 +44,7 @@ Command add_info_command(CLI::App& app) {
                                   {"onednn_version", backend.onednn_version},
                                   {"onednn_isa", backend.cpu_isa},
                                   {"virtual_cpu_devices", virtual_cpu_device_count()},
-                                  {"cuda", TANDEM_HAVE_CUDA == 1}};
+                                  {"cuda", cuda_built()}};
               if (backend.cuda_built) {
                 nlohmann::json gpus = nlohmann::json::array();
                 for (const auto& g : backend.gpus) {

@@ -1,52 +1,22 @@
 #include "tandem/comm/nccl.h"
 
 #include "tandem/base/error.h"
-#include "tandem/config.h"
-#if TANDEM_HAVE_CUDA
-#include "tandem/comm/cuda/nccl_library.h"
-#include "tandem/comm/cuda/nccl_communicator.h"
-#endif
+#include "tandem/comm/detail/gpu_backend.h"
 
 namespace tandem::comm {
-#if !TANDEM_HAVE_CUDA
-namespace {
-
-[[noreturn]] void no_cuda() {
-  TANDEM_THROW(Error, "NCCL: this build of tandem has no CUDA backend (TANDEM_WITH_CUDA)");
-}
-
-}  // namespace
-#endif
 
 bool nccl_available() {
-#if TANDEM_HAVE_CUDA
-  try {
-    cuda::nccl();
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-#else
-  return false;
-#endif
+  detail::GpuBackend* backend = detail::gpu_backend();
+  return backend != nullptr && backend->nccl_available();
 }
 
 std::string nccl_version() {
-#if TANDEM_HAVE_CUDA
-  return cuda::nccl_version();
-#else
-  return "not built";
-#endif
+  detail::GpuBackend* backend = detail::gpu_backend();
+  return backend != nullptr ? backend->nccl_version() : "not built";
 }
 
-NcclGroup::NcclGroup(const std::vector<Device>& devices, CommOptions options) {
-#if TANDEM_HAVE_CUDA
-  communicators_ = cuda::make_nccl_communicators(devices, options);
-#else
-  static_cast<void>(devices);
-  static_cast<void>(options);
-  no_cuda();
-#endif
+NcclGroup::NcclGroup(const std::vector<Device>& devices, CommOptions options)
+    : communicators_(detail::require_gpu_backend("NCCL").make_nccl_communicators(devices, options)) {
 }
 
 NcclGroup::~NcclGroup() = default;
@@ -65,14 +35,7 @@ std::unique_ptr<Communicator> NcclGroup::communicator(int rank) {
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Device device,
                                                      CommOptions options) {
-#if TANDEM_HAVE_CUDA
-  return cuda::make_nccl_communicator(bootstrap, device, options);
-#else
-  static_cast<void>(bootstrap);
-  static_cast<void>(device);
-  static_cast<void>(options);
-  no_cuda();
-#endif
+  return detail::require_gpu_backend("NCCL").make_nccl_communicator(bootstrap, device, options);
 }
 
 }  // namespace tandem::comm

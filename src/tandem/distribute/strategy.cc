@@ -14,7 +14,6 @@
 #include "tandem/comm/inprocess.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/nccl.h"
-#include "tandem/config.h"
 #include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/parameter_server_processes.h"
@@ -398,7 +397,7 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
   const int gpus = cuda_gpu_count();
   if (gpus < 1) {
     TANDEM_THROW(InvalidArgument, "--device cuda: this machine has no CUDA device",
-                 TANDEM_HAVE_CUDA ? "" : " (and this build of tandem has no CUDA backend)");
+                 cuda_built() ? "" : " (and this build of tandem has no CUDA backend)");
   }
   // One host thread drives each GPU replica (the input pipeline has its own).
   const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;

@@ -5,11 +5,8 @@
 
 #include <string>
 
-#include "tandem/config.h"
+#include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
-#if TANDEM_HAVE_CUDA
-#include "tandem/kernels/cuda/info.h"
-#endif
 
 namespace tandem::kernels {
 namespace {
@@ -51,9 +48,7 @@ BackendInfo backend_info() {
   info.cpu_isa = isa_name(dnnl_get_effective_cpu_isa());
   info.max_threads = omp_get_max_threads();
   info.bf16_primitives = detail::onednn_runs_bf16();
-#if TANDEM_HAVE_CUDA
-  cuda::describe(info);
-#endif
+  TANDEM_CUDA_ONLY(cuda::describe(info));
   return info;
 }
 

@@ -31,18 +31,15 @@ void copy_rows(const Tensor& src, int64_t src_rows, int64_t src_at, const Tensor
                int64_t dst_rows, int64_t dst_at, int64_t rows, int64_t outer, int64_t inner) {
   const int64_t bytes = rows * inner;
   if (bytes == 0) return;
-#if TANDEM_HAVE_CUDA
-  if (detail::on_cuda(dst) || detail::on_cuda(src)) {
-    if (src.device() != dst.device()) {
-      TANDEM_THROW(InvalidArgument, "layout copy between ", src.device().to_string(), " and ",
-                   dst.device().to_string(), " (move one with Tensor::to(Device))");
-    }
-    cuda::copy_rows(dst.device(), static_cast<const char*>(src.device_data()) + src_at * inner,
-                    src_rows * inner, static_cast<char*>(dst.device_data()) + dst_at * inner,
-                    dst_rows * inner, bytes, outer);
-    return;
+  if (src.device() != dst.device()) {
+    TANDEM_THROW(InvalidArgument, "layout copy between ", src.device().to_string(), " and ",
+                 dst.device().to_string(), " (move one with Tensor::to(Device))");
   }
-#endif
+  TANDEM_DISPATCH_CUDA(dst, copy_rows(dst.device(),
+                                      static_cast<const char*>(src.device_data()) + src_at * inner,
+                                      src_rows * inner,
+                                      static_cast<char*>(dst.device_data()) + dst_at * inner,
+                                      dst_rows * inner, bytes, outer));
   const char* from = static_cast<const char*>(src.raw_data());
   char* to = static_cast<char*>(dst.raw_data());
   parallel_for(outer, std::max<int64_t>(1, detail::kPointwiseGrain / std::max<int64_t>(bytes, 1)),
@@ -99,12 +96,10 @@ Tensor permute(const Tensor& x, std::span<const int> order) {
     y.copy_from(x);
     return y;
   }
-#if TANDEM_HAVE_CUDA
   if (detail::on_cuda(x)) {
-    cuda::permute_into(x, order, kept, y);
+    TANDEM_CUDA_ONLY(cuda::permute_into(x, order, kept, y));
     return y;
   }
-#endif
   // Byte strides of x's dimensions, read in y's order.
   std::vector<int64_t> x_stride(static_cast<size_t>(rank));
   int64_t stride = static_cast<int64_t>(element);

@@ -6,10 +6,7 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
-#include "tandem/config.h"
-#if TANDEM_HAVE_CUDA
-#include "tandem/tensor/cuda/runtime.h"
-#endif
+#include "tandem/tensor/detail/device_backend.h"
 
 namespace tandem {
 namespace {
@@ -82,40 +79,37 @@ std::ostream& operator<<(std::ostream& out, const Device& device) {
   return out << device.to_string();
 }
 
-void synchronize([[maybe_unused]] Device device) {
-#if TANDEM_HAVE_CUDA
-  if (device.kind == DeviceKind::cuda) cuda::sync_stream(device);
-#endif
+// A non-CPU device without a back end in this build has no queued work.
+void synchronize(Device device) {
+  if (detail::DeviceBackend* backend = detail::device_backend(device.kind)) {
+    backend->synchronize(device);
+  }
 }
 
-void synchronize_all([[maybe_unused]] Device device) {
-#if TANDEM_HAVE_CUDA
-  if (device.kind == DeviceKind::cuda) cuda::sync_device(device);
-#endif
+void synchronize_all(Device device) {
+  if (detail::DeviceBackend* backend = detail::device_backend(device.kind)) {
+    backend->synchronize_all(device);
+  }
 }
 
-void set_cuda_devices_per_gpu([[maybe_unused]] int count) {
-#if TANDEM_HAVE_CUDA
-  cuda::set_devices_per_gpu(count);
-#else
-  TANDEM_THROW(NotImplemented, "virtual GPU devices: this build of tandem has no CUDA backend");
-#endif
+void set_cuda_devices_per_gpu(int count) {
+  detail::DeviceBackend* backend = detail::device_backend(DeviceKind::cuda);
+  if (backend == nullptr) {
+    TANDEM_THROW(NotImplemented, "virtual GPU devices: this build of tandem has no CUDA backend");
+  }
+  backend->set_devices_per_physical(count);
 }
 
 int cuda_gpu_count() {
-#if TANDEM_HAVE_CUDA
-  return cuda::physical_device_count();
-#else
-  return 0;
-#endif
+  detail::DeviceBackend* backend = detail::device_backend(DeviceKind::cuda);
+  return backend != nullptr ? backend->physical_device_count() : 0;
 }
 
+bool cuda_built() { return detail::device_backend(DeviceKind::cuda) != nullptr; }
+
 int cuda_device_count() {
-#if TANDEM_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
+  detail::DeviceBackend* backend = detail::device_backend(DeviceKind::cuda);
+  return backend != nullptr ? backend->device_count() : 0;
 }
 
 }  // namespace tandem

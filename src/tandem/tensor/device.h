@@ -58,6 +58,8 @@ void set_virtual_cpu_device_count(int count);
 int cuda_device_count();
 // The physical GPUs this process sees (0 without CUDA or a GPU).
 int cuda_gpu_count();
+// Whether this build has the CUDA back end (whatever the machine has).
+bool cuda_built();
 // Splits each GPU into `count` virtual GPU devices (1 to 64; TensorFlow's
 // logical devices), so that strategies can run several replicas on one GPU
 // (tests, and trying a multi-GPU recipe on one). Call before any tensor is

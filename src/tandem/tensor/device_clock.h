@@ -25,7 +25,8 @@ class DeviceMark {
 
  private:
   std::chrono::steady_clock::time_point host_{};
-  std::shared_ptr<void> event_;  // the GPU's event; null on the CPU
+  std::shared_ptr<void> event_;  // the device back end's mark; null on the CPU
+  DeviceKind kind_ = DeviceKind::cpu;
 };
 
 }  // namespace tandem

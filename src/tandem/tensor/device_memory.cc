@@ -5,24 +5,15 @@
 #include <cstring>
 
 #include "tandem/base/error.h"
-#include "tandem/config.h"
 #include "tandem/tensor/convert.h"
-#if TANDEM_HAVE_CUDA
-#include "tandem/tensor/cuda/memory.h"
-#endif
+#include "tandem/tensor/detail/device_backend.h"
 
 namespace tandem::detail {
 namespace {
 
 constexpr size_t kHostAlignment = 64;
 
-bool on_host(Device device) {
-  if (device.kind == DeviceKind::cpu) return true;
-  if (TANDEM_HAVE_CUDA == 1) return false;
-  TANDEM_THROW(NotImplemented, device.to_string(),
-               ": this build of tandem has no CUDA backend (configure with the CUDA toolkit "
-               "installed, or -DTANDEM_WITH_CUDA=ON)");
-}
+bool on_host(Device device) { return device.kind == DeviceKind::cpu; }
 
 }  // namespace
 
@@ -31,30 +22,20 @@ void* device_allocate(Device device, size_t bytes) {
     const size_t size = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     return std::aligned_alloc(kHostAlignment, size == 0 ? kHostAlignment : size);
   }
-#if TANDEM_HAVE_CUDA
-  return cuda::allocate(device, bytes);
-#else
-  return nullptr;
-#endif
+  return require_device_backend(device).allocate(device, bytes);
 }
 
 void device_release(Device device, void* block) {
   if (on_host(device)) return std::free(block);
-#if TANDEM_HAVE_CUDA
-  cuda::release(device, block);
-#endif
+  require_device_backend(device).release(device, block);
 }
 
-void device_retire([[maybe_unused]] Device device, [[maybe_unused]] void* block) {
-#if TANDEM_HAVE_CUDA
-  if (!on_host(device)) cuda::retire(device, block);
-#endif
+void device_retire(Device device, void* block) {
+  if (!on_host(device)) require_device_backend(device).retire(device, block);
 }
 
-void device_reuse([[maybe_unused]] Device device, [[maybe_unused]] void* block) {
-#if TANDEM_HAVE_CUDA
-  if (!on_host(device)) cuda::reuse(device, block);
-#endif
+void device_reuse(Device device, void* block) {
+  if (!on_host(device)) require_device_backend(device).reuse(device, block);
 }
 
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
@@ -63,31 +44,19 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
     std::memcpy(dst, src, bytes);
     return;
   }
-#if TANDEM_HAVE_CUDA
-  cuda::copy(dst, dst_device, src, src_device, bytes);
-#endif
+  const Device device = on_host(dst_device) ? src_device : dst_device;
+  require_device_backend(device).copy(dst, dst_device, src, src_device, bytes);
 }
 
 void device_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                     Device device) {
   if (on_host(device)) return convert(src, src_dtype, dst, dst_dtype, n);
-#if TANDEM_HAVE_CUDA
-  cuda::convert(src, src_dtype, dst, dst_dtype, n, device);
-#endif
+  require_device_backend(device).convert(src, src_dtype, dst, dst_dtype, n, device);
 }
 
 void device_fill(void* dst, DType dtype, float value, int64_t n, Device device) {
   if (n <= 0) return;
-  if (!on_host(device)) {
-#if TANDEM_HAVE_CUDA
-    if (value == 0.0f) {
-      cuda::zero(dst, device, static_cast<size_t>(n) * dtype_size(dtype));
-    } else {
-      cuda::fill(dst, dtype, value, n, device);
-    }
-#endif
-    return;
-  }
+  if (!on_host(device)) return require_device_backend(device).fill(dst, dtype, value, n, device);
   if (value == 0.0f) {
     std::memset(dst, 0, static_cast<size_t>(n) * dtype_size(dtype));
     return;

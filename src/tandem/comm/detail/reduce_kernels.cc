@@ -5,11 +5,8 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/target_clones.h"
-#include "tandem/config.h"
+#include "tandem/comm/detail/gpu_backend.h"
 #include "tandem/tensor/convert.h"
-#if TANDEM_HAVE_CUDA
-#include "tandem/comm/cuda/collectives.h"
-#endif
 
 namespace tandem::comm::kernels {
 namespace {
@@ -164,21 +161,12 @@ void reduce_range(DType dtype, ReduceOp op, float scale, const void* const* inpu
   reduce_floating(dtype, op, scale, inputs, input_count, outputs, output_count, begin, end);
 }
 
-void reduce_range_on_device([[maybe_unused]] Device device, [[maybe_unused]] DType dtype,
-                            [[maybe_unused]] ReduceOp op, [[maybe_unused]] float scale,
-                            [[maybe_unused]] const void* const* inputs,
-                            [[maybe_unused]] int input_count, [[maybe_unused]] void* const* outputs,
-                            [[maybe_unused]] int output_count, [[maybe_unused]] int64_t begin,
-                            [[maybe_unused]] int64_t end) {
-#if TANDEM_HAVE_CUDA
-  const cuda::Reduction reduction = op == ReduceOp::max   ? cuda::Reduction::max
-                                    : op == ReduceOp::min ? cuda::Reduction::min
-                                                          : cuda::Reduction::sum;
-  cuda::reduce_range(device, dtype, reduction, scale, inputs, input_count, outputs, output_count,
-                     begin, end);
-#else
-  TANDEM_THROW(NotImplemented, "collectives over GPU buffers: this build has no CUDA backend");
-#endif
+void reduce_range_on_device(Device device, DType dtype, ReduceOp op, float scale,
+                            const void* const* inputs, int input_count, void* const* outputs,
+                            int output_count, int64_t begin, int64_t end) {
+  detail::require_gpu_backend("collectives over GPU buffers")
+      .reduce_range(device, dtype, op, scale, inputs, input_count, outputs, output_count, begin,
+                    end);
 }
 
 }  // namespace tandem::comm::kernels

@@ -1,4 +1,4 @@
-#include "tandem/kernels/cuda/info.h"
+#include "tandem/kernels/cuda/kernels.h"
 
 #include "tandem/kernels/cuda/libraries.h"
 #include "tandem/tensor/cuda/runtime.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/backend_info.h"
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/detail/attention_rows.h"
 #include "tandem/kernels/dropout.h"
@@ -23,6 +24,10 @@
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::cuda {
+
+// The GPUs and the CUDA library versions, for kernels::backend_info()
+// (kernels/cuda/info.cc).
+void describe(kernels::BackendInfo& info);
 
 // Matrix products on cuBLASLt (kernels/cuda/matmul.cc), after kernels/matmul.cc
 // has checked the operands: `batch` products of op(a) (M, K) and op(b)

@@ -22,9 +22,13 @@ inline bool on_cuda(const Tensor& x) {
 
 }  // namespace tandem::kernels::detail
 
+// The kernels layer's one point of contact with whether the CUDA back end
+// is built: TANDEM_CUDA_ONLY(statement) compiles the statement only then.
 #if TANDEM_HAVE_CUDA
 #define TANDEM_DISPATCH_CUDA(tensor, call) \
   if (::tandem::kernels::detail::on_cuda(tensor)) return ::tandem::cuda::call
+#define TANDEM_CUDA_ONLY(statement) statement
 #else
 #define TANDEM_DISPATCH_CUDA(tensor, call) static_cast<void>(0)
+#define TANDEM_CUDA_ONLY(statement) static_cast<void>(0)
 #endif
