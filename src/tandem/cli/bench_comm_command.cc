@@ -205,6 +205,37 @@ void time_beside_compute(comm::Communicator& comm, const MeasureSetup& setup,
 
 // Runs the collective at every size on communicator `comm`; every rank calls
 // this with the same arguments. Rank 0's timings are returned.
+// Whether one call's output on rank r of n equals the closed form of the
+// collective over input_value (to the precision of its dtype and wire).
+bool matches_closed_form(const MeasureSetup& setup, int n, int r, int64_t per_rank,
+                         const std::vector<float>& out) {
+  const comm::Collective collective = setup.collective;
+  const comm::ReduceOp op = setup.op;
+  for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
+    double expected = 0;
+    if (collective == comm::Collective::all_gather) {
+      expected = input_value(static_cast<int>(i / per_rank), i % per_rank);
+    } else {
+      const int64_t index = collective == comm::Collective::reduce_scatter ? r * per_rank + i : i;
+      for (int j = 0; j < n; ++j) {
+        const double v = input_value(j, index);
+        expected = j == 0                      ? v
+                   : op == comm::ReduceOp::max ? std::max(expected, v)
+                   : op == comm::ReduceOp::min ? std::min(expected, v)
+                                               : expected + v;
+      }
+      if (op == comm::ReduceOp::mean) expected /= n;
+    }
+    const double tolerance =
+        (setup.dtype == DType::f32 || setup.dtype == DType::i32) &&
+                setup.wire == comm::WireDType::f32
+            ? 1e-5 * std::abs(expected)
+            : std::abs(expected) / 100 * n;
+    if (std::abs(out[i] - expected) > tolerance + 1e-6) return false;
+  }
+  return true;
+}
+
 std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& setup,
                                 const std::vector<int64_t>& sizes) {
   const comm::Collective collective = setup.collective;
@@ -297,27 +328,7 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
                                     : collective == comm::Collective::all_reduce   ? small
                                                                                    : big)
                                        .to_floats();
-    for (int64_t i = 0; i < static_cast<int64_t>(out.size()) && s.correct; ++i) {
-      double expected = 0;
-      if (collective == comm::Collective::all_gather) {
-        expected = input_value(static_cast<int>(i / per_rank), i % per_rank);
-      } else {
-        const int64_t index = collective == comm::Collective::reduce_scatter ? r * per_rank + i : i;
-        for (int j = 0; j < n; ++j) {
-          const double v = input_value(j, index);
-          expected = j == 0                      ? v
-                     : op == comm::ReduceOp::max ? std::max(expected, v)
-                     : op == comm::ReduceOp::min ? std::min(expected, v)
-                                                 : expected + v;
-        }
-        if (op == comm::ReduceOp::mean) expected /= n;
-      }
-      const double tolerance = (dtype == DType::f32 || dtype == DType::i32) &&
-                                       setup.wire == comm::WireDType::f32
-                                   ? 1e-5 * std::abs(expected)
-                                   : std::abs(expected) / 100 * n;
-      if (std::abs(out[i] - expected) > tolerance + 1e-6) s.correct = false;
-    }
+    s.correct = matches_closed_form(setup, n, r, per_rank, out);
     results.push_back(s);
   }
   return results;

@@ -42,37 +42,96 @@ int parse_threads(const std::string& text) {
   TANDEM_THROW(InvalidArgument, "--threads: '", text, "' is not a positive thread count");
 }
 
-int run_bench_train(const BenchTrainOptions& o) {
-  if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
-  struct Variant {
-    std::string model;
-    precision::Policy policy;
-    int threads;
-    std::vector<double> samples;
-    int64_t peak_activation_bytes = 0;
-    int64_t tokens_per_example = 1;
-    double model_flops_per_example = 0.0;
-  };
-  const Device device = parse_device(o.device);
+// One measured configuration of `bench train` and its samples.
+struct Variant {
+  std::string model;
+  precision::Policy policy;
+  int threads;
+  std::vector<double> samples;
+  int64_t peak_activation_bytes = 0;
+  int64_t tokens_per_example = 1;
+  double model_flops_per_example = 0.0;
+};
+
+// --threads' distinct counts (default 1 and the physical cores); GPUs take none.
+std::vector<int> thread_counts(const BenchTrainOptions& o, Device device) {
   if (device.kind != DeviceKind::cpu && !o.threads.empty()) {
     TANDEM_THROW(InvalidArgument, "--threads applies to CPU devices, not ", device.to_string());
   }
-  std::vector<int> thread_counts;
-  const std::string threads_text = device.kind != DeviceKind::cpu ? "1"
-                                   : o.threads.empty()
-                                       ? fmt::format("1,{}", std::max(1, cpu_info().physical_cores))
-                                       : o.threads;
-  for (const auto& t : split_list(threads_text)) {
+  const std::string text = device.kind != DeviceKind::cpu ? "1"
+                           : o.threads.empty()
+                               ? fmt::format("1,{}", std::max(1, cpu_info().physical_cores))
+                               : o.threads;
+  std::vector<int> counts;
+  for (const auto& t : split_list(text)) {
     const int n = parse_threads(t);
-    if (std::find(thread_counts.begin(), thread_counts.end(), n) == thread_counts.end()) {
-      thread_counts.push_back(n);
-    }
+    if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
   }
+  return counts;
+}
+
+void print_train_json(const BenchTrainOptions& o, Device device,
+                      const std::vector<Variant>& variants) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Variant& v : variants) {
+    rows.push_back(
+        {{"model", v.model},
+         {"precision", std::string(precision::policy_name(v.policy))},
+         {"threads", v.threads},
+         {"batch_size", o.batch_size},
+         {"examples_per_second_median", median(v.samples)},
+         {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
+         {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
+         {"samples", v.samples},
+         {"tokens_per_second_median",
+          median(v.samples) * static_cast<double>(v.tokens_per_example)},
+         {"model_gflops_per_second_median", median(v.samples) * v.model_flops_per_example / 1e9},
+         {"peak_activation_bytes", v.peak_activation_bytes}});
+  }
+  nlohmann::json out = {{"bench", "train"},
+                        {"device", device.to_string()},
+                        {"cpu", cpu_info().model_name},
+                        {"onednn_isa", kernels::backend_info().cpu_isa},
+                        {"steps", o.steps},
+                        {"repeats", o.repeats},
+                        {"results", rows}};
+  fmt::print("{}\n", out.dump(2));
+}
+
+void print_train_table(const BenchTrainOptions& o, Device device,
+                       const std::vector<Variant>& variants) {
+  fmt::print(
+      "training throughput on {}, batch {}, {} timed steps x {} repeats (interleaved), {} "
+      "on {}\n",
+      device.to_string(), o.batch_size, o.steps, o.repeats, kernels::backend_info().cpu_isa,
+      cpu_info().model_name);
+  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16}\n", "model", "precision",
+             "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s", "peak act. MiB");
+  for (const Variant& v : variants) {
+    const double m = median(v.samples);
+    fmt::print("{:<6} {:<15} {:>7} {:>12.1f} {:>8.1f} {:>8.1f} {:>12} {:>12} {:>16.1f}\n", v.model,
+               precision::policy_name(v.policy), v.threads, m,
+               *std::min_element(v.samples.begin(), v.samples.end()),
+               *std::max_element(v.samples.begin(), v.samples.end()),
+               v.tokens_per_example > 1
+                   ? fmt::format("{:.0f}", m * static_cast<double>(v.tokens_per_example))
+                   : "-",
+               v.model_flops_per_example > 0
+                   ? fmt::format("{:.1f}", m * v.model_flops_per_example / 1e9)
+                   : "-",
+               static_cast<double>(v.peak_activation_bytes) / (1 << 20));
+  }
+}
+
+int run_bench_train(const BenchTrainOptions& o) {
+  if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
+  const Device device = parse_device(o.device);
+  const std::vector<int> threads = thread_counts(o, device);
   std::vector<Variant> variants;
   for (const auto& model : split_list(o.models)) {
     for (const auto& name : split_list(o.precisions)) {
       const precision::Policy policy = precision::parse_policy(name);
-      for (int t : thread_counts) variants.push_back({model, policy, t, {}});
+      for (int t : threads) variants.push_back({model, policy, t, {}});
     }
   }
   if (variants.empty())
@@ -102,53 +161,10 @@ int run_bench_train(const BenchTrainOptions& o) {
     }
   }
   set_num_threads(saved_threads);
-  const kernels::BackendInfo backend = kernels::backend_info();
   if (o.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const Variant& v : variants) {
-      rows.push_back(
-          {{"model", v.model},
-           {"precision", std::string(precision::policy_name(v.policy))},
-           {"threads", v.threads},
-           {"batch_size", o.batch_size},
-           {"examples_per_second_median", median(v.samples)},
-           {"examples_per_second_min", *std::min_element(v.samples.begin(), v.samples.end())},
-           {"examples_per_second_max", *std::max_element(v.samples.begin(), v.samples.end())},
-           {"samples", v.samples},
-           {"tokens_per_second_median",
-            median(v.samples) * static_cast<double>(v.tokens_per_example)},
-           {"model_gflops_per_second_median", median(v.samples) * v.model_flops_per_example / 1e9},
-           {"peak_activation_bytes", v.peak_activation_bytes}});
-    }
-    nlohmann::json out = {{"bench", "train"},
-                          {"device", device.to_string()},
-                          {"cpu", cpu_info().model_name},
-                          {"onednn_isa", backend.cpu_isa},
-                          {"steps", o.steps},
-                          {"repeats", o.repeats},
-                          {"results", rows}};
-    fmt::print("{}\n", out.dump(2));
-    return 0;
-  }
-  fmt::print(
-      "training throughput on {}, batch {}, {} timed steps x {} repeats (interleaved), {} "
-      "on {}\n",
-      device.to_string(), o.batch_size, o.steps, o.repeats, backend.cpu_isa, cpu_info().model_name);
-  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16}\n", "model", "precision",
-             "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s", "peak act. MiB");
-  for (const Variant& v : variants) {
-    const double m = median(v.samples);
-    fmt::print("{:<6} {:<15} {:>7} {:>12.1f} {:>8.1f} {:>8.1f} {:>12} {:>12} {:>16.1f}\n", v.model,
-               precision::policy_name(v.policy), v.threads, m,
-               *std::min_element(v.samples.begin(), v.samples.end()),
-               *std::max_element(v.samples.begin(), v.samples.end()),
-               v.tokens_per_example > 1
-                   ? fmt::format("{:.0f}", m * static_cast<double>(v.tokens_per_example))
-                   : "-",
-               v.model_flops_per_example > 0
-                   ? fmt::format("{:.1f}", m * v.model_flops_per_example / 1e9)
-                   : "-",
-               static_cast<double>(v.peak_activation_bytes) / (1 << 20));
+    print_train_json(o, device, variants);
+  } else {
+    print_train_table(o, device, variants);
   }
   return 0;
 }

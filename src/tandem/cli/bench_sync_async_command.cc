@@ -146,6 +146,35 @@ double median_of(const std::vector<Outcome>& runs, double Outcome::*field) {
   return median(std::move(v));
 }
 
+// --modes: the named modes, in order.
+std::vector<const Mode*> parse_modes(const std::string& list) {
+  std::vector<const Mode*> modes;
+  for (const std::string& name : split_list(list)) {
+    const auto& known = all_modes();
+    const auto it =
+        std::find_if(known.begin(), known.end(), [&](const Mode& m) { return m.name == name; });
+    if (it == known.end()) {
+      TANDEM_THROW(InvalidArgument, "unknown mode '", name,
+                   "' in --modes (expected sync, backup, ssp1, ssp4, async or local8)");
+    }
+    modes.push_back(&*it);
+  }
+  if (modes.empty()) TANDEM_THROW(InvalidArgument, "--modes names no mode");
+  return modes;
+}
+
+// Each seed's run of one mode and condition, for --json.
+nlohmann::json seeds_json(const std::vector<Outcome>& runs) {
+  nlohmann::json seeds = nlohmann::json::array();
+  for (const Outcome& r : runs) {
+    seeds.push_back({{"examples_per_second", r.examples_per_second},
+                     {"steps_per_second", r.steps_per_second},
+                     {"time_to_target", tandem::detail::number_or_null(r.time_to_target)},
+                     {"final_accuracy", tandem::detail::number_or_null(r.final_accuracy)}});
+  }
+  return seeds;
+}
+
 int run_bench_sync_async(const SyncAsyncOptions& b) {
   if (b.seeds < 1 || b.epochs < 1 || b.devices < 2) {
     TANDEM_THROW(InvalidArgument,
@@ -157,18 +186,7 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
     TANDEM_THROW(InvalidArgument, "--slow-factor must be at least 1 and --target in (0, 1], got ",
                  b.slow_factor, " and ", b.target);
   }
-  std::vector<const Mode*> modes;
-  for (const std::string& name : split_list(b.modes)) {
-    const auto& known = all_modes();
-    const auto it =
-        std::find_if(known.begin(), known.end(), [&](const Mode& m) { return m.name == name; });
-    if (it == known.end()) {
-      TANDEM_THROW(InvalidArgument, "unknown mode '", name,
-                   "' in --modes (expected sync, backup, ssp1, ssp4, async or local8)");
-    }
-    modes.push_back(&*it);
-  }
-  if (modes.empty()) TANDEM_THROW(InvalidArgument, "--modes names no mode");
+  const std::vector<const Mode*> modes = parse_modes(b.modes);
   const std::vector<bool> conditions =
       b.slow_factor > 1.0 ? std::vector<bool>{false, true} : std::vector<bool>{false};
   // results[condition][mode][seed]
@@ -208,13 +226,6 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
       const double staleness = median_of(runs, &Outcome::mean_staleness);
       const double dropped = median_of(runs, &Outcome::dropped_fraction);
       const double update = median_of(runs, &Outcome::update_fraction);
-      nlohmann::json seeds = nlohmann::json::array();
-      for (const Outcome& r : runs) {
-        seeds.push_back({{"examples_per_second", r.examples_per_second},
-                         {"steps_per_second", r.steps_per_second},
-                         {"time_to_target", tandem::detail::number_or_null(r.time_to_target)},
-                         {"final_accuracy", tandem::detail::number_or_null(r.final_accuracy)}});
-      }
       rows.push_back({{"mode", modes[m]->name},
                       {"description", modes[m]->description},
                       {"straggler", conditions[c]},
@@ -227,7 +238,7 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
                       {"mean_staleness", tandem::detail::number_or_null(staleness)},
                       {"dropped_fraction", dropped},
                       {"update_fraction", update},
-                      {"seeds", seeds}});
+                      {"seeds", seeds_json(runs)}});
       if (!b.json) {
         fmt::print(
             "{:<7} {:<9} {:>8.0f} {:>6.2f}x {:>8.1f} {:>6.2f}x {:>10} {:>8.2f}% {:>9} "
