@@ -73,16 +73,19 @@ TEST(Pipeline, ErrorsInMapReachTheConsumerInOrder) {
       if (e.at("index").to_ints()[0] == 5) TANDEM_THROW(InvalidArgument, "bad element 5");
       return e;
     };
-    Iterator it =
-        Dataset::range(100).map(failing, {.num_parallel_calls = parallel}).prefetch(2).iterator();
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE(it.next()) << i;
-    try {
-      it.next();
-      FAIL() << "no error";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("bad element 5"), std::string::npos);
+    for (bool prefetch : {false, true}) {
+      Dataset mapped = Dataset::range(100).map(failing, {.num_parallel_calls = parallel});
+      Iterator it = (prefetch ? mapped.prefetch(2) : mapped).iterator();
+      for (int i = 0; i < 5; ++i) ASSERT_TRUE(it.next()) << i;
+      try {
+        it.next();
+        FAIL() << "no error";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("bad element 5"), std::string::npos);
+      }
+      // The pass ends after an error.
+      EXPECT_FALSE(it.next()) << "parallel " << parallel << ", prefetch " << prefetch;
     }
-    EXPECT_FALSE(it.next());  // the pass ends after an error
   }
   // Destroying an iterator mid-pass stops its threads without hanging.
   for (int k = 0; k < 20; ++k) {

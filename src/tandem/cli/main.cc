@@ -1,5 +1,7 @@
-// The `tandem` command: train, info, bench. Errors become one line on stderr
-// and a non-zero exit status (1: the run failed, 2: bad command line).
+// The `tandem` command: main() adds every subcommand (cli/commands.h lists
+// them; each is defined in its own *_command.cc) and runs the one given.
+// Errors become one line on stderr and a non-zero exit status (1: the run
+// failed, 2: bad command line).
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <chrono>

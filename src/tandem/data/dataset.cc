@@ -38,8 +38,18 @@ Iterator& Iterator::operator=(Iterator&&) noexcept = default;
 
 std::optional<Element> Iterator::next() {
   MemoryCategoryScope input_memory(MemoryCategory::input);
+  if (ended_by_error_) return std::nullopt;
   if (!impl_) TANDEM_THROW(Error, "next() on an empty Iterator");
-  return impl_->next();
+  try {
+    return impl_->next();
+  } catch (...) {
+    // The pass ends at its first error, whatever the pipeline's shape (a
+    // prefetch buffer ended it, a bare map went on with the next element):
+    // the threads stop now, and later calls see the end.
+    ended_by_error_ = true;
+    impl_.reset();
+    throw;
+  }
 }
 
 Dataset::Dataset(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {

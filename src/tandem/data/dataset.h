@@ -113,12 +113,14 @@ class Iterator {
   Iterator(Iterator&&) noexcept;
   Iterator& operator=(Iterator&&) noexcept;
 
-  // The next element, or nullopt at the end. Rethrows pipeline errors.
+  // The next element, or nullopt at the end. Rethrows pipeline errors; the
+  // pass ends at the first (later calls return nullopt).
   std::optional<Element> next();
 
  private:
   std::shared_ptr<detail::Node> pipeline_;  // declared first: destroyed after impl_
   std::unique_ptr<IteratorBase> impl_;
+  bool ended_by_error_ = false;
 };
 
 // The iterator interface that pipeline nodes implement.

@@ -82,10 +82,12 @@ class AllReduceEngine : public Engine {
     // gradient before (local) and after (reduced) the reduction, still
     // multiplied by the loss scale, and the rows behind the local one.
     double local_squares = 0.0, reduced_squares = 0.0, local_rows = 0.0;
-    Tensor peer_times;  // several processes: every replica's step record
+    // Several processes: every replica's step record, in global replica
+    // order, exact (the loss sums are the step loss's terms).
+    std::vector<double> peer_records;
     // Several processes: how long the previous step's record exchange took
     // here (the exchange cannot carry its own duration).
-    float last_exchange = 0.0f;
+    double last_exchange = 0.0;
   };
   // Fields of the record each replica shares after a step when there are
   // several processes (their clocks differ, so durations, not moments):
@@ -281,7 +283,7 @@ StepResult AllReduceEngine::step(const data::Element& batch, const ForwardFn& fo
   }
   if (several_processes()) {
     loss_sum = 0.0;
-    const float* t = replicas_.front().peer_times.data<float>();
+    const std::vector<double>& t = replicas_.front().peer_records;
     for (int g = 0; g < strategy().global_replicas(); ++g) loss_sum += t[kRecordFields * g + 4];
     result.replicas = global_breakdown(end - start);
   } else {
@@ -510,21 +512,17 @@ StepResult AllReduceEngine::synchronize() {
 void AllReduceEngine::exchange_records(int local_replica) {
   Replica& rep = replicas_[local_replica];
   const Replica::Moments& m = rep.moments;
-  const auto seconds = [](Clock::duration d) { return std::chrono::duration<float>(d).count(); };
-  const float mine[kRecordFields] = {seconds(m.forward),
-                                     seconds(m.backward_done - m.start - m.forward),
-                                     seconds(m.reduced - m.backward_done),
-                                     seconds(m.done - m.reduced),
-                                     static_cast<float>(rep.loss_sum),
-                                     rep.last_exchange};
-  if (!rep.peer_times.defined())
-    rep.peer_times = Tensor::empty(Shape{kRecordFields * strategy().global_replicas()}, DType::f32,
-                                   cpu_device());  // read on the host
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  const double mine[kRecordFields] = {seconds(m.forward),
+                                      seconds(m.backward_done - m.start - m.forward),
+                                      seconds(m.reduced - m.backward_done),
+                                      seconds(m.done - m.reduced),
+                                      rep.loss_sum,
+                                      rep.last_exchange};
   const auto start = Clock::now();
-  strategy()
-      .communicator(local_replica)
-      ->all_gather(Tensor::from_floats(Shape{kRecordFields}, mine, DType::f32, cpu_device()),
-                   rep.peer_times);
+  // Bit for bit (agreement.h): the step loss adds the loss sums in global
+  // replica order on every process alike.
+  rep.peer_records = gather_in_group(*strategy().communicator(local_replica), mine);
   rep.last_exchange = seconds(Clock::now() - start);
 }
 
@@ -561,12 +559,12 @@ std::vector<ReplicaStepTime> AllReduceEngine::global_breakdown(Clock::duration s
   // duration). Counting only the all-reduce left a slow link's latency of
   // the exchange as idle: 40% of a step of a model with no computation
   // across two hosts at 100 Mbit/s (docs/multi_host.md).
-  const float* t = replicas_.front().peer_times.data<float>();
+  const std::vector<double>& t = replicas_.front().peer_records;
   const int n = strategy().global_replicas();
   double exposed = t[2], exchange = t[5];
   for (int g = 1; g < n; ++g) {
-    exposed = std::min(exposed, static_cast<double>(t[kRecordFields * g + 2]));
-    exchange = std::min(exchange, static_cast<double>(t[kRecordFields * g + 5]));
+    exposed = std::min(exposed, t[kRecordFields * g + 2]);
+    exchange = std::min(exchange, t[kRecordFields * g + 5]);
   }
   exposed += exchange;
   const double total = std::chrono::duration<double>(span).count();

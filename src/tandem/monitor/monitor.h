@@ -35,7 +35,7 @@ struct RunInfo {
   std::string model;
   std::string strategy;
   std::string precision;
-  std::string backend;  // the all-reduce's communicator ("in_process", "mpi", ...); empty: none
+  std::string backend;  // the all-reduce's communicator ("inprocess", "mpi", ...); empty: none
   int global_replicas = 1;
   int threads_per_replica = 1;
   std::vector<Device> devices;  // this process's replica devices, in local order

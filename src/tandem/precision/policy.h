@@ -7,9 +7,10 @@
 // normalisation statistics accumulate in f32 whatever the policy.
 //   float32          everything f32
 //   mixed_bfloat16   bf16 activations, bf16 matmul/conv (AMX/AVX512-BF16)
-//   mixed_float16    f16 activations; matmul/conv in f32 on CPUs without
-//                    AVX512-FP16 (oneDNN has no f16 kernels for them), so the
-//                    activations are widened and narrowed around every layer
+//   mixed_float16    f16 activations; matmul/conv in f32 on every device
+//                    (oneDNN's f16 kernels need AVX512-FP16 and are not
+//                    used), so activations are widened and narrowed around
+//                    every layer
 
 #include <string_view>
 
