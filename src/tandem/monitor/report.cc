@@ -199,41 +199,83 @@ Figures figures_from_summary(const json& m) {
 
 // The page for a run's files. Throws nlohmann::json::exception for a field
 // that is missing or of the wrong type (write_report names the run).
-ReportResult render_report(RunFiles files, const std::string& run_dir, const std::string& output) {
-  ReportResult result;
-  result.path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
-  result.warnings = files.warnings;
-  result.steps = static_cast<int64_t>(files.steps.size());
-
-  // The figures: summary.json's monitor section when the run finished (it
-  // saw every step); otherwise recomputed from the logged step lines.
+// What the report's sections read: the run's files and the figures made
+// from them.
+struct ReportContext {
+  const RunFiles& files;
+  const json& run;
   Figures figures;
-  json last_allreduce;
-  for (const auto& [step, line] : files.steps)
-    if (line.extra.contains("allreduce")) last_allreduce = line.extra.at("allreduce");
+  std::string metric;     // the run's first metric; empty when it has none
+  int64_t per_epoch = 0;  // steps per epoch
+  int replicas = 1;
+};
+
+// summary.json's monitor section when the run finished (it saw every step);
+// otherwise recomputed from the logged step lines.
+Figures run_figures(const RunFiles& files) {
   if (!files.summary.is_null() && files.summary.contains("monitor")) {
-    figures = figures_from_summary(files.summary.at("monitor"));
-  } else {
-    RunStats stats;
-    for (const auto& [step, line] : files.steps) stats.add(line.record);
-    std::vector<DeviceMemory> memory;
-    if (files.last_memory.is_array()) {
-      for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
-    }
-    stats.set_memory(std::move(memory));
-    figures = figures_from_stats(stats, tandem::detail::json_integer_or(files.run, "replicas", 1));
+    return figures_from_summary(files.summary.at("monitor"));
   }
-  result.findings = figures.findings;
-  const std::vector<DeviceMemory>& memory = figures.memory;
+  RunStats stats;
+  for (const auto& [step, line] : files.steps) stats.add(line.record);
+  std::vector<DeviceMemory> memory;
+  if (files.last_memory.is_array()) {
+    for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
+  }
+  stats.set_memory(std::move(memory));
+  return figures_from_stats(stats, tandem::detail::json_integer_or(files.run, "replicas", 1));
+}
 
-  const json& run = files.run;
-  const double recorded_peak = number_or_nan(run, "peak_flops_per_device");
-  const double peak =  // 0: unknown
-      std::isfinite(recorded_peak) && recorded_peak > 0.0 ? recorded_peak : 0.0;
-  const auto devices =
-      static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
-  const int replicas = tandem::detail::json_integer_or(run, "replicas", 1);
+// The run's first metric (the epoch records list the metrics they carry).
+std::string first_metric(const RunFiles& files) {
+  if (files.epochs.empty()) return "";
+  const nlohmann::json& names = files.epochs.begin()->second.value("metrics", nlohmann::json());
+  return names.is_array() && !names.empty() && names[0].is_string() ? names[0].get<std::string>()
+                                                                    : "";
+}
 
+// The step time per replica, ms, by part.
+std::string breakdown_chart(const Figures& figures) {
+  StackedBarSpec breakdown{
+      .id = "breakdown",
+      .title = "Step time per replica (mean over measured steps)",
+      .unit = "ms per step",
+      .parts = {"input", "forward", "backward", "communication", "optimizer", "idle"},
+      .colors = kPartColors};
+  const double input_ms = 1e3 * figures.input_fraction * figures.mean_step_seconds;
+  for (const ReplicaTimes& r : figures.replicas) {
+    breakdown.bars.push_back(fmt::format("replica {}", r.replica));
+    breakdown.values.push_back({input_ms, 1e3 * r.forward, 1e3 * r.backward, 1e3 * r.communication,
+                                1e3 * r.optimizer, 1e3 * r.idle});
+  }
+  return stacked_bar_chart(breakdown);
+}
+
+// Each device's peak memory by category.
+std::string memory_chart(const std::vector<DeviceMemory>& memory) {
+  StackedBarSpec chart{
+      .id = "memory", .title = "Peak memory by category per device", .unit = "MiB"};
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    chart.parts.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
+    chart.colors.push_back(kCategoryColors[static_cast<size_t>(c)]);
+  }
+  for (const DeviceMemory& m : memory) {
+    chart.bars.push_back(m.device);
+    std::vector<double> v;
+    for (int c = 0; c < kMemoryCategoryCount; ++c)
+      v.push_back(static_cast<double>(m.peak[c]) / (1 << 20));
+    chart.values.push_back(std::move(v));
+  }
+  return stacked_bar_chart(chart);
+}
+
+// The line and bar charts.
+std::string charts_section(const ReportContext& context) {
+  const RunFiles& files = context.files;
+  const Figures& figures = context.figures;
+  const std::string& metric = context.metric;
+  const int64_t per_epoch = context.per_epoch;
+  const bool percent = metric.ends_with("accuracy");
   // Curves.
   Series loss{.name = "training loss (per step)", .color = kSeriesColors[0]};
   Series examples{.name = "examples/s", .color = kSeriesColors[0]};
@@ -274,12 +316,6 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
       .name = "validation loss (per epoch)", .color = kSeriesColors[1], .markers = true};
   Series train_metric{.name = "train", .color = kSeriesColors[0], .markers = true};
   Series validation_metric{.name = "validation", .color = kSeriesColors[1], .markers = true};
-  std::string metric;
-  if (!files.epochs.empty()) {
-    const nlohmann::json& names = files.epochs.begin()->second.value("metrics", nlohmann::json());
-    if (names.is_array() && !names.empty() && names[0].is_string()) metric = names[0];
-  }
-  const int64_t per_epoch = tandem::detail::json_integer_or(run, "steps_per_epoch", int64_t{0});
   for (const auto& [epoch, e] : files.epochs) {
     validation_loss.x.push_back(static_cast<double>(epoch * per_epoch));
     validation_loss.y.push_back(number_or_nan(e, "validation_loss"));
@@ -292,34 +328,71 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   std::vector<Series> busy_series;
   for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
 
-  // Step breakdown per replica, ms.
-  StackedBarSpec breakdown{
-      .id = "breakdown",
-      .title = "Step time per replica (mean over measured steps)",
-      .unit = "ms per step",
-      .parts = {"input", "forward", "backward", "communication", "optimizer", "idle"},
-      .colors = kPartColors};
-  const double input_ms = 1e3 * figures.input_fraction * figures.mean_step_seconds;
-  for (const ReplicaTimes& r : figures.replicas) {
-    breakdown.bars.push_back(fmt::format("replica {}", r.replica));
-    breakdown.values.push_back({input_ms, 1e3 * r.forward, 1e3 * r.backward, 1e3 * r.communication,
-                                1e3 * r.optimizer, 1e3 * r.idle});
-  }
-  StackedBarSpec memory_chart{
-      .id = "memory", .title = "Peak memory by category per device", .unit = "MiB"};
-  for (int c = 0; c < kMemoryCategoryCount; ++c) {
-    memory_chart.parts.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
-    memory_chart.colors.push_back(kCategoryColors[static_cast<size_t>(c)]);
-  }
-  for (const DeviceMemory& m : memory) {
-    memory_chart.bars.push_back(m.device);
-    std::vector<double> v;
-    for (int c = 0; c < kMemoryCategoryCount; ++c)
-      v.push_back(static_cast<double>(m.peak[c]) / (1 << 20));
-    memory_chart.values.push_back(std::move(v));
-  }
 
-  // Key figures.
+  std::string charts;
+  charts += line_chart({.id = "loss",
+                        .title = "Loss",
+                        .x_label = "global step",
+                        .y_label = "loss",
+                        .series = {loss, validation_loss}});
+  if (!metric.empty()) {
+    charts += line_chart({.id = "metric",
+                          .title = metric + " per epoch",
+                          .x_label = "epoch",
+                          .y_label = metric,
+                          .series = {train_metric, validation_metric},
+                          .y_from_zero = false,
+                          .percent = percent});
+  }
+  charts += line_chart({.id = "throughput",
+                        .title = "Throughput over time",
+                        .x_label = "seconds since start",
+                        .y_label = "examples/s",
+                        .series = {examples}});
+  charts += line_chart({.id = "utilisation",
+                        .title = "Device utilisation (busy fraction, sliding window)",
+                        .x_label = "seconds since start",
+                        .y_label = "busy",
+                        .series = busy_series,
+                        .y_max = 1.0,
+                        .percent = true});
+  if (!noise.x.empty()) {
+    charts += line_chart({.id = "noise_scale",
+                          .title = "Gradient noise scale (examples) against the batch",
+                          .x_label = "global step",
+                          .y_label = "examples",
+                          .series = {noise, batch}});
+  }
+  charts += breakdown_chart(figures);
+  charts += memory_chart(figures.memory);
+  return charts;
+}
+
+// The last finite gradient noise scale and the global batch of its step,
+// or NaNs.
+std::pair<double, double> last_noise_scale(const RunFiles& files) {
+  for (auto it = files.steps.rbegin(); it != files.steps.rend(); ++it) {
+    if (std::isfinite(it->second.record.noise_scale)) {
+      return {it->second.record.noise_scale,
+              static_cast<double>(it->second.record.batch_examples)};
+    }
+  }
+  return {NAN, NAN};
+}
+
+// The table of key figures at the top.
+std::string key_figures_table(const ReportContext& c) {
+  const RunFiles& files = c.files;
+  const json& run = c.run;
+  const Figures& figures = c.figures;
+  const std::string& metric = c.metric;
+  const int64_t per_epoch = c.per_epoch;
+  const int replicas = c.replicas;
+  const double recorded_peak = number_or_nan(run, "peak_flops_per_device");
+  const double peak =  // 0: unknown
+      std::isfinite(recorded_peak) && recorded_peak > 0.0 ? recorded_peak : 0.0;
+  const auto devices =
+      static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
   std::string table;
   table += row("model", fmt::format("{} ({} parameters)", run.value("model", "?"),
                                     tandem::detail::json_integer_or(run, "parameters", int64_t{0})));
@@ -377,12 +450,16 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   const json& last_line = files.steps.rbegin()->second.extra;
   if (last_line.contains("rss_bytes"))
     table += row("process memory (RSS)", figure(number_or_nan(last_line, "rss_bytes"), "B"));
-  if (!noise.y.empty()) {
+  if (const auto [noise, batch] = last_noise_scale(files); std::isfinite(noise)) {
     table += row("gradient noise scale",
                  fmt::format("about {:.0f} examples (B_simple, smoothed; global batch {:.0f})",
-                             noise.y.back(), batch.y.back()));
+                             noise, batch));
   }
+  return table;
+}
 
+// Model FLOPs per example by layer (run.json), when recorded.
+std::string layers_section(const json& run) {
   std::string layers;
   if (run.contains("layers") && !run.at("layers").empty()) {
     double total = 0.0;
@@ -401,6 +478,14 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     layers += fmt::format("<tr><th>total</th><td></td><th>{:.3f}</th><td></td></tr></table>",
                           total / 1e6);
   }
+  return layers;
+}
+
+// The last logged step's all-reduce buckets.
+std::string buckets_section(const RunFiles& files) {
+  json last_allreduce;
+  for (const auto& [step, line] : files.steps)
+    if (line.extra.contains("allreduce")) last_allreduce = line.extra.at("allreduce");
   std::string buckets;
   if (last_allreduce.is_object()) {
     buckets +=
@@ -415,12 +500,15 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     }
     buckets += "</table>";
   }
+  return buckets;
+}
 
-  // The memory plan (summary.json): each device's predicted peak by
-  // category beside what its allocator measured over the run.
+// The memory plan (summary.json): each device's predicted peak by category
+// beside what its allocator measured over the run.
+std::string memory_plan_section(const json& summary) {
   std::string plan;
-  if (files.summary.is_object() && files.summary.contains("memory_plan")) {
-    const json& p = files.summary.at("memory_plan");
+  if (summary.is_object() && summary.contains("memory_plan")) {
+    const json& p = summary.at("memory_plan");
     plan += fmt::format(
         "<h2>Memory plan: predicted and measured peaks (micro-batch {})</h2><table "
         "class=\"figures\"><tr><th>device</th><th>category</th><th>predicted</th><th>measured</"
@@ -445,7 +533,11 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     }
     plan += "</table>";
   }
+  return plan;
+}
 
+// The last epoch's input pipeline stages.
+std::string pipeline_section(const RunFiles& files) {
   std::string pipeline;
   for (auto it = files.epochs.rbegin(); it != files.epochs.rend(); ++it) {
     if (!it->second.contains("input_pipeline")) continue;
@@ -465,7 +557,11 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
     pipeline += "</table>";
     break;
   }
-  // Asynchronous training: each epoch's staleness histogram and dropped examples.
+  return pipeline;
+}
+
+// Asynchronous training: each epoch's staleness histogram and dropped examples.
+std::string staleness_section(const RunFiles& files) {
   std::string staleness;
   for (const auto& [epoch, e] : files.epochs) {
     if (!e.contains("staleness") && !e.contains("dropped_examples")) continue;
@@ -490,6 +586,22 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
                              dropped);
   }
   if (!staleness.empty()) staleness += "</table>";
+  return staleness;
+}
+
+ReportResult render_report(RunFiles files, const std::string& run_dir, const std::string& output) {
+  ReportResult result;
+  result.path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
+  result.warnings = files.warnings;
+  result.steps = static_cast<int64_t>(files.steps.size());
+  const ReportContext context{
+      .files = files,
+      .run = files.run,
+      .figures = run_figures(files),
+      .metric = first_metric(files),
+      .per_epoch = tandem::detail::json_integer_or(files.run, "steps_per_epoch", int64_t{0}),
+      .replicas = tandem::detail::json_integer_or(files.run, "replicas", 1)};
+  result.findings = context.figures.findings;
   std::string findings;
   for (const Finding& f : result.findings) {
     findings += fmt::format("<li class=\"finding {}\"><b>{}</b>: {}</li>", html_escape(f.kind),
@@ -498,47 +610,15 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   std::string warnings;
   for (const std::string& w : result.warnings)
     warnings += fmt::format("<p class=\"warning\">{}</p>", html_escape(w));
-
-  std::string charts;
-  charts += line_chart({.id = "loss",
-                        .title = "Loss",
-                        .x_label = "global step",
-                        .y_label = "loss",
-                        .series = {loss, validation_loss}});
-  if (!metric.empty()) {
-    charts += line_chart({.id = "metric",
-                          .title = metric + " per epoch",
-                          .x_label = "epoch",
-                          .y_label = metric,
-                          .series = {train_metric, validation_metric},
-                          .y_from_zero = false,
-                          .percent = percent});
-  }
-  charts += line_chart({.id = "throughput",
-                        .title = "Throughput over time",
-                        .x_label = "seconds since start",
-                        .y_label = "examples/s",
-                        .series = {examples}});
-  charts += line_chart({.id = "utilisation",
-                        .title = "Device utilisation (busy fraction, sliding window)",
-                        .x_label = "seconds since start",
-                        .y_label = "busy",
-                        .series = busy_series,
-                        .y_max = 1.0,
-                        .percent = true});
-  if (!noise.x.empty()) {
-    charts += line_chart({.id = "noise_scale",
-                          .title = "Gradient noise scale (examples) against the batch",
-                          .x_label = "global step",
-                          .y_label = "examples",
-                          .series = {noise, batch}});
-  }
-  charts += stacked_bar_chart(breakdown);
-  charts += stacked_bar_chart(memory_chart);
-  int chart_count = 0;
+  const std::string charts = charts_section(context);
+  int chart_count = 0;  // for the headless check's count of drawn charts
   for (size_t at = charts.find("class=\"chart\""); at != std::string::npos;
        at = charts.find("class=\"chart\"", at + 1))
     ++chart_count;
+  const std::string table = key_figures_table(context);
+  const std::string sections = layers_section(files.run) + memory_plan_section(files.summary) +
+                               pipeline_section(files) + staleness_section(files) +
+                               buckets_section(files);
 
   const std::string title =
       fmt::format("tandem run report: {}", fs::path(run_dir).filename().string());
@@ -580,7 +660,7 @@ addEventListener('load', () => {{
 </script>
 </body></html>
 )",
-      html_escape(title), warnings, table, findings, charts, layers + plan + pipeline + staleness + buckets,
+      html_escape(title), warnings, table, findings, charts, sections,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir), chart_count);
   const std::string partial = result.path + ".partial";
   {
