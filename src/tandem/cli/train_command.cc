@@ -248,7 +248,14 @@ void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
   for (const Device& d : info.devices) allocator_for(d).reset_peaks();
 }
 
-int run_train(TrainOptions& o) {
+// The run's outputs as the flags ask for them (checked before anything
+// loads): the trace window and the TensorBoard directory ("" for none).
+struct OutputSettings {
+  int64_t trace_first = 0, trace_last = 0;
+  std::string tensorboard;
+};
+
+OutputSettings check_outputs(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   {
     std::string strategy = o.strategy;
@@ -259,17 +266,18 @@ int run_train(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--resume needs --output, the run directory to continue");
   if (config.output_dir.empty())
     config.output_dir = default_output_dir(std::filesystem::path(o.model).stem().string());
-  const auto [trace_first, trace_last] = parse_trace_steps(o.trace_steps);
+  OutputSettings out;
+  std::tie(out.trace_first, out.trace_last) = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
     TANDEM_THROW(InvalidArgument, "--metrics-every must be at least 1, got ", o.metrics_every);
-  if (o.no_monitor && trace_first > 0)
+  if (o.no_monitor && out.trace_first > 0)
     TANDEM_THROW(InvalidArgument, "--trace-steps needs the monitor; drop --no-monitor");
   if (!o.tensorboard.empty() && (o.no_monitor || o.no_tensorboard)) {
     TANDEM_THROW(InvalidArgument, "--tensorboard writes the monitor's figures; drop ",
                  o.no_monitor ? "--no-monitor" : "--no-tensorboard");
   }
   // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
-  const std::string tensorboard =
+  out.tensorboard =
       o.no_tensorboard        ? std::string()
       : o.tensorboard.empty() ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
                               : o.tensorboard;
@@ -280,99 +288,97 @@ int run_train(TrainOptions& o) {
                  "--init-from starts a run from weights and --resume continues one from its "
                  "checkpoint; give one of them");
   }
-  // Opened (its header checked) before the data loads, so that a bad file fails fast.
-  std::optional<interop::SafetensorsFile> init_weights;
-  if (!o.init_from.empty()) init_weights.emplace(o.init_from);
-  RunSetup setup = prepare_run(o);
-  const train::ModelFactory& factory = setup.model;
-  const RunData& run_data = setup.data;
-  const precision::Policy policy = setup.policy;
-  const data::AugmentOptions& augment = setup.augment;
-  const double load_seconds = setup.load_seconds;
-  const data::Dataset& train_set = run_data.train;
+  return out;
+}
 
-  // The run's shape, worked out without building it, so that the memory
-  // plan refuses a run over the limit before any replica is allocated.
-  const distribute::StrategyLayout layout = distribute::strategy_layout(config.strategy);
-  train::TrainConfig resolved = config;
+// What is checked before any replica is built: the batch against the
+// data, --augment against the first example, and the memory plan (its
+// shape worked out without building the run, so that a run over the limit
+// is refused before anything is allocated).
+struct Preflight {
+  std::optional<data::Element> example;  // the first training example
+  int64_t memory_limit = 0;
+  std::optional<train::MemoryPlan> plan;  // none with --no-memory-plan or no example
+};
+
+Preflight preflight(const TrainOptions& o, const RunSetup& setup) {
+  const distribute::StrategyLayout layout = distribute::strategy_layout(o.config.strategy);
+  train::TrainConfig resolved = o.config;
   train::resolve_batch_sizes(resolved, layout.global_replicas);
-  train::check_batch_fits(resolved, train_set);
-  // The first training example, for the checks of --augment, the memory
-  // plan and the monitor's FLOP figures.
-  const std::optional<data::Element> example = train_set.take(1).iterator().next();
-  check_augment_fits(augment, example);
-  std::optional<train::MemoryPlan> plan;
-  const int64_t memory_limit = memory_limit_of(o, layout.local_replicas);
-  if (example && !o.no_memory_plan) {
-    plan = train::plan_memory(
-        {.model = factory,
-         .config = resolved,
-         .layout = layout,
-         .example = *example,
-         .evaluates = run_data.validation.has_value(),
-         .validation_examples = run_data.validation ? run_data.validation->cardinality() : -1,
-         .resident_input_bytes = run_data.resident_bytes,
-         .writes_checkpoints = true,
-         // Every process plans the chief's share (the gathered checkpoint
-         // state): the same plan everywhere, so that every process of a
-         // multi-worker job takes the same decision before any collective.
-         .chief = true});
-    train::check_memory_limit(*plan, memory_limit);
-  }
+  train::check_batch_fits(resolved, setup.data.train);
+  Preflight out;
+  // For the checks of --augment, the memory plan and the monitor's FLOP figures.
+  out.example = setup.data.train.take(1).iterator().next();
+  check_augment_fits(setup.augment, out.example);
+  out.memory_limit = memory_limit_of(o, layout.local_replicas);
+  if (!out.example || o.no_memory_plan) return out;
+  const RunData& run_data = setup.data;
+  out.plan = train::plan_memory(
+      {.model = setup.model,
+       .config = resolved,
+       .layout = layout,
+       .example = *out.example,
+       .evaluates = run_data.validation.has_value(),
+       .validation_examples = run_data.validation ? run_data.validation->cardinality() : -1,
+       .resident_input_bytes = run_data.resident_bytes,
+       .writes_checkpoints = true,
+       // Every process plans the chief's share (the gathered checkpoint
+       // state): the same plan everywhere, so that every process of a
+       // multi-worker job takes the same decision before any collective.
+       .chief = true});
+  train::check_memory_limit(*out.plan, out.memory_limit);
+  return out;
+}
 
-  train::Trainer trainer(config, factory);
-  distribute::Strategy& strategy = trainer.strategy();
-  if (strategy.serves_chief()) {
-    // A parameter-server worker or shard rank: it serves rank 0 until rank
-    // 0 ends the job (also when a signal stops it: exit 0 then, so that
-    // mpirun does not abort rank 0 while it writes its checkpoint).
-    const StopSignals stop_signals(nullptr);
-    trainer.serve_remote_work();
-    return 0;
-  }
-  const bool chief = strategy.is_chief();
-  if (chief && strategy.name() == "parameter_server" && comm::launched_process_count() > 1 &&
+// The chief's notes on how the job was launched and configured.
+void print_launch_notes(const TrainOptions& o, const distribute::Strategy& strategy) {
+  if (strategy.name() == "parameter_server" && comm::launched_process_count() > 1 &&
       std::getenv("OMPI_MCA_orte_enable_recovery") == nullptr) {
     fmt::print(stderr,
                "tandem: note: without mpirun --enable-recovery, mpirun ends the whole job when "
                "a worker process dies; with it the parameter server trains on without the "
                "lost worker (docs/sync_async.md)\n");
   }
-  // The batch sizes the Trainer derived (global, accumulation, micro-batch).
-  config.batch_size = trainer.config().batch_size;
-  config.accumulation_steps = trainer.config().accumulation_steps;
-  config.micro_batch_size = trainer.config().micro_batch_size;
-  config.optimizer.learning_rate = trainer.config().optimizer.learning_rate;  // scaled
-  if (const std::string advice = comm::mpi_launch_advice(); chief && !advice.empty())
+  if (const std::string advice = comm::mpi_launch_advice(); !advice.empty())
     fmt::print(stderr, "tandem: note: {}\n", advice);
-  if (chief && o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
+  if (o.zero > 0 && strategy.global_replicas() == 1 && !o.quiet) {
     fmt::print(stderr,
                "tandem: warning: --zero {} with one replica: nothing to shard, the "
                "optimizer state and gradients stay whole\n",
                o.zero);
   }
-  const int64_t steps_per_epoch = trainer.steps_per_epoch(train_set);
-  std::optional<interop::LoadReport> init_report;
-  if (init_weights)
-    init_report = interop::load_safetensors(*init_weights, trainer, {.strict = !o.non_strict});
-  // A resume is checked (the checkpoint read) before the monitor appends to
-  // the run directory, so a failed one leaves it as it was.
-  int64_t resumed_at = 0;
-  if (config.resume) {
-    const train::ResumePoint& point = trainer.prepare_resume();
-    resumed_at = point.global_step;
-    if (chief && config.schedule == "cosine" && point.epochs > 0 && point.epochs != config.epochs) {
-      fmt::print(stderr,
-                 "tandem: warning: the run was started for {} epoch(s) and now trains {}: the "
-                 "cosine schedule is {} over the new total, so the learning rate from step {} on "
-                 "does not continue the curve the run started on\n",
-                 point.epochs, config.epochs,
-                 config.epochs > point.epochs ? "stretched" : "compressed", point.global_step + 1);
-    }
+}
+
+// Reads the checkpoint of a --resume (before the monitor appends to the
+// run directory, so a failed one leaves it as it was); the step it resumes
+// after, 0 for a new run.
+int64_t prepare_resume(train::Trainer& trainer, const train::TrainConfig& config, bool chief) {
+  if (!config.resume) return 0;
+  const train::ResumePoint& point = trainer.prepare_resume();
+  if (chief && config.schedule == "cosine" && point.epochs > 0 && point.epochs != config.epochs) {
+    fmt::print(stderr,
+               "tandem: warning: the run was started for {} epoch(s) and now trains {}: the "
+               "cosine schedule is {} over the new total, so the learning rate from step {} on "
+               "does not continue the curve the run started on\n",
+               point.epochs, config.epochs,
+               config.epochs > point.epochs ? "stretched" : "compressed", point.global_step + 1);
   }
-  check_trace_window(o.trace_steps, trace_first, trace_last, steps_per_epoch, config.epochs,
-                     resumed_at);
-  if (!o.quiet && chief) {
+  return point.global_step;
+}
+
+// The lines that open a run: model, data, strategy, batch, optimizer,
+// input, memory plan, output, and the --init-from report.
+void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Trainer& trainer,
+                      const std::optional<train::MemoryPlan>& plan, int64_t memory_limit,
+                      const std::optional<interop::SafetensorsFile>& init_weights,
+                      const std::optional<interop::LoadReport>& init_report) {
+  const train::TrainConfig& config = o.config;
+  const train::ModelFactory& factory = setup.model;
+  const RunData& run_data = setup.data;
+  const data::AugmentOptions& augment = setup.augment;
+  const precision::Policy policy = setup.policy;
+  const double load_seconds = setup.load_seconds;
+  const distribute::Strategy& strategy = trainer.strategy();
     fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
                trainer.model().parameter_count(), run_data.description, load_seconds);
     fmt::print(
@@ -408,60 +414,51 @@ int run_train(TrainOptions& o) {
     if (plan) fmt::print("{}", describe_plan(*plan, memory_limit));
     fmt::print("  output {}\n", config.output_dir);
     if (init_report) print_load_report(*init_weights, *init_report);
-  }
-  // The monitor (metrics.jsonl, trace, findings) runs on the chief, which
-  // writes the run directory.
-  std::unique_ptr<monitor::Monitor> run_monitor;
-  if (chief && !o.no_monitor) {
-    monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
-    info.layers = example_layer_flops(trainer.model(), example, config.input_feature);
-    describe_devices(strategy, factory.spec.compute_dtype, info);
-    if (!o.quiet) {
-      double forward = 0.0;
-      for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;
-      fmt::print(
-          "  monitor: {:.2f} MFLOP per example forward, device peak {:.0f} GFLOP/s ({}), "
-          "metrics.jsonl{}\n",
-          forward / 1e6, info.peak_flops_per_device / 1e9,
-          factory.spec.compute_dtype == DType::bf16 ? "bf16" : "f32",
-          trace_first > 0 ? fmt::format(", trace of steps {}-{}", trace_first, trace_last)
-                          : std::string());
-    }
-    run_monitor =
-        std::make_unique<monitor::Monitor>(monitor::MonitorOptions{.run_dir = config.output_dir,
-                                                                   .append = config.resume,
-                                                                   .metrics_every = o.metrics_every,
-                                                                   .trace_first = trace_first,
-                                                                   .trace_last = trace_last,
-                                                                   .tensorboard_dir = tensorboard},
-                                           std::move(info));
-  }
-  const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
-                                     : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
-                                                                    : monitor::ProgressMode::lines;
-  monitor::ProgressView view(mode, config.epochs, config.loss_scale.has_value(), run_monitor.get());
-  train::TrainCallbacks callbacks;
-  callbacks.on_step = [&](const train::StepInfo& s) {
-    if (run_monitor) run_monitor->on_step(s);
-    view.on_step(s);
-  };
-  callbacks.on_epoch = [&](const train::EpochResult& e) {
-    if (run_monitor) run_monitor->on_epoch(e);
-    view.on_epoch(e);
-  };
+}
 
-  train::TrainResult result;
-  {
-    const StopSignals stop_signals(&trainer);
-    // The memory plan's measured side: the high-water marks from here on.
-    for (int r = 0; r < strategy.local_replicas(); ++r)
-      allocator_for(strategy.device(r)).reset_high_water();
-    result = trainer.fit(train_set, run_data.validation, callbacks);
+// The monitor (metrics.jsonl, trace, findings, TensorBoard) of the chief,
+// which writes the run directory.
+std::unique_ptr<monitor::Monitor> make_monitor(const TrainOptions& o, const RunSetup& setup,
+                                               train::Trainer& trainer, int64_t steps_per_epoch,
+                                               const std::optional<data::Element>& example,
+                                               const OutputSettings& outputs) {
+  const train::TrainConfig& config = o.config;
+  const train::ModelFactory& factory = setup.model;
+  monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
+  info.layers = example_layer_flops(trainer.model(), example, config.input_feature);
+  describe_devices(trainer.strategy(), factory.spec.compute_dtype, info);
+  if (!o.quiet) {
+    double forward = 0.0;
+    for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;
+    fmt::print(
+        "  monitor: {:.2f} MFLOP per example forward, device peak {:.0f} GFLOP/s ({}), "
+        "metrics.jsonl{}\n",
+        forward / 1e6, info.peak_flops_per_device / 1e9,
+        factory.spec.compute_dtype == DType::bf16 ? "bf16" : "f32",
+        outputs.trace_first > 0
+            ? fmt::format(", trace of steps {}-{}", outputs.trace_first, outputs.trace_last)
+            : std::string());
   }
+  return std::make_unique<monitor::Monitor>(
+      monitor::MonitorOptions{.run_dir = config.output_dir,
+                              .append = config.resume,
+                              .metrics_every = o.metrics_every,
+                              .trace_first = outputs.trace_first,
+                              .trace_last = outputs.trace_last,
+                              .tensorboard_dir = outputs.tensorboard},
+      std::move(info));
+}
 
+// The chief after training: summary.json, the monitor's warnings, and the
+// closing lines; the process's exit status.
+int finish_run(const TrainOptions& o, const RunSetup& setup, train::Trainer& trainer,
+               const train::TrainResult& result, monitor::Monitor* run_monitor,
+               const std::optional<train::MemoryPlan>& plan, int64_t memory_limit) {
+  const train::TrainConfig& config = o.config;
+  const RunData& run_data = setup.data;
+  const distribute::Strategy& strategy = trainer.strategy();
   const std::string summary_path =
       (std::filesystem::path(config.output_dir) / "summary.json").string();
-  if (!chief) return result.interrupted ? StopSignals::status() : 0;
   std::map<std::string, std::string> sections;
   if (run_monitor) {
     run_monitor->finish();
@@ -474,9 +471,9 @@ int run_train(TrainOptions& o) {
   extra["strategy"] = strategy.name();
   extra["replicas"] = std::to_string(strategy.global_replicas());
   extra["threads_per_replica"] = std::to_string(strategy.threads_per_replica());
-  extra["augment"] = data::augment_spec(augment);
+  extra["augment"] = data::augment_spec(setup.augment);
   extra["recompute"] = o.recompute ? "true" : "false";
-  train::write_summary(summary_path, config, factory.spec, result, extra, sections);
+  train::write_summary(summary_path, config, setup.model.spec, result, extra, sections);
   if (result.interrupted) {
     fmt::print("stopped; checkpoint saved to {} (continue with --output {} --resume)\n",
                trainer.checkpoint_path(), config.output_dir);
@@ -510,6 +507,71 @@ int run_train(TrainOptions& o) {
     }
   }
   return 0;
+}
+
+int run_train(TrainOptions& o) {
+  train::TrainConfig& config = o.config;
+  const OutputSettings outputs = check_outputs(o);
+  // Opened (its header checked) before the data loads, so that a bad file fails fast.
+  std::optional<interop::SafetensorsFile> init_weights;
+  if (!o.init_from.empty()) init_weights.emplace(o.init_from);
+  RunSetup setup = prepare_run(o);
+  const Preflight checked = preflight(o, setup);
+
+  train::Trainer trainer(config, setup.model);
+  distribute::Strategy& strategy = trainer.strategy();
+  if (strategy.serves_chief()) {
+    // A parameter-server worker or shard rank: it serves rank 0 until rank
+    // 0 ends the job (also when a signal stops it: exit 0 then, so that
+    // mpirun does not abort rank 0 while it writes its checkpoint).
+    const StopSignals stop_signals(nullptr);
+    trainer.serve_remote_work();
+    return 0;
+  }
+  const bool chief = strategy.is_chief();
+  if (chief) print_launch_notes(o, strategy);
+  // The batch sizes the Trainer derived (global, accumulation, micro-batch).
+  config.batch_size = trainer.config().batch_size;
+  config.accumulation_steps = trainer.config().accumulation_steps;
+  config.micro_batch_size = trainer.config().micro_batch_size;
+  config.optimizer.learning_rate = trainer.config().optimizer.learning_rate;  // scaled
+  const int64_t steps_per_epoch = trainer.steps_per_epoch(setup.data.train);
+  std::optional<interop::LoadReport> init_report;
+  if (init_weights)
+    init_report = interop::load_safetensors(*init_weights, trainer, {.strict = !o.non_strict});
+  const int64_t resumed_at = prepare_resume(trainer, config, chief);
+  check_trace_window(o.trace_steps, outputs.trace_first, outputs.trace_last, steps_per_epoch,
+                     config.epochs, resumed_at);
+  if (!o.quiet && chief)
+    print_run_header(o, setup, trainer, checked.plan, checked.memory_limit, init_weights,
+                     init_report);
+  std::unique_ptr<monitor::Monitor> run_monitor;
+  if (chief && !o.no_monitor)
+    run_monitor = make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs);
+  const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
+                                     : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
+                                                                    : monitor::ProgressMode::lines;
+  monitor::ProgressView view(mode, config.epochs, config.loss_scale.has_value(), run_monitor.get());
+  train::TrainCallbacks callbacks;
+  callbacks.on_step = [&](const train::StepInfo& s) {
+    if (run_monitor) run_monitor->on_step(s);
+    view.on_step(s);
+  };
+  callbacks.on_epoch = [&](const train::EpochResult& e) {
+    if (run_monitor) run_monitor->on_epoch(e);
+    view.on_epoch(e);
+  };
+  train::TrainResult result;
+  {
+    const StopSignals stop_signals(&trainer);
+    // The memory plan's measured side: the high-water marks from here on.
+    for (int r = 0; r < strategy.local_replicas(); ++r)
+      allocator_for(strategy.device(r)).reset_high_water();
+    result = trainer.fit(setup.data.train, setup.data.validation, callbacks);
+  }
+  if (!chief) return result.interrupted ? StopSignals::status() : 0;
+  return finish_run(o, setup, trainer, result, run_monitor.get(), checked.plan,
+                    checked.memory_limit);
 }
 
 // Registers tandem train's options on `command`, bound to `o`.
