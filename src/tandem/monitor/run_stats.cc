@@ -132,9 +132,9 @@ double RunStats::allreduce_bytes_per_second() const {
   return allreduce_seconds_ > 0.0 ? allreduce_bytes_ / allreduce_seconds_ : 0.0;
 }
 
-std::vector<Finding> RunStats::diagnose() const {
-  std::vector<Finding> out;
-  if (measured_ == 0) return out;
+// The finding rules, in the order their findings are listed. Each adds
+// what it finds to `out`.
+void RunStats::find_input_bound(std::vector<Finding>& out) const {
   const double step_ms = 1e3 * mean_step_seconds();
   const double input = input_fraction();
   if (input >= kInputBound) {
@@ -147,6 +147,10 @@ std::vector<Finding> RunStats::diagnose() const {
                                percent(input), input * step_ms, step_ms),
                    input});
   }
+}
+
+void RunStats::find_communication_bound(std::vector<Finding>& out) const {
+  const double step_ms = 1e3 * mean_step_seconds();
   // Replicas that count their own examples are parameter-server workers:
   // their communication is pulls and pushes, not an all-reduce.
   const bool parameter_server =
@@ -169,52 +173,59 @@ std::vector<Finding> RunStats::diagnose() const {
                                percent(communication), communication * step_ms),
                    communication});
   }
-  if (replica_means_.size() >= 2) {
-    // Each replica's own compute, measured before it waits for the others;
-    // per example where the replicas compute different numbers of them (the
-    // parameter server's workers: a slow one computes fewer, not longer).
-    bool per_example = true;
-    for (const ReplicaTimes& r : replica_means_)
-      per_example = per_example && !std::isnan(r.examples) && r.examples > 0.0;
-    const auto pace = [&](const ReplicaTimes& r) {
-      return per_example ? r.compute() / r.examples : r.compute();
-    };
-    size_t slowest = 0;
-    for (size_t i = 1; i < replica_means_.size(); ++i)
-      if (pace(replica_means_[i]) > pace(replica_means_[slowest])) slowest = i;
-    std::vector<double> others;
-    for (size_t i = 0; i < replica_means_.size(); ++i)
-      if (i != slowest) others.push_back(pace(replica_means_[i]));
-    const ReplicaTimes& slow = replica_means_[slowest];
-    const double typical = median(others);
-    const double excess = typical > 0.0 ? pace(slow) / typical - 1.0 : 0.0;
-    // What it costs per step: the compute it would not need at the others'
-    // pace (synchronous replicas wait that long for it; asynchronous
-    // workers lose that many examples' worth of work).
-    const double cost = per_example ? slow.compute() * excess / (1.0 + excess)
-                                    : slow.compute() - typical;
-    // A replica that is slow now and then (descheduled by the OS, sharing a
-    // core) raises its mean without being the one the others wait for.
-    const double consistency =
-        static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
-    if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
-        consistency >= kStragglerConsistency) {
-      const std::string measure =
-          per_example ? fmt::format("{:.3f} vs {:.3f} ms of compute per example", 1e3 * pace(slow),
-                                    1e3 * typical)
-                      : fmt::format("{:.1f} vs {:.1f} ms of compute per step", 1e3 * pace(slow),
-                                    1e3 * typical);
-      out.push_back(
-          {"straggler",
-           fmt::format("straggler: replica {} is {} slower than the others ({}, slow in {} of "
-                       "the steps); {}",
-                       slow.replica, percent(excess), measure, percent(consistency),
-                       per_example ? "parameter-server workers wait for it in synchronous "
-                                     "rounds, and asynchronous ones train on without its share"
-                                   : "the others idle waiting for it"),
-           excess});
-    }
+}
+
+// A replica whose own compute, measured before it waits for the others, is
+// consistently slower than theirs (per example where the replicas compute
+// different numbers of them: the parameter server's workers, where a slow
+// one computes fewer, not longer).
+void RunStats::find_straggler(std::vector<Finding>& out) const {
+  if (replica_means_.size() < 2) return;
+  bool per_example = true;
+  for (const ReplicaTimes& r : replica_means_)
+    per_example = per_example && !std::isnan(r.examples) && r.examples > 0.0;
+  const auto pace = [&](const ReplicaTimes& r) {
+    return per_example ? r.compute() / r.examples : r.compute();
+  };
+  size_t slowest = 0;
+  for (size_t i = 1; i < replica_means_.size(); ++i)
+    if (pace(replica_means_[i]) > pace(replica_means_[slowest])) slowest = i;
+  std::vector<double> others;
+  for (size_t i = 0; i < replica_means_.size(); ++i)
+    if (i != slowest) others.push_back(pace(replica_means_[i]));
+  const ReplicaTimes& slow = replica_means_[slowest];
+  const double typical = median(others);
+  const double excess = typical > 0.0 ? pace(slow) / typical - 1.0 : 0.0;
+  // What it costs per step: the compute it would not need at the others'
+  // pace (synchronous replicas wait that long for it; asynchronous
+  // workers lose that many examples' worth of work).
+  const double cost = per_example ? slow.compute() * excess / (1.0 + excess)
+                                  : slow.compute() - typical;
+  // A replica that is slow now and then (descheduled by the OS, sharing a
+  // core) raises its mean without being the one the others wait for.
+  const double consistency =
+      static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
+  if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
+      consistency >= kStragglerConsistency) {
+    const std::string measure =
+        per_example ? fmt::format("{:.3f} vs {:.3f} ms of compute per example", 1e3 * pace(slow),
+                                  1e3 * typical)
+                    : fmt::format("{:.1f} vs {:.1f} ms of compute per step", 1e3 * pace(slow),
+                                  1e3 * typical);
+    out.push_back(
+        {"straggler",
+         fmt::format("straggler: replica {} is {} slower than the others ({}, slow in {} of "
+                     "the steps); {}",
+                     slow.replica, percent(excess), measure, percent(consistency),
+                     per_example ? "parameter-server workers wait for it in synchronous "
+                                   "rounds, and asynchronous ones train on without its share"
+                                 : "the others idle waiting for it"),
+         excess});
   }
+}
+
+// Each device's peak against its capacity: pressure, or room for a larger batch.
+void RunStats::find_memory(std::vector<Finding>& out) const {
   for (const DeviceMemory& m : memory_) {
     if (m.capacity <= 0 || m.peak_total <= 0) continue;
     const int64_t activations = m.peak[static_cast<int>(MemoryCategory::activations)];
@@ -240,9 +251,12 @@ std::vector<Finding> RunStats::diagnose() const {
       }
     }
   }
-  // The batch against the gradient noise scale (McCandlish et al.): well
-  // below it, steps are mostly noise; well above it, extra examples buy
-  // little per step.
+}
+
+// The batch against the gradient noise scale (McCandlish et al.): well
+// below it, steps are mostly noise; well above it, extra examples buy
+// little per step.
+void RunStats::find_batch_against_noise_scale(std::vector<Finding>& out) const {
   if (noise_scale_ > 0.0 && noise_scale_batch_ > 0.0) {
     const double ratio = noise_scale_batch_ / noise_scale_;
     if (ratio <= 1.0 / kNoiseScaleFactor) {
@@ -263,6 +277,20 @@ std::vector<Finding> RunStats::diagnose() const {
                      ratio});
     }
   }
+}
+
+std::vector<Finding> RunStats::diagnose() const {
+  std::vector<Finding> out;
+  if (measured_ == 0) return out;
+  for (const auto rule : {&RunStats::find_input_bound, &RunStats::find_communication_bound,
+                          &RunStats::find_straggler, &RunStats::find_memory,
+                          &RunStats::find_batch_against_noise_scale}) {
+    (this->*rule)(out);
+  }
+  // Without a bottleneck, the replicas compute.
+  const double step_ms = 1e3 * mean_step_seconds();
+  const double input = input_fraction();
+  const double communication = communication_fraction();
   const bool bottleneck = std::any_of(out.begin(), out.end(), [](const Finding& f) {
     return f.kind == "input_bound" || f.kind == "communication_bound" || f.kind == "straggler";
   });

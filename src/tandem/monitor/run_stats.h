@@ -105,6 +105,13 @@ class RunStats {
   std::vector<Finding> diagnose() const;
 
  private:
+  // diagnose()'s rules (run_stats.cc).
+  void find_input_bound(std::vector<Finding>& out) const;
+  void find_communication_bound(std::vector<Finding>& out) const;
+  void find_straggler(std::vector<Finding>& out) const;
+  void find_memory(std::vector<Finding>& out) const;
+  void find_batch_against_noise_scale(std::vector<Finding>& out) const;
+
   int64_t warmup_steps_;
   int64_t steps_ = 0, measured_ = 0;
   double step_seconds_ = 0.0, input_seconds_ = 0.0, examples_ = 0.0, flops_ = 0.0;
