@@ -334,7 +334,10 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
   return results;
 }
 
-int run_bench_collective(const CollectiveOptions& o, comm::Collective collective) {
+// The options checked, and what measure() needs of them; `sizes` gets the
+// message sizes, --min-bytes to --max-bytes by --factor.
+MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective collective,
+                              std::vector<int64_t>& sizes) {
   const DType dtype = parse_dtype(o.dtype);
   const comm::ReduceOp op = comm::parse_reduce_op(o.op);
   const int64_t lo = parse_bytes(o.min_bytes, "--min-bytes"),
@@ -347,7 +350,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     TANDEM_THROW(InvalidArgument, "--threads must be 1 to 1024, got ", o.threads);
   if (o.busy_threads < 0 || o.busy_threads > 1024)
     TANDEM_THROW(InvalidArgument, "--busy-threads must be 0 to 1024, got ", o.busy_threads);
-  std::vector<int64_t> sizes;
+  sizes.clear();
   for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
   const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
   const comm::WireDType wire = comm::parse_wire_dtype(o.wire);
@@ -358,7 +361,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
       TANDEM_THROW(InvalidArgument, "--wire supports --op sum and mean, got ", o.op);
     if (!in_place) TANDEM_THROW(InvalidArgument, "--wire reduces in place; drop --out-of-place");
   }
-  MeasureSetup setup{.collective = collective,
+  return MeasureSetup{.collective = collective,
                      .dtype = dtype,
                      .wire = wire,
                      .op = op,
@@ -366,61 +369,82 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                      .repeats = o.repeats,
                      .ranks_per_process = o.backend == "mpi" ? 1 : o.ranks,
                      .busy_threads = o.busy_threads};
-  const comm::CommOptions comm_options{.verify_calls = false};
+}
 
+// What the ranks measured: rank 0's results, the group's size, and whether
+// this process prints them (rank 0's).
+struct Measured {
   std::vector<SizeResult> results;
   int world = 1;
   bool print = true;
+};
+
+// measure() on `ranks` threads, each with communicator(rank); rank 0's
+// results. A rank's error is rethrown here once every thread has ended.
+template <typename MakeCommunicator>
+std::vector<SizeResult> measure_on_threads(int ranks, int threads_per_rank,
+                                           const MeasureSetup& setup,
+                                           const std::vector<int64_t>& sizes,
+                                           MakeCommunicator communicator) {
+  std::vector<SizeResult> results;
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        set_num_threads(threads_per_rank);
+        auto c = communicator(r);
+        auto mine = measure(*c, setup, sizes);
+        if (r == 0) results = std::move(mine);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return results;
+}
+
+Measured measure_backend(const CollectiveOptions& o, const MeasureSetup& setup,
+                         const std::vector<int64_t>& sizes) {
+  const comm::CommOptions comm_options{.verify_calls = false};
+  Measured m;
   if (o.backend == "inprocess") {
     comm::InProcessGroup group(
         o.ranks, {.comm = comm_options, .small_message_bytes = o.small_message_bytes});
-    world = o.ranks;
-    std::vector<std::thread> threads;
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    for (int r = 0; r < o.ranks; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          set_num_threads(o.threads);
-          auto c = group.communicator(r);
-          auto mine = measure(*c, setup, sizes);
-          if (r == 0) results = std::move(mine);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    if (error) std::rethrow_exception(error);
+    m.world = o.ranks;
+    m.results = measure_on_threads(o.ranks, o.threads, setup, sizes,
+                                   [&](int r) { return group.communicator(r); });
   } else if (o.backend == "mpi") {
     // Not OpenMP's default team: ranks that share a host's cores (or test
     // hosts that share a machine's) would spin against each other.
     set_num_threads(o.threads);
     auto c = comm::make_mpi_communicator(comm_options);
-    world = c->size();
-    print = c->rank() == 0;
-    results = measure(*c, setup, sizes);
+    m.world = c->size();
+    m.print = c->rank() == 0;
+    m.results = measure(*c, setup, sizes);
   } else if (o.backend == "hierarchical") {
     comm::HierarchicalGroup group(o.ranks, comm_options);
-    world = group.process_count() * o.ranks;
-    print = group.process_rank() == 0;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < o.ranks; ++r) {
-      threads.emplace_back([&, r] {
-        set_num_threads(o.threads);
-        auto c = group.communicator(r);
-        auto mine = measure(*c, setup, sizes);
-        if (r == 0) results = std::move(mine);
-      });
-    }
-    for (auto& t : threads) t.join();
+    m.world = group.process_count() * o.ranks;
+    m.print = group.process_rank() == 0;
+    m.results = measure_on_threads(o.ranks, o.threads, setup, sizes,
+                                   [&](int r) { return group.communicator(r); });
   } else {
     TANDEM_THROW(InvalidArgument, "--backend: unknown backend '", o.backend,
                  "' (expected inprocess, mpi or hierarchical)");
   }
-  if (!print) return 0;
+  return m;
+}
 
+// The table (or --json) of rank 0's results; Error when a check failed.
+void report_collective(const CollectiveOptions& o, comm::Collective collective,
+                       const MeasureSetup& setup, const Measured& measured) {
+  const int world = measured.world;
+  const bool in_place = setup.in_place;
+  const comm::WireDType wire = setup.wire;
   // The bound applies to in-place all-reduce, whose traffic is 2 n S.
   double bound = o.bound_gbps * 1e9;
   const bool with_bound =
@@ -449,7 +473,7 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
                "cpu(us)", "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "",
                "check", o.busy_threads > 0 ? "  busy time(us)  compute(%)" : "");
   }
-  for (const SizeResult& s : results) {
+  for (const SizeResult& s : measured.results) {
     all_correct = all_correct && s.correct;
     const double algbw = static_cast<double>(s.bytes) / s.seconds / 1e9;
     const double busbw = algbw * bus_factor;
@@ -491,6 +515,13 @@ int run_bench_collective(const CollectiveOptions& o, comm::Collective collective
     fmt::print("{}\n", out.dump(2));
   }
   if (!all_correct) TANDEM_THROW(Error, name, " returned wrong results (see the check column)");
+}
+
+int run_bench_collective(const CollectiveOptions& o, comm::Collective collective) {
+  std::vector<int64_t> sizes;
+  const MeasureSetup setup = collective_setup(o, collective, sizes);
+  const Measured measured = measure_backend(o, setup, sizes);
+  if (measured.print) report_collective(o, collective, setup, measured);
   return 0;
 }
 
