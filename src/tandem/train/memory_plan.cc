@@ -221,6 +221,206 @@ int64_t MemoryPlan::largest_micro_batch(int64_t limit_bytes) const {
   return good;
 }
 
+// What the plan of every device reads: the run's shape, the parameters'
+// layout, the Reducer's buckets and the input pipeline's depth.
+struct PlanShape {
+  int local = 1, global = 1, processes = 1;
+  int64_t micro = 1, eval_rows = 0;
+  int zero = 0;  // ZeRO stage, 0 with one replica
+  // Neither the parameter server nor local SGD reduces gradients in
+  // buckets; the servers' parameters, staged gradient and optimizer state
+  // live on device 0 (distribute/parameter_server.h).
+  bool parameter_server = false, reduces = false;
+  int64_t parameter_bytes = 0, parameters = 0;
+  // The Reducer's buckets (layout only), with ZeRO's padding.
+  int64_t bucket_elements = 0, largest_bucket = 0, shard_elements = 0, largest_shard = 0;
+  int64_t buckets = 0;
+  int slots = 0;           // optimizer state tensors per parameter
+  int64_t wire_bytes = 0;  // compressed-wire staging per element
+  int64_t process_rows = 0;
+  double depth = 0.0;            // batches the input pipeline holds
+  double feature = 0.0, whole = 0.0;  // bytes of an example's input feature, of the whole
+};
+
+// Rows of one evaluation batch on each replica.
+int64_t evaluation_rows(const MemoryPlanInput& in) {
+  const TrainConfig& c = in.config;
+  const int local = in.layout.local_replicas;
+  const int processes = std::max(1, in.layout.global_replicas / std::max(1, local));
+  const int64_t eval_batch =
+      in.validation_examples >= 0
+          ? std::min(c.eval_batch_size, std::max<int64_t>(1, in.validation_examples))
+          : c.eval_batch_size;
+  return ceil_div(ceil_div(eval_batch, processes), local);
+}
+
+PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
+  const TrainConfig& c = in.config;
+  PlanShape s;
+  s.local = in.layout.local_replicas;
+  s.global = in.layout.global_replicas;
+  s.processes = std::max(1, s.global / std::max(1, s.local));
+  s.micro = c.micro_batch_size;
+  s.eval_rows = evaluation_rows(in);
+  // The parameters, in model order, from one more build (cheap beside the trace).
+  std::vector<comm::TensorLayout> layouts;  // reverse order, as the Reducer's buckets
+  {
+    DeviceScope device(scratch_device());
+    const std::vector<Variable> p = in.model.build()->parameters();
+    s.parameters = static_cast<int64_t>(p.size());
+    for (auto it = p.rbegin(); it != p.rend(); ++it) {
+      layouts.push_back({it->shape(), it->dtype()});
+      s.parameter_bytes += static_cast<int64_t>(it->value().nbytes());
+      plan.parameter_count += it->value().numel();
+    }
+  }
+  allocator_for(scratch_device()).release_cache();
+  s.zero = s.global > 1 ? c.reducer.zero_stage : 0;
+  s.parameter_server = c.strategy.name == "parameter_server";
+  s.reduces = s.global > 1 && !s.parameter_server && c.sync_every == 0;
+  if (s.reduces) {
+    const comm::Bucketer layout(layouts, {.bucket_bytes = c.reducer.bucket_bytes,
+                                          .first_bucket_bytes = c.reducer.first_bucket_bytes,
+                                          .pad_to = s.zero > 0 ? s.global : 1,
+                                          .allocate = false});
+    s.buckets = static_cast<int64_t>(layout.bucket_count());
+    for (size_t b = 0; b < layout.bucket_count(); ++b) {
+      const int64_t e = layout.bucket_elements(b);
+      s.bucket_elements += e;
+      s.largest_bucket = std::max(s.largest_bucket, e);
+      s.shard_elements += e / s.global;
+      s.largest_shard = std::max(s.largest_shard, e / s.global);
+    }
+  }
+  const std::string& optimizer = c.optimizer.name;
+  // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
+  // the two moments of Adam, AdamW and LAMB.
+  s.slots = optimizer == "sgd"    ? (c.optimizer.momentum > 0.0 ? 1 : 0)
+            : optimizer == "lars" ? 1
+                                  : 2;
+  s.wire_bytes = c.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging
+  s.process_rows = s.micro * c.accumulation_steps * s.local;
+  // The one training, the next, and the prefetched.
+  s.depth = (c.prefetch_batches == data::kAutotune ? 2 : std::max(0, c.prefetch_batches)) + 2.0;
+  s.feature = static_cast<double>(example_bytes(in.example, c.input_feature));
+  s.whole = static_cast<double>(example_bytes(in.example));
+  return s;
+}
+
+// What stays allocated on local replica r's device through a step, each
+// category: fixed and per row of the micro-batch.
+struct SteadyMemory {
+  std::array<double, kCategories> fixed{}, per_row{};
+};
+
+constexpr int64_t f32 = 4;  // bytes of the master weights, gradients and state
+
+SteadyMemory steady_memory(const MemoryPlanInput& in, const PlanShape& s, int r) {
+  const TrainConfig& c = in.config;
+  SteadyMemory m;
+  auto& steady = m.fixed;
+  auto& steady_per_row = m.per_row;
+  // Parameters (ZeRO keeps them in padded flat buffers) and their casts.
+  steady[index(MemoryCategory::parameters)] =
+      static_cast<double>(s.zero > 0 ? s.bucket_elements * f32 : s.parameter_bytes) +
+      (s.parameter_server && r == 0 ? static_cast<double>(s.parameter_bytes) : 0.0);
+  // Gradients: the buckets (whole, padded under ZeRO-1), the shards
+  // (ZeRO-2), or each parameter's own (one replica).
+  steady[index(MemoryCategory::gradients)] =
+      static_cast<double>(!s.reduces    ? s.parameter_bytes
+                          : s.zero == 2 ? s.shard_elements * f32
+                                        : s.bucket_elements * f32) +
+      (s.parameter_server && r == 0 ? static_cast<double>(s.parameter_bytes) : 0.0);
+  // Optimizer state: slots per element and one update count per tensor.
+  steady[index(MemoryCategory::optimizer_state)] =
+      s.parameter_server && r > 0
+          ? 0.0
+          : static_cast<double>(s.zero > 0 ? s.slots * s.shard_elements * f32 + s.buckets * 4
+                                           : s.slots * s.parameter_bytes + s.parameters * 4);
+  // Communication: the in-process group's staging on device 0, compressed
+  // wire buffers, ZeRO-2's staging slots and ZeRO's all-gather input (and
+  // the hierarchical all-gather's whole-bucket buffer across processes).
+  double communication = 0.0;
+  if (r == 0 && s.local > 1) {
+    const int64_t small = comm::InProcessOptions{}.small_message_bytes;
+    communication += 2.0 * static_cast<double>(ceil_div(small, 64) * 64 * s.local);
+  }
+  if (s.reduces) {
+    communication += static_cast<double>(s.bucket_elements * s.wire_bytes);
+    if (s.zero == 2) {
+      communication += static_cast<double>(
+          std::min<int64_t>(distribute::Reducer::kStagingSlots, s.buckets) * s.largest_bucket *
+          f32);
+    }
+    if (s.zero > 0) communication += static_cast<double>(s.largest_shard * f32);
+    if (s.zero > 0 && s.processes > 1) {
+      communication += static_cast<double>(s.largest_bucket * f32);
+    }
+  }
+  steady[index(MemoryCategory::communication)] = communication;
+  // Input: device 0 holds the resident data and the pipeline's batches;
+  // every other replica its share of the input feature.
+  if (r == 0) {
+    steady[index(MemoryCategory::input)] = static_cast<double>(in.resident_input_bytes);
+    steady_per_row[index(MemoryCategory::input)] =
+        s.depth * static_cast<double>(s.process_rows / s.micro) * s.whole;
+  } else {
+    steady_per_row[index(MemoryCategory::input)] =
+        static_cast<double>(c.accumulation_steps) * s.feature;
+  }
+  return m;
+}
+
+// Local replica r's device: the steady memory plus the traced step's own,
+// each category's peak, and the transients.
+DeviceMemoryPlan device_plan(const MemoryPlanInput& in, const PlanShape& s, const Trace& traced,
+                             int r) {
+  DeviceMemoryPlan d;
+  d.device = cpu_device(r);
+  SteadyMemory m = steady_memory(in, s, r);
+  for (int k = 0; k < kCategories; ++k) m.fixed[k] += traced.persistent[k];
+  const auto category = [](const StepFits& f, MemoryCategory cat) {
+    return f.category[index(cat)];
+  };
+  // Each category's own peak: steady plus the step's own at its peak (a
+  // training micro-batch, or at least an evaluation batch).
+  for (int k = 0; k < kCategories; ++k) {
+    const auto cat = static_cast<MemoryCategory>(k);
+    d.fixed[k] = m.fixed[k] + category(traced.train, cat).fixed;
+    d.per_row[k] = m.per_row[k] + category(traced.train, cat).per_row;
+    if (in.evaluates) {
+      const double eval_input =
+          k == index(MemoryCategory::input) && r != 0 ? static_cast<double>(s.eval_rows) * s.feature
+          : k == index(MemoryCategory::input) ? static_cast<double>(s.eval_rows * s.local) * s.whole
+                                              : 0.0;
+      d.floor[k] = m.fixed[k] + eval_input + category(traced.eval, cat).at(s.eval_rows);
+    }
+    d.steady_fixed += m.fixed[k];
+    d.steady_per_row += m.per_row[k];
+  }
+  if (s.zero > 0 && in.writes_checkpoints) {
+    // Gathering a checkpoint: a piece of every rank's shard at a time, and
+    // on the chief's first device one bucket's slot at a time (written to
+    // the file before the next is gathered) and the update counts.
+    double gathered = static_cast<double>(
+        s.global * std::min(s.largest_shard, distribute::ShardedOptimizer::kGatherPiece) * f32);
+    if (r == 0 && in.chief) {
+      gathered +=
+          static_cast<double>((s.slots > 0 ? s.largest_bucket * f32 : 0) + s.parameters * 4);
+    }
+    d.fixed[index(MemoryCategory::optimizer_state)] += gathered;
+    d.transient_floor = std::max(d.transient_floor, gathered);
+  }
+  d.transient_fixed = traced.train.total.fixed;
+  d.transient_per_row = traced.train.total.per_row;
+  if (in.evaluates) {
+    d.transient_floor = std::max(
+        d.transient_floor, traced.eval.total.at(s.eval_rows) +
+                               (r == 0 ? 0.0 : static_cast<double>(s.eval_rows) * s.feature));
+  }
+  return d;
+}
+
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const TrainConfig& c = in.config;
   if (c.micro_batch_size < 1) {
@@ -228,167 +428,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                  "memory plan: the batch sizes must be resolved first (micro-batch ",
                  c.micro_batch_size, ")");
   }
-  const int local = in.layout.local_replicas, global = in.layout.global_replicas;
-  const int processes = std::max(1, global / std::max(1, local));
-  const int64_t micro = c.micro_batch_size;
-  const int64_t eval_batch =
-      in.validation_examples >= 0
-          ? std::min(c.eval_batch_size, std::max<int64_t>(1, in.validation_examples))
-          : c.eval_batch_size;
-  const int64_t eval_rows = ceil_div(ceil_div(eval_batch, processes), local);
-
   MemoryPlan plan;
-  plan.micro_batch = micro;
+  plan.micro_batch = c.micro_batch_size;
   plan.accumulation_steps = c.accumulation_steps;
-  plan.global_replicas = global;
+  plan.global_replicas = in.layout.global_replicas;
   const auto start = Clock::now();
-  const Trace traced = trace(in, micro, eval_rows);
+  const Trace traced = trace(in, c.micro_batch_size, evaluation_rows(in));
   plan.trace_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   plan.traced_rows = traced.rows;
-
-  // The parameters, in model order, from one more build (cheap beside the trace).
-  std::vector<comm::TensorLayout> layouts;  // reverse order, as the Reducer's buckets
-  int64_t parameter_bytes = 0, parameters = 0;
-  {
-    DeviceScope device(scratch_device());
-    const std::vector<Variable> p = in.model.build()->parameters();
-    parameters = static_cast<int64_t>(p.size());
-    for (auto it = p.rbegin(); it != p.rend(); ++it) {
-      layouts.push_back({it->shape(), it->dtype()});
-      parameter_bytes += static_cast<int64_t>(it->value().nbytes());
-      plan.parameter_count += it->value().numel();
-    }
-  }
-  allocator_for(scratch_device()).release_cache();
-  const int zero = global > 1 ? c.reducer.zero_stage : 0;
-  const int64_t f32 = 4;
-  // Neither the parameter server nor local SGD reduces gradients in
-  // buckets; the servers' parameters, staged gradient and optimizer state
-  // live on device 0 (distribute/parameter_server.h).
-  const bool parameter_server = c.strategy.name == "parameter_server";
-  const bool reduces = global > 1 && !parameter_server && c.sync_every == 0;
-  // The Reducer's buckets (layout only), with ZeRO's padding.
-  int64_t bucket_elements = 0, largest_bucket = 0, shard_elements = 0, largest_shard = 0;
-  int64_t buckets = 0;
-  if (reduces) {
-    const comm::Bucketer layout(layouts, {.bucket_bytes = c.reducer.bucket_bytes,
-                                          .first_bucket_bytes = c.reducer.first_bucket_bytes,
-                                          .pad_to = zero > 0 ? global : 1,
-                                          .allocate = false});
-    buckets = static_cast<int64_t>(layout.bucket_count());
-    for (size_t b = 0; b < layout.bucket_count(); ++b) {
-      const int64_t e = layout.bucket_elements(b);
-      bucket_elements += e;
-      largest_bucket = std::max(largest_bucket, e);
-      shard_elements += e / global;
-      largest_shard = std::max(largest_shard, e / global);
-    }
-  }
-  const std::string& optimizer = c.optimizer.name;
-  // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
-  // the two moments of Adam, AdamW and LAMB.
-  const int slots = optimizer == "sgd"    ? (c.optimizer.momentum > 0.0 ? 1 : 0)
-                    : optimizer == "lars" ? 1
-                                          : 2;
-  const int64_t wire_bytes =
-      c.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging, per element
-  const int64_t process_rows = micro * c.accumulation_steps * local;
-  // Batches the input pipeline holds: the one training, the next, and the prefetched.
-  const double depth =
-      (c.prefetch_batches == data::kAutotune ? 2 : std::max(0, c.prefetch_batches)) + 2.0;
-
-  const double feature = static_cast<double>(example_bytes(in.example, c.input_feature));
-  const double whole = static_cast<double>(example_bytes(in.example));
-  const auto category = [](const StepFits& f, MemoryCategory cat) {
-    return f.category[index(cat)];
-  };
-  for (int r = 0; r < local; ++r) {
-    DeviceMemoryPlan d;
-    d.device = cpu_device(r);
-    // What stays allocated through a step, each category: fixed + per-row.
-    std::array<double, kCategories> steady{}, steady_per_row{};
-    // Parameters (ZeRO keeps them in padded flat buffers) and their casts.
-    steady[index(MemoryCategory::parameters)] =
-        static_cast<double>(zero > 0 ? bucket_elements * f32 : parameter_bytes) +
-        (parameter_server && r == 0 ? static_cast<double>(parameter_bytes) : 0.0);
-    // Gradients: the buckets (whole, padded under ZeRO-1), the shards
-    // (ZeRO-2), or each parameter's own (one replica).
-    steady[index(MemoryCategory::gradients)] =
-        static_cast<double>(!reduces    ? parameter_bytes
-                            : zero == 2 ? shard_elements * f32
-                                        : bucket_elements * f32) +
-        (parameter_server && r == 0 ? static_cast<double>(parameter_bytes) : 0.0);
-    // Optimizer state: slots per element and one update count per tensor.
-    steady[index(MemoryCategory::optimizer_state)] =
-        parameter_server && r > 0
-            ? 0.0
-            : static_cast<double>(zero > 0 ? slots * shard_elements * f32 + buckets * 4
-                                           : slots * parameter_bytes + parameters * 4);
-    // Communication: the in-process group's staging on device 0, compressed
-    // wire buffers, ZeRO-2's staging slots and ZeRO's all-gather input (and
-    // the hierarchical all-gather's whole-bucket buffer across processes).
-    double communication = 0.0;
-    if (r == 0 && local > 1) {
-      const int64_t small = comm::InProcessOptions{}.small_message_bytes;
-      communication += 2.0 * static_cast<double>(ceil_div(small, 64) * 64 * local);
-    }
-    if (reduces) {
-      communication += static_cast<double>(bucket_elements * wire_bytes);
-      if (zero == 2) {
-        communication += static_cast<double>(
-            std::min<int64_t>(distribute::Reducer::kStagingSlots, buckets) * largest_bucket * f32);
-      }
-      if (zero > 0) communication += static_cast<double>(largest_shard * f32);
-      if (zero > 0 && processes > 1) communication += static_cast<double>(largest_bucket * f32);
-    }
-    steady[index(MemoryCategory::communication)] = communication;
-    // Input: device 0 holds the resident data and the pipeline's batches;
-    // every other replica its share of the input feature.
-    if (r == 0) {
-      steady[index(MemoryCategory::input)] = static_cast<double>(in.resident_input_bytes);
-      steady_per_row[index(MemoryCategory::input)] =
-          depth * static_cast<double>(process_rows / micro) * whole;
-    } else {
-      steady_per_row[index(MemoryCategory::input)] =
-          static_cast<double>(c.accumulation_steps) * feature;
-    }
-    for (int k = 0; k < kCategories; ++k) steady[k] += traced.persistent[k];
-    // Each category's own peak: steady plus the step's own at its peak (a
-    // training micro-batch, or at least an evaluation batch).
-    for (int k = 0; k < kCategories; ++k) {
-      const auto cat = static_cast<MemoryCategory>(k);
-      d.fixed[k] = steady[k] + category(traced.train, cat).fixed;
-      d.per_row[k] = steady_per_row[k] + category(traced.train, cat).per_row;
-      if (in.evaluates) {
-        const double eval_input =
-            k == index(MemoryCategory::input) && r != 0 ? static_cast<double>(eval_rows) * feature
-            : k == index(MemoryCategory::input) ? static_cast<double>(eval_rows * local) * whole
-                                                : 0.0;
-        d.floor[k] = steady[k] + eval_input + category(traced.eval, cat).at(eval_rows);
-      }
-      d.steady_fixed += steady[k];
-      d.steady_per_row += steady_per_row[k];
-    }
-    if (zero > 0 && in.writes_checkpoints) {
-      // Gathering a checkpoint: a piece of every rank's shard at a time, and
-      // on the chief's first device one bucket's slot at a time (written to
-      // the file before the next is gathered) and the update counts.
-      double gathered = static_cast<double>(
-          global * std::min(largest_shard, distribute::ShardedOptimizer::kGatherPiece) * f32);
-      if (r == 0 && in.chief)
-        gathered += static_cast<double>((slots > 0 ? largest_bucket * f32 : 0) + parameters * 4);
-      d.fixed[index(MemoryCategory::optimizer_state)] += gathered;
-      d.transient_floor = std::max(d.transient_floor, gathered);
-    }
-    d.transient_fixed = traced.train.total.fixed;
-    d.transient_per_row = traced.train.total.per_row;
-    if (in.evaluates) {
-      d.transient_floor = std::max(d.transient_floor,
-                                   traced.eval.total.at(eval_rows) +
-                                       (r == 0 ? 0.0 : static_cast<double>(eval_rows) * feature));
-    }
-    plan.devices.push_back(d);
-  }
+  const PlanShape shape = plan_shape(in, plan);
+  for (int r = 0; r < shape.local; ++r) plan.devices.push_back(device_plan(in, shape, traced, r));
   return plan;
 }
 
