@@ -6,6 +6,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/kernels/cuda/checks.h"
+#include "tandem/kernels/cuda/column_partials.cuh"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/runtime.h"
@@ -133,15 +134,6 @@ __global__ void param_partials_kernel(const T* dy, const T* x, const float* mean
   if (width > C) partial[b * width + C + c] = dbeta;
 }
 
-__global__ void sum_partials_kernel(const double* partial, int64_t blocks, int64_t width,
-                                    float* out) {
-  TANDEM_CUDA_FOR(c, width) {
-    double acc = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) acc += partial[b * width + c];
-    out[c] = static_cast<float>(acc);
-  }
-}
-
 // dgamma (and dbeta when `with_beta`) into grads.
 void param_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                  int64_t R, int64_t C, bool with_beta, kernels::NormGrads& grads) {
@@ -164,7 +156,7 @@ void param_grads(const Tensor& dy, const Tensor& x, const Tensor& mean, const Te
           static_cast<const float*>(rstd.device_data()), R, C, width,
           static_cast<double*>(partial.device_data()));
     });
-    sum_partials_kernel<<<blocks_for(width, kThreads), kThreads, 0, st>>>(
+    sum_column_partials<float><<<blocks_for(width, kThreads), kThreads, 0, st>>>(
         static_cast<const double*>(partial.device_data()), blocks, width,
         static_cast<float*>(sums.device_data()));
     check_launch("norm_backward");

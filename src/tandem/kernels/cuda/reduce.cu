@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "tandem/kernels/cuda/column_partials.cuh"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/runtime.h"
@@ -76,15 +77,6 @@ __global__ void column_partials(const T* x, int64_t rows, int64_t cols, int64_t 
   }
 }
 
-__global__ void combine_column_partials(const double* partial, int64_t chunks, int64_t cols,
-                                        float* out) {
-  TANDEM_CUDA_FOR(j, cols) {
-    double acc = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) acc += partial[c * cols + j];
-    out[j] = static_cast<float>(acc);
-  }
-}
-
 template <typename T>
 void column_sums(const T* x, int64_t rows, int64_t cols, float* out, Device device) {
   const int64_t chunk_rows = rows_per_chunk(rows);
@@ -101,7 +93,7 @@ void column_sums(const T* x, int64_t rows, int64_t cols, float* out, Device devi
   auto* partial_d = static_cast<double*>(partial.device_data());
   column_partials<T><<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, partial_d,
                                                          nullptr);
-  combine_column_partials<<<blocks_for(cols, kThreads), kThreads, 0, stream(device)>>>(
+  sum_column_partials<float><<<blocks_for(cols, kThreads), kThreads, 0, stream(device)>>>(
       partial_d, chunks, cols, out);
 }
 
