@@ -1,42 +1,26 @@
 #include "tandem/comm/cuda/nccl_library.h"
 
-#include <mutex>
-
 #include "tandem/base/error.h"
 #include "tandem/base/shared_library.h"
 
 namespace tandem::cuda {
 
 const Nccl& nccl() {
-  static Nccl n{};
-  static std::once_flag once;
-  static std::string failure;
-  std::call_once(once, [] {
-    void* h = open_shared_library({"libnccl.so.2", "libnccl.so"});
-    if (h == nullptr) {
-      failure = std::string("cannot load NCCL (libnccl.so.2): ") + shared_library_error() +
-                " (put the CUDA libraries on LD_LIBRARY_PATH)";
-      return;
-    }
-    try {
-      const char* name = "libnccl";
-      bind_symbol(h, name, "ncclGetUniqueId", n.get_unique_id);
-      bind_symbol(h, name, "ncclCommInitRank", n.comm_init_rank);
-      bind_symbol(h, name, "ncclCommInitAll", n.comm_init_all);
-      bind_symbol(h, name, "ncclCommDestroy", n.comm_destroy);
-      bind_symbol(h, name, "ncclCommAbort", n.comm_abort);
-      bind_symbol(h, name, "ncclCommGetAsyncError", n.comm_get_async_error);
-      bind_symbol(h, name, "ncclGetErrorString", n.error_string);
-      bind_symbol(h, name, "ncclAllReduce", n.all_reduce);
-      bind_symbol(h, name, "ncclReduceScatter", n.reduce_scatter);
-      bind_symbol(h, name, "ncclAllGather", n.all_gather);
-      bind_symbol(h, name, "ncclBroadcast", n.broadcast);
-    } catch (const Error& e) {
-      failure = e.what();
-    }
-  });
-  if (!failure.empty()) TANDEM_THROW(Error, failure);
-  return n;
+  static LazyLibrary<Nccl> library(
+      "NCCL", {"libnccl.so.2", "libnccl.so"}, [](void* handle, const char* file, Nccl& t) {
+        bind_symbol(handle, file, "ncclGetUniqueId", t.get_unique_id);
+        bind_symbol(handle, file, "ncclCommInitRank", t.comm_init_rank);
+        bind_symbol(handle, file, "ncclCommInitAll", t.comm_init_all);
+        bind_symbol(handle, file, "ncclCommDestroy", t.comm_destroy);
+        bind_symbol(handle, file, "ncclCommAbort", t.comm_abort);
+        bind_symbol(handle, file, "ncclCommGetAsyncError", t.comm_get_async_error);
+        bind_symbol(handle, file, "ncclGetErrorString", t.error_string);
+        bind_symbol(handle, file, "ncclAllReduce", t.all_reduce);
+        bind_symbol(handle, file, "ncclReduceScatter", t.reduce_scatter);
+        bind_symbol(handle, file, "ncclAllGather", t.all_gather);
+        bind_symbol(handle, file, "ncclBroadcast", t.broadcast);
+      });
+  return library.get();
 }
 
 std::string nccl_version() {
