@@ -25,6 +25,14 @@ Variable unary_function(kernels::UnaryOp op, const Variable& x) {
   });
 }
 
+// The gradient of a broadcast operand of `shape` and `dtype` from g (of the
+// output's shape): g itself when the operand was not broadcast (a residual
+// add), else summed over the broadcast dimensions.
+Tensor gradient_for(const Tensor& g, const Shape& shape, DType dtype) {
+  if (g.shape() == shape && g.dtype() == dtype) return g;
+  return kernels::sum_to_shape(g, shape).to(dtype);
+}
+
 }  // namespace
 
 Variable relu(const Variable& x) {
@@ -88,11 +96,7 @@ Variable add(const Variable& a, const Variable& b) {
                    [b_shape = b.shape(), b_dtype = b.dtype()](BackwardContext& ctx) {
                      const Tensor& g = ctx.grad_output();
                      if (ctx.needs(0)) ctx.set(0, g);
-                     if (!ctx.needs(1)) return;
-                     // A residual add's b has a's shape: its gradient is g
-                     // itself, not a reduction and two conversions.
-                     const bool same = g.shape() == b_shape && g.dtype() == b_dtype;
-                     ctx.set(1, same ? g : kernels::sum_to_shape(g, b_shape).to(b_dtype));
+                     if (ctx.needs(1)) ctx.set(1, gradient_for(g, b_shape, b_dtype));
                    });
 }
 
@@ -102,7 +106,7 @@ Variable mul(const Variable& a, const Variable& b) {
     const Tensor& g = ctx.grad_output();
     if (ctx.needs(0)) ctx.set(0, kernels::mul(g, bv));
     if (ctx.needs(1)) {
-      ctx.set(1, kernels::sum_to_shape(kernels::mul(g, av), bv.shape()).to(bv.dtype()));
+      ctx.set(1, gradient_for(kernels::mul(g, av), bv.shape(), bv.dtype()));
     }
   });
 }

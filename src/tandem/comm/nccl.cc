@@ -16,8 +16,8 @@ std::string nccl_version() {
 }
 
 NcclGroup::NcclGroup(const std::vector<Device>& devices, CommOptions options)
-    : communicators_(detail::require_gpu_backend("NCCL").make_nccl_communicators(devices, options)) {
-}
+    : communicators_(
+          detail::require_gpu_backend("NCCL").make_nccl_communicators(devices, options)) {}
 
 NcclGroup::~NcclGroup() = default;
 

@@ -296,7 +296,8 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     Tensor probs = batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
     Tensor dprobs = batched_matmul(dog, vg, {.transpose_b = true, .out_dtype = DType::f32});
     const bool f32 = q.dtype() == DType::f32;
-    Tensor kept = f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
+    Tensor kept =
+        f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
     Tensor dscores = f32 ? dprobs : Tensor::empty(probs.shape(), q.dtype(), q.device());
     detail::attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
     Tensor dv = heads(g.dv, first, count), dq = heads(g.dq, first, count),

@@ -118,8 +118,8 @@ TANDEM_TARGET_CLONES void add_row(const detail::F16* row, int64_t n, double* acc
 }  // namespace
 
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
+  if (x.shape() == target) return x.to(DType::f32);  // no rows to add, on any device
   TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));
-  if (x.shape() == target) return x.to(DType::f32);
   if (!broadcastable(x.shape(), target)) {
     TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a broadcast target of ",
                  x.shape().to_string());

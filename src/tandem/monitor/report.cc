@@ -203,7 +203,6 @@ Figures figures_from_summary(const json& m) {
 // from them.
 struct ReportContext {
   const RunFiles& files;
-  const json& run;
   Figures figures;
   std::string metric;     // the run's first metric; empty when it has none
   int64_t per_epoch = 0;  // steps per epoch
@@ -383,7 +382,7 @@ std::pair<double, double> last_noise_scale(const RunFiles& files) {
 // The table of key figures at the top.
 std::string key_figures_table(const ReportContext& c) {
   const RunFiles& files = c.files;
-  const json& run = c.run;
+  const json& run = files.run;
   const Figures& figures = c.figures;
   const std::string& metric = c.metric;
   const int64_t per_epoch = c.per_epoch;
@@ -596,7 +595,6 @@ ReportResult render_report(RunFiles files, const std::string& run_dir, const std
   result.steps = static_cast<int64_t>(files.steps.size());
   const ReportContext context{
       .files = files,
-      .run = files.run,
       .figures = run_figures(files),
       .metric = first_metric(files),
       .per_epoch = tandem::detail::json_integer_or(files.run, "steps_per_epoch", int64_t{0}),

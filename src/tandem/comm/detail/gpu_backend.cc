@@ -18,7 +18,8 @@ GpuBackend* gpu_backend() { return registered().load(std::memory_order_acquire);
 
 GpuBackend& require_gpu_backend(const char* what) {
   if (GpuBackend* backend = gpu_backend()) return *backend;
-  TANDEM_THROW(NotImplemented, what, ": this build of tandem has no CUDA backend (TANDEM_WITH_CUDA)");
+  TANDEM_THROW(NotImplemented, what,
+               ": this build of tandem has no CUDA backend (TANDEM_WITH_CUDA)");
 }
 
 void register_gpu_backend(GpuBackend& backend) {

@@ -7,7 +7,8 @@ namespace tandem::cuda {
 
 const CublasLt& cublaslt() {
   static LazyLibrary<CublasLt> library(
-      "cuBLASLt", {"libcublasLt.so.13", "libcublasLt.so"}, [](void* handle, const char* file, CublasLt& t) {
+      "cuBLASLt", {"libcublasLt.so.13", "libcublasLt.so"},
+      [](void* handle, const char* file, CublasLt& t) {
         bind_symbol(handle, file, "cublasLtCreate", t.create);
         bind_symbol(handle, file, "cublasLtGetVersion", t.get_version);
         bind_symbol(handle, file, "cublasLtGetStatusName", t.status_name);
@@ -44,11 +45,15 @@ const Cudnn& cudnn() {
         bind_symbol(handle, file, "cudnnGetConvolutionForwardAlgorithm_v7", t.forward_algorithms);
         bind_symbol(handle, file, "cudnnGetConvolutionForwardWorkspaceSize", t.forward_workspace);
         bind_symbol(handle, file, "cudnnConvolutionForward", t.forward);
-        bind_symbol(handle, file, "cudnnGetConvolutionBackwardDataAlgorithm_v7", t.backward_data_algorithms);
-        bind_symbol(handle, file, "cudnnGetConvolutionBackwardDataWorkspaceSize", t.backward_data_workspace);
+        bind_symbol(handle, file, "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                    t.backward_data_algorithms);
+        bind_symbol(handle, file, "cudnnGetConvolutionBackwardDataWorkspaceSize",
+                    t.backward_data_workspace);
         bind_symbol(handle, file, "cudnnConvolutionBackwardData", t.backward_data);
-        bind_symbol(handle, file, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", t.backward_filter_algorithms);
-        bind_symbol(handle, file, "cudnnGetConvolutionBackwardFilterWorkspaceSize", t.backward_filter_workspace);
+        bind_symbol(handle, file, "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+                    t.backward_filter_algorithms);
+        bind_symbol(handle, file, "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+                    t.backward_filter_workspace);
         bind_symbol(handle, file, "cudnnConvolutionBackwardFilter", t.backward_filter);
       });
   return library.get();

@@ -161,7 +161,6 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
     TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a trailing part of ",
                  x.shape().to_string());
   }
-  if (x.shape() == target) return x.to(DType::f32);  // no rows to add
   Tensor out = Tensor::empty(target, DType::f32, x.device());
   const int64_t cols = target.numel();
   if (cols == 0) return out;
