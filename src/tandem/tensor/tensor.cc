@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "tandem/base/error.h"
 #include "tandem/tensor/convert.h"
@@ -15,8 +16,8 @@ Storage::Storage(size_t bytes, Device device, MemoryCategory category)
   data_ = allocator_->allocate(bytes, category);
 }
 
-Storage::Storage(void* external, size_t bytes, Device device)
-    : data_(external), bytes_(bytes), device_(device) {}
+Storage::Storage(void* external, size_t bytes, Device device, std::shared_ptr<const void> owner)
+    : data_(external), bytes_(bytes), device_(device), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
   if (allocator_ != nullptr) allocator_->deallocate(data_, bytes_, category_);
@@ -78,10 +79,16 @@ Tensor Tensor::from_ints(const Shape& shape, std::span<const int32_t> values, De
 }
 
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) {
+  return wrap(data, shape, dtype, device, nullptr);
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device,
+                    std::shared_ptr<const void> owner) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(data, checked_nbytes(shape, dtype), device);
+  t.storage_ =
+      std::make_shared<Storage>(data, checked_nbytes(shape, dtype), device, std::move(owner));
   return t;
 }
 

@@ -22,8 +22,10 @@ namespace tandem {
 class Storage {
  public:
   Storage(size_t bytes, Device device, MemoryCategory category);
-  // Wraps memory the caller owns and keeps alive for the storage's lifetime.
-  Storage(void* external, size_t bytes, Device device);
+  // Wraps memory the caller owns. `owner` (may be null) is released with the
+  // storage: whatever keeps the memory alive (a numpy array, a DLPack
+  // producer's tensor), so that the memory lives as long as any tensor on it.
+  Storage(void* external, size_t bytes, Device device, std::shared_ptr<const void> owner = nullptr);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -39,6 +41,7 @@ class Storage {
   Device device_;
   MemoryCategory category_ = MemoryCategory::activations;
   Allocator* allocator_ = nullptr;  // null for external memory
+  std::shared_ptr<const void> owner_;  // external memory's keeper (may be null)
 };
 
 class Tensor {
@@ -69,6 +72,11 @@ class Tensor {
                           Device device = current_device());
   // A tensor over memory the caller keeps alive and unchanged while it is used.
   static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = current_device());
+  // A tensor over memory that `owner` keeps alive: the owner is released
+  // when the last tensor sharing the storage goes (zero-copy imports from
+  // numpy and DLPack).
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device,
+                     std::shared_ptr<const void> owner);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

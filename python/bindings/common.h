@@ -1,0 +1,60 @@
+#pragma once
+// What the binding files share: the conversions between Python values and
+// tandem's tensors, and each file's registration function (module.cc calls
+// them in order). Python's tandem.Tensor is the C++ Variable: a value with
+// its gradient and history, as a PyTorch tensor is.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::python {
+
+namespace py = pybind11;
+
+// Registration, one per binding file.
+void bind_errors(py::module_& m);
+void bind_tensor(py::module_& m);
+void bind_ops(py::module_& m);
+void bind_nn(py::module_& m);
+void bind_data(py::module_& m);
+void bind_train(py::module_& m);
+
+// A dtype from a name ("float32", "f32", "bf16", ...), a tandem.dtype, or a
+// numpy dtype; TypeError for anything else, ValueError for an unknown name.
+DType dtype_from(const py::handle& value);
+
+// The numpy dtype holding a tandem dtype's elements as they are; nullopt
+// for bf16, which numpy lacks.
+std::optional<py::dtype> numpy_dtype(DType dtype);
+
+// A tensor sharing a C-contiguous numpy array's memory (the array is kept
+// alive by the tensor); ValueError naming the problem for an array that is
+// not contiguous or whose dtype tandem lacks.
+Tensor tensor_sharing(const py::array& array);
+
+// A tensor copying any array-like (nested lists, scalars, arrays of any
+// layout) into `dtype` (default: float32 for floating values, int32 for
+// integers and booleans; int64 values must fit in int32).
+Tensor tensor_copying(const py::handle& data, std::optional<DType> dtype);
+
+// A numpy array sharing the tensor's memory (f32, f16, i32, u8); bf16 is
+// copied into float32. The array keeps the tensor's memory alive.
+py::array to_numpy(const Tensor& tensor);
+
+// An operand of an op: a tandem.Tensor as it is, anything else (numpy
+// arrays, lists, Python numbers) as a constant tensor without gradient, in
+// `dtype` when given.
+Variable as_variable(const py::handle& value, std::optional<DType> dtype = std::nullopt);
+
+// A shape from a Python int or sequence of ints.
+Shape shape_from(const py::handle& value);
+py::tuple shape_tuple(const Shape& shape);
+
+}  // namespace tandem::python

@@ -1,0 +1,26 @@
+"""tandem: data-parallel training on every device of a machine, from Python.
+
+The step runs in tandem's C++ engine; Python describes the work. See
+docs/python.md for the API and how it maps to tf.distribute, Keras and
+PyTorch.
+"""
+from ._tandem import (Tensor, dtype, from_numpy, from_dlpack, cuda_built, cuda_device_count,
+                      virtual_cpu_device_count, set_virtual_cpu_device_count, Error,
+                      InvalidArgument, ShapeError, IoError, FileNotFound, CommError, PeerFailed,
+                      Timeout, Diverged, NotImplemented)
+from . import ops
+
+float32 = dtype.float32
+bfloat16 = dtype.bfloat16
+float16 = dtype.float16
+int32 = dtype.int32
+uint8 = dtype.uint8
+
+
+def tensor(data, dtype=None, requires_grad=False, device=None):
+    """A tensor copying `data` (numpy arrays, nested lists, numbers).
+
+    The dtype defaults to float32 for floating values and int32 for integers;
+    float16 arrays stay float16 and uint8 arrays uint8.
+    """
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)
