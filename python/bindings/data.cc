@@ -1,7 +1,211 @@
+// tandem.data's C++ half: data::Dataset with named features. tandem/data.py
+// wraps it to give tf.data's structure (tuples or dicts of features) and
+// numpy output. Every stage runs in C++; a Python map function or generator
+// takes the GIL for each call.
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "common.h"
+#include "tandem/data/csv.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/example.h"
+#include "tandem/data/fashion_mnist.h"
+#include "tandem/data/image.h"
+#include "tandem/data/input_spec.h"
 
 namespace tandem::python {
+namespace {
 
-void bind_data(py::module_& m) { (void)m; }
+using data::Dataset;
+using data::Element;
+
+py::dict element_to_dict(const Element& e) {
+  py::dict out;
+  for (const auto& [name, t] : e.features()) out[py::str(name)] = Variable(t);
+  return out;
+}
+
+Element element_from_dict(const py::handle& value, const char* what) {
+  if (!py::isinstance<py::dict>(value)) {
+    throw py::type_error(std::string(what) + " must return a dict of features, got " +
+                         py::str(py::type::of(value)).cast<std::string>());
+  }
+  Element e;
+  for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(value)) {
+    e.set(k.cast<std::string>(), as_variable(v).value());
+  }
+  return e;
+}
+
+// A Python callable as a map function: it takes and returns a dict of
+// tensors, holding the GIL (so Python maps do not run in parallel).
+data::MapFn python_map(py::function fn) {
+  auto held = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
+    if (Py_IsInitialized() == 0) return;
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+  return [held](Element e) {
+    py::gil_scoped_acquire gil;
+    return element_from_dict((*held)(element_to_dict(e)), "a map function");
+  };
+}
+
+data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
+  auto get = [&](const char* key, auto fallback) {
+    return args.contains(key) ? args[key].cast<decltype(fallback)>() : fallback;
+  };
+  const std::string key = get("key", std::string("image"));
+  if (name == "decode_image") return data::decode_image_fn(key, get("channels", 0));
+  if (name == "resize") return data::resize_image_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
+  if (name == "center_crop") return data::center_crop_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
+  if (name == "normalize") {
+    return data::normalize(get("mean", std::vector<float>{}), get("stddev", std::vector<float>{}), key);
+  }
+  if (name == "random_flip") return data::random_flip_horizontal(get("seed", uint64_t{0}), key);
+  if (name == "random_crop") {
+    return data::random_crop_with_padding(get("padding", int64_t{0}), get("seed", uint64_t{0}), key);
+  }
+  if (name == "cast") return data::cast_to(dtype_from(args["dtype"]), key);
+  throw py::value_error("unknown transform '" + name +
+                        "' (decode_image, resize, center_crop, normalize, random_flip, "
+                        "random_crop, cast)");
+}
+
+// One pass over a dataset for Python's iteration protocol.
+class PassIterator {
+ public:
+  explicit PassIterator(data::Iterator it) : it_(std::move(it)) {}
+  py::dict next() {
+    std::optional<Element> e;
+    {
+      py::gil_scoped_release release;
+      e = it_.next();
+    }
+    if (!e) throw py::stop_iteration();
+    return element_to_dict(*e);
+  }
+
+ private:
+  data::Iterator it_;
+};
+
+std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
+  std::vector<data::FeatureSpec> out;
+  for (const auto& [name, spec] : features) {
+    data::FeatureSpec f;
+    f.name = name.cast<std::string>();
+    py::tuple t = spec.cast<py::tuple>();
+    if (t.size() != 2) {
+      throw py::value_error("feature '" + f.name + "': give (shape, dtype), shape None for "
+                            "variable length");
+    }
+    if (t[0].is_none()) {
+      f.variable_length = true;
+    } else {
+      f.shape = shape_from(t[0]);
+    }
+    f.dtype = dtype_from(t[1]);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// A column of from_tensor_slices: a C-contiguous numpy array of a tandem
+// dtype is shared, anything else copied (float64 into float32).
+Tensor column_tensor(const py::object& value) {
+  if (py::isinstance<py::array>(value)) {
+    const auto array = py::cast<py::array>(value);
+    const char kind = array.dtype().kind();
+    const auto size = array.dtype().itemsize();
+    const bool shareable = (kind == 'f' && (size == 4 || size == 2)) || (kind == 'i' && size == 4) ||
+                           (kind == 'u' && size == 1);
+    if (shareable && (array.flags() & py::array::c_style) != 0) return tensor_sharing(array);
+  }
+  return as_variable(value).value();
+}
+
+void bind_sources(py::module_& d) {
+  d.def("from_tensors", [](const std::vector<std::pair<std::string, py::object>>& columns) {
+    std::vector<std::pair<std::string, Tensor>> cs;
+    for (const auto& [name, value] : columns) cs.emplace_back(name, column_tensor(value));
+    return Dataset::from_tensors(std::move(cs));
+  });
+  d.def("range", &Dataset::range, py::arg("count"));
+  d.def("from_tfrecord", [](const std::vector<std::string>& files, const py::object& features,
+                            const std::string& compression) {
+    data::Compression c = compression == "gzip"   ? data::Compression::gzip
+                          : compression == "zlib" ? data::Compression::zlib
+                          : compression.empty()   ? data::Compression::none
+                                                  : throw py::value_error(
+                                                        "compression must be '', 'gzip' or 'zlib'");
+    Dataset ds = Dataset::from_tfrecord(files, c);
+    if (features.is_none()) return ds;
+    return ds.map(data::example_parser(feature_specs(features.cast<py::dict>())));
+  }, py::arg("files"), py::arg("features") = py::none(), py::arg("compression") = "");
+  d.def("from_csv", [](const std::string& path, bool header, const std::string& delimiter) {
+    if (delimiter.size() != 1) throw py::value_error("delimiter must be one character");
+    return data::from_csv(path, {.header = header, .delimiter = delimiter[0]});
+  }, py::arg("path"), py::arg("header") = true, py::arg("delimiter") = ",");
+  d.def("from_image_folder", [](const std::string& root, const py::object& seed) {
+    data::ImageFolderOptions o;
+    if (!seed.is_none()) o.shuffle_seed = seed.cast<uint64_t>();
+    return Dataset::from_image_folder(root, o);
+  }, py::arg("root"), py::arg("shuffle_seed") = py::none());
+  d.def("from_spec", [](const std::string& path, uint64_t seed) {
+    const data::InputSpec spec = data::read_input_spec(path);
+    return py::make_tuple(data::make_input(spec, seed), spec.input, spec.label);
+  }, py::arg("path"), py::arg("seed") = 0);
+  d.def("fashion_mnist", [](const std::string& dir) {
+    const data::FashionMnist f = data::load_fashion_mnist(dir.empty() ? data::default_fashion_mnist_dir() : dir);
+    auto pair = [](const data::LabeledImages& s) {
+      return py::make_tuple(to_numpy(s.images), to_numpy(s.labels));
+    };
+    return py::make_tuple(pair(f.train), pair(f.test));
+  }, py::arg("dir") = "");
+}
+
+void bind_dataset(py::module_& d) {
+  py::class_<Dataset>(d, "Dataset")
+      .def("map", [](const Dataset& ds, py::function fn, int parallel, bool deterministic) {
+        return ds.map(python_map(std::move(fn)), {parallel, deterministic});
+      }, py::arg("fn"), py::arg("num_parallel_calls") = 1, py::arg("deterministic") = true)
+      .def("map_builtin", [](const Dataset& ds, const std::string& name, const py::dict& args,
+                             int parallel, bool deterministic) {
+        return ds.map(builtin_transform(name, args), {parallel, deterministic});
+      })
+      .def("filter", [](const Dataset& ds, py::function fn) {
+        auto held = std::make_shared<py::function>(std::move(fn));
+        return ds.filter([held](const Element& e) {
+          py::gil_scoped_acquire gil;
+          return (*held)(element_to_dict(e)).cast<bool>();
+        });
+      })
+      .def("batch", &Dataset::batch, py::arg("batch_size"), py::arg("drop_remainder") = false)
+      .def("shuffle", &Dataset::shuffle, py::arg("buffer_size"), py::arg("seed") = 0,
+           py::arg("reshuffle_each_iteration") = true)
+      .def("repeat", &Dataset::repeat, py::arg("count") = -1)
+      .def("take", &Dataset::take, py::arg("count"))
+      .def("skip", &Dataset::skip, py::arg("count"))
+      .def("shard", &Dataset::shard, py::arg("num_shards"), py::arg("index"))
+      .def("cache", &Dataset::cache, py::arg("path") = "")
+      .def("prefetch", &Dataset::prefetch, py::arg("buffer_size") = data::kAutotune)
+      .def("cardinality", &Dataset::cardinality)
+      .def("iterate", [](const Dataset& ds, int64_t pass) { return PassIterator(ds.iterator(pass)); },
+           py::arg("pass_index") = 0);
+  py::class_<PassIterator>(d, "_Pass")
+      .def("__iter__", [](PassIterator& it) -> PassIterator& { return it; })
+      .def("__next__", &PassIterator::next);
+  d.attr("AUTOTUNE") = data::kAutotune;
+}
+
+}  // namespace
+
+void bind_data(py::module_& m) {
+  py::module_ d = m.def_submodule("data", "tf.data-style input pipelines.");
+  bind_sources(d);
+  bind_dataset(d);
+}
 
 }  // namespace tandem::python

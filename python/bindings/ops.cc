@@ -429,6 +429,8 @@ void add_tensor_methods(py::class_<Variable>& cls) {
 }
 
 void bind_ops(py::module_& m) {
+  m.def("is_grad_enabled", &grad_enabled, "Whether ops on this thread record the graph.");
+  m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"));
   py::module_ ops = m.def_submodule("ops", "tandem's differentiable functions.");
   bind_functions(ops);
 }

@@ -70,8 +70,8 @@ void check_fits_int32(const py::array& array) {
   const py::int_ low = np.attr("min")(array).attr("item")();
   const py::int_ high = np.attr("max")(array).attr("item")();
   if (low < py::int_(INT32_MIN) || high > py::int_(INT32_MAX)) {
-    throw py::value_error("tandem.tensor: integer values from " + py::str(low).cast<std::string>() +
-                          " to " + py::str(high).cast<std::string>() +
+    throw py::value_error("tandem.tensor: integer values from " + py::repr(low).cast<std::string>() +
+                          " to " + py::repr(high).cast<std::string>() +
                           " do not fit tandem's int32 (tandem has no int64 tensors)");
   }
 }

@@ -1,7 +1,343 @@
+// tandem's Trainer from Python: the C++ fit/evaluate loop with its
+// configuration given as a dict (tandem/training.py builds it from Keras's
+// compile() and fit() arguments) and the model as a built-in, a model-file
+// text or a Python builder. fit() runs without the GIL; the callbacks and a
+// Python model's forward take it. Ctrl-C during fit stops after the current
+// step with a checkpoint (as `tandem train` does).
+#include <atomic>
+#include <csignal>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "common.h"
+#include "tandem/base/error.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::python {
+namespace {
 
-void bind_train(py::module_& m) { (void)m; }
+using train::TrainConfig;
+
+template <typename T>
+T as(const py::handle& value, const std::string& key) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error("fit/compile option '" + key + "' has the wrong type (" +
+                         py::str(py::type::of(value)).cast<std::string>() + ")");
+  }
+}
+
+using Setter = std::function<void(TrainConfig&, const py::handle&, const std::string&)>;
+
+template <typename T, typename Field>
+Setter field(Field TrainConfig::*member) {
+  return [member](TrainConfig& c, const py::handle& v, const std::string& key) {
+    c.*member = as<T>(v, key);
+  };
+}
+
+const std::map<std::string, Setter>& config_setters() {
+  static const std::map<std::string, Setter> setters = {
+      {"epochs", field<int64_t>(&TrainConfig::epochs)},
+      {"batch_size", field<int64_t>(&TrainConfig::batch_size)},
+      {"accumulation_steps", field<int>(&TrainConfig::accumulation_steps)},
+      {"micro_batch_size", field<int64_t>(&TrainConfig::micro_batch_size)},
+      {"eval_batch_size", field<int64_t>(&TrainConfig::eval_batch_size)},
+      {"drop_remainder", field<bool>(&TrainConfig::drop_remainder)},
+      {"steps_per_epoch", field<int64_t>(&TrainConfig::steps_per_epoch)},
+      {"repeat", field<bool>(&TrainConfig::repeat)},
+      {"schedule", field<std::string>(&TrainConfig::schedule)},
+      {"lr_step_epochs", field<double>(&TrainConfig::lr_step_epochs)},
+      {"lr_gamma", field<double>(&TrainConfig::lr_gamma)},
+      {"min_lr", field<double>(&TrainConfig::min_lr)},
+      {"warmup_epochs", field<double>(&TrainConfig::warmup_epochs)},
+      {"lr_scaling", field<std::string>(&TrainConfig::lr_scaling)},
+      {"reference_batch", field<int64_t>(&TrainConfig::reference_batch)},
+      {"seed", field<uint64_t>(&TrainConfig::seed)},
+      {"noise_scale_every", field<int64_t>(&TrainConfig::noise_scale_every)},
+      {"sync_every", field<int>(&TrainConfig::sync_every)},
+      {"average_optimizer_state", field<bool>(&TrainConfig::average_optimizer_state)},
+      {"input_feature", field<std::string>(&TrainConfig::input_feature)},
+      {"prefetch_batches", field<int>(&TrainConfig::prefetch_batches)},
+      {"input_parallel_calls", field<int>(&TrainConfig::input_parallel_calls)},
+      {"output_dir", field<std::string>(&TrainConfig::output_dir)},
+      {"resume", field<bool>(&TrainConfig::resume)},
+      {"checkpoint_every", field<int64_t>(&TrainConfig::checkpoint_every)},
+      {"stop_after_epochs", field<int64_t>(&TrainConfig::stop_after_epochs)},
+      {"zero", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.reducer.zero_stage = as<int>(v, k);
+       }},
+      {"strategy", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.name = as<std::string>(v, k);
+       }},
+      {"devices", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.devices = as<int>(v, k);
+       }},
+      {"threads_per_device", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.threads_per_device = as<int>(v, k);
+       }},
+      {"max_staleness", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         if (!v.is_none()) c.parameter_server.max_staleness = as<int64_t>(v, k);
+       }},
+      {"loss_scale", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         if (v.is_none()) return c.loss_scale.reset();
+         if (py::isinstance<py::str>(v)) {
+           if (as<std::string>(v, k) != "dynamic") {
+             throw py::value_error("loss_scale must be \"dynamic\", None or a positive number");
+           }
+           c.loss_scale = precision::LossScalerOptions{};
+           return;
+         }
+         const double scale = as<double>(v, k);
+         if (!(scale > 0.0)) throw py::value_error("loss_scale must be positive");
+         c.loss_scale = precision::LossScalerOptions{.dynamic = false, .initial_scale = scale};
+       }},
+  };
+  return setters;
+}
+
+void set_optimizer(optim::OptimizerConfig& o, const py::dict& d) {
+  for (const auto& [k, v] : d) {
+    const std::string key = k.cast<std::string>();
+    if (key == "name") o.name = as<std::string>(v, key);
+    else if (key == "learning_rate") o.learning_rate = as<double>(v, key);
+    else if (key == "momentum") o.momentum = as<double>(v, key);
+    else if (key == "nesterov") o.nesterov = as<bool>(v, key);
+    else if (key == "weight_decay") {
+      if (!v.is_none()) o.weight_decay = as<double>(v, key);
+    } else if (key == "beta1") o.beta1 = as<double>(v, key);
+    else if (key == "beta2") o.beta2 = as<double>(v, key);
+    else if (key == "eps") o.eps = as<double>(v, key);
+    else if (key == "global_clip_norm") o.global_clip_norm = as<double>(v, key);
+    else throw py::value_error("unknown optimizer setting '" + key + "'");
+  }
+}
+
+void set_objective(TrainConfig& c, const py::dict& d) {
+  const std::string labels = d.contains("labels") ? d["labels"].cast<std::string>() : "label";
+  train::LossOptions options{.labels = labels};
+  if (d.contains("label_smoothing")) options.label_smoothing = d["label_smoothing"].cast<double>();
+  if (d.contains("ignore_index") && !d["ignore_index"].is_none()) {
+    options.ignore_index = d["ignore_index"].cast<int32_t>();
+  }
+  c.loss = train::make_loss(d["loss"].cast<std::string>(), options);
+  c.metrics.clear();
+  for (const auto& name : d["metrics"].cast<std::vector<std::string>>()) {
+    c.metrics.push_back(train::make_metric(name, {.labels = labels, .ignore_index = options.ignore_index}));
+  }
+}
+
+TrainConfig config_from(const py::dict& options) {
+  TrainConfig c;
+  const auto& setters = config_setters();
+  for (const auto& [k, v] : options) {
+    const std::string key = k.cast<std::string>();
+    if (key == "optimizer") {
+      set_optimizer(c.optimizer, v.cast<py::dict>());
+    } else if (key == "objective") {
+      set_objective(c, v.cast<py::dict>());
+    } else if (auto it = setters.find(key); it != setters.end()) {
+      it->second(c, v, key);
+    } else {
+      std::string known;
+      for (const auto& [name, _] : setters) known += (known.empty() ? "" : ", ") + name;
+      throw py::value_error("unknown training option '" + key + "' (known: " + known + ")");
+    }
+  }
+  return c;
+}
+
+train::ModelFactory spec_factory(const py::dict& model);
+
+// A model built by Python: each call runs `build` holding the GIL; the
+// module keeps its Python object (and so its forward) alive as long as the
+// engine holds it.
+distribute::ModelBuilder python_builder(py::function build) {
+  auto held = std::shared_ptr<py::function>(new py::function(std::move(build)), [](py::function* f) {
+    if (Py_IsInitialized() == 0) return;
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+  return [held]() -> std::shared_ptr<nn::Module> {
+    py::gil_scoped_acquire gil;
+    py::object object = (*held)();
+    auto module = object.cast<std::shared_ptr<nn::Module>>();
+    auto keeper = std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* o) {
+      if (Py_IsInitialized() == 0) return;
+      py::gil_scoped_acquire g;
+      delete o;
+    });
+    return {keeper, module.get()};
+  };
+}
+
+// The model a factory describes, except that its first replica is `first`
+// (a module the user built, possibly trained or loaded: the other replicas
+// receive its values), the rest built as the factory builds them.
+train::ModelFactory with_first_replica(train::ModelFactory factory, std::shared_ptr<nn::Module> first) {
+  auto pending = std::make_shared<std::shared_ptr<nn::Module>>(std::move(first));
+  factory.build = [pending, rest = std::move(factory.build)]() -> std::shared_ptr<nn::Module> {
+    if (*pending) return std::exchange(*pending, nullptr);
+    return rest();
+  };
+  return factory;
+}
+
+train::ModelFactory factory_from(const py::dict& model) {
+  train::ModelFactory factory = spec_factory(model);
+  if (model.contains("first")) {
+    factory = with_first_replica(std::move(factory), model["first"].cast<std::shared_ptr<nn::Module>>());
+  }
+  return factory;
+}
+
+train::ModelFactory spec_factory(const py::dict& model) {
+  const std::string kind = model["kind"].cast<std::string>();
+  const precision::Policy policy = precision::parse_policy(model["policy"].cast<std::string>());
+  const uint64_t seed = model.contains("seed") ? model["seed"].cast<uint64_t>() : 0;
+  if (kind == "builtin") {
+    return train::builtin_model(model["name"].cast<std::string>(), policy, seed, std::nullopt,
+                                model["settings"].cast<std::string>());
+  }
+  if (kind == "definition") {
+    train::ModelSpec spec{.name = model["name"].cast<std::string>(),
+                          .definition = model["text"].cast<std::string>(),
+                          .policy = policy,
+                          .compute_dtype = precision::matrix_dtype(policy),
+                          .seed = seed,
+                          .rebuildable = true};
+    return train::rebuild_model(spec);
+  }
+  if (kind == "python") {
+    return train::custom_model(model["name"].cast<std::string>(),
+                               python_builder(model["build"].cast<py::function>()), policy);
+  }
+  throw py::value_error("unknown model kind '" + kind + "'");
+}
+
+py::dict epoch_logs(const train::EpochResult& e) {
+  py::dict logs;
+  logs["loss"] = e.train_loss;
+  for (const auto& [name, value] : e.train_metrics) logs[py::str(name)] = value;
+  if (!std::isnan(e.validation_loss)) {
+    logs["val_loss"] = e.validation_loss;
+    for (const auto& [name, value] : e.validation_metrics) logs[py::str("val_" + name)] = value;
+  }
+  logs["examples_per_second"] = e.examples_per_second;
+  logs["learning_rate"] = e.learning_rate;
+  logs["seconds"] = e.train_seconds;
+  logs["examples"] = e.train_examples;
+  logs["loss_scale"] = e.loss_scale;
+  return logs;
+}
+
+py::dict step_logs(const train::StepInfo& s) {
+  py::dict logs;
+  logs["epoch"] = s.epoch;
+  logs["step"] = s.step;
+  logs["global_step"] = s.global_step;
+  logs["loss"] = s.loss;
+  logs["learning_rate"] = s.learning_rate;
+  logs["batch_examples"] = s.batch_examples;
+  logs["step_seconds"] = s.step_seconds;
+  logs["input_seconds"] = s.input_seconds;
+  logs["skipped"] = s.skipped;
+  return logs;
+}
+
+// The trainer Ctrl-C stops (one fit at a time per process).
+std::atomic<train::Trainer*> interruptible{nullptr};
+
+extern "C" void stop_on_interrupt(int) {
+  if (train::Trainer* t = interruptible.load()) t->request_stop();
+}
+
+class PythonTrainer {
+ public:
+  PythonTrainer(const py::dict& options, const py::dict& model)
+      : trainer_(std::make_unique<train::Trainer>(config_from(options), factory_from(model))) {}
+
+  py::dict fit(const data::Dataset& train_data, const std::optional<data::Dataset>& validation,
+               py::object on_step, py::object on_epoch) {
+    train::TrainCallbacks callbacks;
+    if (!on_step.is_none()) {
+      callbacks.on_step = [&](const train::StepInfo& s) {
+        py::gil_scoped_acquire gil;
+        on_step(step_logs(s));
+      };
+    }
+    if (!on_epoch.is_none()) {
+      callbacks.on_epoch = [&](const train::EpochResult& e) {
+        py::gil_scoped_acquire gil;
+        if (on_epoch(e.epoch, epoch_logs(e)).cast<bool>()) trainer_->request_stop();
+      };
+    }
+    train::TrainResult result;
+    {
+      py::gil_scoped_release release;
+      interruptible.store(trainer_.get());
+      auto previous = std::signal(SIGINT, stop_on_interrupt);
+      try {
+        result = trainer_->fit(train_data, validation, callbacks);
+      } catch (...) {
+        std::signal(SIGINT, previous);
+        interruptible.store(nullptr);
+        throw;
+      }
+      std::signal(SIGINT, previous);
+      interruptible.store(nullptr);
+    }
+    py::dict out;
+    out["interrupted"] = result.interrupted;
+    out["input_exhausted"] = result.input_exhausted;
+    out["wall_seconds"] = result.wall_seconds;
+    out["resumed_from_step"] = result.resumed_from_step;
+    return out;
+  }
+
+  py::dict evaluate(const data::Dataset& d) {
+    train::EvalResult r;
+    {
+      py::gil_scoped_release release;
+      r = trainer_->evaluate(d);
+    }
+    py::dict out;
+    out["loss"] = r.loss;
+    for (const auto& [name, value] : r.metrics) out[py::str(name)] = value;
+    out["examples"] = r.examples;
+    return out;
+  }
+
+  train::Trainer& trainer() { return *trainer_; }
+
+ private:
+  std::unique_ptr<train::Trainer> trainer_;
+};
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  py::module_ t = m.def_submodule("train", "The C++ Trainer (use tandem.nn.Module.fit).");
+  py::class_<PythonTrainer>(t, "Trainer")
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("options"), py::arg("model"))
+      .def("fit", &PythonTrainer::fit, py::arg("train"), py::arg("validation") = py::none(),
+           py::arg("on_step") = py::none(), py::arg("on_epoch") = py::none())
+      .def("evaluate", &PythonTrainer::evaluate, py::arg("data"))
+      .def("request_stop", [](PythonTrainer& p) { p.trainer().request_stop(); })
+      .def("model", [](PythonTrainer& p) {
+             return std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>{}, &p.trainer().model());
+           }, py::return_value_policy::reference_internal)
+      .def("replicas", [](PythonTrainer& p) { return p.trainer().strategy().local_replicas(); })
+      .def("checkpoint_path", [](PythonTrainer& p) { return p.trainer().checkpoint_path(); });
+  t.def("option_names", [] {
+    std::vector<std::string> names{"optimizer", "objective"};
+    for (const auto& [name, _] : config_setters()) names.push_back(name);
+    return names;
+  });
+}
 
 }  // namespace tandem::python

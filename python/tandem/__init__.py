@@ -4,11 +4,15 @@ The step runs in tandem's C++ engine; Python describes the work. See
 docs/python.md for the API and how it maps to tf.distribute, Keras and
 PyTorch.
 """
+import contextlib as _contextlib
+
 from ._tandem import (Tensor, dtype, from_numpy, from_dlpack, cuda_built, cuda_device_count,
-                      virtual_cpu_device_count, set_virtual_cpu_device_count, Error,
-                      InvalidArgument, ShapeError, IoError, FileNotFound, CommError, PeerFailed,
-                      Timeout, Diverged, NotImplemented)
-from . import ops
+                      virtual_cpu_device_count, set_virtual_cpu_device_count, set_global_policy,
+                      global_policy, manual_seed, Error, InvalidArgument, ShapeError, IoError,
+                      FileNotFound, CommError, PeerFailed, Timeout, Diverged, NotImplemented)
+from . import ops, nn, layers, data, models, distribute, optimizers, callbacks
+from .models import Model, Sequential
+from ._tandem import is_grad_enabled, set_grad_enabled
 
 float32 = dtype.float32
 bfloat16 = dtype.bfloat16
@@ -24,3 +28,14 @@ def tensor(data, dtype=None, requires_grad=False, device=None):
     float16 arrays stay float16 and uint8 arrays uint8.
     """
     return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+@_contextlib.contextmanager
+def no_grad():
+    """Ops inside record no graph (evaluation, manual updates)."""
+    previous = is_grad_enabled()
+    set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        set_grad_enabled(previous)

@@ -1,0 +1,216 @@
+"""tf.data-style input pipelines (tandem.data.Dataset).
+
+Every stage runs in tandem's C++ pipeline, on its threads; Python only
+describes it. Elements are tuples or dicts of features, as in tf.data:
+from_tensor_slices((x, y)) yields (x_i, y_i) pairs; iterating gives numpy
+arrays (as_numpy=True, the default) or tandem tensors. A Python function
+given to map() or filter() holds the GIL while it runs, so such stages do
+not run in parallel; the built-in transforms (map_transform) do.
+"""
+import numpy as _np
+
+from . import _tandem
+
+_D = _tandem.data
+AUTOTUNE = _D.AUTOTUNE
+
+
+class Dataset:
+    """A pipeline of named features with a tuple or dict structure.
+
+    Create one with from_tensor_slices, from_tfrecord, from_csv,
+    from_image_folder, from_spec or range; chain map, map_transform, filter,
+    shuffle, batch, repeat, take, skip, shard, cache, prefetch."""
+
+    def __init__(self, native, names, structure, unbatched=None, batch_size=None):
+        self._native = native
+        self._names = tuple(names)        # the C++ feature names, in structure order
+        self._structure = structure       # "tuple", "dict" or "single"
+        self._unbatched = unbatched       # the dataset before batch() (for fit)
+        self._batch_size = batch_size
+
+    # --- sources -------------------------------------------------------------
+    @staticmethod
+    def from_tensor_slices(tensors):
+        """One element per row of the arrays: a tuple (x, y), a dict, or one array."""
+        if isinstance(tensors, dict):
+            names, structure, columns = list(tensors), "dict", list(tensors.values())
+        elif isinstance(tensors, tuple):
+            names = ["x", "y", "sample_weight"][:len(tensors)] if len(tensors) <= 3 else \
+                [f"f{i}" for i in range(len(tensors))]
+            structure, columns = "tuple", list(tensors)
+        else:
+            names, structure, columns = ["x"], "single", [tensors]
+        columns = [_column(c) for c in columns]
+        rows = {len(c) for c in columns}
+        if len(rows) != 1:
+            raise ValueError("from_tensor_slices: the arrays' first dimensions differ: "
+                             + ", ".join(f"{n} {len(c)}" for n, c in zip(names, columns)))
+        return Dataset(_D.from_tensors(list(zip(names, columns))), names, structure)
+
+    @staticmethod
+    def range(count):
+        return Dataset(_D.range(count), ["index"], "single")
+
+    @staticmethod
+    def from_tfrecord(files, features=None, compression=""):
+        """TFRecord files; features: {name: (shape, dtype)} parses tf.train.Example
+        records (shape None: variable length), else each element is the record's bytes."""
+        files = [files] if isinstance(files, str) else list(files)
+        native = _D.from_tfrecord(files, features, compression)
+        names = list(features) if features else ["record"]
+        return Dataset(native, names, "dict")
+
+    @staticmethod
+    def from_csv(path, header=True, delimiter=","):
+        """A CSV file's rows as dicts of float32 columns (named by the header)."""
+        native = _D.from_csv(path, header, delimiter)
+        first = next(iter(native.iterate(0)), None)
+        return Dataset(native, list(first) if first else [], "dict")
+
+    @staticmethod
+    def from_image_folder(root, shuffle_seed=None):
+        """(encoded image bytes, label) pairs from a folder of class folders
+        (Keras's image_dataset_from_directory); decode with
+        map_transform("decode_image")."""
+        return Dataset(_D.from_image_folder(root, shuffle_seed), ["image", "label"], "tuple")
+
+    @staticmethod
+    def from_spec(path, seed=0):
+        """The input a data specification file describes (docs/data.md), as
+        (input, label) pairs."""
+        native, input_name, label_name = _D.from_spec(path, seed)
+        return Dataset(native, [input_name, label_name], "tuple")
+
+    # --- transformations -----------------------------------------------------
+    def _derive(self, native, keep_batch=False):
+        if self._batch_size is not None and not keep_batch:
+            return Dataset(native, self._names, self._structure)
+        return Dataset(native, self._names, self._structure, self._unbatched, self._batch_size)
+
+    def map(self, fn, num_parallel_calls=1, deterministic=True):
+        """fn takes an element (a tuple or dict of tandem tensors) and returns
+        one of the same structure. Runs holding the GIL."""
+        names, structure = self._names, self._structure
+
+        def call(features):
+            result = fn(*_pack(features, names, structure, False)) if structure == "tuple" \
+                else fn(_pack(features, names, structure, False))
+            return _unpack(result, names, structure)
+        return self._derive(self._native.map(call, num_parallel_calls, deterministic))
+
+    def map_transform(self, name, num_parallel_calls=AUTOTUNE, **args):
+        """A built-in transform run in C++ threads: decode_image (channels),
+        resize (height, width), center_crop (height, width), normalize (mean,
+        stddev), random_flip (seed), random_crop (padding, seed), cast
+        (dtype); key= names the feature (default the first)."""
+        args.setdefault("key", self._names[0])
+        if "mean" in args and not isinstance(args["mean"], (list, tuple)):
+            args["mean"] = [args["mean"]]
+        if "stddev" in args and not isinstance(args["stddev"], (list, tuple)):
+            args["stddev"] = [args["stddev"]]
+        return self._derive(self._native.map_builtin(name, args, num_parallel_calls, True))
+
+    def filter(self, predicate):
+        names, structure = self._names, self._structure
+        return self._derive(self._native.filter(
+            lambda features: bool(predicate(*_pack(features, names, structure, False))
+                                  if structure == "tuple" else predicate(_pack(features, names, structure, False)))))
+
+    def batch(self, batch_size, drop_remainder=False):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        return Dataset(self._native.batch(batch_size, drop_remainder), self._names,
+                       self._structure, unbatched=self, batch_size=batch_size)
+
+    def shuffle(self, buffer_size, seed=0, reshuffle_each_iteration=True):
+        return self._derive(self._native.shuffle(buffer_size, seed, reshuffle_each_iteration))
+
+    def repeat(self, count=-1):
+        return self._derive(self._native.repeat(count))
+
+    def take(self, count):
+        return self._derive(self._native.take(count))
+
+    def skip(self, count):
+        return self._derive(self._native.skip(count))
+
+    def shard(self, num_shards, index):
+        return self._derive(self._native.shard(num_shards, index))
+
+    def cache(self, filename=""):
+        return self._derive(self._native.cache(filename))
+
+    def prefetch(self, buffer_size=AUTOTUNE):
+        return self._derive(self._native.prefetch(buffer_size), keep_batch=True)
+
+    def cardinality(self):
+        """The number of elements, or -1 (infinite) / -2 (unknown), as tf.data."""
+        return self._native.cardinality()
+
+    def __len__(self):
+        n = self.cardinality()
+        if n < 0:
+            raise TypeError("the dataset's length is infinite or unknown")
+        return n
+
+    def iterate(self, as_numpy=True, pass_index=0):
+        """One pass (pass_index picks the pass's shuffle, as epochs do)."""
+        for features in self._native.iterate(pass_index):
+            yield _pack(features, self._names, self._structure, as_numpy)
+
+    def __iter__(self):
+        return self.iterate()
+
+    @property
+    def element_names(self):
+        return self._names
+
+
+def _column(value):
+    from ._tandem import Tensor
+    if isinstance(value, Tensor):
+        return value
+    array = _np.asarray(value)
+    if array.ndim == 0:
+        raise ValueError("from_tensor_slices needs arrays with a first dimension, got a scalar")
+    if array.dtype == _np.float64:
+        array = array.astype(_np.float32)
+    if array.dtype == _np.int64:
+        if array.size and (array.min() < -2**31 or array.max() >= 2**31):
+            raise ValueError("int64 values outside int32 (tandem has no int64 tensors)")
+        array = array.astype(_np.int32)
+    return _np.ascontiguousarray(array)
+
+
+def _pack(features, names, structure, as_numpy):
+    def value(name):
+        if name not in features:
+            raise ValueError(f"the element has no feature '{name}' (it has {sorted(features)})")
+        t = features[name]
+        return t.numpy() if as_numpy else t
+    if structure == "dict":
+        return {name: (t.numpy() if as_numpy else t) for name, t in features.items()}
+    if structure == "single":
+        return value(names[0])
+    return tuple(value(n) for n in names)
+
+
+def _unpack(result, names, structure):
+    if structure == "dict":
+        if not isinstance(result, dict):
+            raise TypeError(f"a map function over dict elements must return a dict, got {type(result).__name__}")
+        return dict(result)
+    if structure == "single":
+        return {names[0]: result}
+    if not isinstance(result, tuple) or len(result) != len(names):
+        raise TypeError(f"a map function over {len(names)}-tuples must return a {len(names)}-tuple, "
+                        f"got {type(result).__name__}")
+    return dict(zip(names, result))
+
+
+def fashion_mnist(directory=""):
+    """Fashion-MNIST from Debian's dataset-fashion-mnist: ((x_train, y_train),
+    (x_test, y_test)), images float32 (N, 28, 28, 1) normalised as `tandem
+    train` does, labels int32."""
+    return _D.fashion_mnist(directory)

@@ -1,0 +1,102 @@
+"""Layers and models (PyTorch's torch.nn, with Keras's layer names too).
+
+Two ways to define a model:
+
+- Subclass tandem.nn.Module and write forward(self, x) with tandem.ops and
+  the layers below (explicit sizes, as in PyTorch). Parameters and
+  sub-modules assigned as attributes are registered in assignment order.
+- List Keras-style layers (tandem.layers.Dense, Conv2D, ...) in
+  tandem.Sequential(layers, input_shape=...): the shapes are inferred and
+  the model is built by the same code as a model file (docs/model_files.md).
+
+Both train with .compile() and .fit() (tandem/training.py).
+"""
+from . import _tandem
+from ._tandem import Tensor
+from .training import Trainable
+
+_C = _tandem.nn
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's trainable parameter (requires_grad)."""
+
+    def __init__(self, data, dtype=None):
+        super().__init__(data, dtype=dtype, requires_grad=True)
+
+
+class Module(_C.Module, Trainable):
+    """The base of models written in Python (torch.nn.Module).
+
+    Call super().__init__() first, then assign Parameters and sub-modules as
+    attributes, and define forward(self, x). Replicas of the model (under a
+    strategy with several devices) are built by calling the class again with
+    the constructor's arguments, so a constructor must build the same
+    architecture each time; the replicas then receive replica 0's values.
+    forward may run on several replica threads at once (each holding the
+    GIL while it runs Python); tandem's ops release the GIL while they compute.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        object.__setattr__(self, "_tandem_recipe", (args, kwargs))
+        return self
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "_tandem_ready", True)
+
+    def _check_ready(self):
+        if not self.__dict__.get("_tandem_ready", False):
+            raise RuntimeError(
+                f"{type(self).__name__}.__init__ must call super().__init__() before "
+                "assigning parameters or modules")
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            self._check_ready()
+            value = self._register_parameter(name, value)
+        elif isinstance(value, _C.Module):
+            self._check_ready()
+            self._register_module(name, value)
+        super().__setattr__(name, value)
+
+    def register_buffer(self, name, tensor):
+        """State saved with the model but not trained (e.g. running statistics)."""
+        self._check_ready()
+        self._register_buffer(name, tensor)
+        super().__setattr__(name, tensor)
+
+    def forward(self, x):  # noqa: D401 - documented in the class
+        raise NotImplementedError(f"{type(self).__name__} does not define forward(self, x)")
+
+    def _replica_builder(self):
+        args, kwargs = self.__dict__["_tandem_recipe"]
+        cls = type(self)
+        first = [self]
+
+        def build():
+            if first:
+                return first.pop()
+            return cls(*args, **kwargs)
+        return build
+
+    def _model_source(self, policy, seed):
+        return {"kind": "python", "name": type(self).__name__, "policy": policy,
+                "build": self._replica_builder()}
+
+
+Linear = _C.Linear
+Conv2d = _C.Conv2d
+MaxPool2d = _C.MaxPool2d
+AvgPool2d = _C.AvgPool2d
+GlobalAvgPool = _C.GlobalAvgPool
+Flatten = _C.Flatten
+ReLU = _C.ReLU
+GELU = _C.GELU
+Dropout = _C.Dropout
+LayerNorm = _C.LayerNorm
+BatchNorm = _C.BatchNorm
+Embedding = _C.Embedding
+CausalSelfAttention = _C.CausalSelfAttention
+Sequential = _C.Sequential

@@ -1,0 +1,200 @@
+"""Keras-style training for any tandem model: compile(), fit(), evaluate(),
+predict(). fit() runs tandem's C++ Trainer (the loop `tandem train` runs)
+under the strategy in effect at compile() (tandem.distribute), so a fit from
+Python takes exactly the steps the command takes for the same model, data,
+seed and settings."""
+import numpy as _np
+
+from . import _tandem
+
+# Keras's loss names and tandem's.
+_LOSSES = {
+    "sparse_categorical_crossentropy": "softmax_cross_entropy",
+    "softmax_cross_entropy": "softmax_cross_entropy",
+    "binary_crossentropy": "binary_cross_entropy",
+    "binary_cross_entropy": "binary_cross_entropy",
+    "mse": "mean_squared_error", "mean_squared_error": "mean_squared_error",
+    "mae": "mean_absolute_error", "mean_absolute_error": "mean_absolute_error",
+    "huber": "huber",
+}
+
+
+class History:
+    """What fit() returns: history[name] is that log's value per epoch."""
+
+    def __init__(self):
+        self.epoch = []
+        self.history = {}
+        self.interrupted = False
+
+    def _add(self, epoch, logs):
+        self.epoch.append(epoch)
+        for key, value in logs.items():
+            self.history.setdefault(key, []).append(value)
+
+    def __repr__(self):
+        return f"History(epochs={len(self.epoch)}, keys={sorted(self.history)})"
+
+
+class Trainable:
+    """compile/fit/evaluate/predict, mixed into tandem.nn.Module and tandem.Model."""
+
+    def compile(self, optimizer="sgd", loss="sparse_categorical_crossentropy",
+                metrics=("accuracy",), precision=None, strategy=None, **options):
+        """Chooses the optimizer (a tandem.optimizers object or a name), the
+        loss (Keras's or tandem's name; models output logits), the metrics and
+        the strategy (default: the one whose scope() is active, else one
+        device). `options` are fit()'s training options, fixed here."""
+        from . import distribute, optimizers
+        if isinstance(optimizer, str):
+            optimizer = optimizers.get(optimizer)
+        if not isinstance(optimizer, optimizers.Optimizer):
+            raise TypeError(f"optimizer must be a tandem.optimizers optimizer or a name, got "
+                            f"{type(optimizer).__name__}")
+        if not isinstance(loss, str) or loss not in _LOSSES:
+            raise ValueError(f"unknown loss {loss!r} (known: {', '.join(sorted(_LOSSES))})")
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        policy = self._policy()
+        if precision is not None and precision != policy:
+            raise ValueError(
+                f"the model was built under the {policy!r} policy, not {precision!r}: set "
+                f"tandem.set_global_policy({precision!r}) before building it (as Keras does)")
+        strategy = strategy or distribute.current_strategy()
+        object.__setattr__(self, "_compiled", {
+            "optimizer": optimizer, "loss": _LOSSES[loss], "metrics": list(metrics),
+            "strategy": strategy, "options": dict(options)})
+
+    def _compiled_or_raise(self):
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            raise RuntimeError("call compile() before fit() or evaluate()")
+        return compiled
+
+    def _policy(self):
+        return self.__dict__.get("_tandem_policy") or _tandem.global_policy()
+
+    def _trainer(self, data, options):
+        compiled = self._compiled_or_raise()
+        config = dict(compiled["strategy"].options())
+        config.update(compiled["options"])
+        config.update(options)
+        config["optimizer"] = compiled["optimizer"].config()
+        input_name, label_name = data._names[0], (data._names[1] if len(data._names) > 1 else None)
+        config.setdefault("input_feature", input_name)
+        config["objective"] = {"loss": compiled["loss"], "metrics": compiled["metrics"],
+                               "labels": label_name or "label"}
+        seed = config.get("seed", 0)
+        source = self._model_source(self._policy(), seed)
+        return _tandem.train.Trainer(config, source)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
+            callbacks=(), verbose=0, **options):
+        """Trains on a tandem.data.Dataset of (input, label) examples (or
+        numpy arrays x, y). A batched dataset gives the global batch size;
+        otherwise batch_size (default 32, Keras's). `options` are any of
+        tandem train's settings (seed, steps_per_epoch, accumulation_steps,
+        zero, schedule, warmup_epochs, output_dir, resume, checkpoint_every,
+        loss_scale, ...: docs/python.md lists them). Returns a History.
+        Ctrl-C stops after the current step, saves a checkpoint (with
+        output_dir) and raises KeyboardInterrupt."""
+        from . import callbacks as cb
+        train, batch_size = _as_examples(x, y, batch_size)
+        validation = None
+        if validation_data is not None:
+            if isinstance(validation_data, tuple):
+                validation_data = _dataset_of(*validation_data)
+            validation, _ = _as_examples(validation_data, None, None)
+            validation = validation._native
+        options = dict(options, epochs=epochs, batch_size=batch_size)
+        trainer = self._trainer(train, options)
+        object.__setattr__(self, "_last_trainer", trainer)
+        history = History()
+        callbacks = list(callbacks)
+        if verbose:
+            callbacks.append(cb.ProgressLogger())
+        for c in callbacks:
+            c.set_model(self)
+        object.__setattr__(self, "stop_training", False)
+        for c in callbacks:
+            c.on_train_begin({})
+        steps = [c for c in callbacks if type(c).on_train_batch_end is not cb.Callback.on_train_batch_end]
+
+        def on_step(logs):
+            for c in steps:
+                c.on_train_batch_end(logs["step"] - 1, logs)
+
+        def on_epoch(epoch, logs):
+            history._add(epoch - 1, logs)
+            for c in callbacks:
+                c.on_epoch_end(epoch - 1, logs)
+            return bool(self.__dict__.get("stop_training"))
+
+        result = trainer.fit(train._native, validation, on_step if steps else None, on_epoch)
+        self._adopt(trainer)
+        for c in callbacks:
+            c.on_train_end({})
+        if result["interrupted"] and not self.__dict__.get("stop_training"):
+            history.interrupted = True
+            raise KeyboardInterrupt("fit stopped by Ctrl-C after a step; the checkpoint (with "
+                                    "output_dir) resumes it with resume=True")
+        return history
+
+    def _adopt(self, trainer):
+        """After fit: the trained replica 0 is this model (nothing to do for
+        a Module, which was replica 0)."""
+
+    def evaluate(self, x=None, y=None, batch_size=None, **options):
+        """Loss and metrics over examples, as a dict ({"loss": ..., "accuracy": ...})."""
+        data, batch_size = _as_examples(x, y, batch_size)
+        trainer = self.__dict__.get("_last_trainer")
+        if trainer is None:
+            trainer = self._trainer(data, dict(options, eval_batch_size=batch_size or 1000))
+            object.__setattr__(self, "_last_trainer", trainer)
+        return trainer.evaluate(data._native)
+
+    def predict(self, x, batch_size=256):
+        """The model's outputs for numpy inputs (or a dataset's first
+        feature), in evaluation mode without gradients, as a numpy array."""
+        from . import no_grad
+        if hasattr(x, "_native"):
+            rows = [features[0] if isinstance(features, tuple) else features
+                    for features in x.iterate(as_numpy=True)]
+            x = _np.stack(rows)
+        x = _np.asarray(x)
+        was_training = self._network_for_predict().training
+        net = self._network_for_predict()
+        net.eval()
+        outputs = []
+        try:
+            with no_grad():
+                for start in range(0, len(x), batch_size):
+                    outputs.append(net(_tandem.Tensor(x[start:start + batch_size])).numpy().astype(_np.float32))
+        finally:
+            net.train(was_training)
+        return _np.concatenate(outputs) if outputs else _np.zeros((0,), _np.float32)
+
+    def _network_for_predict(self):
+        return self
+
+
+def _dataset_of(x, y):
+    from .data import Dataset
+    return Dataset.from_tensor_slices((x, y) if y is not None else x)
+
+
+def _as_examples(x, y, batch_size):
+    """The unbatched dataset fit and evaluate give the Trainer, and the batch size."""
+    from .data import Dataset
+    if x is None:
+        raise ValueError("fit/evaluate need data: a tandem.data.Dataset or numpy arrays x, y")
+    if not isinstance(x, Dataset):
+        x = _dataset_of(x, y)
+    elif y is not None:
+        raise ValueError("y is given by the dataset; pass y only with numpy x")
+    if x._batch_size is not None:
+        if batch_size is not None and batch_size != x._batch_size:
+            raise ValueError(f"the dataset is batched by {x._batch_size}; batch_size={batch_size} "
+                             "disagrees (give one or the other)")
+        return x._unbatched, x._batch_size
+    return x, batch_size or 32
