@@ -66,8 +66,9 @@ void bind_module(py::module_& nn) {
   py::class_<Module, PythonModule, std::shared_ptr<Module>>(nn, "Module", py::dynamic_attr(), R"doc(
 The base of layers and models (PyTorch's nn.Module). Subclass it in Python
 and define forward(self, x); parameters (tandem.nn.Parameter) and
-sub-modules assigned as attributes are registered in assignment order, which
-fixes their names ("fc.weight") and the layout of gradient buckets. Calling
+sub-modules assigned as attributes are registered, the module's own first,
+then each sub-module's, in assignment order (PyTorch's): that fixes their
+names ("fc.weight") and the layout of gradient buckets. Calling
 the module runs forward with tandem's autograd recording the graph.)doc")
       .def(py::init<>())
       .def("forward", &Module::forward, py::arg("x"))

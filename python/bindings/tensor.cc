@@ -495,6 +495,9 @@ element (a loss). The graph is freed; a second backward through it raises.)doc")
                                          : py::make_tuple(static_cast<int>(kDLCUDA), d.index);
       });
   add_tensor_methods(cls);
+  // numpy defers to the tensor's reflected operators (array @ tensor is the
+  // tensor's __rmatmul__, recorded for autograd) instead of converting it.
+  cls.attr("__array_ufunc__") = py::none();
 
   m.def(
       "from_numpy",

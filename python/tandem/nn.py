@@ -4,7 +4,7 @@ Two ways to define a model:
 
 - Subclass tandem.nn.Module and write forward(self, x) with tandem.ops and
   the layers below (explicit sizes, as in PyTorch). Parameters and
-  sub-modules assigned as attributes are registered in assignment order.
+  sub-modules assigned as attributes are registered (PyTorch's names and order).
 - List Keras-style layers (tandem.layers.Dense, Conv2D, ...) in
   tandem.Sequential(layers, input_shape=...): the shapes are inferred and
   the model is built by the same code as a model file (docs/model_files.md).
@@ -29,7 +29,9 @@ class Module(_C.Module, Trainable):
     """The base of models written in Python (torch.nn.Module).
 
     Call super().__init__() first, then assign Parameters and sub-modules as
-    attributes, and define forward(self, x). Replicas of the model (under a
+    attributes, and define forward(self, x). Parameter names and order are
+    PyTorch's: the module's own parameters, then each sub-module's, each in
+    assignment order ("fc1.weight"). Replicas of the model (under a
     strategy with several devices) are built by calling the class again with
     the constructor's arguments, so a constructor must build the same
     architecture each time; the replicas then receive replica 0's values.

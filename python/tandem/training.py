@@ -118,7 +118,10 @@ class Trainable:
         object.__setattr__(self, "stop_training", False)
         for c in callbacks:
             c.on_train_begin({})
-        steps = [c for c in callbacks if type(c).on_train_batch_end is not cb.Callback.on_train_batch_end]
+        # Only callbacks that look at steps cost a call into Python per step.
+        steps = [c for c in callbacks
+                 if getattr(c.on_train_batch_end, "__func__", c.on_train_batch_end)
+                 is not cb.Callback.on_train_batch_end]
 
         def on_step(logs):
             for c in steps:

@@ -1,0 +1,185 @@
+"""fit() from Python against `tandem train`, callbacks, early stopping,
+Ctrl-C, and bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tandem
+
+CLI = os.environ.get("TANDEM_CLI")
+FASHION = "/usr/share/datasets/fashion-mnist"
+needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION), reason="dataset-fashion-mnist missing")
+
+
+def fashion_subset(train, test):
+    (xt, yt), (xv, yv) = tandem.data.fashion_mnist()
+    return (xt[:train], yt[:train]), (xv[:test], yv[:test])
+
+
+@needs_fashion
+@pytest.mark.skipif(not CLI, reason="TANDEM_CLI (the tandem command) not set")
+def test_fit_equals_tandem_train_bit_for_bit(workdir):
+    run = os.path.join(workdir, "cli")
+    subprocess.run([CLI, "train", "--model", "cnn", "--epochs", "2", "--train-examples", "1024",
+                    "--test-examples", "256", "--batch-size", "128", "--seed", "3", "--output", run,
+                    "--quiet"] if False else
+                   [CLI, "train", "--model", "cnn", "--epochs", "2", "--train-examples", "1024",
+                    "--test-examples", "256", "--batch-size", "128", "--seed", "3", "--output", run],
+                   check=True, capture_output=True)
+    cli = json.load(open(os.path.join(run, "summary.json")))["history"]
+
+    (xt, yt), (xv, yv) = fashion_subset(1024, 256)
+    model = tandem.models.cnn(seed=3)
+    model.compile(optimizer=tandem.optimizers.SGD(0.05, momentum=0.9), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    train = tandem.data.Dataset.from_tensor_slices((xt, yt)).shuffle(len(xt), seed=3)
+    history = model.fit(train, batch_size=128, epochs=2, validation_data=(xv, yv), seed=3)
+    assert history.history["loss"] == [e["train_loss"] for e in cli]
+    assert history.history["val_loss"] == [e["validation_loss"] for e in cli]
+    assert history.history["accuracy"] == [e["train_accuracy"] for e in cli]
+
+
+def small_model_and_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 4)).astype(np.float32)
+    y = (x.sum(axis=1) > 0).astype(np.int32)
+    model = tandem.Sequential([tandem.layers.Dense(16, activation="relu"), tandem.layers.Dense(2)],
+                              input_shape=(4,))
+    model.compile(optimizer=tandem.optimizers.SGD(0.1, momentum=0.9), metrics=["accuracy"])
+    return model, x, y
+
+
+def test_callbacks_see_every_epoch_and_step():
+    model, x, y = small_model_and_data()
+    epochs, steps = [], []
+    callback = tandem.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: epochs.append((epoch, dict(logs))),
+        on_train_batch_end=lambda batch, logs: steps.append(batch))
+    history = model.fit(x, y, batch_size=32, epochs=3, validation_data=(x, y), callbacks=[callback])
+    assert [e for e, _ in epochs] == [0, 1, 2]
+    assert all({"loss", "accuracy", "val_loss", "val_accuracy"} <= set(logs) for _, logs in epochs)
+    assert steps == [0, 1, 2, 3] * 3
+    assert history.history["loss"] == [logs["loss"] for _, logs in epochs]
+
+
+def test_early_stopping_stops():
+    model, x, y = small_model_and_data()
+    stop = tandem.callbacks.EarlyStopping(monitor="loss", min_delta=100.0, patience=1)
+    history = model.fit(x, y, batch_size=32, epochs=10, callbacks=[stop])
+    assert len(history.epoch) == 3        # the best at epoch 0, then patience + 1
+    assert stop.stopped_epoch == 2
+
+
+def test_evaluate_and_predict():
+    model, x, y = small_model_and_data()
+    model.fit(x, y, batch_size=32, epochs=2)
+    result = model.evaluate(x, y)
+    assert set(result) >= {"loss", "accuracy"} and result["examples"] == 128
+    assert model.predict(x[:10]).shape == (10, 2)
+
+
+INTERRUPTED = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np, tandem
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype(np.float32)
+    y = (x.sum(axis=1) > 0).astype(np.int32)
+    model = tandem.Sequential([tandem.layers.Dense(8, activation="relu"), tandem.layers.Dense(2)],
+                              input_shape=(4,), seed=1)
+    model.compile(optimizer=tandem.optimizers.SGD(0.1, momentum=0.9), metrics=["accuracy"])
+    mode, out = sys.argv[1], sys.argv[2]
+    kill = tandem.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: os.kill(os.getpid(), signal.SIGINT)
+        if logs["global_step"] == 5 and mode == "interrupt" else None)
+    try:
+        h = model.fit(x, y, batch_size=32, epochs=3, seed=2, output_dir=out,
+                      resume=(mode == "resume"), callbacks=[kill])
+    except KeyboardInterrupt:
+        print("interrupted"); sys.exit(0)
+    print(repr(h.history["loss"][-1]))
+""")
+
+
+def test_ctrl_c_leaves_a_checkpoint_that_resumes_exactly(workdir):
+    script = os.path.join(workdir, "fit.py")
+    with open(script, "w") as f:
+        f.write(INTERRUPTED)
+    env = dict(os.environ)
+
+    def run(mode, out):
+        r = subprocess.run([sys.executable, script, mode, out], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().splitlines()[-1]
+
+    whole = run("whole", os.path.join(workdir, "a"))
+    assert run("interrupt", os.path.join(workdir, "b")) == "interrupted"
+    assert os.path.exists(os.path.join(workdir, "b", "checkpoint.tckpt"))
+    assert run("resume", os.path.join(workdir, "b")) == whole
+
+
+BAD_INPUTS = {
+    "unknown fit option": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=32, warmup=3),
+    "wrong option type": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=32, seed="three"),
+    "zero epochs": lambda m, x, y: m.fit(x, y, epochs=0, batch_size=32),
+    "negative batch": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=-4),
+    "batch larger than data": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=4096),
+    "wrong input shape": lambda m, x, y: m.fit(x[:, :3], y, epochs=1, batch_size=32),
+    "labels out of range": lambda m, x, y: m.fit(x, y + 5, epochs=1, batch_size=32),
+    "float labels for cross-entropy": lambda m, x, y: m.fit(x, y.astype(np.float32) + 0.5, epochs=1, batch_size=32),
+    "rows differ": lambda m, x, y: m.fit(x, y[:-1], epochs=1, batch_size=32),
+    "unknown schedule": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=32, schedule="wiggly"),
+    "unknown strategy option value": lambda m, x, y: m.fit(x, y, epochs=1, batch_size=32, zero=7),
+    "y with a dataset": lambda m, x, y: m.fit(tandem.data.Dataset.from_tensor_slices((x, y)), y),
+    "batched size disagrees": lambda m, x, y: m.fit(tandem.data.Dataset.from_tensor_slices((x, y)).batch(16), batch_size=32),
+    "no data": lambda m, x, y: m.fit(),
+    "string data": lambda m, x, y: m.fit(np.array(["a", "b"]), np.array([0, 1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_raises_a_clear_error(name):
+    model, x, y = small_model_and_data()
+    with pytest.raises((ValueError, TypeError, RuntimeError)) as info:
+        BAD_INPUTS[name](model, x, y)
+    assert len(str(info.value)) > 10
+    assert not isinstance(info.value, (SystemError, KeyboardInterrupt))
+
+
+COMPILE_ERRORS = {
+    "unknown loss": dict(loss="hinge"),
+    "optimizer of the wrong type": dict(optimizer=3),
+    "unknown optimizer": dict(optimizer="rmsprop"),
+    "other precision than built": dict(precision="mixed_bfloat16"),
+    "unknown metric": dict(metrics=["f1_score"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPILE_ERRORS))
+def test_bad_compile_raises(name):
+    model, x, y = small_model_and_data()
+    with pytest.raises((ValueError, TypeError)):
+        model.compile(**COMPILE_ERRORS[name])
+        model.fit(x, y, epochs=1, batch_size=32)
+
+
+def test_other_bad_inputs():
+    with pytest.raises(TypeError):
+        tandem.tensor(["a", "b"])
+    with pytest.raises(ValueError, match="contiguous"):
+        tandem.from_numpy(np.ones((3, 3), np.float32).T)
+    with pytest.raises(ValueError):
+        tandem.ops.matmul(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+    with pytest.raises(FileNotFoundError):
+        tandem.models.from_file("/no/such/model.toml")
+    with pytest.raises(ValueError):
+        tandem.nn.Dropout(1.5)
+    with pytest.raises(TypeError):
+        tandem.data.Dataset.from_tensor_slices((np.ones((4, 2)), np.ones(4))).map(lambda x, y: x)
+        list(tandem.data.Dataset.from_tensor_slices((np.ones((4, 2)), np.ones(4))).map(lambda x, y: x))

@@ -1,0 +1,112 @@
+"""Models written in Python: registration, replicas on threads, errors."""
+import traceback
+
+import numpy as np
+import pytest
+
+import tandem
+from tandem import nn, ops
+
+
+class Mlp(nn.Module):
+    def __init__(self, hidden=16):
+        super().__init__()
+        self.fc1 = nn.Linear(6, hidden)
+        self.scale = nn.Parameter(np.ones((hidden,), np.float32))
+        self.fc2 = nn.Linear(hidden, 3)
+
+    def forward(self, x):
+        return self.fc2(ops.gelu(self.fc1(x)) * self.scale)
+
+
+def regression_data(n=256):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    y = (x[:, :3] * 2.0 - x[:, 3:]).astype(np.float32)
+    return x, y
+
+
+def test_parameters_registered_in_pytorch_order():
+    # A module's own parameters first, then each sub-module's, each in
+    # assignment order (PyTorch's named_parameters order).
+    m = Mlp()
+    names = [name for name, _ in m.named_parameters()]
+    assert names == ["scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert m.parameter_count() == 6 * 16 + 16 + 16 + 16 * 3 + 3
+    out = m(np.zeros((2, 6), np.float32))
+    assert out.shape == (2, 3)
+    assert "Linear" in m.summary()
+
+
+def test_init_without_super_is_refused():
+    class Broken(nn.Module):
+        def __init__(self):
+            self.w = nn.Parameter(np.ones(2, np.float32))
+
+    with pytest.raises((RuntimeError, TypeError)):
+        Broken()
+
+
+def test_backward_through_a_python_model():
+    m = Mlp()
+    loss = ops.mean(m(np.ones((4, 6), np.float32)))
+    loss.backward()
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def fit_losses(strategy, epochs=3):
+    tandem.manual_seed(11)
+    x, y = regression_data()
+    with strategy.scope():
+        m = Mlp()
+        m.compile(optimizer=tandem.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
+    history = m.fit(x, y, batch_size=64, epochs=epochs, seed=5)
+    return history.history["loss"], [p.numpy().copy() for p in m.parameters()]
+
+
+def test_mirrored_two_devices_equals_one_device():
+    one_losses, one_params = fit_losses(tandem.distribute.OneDeviceStrategy())
+    two_losses, two_params = fit_losses(tandem.distribute.MirroredStrategy(devices=2))
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(one_params, two_params):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert one_losses[-1] < one_losses[0]
+
+
+class Failing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        if x.shape[0] > 0:
+            raise KeyError("boom in forward")
+        return self.fc(x)
+
+
+def test_exception_in_forward_on_a_replica_reaches_the_caller():
+    x, y = regression_data(64)
+    with tandem.distribute.MirroredStrategy(devices=2).scope():
+        m = Failing()
+        m.compile(loss="mse", metrics=[])
+    with pytest.raises(KeyError, match="boom in forward") as info:
+        m.fit(x, y, batch_size=32, epochs=1)
+    frames = "".join(traceback.format_tb(info.value.__traceback__))
+    assert "in forward" in frames
+
+
+def test_keras_sequential_matches_its_model_file():
+    model = tandem.Sequential([tandem.layers.Flatten(), tandem.layers.Dense(8, activation="relu"),
+                               tandem.layers.Dense(3)], input_shape=(2, 3))
+    assert [n for n, _ in model.named_parameters()] == ["1.weight", "1.bias", "2.weight", "2.bias"]
+    assert model(np.zeros((5, 2, 3), np.float32)).shape == (5, 3)
+    with pytest.raises(ValueError, match="layer 1"):
+        tandem.Sequential([tandem.layers.Dense(8), tandem.layers.Conv2D(4, 3)], input_shape=(6,))
+
+
+def test_builtin_models_build():
+    assert tandem.models.cnn().parameter_count() == 421642
+    g = tandem.models.gpt(layers=1, width=32, heads=2, context=16)
+    assert g(np.zeros((2, 16), np.int32)).shape == (2, 16, 256)
+    with pytest.raises(ValueError):
+        tandem.models.gpt(width=30, heads=4)

@@ -1,0 +1,107 @@
+"""tandem.Tensor with numpy and DLPack: values, dtypes and shared memory."""
+import numpy as np
+import pytest
+
+import tandem
+
+SHARED = [np.float32, np.float16, np.int32, np.uint8]
+
+
+@pytest.mark.parametrize("np_dtype", SHARED)
+def test_numpy_round_trip_shares_memory(np_dtype):
+    a = (np.arange(12) % 7).astype(np_dtype).reshape(3, 4)
+    t = tandem.from_numpy(a)
+    assert t.shape == (3, 4)
+    np.testing.assert_array_equal(t.numpy(), a)
+    a[1, 2] = 5
+    assert t.numpy()[1, 2] == 5                    # the tensor sees the array's write
+    view = t.numpy()
+    view[0, 0] = 6
+    assert a[0, 0] == 6                            # and the array sees the view's
+    assert np.shares_memory(np.asarray(t), a)
+
+
+def test_tensor_keeps_array_alive():
+    t = tandem.from_numpy(np.full((1000,), 3.0, np.float32))
+    import gc
+    gc.collect()
+    assert t.numpy().sum() == 3000.0
+
+
+def test_bfloat16_converts_to_float32_copy():
+    a = np.array([[1.0, 2.5], [-3.0, 0.15625]], np.float32)
+    t = tandem.tensor(a, dtype="bfloat16")
+    assert t.dtype == tandem.bfloat16
+    out = t.numpy()
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, a)          # exactly representable in bf16
+    out[0, 0] = 9.0
+    assert t.numpy()[0, 0] == 1.0                  # a copy, documented
+
+
+@pytest.mark.parametrize("dtype,expected", [(np.float64, tandem.float32), (np.int64, tandem.int32),
+                                            (np.bool_, tandem.int32), (np.float16, tandem.float16),
+                                            (np.uint8, tandem.uint8)])
+def test_copy_dtypes(dtype, expected):
+    t = tandem.tensor(np.ones((2, 2), dtype))
+    assert t.dtype == expected
+
+
+def test_int64_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="int32"):
+        tandem.tensor(np.array([2**40], np.int64))
+
+
+def test_from_numpy_refuses_non_contiguous_and_foreign_dtypes():
+    with pytest.raises(ValueError, match="contiguous"):
+        tandem.from_numpy(np.ones((4, 4), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="float64"):
+        tandem.from_numpy(np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8"])
+def test_dlpack_to_numpy_and_back(dtype):
+    t = tandem.tensor(np.arange(6).reshape(2, 3), dtype=dtype)
+    if dtype == "bfloat16":
+        with pytest.raises(Exception):
+            np.from_dlpack(t)                       # numpy has no bfloat16
+        return
+    a = np.from_dlpack(t)
+    assert a.shape == (2, 3)
+    np.testing.assert_array_equal(a, t.numpy())
+    assert a.__array_interface__["data"][0] == t.data_ptr()   # shared
+    back = tandem.from_dlpack(np.arange(4, dtype=a.dtype))
+    assert back.data_ptr() != 0 and back.numpy().tolist() == [0, 1, 2, 3]
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("dtype,torch_dtype", [("float32", torch.float32), ("float16", torch.float16),
+                                               ("bfloat16", torch.bfloat16), ("int32", torch.int32),
+                                               ("uint8", torch.uint8)])
+def test_dlpack_with_torch_shares_memory(dtype, torch_dtype):
+    t = tandem.tensor(np.arange(6).reshape(2, 3), dtype=dtype)
+    p = torch.from_dlpack(t)
+    assert p.dtype == torch_dtype and tuple(p.shape) == (2, 3)
+    p[1, 1] = 42
+    assert t.to("float32").numpy()[1, 1] == 42     # PyTorch's write shows in tandem
+    u = tandem.from_dlpack(torch.full((3,), 7, dtype=torch_dtype))
+    assert u.dtype == tandem.dtype.__members__[dtype]
+    assert u.to("float32").numpy().tolist() == [7, 7, 7]
+
+
+def test_dlpack_refuses_int64_and_strided():
+    with pytest.raises(TypeError, match="int32"):
+        tandem.from_dlpack(torch.arange(3))
+    with pytest.raises(ValueError, match="contiguous"):
+        tandem.from_dlpack(torch.ones(4, 4).t())
+
+
+def test_attributes_and_repr():
+    t = tandem.tensor([[1.0, 2.0]], requires_grad=True)
+    assert t.shape == (1, 2) and t.ndim == 2 and t.device == "cpu:0" and t.requires_grad
+    assert t.is_leaf and t.grad is None
+    assert "shape=(1, 2)" in repr(t)
+    assert tandem.tensor(3.5).item() == 3.5
+    assert len(t) == 1
