@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "tandem/base/error.h"
 #include "tandem/tensor/tensor.h"
@@ -201,6 +203,27 @@ TEST(Tensor, CloneCopyConvertFill) {
 TEST(Tensor, FromValuesChecksCount) {
   EXPECT_THROW(Tensor::from_floats(Shape{2, 2}, std::vector<float>{1, 2, 3}), ShapeError);
   EXPECT_THROW(Tensor::from_ints(Shape{2}, std::vector<int32_t>{1}), ShapeError);
+}
+
+// Zero-copy imports (numpy, DLPack) hand the tensor an owner of the memory:
+// it must live exactly as long as some tensor shares the storage.
+TEST(Tensor, WrapReleasesItsOwnerWithTheLastSharingTensor) {
+  std::vector<float> memory = {1.0f, 2.0f, 3.0f, 4.0f};
+  auto owner = std::make_shared<int>(7);
+  std::weak_ptr<int> watch = owner;
+  Tensor view;
+  {
+    Tensor t = Tensor::wrap(memory.data(), Shape{2, 2}, DType::f32, cpu_device(0), owner);
+    owner.reset();
+    EXPECT_FALSE(watch.expired());  // the tensor keeps it
+    view = t.reshape(Shape{4});
+    EXPECT_EQ(view.data<float>()[3], 4.0f);
+    memory[3] = 9.0f;
+    EXPECT_EQ(t.data<float>()[3], 9.0f);  // shared, not copied
+  }
+  EXPECT_FALSE(watch.expired());  // the reshaped view still shares the storage
+  view = Tensor();
+  EXPECT_TRUE(watch.expired());
 }
 
 }  // namespace
