@@ -7,11 +7,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tandem/autograd/variable.h"
+#include "tandem/kernels/activation.h"
+#include "tandem/precision/policy.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::python {
@@ -52,6 +55,21 @@ py::array to_numpy(const Tensor& tensor);
 // arrays, lists, Python numbers) as a constant tensor without gradient, in
 // `dtype` when given.
 Variable as_variable(const py::handle& value, std::optional<DType> dtype = std::nullopt);
+
+// A Python object held by C++ (a callback, a module, an array): the last
+// reference may go on a thread without the GIL (a replica's, the pipeline's),
+// so the release takes it (and is skipped once the interpreter is gone).
+std::shared_ptr<py::object> keep_python(py::object object);
+
+// tandem's dtype for a numpy dtype whose elements it shares as they are
+// (float32, float16, int32, uint8); nullopt for the others.
+std::optional<DType> dtype_of_numpy(const py::dtype& dt);
+
+// A fused activation by name ("relu", ...); None is none.
+kernels::Activation activation_from(const py::object& value);
+
+// A precision policy by name; None is the global policy.
+precision::Policy policy_from(const py::object& value);
 
 // A shape from a Python int or sequence of ints.
 Shape shape_from(const py::handle& value);

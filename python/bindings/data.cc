@@ -41,11 +41,7 @@ Element element_from_dict(const py::handle& value, const char* what) {
 // A Python callable as a map function: it takes and returns a dict of
 // tensors, holding the GIL (so Python maps do not run in parallel).
 data::MapFn python_map(py::function fn) {
-  auto held = std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* f) {
-    if (Py_IsInitialized() == 0) return;
-    py::gil_scoped_acquire gil;
-    delete f;
-  });
+  auto held = keep_python(std::move(fn));
   return [held](Element e) {
     py::gil_scoped_acquire gil;
     return element_from_dict((*held)(element_to_dict(e)), "a map function");
@@ -117,11 +113,9 @@ std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
 Tensor column_tensor(const py::object& value) {
   if (py::isinstance<py::array>(value)) {
     const auto array = py::cast<py::array>(value);
-    const char kind = array.dtype().kind();
-    const auto size = array.dtype().itemsize();
-    const bool shareable = (kind == 'f' && (size == 4 || size == 2)) || (kind == 'i' && size == 4) ||
-                           (kind == 'u' && size == 1);
-    if (shareable && (array.flags() & py::array::c_style) != 0) return tensor_sharing(array);
+    if (dtype_of_numpy(array.dtype()) && (array.flags() & py::array::c_style) != 0) {
+      return tensor_sharing(array);
+    }
   }
   return as_variable(value).value();
 }
@@ -176,7 +170,7 @@ void bind_dataset(py::module_& d) {
         return ds.map(builtin_transform(name, args), {parallel, deterministic});
       })
       .def("filter", [](const Dataset& ds, py::function fn) {
-        auto held = std::make_shared<py::function>(std::move(fn));
+        auto held = keep_python(std::move(fn));
         return ds.filter([held](const Element& e) {
           py::gil_scoped_acquire gil;
           return (*held)(element_to_dict(e)).cast<bool>();

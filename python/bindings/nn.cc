@@ -57,11 +57,6 @@ std::optional<DType> default_output_dtype(const py::object& given) {
   return precision::model_options(precision::global_policy()).activation_dtype;
 }
 
-kernels::Activation activation_from(const py::object& value) {
-  if (value.is_none()) return kernels::Activation::none;
-  return kernels::parse_activation(value.cast<std::string>());
-}
-
 void bind_module(py::module_& nn) {
   py::class_<Module, PythonModule, std::shared_ptr<Module>>(nn, "Module", py::dynamic_attr(), R"doc(
 The base of layers and models (PyTorch's nn.Module). Subclass it in Python
@@ -188,9 +183,7 @@ void bind_models(py::module_& m) {
   py::module_ models = m.def_submodule("models", "The built-in models and model files.");
   models.def("build", [](const std::string& name, const std::string& settings, uint64_t seed,
                          const py::object& policy) {
-    const precision::Policy p = policy.is_none() ? precision::global_policy()
-                                                 : precision::parse_policy(policy.cast<std::string>());
-    nn::ModelOptions options = precision::model_options(p, {.seed = seed});
+    nn::ModelOptions options = precision::model_options(policy_from(policy), {.seed = seed});
     options.settings = settings;
     return nn::make_model(name, options);
   }, py::arg("name"), py::arg("settings") = "", py::arg("seed") = 0, py::arg("policy") = py::none(),
@@ -199,10 +192,9 @@ void bind_models(py::module_& m) {
   models.def("canonical_settings", &nn::canonical_settings, py::arg("name"), py::arg("settings"));
   models.def("from_definition", [](const std::string& text, const std::string& source,
                                    uint64_t seed, const py::object& policy) {
-    const precision::Policy p = policy.is_none() ? precision::global_policy()
-                                                 : precision::parse_policy(policy.cast<std::string>());
     const nn::ModelDefinition d = nn::parse_model_definition(text, source);
-    return std::shared_ptr<Module>(nn::build_model(d, precision::model_options(p, {.seed = seed})));
+    return std::shared_ptr<Module>(
+        nn::build_model(d, precision::model_options(policy_from(policy), {.seed = seed})));
   }, py::arg("text"), py::arg("source"), py::arg("seed") = 0, py::arg("policy") = py::none(),
      "A model from a model file's text (docs/model_files.md).");
   models.def("input_of_definition", [](const std::string& text, const std::string& source) {

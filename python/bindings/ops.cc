@@ -191,11 +191,6 @@ Variable sum_over(const Variable& x, const py::object& axis, bool keepdims, bool
   return released([&] { return mean_of ? mean(x, a, keepdims) : sum(x, a, keepdims); });
 }
 
-kernels::Activation activation_from(const py::object& value) {
-  if (value.is_none()) return kernels::Activation::none;
-  return kernels::parse_activation(value.cast<std::string>());
-}
-
 std::pair<int64_t, int64_t> pair_from(const py::object& value, const char* what) {
   if (PyLong_Check(value.ptr())) {
     const auto v = value.cast<int64_t>();

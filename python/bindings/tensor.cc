@@ -17,28 +17,6 @@ void add_tensor_methods(py::class_<Variable>& cls);
 
 namespace {
 
-// Releases a Python object from any thread (a tensor's last reference may
-// go on a replica thread, which does not hold the GIL).
-std::shared_ptr<const void> python_owner(py::object object) {
-  auto* held = new py::object(std::move(object));
-  return std::shared_ptr<const void>(held, [](const void* p) {
-    auto* kept = static_cast<py::object*>(const_cast<void*>(p));
-    if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
-    py::gil_scoped_acquire gil;
-    delete kept;
-  });
-}
-
-std::optional<DType> dtype_of_numpy(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  if (kind == 'f' && size == 4) return DType::f32;
-  if (kind == 'f' && size == 2) return DType::f16;
-  if (kind == 'i' && size == 4) return DType::i32;
-  if (kind == 'u' && size == 1) return DType::u8;
-  return std::nullopt;
-}
-
 std::string numpy_dtype_name(const py::dtype& dt) {
   return py::str(static_cast<const py::handle&>(dt)).cast<std::string>();
 }
@@ -225,6 +203,34 @@ std::string describe(const Variable& v) {
 
 // --- Conversions (common.h) -------------------------------------------------
 
+std::shared_ptr<py::object> keep_python(py::object object) {
+  return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* kept) {
+    if (Py_IsInitialized() == 0) return;  // the interpreter is gone: nothing to release
+    py::gil_scoped_acquire gil;
+    delete kept;
+  });
+}
+
+std::optional<DType> dtype_of_numpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return DType::f32;
+  if (kind == 'f' && size == 2) return DType::f16;
+  if (kind == 'i' && size == 4) return DType::i32;
+  if (kind == 'u' && size == 1) return DType::u8;
+  return std::nullopt;
+}
+
+kernels::Activation activation_from(const py::object& value) {
+  if (value.is_none()) return kernels::Activation::none;
+  return kernels::parse_activation(value.cast<std::string>());
+}
+
+precision::Policy policy_from(const py::object& value) {
+  if (value.is_none()) return precision::global_policy();
+  return precision::parse_policy(value.cast<std::string>());
+}
+
 DType dtype_from(const py::handle& value) {
   if (py::isinstance<DType>(value)) return value.cast<DType>();
   if (py::isinstance<py::str>(value)) return parse_dtype(value.cast<std::string>());
@@ -271,7 +277,7 @@ Tensor tensor_sharing(const py::array& array) {
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   void* data = const_cast<void*>(array.data());
   return Tensor::wrap(data, Shape(dims), *dtype, cpu_device(0),
-                      python_owner(py::reinterpret_borrow<py::object>(array)));
+                      keep_python(py::reinterpret_borrow<py::object>(array)));
 }
 
 Tensor tensor_copying(const py::handle& data, std::optional<DType> dtype) {

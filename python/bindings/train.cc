@@ -157,21 +157,12 @@ train::ModelFactory spec_factory(const py::dict& model);
 // module keeps its Python object (and so its forward) alive as long as the
 // engine holds it.
 distribute::ModelBuilder python_builder(py::function build) {
-  auto held = std::shared_ptr<py::function>(new py::function(std::move(build)), [](py::function* f) {
-    if (Py_IsInitialized() == 0) return;
-    py::gil_scoped_acquire gil;
-    delete f;
-  });
+  auto held = keep_python(std::move(build));
   return [held]() -> std::shared_ptr<nn::Module> {
     py::gil_scoped_acquire gil;
     py::object object = (*held)();
     auto module = object.cast<std::shared_ptr<nn::Module>>();
-    auto keeper = std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* o) {
-      if (Py_IsInitialized() == 0) return;
-      py::gil_scoped_acquire g;
-      delete o;
-    });
-    return {keeper, module.get()};
+    return {keep_python(std::move(object)), module.get()};
   };
 }
 
@@ -197,7 +188,7 @@ train::ModelFactory factory_from(const py::dict& model) {
 
 train::ModelFactory spec_factory(const py::dict& model) {
   const std::string kind = model["kind"].cast<std::string>();
-  const precision::Policy policy = precision::parse_policy(model["policy"].cast<std::string>());
+  const precision::Policy policy = policy_from(model["policy"]);
   const uint64_t seed = model.contains("seed") ? model["seed"].cast<uint64_t>() : 0;
   if (kind == "builtin") {
     return train::builtin_model(model["name"].cast<std::string>(), policy, seed, std::nullopt,

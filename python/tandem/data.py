@@ -168,19 +168,16 @@ class Dataset:
 
 
 def _column(value):
+    """A from_tensor_slices column: tensors as they are, anything else as a
+    numpy array (the C++ side shares it where tandem has its dtype and
+    copies it otherwise, refusing int64 values outside int32)."""
     from ._tandem import Tensor
     if isinstance(value, Tensor):
         return value
     array = _np.asarray(value)
     if array.ndim == 0:
         raise ValueError("from_tensor_slices needs arrays with a first dimension, got a scalar")
-    if array.dtype == _np.float64:
-        array = array.astype(_np.float32)
-    if array.dtype == _np.int64:
-        if array.size and (array.min() < -2**31 or array.max() >= 2**31):
-            raise ValueError("int64 values outside int32 (tandem has no int64 tensors)")
-        array = array.astype(_np.int32)
-    return _np.ascontiguousarray(array)
+    return array
 
 
 def _pack(features, names, structure, as_numpy):
