@@ -28,6 +28,7 @@ void bind_ops(py::module_& m);
 void bind_nn(py::module_& m);
 void bind_data(py::module_& m);
 void bind_train(py::module_& m);
+void bind_engine(py::module_& m);
 
 // A dtype from a name ("float32", "f32", "bf16", ...), a tandem.dtype, or a
 // numpy dtype; TypeError for anything else, ValueError for an unknown name.

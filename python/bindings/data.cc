@@ -120,7 +120,36 @@ Tensor column_tensor(const py::object& value) {
   return as_variable(value).value();
 }
 
+// One pass of a Python generator: `make_pass(pass)` returns an iterator of
+// dicts of arrays (tandem/data.py checks them against the signature); each
+// element is taken holding the GIL.
+Dataset python_generator(py::function make_pass, int64_t cardinality) {
+  struct Pass : data::IteratorBase {
+    std::shared_ptr<py::object> iterator;
+    std::optional<Element> next() override {
+      py::gil_scoped_acquire gil;
+      PyObject* item = PyIter_Next(iterator->ptr());
+      if (item == nullptr) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        return std::nullopt;
+      }
+      return element_from_dict(py::reinterpret_steal<py::object>(item), "a generator");
+    }
+  };
+  auto held = keep_python(std::move(make_pass));
+  return Dataset::from_generator(
+      [held](int64_t pass) -> std::unique_ptr<data::IteratorBase> {
+        py::gil_scoped_acquire gil;
+        auto p = std::make_unique<Pass>();
+        p->iterator = keep_python(py::iter((*held)(pass)));
+        return p;
+      },
+      "generator", cardinality);
+}
+
 void bind_sources(py::module_& d) {
+  d.def("from_generator", &python_generator, py::arg("make_pass"),
+        py::arg("cardinality") = data::kUnknownCardinality);
   d.def("from_tensors", [](const std::vector<std::pair<std::string, py::object>>& columns) {
     std::vector<std::pair<std::string, Tensor>> cs;
     for (const auto& [name, value] : columns) cs.emplace_back(name, column_tensor(value));

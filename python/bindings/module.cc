@@ -12,4 +12,5 @@ PYBIND11_MODULE(_tandem, m) {
   bind_nn(m);
   bind_data(m);
   bind_train(m);
+  bind_engine(m);
 }

@@ -290,8 +290,9 @@ Tensor tensor_copying(const py::handle& data, std::optional<DType> dtype) {
                          numpy_dtype_name(array.dtype()) + " (numbers only)");
   }
   // numpy converts to the nearest dtype it has; bf16 goes through float32.
+  // (asarray with order "C", not ascontiguousarray, which makes scalars 1-d.)
   const py::dtype staging = numpy_dtype(target).value_or(py::dtype("float32"));
-  py::array contiguous = np.attr("ascontiguousarray")(array, py::arg("dtype") = staging);
+  py::array contiguous = np.attr("asarray")(array, py::arg("dtype") = staging, py::arg("order") = "C");
   std::vector<int64_t> dims(contiguous.shape(), contiguous.shape() + contiguous.ndim());
   const DType staged = target == DType::bf16 ? DType::f32 : target;
   Tensor t = Tensor::empty(Shape(dims), staged, cpu_device(0));

@@ -18,8 +18,8 @@ AUTOTUNE = _D.AUTOTUNE
 class Dataset:
     """A pipeline of named features with a tuple or dict structure.
 
-    Create one with from_tensor_slices, from_tfrecord, from_csv,
-    from_image_folder, from_spec or range; chain map, map_transform, filter,
+    Create one with from_tensor_slices, from_generator, from_tfrecord,
+    from_csv, from_image_folder, from_spec or range; chain map, map_transform, filter,
     shuffle, batch, repeat, take, skip, shard, cache, prefetch."""
 
     def __init__(self, native, names, structure, unbatched=None, batch_size=None):
@@ -47,6 +47,44 @@ class Dataset:
             raise ValueError("from_tensor_slices: the arrays' first dimensions differ: "
                              + ", ".join(f"{n} {len(c)}" for n, c in zip(names, columns)))
         return Dataset(_D.from_tensors(list(zip(names, columns))), names, structure)
+
+    @staticmethod
+    def from_generator(generator, output_signature, cardinality=None):
+        """Elements from Python: generator() is called at the start of each
+        pass (epoch) and must return an iterable of elements shaped like
+        output_signature, a TensorSpec, a tuple of them or a dict of them
+        (tf.data's from_generator). Each value is converted to its spec's
+        dtype (safe casts only: int into float, float64 into float32) and its
+        shape checked (None in a spec's shape: any size). Runs holding the
+        GIL, one element at a time. cardinality: the elements per pass when
+        known (fit then knows its epoch's steps)."""
+        if not callable(generator):
+            raise TypeError(f"from_generator needs a callable that returns an iterable, got "
+                            f"{type(generator).__name__}")
+        if isinstance(output_signature, TensorSpec):
+            names, structure, specs = ["x"], "single", [output_signature]
+        elif isinstance(output_signature, tuple) and output_signature:
+            names = ["x", "y", "sample_weight"][:len(output_signature)] \
+                if len(output_signature) <= 3 else [f"f{i}" for i in range(len(output_signature))]
+            structure, specs = "tuple", list(output_signature)
+        elif isinstance(output_signature, dict) and output_signature:
+            names, structure, specs = list(output_signature), "dict", list(output_signature.values())
+        else:
+            raise TypeError("output_signature must be a TensorSpec, or a non-empty tuple or dict "
+                            f"of them, got {output_signature!r}")
+        for name, spec in zip(names, specs):
+            if not isinstance(spec, TensorSpec):
+                raise TypeError(f"output_signature's '{name}' is {spec!r}, not a TensorSpec")
+        if cardinality is not None and (not isinstance(cardinality, int) or cardinality < 0):
+            raise ValueError(f"cardinality must be a non-negative int or None, got {cardinality!r}")
+
+        def make_pass(pass_index):
+            for index, element in enumerate(generator()):
+                values = _generated_values(element, names, structure, index)
+                yield {name: spec._convert(value, name, index)
+                       for name, spec, value in zip(names, specs, values)}
+        return Dataset(_D.from_generator(make_pass, -2 if cardinality is None else cardinality),
+                       names, structure)
 
     @staticmethod
     def range(count):
@@ -165,6 +203,57 @@ class Dataset:
     @property
     def element_names(self):
         return self._names
+
+
+class TensorSpec:
+    """The shape and dtype of one feature of a generated element (tf.TensorSpec).
+    shape: a tuple of ints, None for a dimension of any size."""
+
+    def __init__(self, shape, dtype="float32"):
+        self.shape = tuple(shape)
+        for d in self.shape:
+            if d is not None and (not isinstance(d, int) or d < 0):
+                raise ValueError(f"TensorSpec shape {shape!r}: each dimension must be a "
+                                 "non-negative int or None")
+        self.dtype = _np.dtype(dtype)
+        if self.dtype not in _GENERATED_DTYPES:
+            raise ValueError(f"TensorSpec dtype {self.dtype} is not one tandem holds "
+                             f"({', '.join(str(d) for d in _GENERATED_DTYPES)})")
+
+    def _convert(self, value, name, index):
+        array = _np.asarray(value)
+        if array.dtype != self.dtype:
+            if not _np.can_cast(array.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"generated element {index}: '{name}' has dtype {array.dtype}, "
+                                f"which does not convert to the signature's {self.dtype}")
+            array = array.astype(self.dtype)
+        if len(array.shape) != len(self.shape) or any(
+                want is not None and got != want for got, want in zip(array.shape, self.shape)):
+            raise ValueError(f"generated element {index}: '{name}' has shape {array.shape}, "
+                             f"the signature says {self.shape}")
+        return _np.asarray(array, order="C")  # (ascontiguousarray makes scalars 1-d)
+
+    def __repr__(self):
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype})"
+
+
+_GENERATED_DTYPES = [_np.dtype(d) for d in ("float32", "float16", "int32", "uint8")]
+
+
+def _generated_values(element, names, structure, index):
+    """A generated element's values in names' order, its structure checked."""
+    if structure == "single":
+        return [element]
+    if structure == "tuple":
+        if not isinstance(element, (tuple, list)) or len(element) != len(names):
+            raise TypeError(f"generated element {index} is {type(element).__name__}"
+                            f"{f' of {len(element)}' if isinstance(element, (tuple, list)) else ''}"
+                            f", the signature is a {len(names)}-tuple")
+        return list(element)
+    if not isinstance(element, dict) or set(element) != set(names):
+        keys = sorted(element) if isinstance(element, dict) else type(element).__name__
+        raise TypeError(f"generated element {index} has {keys}, the signature's keys are {sorted(names)}")
+    return [element[n] for n in names]
 
 
 def _column(value):

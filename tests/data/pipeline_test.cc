@@ -53,6 +53,37 @@ TEST(Pipeline, SourcesAndDescribe) {
             "range(3) -> map -> batch(2) -> prefetch(4)");
 }
 
+// Each pass calls the program's function once; a pass yields what its
+// iterator gives, numbered by the pass, until it ends.
+TEST(Pipeline, GeneratorMakesOneIteratorPerPass) {
+  struct Count : IteratorBase {
+    int32_t next_value, end;
+    Count(int32_t from, int32_t to) : next_value(from), end(to) {}
+    std::optional<Element> next() override {
+      if (next_value >= end) return std::nullopt;
+      Tensor t = Tensor::empty(Shape{}, DType::i32);
+      t.data<int32_t>()[0] = next_value++;
+      return Element{{"index", t}};
+    }
+  };
+  std::vector<int64_t> passes;
+  const Dataset d = Dataset::from_generator(
+      [&](int64_t pass) {
+        passes.push_back(pass);
+        return std::make_unique<Count>(static_cast<int32_t>(10 * pass), static_cast<int32_t>(10 * pass + 3));
+      },
+      "counter", 3);
+  EXPECT_EQ(d.cardinality(), 3);
+  EXPECT_EQ(drain(d), iota(3));
+  EXPECT_EQ(drain(d.batch(2)), iota(3, 10));
+  EXPECT_EQ(passes, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(d.repeat(2).describe(), "counter -> repeat(2)");
+  EXPECT_THROW(Dataset::from_generator(nullptr), InvalidArgument);
+  EXPECT_THROW(Dataset::from_generator([](int64_t) { return nullptr; }).iterator().next(),
+               InvalidArgument);
+  EXPECT_THROW(Dataset::from_generator([](int64_t) { return nullptr; }, "g", -7), InvalidArgument);
+}
+
 TEST(Pipeline, ParallelMapKeepsOrderForEveryParallelism) {
   const std::vector<int32_t> expected = iota(200, 1000);
   for (int parallel : {1, 2, 3, 8, kAutotune}) {

@@ -162,6 +162,16 @@ class Dataset {
   // Decoding is a separate map (decode_image_fn), so that it can run in
   // parallel. files()/with_files() expose the image files for FILE sharding.
   static Dataset from_image_folder(const std::string& root, const ImageFolderOptions& options = {});
+  // Elements from the program's own code (tf.data's from_generator): each
+  // pass k calls make_pass(k) once, when the pass starts, and then the
+  // iterator's next() until it returns nullopt, one call at a time, on the
+  // thread that pulls from the source. `cardinality`: the elements a pass
+  // yields when known (kUnknownCardinality otherwise, kInfiniteCardinality
+  // for an endless source). Not splittable by FILE sharding; DATA sharding
+  // reads every element and keeps its share.
+  using PassFn = std::function<std::unique_ptr<IteratorBase>(int64_t pass)>;
+  static Dataset from_generator(PassFn make_pass, std::string label = "generator",
+                                int64_t cardinality = kUnknownCardinality);
 
   // --- Transformations -------------------------------------------------
   Dataset map(MapFn fn, MapOptions options = {}) const;

@@ -1,5 +1,5 @@
-// In-memory and file-list sources: from_tensors, from_elements, range,
-// from_idx, from_files.
+// In-memory, file-list and program sources: from_tensors, from_elements,
+// range, from_idx, from_files, from_generator.
 #include "tandem/base/error.h"
 #include "tandem/data/batching.h"
 #include "tandem/data/dataset.h"
@@ -111,6 +111,52 @@ Dataset Dataset::from_elements(std::vector<Element> elements) {
   auto shared = std::make_shared<std::vector<Element>>(std::move(elements));
   return Dataset(std::make_shared<IndexedNode>("elements", count,
                                                [shared](int64_t i) { return (*shared)[i]; }));
+}
+
+namespace {
+
+// A pass per make_pass call; the elements are counted as the pass yields them.
+class GeneratorNode : public detail::Node {
+ public:
+  GeneratorNode(Dataset::PassFn make_pass, std::string label, int64_t cardinality)
+      : make_pass_(std::move(make_pass)), label_(std::move(label)), cardinality_(cardinality) {}
+
+  std::unique_ptr<IteratorBase> make_iterator() override {
+    struct It : IteratorBase {
+      GeneratorNode* node;
+      std::unique_ptr<IteratorBase> pass;
+      std::optional<Element> next() override {
+        const auto start = detail::Clock::now();
+        std::optional<Element> e = pass->next();
+        node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
+        if (e) node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+        return e;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->node = this;
+    it->pass = make_pass_(next_pass());
+    if (!it->pass) TANDEM_THROW(InvalidArgument, label_, ": the generator made no iterator");
+    return it;
+  }
+  std::string label() const override { return label_; }
+  int64_t cardinality() const override { return cardinality_; }
+
+ private:
+  Dataset::PassFn make_pass_;
+  std::string label_;
+  int64_t cardinality_;
+};
+
+}  // namespace
+
+Dataset Dataset::from_generator(PassFn make_pass, std::string label, int64_t cardinality) {
+  if (!make_pass) TANDEM_THROW(InvalidArgument, "from_generator: no function to make a pass");
+  if (cardinality < 0 && cardinality != kUnknownCardinality && cardinality != kInfiniteCardinality) {
+    TANDEM_THROW(InvalidArgument, "from_generator: cardinality ", cardinality,
+                 " is neither a count nor unknown nor infinite");
+  }
+  return Dataset(std::make_shared<GeneratorNode>(std::move(make_pass), std::move(label), cardinality));
 }
 
 Dataset Dataset::range(int64_t count) {

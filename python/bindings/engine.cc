@@ -1,0 +1,199 @@
+// The step engine from Python, for custom training loops: a strategy's
+// distribute::Engine over a model tandem/distribute.py describes, stepping
+// on batches with a Python loss function (tf.distribute's strategy.run, a
+// PyTorch loop over DDP). The loss function runs on every replica's thread
+// holding the GIL; the engine's forward kernels, backward, all-reduce and
+// update run without it.
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "training_options.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/train/checkpoint.h"
+
+namespace tandem::python {
+namespace {
+
+// A batch's features in the order of the loss function's arguments.
+struct BatchLayout {
+  std::vector<std::string> names;
+  bool as_dict = false;  // the function takes one dict instead of positional features
+};
+
+data::Element element_from(const py::dict& batch) {
+  data::Element e;
+  for (const auto& [k, v] : batch) e.set(k.cast<std::string>(), as_variable(v).value());
+  return e;
+}
+
+// The Python function's arguments for a replica's rows: the model, then the
+// features positionally or as one dict.
+py::tuple call_arguments(nn::Module& model, const data::Element& rows, const BatchLayout& layout) {
+  py::object module = py::cast(&model, py::return_value_policy::reference);
+  if (layout.as_dict) {
+    py::dict features;
+    for (const std::string& name : layout.names) features[py::str(name)] = Variable(rows.at(name));
+    return py::make_tuple(module, features);
+  }
+  py::tuple args(layout.names.size() + 1);
+  args[0] = module;
+  for (size_t i = 0; i < layout.names.size(); ++i) args[i + 1] = Variable(rows.at(layout.names[i]));
+  return args;
+}
+
+py::dict step_result(const distribute::StepResult& r) {
+  py::dict out;
+  out["loss"] = r.loss;
+  out["global_rows"] = r.global_rows;
+  out["skipped"] = r.skipped;
+  out["loss_scale"] = r.loss_scale;
+  out["gradient_norm"] = r.gradient_norm;
+  out["seconds"] = r.seconds;
+  out["exposed_communication_seconds"] = r.exposed_communication_seconds;
+  return out;
+}
+
+template <typename T>
+T option(const py::dict& options, const char* key, T fallback) {
+  return options.contains(key) && !options[key].is_none() ? options[key].cast<T>() : fallback;
+}
+
+distribute::StrategyConfig strategy_config(const py::dict& o) {
+  distribute::StrategyConfig c;
+  c.name = option<std::string>(o, "strategy", "one_device");
+  c.devices = option<int>(o, "devices", c.devices);
+  c.threads_per_device = option<int>(o, "threads_per_device", c.threads_per_device);
+  return c;
+}
+
+class PythonEngine {
+ public:
+  PythonEngine(const py::dict& strategy, const py::dict& model, const py::dict& optimizer,
+               const py::dict& options) {
+    train::ModelFactory factory = factory_from(model);
+    spec_ = factory.spec;
+    distribute::EngineOptions e;
+    set_optimizer(e.optimizer, optimizer);
+    e.accumulation_steps = option<int>(options, "accumulation_steps", 1);
+    e.reducer.zero_stage = option<int>(options, "zero", 0);
+    e.seed = option<uint64_t>(options, "seed", 0);
+    e.sync_every = option<int>(options, "sync_every", 0);
+    e.loss_scale = loss_scale_from(options.contains("loss_scale") ? py::object(options["loss_scale"])
+                                                                  : py::object(py::none()));
+    if (!e.loss_scale && spec_.policy == precision::Policy::mixed_float16)
+      e.loss_scale = precision::LossScalerOptions{};
+    if (!strategy.is_none() && strategy.contains("max_staleness") && !strategy["max_staleness"].is_none())
+      e.parameter_server.max_staleness = strategy["max_staleness"].cast<int64_t>();
+    py::gil_scoped_release release;  // a Python model's constructor takes it back
+    strategy_ = distribute::make_strategy(strategy_config(strategy));
+    engine_ = strategy_->make_engine(factory.build, e);
+  }
+
+  py::dict step(const py::dict& batch, const BatchLayout& layout, py::function loss_fn,
+                int64_t step_index, std::optional<double> learning_rate) {
+    const data::Element rows = element_from(batch);
+    auto held = keep_python(std::move(loss_fn));
+    const distribute::ForwardFn forward = [held, &layout](nn::Module& model,
+                                                          const distribute::ReplicaBatch& b) {
+      py::gil_scoped_acquire gil;
+      return as_variable((*held)(*call_arguments(model, b.rows, layout)));
+    };
+    distribute::StepResult r;
+    {
+      py::gil_scoped_release release;
+      r = engine_->step(rows, forward, {.step = step_index, .learning_rate = learning_rate});
+    }
+    return step_result(r);
+  }
+
+  // fn's results on every local replica's rows, in replica order (None
+  // where it returned None).
+  py::list evaluate(const py::dict& batch, const BatchLayout& layout, py::function fn) {
+    const data::Element rows = element_from(batch);
+    auto held = keep_python(std::move(fn));
+    std::vector<std::shared_ptr<py::object>> outputs(static_cast<size_t>(strategy_->local_replicas()));
+    {
+      py::gil_scoped_release release;
+      engine_->evaluate(rows, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
+        py::gil_scoped_acquire gil;
+        outputs[b.context.local_replica] = keep_python((*held)(*call_arguments(model, b.rows, layout)));
+      });
+    }
+    py::list out;
+    for (const auto& o : outputs) out.append(o ? *o : py::none());
+    return out;
+  }
+
+  void save_state(const std::string& path) {
+    py::gil_scoped_release release;
+    if (!strategy_->is_chief()) {
+      distribute::DiscardingStateWriter nothing;  // the gathers are collective
+      engine_->save_state(nothing);
+      return;
+    }
+    std::map<std::string, std::string> metadata;
+    train::write_spec(spec_, metadata);
+    train::CheckpointWriter writer(path, metadata);
+    engine_->save_state(writer);
+    writer.commit();
+  }
+
+  void load_state(const std::string& path) {
+    py::gil_scoped_release release;
+    engine_->load_state(train::load_checkpoint(path));
+  }
+
+  py::object model(int replica) {
+    if (replica < 0 || replica >= strategy_->local_replicas())
+      throw py::index_error("replica " + std::to_string(replica) + " out of range (the engine has " +
+                            std::to_string(strategy_->local_replicas()) + " local replicas)");
+    return py::cast(&engine_->model(replica), py::return_value_policy::reference);
+  }
+
+  distribute::Strategy& strategy() { return *strategy_; }
+  distribute::Engine& engine() { return *engine_; }
+
+ private:
+  train::ModelSpec spec_;
+  std::unique_ptr<distribute::Strategy> strategy_;
+  std::unique_ptr<distribute::Engine> engine_;
+};
+
+BatchLayout layout_from(const py::object& names, bool as_dict) {
+  return {names.cast<std::vector<std::string>>(), as_dict};
+}
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  py::module_ d = m.def_submodule("engine", "The step engine for custom loops (use Strategy.engine).");
+  py::class_<PythonEngine>(d, "Engine")
+      .def(py::init<const py::dict&, const py::dict&, const py::dict&, const py::dict&>(),
+           py::arg("strategy"), py::arg("model"), py::arg("optimizer"), py::arg("options"))
+      .def("step", [](PythonEngine& e, const py::dict& batch, const py::object& names, bool as_dict,
+                      py::function fn, int64_t step, std::optional<double> lr) {
+             return e.step(batch, layout_from(names, as_dict), std::move(fn), step, lr);
+           })
+      .def("evaluate", [](PythonEngine& e, const py::dict& batch, const py::object& names,
+                          bool as_dict, py::function fn) {
+             return e.evaluate(batch, layout_from(names, as_dict), std::move(fn));
+           })
+      .def("synchronize", [](PythonEngine& e) {
+             py::gil_scoped_release release;
+             return e.engine().synchronize().global_rows;
+           })
+      .def("save_state", &PythonEngine::save_state, py::arg("path"))
+      .def("load_state", &PythonEngine::load_state, py::arg("path"))
+      .def("model", &PythonEngine::model, py::arg("replica") = 0)
+      .def("name", [](PythonEngine& e) { return e.engine().name(); })
+      .def("local_replicas", [](PythonEngine& e) { return e.strategy().local_replicas(); })
+      .def("global_replicas", [](PythonEngine& e) { return e.strategy().global_replicas(); })
+      .def("is_chief", [](PythonEngine& e) { return e.strategy().is_chief(); })
+      .def("learning_rate", [](PythonEngine& e) { return e.engine().optimizer(0).learning_rate(); });
+}
+
+}  // namespace tandem::python
