@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common.h"
+#include "tandem/interop/torch_state.h"
 #include "tandem/base/random.h"
 #include "tandem/nn/activation.h"
 #include "tandem/nn/conv.h"
@@ -86,6 +87,29 @@ the module runs forward with tandem's autograd recording the graph.)doc")
       .def_property_readonly("training", &Module::is_training)
       .def("zero_grad", &Module::zero_grad)
       .def("summary", &Module::summary, "Each leaf layer, its parameter count, and the total.")
+      .def("save_weights", [](Module& m, const std::string& path, const py::object& dtype) {
+             const DType d = dtype.is_none() ? DType::f32 : dtype_from(dtype);
+             py::gil_scoped_release release;
+             interop::save_safetensors(m, path, d);
+           }, py::arg("path"), py::arg("dtype") = py::none(),
+           "The parameters and buffers in a safetensors file, in PyTorch's names and layouts "
+           "(safetensors.torch.load_file and load_state_dict read it); dtype float32 (default), "
+           "bfloat16 or float16.")
+      .def("load_weights", [](Module& m, const std::string& path, bool strict) {
+             interop::LoadReport r;
+             {
+               py::gil_scoped_release release;
+               r = interop::load_safetensors(interop::SafetensorsFile(path), m, {.strict = strict});
+             }
+             py::dict out;
+             out["loaded"] = r.loaded;
+             out["missing"] = r.missing;
+             out["unexpected"] = r.unexpected;
+             return out;
+           }, py::arg("path"), py::arg("strict") = true,
+           "Loads a safetensors file (save_weights', or PyTorch's state_dict saved with "
+           "safetensors); strict: every tensor must match one of the model's. Returns what "
+           "was loaded, missing and unexpected.")
       .def("set_recompute", &Module::set_recompute, py::arg("on"))
       .def("recompute_blocks", &Module::recompute_blocks,
            "Recomputes every recomputable block's activations in backward; returns how many.")

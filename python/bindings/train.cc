@@ -6,15 +6,20 @@
 // step with a checkpoint (as `tandem train` does).
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common.h"
 #include "training_options.h"
 #include "tandem/base/error.h"
+#include "tandem/monitor/model_flops.h"
+#include "tandem/monitor/monitor.h"
+#include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::python {
@@ -153,46 +158,149 @@ extern "C" void stop_on_interrupt(int) {
   if (train::Trainer* t = interruptible.load()) t->request_stop();
 }
 
+// While fit runs, Ctrl-C asks the trainer to stop (Python's own handler
+// would wait for the GIL, which fit does not hold).
+class InterruptStops {
+ public:
+  explicit InterruptStops(train::Trainer& trainer) {
+    interruptible.store(&trainer);
+    previous_ = std::signal(SIGINT, stop_on_interrupt);
+  }
+  ~InterruptStops() {
+    std::signal(SIGINT, previous_);
+    interruptible.store(nullptr);
+  }
+  InterruptStops(const InterruptStops&) = delete;
+  InterruptStops& operator=(const InterruptStops&) = delete;
+
+ private:
+  void (*previous_)(int) = nullptr;
+};
+
+// What fit writes besides checkpoints, as tandem train does, on the chief:
+// the monitor's metrics.jsonl, trace and TensorBoard event files, and
+// summary.json in the run directory (output_dir).
+struct RunOutputs {
+  bool monitor = true;
+  int64_t metrics_every = 1;
+  // Unset: RUN_DIR/tensorboard with a run directory, none without; empty: none.
+  std::optional<std::string> tensorboard;
+  int64_t trace_first = 0, trace_last = 0;
+};
+
+RunOutputs outputs_from(const py::dict& d) {
+  RunOutputs o;
+  for (const auto& [k, v] : d) {
+    const std::string key = k.cast<std::string>();
+    if (key == "monitor") o.monitor = as<bool>(v, key);
+    else if (key == "metrics_every") o.metrics_every = as<int64_t>(v, key);
+    else if (key == "tensorboard") {
+      if (py::isinstance<py::bool_>(v)) {
+        if (v.cast<bool>()) throw py::value_error("tensorboard must be a directory, None or False");
+        o.tensorboard = "";
+      } else if (!v.is_none()) {
+        o.tensorboard = as<std::string>(v, key);
+      }
+    } else if (key == "trace_steps") {
+      if (v.is_none()) continue;
+      const auto window = as<std::pair<int64_t, int64_t>>(v, key);
+      std::tie(o.trace_first, o.trace_last) = window;
+    } else {
+      throw py::value_error("unknown run output option '" + key + "'");
+    }
+  }
+  return o;
+}
+
+// The chief's monitor for this fit, or null (not the chief, switched off,
+// or nowhere to write).
+std::unique_ptr<monitor::Monitor> make_monitor(train::Trainer& trainer, const RunOutputs& o,
+                                               const data::Dataset& train_data) {
+  const std::string& run_dir = trainer.config().output_dir;
+  const std::string tensorboard =
+      o.tensorboard ? *o.tensorboard
+                    : (run_dir.empty() ? "" : (std::filesystem::path(run_dir) / "tensorboard").string());
+  if (!o.monitor || (run_dir.empty() && tensorboard.empty())) {
+    if (o.trace_first > 0) throw py::value_error("trace_steps needs the monitor and an output_dir");
+    return nullptr;
+  }
+  // Collective under multi-worker: every process takes part.
+  const int64_t steps_per_epoch = trainer.steps_per_epoch(train_data);
+  if (!trainer.strategy().is_chief()) return nullptr;
+  monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
+  std::optional<data::Element> example;
+  if (train_data.cardinality() != data::kUnknownCardinality) example = train_data.take(1).iterator().next();
+  info.layers = monitor::example_layer_flops(trainer.model(), example, trainer.config().input_feature);
+  monitor::describe_devices(trainer.strategy(), trainer.model_spec().compute_dtype, info);
+  return std::make_unique<monitor::Monitor>(
+      monitor::MonitorOptions{.run_dir = run_dir,
+                              .append = trainer.config().resume,
+                              .metrics_every = o.metrics_every,
+                              .trace_first = o.trace_first,
+                              .trace_last = o.trace_last,
+                              .tensorboard_dir = tensorboard},
+      std::move(info));
+}
+
+// summary.json in the run directory (the chief's, with a run directory).
+void write_run_summary(train::Trainer& trainer, const train::TrainResult& result,
+                       monitor::Monitor* run_monitor) {
+  const std::string& run_dir = trainer.config().output_dir;
+  if (run_dir.empty() || !trainer.strategy().is_chief()) return;
+  std::map<std::string, std::string> sections;
+  if (run_monitor) {
+    run_monitor->finish();
+    sections["monitor"] = run_monitor->summary_json();
+  }
+  const distribute::Strategy& strategy = trainer.strategy();
+  const std::map<std::string, std::string> extra = {
+      {"strategy", strategy.name()},
+      {"replicas", std::to_string(strategy.global_replicas())},
+      {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
+      {"frontend", "python"}};
+  train::write_summary((std::filesystem::path(run_dir) / "summary.json").string(), trainer.config(),
+                       trainer.model_spec(), result, extra, sections);
+}
+
 class PythonTrainer {
  public:
   PythonTrainer(const py::dict& options, const py::dict& model)
       : trainer_(std::make_unique<train::Trainer>(config_from(options), factory_from(model))) {}
 
   py::dict fit(const data::Dataset& train_data, const std::optional<data::Dataset>& validation,
-               py::object on_step, py::object on_epoch) {
-    train::TrainCallbacks callbacks;
-    if (!on_step.is_none()) {
+               py::object on_step, py::object on_epoch, const py::dict& outputs) {
+    const RunOutputs run_outputs = outputs_from(outputs);
+    train::TrainResult result;
+    std::vector<std::string> warnings;
+    {
+      py::gil_scoped_release release;
+      std::unique_ptr<monitor::Monitor> run_monitor = make_monitor(*trainer_, run_outputs, train_data);
+      train::TrainCallbacks callbacks;
       callbacks.on_step = [&](const train::StepInfo& s) {
+        if (run_monitor) run_monitor->on_step(s);
+        if (on_step.is_none()) return;
         py::gil_scoped_acquire gil;
         on_step(step_logs(s));
       };
-    }
-    if (!on_epoch.is_none()) {
       callbacks.on_epoch = [&](const train::EpochResult& e) {
+        if (run_monitor) run_monitor->on_epoch(e);
+        if (on_epoch.is_none()) return;
         py::gil_scoped_acquire gil;
         if (on_epoch(e.epoch, epoch_logs(e)).cast<bool>()) trainer_->request_stop();
       };
-    }
-    train::TrainResult result;
-    {
-      py::gil_scoped_release release;
-      interruptible.store(trainer_.get());
-      auto previous = std::signal(SIGINT, stop_on_interrupt);
-      try {
+      {
+        const InterruptStops interrupts(*trainer_);
         result = trainer_->fit(train_data, validation, callbacks);
-      } catch (...) {
-        std::signal(SIGINT, previous);
-        interruptible.store(nullptr);
-        throw;
       }
-      std::signal(SIGINT, previous);
-      interruptible.store(nullptr);
+      write_run_summary(*trainer_, result, run_monitor.get());
+      if (run_monitor) warnings = run_monitor->warnings();
     }
     py::dict out;
     out["interrupted"] = result.interrupted;
     out["input_exhausted"] = result.input_exhausted;
     out["wall_seconds"] = result.wall_seconds;
     out["resumed_from_step"] = result.resumed_from_step;
+    out["warnings"] = warnings;
     return out;
   }
 
@@ -222,7 +330,8 @@ void bind_train(py::module_& m) {
   py::class_<PythonTrainer>(t, "Trainer")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("options"), py::arg("model"))
       .def("fit", &PythonTrainer::fit, py::arg("train"), py::arg("validation") = py::none(),
-           py::arg("on_step") = py::none(), py::arg("on_epoch") = py::none())
+           py::arg("on_step") = py::none(), py::arg("on_epoch") = py::none(),
+           py::arg("outputs") = py::dict())
       .def("evaluate", &PythonTrainer::evaluate, py::arg("data"))
       .def("request_stop", [](PythonTrainer& p) { p.trainer().request_stop(); })
       .def("model", [](PythonTrainer& p) {

@@ -19,6 +19,10 @@ class Callback:
     def on_train_batch_end(self, batch, logs):
         pass
 
+    def _fit_options(self):
+        """fit() options this callback asks for (run in C++, not per call)."""
+        return {}
+
 
 class LambdaCallback(Callback):
     def __init__(self, on_epoch_end=None, on_train_batch_end=None):
@@ -69,3 +73,76 @@ class ProgressLogger(Callback):
         shown = ", ".join(f"{k} {v:.4f}" for k, v in logs.items()
                           if k not in ("examples", "seconds", "loss_scale"))
         print(f"epoch {epoch + 1}: {shown}", flush=True)
+
+
+class TensorBoard(Callback):
+    """TensorBoard event files in log_dir (scalars per step and epoch:
+    losses, metrics, learning rate, throughput, memory), written by the C++
+    monitor as fit runs (Keras's TensorBoard callback; `tensorboard
+    --logdir LOG_DIR` reads them)."""
+
+    def __init__(self, log_dir="logs"):
+        if not isinstance(log_dir, str) or not log_dir:
+            raise ValueError(f"log_dir must be a directory name, got {log_dir!r}")
+        self.log_dir = log_dir
+
+    def _fit_options(self):
+        return {"tensorboard": self.log_dir}
+
+
+class BackupAndRestore(Callback):
+    """A checkpoint of the whole training state (model, optimizer, position
+    in the data) in backup_dir at each epoch's end and every save_freq steps
+    (an int; "epoch": epoch ends only); a fit() started again with the same
+    callback resumes from it (Keras's BackupAndRestore). It is fit's
+    output_dir/resume/checkpoint_every, so the run's other files go there too."""
+
+    def __init__(self, backup_dir, save_freq="epoch"):
+        if not isinstance(backup_dir, str) or not backup_dir:
+            raise ValueError(f"backup_dir must be a directory name, got {backup_dir!r}")
+        if save_freq != "epoch" and (not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f'save_freq must be "epoch" or a positive number of steps, got {save_freq!r}')
+        self.backup_dir, self.save_freq = backup_dir, save_freq
+
+    def _fit_options(self):
+        import os
+        options = {"output_dir": self.backup_dir,
+                   "resume": os.path.exists(os.path.join(self.backup_dir, "checkpoint.tckpt"))}
+        if self.save_freq != "epoch":
+            options["checkpoint_every"] = self.save_freq
+        return options
+
+    def on_train_end(self, logs):
+        # A finished run's backup is removed (as Keras does), so that the
+        # next fit starts afresh; a stopped one's is kept to resume from.
+        import os
+        if not logs.get("interrupted") or getattr(self.model, "stop_training", False):
+            path = os.path.join(self.backup_dir, "checkpoint.tckpt")
+            if os.path.exists(path):
+                os.remove(path)
+
+
+class ModelCheckpoint(Callback):
+    """The model's weights in a safetensors file (PyTorch's names and
+    layouts: safetensors.torch.load_file reads it) after each epoch, or only
+    when `monitor` improved (save_best_only). filepath may use {epoch} and
+    the logs' names ("weights.{epoch:02d}-{val_loss:.3f}.safetensors")."""
+
+    def __init__(self, filepath, monitor="val_loss", save_best_only=False, mode="auto"):
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"mode must be auto, min or max, got {mode!r}")
+        self.filepath, self.monitor, self.save_best_only = filepath, monitor, save_best_only
+        self.mode = ("max" if "acc" in monitor else "min") if mode == "auto" else mode
+        self.best = None
+
+    def on_epoch_end(self, epoch, logs):
+        if self.save_best_only:
+            if self.monitor not in logs:
+                raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which the logs lack "
+                               f"(they have {sorted(logs)})")
+            value = logs[self.monitor]
+            better = self.best is None or (value < self.best if self.mode == "min" else value > self.best)
+            if not better:
+                return
+            self.best = value
+        self.model.save_weights(self.filepath.format(epoch=epoch + 1, **logs))

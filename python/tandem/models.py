@@ -48,6 +48,14 @@ class Model(Trainable):
     def summary(self):
         return self._network.summary()
 
+    def save_weights(self, path, dtype=None):
+        """The weights in a safetensors file (PyTorch's names and layouts)."""
+        self._network.save_weights(path, dtype)
+
+    def load_weights(self, path, strict=True):
+        """Loads a safetensors file into the network (see tandem.nn.Module.load_weights)."""
+        return self._network.load_weights(path, strict)
+
     def __repr__(self):
         return f"tandem.Model({self._source['name']}, {self.parameter_count()} parameters)"
 

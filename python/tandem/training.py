@@ -3,6 +3,8 @@ predict(). fit() runs tandem's C++ Trainer (the loop `tandem train` runs)
 under the strategy in effect at compile() (tandem.distribute), so a fit from
 Python takes exactly the steps the command takes for the same model, data,
 seed and settings."""
+import warnings as _warnings
+
 import numpy as _np
 
 from . import _tandem
@@ -17,6 +19,11 @@ _LOSSES = {
     "mae": "mean_absolute_error", "mean_absolute_error": "mean_absolute_error",
     "huber": "huber",
 }
+
+# fit() options about what a run writes (as tandem train's flags): the
+# monitor's metrics.jsonl, trace and TensorBoard files and summary.json go
+# into output_dir on the chief.
+_RUN_OUTPUT_OPTIONS = ("monitor", "metrics_every", "tensorboard", "trace_steps")
 
 
 class History:
@@ -95,7 +102,13 @@ class Trainable:
         otherwise batch_size (default 32, Keras's). `options` are any of
         tandem train's settings (seed, steps_per_epoch, accumulation_steps,
         zero, schedule, warmup_epochs, output_dir, resume, checkpoint_every,
-        loss_scale, ...: docs/python.md lists them). Returns a History.
+        loss_scale, ...: docs/python.md lists them), and what the run writes
+        into output_dir (as tandem train does, on the chief): checkpoints,
+        summary.json and the monitor's metrics.jsonl (monitor=True,
+        metrics_every=1), TensorBoard event files (tensorboard: a directory;
+        default output_dir/tensorboard; False: none) and a Chrome trace
+        (trace_steps=(first, last)). `tandem report OUTPUT_DIR` reads them.
+        Returns a History.
         Ctrl-C stops after the current step, saves a checkpoint (with
         output_dir) and raises KeyboardInterrupt."""
         from . import callbacks as cb
@@ -107,10 +120,18 @@ class Trainable:
             validation, _ = _as_examples(validation_data, None, None)
             validation = validation._native
         options = dict(options, epochs=epochs, batch_size=batch_size)
+        outputs = {key: options.pop(key) for key in _RUN_OUTPUT_OPTIONS if key in options}
+        callbacks = list(callbacks)
+        for c in callbacks:
+            for key, value in c._fit_options().items():
+                if key in _RUN_OUTPUT_OPTIONS:
+                    outputs[key] = value
+                elif options.setdefault(key, value) != value:
+                    raise ValueError(f"{type(c).__name__} sets {key}={value!r}, and fit was given "
+                                     f"{key}={options[key]!r}")
         trainer = self._trainer(train, options)
         object.__setattr__(self, "_last_trainer", trainer)
         history = History()
-        callbacks = list(callbacks)
         if verbose:
             callbacks.append(cb.ProgressLogger())
         for c in callbacks:
@@ -133,10 +154,12 @@ class Trainable:
                 c.on_epoch_end(epoch - 1, logs)
             return bool(self.__dict__.get("stop_training"))
 
-        result = trainer.fit(train._native, validation, on_step if steps else None, on_epoch)
+        result = trainer.fit(train._native, validation, on_step if steps else None, on_epoch, outputs)
         self._adopt(trainer)
+        for warning in result["warnings"]:
+            _warnings.warn(warning, RuntimeWarning, stacklevel=2)
         for c in callbacks:
-            c.on_train_end({})
+            c.on_train_end({"interrupted": result["interrupted"]})
         if result["interrupted"] and not self.__dict__.get("stop_training"):
             history.interrupted = True
             raise KeyboardInterrupt("fit stopped by Ctrl-C after a step; the checkpoint (with "

@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
@@ -27,8 +26,6 @@
 #include "tandem/data/dataset.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/interop/torch_state.h"
-#include "tandem/kernels/backend_info.h"
-#include "tandem/kernels/flops.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/monitor/progress_view.h"
 #include "tandem/precision/policy.h"
@@ -157,21 +154,6 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
   return {first, last};
 }
 
-// The model's forward FLOPs by layer for one example of the data (none when
-// the input is neither floating nor i32 tokens).
-std::vector<monitor::LayerFlops> example_layer_flops(nn::Module& model,
-                                                     const std::optional<data::Element>& example,
-                                                     const std::string& input) {
-  if (!example || !example->has(input)) return {};
-  const DType dtype = example->at(input).dtype();
-  if (!is_floating(dtype) && dtype != DType::i32) return {};
-  try {
-    return monitor::layer_flops(model, example->at(input).shape(), dtype);
-  } catch (const Error&) {
-    return {};  // the figure is a diagnostic; training reports real shape errors
-  }
-}
-
 // Under mpirun every process runs this command: without multi-worker each
 // would train on its own and write the same run directory (one process is
 // just a training).
@@ -222,30 +204,6 @@ void check_trace_window(const std::string& text, int64_t first, int64_t last,
     TANDEM_THROW(InvalidArgument, "--trace-steps ", text, " ends before step ", resumed_at + 1,
                  ", where this resumed run starts");
   }
-}
-
-// What the monitor compares each replica's device with: its memory and a
-// short matmul run's rate in the policy's matrix dtype, on that device (a
-// GPU's, not the host's: the first H200 run reported the host CPU's).
-void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
-                      monitor::RunInfo& info) {
-  const Device device = strategy.device(0);
-  info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
-  if (device.kind == DeviceKind::cuda) {
-    // Virtual GPU devices share their GPU's memory.
-    const std::vector<kernels::BackendInfo::Gpu> gpus = kernels::backend_info().gpus;
-    const int per_gpu = std::max(1, cuda_device_count() / std::max(1, cuda_gpu_count()));
-    const auto gpu = static_cast<size_t>(device.index / per_gpu);
-    info.device_memory_bytes = gpu < gpus.size() ? gpus[gpu].memory_bytes / per_gpu : 0;
-  }
-  NumThreadsScope threads(strategy.threads_per_replica());
-  // 1024 keeps the CPU's measurement short; a GPU needs 4096 to come near
-  // its peak (an 8192 product reaches it).
-  info.peak_flops_per_device =
-      kernels::measure_matmul_peak(compute_dtype == DType::bf16 ? DType::bf16 : DType::f32,
-                                   device.kind == DeviceKind::cuda ? 4096 : 1024, 0.2, device);
-  // The measurement's buffers are gone; peaks should be the model's.
-  for (const Device& d : info.devices) allocator_for(d).reset_peaks();
 }
 
 // The run's outputs as the flags ask for them (checked before anything
@@ -425,8 +383,8 @@ std::unique_ptr<monitor::Monitor> make_monitor(const TrainOptions& o, const RunS
   const train::TrainConfig& config = o.config;
   const train::ModelFactory& factory = setup.model;
   monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
-  info.layers = example_layer_flops(trainer.model(), example, config.input_feature);
-  describe_devices(trainer.strategy(), factory.spec.compute_dtype, info);
+  info.layers = monitor::example_layer_flops(trainer.model(), example, config.input_feature);
+  monitor::describe_devices(trainer.strategy(), factory.spec.compute_dtype, info);
   if (!o.quiet) {
     double forward = 0.0;
     for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;

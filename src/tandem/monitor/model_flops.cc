@@ -1,6 +1,7 @@
 #include "tandem/monitor/model_flops.h"
 
 #include "tandem/autograd/variable.h"
+#include "tandem/base/error.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/nn/sequential.h"
 
@@ -33,6 +34,19 @@ std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shap
         {"model", model.describe(), static_cast<double>(kernels::flops_executed() - before)});
   }
   return out;
+}
+
+std::vector<LayerFlops> example_layer_flops(nn::Module& model,
+                                            const std::optional<data::Element>& example,
+                                            const std::string& input) {
+  if (!example || !example->has(input)) return {};
+  const DType dtype = example->at(input).dtype();
+  if (!is_floating(dtype) && dtype != DType::i32) return {};
+  try {
+    return layer_flops(model, example->at(input).shape(), dtype);
+  } catch (const Error&) {
+    return {};
+  }
 }
 
 }  // namespace tandem::monitor

@@ -5,9 +5,11 @@
 // three forwards (backward computes the input and the weight gradients) less
 // the first layer's input gradient, which nothing needs.
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tandem/data/element.h"
 #include "tandem/nn/module.h"
 #include "tandem/tensor/shape.h"
 
@@ -27,5 +29,13 @@ struct LayerFlops {
 // (their FLOPs would be counted too).
 std::vector<LayerFlops> layer_flops(nn::Module& model, const Shape& example_shape,
                                     DType dtype = DType::f32);
+
+// layer_flops for one example of the data's `input` feature; none (the
+// figure is a diagnostic) without an example, for an input that is neither
+// floating nor i32 tokens, or when the model refuses its shape (training
+// reports real shape errors).
+std::vector<LayerFlops> example_layer_flops(nn::Module& model,
+                                            const std::optional<data::Element>& example,
+                                            const std::string& input);
 
 }  // namespace tandem::monitor

@@ -12,9 +12,12 @@
 #include <filesystem>
 #include <iterator>
 
+#include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/parallel.h"
 #include "tandem/base/trace.h"
 #include "tandem/interop/tensorboard.h"
+#include "tandem/kernels/backend_info.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/tensor/allocator.h"
@@ -133,6 +136,27 @@ RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch) {
   if (comm::Communicator* c = strategy.communicator(0)) info.backend = c->backend();
   for (int r = 0; r < strategy.local_replicas(); ++r) info.devices.push_back(strategy.device(r));
   return info;
+}
+
+void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
+                      RunInfo& info) {
+  const Device device = strategy.device(0);
+  info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
+  if (device.kind == DeviceKind::cuda) {
+    // Virtual GPU devices share their GPU's memory.
+    const std::vector<kernels::BackendInfo::Gpu> gpus = kernels::backend_info().gpus;
+    const int per_gpu = std::max(1, cuda_device_count() / std::max(1, cuda_gpu_count()));
+    const auto gpu = static_cast<size_t>(device.index / per_gpu);
+    info.device_memory_bytes = gpu < gpus.size() ? gpus[gpu].memory_bytes / per_gpu : 0;
+  }
+  NumThreadsScope threads(strategy.threads_per_replica());
+  // 1024 keeps the CPU's measurement short; a GPU needs 4096 to come near
+  // its peak (an 8192 product reaches it).
+  info.peak_flops_per_device =
+      kernels::measure_matmul_peak(compute_dtype == DType::bf16 ? DType::bf16 : DType::f32,
+                                   device.kind == DeviceKind::cuda ? 4096 : 1024, 0.2, device);
+  // The measurement's buffers are gone; peaks should be the model's.
+  for (const Device& d : info.devices) allocator_for(d).reset_peaks();
 }
 
 Monitor::Monitor(MonitorOptions options, RunInfo info)

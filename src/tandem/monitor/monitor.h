@@ -54,6 +54,11 @@ struct RunInfo {
 // Trainer::steps_per_epoch, 0 when unknown); the caller adds the device
 // peak, memory capacity and layer FLOPs when it measures them.
 RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch);
+// Adds what the monitor compares each replica's device with: its memory and
+// a short matmul run's rate in the policy's matrix dtype (compute_dtype),
+// on that device (a GPU's, not the host's: the first H200 run reported the
+// host CPU's). Takes about 0.2 s.
+void describe_devices(const distribute::Strategy& strategy, DType compute_dtype, RunInfo& info);
 
 struct MonitorOptions {
   std::string run_dir;        // metrics.jsonl and trace.json go here; empty: no files
