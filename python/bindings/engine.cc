@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "training_options.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/train/checkpoint.h"
 
@@ -194,6 +195,10 @@ void bind_engine(py::module_& m) {
       .def("global_replicas", [](PythonEngine& e) { return e.strategy().global_replicas(); })
       .def("is_chief", [](PythonEngine& e) { return e.strategy().is_chief(); })
       .def("learning_rate", [](PythonEngine& e) { return e.engine().optimizer(0).learning_rate(); });
+  d.def("launched_rank", &comm::launched_rank,
+        "This process's rank as mpirun's environment gives it (-1: not given).");
+  d.def("launched_process_count", &comm::launched_process_count,
+        "The processes mpirun started (0: not started by mpirun).");
 }
 
 }  // namespace tandem::python

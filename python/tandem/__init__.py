@@ -39,3 +39,24 @@ def no_grad():
         yield
     finally:
         set_grad_enabled(previous)
+
+
+def _name_the_rank_of_uncaught_errors():
+    """Under mpirun every process prints its own traceback; a first line
+    saying which rank failed (as the tandem command's errors do) tells them
+    apart. mpirun then ends the other ranks."""
+    import sys
+    from ._tandem import engine as _engine
+    if _engine.launched_process_count() <= 1:
+        return
+    rank, previous = _engine.launched_rank(), sys.excepthook
+
+    def hook(kind, value, traceback):
+        if not issubclass(kind, KeyboardInterrupt):
+            print(f"tandem: error on rank {rank}: {kind.__name__}: {value}".splitlines()[0],
+                  file=sys.stderr, flush=True)
+        previous(kind, value, traceback)
+    sys.excepthook = hook
+
+
+_name_the_rank_of_uncaught_errors()

@@ -33,6 +33,20 @@ class Strategy:
         from . import _tandem
         return self._options.get("devices") or _tandem.virtual_cpu_device_count()
 
+    @property
+    def num_workers(self):
+        """Processes that take part (mpirun's under the multi-worker strategy, else 1)."""
+        return 1
+
+    @property
+    def worker_index(self):
+        return 0
+
+    @property
+    def is_chief(self):
+        """Whether this process writes the run's files (worker 0)."""
+        return self.worker_index == 0
+
     def engine(self, model, optimizer="sgd", loss_scale=None, accumulation_steps=1, zero=0,
                seed=0, sync_every=0):
         """The step engine for a custom training loop: replicas of `model` (a
@@ -85,8 +99,26 @@ class MirroredStrategy(Strategy):
 
 
 class MultiWorkerMirroredStrategy(MirroredStrategy):
-    """Mirrored inside each process started by mpirun, all-reduced across them."""
+    """Mirrored inside each process started by mpirun (`mpirun -np N python3
+    train.py`), all-reduced across them. Every process runs the same script;
+    fit() shards the data between them and only the chief (worker 0) writes
+    the run's files. A failure on one process ends every process with an
+    error naming it."""
     name = "multi_worker"
+
+    @property
+    def num_workers(self):
+        from . import _tandem
+        return max(1, _tandem.engine.launched_process_count())
+
+    @property
+    def worker_index(self):
+        from . import _tandem
+        return max(0, _tandem.engine.launched_rank())
+
+    @property
+    def num_replicas_in_sync(self):
+        return self.num_workers * super().num_replicas_in_sync
 
 
 class ParameterServerStrategy(Strategy):
@@ -221,6 +253,11 @@ def _batch_columns(batch):
     return columns, names, as_dict
 
 
+def active_strategy():
+    """The strategy whose scope is active, or None."""
+    return _current[-1] if _current else None
+
+
 def current_strategy():
     """The strategy whose scope is active, else a OneDeviceStrategy."""
-    return _current[-1] if _current else OneDeviceStrategy()
+    return active_strategy() or OneDeviceStrategy()

@@ -15,9 +15,11 @@ class Model(Trainable):
     Calling it runs the network's forward."""
 
     def __init__(self, source, network):
+        from .distribute import active_strategy
         self._source = source
         self._network = network
         self._tandem_policy = source["policy"]
+        self._tandem_strategy = active_strategy()
 
     def __call__(self, x):
         return self._network(x)

@@ -40,8 +40,10 @@ class Module(_C.Module, Trainable):
     """
 
     def __new__(cls, *args, **kwargs):
+        from .distribute import active_strategy
         self = super().__new__(cls)
         object.__setattr__(self, "_tandem_recipe", (args, kwargs))
+        object.__setattr__(self, "_tandem_strategy", active_strategy())
         return self
 
     def __init__(self):

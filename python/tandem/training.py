@@ -50,8 +50,8 @@ class Trainable:
                 metrics=("accuracy",), precision=None, strategy=None, **options):
         """Chooses the optimizer (a tandem.optimizers object or a name), the
         loss (Keras's or tandem's name; models output logits), the metrics and
-        the strategy (default: the one whose scope() is active, else one
-        device). `options` are fit()'s training options, fixed here."""
+        the strategy (default: the one whose scope() was active when the
+        model was built or is active now, else one device). `options` are fit()'s training options, fixed here."""
         from . import distribute, optimizers
         if isinstance(optimizer, str):
             optimizer = optimizers.get(optimizer)
@@ -67,7 +67,8 @@ class Trainable:
             raise ValueError(
                 f"the model was built under the {policy!r} policy, not {precision!r}: set "
                 f"tandem.set_global_policy({precision!r}) before building it (as Keras does)")
-        strategy = strategy or distribute.current_strategy()
+        strategy = strategy or _compile_strategy(self.__dict__.get("_tandem_strategy"),
+                                                 distribute.active_strategy())
         object.__setattr__(self, "_compiled", {
             "optimizer": optimizer, "loss": _LOSSES[loss], "metrics": list(metrics),
             "strategy": strategy, "options": dict(options)})
@@ -202,6 +203,17 @@ class Trainable:
 
     def _network_for_predict(self):
         return self
+
+
+def _compile_strategy(created, active):
+    """Keras's rule: a model built under a strategy's scope trains under it
+    (compile() may be called outside); compiling it under another scope is
+    an error."""
+    from . import distribute
+    if created is not None and active is not None and created is not active:
+        raise ValueError(f"the model was built under {created!r}'s scope and is compiled under "
+                         f"{active!r}'s; build and compile it under one strategy")
+    return created or active or distribute.OneDeviceStrategy()
 
 
 def _dataset_of(x, y):
