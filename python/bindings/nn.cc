@@ -81,6 +81,14 @@ the module runs forward with tandem's autograd recording the graph.)doc")
         for (auto& [name, t] : m.named_buffers()) out.emplace_back(name, Variable(*t));
         return out;
       }, "Buffers (state saved but not trained, e.g. running statistics) sharing memory.")
+      .def("__getattr__", [](Module& m, const std::string& name) -> py::object {
+        // A C++ layer's own parameters by name (linear.weight, embedding.weight),
+        // as PyTorch's modules have them; sub-modules' are reached through them.
+        for (const auto& [key, v] : m.named_parameters()) {
+          if (key == name) return py::cast(v);
+        }
+        throw py::attribute_error("'" + m.describe() + "' has no attribute '" + name + "'");
+      })
       .def("parameter_count", &Module::parameter_count)
       .def("train", [](Module& m, bool on) { m.train(on); }, py::arg("mode") = true)
       .def("eval", &Module::eval)

@@ -207,7 +207,8 @@ Variable optional_variable(const py::object& value) {
   return value.is_none() ? Variable() : as_variable(value);
 }
 
-void bind_functions(py::module_& ops) {
+// Arithmetic with broadcasting, pointwise functions, reductions and layout.
+void bind_tensor_functions(py::module_& ops) {
   using V = const py::object&;
   ops.def("matmul", [](V a, V b) {
     const Variable x = as_variable(a);
@@ -276,6 +277,12 @@ void bind_functions(py::module_& ops) {
     const DType d = dtype_from(dtype);
     return released([&] { return cast(v, d); });
   }, py::arg("x"), py::arg("dtype"), "Converts the dtype; the gradient is converted back.");
+}
+
+// Layers as functions: linear, convolution, pooling, dropout, normalisation,
+// attention, embedding.
+void bind_layer_functions(py::module_& ops) {
+  using V = const py::object&;
   ops.def("linear", [](V x, V weight, V bias, V activation) {
     const Variable xv = as_variable(x), w = as_variable(weight), b = optional_variable(bias);
     LinearOptions options{.activation = activation_from(activation)};
@@ -330,11 +337,26 @@ void bind_functions(py::module_& ops) {
      py::arg("training") = false, py::arg("scale") = 0.0f,
      "Fused scaled dot-product attention: q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D); "
      "scale 0 means 1/sqrt(D).");
+  ops.def("attention_packed", [](V qkv, bool causal, float dropout_p, bool training, float scale_by) {
+    const Variable packed = as_variable(qkv);
+    AttentionOptions options{.causal = causal, .dropout = dropout_p, .training = training,
+                             .compute_dtype = packed.dtype() == DType::bf16 ? DType::bf16 : DType::f32,
+                             .scale = scale_by};
+    return released([&] { return attention_packed(packed, options, &thread_generator()); });
+  }, py::arg("qkv"), py::arg("causal") = true, py::arg("dropout") = 0.0f,
+     py::arg("training") = false, py::arg("scale") = 0.0f,
+     "Self-attention on q, k, v packed as qkv (3, B, H, T, D) -> (B, H, T, D): attention() on "
+     "the thirds, which are views (no copies, one gradient tensor).");
   ops.def("embedding", [](V weight, V indices) {
     const Variable w = as_variable(weight);
     const Tensor i = as_variable(indices, DType::i32).value();
     return released([&] { return embedding(w, i); });
   }, py::arg("weight"), py::arg("indices"), "Rows of weight (V, D) gathered by int32 indices.");
+}
+
+// Per-example losses, shape (N,): what a training step differentiates.
+void bind_loss_functions(py::module_& ops) {
+  using V = const py::object&;
   ops.def("softmax_cross_entropy", [](V logits, V labels, V ignore_index, double smoothing) {
     const Variable l = as_variable(logits);
     const Tensor y = as_variable(labels, DType::i32).value();
@@ -427,7 +449,9 @@ void bind_ops(py::module_& m) {
   m.def("is_grad_enabled", &grad_enabled, "Whether ops on this thread record the graph.");
   m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"));
   py::module_ ops = m.def_submodule("ops", "tandem's differentiable functions.");
-  bind_functions(ops);
+  bind_tensor_functions(ops);
+  bind_layer_functions(ops);
+  bind_loss_functions(ops);
 }
 
 }  // namespace tandem::python

@@ -357,43 +357,12 @@ py::tuple shape_tuple(const Shape& shape) {
 
 // --- tandem.Tensor ------------------------------------------------------------
 
-void bind_tensor(py::module_& m) {
-  py::enum_<DType>(m, "dtype", "Element types: float32, bfloat16, float16, int32, uint8.")
-      .value("float32", DType::f32)
-      .value("bfloat16", DType::bf16)
-      .value("float16", DType::f16)
-      .value("int32", DType::i32)
-      .value("uint8", DType::u8)
-      .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
-      .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); });
+namespace {
 
-  py::class_<Variable> cls(m, "Tensor", R"doc(
-An n-dimensional array on a device, with its gradient (PyTorch's model: one
-type for values, parameters and results of differentiable ops).
-
-Tensor(data, dtype=None, requires_grad=False, device=None) copies `data`
-(numpy arrays, nested lists, numbers); tandem.from_numpy shares an array's
-memory instead. Images are channels-last (N, H, W, C). Ops on tensors that
-require gradients record how to differentiate them; backward() computes the
-gradients of the leaves (tensor.grad).
-
-numpy(): float32, float16, int32 and uint8 tensors give a numpy array that
-shares their memory; bfloat16 (numpy has no such type) gives a float32 copy.
-The DLPack protocol (__dlpack__, __dlpack_device__) shares memory with
-numpy.from_dlpack and torch.from_dlpack in every dtype.)doc");
-  cls.def(py::init([](const py::object& data, const py::object& dtype, bool requires_grad,
-                      const py::object& device) {
-            Tensor t = tensor_copying(
-                data, dtype.is_none() ? std::nullopt : std::optional<DType>(dtype_from(dtype)));
-            if (requires_grad && !is_floating(t.dtype())) {
-              throw py::value_error("requires_grad needs a floating dtype, got " +
-                                    std::string(dtype_name(t.dtype())));
-            }
-            return Variable(t.to(device_from(device)), requires_grad);
-          }),
-          py::arg("data"), py::arg("dtype") = py::none(), py::arg("requires_grad") = false,
-          py::arg("device") = py::none())
-      .def_property_readonly("shape", [](const Variable& v) { return shape_tuple(v.shape()); },
+// Shape, dtype and device; the autograd state (requires_grad, grad, leaf,
+// backward, detach).
+void add_tensor_state(py::class_<Variable>& cls) {
+  cls.def_property_readonly("shape", [](const Variable& v) { return shape_tuple(v.shape()); },
                              "The dimensions, as a tuple.")
       .def_property_readonly("ndim", [](const Variable& v) { return v.value().rank(); })
       .def_property_readonly("dtype", [](const Variable& v) { return v.dtype(); })
@@ -450,8 +419,13 @@ numpy.from_dlpack and torch.from_dlpack in every dtype.)doc");
 Back-propagates from this tensor: every leaf it depends on that requires a
 gradient gets it added to .grad. Without `gradient` the tensor must have one
 element (a loss). The graph is freed; a second backward through it raises.)doc")
-      .def("detach", &Variable::detach, "The same values without history (no gradient).")
-      .def(
+      .def("detach", &Variable::detach, "The same values without history (no gradient).");
+}
+
+// The values elsewhere: numpy (shared), Python objects, other dtypes and
+// devices, DLPack.
+void add_tensor_conversions(py::class_<Variable>& cls) {
+  cls.def(
           "numpy", [](const Variable& v) { return to_numpy(v.value()); },
           "A numpy array sharing this tensor's memory (a float32 copy for bfloat16, a host copy "
           "for a GPU tensor).")
@@ -501,6 +475,48 @@ element (a loss). The graph is freed; a second backward through it raises.)doc")
         return d.kind == DeviceKind::cpu ? py::make_tuple(static_cast<int>(kDLCPU), 0)
                                          : py::make_tuple(static_cast<int>(kDLCUDA), d.index);
       });
+}
+
+}  // namespace
+
+void bind_tensor(py::module_& m) {
+  py::enum_<DType>(m, "dtype", "Element types: float32, bfloat16, float16, int32, uint8.")
+      .value("float32", DType::f32)
+      .value("bfloat16", DType::bf16)
+      .value("float16", DType::f16)
+      .value("int32", DType::i32)
+      .value("uint8", DType::u8)
+      .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
+      .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); });
+
+  py::class_<Variable> cls(m, "Tensor", R"doc(
+An n-dimensional array on a device, with its gradient (PyTorch's model: one
+type for values, parameters and results of differentiable ops).
+
+Tensor(data, dtype=None, requires_grad=False, device=None) copies `data`
+(numpy arrays, nested lists, numbers); tandem.from_numpy shares an array's
+memory instead. Images are channels-last (N, H, W, C). Ops on tensors that
+require gradients record how to differentiate them; backward() computes the
+gradients of the leaves (tensor.grad).
+
+numpy(): float32, float16, int32 and uint8 tensors give a numpy array that
+shares their memory; bfloat16 (numpy has no such type) gives a float32 copy.
+The DLPack protocol (__dlpack__, __dlpack_device__) shares memory with
+numpy.from_dlpack and torch.from_dlpack in every dtype.)doc");
+  cls.def(py::init([](const py::object& data, const py::object& dtype, bool requires_grad,
+                      const py::object& device) {
+            Tensor t = tensor_copying(
+                data, dtype.is_none() ? std::nullopt : std::optional<DType>(dtype_from(dtype)));
+            if (requires_grad && !is_floating(t.dtype())) {
+              throw py::value_error("requires_grad needs a floating dtype, got " +
+                                    std::string(dtype_name(t.dtype())));
+            }
+            return Variable(t.to(device_from(device)), requires_grad);
+          }),
+          py::arg("data"), py::arg("dtype") = py::none(), py::arg("requires_grad") = false,
+          py::arg("device") = py::none());
+  add_tensor_state(cls);
+  add_tensor_conversions(cls);
   add_tensor_methods(cls);
   // numpy defers to the tensor's reflected operators (array @ tensor is the
   // tensor's __rmatmul__, recorded for autograd) instead of converting it.

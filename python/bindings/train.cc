@@ -106,6 +106,7 @@ TrainConfig config_from(const py::dict& options) {
   const auto& setters = config_setters();
   for (const auto& [k, v] : options) {
     const std::string key = k.cast<std::string>();
+    if (v.is_none() && key != "optimizer" && key != "objective") continue;  // None: the default
     if (key == "optimizer") {
       set_optimizer(c.optimizer, v.cast<py::dict>());
     } else if (key == "objective") {
@@ -276,12 +277,14 @@ class PythonTrainer {
       py::gil_scoped_release release;
       std::unique_ptr<monitor::Monitor> run_monitor = make_monitor(*trainer_, run_outputs, train_data);
       train::TrainCallbacks callbacks;
-      callbacks.on_step = [&](const train::StepInfo& s) {
-        if (run_monitor) run_monitor->on_step(s);
-        if (on_step.is_none()) return;
-        py::gil_scoped_acquire gil;
-        on_step(step_logs(s));
-      };
+      if (run_monitor || !on_step.is_none()) {  // the Trainer builds StepInfo only for a callback
+        callbacks.on_step = [&](const train::StepInfo& s) {
+          if (run_monitor) run_monitor->on_step(s);
+          if (on_step.is_none()) return;
+          py::gil_scoped_acquire gil;
+          on_step(step_logs(s));
+        };
+      }
       callbacks.on_epoch = [&](const train::EpochResult& e) {
         if (run_monitor) run_monitor->on_epoch(e);
         if (on_epoch.is_none()) return;

@@ -90,6 +90,45 @@ class Module(_C.Module, Trainable):
                 "build": self._replica_builder()}
 
 
+class init:
+    """In-place initialisers for float32 parameters (torch.nn.init's names),
+    drawing from numpy's generator (seed it, or pass one, for repeatability)."""
+
+    @staticmethod
+    def _array(tensor):
+        import numpy as np
+        if tensor.dtype != _tandem.dtype.float32:
+            raise TypeError(f"initialisers write float32 tensors, got {tensor.dtype}")
+        array = tensor.numpy()
+        if not isinstance(array, np.ndarray):
+            raise TypeError("the tensor has no host memory to write")
+        return array
+
+    @staticmethod
+    def normal_(tensor, mean=0.0, std=1.0, generator=None):
+        import numpy as np
+        a = init._array(tensor)
+        a[...] = (generator or np.random.default_rng()).normal(mean, std, a.shape)
+        return tensor
+
+    @staticmethod
+    def uniform_(tensor, a=0.0, b=1.0, generator=None):
+        import numpy as np
+        x = init._array(tensor)
+        x[...] = (generator or np.random.default_rng()).uniform(a, b, x.shape)
+        return tensor
+
+    @staticmethod
+    def zeros_(tensor):
+        init._array(tensor)[...] = 0.0
+        return tensor
+
+    @staticmethod
+    def ones_(tensor):
+        init._array(tensor)[...] = 1.0
+        return tensor
+
+
 Linear = _C.Linear
 Conv2d = _C.Conv2d
 MaxPool2d = _C.MaxPool2d

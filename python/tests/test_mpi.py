@@ -64,3 +64,14 @@ def test_a_failing_rank_ends_every_rank_with_its_error(workdir):
     assert result.returncode != 0
     assert "tandem: error on rank 1: ValueError: injected failure in rank 1's forward" in result.stderr
     assert "tandem: error on rank 0: PeerFailed: replica 1 failed: ValueError: injected" in result.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist missing")
+def test_multi_worker_example(workdir):
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "multi_worker.py")
+    result = subprocess.run([MPIRUN, "-np", "2", "--oversubscribe", "--allow-run-as-root", "-x", "PYTHONPATH",
+                             sys.executable, example, "--epochs", "1", "--train-examples", "2048",
+                             "--output", os.path.join(workdir, "run")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("workers") == 1 and "2 workers, 2 replicas" in result.stdout

@@ -89,6 +89,7 @@ CASES = {
     "layer_norm": (lambda x, g, b: ops.layer_norm(x, g, b), [arr(3, 5), arr(5), arr(5)]),
     "rms_norm": (lambda x, g: ops.rms_norm(x, g), [arr(3, 5), arr(5)]),
     "attention": (lambda q, k, v: ops.attention(q, k, v), [arr(1, 2, 3, 4), arr(1, 2, 3, 4), arr(1, 2, 3, 4)]),
+    "attention_packed": (lambda qkv: ops.attention_packed(qkv), [arr(3, 1, 2, 3, 4)]),
     "attention_full": (lambda q, k, v: ops.attention(q, k, v, causal=False), [arr(1, 1, 3, 2), arr(1, 1, 4, 2), arr(1, 1, 4, 2)]),
     "embedding": (lambda w: ops.embedding(w, INDICES), [arr(4, 3)]),
     "softmax_cross_entropy": (lambda x: ops.softmax_cross_entropy(x, LABELS), [arr(3, 4)]),
