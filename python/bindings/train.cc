@@ -336,6 +336,13 @@ void bind_train(py::module_& m) {
            py::arg("on_step") = py::none(), py::arg("on_epoch") = py::none(),
            py::arg("outputs") = py::dict())
       .def("evaluate", &PythonTrainer::evaluate, py::arg("data"))
+      .def("adopt_state", [](PythonTrainer& p, PythonTrainer& from) {
+             // One process only: elsewhere save_state gives the whole state to the chief alone.
+             py::gil_scoped_release release;
+             p.trainer().engine().load_state(from.trainer().engine().save_state());
+           }, py::arg("trainer"),
+           "Takes another trainer's model, optimizer and loss-scaler state (a second fit "
+           "continues the first's optimizer, as Keras's does).")
       .def("request_stop", [](PythonTrainer& p) { p.trainer().request_stop(); })
       .def("model", [](PythonTrainer& p) {
              return std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>{}, &p.trainer().model());

@@ -131,6 +131,7 @@ class Trainable:
                     raise ValueError(f"{type(c).__name__} sets {key}={value!r}, and fit was given "
                                      f"{key}={options[key]!r}")
         trainer = self._trainer(train, options)
+        self._continue_optimizer(trainer, options)
         object.__setattr__(self, "_last_trainer", trainer)
         history = History()
         if verbose:
@@ -167,6 +168,23 @@ class Trainable:
                                     "output_dir) resumes it with resume=True")
         return history
 
+    def _continue_optimizer(self, trainer, options):
+        """A fit after a fit under the same compile() continues the optimizer's
+        state (momentum, Adam's moments, the loss scale), as Keras does; the
+        learning-rate schedule starts over with the new fit's epochs. A new
+        compile() starts a new optimizer; resume=True takes the checkpoint's."""
+        compiled = self._compiled_or_raise()
+        previous = self.__dict__.get("_last_trainer")
+        if previous is None or self.__dict__.get("_last_trainer_compiled") is not compiled \
+                or options.get("resume"):
+            object.__setattr__(self, "_last_trainer_compiled", compiled)
+            return
+        if compiled["strategy"].num_workers > 1:
+            _warnings.warn("under several processes a second fit starts a new optimizer (its "
+                           "state is not carried over between fits yet)", RuntimeWarning, stacklevel=3)
+            return
+        trainer.adopt_state(previous)
+
     def _adopt(self, trainer):
         """After fit: the trained replica 0 is this model (nothing to do for
         a Module, which was replica 0)."""
@@ -178,6 +196,7 @@ class Trainable:
         if trainer is None:
             trainer = self._trainer(data, dict(options, eval_batch_size=batch_size or 1000))
             object.__setattr__(self, "_last_trainer", trainer)
+            object.__setattr__(self, "_last_trainer_compiled", self._compiled_or_raise())
         return trainer.evaluate(data._native)
 
     def predict(self, x, batch_size=256):

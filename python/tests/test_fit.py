@@ -180,3 +180,27 @@ def test_other_bad_inputs():
     with pytest.raises(TypeError, match="2-tuple"):
         # A map over (x, y) pairs that returns one value.
         list(tandem.data.Dataset.from_tensor_slices((np.ones((4, 2)), np.ones(4))).map(lambda x, y: x))
+
+
+def test_a_second_fit_continues_the_optimizer_as_keras_does():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(128, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+
+    def model():
+        m = tandem.Sequential([tandem.layers.Dense(8, activation="relu"), tandem.layers.Dense(2)],
+                              input_shape=(4,), seed=2)
+        m.compile(optimizer=tandem.optimizers.Adam(1e-2))
+        return m
+
+    # Unshuffled data and a constant rate: two fits of one epoch take the
+    # steps of one fit of two epochs exactly when the Adam state carries over.
+    whole = model().fit(x, y, batch_size=32, epochs=2, schedule="constant").history["loss"]
+    split = model()
+    first = split.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"]
+    second = split.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"]
+    assert first + second == whole
+    recompiled = model()
+    recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant")
+    recompiled.compile(optimizer=tandem.optimizers.Adam(1e-2))  # a new optimizer
+    assert recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"] != whole[1:]
