@@ -2,7 +2,8 @@
 """What the Python front end costs, and where Python-driven tandem stands
 against the peers: training throughput of
 
-  cli-cnn    tandem train --model cnn (Fashion-MNIST subset, batch 128, SGD momentum)
+  cli-cnn    tandem train --model cnn (Fashion-MNIST subset, batch 128, SGD momentum;
+             --precision float32 or mixed_bfloat16: Keras's policy, PyTorch's autocast)
   py-cnn     the same recipe through model.fit from Python
   tf-cnn     TensorFlow 2 Keras model.fit on the same arrays (tf.data, batch 128)
   torch-cnn  a PyTorch 2 loop on the same arrays
@@ -50,6 +51,7 @@ def fashion_arrays(n):
 
 def worker_py_cnn(args):
     import tandem
+    tandem.set_global_policy(args.precision)
     (x, y), _ = tandem.data.fashion_mnist()
     model = tandem.models.cnn(seed=1)
     model.compile(optimizer=tandem.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
@@ -91,12 +93,13 @@ def worker_tf_cnn(args):
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.keras.mixed_precision.set_global_policy(args.precision)
     x, y = fashion_arrays(CNN_EXAMPLES)
     L = tf.keras.layers
     model = tf.keras.Sequential([
         tf.keras.Input((28, 28, 1)), L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(),
         L.Conv2D(64, 3, padding="same", activation="relu"), L.MaxPooling2D(), L.Flatten(),
-        L.Dense(128, activation="relu"), L.Dense(10)])
+        L.Dense(128, activation="relu"), L.Dense(10, dtype="float32")])
     model.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     options = tf.data.Options()
@@ -136,8 +139,9 @@ def worker_torch_cnn(args):
         for i in range(0, CNN_EXAMPLES, 128):
             rows = order[i:i + 128]
             opt.zero_grad(set_to_none=True)
-            logits = model(x[rows])
-            loss = loss_fn(logits, y[rows])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "mixed_bfloat16"):
+                logits = model(x[rows])
+                loss = loss_fn(logits.float(), y[rows])
             loss.backward()
             opt.step()
             (logits.argmax(1) == y[rows]).float().mean().item()  # the accuracy metric peers compute
@@ -155,7 +159,8 @@ def cli_rate(args, variant, out):
     common = ["--threads", "1", "--quiet", "--no-monitor", "--seed", "1", "--output", out]
     if variant == "cli-cnn":
         command = [args.tandem, "train", "--model", "cnn", "--epochs", "2", "--train-examples",
-                   str(CNN_EXAMPLES), "--test-examples", "256", "--batch-size", "128"] + common
+                   str(CNN_EXAMPLES), "--test-examples", "256", "--batch-size", "128",
+                   "--precision", args.precision] + common
         run(command)
         return json.load(open(os.path.join(out, "summary.json")))["history"][1]["examples_per_second"]
     command = [args.tandem, "train", "--model", "gpt", "--data", os.path.join(args.kjv, "train.toml"),
@@ -185,7 +190,8 @@ def measure(args, variant, work):
                TF_CPP_MIN_LOG_LEVEL="2")
     if not peer:
         env["PYTHONPATH"] = args.pythonpath
-    stdout = run([python, os.path.abspath(__file__), "--worker", variant, "--kjv", args.kjv], env)
+    stdout = run([python, os.path.abspath(__file__), "--worker", variant, "--kjv", args.kjv,
+                  "--precision", args.precision], env)
     return json.loads(stdout.strip().splitlines()[-1])["rate"]
 
 
@@ -197,6 +203,8 @@ def main():
     p.add_argument("--kjv", default="", help="tandem data text --corpus kjv's output (made when empty)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", default="cli-cnn,py-cnn,tf-cnn,torch-cnn,cli-gpt,py-gpt,pyclass-gpt")
+    p.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"],
+                   help="the cnn variants' precision (gpt: mixed_bfloat16 always)")
     p.add_argument("--worker", default="")
     args = p.parse_args()
     if args.worker:
