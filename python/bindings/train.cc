@@ -19,6 +19,7 @@
 #include "tandem/base/error.h"
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/monitor.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
@@ -220,7 +221,7 @@ std::unique_ptr<monitor::Monitor> make_monitor(train::Trainer& trainer, const Ru
   const std::string& run_dir = trainer.config().output_dir;
   const std::string tensorboard =
       o.tensorboard ? *o.tensorboard
-                    : (run_dir.empty() ? "" : (std::filesystem::path(run_dir) / "tensorboard").string());
+                    : (run_dir.empty() ? "" : train::RunDirectory(run_dir).tensorboard());
   if (!o.monitor || (run_dir.empty() && tensorboard.empty())) {
     if (o.trace_first > 0) throw py::value_error("trace_steps needs the monitor and an output_dir");
     return nullptr;
@@ -259,7 +260,7 @@ void write_run_summary(train::Trainer& trainer, const train::TrainResult& result
       {"replicas", std::to_string(strategy.global_replicas())},
       {"threads_per_replica", std::to_string(strategy.threads_per_replica())},
       {"frontend", "python"}};
-  train::write_summary((std::filesystem::path(run_dir) / "summary.json").string(), trainer.config(),
+  train::write_summary(train::RunDirectory(run_dir).summary(), trainer.config(),
                        trainer.model_spec(), result, extra, sections);
 }
 

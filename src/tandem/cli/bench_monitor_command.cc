@@ -17,6 +17,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/nn/models.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -62,7 +63,7 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   constexpr int kVariants = 3;
   std::vector<double> rate[kVariants], own[kVariants], ratios;
   const auto monitored = [&](bool tensorboard, std::vector<double>& own_fraction) {
-    const std::filesystem::path events = std::filesystem::path(run_dir) / "tensorboard";
+    const std::filesystem::path events = std::filesystem::path(train::RunDirectory(run_dir).tensorboard());
     std::filesystem::remove_all(events);
     monitor::Monitor m({.run_dir = run_dir,
                         .metrics_every = o.metrics_every,

@@ -19,6 +19,7 @@
 #include "tandem/data/input_spec.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/evaluation.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -38,7 +39,7 @@ struct EvaluateOptions {
 // summary.json's "config" section, or null when the run has none (killed
 // before its end, or older).
 nlohmann::json run_config(const std::filesystem::path& run_dir) {
-  std::ifstream in(run_dir / "summary.json");
+  std::ifstream in(train::RunDirectory(run_dir).summary());
   if (!in) return nullptr;
   try {
     return nlohmann::json::parse(in).value("config", nlohmann::json());
@@ -104,7 +105,7 @@ int run_evaluate(const EvaluateOptions& o) {
     TANDEM_THROW(InvalidArgument, "--batch-size must be at least 1, got ", o.batch_size);
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
-  const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
+  const std::string path = train::RunDirectory(o.run_dir).checkpoint();
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const nlohmann::json config = run_config(o.run_dir);
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.

@@ -16,6 +16,7 @@
 #include "tandem/nn/transformer.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
+#include "tandem/train/run_directory.h"
 
 namespace tandem::cli {
 namespace {
@@ -57,7 +58,7 @@ int run_export(const ExportOptions& o) {
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
   const std::string checkpoint_path =
-      (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
+      train::RunDirectory(o.run_dir).checkpoint();
   if (!std::filesystem::exists(checkpoint_path)) {
     TANDEM_THROW(InvalidArgument, "'", o.run_dir,
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");

@@ -15,6 +15,7 @@
 #include "tandem/train/evaluation.h"
 #include "tandem/train/generation.h"
 #include "tandem/train/model_factory.h"
+#include "tandem/train/run_directory.h"
 
 namespace tandem::cli {
 namespace {
@@ -31,7 +32,7 @@ int run_generate(const GenerateOptions& o) {
     TANDEM_THROW(InvalidArgument, "--threads must be at least 1, got ", *o.threads);
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
-  const std::string path = (std::filesystem::path(o.run_dir) / "checkpoint.tckpt").string();
+  const std::string path = train::RunDirectory(o.run_dir).checkpoint();
   if (!std::filesystem::exists(path)) {
     TANDEM_THROW(InvalidArgument, "'", o.run_dir,
                  "' holds no checkpoint.tckpt: train a gpt there first (tandem train --model gpt "

@@ -26,6 +26,7 @@
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/scaling_plan.h"
 
 namespace tandem::cli {
@@ -163,8 +164,8 @@ Profile profile_from_run(const std::string& run_dir) {
   const std::filesystem::path dir(run_dir);
   if (!std::filesystem::is_directory(dir))
     TANDEM_THROW(InvalidArgument, "run directory '", run_dir, "' does not exist");
-  const std::string summary_path = (dir / "summary.json").string();
-  const json summary = read_json(summary_path, "summary.json");
+  const std::string summary_path = train::RunDirectory(dir).summary();
+  const json summary = read_json(summary_path, std::filesystem::path(summary_path).filename().string());
   if (!summary.contains("config") || !summary.contains("monitor") ||
       !summary["monitor"].contains("replicas") || !summary["monitor"]["replicas"].is_array()) {
     TANDEM_THROW(InvalidArgument, "'", summary_path,
@@ -203,7 +204,7 @@ Profile profile_from_run(const std::string& run_dir) {
   p.step.examples = batch / static_cast<int64_t>(replicas.size());
   p.devices = static_cast<int>(replicas.size());
 
-  const std::string checkpoint_path = (dir / "checkpoint.tckpt").string();
+  const std::string checkpoint_path = train::RunDirectory(dir).checkpoint();
   if (!std::filesystem::exists(checkpoint_path)) {
     TANDEM_THROW(InvalidArgument, "'", run_dir,
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");

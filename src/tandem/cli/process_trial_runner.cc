@@ -17,6 +17,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/trainer.h"
 
 extern char** environ;
@@ -44,7 +45,7 @@ std::string error_in_log(const std::string& path) {
 
 // The search's metric after each epoch, from the trial's summary.json.
 std::vector<double> read_curve(const std::string& dir, const std::string& metric) {
-  const std::string path = (fs::path(dir) / "summary.json").string();
+  const std::string path = train::RunDirectory(dir).summary();
   if (!fs::exists(path)) return {};
   nlohmann::json summary;
   try {
@@ -115,7 +116,7 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
     args.push_back("--threads");
     args.push_back(std::to_string(threads_));
   }
-  if (fs::exists(train::checkpoint_path_in(job.dir))) args.push_back("--resume");
+  if (fs::exists(train::RunDirectory(job.dir).checkpoint())) args.push_back("--resume");
   const std::string log = (fs::path(job.dir) / "log.txt").string();
   {
     std::ofstream out(log, std::ios::app);

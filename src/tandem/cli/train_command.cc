@@ -32,6 +32,7 @@
 #include "tandem/tensor/allocator.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/memory_plan.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
 
@@ -237,7 +238,7 @@ OutputSettings check_outputs(TrainOptions& o) {
   // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
   out.tensorboard =
       o.no_tensorboard        ? std::string()
-      : o.tensorboard.empty() ? (std::filesystem::path(config.output_dir) / "tensorboard").string()
+      : o.tensorboard.empty() ? train::RunDirectory(config.output_dir).tensorboard()
                               : o.tensorboard;
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
@@ -416,7 +417,7 @@ int finish_run(const TrainOptions& o, const RunSetup& setup, train::Trainer& tra
   const RunData& run_data = setup.data;
   const distribute::Strategy& strategy = trainer.strategy();
   const std::string summary_path =
-      (std::filesystem::path(config.output_dir) / "summary.json").string();
+      train::RunDirectory(config.output_dir).summary();
   std::map<std::string, std::string> sections;
   if (run_monitor) {
     run_monitor->finish();
@@ -595,8 +596,7 @@ std::unique_ptr<TrainCommandLine> parse_train_arguments(std::vector<std::string>
 // code) or has no readable checkpoint (run_train says so).
 std::optional<std::vector<std::string>> resumed_arguments(const CLI::App& command,
                                                           const TrainOptions& o) {
-  const std::filesystem::path path =
-      std::filesystem::path(o.config.output_dir) / "checkpoint.tckpt";
+  const std::filesystem::path path = train::RunDirectory(o.config.output_dir).checkpoint();
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return std::nullopt;
   std::vector<std::string> recorded;

@@ -22,14 +22,13 @@
 #include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/train/detail/epoch_json.h"
+#include "tandem/train/run_directory.h"
 
 namespace tandem::monitor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kMetricsFile = "metrics.jsonl";
-constexpr const char* kTraceFile = "trace.json";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -176,7 +175,7 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
       TANDEM_THROW(IoError, "cannot create output directory '", options_.run_dir,
                    "': ", error.message());
     }
-    const std::string path = (std::filesystem::path(options_.run_dir) / kMetricsFile).string();
+    const std::string path = train::RunDirectory(options_.run_dir).metrics();
     ExistingMetrics existing;
     if (options_.append) existing = read_existing(path);
     time_offset_ = existing.last_time;
@@ -474,7 +473,7 @@ void Monitor::finish_trace() {
   const auto threads = trace::take();
   if (options_.run_dir.empty()) return;
   try {
-    trace::write_chrome_trace((std::filesystem::path(options_.run_dir) / kTraceFile).string(),
+    trace::write_chrome_trace(train::RunDirectory(options_.run_dir).trace(),
                               threads, trace_origin_);
   } catch (const IoError& e) {
     // A trace is a diagnostic: losing it must not stop the training.

@@ -13,6 +13,7 @@
 #include "tandem/base/error.h"
 #include "tandem/monitor/detail/metrics_json.h"
 #include "tandem/monitor/svg_chart.h"
+#include "tandem/train/run_directory.h"
 
 namespace tandem::monitor {
 namespace {
@@ -49,7 +50,7 @@ RunFiles read_run(const std::string& run_dir) {
     TANDEM_THROW(IoError, "run directory '", run_dir, "' does not exist");
   if (!fs::is_directory(dir, error))
     TANDEM_THROW(IoError, "'", run_dir, "' is not a directory (give the run directory)");
-  const fs::path metrics = dir / "metrics.jsonl";
+  const fs::path metrics = train::RunDirectory(dir).metrics();
   std::ifstream in(metrics);
   if (!in) {
     TANDEM_THROW(IoError, "'", metrics.string(),
@@ -99,7 +100,7 @@ RunFiles read_run(const std::string& run_dir) {
     TANDEM_THROW(IoError, "'", metrics.string(),
                  "' has no step records: the run ended before its first step finished");
   }
-  const fs::path summary = dir / "summary.json";
+  const fs::path summary = train::RunDirectory(dir).summary();
   std::ifstream summary_in(summary);
   if (!summary_in) {
     files.warnings.push_back(fmt::format(
@@ -590,7 +591,7 @@ std::string staleness_section(const RunFiles& files) {
 
 ReportResult render_report(RunFiles files, const std::string& run_dir, const std::string& output) {
   ReportResult result;
-  result.path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
+  result.path = output.empty() ? train::RunDirectory(run_dir).report() : output;
   result.warnings = files.warnings;
   result.steps = static_cast<int64_t>(files.steps.size());
   const ReportContext context{

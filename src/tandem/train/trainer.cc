@@ -17,6 +17,7 @@
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/detail/epoch_json.h"
 #include "tandem/train/evaluation.h"
+#include "tandem/train/run_directory.h"
 
 namespace tandem::train {
 
@@ -48,8 +49,6 @@ struct Trainer::PendingResume {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr const char* kCheckpointFile = "checkpoint.tckpt";
 
 std::string number(double value) {
   return fmt::format("{}", value);
@@ -303,12 +302,8 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
   micro = per_replica / config.accumulation_steps;
 }
 
-std::string checkpoint_path_in(const std::string& run_dir) {
-  return (std::filesystem::path(run_dir) / kCheckpointFile).string();
-}
-
 std::string Trainer::checkpoint_path() const {
-  return config_.output_dir.empty() ? std::string() : checkpoint_path_in(config_.output_dir);
+  return config_.output_dir.empty() ? std::string() : RunDirectory(config_.output_dir).checkpoint();
 }
 
 data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
@@ -917,7 +912,7 @@ const ResumePoint& Trainer::prepare_resume() {
   const std::string path = checkpoint_path();
   if (!std::filesystem::exists(path)) {
     TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir, "': it has no ",
-                 kCheckpointFile);
+                 std::filesystem::path(path).filename().string());
   }
   auto pending = std::make_unique<PendingResume>();
   {

@@ -162,7 +162,7 @@ struct TrainConfig {
   // of the map that runs it), or data::kAutotune.
   int input_parallel_calls = 1;
 
-  // Where checkpoints go (empty: no checkpoints). "checkpoint.tckpt" inside it.
+  // Where checkpoints go (empty: no checkpoints): RunDirectory::checkpoint().
   std::string output_dir;
   // Continue the run whose checkpoint is in output_dir (which must hold one).
   bool resume = false;
@@ -273,9 +273,6 @@ struct TrainCallbacks {
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochResult&)> on_epoch;
 };
-
-// The checkpoint a run writes in its output directory `run_dir`.
-std::string checkpoint_path_in(const std::string& run_dir);
 
 // InvalidArgument naming the first setting of config that cannot work
 // (epochs, step counts, pipeline depths, optimizer, learning-rate scaling,
