@@ -161,11 +161,11 @@ struct Profile {
 };
 
 Profile profile_from_run(const std::string& run_dir) {
-  const std::filesystem::path dir(run_dir);
-  if (!std::filesystem::is_directory(dir))
+  if (!std::filesystem::is_directory(run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", run_dir, "' does not exist");
-  const std::string summary_path = train::RunDirectory(dir).summary();
-  const json summary = read_json(summary_path, std::filesystem::path(summary_path).filename().string());
+  const train::RunDirectory run(run_dir);
+  const std::string summary_path = run.summary();
+  const json summary = read_json(summary_path, "run summary");
   if (!summary.contains("config") || !summary.contains("monitor") ||
       !summary["monitor"].contains("replicas") || !summary["monitor"]["replicas"].is_array()) {
     TANDEM_THROW(InvalidArgument, "'", summary_path,
@@ -204,7 +204,7 @@ Profile profile_from_run(const std::string& run_dir) {
   p.step.examples = batch / static_cast<int64_t>(replicas.size());
   p.devices = static_cast<int>(replicas.size());
 
-  const std::string checkpoint_path = train::RunDirectory(dir).checkpoint();
+  const std::string checkpoint_path = run.checkpoint();
   if (!std::filesystem::exists(checkpoint_path)) {
     TANDEM_THROW(InvalidArgument, "'", run_dir,
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");
@@ -348,8 +348,7 @@ PlannedMode parse_mode(const std::string& item) {
   PlannedMode m{.name = item};
   const std::pair<const char*, train::UpdateMode> kinds[] = {
       {"all-reduce", train::UpdateMode::all_reduce},
-      {"zero1", train::UpdateMode::zero1},
-      {"zero2", train::UpdateMode::zero2},
+      {"zero1", train::UpdateMode::zero1},         {"zero2", train::UpdateMode::zero2},
       {"local-sgd", train::UpdateMode::local_sgd},
       {"ps-sync", train::UpdateMode::ps_synchronous},
       {"ps-async", train::UpdateMode::ps_asynchronous}};

@@ -16,43 +16,15 @@
 #include "tandem/distribute/agreement.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/detail/epoch_json.h"
+#include "tandem/train/detail/trainer_state.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/run_directory.h"
 
 namespace tandem::train {
 
-// Where the run stands: the next step to run and the sums of the epoch so
-// far that are already over every replica (the replicas' own partial sums
-// since then are in Trainer::metric_sums_ and in Progress::replica_losses).
-struct Trainer::Progress {
-  int64_t epoch = 0;        // 0-based epoch in progress
-  int64_t step = 0;         // next step inside it
-  int64_t global_step = 0;  // steps taken over the run
-  double loss_sum = 0.0;    // sum of per-example losses over finite steps
-  int64_t examples = 0;     // examples of finite steps
-  int64_t nonfinite_steps = 0;
-  std::vector<MetricSums> metrics;
-  double train_seconds = 0.0;
-  double learning_rate = 0.0;          // of the last step
-  std::vector<double> replica_losses;  // per local replica, not yet summed over replicas
-  std::vector<int64_t> staleness, dropped_examples;  // asynchronous engines' counts
-};
-
-// A checkpoint read and checked for the next fit(), and its position.
-struct Trainer::PendingResume {
-  Checkpoint checkpoint;
-  Progress progress;
-  std::vector<EpochResult> history;
-  ResumePoint point;
-};
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string number(double value) {
-  return fmt::format("{}", value);
-}
 
 int64_t to_steps(double epochs, int64_t steps_per_epoch) {
   return static_cast<int64_t>(std::llround(epochs * static_cast<double>(steps_per_epoch)));
@@ -95,34 +67,6 @@ double find_metric(const std::vector<std::pair<std::string, double>>& values,
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-// The schedule's settings, named as TrainConfig fields and `tandem train`
-// flags; before any replica is built.
-void check_schedule_settings(const TrainConfig& c) {
-  if (c.schedule != "constant" && c.schedule != "step" && c.schedule != "cosine") {
-    TANDEM_THROW(InvalidArgument, "unknown learning-rate schedule '", c.schedule,
-                 "' (schedule, --schedule: expected constant, step or cosine)");
-  }
-  if (!(c.lr_step_epochs > 0.0) || !std::isfinite(c.lr_step_epochs)) {
-    TANDEM_THROW(InvalidArgument,
-                 "lr_step_epochs (--lr-step-epochs) must be a positive number of epochs, got ",
-                 c.lr_step_epochs);
-  }
-  if (!(c.lr_gamma > 0.0 && c.lr_gamma <= 1.0)) {
-    TANDEM_THROW(InvalidArgument,
-                 "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay factor), got ",
-                 c.lr_gamma);
-  }
-  const double lr = c.optimizer.learning_rate;
-  if (!(c.min_lr >= 0.0 && c.min_lr <= lr)) {
-    TANDEM_THROW(InvalidArgument, "min_lr (--min-lr) must be in [0, ", lr,
-                 "] (at most the learning rate the cosine schedule decays from), got ", c.min_lr);
-  }
-  if (!(c.warmup_epochs >= 0.0 && c.warmup_epochs <= static_cast<double>(c.epochs))) {
-    TANDEM_THROW(InvalidArgument, "warmup_epochs (--warmup-epochs) must be in [0, ", c.epochs,
-                 "] (at most the run's epochs), got ", c.warmup_epochs);
-  }
-}
-
 }  // namespace
 
 double EpochResult::train_metric(const std::string& name) const {
@@ -144,65 +88,6 @@ double EpochResult::mean_staleness() const {
 
 double EvalResult::metric(const std::string& name) const {
   return find_metric(metrics, name);
-}
-
-void check_train_config(const TrainConfig& config) {
-  if (config.epochs < 1)
-    TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
-  if (config.checkpoint_every < 0) {
-    TANDEM_THROW(InvalidArgument, "checkpoint_every (--checkpoint-every) must be 0 (off) or a "
-                 "number of steps, got ", config.checkpoint_every);
-  }
-  if (config.stop_after_epochs < 0 || config.stop_after_epochs > config.epochs) {
-    TANDEM_THROW(InvalidArgument, "stop_after_epochs (--stop-after-epochs) must be in [0, ",
-                 config.epochs, "] (0: off; at most the run's epochs), got ",
-                 config.stop_after_epochs);
-  }
-  if (config.steps_per_epoch < 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
-                 config.steps_per_epoch);
-  }
-  if (config.repeat && config.steps_per_epoch == 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "repeat (--repeat) needs steps_per_epoch (--steps-per-epoch): an epoch of data "
-                 "that repeats would never end");
-  }
-  if (config.prefetch_batches < 0 && config.prefetch_batches != data::kAutotune) {
-    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
-                 config.prefetch_batches);
-  }
-  if (config.input_parallel_calls < 1 && config.input_parallel_calls != data::kAutotune) {
-    TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
-                 config.input_parallel_calls);
-  }
-  if (config.noise_scale_every < 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "noise_scale_every (--noise-scale-every) must be >= 0 (0: off), got ",
-                 config.noise_scale_every);
-  }
-  if (config.eval_batch_size < 1) {
-    TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
-                 config.eval_batch_size);
-  }
-  optim::check_optimizer_config(config.optimizer);
-  // The scaling rule and its reference batch, checked before any replica is built.
-  if (config.lr_scaling != "none") {
-    optim::scaled_learning_rate(1.0, config.lr_scaling, 1, config.reference_batch);
-  } else if (config.reference_batch != 0) {
-    TANDEM_THROW(InvalidArgument, "reference_batch (--reference-batch) applies to a learning-rate "
-                 "scaling rule (--lr-scaling linear or sqrt)");
-  }
-  if (config.resume && config.output_dir.empty()) {
-    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
-  }
-  if (!config.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
-  if (config.input_feature.empty())
-    TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");
-  for (const Metric& m : config.metrics) {
-    if (!m.measure || !m.value)
-      TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
-  }
 }
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<nn::Module> model, std::string name)
@@ -248,58 +133,6 @@ distribute::EngineOptions Trainer::engine_options() const {
           .sync_every = config_.sync_every,
           .average_optimizer_state = config_.average_optimizer_state,
           .parameter_server = config_.parameter_server};
-}
-
-void resolve_batch_sizes(TrainConfig& config, int replicas) {
-  int64_t& global = config.batch_size;
-  int64_t& micro = config.micro_batch_size;
-  const int64_t steps = config.accumulation_steps;
-  if (global < 0 || (global == 0 && micro == 0)) {
-    TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ", global);
-  }
-  if (micro < 0 || steps < 0 || (steps == 0 && micro == 0)) {
-    TANDEM_THROW(InvalidArgument,
-                 "accumulation steps (--accumulate) must be at least 1 and the micro-batch "
-                 "(--micro-batch-size) at least 1 when given, got ",
-                 steps, " and ", micro);
-  }
-  const std::string contract = " (the global batch is micro-batch x accumulation steps x " +
-                               std::to_string(replicas) + " replicas)";
-  if (micro > 0 && global == 0) {
-    global = micro * std::max<int64_t>(steps, 1) * replicas;
-    config.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
-  } else if (micro > 0 && steps == 0) {
-    if (global % (micro * replicas) != 0) {
-      TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
-                   micro, " x ", replicas, " replicas", contract);
-    }
-    const int64_t derived = global / (micro * replicas);
-    if (derived < 1 || derived > std::numeric_limits<int>::max()) {
-      TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
-                   " leaves ", derived, " accumulation steps", contract);
-    }
-    config.accumulation_steps = static_cast<int>(derived);
-  } else if (micro > 0 && global != micro * steps * replicas) {
-    TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
-                 " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
-                 micro * steps * replicas, contract);
-  }
-  if (global < replicas) {
-    TANDEM_THROW(InvalidArgument, "global batch ", global, " has fewer examples than the ",
-                 replicas, " replicas");
-  }
-  if (global % replicas != 0) {
-    TANDEM_THROW(InvalidArgument, "global batch ", global, " does not divide among ", replicas,
-                 " replicas (each replica takes global / replicas examples; "
-                 "only an epoch's last, partial batch is split unevenly)");
-  }
-  const int64_t per_replica = global / replicas;
-  if (per_replica % config.accumulation_steps != 0) {
-    TANDEM_THROW(InvalidArgument, "global batch ", global, " gives each of the ", replicas,
-                 " replicas ", per_replica, " examples, which ", config.accumulation_steps,
-                 " accumulation steps do not split into equal micro-batches", contract);
-  }
-  micro = per_replica / config.accumulation_steps;
 }
 
 std::string Trainer::checkpoint_path() const {
@@ -476,7 +309,10 @@ StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int6
   return a;
 }
 
-// Folds the replicas' partial sums into the progress (collective).
+}  // namespace
+
+namespace detail {
+
 void fold_partial_sums(distribute::Strategy& strategy, std::vector<double>& replica_losses,
                        std::vector<std::vector<MetricSums>>& metric_sums, double& loss_sum,
                        std::vector<MetricSums>& metrics) {
@@ -499,7 +335,7 @@ void fold_partial_sums(distribute::Strategy& strategy, std::vector<double>& repl
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 // The training input of a fit: the batches of this process, the current
 // pass over them, and the empty batch a process whose shard ended trains on.
@@ -525,14 +361,6 @@ struct Trainer::StepInput {
   int64_t global_rows = 0;
   Clock::time_point start, input_done;
 };
-
-void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
-  const int64_t examples = train.cardinality();
-  if (examples >= 0 && examples < config.batch_size) {
-    TANDEM_THROW(InvalidArgument, "batch size ", config.batch_size,
-                 " is larger than the training set (", examples, " examples)");
-  }
-}
 
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
@@ -790,8 +618,8 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
         // The replicas' partial sums go into the live position (save folds
         // a copy and would drop them from this epoch's figures).
         synchronize_engine(progress);
-        fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
-                          progress.metrics);
+        detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_,
+                                  progress.loss_sum, progress.metrics);
         save(progress, result.history);
       }
     }
@@ -818,8 +646,8 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
 
 EpochResult Trainer::finish_epoch(Progress& progress,
                                   const std::optional<data::Dataset>& validation) {
-  fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
-                    progress.metrics);
+  detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
+                            progress.metrics);
   EpochResult epoch;
   epoch.epoch = progress.epoch + 1;
   epoch.train_examples = progress.examples;
@@ -847,143 +675,6 @@ EpochResult Trainer::finish_epoch(Progress& progress,
     epoch.validation_loss = std::numeric_limits<double>::quiet_NaN();
   }
   return epoch;
-}
-
-std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
-  return {{"batch_size", std::to_string(config_.batch_size)},
-          {"seed", std::to_string(config_.seed)},
-          {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
-          {"drop_remainder", config_.drop_remainder ? "true" : "false"},
-          {"optimizer", optimizer().name()},
-          {"loss", config_.loss.name},
-          {"input_feature", config_.input_feature}};
-}
-
-void Trainer::save(const Progress& position, const std::vector<EpochResult>& history) {
-  // The replicas' partial sums join the saved ones (collective).
-  Progress progress = position;
-  fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
-                    progress.metrics);
-  if (config_.output_dir.empty() || !strategy_->is_chief()) {
-    distribute::DiscardingStateWriter nothing;  // the gathers are collective
-    engine_->save_state(nothing);
-    return;
-  }
-  Checkpoint c;  // the trainer's metadata; the engine's state streams in
-  write_spec(model_.spec, c.metadata);
-  nlohmann::json metric_sums = nlohmann::json::array();
-  for (size_t i = 0; i < progress.metrics.size(); ++i)
-    metric_sums.push_back(
-        {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
-  for (const auto& [key, value] : resume_settings()) c.metadata[key] = value;
-  const std::pair<const char*, std::string> entries[] = {
-      {"format", kTrainerCheckpointFormat},
-      {"epochs", std::to_string(config_.epochs)},
-      {"loss_record", loss_to_json(config_.loss)},
-      {"metrics_record", metrics_to_json(config_.metrics)},
-      {"epoch", std::to_string(progress.epoch)},
-      {"step", std::to_string(progress.step)},
-      {"global_step", std::to_string(progress.global_step)},
-      {"loss_sum", number(progress.loss_sum)},
-      {"examples", std::to_string(progress.examples)},
-      {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
-      {"metric_sums", metric_sums.dump()},
-      {"train_seconds", number(progress.train_seconds)},
-      {"history", nlohmann::json(history).dump()}};
-  for (const auto& [key, value] : entries) c.metadata[key] = value;
-  if (!config_.class_names.empty())
-    c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
-  if (!config_.arguments.empty())
-    c.metadata["arguments"] = nlohmann::json(config_.arguments).dump();
-  // Written as the engine gives its state: under ZeRO the optimizer state
-  // arrives one gathered bucket at a time and is never whole on a device.
-  CheckpointWriter writer(checkpoint_path(), c.metadata);
-  engine_->save_state(writer);
-  writer.commit();
-}
-
-const ResumePoint& Trainer::prepare_resume() {
-  if (!config_.resume) TANDEM_THROW(InvalidArgument, "prepare_resume() needs config.resume");
-  if (pending_resume_) return pending_resume_->point;
-  if (!std::filesystem::is_directory(config_.output_dir)) {
-    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir,
-                 "': the directory does not exist");
-  }
-  const std::string path = checkpoint_path();
-  if (!std::filesystem::exists(path)) {
-    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir, "': it has no ",
-                 std::filesystem::path(path).filename().string());
-  }
-  auto pending = std::make_unique<PendingResume>();
-  {
-    // Loaded tensors are copied into the model and dropped: temporaries, not
-    // activations (the monitor's memory findings read the activation peak).
-    MemoryCategoryScope loading(MemoryCategory::workspace);
-    pending->checkpoint = load_trainer_checkpoint(path);
-  }
-  const Checkpoint& c = pending->checkpoint;
-  const ModelSpec saved = read_spec(c.metadata);
-  if (!(saved == model_.spec)) {
-    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name, "' (",
-                 precision::policy_name(saved.policy), ", ", dtype_name(saved.compute_dtype),
-                 ", seed ", saved.seed, ") but this run builds '", model_.spec.name, "' (",
-                 precision::policy_name(model_.spec.policy), ", ",
-                 dtype_name(model_.spec.compute_dtype), ", seed ", model_.spec.seed,
-                 saved.definition != model_.spec.definition ? "; the model files differ" : "", ")");
-  }
-  for (const auto& [key, value] : resume_settings()) {
-    if (c.meta(key) != value) {
-      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", key, " ",
-                   c.meta(key), " but this run has ", value);
-    }
-  }
-  const std::vector<std::string> classes = checkpoint_class_names(c);
-  if (classes != config_.class_names) {
-    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was trained on classes ",
-                 classes.empty() ? "(none: not an image folder)" : nlohmann::json(classes).dump(),
-                 " but this run's data has ",
-                 config_.class_names.empty() ? "(none: not an image folder)"
-                                             : nlohmann::json(config_.class_names).dump());
-  }
-  Progress& progress = pending->progress;
-  progress.metrics.assign(config_.metrics.size(), {});
-  try {
-    progress.epoch = std::stoll(c.meta("epoch"));
-    progress.step = std::stoll(c.meta("step"));
-    progress.global_step = std::stoll(c.meta("global_step"));
-    progress.loss_sum = std::stod(c.meta("loss_sum"));
-    progress.examples = std::stoll(c.meta("examples"));
-    progress.nonfinite_steps = std::stoll(c.meta("nonfinite_steps"));
-    progress.train_seconds = std::stod(c.meta("train_seconds"));
-    const nlohmann::json sums = nlohmann::json::parse(c.meta("metric_sums"));
-    if (sums.size() != config_.metrics.size()) {
-      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", sums.size(),
-                   " metrics but this run has ", config_.metrics.size());
-    }
-    for (size_t i = 0; i < sums.size(); ++i) {
-      if (sums[i].at(0).get<std::string>() != config_.metrics[i].name) {
-        TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': metric ", i, " was ",
-                     sums[i].at(0).get<std::string>(), ", this run has ", config_.metrics[i].name);
-      }
-      progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
-    }
-    pending->history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
-    pending->point = {.epoch = progress.epoch,
-                      .step = progress.step,
-                      .global_step = progress.global_step,
-                      .epochs = c.metadata.count("epochs") ? std::stoll(c.meta("epochs")) : 0};
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
-  }
-  if (progress.epoch >= config_.epochs) {
-    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': the run has trained ",
-                 progress.epoch, " epoch(s) and epochs (--epochs) is ", config_.epochs,
-                 ", which leaves nothing to train (give more epochs to continue it)");
-  }
-  pending_resume_ = std::move(pending);
-  return pending_resume_->point;
 }
 
 }  // namespace tandem::train

@@ -1,0 +1,160 @@
+#include "tandem/train/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "tandem/base/error.h"
+#include "tandem/optim/lr_schedule.h"
+
+namespace tandem::train {
+void check_schedule_settings(const TrainConfig& c) {
+  if (c.schedule != "constant" && c.schedule != "step" && c.schedule != "cosine") {
+    TANDEM_THROW(InvalidArgument, "unknown learning-rate schedule '", c.schedule,
+                 "' (schedule, --schedule: expected constant, step or cosine)");
+  }
+  if (!(c.lr_step_epochs > 0.0) || !std::isfinite(c.lr_step_epochs)) {
+    TANDEM_THROW(InvalidArgument,
+                 "lr_step_epochs (--lr-step-epochs) must be a positive number of epochs, got ",
+                 c.lr_step_epochs);
+  }
+  if (!(c.lr_gamma > 0.0 && c.lr_gamma <= 1.0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay factor), got ",
+                 c.lr_gamma);
+  }
+  const double lr = c.optimizer.learning_rate;
+  if (!(c.min_lr >= 0.0 && c.min_lr <= lr)) {
+    TANDEM_THROW(InvalidArgument, "min_lr (--min-lr) must be in [0, ", lr,
+                 "] (at most the learning rate the cosine schedule decays from), got ", c.min_lr);
+  }
+  if (!(c.warmup_epochs >= 0.0 && c.warmup_epochs <= static_cast<double>(c.epochs))) {
+    TANDEM_THROW(InvalidArgument, "warmup_epochs (--warmup-epochs) must be in [0, ", c.epochs,
+                 "] (at most the run's epochs), got ", c.warmup_epochs);
+  }
+}
+
+void check_train_config(const TrainConfig& config) {
+  if (config.epochs < 1)
+    TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
+  if (config.checkpoint_every < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "checkpoint_every (--checkpoint-every) must be 0 (off) or a "
+                 "number of steps, got ",
+                 config.checkpoint_every);
+  }
+  if (config.stop_after_epochs < 0 || config.stop_after_epochs > config.epochs) {
+    TANDEM_THROW(InvalidArgument, "stop_after_epochs (--stop-after-epochs) must be in [0, ",
+                 config.epochs, "] (0: off; at most the run's epochs), got ",
+                 config.stop_after_epochs);
+  }
+  if (config.steps_per_epoch < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "steps_per_epoch (--steps-per-epoch) must be >= 0 (0: one pass), got ",
+                 config.steps_per_epoch);
+  }
+  if (config.repeat && config.steps_per_epoch == 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "repeat (--repeat) needs steps_per_epoch (--steps-per-epoch): an epoch of data "
+                 "that repeats would never end");
+  }
+  if (config.prefetch_batches < 0 && config.prefetch_batches != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument, "prefetch depth must be 0 or more batches (or autotune), got ",
+                 config.prefetch_batches);
+  }
+  if (config.input_parallel_calls < 1 && config.input_parallel_calls != data::kAutotune) {
+    TANDEM_THROW(InvalidArgument, "input parallel calls must be at least 1 (or autotune), got ",
+                 config.input_parallel_calls);
+  }
+  if (config.noise_scale_every < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "noise_scale_every (--noise-scale-every) must be >= 0 (0: off), got ",
+                 config.noise_scale_every);
+  }
+  if (config.eval_batch_size < 1) {
+    TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
+                 config.eval_batch_size);
+  }
+  optim::check_optimizer_config(config.optimizer);
+  // The scaling rule and its reference batch, checked before any replica is built.
+  if (config.lr_scaling != "none") {
+    optim::scaled_learning_rate(1.0, config.lr_scaling, 1, config.reference_batch);
+  } else if (config.reference_batch != 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "reference_batch (--reference-batch) applies to a learning-rate "
+                 "scaling rule (--lr-scaling linear or sqrt)");
+  }
+  if (config.resume && config.output_dir.empty()) {
+    TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
+  }
+  if (!config.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
+  if (config.input_feature.empty())
+    TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");
+  for (const Metric& m : config.metrics) {
+    if (!m.measure || !m.value)
+      TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
+  }
+}
+
+void resolve_batch_sizes(TrainConfig& config, int replicas) {
+  int64_t& global = config.batch_size;
+  int64_t& micro = config.micro_batch_size;
+  const int64_t steps = config.accumulation_steps;
+  if (global < 0 || (global == 0 && micro == 0)) {
+    TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ", global);
+  }
+  if (micro < 0 || steps < 0 || (steps == 0 && micro == 0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "accumulation steps (--accumulate) must be at least 1 and the micro-batch "
+                 "(--micro-batch-size) at least 1 when given, got ",
+                 steps, " and ", micro);
+  }
+  const std::string contract = " (the global batch is micro-batch x accumulation steps x " +
+                               std::to_string(replicas) + " replicas)";
+  if (micro > 0 && global == 0) {
+    global = micro * std::max<int64_t>(steps, 1) * replicas;
+    config.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
+  } else if (micro > 0 && steps == 0) {
+    if (global % (micro * replicas) != 0) {
+      TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
+                   micro, " x ", replicas, " replicas", contract);
+    }
+    const int64_t derived = global / (micro * replicas);
+    if (derived < 1 || derived > std::numeric_limits<int>::max()) {
+      TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
+                   " leaves ", derived, " accumulation steps", contract);
+    }
+    config.accumulation_steps = static_cast<int>(derived);
+  } else if (micro > 0 && global != micro * steps * replicas) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
+                 " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
+                 micro * steps * replicas, contract);
+  }
+  if (global < replicas) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " has fewer examples than the ",
+                 replicas, " replicas");
+  }
+  if (global % replicas != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " does not divide among ", replicas,
+                 " replicas (each replica takes global / replicas examples; "
+                 "only an epoch's last, partial batch is split unevenly)");
+  }
+  const int64_t per_replica = global / replicas;
+  if (per_replica % config.accumulation_steps != 0) {
+    TANDEM_THROW(InvalidArgument, "global batch ", global, " gives each of the ", replicas,
+                 " replicas ", per_replica, " examples, which ", config.accumulation_steps,
+                 " accumulation steps do not split into equal micro-batches", contract);
+  }
+  micro = per_replica / config.accumulation_steps;
+}
+
+void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
+  const int64_t examples = train.cardinality();
+  if (examples >= 0 && examples < config.batch_size) {
+    TANDEM_THROW(InvalidArgument, "batch size ", config.batch_size,
+                 " is larger than the training set (", examples, " examples)");
+  }
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,156 @@
+#pragma once
+// TrainConfig: what a Trainer (train/trainer.h) is asked to do, and the
+// checks and derivations that need no data or replicas: the settings that
+// cannot work named as TrainConfig fields and `tandem train` flags, and the
+// batch-size contract (global = micro-batch x accumulation steps x replicas).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/dataset.h"
+#include "tandem/data/distribute.h"
+#include "tandem/distribute/engine.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/optim/optimizer.h"
+#include "tandem/precision/loss_scaler.h"
+#include "tandem/train/loss.h"
+#include "tandem/train/metric.h"
+
+namespace tandem::train {
+
+struct TrainConfig {
+  int64_t epochs = 5;
+  // N > 0: fit() returns after epoch N of the epochs-long run (its
+  // checkpoint saved, TrainResult::paused), and a resume continues to
+  // `epochs` with the same schedule: how a search trains a trial in rungs.
+  // In [0, epochs].
+  int64_t stop_after_epochs = 0;
+  // N > 0: a checkpoint every N steps as well as at each epoch's end (with
+  // output_dir), so that a killed run loses at most N steps of a long epoch.
+  int64_t checkpoint_every = 0;
+  // The global batch is micro_batch_size x accumulation_steps x replicas
+  // (DeepSpeed's contract): each replica's share runs in accumulation_steps
+  // micro-batches whose gradients make one update (gradient accumulation,
+  // distribute::EngineOptions). Any two determine the third: 0 marks the
+  // one to derive (micro_batch_size 0: batch_size / (replicas x
+  // accumulation_steps)); the Trainer resolves them once it knows the
+  // replica count and refuses values that do not divide or disagree.
+  int64_t batch_size = 128;  // global
+  int accumulation_steps = 1;
+  int64_t micro_batch_size = 0;    // per replica
+  int64_t eval_batch_size = 1000;  // global
+  bool drop_remainder = false;     // false: the last partial batch is trained too
+  // 0: an epoch is one pass over the training data; N: N steps per epoch
+  // from one pass that continues across epochs (needed for infinite data).
+  int64_t steps_per_epoch = 0;
+  // With steps_per_epoch: when this process's pass over its data ends, the
+  // next pass (Dataset::iterator(k + 1): its own shuffle) follows, so the
+  // run has steps_per_epoch x epochs steps whatever the data's size.
+  // Without it the run ends when the data does.
+  bool repeat = false;
+  optim::OptimizerConfig optimizer;
+  // Cosine decay from the learning rate to min_lr over the run: the recipe
+  // fixes the rate, not its schedule, and decay converges further (see
+  // docs/performance.md for both). Schedules measured in epochs need the
+  // steps per epoch: from steps_per_epoch or the data's cardinality.
+  // A resume with other epochs than the run started with stretches (or
+  // shrinks) the cosine decay over the new total (see ResumePoint::epochs).
+  std::string schedule = "cosine";  // constant, step, cosine
+  double lr_step_epochs = 1.0;      // step schedule period, in epochs; > 0
+  double lr_gamma = 0.1;            // step schedule factor; in (0, 1]
+  double min_lr = 0.0;              // cosine floor; in [0, optimizer.learning_rate]
+  double warmup_epochs = 0.0;       // in [0, epochs]
+  // Learning-rate scaling with the global batch (optim::scaled_learning_rate):
+  // optimizer.learning_rate is the rate tuned at reference_batch; the run
+  // uses it scaled "linear"ly or by "sqrt" to the resolved global batch
+  // (config() then holds the scaled rate). "none": as given.
+  std::string lr_scaling = "none";
+  int64_t reference_batch = 0;  // > 0 with a rule
+  uint64_t seed = 0;            // dropout streams and batch_transform's generator
+  // Measure the gradient noise scale (train/noise_scale.h) every this many
+  // steps: two passes over the gradients and a small exchange on those
+  // steps. 0: never. It needs two batch sizes: several replicas, or
+  // accumulation_steps > 1 on one.
+  int64_t noise_scale_every = 1;
+  distribute::StrategyConfig strategy;  // one_device by default
+  // Gradient synchronisation, including ZeRO (reducer.zero_stage).
+  distribute::ReducerOptions reducer;
+  // Local SGD (> 0): replicas step on their own rows and average their
+  // parameters every this many steps (and at each epoch's end), optionally
+  // with the optimizer state (distribute::EngineOptions).
+  int sync_every = 0;
+  bool average_optimizer_state = false;
+  // The parameter_server strategy's shards, staleness bound and backup
+  // workers (distribute/parameter_server.h).
+  distribute::ParameterServerOptions parameter_server;
+  // A replica made slower on purpose (--slow-replica R:FACTOR).
+  distribute::SlowReplica slow_replica;
+  // Unset: dynamic for a mixed_float16 model, none otherwise. With a
+  // scaler, steps with non-finite gradients are skipped instead of failing.
+  std::optional<precision::LossScalerOptions> loss_scale;
+
+  // What the model computes from and against.
+  std::string input_feature = "image";  // the batch feature given to forward()
+  // A classifier of an image folder: label i's class name (its sub-folder),
+  // kept in the checkpoint and summary.json so that validation, evaluation
+  // and resumed runs map other folders by name. Empty for other data.
+  std::vector<std::string> class_names;
+  // The command line that started the run ("--name=value" each; tandem
+  // train's), kept in the checkpoint and summary.json: a resume takes its
+  // settings from it. Empty for runs made in code.
+  std::vector<std::string> arguments;
+  Loss loss = make_loss("softmax_cross_entropy");
+  std::vector<Metric> metrics = {make_metric("accuracy")};
+
+  // Input.
+  data::AutoShardPolicy auto_shard = data::AutoShardPolicy::automatic;
+  // Set for examples with variable-length features: batches are padded to
+  // their longest example (data::Dataset::padded_batch; drop_remainder is
+  // taken from above).
+  std::optional<data::PaddedBatchOptions> padding;
+  // Applied to each batch this process assembles, before it is split
+  // between its replicas (augmentation, decoding): part of the step's input
+  // time. Must keep the number of rows. thread_generator() is seeded from
+  // (seed, epoch, step) before each call, so random augmentation is
+  // reproducible whichever thread runs it. Runs on the main thread, or
+  // (prefetch or parallel input) on the data layer's threads while replicas
+  // compute: it must not touch the model.
+  data::MapFn batch_transform;
+  // Batches assembled ahead of the step that trains on them, on a background
+  // thread (tf.data's prefetch); 0: each batch is assembled when its step
+  // starts; data::kAutotune: the buffer grows while the step finds it empty.
+  int prefetch_batches = 0;
+  // batch_transform calls at once on the data layer's pool (num_parallel_calls
+  // of the map that runs it), or data::kAutotune.
+  int input_parallel_calls = 1;
+
+  // Where checkpoints go (empty: no checkpoints): RunDirectory::checkpoint().
+  std::string output_dir;
+  // Continue the run whose checkpoint is in output_dir (which must hold one).
+  bool resume = false;
+};
+
+// InvalidArgument naming the first setting of config that cannot work
+// (epochs, step counts, pipeline depths, optimizer, learning-rate scaling,
+// loss, metrics), checked without data or replicas; the Trainer calls it first.
+void check_train_config(const TrainConfig& config);
+
+// InvalidArgument for schedule settings that cannot work (an unknown
+// schedule, a step period or factor out of range, min_lr above the rate,
+// warmup longer than the run), against config.optimizer.learning_rate: the
+// Trainer calls it once the rate is scaled to the resolved batch.
+void check_schedule_settings(const TrainConfig& config);
+
+// Derives the unset one of batch_size, accumulation_steps and
+// micro_batch_size (see TrainConfig) for `replicas` replicas and checks that
+// they agree: InvalidArgument naming the numbers otherwise. The Trainer
+// calls it once it knows its strategy's replica count.
+void resolve_batch_sizes(TrainConfig& config, int replicas);
+
+// InvalidArgument when the training data has fewer examples than one global
+// batch (config's, resolved); fit() checks it too.
+void check_batch_fits(const TrainConfig& config, const data::Dataset& train);
+
+}  // namespace tandem::train

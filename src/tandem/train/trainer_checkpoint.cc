@@ -1,0 +1,164 @@
+// The Trainer's checkpoints: what it saves (the engine's state streamed in,
+// the position and the epoch's sums, the settings a resume must keep) and
+// how a run resumes from one.
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/precision/policy.h"
+#include "tandem/train/detail/epoch_json.h"
+#include "tandem/train/detail/trainer_state.h"
+#include "tandem/train/evaluation.h"
+
+namespace tandem::train {
+namespace {
+
+std::string number(double value) {
+  return fmt::format("{}", value);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
+  return {{"batch_size", std::to_string(config_.batch_size)},
+          {"seed", std::to_string(config_.seed)},
+          {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
+          {"drop_remainder", config_.drop_remainder ? "true" : "false"},
+          {"optimizer", optimizer().name()},
+          {"loss", config_.loss.name},
+          {"input_feature", config_.input_feature}};
+}
+
+void Trainer::save(const Progress& position, const std::vector<EpochResult>& history) {
+  // The replicas' partial sums join the saved ones (collective).
+  Progress progress = position;
+  detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
+                            progress.metrics);
+  if (config_.output_dir.empty() || !strategy_->is_chief()) {
+    distribute::DiscardingStateWriter nothing;  // the gathers are collective
+    engine_->save_state(nothing);
+    return;
+  }
+  Checkpoint c;  // the trainer's metadata; the engine's state streams in
+  write_spec(model_.spec, c.metadata);
+  nlohmann::json metric_sums = nlohmann::json::array();
+  for (size_t i = 0; i < progress.metrics.size(); ++i)
+    metric_sums.push_back(
+        {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
+  for (const auto& [key, value] : resume_settings()) c.metadata[key] = value;
+  const std::pair<const char*, std::string> entries[] = {
+      {"format", kTrainerCheckpointFormat},
+      {"epochs", std::to_string(config_.epochs)},
+      {"loss_record", loss_to_json(config_.loss)},
+      {"metrics_record", metrics_to_json(config_.metrics)},
+      {"epoch", std::to_string(progress.epoch)},
+      {"step", std::to_string(progress.step)},
+      {"global_step", std::to_string(progress.global_step)},
+      {"loss_sum", number(progress.loss_sum)},
+      {"examples", std::to_string(progress.examples)},
+      {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
+      {"metric_sums", metric_sums.dump()},
+      {"train_seconds", number(progress.train_seconds)},
+      {"history", nlohmann::json(history).dump()}};
+  for (const auto& [key, value] : entries) c.metadata[key] = value;
+  if (!config_.class_names.empty())
+    c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
+  if (!config_.arguments.empty())
+    c.metadata["arguments"] = nlohmann::json(config_.arguments).dump();
+  // Written as the engine gives its state: under ZeRO the optimizer state
+  // arrives one gathered bucket at a time and is never whole on a device.
+  CheckpointWriter writer(checkpoint_path(), c.metadata);
+  engine_->save_state(writer);
+  writer.commit();
+}
+
+const ResumePoint& Trainer::prepare_resume() {
+  if (!config_.resume) TANDEM_THROW(InvalidArgument, "prepare_resume() needs config.resume");
+  if (pending_resume_) return pending_resume_->point;
+  if (!std::filesystem::is_directory(config_.output_dir)) {
+    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir,
+                 "': the directory does not exist");
+  }
+  const std::string path = checkpoint_path();
+  if (!std::filesystem::exists(path)) {
+    TANDEM_THROW(InvalidArgument, "no run to resume at '", config_.output_dir, "': it has no ",
+                 std::filesystem::path(path).filename().string());
+  }
+  auto pending = std::make_unique<PendingResume>();
+  {
+    // Loaded tensors are copied into the model and dropped: temporaries, not
+    // activations (the monitor's memory findings read the activation peak).
+    MemoryCategoryScope loading(MemoryCategory::workspace);
+    pending->checkpoint = load_trainer_checkpoint(path);
+  }
+  const Checkpoint& c = pending->checkpoint;
+  const ModelSpec saved = read_spec(c.metadata);
+  if (!(saved == model_.spec)) {
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name, "' (",
+                 precision::policy_name(saved.policy), ", ", dtype_name(saved.compute_dtype),
+                 ", seed ", saved.seed, ") but this run builds '", model_.spec.name, "' (",
+                 precision::policy_name(model_.spec.policy), ", ",
+                 dtype_name(model_.spec.compute_dtype), ", seed ", model_.spec.seed,
+                 saved.definition != model_.spec.definition ? "; the model files differ" : "", ")");
+  }
+  for (const auto& [key, value] : resume_settings()) {
+    if (c.meta(key) != value) {
+      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", key, " ",
+                   c.meta(key), " but this run has ", value);
+    }
+  }
+  const std::vector<std::string> classes = checkpoint_class_names(c);
+  if (classes != config_.class_names) {
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was trained on classes ",
+                 classes.empty() ? "(none: not an image folder)" : nlohmann::json(classes).dump(),
+                 " but this run's data has ",
+                 config_.class_names.empty() ? "(none: not an image folder)"
+                                             : nlohmann::json(config_.class_names).dump());
+  }
+  Progress& progress = pending->progress;
+  progress.metrics.assign(config_.metrics.size(), {});
+  try {
+    progress.epoch = std::stoll(c.meta("epoch"));
+    progress.step = std::stoll(c.meta("step"));
+    progress.global_step = std::stoll(c.meta("global_step"));
+    progress.loss_sum = std::stod(c.meta("loss_sum"));
+    progress.examples = std::stoll(c.meta("examples"));
+    progress.nonfinite_steps = std::stoll(c.meta("nonfinite_steps"));
+    progress.train_seconds = std::stod(c.meta("train_seconds"));
+    const nlohmann::json sums = nlohmann::json::parse(c.meta("metric_sums"));
+    if (sums.size() != config_.metrics.size()) {
+      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", sums.size(),
+                   " metrics but this run has ", config_.metrics.size());
+    }
+    for (size_t i = 0; i < sums.size(); ++i) {
+      if (sums[i].at(0).get<std::string>() != config_.metrics[i].name) {
+        TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': metric ", i, " was ",
+                     sums[i].at(0).get<std::string>(), ", this run has ", config_.metrics[i].name);
+      }
+      progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
+    }
+    pending->history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
+    pending->point = {.epoch = progress.epoch,
+                      .step = progress.step,
+                      .global_step = progress.global_step,
+                      .epochs = c.metadata.count("epochs") ? std::stoll(c.meta("epochs")) : 0};
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
+  }
+  if (progress.epoch >= config_.epochs) {
+    TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': the run has trained ",
+                 progress.epoch, " epoch(s) and epochs (--epochs) is ", config_.epochs,
+                 ", which leaves nothing to train (give more epochs to continue it)");
+  }
+  pending_resume_ = std::move(pending);
+  return pending_resume_->point;
+}
+
+}  // namespace tandem::train
