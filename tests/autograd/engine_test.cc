@@ -1,11 +1,14 @@
 // The backward engine: accumulation, hook timing, no-grad, graph release.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/base/trace.h"
 #include "tandem/tensor/allocator.h"
 
 namespace tandem {
@@ -23,6 +26,31 @@ TEST(Engine, GradientOfAVariableUsedTwiceIsSummed) {
   Variable y = sum(add(mul(x, x), x));
   y.backward();
   EXPECT_EQ(x.grad().to_floats(), (std::vector<float>{3, 5, 7}));
+}
+
+// With a trace on, each op's backward, each sum of two gradients and each
+// accumulation into a leaf is a span of category "backward op" (the per-op
+// table of bench/op_table.py); with it off, nothing is recorded.
+TEST(Engine, TracedBackwardRecordsASpanPerOp) {
+  trace::take();
+  Variable x = param({1, 2, 3}, "x");
+  sum(add(mul(x, x), x)).backward();
+  size_t recorded_while_off = 0;
+  for (const trace::ThreadEvents& t : trace::take()) recorded_while_off += t.events.size();
+  EXPECT_EQ(recorded_while_off, 0u);
+  trace::set_enabled(true);
+  Variable z = param({1, 2, 3}, "z");
+  sum(add(mul(z, z), z)).backward();
+  trace::set_enabled(false);
+  std::vector<std::string> names;
+  for (const trace::ThreadEvents& t : trace::take()) {
+    for (const trace::Event& e : t.events) {
+      if (std::string(e.category) == "backward op") names.emplace_back(e.name);
+    }
+  }
+  for (const char* expected : {"sum", "add", "mul", "gradient accumulation"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  }
 }
 
 TEST(Engine, GradientsAccumulateAcrossBackwardCallsUntilZeroGrad) {

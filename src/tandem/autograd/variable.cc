@@ -7,6 +7,7 @@
 
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
+#include "tandem/base/trace.h"
 #include "tandem/kernels/elementwise.h"
 
 namespace tandem {
@@ -95,7 +96,12 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& seed) {
         if (!repeated) destinations[i] = Variable::from_impl(edge.leaf).grad_buffer();
       }
       BackwardContext context(grad_output, needs, grads, &destinations);
-      node->backward(context);
+      {
+        // Each op's backward is a span of its own in a trace: the per-op
+        // table of a step's backward (tandem's own op timing).
+        const trace::Span span(node->op, "backward op");
+        node->backward(context);
+      }
       for (size_t i = 0; i < destinations.size(); ++i) {
         if (destinations[i].defined() && grads[i].defined() &&
             grads[i].device_data() == destinations[i].device_data()) {
@@ -116,9 +122,15 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& seed) {
       if (g.defined()) check_gradient(g, edge.shape, edge.dtype, "input of", node->op);
       if (edge.node && g.defined()) {
         auto [slot, inserted] = pending.try_emplace(edge.node.get(), g);
-        if (!inserted) slot->second = kernels::add(slot->second, g);
+        if (!inserted) {
+          const trace::Span span("gradient sum", "backward op");
+          slot->second = kernels::add(slot->second, g);
+        }
       } else if (edge.leaf) {
-        if (g.defined()) Variable::from_impl(edge.leaf).accumulate_grad(g);
+        if (g.defined()) {
+          const trace::Span span("gradient accumulation", "backward op");
+          Variable::from_impl(edge.leaf).accumulate_grad(g);
+        }
         if (--leaf_pending[edge.leaf.get()] == 0) fire_hooks(edge.leaf);
       }
     }
