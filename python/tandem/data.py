@@ -226,6 +226,11 @@ class TensorSpec:
             if not _np.can_cast(array.dtype, self.dtype, "same_kind"):
                 raise TypeError(f"generated element {index}: '{name}' has dtype {array.dtype}, "
                                 f"which does not convert to the signature's {self.dtype}")
+            if self.dtype.kind in "iu" and array.size:
+                limits = _np.iinfo(self.dtype)
+                if array.min() < limits.min or array.max() > limits.max:
+                    raise ValueError(f"generated element {index}: '{name}' has values outside "
+                                     f"{self.dtype} ([{array.min()}, {array.max()}])")
             array = array.astype(self.dtype)
         if len(array.shape) != len(self.shape) or any(
                 want is not None and got != want for got, want in zip(array.shape, self.shape)):

@@ -76,6 +76,7 @@ def test_fit_on_a_generator_equals_fit_on_arrays():
     ((np.zeros(4, np.float32), 1), ValueError, r"'x' has shape \(4,\), the signature says \(3,\)"),
     ((np.zeros(3, np.float32), 1.5), TypeError, "'y' has dtype float64, which does not convert"),
     ({"x": np.zeros(3)}, TypeError, "is dict"),
+    ((np.zeros(3, np.float32), 2**40), ValueError, r"'y' has values outside int32"),
 ])
 def test_generator_yielding_the_wrong_structure_raises(element, error, message):
     d = Dataset.from_generator(lambda: iter([element]),
