@@ -8,11 +8,14 @@ namespace {
 using dnnl::memory;
 using dnnl::normalization_flags;
 
-// Rows of C channels as oneDNN's (N, C, H, W) with H = W = 1 in nhwc: the
-// primitive reduces over N, H and W alike, so any rank maps onto it.
+// Rows of C channels as oneDNN's (N, C, H, W) with N = W = 1 and H the rows,
+// in nhwc: the primitive reduces over N, H and W alike, so any rank maps onto
+// it. As one image of R rows rather than R images of one pixel: the kernels
+// then stream over the rows (measured on Zen 4, resnet at batch 128, 1 thread:
+// bf16 batch norm 31 -> 23 ms per step, f32 and bf16 steps 3-5% faster).
 memory::desc data_desc(const Tensor& x) {
   const int64_t C = x.dim(-1);
-  return memory::desc({x.numel() / C, C, 1, 1}, to_dnnl(x.dtype()), memory::format_tag::nhwc);
+  return memory::desc({1, C, x.numel() / C, 1}, to_dnnl(x.dtype()), memory::format_tag::nhwc);
 }
 
 memory::desc channel_desc(const Tensor& x) {
