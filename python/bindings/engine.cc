@@ -58,40 +58,18 @@ py::dict step_result(const distribute::StepResult& r) {
   return out;
 }
 
-template <typename T>
-T option(const py::dict& options, const char* key, T fallback) {
-  return options.contains(key) && !options[key].is_none() ? options[key].cast<T>() : fallback;
-}
-
-distribute::StrategyConfig strategy_config(const py::dict& o) {
-  distribute::StrategyConfig c;
-  c.name = option<std::string>(o, "strategy", "one_device");
-  c.devices = option<int>(o, "devices", c.devices);
-  c.threads_per_device = option<int>(o, "threads_per_device", c.threads_per_device);
-  return c;
-}
-
 class PythonEngine {
  public:
-  PythonEngine(const py::dict& strategy, const py::dict& model, const py::dict& optimizer,
-               const py::dict& options) {
+  // options: the strategy's (its name, devices, ...), the optimizer's
+  // config and the engine settings, as fit's options name them.
+  PythonEngine(const py::dict& options, const py::dict& model) {
+    const train::TrainConfig config = config_from(options);
     train::ModelFactory factory = factory_from(model);
     spec_ = factory.spec;
-    distribute::EngineOptions e;
-    set_optimizer(e.optimizer, optimizer);
-    e.accumulation_steps = option<int>(options, "accumulation_steps", 1);
-    e.reducer.zero_stage = option<int>(options, "zero", 0);
-    e.seed = option<uint64_t>(options, "seed", 0);
-    e.sync_every = option<int>(options, "sync_every", 0);
-    e.loss_scale = loss_scale_from(options.contains("loss_scale") ? py::object(options["loss_scale"])
-                                                                  : py::object(py::none()));
-    if (!e.loss_scale && spec_.policy == precision::Policy::mixed_float16)
-      e.loss_scale = precision::LossScalerOptions{};
-    if (!strategy.is_none() && strategy.contains("max_staleness") && !strategy["max_staleness"].is_none())
-      e.parameter_server.max_staleness = strategy["max_staleness"].cast<int64_t>();
+    const distribute::EngineOptions engine_options = train::engine_options_of(config, spec_.policy);
     py::gil_scoped_release release;  // a Python model's constructor takes it back
-    strategy_ = distribute::make_strategy(strategy_config(strategy));
-    engine_ = strategy_->make_engine(factory.build, e);
+    strategy_ = distribute::make_strategy(config.strategy);
+    engine_ = strategy_->make_engine(factory.build, engine_options);
   }
 
   py::dict step(const py::dict& batch, const BatchLayout& layout, py::function loss_fn,
@@ -173,8 +151,7 @@ BatchLayout layout_from(const py::object& names, bool as_dict) {
 void bind_engine(py::module_& m) {
   py::module_ d = m.def_submodule("engine", "The step engine for custom loops (use Strategy.engine).");
   py::class_<PythonEngine>(d, "Engine")
-      .def(py::init<const py::dict&, const py::dict&, const py::dict&, const py::dict&>(),
-           py::arg("strategy"), py::arg("model"), py::arg("optimizer"), py::arg("options"))
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("options"), py::arg("model"))
       .def("step", [](PythonEngine& e, const py::dict& batch, const py::object& names, bool as_dict,
                       py::function fn, int64_t step, std::optional<double> lr) {
              return e.step(batch, layout_from(names, as_dict), std::move(fn), step, lr);

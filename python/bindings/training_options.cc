@@ -1,7 +1,10 @@
 // Training options and model sources from Python (training_options.h).
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "training_options.h"
 
@@ -102,6 +105,112 @@ train::ModelFactory factory_from(const py::dict& model) {
     factory = with_first_replica(std::move(factory), model["first"].cast<std::shared_ptr<nn::Module>>());
   }
   return factory;
+}
+
+namespace {
+
+using train::TrainConfig;
+
+using Setter = std::function<void(TrainConfig&, const py::handle&, const std::string&)>;
+
+template <typename T, typename Field>
+Setter field(Field TrainConfig::*member) {
+  return [member](TrainConfig& c, const py::handle& v, const std::string& key) {
+    c.*member = as<T>(v, key);
+  };
+}
+
+const std::map<std::string, Setter>& config_setters() {
+  static const std::map<std::string, Setter> setters = {
+      {"epochs", field<int64_t>(&TrainConfig::epochs)},
+      {"batch_size", field<int64_t>(&TrainConfig::batch_size)},
+      {"accumulation_steps", field<int>(&TrainConfig::accumulation_steps)},
+      {"micro_batch_size", field<int64_t>(&TrainConfig::micro_batch_size)},
+      {"eval_batch_size", field<int64_t>(&TrainConfig::eval_batch_size)},
+      {"drop_remainder", field<bool>(&TrainConfig::drop_remainder)},
+      {"steps_per_epoch", field<int64_t>(&TrainConfig::steps_per_epoch)},
+      {"repeat", field<bool>(&TrainConfig::repeat)},
+      {"schedule", field<std::string>(&TrainConfig::schedule)},
+      {"lr_step_epochs", field<double>(&TrainConfig::lr_step_epochs)},
+      {"lr_gamma", field<double>(&TrainConfig::lr_gamma)},
+      {"min_lr", field<double>(&TrainConfig::min_lr)},
+      {"warmup_epochs", field<double>(&TrainConfig::warmup_epochs)},
+      {"lr_scaling", field<std::string>(&TrainConfig::lr_scaling)},
+      {"reference_batch", field<int64_t>(&TrainConfig::reference_batch)},
+      {"seed", field<uint64_t>(&TrainConfig::seed)},
+      {"noise_scale_every", field<int64_t>(&TrainConfig::noise_scale_every)},
+      {"sync_every", field<int>(&TrainConfig::sync_every)},
+      {"average_optimizer_state", field<bool>(&TrainConfig::average_optimizer_state)},
+      {"input_feature", field<std::string>(&TrainConfig::input_feature)},
+      {"prefetch_batches", field<int>(&TrainConfig::prefetch_batches)},
+      {"input_parallel_calls", field<int>(&TrainConfig::input_parallel_calls)},
+      {"output_dir", field<std::string>(&TrainConfig::output_dir)},
+      {"resume", field<bool>(&TrainConfig::resume)},
+      {"checkpoint_every", field<int64_t>(&TrainConfig::checkpoint_every)},
+      {"stop_after_epochs", field<int64_t>(&TrainConfig::stop_after_epochs)},
+      {"zero", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.reducer.zero_stage = as<int>(v, k);
+       }},
+      {"strategy", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.name = as<std::string>(v, k);
+       }},
+      {"devices", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.devices = as<int>(v, k);
+       }},
+      {"threads_per_device", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.threads_per_device = as<int>(v, k);
+       }},
+      {"max_staleness", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         if (!v.is_none()) c.parameter_server.max_staleness = as<int64_t>(v, k);
+       }},
+      {"loss_scale", [](TrainConfig& c, const py::handle& v, const std::string&) {
+         c.loss_scale = loss_scale_from(v);
+       }},
+  };
+  return setters;
+}
+
+void set_objective(TrainConfig& c, const py::dict& d) {
+  const std::string labels = d.contains("labels") ? d["labels"].cast<std::string>() : "label";
+  train::LossOptions options{.labels = labels};
+  if (d.contains("label_smoothing")) options.label_smoothing = d["label_smoothing"].cast<double>();
+  if (d.contains("ignore_index") && !d["ignore_index"].is_none()) {
+    options.ignore_index = d["ignore_index"].cast<int32_t>();
+  }
+  c.loss = train::make_loss(d["loss"].cast<std::string>(), options);
+  c.metrics.clear();
+  for (const auto& name : d["metrics"].cast<std::vector<std::string>>()) {
+    c.metrics.push_back(train::make_metric(name, {.labels = labels, .ignore_index = options.ignore_index}));
+  }
+}
+
+}  // namespace
+
+TrainConfig config_from(const py::dict& options) {
+  TrainConfig c;
+  const auto& setters = config_setters();
+  for (const auto& [k, v] : options) {
+    const std::string key = k.cast<std::string>();
+    if (v.is_none() && key != "optimizer" && key != "objective") continue;  // None: the default
+    if (key == "optimizer") {
+      set_optimizer(c.optimizer, v.cast<py::dict>());
+    } else if (key == "objective") {
+      set_objective(c, v.cast<py::dict>());
+    } else if (auto it = setters.find(key); it != setters.end()) {
+      it->second(c, v, key);
+    } else {
+      std::string known;
+      for (const auto& [name, _] : setters) known += (known.empty() ? "" : ", ") + name;
+      throw py::value_error("unknown training option '" + key + "' (known: " + known + ")");
+    }
+  }
+  return c;
+}
+
+std::vector<std::string> training_option_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : config_setters()) names.push_back(name);
+  return names;
 }
 
 }  // namespace tandem::python

@@ -32,33 +32,52 @@ class LambdaCallback(Callback):
             self.on_train_batch_end = on_train_batch_end
 
 
+class _Monitored:
+    """A logged value a callback watches for improvement (Keras's monitor
+    and mode: "auto" is max for accuracies, min otherwise) and its best so far."""
+
+    def __init__(self, owner, name, mode, min_delta=0.0):
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"mode must be auto, min or max, got {mode!r}")
+        self.owner, self.name, self.min_delta = owner, name, abs(min_delta)
+        self.mode = ("max" if "acc" in name else "min") if mode == "auto" else mode
+        self.reset()
+
+    def reset(self):
+        self.best = math.inf if self.mode == "min" else -math.inf
+
+    def improved(self, logs):
+        """Whether the logs' value beats the best by more than min_delta (it
+        becomes the best then); ValueError when the logs lack it."""
+        if self.name not in logs:
+            raise ValueError(f"{self.owner} monitors {self.name!r}, which the logs lack "
+                             f"(they have {sorted(logs)})")
+        value = logs[self.name]
+        better = (value < self.best - self.min_delta if self.mode == "min"
+                  else value > self.best + self.min_delta)
+        if better:
+            self.best = value
+        return better
+
+
 class EarlyStopping(Callback):
     """Stops fit() when `monitor` has not improved by min_delta for
     `patience` epochs (Keras's EarlyStopping)."""
 
     def __init__(self, monitor="val_loss", min_delta=0.0, patience=0, mode="auto"):
-        if mode not in ("auto", "min", "max"):
-            raise ValueError(f"mode must be auto, min or max, got {mode!r}")
-        if mode == "auto":
-            mode = "max" if "acc" in monitor else "min"
-        self.monitor, self.min_delta, self.patience, self.mode = monitor, abs(min_delta), patience, mode
-        self.best = math.inf if mode == "min" else -math.inf
+        self.watched = _Monitored("EarlyStopping", monitor, mode, min_delta)
+        self.patience = patience
         self.wait = 0
         self.stopped_epoch = None
 
     def on_train_begin(self, logs):
-        self.best = math.inf if self.mode == "min" else -math.inf
+        self.watched.reset()
         self.wait = 0
         self.stopped_epoch = None
 
     def on_epoch_end(self, epoch, logs):
-        if self.monitor not in logs:
-            raise ValueError(f"EarlyStopping monitors {self.monitor!r}, which the logs lack "
-                             f"(they have {sorted(logs)})")
-        value = logs[self.monitor]
-        better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
-        if better:
-            self.best, self.wait = value, 0
+        if self.watched.improved(logs):
+            self.wait = 0
             return
         self.wait += 1
         if self.wait > self.patience:
@@ -129,20 +148,10 @@ class ModelCheckpoint(Callback):
     the logs' names ("weights.{epoch:02d}-{val_loss:.3f}.safetensors")."""
 
     def __init__(self, filepath, monitor="val_loss", save_best_only=False, mode="auto"):
-        if mode not in ("auto", "min", "max"):
-            raise ValueError(f"mode must be auto, min or max, got {mode!r}")
-        self.filepath, self.monitor, self.save_best_only = filepath, monitor, save_best_only
-        self.mode = ("max" if "acc" in monitor else "min") if mode == "auto" else mode
-        self.best = None
+        self.filepath, self.save_best_only = filepath, save_best_only
+        self.watched = _Monitored("ModelCheckpoint", monitor, mode)  # its best spans fits
 
     def on_epoch_end(self, epoch, logs):
-        if self.save_best_only:
-            if self.monitor not in logs:
-                raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which the logs lack "
-                               f"(they have {sorted(logs)})")
-            value = logs[self.monitor]
-            better = self.best is None or (value < self.best if self.mode == "min" else value > self.best)
-            if not better:
-                return
-            self.best = value
+        if self.save_best_only and not self.watched.improved(logs):
+            return
         self.model.save_weights(self.filepath.format(epoch=epoch + 1, **logs))

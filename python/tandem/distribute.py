@@ -70,9 +70,10 @@ class Strategy:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         source = model._model_source(model._policy(), seed)
         native = _tandem.engine.Engine(
-            self.options(), source, optimizer.config(),
-            {"loss_scale": loss_scale, "accumulation_steps": accumulation_steps, "zero": zero,
-             "seed": seed, "sync_every": sync_every})
+            dict(self.options(), optimizer=optimizer.config(), loss_scale=loss_scale,
+                 accumulation_steps=accumulation_steps, zero=zero, seed=seed,
+                 sync_every=sync_every),
+            source)
         return Engine(native, self)
 
     def __repr__(self):

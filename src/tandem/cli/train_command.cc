@@ -383,9 +383,7 @@ std::unique_ptr<monitor::Monitor> make_monitor(const TrainOptions& o, const RunS
                                                const OutputSettings& outputs) {
   const train::TrainConfig& config = o.config;
   const train::ModelFactory& factory = setup.model;
-  monitor::RunInfo info = monitor::describe_run(trainer, steps_per_epoch);
-  info.layers = monitor::example_layer_flops(trainer.model(), example, config.input_feature);
-  monitor::describe_devices(trainer.strategy(), factory.spec.compute_dtype, info);
+  monitor::RunInfo info = monitor::describe_training_run(trainer, steps_per_epoch, example);
   if (!o.quiet) {
     double forward = 0.0;
     for (const monitor::LayerFlops& l : info.layers) forward += l.forward_flops;

@@ -79,6 +79,28 @@ ExistingMetrics read_existing(const std::string& path) {
   return out;
 }
 
+// Each replica's device memory and measured matmul peak (describe_training_run).
+void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
+                      RunInfo& info) {
+  const Device device = strategy.device(0);
+  info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
+  if (device.kind == DeviceKind::cuda) {
+    // Virtual GPU devices share their GPU's memory.
+    const std::vector<kernels::BackendInfo::Gpu> gpus = kernels::backend_info().gpus;
+    const int per_gpu = std::max(1, cuda_device_count() / std::max(1, cuda_gpu_count()));
+    const auto gpu = static_cast<size_t>(device.index / per_gpu);
+    info.device_memory_bytes = gpu < gpus.size() ? gpus[gpu].memory_bytes / per_gpu : 0;
+  }
+  NumThreadsScope threads(strategy.threads_per_replica());
+  // 1024 keeps the CPU's measurement short; a GPU needs 4096 to come near
+  // its peak (an 8192 product reaches it).
+  info.peak_flops_per_device =
+      kernels::measure_matmul_peak(compute_dtype == DType::bf16 ? DType::bf16 : DType::f32,
+                                   device.kind == DeviceKind::cuda ? 4096 : 1024, 0.2, device);
+  // The measurement's buffers are gone; peaks should be the model's.
+  for (const Device& d : info.devices) allocator_for(d).reset_peaks();
+}
+
 }  // namespace
 }  // namespace tandem::monitor
 
@@ -137,25 +159,12 @@ RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch) {
   return info;
 }
 
-void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
-                      RunInfo& info) {
-  const Device device = strategy.device(0);
-  info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
-  if (device.kind == DeviceKind::cuda) {
-    // Virtual GPU devices share their GPU's memory.
-    const std::vector<kernels::BackendInfo::Gpu> gpus = kernels::backend_info().gpus;
-    const int per_gpu = std::max(1, cuda_device_count() / std::max(1, cuda_gpu_count()));
-    const auto gpu = static_cast<size_t>(device.index / per_gpu);
-    info.device_memory_bytes = gpu < gpus.size() ? gpus[gpu].memory_bytes / per_gpu : 0;
-  }
-  NumThreadsScope threads(strategy.threads_per_replica());
-  // 1024 keeps the CPU's measurement short; a GPU needs 4096 to come near
-  // its peak (an 8192 product reaches it).
-  info.peak_flops_per_device =
-      kernels::measure_matmul_peak(compute_dtype == DType::bf16 ? DType::bf16 : DType::f32,
-                                   device.kind == DeviceKind::cuda ? 4096 : 1024, 0.2, device);
-  // The measurement's buffers are gone; peaks should be the model's.
-  for (const Device& d : info.devices) allocator_for(d).reset_peaks();
+RunInfo describe_training_run(train::Trainer& trainer, int64_t steps_per_epoch,
+                              const std::optional<data::Element>& example) {
+  RunInfo info = describe_run(trainer, steps_per_epoch);
+  info.layers = example_layer_flops(trainer.model(), example, trainer.config().input_feature);
+  describe_devices(trainer.strategy(), trainer.model_spec().compute_dtype, info);
+  return info;
 }
 
 Monitor::Monitor(MonitorOptions options, RunInfo info)

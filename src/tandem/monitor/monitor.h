@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tandem/data/element.h"
 #include "tandem/monitor/model_flops.h"
 #include "tandem/monitor/run_stats.h"
 #include "tandem/tensor/device.h"
@@ -54,11 +56,14 @@ struct RunInfo {
 // Trainer::steps_per_epoch, 0 when unknown); the caller adds the device
 // peak, memory capacity and layer FLOPs when it measures them.
 RunInfo describe_run(train::Trainer& trainer, int64_t steps_per_epoch);
-// Adds what the monitor compares each replica's device with: its memory and
-// a short matmul run's rate in the policy's matrix dtype (compute_dtype),
-// on that device (a GPU's, not the host's: the first H200 run reported the
-// host CPU's). Takes about 0.2 s.
-void describe_devices(const distribute::Strategy& strategy, DType compute_dtype, RunInfo& info);
+// describe_run and what a training run's monitor also compares with: the
+// model's forward FLOPs by layer for one example of the data (none without
+// one), and each replica's device memory and a short matmul run's rate in
+// the model's matrix dtype on that device (a GPU's, not the host's: the first
+// H200 run reported the host CPU's). Takes about 0.2 s. What `tandem train`
+// and the Python package's fit give their monitors.
+RunInfo describe_training_run(train::Trainer& trainer, int64_t steps_per_epoch,
+                              const std::optional<data::Element>& example);
 
 struct MonitorOptions {
   std::string run_dir;        // metrics.jsonl and trace.json go here; empty: no files

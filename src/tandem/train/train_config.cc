@@ -157,4 +157,18 @@ void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
   }
 }
 
+distribute::EngineOptions engine_options_of(const TrainConfig& config, precision::Policy policy) {
+  std::optional<precision::LossScalerOptions> scaling = config.loss_scale;
+  if (!scaling && policy == precision::Policy::mixed_float16) scaling = precision::LossScalerOptions{};
+  return {.optimizer = config.optimizer,
+          .reducer = config.reducer,
+          .accumulation_steps = config.accumulation_steps,
+          .loss_scale = scaling,
+          .seed = config.seed,
+          .slow_replica = config.slow_replica,
+          .sync_every = config.sync_every,
+          .average_optimizer_state = config.average_optimizer_state,
+          .parameter_server = config.parameter_server};
+}
+
 }  // namespace tandem::train

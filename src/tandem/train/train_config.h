@@ -14,6 +14,7 @@
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/optim/optimizer.h"
+#include "tandem/precision/policy.h"
 #include "tandem/precision/loss_scaler.h"
 #include "tandem/train/loss.h"
 #include "tandem/train/metric.h"
@@ -142,6 +143,12 @@ void check_train_config(const TrainConfig& config);
 // warmup longer than the run), against config.optimizer.learning_rate: the
 // Trainer calls it once the rate is scaled to the resolved batch.
 void check_schedule_settings(const TrainConfig& config);
+
+// The engine settings a configuration asks for, for a model built under
+// `policy`: loss scaling as configured, or dynamic for mixed_float16 when
+// unset. The Trainer's engine and a custom loop's (the Python package's
+// strategy.engine) are made from it alike.
+distribute::EngineOptions engine_options_of(const TrainConfig& config, precision::Policy policy);
 
 // Derives the unset one of batch_size, accumulation_steps and
 // micro_batch_size (see TrainConfig) for `replicas` replicas and checks that

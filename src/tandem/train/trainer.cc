@@ -121,18 +121,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
 Trainer::~Trainer() = default;
 
 distribute::EngineOptions Trainer::engine_options() const {
-  std::optional<precision::LossScalerOptions> scaling = config_.loss_scale;
-  if (!scaling && model_.spec.policy == precision::Policy::mixed_float16)
-    scaling = precision::LossScalerOptions{};
-  return {.optimizer = config_.optimizer,
-          .reducer = config_.reducer,
-          .accumulation_steps = config_.accumulation_steps,
-          .loss_scale = scaling,
-          .seed = config_.seed,
-          .slow_replica = config_.slow_replica,
-          .sync_every = config_.sync_every,
-          .average_optimizer_state = config_.average_optimizer_state,
-          .parameter_server = config_.parameter_server};
+  return engine_options_of(config_, model_.spec.policy);
 }
 
 std::string Trainer::checkpoint_path() const {
