@@ -17,13 +17,14 @@ set -eu
 # procps: the test hosts in network namespaces (scripts/netns-hosts.sh) and
 # the fault tests' checks for processes left behind. python3-dev,
 # pybind11-dev, libdlpack-dev, python3-numpy and python3-pytest: the Python
-# package (python/, docs/python.md) and its tests.
+# package (python/, docs/python.md) and its tests. libgloo-dev: collectives
+# between processes without MPI (tandem launch, elastic training).
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libonnx-dev libprotobuf-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist bible-kjv chromium clang libclang-rt-14-dev libomp-14-dev
   python3-torch python3-protobuf python3-onnx python3-opencv iproute2 procps
-  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest"
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest libgloo-dev"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -10,6 +10,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/host_name.h"
+#include "tandem/comm/detail/tcp.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/detail/ps_messages.h"
@@ -22,9 +23,9 @@ constexpr double kConnectSeconds = 60.0;
 constexpr double kHelloSeconds = 10.0;  // from a connection to its hello
 
 // "host\nport\naddress address ...": where this rank's peers find it.
-std::string card_of(const detail::WorkerListener& listener) {
+std::string card_of(const comm::detail::TcpListener& listener) {
   std::string card = host_name() + "\n" + std::to_string(listener.port()) + "\n";
-  for (const std::string& a : detail::host_addresses()) card += a + " ";
+  for (const std::string& a : comm::detail::host_addresses()) card += a + " ";
   return card;
 }
 
@@ -54,7 +55,7 @@ std::unique_ptr<detail::WorkerLink> connect_with_hello(const std::string& card, 
                        : fmt::format("parameter-server shard {} (rank {} on host {})",
                                      server_rank, server_rank, host);
   auto link = std::make_unique<detail::WorkerLink>(
-      detail::connect_to(addresses, port, kConnectSeconds), server);
+      comm::detail::connect_to(addresses, port, kConnectSeconds, "the parameter server"), server);
   detail::FrameWriter hello;
   hello.u64(static_cast<uint64_t>(comm::mpi_world_rank()));
   hello.u64(static_cast<uint64_t>(::getpid()));
@@ -72,13 +73,13 @@ struct Hello {
 
 // The next `count` connections whose hellos come from ranks in
 // [first, last), each rank once.
-std::vector<Hello> accept_hellos(detail::WorkerListener& listener, int count, int first,
+std::vector<Hello> accept_hellos(comm::detail::TcpListener& listener, int count, int first,
                                  int last, const std::string& who) {
   std::vector<Hello> hellos;
   std::vector<bool> seen(static_cast<size_t>(last), false);
   while (static_cast<int>(hellos.size()) < count) {
     Hello h;
-    h.link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds),
+    h.link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds, "parameter-server worker"),
                                                   "a connecting process");
     uint64_t rank = 0;
     try {
@@ -118,7 +119,7 @@ bool parameter_server_across_processes() {
 
 std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, int shards,
                                                      double silence_seconds) {
-  detail::WorkerListener listener;
+  comm::detail::TcpListener listener("parameter-server workers");
   exchange_cards(shards, card_of(listener));
   auto remote = std::make_shared<RemoteWorkers>();
   remote->silence_seconds = silence_seconds;
@@ -164,7 +165,7 @@ ShardRankLinks::ShardRankLinks(ShardRankLinks&&) noexcept = default;
 
 ShardRankLinks accept_shard_clients(int shards, int workers) {
   const int rank = comm::mpi_world_rank();
-  detail::WorkerListener listener;
+  comm::detail::TcpListener listener("parameter-server workers");
   const std::vector<std::string> cards = exchange_cards(shards, card_of(listener));
   ShardRankLinks links;
   // No heartbeats to the chief: it reads this connection only for the

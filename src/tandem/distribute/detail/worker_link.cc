@@ -1,11 +1,5 @@
 #include "tandem/distribute/detail/worker_link.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +11,7 @@
 #include <limits>
 
 #include "tandem/base/error.h"
+#include "tandem/comm/detail/tcp.h"
 
 namespace tandem::distribute::detail {
 namespace {
@@ -25,15 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kHeartbeatEvery = std::chrono::seconds(1);
 constexpr int kMaxRank = 8;
-
-[[noreturn]] void throw_errno(const std::string& what) {
-  TANDEM_THROW(PeerFailed, what, ": ", std::strerror(errno));
-}
-
-void set_no_delay(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
 
 int milliseconds_left(Clock::time_point deadline) {
   const auto left =
@@ -44,7 +30,7 @@ int milliseconds_left(Clock::time_point deadline) {
 }  // namespace
 
 WorkerLink::WorkerLink(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {
-  set_no_delay(fd_);
+  comm::detail::set_no_delay(fd_);
 }
 
 WorkerLink::~WorkerLink() {
@@ -86,7 +72,7 @@ void WorkerLink::send(FrameKind kind, const std::vector<std::string_view>& parts
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw_errno("connection to " + peer_ + " lost while sending");
+      if (n <= 0) comm::detail::throw_socket_error("connection to " + peer_ + " lost while sending");
       bytes.remove_prefix(static_cast<size_t>(n));
     }
   };
@@ -101,7 +87,7 @@ void WorkerLink::read_exactly(char* out, size_t n, double silence_seconds) {
     pollfd p{fd_, POLLIN, 0};
     const int ready = ::poll(&p, 1, milliseconds_left(deadline));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) throw_errno("waiting for " + peer_);
+    if (ready < 0) comm::detail::throw_socket_error("waiting for " + peer_);
     if (ready == 0) {
       if (closing_.load()) TANDEM_THROW(PeerFailed, "connection to ", peer_, " closed here");
       if (Clock::now() >= deadline) {
@@ -113,7 +99,7 @@ void WorkerLink::read_exactly(char* out, size_t n, double silence_seconds) {
     }
     const ssize_t got = ::recv(fd_, out, n, 0);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw_errno("connection to " + peer_ + " lost");
+    if (got < 0) comm::detail::throw_socket_error("connection to " + peer_ + " lost");
     if (got == 0) TANDEM_THROW(PeerFailed, peer_, " closed the connection (the process ended)");
     out += got;
     n -= static_cast<size_t>(got);
@@ -157,93 +143,6 @@ std::string WorkerLink::receive(FrameKind want, std::string_view what, double si
                  " was expected");
   }
   return std::move(payload);
-}
-
-WorkerListener::WorkerListener() {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw_errno("cannot open the parameter server's socket");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = 0;
-  socklen_t size = sizeof address;
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(fd_, 64) != 0 ||
-      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-    const int error = errno;
-    ::close(fd_);
-    errno = error;
-    throw_errno("cannot listen for parameter-server workers");
-  }
-  port_ = ntohs(address.sin_port);
-}
-
-WorkerListener::~WorkerListener() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-int WorkerListener::accept(double seconds) {
-  pollfd p{fd_, POLLIN, 0};
-  const int ready = ::poll(&p, 1, static_cast<int>(seconds * 1000.0));
-  if (ready <= 0) {
-    TANDEM_THROW(Timeout, "no parameter-server worker connected within ", seconds,
-                 " s (port ", port_, "; a firewall between the hosts?)");
-  }
-  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) throw_errno("accepting a parameter-server worker");
-  return fd;
-}
-
-std::vector<std::string> host_addresses() {
-  std::vector<std::string> addresses;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-      if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
-      char text[INET_ADDRSTRLEN];
-      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-      if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) addresses.emplace_back(text);
-    }
-    ::freeifaddrs(list);
-  }
-  addresses.emplace_back("127.0.0.1");
-  return addresses;
-}
-
-int connect_to(const std::vector<std::string>& addresses, int port, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(seconds));
-  std::string tried;
-  do {
-    for (const std::string& text : addresses) {
-      sockaddr_in address{};
-      address.sin_family = AF_INET;
-      address.sin_port = htons(static_cast<uint16_t>(port));
-      if (::inet_pton(AF_INET, text.c_str(), &address.sin_addr) != 1) continue;
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) throw_errno("cannot open a socket");
-      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int error = ETIMEDOUT;
-        if (::poll(&p, 1, 2000) == 1) {
-          socklen_t size = sizeof error;
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
-        }
-        rc = error == 0 ? 0 : -1;
-        errno = error;
-      }
-      if (rc == 0) {
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-        return fd;
-      }
-      tried += (tried.empty() ? "" : ", ") + text + " (" + std::strerror(errno) + ")";
-      ::close(fd);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (Clock::now() < deadline);
-  TANDEM_THROW(PeerFailed, "cannot reach the parameter server on port ", port, " at ", tried);
 }
 
 void FrameWriter::u64(uint64_t v) {

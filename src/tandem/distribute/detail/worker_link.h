@@ -94,29 +94,6 @@ class WorkerLink {
   std::thread heartbeats_;
 };
 
-// A listening socket on every interface, on a port the kernel chooses.
-class WorkerListener {
- public:
-  WorkerListener();
-  ~WorkerListener();
-  WorkerListener(const WorkerListener&) = delete;
-  WorkerListener& operator=(const WorkerListener&) = delete;
-  int port() const { return port_; }
-  // The next connection; throws Timeout after `seconds`.
-  int accept(double seconds);
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
-// This host's IPv4 addresses, loopback last: where workers may reach a
-// listener here.
-std::vector<std::string> host_addresses();
-// A socket connected to the first of `addresses` that answers on `port`;
-// throws PeerFailed naming them all when none does within `seconds`.
-int connect_to(const std::vector<std::string>& addresses, int port, double seconds);
-
 // Little-endian encoding of numbers, strings and tensors in a frame.
 class FrameWriter {
  public:
