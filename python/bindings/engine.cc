@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "training_options.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/train/checkpoint.h"
@@ -173,9 +174,9 @@ void bind_engine(py::module_& m) {
       .def("is_chief", [](PythonEngine& e) { return e.strategy().is_chief(); })
       .def("learning_rate", [](PythonEngine& e) { return e.engine().optimizer(0).learning_rate(); });
   d.def("launched_rank", &comm::launched_rank,
-        "This process's rank as mpirun's environment gives it (-1: not given).");
+        "This process's rank as its launcher (mpirun or tandem launch) gives it (-1: not given).");
   d.def("launched_process_count", &comm::launched_process_count,
-        "The processes mpirun started (0: not started by mpirun).");
+        "The processes the launcher (mpirun or tandem launch) started (0: not launched).");
 }
 
 }  // namespace tandem::python

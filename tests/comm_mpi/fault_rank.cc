@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/tandem.h"
 

@@ -11,6 +11,7 @@
 #include "support/ranks.h"
 #include "tandem/base/error.h"
 #include "tandem/comm/hierarchical.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 
 namespace tandem::comm {

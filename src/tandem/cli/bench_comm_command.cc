@@ -32,7 +32,7 @@
 #include "tandem/comm/compression.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
-#include "tandem/comm/mpi.h"
+#include "tandem/comm/launch.h"
 
 namespace tandem::cli {
 namespace {
@@ -367,7 +367,7 @@ MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective colle
                      .op = op,
                      .in_place = in_place,
                      .repeats = o.repeats,
-                     .ranks_per_process = o.backend == "mpi" ? 1 : o.ranks,
+                     .ranks_per_process = o.backend == "mpi" || o.backend == "gloo" ? 1 : o.ranks,
                      .busy_threads = o.busy_threads};
 }
 
@@ -418,11 +418,16 @@ Measured measure_backend(const CollectiveOptions& o, const MeasureSetup& setup,
     m.world = o.ranks;
     m.results = measure_on_threads(o.ranks, o.threads, setup, sizes,
                                    [&](int r) { return group.communicator(r); });
-  } else if (o.backend == "mpi") {
+  } else if (o.backend == "mpi" || o.backend == "gloo") {
+    if ((o.backend == "gloo") != (comm::launcher() == comm::Launcher::tandem)) {
+      TANDEM_THROW(InvalidArgument, "--backend ", o.backend, " runs under ",
+                   o.backend == "gloo" ? "tandem launch" : "mpirun", ", not ",
+                   comm::launcher_name(comm::launcher()));
+    }
     // Not OpenMP's default team: ranks that share a host's cores (or test
     // hosts that share a machine's) would spin against each other.
     set_num_threads(o.threads);
-    auto c = comm::make_mpi_communicator(comm_options);
+    auto c = comm::make_process_communicator(comm_options);
     m.world = c->size();
     m.print = c->rank() == 0;
     m.results = measure(*c, setup, sizes);
@@ -434,7 +439,7 @@ Measured measure_backend(const CollectiveOptions& o, const MeasureSetup& setup,
                                    [&](int r) { return group.communicator(r); });
   } else {
     TANDEM_THROW(InvalidArgument, "--backend: unknown backend '", o.backend,
-                 "' (expected inprocess, mpi or hierarchical)");
+                 "' (expected inprocess, mpi, gloo or hierarchical)");
   }
   return m;
 }
@@ -550,7 +555,8 @@ std::vector<Command> add_bench_comm_commands(CLI::App& bench) {
         name, std::string("Time and bandwidth of ") + name + " per buffer size");
     auto o = std::make_shared<CollectiveOptions>();
     c->add_option("--backend", o->backend,
-                  "inprocess (threads), mpi (processes under mpirun) or hierarchical")
+                  "inprocess (threads), mpi (processes under mpirun), gloo (processes under "
+                  "tandem launch) or hierarchical (threads x processes, under either)")
         ->capture_default_str();
     c->add_option("--ranks", o->ranks, "In-process ranks (per process for hierarchical)")
         ->capture_default_str();

@@ -29,6 +29,7 @@ Command add_report_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+Command add_launch_command(CLI::App& app);
 // `plan memory` (its command is the memory subcommand of plan).
 Command add_plan_command(CLI::App& app);
 // `plan scaling`, under the `plan` command.

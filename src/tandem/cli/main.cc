@@ -13,6 +13,7 @@
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/parse_errors.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/config.h"
 
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
       tandem::cli::add_plan_command(app),     tandem::cli::add_tune_command(app)};
   commands.push_back(tandem::cli::add_tune_search_command(*commands.back().app->get_parent()));
   commands.push_back(tandem::cli::add_plan_scaling_command(*commands[8].app->get_parent()));
+  commands.push_back(tandem::cli::add_launch_command(app));
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) {
@@ -85,8 +87,8 @@ int main(int argc, char** argv) {
     if (!known) {
       const std::string message =
           std::string("unknown command '") + argv[1] +
-          "' (expected train, evaluate, generate, export, report, plan, tune, info, bench or "
-          "data; see tandem --help)";
+          "' (expected train, evaluate, generate, export, report, plan, tune, launch, info, "
+          "bench or data; see tandem --help)";
       return fail("error", message.c_str(), 2);
     }
   }

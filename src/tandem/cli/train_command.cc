@@ -21,6 +21,7 @@
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
@@ -155,7 +156,7 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
   return {first, last};
 }
 
-// Under mpirun every process runs this command: without multi-worker each
+// Under mpirun or tandem launch every process runs this command: without multi-worker each
 // would train on its own and write the same run directory (one process is
 // just a training).
 void check_launcher(const TrainOptions& o, const std::string& strategy) {
@@ -164,7 +165,8 @@ void check_launcher(const TrainOptions& o, const std::string& strategy) {
   if (processes == 0 || processes == 1) return;
   // The parameter server's ranks and workers: strategy_layout.
   if (strategy == "parameter_server") return;
-  TANDEM_THROW(InvalidArgument, "tandem train was started by mpirun with ",
+  TANDEM_THROW(InvalidArgument, "tandem train was started by ",
+               comm::launcher_name(comm::launcher()), " with ",
                processes > 1 ? fmt::format("{} processes", processes) : "several processes",
                " and --strategy ", o.strategy,
                ": each process would train on its own and write the same run directory; add "

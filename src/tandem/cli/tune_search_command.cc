@@ -21,6 +21,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/cli/mpi_trial_runner.h"
 #include "tandem/cli/process_trial_runner.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/monitor/svg_chart.h"
 #include "tandem/tune/search.h"

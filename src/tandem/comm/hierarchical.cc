@@ -4,7 +4,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/comm/detail/reduce_kernels.h"
-#include "tandem/comm/mpi.h"
+#include "tandem/comm/launch.h"
 
 namespace tandem::comm {
 
@@ -39,7 +39,8 @@ class HierarchicalCommunicator : public Communicator {
   int size() const override { return state_->process_count * state_->local_size; }
   std::string backend() const override { return "hierarchical"; }
   std::string_view all_reduce_algorithm(int64_t) const override {
-    return "local+MPI_Allreduce+broadcast";
+    return state_->leaders->backend() == "gloo" ? "local+gloo ring+broadcast"
+                                                : "local+MPI_Allreduce+broadcast";
   }
 
  protected:
@@ -58,7 +59,7 @@ class HierarchicalCommunicator : public Communicator {
 void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   const ReduceOp partial = op == ReduceOp::mean ? ReduceOp::sum : op;
   local_->all_reduce(buffer, partial);
-  // The leaders' MPI call check marks when every process has arrived; the
+  // The leaders' call check marks when every process has arrived; the
   // other local ranks keep the time they picked the call up.
   if (leader()) state_->leaders->all_reduce(buffer, partial);
   local_->broadcast(buffer, 0);
@@ -163,7 +164,7 @@ HierarchicalGroup::HierarchicalGroup(int local_size, CommOptions options)
   state_->options = options;
   state_->local = std::make_unique<InProcessGroup>(
       local_size, InProcessOptions{.comm = options, .whole_group = false});
-  state_->leaders = make_mpi_communicator(options);
+  state_->leaders = make_process_communicator(options);
   state_->process_rank = state_->leaders->rank();
   state_->process_count = state_->leaders->size();
   // Every process must have the same number of local ranks.

@@ -1,13 +1,14 @@
 #pragma once
 // Collectives over several devices per process and several processes: the
 // replica threads of a process form an in-process group, and local rank 0 of
-// every process (the leader) talks to the other leaders over MPI. Global rank
+// every process (the leader) talks to the other leaders over the job's
+// process communicator (MPI under mpirun, gloo under tandem launch). Global rank
 // = process rank x local size + local rank; every process must hold the same
 // number of local ranks.
 //
 // All-reduce, in three steps:
 //  1. reduce inside the process (in-process all-reduce),
-//  2. the leaders all-reduce across processes (MPI),
+//  2. the leaders all-reduce across processes (MPI or gloo),
 //  3. broadcast back inside the process.
 // All-gather: gather inside, leaders all-gather the process blocks, broadcast
 // inside. Broadcast: inside the root's process to its leader, across leaders,
@@ -23,7 +24,7 @@ namespace tandem::comm {
 
 class HierarchicalGroup {
  public:
-  // Collective across processes (creates the leaders' MPI communicator):
+  // Collective across processes (creates the leaders' communicator):
   // every process calls it, from its main thread, with the same local_size.
   // Throws CommError when processes disagree on local_size.
   HierarchicalGroup(int local_size, CommOptions options = {});

@@ -1,11 +1,11 @@
 #include "tandem/comm/mpi.h"
 
 #include <climits>
-#include <cstdlib>
-#include <initializer_list>
 #include <limits>
 
+#include "tandem/base/environment.h"
 #include "tandem/base/error.h"
+#include "tandem/comm/launch.h"
 #include "tandem/config.h"
 
 #if TANDEM_HAVE_MPI
@@ -29,38 +29,6 @@ namespace tandem::comm {
 
 bool mpi_built() {
   return TANDEM_HAVE_MPI == 1;
-}
-
-bool launched_by_mpi() {
-  for (const char* variable :
-       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(variable) != nullptr) return true;
-  }
-  return false;
-}
-
-namespace {
-// The first of `variables` that holds a number >= minimum; -1 otherwise.
-int environment_number(std::initializer_list<const char*> variables, long minimum) {
-  for (const char* variable : variables) {
-    const char* value = std::getenv(variable);
-    if (value == nullptr) continue;
-    char* end = nullptr;
-    const long number = std::strtol(value, &end, 10);
-    if (end != value && *end == '\0' && number >= minimum && number <= INT_MAX)
-      return static_cast<int>(number);
-  }
-  return -1;
-}
-}  // namespace
-
-int launched_process_count() {
-  if (!launched_by_mpi()) return 0;
-  return environment_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1);
-}
-
-int launched_rank() {
-  return environment_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0);
 }
 
 #if !TANDEM_HAVE_MPI
@@ -926,6 +894,7 @@ std::string mpi_launch_advice() {
 }
 
 void abort_mpi_job(int status) {
+  if (!launched_by_mpi()) return;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

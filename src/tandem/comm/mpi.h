@@ -25,15 +25,6 @@ namespace tandem::comm {
 
 // Whether this build has the MPI backend (TANDEM_WITH_MPI).
 bool mpi_built();
-// Whether the process was started by an MPI launcher (mpirun/mpiexec).
-bool launched_by_mpi();
-// How many processes the launcher started, read from its environment (Open
-// MPI's OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE) without initialising MPI: 0
-// when not launched by MPI, -1 when the launcher does not say.
-int launched_process_count();
-// This process's rank as the launcher's environment gives it (Open MPI's
-// OMPI_COMM_WORLD_RANK, MPICH's PMI_RANK); -1 when it does not.
-int launched_rank();
 // Rank and size of MPI_COMM_WORLD (initialises MPI). Throw NotImplemented
 // without the MPI backend.
 int mpi_world_rank();

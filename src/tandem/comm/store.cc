@@ -299,7 +299,8 @@ std::unique_ptr<Store> connect_store(const std::string& host, int port,
     TANDEM_THROW(InvalidArgument, "store port ", port, " is outside 1..65535");
   const std::string name = "the rendezvous store at " + host + ":" + std::to_string(port);
   const int fd = detail::connect_to(detail::resolve_host(host), port,
-                                    std::chrono::duration<double>(connect_timeout).count(), name);
+                                    std::chrono::duration<double>(connect_timeout).count(),
+                                    "the rendezvous store at " + host);
   return std::make_unique<TcpStore>(fd, name, timeout);
 }
 

@@ -976,17 +976,6 @@ std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const M
 
 namespace detail {
 
-void maybe_kill_after_work(int64_t done) {
-  static const char* spec = std::getenv("TANDEM_TEST_KILL_AFTER_WORK");
-  if (spec == nullptr) return;
-  int rank = -1;
-  long long after = 0;
-  char how[8] = {};
-  if (std::sscanf(spec, "%d:%lld:%7s", &rank, &after, how) < 2) return;
-  if (rank == comm::launched_rank() && done == after)
-    ::raise(std::string_view(how) == "stop" ? SIGSTOP : SIGKILL);
-}
-
 WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Variable>& parameters,
                                        const ForwardFn& forward, const data::Element& rows,
                                        int64_t global_rows, int64_t divisor, int64_t step,

@@ -11,6 +11,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/host_name.h"
 #include "tandem/comm/detail/tcp.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/detail/ps_messages.h"

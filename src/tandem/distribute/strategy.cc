@@ -12,6 +12,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
+#include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/nccl.h"
 #include "tandem/distribute/detail/worker_link.h"
@@ -303,12 +304,13 @@ class ParameterServerShardRank : public ParameterServerPeer {
 };
 
 // multi_worker on GPUs: this process's one replica on GPU (local rank mod
-// GPUs), all-reducing with NCCL, bootstrapped over MPI.
+// GPUs), all-reducing with NCCL, bootstrapped over the job's process
+// communicator (MPI or gloo).
 class MultiWorkerNccl : public Strategy {
  public:
   MultiWorkerNccl(int threads, const comm::CommOptions& options)
-      : bootstrap_(comm::make_mpi_communicator(options)) {
-    const Device device{DeviceKind::cuda, local_process_index() % cuda_gpu_count()};
+      : bootstrap_(comm::make_process_communicator(options)) {
+    const Device device{DeviceKind::cuda, comm::launched_local_rank() % cuda_gpu_count()};
     nccl_ = comm::make_nccl_communicator(*bootstrap_, device, options);
     context_ = ReplicaContext{.global_replica = nccl_->rank(),
                               .num_replicas = nccl_->size(),
@@ -330,14 +332,6 @@ class MultiWorkerNccl : public Strategy {
   }
 
  private:
-  // This process's index among the job's processes on its host.
-  static int local_process_index() {
-    for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
-      if (const char* value = std::getenv(variable)) return std::max(0, std::atoi(value));
-    }
-    return 0;
-  }
-
   std::unique_ptr<comm::Communicator> bootstrap_, nccl_;
   ReplicaContext context_;
 };
@@ -402,10 +396,11 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
   // One host thread drives each GPU replica (the input pipeline has its own).
   const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;
   if (c.name == "multi_worker") {
-    if (!comm::launched_by_mpi()) {
+    if (comm::launcher() == comm::Launcher::none) {
       TANDEM_THROW(InvalidArgument,
-                   "strategy multi_worker needs its processes started by mpirun "
-                   "(e.g. mpirun -np 2 tandem train --strategy multi-worker --device cuda)");
+                   "strategy multi_worker needs its processes started by mpirun or tandem launch "
+                   "(e.g. tandem launch --nproc-per-node 2 -- tandem train --strategy "
+                   "multi-worker --device cuda)");
     }
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument,
@@ -455,11 +450,7 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
   // the parameter server under mpirun).
   int processes_here = 1, processes = 1;
   const bool across_processes = c.name == "multi_worker" || parameter_server_across_processes();
-  if (across_processes) {
-    for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-      if (const char* value = std::getenv(variable)) processes_here = std::max(1, std::atoi(value));
-    }
-  }
+  if (across_processes) processes_here = comm::launched_local_size();
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
     // Ranks below ps_shards serve; every other process is one worker.
     if (c.devices > 1) {
@@ -489,10 +480,11 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
   }
   if (c.name == "multi_worker") {
-    if (!comm::launched_by_mpi()) {
+    if (comm::launcher() == comm::Launcher::none) {
       TANDEM_THROW(InvalidArgument,
-                   "strategy multi_worker needs its processes started by mpirun "
-                   "(e.g. mpirun -np 2 tandem train --strategy multi-worker)");
+                   "strategy multi_worker needs its processes started by mpirun or tandem launch "
+                   "(e.g. tandem launch --nproc-per-node 2 -- tandem train --strategy "
+                   "multi-worker)");
     }
     processes = std::max(1, comm::launched_process_count());
   }

@@ -1,0 +1,248 @@
+// `tandem launch`: starts a job's worker processes on this host and joins
+// them with the other hosts' through a rendezvous store, like torchrun: the
+// launcher of node 0 serves the store, every launcher registers its node,
+// and each worker learns its rank and the store from its environment
+// (comm/launch.h). A worker that fails ends the job on every node.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "tandem/base/error.h"
+#include "tandem/cli/commands.h"
+#include "tandem/cli/worker_processes.h"
+#include "tandem/comm/launch.h"
+#include "tandem/comm/store.h"
+
+namespace tandem::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rdzv;
+  std::string run_id = "default";
+  double rdzv_timeout = 300;
+  std::vector<std::string> command;
+};
+
+// How long the other workers get to stop after one failed, before SIGKILL.
+constexpr milliseconds kStopGrace{10'000};
+constexpr milliseconds kStorePollEvery{500};
+
+std::atomic<int> received_signal{0};
+extern "C" void on_launcher_signal(int signal) {
+  received_signal.store(signal);
+}
+
+milliseconds rendezvous_timeout(const LaunchOptions& o) {
+  return milliseconds(static_cast<int64_t>(o.rdzv_timeout * 1000));
+}
+
+void check_options(const LaunchOptions& o) {
+  if (o.nproc_per_node < 1 || o.nproc_per_node > 1024)
+    TANDEM_THROW(InvalidArgument, "--nproc-per-node ", o.nproc_per_node, " is outside 1..1024");
+  if (o.nnodes < 1 || o.nnodes > 4096)
+    TANDEM_THROW(InvalidArgument, "--nnodes ", o.nnodes, " is outside 1..4096");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    TANDEM_THROW(InvalidArgument, "--node-rank ", o.node_rank, " is outside 0..", o.nnodes - 1,
+                 " (--nnodes ", o.nnodes, ")");
+  }
+  if (o.nnodes > 1 && o.rdzv.empty()) {
+    TANDEM_THROW(InvalidArgument, "--nnodes ", o.nnodes,
+                 " needs --rdzv HOST:PORT, where node 0's launcher serves the rendezvous");
+  }
+  if (!(o.rdzv_timeout > 0 && o.rdzv_timeout <= 86'400))
+    TANDEM_THROW(InvalidArgument, "--rdzv-timeout ", o.rdzv_timeout, " is outside (0, 86400] s");
+  if (o.run_id.empty() || o.run_id.find_first_of("/ \t\n") != std::string::npos)
+    TANDEM_THROW(InvalidArgument, "--run-id '", o.run_id, "' must be non-empty, without / or spaces");
+  if (o.command.empty()) {
+    TANDEM_THROW(InvalidArgument,
+                 "launch needs the command each worker runs, after -- (e.g. tandem launch "
+                 "--nproc-per-node 2 -- tandem train --strategy multi-worker)");
+  }
+}
+
+// The store this node meets the others at, served here on node 0.
+struct Rendezvous {
+  std::unique_ptr<comm::StoreServer> server;
+  std::shared_ptr<comm::Store> store;
+  std::string endpoint;  // for the workers: HOST:PORT
+};
+
+Rendezvous join_rendezvous(const LaunchOptions& o) {
+  Rendezvous r;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  if (!o.rdzv.empty()) std::tie(host, port) = comm::parse_host_port(o.rdzv, "--rdzv");
+  if (o.node_rank == 0) {
+    r.server = std::make_unique<comm::StoreServer>(port);
+    port = r.server->port();
+  }
+  r.endpoint = fmt::format("{}:{}", host, port);
+  r.store = comm::connect_store(host, port, rendezvous_timeout(o));
+  if (o.node_rank == 0) {
+    r.store->set("run_id", o.run_id);
+  } else {
+    const std::string served = r.store->get("run_id", rendezvous_timeout(o));
+    if (served != o.run_id) {
+      TANDEM_THROW(InvalidArgument, "the rendezvous at ", r.endpoint, " serves run '", served,
+                   "', not '", o.run_id, "' (--run-id must be the same on every node)");
+    }
+  }
+  return r;
+}
+
+// Registers this node and waits for the others; every node must start the
+// same number of workers.
+void agree_on_nodes(comm::Store& store, const LaunchOptions& o) {
+  if (store.add(fmt::format("node/{}", o.node_rank), 1) != 1) {
+    TANDEM_THROW(InvalidArgument, "another launcher already joined run '", o.run_id,
+                 "' as --node-rank ", o.node_rank);
+  }
+  store.set(fmt::format("nproc/{}", o.node_rank), std::to_string(o.nproc_per_node));
+  const auto deadline = std::chrono::steady_clock::now() + rendezvous_timeout(o);
+  for (int node = 0; node < o.nnodes; ++node) {
+    const auto left = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
+                                                    deadline - std::chrono::steady_clock::now()));
+    std::string nproc;
+    try {
+      nproc = store.get(fmt::format("nproc/{}", node), left);
+    } catch (const Timeout&) {
+      TANDEM_THROW(Timeout, "node ", node, " of ", o.nnodes, " did not join run '", o.run_id,
+                   "' within ", o.rdzv_timeout, " s (--rdzv-timeout)");
+    }
+    if (nproc != std::to_string(o.nproc_per_node)) {
+      TANDEM_THROW(InvalidArgument, "node ", node, " starts ", nproc,
+                   " workers and this node (", o.node_rank, ") ", o.nproc_per_node,
+                   ": every node must give the same --nproc-per-node");
+    }
+  }
+}
+
+std::vector<std::string> worker_environment(const LaunchOptions& o, const std::string& endpoint,
+                                            int local_rank) {
+  return {fmt::format("{}={}", comm::kRankVariable, o.node_rank * o.nproc_per_node + local_rank),
+          fmt::format("{}={}", comm::kWorldSizeVariable, o.nnodes * o.nproc_per_node),
+          fmt::format("{}={}", comm::kLocalRankVariable, local_rank),
+          fmt::format("{}={}", comm::kLocalWorldSizeVariable, o.nproc_per_node),
+          fmt::format("{}={}", comm::kRendezvousVariable, endpoint),
+          fmt::format("{}={}", comm::kRunIdVariable, o.run_id)};
+}
+
+// `tandem` as the command is this very program (so a build tree's tandem
+// launches itself, not another one on PATH).
+std::vector<std::string> resolve_command(std::vector<std::string> command) {
+  if (command.front() == "tandem") {
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) command.front().assign(self, static_cast<size_t>(n));
+  }
+  return command;
+}
+
+// Watches the workers until all have ended, one has failed, or another
+// node reports a failure; returns the launcher's exit status.
+int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o) {
+  auto next_poll = std::chrono::steady_clock::now();
+  while (workers.running() > 0) {
+    if (const int s = received_signal.exchange(0)) workers.signal_all(s);
+    if (const auto exit = workers.poll()) {
+      if (exit->status == 0) continue;
+      const std::string failure =
+          fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
+                      o.node_rank, exit->description);
+      fmt::print(stderr, "tandem launch: {}; stopping the job\n", failure);
+      try {
+        store.set("failed", failure);
+      } catch (const Error&) {
+        // The other nodes then lose the store and stop too.
+      }
+      workers.stop_all(kStopGrace);
+      return exit->status;
+    }
+    if (std::chrono::steady_clock::now() >= next_poll) {
+      next_poll += kStorePollEvery;
+      std::optional<std::string> failed;
+      try {
+        failed = store.try_get("failed");
+      } catch (const Error& e) {
+        failed = fmt::format("the rendezvous store is lost ({})", e.what());
+      }
+      if (failed) {
+        fmt::print(stderr, "tandem launch: stopping node {}'s workers: {}\n", o.node_rank, *failed);
+        workers.stop_all(kStopGrace);
+        return 1;
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return 0;
+}
+
+// Node 0 serves the store until every node is done with it.
+void finish(comm::Store& store, const LaunchOptions& o, int status) {
+  try {
+    store.set(fmt::format("done/{}", o.node_rank), std::to_string(status));
+    if (o.node_rank != 0) return;
+    for (int node = 1; node < o.nnodes; ++node)
+      store.get(fmt::format("done/{}", node), rendezvous_timeout(o));
+  } catch (const Error& e) {
+    fmt::print(stderr, "tandem launch: warning: not every node reported its end: {}\n", e.what());
+  }
+}
+
+int run_launch(const LaunchOptions& o) {
+  check_options(o);
+  const std::vector<std::string> command = resolve_command(o.command);
+  Rendezvous rendezvous = join_rendezvous(o);
+  agree_on_nodes(*rendezvous.store, o);
+  std::signal(SIGINT, on_launcher_signal);
+  std::signal(SIGTERM, on_launcher_signal);
+  WorkerProcesses workers;
+  for (int local = 0; local < o.nproc_per_node; ++local)
+    workers.start(o.node_rank * o.nproc_per_node + local, command,
+                  worker_environment(o, rendezvous.endpoint, local));
+  const int status = supervise(workers, *rendezvous.store, o);
+  finish(*rendezvous.store, o, status);
+  return status;
+}
+
+}  // namespace
+
+Command add_launch_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "launch",
+      "Start a job's worker processes on this host and join them with other hosts' "
+      "(tandem launch --nproc-per-node 2 -- tandem train --strategy multi-worker ...)");
+  auto o = std::make_shared<LaunchOptions>();
+  command->add_option("--nproc-per-node", o->nproc_per_node,
+                      "Worker processes to start on this host")
+      ->capture_default_str();
+  command->add_option("--nnodes", o->nnodes, "Hosts in the job, each running tandem launch")
+      ->capture_default_str();
+  command->add_option("--node-rank", o->node_rank,
+                      "This host's index, 0..nnodes-1 (node 0 serves the rendezvous)")
+      ->capture_default_str();
+  command->add_option("--rdzv", o->rdzv,
+                      "HOST:PORT of the rendezvous, served by node 0's launcher (default: a "
+                      "free port on this host, for a one-host job)");
+  command->add_option("--run-id", o->run_id,
+                      "The job's name, the same on every node (a launcher or worker of another "
+                      "run is refused)")
+      ->capture_default_str();
+  command->add_option("--rdzv-timeout", o->rdzv_timeout,
+                      "Seconds to wait for the other nodes and the rendezvous")
+      ->capture_default_str();
+  command->add_option("command", o->command,
+                      "The command each worker runs, after -- ('tandem' is this tandem)");
+  return {command, [o]() { return run_launch(*o); }};
+}
+
+}  // namespace tandem::cli

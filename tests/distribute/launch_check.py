@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""`tandem launch` end to end (CTest distribute.launch):
+
+- 2 workers on one host, multi-worker over gloo, end with the parameters of
+  mirrored training on 2 devices (max relative error <= 1e-5), and so do 2
+  "nodes" of 1 worker each (two launchers on this host, --nnodes 2, node 0
+  serving --rdzv);
+- a worker killed (SIGKILL) mid-run: the launcher names its rank and the
+  signal, stops the other worker and exits non-zero within 30 s, leaving no
+  worker behind; a worker that fails on another node stops this node's;
+- bad input, each refused with one clear line and no hang: no command, a
+  worker count or node rank out of range, --nnodes without --rdzv, node
+  ranks that disagree on --nproc-per-node, another run's --run-id, a node
+  rank taken twice, a rendezvous nobody serves, a worker of another run,
+  and multi-worker without a launcher.
+
+    python3 launch_check.py --tandem build/tandem --work /tmp/x
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+TOLERANCE = 1e-5
+LIMIT = 30  # seconds for a job with a lost worker to end
+
+TRAIN = ["train", "--model", "mlp", "--train-examples", "1536", "--test-examples", "256",
+         "--batch-size", "96", "--seed", "3", "--threads", "1", "--allow-oversubscription",
+         "--quiet"]
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[8 + n + begin:8 + n + end]
+        tensors[name] = struct.unpack(f"<{len(raw) // 4}f", raw)
+    return tensors
+
+
+def max_relative_error(a, b):
+    worst = 0.0
+    for name, values in b.items():
+        scale = max(max(abs(v) for v in values), 1e-30)
+        worst = max(worst, max(abs(x - y) for x, y in zip(a[name], values)) / scale)
+    return worst
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Check:
+    def __init__(self, args):
+        self.tandem = args.tandem
+        self.work = args.work
+        self.failures = []
+
+    def start(self, command, env=None):
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True,
+                                env=dict(os.environ, **(env or {})))
+
+    def finish(self, p, timeout=240):
+        try:
+            out, _ = p.communicate(timeout=timeout)
+            return p.returncode, out
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            return None, out
+
+    def run(self, command, timeout=240, env=None):
+        started = time.monotonic()
+        code, out = self.finish(self.start(command, env), timeout)
+        return code, out, time.monotonic() - started
+
+    def expect(self, label, ok, detail=""):
+        print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
+        if not ok:
+            self.failures.append(label)
+
+    def directory(self, name):
+        path = os.path.join(self.work, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def parameters(self, run_dir):
+        self.run([self.tandem, "export", run_dir])
+        return read_safetensors(os.path.join(run_dir, "model.safetensors"))
+
+    def launch(self, workers, extra, *launch_flags):
+        return [self.tandem, "launch", "--nproc-per-node", str(workers), *launch_flags, "--",
+                "tandem", *TRAIN, "--strategy", "multi-worker", *extra]
+
+    def equals_mirrored(self):
+        mirrored = self.directory("mirrored")
+        code, out, _ = self.run([self.tandem, *TRAIN, "--strategy", "mirrored", "--devices", "2",
+                                 "--epochs", "2", "--output", mirrored])
+        self.expect("mirrored reference runs", code == 0, out[-300:])
+        reference = self.parameters(mirrored)
+
+        one_host = self.directory("one-host")
+        code, out, _ = self.run(self.launch(2, ["--epochs", "2", "--output", one_host]))
+        self.expect("launch 2 workers runs", code == 0, out[-300:])
+        error = max_relative_error(self.parameters(one_host), reference)
+        self.expect("launch 2 workers == mirrored", error <= TOLERANCE, f"max relative error {error:.2e}")
+
+        two_nodes = self.directory("two-nodes")
+        rdzv = f"127.0.0.1:{free_port()}"
+        common = ["--nnodes", "2", "--rdzv", rdzv, "--run-id", "pair"]
+        nodes = [self.start(self.launch(1, ["--epochs", "2", "--output", two_nodes], *common,
+                                        "--node-rank", str(rank))) for rank in (1, 0)]
+        results = [self.finish(p) for p in nodes]
+        self.expect("launch 2 nodes x 1 worker runs", all(code == 0 for code, _ in results),
+                    " | ".join(out[-200:] for _, out in results))
+        error = max_relative_error(self.parameters(two_nodes), reference)
+        self.expect("launch 2 nodes x 1 worker == mirrored", error <= TOLERANCE,
+                    f"max relative error {error:.2e}")
+
+    def killed_worker(self):
+        # Rank 1 kills itself (after exec, so tandem itself is killed) 3 s in.
+        killer = ('if [ "$TANDEM_RANK" = 1 ]; then (sleep 3; kill -9 $$) & fi; '
+                  'exec "$0" "$@"')
+        run_dir = self.directory("killed")
+        command = [self.tandem, "launch", "--nproc-per-node", "2", "--", "sh", "-c", killer,
+                   self.tandem, *TRAIN, "--strategy", "multi-worker", "--epochs", "200",
+                   "--output", run_dir]
+        code, out, seconds = self.run(command, timeout=120)
+        self.expect("a killed worker ends the job", code not in (None, 0) and seconds < 3 + LIMIT,
+                    f"status {code} after {seconds:.1f} s")
+        self.expect("the launcher names the killed worker",
+                    "worker rank 1" in out and "signal 9" in out, out[-400:])
+        left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
+        self.expect("no worker is left behind", left.strip() == "", left)
+
+    def failure_on_another_node(self):
+        rdzv = f"127.0.0.1:{free_port()}"
+        common = ["--nnodes", "2", "--rdzv", rdzv]
+        run_dir = self.directory("other-node")
+        healthy = self.start(self.launch(1, ["--epochs", "200", "--output", run_dir], *common,
+                                         "--node-rank", "0"))
+        failing = self.start([self.tandem, "launch", *common, "--node-rank", "1", "--", "sh", "-c",
+                              "sleep 2; exit 7"])
+        (code0, out0), (code1, out1) = self.finish(healthy, 120), self.finish(failing, 120)
+        self.expect("a failed worker on node 1 fails its launcher", code1 == 7, out1[-300:])
+        self.expect("and stops node 0's workers", code0 not in (None, 0) and
+                    "worker rank 1 (pid" in out0 and "exited with status 7" in out0, out0[-400:])
+
+    def refused(self, label, command, pattern, env=None, timeout=60):
+        code, out, seconds = self.run(command, timeout=timeout, env=env)
+        self.expect(label, code not in (None, 0) and pattern in out,
+                    f"status {code} after {seconds:.1f} s: {out.strip()[-300:]}")
+
+    def bad_input(self):
+        t = self.tandem
+        self.refused("no command", [t, "launch", "--nproc-per-node", "2"], "needs the command")
+        self.refused("zero workers", [t, "launch", "--nproc-per-node", "0", "--", "true"],
+                     "--nproc-per-node 0 is outside 1..1024")
+        self.refused("node rank out of range", [t, "launch", "--nnodes", "2", "--node-rank", "2",
+                                                "--rdzv", "127.0.0.1:1", "--", "true"],
+                     "--node-rank 2 is outside 0..1")
+        self.refused("--nnodes without --rdzv", [t, "launch", "--nnodes", "2", "--", "true"],
+                     "needs --rdzv HOST:PORT")
+        self.refused("a malformed --rdzv", [t, "launch", "--rdzv", "node0", "--", "true"],
+                     "--rdzv 'node0' is not HOST:PORT")
+        self.refused("nobody serves the rendezvous",
+                     [t, "launch", "--nnodes", "2", "--node-rank", "1", "--rdzv",
+                      f"127.0.0.1:{free_port()}", "--rdzv-timeout", "2", "--", "true"],
+                     "cannot reach the rendezvous store")
+        self.refused("multi-worker without a launcher", [t, *TRAIN, "--strategy", "multi-worker"],
+                     "needs its processes started by mpirun or tandem launch")
+
+        # A node 0 that waits for node 1, which then disagrees with it.
+        def against_node0(label, node1_flags, pattern, worker_env=None):
+            rdzv = f"127.0.0.1:{free_port()}"
+            node0 = self.start([t, "launch", "--nnodes", "2", "--rdzv", rdzv, "--run-id", "mine",
+                                "--rdzv-timeout", "10", "--nproc-per-node", "2", "--", "true"])
+            if worker_env is None:
+                self.refused(label, [t, "launch", "--nnodes", "2", "--rdzv", rdzv,
+                                     "--rdzv-timeout", "10", *node1_flags, "--", "true"], pattern)
+            else:
+                env = dict(worker_env, TANDEM_RDZV_ENDPOINT=rdzv)
+                time.sleep(1)  # node 0 serves
+                self.refused(label, [t, *TRAIN, "--strategy", "multi-worker"], pattern, env=env)
+            os.killpg(node0.pid, signal.SIGKILL)
+            self.finish(node0)
+
+        against_node0("another run's --run-id", ["--node-rank", "1", "--run-id", "theirs",
+                                                 "--nproc-per-node", "2"],
+                      "serves run 'mine', not 'theirs'")
+        against_node0("a different --nproc-per-node", ["--node-rank", "1", "--run-id", "mine",
+                                                       "--nproc-per-node", "1"],
+                      "every node must give the same --nproc-per-node")
+        against_node0("a node rank taken twice", ["--node-rank", "0", "--run-id", "mine",
+                                                  "--nproc-per-node", "2"],
+                      "cannot listen for the rendezvous store")
+        against_node0("a worker of another run", None, "serves run 'mine', not this worker's run 'x'",
+                      worker_env={"TANDEM_RANK": "0", "TANDEM_WORLD_SIZE": "2",
+                                  "TANDEM_LOCAL_RANK": "0", "TANDEM_LOCAL_WORLD_SIZE": "1",
+                                  "TANDEM_RUN_ID": "x"})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tandem", required=True)
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    check = Check(args)
+    check.equals_mirrored()
+    check.killed_worker()
+    check.failure_on_another_node()
+    check.bad_input()
+    if check.failures:
+        print(f"{len(check.failures)} check(s) failed: {', '.join(check.failures)}")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
