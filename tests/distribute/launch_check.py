@@ -7,7 +7,8 @@
   serving --rdzv);
 - a worker killed (SIGKILL) mid-run: the launcher names its rank and the
   signal, stops the other worker and exits non-zero within 30 s, leaving no
-  worker behind; a worker that fails on another node stops this node's;
+  worker behind; a stopped worker (SIGSTOP) ends the job after the
+  collective timeout; a worker that fails on another node stops this node's;
 - bad input, each refused with one clear line and no hang: no command, a
   worker count or node rank out of range, --nnodes without --rdzv, node
   ranks that disagree on --nproc-per-node, another run's --run-id, a node
@@ -148,6 +149,24 @@ class Check:
         left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
         self.expect("no worker is left behind", left.strip() == "", left)
 
+    def stopped_worker(self):
+        # Rank 1 stops itself (SIGSTOP) 3 s in: rank 0's collective times out
+        # (--collective-timeout 3), it fails, and the launcher kills rank 1.
+        stopper = ('if [ "$TANDEM_RANK" = 1 ]; then (sleep 3; kill -STOP $$) & fi; '
+                   'exec "$0" "$@"')
+        run_dir = self.directory("stopped")
+        command = [self.tandem, "launch", "--nproc-per-node", "2", "--", "sh", "-c", stopper,
+                   self.tandem, *TRAIN, "--strategy", "multi-worker", "--epochs", "200",
+                   "--collective-timeout", "3", "--output", run_dir]
+        code, out, seconds = self.run(command, timeout=120)
+        self.expect("a stopped worker ends the job after the collective timeout",
+                    code not in (None, 0) and seconds < 3 + 3 + 10 + LIMIT,
+                    f"status {code} after {seconds:.1f} s: {out.strip()[-300:]}")
+        self.expect("rank 0 says it timed out", "did not take part within 3000 ms" in out,
+                    out[-400:])
+        left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
+        self.expect("no stopped worker is left behind", left.strip() == "", left)
+
     def failure_on_another_node(self):
         rdzv = f"127.0.0.1:{free_port()}"
         common = ["--nnodes", "2", "--rdzv", rdzv]
@@ -224,6 +243,7 @@ def main():
     check = Check(args)
     check.equals_mirrored()
     check.killed_worker()
+    check.stopped_worker()
     check.failure_on_another_node()
     check.bad_input()
     if check.failures:

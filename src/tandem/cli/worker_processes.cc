@@ -89,6 +89,7 @@ void WorkerProcesses::signal_all(int signal) {
 
 void WorkerProcesses::stop_all(std::chrono::milliseconds grace) {
   signal_all(SIGTERM);
+  signal_all(SIGCONT);  // a stopped worker would hold SIGTERM until the SIGKILL
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (!workers_.empty() && std::chrono::steady_clock::now() < deadline) {
     if (!poll()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

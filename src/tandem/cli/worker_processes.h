@@ -35,8 +35,8 @@ class WorkerProcesses {
   int running() const { return static_cast<int>(workers_.size()); }
   // Sends `signal` to every running worker.
   void signal_all(int signal);
-  // SIGTERM to every running worker, SIGKILL to those still running after
-  // `grace`; waits for all of them.
+  // SIGTERM (and SIGCONT, for stopped ones) to every running worker,
+  // SIGKILL to those still running after `grace`; waits for all of them.
   void stop_all(std::chrono::milliseconds grace);
 
  private:
