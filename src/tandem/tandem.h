@@ -15,6 +15,7 @@
 #include "tandem/comm/bucketer.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/compression.h"
+#include "tandem/comm/elastic_group.h"
 #include "tandem/comm/gloo.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"

@@ -117,9 +117,9 @@ TEST_P(GlooCollectivesTest, MatchNaiveReductions) {
 INSTANTIATE_TEST_SUITE_P(Cases, GlooCollectivesTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(0, 1, 7, 1009, 300'001)),
-                         [](const auto& info) {
-                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
-                                  std::to_string(std::get<1>(info.param));
+                         [](const auto& param_info) {
+                           return std::to_string(std::get<0>(param_info.param)) + "ranks_" +
+                                  std::to_string(std::get<1>(param_info.param));
                          });
 
 // Runs `body` on every rank and returns each rank's error message ("" when

@@ -1,4 +1,5 @@
-"""Run by test_mpi.py under `mpirun -np 2` (multi-worker) and alone
+"""Run by test_mpi.py under `mpirun -np 2` or `tandem launch --nproc-per-node
+2` (multi-worker) and alone
 (mirrored over 2 devices): the same Python model trained by fit and by a
 custom loop; prints a JSON line of the losses and writes its final
 weights. MODE: fit | loop | fail (rank 1's forward raises)."""
@@ -11,7 +12,8 @@ import numpy as np
 import tandem
 
 mode, strategy_name, out = sys.argv[1], sys.argv[2], sys.argv[3]
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+# Which launcher started this process is tandem's business (worker_index).
+RANK = tandem.distribute.MultiWorkerMirroredStrategy(devices=1).worker_index if strategy_name == "multi_worker" else 0
 
 
 class Net(tandem.nn.Module):

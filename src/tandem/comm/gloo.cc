@@ -8,6 +8,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <array>
 #include <condition_variable>
 #include <cstring>
@@ -354,6 +356,18 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<GlooState> state_;
 };
 
+// gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that
+// just ended would kill this process with SIGPIPE instead of failing the
+// collective with PeerFailed. Ignored unless the program handles it.
+void ignore_broken_pipes() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store,
@@ -363,6 +377,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
   if (size < 1 || rank < 0 || rank >= size) {
     TANDEM_THROW(InvalidArgument, "gloo rank ", rank, " is outside a group of ", size);
   }
+  ignore_broken_pipes();
   auto state = std::make_shared<GlooState>();
   state->store = std::move(store);
   state->prefix = prefix;

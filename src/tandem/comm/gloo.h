@@ -15,6 +15,11 @@
 // watches liveness faster. After any failure the group is broken: later
 // calls throw.
 //
+// gloo writes to sockets without MSG_NOSIGNAL, so the first gloo
+// communicator sets SIGPIPE to be ignored (unless the program installed a
+// handler of its own): a peer that ends then fails collectives, not this
+// process.
+//
 // Algorithms: gloo's ring all-reduce (bf16/f16 summed pairwise in float32,
 // rounded after each addition), all-gather and broadcast; reduce-scatter is
 // an all-reduce keeping this rank's segment (twice the traffic of a ring

@@ -1,0 +1,175 @@
+// Elastic membership over gloo (threads of this process as members, each
+// with its own connections): a member that leaves, dies without a word, or
+// falls silent is dropped and the survivors go on in a new generation; a
+// joiner is taken in at a step boundary; too few members end the job; a
+// member the others gave up learns it.
+#include "tandem/comm/elastic_group.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "support/ranks.h"
+#include "tandem/base/error.h"
+#include "tandem/comm/store.h"
+
+namespace tandem::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::run_ranks;
+
+const ElasticOptions kOptions{.comm = {.timeout = 20s},
+                              .heartbeat_every = 100ms,
+                              .peer_timeout = 1s};
+
+std::string next_prefix() {
+  static std::atomic<int> jobs{0};
+  return "elastic" + std::to_string(jobs++);
+}
+
+// The sum over the group's ranks of 1.
+float count_members(ElasticGroup& g) {
+  Tensor t = Tensor::full(Shape{4}, 1.0f, DType::f32);
+  g.communicator().all_reduce(t, ReduceOp::sum);
+  return t.to_floats()[0];
+}
+
+// Survivors: a collective that fails makes them regroup; returns the
+// membership they went on with.
+Membership survive(ElasticGroup& g) {
+  try {
+    count_members(g);
+    ADD_FAILURE() << "member " << g.id() << ": the collective with a lost member succeeded";
+  } catch (const PeerFailed&) {
+  }
+  const Membership m = g.regroup();
+  EXPECT_EQ(count_members(g), static_cast<float>(m.members.size()));
+  return m;
+}
+
+TEST(ElasticGroup, AMemberThatLeavesIsDroppedAndTheOthersGoOn) {
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::vector<Membership> after(3);
+  run_ranks(3, [&](int id) {
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, id, 3, kOptions);
+    EXPECT_EQ(count_members(*g), 3.0f);
+    if (id == 2) return;  // leaves (its destructor says so)
+    after[id] = survive(*g);
+  });
+  for (int id : {0, 1}) {
+    EXPECT_EQ(after[id].members, (std::vector<int>{0, 1}));
+    EXPECT_EQ(after[id].rank, id);
+    EXPECT_EQ(after[id].generation, 1);
+  }
+}
+
+TEST(ElasticGroup, AMemberThatDiesWithoutAWordIsGivenUpAfterThePeerTimeout) {
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::atomic<int> regrouped{0};
+  std::vector<Membership> after(3);
+  run_ranks(3, [&](int id) {
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, id, 3, kOptions);
+    EXPECT_EQ(count_members(*g), 3.0f);
+    if (id == 1) {
+      // As a killed process: its connections close, its heartbeats stop,
+      // nothing marks it lost.
+      g->stop_heartbeats_for_test();
+      g->communicator().abort("killed");
+      while (regrouped.load() < 2) std::this_thread::sleep_for(10ms);
+      return;
+    }
+    after[id] = survive(*g);
+    ++regrouped;
+  });
+  EXPECT_EQ(after[0].members, (std::vector<int>{0, 2}));
+  EXPECT_EQ(after[2].rank, 1);
+}
+
+TEST(ElasticGroup, ASilentMemberIsGivenUpByItsHeartbeatWhileTheOthersWait) {
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::atomic<int> regrouped{0};
+  run_ranks(3, [&](int id) {
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, id, 3, kOptions);
+    EXPECT_EQ(count_members(*g), 3.0f);
+    if (id == 0) {
+      // Stopped, or its host cut off: alive, silent, in no collective.
+      g->stop_heartbeats_for_test();
+      while (regrouped.load() < 2) std::this_thread::sleep_for(10ms);
+      // It learns that it was given up when it tries to go on.
+      EXPECT_THROW(g->regroup(), PeerFailed);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Membership m = survive(*g);  // the all-reduce waits for member 0 until given up
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    EXPECT_EQ(m.members, (std::vector<int>{1, 2}));
+    ++regrouped;
+  });
+}
+
+TEST(ElasticGroup, AJoinerIsTakenInAtAStepBoundary) {
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::atomic<bool> started{false};
+  run_ranks(3, [&](int thread) {
+    if (thread == 2) {
+      while (!started.load()) std::this_thread::sleep_for(10ms);
+      auto g = ElasticGroup::join("127.0.0.1", server.port(), prefix, kOptions);
+      EXPECT_EQ(g->id(), 2);
+      EXPECT_EQ(g->membership().members, (std::vector<int>{0, 1, 2}));
+      EXPECT_EQ(count_members(*g), 3.0f);
+      return;
+    }
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, thread, 2, kOptions);
+    started = true;
+    // Steps: every member asks whether a joiner waits and acts on the
+    // answer together (an all-reduce of it).
+    for (int step = 0; g->membership().members.size() < 3; ++step) {
+      ASSERT_LT(step, 10'000) << "the joiner was never taken in";
+      Tensor waiting = Tensor::full(Shape{1}, g->joiners_waiting() ? 1.0f : 0.0f, DType::f32);
+      g->communicator().all_reduce(waiting, ReduceOp::max);
+      if (waiting.to_floats()[0] > 0) g->regroup();
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(count_members(*g), 3.0f);
+  });
+}
+
+TEST(ElasticGroup, FewerMembersThanTheMinimumEndTheJob) {
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  ElasticOptions options = kOptions;
+  options.min_members = 3;
+  run_ranks(3, [&](int id) {
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, id, 3, options);
+    EXPECT_EQ(count_members(*g), 3.0f);
+    if (id == 2) return;
+    EXPECT_THROW(count_members(*g), PeerFailed);
+    try {
+      g->regroup();
+      ADD_FAILURE() << "regroup below min_members succeeded";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("only 2 member(s) left"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(ElasticGroup, BadMembersAreRefused) {
+  StoreServer server;
+  EXPECT_THROW(ElasticGroup::start("127.0.0.1", server.port(), next_prefix(), 3, 3, kOptions),
+               InvalidArgument);
+  ElasticOptions none = kOptions;
+  none.min_members = 0;
+  EXPECT_THROW(ElasticGroup::start("127.0.0.1", server.port(), next_prefix(), 0, 1, none),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem::comm
