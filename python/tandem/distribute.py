@@ -35,7 +35,7 @@ class Strategy:
 
     @property
     def num_workers(self):
-        """Processes that take part (mpirun's under the multi-worker strategy, else 1)."""
+        """Processes that take part (mpirun's or tandem launch's under the multi-worker strategy, else 1)."""
         return 1
 
     @property
@@ -101,6 +101,7 @@ class MirroredStrategy(Strategy):
 
 class MultiWorkerMirroredStrategy(MirroredStrategy):
     """Mirrored inside each process started by mpirun (`mpirun -np N python3
+    train.py`) or tandem launch (`tandem launch --nproc-per-node N -- python3
     train.py`), all-reduced across them. Every process runs the same script;
     fit() shards the data between them and only the chief (worker 0) writes
     the run's files. A failure on one process ends every process with an

@@ -65,6 +65,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def serving(endpoint, seconds=10):
+    """Waits until something accepts connections at HOST:PORT."""
+    host, port = endpoint.rsplit(":", 1)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing serves {endpoint} after {seconds} s")
+
+
 class Check:
     def __init__(self, args):
         self.tandem = args.tandem
@@ -209,12 +222,12 @@ class Check:
             rdzv = f"127.0.0.1:{free_port()}"
             node0 = self.start([t, "launch", "--nnodes", "2", "--rdzv", rdzv, "--run-id", "mine",
                                 "--rdzv-timeout", "10", "--nproc-per-node", "2", "--", "true"])
+            serving(rdzv)
             if worker_env is None:
                 self.refused(label, [t, "launch", "--nnodes", "2", "--rdzv", rdzv,
                                      "--rdzv-timeout", "10", *node1_flags, "--", "true"], pattern)
             else:
                 env = dict(worker_env, TANDEM_RDZV_ENDPOINT=rdzv)
-                time.sleep(1)  # node 0 serves
                 self.refused(label, [t, *TRAIN, "--strategy", "multi-worker"], pattern, env=env)
             os.killpg(node0.pid, signal.SIGKILL)
             self.finish(node0)

@@ -35,6 +35,7 @@ struct LaunchOptions {
 // How long the other workers get to stop after one failed, before SIGKILL.
 constexpr milliseconds kStopGrace{10'000};
 constexpr milliseconds kStorePollEvery{500};
+constexpr milliseconds kDisagreementGrace{2'000};
 
 std::atomic<int> received_signal{0};
 extern "C" void on_launcher_signal(int signal) {
@@ -202,7 +203,14 @@ int run_launch(const LaunchOptions& o) {
   check_options(o);
   const std::vector<std::string> command = resolve_command(o.command);
   Rendezvous rendezvous = join_rendezvous(o);
-  agree_on_nodes(*rendezvous.store, o);
+  try {
+    agree_on_nodes(*rendezvous.store, o);
+  } catch (const Error&) {
+    // The nodes disagree: node 0 keeps serving a moment, so that the others
+    // read what they disagree on rather than a store that vanished.
+    if (rendezvous.server) std::this_thread::sleep_for(kDisagreementGrace);
+    throw;
+  }
   std::signal(SIGINT, on_launcher_signal);
   std::signal(SIGTERM, on_launcher_signal);
   WorkerProcesses workers;

@@ -1,11 +1,11 @@
+// The MPI communicator (mpi.h); MPI's process-wide state is in
+// detail/mpi_runtime, the job-level calls in mpi_job.cc.
 #include "tandem/comm/mpi.h"
 
 #include <climits>
 #include <limits>
 
-#include "tandem/base/environment.h"
 #include "tandem/base/error.h"
-#include "tandem/comm/launch.h"
 #include "tandem/config.h"
 
 #if TANDEM_HAVE_MPI
@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/comm/detail/mpi_runtime.h"
 #include "tandem/comm/detail/peer_process.h"
 #include "tandem/comm/detail/reduce_kernels.h"
-#include "tandem/tensor/convert.h"
 #endif
 
 namespace tandem::comm {
@@ -33,196 +33,26 @@ bool mpi_built() {
 
 #if !TANDEM_HAVE_MPI
 
-int mpi_world_rank() {
-  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
-}
-int mpi_world_size() {
-  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
-}
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions) {
   TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
 }
-std::string mpi_launch_advice() {
-  return {};
-}
-std::string mpi_broadcast(std::string, int) {
-  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
-}
-void mpi_send_message(int, const std::string&) {
-  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
-}
-std::optional<std::pair<int, std::string>> mpi_poll_message() {
-  TANDEM_THROW(NotImplemented, "this build has no MPI backend (TANDEM_WITH_MPI=OFF)");
-}
-void bound_mpi_finalize(double) {}
-void end_mpi_job_at_exit() {}
-void abort_mpi_job(int) {}
 
 #else
 
 namespace {
 
-void check_mpi(int status, const char* what) {
-  if (status == MPI_SUCCESS) return;
-  char message[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(status, message, &length);
-  TANDEM_THROW(CommError, "MPI ", what,
-               " failed: ", std::string(message, static_cast<size_t>(length)));
-}
-
-// bf16/f16 reductions: each pairwise combination in float32, rounded once.
-template <float (*Load)(uint16_t), uint16_t (*Store)(float), int Kind>
-void combine_half(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float x = Load(a[i]), y = Load(b[i]);
-    b[i] = Store(Kind == 0 ? x + y : Kind == 1 ? std::max(x, y) : std::min(x, y));
-  }
-}
-
-struct MpiRuntime {
-  MPI_Datatype half = MPI_DATATYPE_NULL;                         // 2 opaque bytes
-  MPI_Op bf16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
-  MPI_Op f16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
-};
-
-// Set once a wait timed out (a rank stopped answering) or the job is being
-// aborted: MPI_Finalize would then wait for ranks that never arrive. A peer's
-// abort notice does not set it: the failing rank is alive and may finalise.
-std::atomic<bool> job_broken{false};
-std::atomic<double> finalize_limit_seconds{0.0};  // > 0: bound_mpi_finalize
-std::atomic<bool> abort_at_exit{false};             // end_mpi_job_at_exit
-
-// Set by the first communicator that sees the job's hosts.
-std::mutex advice_mutex;
-std::string launch_advice;
-
-std::string advice_for(const std::vector<detail::PeerProcess>& peers) {
-  std::vector<std::string> hosts;
-  for (const detail::PeerProcess& p : peers) hosts.push_back(p.host);
-  std::sort(hosts.begin(), hosts.end());
-  const auto count = std::unique(hosts.begin(), hosts.end()) - hosts.begin();
-  // OpenMPI's mpirun hands its --mca settings to the ranks as OMPI_MCA_*.
-  if (count < 2 || std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr ||
-      std::getenv("OMPI_MCA_oob_tcp_keepalive_time") != nullptr)
-    return {};
-  return tandem::detail::concat(
-      "this job spans ", count,
-      " hosts, and with OpenMPI's default TCP keepalive (300 s, then 9 probes 20 s apart) "
-      "mpirun waits 8 minutes or more for a host that became unreachable after the ranks have "
-      "ended; run mpirun with --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 "
-      "--mca oob_tcp_keepalive_probes 3 to end such a job within about 15 s "
-      "(docs/multi_host.md)");
-}
-
-// Communicators' responder threads still running, and the exit's request
-// that they stop: none may call MPI during or after MPI_Finalize.
-std::atomic<int> responders_running{0};
-std::atomic<bool> finalizing{false};
-
-// How long a rank waits for a silent peer: CommOptions::peer_timeout, or
-// longer than mpirun's own TCP keepalive probing (oob_tcp_keepalive_*) where
-// that is set. mpirun then finds a lost host first and ends the job whole:
-// a message that a rank sent towards the lost host (its error report, or
-// the MPI_Abort that follows) would sit unacknowledged in TCP, which sends
-// no keepalive probes while data is outstanding, and leave mpirun or the
-// lost host's daemon waiting for TCP's retransmissions (15 minutes).
-std::chrono::milliseconds peer_wait(std::chrono::milliseconds peer_timeout) {
-  const int idle = environment_number({"OMPI_MCA_oob_tcp_keepalive_time"}, 1);
-  if (idle < 0) return peer_timeout;  // not set, or probing off
-  // OpenMPI's defaults for the others: 20 s and 9 probes.
-  int interval = environment_number({"OMPI_MCA_oob_tcp_keepalive_intvl"}, 1);
-  int probes = environment_number({"OMPI_MCA_oob_tcp_keepalive_probes"}, 1);
-  if (interval < 0) interval = 20;
-  if (probes < 0) probes = 9;
-  const auto launcher = std::chrono::seconds(int64_t{idle} + int64_t{interval} * probes + 3);
-  return std::max<std::chrono::milliseconds>(peer_timeout, launcher);
-}
-
-void finalize_at_exit() {
-  finalizing.store(true);
-  for (int i = 0; i < 1000 && responders_running.load() > 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized || job_broken.load()) return;
-  if (abort_at_exit.load()) {
-    // Everything is written; mpirun may otherwise wait for ranks that are
-    // gone (Open MPI 4.1 under --enable-recovery, across hosts).
-    std::fflush(nullptr);
-    MPI_Abort(MPI_COMM_WORLD, 0);
-  }
-  if (const double limit = finalize_limit_seconds.load(); limit > 0.0) {
-    // A job that lost a rank: Open MPI 4.1's MPI_Finalize may wait for it
-    // forever; finalize, but give up after the limit (the process that
-    // ends the job does so with end_mpi_job_at_exit).
-    std::thread([limit] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(limit));
-      std::fflush(nullptr);
-      std::_Exit(0);
-    }).detach();
-  }
-  MPI_Finalize();
-}
-
-MpiRuntime& runtime() {
-  static std::once_flag once;
-  static MpiRuntime rt;
-  std::call_once(once, [] {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      // Open MPI's non-blocking all-reduce picks, by default, algorithms
-      // that reach a third of the blocking one's bandwidth from 256 KiB up
-      // on shared memory; its ring matches it (`tandem bench allreduce
-      // --backend mpi`, docs/performance.md). A user's own choice stands.
-      setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
-      // Waiting ranks poll; without yielding, ranks that share a core (an
-      // oversubscribed host, or ranks bound to the same core) starve each
-      // other and the kernel's network processing: over TCP between hosts a
-      // 1 MiB all-reduce ran at a third of the link rate (docs/multi_host.md).
-      // Yielding costs shared memory nothing measurable.
-      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-      int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
-                "MPI_Init_thread");
-      std::atexit(finalize_at_exit);
-      if (provided < MPI_THREAD_MULTIPLE) {
-        TANDEM_THROW(CommError, "the MPI library provides thread level ", provided,
-                     ", tandem needs MPI_THREAD_MULTIPLE");
-      }
-    }
-    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &rt.half), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_commit(&rt.half), "MPI_Type_commit");
-    MPI_Op_create(&combine_half<bf16_to_float, float_to_bf16, 0>, 1, &rt.bf16_ops[0]);
-    MPI_Op_create(&combine_half<bf16_to_float, float_to_bf16, 1>, 1, &rt.bf16_ops[1]);
-    MPI_Op_create(&combine_half<bf16_to_float, float_to_bf16, 2>, 1, &rt.bf16_ops[2]);
-    MPI_Op_create(&combine_half<f16_to_float, float_to_f16, 0>, 1, &rt.f16_ops[0]);
-    MPI_Op_create(&combine_half<f16_to_float, float_to_f16, 1>, 1, &rt.f16_ops[1]);
-    MPI_Op_create(&combine_half<f16_to_float, float_to_f16, 2>, 1, &rt.f16_ops[2]);
-  });
-  return rt;
-}
-
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::i32:
-      return MPI_INT;
-    default:
-      return runtime().half;
-  }
-}
-
-MPI_Op mpi_op(DType dtype, ReduceOp op) {
-  const int index = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
-  if (dtype == DType::bf16) return runtime().bf16_ops[index];
-  if (dtype == DType::f16) return runtime().f16_ops[index];
-  return index == 1 ? MPI_MAX : index == 2 ? MPI_MIN : MPI_SUM;
-}
+using detail::abandon;
+using detail::advice_for;
+using detail::advice_mutex;
+using detail::check_mpi;
+using detail::finalizing;
+using detail::job_broken;
+using detail::launch_advice;
+using detail::mpi_op;
+using detail::mpi_type;
+using detail::peer_wait;
+using detail::responders_running;
+using detail::runtime;
 
 // Multiplies a buffer by scale in place (the mean after a sum).
 void scale_in_place(const Tensor& t, float scale) {
@@ -252,15 +82,6 @@ constexpr std::chrono::milliseconds kSpinTime{100};
 constexpr std::chrono::milliseconds kHeartbeat{1000};
 // How often each communicator's responder thread answers those questions.
 constexpr std::chrono::milliseconds kResponderPeriod{20};
-
-// Memory of broken communicators that MPI may still write: never freed.
-void abandon(std::vector<std::shared_ptr<const void> > memory) {
-  static std::mutex mutex;
-  static auto* kept = new std::vector<std::shared_ptr<const void> >();
-  std::lock_guard<std::mutex> lock(mutex);
-  kept->insert(kept->end(), std::make_move_iterator(memory.begin()),
-               std::make_move_iterator(memory.end()));
-}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -816,106 +637,8 @@ void MpiCommunicator::run_collective(const Call& call) {
 
 }  // namespace
 
-int mpi_world_rank() {
-  runtime();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int mpi_world_size() {
-  runtime();
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(options);
-}
-
-void bound_mpi_finalize(double seconds) {
-  finalize_limit_seconds.store(seconds);
-}
-
-void end_mpi_job_at_exit() {
-  abort_at_exit.store(true);
-}
-
-std::string mpi_broadcast(std::string bytes, int root) {
-  runtime();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Small texts (addresses): the length first, then the bytes.
-  int64_t length = static_cast<int64_t>(bytes.size());
-  MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD);
-  if (length < 0 || length > (int64_t{1} << 20))
-    TANDEM_THROW(CommError, "mpi_broadcast: ", length, " bytes (at most 1 MiB)");
-  if (rank != root) bytes.assign(static_cast<size_t>(length), '\0');
-  MPI_Bcast(bytes.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
-  return bytes;
-}
-
-// Apart from every collective's tag space: the collectives run on
-// duplicates of the world communicator, and the broadcasts above carry none.
-constexpr int kMessageTag = 7301;
-constexpr int kMaxMessageBytes = 1 << 20;
-
-void mpi_send_message(int to, const std::string& bytes) {
-  runtime();
-  if (bytes.size() > static_cast<size_t>(kMaxMessageBytes))
-    TANDEM_THROW(CommError, "mpi_send_message: ", bytes.size(), " bytes (at most 1 MiB)");
-  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, to, kMessageTag,
-                     MPI_COMM_WORLD),
-            "MPI_Send");
-}
-
-std::optional<std::pair<int, std::string>> mpi_poll_message() {
-  runtime();
-  int arrived = 0;
-  MPI_Status status;
-  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kMessageTag, MPI_COMM_WORLD, &arrived, &status),
-            "MPI_Iprobe");
-  if (!arrived) return std::nullopt;
-  int count = 0;
-  MPI_Get_count(&status, MPI_CHAR, &count);
-  if (count < 0 || count > kMaxMessageBytes)
-    TANDEM_THROW(CommError, "a message of ", count, " bytes from rank ", status.MPI_SOURCE);
-  std::string bytes(static_cast<size_t>(count), '\0');
-  check_mpi(MPI_Recv(bytes.data(), count, MPI_CHAR, status.MPI_SOURCE, kMessageTag,
-                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-            "MPI_Recv");
-  return std::pair(status.MPI_SOURCE, std::move(bytes));
-}
-
-std::string mpi_launch_advice() {
-  std::lock_guard<std::mutex> lock(advice_mutex);
-  return launch_advice;
-}
-
-void abort_mpi_job(int status) {
-  if (!launched_by_mpi()) return;
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized && !finalized && launched_process_count() > 1) {
-    // Failed before MPI was needed (a flag, a file, a layout): the ranks
-    // that got further wait in MPI_Init's exchange for this one, and
-    // mpirun --enable-recovery would not end the job for its exit. Joining
-    // MPI to abort it ends every rank.
-    try {
-      runtime();
-      initialized = 1;
-    } catch (const Error&) {
-      return;
-    }
-  }
-  if (!initialized || finalized) return;
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2) return;
-  job_broken.store(true);
-  MPI_Abort(MPI_COMM_WORLD, status);
 }
 
 #endif
