@@ -18,15 +18,15 @@
     python3 launch_check.py --tandem build/tandem --work /tmp/x
 """
 import argparse
-import json
 import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
+
+from safetensors_weights import max_relative_error, read_safetensors
 
 TOLERANCE = 1e-5
 LIMIT = 30  # seconds for a job with a lost worker to end
@@ -34,29 +34,6 @@ LIMIT = 30  # seconds for a job with a lost worker to end
 TRAIN = ["train", "--model", "mlp", "--train-examples", "1536", "--test-examples", "256",
          "--batch-size", "96", "--seed", "3", "--threads", "1", "--allow-oversubscription",
          "--quiet"]
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        raw = data[8 + n + begin:8 + n + end]
-        tensors[name] = struct.unpack(f"<{len(raw) // 4}f", raw)
-    return tensors
-
-
-def max_relative_error(a, b):
-    worst = 0.0
-    for name, values in b.items():
-        scale = max(max(abs(v) for v in values), 1e-30)
-        worst = max(worst, max(abs(x - y) for x, y in zip(a[name], values)) / scale)
-    return worst
 
 
 def free_port():

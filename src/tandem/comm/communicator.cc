@@ -72,6 +72,41 @@ bool Call::matches(const Call& other) const {
   return op == other.op;
 }
 
+std::array<int64_t, 12> Call::check_fields() const {
+  const int64_t fields[6] = {static_cast<int64_t>(collective), static_cast<int64_t>(dtype),
+                             count,
+                             static_cast<int64_t>(op),
+                             root,
+                             error.empty() ? 0 : 1};
+  std::array<int64_t, 12> both{};
+  for (int i = 0; i < 6; ++i) {
+    both[i] = fields[i];
+    both[6 + i] = -fields[i];
+  }
+  return both;
+}
+
+void Call::check_agreement(const std::array<int64_t, 12>& reduced, std::string_view backend,
+                           int rank) const {
+  if (!error.empty()) TANDEM_THROW(CommError, error);
+  if (reduced[5] != 0) {
+    TANDEM_THROW(CommError, "another ", backend, " rank made an invalid call; ", describe(),
+                 " on rank ", rank, " abandoned");
+  }
+  static const char* const kNames[5] = {"collective", "dtype", "element count", "reduce op",
+                                        "root"};
+  for (int i = 0; i < 5; ++i) {
+    const bool relevant = i == 0 || (collective != Collective::barrier &&
+                                     (i != 3 || collective == Collective::all_reduce ||
+                                      collective == Collective::reduce_scatter) &&
+                                     (i != 4 || collective == Collective::broadcast));
+    if (relevant && reduced[i] != -reduced[6 + i]) {
+      TANDEM_THROW(CommError, "collective mismatch across ", backend, " ranks: the ", kNames[i],
+                   " differs (rank ", rank, " called ", describe(), ")");
+    }
+  }
+}
+
 void Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {

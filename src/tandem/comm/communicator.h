@@ -28,6 +28,7 @@
 //     group stay allocated until the communicator is destroyed, so a late
 //     peer never writes into freed memory.
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -107,6 +108,18 @@ struct Call {
   std::string describe() const;
   // True when two ranks' calls can pair up.
   bool matches(const Call& other) const;
+
+  // For a cross-rank check by one all-reduce with max: the call's six
+  // fields (collective, dtype, count, op, root, invalid) and their
+  // negations, so that the maximum over ranks holds each field's maximum
+  // and minus its minimum.
+  std::array<int64_t, 12> check_fields() const;
+  // After that all-reduce (`reduced`): throws CommError when this call is
+  // invalid, another rank's was, or a field that matters for this call
+  // differs between ranks. `backend` ("MPI", "gloo") and `rank` name this
+  // side in the message.
+  void check_agreement(const std::array<int64_t, 12>& reduced, std::string_view backend,
+                       int rank) const;
 };
 
 class WorkQueue;

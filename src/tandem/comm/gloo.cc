@@ -299,20 +299,9 @@ class GlooCommunicator : public Communicator {
     state_->execute(call.describe(), [s, work = std::move(work)] { work(*s); });
   }
 
-  // Every rank's (collective, dtype, count, op, root, validity): one
-  // all-reduce of each field's maximum and negated minimum.
+  // Every rank's call, checked by one all-reduce (Call::check_fields).
   void verify(const Call& call) {
-    auto both = std::make_shared<std::array<int64_t, 12>>();
-    const int64_t fields[6] = {static_cast<int64_t>(call.collective),
-                               static_cast<int64_t>(call.dtype),
-                               call.count,
-                               static_cast<int64_t>(call.op),
-                               call.root,
-                               call.error.empty() ? 0 : 1};
-    for (int i = 0; i < 6; ++i) {
-      (*both)[i] = fields[i];
-      (*both)[6 + i] = -fields[i];
-    }
+    auto both = std::make_shared<std::array<int64_t, 12>>(call.check_fields());
     GlooState* s = state_.get();
     state_->execute(call.describe() + " (call check)", [s, both] {
       gloo::AllreduceOptions o(s->context);
@@ -326,23 +315,7 @@ class GlooCommunicator : public Communicator {
       o.setTimeout(s->options.timeout);
       gloo::allreduce(o);
     });
-    if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
-    if ((*both)[5] != 0) {
-      TANDEM_THROW(CommError, "another gloo rank made an invalid call; ", call.describe(),
-                   " on rank ", state_->rank, " abandoned");
-    }
-    static const char* const kNames[5] = {"collective", "dtype", "element count", "reduce op",
-                                          "root"};
-    for (int i = 0; i < 5; ++i) {
-      const bool relevant = i == 0 || (call.collective != Collective::barrier &&
-                                       (i != 3 || call.collective == Collective::all_reduce ||
-                                        call.collective == Collective::reduce_scatter) &&
-                                       (i != 4 || call.collective == Collective::broadcast));
-      if (relevant && (*both)[i] != -(*both)[6 + i]) {
-        TANDEM_THROW(CommError, "collective mismatch across gloo ranks: the ", kNames[i],
-                     " differs (rank ", state_->rank, " called ", call.describe(), ")");
-      }
-    }
+    call.check_agreement(*both, "gloo", state_->rank);
   }
 
   void drain_quietly() {

@@ -537,41 +537,13 @@ void MpiCommunicator::stall(const Call& call, const char* what) {
 }
 
 void MpiCommunicator::verify(const Call& call) {
-  // One MPI_MAX over (x, -x) gives every field's maximum and minimum.
-  const int64_t fields[6] = {static_cast<int64_t>(call.collective),
-                             static_cast<int64_t>(call.dtype),
-                             call.count,
-                             static_cast<int64_t>(call.op),
-                             call.root,
-                             call.error.empty() ? 0 : 1};
   // On the heap: an abandoned check may still be completed by MPI later.
-  const auto buffer = std::make_shared<std::array<int64_t, 12> >();
-  int64_t* both = buffer->data();
-  for (int i = 0; i < 6; ++i) {
-    both[i] = fields[i];
-    both[6 + i] = -fields[i];
-  }
+  const auto buffer = std::make_shared<std::array<int64_t, 12> >(call.check_fields());
   MPI_Request request;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, both, 12, MPI_INT64_T, MPI_MAX, comm_, &request),
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer->data(), 12, MPI_INT64_T, MPI_MAX, comm_, &request),
             "MPI_Iallreduce (call check)");
   wait(request, call, "MPI_Iallreduce (call check)", buffer);
-  if (!call.error.empty()) TANDEM_THROW(CommError, call.error);
-  if (both[5] != 0) {
-    TANDEM_THROW(CommError, "another MPI rank made an invalid call; ", call.describe(), " on rank ",
-                 rank_, " abandoned");
-  }
-  static const char* const kNames[5] = {"collective", "dtype", "element count", "reduce op",
-                                        "root"};
-  for (int i = 0; i < 5; ++i) {
-    const bool relevant = i == 0 || (call.collective != Collective::barrier &&
-                                     (i != 3 || call.collective == Collective::all_reduce ||
-                                      call.collective == Collective::reduce_scatter) &&
-                                     (i != 4 || call.collective == Collective::broadcast));
-    if (relevant && both[i] != -both[6 + i]) {
-      TANDEM_THROW(CommError, "collective mismatch across MPI ranks: the ", kNames[i],
-                   " differs (rank ", rank_, " called ", call.describe(), ")");
-    }
-  }
+  call.check_agreement(*buffer, "MPI", rank_);
 }
 
 void MpiCommunicator::run(const Call& call) {
