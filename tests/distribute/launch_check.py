@@ -13,7 +13,8 @@
   worker count or node rank out of range, --nnodes without --rdzv, node
   ranks that disagree on --nproc-per-node, another run's --run-id, a node
   rank taken twice, a rendezvous nobody serves, a worker of another run,
-  and multi-worker without a launcher.
+  multi-worker without a launcher, and the parameter-server strategy
+  under tandem launch (its links need MPI).
 
     python3 launch_check.py --tandem build/tandem --work /tmp/x
 """
@@ -193,6 +194,10 @@ class Check:
                      "cannot reach the rendezvous store")
         self.refused("multi-worker without a launcher", [t, *TRAIN, "--strategy", "multi-worker"],
                      "needs its processes started by mpirun or tandem launch")
+        self.refused("the parameter server under tandem launch",
+                     [t, "launch", "--nproc-per-node", "2", "--", "tandem", *TRAIN, "--strategy",
+                      "parameter-server", "--output", self.directory("ps-launch")],
+                     "the parameter-server strategy across processes runs under mpirun")
 
         # A node 0 that waits for node 1, which then disagrees with it.
         def against_node0(label, node1_flags, pattern, worker_env=None):

@@ -2,8 +2,9 @@
 // A key-value store that the processes of a job meet at (rendezvous): one
 // process serves it (StoreServer, over TCP), every process connects to it
 // (connect_store). gloo exchanges its connection addresses through it
-// (make_gloo_communicator), `tandem launch` hands out ranks and agrees on
-// membership through it.
+// (make_gloo_communicator), `tandem launch`'s nodes register and check
+// each other through it, and elastic members agree on membership through
+// it (ElasticGroup).
 //
 // Values are bytes; keys are at most kMaxStoreKeyBytes, values at most
 // kMaxStoreValueBytes (larger ones are refused before anything is

@@ -451,6 +451,12 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
   int processes_here = 1, processes = 1;
   const bool across_processes = c.name == "multi_worker" || parameter_server_across_processes();
   if (across_processes) processes_here = comm::launched_local_size();
+  if (c.name == "parameter_server" && comm::launcher() == comm::Launcher::tandem &&
+      comm::launched_process_count() > 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "the parameter-server strategy across processes runs under mpirun (its links "
+                 "are set up over MPI); under tandem launch use --strategy multi-worker");
+  }
   if (c.name == "parameter_server" && parameter_server_across_processes()) {
     // Ranks below ps_shards serve; every other process is one worker.
     if (c.devices > 1) {
