@@ -9,6 +9,8 @@
   signal, stops the other worker and exits non-zero within 30 s, leaving no
   worker behind; a stopped worker (SIGSTOP) ends the job after the
   collective timeout; a worker that fails on another node stops this node's;
+  SIGTERM to the launcher stops every worker once (exit 143, the chief's
+  checkpoint) and the job resumes under the launcher;
 - bad input, each refused with one clear line and no hang: no command, a
   worker count or node rank out of range, --nnodes without --rdzv, node
   ranks that disagree on --nproc-per-node, another run's --run-id, a node
@@ -158,6 +160,22 @@ class Check:
         left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
         self.expect("no stopped worker is left behind", left.strip() == "", left)
 
+    def forwarded_sigterm(self):
+        # SIGTERM to the launcher reaches each worker once: they stop at one
+        # step, the chief checkpoints, and the job resumes under the launcher.
+        run_dir = self.directory("sigterm")
+        train = self.launch(2, ["--epochs", "30", "--output", run_dir])
+        p = self.start(train)
+        time.sleep(4)
+        p.send_signal(signal.SIGTERM)
+        code, out = self.finish(p, 60)
+        self.expect("SIGTERM to the launcher stops the job with 143", code == 143, out[-300:])
+        self.expect("and the chief saved a checkpoint",
+                    os.path.exists(os.path.join(run_dir, "checkpoint.tckpt")) and
+                    out.count("saving a checkpoint") == 2, out[-300:])
+        code, out, _ = self.run(train + ["--resume"], timeout=240)
+        self.expect("the stopped job resumes under the launcher", code == 0, out[-300:])
+
     def failure_on_another_node(self):
         rdzv = f"127.0.0.1:{free_port()}"
         common = ["--nnodes", "2", "--rdzv", rdzv]
@@ -239,6 +257,7 @@ def main():
     check.equals_mirrored()
     check.killed_worker()
     check.stopped_worker()
+    check.forwarded_sigterm()
     check.failure_on_another_node()
     check.bad_input()
     if check.failures:

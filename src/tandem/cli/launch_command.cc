@@ -152,10 +152,21 @@ std::vector<std::string> resolve_command(std::vector<std::string> command) {
 // node reports a failure; returns the launcher's exit status.
 int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o) {
   auto next_poll = std::chrono::steady_clock::now();
+  int forwarded = 0;  // the signal passed on to the workers, if any
+  int status = 0;
   while (workers.running() > 0) {
-    if (const int s = received_signal.exchange(0)) workers.signal_all(s);
+    if (const int s = received_signal.exchange(0)) {
+      workers.signal_all(s);
+      forwarded = s;
+    }
     if (const auto exit = workers.poll()) {
       if (exit->status == 0) continue;
+      // Stopped by the signal passed on: the others are stopping too (the
+      // chief may be writing its checkpoint; a second signal would abort it).
+      if (forwarded != 0 && exit->status == 128 + forwarded) {
+        status = exit->status;
+        continue;
+      }
       const std::string failure =
           fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
                       o.node_rank, exit->description);
@@ -184,7 +195,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
-  return 0;
+  return status;
 }
 
 // Node 0 serves the store until every node is done with it.
