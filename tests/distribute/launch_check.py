@@ -19,6 +19,8 @@
   under tandem launch (its links need MPI).
 
     python3 launch_check.py --tandem build/tandem --work /tmp/x
+    python3 launch_check.py ... --hosts scripts/netns-hosts.sh   # across its 2 test hosts:
+        equal to mirrored, and a host cut off mid-run ends the job on both
 """
 import argparse
 import os
@@ -247,12 +249,77 @@ class Check:
                                   "TANDEM_RUN_ID": "x"})
 
 
+class HostsCheck(Check):
+    """Two launchers on two namespace hosts (scripts/netns-hosts.sh), the
+    rendezvous served by h0 on its data network address."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.netns = args.hosts
+
+    def on(self, host, command):
+        return ["sh", self.netns, "exec", host] + command
+
+    def two_hosts(self, extra, label):
+        run_dir = self.directory(label)
+        common = ["--nnodes", "2", "--rdzv", "10.213.0.1:29511", "--run-id", label]
+        nodes = [self.start(self.on(f"h{rank}", self.launch(
+            1, [*extra, "--output", run_dir], *common, "--node-rank", str(rank))))
+            for rank in (0, 1)]
+        return run_dir, nodes
+
+    def equals_mirrored_across_hosts(self):
+        mirrored = self.directory("mirrored")
+        code, out, _ = self.run([self.tandem, *TRAIN, "--strategy", "mirrored", "--devices", "2",
+                                 "--epochs", "2", "--output", mirrored])
+        self.expect("mirrored reference runs", code == 0, out[-300:])
+        run_dir, nodes = self.two_hosts(["--epochs", "2"], "hosts")
+        results = [self.finish(p) for p in nodes]
+        self.expect("launch across 2 hosts runs", all(code == 0 for code, _ in results),
+                    " | ".join(out[-300:] for _, out in results))
+        error = max_relative_error(self.parameters(run_dir), self.parameters(mirrored))
+        self.expect("launch across 2 hosts == mirrored", error <= TOLERANCE,
+                    f"max relative error {error:.2e}")
+
+    def link_cut(self):
+        # h1's links go down mid-run: h0's worker times out
+        # (--collective-timeout 5) and its launcher ends; h1's launcher loses
+        # the rendezvous and stops its worker. Both within 5 + 30 s.
+        run_dir, nodes = self.two_hosts(["--epochs", "200", "--collective-timeout", "5"], "cut")
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(metrics) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        subprocess.run(["sh", self.netns, "cut", "h1"], check=True)
+        cut = time.monotonic()
+        try:
+            results = [self.finish(p, 5 + LIMIT + 30) for p in nodes]
+        finally:
+            subprocess.run(["sh", self.netns, "restore", "h1"], check=False)
+        seconds = time.monotonic() - cut
+        self.expect("a cut host ends the job on both hosts",
+                    all(code not in (None, 0) for code, _ in results) and seconds < 5 + LIMIT,
+                    f"statuses {[code for code, _ in results]} after {seconds:.1f} s: " +
+                    " | ".join(out[-300:] for _, out in results))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tandem", required=True)
     parser.add_argument("--work", required=True)
+    parser.add_argument("--hosts", help="netns-hosts.sh: run the checks across its test hosts")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
+    if args.hosts:
+        check = HostsCheck(args)
+        check.equals_mirrored_across_hosts()
+        check.link_cut()
+        if check.failures:
+            print(f"{len(check.failures)} check(s) failed: {', '.join(check.failures)}")
+            sys.exit(1)
+        print("all checks passed")
+        return
     check = Check(args)
     check.equals_mirrored()
     check.killed_worker()

@@ -35,7 +35,10 @@ struct LaunchOptions {
 // How long the other workers get to stop after one failed, before SIGKILL.
 constexpr milliseconds kStopGrace{10'000};
 constexpr milliseconds kStorePollEvery{500};
+constexpr milliseconds kStoreCallTimeout{5'000};
 constexpr milliseconds kDisagreementGrace{2'000};
+// How long node 0 keeps serving after its job failed, for the other nodes.
+constexpr milliseconds kFailureGrace{10'000};
 
 std::atomic<int> received_signal{0};
 extern "C" void on_launcher_signal(int signal) {
@@ -87,7 +90,9 @@ Rendezvous join_rendezvous(const LaunchOptions& o) {
     port = r.server->port();
   }
   r.endpoint = fmt::format("{}:{}", host, port);
-  r.store = comm::connect_store(host, port, rendezvous_timeout(o));
+  // Calls without a wait of their own are bounded short: a launcher cut off
+  // from node 0 must notice and stop its workers.
+  r.store = comm::connect_store(host, port, rendezvous_timeout(o), kStoreCallTimeout);
   if (o.node_rank == 0) {
     r.store->set("run_id", o.run_id);
   } else {
@@ -199,12 +204,26 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
 }
 
 // Node 0 serves the store until every node is done with it.
+// After a failure, only long enough for the others to read it (they look
+// every kStorePollEvery): a node cut off would never report.
 void finish(comm::Store& store, const LaunchOptions& o, int status) {
+  if (o.node_rank != 0) {
+    try {
+      store.set(fmt::format("done/{}", o.node_rank), std::to_string(status));
+    } catch (const Error&) {
+      // Node 0 may close the store as soon as it has read this; if the set
+      // did not arrive, node 0 is gone and waits for nothing.
+    }
+    return;
+  }
   try {
-    store.set(fmt::format("done/{}", o.node_rank), std::to_string(status));
-    if (o.node_rank != 0) return;
-    for (int node = 1; node < o.nnodes; ++node)
-      store.get(fmt::format("done/{}", node), rendezvous_timeout(o));
+    const auto deadline =
+        std::chrono::steady_clock::now() + (status == 0 ? rendezvous_timeout(o) : kFailureGrace);
+    for (int node = 1; node < o.nnodes; ++node) {
+      const auto left = std::chrono::duration_cast<milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      store.get(fmt::format("done/{}", node), std::max(left, milliseconds(1)));
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "tandem launch: warning: not every node reported its end: {}\n", e.what());
   }
