@@ -49,10 +49,8 @@ void all_reduce_compressed(Communicator& comm, const Tensor& buffer, ReduceOp op
   }
   // For mean, divide before narrowing (the buffer is overwritten at the end anyway).
   if (op == ReduceOp::mean) {
-    const void* in = buffer.raw_data();
-    void* out = buffer.raw_data();
-    kernels::reduce_range(DType::f32, ReduceOp::sum, 1.0f / static_cast<float>(comm.size()), &in, 1,
-                          &out, 1, 0, buffer.numel());
+    kernels::scale_in_place(DType::f32, buffer.raw_data(), buffer.numel(),
+                            1.0f / static_cast<float>(comm.size()));
   }
   convert(buffer.raw_data(), DType::f32, staging.raw_data(), dtype, buffer.numel());
   comm.all_reduce(staging, ReduceOp::sum);

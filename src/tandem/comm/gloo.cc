@@ -168,11 +168,6 @@ gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOp op) {
   };
 }
 
-void scale_in_place(void* data, DType dtype, int64_t count, float scale) {
-  const void* in = data;
-  kernels::reduce_range(dtype, ReduceOp::sum, scale, &in, 1, &data, 1, 0, count);
-}
-
 // output (count elements) = op over ranks of input; in place when they are one buffer.
 void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, const void* input,
                      void* output, int64_t count, DType dtype, ReduceOp op,
@@ -186,7 +181,7 @@ void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, const void* 
     o.setTimeout(timeout);
     gloo::allreduce(o);
   });
-  if (op == ReduceOp::mean) scale_in_place(output, dtype, count, 1.0f / context->size);
+  if (op == ReduceOp::mean) kernels::scale_in_place(dtype, output, count, 1.0f / context->size);
 }
 
 class GlooCommunicator : public Communicator {

@@ -64,10 +64,8 @@ void HierarchicalCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   if (leader()) state_->leaders->all_reduce(buffer, partial);
   local_->broadcast(buffer, 0);
   if (op == ReduceOp::mean) {
-    const void* in = buffer.raw_data();
-    void* out = buffer.raw_data();
-    kernels::reduce_range(buffer.dtype(), ReduceOp::sum, 1.0f / static_cast<float>(size()), &in, 1,
-                          &out, 1, 0, buffer.numel());
+    kernels::scale_in_place(buffer.dtype(), buffer.raw_data(), buffer.numel(),
+                            1.0f / static_cast<float>(size()));
   }
 }
 
@@ -118,10 +116,8 @@ void HierarchicalCommunicator::run_levels(const Call& call) {
       out.copy_from(block.slice(segment * local_rank_, segment * (local_rank_ + 1))
                         .reshape(call.output.shape()));
       if (call.op == ReduceOp::mean) {
-        const void* in = out.raw_data();
-        void* dst = out.raw_data();
-        kernels::reduce_range(out.dtype(), ReduceOp::sum, 1.0f / static_cast<float>(size()), &in,
-                              1, &dst, 1, 0, out.numel());
+        kernels::scale_in_place(out.dtype(), out.raw_data(), out.numel(),
+                                1.0f / static_cast<float>(size()));
       }
       return;
     }

@@ -54,13 +54,6 @@ using detail::peer_wait;
 using detail::responders_running;
 using detail::runtime;
 
-// Multiplies a buffer by scale in place (the mean after a sum).
-void scale_in_place(const Tensor& t, float scale) {
-  const void* in = t.raw_data();
-  void* out = t.raw_data();
-  kernels::reduce_range(t.dtype(), ReduceOp::sum, scale, &in, 1, &out, 1, 0, t.numel());
-}
-
 // MPI counts are int: larger buffers go in pieces.
 constexpr int64_t kMaxPiece = int64_t{1} << 30;
 // A ring step's message goes in pieces of this many bytes, all posted at
@@ -581,14 +574,20 @@ void MpiCommunicator::run_collective(const Call& call) {
         check_mpi(MPI_Iallreduce(in, out, n, type, op, comm_, &request), "MPI_Iallreduce");
         wait(request, call, "MPI_Iallreduce");
       }
-      if (call.op == ReduceOp::mean) scale_in_place(call.output, 1.0f / static_cast<float>(size_));
+      if (call.op == ReduceOp::mean) {
+        kernels::scale_in_place(call.dtype, call.output.raw_data(), call.output.numel(),
+                                1.0f / static_cast<float>(size_));
+      }
       return;
     }
     case Collective::reduce_scatter:
       if (call.count / size_ > kMaxPiece)
         TANDEM_THROW(NotImplemented, "reduce_scatter segments over 2^30 elements");
       ring_reduce_scatter(call, type);
-      if (call.op == ReduceOp::mean) scale_in_place(call.output, 1.0f / static_cast<float>(size_));
+      if (call.op == ReduceOp::mean) {
+        kernels::scale_in_place(call.dtype, call.output.raw_data(), call.output.numel(),
+                                1.0f / static_cast<float>(size_));
+      }
       return;
     case Collective::all_gather:
       if (call.count > kMaxPiece)

@@ -161,6 +161,11 @@ void reduce_range(DType dtype, ReduceOp op, float scale, const void* const* inpu
   reduce_floating(dtype, op, scale, inputs, input_count, outputs, output_count, begin, end);
 }
 
+void scale_in_place(DType dtype, void* data, int64_t count, float scale) {
+  const void* in = data;
+  reduce_range(dtype, ReduceOp::sum, scale, &in, 1, &data, 1, 0, count);
+}
+
 void reduce_range_on_device(Device device, DType dtype, ReduceOp op, float scale,
                             const void* const* inputs, int input_count, void* const* outputs,
                             int output_count, int64_t begin, int64_t end) {

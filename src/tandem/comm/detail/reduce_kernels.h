@@ -16,6 +16,10 @@ namespace tandem::comm::kernels {
 void reduce_range(DType dtype, ReduceOp op, float scale, const void* const* inputs, int input_count,
                   void* const* outputs, int output_count, int64_t begin, int64_t end);
 
+// Multiplies `count` elements of a host buffer by `scale` in place (a
+// mean after a sum), with reduce_range's arithmetic and rounding.
+void scale_in_place(DType dtype, void* data, int64_t count, float scale);
+
 // The same over GPU buffers (device addresses) of `device`'s GPU or GPUs it
 // can reach, queued on the calling thread's stream: synchronize(device)
 // before the results are read elsewhere. Throws NotImplemented in a build
