@@ -24,14 +24,13 @@
 """
 import argparse
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 
-from safetensors_weights import max_relative_error, read_safetensors
+from job_checks import JobChecks, max_relative_error
 
 TOLERANCE = 1e-5
 LIMIT = 30  # seconds for a job with a lost worker to end
@@ -60,44 +59,9 @@ def serving(endpoint, seconds=10):
     raise RuntimeError(f"nothing serves {endpoint} after {seconds} s")
 
 
-class Check:
+class Check(JobChecks):
     def __init__(self, args):
-        self.tandem = args.tandem
-        self.work = args.work
-        self.failures = []
-
-    def start(self, command, env=None):
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True,
-                                env=dict(os.environ, **(env or {})))
-
-    def finish(self, p, timeout=240):
-        try:
-            out, _ = p.communicate(timeout=timeout)
-            return p.returncode, out
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            return None, out
-
-    def run(self, command, timeout=240, env=None):
-        started = time.monotonic()
-        code, out = self.finish(self.start(command, env), timeout)
-        return code, out, time.monotonic() - started
-
-    def expect(self, label, ok, detail=""):
-        print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
-        if not ok:
-            self.failures.append(label)
-
-    def directory(self, name):
-        path = os.path.join(self.work, name)
-        shutil.rmtree(path, ignore_errors=True)
-        return path
-
-    def parameters(self, run_dir):
-        self.run([self.tandem, "export", run_dir])
-        return read_safetensors(os.path.join(run_dir, "model.safetensors"))
+        super().__init__(args.tandem, args.work)
 
     def launch(self, workers, extra, *launch_flags):
         return [self.tandem, "launch", "--nproc-per-node", str(workers), *launch_flags, "--",

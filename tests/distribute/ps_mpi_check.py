@@ -33,13 +33,10 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import shutil
-import subprocess
 import sys
-import time
 
-from safetensors_weights import max_relative_error, read_safetensors
+from job_checks import JobChecks, max_relative_error
 
 TOLERANCE = 1e-5
 LIMIT = 30  # seconds for a job whose server is gone
@@ -49,10 +46,10 @@ COMMON = ["--model", "mlp", "--train-examples", "1536", "--test-examples", "256"
           "--quiet"]
 
 
-class Check:
+class Check(JobChecks):
     def __init__(self, args):
+        super().__init__(args.tandem, args.work)
         self.args = args
-        self.failures = []
 
     def mpirun(self, np, extra, env=None, recovery=False):
         command = shlex.split(self.args.mpirun) + ["--allow-run-as-root", "--oversubscribe", "-np",
@@ -62,30 +59,6 @@ class Check:
         for key, value in (env or {}).items():
             command += ["-x", f"{key}={value}"]
         return command + [self.args.tandem, "train", "--strategy", "parameter-server"] + extra
-
-    def run(self, command, timeout=240):
-        start = time.monotonic()
-        # Its own process group, so that a job past its time goes whole
-        # (mpirun, its daemons and ranks), not just the launcher.
-        p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
-        try:
-            out, _ = p.communicate(timeout=timeout)
-            return p.returncode, out, time.monotonic() - start
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            return None, out, time.monotonic() - start
-
-    def expect(self, label, ok, detail=""):
-        print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
-        if not ok:
-            self.failures.append(label)
-
-    def directory(self, name):
-        path = os.path.join(self.args.work, name)
-        shutil.rmtree(path, ignore_errors=True)
-        return path
 
     def summary(self, path):
         with open(os.path.join(path, "summary.json")) as f:
@@ -108,10 +81,7 @@ class Check:
                                  "2"] + settings + ["--output", mirrored])
         if code != 0:
             return self.expect(f"mirrored {label}", False, out[-2000:])
-        for run_dir in (ps, mirrored):
-            self.run([self.args.tandem, "export", run_dir])
-        error = max_relative_error(read_safetensors(os.path.join(ps, "model.safetensors")),
-                                   read_safetensors(os.path.join(mirrored, "model.safetensors")))
+        error = max_relative_error(self.parameters(ps), self.parameters(mirrored))
         accuracies = (self.summary(ps)["train_accuracy"], self.summary(mirrored)["train_accuracy"])
         self.expect(f"S=0 {label}: {shards} server rank(s) + 2 worker processes = mirrored on "
                     "2 devices",
@@ -145,11 +115,9 @@ class Check:
             if code != 0:
                 return self.expect("shard ranks' optimizer state in checkpoints", False,
                                    out[-2000:])
-        for run_dir in (straight, ps_first, mirrored_first):
-            self.run([self.args.tandem, "export", run_dir])
-        reference = read_safetensors(os.path.join(straight, "model.safetensors"))
-        errors = [max_relative_error(read_safetensors(os.path.join(d, "model.safetensors")),
-                                     reference) for d in (ps_first, mirrored_first)]
+        reference = self.parameters(straight)
+        errors = [max_relative_error(self.parameters(d), reference)
+                  for d in (ps_first, mirrored_first)]
         self.expect("Adam's state through 2 shard ranks' checkpoints, both ways = mirrored "
                     "without a stop", max(errors) <= TOLERANCE,
                     f"max relative errors {errors[0]:.1e} / {errors[1]:.1e}")
