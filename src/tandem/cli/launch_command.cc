@@ -2,7 +2,9 @@
 // them with the other hosts' through a rendezvous store, like torchrun: the
 // launcher of node 0 serves the store, every launcher registers its node,
 // and each worker learns its rank and the store from its environment
-// (comm/launch.h). A worker that fails ends the job on every node.
+// (comm/launch.h). A worker that fails ends the job on every node, except
+// under --elastic: the job goes on without it (comm/elastic_group.h,
+// train/trainer.h), and --join adds workers to a running elastic job.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/worker_processes.h"
+#include "tandem/comm/elastic_group.h"
 #include "tandem/comm/launch.h"
 #include "tandem/comm/store.h"
 
@@ -29,6 +32,10 @@ struct LaunchOptions {
   std::string rdzv;
   std::string run_id = "default";
   double rdzv_timeout = 300;
+  bool elastic = false;
+  int min_workers = 1;
+  int max_workers = 0;  // 0: no bound
+  bool join = false;    // add workers to a running elastic job
   std::vector<std::string> command;
 };
 
@@ -66,6 +73,25 @@ void check_options(const LaunchOptions& o) {
     TANDEM_THROW(InvalidArgument, "--rdzv-timeout ", o.rdzv_timeout, " is outside (0, 86400] s");
   if (o.run_id.empty() || o.run_id.find_first_of("/ \t\n") != std::string::npos)
     TANDEM_THROW(InvalidArgument, "--run-id '", o.run_id, "' must be non-empty, without / or spaces");
+  const int workers = o.nnodes * o.nproc_per_node;
+  if (!o.elastic && (o.join || o.min_workers != 1 || o.max_workers != 0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "--join, --min-workers and --max-workers are for an elastic job (add --elastic)");
+  }
+  if (o.elastic && (o.min_workers < 1 || (!o.join && o.min_workers > workers))) {
+    TANDEM_THROW(InvalidArgument, "--min-workers ", o.min_workers, " is outside 1..", workers,
+                 " (the workers the job starts with)");
+  }
+  if (o.elastic && o.max_workers != 0 &&
+      (o.max_workers < o.min_workers || (!o.join && o.max_workers < workers))) {
+    TANDEM_THROW(InvalidArgument, "--max-workers ", o.max_workers,
+                 " is below --min-workers or the workers the job starts with (", workers, ")");
+  }
+  if (o.join && (o.rdzv.empty() || o.nnodes != 1 || o.node_rank != 0)) {
+    TANDEM_THROW(InvalidArgument,
+                 "--join adds this host's workers to a running elastic job: it needs --rdzv "
+                 "HOST:PORT of that job and no --nnodes or --node-rank");
+  }
   if (o.command.empty()) {
     TANDEM_THROW(InvalidArgument,
                  "launch needs the command each worker runs, after -- (e.g. tandem launch "
@@ -85,7 +111,7 @@ Rendezvous join_rendezvous(const LaunchOptions& o) {
   std::string host = "127.0.0.1";
   int port = 0;
   if (!o.rdzv.empty()) std::tie(host, port) = comm::parse_host_port(o.rdzv, "--rdzv");
-  if (o.node_rank == 0) {
+  if (o.node_rank == 0 && !o.join) {
     r.server = std::make_unique<comm::StoreServer>(port);
     port = r.server->port();
   }
@@ -93,7 +119,7 @@ Rendezvous join_rendezvous(const LaunchOptions& o) {
   // Calls without a wait of their own are bounded short: a launcher cut off
   // from node 0 must notice and stop its workers.
   r.store = comm::connect_store(host, port, rendezvous_timeout(o), kStoreCallTimeout);
-  if (o.node_rank == 0) {
+  if (r.server) {
     r.store->set("run_id", o.run_id);
   } else {
     const std::string served = r.store->get("run_id", rendezvous_timeout(o));
@@ -132,14 +158,25 @@ void agree_on_nodes(comm::Store& store, const LaunchOptions& o) {
   }
 }
 
+// A joiner's rank and world size are its launcher's own: its place in the
+// job comes from the membership it is taken into.
 std::vector<std::string> worker_environment(const LaunchOptions& o, const std::string& endpoint,
                                             int local_rank) {
-  return {fmt::format("{}={}", comm::kRankVariable, o.node_rank * o.nproc_per_node + local_rank),
-          fmt::format("{}={}", comm::kWorldSizeVariable, o.nnodes * o.nproc_per_node),
-          fmt::format("{}={}", comm::kLocalRankVariable, local_rank),
-          fmt::format("{}={}", comm::kLocalWorldSizeVariable, o.nproc_per_node),
-          fmt::format("{}={}", comm::kRendezvousVariable, endpoint),
-          fmt::format("{}={}", comm::kRunIdVariable, o.run_id)};
+  std::vector<std::string> environment = {
+      fmt::format("{}={}", comm::kRankVariable, o.node_rank * o.nproc_per_node + local_rank),
+      fmt::format("{}={}", comm::kWorldSizeVariable, o.nnodes * o.nproc_per_node),
+      fmt::format("{}={}", comm::kLocalRankVariable, local_rank),
+      fmt::format("{}={}", comm::kLocalWorldSizeVariable, o.nproc_per_node),
+      fmt::format("{}={}", comm::kRendezvousVariable, endpoint),
+      fmt::format("{}={}", comm::kRunIdVariable, o.run_id)};
+  if (o.elastic) {
+    environment.push_back(
+        fmt::format("{}={}", comm::kElasticVariable, o.join ? "joiner" : "member"));
+    environment.push_back(fmt::format("{}={}", comm::kMinWorkersVariable, o.min_workers));
+    if (o.max_workers > 0)
+      environment.push_back(fmt::format("{}={}", comm::kMaxWorkersVariable, o.max_workers));
+  }
+  return environment;
 }
 
 // `tandem` as the command is this very program (so a build tree's tandem
@@ -155,17 +192,22 @@ std::vector<std::string> resolve_command(std::vector<std::string> command) {
 
 // Watches the workers until all have ended, one has failed, or another
 // node reports a failure; returns the launcher's exit status.
-int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o) {
+int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o,
+              const std::string& endpoint) {
   auto next_poll = std::chrono::steady_clock::now();
   int forwarded = 0;  // the signal passed on to the workers, if any
   int status = 0;
+  int finished = 0, lost = 0;  // elastic: workers that ended well, and the others
   while (workers.running() > 0) {
     if (const int s = received_signal.exchange(0)) {
       workers.signal_all(s);
       forwarded = s;
     }
     if (const auto exit = workers.poll()) {
-      if (exit->status == 0) continue;
+      if (exit->status == 0) {
+        ++finished;
+        continue;
+      }
       // Stopped by the signal passed on: the others are stopping too (the
       // chief may be writing its checkpoint; a second signal would abort it).
       if (forwarded != 0 && exit->status == 128 + forwarded) {
@@ -175,6 +217,23 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
       const std::string failure =
           fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
                       o.node_rank, exit->description);
+      if (o.elastic) {
+        // The others regroup without it; telling them spares them waiting
+        // for its heartbeat to go silent. A joiner's member id is its
+        // own, not known here: they notice its silence.
+        fmt::print(stderr, "tandem launch: {}; the elastic job goes on without it\n", failure);
+        if (!o.join) {
+          try {
+            const auto [host, port] = comm::parse_host_port(endpoint, "--rdzv");
+            comm::ElasticGroup::mark_lost(host, port, o.run_id, exit->rank, failure);
+          } catch (const Error&) {
+            // The store is lost: the workers notice that themselves.
+          }
+        }
+        ++lost;
+        status = exit->status;
+        continue;
+      }
       fmt::print(stderr, "tandem launch: {}; stopping the job\n", failure);
       try {
         store.set("failed", failure);
@@ -188,7 +247,8 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
       next_poll += kStorePollEvery;
       std::optional<std::string> failed;
       try {
-        failed = store.try_get("failed");
+        if (!o.elastic) failed = store.try_get("failed");
+        store.try_get("run_id");  // the store is still there
       } catch (const Error& e) {
         failed = fmt::format("the rendezvous store is lost ({})", e.what());
       }
@@ -200,6 +260,9 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
+  // An elastic job that went on without some workers succeeded when the
+  // others finished it.
+  if (o.elastic && lost > 0 && finished > 0 && forwarded == 0) return 0;
   return status;
 }
 
@@ -207,6 +270,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
 // After a failure, only long enough for the others to read it (they look
 // every kStorePollEvery): a node cut off would never report.
 void finish(comm::Store& store, const LaunchOptions& o, int status) {
+  if (o.join) return;  // node 0 does not wait for a joining host
   if (o.node_rank != 0) {
     try {
       store.set(fmt::format("done/{}", o.node_rank), std::to_string(status));
@@ -234,7 +298,7 @@ int run_launch(const LaunchOptions& o) {
   const std::vector<std::string> command = resolve_command(o.command);
   Rendezvous rendezvous = join_rendezvous(o);
   try {
-    agree_on_nodes(*rendezvous.store, o);
+    if (!o.join) agree_on_nodes(*rendezvous.store, o);
   } catch (const Error&) {
     // The nodes disagree: node 0 keeps serving a moment, so that the others
     // read what they disagree on rather than a store that vanished.
@@ -247,7 +311,7 @@ int run_launch(const LaunchOptions& o) {
   for (int local = 0; local < o.nproc_per_node; ++local)
     workers.start(o.node_rank * o.nproc_per_node + local, command,
                   worker_environment(o, rendezvous.endpoint, local));
-  const int status = supervise(workers, *rendezvous.store, o);
+  const int status = supervise(workers, *rendezvous.store, o, rendezvous.endpoint);
   finish(*rendezvous.store, o, status);
   return status;
 }
@@ -278,6 +342,19 @@ Command add_launch_command(CLI::App& app) {
   command->add_option("--rdzv-timeout", o->rdzv_timeout,
                       "Seconds to wait for the other nodes and the rendezvous")
       ->capture_default_str();
+  command->add_flag("--elastic", o->elastic,
+                    "Elastic training: a worker that is lost (ends, is killed, falls silent past "
+                    "tandem train's --peer-timeout) leaves the job, which goes on with the others; "
+                    "workers may join (--join)");
+  command->add_option("--min-workers", o->min_workers,
+                      "Elastic: fewer workers than this end the job")
+      ->capture_default_str();
+  command->add_option("--max-workers", o->max_workers,
+                      "Elastic: joiners beyond this many workers wait (0: no bound)")
+      ->capture_default_str();
+  command->add_flag("--join", o->join,
+                    "Elastic: add this host's workers to the running job at --rdzv (they are "
+                    "taken in at the next step)");
   command->add_option("command", o->command,
                       "The command each worker runs, after -- ('tandem' is this tandem)");
   return {command, [o]() { return run_launch(*o); }};

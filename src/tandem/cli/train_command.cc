@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -520,6 +521,17 @@ int run_train(TrainOptions& o) {
     if (run_monitor) run_monitor->on_epoch(e);
     view.on_epoch(e);
   };
+  callbacks.on_membership_change = [&](const train::MembershipChange& c) {
+    if (run_monitor) run_monitor->on_membership_change(c);
+    if (trainer.strategy().is_chief() && !o.quiet) {
+      fmt::print(stderr,
+                 "elastic: generation {}: {} worker(s) (lost {}, joined {}): {}; going on from "
+                 "step {} ({} step(s) taken again, {:.2f} s), {} examples per worker\n",
+                 c.generation, c.members.size(), fmt::join(c.lost, ","),
+                 fmt::join(c.joined, ","), c.reason, c.global_step, c.rolled_back_steps,
+                 c.seconds, c.process_batch);
+    }
+  };
   train::TrainResult result;
   {
     const StopSignals stop_signals(&trainer);
@@ -528,7 +540,9 @@ int run_train(TrainOptions& o) {
       allocator_for(strategy.device(r)).reset_high_water();
     result = trainer.fit(setup.data.train, setup.data.validation, callbacks);
   }
-  if (!chief) return result.interrupted ? StopSignals::status() : 0;
+  // An elastic job's chief may have changed (the first one lost): the
+  // chief now writes the summary.
+  if (!trainer.strategy().is_chief()) return result.interrupted ? StopSignals::status() : 0;
   return finish_run(o, setup, trainer, result, run_monitor.get(), checked.plan,
                     checked.memory_limit);
 }
@@ -547,6 +561,10 @@ void add_train_options(CLI::App* command, TrainOptions* o) {
   command->add_option("--checkpoint-every", c.checkpoint_every,
                       "Also write the checkpoint every N steps, not only at each epoch's end, so "
                       "that a killed run loses at most N steps (0: off)");
+  command->add_option("--elastic-copy-every", c.elastic_copy_every,
+                      "Under tandem launch --elastic: keep an in-memory copy of the training "
+                      "state every N steps, which a lost worker rolls the others back to")
+      ->capture_default_str();
   command->add_option("--stop-after-epochs", c.stop_after_epochs,
                       "Stop after this epoch of the --epochs-long run, checkpoint saved; "
                       "--resume continues with the same schedule (0: off)");

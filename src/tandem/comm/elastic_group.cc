@@ -68,7 +68,7 @@ struct ElasticGroup::State {
 
   std::mutex mutex;  // membership and comm, against the watcher
   Membership membership;
-  std::unique_ptr<Communicator> comm;
+  std::shared_ptr<Communicator> comm;
   int64_t known_ids = 0;  // next_id when this member last regrouped
 
   std::atomic<bool> stopping{false}, beating{true};
@@ -170,6 +170,7 @@ std::vector<int> ElasticGroup::State::decide(int64_t generation, const Membershi
   }
   if (!joiners.empty()) std::this_thread::sleep_for(3 * options.heartbeat_every);
   for (const auto& [joiner, beat] : joiners) {
+    if (static_cast<int>(members.size()) >= options.max_members) break;  // the rest wait
     if (store->try_get(key("hb", joiner)) != beat) members.push_back(joiner);
   }
   std::sort(members.begin(), members.end());
@@ -236,8 +237,10 @@ namespace {
 
 std::shared_ptr<ElasticGroup::State> connect(const std::string& host, int port,
                                              const std::string& prefix, ElasticOptions options) {
-  if (options.min_members < 1)
-    TANDEM_THROW(InvalidArgument, "min_members must be at least 1, got ", options.min_members);
+  if (options.min_members < 1 || options.max_members < options.min_members) {
+    TANDEM_THROW(InvalidArgument, "elastic membership bounds ", options.min_members, "..",
+                 options.max_members, " are not 1 <= min <= max");
+  }
   auto s = std::make_shared<ElasticGroup::State>();
   s->host = host;
   s->port = port;
@@ -326,14 +329,21 @@ Communicator& ElasticGroup::communicator() {
   return *state_->comm;
 }
 
+std::shared_ptr<Communicator> ElasticGroup::shared_communicator() {
+  std::lock_guard lock(state_->mutex);
+  return state_->comm;
+}
+
 bool ElasticGroup::joiners_waiting() {
+  if (static_cast<int>(state_->membership.members.size()) >= state_->options.max_members)
+    return false;
   return state_->next_id() > state_->known_ids;
 }
 
 const Membership& ElasticGroup::regroup() {
   State& s = *state_;
   Membership old;
-  std::unique_ptr<Communicator> previous;
+  std::shared_ptr<Communicator> previous;
   {
     std::lock_guard lock(s.mutex);
     old = s.membership;

@@ -39,6 +39,8 @@ struct ElasticOptions {
   std::chrono::milliseconds peer_timeout{10'000};
   // Fewer live members than this end the job (regroup throws CommError).
   int min_members = 1;
+  // More members than this are not taken in: joiners wait.
+  int max_members = 1 << 20;
   // How long a joiner waits to be taken in.
   std::chrono::milliseconds join_timeout{300'000};
 };
@@ -76,6 +78,9 @@ class ElasticGroup {
   // The current generation and its communicator (replaced by regroup()).
   const Membership& membership() const;
   Communicator& communicator();
+  // The same, for a holder that outlives nothing of the group's: it must
+  // stop using it before the next regroup().
+  std::shared_ptr<Communicator> shared_communicator();
   // Whether a new member waits to be taken in (from the store; members
   // should agree on acting on it, e.g. with an all-reduce of the answer).
   bool joiners_waiting();

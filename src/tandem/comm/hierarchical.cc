@@ -14,7 +14,7 @@ struct HierarchicalGroup::State {
   int process_count = 1;
   CommOptions options;
   std::unique_ptr<InProcessGroup> local;
-  std::unique_ptr<Communicator> leaders;  // used by local rank 0 only
+  std::shared_ptr<Communicator> leaders;  // used by local rank 0 only
 };
 
 namespace {
@@ -153,6 +153,10 @@ void HierarchicalCommunicator::run_levels(const Call& call) {
 }  // namespace
 
 HierarchicalGroup::HierarchicalGroup(int local_size, CommOptions options)
+    : HierarchicalGroup(local_size, nullptr, options) {}
+
+HierarchicalGroup::HierarchicalGroup(int local_size, std::shared_ptr<Communicator> processes,
+                                     CommOptions options)
     : state_(std::make_shared<State>()) {
   if (local_size < 1)
     TANDEM_THROW(InvalidArgument, "local size must be at least 1, got ", local_size);
@@ -160,7 +164,7 @@ HierarchicalGroup::HierarchicalGroup(int local_size, CommOptions options)
   state_->options = options;
   state_->local = std::make_unique<InProcessGroup>(
       local_size, InProcessOptions{.comm = options, .whole_group = false});
-  state_->leaders = make_process_communicator(options);
+  state_->leaders = processes ? std::move(processes) : make_process_communicator(options);
   state_->process_rank = state_->leaders->rank();
   state_->process_count = state_->leaders->size();
   // Every process must have the same number of local ranks.

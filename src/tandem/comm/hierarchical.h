@@ -28,6 +28,11 @@ class HierarchicalGroup {
   // every process calls it, from its main thread, with the same local_size.
   // Throws CommError when processes disagree on local_size.
   HierarchicalGroup(int local_size, CommOptions options = {});
+  // The same over a given communicator across the processes (an elastic
+  // job's generation, comm/elastic_group.h): rank = its rank. The group
+  // shares it; nothing else may use it while the group does.
+  HierarchicalGroup(int local_size, std::shared_ptr<Communicator> processes,
+                    CommOptions options = {});
   ~HierarchicalGroup();
 
   int local_size() const;

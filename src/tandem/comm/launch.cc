@@ -25,6 +25,20 @@ LaunchStore& launch_store() {
   return s;
 }
 
+// The launch's store, checked to serve this worker's run.
+std::shared_ptr<Store> connect_launch_store(const char* endpoint, const char* run_id,
+                                            std::chrono::milliseconds timeout) {
+  const auto [host, port] = parse_host_port(endpoint, kRendezvousVariable);
+  std::shared_ptr<Store> store = connect_store(host, port, timeout);
+  const std::string served = store->get("run_id", timeout);
+  if (served != run_id) {
+    TANDEM_THROW(InvalidArgument, "the rendezvous store at ", endpoint, " serves run '", served,
+                 "', not this worker's run '", run_id,
+                 "' (a worker of another job, or two jobs on one port?)");
+  }
+  return store;
+}
+
 std::unique_ptr<Communicator> make_launched_gloo_communicator(CommOptions options) {
   const char* endpoint = std::getenv(kRendezvousVariable);
   const char* run_id = std::getenv(kRunIdVariable);
@@ -36,17 +50,7 @@ std::unique_ptr<Communicator> make_launched_gloo_communicator(CommOptions option
   }
   LaunchStore& s = launch_store();
   std::lock_guard lock(s.mutex);
-  if (!s.store) {
-    const auto [host, port] = parse_host_port(endpoint, kRendezvousVariable);
-    s.store = connect_store(host, port, options.timeout);
-    const std::string served = s.store->get("run_id", options.timeout);
-    if (served != run_id) {
-      s.store.reset();
-      TANDEM_THROW(InvalidArgument, "the rendezvous store at ", endpoint, " serves run '", served,
-                   "', not this worker's run '", run_id,
-                   "' (a worker of another job, or two jobs on one port?)");
-    }
-  }
+  if (!s.store) s.store = connect_launch_store(endpoint, run_id, options.timeout);
   const std::string prefix = std::string(run_id) + "/comm" + std::to_string(s.communicators++);
   return make_gloo_communicator(s.store, prefix, rank, size, options);
 }
@@ -129,6 +133,43 @@ std::unique_ptr<Communicator> make_process_communicator(CommOptions options) {
   TANDEM_THROW(InvalidArgument,
                "this process was not started by mpirun or tandem launch, so it has no job to "
                "communicate with");
+}
+
+}  // namespace tandem::comm
+
+namespace tandem::comm {
+
+bool launched_elastic() {
+  return launcher() == Launcher::tandem && std::getenv(kElasticVariable) != nullptr;
+}
+
+std::unique_ptr<ElasticGroup> join_elastic_job(ElasticOptions options) {
+  const char* role = std::getenv(kElasticVariable);
+  const char* endpoint = std::getenv(kRendezvousVariable);
+  const char* run_id = std::getenv(kRunIdVariable);
+  if (launcher() != Launcher::tandem || role == nullptr || endpoint == nullptr ||
+      run_id == nullptr) {
+    TANDEM_THROW(InvalidArgument,
+                 "elastic training needs its workers started by tandem launch --elastic");
+  }
+  const std::string_view kind = role;
+  if (kind != "member" && kind != "joiner") {
+    TANDEM_THROW(InvalidArgument, kElasticVariable, "='", kind,
+                 "' is neither member nor joiner (start workers with tandem launch --elastic)");
+  }
+  if (const int least = environment_number({kMinWorkersVariable}, 1); least > 0)
+    options.min_members = least;
+  if (const int most = environment_number({kMaxWorkersVariable}, 1); most > 0)
+    options.max_members = most;
+  connect_launch_store(endpoint, run_id, options.comm.timeout);  // refuses another run's store
+  const auto [host, port] = parse_host_port(endpoint, kRendezvousVariable);
+  if (kind == "joiner") return ElasticGroup::join(host, port, run_id, options);
+  const int rank = launched_rank(), size = launched_process_count();
+  if (rank < 0 || size < 1 || rank >= size) {
+    TANDEM_THROW(InvalidArgument, "this process's tandem launch environment has rank ", rank,
+                 " of ", size, " processes");
+  }
+  return ElasticGroup::start(host, port, run_id, rank, size, options);
 }
 
 }  // namespace tandem::comm

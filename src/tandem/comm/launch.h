@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/comm/elastic_group.h"
 
 namespace tandem::comm {
 
@@ -23,6 +24,12 @@ inline constexpr const char* kLocalRankVariable = "TANDEM_LOCAL_RANK";
 inline constexpr const char* kLocalWorldSizeVariable = "TANDEM_LOCAL_WORLD_SIZE";
 inline constexpr const char* kRendezvousVariable = "TANDEM_RDZV_ENDPOINT";
 inline constexpr const char* kRunIdVariable = "TANDEM_RUN_ID";
+// Under tandem launch --elastic: "member" (of the first generation, rank
+// TANDEM_RANK of TANDEM_WORLD_SIZE) or "joiner" (of a running job), and
+// the membership's bounds.
+inline constexpr const char* kElasticVariable = "TANDEM_ELASTIC";
+inline constexpr const char* kMinWorkersVariable = "TANDEM_MIN_WORKERS";
+inline constexpr const char* kMaxWorkersVariable = "TANDEM_MAX_WORKERS";
 
 // MPI's variables first: a job started by mpirun inside a tandem launch
 // worker is MPI's.
@@ -47,5 +54,13 @@ int launched_local_rank();
 // same order. Throws InvalidArgument when the process was not launched as
 // a job, or was given to a store of another run (its run id differs).
 std::unique_ptr<Communicator> make_process_communicator(CommOptions options = {});
+
+// Whether tandem launch --elastic started this process.
+bool launched_elastic();
+// This process's place in the elastic job tandem launch --elastic started
+// it in (a member of the first generation, or a joiner waiting to be taken
+// in), with the launch's membership bounds over `options`'. Throws
+// InvalidArgument outside such a launch or for a store of another run.
+std::unique_ptr<ElasticGroup> join_elastic_job(ElasticOptions options);
 
 }  // namespace tandem::comm

@@ -338,9 +338,11 @@ class MultiWorkerNccl : public Strategy {
 
 class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
  public:
-  MultiWorker(int devices, int threads, const comm::CommOptions& options)
-      : ThreadedStrategy(std::make_unique<comm::HierarchicalGroup>(devices, options), devices,
-                         threads) {}
+  MultiWorker(int devices, int threads, const comm::CommOptions& options,
+              std::shared_ptr<comm::Communicator> processes)
+      : ThreadedStrategy(
+            std::make_unique<comm::HierarchicalGroup>(devices, std::move(processes), options),
+            devices, threads) {}
   std::string name() const override { return "multi_worker"; }
 };
 
@@ -492,7 +494,7 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
                    "(e.g. tandem launch --nproc-per-node 2 -- tandem train --strategy "
                    "multi-worker)");
     }
-    processes = std::max(1, comm::launched_process_count());
+    processes = c.processes ? c.processes->size() : std::max(1, comm::launched_process_count());
   }
   const int cores_here = std::max(1, cores / processes_here);
   const int devices = c.devices > 0 ? c.devices : cores_here;
@@ -550,9 +552,15 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
                                              c.comm);
   }
   if (c.device_kind == DeviceKind::cuda) {
+    if (c.processes) {
+      TANDEM_THROW(NotImplemented,
+                   "elastic multi_worker runs on CPUs: its NCCL communicator is not rebuilt "
+                   "over a new membership yet");
+    }
     return std::make_unique<MultiWorkerNccl>(layout.threads_per_replica, c.comm);
   }
-  return std::make_unique<MultiWorker>(layout.local_replicas, layout.threads_per_replica, c.comm);
+  return std::make_unique<MultiWorker>(layout.local_replicas, layout.threads_per_replica, c.comm,
+                                       c.processes);
 }
 
 }  // namespace tandem::distribute

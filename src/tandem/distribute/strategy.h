@@ -39,6 +39,10 @@ struct StrategyConfig {
   // (--ps), the others are workers.
   int ps_shards = 1;
   comm::CommOptions comm;
+  // multi_worker: the communicator across processes to build on instead of
+  // the launcher's (an elastic job's current generation, whose size and
+  // ranks are the membership's). Null: the launcher's job.
+  std::shared_ptr<comm::Communicator> processes;
 };
 
 class Strategy {

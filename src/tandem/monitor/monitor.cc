@@ -421,6 +421,21 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
   std::fflush(metrics_);
 }
 
+void Monitor::on_membership_change(const train::MembershipChange& c) {
+  nlohmann::json line = {{"type", "membership"},
+                         {"time", time_offset_ + seconds_between(start_, Clock::now())},
+                         {"generation", c.generation},
+                         {"members", c.members},
+                         {"lost", c.lost},
+                         {"joined", c.joined},
+                         {"reason", c.reason},
+                         {"global_step", c.global_step},
+                         {"rolled_back_steps", c.rolled_back_steps},
+                         {"seconds", c.seconds},
+                         {"process_batch", c.process_batch}};
+  write_line(line.dump());
+}
+
 void Monitor::on_epoch(const train::EpochResult& e) {
   const auto start = Clock::now();
   flops_at_last_step_ = kernels::flops_executed();  // evaluation's work is not a step's

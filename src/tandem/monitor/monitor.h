@@ -87,6 +87,9 @@ class Monitor {
 
   void on_step(const train::StepInfo& step);
   void on_epoch(const train::EpochResult& epoch);
+  // An elastic job's membership changed: a "membership" line (the steps
+  // after it repeat the rolled-back steps' numbers).
+  void on_membership_change(const train::MembershipChange& change);
   // Writes the trace if its window is still open (a run shorter than it).
   void finish();
 

@@ -38,6 +38,11 @@ void check_schedule_settings(const TrainConfig& c) {
 void check_train_config(const TrainConfig& config) {
   if (config.epochs < 1)
     TANDEM_THROW(InvalidArgument, "epochs (--epochs) must be at least 1, got ", config.epochs);
+  if (config.elastic_copy_every < 1) {
+    TANDEM_THROW(InvalidArgument,
+                 "elastic_copy_every (--elastic-copy-every) must be at least 1 step, got ",
+                 config.elastic_copy_every);
+  }
   if (config.checkpoint_every < 0) {
     TANDEM_THROW(InvalidArgument,
                  "checkpoint_every (--checkpoint-every) must be 0 (off) or a "

@@ -131,6 +131,10 @@ struct TrainConfig {
   std::string output_dir;
   // Continue the run whose checkpoint is in output_dir (which must hold one).
   bool resume = false;
+  // Elastic training (multi_worker under tandem launch --elastic): the
+  // in-memory copy of the training state that a lost member rolls the
+  // others back to, every this many steps (and at each epoch's start).
+  int64_t elastic_copy_every = 50;
 };
 
 // InvalidArgument naming the first setting of config that cannot work

@@ -9,10 +9,12 @@
 #include <fmt/format.h>
 
 #include "tandem/autograd/functions.h"
+#include "tandem/base/detail/test_fault.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
 #include "tandem/base/trace.h"
+#include "tandem/comm/launch.h"
 #include "tandem/distribute/agreement.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/detail/epoch_json.h"
@@ -107,6 +109,7 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
     : config_(std::move(config)), model_(std::move(model)) {
   if (!model_.build) TANDEM_THROW(InvalidArgument, "Trainer needs a model factory");
   check_train_config(config_);
+  if (comm::launched_elastic()) start_elastic();
   strategy_ = distribute::make_strategy(config_.strategy);
   resolve_batch_sizes(config_, strategy_->global_replicas());
   config_.optimizer.learning_rate = optim::scaled_learning_rate(
@@ -166,6 +169,9 @@ data::Dataset Trainer::process_batches(const data::Dataset& train) const {
 
 int64_t Trainer::steps_per_epoch(const data::Dataset& train) {
   if (config_.steps_per_epoch > 0) return config_.steps_per_epoch;
+  // A joiner learns it with the members' state in fit() (the members are
+  // not in this collective).
+  if (elastic_ && elastic_->awaiting_state) return steps_per_epoch_;
   const int processes = processes_of(*strategy_);
   const int64_t mine =
       batched(train, config_.batch_size / processes, config_.drop_remainder).cardinality();
@@ -272,28 +278,31 @@ struct StepAgreement {
   int64_t batches = 0;  // processes with a batch
   int64_t rows = 0;
   bool stop = false;
+  bool joiners = false;  // an elastic job has joiners waiting
   int failed_process = -1;
   int process_without_template = -1;  // has no batch and never had one
 };
 
 StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int64_t rows, bool stop,
-                            bool failed, bool no_template) {
-  const int64_t mine[5] = {has_batch ? 1 : 0, rows, stop ? 1 : 0, failed ? 1 : 0,
-                           no_template ? 1 : 0};
+                            bool failed, bool no_template, bool joiners) {
+  constexpr size_t kFields = 6;
+  const int64_t mine[kFields] = {has_batch ? 1 : 0, rows,       stop ? 1 : 0, failed ? 1 : 0,
+                                 no_template ? 1 : 0, joiners ? 1 : 0};
   StepAgreement a;
   if (processes_of(strategy) == 1) {
-    a = {mine[0], mine[1], stop, failed ? 0 : -1, no_template ? 0 : -1};
+    a = {mine[0], mine[1], stop, joiners, failed ? 0 : -1, no_template ? 0 : -1};
     return a;
   }
   const std::vector<int64_t> all = distribute::gather_over_processes(strategy, mine);
-  for (size_t p = 0; p * 5 < all.size(); ++p) {
-    const int64_t* v = all.data() + 5 * p;
+  for (size_t p = 0; p * kFields < all.size(); ++p) {
+    const int64_t* v = all.data() + kFields * p;
     a.batches += v[0];
     a.rows += v[1];
     a.stop = a.stop || v[2] != 0;
     if (v[3] != 0 && a.failed_process < 0) a.failed_process = static_cast<int>(p);
     if (v[4] != 0 && a.process_without_template < 0)
       a.process_without_template = static_cast<int>(p);
+    a.joiners = a.joiners || v[5] != 0;
   }
   return a;
 }
@@ -345,7 +354,7 @@ struct Trainer::Input {
 
 // What a step gets from the input, once every process agreed on it.
 struct Trainer::StepInput {
-  enum class Status : uint8_t { step, end_of_data, stop } status = Status::step;
+  enum class Status : uint8_t { step, end_of_data, stop, joiners } status = Status::step;
   data::Element batch;
   int64_t global_rows = 0;
   Clock::time_point start, input_done;
@@ -355,7 +364,10 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
   progress.metrics.assign(config_.metrics.size(), {});
   noise_scale_ = NoiseScaleEstimator();
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
-  if (config_.resume) {
+  const bool joining = elastic_ && elastic_->awaiting_state;
+  if (joining) {
+    adopt_shared_state(progress, result);  // the members' position and schedule too
+  } else if (config_.resume) {
     prepare_resume();
     const std::unique_ptr<PendingResume> pending = std::move(pending_resume_);
     {
@@ -386,8 +398,12 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     }
   }
   check_batch_fits(config_, train);
-  steps_per_epoch_ = steps_per_epoch(train);
+  if (!joining) steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
+  if (elastic_ && !joining) {
+    copy_state(progress, result.history);  // the first rollback point
+    elastic_->last_step_end = Clock::now();
+  }
   steps_without_update_ = 0;
   stop_requested_.store(false);
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
@@ -416,9 +432,12 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
     input_error = std::current_exception();
   }
   next.input_done = Clock::now();
+  // Only one member need see a joiner (they all look at the same store).
+  const bool joiners = elastic_ && elastic_->group->membership().rank == 0 &&
+                       elastic_->group->joiners_waiting();
   const StepAgreement agreed = agree_on_step(
       *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
-      input_error != nullptr, !batch && !input.empty_batch && !input_error);
+      input_error != nullptr, !batch && !input.empty_batch && !input_error, joiners);
   if (agreed.failed_process >= 0) {
     if (input_error) std::rethrow_exception(input_error);
     TANDEM_THROW(Error, "worker ", agreed.failed_process,
@@ -426,6 +445,12 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
   }
   if (agreed.stop) {
     next.status = StepInput::Status::stop;
+    return next;
+  }
+  if (agreed.joiners) {
+    // The batch read is dropped: the input is opened again over the new
+    // membership at this step.
+    next.status = StepInput::Status::joiners;
     return next;
   }
   if (agreed.batches == 0) {
@@ -520,8 +545,12 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   const double step_seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
   progress.train_seconds += step_seconds;
   progress.learning_rate = lr;
+  if (elastic_) elastic_->last_step_end = Clock::now();
   ++progress.step;
   ++progress.global_step;
+  // Fault tests lose a worker right after a given step.
+  tandem::detail::maybe_raise_test_fault("TANDEM_TEST_KILL_AT_STEP", comm::launched_rank(),
+                                         progress.global_step);
   if (!callbacks.on_step) return;
   callbacks.on_step({.epoch = progress.epoch + 1,
                      .step = progress.step,
@@ -553,8 +582,12 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
   } catch (const std::exception& e) {
     // Whatever failed here (a checkpoint write, a callback, the input), the
     // other workers must not wait for this one in their next collective.
-    strategy_->abort(tandem::detail::concat("worker ", process_index_of(*strategy_), " failed: ",
-                                            e.what()));
+    // (An elastic job's change of membership may have failed between
+    // strategies: its group's communicator is the one to break then.)
+    if (strategy_) {
+      strategy_->abort(tandem::detail::concat("worker ", process_index_of(*strategy_), " failed: ",
+                                              e.what()));
+    }
     throw;
   }
 }
@@ -573,64 +606,108 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
   // which other processes of the job or of the host may be using.
   NumThreadsScope main_threads(strategy_->local_replicas() > 1 ? 1
                                                                : strategy_->threads_per_replica());
-  Input input{.batches = process_batches(train)};
+  Input input;
+  open_input(input, train, progress);
   const distribute::ForwardFn forward = training_forward();
-  const bool continuing = config_.steps_per_epoch > 0;
-  if (continuing) input.iterator = input.batches.iterator(0);
-  // Batches before the resume point are read again and dropped: the
-  // pipeline's state is where the uninterrupted run had it.
-  int64_t to_skip = continuing ? progress.global_step : progress.step;
-  progress.learning_rate = schedule_->lr(progress.global_step);
   const int64_t last_epoch =
       config_.stop_after_epochs > 0 ? config_.stop_after_epochs : config_.epochs;
   while (progress.epoch < last_epoch) {
-    if (!continuing) input.iterator = input.batches.iterator(progress.epoch);
-    for (; to_skip > 0; --to_skip) {
-      if (!input.next(config_.repeat)) break;
+    EpochEnd end = EpochEnd::done;
+    std::string change;  // why an elastic job's membership changes
+    try {
+      end = run_epoch(input, progress, result, forward, validation, callbacks);
+    } catch (const PeerFailed& e) {
+      if (!elastic_) throw;
+      change = e.what();
     }
-    while (!continuing || progress.step < config_.steps_per_epoch) {
-      const StepInput next = next_step_input(input, progress);
-      if (next.status == StepInput::Status::stop) {
-        synchronize_engine(progress);
-        save(progress, result.history);
-        result.interrupted = true;
-        result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
-        return result;
-      }
-      if (next.status == StepInput::Status::end_of_data) {
-        result.input_exhausted = continuing;
-        break;
-      }
-      train_step(next, forward, progress, callbacks);
-      if (config_.checkpoint_every > 0 && !config_.output_dir.empty() &&
-          progress.global_step % config_.checkpoint_every == 0) {
-        // The replicas' partial sums go into the live position (save folds
-        // a copy and would drop them from this epoch's figures).
-        synchronize_engine(progress);
-        detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_,
-                                  progress.loss_sum, progress.metrics);
-        save(progress, result.history);
-      }
+    if (end == EpochEnd::joiners) {
+      copy_state(progress, result.history);  // nothing is taken again
+      change = "a worker asked to join";
     }
-    synchronize_engine(progress);
-    EpochResult epoch = finish_epoch(progress, validation);
-    epoch.input_stages = input.batches.stats();
-    result.history.push_back(epoch);
-    // The next epoch's start (a continuing pass keeps its global step).
-    Progress next;
-    next.epoch = progress.epoch + 1;
-    next.global_step = progress.global_step;
-    next.learning_rate = progress.learning_rate;
-    next.metrics.assign(config_.metrics.size(), {});
-    next.replica_losses.assign(progress.replica_losses.size(), 0.0);
-    if (!config_.output_dir.empty()) save(next, result.history);
-    if (callbacks.on_epoch) callbacks.on_epoch(epoch);
-    progress = std::move(next);
-    if (result.input_exhausted) break;
+    if (!change.empty()) {
+      change_membership(progress, result, change, callbacks);
+      open_input(input, train, progress);
+      continue;
+    }
+    if (end == EpochEnd::stop) {
+      result.interrupted = true;
+      break;
+    }
+    if (end == EpochEnd::input_exhausted) {
+      result.input_exhausted = true;
+      break;
+    }
   }
-  result.paused = progress.epoch < config_.epochs && !result.input_exhausted;
+  result.paused = !result.interrupted && progress.epoch < config_.epochs && !result.input_exhausted;
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   return result;
+}
+
+void Trainer::open_input(Input& input, const data::Dataset& train, const Progress& progress) {
+  input = Input{.batches = process_batches(train)};
+  // Batches before the position are read again and dropped: the pipeline's
+  // state is where the uninterrupted run had it. A continuing pass
+  // (steps_per_epoch) runs across epochs.
+  const bool continuing = config_.steps_per_epoch > 0;
+  input.iterator = input.batches.iterator(continuing ? 0 : progress.epoch);
+  input.pass = continuing ? 0 : progress.epoch;
+  for (int64_t skip = continuing ? progress.global_step : progress.step; skip > 0; --skip) {
+    if (!input.next(config_.repeat)) break;
+  }
+}
+
+Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResult& result,
+                                     const distribute::ForwardFn& forward,
+                                     const std::optional<data::Dataset>& validation,
+                                     const TrainCallbacks& callbacks) {
+  const bool continuing = config_.steps_per_epoch > 0;
+  bool exhausted = false;
+  while (!continuing || progress.step < config_.steps_per_epoch) {
+    const StepInput next = next_step_input(input, progress);
+    if (next.status == StepInput::Status::joiners) return EpochEnd::joiners;
+    if (next.status == StepInput::Status::stop) {
+      synchronize_engine(progress);
+      save(progress, result.history);
+      return EpochEnd::stop;
+    }
+    if (next.status == StepInput::Status::end_of_data) {
+      exhausted = continuing;
+      break;
+    }
+    train_step(next, forward, progress, callbacks);
+    if (config_.checkpoint_every > 0 && !config_.output_dir.empty() &&
+        progress.global_step % config_.checkpoint_every == 0) {
+      // The replicas' partial sums go into the live position (save folds
+      // a copy and would drop them from this epoch's figures).
+      synchronize_engine(progress);
+      detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_,
+                                progress.loss_sum, progress.metrics);
+      save(progress, result.history);
+    }
+    if (elastic_ && progress.global_step % config_.elastic_copy_every == 0)
+      copy_state(progress, result.history);
+  }
+  synchronize_engine(progress);
+  EpochResult epoch = finish_epoch(progress, validation);
+  epoch.input_stages = input.batches.stats();
+  result.history.push_back(epoch);
+  // The next epoch's start (a continuing pass keeps its global step).
+  Progress next;
+  next.epoch = progress.epoch + 1;
+  next.global_step = progress.global_step;
+  next.learning_rate = progress.learning_rate;
+  next.metrics.assign(config_.metrics.size(), {});
+  next.replica_losses.assign(progress.replica_losses.size(), 0.0);
+  if (!config_.output_dir.empty()) save(next, result.history);
+  if (callbacks.on_epoch) callbacks.on_epoch(epoch);
+  progress = std::move(next);
+  if (elastic_) copy_state(progress, result.history);
+  if (exhausted) return EpochEnd::input_exhausted;
+  if (!continuing) {
+    input.iterator = input.batches.iterator(progress.epoch);
+    input.pass = progress.epoch;
+  }
+  return EpochEnd::done;
 }
 
 EpochResult Trainer::finish_epoch(Progress& progress,

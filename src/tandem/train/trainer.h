@@ -30,6 +30,19 @@
 // The learning rate is a function of the step; dropout masks of (seed, step,
 // replica). Checkpoints hold the engine's state and the position, written
 // by the chief, and load into any number of replicas.
+//
+// Elastic training (multi_worker under tandem launch --elastic): every
+// TrainConfig::elastic_copy_every steps and at each epoch's start the
+// members keep an in-memory copy of the training state. When a member is
+// lost the others agree on the new membership (comm::ElasticGroup), build
+// the strategy and engine again over it, take the new rank 0's copy (so
+// the steps since it are taken again), and re-shard the epoch: step t
+// always trains examples [t x global batch, (t+1) x global batch) of the
+// epoch's order, whatever the membership, so no example is lost or seen
+// twice and the run equals one device's on the same data. The global batch
+// stays; each member's share becomes global / members (which must divide).
+// A joiner (tandem launch --elastic --join) is taken in at the next step
+// boundary the same way, without a rollback.
 
 #include <atomic>
 #include <cmath>
@@ -158,9 +171,25 @@ struct TrainResult {
   int64_t resumed_from_step = 0;  // global step the run resumed at (0: fresh)
 };
 
+// An elastic job's membership changed (tandem launch --elastic; see
+// Trainer): reported once training goes on with the new members.
+struct MembershipChange {
+  int64_t generation = 0;
+  std::vector<int> members;      // member ids of the new generation
+  std::vector<int> lost, joined;  // against the previous generation
+  std::string reason;             // what set it off
+  int64_t global_step = 0;        // the step training goes on from
+  int64_t rolled_back_steps = 0;  // steps taken again (since the last state copy)
+  // From the end of the last step before the change to going on (detection,
+  // agreement, rebuilding the communicators and replicas, the state copy).
+  double seconds = 0.0;
+  int64_t process_batch = 0;  // each member's share of the global batch now
+};
+
 struct TrainCallbacks {
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochResult&)> on_epoch;
+  std::function<void(const MembershipChange&)> on_membership_change;
 };
 
 class Trainer {
@@ -222,7 +251,9 @@ class Trainer {
   std::string checkpoint_path() const;
   // Global steps per epoch for this training data: steps_per_epoch, or from
   // the data's cardinality (the largest process shard's batches); 0 when
-  // the size is not known. Collective when there are several processes.
+  // the size is not known (and, for a joiner of an elastic job, before its
+  // fit() takes the members' state). Collective when there are several
+  // processes.
   int64_t steps_per_epoch(const data::Dataset& train);
 
  private:
@@ -230,8 +261,27 @@ class Trainer {
   struct Input;
   struct StepInput;
   struct PendingResume;
+  struct ElasticState;
+  enum class EpochEnd : uint8_t;
   TrainResult run_fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
                       const TrainCallbacks& callbacks);
+  // The rest of progress.epoch from input's position, and its end (the
+  // epoch's result, a checkpoint, the next epoch's start); how it ended.
+  EpochEnd run_epoch(Input& input, Progress& progress, TrainResult& result,
+                     const distribute::ForwardFn& forward,
+                     const std::optional<data::Dataset>& validation,
+                     const TrainCallbacks& callbacks);
+  // A pass over `train`'s batches for this membership, at progress's
+  // position (the batches before it read and dropped).
+  void open_input(Input& input, const data::Dataset& train, const Progress& progress);
+  // Elastic training (trainer_elastic.cc): joins the job's membership
+  // (before the strategy is built); the in-memory copy of the state; the
+  // move to a new membership, rolled back to the last copy and reported.
+  void start_elastic();
+  void copy_state(Progress& progress, const std::vector<EpochResult>& history);
+  void adopt_shared_state(Progress& progress, TrainResult& result);
+  void change_membership(Progress& progress, TrainResult& result, const std::string& reason,
+                         const TrainCallbacks& callbacks);
   // fit()'s steps: checks, restore and set-up; the next step's batch once
   // every process agreed on it; one step and its accounting.
   void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);
@@ -275,6 +325,7 @@ class Trainer {
   std::atomic<bool> stop_requested_{false};
   // Read and checked by prepare_resume(), taken by the next fit().
   std::unique_ptr<PendingResume> pending_resume_;
+  std::unique_ptr<ElasticState> elastic_;  // under tandem launch --elastic
 };
 
 }  // namespace tandem::train

@@ -1,10 +1,14 @@
 #pragma once
 // Private: the Trainer's state between its translation units (trainer.cc:
-// set-up, input and the loop; trainer_checkpoint.cc: saving and resuming).
+// set-up, input and the loop; trainer_checkpoint.cc: saving and resuming;
+// trainer_elastic.cc: elastic membership).
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "tandem/comm/elastic_group.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
@@ -25,6 +29,22 @@ struct Trainer::Progress {
   double learning_rate = 0.0;          // of the last step
   std::vector<double> replica_losses;  // per local replica, not yet summed over replicas
   std::vector<int64_t> staleness, dropped_examples;  // asynchronous engines' counts
+};
+
+// How run_epoch() ended: the epoch is over (the next one starts), the run
+// was asked to stop, the data ran out (steps_per_epoch), or joiners wait to
+// be taken into an elastic job.
+enum class Trainer::EpochEnd : uint8_t { done, stop, input_exhausted, joiners };
+
+// An elastic job's membership and the state it rolls back to.
+struct Trainer::ElasticState {
+  std::unique_ptr<comm::ElasticGroup> group;
+  // A joiner takes the members' state in its first fit().
+  bool awaiting_state = false;
+  // The last in-memory copy: the engine's state with the Trainer's
+  // position, sums and history in its metadata.
+  std::optional<distribute::EngineState> copy;
+  std::chrono::steady_clock::time_point last_step_end;
 };
 
 // A checkpoint read and checked for the next fit(), and its position.

@@ -1,0 +1,177 @@
+// The Trainer's side of elastic training (multi_worker under tandem launch
+// --elastic; the contract is in trainer.h): joining the membership, the
+// in-memory copy of the state, and the move to a new membership.
+#include <algorithm>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/base/error.h"
+#include "tandem/comm/launch.h"
+#include "tandem/distribute/state_broadcast.h"
+#include "tandem/train/detail/epoch_json.h"
+#include "tandem/train/detail/trainer_state.h"
+
+namespace tandem::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Where the copy's metadata holds the Trainer's position, sums and history.
+constexpr const char* kPositionKey = "trainer.elastic_position";
+// Moves to a new membership tried before the job gives up (members keep
+// being lost while the state is shared).
+constexpr int kMaxMembershipAttempts = 4;
+
+// The ids of `from` that are not in `other`.
+std::vector<int> not_in(const std::vector<int>& from, const std::vector<int>& other) {
+  std::vector<int> out;
+  for (int id : from) {
+    if (std::find(other.begin(), other.end(), id) == other.end()) out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Trainer::start_elastic() {
+  const std::string refused = "tandem launch --elastic ";
+  if (config_.strategy.name != "multi_worker") {
+    TANDEM_THROW(InvalidArgument, refused, "trains with --strategy multi-worker; got ",
+                 config_.strategy.name);
+  }
+  if (config_.strategy.device_kind != DeviceKind::cpu) {
+    TANDEM_THROW(NotImplemented, refused,
+                 "trains on CPUs: NCCL communicators are not rebuilt over a new membership yet");
+  }
+  if (config_.reducer.zero_stage > 0) {
+    TANDEM_THROW(InvalidArgument, refused, "does not run ZeRO (--zero ",
+                 config_.reducer.zero_stage,
+                 "): its shards would have to be gathered from the survivors and partitioned "
+                 "again over every new membership, and a lost member's shard is lost with it; "
+                 "train without --zero");
+  }
+  if (config_.sync_every > 0) {
+    TANDEM_THROW(InvalidArgument, refused,
+                 "does not run local SGD (--sync-every): the replicas' copies differ between "
+                 "averages, so no member holds the state to roll back to");
+  }
+  if (config_.auto_shard == data::AutoShardPolicy::file ||
+      config_.auto_shard == data::AutoShardPolicy::off) {
+    TANDEM_THROW(InvalidArgument, refused, "shards the data by example (it re-shards the rest of ",
+                 "an epoch over each new membership); --auto-shard ",
+                 data::auto_shard_policy_name(config_.auto_shard),
+                 " cannot be re-sharded (use auto or data)");
+  }
+  config_.auto_shard = data::AutoShardPolicy::data;
+  elastic_ = std::make_unique<ElasticState>();
+  elastic_->group = comm::join_elastic_job(
+      {.comm = config_.strategy.comm, .peer_timeout = config_.strategy.comm.peer_timeout});
+  // The first generation's members start together; a later one joined.
+  elastic_->awaiting_state = elastic_->group->membership().generation > 0;
+  config_.strategy.processes = elastic_->group->shared_communicator();
+}
+
+void Trainer::copy_state(Progress& progress, const std::vector<EpochResult>& history) {
+  synchronize_engine(progress);
+  detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
+                            progress.metrics);
+  distribute::EngineState state = distribute::copy_state(engine_->save_state());
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const MetricSums& m : progress.metrics) metrics.push_back({m.sum, m.count});
+  state.metadata[kPositionKey] = nlohmann::json{{"epoch", progress.epoch},
+                                                {"step", progress.step},
+                                                {"global_step", progress.global_step},
+                                                {"loss_sum", progress.loss_sum},
+                                                {"examples", progress.examples},
+                                                {"nonfinite_steps", progress.nonfinite_steps},
+                                                {"metrics", metrics},
+                                                {"train_seconds", progress.train_seconds},
+                                                {"learning_rate", progress.learning_rate},
+                                                {"steps_per_epoch", steps_per_epoch_},
+                                                {"history", history}}
+                                     .dump();
+  elastic_->copy = std::move(state);
+}
+
+void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
+  distribute::EngineState state = distribute::broadcast_state(
+      *config_.strategy.processes, elastic_->copy ? &*elastic_->copy : nullptr);
+  engine_->load_state(state);
+  try {
+    const nlohmann::json p = nlohmann::json::parse(state.meta(kPositionKey));
+    progress = Progress{};
+    progress.epoch = p.at("epoch").get<int64_t>();
+    progress.step = p.at("step").get<int64_t>();
+    progress.global_step = p.at("global_step").get<int64_t>();
+    progress.loss_sum = p.at("loss_sum").get<double>();
+    progress.examples = p.at("examples").get<int64_t>();
+    progress.nonfinite_steps = p.at("nonfinite_steps").get<int64_t>();
+    for (const nlohmann::json& m : p.at("metrics"))
+      progress.metrics.push_back({m.at(0).get<double>(), m.at(1).get<double>()});
+    progress.train_seconds = p.at("train_seconds").get<double>();
+    progress.learning_rate = p.at("learning_rate").get<double>();
+    steps_per_epoch_ = p.at("steps_per_epoch").get<int64_t>();
+    result.history = p.at("history").get<std::vector<EpochResult>>();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "the elastic job's shared position does not parse: ", e.what());
+  }
+  if (progress.metrics.size() != config_.metrics.size()) {
+    TANDEM_THROW(InvalidArgument, "the elastic job's members measure ", progress.metrics.size(),
+                 " metrics and this one ", config_.metrics.size(),
+                 " (every worker must run the same command)");
+  }
+  progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
+  for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
+  elastic_->copy = std::move(state);
+  elastic_->awaiting_state = false;
+  elastic_->last_step_end = Clock::now();
+}
+
+void Trainer::change_membership(Progress& progress, TrainResult& result,
+                                const std::string& reason, const TrainCallbacks& callbacks) {
+  const int64_t left_at = progress.global_step;
+  const Clock::time_point last_step_end = elastic_->last_step_end;
+  const std::vector<int> before = elastic_->group->membership().members;
+  for (int attempt = 1;; ++attempt) {
+    // The engine uses the strategy, the strategy the generation's
+    // communicator, which regroup() replaces.
+    engine_.reset();
+    strategy_.reset();
+    config_.strategy.processes.reset();
+    elastic_->group->regroup();  // throws when this member was given up or too few are left
+    try {
+      config_.strategy.processes = elastic_->group->shared_communicator();
+      strategy_ = distribute::make_strategy(config_.strategy);
+      if (config_.batch_size % strategy_->global_replicas() != 0) {
+        TANDEM_THROW(InvalidArgument, "the global batch ", config_.batch_size,
+                     " does not divide among the ", strategy_->global_replicas(),
+                     " replicas of the elastic job's new membership (choose a global batch "
+                     "that every membership from --min-workers up divides)");
+      }
+      engine_ = strategy_->make_engine(model_.build, engine_options());
+      metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
+                          std::vector<MetricSums>(config_.metrics.size()));
+      adopt_shared_state(progress, result);
+      break;
+    } catch (const PeerFailed&) {
+      if (attempt == kMaxMembershipAttempts) throw;  // another member lost meanwhile: again
+    }
+  }
+  for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
+  steps_without_update_ = 0;
+  const comm::Membership& now = elastic_->group->membership();
+  const MembershipChange change{
+      .generation = now.generation,
+      .members = now.members,
+      .lost = not_in(before, now.members),
+      .joined = not_in(now.members, before),
+      .reason = reason,
+      .global_step = progress.global_step,
+      .rolled_back_steps = left_at - progress.global_step,
+      .seconds = std::chrono::duration<double>(Clock::now() - last_step_end).count(),
+      .process_batch = config_.batch_size / static_cast<int64_t>(now.members.size())};
+  if (callbacks.on_membership_change) callbacks.on_membership_change(change);
+}
+
+}  // namespace tandem::train
