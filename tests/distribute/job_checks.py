@@ -1,6 +1,7 @@
-"""What the end-to-end job checks (launch_check.py, ps_mpi_check.py) share:
-running a job in a process group of its own (killed whole when it runs
-past its time), the ok/FAILED lines, fresh run directories, and reading a
+"""What the end-to-end job checks (launch_check.py, elastic_check.py,
+ps_mpi_check.py) share: running a job in a process group of its own (killed
+whole when it runs past its time), the ok/FAILED lines, commands that must
+be refused, fresh run directories, and reading a
 run's exported weights (`tandem export` writes model.safetensors) to
 compare them."""
 import json
@@ -69,6 +70,12 @@ class JobChecks:
         print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
         if not ok:
             self.failures.append(label)
+
+    def refused(self, label, command, pattern, env=None, timeout=60):
+        """A command that must fail with `pattern` in its output, without hanging."""
+        code, out, seconds = self.run(command, timeout=timeout, env=env)
+        self.expect(label, code not in (None, 0) and pattern in out,
+                    f"status {code} after {seconds:.1f} s: {out.strip()[-300:]}")
 
     def directory(self, name):
         path = os.path.join(self.work, name)

@@ -155,11 +155,6 @@ class Check(JobChecks):
         self.expect("and stops node 0's workers", code0 not in (None, 0) and
                     "worker rank 1 (pid" in out0 and "exited with status 7" in out0, out0[-400:])
 
-    def refused(self, label, command, pattern, env=None, timeout=60):
-        code, out, seconds = self.run(command, timeout=timeout, env=env)
-        self.expect(label, code not in (None, 0) and pattern in out,
-                    f"status {code} after {seconds:.1f} s: {out.strip()[-300:]}")
-
     def bad_input(self):
         t = self.tandem
         self.refused("no command", [t, "launch", "--nproc-per-node", "2"], "needs the command")

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <optional>
 #include <thread>
 
 #include "tandem/base/error.h"
@@ -197,8 +198,21 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
   auto next_poll = std::chrono::steady_clock::now();
   int forwarded = 0;  // the signal passed on to the workers, if any
   int status = 0;
-  int finished = 0, lost = 0;  // elastic: workers that ended well, and the others
+  int finished = 0;  // elastic: workers that ended well
+  std::optional<std::chrono::steady_clock::time_point> first_finished;
   while (workers.running() > 0) {
+    // An elastic job is over once a worker finished it: one still running
+    // long after was given up by the others (stopped, or cut off) and
+    // would wait for them for ever.
+    if (o.elastic && first_finished &&
+        std::chrono::steady_clock::now() - *first_finished > kStopGrace) {
+      fmt::print(stderr,
+                 "tandem launch: the elastic job finished {} s ago; stopping {} worker(s) the "
+                 "others gave up\n",
+                 kStopGrace.count() / 1000, workers.running());
+      workers.stop_all(kStopGrace);
+      break;
+    }
     if (const int s = received_signal.exchange(0)) {
       workers.signal_all(s);
       forwarded = s;
@@ -206,6 +220,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
     if (const auto exit = workers.poll()) {
       if (exit->status == 0) {
         ++finished;
+        if (!first_finished) first_finished = std::chrono::steady_clock::now();
         continue;
       }
       // Stopped by the signal passed on: the others are stopping too (the
@@ -230,7 +245,6 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
             // The store is lost: the workers notice that themselves.
           }
         }
-        ++lost;
         status = exit->status;
         continue;
       }
@@ -262,7 +276,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
   }
   // An elastic job that went on without some workers succeeded when the
   // others finished it.
-  if (o.elastic && lost > 0 && finished > 0 && forwarded == 0) return 0;
+  if (o.elastic && finished > 0 && forwarded == 0) return 0;
   return status;
 }
 

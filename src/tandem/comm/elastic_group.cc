@@ -128,6 +128,9 @@ void ElasticGroup::State::check_members(Liveness& liveness) {
     } else if (liveness.stale(member, watch_store->try_get(key("hb", member)),
                               options.peer_timeout)) {
       why = "no heartbeat for " + std::to_string(options.peer_timeout.count()) + " ms";
+      // Marked for every member, so that the regroup's decider does not
+      // wait for its silence all over again.
+      watch_store->set(key("lost", member), why);
     }
     if (why.empty()) continue;
     std::lock_guard lock(mutex);
@@ -205,7 +208,8 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
     return std::nullopt;  // the decider was lost
   }
   if (!decided.empty() && decided.front() == '!') {
-    TANDEM_THROW(CommError, "elastic job ", base, ": ", decided.substr(1));
+    TANDEM_THROW(CommError, "elastic job '", base.substr(0, base.size() - 9), "': ",
+                 decided.substr(1));
   }
   Membership next{.generation = generation, .members = parse_ids(decided)};
   const auto self = std::find(next.members.begin(), next.members.end(), id);

@@ -64,6 +64,10 @@ void Trainer::start_elastic() {
                  " cannot be re-sharded (use auto or data)");
   }
   config_.auto_shard = data::AutoShardPolicy::data;
+  // Every member must run as many replicas; one per process unless
+  // --devices says otherwise, not one per core (a joiner's host may have
+  // another number of cores).
+  if (config_.strategy.devices == 0) config_.strategy.devices = 1;
   elastic_ = std::make_unique<ElasticState>();
   elastic_->group = comm::join_elastic_job(
       {.comm = config_.strategy.comm, .peer_timeout = config_.strategy.comm.peer_timeout});
