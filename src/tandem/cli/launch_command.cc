@@ -295,8 +295,10 @@ void finish(comm::Store& store, const LaunchOptions& o, int status) {
     return;
   }
   try {
-    const auto deadline =
-        std::chrono::steady_clock::now() + (status == 0 ? rendezvous_timeout(o) : kFailureGrace);
+    // An elastic job may have finished without a node that was cut off.
+    const bool others_may_be_gone = status != 0 || o.elastic;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          (others_may_be_gone ? kFailureGrace : rendezvous_timeout(o));
     for (int node = 1; node < o.nnodes; ++node) {
       const auto left = std::chrono::duration_cast<milliseconds>(
           deadline - std::chrono::steady_clock::now());
