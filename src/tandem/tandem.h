@@ -46,6 +46,7 @@
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/reducer.h"
 #include "tandem/distribute/replica_context.h"
+#include "tandem/distribute/state_broadcast.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/interop/onnx_export.h"
 #include "tandem/interop/safetensors.h"

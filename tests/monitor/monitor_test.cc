@@ -548,6 +548,28 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
       << memory["memory_headroom"];
 }
 
+TEST(RunStats, MembershipChangesAreAFindingWithTheirCosts) {
+  monitor::RunStats stats(/*warmup_steps=*/0);
+  monitor::StepRecord r{.global_step = 1, .batch_examples = 128};
+  r.replicas = {{.replica = 0, .forward = 0.003, .backward = 0.006}};
+  r.step_seconds = 0.009;
+  stats.add(r);
+  const auto kinds = [&stats] {
+    std::map<std::string, std::string> out;
+    for (const auto& f : stats.diagnose()) out[f.kind] = f.message;
+    return out;
+  };
+  EXPECT_FALSE(kinds().count("membership_changes"));
+  stats.add_membership_change(1, 0, 3, 0.25);
+  stats.add_membership_change(0, 2, 0, 1.5);
+  auto found = kinds();
+  ASSERT_TRUE(found.count("membership_changes"));
+  EXPECT_NE(found["membership_changes"].find("changed 2 time(s) (1 worker(s) lost, 2 joined), "
+                                             "1.75 s to go on and 3 step(s) taken again"),
+            std::string::npos)
+      << found["membership_changes"];
+}
+
 TEST(Monitor, MetricsLinesParseWithStableFields) {
   const std::string dir = fresh_dir("metrics");
   train::TrainConfig c = config(2);

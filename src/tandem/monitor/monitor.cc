@@ -434,6 +434,8 @@ void Monitor::on_membership_change(const train::MembershipChange& c) {
                          {"seconds", c.seconds},
                          {"process_batch", c.process_batch}};
   write_line(line.dump());
+  stats_.add_membership_change(static_cast<int>(c.lost.size()), static_cast<int>(c.joined.size()),
+                               c.rolled_back_steps, c.seconds);
 }
 
 void Monitor::on_epoch(const train::EpochResult& e) {

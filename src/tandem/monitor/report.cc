@@ -40,6 +40,7 @@ struct RunFiles {
   std::map<int64_t, json> epochs;
   json summary;      // null when summary.json is missing
   json last_memory;  // the latest line's memory snapshot
+  std::vector<json> membership_changes;  // an elastic job's
   std::vector<std::string> warnings;
 };
 
@@ -73,6 +74,8 @@ RunFiles read_run(const std::string& run_dir) {
         files.steps[s.record.global_step] = std::move(s);
       } else if (type == "epoch") {
         files.epochs[tandem::detail::json_integer<int64_t>(j.at("epoch"), "'epoch'")] = j;
+      } else if (type == "membership") {
+        files.membership_changes.push_back(j);
       }
       if (j.contains("memory")) files.last_memory = j.at("memory");
     } catch (const json::exception& e) {
@@ -218,6 +221,11 @@ Figures run_figures(const RunFiles& files) {
   }
   RunStats stats;
   for (const auto& [step, line] : files.steps) stats.add(line.record);
+  for (const json& c : files.membership_changes) {
+    stats.add_membership_change(static_cast<int>(c.value("lost", json::array()).size()),
+                                static_cast<int>(c.value("joined", json::array()).size()),
+                                c.value("rolled_back_steps", int64_t{0}), c.value("seconds", 0.0));
+  }
   std::vector<DeviceMemory> memory;
   if (files.last_memory.is_array()) {
     for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));

@@ -279,12 +279,32 @@ void RunStats::find_batch_against_noise_scale(std::vector<Finding>& out) const {
   }
 }
 
+void RunStats::add_membership_change(int lost, int joined, int64_t rolled_back_steps,
+                                     double seconds) {
+  ++membership_changes_;
+  members_lost_ += lost;
+  members_joined_ += joined;
+  steps_taken_again_ += rolled_back_steps;
+  membership_seconds_ += seconds;
+}
+
+void RunStats::find_membership_changes(std::vector<Finding>& out) const {
+  if (membership_changes_ == 0) return;
+  out.push_back({"membership_changes",
+                 fmt::format("elastic: the membership changed {} time(s) ({} worker(s) lost, {} "
+                             "joined), {:.2f} s to go on and {} step(s) taken again",
+                             membership_changes_, members_lost_, members_joined_,
+                             membership_seconds_, steps_taken_again_),
+                 membership_seconds_});
+}
+
 std::vector<Finding> RunStats::diagnose() const {
   std::vector<Finding> out;
   if (measured_ == 0) return out;
   for (const auto rule : {&RunStats::find_input_bound, &RunStats::find_communication_bound,
                           &RunStats::find_straggler, &RunStats::find_memory,
-                          &RunStats::find_batch_against_noise_scale}) {
+                          &RunStats::find_batch_against_noise_scale,
+                          &RunStats::find_membership_changes}) {
     (this->*rule)(out);
   }
   // Without a bottleneck, the replicas compute.

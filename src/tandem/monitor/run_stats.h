@@ -79,6 +79,8 @@ class RunStats {
 
   void add(const StepRecord& step);
   void set_memory(std::vector<DeviceMemory> memory) { memory_ = std::move(memory); }
+  // An elastic job's change of membership (a metrics.jsonl membership line).
+  void add_membership_change(int lost, int joined, int64_t rolled_back_steps, double seconds);
 
   int64_t steps() const { return steps_; }
   int64_t measured_steps() const { return measured_; }
@@ -111,8 +113,12 @@ class RunStats {
   void find_straggler(std::vector<Finding>& out) const;
   void find_memory(std::vector<Finding>& out) const;
   void find_batch_against_noise_scale(std::vector<Finding>& out) const;
+  void find_membership_changes(std::vector<Finding>& out) const;
 
   int64_t warmup_steps_;
+  int membership_changes_ = 0, members_lost_ = 0, members_joined_ = 0;
+  int64_t steps_taken_again_ = 0;
+  double membership_seconds_ = 0.0;
   int64_t steps_ = 0, measured_ = 0;
   double step_seconds_ = 0.0, input_seconds_ = 0.0, examples_ = 0.0, flops_ = 0.0;
   double allreduce_bytes_ = 0.0, allreduce_seconds_ = 0.0;

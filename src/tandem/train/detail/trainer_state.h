@@ -1,6 +1,7 @@
 #pragma once
 // Private: the Trainer's state between its translation units (trainer.cc:
-// set-up, input and the loop; trainer_checkpoint.cc: saving and resuming;
+// set-up and the loop; trainer_input.cc: the training input and each
+// step's agreement; trainer_checkpoint.cc: saving and resuming;
 // trainer_elastic.cc: elastic membership).
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "tandem/comm/elastic_group.h"
+#include "tandem/data/dataset.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
@@ -47,6 +49,31 @@ struct Trainer::ElasticState {
   std::chrono::steady_clock::time_point last_step_end;
 };
 
+// The training input of a fit: the batches of this process, the current
+// pass over them, and the empty batch a process whose shard ended trains on.
+struct Trainer::Input {
+  data::Dataset batches = data::Dataset::range(0);
+  data::Iterator iterator;
+  int64_t pass = 0;  // the pass `iterator` reads
+  std::optional<data::Element> empty_batch;
+  // The next batch; with TrainConfig::repeat, from the next pass when this
+  // one has ended (none only when a whole pass has none).
+  std::optional<data::Element> next(bool repeat) {
+    std::optional<data::Element> batch = iterator.next();
+    if (batch || !repeat) return batch;
+    iterator = batches.iterator(++pass);
+    return iterator.next();
+  }
+};
+
+// What a step gets from the input, once every process agreed on it.
+struct Trainer::StepInput {
+  enum class Status : uint8_t { step, end_of_data, stop, joiners } status = Status::step;
+  data::Element batch;
+  int64_t global_rows = 0;
+  std::chrono::steady_clock::time_point start, input_done;
+};
+
 // A checkpoint read and checked for the next fit(), and its position.
 struct Trainer::PendingResume {
   Checkpoint checkpoint;
@@ -56,6 +83,14 @@ struct Trainer::PendingResume {
 };
 
 namespace detail {
+
+// The strategy's processes, and this one's index among them.
+inline int processes_of(const distribute::Strategy& s) {
+  return s.global_replicas() / s.local_replicas();
+}
+inline int process_index_of(const distribute::Strategy& s) {
+  return s.first_replica() / s.local_replicas();
+}
 
 // Folds the replicas' partial sums (per local replica: the loss sum and
 // each metric's sums, zeroed here) into the run's totals, over every

@@ -1,0 +1,194 @@
+// The Trainer's training input: this process's shard of the data in
+// batches, the pass over them at a position, and what every process agrees
+// on before each step (trainer.h's input contract).
+#include <chrono>
+#include <thread>
+
+#include "tandem/base/error.h"
+#include "tandem/base/random.h"
+#include "tandem/base/trace.h"
+#include "tandem/distribute/agreement.h"
+#include "tandem/train/detail/trainer_state.h"
+
+namespace tandem::train {
+
+using detail::process_index_of;
+using detail::processes_of;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t rows_of(const data::Element& e) {
+  const Tensor& first = e.features().front().second;
+  return first.rank() == 0 ? 0 : first.dim(0);
+}
+
+// The features of `batch` with no rows: what a process whose input has ended
+// trains on while the others finish.
+data::Element empty_like(const data::Element& batch) {
+  data::Element out;
+  for (const auto& [name, t] : batch.features()) out.set(name, t.slice(0, 0));
+  return out;
+}
+
+// What every process learns before a step: whether any process still has a
+// batch, the global batch's rows, and whether to stop. A process whose
+// input failed makes every process stop with an error.
+struct StepAgreement {
+  int64_t batches = 0;  // processes with a batch
+  int64_t rows = 0;
+  bool stop = false;
+  bool joiners = false;  // an elastic job has joiners waiting
+  int failed_process = -1;
+  int process_without_template = -1;  // has no batch and never had one
+};
+
+StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int64_t rows, bool stop,
+                            bool failed, bool no_template, bool joiners) {
+  constexpr size_t kFields = 6;
+  const int64_t mine[kFields] = {has_batch ? 1 : 0, rows,       stop ? 1 : 0, failed ? 1 : 0,
+                                 no_template ? 1 : 0, joiners ? 1 : 0};
+  StepAgreement a;
+  if (processes_of(strategy) == 1) {
+    a = {mine[0], mine[1], stop, joiners, failed ? 0 : -1, no_template ? 0 : -1};
+    return a;
+  }
+  const std::vector<int64_t> all = distribute::gather_over_processes(strategy, mine);
+  for (size_t p = 0; p * kFields < all.size(); ++p) {
+    const int64_t* v = all.data() + kFields * p;
+    a.batches += v[0];
+    a.rows += v[1];
+    a.stop = a.stop || v[2] != 0;
+    if (v[3] != 0 && a.failed_process < 0) a.failed_process = static_cast<int>(p);
+    if (v[4] != 0 && a.process_without_template < 0)
+      a.process_without_template = static_cast<int>(p);
+    a.joiners = a.joiners || v[5] != 0;
+  }
+  return a;
+}
+
+}  // namespace
+
+data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
+                               bool drop_remainder) const {
+  const int processes = processes_of(*strategy_);
+  const data::Dataset shard =
+      data::auto_shard(examples, processes, process_index_of(*strategy_), config_.auto_shard);
+  if (!config_.padding) return shard.batch(batch_size, drop_remainder);
+  data::PaddedBatchOptions padding = *config_.padding;
+  padding.drop_remainder = drop_remainder;
+  return shard.padded_batch(batch_size, padding);
+}
+
+data::Dataset Trainer::process_batches(const data::Dataset& train) const {
+  const int processes = processes_of(*strategy_);
+  data::Dataset d = batched(train, config_.batch_size / processes, config_.drop_remainder);
+  if (config_.batch_transform) {
+    d = d.map(
+        [transform = config_.batch_transform, seed = config_.seed](data::Element batch) {
+          const int64_t rows = rows_of(batch);
+          // Seeded from the batch's position in the pass (the epoch): the same
+          // numbers whichever thread runs it and whenever (prefetch, resume).
+          thread_generator().set_state(mix_seed(seed ^ 0xB47Cull, data::element_random_seed()), 0);
+          data::Element out = transform(std::move(batch));
+          for (const auto& [name, t] : out.features()) {
+            if (t.rank() == 0 || t.dim(0) != rows) {
+              TANDEM_THROW(InvalidArgument, "batch_transform changed the batch from ", rows,
+                           " rows to ", t.to_string(), " in feature '", name, "'");
+            }
+          }
+          return out;
+        },
+        {.num_parallel_calls = config_.input_parallel_calls});
+  }
+  if (config_.prefetch_batches != 0) d = d.prefetch(config_.prefetch_batches);
+  return d;
+}
+
+int64_t Trainer::steps_per_epoch(const data::Dataset& train) {
+  if (config_.steps_per_epoch > 0) return config_.steps_per_epoch;
+  // A joiner learns it with the members' state in fit() (the members are
+  // not in this collective).
+  if (elastic_ && elastic_->awaiting_state) return steps_per_epoch_;
+  const int processes = processes_of(*strategy_);
+  const int64_t mine =
+      batched(train, config_.batch_size / processes, config_.drop_remainder).cardinality();
+  if (processes == 1) return mine == data::kInfiniteCardinality ? 0 : std::max<int64_t>(mine, 0);
+  // The longest shard sets the epoch's steps; unknown anywhere is unknown.
+  const std::vector<int64_t> all =
+      distribute::gather_over_processes(*strategy_, std::span(&mine, 1));
+  int64_t steps = 0;
+  for (int64_t s : all) {
+    if (s < 0) return 0;
+    steps = std::max(steps, s);
+  }
+  return steps;
+}
+
+void Trainer::open_input(Input& input, const data::Dataset& train, const Progress& progress) {
+  input = Input{.batches = process_batches(train)};
+  // Batches before the position are read again and dropped: the pipeline's
+  // state is where the uninterrupted run had it. A continuing pass
+  // (steps_per_epoch) runs across epochs.
+  const bool continuing = config_.steps_per_epoch > 0;
+  input.iterator = input.batches.iterator(continuing ? 0 : progress.epoch);
+  input.pass = continuing ? 0 : progress.epoch;
+  for (int64_t skip = continuing ? progress.global_step : progress.step; skip > 0; --skip) {
+    if (!input.next(config_.repeat)) break;
+  }
+}
+
+Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progress) {
+  StepInput next;
+  next.start = Clock::now();
+  std::optional<data::Element> batch;
+  std::exception_ptr input_error;
+  try {
+    trace::Span span("input", "step");
+    batch = input.next(config_.repeat);
+    if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
+  } catch (...) {
+    if (processes_of(*strategy_) == 1) throw;
+    input_error = std::current_exception();
+  }
+  next.input_done = Clock::now();
+  // Only one member need see a joiner (they all look at the same store).
+  const bool joiners = elastic_ && elastic_->group->membership().rank == 0 &&
+                       elastic_->group->joiners_waiting();
+  const StepAgreement agreed = agree_on_step(
+      *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
+      input_error != nullptr, !batch && !input.empty_batch && !input_error, joiners);
+  if (agreed.failed_process >= 0) {
+    if (input_error) std::rethrow_exception(input_error);
+    TANDEM_THROW(Error, "worker ", agreed.failed_process,
+                 " failed reading its training input (its error is in its output)");
+  }
+  if (agreed.stop) {
+    next.status = StepInput::Status::stop;
+    return next;
+  }
+  if (agreed.joiners) {
+    // The batch read is dropped: the input is opened again over the new
+    // membership at this step.
+    next.status = StepInput::Status::joiners;
+    return next;
+  }
+  if (agreed.batches == 0) {
+    if (progress.global_step == 0)
+      TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
+    next.status = StepInput::Status::end_of_data;
+    return next;
+  }
+  if (agreed.process_without_template >= 0) {
+    TANDEM_THROW(InvalidArgument, "worker ", agreed.process_without_template,
+                 "'s shard of the training data is empty while others still have batches "
+                 "(give every worker at least one example, or shard the data OFF)");
+  }
+  if (batch && !input.empty_batch) input.empty_batch = empty_like(*batch);
+  next.batch = batch ? std::move(*batch) : *input.empty_batch;
+  next.global_rows = agreed.rows;
+  return next;
+}
+
+}  // namespace tandem::train
