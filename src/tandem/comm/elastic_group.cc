@@ -22,6 +22,8 @@ constexpr auto kConnectTimeout = std::chrono::seconds(60);
 constexpr auto kPollEvery = milliseconds(50);
 // Generations a regroup tries before it gives up.
 constexpr int64_t kMaxAttempts = 8;
+// What a member that leaves (its destructor) marks itself lost with.
+constexpr const char* kLeftTheJob = "left the job";
 
 std::string join_ids(const std::vector<int>& ids) {
   std::string text;
@@ -124,6 +126,10 @@ void ElasticGroup::State::check_members(Liveness& liveness) {
     if (member == id) continue;
     std::string why;
     if (const auto marked = watch_store->try_get(key("lost", member))) {
+      // A member that left when its work was done (its destructor) is not
+      // waited for again, but the others may still be finishing the last
+      // collective with it: closed connections end any that would wait.
+      if (*marked == kLeftTheJob) continue;
       why = *marked;
     } else if (liveness.stale(member, watch_store->try_get(key("hb", member)),
                               options.peer_timeout)) {
@@ -313,7 +319,7 @@ ElasticGroup::~ElasticGroup() {
   state_->stopping = true;
   state_->watcher.join();
   try {
-    state_->store->set(state_->key("lost", state_->id), "left the job");
+    state_->store->set(state_->key("lost", state_->id), kLeftTheJob);
   } catch (const Error&) {
     // The store is gone: nobody waits for this member either.
   }

@@ -425,13 +425,13 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
     std::string change;  // why an elastic job's membership changes
     try {
       end = run_epoch(input, progress, result, forward, validation, callbacks);
+      if (end == EpochEnd::joiners) {
+        copy_state(progress, result.history);  // nothing is taken again
+        change = "a worker asked to join";
+      }
     } catch (const PeerFailed& e) {
       if (!elastic_) throw;
       change = e.what();
-    }
-    if (end == EpochEnd::joiners) {
-      copy_state(progress, result.history);  // nothing is taken again
-      change = "a worker asked to join";
     }
     if (!change.empty()) {
       change_membership(progress, result, change, callbacks);
@@ -497,7 +497,7 @@ Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResu
   if (!config_.output_dir.empty()) save(next, result.history);
   if (callbacks.on_epoch) callbacks.on_epoch(epoch);
   progress = std::move(next);
-  if (elastic_) copy_state(progress, result.history);
+  if (elastic_ && progress.epoch < config_.epochs) copy_state(progress, result.history);
   if (exhausted) return EpochEnd::input_exhausted;
   if (!continuing) {
     input.iterator = input.batches.iterator(progress.epoch);
