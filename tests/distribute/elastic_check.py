@@ -8,6 +8,10 @@ the same examples whatever the membership, so the final parameters must
 equal one device's (max relative error <= 1e-5) and every epoch must count
 all 1,536 examples once, however the membership changed.
 
+Each worker also logs a hash of every row it trains (TANDEM_TEST_TRAINED_ROWS),
+so each epoch's examples are counted one by one: of each step, the rows of
+the latest generation that took it, against one device's.
+
 - 3 workers, rank 2 killed (SIGKILL) right after step 23 (state copies
   every 5 steps): the others regroup, take steps 21-23 again, finish.
 - 3 workers, rank 1 stopped (SIGSTOP) after step 10, --peer-timeout 3: the
@@ -27,6 +31,8 @@ all 1,536 examples once, however the membership changed.
     python3 elastic_check.py ... --hosts scripts/netns-hosts.sh   # h1 cut off
 """
 import argparse
+import collections
+import glob
 import json
 import os
 import signal
@@ -68,6 +74,27 @@ def wait_for_step(run_dir, step, seconds=60):
     return False
 
 
+def trained_examples(prefix):
+    """Per epoch, the examples trained (a hash of each row's input) in the
+    run's final timeline: of each global step, the rows the latest
+    generation logged (a rolled-back step's earlier rows are dropped)."""
+    latest = {}  # global step -> (generation, epoch, rows)
+    for path in glob.glob(prefix + ".*"):
+        with open(path) as f:
+            for line in f:
+                epoch, step, generation, *rows = line.split()
+                step, generation = int(step), int(generation)
+                kept = latest.get(step)
+                if kept is None or generation > kept[0]:
+                    latest[step] = (generation, int(epoch), list(rows))
+                elif generation == kept[0]:
+                    kept[2].extend(rows)
+    epochs = collections.defaultdict(collections.Counter)
+    for generation, epoch, rows in latest.values():
+        epochs[epoch].update(rows)
+    return dict(epochs)
+
+
 def left_behind(run_dir):
     return subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout.strip()
 
@@ -81,11 +108,19 @@ class Check(JobChecks):
         """One device's parameters after `epochs` epochs."""
         if epochs not in self.references:
             run_dir = self.directory(f"one-device-{epochs}")
+            rows = os.path.join(run_dir + "-rows", "rows")
+            os.makedirs(os.path.dirname(rows), exist_ok=True)
             code, out, _ = self.run([self.tandem, *TRAIN, "--epochs", str(epochs),
-                                     "--output", run_dir])
+                                     "--output", run_dir], env={"TANDEM_TEST_TRAINED_ROWS": rows})
             self.expect(f"one-device reference ({epochs} epochs) runs", code == 0, out[-300:])
-            self.references[epochs] = self.parameters(run_dir)
+            self.references[epochs] = (self.parameters(run_dir), trained_examples(rows))
         return self.references[epochs]
+
+    def rows_log(self, run_dir):
+        """Where a run's workers log the rows they train (TANDEM_TEST_TRAINED_ROWS)."""
+        directory = self.directory(os.path.basename(run_dir) + "-rows")
+        os.makedirs(directory)
+        return {"TANDEM_TEST_TRAINED_ROWS": os.path.join(directory, "rows")}
 
     def launch(self, workers, run_dir, epochs, *launch_flags, extra=()):
         return [self.tandem, "launch", "--elastic", "--nproc-per-node", str(workers),
@@ -93,9 +128,17 @@ class Check(JobChecks):
                 "--output", run_dir, *extra]
 
     def same_as_one_device(self, label, run_dir, epochs):
-        error = max_relative_error(self.parameters(run_dir), self.reference(epochs))
+        parameters, examples = self.reference(epochs)
+        error = max_relative_error(self.parameters(run_dir), parameters)
         self.expect(f"{label}: parameters == one device", error <= TOLERANCE,
                     f"max relative error {error:.2e}")
+        trained = trained_examples(os.path.join(run_dir + "-rows", "rows"))
+        wrong = [e for e in range(epochs) if trained.get(e) != examples.get(e)]
+        counts = [sum(trained.get(e, {}).values()) for e in range(epochs)]
+        self.expect(f"{label}: every example trained once per epoch (by its rows' hashes)",
+                    not wrong and len(examples) == epochs and
+                    all(sum(c.values()) == EXAMPLES for c in examples.values()),
+                    f"epochs {wrong} differ from one device's; rows per epoch {counts}")
         with open(os.path.join(run_dir, "summary.json")) as f:
             counts = [e["train_examples"] for e in json.load(f)["history"]]
         self.expect(f"{label}: every epoch trains each example once", counts == [EXAMPLES] * epochs,
@@ -114,8 +157,8 @@ class Check(JobChecks):
 
     def killed_worker(self):
         run_dir = self.directory("killed")
-        code, out, seconds = self.run(self.launch(3, run_dir, 2),
-                                      env={"TANDEM_TEST_KILL_AT_STEP": "2:23"}, timeout=120)
+        code, out, seconds = self.run(self.launch(3, run_dir, 2), timeout=120,
+                                      env={"TANDEM_TEST_KILL_AT_STEP": "2:23", **self.rows_log(run_dir)})
         self.expect("a killed worker: the others finish", code == 0,
                     f"status {code} after {seconds:.1f} s: {out.strip()[-400:]}")
         self.expect("the launcher names the lost worker",
@@ -127,7 +170,8 @@ class Check(JobChecks):
     def stopped_worker(self):
         run_dir = self.directory("stopped")
         code, out, seconds = self.run(self.launch(3, run_dir, 2, extra=["--peer-timeout", "3"]),
-                                      env={"TANDEM_TEST_KILL_AT_STEP": "1:10:stop"}, timeout=120)
+                                      env={"TANDEM_TEST_KILL_AT_STEP": "1:10:stop",
+                                           **self.rows_log(run_dir)}, timeout=120)
         self.expect("a silent worker: the others finish", code == 0,
                     f"status {code} after {seconds:.1f} s: {out.strip()[-400:]}")
         self.membership("silent worker", run_dir, lost=[1], within=3 + 10)
@@ -142,9 +186,10 @@ class Check(JobChecks):
         # Slowed down (every step waits for replica 0), so that the joiner
         # arrives well before the end.
         slow = ["--slow-replica", "0:6"]
-        members = self.start(self.launch(2, run_dir, 3, *common, extra=slow))
+        rows = self.rows_log(run_dir)
+        members = self.start(self.launch(2, run_dir, 3, *common, extra=slow), env=rows)
         asked = wait_for_step(run_dir, 3)
-        joiner = self.start(self.launch(1, run_dir, 3, "--join", *common, extra=slow))
+        joiner = self.start(self.launch(1, run_dir, 3, "--join", *common, extra=slow), env=rows)
         (code, out), (join_code, join_out) = self.finish(members), self.finish(joiner)
         self.expect("a joiner: the job runs", asked and code == 0 and join_code == 0,
                     f"statuses {code}, {join_code}: {out.strip()[-300:]} | {join_out.strip()[-300:]}")
@@ -239,8 +284,10 @@ class HostsCheck(Check):
         run_dir = self.directory("cut")
         common = ["--nnodes", "2", "--rdzv", "10.213.0.1:29521", "--run-id", "cut"]
         slow = ["--peer-timeout", "3", "--slow-replica", "0:6"]
+        rows = self.rows_log(run_dir)
         nodes = [self.start(self.on(f"h{rank}", self.launch(
-            2, run_dir, 2, *common, "--node-rank", str(rank), extra=slow))) for rank in (0, 1)]
+            2, run_dir, 2, *common, "--node-rank", str(rank), extra=slow)), env=rows)
+            for rank in (0, 1)]
         started = wait_for_step(run_dir, 3)
         subprocess.run(["sh", self.netns, "cut", "h1"], check=True)
         try:

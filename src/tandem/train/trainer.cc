@@ -357,6 +357,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   if (elastic_) elastic_->last_step_end = Clock::now();
   ++progress.step;
   ++progress.global_step;
+  log_trained_rows(in.batch, progress);
   // Fault tests lose a worker right after a given step.
   tandem::detail::maybe_raise_test_fault("TANDEM_TEST_KILL_AT_STEP", comm::launched_rank(),
                                          progress.global_step);

@@ -282,6 +282,10 @@ class Trainer {
   void adopt_shared_state(Progress& progress, TrainResult& result);
   void change_membership(Progress& progress, TrainResult& result, const std::string& reason,
                          const TrainCallbacks& callbacks);
+  // For the elastic tests' exactly-once check: with TANDEM_TEST_TRAINED_ROWS
+  // set, each step appends the epoch, global step, generation and a hash of
+  // each row of this process's input feature to a file of this process's.
+  void log_trained_rows(const data::Element& batch, const Progress& progress);
   // fit()'s steps: checks, restore and set-up; the next step's batch once
   // every process agreed on it; one step and its accounting.
   void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);
