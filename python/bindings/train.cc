@@ -17,6 +17,7 @@
 #include "common.h"
 #include "training_options.h"
 #include "tandem/base/error.h"
+#include "tandem/distribute/engine_state.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/train/run_directory.h"
 #include "tandem/train/summary.h"
@@ -165,10 +166,21 @@ void write_run_summary(train::Trainer& trainer, const train::TrainResult& result
                        trainer.model_spec(), result, extra, sections);
 }
 
+// `factory`, recording the first model it builds in `first`.
+train::ModelFactory keeping_first(train::ModelFactory factory, std::shared_ptr<nn::Module>& first) {
+  factory.build = [&first, build = std::move(factory.build)] {
+    std::shared_ptr<nn::Module> model = build();
+    if (!first) first = model;
+    return model;
+  };
+  return factory;
+}
+
 class PythonTrainer {
  public:
   PythonTrainer(const py::dict& options, const py::dict& model)
-      : trainer_(std::make_unique<train::Trainer>(config_from(options), factory_from(model))) {}
+      : trainer_(std::make_unique<train::Trainer>(config_from(options),
+                                                  keeping_first(factory_from(model), first_))) {}
 
   py::dict fit(const data::Dataset& train_data, const std::optional<data::Dataset>& validation,
                py::object on_step, py::object on_epoch, const py::dict& outputs) {
@@ -193,9 +205,19 @@ class PythonTrainer {
         py::gil_scoped_acquire gil;
         if (on_epoch(e.epoch, epoch_logs(e)).cast<bool>()) trainer_->request_stop();
       };
+      callbacks.on_membership_change = [&](const train::MembershipChange& c) {
+        if (run_monitor) run_monitor->on_membership_change(c);
+      };
       {
         const InterruptStops interrupts(*trainer_);
         result = trainer_->fit(train_data, validation, callbacks);
+      }
+      // An elastic job that changed its membership trains replicas built
+      // again: the user's model takes their values.
+      if (&trainer_->model() != first_.get()) {
+        distribute::EngineState state;
+        distribute::save_model_state(trainer_->model(), state);
+        distribute::load_model_state(state, *first_);
       }
       write_run_summary(*trainer_, result, run_monitor.get());
       if (run_monitor) warnings = run_monitor->warnings();
@@ -225,6 +247,9 @@ class PythonTrainer {
   train::Trainer& trainer() { return *trainer_; }
 
  private:
+  // The first replica's model at the start, the user's: an elastic job
+  // builds its replicas again when its membership changes.
+  std::shared_ptr<nn::Module> first_;
   std::unique_ptr<train::Trainer> trainer_;
 };
 

@@ -1,7 +1,8 @@
 """`mpirun -np 2 python3` and `tandem launch --nproc-per-node 2 -- python3`
 with MultiWorkerMirroredStrategy: fit and a custom loop equal mirrored over
 2 devices in one process within 1e-5, only the chief writes, and a failing
-rank ends every rank with its error."""
+rank ends every rank with its error; under `tandem launch --elastic` fit
+goes on without a killed worker."""
 import json
 import os
 import subprocess
@@ -62,6 +63,30 @@ def _tensors(path):
         data = f.read()
     return {name: np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], np.float32).reshape(e["shape"])
             for name, e in header.items() if name != "__metadata__"}
+
+
+def test_elastic_fit_survives_a_killed_worker(workdir):
+    # `tandem launch --elastic`: rank 1 is killed right after step 8 (of 12);
+    # rank 0 rolls back to its state copy and finishes alone, with mirrored's
+    # losses and weights (a step's examples do not depend on the members).
+    if not TANDEM:
+        pytest.skip("TANDEM_CLI (the build's tandem) not set")
+    mirrored, mirrored_weights = losses_and_weights("fit", "mirrored", workdir, 1)
+    command = [TANDEM, "launch", "--elastic", "--nproc-per-node", "2", "--", sys.executable, SCRIPT,
+               "fit", "multi_worker", workdir]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, TANDEM_TEST_KILL_AT_STEP="1:8"))
+    assert result.returncode == 0, result.stderr
+    assert "worker rank 1" in result.stderr and "goes on without it" in result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [line["rank"] for line in lines] == [0]
+    np.testing.assert_allclose(lines[0]["losses"], mirrored[0], rtol=1e-5)
+    loaded = [_tensors(mirrored_weights), _tensors(os.path.join(workdir, "multi_worker.safetensors"))]
+    for name in loaded[0]:
+        np.testing.assert_allclose(loaded[1][name], loaded[0][name], rtol=1e-5, atol=1e-6)
+    with open(os.path.join(workdir, "multi_worker", "run0", "metrics.jsonl")) as f:
+        changes = [line for line in map(json.loads, f) if line.get("type") == "membership"]
+    assert len(changes) == 1 and changes[0]["lost"] == [1] and changes[0]["members"] == [0]
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "tandem launch"])
