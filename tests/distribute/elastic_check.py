@@ -23,9 +23,12 @@ the latest generation that took it, against one device's.
   bound.
 - the rendezvous host's launcher killed: every rank ends with an error
   naming the store, none hangs or is left behind.
+- a joiner whose settings differ from the job's (another --seed): refused
+  naming them, the members go on.
 - bad input: --join or --min-workers without --elastic, --min-workers above
   the workers started, --join with --nnodes, elastic with another strategy
-  or with ZeRO, a joiner of another run.
+  or with ZeRO, workers whose settings differ, a worker that fails before
+  the job formed (the job ends), a joiner of another run.
 
     python3 elastic_check.py --tandem build/tandem --work /tmp/x
     python3 elastic_check.py ... --hosts scripts/netns-hosts.sh   # h1 cut off
@@ -108,12 +111,12 @@ class Check(JobChecks):
         """One device's parameters after `epochs` epochs."""
         if epochs not in self.references:
             run_dir = self.directory(f"one-device-{epochs}")
-            rows = os.path.join(run_dir + "-rows", "rows")
-            os.makedirs(os.path.dirname(rows), exist_ok=True)
+            rows = self.rows_log(run_dir)
             code, out, _ = self.run([self.tandem, *TRAIN, "--epochs", str(epochs),
-                                     "--output", run_dir], env={"TANDEM_TEST_TRAINED_ROWS": rows})
+                                     "--output", run_dir], env=rows)
             self.expect(f"one-device reference ({epochs} epochs) runs", code == 0, out[-300:])
-            self.references[epochs] = (self.parameters(run_dir), trained_examples(rows))
+            self.references[epochs] = (self.parameters(run_dir),
+                                       trained_examples(rows["TANDEM_TEST_TRAINED_ROWS"]))
         return self.references[epochs]
 
     def rows_log(self, run_dir):
@@ -127,11 +130,13 @@ class Check(JobChecks):
                 *launch_flags, "--", "tandem", *TRAIN, *ELASTIC, "--epochs", str(epochs),
                 "--output", run_dir, *extra]
 
-    def same_as_one_device(self, label, run_dir, epochs):
+    def same_as_one_device(self, label, run_dir, epochs, rows=True):
         parameters, examples = self.reference(epochs)
         error = max_relative_error(self.parameters(run_dir), parameters)
         self.expect(f"{label}: parameters == one device", error <= TOLERANCE,
                     f"max relative error {error:.2e}")
+        if not rows:
+            return
         trained = trained_examples(os.path.join(run_dir + "-rows", "rows"))
         wrong = [e for e in range(epochs) if trained.get(e) != examples.get(e)]
         counts = [sum(trained.get(e, {}).values()) for e in range(epochs)]
@@ -199,6 +204,25 @@ class Check(JobChecks):
                         changes[0]["process_batch"] == 32, json.dumps(changes[0]))
         self.same_as_one_device("joiner", run_dir, 3)
 
+    def joiner_with_other_settings(self):
+        run_dir = self.directory("bad-joiner")
+        rdzv = f"127.0.0.1:{free_port()}"
+        common = ["--rdzv", rdzv, "--run-id", "refuse"]
+        slow = ["--slow-replica", "0:6"]
+        members = self.start(self.launch(2, run_dir, 3, *common, extra=slow))
+        asked = wait_for_step(run_dir, 3)
+        code, out, _ = self.run(self.launch(1, run_dir, 3, "--join", *common,
+                                            extra=[*slow, "--drop-remainder"]), timeout=120)
+        self.expect("a joiner with other settings is refused",
+                    asked and code not in (None, 0) and
+                    "cannot join: its settings differ from the job's: drop_remainder true here, false in "
+                    "the job" in out,
+                    f"status {code}: {out.strip()[-400:]}")
+        members_code, members_out = self.finish(members)
+        self.expect("the members go on without the refused joiner", members_code == 0,
+                    f"status {members_code}: {members_out.strip()[-300:]}")
+        self.same_as_one_device("refused joiner", run_dir, 3, rows=False)
+
     def too_few_left(self):
         run_dir = self.directory("too-few")
         code, out, seconds = self.run(self.launch(2, run_dir, 2, "--min-workers", "2"),
@@ -254,6 +278,21 @@ class Check(JobChecks):
                      [t, "launch", "--elastic", "--nproc-per-node", "2", "--", "tandem", *TRAIN,
                       *ELASTIC, "--zero", "1", "--output", self.directory("zero")],
                      "does not run ZeRO")
+        # Rank 1 drops each epoch's remainder: every worker ends, rank 1 naming it.
+        other_seed = ('if [ "$TANDEM_RANK" = 1 ]; then exec "$0" "$@" --drop-remainder; fi; '
+                      'exec "$0" "$@"')
+        self.refused("workers with different settings",
+                     [t, "launch", "--elastic", "--nproc-per-node", "2", "--", "sh", "-c",
+                      other_seed, t, *TRAIN, *ELASTIC, "--output", self.directory("settings")],
+                     "this worker's settings differ from worker 0's: drop_remainder true here, "
+                     "false in the job")
+        # A worker that fails before the job formed ends it (the others would
+        # wait for it to connect).
+        early = ('if [ "$TANDEM_RANK" = 1 ]; then exec "$0" "$@" --seed 3; fi; exec "$0" "$@"')
+        self.refused("a worker failing before the job formed ends it",
+                     [t, "launch", "--elastic", "--nproc-per-node", "2", "--", "sh", "-c", early,
+                      t, *TRAIN, *ELASTIC, "--output", self.directory("early")],
+                     "--seed is given more than once", timeout=30)
         self.refused("a bad --elastic-copy-every",
                      [t, *TRAIN, "--elastic-copy-every", "0"],
                      "elastic_copy_every (--elastic-copy-every) must be at least 1")
@@ -317,6 +356,7 @@ def main():
         check.killed_worker()
         check.stopped_worker()
         check.joiner()
+        check.joiner_with_other_settings()
         check.too_few_left()
         check.rendezvous_lost()
         check.bad_input()

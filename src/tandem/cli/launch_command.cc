@@ -232,7 +232,17 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
       const std::string failure =
           fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
                       o.node_rank, exit->description);
-      if (o.elastic) {
+      // Before the elastic job has formed, the others would wait for it to
+      // connect: the job ends as any other does.
+      bool formed = o.join;
+      if (o.elastic && !formed) {
+        try {
+          formed = comm::ElasticGroup::formed(store, o.run_id, o.nnodes * o.nproc_per_node);
+        } catch (const Error&) {
+          // The store is lost: the job ends.
+        }
+      }
+      if (o.elastic && formed) {
         // The others regroup without it; telling them spares them waiting
         // for its heartbeat to go silent. A joiner's member id is its
         // own, not known here: they notice its silence.
@@ -261,8 +271,8 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
       next_poll += kStorePollEvery;
       std::optional<std::string> failed;
       try {
-        if (!o.elastic) failed = store.try_get("failed");
-        store.try_get("run_id");  // the store is still there
+        // (An elastic job's workers set it only before the job formed.)
+        failed = store.try_get("failed");
       } catch (const Error& e) {
         failed = fmt::format("the rendezvous store is lost ({})", e.what());
       }

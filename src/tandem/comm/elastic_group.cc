@@ -279,6 +279,7 @@ std::unique_ptr<ElasticGroup> ElasticGroup::start(const std::string& host, int p
   s->known_ids = initial_members;
   s->comm = make_gloo_communicator(s->store, s->generation_key(0, "comm"), id, initial_members,
                                    options.comm);
+  s->store->add(s->key("formed"), 1);  // elastic_job_formed()
   return std::unique_ptr<ElasticGroup>(new ElasticGroup(std::move(s)));
 }
 
@@ -313,6 +314,11 @@ void ElasticGroup::mark_lost(const std::string& host, int port, const std::strin
                              int id, const std::string& why) {
   connect_store(host, port, kConnectTimeout)
       ->set(prefix + "/elastic/lost/" + std::to_string(id), why);
+}
+
+bool ElasticGroup::formed(Store& store, const std::string& prefix, int initial_members) {
+  const auto count = store.try_get(prefix + "/elastic/formed");
+  return count && std::stoll(*count) >= initial_members;
 }
 
 ElasticGroup::~ElasticGroup() {

@@ -32,6 +32,8 @@
 
 namespace tandem::comm {
 
+class Store;
+
 struct ElasticOptions {
   CommOptions comm;  // each generation's communicator
   std::chrono::milliseconds heartbeat_every{500};
@@ -69,6 +71,10 @@ class ElasticGroup {
   // Marks member `id` lost at once (for a launcher that saw its process end).
   static void mark_lost(const std::string& host, int port, const std::string& prefix, int id,
                         const std::string& why);
+  // Whether every member of the first generation has made its communicator
+  // (before that, a lost member leaves the others waiting for it to
+  // connect: a launcher then ends the job instead).
+  static bool formed(Store& store, const std::string& prefix, int initial_members);
   // Leaves the job: this member is marked lost, so a regroup need not wait.
   ~ElasticGroup();
   ElasticGroup(const ElasticGroup&) = delete;

@@ -262,6 +262,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
   if (!joining) steps_per_epoch_ = steps_per_epoch(train);
   make_schedule(steps_per_epoch_);
   if (elastic_ && !joining) {
+    check_elastic_settings();
     copy_state(progress, result.history);  // the first rollback point
     elastic_->last_step_end = Clock::now();
   }

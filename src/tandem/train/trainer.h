@@ -48,6 +48,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -279,6 +280,10 @@ class Trainer {
   // move to a new membership, rolled back to the last copy and reported.
   void start_elastic();
   void copy_state(Progress& progress, const std::vector<EpochResult>& history);
+  // The settings every member must share, and the refusal of a member
+  // whose settings differ from the job's (collective over the members).
+  std::map<std::string, std::string> elastic_settings();
+  void check_elastic_settings();
   void adopt_shared_state(Progress& progress, TrainResult& result);
   void change_membership(Progress& progress, TrainResult& result, const std::string& reason,
                          const TrainCallbacks& callbacks);

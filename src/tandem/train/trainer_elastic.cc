@@ -14,6 +14,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/comm/launch.h"
+#include "tandem/distribute/agreement.h"
 #include "tandem/distribute/state_broadcast.h"
 #include "tandem/train/detail/epoch_json.h"
 #include "tandem/train/detail/trainer_state.h"
@@ -82,6 +83,53 @@ void Trainer::start_elastic() {
   config_.strategy.processes = elastic_->group->shared_communicator();
 }
 
+namespace {
+
+constexpr const char* kSettingPrefix = "trainer.setting.";
+
+// The settings in `state`'s metadata that differ from `mine`, named with
+// both values ("batch_size 96 here, 64 in the job"); empty when none does.
+std::string differences(const distribute::EngineState& state,
+                        const std::map<std::string, std::string>& mine) {
+  std::string out;
+  for (const auto& [key, value] : mine) {
+    const auto it = state.metadata.find(kSettingPrefix + key);
+    const std::string theirs = it == state.metadata.end() ? "(none)" : it->second;
+    if (theirs == value) continue;
+    out += fmt::format("{}{} {} here, {} in the job", out.empty() ? "" : "; ", key, value, theirs);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> Trainer::elastic_settings() {
+  std::map<std::string, std::string> settings;
+  for (const auto& [key, value] : resume_settings()) settings[key] = value;
+  settings["model"] = model_.spec.name;
+  settings["epochs"] = std::to_string(config_.epochs);
+  settings["elastic_copy_every"] = std::to_string(config_.elastic_copy_every);
+  settings["local_replicas"] = std::to_string(strategy_->local_replicas());
+  return settings;
+}
+
+void Trainer::check_elastic_settings() {
+  distribute::EngineState mine;
+  const std::map<std::string, std::string> settings = elastic_settings();
+  for (const auto& [key, value] : settings) mine.metadata[kSettingPrefix + key] = value;
+  const std::string differ =
+      differences(distribute::broadcast_state(*config_.strategy.processes, &mine), settings);
+  const bool any = distribute::any_process(*strategy_, !differ.empty());
+  if (!differ.empty()) {
+    TANDEM_THROW(InvalidArgument, "this worker's settings differ from worker 0's: ", differ,
+                 " (every worker of an elastic job must run the same command)");
+  }
+  if (any) {
+    TANDEM_THROW(InvalidArgument, "another worker's settings differ from worker 0's (its error "
+                                  "names them; every worker must run the same command)");
+  }
+}
+
 void Trainer::copy_state(Progress& progress, const std::vector<EpochResult>& history) {
   synchronize_engine(progress);
   detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
@@ -101,12 +149,19 @@ void Trainer::copy_state(Progress& progress, const std::vector<EpochResult>& his
                                                 {"steps_per_epoch", steps_per_epoch_},
                                                 {"history", history}}
                                      .dump();
+  for (const auto& [key, value] : elastic_settings()) state.metadata[kSettingPrefix + key] = value;
   elastic_->copy = std::move(state);
 }
 
 void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
   distribute::EngineState state = distribute::broadcast_state(
       *config_.strategy.processes, elastic_->copy ? &*elastic_->copy : nullptr);
+  if (elastic_->awaiting_state) {  // a joiner: the members' settings checked first
+    if (const std::string differ = differences(state, elastic_settings()); !differ.empty()) {
+      TANDEM_THROW(InvalidArgument, "this worker cannot join: its settings differ from the job's: ",
+                   differ, " (a joiner must run the job's command)");
+    }
+  }
   engine_->load_state(state);
   try {
     const nlohmann::json p = nlohmann::json::parse(state.meta(kPositionKey));
