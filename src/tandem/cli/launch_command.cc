@@ -191,6 +191,49 @@ std::vector<std::string> resolve_command(std::vector<std::string> command) {
   return command;
 }
 
+// Under --elastic: whether the job goes on without a worker that failed
+// (it has formed; before, the others would wait for the worker to
+// connect); if so the worker is named and marked lost for the others.
+bool goes_on_without(const WorkerExit& exit, const std::string& failure, comm::Store& store,
+                     const LaunchOptions& o, const std::string& endpoint) {
+  if (!o.elastic) return false;
+  if (!o.join) {
+    try {
+      if (!comm::ElasticGroup::formed(store, o.run_id, o.nnodes * o.nproc_per_node)) return false;
+    } catch (const Error&) {
+      return false;  // the store is lost: the job ends
+    }
+  }
+  fmt::print(stderr, "tandem launch: {}; the elastic job goes on without it\n", failure);
+  // Telling the others spares them waiting for its heartbeat to go still.
+  // A joiner's member id is its own, not known here: they notice its silence.
+  if (!o.join) {
+    try {
+      const auto [host, port] = comm::parse_host_port(endpoint, "--rdzv");
+      comm::ElasticGroup::mark_lost(host, port, o.run_id, exit.rank, failure);
+    } catch (const Error&) {
+      // The store is lost: the workers notice that themselves.
+    }
+  }
+  return true;
+}
+
+// Under --elastic, once a worker has finished the job: whether every worker
+// still running here was given up by the others (stopped, or cut off), so
+// that it would wait for them for ever. A joiner's are not known here.
+bool only_given_up_left(const WorkerProcesses& workers, comm::Store& store,
+                        const LaunchOptions& o) {
+  if (o.join) return true;
+  try {
+    for (int rank : workers.running_ranks()) {
+      if (!store.try_get(fmt::format("{}/elastic/lost/{}", o.run_id, rank))) return false;
+    }
+  } catch (const Error&) {
+    // The store is gone with the job.
+  }
+  return true;
+}
+
 // Watches the workers until all have ended, one has failed, or another
 // node reports a failure; returns the launcher's exit status.
 int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o,
@@ -201,11 +244,9 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
   int finished = 0;  // elastic: workers that ended well
   std::optional<std::chrono::steady_clock::time_point> first_finished;
   while (workers.running() > 0) {
-    // An elastic job is over once a worker finished it: one still running
-    // long after was given up by the others (stopped, or cut off) and
-    // would wait for them for ever.
     if (o.elastic && first_finished &&
-        std::chrono::steady_clock::now() - *first_finished > kStopGrace) {
+        std::chrono::steady_clock::now() - *first_finished > kStopGrace &&
+        only_given_up_left(workers, store, o)) {
       fmt::print(stderr,
                  "tandem launch: the elastic job finished {} s ago; stopping {} worker(s) the "
                  "others gave up\n",
@@ -232,29 +273,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
       const std::string failure =
           fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
                       o.node_rank, exit->description);
-      // Before the elastic job has formed, the others would wait for it to
-      // connect: the job ends as any other does.
-      bool formed = o.join;
-      if (o.elastic && !formed) {
-        try {
-          formed = comm::ElasticGroup::formed(store, o.run_id, o.nnodes * o.nproc_per_node);
-        } catch (const Error&) {
-          // The store is lost: the job ends.
-        }
-      }
-      if (o.elastic && formed) {
-        // The others regroup without it; telling them spares them waiting
-        // for its heartbeat to go silent. A joiner's member id is its
-        // own, not known here: they notice its silence.
-        fmt::print(stderr, "tandem launch: {}; the elastic job goes on without it\n", failure);
-        if (!o.join) {
-          try {
-            const auto [host, port] = comm::parse_host_port(endpoint, "--rdzv");
-            comm::ElasticGroup::mark_lost(host, port, o.run_id, exit->rank, failure);
-          } catch (const Error&) {
-            // The store is lost: the workers notice that themselves.
-          }
-        }
+      if (goes_on_without(*exit, failure, store, o, endpoint)) {
         status = exit->status;
         continue;
       }

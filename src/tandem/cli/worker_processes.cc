@@ -83,6 +83,12 @@ std::optional<WorkerExit> WorkerProcesses::poll() {
   return std::nullopt;
 }
 
+std::vector<int> WorkerProcesses::running_ranks() const {
+  std::vector<int> ranks;
+  for (const auto& [pid, rank] : workers_) ranks.push_back(rank);
+  return ranks;
+}
+
 void WorkerProcesses::signal_all(int signal) {
   for (const auto& [pid, rank] : workers_) ::kill(pid, signal);
 }

@@ -33,6 +33,8 @@ class WorkerProcesses {
   // The next worker that has ended, without waiting; nothing when none has.
   std::optional<WorkerExit> poll();
   int running() const { return static_cast<int>(workers_.size()); }
+  // The ranks of the workers still running.
+  std::vector<int> running_ranks() const;
   // Sends `signal` to every running worker.
   void signal_all(int signal);
   // SIGTERM (and SIGCONT, for stopped ones) to every running worker,
