@@ -14,19 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
-#include "tandem/autograd/functions.h"
-#include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
-#include "tandem/kernels/flops.h"
-#include "tandem/monitor/model_flops.h"
-#include "tandem/nn/model_file.h"
-#include "tandem/nn/resnet.h"
-#include "tandem/nn/sequential.h"
-#include "tandem/nn/transformer.h"
-#include "tandem/train/checkpoint.h"
-#include "tandem/train/evaluation.h"
-#include "tandem/train/model_factory.h"
-#include "tandem/train/run_directory.h"
+#include "tandem/cli/scaling_profile.h"
 #include "tandem/train/scaling_plan.h"
 
 namespace tandem::cli {
@@ -50,232 +39,6 @@ struct ScalingOptions {
   int small_collectives = 6;
   bool json = false;
 };
-
-constexpr std::uintmax_t kMaxJsonBytes = std::uintmax_t{64} << 20;
-
-json read_json(const std::string& path, std::string_view what) {
-  const std::string text = read_text_file(path, what, kMaxJsonBytes);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    TANDEM_THROW(InvalidArgument, what, " '", path, "' is not valid JSON: ", e.what());
-  }
-}
-
-double number_at(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key) || !j[key].is_number())
-    TANDEM_THROW(InvalidArgument, where, " has no number '", key, "'");
-  return j[key].get<double>();
-}
-
-// When backward completes each parameter's gradient, as a fraction of
-// backward, by the layers' FLOPs where the model is a Sequential whose
-// input is known (backward runs its layers last to first, each costing
-// twice its forward); empty otherwise (readiness then goes by size).
-std::vector<double> ready_by_layers(nn::Module& model, const train::ModelSpec& spec,
-                                    const std::vector<std::pair<std::string, Variable> >& params) {
-  if (dynamic_cast<nn::Sequential*>(&model) == nullptr) return {};
-  std::optional<Shape> shape;
-  if (!spec.definition.empty())
-    shape = Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
-  else if (spec.name == "mlp" || spec.name == "cnn")
-    shape = Shape{28, 28, 1};
-  if (!shape) return {};
-  std::vector<double> layer_cost;  // by Sequential child index
-  double total = 0.0;
-  for (const monitor::LayerFlops& l : monitor::layer_flops(model, *shape)) {
-    layer_cost.push_back(2.0 * l.forward_flops);
-    total += layer_cost.back();
-  }
-  std::vector<double> ready;
-  for (const auto& [name, p] : params) {
-    const std::optional<int64_t> layer = parse_integer(name.substr(0, name.find('.')));
-    if (!layer || *layer < 0 || *layer >= static_cast<int64_t>(layer_cost.size()) || !(total > 0.0))
-      return {};
-    // Layer l's gradients are complete once layers n-1 .. l have run backward.
-    double done = 0.0;
-    for (size_t k = static_cast<size_t>(*layer); k < layer_cost.size(); ++k) done += layer_cost[k];
-    ready.push_back(done / total);
-  }
-  return ready;
-}
-
-// When backward completes each parameter's gradient, as a fraction of
-// backward's FLOPs, measured: one example forward and backward (the sum of
-// the outputs as the loss), the matrix kernels' FLOPs executed when each
-// parameter's gradient-ready hook fires. For the built-in models that are
-// not a Sequential (resnet on 28 x 28 images, gpt on a whole context of
-// tokens); empty for others.
-std::vector<double> ready_by_traced_backward(
-    nn::Module& model, const std::vector<std::pair<std::string, Variable> >& params) {
-  Tensor input;
-  if (const auto* resnet = dynamic_cast<const nn::ResNet*>(&model)) {
-    input = Tensor::full(Shape{1, 28, 28, resnet->config().channels}, 0.5f);
-  } else if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model)) {
-    const std::vector<int32_t> tokens(static_cast<size_t>(gpt->config().context), 1);
-    input = Tensor::from_ints(Shape{1, gpt->config().context}, tokens);
-  } else {
-    return {};
-  }
-  std::vector<int64_t> ready(params.size(), -1);
-  int64_t start = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    Variable p = params[i].second;
-    p.add_grad_ready_hook([&ready, &start, i](Variable&) {
-      ready[i] = kernels::flops_executed() - start;
-    });
-  }
-  const Variable loss = sum(model.forward(Variable(input)));
-  start = kernels::flops_executed();
-  loss.backward();
-  const int64_t total = kernels::flops_executed() - start;
-  for (const auto& named : params) {
-    Variable p = named.second;
-    p.clear_grad_ready_hooks();
-  }
-  std::vector<double> out;
-  for (int64_t flops : ready) {
-    if (flops < 0 || total <= 0) return {};  // a parameter the loss did not reach
-    out.push_back(static_cast<double>(flops) / static_cast<double>(total));
-  }
-  return out;
-}
-
-// Gradient readiness by size: backward order, each complete when the
-// share of the elements up to it is.
-void ready_by_size(std::vector<train::StepProfile::Gradient>& gradients) {
-  double total = 0.0, done = 0.0;
-  for (const auto& g : gradients) total += static_cast<double>(g.elements);
-  for (auto& g : gradients) {
-    done += static_cast<double>(g.elements);
-    g.ready = done / total;
-  }
-}
-
-struct Profile {
-  train::StepProfile step;
-  std::string model;
-  int64_t parameters = 0;
-  std::string readiness = "size";  // what said when each gradient is ready
-  int devices = 1;  // replicas of the profiled run
-};
-
-Profile profile_from_run(const std::string& run_dir) {
-  if (!std::filesystem::is_directory(run_dir))
-    TANDEM_THROW(InvalidArgument, "run directory '", run_dir, "' does not exist");
-  const train::RunDirectory run(run_dir);
-  const std::string summary_path = run.summary();
-  const json summary = read_json(summary_path, "run summary");
-  if (!summary.contains("config") || !summary.contains("monitor") ||
-      !summary["monitor"].contains("replicas") || !summary["monitor"]["replicas"].is_array()) {
-    TANDEM_THROW(InvalidArgument, "'", summary_path,
-                 "' has no monitor section (a run of tandem train without --no-monitor)");
-  }
-  const json& monitor = summary["monitor"];
-  const json& replicas = monitor["replicas"];
-  const json& config = summary["config"];
-  if (replicas.empty())
-    TANDEM_THROW(InvalidArgument, "'", summary_path, "' lists no replicas in its monitor section");
-  if (replicas.size() > 1 && config.value("strategy", "") != "mirrored") {
-    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(), " replicas with strategy '",
-                 config.value("strategy", "?"), "'; profile a one-device run, or a mirrored run "
-                 "of the devices of one host (their compute under each other's load)");
-  }
-  // A mirrored run's replicas: their mean compute is one device's while the
-  // host's other devices compute too (shared memory bandwidth and caches,
-  // or shared cores); its communication and waits are not the profile's.
-  Profile p;
-  double communication = 0.0, idle = 0.0;
-  for (const json& r : replicas) {
-    p.step.forward += number_at(r, "forward", summary_path);
-    p.step.backward += number_at(r, "backward", summary_path);
-    p.step.optimizer += number_at(r, "optimizer", summary_path);
-    communication += number_at(r, "communication", summary_path);
-    idle += number_at(r, "idle", summary_path);
-  }
-  const auto n = static_cast<double>(replicas.size());
-  p.step.forward /= n;
-  p.step.backward /= n;
-  p.step.optimizer /= n;
-  const double step = number_at(monitor, "mean_step_seconds", summary_path);
-  p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer -
-                                   communication / n - idle / n);
-  const auto batch = static_cast<int64_t>(number_at(config, "batch_size", summary_path));
-  p.step.examples = batch / static_cast<int64_t>(replicas.size());
-  p.devices = static_cast<int>(replicas.size());
-
-  const std::string checkpoint_path = run.checkpoint();
-  if (!std::filesystem::exists(checkpoint_path)) {
-    TANDEM_THROW(InvalidArgument, "'", run_dir,
-                 "' holds no checkpoint.tckpt: not a run directory of tandem train");
-  }
-  const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
-  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
-  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
-  const auto params = model->named_parameters();
-  std::vector<double> ready = ready_by_layers(*model, spec, params);
-  p.readiness = "layer FLOPs";
-  if (ready.empty()) {
-    ready = ready_by_traced_backward(*model, params);
-    p.readiness = "the FLOPs of a traced backward";
-  }
-  for (size_t i = params.size(); i-- > 0;) {  // backward order
-    p.step.gradients.push_back({params[i].second.value().numel(), ready.empty() ? 1.0 : ready[i]});
-    p.parameters += params[i].second.value().numel();
-  }
-  if (ready.empty()) {
-    ready_by_size(p.step.gradients);
-    p.readiness = "size";
-  }
-  p.model = spec.name;
-  return p;
-}
-
-// A device and model described by numbers (published speeds, a model not at
-// hand): {"model", "examples", "forward_ms", "backward_ms", "optimizer_ms",
-// "other_ms", and "gradients" (f32 elements in backward order) or
-// "parameters" and "tensors" (that many equal gradients)}.
-Profile profile_from_json(const std::string& path) {
-  const json j = read_json(path, "profile");
-  Profile p;
-  p.model = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "model";
-  const double examples = number_at(j, "examples", path);
-  if (!(examples >= 1.0 && examples <= 1e12))
-    TANDEM_THROW(InvalidArgument, "'", path, "': examples must be 1 to 1e12, got ", examples);
-  p.step.examples = static_cast<int64_t>(examples);
-  p.step.forward = 1e-3 * number_at(j, "forward_ms", path);
-  p.step.backward = 1e-3 * number_at(j, "backward_ms", path);
-  p.step.optimizer = 1e-3 * number_at(j, "optimizer_ms", path);
-  p.step.other = j.contains("other_ms") ? 1e-3 * number_at(j, "other_ms", path) : 0.0;
-  const auto elements = [&](double n) {
-    if (!(n >= 1.0 && n <= 1e13))
-      TANDEM_THROW(InvalidArgument, "'", path, "': a gradient needs 1 to 1e13 elements, got ", n);
-    return static_cast<int64_t>(n);
-  };
-  if (j.contains("gradients") && j["gradients"].is_array()) {
-    if (j["gradients"].size() > 1000000)
-      TANDEM_THROW(InvalidArgument, "'", path, "': more than 1,000,000 gradients");
-    for (const json& g : j["gradients"]) {
-      if (!g.is_number()) TANDEM_THROW(InvalidArgument, "'", path, "': gradients must be numbers");
-      p.step.gradients.push_back({elements(g.get<double>()), 1.0});
-    }
-  } else {
-    const double parameters = number_at(j, "parameters", path);
-    const double tensors = number_at(j, "tensors", path);
-    if (!(tensors >= 1.0 && tensors <= 1e6 && parameters >= tensors))
-      TANDEM_THROW(InvalidArgument, "'", path,
-                   "': tensors must be 1 to 1e6 and at most parameters");
-    const auto n = static_cast<int64_t>(tensors);
-    const auto total = static_cast<int64_t>(parameters);
-    for (int64_t i = 0; i < n; ++i)  // the first takes the remainder
-      p.step.gradients.push_back(
-          {elements(static_cast<double>(total / n + (i == 0 ? total % n : 0))), 1.0});
-  }
-  if (p.step.gradients.empty()) TANDEM_THROW(InvalidArgument, "'", path, "' lists no gradients");
-  ready_by_size(p.step.gradients);
-  for (const auto& g : p.step.gradients) p.parameters += g.elements;
-  return p;
-}
 
 struct LinkTable {
   train::LinkModel model;
@@ -437,7 +200,7 @@ Links read_links(const ScalingOptions& o, bool need_hosts, bool need_local,
   return links;
 }
 
-void print_plan_header(const Profile& profile, const Links& links, bool spare_core) {
+void print_plan_header(const ScalingProfile& profile, const Links& links, bool spare_core) {
   const train::StepProfile& s = profile.step;
   fmt::print(
       "{}: {} parameters, {} examples per device, one-device step {:.2f} ms (forward "
@@ -479,7 +242,7 @@ struct PlanRow {
   double best_step = 0.0;                // with it
 };
 
-PlanRow plan_row(const Profile& profile, const Links& links, train::ScalingSetup setup,
+PlanRow plan_row(const ScalingProfile& profile, const Links& links, train::ScalingSetup setup,
                  const PlannedMode& mode, const std::string& wire,
                  std::optional<double> bucket_mb) {
   setup.mode = mode.mode;
@@ -598,7 +361,7 @@ int run_plan_scaling(const ScalingOptions& o) {
     TANDEM_THROW(InvalidArgument,
                  "give a run directory (one device, or the mirrored devices of one host) or "
                  "--profile FILE.json (one of them)");
-  const Profile profile =
+  const ScalingProfile profile =
       o.profile.empty() ? profile_from_run(o.run_dir) : profile_from_json(o.profile);
   const Links links = read_links(o, *std::max_element(hosts.begin(), hosts.end()) > 1,
                                  *std::max_element(devices.begin(), devices.end()) > 1,
