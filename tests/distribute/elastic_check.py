@@ -23,7 +23,7 @@ the latest generation that took it, against one device's.
   bound.
 - the rendezvous host's launcher killed: every rank ends with an error
   naming the store, none hangs or is left behind.
-- a joiner whose settings differ from the job's (another --seed): refused
+- a joiner whose settings differ from the job's (--drop-remainder): refused
   naming them, the members go on.
 - bad input: --join or --min-workers without --elastic, --min-workers above
   the workers started, --join with --nnodes, elastic with another strategy
