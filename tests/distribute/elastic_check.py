@@ -14,6 +14,8 @@ the latest generation that took it, against one device's.
 
 - 3 workers, rank 2 killed (SIGKILL) right after step 23 (state copies
   every 5 steps): the others regroup, take steps 21-23 again, finish.
+- the same with rank 0, the chief, killed: the new rank 0 writes the
+  checkpoints and summary.json and carries metrics.jsonl on.
 - 3 workers, rank 1 stopped (SIGSTOP) after step 10, --peer-timeout 3: the
   others give it up within 3 + 10 s and finish; its launcher stops it once
   the job is over (no process is left).
@@ -176,6 +178,19 @@ class Check(JobChecks):
                     out[-400:])
         self.membership("killed worker", run_dir, lost=[2], rolled_back=3, within=5)
         self.same_as_one_device("killed worker", run_dir, 2)
+
+    def killed_chief(self):
+        run_dir = self.directory("killed-chief")
+        code, out, seconds = self.run(self.launch(3, run_dir, 2), timeout=120,
+                                      env={"TANDEM_TEST_KILL_AT_STEP": "0:23", **self.rows_log(run_dir)})
+        self.expect("the chief killed: the others finish", code == 0,
+                    f"status {code} after {seconds:.1f} s: {out.strip()[-400:]}")
+        self.membership("killed chief", run_dir, lost=[0], rolled_back=3, within=5)
+        self.expect("the new chief carries metrics.jsonl on and writes the summary",
+                    len(lines_of(run_dir, "run")) == 2 and len(lines_of(run_dir, "epoch")) == 2 and
+                    os.path.exists(os.path.join(run_dir, "summary.json")),
+                    f"{len(lines_of(run_dir, 'run'))} run and {len(lines_of(run_dir, 'epoch'))} epoch lines")
+        self.same_as_one_device("killed chief", run_dir, 2)
 
     def stopped_worker(self):
         run_dir = self.directory("stopped")
@@ -391,6 +406,7 @@ def main():
     else:
         check = Check(args)
         check.killed_worker()
+        check.killed_chief()
         check.stopped_worker()
         check.joiner()
         check.joiner_with_other_settings()

@@ -380,10 +380,12 @@ void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Train
 
 // The monitor (metrics.jsonl, trace, findings, TensorBoard) of the chief,
 // which writes the run directory.
+// `append`: metrics.jsonl is continued (a resumed run, or an elastic job's
+// new chief).
 std::unique_ptr<monitor::Monitor> make_monitor(const TrainOptions& o, const RunSetup& setup,
                                                train::Trainer& trainer, int64_t steps_per_epoch,
                                                const std::optional<data::Element>& example,
-                                               const OutputSettings& outputs) {
+                                               const OutputSettings& outputs, bool append) {
   const train::TrainConfig& config = o.config;
   const train::ModelFactory& factory = setup.model;
   monitor::RunInfo info = monitor::describe_training_run(trainer, steps_per_epoch, example);
@@ -401,7 +403,7 @@ std::unique_ptr<monitor::Monitor> make_monitor(const TrainOptions& o, const RunS
   }
   return std::make_unique<monitor::Monitor>(
       monitor::MonitorOptions{.run_dir = config.output_dir,
-                              .append = config.resume,
+                              .append = append,
                               .metrics_every = o.metrics_every,
                               .trace_first = outputs.trace_first,
                               .trace_last = outputs.trace_last,
@@ -507,7 +509,8 @@ int run_train(TrainOptions& o) {
                      init_report);
   std::unique_ptr<monitor::Monitor> run_monitor;
   if (chief && !o.no_monitor)
-    run_monitor = make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs);
+    run_monitor =
+        make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs, config.resume);
   const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
                                      : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
                                                                     : monitor::ProgressMode::lines;
@@ -522,6 +525,19 @@ int run_train(TrainOptions& o) {
     view.on_epoch(e);
   };
   callbacks.on_membership_change = [&](const train::MembershipChange& c) {
+    // The first chief was lost: this process is the chief now and carries
+    // the run's metrics.jsonl on (after a run header of its own).
+    if (!run_monitor && !o.no_monitor && trainer.strategy().is_chief()) {
+      try {
+        std::error_code ignored;  // the monitor names a directory it cannot write
+        std::filesystem::create_directories(config.output_dir, ignored);
+        run_monitor = make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs,
+                                   /*append=*/true);
+      } catch (const Error& e) {
+        fmt::print(stderr, "tandem: warning: the new chief cannot continue metrics.jsonl: {}\n",
+                   e.what());
+      }
+    }
     if (run_monitor) run_monitor->on_membership_change(c);
     if (trainer.strategy().is_chief() && !o.quiet) {
       fmt::print(stderr,
