@@ -419,6 +419,7 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
                                                                : strategy_->threads_per_replica());
   Input input;
   open_input(input, train, progress);
+  progress.learning_rate = schedule_->lr(progress.global_step);
   const distribute::ForwardFn forward = training_forward();
   const int64_t last_epoch =
       config_.stop_after_epochs > 0 ? config_.stop_after_epochs : config_.epochs;
@@ -501,10 +502,7 @@ Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResu
   progress = std::move(next);
   if (elastic_ && progress.epoch < config_.epochs) copy_state(progress, result.history);
   if (exhausted) return EpochEnd::input_exhausted;
-  if (!continuing) {
-    input.iterator = input.batches.iterator(progress.epoch);
-    input.pass = progress.epoch;
-  }
+  if (!continuing) input.iterator = input.batches.iterator(progress.epoch);
   return EpochEnd::done;
 }
 

@@ -316,6 +316,13 @@ class Trainer {
   // The settings a checkpoint records and a resume must match, as metadata.
   std::vector<std::pair<std::string, std::string>> resume_settings();
   void save(const Progress& progress, const std::vector<EpochResult>& history);
+  // The position, the epoch's sums (over every replica) and the history, as
+  // a checkpoint's metadata holds them; read back (IoError when malformed,
+  // InvalidArgument when its metrics are not this run's; `source` names it).
+  void write_position(const Progress& progress, const std::vector<EpochResult>& history,
+                      std::map<std::string, std::string>& metadata) const;
+  void read_position(const distribute::EngineState& state, const std::string& source,
+                     Progress& progress, std::vector<EpochResult>& history) const;
 
   TrainConfig config_;
   ModelFactory model_;

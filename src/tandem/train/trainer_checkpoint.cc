@@ -34,6 +34,57 @@ std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
           {"input_feature", config_.input_feature}};
 }
 
+void Trainer::write_position(const Progress& progress, const std::vector<EpochResult>& history,
+                             std::map<std::string, std::string>& metadata) const {
+  nlohmann::json metric_sums = nlohmann::json::array();
+  for (size_t i = 0; i < progress.metrics.size(); ++i)
+    metric_sums.push_back(
+        {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
+  const std::pair<const char*, std::string> entries[] = {
+      {"epoch", std::to_string(progress.epoch)},
+      {"step", std::to_string(progress.step)},
+      {"global_step", std::to_string(progress.global_step)},
+      {"loss_sum", number(progress.loss_sum)},
+      {"examples", std::to_string(progress.examples)},
+      {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
+      {"metric_sums", metric_sums.dump()},
+      {"train_seconds", number(progress.train_seconds)},
+      {"history", nlohmann::json(history).dump()}};
+  for (const auto& [key, value] : entries) metadata[key] = value;
+}
+
+void Trainer::read_position(const distribute::EngineState& state, const std::string& source,
+                            Progress& progress, std::vector<EpochResult>& history) const {
+  progress = Progress{};
+  progress.metrics.assign(config_.metrics.size(), {});
+  try {
+    progress.epoch = std::stoll(state.meta("epoch"));
+    progress.step = std::stoll(state.meta("step"));
+    progress.global_step = std::stoll(state.meta("global_step"));
+    progress.loss_sum = std::stod(state.meta("loss_sum"));
+    progress.examples = std::stoll(state.meta("examples"));
+    progress.nonfinite_steps = std::stoll(state.meta("nonfinite_steps"));
+    progress.train_seconds = std::stod(state.meta("train_seconds"));
+    const nlohmann::json sums = nlohmann::json::parse(state.meta("metric_sums"));
+    if (sums.size() != config_.metrics.size()) {
+      TANDEM_THROW(InvalidArgument, "cannot resume '", source, "': it was written with ",
+                   sums.size(), " metrics but this run has ", config_.metrics.size());
+    }
+    for (size_t i = 0; i < sums.size(); ++i) {
+      if (sums[i].at(0).get<std::string>() != config_.metrics[i].name) {
+        TANDEM_THROW(InvalidArgument, "cannot resume '", source, "': metric ", i, " was ",
+                     sums[i].at(0).get<std::string>(), ", this run has ", config_.metrics[i].name);
+      }
+      progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
+    }
+    history = nlohmann::json::parse(state.meta("history")).get<std::vector<EpochResult>>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", source, "' has a malformed position: ", e.what());
+  }
+}
+
 void Trainer::save(const Progress& position, const std::vector<EpochResult>& history) {
   // The replicas' partial sums join the saved ones (collective).
   Progress progress = position;
@@ -46,26 +97,14 @@ void Trainer::save(const Progress& position, const std::vector<EpochResult>& his
   }
   Checkpoint c;  // the trainer's metadata; the engine's state streams in
   write_spec(model_.spec, c.metadata);
-  nlohmann::json metric_sums = nlohmann::json::array();
-  for (size_t i = 0; i < progress.metrics.size(); ++i)
-    metric_sums.push_back(
-        {config_.metrics[i].name, progress.metrics[i].sum, progress.metrics[i].count});
   for (const auto& [key, value] : resume_settings()) c.metadata[key] = value;
   const std::pair<const char*, std::string> entries[] = {
       {"format", kTrainerCheckpointFormat},
       {"epochs", std::to_string(config_.epochs)},
       {"loss_record", loss_to_json(config_.loss)},
-      {"metrics_record", metrics_to_json(config_.metrics)},
-      {"epoch", std::to_string(progress.epoch)},
-      {"step", std::to_string(progress.step)},
-      {"global_step", std::to_string(progress.global_step)},
-      {"loss_sum", number(progress.loss_sum)},
-      {"examples", std::to_string(progress.examples)},
-      {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
-      {"metric_sums", metric_sums.dump()},
-      {"train_seconds", number(progress.train_seconds)},
-      {"history", nlohmann::json(history).dump()}};
+      {"metrics_record", metrics_to_json(config_.metrics)}};
   for (const auto& [key, value] : entries) c.metadata[key] = value;
+  write_position(progress, history, c.metadata);
   if (!config_.class_names.empty())
     c.metadata["class_names"] = nlohmann::json(config_.class_names).dump();
   if (!config_.arguments.empty())
@@ -121,34 +160,12 @@ const ResumePoint& Trainer::prepare_resume() {
                                              : nlohmann::json(config_.class_names).dump());
   }
   Progress& progress = pending->progress;
-  progress.metrics.assign(config_.metrics.size(), {});
+  read_position(c, path, progress, pending->history);
   try {
-    progress.epoch = std::stoll(c.meta("epoch"));
-    progress.step = std::stoll(c.meta("step"));
-    progress.global_step = std::stoll(c.meta("global_step"));
-    progress.loss_sum = std::stod(c.meta("loss_sum"));
-    progress.examples = std::stoll(c.meta("examples"));
-    progress.nonfinite_steps = std::stoll(c.meta("nonfinite_steps"));
-    progress.train_seconds = std::stod(c.meta("train_seconds"));
-    const nlohmann::json sums = nlohmann::json::parse(c.meta("metric_sums"));
-    if (sums.size() != config_.metrics.size()) {
-      TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it was written with ", sums.size(),
-                   " metrics but this run has ", config_.metrics.size());
-    }
-    for (size_t i = 0; i < sums.size(); ++i) {
-      if (sums[i].at(0).get<std::string>() != config_.metrics[i].name) {
-        TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': metric ", i, " was ",
-                     sums[i].at(0).get<std::string>(), ", this run has ", config_.metrics[i].name);
-      }
-      progress.metrics[i] = {sums[i].at(1).get<double>(), sums[i].at(2).get<double>()};
-    }
-    pending->history = nlohmann::json::parse(c.meta("history")).get<std::vector<EpochResult>>();
     pending->point = {.epoch = progress.epoch,
                       .step = progress.step,
                       .global_step = progress.global_step,
                       .epochs = c.metadata.count("epochs") ? std::stoll(c.meta("epochs")) : 0};
-  } catch (const Error&) {
-    throw;
   } catch (const std::exception& e) {
     TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
   }

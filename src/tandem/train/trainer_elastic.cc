@@ -10,13 +10,11 @@
 #include <string_view>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
 #include "tandem/comm/launch.h"
 #include "tandem/distribute/agreement.h"
 #include "tandem/distribute/state_broadcast.h"
-#include "tandem/train/detail/epoch_json.h"
 #include "tandem/train/detail/trainer_state.h"
 
 namespace tandem::train {
@@ -24,8 +22,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Where the copy's metadata holds the Trainer's position, sums and history.
-constexpr const char* kPositionKey = "trainer.elastic_position";
+// Besides the position, sums and history a checkpoint holds
+// (write_position), the copy's metadata has the epoch's steps (for a
+// joiner, which has not counted them) and the last step's learning rate.
+constexpr const char* kStepsPerEpochKey = "trainer.steps_per_epoch";
+constexpr const char* kLearningRateKey = "trainer.learning_rate";
 // Moves to a new membership tried before the job gives up (members keep
 // being lost while the state is shared).
 constexpr int kMaxMembershipAttempts = 4;
@@ -135,20 +136,9 @@ void Trainer::copy_state(Progress& progress, const std::vector<EpochResult>& his
   detail::fold_partial_sums(*strategy_, progress.replica_losses, metric_sums_, progress.loss_sum,
                             progress.metrics);
   distribute::EngineState state = distribute::copy_state(engine_->save_state());
-  nlohmann::json metrics = nlohmann::json::array();
-  for (const MetricSums& m : progress.metrics) metrics.push_back({m.sum, m.count});
-  state.metadata[kPositionKey] = nlohmann::json{{"epoch", progress.epoch},
-                                                {"step", progress.step},
-                                                {"global_step", progress.global_step},
-                                                {"loss_sum", progress.loss_sum},
-                                                {"examples", progress.examples},
-                                                {"nonfinite_steps", progress.nonfinite_steps},
-                                                {"metrics", metrics},
-                                                {"train_seconds", progress.train_seconds},
-                                                {"learning_rate", progress.learning_rate},
-                                                {"steps_per_epoch", steps_per_epoch_},
-                                                {"history", history}}
-                                     .dump();
+  write_position(progress, history, state.metadata);
+  state.metadata[kStepsPerEpochKey] = std::to_string(steps_per_epoch_);
+  state.metadata[kLearningRateKey] = fmt::format("{}", progress.learning_rate);
   for (const auto& [key, value] : elastic_settings()) state.metadata[kSettingPrefix + key] = value;
   elastic_->copy = std::move(state);
 }
@@ -163,28 +153,12 @@ void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
     }
   }
   engine_->load_state(state);
+  read_position(state, "the elastic job's state copy", progress, result.history);
   try {
-    const nlohmann::json p = nlohmann::json::parse(state.meta(kPositionKey));
-    progress = Progress{};
-    progress.epoch = p.at("epoch").get<int64_t>();
-    progress.step = p.at("step").get<int64_t>();
-    progress.global_step = p.at("global_step").get<int64_t>();
-    progress.loss_sum = p.at("loss_sum").get<double>();
-    progress.examples = p.at("examples").get<int64_t>();
-    progress.nonfinite_steps = p.at("nonfinite_steps").get<int64_t>();
-    for (const nlohmann::json& m : p.at("metrics"))
-      progress.metrics.push_back({m.at(0).get<double>(), m.at(1).get<double>()});
-    progress.train_seconds = p.at("train_seconds").get<double>();
-    progress.learning_rate = p.at("learning_rate").get<double>();
-    steps_per_epoch_ = p.at("steps_per_epoch").get<int64_t>();
-    result.history = p.at("history").get<std::vector<EpochResult>>();
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(IoError, "the elastic job's shared position does not parse: ", e.what());
-  }
-  if (progress.metrics.size() != config_.metrics.size()) {
-    TANDEM_THROW(InvalidArgument, "the elastic job's members measure ", progress.metrics.size(),
-                 " metrics and this one ", config_.metrics.size(),
-                 " (every worker must run the same command)");
+    steps_per_epoch_ = std::stoll(state.meta(kStepsPerEpochKey));
+    progress.learning_rate = std::stod(state.meta(kLearningRateKey));
+  } catch (const std::logic_error& e) {
+    TANDEM_THROW(IoError, "the elastic job's state copy has a malformed position: ", e.what());
   }
   progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
