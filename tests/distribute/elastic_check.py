@@ -36,18 +36,15 @@ the latest generation that took it, against one device's.
     python3 elastic_check.py ... --hosts scripts/netns-hosts.sh   # across 2 hosts: a
         killed worker, h1 cut off, a joiner from h1
 """
-import argparse
 import collections
 import glob
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 
-from job_checks import JobChecks, max_relative_error
+from job_checks import JobChecks, free_port, job_arguments, left_behind, max_relative_error
 
 TOLERANCE = 1e-5
 EXAMPLES = 1536
@@ -59,12 +56,6 @@ TRAIN = ["train", "--model", "mlp", "--train-examples", str(EXAMPLES), "--test-e
          "--batch-size", "96", "--seed", "3", "--threads", "1", "--allow-oversubscription",
          "--quiet"]
 ELASTIC = ["--strategy", "multi-worker", "--elastic-copy-every", "5"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lines_of(run_dir, kind):
@@ -103,10 +94,6 @@ def trained_examples(prefix):
     for generation, epoch, rows in latest.values():
         epochs[epoch].update(rows)
     return dict(epochs)
-
-
-def left_behind(run_dir):
-    return subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout.strip()
 
 
 class Check(JobChecks):
@@ -392,12 +379,7 @@ class HostsCheck(Check):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tandem", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--hosts", help="netns-hosts.sh: run the checks across its test hosts")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
+    args = job_arguments(__doc__)
     if args.hosts:
         check = HostsCheck(args)
         check.killed_across_hosts()
@@ -413,10 +395,7 @@ def main():
         check.too_few_left()
         check.rendezvous_lost()
         check.bad_input()
-    if check.failures:
-        print(f"{len(check.failures)} check(s) failed: {', '.join(check.failures)}")
-        sys.exit(1)
-    print("all checks passed")
+    check.conclude()
 
 
 if __name__ == "__main__":

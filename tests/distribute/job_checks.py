@@ -1,16 +1,43 @@
 """What the end-to-end job checks (launch_check.py, elastic_check.py,
 ps_mpi_check.py) share: running a job in a process group of its own (killed
-whole when it runs past its time), the ok/FAILED lines, commands that must
-be refused, fresh run directories, and reading a
+whole when it runs past its time), the ok/FAILED lines and the verdict,
+commands that must be refused, fresh run directories, a free port, the
+processes a job left behind, and reading a
 run's exported weights (`tandem export` writes model.safetensors) to
 compare them."""
+import argparse
 import json
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
+import sys
 import time
+
+
+def job_arguments(doc):
+    """--tandem, --work (made here) and --hosts (netns-hosts.sh: across its
+    test hosts), for a check whose docstring is `doc`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--tandem", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--hosts", help="netns-hosts.sh: run the checks across its test hosts")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def left_behind(pattern):
+    """The processes whose command line holds `pattern` (pgrep -f), as text."""
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()
 
 
 def read_safetensors(path):
@@ -70,6 +97,13 @@ class JobChecks:
         print(f"{'ok    ' if ok else 'FAILED'} {label}{': ' + detail if detail else ''}")
         if not ok:
             self.failures.append(label)
+
+    def conclude(self):
+        """Prints the verdict and exits non-zero when a check failed."""
+        if self.failures:
+            print(f"{len(self.failures)} check(s) failed: {', '.join(self.failures)}")
+            sys.exit(1)
+        print("all checks passed")
 
     def refused(self, label, command, pattern, env=None, timeout=60):
         """A command that must fail with `pattern` in its output, without hanging."""

@@ -22,15 +22,13 @@
     python3 launch_check.py ... --hosts scripts/netns-hosts.sh   # across its 2 test hosts:
         equal to mirrored, and a host cut off mid-run ends the job on both
 """
-import argparse
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
-from job_checks import JobChecks, max_relative_error
+from job_checks import JobChecks, free_port, job_arguments, left_behind, max_relative_error
 
 TOLERANCE = 1e-5
 LIMIT = 30  # seconds for a job with a lost worker to end
@@ -38,12 +36,6 @@ LIMIT = 30  # seconds for a job with a lost worker to end
 TRAIN = ["train", "--model", "mlp", "--train-examples", "1536", "--test-examples", "256",
          "--batch-size", "96", "--seed", "3", "--threads", "1", "--allow-oversubscription",
          "--quiet"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serving(endpoint, seconds=10):
@@ -105,8 +97,8 @@ class Check(JobChecks):
                     f"status {code} after {seconds:.1f} s")
         self.expect("the launcher names the killed worker",
                     "worker rank 1" in out and "signal 9" in out, out[-400:])
-        left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
-        self.expect("no worker is left behind", left.strip() == "", left)
+        left = left_behind(run_dir)
+        self.expect("no worker is left behind", left == "", left)
 
     def stopped_worker(self):
         # Rank 1 stops itself (SIGSTOP) 3 s in: rank 0's collective times out
@@ -123,8 +115,8 @@ class Check(JobChecks):
                     f"status {code} after {seconds:.1f} s: {out.strip()[-300:]}")
         self.expect("rank 0 says it timed out", "did not take part within 3000 ms" in out,
                     out[-400:])
-        left = subprocess.run(["pgrep", "-f", run_dir], capture_output=True, text=True).stdout
-        self.expect("no stopped worker is left behind", left.strip() == "", left)
+        left = left_behind(run_dir)
+        self.expect("no stopped worker is left behind", left == "", left)
 
     def forwarded_sigterm(self):
         # SIGTERM to the launcher reaches each worker once: they stop at one
@@ -264,20 +256,12 @@ class HostsCheck(Check):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tandem", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--hosts", help="netns-hosts.sh: run the checks across its test hosts")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
+    args = job_arguments(__doc__)
     if args.hosts:
         check = HostsCheck(args)
         check.equals_mirrored_across_hosts()
         check.link_cut()
-        if check.failures:
-            print(f"{len(check.failures)} check(s) failed: {', '.join(check.failures)}")
-            sys.exit(1)
-        print("all checks passed")
+        check.conclude()
         return
     check = Check(args)
     check.equals_mirrored()
@@ -286,10 +270,7 @@ def main():
     check.forwarded_sigterm()
     check.failure_on_another_node()
     check.bad_input()
-    if check.failures:
-        print(f"{len(check.failures)} check(s) failed: {', '.join(check.failures)}")
-        sys.exit(1)
-    print("all checks passed")
+    check.conclude()
 
 
 if __name__ == "__main__":
