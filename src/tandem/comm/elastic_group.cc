@@ -71,7 +71,9 @@ struct ElasticGroup::State {
   std::mutex mutex;  // membership and comm, against the watcher
   Membership membership;
   std::shared_ptr<Communicator> comm;
-  int64_t known_ids = 0;  // next_id when this member last regrouped
+  // next_id when this member last regrouped, and as the heartbeat thread
+  // last read it: more ids than known are joiners waiting.
+  std::atomic<int64_t> known_ids{0}, seen_ids{0};
 
   std::atomic<bool> stopping{false}, beating{true};
   std::thread watcher;
@@ -102,6 +104,9 @@ void ElasticGroup::State::watch() {
     try {
       if (beating.load()) watch_store->set(key("hb", id), std::to_string(++beat));
       check_members(liveness);
+      // Read here, not by joiners_waiting(), which the training loop asks
+      // at every step.
+      if (const auto ids = watch_store->try_get(key("next_id"))) seen_ids = std::stoll(*ids);
     } catch (const Error& e) {
       std::lock_guard lock(mutex);
       if (comm) comm->abort(std::string("the rendezvous store is lost: ") + e.what());
@@ -353,7 +358,7 @@ std::shared_ptr<Communicator> ElasticGroup::shared_communicator() {
 bool ElasticGroup::joiners_waiting() {
   if (static_cast<int>(state_->membership.members.size()) >= state_->options.max_members)
     return false;
-  return state_->next_id() > state_->known_ids;
+  return state_->seen_ids.load() > state_->known_ids.load();
 }
 
 const Membership& ElasticGroup::regroup() {

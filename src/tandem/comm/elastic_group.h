@@ -87,8 +87,9 @@ class ElasticGroup {
   // The same, for a holder that outlives nothing of the group's: it must
   // stop using it before the next regroup().
   std::shared_ptr<Communicator> shared_communicator();
-  // Whether a new member waits to be taken in (from the store; members
-  // should agree on acting on it, e.g. with an all-reduce of the answer).
+  // Whether a new member waits to be taken in, as the heartbeat thread
+  // last read the store (no I/O here; up to heartbeat_every late). Members
+  // should agree on acting on it, e.g. with an all-reduce of the answer.
   bool joiners_waiting();
   // Moves to the next generation with every live member (see above) and
   // returns it. Throws PeerFailed when the others gave this member up,

@@ -153,7 +153,7 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
     input_error = std::current_exception();
   }
   next.input_done = Clock::now();
-  // Only one member need see a joiner (they all look at the same store).
+  // Only one member need see a joiner (they all watch the same store).
   const bool joiners = elastic_ && elastic_->group->membership().rank == 0 &&
                        elastic_->group->joiners_waiting();
   const StepAgreement agreed = agree_on_step(
