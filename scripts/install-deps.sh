@@ -8,6 +8,7 @@ set -eu
 # libclang-rt-14-dev (only recommended by clang, so named): the sanitizer
 # build and libFuzzer (scripts/sanitize-build.sh); libomp-14-dev for clang's
 # omp.h (the code still runs on libgomp, oneDNN's OpenMP runtime).
+# clang-format: the style test (every source as .clang-format says).
 # libonnx-dev and libprotobuf-dev: ONNX export (its message classes and
 # checker). python3-onnx and python3-opencv: the test that checks the export
 # with ONNX's Python checker and runs it in OpenCV's DNN module.
@@ -22,7 +23,7 @@ set -eu
 packages="build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin zlib1g-dev libturbojpeg0-dev libpng-dev libhwloc-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libonnx-dev libprotobuf-dev libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist bible-kjv chromium clang libclang-rt-14-dev libomp-14-dev
+  dataset-fashion-mnist bible-kjv chromium clang clang-format libclang-rt-14-dev libomp-14-dev
   python3-torch python3-protobuf python3-onnx python3-opencv iproute2 procps
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest libgloo-dev"
 missing=""

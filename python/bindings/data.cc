@@ -54,14 +54,18 @@ data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
   };
   const std::string key = get("key", std::string("image"));
   if (name == "decode_image") return data::decode_image_fn(key, get("channels", 0));
-  if (name == "resize") return data::resize_image_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
-  if (name == "center_crop") return data::center_crop_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
+  if (name == "resize")
+    return data::resize_image_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
+  if (name == "center_crop")
+    return data::center_crop_fn(get("height", int64_t{0}), get("width", int64_t{0}), key);
   if (name == "normalize") {
-    return data::normalize(get("mean", std::vector<float>{}), get("stddev", std::vector<float>{}), key);
+    return data::normalize(get("mean", std::vector<float>{}), get("stddev", std::vector<float>{}),
+                           key);
   }
   if (name == "random_flip") return data::random_flip_horizontal(get("seed", uint64_t{0}), key);
   if (name == "random_crop") {
-    return data::random_crop_with_padding(get("padding", int64_t{0}), get("seed", uint64_t{0}), key);
+    return data::random_crop_with_padding(get("padding", int64_t{0}), get("seed", uint64_t{0}),
+                                          key);
   }
   if (name == "cast") return data::cast_to(dtype_from(args["dtype"]), key);
   throw py::value_error("unknown transform '" + name +
@@ -94,7 +98,8 @@ std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
     f.name = name.cast<std::string>();
     py::tuple t = spec.cast<py::tuple>();
     if (t.size() != 2) {
-      throw py::value_error("feature '" + f.name + "': give (shape, dtype), shape None for "
+      throw py::value_error("feature '" + f.name +
+                            "': give (shape, dtype), shape None for "
                             "variable length");
     }
     if (t[0].is_none()) {
@@ -156,55 +161,77 @@ void bind_sources(py::module_& d) {
     return Dataset::from_tensors(std::move(cs));
   });
   d.def("range", &Dataset::range, py::arg("count"));
-  d.def("from_tfrecord", [](const std::vector<std::string>& files, const py::object& features,
-                            const std::string& compression) {
-    data::Compression c = compression == "gzip"   ? data::Compression::gzip
-                          : compression == "zlib" ? data::Compression::zlib
-                          : compression.empty()   ? data::Compression::none
-                                                  : throw py::value_error(
-                                                        "compression must be '', 'gzip' or 'zlib'");
-    Dataset ds = Dataset::from_tfrecord(files, c);
-    if (features.is_none()) return ds;
-    return ds.map(data::example_parser(feature_specs(features.cast<py::dict>())));
-  }, py::arg("files"), py::arg("features") = py::none(), py::arg("compression") = "");
-  d.def("from_csv", [](const std::string& path, bool header, const std::string& delimiter) {
-    if (delimiter.size() != 1) throw py::value_error("delimiter must be one character");
-    return data::from_csv(path, {.header = header, .delimiter = delimiter[0]});
-  }, py::arg("path"), py::arg("header") = true, py::arg("delimiter") = ",");
-  d.def("from_image_folder", [](const std::string& root, const py::object& seed) {
-    data::ImageFolderOptions o;
-    if (!seed.is_none()) o.shuffle_seed = seed.cast<uint64_t>();
-    return Dataset::from_image_folder(root, o);
-  }, py::arg("root"), py::arg("shuffle_seed") = py::none());
-  d.def("from_spec", [](const std::string& path, uint64_t seed) {
-    const data::InputSpec spec = data::read_input_spec(path);
-    return py::make_tuple(data::make_input(spec, seed), spec.input, spec.label);
-  }, py::arg("path"), py::arg("seed") = 0);
-  d.def("fashion_mnist", [](const std::string& dir) {
-    const data::FashionMnist f = data::load_fashion_mnist(dir.empty() ? data::default_fashion_mnist_dir() : dir);
-    auto pair = [](const data::LabeledImages& s) {
-      return py::make_tuple(to_numpy(s.images), to_numpy(s.labels));
-    };
-    return py::make_tuple(pair(f.train), pair(f.test));
-  }, py::arg("dir") = "");
+  d.def(
+      "from_tfrecord",
+      [](const std::vector<std::string>& files, const py::object& features,
+         const std::string& compression) {
+        data::Compression c =
+            compression == "gzip"   ? data::Compression::gzip
+            : compression == "zlib" ? data::Compression::zlib
+            : compression.empty()
+                ? data::Compression::none
+                : throw py::value_error("compression must be '', 'gzip' or 'zlib'");
+        Dataset ds = Dataset::from_tfrecord(files, c);
+        if (features.is_none()) return ds;
+        return ds.map(data::example_parser(feature_specs(features.cast<py::dict>())));
+      },
+      py::arg("files"), py::arg("features") = py::none(), py::arg("compression") = "");
+  d.def(
+      "from_csv",
+      [](const std::string& path, bool header, const std::string& delimiter) {
+        if (delimiter.size() != 1) throw py::value_error("delimiter must be one character");
+        return data::from_csv(path, {.header = header, .delimiter = delimiter[0]});
+      },
+      py::arg("path"), py::arg("header") = true, py::arg("delimiter") = ",");
+  d.def(
+      "from_image_folder",
+      [](const std::string& root, const py::object& seed) {
+        data::ImageFolderOptions o;
+        if (!seed.is_none()) o.shuffle_seed = seed.cast<uint64_t>();
+        return Dataset::from_image_folder(root, o);
+      },
+      py::arg("root"), py::arg("shuffle_seed") = py::none());
+  d.def(
+      "from_spec",
+      [](const std::string& path, uint64_t seed) {
+        const data::InputSpec spec = data::read_input_spec(path);
+        return py::make_tuple(data::make_input(spec, seed), spec.input, spec.label);
+      },
+      py::arg("path"), py::arg("seed") = 0);
+  d.def(
+      "fashion_mnist",
+      [](const std::string& dir) {
+        const data::FashionMnist f =
+            data::load_fashion_mnist(dir.empty() ? data::default_fashion_mnist_dir() : dir);
+        auto pair = [](const data::LabeledImages& s) {
+          return py::make_tuple(to_numpy(s.images), to_numpy(s.labels));
+        };
+        return py::make_tuple(pair(f.train), pair(f.test));
+      },
+      py::arg("dir") = "");
 }
 
 void bind_dataset(py::module_& d) {
   py::class_<Dataset>(d, "Dataset")
-      .def("map", [](const Dataset& ds, py::function fn, int parallel, bool deterministic) {
-        return ds.map(python_map(std::move(fn)), {parallel, deterministic});
-      }, py::arg("fn"), py::arg("num_parallel_calls") = 1, py::arg("deterministic") = true)
-      .def("map_builtin", [](const Dataset& ds, const std::string& name, const py::dict& args,
-                             int parallel, bool deterministic) {
-        return ds.map(builtin_transform(name, args), {parallel, deterministic});
-      })
-      .def("filter", [](const Dataset& ds, py::function fn) {
-        auto held = keep_python(std::move(fn));
-        return ds.filter([held](const Element& e) {
-          py::gil_scoped_acquire gil;
-          return (*held)(element_to_dict(e)).cast<bool>();
-        });
-      })
+      .def(
+          "map",
+          [](const Dataset& ds, py::function fn, int parallel, bool deterministic) {
+            return ds.map(python_map(std::move(fn)), {parallel, deterministic});
+          },
+          py::arg("fn"), py::arg("num_parallel_calls") = 1, py::arg("deterministic") = true)
+      .def("map_builtin",
+           [](const Dataset& ds, const std::string& name, const py::dict& args, int parallel,
+              bool deterministic) {
+             return ds.map(builtin_transform(name, args), {parallel, deterministic});
+           })
+      .def("filter",
+           [](const Dataset& ds, py::function fn) {
+             auto held = keep_python(std::move(fn));
+             return ds.filter([held](const Element& e) {
+               py::gil_scoped_acquire gil;
+               return (*held)(element_to_dict(e)).cast<bool>();
+             });
+           })
       .def("batch", &Dataset::batch, py::arg("batch_size"), py::arg("drop_remainder") = false)
       .def("shuffle", &Dataset::shuffle, py::arg("buffer_size"), py::arg("seed") = 0,
            py::arg("reshuffle_each_iteration") = true)
@@ -215,8 +242,10 @@ void bind_dataset(py::module_& d) {
       .def("cache", &Dataset::cache, py::arg("path") = "")
       .def("prefetch", &Dataset::prefetch, py::arg("buffer_size") = data::kAutotune)
       .def("cardinality", &Dataset::cardinality)
-      .def("iterate", [](const Dataset& ds, int64_t pass) { return PassIterator(ds.iterator(pass)); },
-           py::arg("pass_index") = 0);
+      .def(
+          "iterate",
+          [](const Dataset& ds, int64_t pass) { return PassIterator(ds.iterator(pass)); },
+          py::arg("pass_index") = 0);
   py::class_<PassIterator>(d, "_Pass")
       .def("__iter__", [](PassIterator& it) -> PassIterator& { return it; })
       .def("__next__", &PassIterator::next);

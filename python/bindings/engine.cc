@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "common.h"
-#include "training_options.h"
 #include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/train/checkpoint.h"
+#include "training_options.h"
 
 namespace tandem::python {
 namespace {
@@ -95,12 +95,14 @@ class PythonEngine {
   py::list evaluate(const py::dict& batch, const BatchLayout& layout, py::function fn) {
     const data::Element rows = element_from(batch);
     auto held = keep_python(std::move(fn));
-    std::vector<std::shared_ptr<py::object>> outputs(static_cast<size_t>(strategy_->local_replicas()));
+    std::vector<std::shared_ptr<py::object>> outputs(
+        static_cast<size_t>(strategy_->local_replicas()));
     {
       py::gil_scoped_release release;
       engine_->evaluate(rows, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
         py::gil_scoped_acquire gil;
-        outputs[b.context.local_replica] = keep_python((*held)(*call_arguments(model, b.rows, layout)));
+        outputs[b.context.local_replica] =
+            keep_python((*held)(*call_arguments(model, b.rows, layout)));
       });
     }
     py::list out;
@@ -129,7 +131,8 @@ class PythonEngine {
 
   py::object model(int replica) {
     if (replica < 0 || replica >= strategy_->local_replicas())
-      throw py::index_error("replica " + std::to_string(replica) + " out of range (the engine has " +
+      throw py::index_error("replica " + std::to_string(replica) +
+                            " out of range (the engine has " +
                             std::to_string(strategy_->local_replicas()) + " local replicas)");
     return py::cast(&engine_->model(replica), py::return_value_policy::reference);
   }
@@ -150,18 +153,22 @@ BatchLayout layout_from(const py::object& names, bool as_dict) {
 }  // namespace
 
 void bind_engine(py::module_& m) {
-  py::module_ d = m.def_submodule("engine", "The step engine for custom loops (use Strategy.engine).");
+  py::module_ d =
+      m.def_submodule("engine", "The step engine for custom loops (use Strategy.engine).");
   py::class_<PythonEngine>(d, "Engine")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("options"), py::arg("model"))
-      .def("step", [](PythonEngine& e, const py::dict& batch, const py::object& names, bool as_dict,
-                      py::function fn, int64_t step, std::optional<double> lr) {
+      .def("step",
+           [](PythonEngine& e, const py::dict& batch, const py::object& names, bool as_dict,
+              py::function fn, int64_t step, std::optional<double> lr) {
              return e.step(batch, layout_from(names, as_dict), std::move(fn), step, lr);
            })
-      .def("evaluate", [](PythonEngine& e, const py::dict& batch, const py::object& names,
-                          bool as_dict, py::function fn) {
+      .def("evaluate",
+           [](PythonEngine& e, const py::dict& batch, const py::object& names, bool as_dict,
+              py::function fn) {
              return e.evaluate(batch, layout_from(names, as_dict), std::move(fn));
            })
-      .def("synchronize", [](PythonEngine& e) {
+      .def("synchronize",
+           [](PythonEngine& e) {
              py::gil_scoped_release release;
              return e.engine().synchronize().global_rows;
            })
@@ -172,7 +179,8 @@ void bind_engine(py::module_& m) {
       .def("local_replicas", [](PythonEngine& e) { return e.strategy().local_replicas(); })
       .def("global_replicas", [](PythonEngine& e) { return e.strategy().global_replicas(); })
       .def("is_chief", [](PythonEngine& e) { return e.strategy().is_chief(); })
-      .def("learning_rate", [](PythonEngine& e) { return e.engine().optimizer(0).learning_rate(); });
+      .def("learning_rate",
+           [](PythonEngine& e) { return e.engine().optimizer(0).learning_rate(); });
   d.def("launched_rank", &comm::launched_rank,
         "This process's rank as its launcher (mpirun or tandem launch) gives it (-1: not given).");
   d.def("launched_process_count", &comm::launched_process_count,

@@ -53,10 +53,10 @@ void bind_errors(py::module_& m) {
   invalid = derived("InvalidArgument", PyExc_ValueError, "A value outside what a call accepts.");
   shape = derived("ShapeError", PyExc_ValueError, "Shapes or dtypes that do not fit together.");
   io = derived("IoError", PyExc_OSError, "A file is missing, unreadable, truncated or malformed.");
-  missing = make_exception(m, "FileNotFound",
-                           py::make_tuple(io, py::reinterpret_borrow<py::object>(
-                                                  PyExc_FileNotFoundError)),
-                           "A file or folder that does not exist.");
+  missing = make_exception(
+      m, "FileNotFound",
+      py::make_tuple(io, py::reinterpret_borrow<py::object>(PyExc_FileNotFoundError)),
+      "A file or folder that does not exist.");
   comm = derived("CommError", nullptr, "A collective failed or the ranks disagreed.");
   peer = make_exception(m, "PeerFailed", py::make_tuple(comm),
                         "Another rank or replica failed; the message carries its error.");

@@ -33,8 +33,7 @@ DType default_dtype(const py::dtype& dt) {
       return dt.itemsize() == 1 ? DType::u8 : DType::i32;
     default:
       throw py::type_error("tandem.tensor: cannot make a tensor from numpy dtype " +
-                           numpy_dtype_name(dt) +
-                           " (numbers only: float, int, uint8 or bool)");
+                           numpy_dtype_name(dt) + " (numbers only: float, int, uint8 or bool)");
   }
 }
 
@@ -48,8 +47,9 @@ void check_fits_int32(const py::array& array) {
   const py::int_ low = np.attr("min")(array).attr("item")();
   const py::int_ high = np.attr("max")(array).attr("item")();
   if (low < py::int_(INT32_MIN) || high > py::int_(INT32_MAX)) {
-    throw py::value_error("tandem.tensor: integer values from " + py::repr(low).cast<std::string>() +
-                          " to " + py::repr(high).cast<std::string>() +
+    throw py::value_error("tandem.tensor: integer values from " +
+                          py::repr(low).cast<std::string>() + " to " +
+                          py::repr(high).cast<std::string>() +
                           " do not fit tandem's int32 (tandem has no int64 tensors)");
   }
 }
@@ -241,9 +241,10 @@ DType dtype_from(const py::handle& value) {
     throw py::type_error("dtype " + numpy_dtype_name(dt) +
                          " is not one of tandem's (float32, float16, bfloat16, int32, uint8)");
   }
-  throw py::type_error("dtype must be a name (\"float32\", \"bf16\", ...), a tandem dtype or a "
-                       "numpy dtype, got " +
-                       py::str(py::type::of(value)).cast<std::string>());
+  throw py::type_error(
+      "dtype must be a name (\"float32\", \"bf16\", ...), a tandem dtype or a "
+      "numpy dtype, got " +
+      py::str(py::type::of(value)).cast<std::string>());
 }
 
 std::optional<py::dtype> numpy_dtype(DType dtype) {
@@ -292,7 +293,8 @@ Tensor tensor_copying(const py::handle& data, std::optional<DType> dtype) {
   // numpy converts to the nearest dtype it has; bf16 goes through float32.
   // (asarray with order "C", not ascontiguousarray, which makes scalars 1-d.)
   const py::dtype staging = numpy_dtype(target).value_or(py::dtype("float32"));
-  py::array contiguous = np.attr("asarray")(array, py::arg("dtype") = staging, py::arg("order") = "C");
+  py::array contiguous =
+      np.attr("asarray")(array, py::arg("dtype") = staging, py::arg("order") = "C");
   std::vector<int64_t> dims(contiguous.shape(), contiguous.shape() + contiguous.ndim());
   const DType staged = target == DType::bf16 ? DType::f32 : target;
   Tensor t = Tensor::empty(Shape(dims), staged, cpu_device(0));
@@ -362,13 +364,14 @@ namespace {
 // Shape, dtype and device; the autograd state (requires_grad, grad, leaf,
 // backward, detach).
 void add_tensor_state(py::class_<Variable>& cls) {
-  cls.def_property_readonly("shape", [](const Variable& v) { return shape_tuple(v.shape()); },
-                             "The dimensions, as a tuple.")
+  cls.def_property_readonly(
+         "shape", [](const Variable& v) { return shape_tuple(v.shape()); },
+         "The dimensions, as a tuple.")
       .def_property_readonly("ndim", [](const Variable& v) { return v.value().rank(); })
       .def_property_readonly("dtype", [](const Variable& v) { return v.dtype(); })
-      .def_property_readonly("device",
-                             [](const Variable& v) { return v.value().device().to_string(); },
-                             "\"cpu:0\", \"cuda:0\", ...")
+      .def_property_readonly(
+          "device", [](const Variable& v) { return v.value().device().to_string(); },
+          "\"cpu:0\", \"cuda:0\", ...")
       .def("numel", [](const Variable& v) { return v.value().numel(); })
       .def("__len__",
            [](const Variable& v) {
@@ -426,9 +429,9 @@ element (a loss). The graph is freed; a second backward through it raises.)doc")
 // devices, DLPack.
 void add_tensor_conversions(py::class_<Variable>& cls) {
   cls.def(
-          "numpy", [](const Variable& v) { return to_numpy(v.value()); },
-          "A numpy array sharing this tensor's memory (a float32 copy for bfloat16, a host copy "
-          "for a GPU tensor).")
+         "numpy", [](const Variable& v) { return to_numpy(v.value()); },
+         "A numpy array sharing this tensor's memory (a float32 copy for bfloat16, a host copy "
+         "for a GPU tensor).")
       .def(
           "__array__",
           [](const Variable& v, const py::object& dtype) {
@@ -462,14 +465,16 @@ void add_tensor_conversions(py::class_<Variable>& cls) {
           "(\"cpu:0\", \"cuda:0\"); itself when already so. Not differentiable: use "
           "tandem.ops.cast for that.")
       .def("clone", [](const Variable& v) { return Variable(v.value().clone()); })
-      .def("data_ptr", [](const Variable& v) {
-        return reinterpret_cast<uintptr_t>(v.value().numel() == 0 ? nullptr
-                                                                  : v.value().device_data());
-      })
+      .def("data_ptr",
+           [](const Variable& v) {
+             return reinterpret_cast<uintptr_t>(v.value().numel() == 0 ? nullptr
+                                                                       : v.value().device_data());
+           })
       .def("__repr__", &describe)
-      .def("__dlpack__", [](const Variable& v, const py::object&) { return to_dlpack(v); },
-           py::arg("stream") = py::none(),
-           "A DLPack capsule sharing this tensor's memory (the consumer keeps it alive).")
+      .def(
+          "__dlpack__", [](const Variable& v, const py::object&) { return to_dlpack(v); },
+          py::arg("stream") = py::none(),
+          "A DLPack capsule sharing this tensor's memory (the consumer keeps it alive).")
       .def("__dlpack_device__", [](const Variable& v) {
         const Device d = v.value().device();
         return d.kind == DeviceKind::cpu ? py::make_tuple(static_cast<int>(kDLCPU), 0)

@@ -15,13 +15,13 @@
 #include <utility>
 
 #include "common.h"
-#include "training_options.h"
 #include "tandem/base/error.h"
 #include "tandem/distribute/engine_state.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/train/run_directory.h"
 #include "tandem/train/summary.h"
 #include "tandem/train/trainer.h"
+#include "training_options.h"
 
 namespace tandem::python {
 
@@ -98,8 +98,10 @@ RunOutputs outputs_from(const py::dict& d) {
   RunOutputs o;
   for (const auto& [k, v] : d) {
     const std::string key = k.cast<std::string>();
-    if (key == "monitor") o.monitor = as<bool>(v, key);
-    else if (key == "metrics_every") o.metrics_every = as<int64_t>(v, key);
+    if (key == "monitor")
+      o.monitor = as<bool>(v, key);
+    else if (key == "metrics_every")
+      o.metrics_every = as<int64_t>(v, key);
     else if (key == "tensorboard") {
       if (py::isinstance<py::bool_>(v)) {
         if (v.cast<bool>()) throw py::value_error("tensorboard must be a directory, None or False");
@@ -134,7 +136,8 @@ std::unique_ptr<monitor::Monitor> make_monitor(train::Trainer& trainer, const Ru
   const int64_t steps_per_epoch = trainer.steps_per_epoch(train_data);
   if (!trainer.strategy().is_chief()) return nullptr;
   std::optional<data::Element> example;
-  if (train_data.cardinality() != data::kUnknownCardinality) example = train_data.take(1).iterator().next();
+  if (train_data.cardinality() != data::kUnknownCardinality)
+    example = train_data.take(1).iterator().next();
   monitor::RunInfo info = monitor::describe_training_run(trainer, steps_per_epoch, example);
   return std::make_unique<monitor::Monitor>(
       monitor::MonitorOptions{.run_dir = run_dir,
@@ -189,7 +192,8 @@ class PythonTrainer {
     std::vector<std::string> warnings;
     {
       py::gil_scoped_release release;
-      std::unique_ptr<monitor::Monitor> run_monitor = make_monitor(*trainer_, run_outputs, train_data);
+      std::unique_ptr<monitor::Monitor> run_monitor =
+          make_monitor(*trainer_, run_outputs, train_data);
       train::TrainCallbacks callbacks;
       if (run_monitor || !on_step.is_none()) {  // the Trainer builds StepInfo only for a callback
         callbacks.on_step = [&](const train::StepInfo& s) {
@@ -263,17 +267,23 @@ void bind_train(py::module_& m) {
            py::arg("on_step") = py::none(), py::arg("on_epoch") = py::none(),
            py::arg("outputs") = py::dict())
       .def("evaluate", &PythonTrainer::evaluate, py::arg("data"))
-      .def("adopt_state", [](PythonTrainer& p, PythonTrainer& from) {
-             // One process only: elsewhere save_state gives the whole state to the chief alone.
-             py::gil_scoped_release release;
-             p.trainer().engine().load_state(from.trainer().engine().save_state());
-           }, py::arg("trainer"),
-           "Takes another trainer's model, optimizer and loss-scaler state (a second fit "
-           "continues the first's optimizer, as Keras's does).")
+      .def(
+          "adopt_state",
+          [](PythonTrainer& p, PythonTrainer& from) {
+            // One process only: elsewhere save_state gives the whole state to the chief alone.
+            py::gil_scoped_release release;
+            p.trainer().engine().load_state(from.trainer().engine().save_state());
+          },
+          py::arg("trainer"),
+          "Takes another trainer's model, optimizer and loss-scaler state (a second fit "
+          "continues the first's optimizer, as Keras's does).")
       .def("request_stop", [](PythonTrainer& p) { p.trainer().request_stop(); })
-      .def("model", [](PythonTrainer& p) {
-             return std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>{}, &p.trainer().model());
-           }, py::return_value_policy::reference_internal)
+      .def(
+          "model",
+          [](PythonTrainer& p) {
+            return std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>{}, &p.trainer().model());
+          },
+          py::return_value_policy::reference_internal)
       .def("replicas", [](PythonTrainer& p) { return p.trainer().strategy().local_replicas(); })
       .def("checkpoint_path", [](PythonTrainer& p) { return p.trainer().checkpoint_path(); });
   t.def("option_names", [] {

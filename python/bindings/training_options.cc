@@ -32,17 +32,26 @@ std::optional<precision::LossScalerOptions> loss_scale_from(const py::handle& v)
 void set_optimizer(optim::OptimizerConfig& o, const py::dict& d) {
   for (const auto& [k, v] : d) {
     const std::string key = k.cast<std::string>();
-    if (key == "name") o.name = as<std::string>(v, key);
-    else if (key == "learning_rate") o.learning_rate = as<double>(v, key);
-    else if (key == "momentum") o.momentum = as<double>(v, key);
-    else if (key == "nesterov") o.nesterov = as<bool>(v, key);
+    if (key == "name")
+      o.name = as<std::string>(v, key);
+    else if (key == "learning_rate")
+      o.learning_rate = as<double>(v, key);
+    else if (key == "momentum")
+      o.momentum = as<double>(v, key);
+    else if (key == "nesterov")
+      o.nesterov = as<bool>(v, key);
     else if (key == "weight_decay") {
       if (!v.is_none()) o.weight_decay = as<double>(v, key);
-    } else if (key == "beta1") o.beta1 = as<double>(v, key);
-    else if (key == "beta2") o.beta2 = as<double>(v, key);
-    else if (key == "eps") o.eps = as<double>(v, key);
-    else if (key == "global_clip_norm") o.global_clip_norm = as<double>(v, key);
-    else throw py::value_error("unknown optimizer setting '" + key + "'");
+    } else if (key == "beta1")
+      o.beta1 = as<double>(v, key);
+    else if (key == "beta2")
+      o.beta2 = as<double>(v, key);
+    else if (key == "eps")
+      o.eps = as<double>(v, key);
+    else if (key == "global_clip_norm")
+      o.global_clip_norm = as<double>(v, key);
+    else
+      throw py::value_error("unknown optimizer setting '" + key + "'");
   }
 }
 
@@ -64,7 +73,8 @@ distribute::ModelBuilder python_builder(py::function build) {
 // The model a factory describes, except that its first replica is `first`
 // (a module the user built, possibly trained or loaded: the other replicas
 // receive its values), the rest built as the factory builds them.
-train::ModelFactory with_first_replica(train::ModelFactory factory, std::shared_ptr<nn::Module> first) {
+train::ModelFactory with_first_replica(train::ModelFactory factory,
+                                       std::shared_ptr<nn::Module> first) {
   auto pending = std::make_shared<std::shared_ptr<nn::Module>>(std::move(first));
   factory.build = [pending, rest = std::move(factory.build)]() -> std::shared_ptr<nn::Module> {
     if (*pending) return std::exchange(*pending, nullptr);
@@ -102,7 +112,8 @@ train::ModelFactory spec_factory(const py::dict& model) {
 train::ModelFactory factory_from(const py::dict& model) {
   train::ModelFactory factory = spec_factory(model);
   if (model.contains("first")) {
-    factory = with_first_replica(std::move(factory), model["first"].cast<std::shared_ptr<nn::Module>>());
+    factory =
+        with_first_replica(std::move(factory), model["first"].cast<std::shared_ptr<nn::Module>>());
   }
   return factory;
 }
@@ -148,24 +159,22 @@ const std::map<std::string, Setter>& config_setters() {
       {"resume", field<bool>(&TrainConfig::resume)},
       {"checkpoint_every", field<int64_t>(&TrainConfig::checkpoint_every)},
       {"stop_after_epochs", field<int64_t>(&TrainConfig::stop_after_epochs)},
-      {"zero", [](TrainConfig& c, const py::handle& v, const std::string& k) {
-         c.reducer.zero_stage = as<int>(v, k);
-       }},
-      {"strategy", [](TrainConfig& c, const py::handle& v, const std::string& k) {
-         c.strategy.name = as<std::string>(v, k);
-       }},
-      {"devices", [](TrainConfig& c, const py::handle& v, const std::string& k) {
-         c.strategy.devices = as<int>(v, k);
-       }},
-      {"threads_per_device", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+      {"zero", [](TrainConfig& c, const py::handle& v,
+                  const std::string& k) { c.reducer.zero_stage = as<int>(v, k); }},
+      {"strategy", [](TrainConfig& c, const py::handle& v,
+                      const std::string& k) { c.strategy.name = as<std::string>(v, k); }},
+      {"devices", [](TrainConfig& c, const py::handle& v,
+                     const std::string& k) { c.strategy.devices = as<int>(v, k); }},
+      {"threads_per_device",
+       [](TrainConfig& c, const py::handle& v, const std::string& k) {
          c.strategy.threads_per_device = as<int>(v, k);
        }},
-      {"max_staleness", [](TrainConfig& c, const py::handle& v, const std::string& k) {
+      {"max_staleness",
+       [](TrainConfig& c, const py::handle& v, const std::string& k) {
          if (!v.is_none()) c.parameter_server.max_staleness = as<int64_t>(v, k);
        }},
-      {"loss_scale", [](TrainConfig& c, const py::handle& v, const std::string&) {
-         c.loss_scale = loss_scale_from(v);
-       }},
+      {"loss_scale", [](TrainConfig& c, const py::handle& v,
+                        const std::string&) { c.loss_scale = loss_scale_from(v); }},
   };
   return setters;
 }
@@ -180,7 +189,8 @@ void set_objective(TrainConfig& c, const py::dict& d) {
   c.loss = train::make_loss(d["loss"].cast<std::string>(), options);
   c.metrics.clear();
   for (const auto& name : d["metrics"].cast<std::vector<std::string>>()) {
-    c.metrics.push_back(train::make_metric(name, {.labels = labels, .ignore_index = options.ignore_index}));
+    c.metrics.push_back(
+        train::make_metric(name, {.labels = labels, .ignore_index = options.ignore_index}));
   }
 }
 

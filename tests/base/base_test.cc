@@ -9,8 +9,8 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
-#include "tandem/base/utf8.h"
 #include "tandem/base/statistics.h"
+#include "tandem/base/utf8.h"
 
 namespace tandem {
 namespace {
@@ -36,7 +36,9 @@ TEST(Error, CheckMacrosNameConditionValuesAndLocation) {
 TEST(Utf8, InvalidBytesAreEscapedAndValidTextKept) {
   EXPECT_EQ(escape_invalid_utf8("In the beginning"), "In the beginning");
   EXPECT_EQ(escape_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
-  EXPECT_EQ(escape_invalid_utf8("a\xff" "b\xc3"), "a\\xffb\\xc3");
+  EXPECT_EQ(escape_invalid_utf8("a\xff"
+                                "b\xc3"),
+            "a\\xffb\\xc3");
   EXPECT_EQ(escape_invalid_utf8("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
   EXPECT_EQ(utf8_sequence("\xf0\x9f\x98\x80", 0), 4u);
   EXPECT_EQ(utf8_sequence("\xc0\xaf", 0), 0u);  // overlong

@@ -552,13 +552,16 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
   ASSERT_EQ(run("data text --corpus " + kjv + "/text.txt --output " + kjv + " --context 16").status,
             0);
   const auto device0_peak = [&](int zero) {
-    const CommandResult r = run(
-        "plan memory --json --model gpt --model-options layers=4,width=128,heads=4,context=16 "
-        "--optimizer adam --strategy mirrored --devices 2 --threads 1 --allow-oversubscription "
-        "--batch-size 8 --bucket-mb 0.25 --data " +
-        kjv + "/train.toml --zero " + std::to_string(zero));
+    const CommandResult r =
+        run("plan memory --json --model gpt --model-options layers=4,width=128,heads=4,context=16 "
+            "--optimizer adam --strategy mirrored --devices 2 --threads 1 --allow-oversubscription "
+            "--batch-size 8 --bucket-mb 0.25 --data " +
+            kjv + "/train.toml --zero " + std::to_string(zero));
     EXPECT_EQ(r.status, 0) << r.output;
-    return nlohmann::json::parse(r.output).at("devices")[0].at("predicted_peak_bytes").get<int64_t>();
+    return nlohmann::json::parse(r.output)
+        .at("devices")[0]
+        .at("predicted_peak_bytes")
+        .get<int64_t>();
   };
   const int64_t plain = device0_peak(0);
   EXPECT_LT(device0_peak(1), plain);

@@ -54,9 +54,11 @@ TEST(CliInterop, ExportedWeightsStartANewRunExactly) {
       << onnx.output;
   EXPECT_GT(fs::file_size(a + "/model.onnx"), fs::file_size(a + "/model.safetensors"));
 
-  const CommandResult half = run("export " + a + " --dtype bf16 --output " + a + "/half.safetensors");
+  const CommandResult half =
+      run("export " + a + " --dtype bf16 --output " + a + "/half.safetensors");
   ASSERT_EQ(half.status, 0) << half.output;
-  EXPECT_LT(fs::file_size(a + "/half.safetensors"), fs::file_size(a + "/model.safetensors") / 2 + 4096);
+  EXPECT_LT(fs::file_size(a + "/half.safetensors"),
+            fs::file_size(a + "/model.safetensors") / 2 + 4096);
 }
 
 TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
@@ -74,18 +76,20 @@ TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
 
   const std::string out_dir = tmp("cli-interop-out");
   const std::string out = " --output " + out_dir;
-  expect_one_line_error("train --model mlp" + kTiny + "--init-from " + a + "/absent.safetensors" + out,
-                        "cannot open safetensors file");
+  expect_one_line_error(
+      "train --model mlp" + kTiny + "--init-from " + a + "/absent.safetensors" + out,
+      "cannot open safetensors file");
   expect_one_line_error("train --model mlp" + kTiny + "--non-strict" + out,
                         "--non-strict applies to --init-from");
-  expect_one_line_error("train --model mlp" + kTiny + "--resume --init-from " + weights +
-                            " --output " + a,
-                        "give one of them");
+  expect_one_line_error(
+      "train --model mlp" + kTiny + "--resume --init-from " + weights + " --output " + a,
+      "give one of them");
   // mlp weights into a cnn: every tensor named.
   expect_one_line_error("train --model cnn" + kTiny + "--init-from " + weights + out,
                         "missing: the model's, not in the file (6): 0.weight, 0.bias");
-  expect_one_line_error("train --model cnn" + kTiny + "--init-from " + weights + " --non-strict" + out,
-                        "mismatched shape or dtype");
+  expect_one_line_error(
+      "train --model cnn" + kTiny + "--init-from " + weights + " --non-strict" + out,
+      "mismatched shape or dtype");
   // A truncated file.
   const std::string cut = a + "/cut.safetensors";
   {
@@ -98,8 +102,10 @@ TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
 
 TEST(CliInterop, TensorBoardEventsHoldTheMetricsLogsFigures) {
   const std::string dir = tmp("cli-interop-tensorboard");
-  ASSERT_EQ(run("train --model mlp" + kTiny + "--strategy mirrored --devices 2 "
-                "--allow-oversubscription --quiet --output " + dir)
+  ASSERT_EQ(run("train --model mlp" + kTiny +
+                "--strategy mirrored --devices 2 "
+                "--allow-oversubscription --quiet --output " +
+                dir)
                 .status,
             0);
   std::map<int64_t, double> losses;
@@ -134,7 +140,8 @@ TEST(CliInterop, TensorBoardEventsHoldTheMetricsLogsFigures) {
   EXPECT_EQ(steps, losses.size());
 
   const std::string off = tmp("cli-interop-no-tensorboard");
-  ASSERT_EQ(run("train --model mlp" + kTiny + "--no-tensorboard --quiet --output " + off).status, 0);
+  ASSERT_EQ(run("train --model mlp" + kTiny + "--no-tensorboard --quiet --output " + off).status,
+            0);
   EXPECT_FALSE(fs::exists(off + "/tensorboard"));
   expect_one_line_error("train --model mlp" + kTiny + "--no-monitor --tensorboard " + off,
                         "drop --no-monitor");

@@ -382,8 +382,8 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
             std::string::npos)
       << onnx.output;
   EXPECT_TRUE(fs::exists(run_dir + "/model.onnx"));
-  auto generated = testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1",
-                                true);
+  auto generated =
+      testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1", true);
   ASSERT_EQ(generated.status, 0) << generated.output;
   const auto printed =
       testing::run("generate " + run_dir + " --prompt 'In the' --tokens 20 --seed 1").output;
@@ -409,14 +409,15 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   auto from_file = testing::run("train --model " + model_file + " --data " + dir +
                                 "/data/train.toml --validation-data " + dir +
                                 "/data/validation.toml --metrics bits_per_byte --optimizer adamw "
-                                "--lr 0.01 --batch-size 16 --epochs 2 --quiet --output " + dir +
-                                "/run_file");
+                                "--lr 0.01 --batch-size 16 --epochs 2 --quiet --output " +
+                                dir + "/run_file");
   ASSERT_EQ(from_file.status, 0) << from_file.output;
   std::ifstream file_summary(dir + "/run_file/summary.json");
   const nlohmann::json f = nlohmann::json::parse(file_summary);
   EXPECT_LT(f["validation_bits_per_byte"].get<double>(), 3.5) << f.dump();
   // ... and generates text like the built-in.
-  const auto file_text = testing::run("generate " + dir + "/run_file --prompt 'In the' --tokens 12 "
+  const auto file_text = testing::run("generate " + dir +
+                                      "/run_file --prompt 'In the' --tokens 12 "
                                       "--seed 2");
   ASSERT_EQ(file_text.status, 0) << file_text.output;
   EXPECT_EQ(file_text.output.size(), 6u + 12u + 1u) << file_text.output;
@@ -425,25 +426,20 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
 TEST(LanguageModel, BadCorporaAndModelOptionsAreOneClearError) {
   const std::string dir = testing::tmp("lm_bad");
   testing::expect_one_line_error(
-      "data text --corpus " + dir + "/missing.txt --output " + dir + "/out",
-      "cannot open");
+      "data text --corpus " + dir + "/missing.txt --output " + dir + "/out", "cannot open");
   fs::create_directories(dir);
   std::ofstream(dir + "/short.txt") << "too short\n";
   testing::expect_one_line_error(
-      "data text --corpus " + dir + "/short.txt --output " + dir + "/out",
-      "too short");
+      "data text --corpus " + dir + "/short.txt --output " + dir + "/out", "too short");
   testing::expect_one_line_error(
-      "data text --corpus " + dir + "/short.txt --output " + dir +
-                       "/out --validation-fraction 1.5",
+      "data text --corpus " + dir + "/short.txt --output " + dir + "/out --validation-fraction 1.5",
       "validation fraction");
-  testing::expect_one_line_error(
-      "train --model gpt --model-options layerz=2 --epochs 1",
-      "no setting 'layerz'");
+  testing::expect_one_line_error("train --model gpt --model-options layerz=2 --epochs 1",
+                                 "no setting 'layerz'");
   testing::expect_one_line_error("train --model gpt --model-options width=30,heads=4",
                                  "not divisible");
-  testing::expect_one_line_error(
-      "train --model mlp --clip-norm -1 --train-examples 10 --epochs 1",
-      "clip norm");
+  testing::expect_one_line_error("train --model mlp --clip-norm -1 --train-examples 10 --epochs 1",
+                                 "clip norm");
 }
 
 }  // namespace

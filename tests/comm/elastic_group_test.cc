@@ -21,9 +21,8 @@ namespace {
 using namespace std::chrono_literals;
 using testing::run_ranks;
 
-const ElasticOptions kOptions{.comm = {.timeout = 20s},
-                              .heartbeat_every = 100ms,
-                              .peer_timeout = 1s};
+const ElasticOptions kOptions{
+    .comm = {.timeout = 20s}, .heartbeat_every = 100ms, .peer_timeout = 1s};
 
 std::string next_prefix() {
   static std::atomic<int> jobs{0};
@@ -155,8 +154,7 @@ TEST(ElasticGroup, FewerMembersThanTheMinimumEndTheJob) {
       g->regroup();
       ADD_FAILURE() << "regroup below min_members succeeded";
     } catch (const CommError& e) {
-      EXPECT_NE(std::string(e.what()).find("only 2 member(s) left"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("only 2 member(s) left"), std::string::npos) << e.what();
     }
   });
 }

@@ -28,8 +28,8 @@ std::string next_prefix() {
   return "test" + std::to_string(groups++);
 }
 
-std::unique_ptr<Communicator> member(const StoreServer& server, const std::string& prefix,
-                                     int rank, int size, CommOptions options = {}) {
+std::unique_ptr<Communicator> member(const StoreServer& server, const std::string& prefix, int rank,
+                                     int size, CommOptions options = {}) {
   std::shared_ptr<Store> store = connect_store("127.0.0.1", server.port(), 5s);
   return make_gloo_communicator(store, prefix, rank, size, options);
 }
@@ -107,7 +107,8 @@ TEST_P(GlooCollectivesTest, MatchNaiveReductions) {
       ASSERT_NEAR(s[i], expected, tolerance(DType::f32, expected, 1)) << "reduce_scatter " << i;
       ASSERT_EQ(b[i], static_cast<float>(testing::collective_value(ranks - 1, i, DType::i32)));
       for (int q = 0; q < ranks; ++q) {
-        ASSERT_EQ(g[q * count + i], static_cast<float>(testing::collective_value(q, i, DType::bf16)))
+        ASSERT_EQ(g[q * count + i],
+                  static_cast<float>(testing::collective_value(q, i, DType::bf16)))
             << "all_gather block " << q << " element " << i;
       }
     }
@@ -144,7 +145,8 @@ TEST(Gloo, MismatchedCallsFailOnEveryRank) {
     Tensor t = Tensor::zeros(Shape{r == 1 ? 5 : 4}, DType::f32);
     comm->all_reduce(t, ReduceOp::sum);
   });
-  for (const std::string& e : errors) EXPECT_NE(e.find("element count differs"), std::string::npos) << e;
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("element count differs"), std::string::npos) << e;
 }
 
 TEST(Gloo, AbortReachesEveryWaitingRankWithItsReason) {
@@ -211,7 +213,8 @@ TEST(Gloo, APeerThatGoesAwayFailsTheOthersAtOnce) {
     if (r == 2) return;  // its communicator closes, as a process that ends
     comm->all_reduce(t, ReduceOp::sum);
   });
-  for (int r : {0, 1}) EXPECT_NE(errors[r].find("closed its connection"), std::string::npos) << errors[r];
+  for (int r : {0, 1})
+    EXPECT_NE(errors[r].find("closed its connection"), std::string::npos) << errors[r];
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
   // A new group over the survivors, under a new prefix, works.
   const std::string again = next_prefix();

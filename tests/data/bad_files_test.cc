@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/test_files.h"
 #include "support/peak_rss.h"
+#include "support/test_files.h"
 #include "tandem/base/error.h"
 #include "tandem/data/crc32c.h"
 #include "tandem/data/csv.h"

@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 using testing::write_bytes;
 using testing::write_gz;
 
-
 std::string temp_path(const std::string& name) {
   fs::create_directories(TANDEM_TEST_TMPDIR);
   return (fs::path(TANDEM_TEST_TMPDIR) / name).string();

@@ -112,8 +112,7 @@ TEST(AutoShard, DataShardsOfAShuffleInterleaveOneProcesssOrder) {
   // below a map above it.
   const auto same = [](Element e) { return e; };
   const std::string described =
-      auto_shard(Dataset::range(60).map(same).shuffle(16, 7).map(same), 2, 1,
-                 AutoShardPolicy::data)
+      auto_shard(Dataset::range(60).map(same).shuffle(16, 7).map(same), 2, 1, AutoShardPolicy::data)
           .describe();
   EXPECT_LT(described.find("shuffle(16)"), described.find("shard(1/2)")) << described;
   EXPECT_LT(described.find("shard(1/2)"), described.rfind("map")) << described;

@@ -173,8 +173,9 @@ TEST(ImageFolder, KnownClassesKeepTheModelsLabels) {
   EXPECT_EQ(items[0].shape, (Shape{3, 7, 3}));
   EXPECT_EQ(items[1].label, 1);
   EXPECT_EQ(items[3].label, 1);
-  const std::string unknown = error_of<InvalidArgument>(
-      [&] { index_image_folder(root.string(), {.known_classes = {"cat", "bird"}}); });
+  const std::string unknown = error_of<InvalidArgument>([&] {
+    index_image_folder(root.string(), {.known_classes = {"cat", "bird"}});
+  });
   EXPECT_NE(unknown.find("class folder(s) dog that the model does not know"), std::string::npos)
       << unknown;
   EXPECT_NE(unknown.find("cat, bird"), std::string::npos) << unknown;

@@ -122,11 +122,9 @@ TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
   // A name the OS refuses is a missing file with the OS's reason, not an
   // exception from std::filesystem (found by the input_spec fuzzer).
   const std::string long_name(300, 'K');
-  expect_error("format = \"csv\"\nfiles = [\"" + long_name + ".csv\"]\n",
-               "bad.toml:2: no file");
-  expect_error(
-      "format = \"idx\"\nimages = \"" + long_name + "-idx3-ubyte.gz\"\nlabels = \"x\"\n",
-      "File name too long");
+  expect_error("format = \"csv\"\nfiles = [\"" + long_name + ".csv\"]\n", "bad.toml:2: no file");
+  expect_error("format = \"idx\"\nimages = \"" + long_name + "-idx3-ubyte.gz\"\nlabels = \"x\"\n",
+               "File name too long");
   expect_error("format = \"csv\"\nfiles = 3\n", "bad.toml:2: 'files' must be a string");
   expect_error(
       "format = \"csv\"\nfiles = [\"train.csv\"]\ninput = \"x\"\nlabel = \"y\"\n"

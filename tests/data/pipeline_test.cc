@@ -70,7 +70,8 @@ TEST(Pipeline, GeneratorMakesOneIteratorPerPass) {
   const Dataset d = Dataset::from_generator(
       [&](int64_t pass) {
         passes.push_back(pass);
-        return std::make_unique<Count>(static_cast<int32_t>(10 * pass), static_cast<int32_t>(10 * pass + 3));
+        return std::make_unique<Count>(static_cast<int32_t>(10 * pass),
+                                       static_cast<int32_t>(10 * pass + 3));
       },
       "counter", 3);
   EXPECT_EQ(d.cardinality(), 3);

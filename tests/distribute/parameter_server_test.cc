@@ -126,12 +126,12 @@ TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
 }
 
 // Every applied gradient's staleness, counted over the calls.
-std::vector<int64_t> train_and_count_staleness(distribute::Engine& engine, int steps,
-                                               const distribute::ForwardFn& forward = squared_error) {
+std::vector<int64_t> train_and_count_staleness(
+    distribute::Engine& engine, int steps, const distribute::ForwardFn& forward = squared_error) {
   distribute::StepResult total;
   for (int64_t step = 0; step < steps; ++step)
-    distribute::accumulate_step_counts(total, engine.step(batch_of(12, static_cast<uint64_t>(step)),
-                                                          forward, {.step = step}));
+    distribute::accumulate_step_counts(
+        total, engine.step(batch_of(12, static_cast<uint64_t>(step)), forward, {.step = step}));
   distribute::accumulate_step_counts(total, engine.synchronize());
   return total.staleness;
 }

@@ -50,8 +50,8 @@ TEST(PsMessages, EachShardsValuesLandInTheirRowsOnly) {
     const std::vector<float> got = piece_of(into[p.variable].value(), p).to_floats();
     const std::vector<float> sent = piece_of(from[p.variable].value(), p).to_floats();
     const std::vector<float> kept = piece_of(model(0.0f)[p.variable].value(), p).to_floats();
-    EXPECT_EQ(got, p.shard == 1 ? sent : kept) << "variable " << p.variable << " rows "
-                                               << p.begin << ".." << p.end;
+    EXPECT_EQ(got, p.shard == 1 ? sent : kept)
+        << "variable " << p.variable << " rows " << p.begin << ".." << p.end;
   }
 }
 
@@ -84,14 +84,26 @@ TEST(PsMessages, GradientsKeepWhichVariablesHaveOneAndTheNormsAddUp) {
 
 TEST(PsMessages, MessagesRoundTrip) {
   FrameWriter out;
-  write_work(out, {.step = 7, .global_rows = 96, .divisor = 48, .scale = 1024.0, .version = 5,
-                   .share = 3});
-  write_report(out, {.rows = 48, .loss_sum = 2.5, .finite = false, .forward_seconds = 0.1,
-                     .backward_seconds = 0.2, .reports = {1, 2}, .shard_squares = {3, 4, 5}});
-  write_update(out, {.advance = true, .step = true, .sources = {{1, 2}, {0, 9}},
-                     .discards = {{2, -1}}, .factor = 1.5, .learning_rate = 0.05,
-                     .clip_norm = 0.0, .report_squares = true});
-  write_named_tensors(out, {{"0.momentum", Tensor::from_floats(Shape{2}, std::vector<float>{1, 2})}});
+  write_work(
+      out,
+      {.step = 7, .global_rows = 96, .divisor = 48, .scale = 1024.0, .version = 5, .share = 3});
+  write_report(out, {.rows = 48,
+                     .loss_sum = 2.5,
+                     .finite = false,
+                     .forward_seconds = 0.1,
+                     .backward_seconds = 0.2,
+                     .reports = {1, 2},
+                     .shard_squares = {3, 4, 5}});
+  write_update(out, {.advance = true,
+                     .step = true,
+                     .sources = {{1, 2}, {0, 9}},
+                     .discards = {{2, -1}},
+                     .factor = 1.5,
+                     .learning_rate = 0.05,
+                     .clip_norm = 0.0,
+                     .report_squares = true});
+  write_named_tensors(out,
+                      {{"0.momentum", Tensor::from_floats(Shape{2}, std::vector<float>{1, 2})}});
   FrameReader in(out.bytes(), "messages");
   const WorkOrder w = read_work(in);
   EXPECT_EQ(w.step, 7);

@@ -14,10 +14,8 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<distribute::Strategy> strategy(const std::string& name, int devices) {
-  return distribute::make_strategy({.name = name,
-                                    .devices = devices,
-                                    .threads_per_device = 1,
-                                    .allow_oversubscription = true});
+  return distribute::make_strategy(
+      {.name = name, .devices = devices, .threads_per_device = 1, .allow_oversubscription = true});
 }
 
 void expect_same_training(const std::string& model, const std::string& settings,
@@ -46,9 +44,9 @@ void expect_same_training(const std::string& model, const std::string& settings,
   const auto pa = one->model().named_parameters(), pb = two->model(1).named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_LT(testing::relative_error(pa[i].second.value().to_floats(),
-                                      pb[i].second.value().to_floats()),
-              1e-5)
+    EXPECT_LT(
+        testing::relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
+        1e-5)
         << model << " " << pa[i].first;
   }
 }
@@ -58,19 +56,21 @@ using testing::language_model_loss;
 using testing::token_batch;
 
 TEST(ReferenceModels, GptOnTwoMirroredDevicesMatchesOneDevice) {
-  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16",
-                       [](int64_t step) { return token_batch(step); }, language_model_loss);
+  expect_same_training(
+      "gpt", "layers=2,width=32,heads=4,context=16", [](int64_t step) { return token_batch(step); },
+      language_model_loss);
 }
 
 TEST(ReferenceModels, GradientClippingUsesTheGlobalNormOfTheReducedGradients) {
-  expect_same_training("gpt", "layers=2,width=32,heads=4,context=16",
-                       [](int64_t step) { return token_batch(step); }, language_model_loss, 0.05);
+  expect_same_training(
+      "gpt", "layers=2,width=32,heads=4,context=16", [](int64_t step) { return token_batch(step); },
+      language_model_loss, 0.05);
 }
 
 TEST(ReferenceModels, ResnetWithSynchronisedBatchNormOnTwoMirroredDevicesMatchesOneDevice) {
-  expect_same_training("resnet", "width=8,sync_bn=true",
-                       [](int64_t step) { return testing::image_batch(step, 8); },
-                       image_classifier_loss);
+  expect_same_training(
+      "resnet", "width=8,sync_bn=true", [](int64_t step) { return testing::image_batch(step, 8); },
+      image_classifier_loss);
 }
 
 }  // namespace

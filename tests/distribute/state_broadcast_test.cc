@@ -18,9 +18,10 @@ namespace {
 distribute::EngineState sample_state() {
   distribute::EngineState state;
   state.metadata = {{"loss_scale", "1024"}, {"trainer.position", "{\"step\": 7}"}};
-  state.tensors.emplace_back("model.w", Tensor::from_floats(Shape{2, 3}, std::vector<float>{
-                                                                             1, -2, 3, 4.5f, 5, 6}));
-  state.tensors.emplace_back("optimizer.count", Tensor::from_ints(Shape{1}, std::vector<int32_t>{9}));
+  state.tensors.emplace_back(
+      "model.w", Tensor::from_floats(Shape{2, 3}, std::vector<float>{1, -2, 3, 4.5f, 5, 6}));
+  state.tensors.emplace_back("optimizer.count",
+                             Tensor::from_ints(Shape{1}, std::vector<int32_t>{9}));
   state.tensors.emplace_back("model.empty", Tensor::zeros(Shape{0, 4}));
   state.tensors.emplace_back("buffer.half", Tensor::full(Shape{3}, 0.5f, DType::bf16));
   return state;

@@ -282,8 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AccumulationCase{2, 1, "adamw"}, AccumulationCase{2, 2, "sgd"},
                       AccumulationCase{3, 2, "adamw"}),
     [](const ::testing::TestParamInfo<AccumulationCase>& p) {
-      return std::to_string(p.param.devices) + "devices_zero" +
-             std::to_string(p.param.stage) + "_" + p.param.optimizer;
+      return std::to_string(p.param.devices) + "devices_zero" + std::to_string(p.param.stage) +
+             "_" + p.param.optimizer;
     });
 
 TEST(Zero, BadSettingsAreClearErrors) {

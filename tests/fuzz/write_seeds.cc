@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* h : {"tfrecord", "example", "idx", "image", "checkpoint", "csv", "metrics",
-                        "safetensors"})
+  for (const char* h :
+       {"tfrecord", "example", "idx", "image", "checkpoint", "csv", "metrics", "safetensors"})
     fs::create_directories(root / h);
   const std::string e0 = data::encode_example(example(3)), e1 = data::encode_example(example(7));
   write_bytes(root / "example" / "0", e0);

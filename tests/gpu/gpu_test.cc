@@ -328,7 +328,8 @@ TEST_F(Gpu, EmbeddingMatchesTheCpuAndRefusesBadIndices) {
                  kernels::embedding_backward(dy, indices, 50), 1e-6, "embedding_backward");
     // Many ranges of table rows and blocks of columns, repeated indices.
     std::vector<int32_t> many(3000);
-    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>((i * 7919) % 1000 % 611);
+    for (size_t i = 0; i < many.size(); ++i)
+      many[i] = static_cast<int32_t>((i * 7919) % 1000 % 611);
     const Tensor many_indices = Tensor::from_ints(Shape{3, 1000}, many);
     const Tensor many_dy = random_of(Shape{3, 1000, 300}, dtype, 122);
     expect_match(kernels::embedding_backward(many_dy.to(kGpu), many_indices.to(kGpu), 700),

@@ -11,8 +11,8 @@
 #include <map>
 
 #include "tandem/base/error.h"
-#include "tandem/nn/model_file.h"
 #include "tandem/nn/linear.h"
+#include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
 #include "tandem/nn/sequential.h"
 

@@ -64,9 +64,13 @@ TEST(Safetensors, WritesWhatItReadsBackInEveryDType) {
   EXPECT_EQ(file.find("layer.b")->dtype, "BF16");
   EXPECT_EQ(file.find("ids")->dtype, "I32");
   EXPECT_EQ(file.find("absent"), nullptr);
-  for (const auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{
-           {"a", a}, {"layer.b", b}, {"c", c}, {"ids", ids}, {"bytes", bytes}, {"empty", empty},
-           {"scalar", scalar}}) {
+  for (const auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{{"a", a},
+                                                                           {"layer.b", b},
+                                                                           {"c", c},
+                                                                           {"ids", ids},
+                                                                           {"bytes", bytes},
+                                                                           {"empty", empty},
+                                                                           {"scalar", scalar}}) {
     const Tensor back = file.read(*file.find(name));
     EXPECT_EQ(back.shape(), t.shape()) << name;
     EXPECT_EQ(back.dtype(), t.dtype()) << name;
@@ -84,10 +88,9 @@ TEST(Safetensors, WritesWhatItReadsBackInEveryDType) {
 TEST(Safetensors, ReadsAFileLaidOutByHandFromTheFormat) {
   // Keys out of byte order, a BF16 tensor and an I64 one as PyTorch writes
   // them (num_batches_tracked), metadata.
-  const std::string header =
-      R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
-      R"("n":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
-      R"("__metadata__":{"format":"pt"}})";
+  const std::string header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
+                             R"("n":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
+                             R"("__metadata__":{"format":"pt"}})";
   std::string data(8, '\0');
   data[0] = 3;  // n = 3
   data += floats({1.0f, 2.0f, -3.0f, 0.5f});
@@ -134,36 +137,34 @@ TEST(Safetensors, RefusesHeadersTheFileDoesNotHold) {
   expect(testing::rejected_cheaply<IoError>([&] { interop::SafetensorsFile file(path); }),
          "claims 4611686018427387904 bytes");
   // A data offset of 2^62 with a shape to match.
-  testing::write_bytes(
-      path, file_bytes(R"({"w":{"dtype":"U8","shape":[4611686018427387904],)"
-                       R"("data_offsets":[0,4611686018427387904]}})",
-                       two));
+  testing::write_bytes(path, file_bytes(R"({"w":{"dtype":"U8","shape":[4611686018427387904],)"
+                                        R"("data_offsets":[0,4611686018427387904]}})",
+                                        two));
   expect(testing::rejected_cheaply<IoError>([&] { interop::SafetensorsFile file(path); }),
          "truncated");
   expect(error_reading(file_bytes(w, two).substr(0, 20)), "truncated");
   expect(error_reading(file_bytes("{not json", "")), "corrupt header");
   expect(error_reading(file_bytes("[1,2]", "")), "not a JSON object");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})",
-                                  two)),
-         "unknown dtype 'F33'");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
-                                  two)),
-         "negative dimension");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-                                  two)),
-         "need 12");
+  expect(
+      error_reading(file_bytes(R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", two)),
+      "unknown dtype 'F33'");
+  expect(
+      error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", two)),
+      "negative dimension");
+  expect(
+      error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", two)),
+      "need 12");
   expect(error_reading(file_bytes(
-             R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
-             two)),
+             R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", two)),
          "overflows");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})",
-                                  two)),
-         "claims bytes [8, 0)");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                                  two + "xx")),
+  expect(
+      error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", two)),
+      "claims bytes [8, 0)");
+  expect(error_reading(
+             file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", two + "xx")),
          "bytes left over");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                                  floats({1}))),
+  expect(error_reading(
+             file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", floats({1}))),
          "truncated");
   expect(error_reading(file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
@@ -175,15 +176,14 @@ TEST(Safetensors, RefusesHeadersTheFileDoesNotHold) {
          "a hole before it");
   expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", two)),
          "data_offsets");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})",
-                                  two)),
-         "not an integer");
-  expect(error_reading(file_bytes(
-             R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":1}})",
-             two)),
-         "corrupt header");
-  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                                  "")),
+  expect(
+      error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", two)),
+      "not an integer");
+  expect(
+      error_reading(file_bytes(
+          R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":1}})", two)),
+      "corrupt header");
+  expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "")),
          "truncated");
 }
 

@@ -50,7 +50,7 @@ TEST(TorchState, ConvWeightsAreExportedInPyTorchsLayout) {
   EXPECT_EQ(state[0].first, "weight");
   EXPECT_EQ(state[1].first, "bias");
   const Tensor& exported = state[0].second;
-  ASSERT_EQ(exported.shape(), (Shape{3, 2, 3, 3}));  // (O, C, KH, KW)
+  ASSERT_EQ(exported.shape(), (Shape{3, 2, 3, 3}));                   // (O, C, KH, KW)
   const std::vector<float> hwio = conv.weight().value().to_floats();  // (KH, KW, C, O)
   const std::vector<float> oihw = exported.to_floats();
   for (int o = 0; o < 3; ++o)
@@ -64,15 +64,17 @@ TEST(TorchState, ExportThenLoadGivesTheSameModelBitForBit) {
   for (const char* name : {"mlp", "cnn", "resnet", "gpt"}) {
     SCOPED_TRACE(name);
     const std::string settings = std::string(name) == "resnet" ? "depth=8,width=4"
-                                 : std::string(name) == "gpt"  ? "layers=1,width=16,heads=2,context=8"
-                                                               : "";
+                                 : std::string(name) == "gpt"
+                                     ? "layers=1,width=16,heads=2,context=8"
+                                     : "";
     auto trained = nn::make_model(name, {.seed = 1, .settings = settings});
     // Running statistics that are not the initial ones.
     for (auto& [buffer, t] : trained->named_buffers()) t->fill(0.25f);
     const std::string path = scratch(std::string(name) + ".safetensors");
     interop::save_safetensors(*trained, path);
     auto fresh = nn::make_model(name, {.seed = 2, .settings = settings});
-    const interop::LoadReport report = interop::load_safetensors(interop::SafetensorsFile(path), *fresh);
+    const interop::LoadReport report =
+        interop::load_safetensors(interop::SafetensorsFile(path), *fresh);
     EXPECT_TRUE(report.missing.empty());
     EXPECT_TRUE(report.unexpected.empty());
     EXPECT_EQ(report.loaded.size(), trained->named_state().size());
@@ -145,7 +147,8 @@ TEST(TorchState, StrictLoadingListsEveryMissingUnexpectedAndMismatchedTensor) {
   EXPECT_EQ(r.unexpected, (std::vector<std::string>{"extra"}));
   const auto loaded = target->named_parameters();
   EXPECT_TRUE(same_bytes(loaded[0].second.value(), source->named_parameters()[0].second.value()));
-  EXPECT_TRUE(same_bytes(loaded[1].second.value(), untouched->named_parameters()[1].second.value()));
+  EXPECT_TRUE(
+      same_bytes(loaded[1].second.value(), untouched->named_parameters()[1].second.value()));
 }
 
 TEST(TorchState, PyTorchsBatchNormCountersAreIgnoredAndIntegerWeightsRefused) {
@@ -171,8 +174,8 @@ TEST(TorchState, ATrainerLoadsTheWeightsIntoEveryReplica) {
   const std::string path = scratch("replicas.safetensors");
   interop::save_safetensors(*source, path);
   train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 3};
-  c.strategy = {.name = "mirrored", .devices = 2, .threads_per_device = 1,
-                .allow_oversubscription = true};
+  c.strategy = {
+      .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
   train::Trainer trainer(c, train::builtin_model("mlp", precision::Policy::float32, 7));
   interop::load_safetensors(interop::SafetensorsFile(path), trainer);
   expect_same_state(*source, trainer.replica_model(0));

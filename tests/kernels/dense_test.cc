@@ -79,7 +79,8 @@ TEST(Matmul, Bf16OutputAndErrors) {
                "bf16 out");
   // f32 operands into a bf16 output (oneDNN 2.6 has no such primitive):
   // the f32 result with bias and activation, rounded once.
-  const Tensor a32 = random_tensor(Shape{17, 33}, -1, 1, 4), b32 = random_tensor(Shape{33, 9}, -1, 1, 5);
+  const Tensor a32 = random_tensor(Shape{17, 33}, -1, 1, 4),
+               b32 = random_tensor(Shape{33, 9}, -1, 1, 5);
   const Tensor bias = random_tensor(Shape{9}, -1, 1, 6);
   const kernels::MatmulOptions relu{.activation = kernels::Activation::relu};
   const Tensor narrow = kernels::matmul(

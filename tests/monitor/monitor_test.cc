@@ -318,13 +318,15 @@ TEST(ProgressView, TheBarFitsTheTerminal) {
   EXPECT_NE(wide.find(status), std::string::npos) << wide;
   for (int columns : {100, 80, 60, 40, 20}) {
     const std::string line = monitor::bar_line(2, 5, 696, 938, "696/938", status, columns);
-    EXPECT_LE(line.size(), static_cast<size_t>(std::max(columns - 1, 20))) << columns << ": " << line;
+    EXPECT_LE(line.size(), static_cast<size_t>(std::max(columns - 1, 20)))
+        << columns << ": " << line;
     EXPECT_NE(line.find("epoch 2/5"), std::string::npos) << line;
     EXPECT_NE(line.find("696/938"), std::string::npos) << line;
   }
   // 80 columns keep a shorter bar and the whole status; 60 drop the bar and
   // whole trailing fields.
-  EXPECT_NE(monitor::bar_line(2, 5, 696, 938, "696/938", status, 100).find(status), std::string::npos);
+  EXPECT_NE(monitor::bar_line(2, 5, 696, 938, "696/938", status, 100).find(status),
+            std::string::npos);
   const std::string narrow = monitor::bar_line(2, 5, 696, 938, "696/938", status, 60);
   EXPECT_EQ(narrow.find('['), std::string::npos) << narrow;
   EXPECT_NE(narrow.find("loss 0.2566"), std::string::npos) << narrow;
@@ -449,8 +451,9 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
     }
     const auto found = kinds(stats);
     ASSERT_TRUE(found.count("straggler"));
-    EXPECT_NE(found.at("straggler").find("replica 1 is 100% slower than the others (0.188 vs "
-                                         "0.094 ms of compute per example"),
+    EXPECT_NE(found.at("straggler")
+                  .find("replica 1 is 100% slower than the others (0.188 vs "
+                        "0.094 ms of compute per example"),
               std::string::npos)
         << found.at("straggler");
   }
@@ -460,9 +463,15 @@ TEST(RunStats, DiagnosesEachBottleneckWithItsNumbers) {
     monitor::RunStats stats(/*warmup_steps=*/0);
     for (int i = 0; i < 5; ++i) {
       monitor::StepRecord r{.global_step = i + 1, .batch_examples = 96};
-      r.replicas = {{.replica = 0, .forward = 0.002, .backward = 0.004, .communication = 0.004,
+      r.replicas = {{.replica = 0,
+                     .forward = 0.002,
+                     .backward = 0.004,
+                     .communication = 0.004,
                      .examples = 48},
-                    {.replica = 1, .forward = 0.002, .backward = 0.004, .communication = 0.004,
+                    {.replica = 1,
+                     .forward = 0.002,
+                     .backward = 0.004,
+                     .communication = 0.004,
                      .examples = 48}};
       r.step_seconds = 0.010;
       stats.add(r);

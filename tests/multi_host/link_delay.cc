@@ -110,7 +110,8 @@ void receive(Direction& d, std::chrono::microseconds delay, size_t limit) {
       ++d.dropped;
       continue;
     }
-    d.queue.push_back({Clock::now() + delay, std::vector<char>(buffer.begin(), buffer.begin() + n)});
+    d.queue.push_back(
+        {Clock::now() + delay, std::vector<char>(buffer.begin(), buffer.begin() + n)});
     d.queued_bytes += static_cast<size_t>(n);
   }
 }
@@ -136,8 +137,8 @@ long parse_whole_number(const char* text, const char* what, long max) {
   errno = 0;
   const long value = std::strtol(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0' || value < 0 || value > max)
-    die(std::string(what) + " must be a whole number from 0 to " + std::to_string(max) +
-        ", got '" + text + "'");
+    die(std::string(what) + " must be a whole number from 0 to " + std::to_string(max) + ", got '" +
+        text + "'");
   return value;
 }
 
@@ -149,10 +150,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::chrono::microseconds delay(parse_whole_number(argv[3], "DELAY_US", 10'000'000));
-  const auto limit =
-      static_cast<size_t>(argc == 5 ? parse_whole_number(argv[4], "QUEUE_BYTES", 1L << 32) : 64L << 20);
-  if (limit < kMaxFrame) die("QUEUE_BYTES must hold at least one frame (" +
-                             std::to_string(kMaxFrame) + " bytes)");
+  const auto limit = static_cast<size_t>(
+      argc == 5 ? parse_whole_number(argv[4], "QUEUE_BYTES", 1L << 32) : 64L << 20);
+  if (limit < kMaxFrame)
+    die("QUEUE_BYTES must hold at least one frame (" + std::to_string(kMaxFrame) + " bytes)");
   std::signal(SIGTERM, request_stop);
   std::signal(SIGINT, request_stop);
   const int a = open_end(argv[1]), b = open_end(argv[2]);

@@ -455,12 +455,14 @@ std::vector<ErrorCase> error_cases() {
        "model.toml:4: layer 0 (batch_norm): ",
        "activation must be \"none\" or \"relu\" (fused into the batch norm), got \"gelu\""},
       {"residual paths of different shapes",
-       layers("[8]", "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
-                     "shortcut = [ { type = \"dense\", units = 5 } ]\n"),
+       layers("[8]",
+              "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
+              "shortcut = [ { type = \"dense\", units = 5 } ]\n"),
        "model.toml:2: layer 0 (residual): ", "its layers map (8) to (4) and its shortcut to (5)"},
       {"error inside a shortcut",
-       layers("[8]", "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
-                     "shortcut = [ { type = \"dense\", units = 0 } ]\n"),
+       layers("[8]",
+              "type = \"residual\"\nlayers = [ { type = \"dense\", units = 4 } ]\n"
+              "shortcut = [ { type = \"dense\", units = 0 } ]\n"),
        "model.toml:5: layer 0.shortcut.0 (dense): ", "units must be positive, got 0"},
       {"attention heads that do not divide the width",
        layers("[4, 6]", "type = \"attention\"\nheads = 4\n"),

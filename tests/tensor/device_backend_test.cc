@@ -22,9 +22,9 @@ TEST(DeviceBackend, RegisteredExactlyWhenTheBuildHasCuda) {
 
 TEST(DeviceBackend, ASecondRegistrationIsRefused) {
   if (detail::device_backend(DeviceKind::cuda) == nullptr) GTEST_SKIP() << "no CUDA back end";
-  EXPECT_THROW(detail::register_device_backend(DeviceKind::cuda,
-                                               *detail::device_backend(DeviceKind::cuda)),
-               InvalidArgument);
+  EXPECT_THROW(
+      detail::register_device_backend(DeviceKind::cuda, *detail::device_backend(DeviceKind::cuda)),
+      InvalidArgument);
 }
 
 TEST(DeviceBackend, WithoutOneACudaDeviceIsRefusedWithTheReason) {

@@ -49,13 +49,12 @@ void expect_plan_matches_training(const Case& c, double tolerance) {
   train::Trainer trainer(c.config, c.model);
   distribute::Strategy& strategy = trainer.strategy();
   const data::Element example = *c.train.take(1).iterator().next();
-  const train::MemoryPlan plan =
-      train::plan_memory({.model = c.model,
-                          .config = trainer.config(),
-                          .layout = layout_of(strategy),
-                          .example = example,
-                          .evaluates = true,
-                          .validation_examples = c.validation_examples});
+  const train::MemoryPlan plan = train::plan_memory({.model = c.model,
+                                                     .config = trainer.config(),
+                                                     .layout = layout_of(strategy),
+                                                     .example = example,
+                                                     .evaluates = true,
+                                                     .validation_examples = c.validation_examples});
   std::vector<int64_t> before;
   for (int r = 0; r < strategy.local_replicas(); ++r) {
     before.push_back(held_before_the_run(strategy.device(r)));
@@ -113,8 +112,7 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
 TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
   // A GPT whose parameters (about 0.8 M, in buckets of 256 KiB) outweigh
   // its activations at this batch, so that the optimizer state decides.
-  const data::Dataset train =
-      data::Dataset::from_tensors(testing::token_batch(0, 32).features());
+  const data::Dataset train = data::Dataset::from_tensors(testing::token_batch(0, 32).features());
   const data::Element example = *train.take(1).iterator().next();
   const train::ModelFactory model = train::builtin_model(
       "gpt", precision::Policy::float32, 1, std::nullopt, "layers=4,width=128,heads=4,context=16");
@@ -133,13 +131,12 @@ TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
     std::filesystem::remove_all(config.output_dir);
     train::Trainer trainer(config, model);
     distribute::Strategy& strategy = trainer.strategy();
-    const train::MemoryPlan plan =
-        train::plan_memory({.model = model,
-                            .config = trainer.config(),
-                            .layout = layout_of(strategy),
-                            .example = example,
-                            .evaluates = false,
-                            .writes_checkpoints = true});
+    const train::MemoryPlan plan = train::plan_memory({.model = model,
+                                                       .config = trainer.config(),
+                                                       .layout = layout_of(strategy),
+                                                       .example = example,
+                                                       .evaluates = false,
+                                                       .writes_checkpoints = true});
     const Device device0 = strategy.device(0);
     const double held = static_cast<double>(held_before_the_run(device0));
     allocator_for(device0).reset_high_water();

@@ -42,7 +42,8 @@ data::Element batch(int64_t rows, uint64_t seed) {
     for (int64_t i = 0; i < kD; ++i) dot += kTarget[i] * x[r * kD + i];
     y[r] = dot + noise[r];
   }
-  return {{"x", Tensor::from_floats(Shape{rows, kD}, x)}, {"y", Tensor::from_floats(Shape{rows}, y)}};
+  return {{"x", Tensor::from_floats(Shape{rows, kD}, x)},
+          {"y", Tensor::from_floats(Shape{rows}, y)}};
 }
 
 Variable squared_error(nn::Module& m, const distribute::ReplicaBatch& b) {
@@ -72,11 +73,11 @@ double measured_noise_scale(distribute::Strategy& strategy, int accumulation, in
                             int zero_stage = 0) {
   const std::vector<float> w = start();
   // A learning rate so small that the weights (and the true noise scale) stay put.
-  auto engine = strategy.make_engine([&] { return model_at(w); },
-                                     {.optimizer = {.name = "sgd", .learning_rate = 1e-9,
-                                                    .momentum = 0.0},
-                                      .reducer = {.zero_stage = zero_stage},
-                                      .accumulation_steps = accumulation});
+  auto engine =
+      strategy.make_engine([&] { return model_at(w); },
+                           {.optimizer = {.name = "sgd", .learning_rate = 1e-9, .momentum = 0.0},
+                            .reducer = {.zero_stage = zero_stage},
+                            .accumulation_steps = accumulation});
   train::NoiseScaleEstimator estimator(0.995);
   for (int64_t step = 0; step < 600; ++step) {
     const distribute::StepResult r =
@@ -92,10 +93,8 @@ TEST(NoiseScale, MatchesTheClosedFormOnLeastSquares) {
   const double expected = true_noise_scale(start());
   ASSERT_NEAR(expected, 10.0, 1e-6);
   // Four replicas of 16 examples against their global batch of 64.
-  auto mirrored = distribute::make_strategy({.name = "mirrored",
-                                             .devices = 4,
-                                             .threads_per_device = 1,
-                                             .allow_oversubscription = true});
+  auto mirrored = distribute::make_strategy(
+      {.name = "mirrored", .devices = 4, .threads_per_device = 1, .allow_oversubscription = true});
   EXPECT_NEAR(measured_noise_scale(*mirrored, 1, 64) / expected, 1.0, 0.2);
   // Under ZeRO-2 the reduced gradient is spread over the replicas' shards.
   EXPECT_NEAR(measured_noise_scale(*mirrored, 1, 64, 2) / expected, 1.0, 0.2);

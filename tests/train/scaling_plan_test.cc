@@ -102,8 +102,8 @@ TEST(ScalingPlan, AnAllReduceAndTheBackwardItOverlapsGoAtTheirSharedSpeeds) {
   const std::vector<StepProfile::Gradient> g = {{262144, 0.5}, {262144, 1.0}};
   const double bucket = 1048576.0 / 4e6;
   ScalingSetup s = two_hosts();
-  s.between_hosts = {.latency = 0.0, .bus_bandwidth = 4e6, .shared_speed = 0.5,
-                     .compute_speed = 0.5};
+  s.between_hosts = {
+      .latency = 0.0, .bus_bandwidth = 4e6, .shared_speed = 0.5, .compute_speed = 0.5};
   const ScalingPrediction shared = predict_scaling(profile(g), s);
   ASSERT_EQ(shared.buckets.size(), 2u);
   EXPECT_DOUBLE_EQ(shared.buckets[0].start, 2.0);

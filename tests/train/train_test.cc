@@ -15,8 +15,8 @@
 #include "tandem/nn/flatten.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
-#include "tandem/train/checkpoint.h"
 #include "tandem/precision/policy.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -195,9 +195,8 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
     // A fresh process's view: new model with other weights, restored from disk.
     train::TrainConfig resume = with_output;
     resume.resume = true;
-    train::Trainer second(resume, train::custom_model("small", [] {
-                            return small_dropout_model(999);
-                          }));
+    train::Trainer second(resume,
+                          train::custom_model("small", [] { return small_dropout_model(999); }));
     train::TrainResult r;
     const std::vector<double> rest = step_losses(second, train_data, test_data, &r);
     losses.insert(losses.end(), rest.begin(), rest.end());
@@ -340,9 +339,11 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   };
   mismatch({.epochs = 2, .batch_size = 25}, train::builtin_model("mlp"), "batch_size");
   mismatch({.epochs = 2, .batch_size = 50}, train::builtin_model("cnn"), "model 'mlp'");
-  mismatch({.epochs = 2, .batch_size = 50}, train::builtin_model("mlp", precision::Policy::float32, 5),
-           "seed 5");
-  mismatch({.epochs = 2, .batch_size = 50, .loss = train::make_loss("softmax_cross_entropy", {.label_smoothing = 0.1})},
+  mismatch({.epochs = 2, .batch_size = 50},
+           train::builtin_model("mlp", precision::Policy::float32, 5), "seed 5");
+  mismatch({.epochs = 2,
+            .batch_size = 50,
+            .loss = train::make_loss("softmax_cross_entropy", {.label_smoothing = 0.1})},
            train::builtin_model("mlp"), "loss");
   mismatch({.epochs = 1, .batch_size = 50}, train::builtin_model("mlp"),
            "the run has trained 1 epoch(s) and epochs (--epochs) is 1, which leaves nothing to "
@@ -511,17 +512,17 @@ INSTANTIATE_TEST_SUITE_P(Settings, TrainerInput,
                                            InputSetting{data::kAutotune, 2}),
                          [](const ::testing::TestParamInfo<InputSetting>& setting) {
                            const auto name = [](int v) {
-                             return v == data::kAutotune ? std::string("auto")
-                                                         : std::to_string(v);
+                             return v == data::kAutotune ? std::string("auto") : std::to_string(v);
                            };
-                           return "prefetch_" + name(setting.param.prefetch_batches) + "_parallel_" +
-                                  name(setting.param.parallel_calls);
+                           return "prefetch_" + name(setting.param.prefetch_batches) +
+                                  "_parallel_" + name(setting.param.parallel_calls);
                          });
 
 TEST(Trainer, MainThreadInputCountsTheSourceAndTheBatches) {
   train::TrainConfig c{.epochs = 1, .batch_size = 64, .seed = 1};
   train::Trainer t(c, small_model(1));
-  const auto stages = t.fit(data::as_dataset(head(fashion().train, 128))).history.at(0).input_stages;
+  const auto stages =
+      t.fit(data::as_dataset(head(fashion().train, 128))).history.at(0).input_stages;
   ASSERT_EQ(stages.size(), 2u);
   EXPECT_EQ(stages[0].elements, 128);
   EXPECT_EQ(stages[1].stage, "batch(64)");

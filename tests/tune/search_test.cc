@@ -47,8 +47,8 @@ TEST(SearchSpace, AGridIsEveryCombinationFirstParameterSlowest) {
   ASSERT_EQ(trials.size(), 27u);
   std::set<tune::TrialSettings> distinct(trials.begin(), trials.end());
   EXPECT_EQ(distinct.size(), 27u);
-  EXPECT_EQ(trials[0], (tune::TrialSettings{{"lr", "0.01"}, {"weight-decay", "0"},
-                                            {"model.width", "64"}}));
+  EXPECT_EQ(trials[0],
+            (tune::TrialSettings{{"lr", "0.01"}, {"weight-decay", "0"}, {"model.width", "64"}}));
   EXPECT_EQ(trials[1][2].second, "128");  // the last parameter varies fastest
   EXPECT_EQ(trials[9][0].second, "0.1");  // log-spaced: 0.01, 0.1, 1
   EXPECT_EQ(trials[3][1].second, "0.0005");
@@ -106,7 +106,8 @@ TEST(SearchSpace, BadFilesNameTheLineAndTheProblem) {
   expect_space_error("[space]\nlr = { uniform = [0, 1] }\n", "random sampling needs trials");
   expect_space_error("[search]\nsampler = \"grid\"\ntrials = 4\n[space]\nlr = {choice=[1,2]}\n",
                      "trials = 4 but the grid has 2 points");
-  expect_space_error("[search]\ntrials = 3\nbudget = 2\n", "space.toml:3: unknown setting 'budget'");
+  expect_space_error("[search]\ntrials = 3\nbudget = 2\n",
+                     "space.toml:3: unknown setting 'budget'");
   expect_space_error("[search]\ntrials = 3\n", "no [space]");
   expect_space_error("[space\n", "space.toml:1: invalid TOML");
   expect_space_error("[search]\nmode = \"maximum\"\n", "unknown mode 'maximum'");
@@ -288,7 +289,8 @@ TEST(Search, AnInterruptedSearchResumesWithoutRetrainingAFinishedRung) {
   fs::remove_all(dir);
   fs::remove_all(whole_dir);
   FakeRunner whole;
-  const tune::SearchResult uninterrupted = tune::run_search(options(whole_dir, kQualities, 1), whole);
+  const tune::SearchResult uninterrupted =
+      tune::run_search(options(whole_dir, kQualities, 1), whole);
 
   FakeRunner first(/*interrupt_after=*/7);
   const tune::SearchResult stopped = tune::run_search(options(dir, kQualities, 1), first);

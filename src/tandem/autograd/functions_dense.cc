@@ -78,8 +78,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   const Tensor& wv = weight.value();
   if (xv.rank() < 2 || wv.rank() != 2 || xv.dim(xv.rank() - 1) != wv.dim(1)) {
     TANDEM_THROW(ShapeError, "linear: input ", xv.shape().to_string(), " does not fit weight ",
-                 wv.shape().to_string(), " (expected input (..., ",
-                 wv.rank() == 2 ? wv.dim(1) : -1, "))");
+                 wv.shape().to_string(), " (expected input (..., ", wv.rank() == 2 ? wv.dim(1) : -1,
+                 "))");
   }
   if (xv.rank() > 2) {
     // (..., in) -> (rows, in) -> (rows, out) -> (..., out), as PyTorch's Linear.

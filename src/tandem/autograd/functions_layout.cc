@@ -51,13 +51,13 @@ Variable batched_matmul(const Variable& a, const Variable& b, bool transpose_a, 
         if (ctx.needs(1)) {
           // dB = op(A)^T . g, stored transposed when B was; summed over the
           // batch when B was shared.
-          Tensor db = transpose_b
-                          ? kernels::batched_matmul(g, av,
-                                                    {.transpose_a = true,
-                                                     .transpose_b = transpose_a,
-                                                     .out_dtype = DType::f32})
-                          : kernels::batched_matmul(
-                                av, g, {.transpose_a = !transpose_a, .out_dtype = DType::f32});
+          Tensor db =
+              transpose_b
+                  ? kernels::batched_matmul(
+                        g, av,
+                        {.transpose_a = true, .transpose_b = transpose_a, .out_dtype = DType::f32})
+                  : kernels::batched_matmul(av, g,
+                                            {.transpose_a = !transpose_a, .out_dtype = DType::f32});
           if (shared_b) db = kernels::sum_to_shape(db, bv.shape());
           ctx.set(1, db.to(bv.dtype()));
         }

@@ -81,8 +81,8 @@ int run_bench_memory(const MemoryOptions& o) {
 
 struct CollectiveOptions {
   std::string backend = "inprocess";
-  int ranks = 2;  // in-process ranks (threads); per process for hierarchical
-  int threads = 1;  // intra-op threads of each rank (the wire's conversions, reductions)
+  int ranks = 2;         // in-process ranks (threads); per process for hierarchical
+  int threads = 1;       // intra-op threads of each rank (the wire's conversions, reductions)
   int busy_threads = 0;  // > 0: also time each size while that many threads compute per rank
   std::string dtype = "f32";
   std::string wire = "f32";  // all-reduce: the f32 buffer travels as this dtype
@@ -194,8 +194,8 @@ void time_beside_compute(comm::Communicator& comm, const MeasureSetup& setup,
     const double work = busy_work_per_second(setup.busy_threads, [&] {
       const auto start = Clock::now();
       for (int64_t it = 0; it < calls; ++it) once();
-      seconds += std::chrono::duration<double>(Clock::now() - start).count() /
-                 static_cast<double>(calls);
+      seconds +=
+          std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls);
     });
     rates += work / busy_alone;
   }
@@ -226,11 +226,10 @@ bool matches_closed_form(const MeasureSetup& setup, int n, int r, int64_t per_ra
       }
       if (op == comm::ReduceOp::mean) expected /= n;
     }
-    const double tolerance =
-        (setup.dtype == DType::f32 || setup.dtype == DType::i32) &&
-                setup.wire == comm::WireDType::f32
-            ? 1e-5 * std::abs(expected)
-            : std::abs(expected) / 100 * n;
+    const double tolerance = (setup.dtype == DType::f32 || setup.dtype == DType::i32) &&
+                                     setup.wire == comm::WireDType::f32
+                                 ? 1e-5 * std::abs(expected)
+                                 : std::abs(expected) / 100 * n;
     if (std::abs(out[i] - expected) > tolerance + 1e-6) return false;
   }
   return true;
@@ -248,9 +247,8 @@ std::vector<SizeResult> measure(comm::Communicator& comm, const MeasureSetup& se
   double busy_alone = 0.0;
   if (setup.busy_threads > 0) {
     comm.barrier();
-    busy_alone = busy_work_per_second(setup.busy_threads, [] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    });
+    busy_alone = busy_work_per_second(
+        setup.busy_threads, [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
   }
   std::vector<SizeResult> results;
   for (int64_t bytes : sizes) {
@@ -362,13 +360,13 @@ MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective colle
     if (!in_place) TANDEM_THROW(InvalidArgument, "--wire reduces in place; drop --out-of-place");
   }
   return MeasureSetup{.collective = collective,
-                     .dtype = dtype,
-                     .wire = wire,
-                     .op = op,
-                     .in_place = in_place,
-                     .repeats = o.repeats,
-                     .ranks_per_process = o.backend == "mpi" || o.backend == "gloo" ? 1 : o.ranks,
-                     .busy_threads = o.busy_threads};
+                      .dtype = dtype,
+                      .wire = wire,
+                      .op = op,
+                      .in_place = in_place,
+                      .repeats = o.repeats,
+                      .ranks_per_process = o.backend == "mpi" || o.backend == "gloo" ? 1 : o.ranks,
+                      .busy_threads = o.busy_threads};
 }
 
 // What the ranks measured: rank 0's results, the group's size, and whether
@@ -470,9 +468,10 @@ void report_collective(const CollectiveOptions& o, comm::Collective collective,
     if (with_bound)
       fmt::print("memory-traffic bound: read2_write2 bandwidth {:.2f} GB/s\n", bound / 1e9);
     if (o.busy_threads > 0) {
-      fmt::print("with {} busy thread(s) per rank: the time while they compute, and their speed "
-                 "then (% of their speed alone)\n",
-                 o.busy_threads);
+      fmt::print(
+          "with {} busy thread(s) per rank: the time while they compute, and their speed "
+          "then (% of their speed alone)\n",
+          o.busy_threads);
     }
     fmt::print("{:>12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>6}{}\n", "bytes", "time(us)",
                "cpu(us)", "algbw(GB/s)", "busbw(GB/s)", "spread(%)", with_bound ? "bound(%)" : "",
@@ -512,8 +511,9 @@ void report_collective(const CollectiveOptions& o, comm::Collective collective,
     }
   }
   if (o.json) {
-    nlohmann::json out = {{"bench", name},        {"backend", o.backend}, {"ranks", world},
-                          {"dtype", o.dtype},     {"wire", o.wire},       {"op", o.op},
+    nlohmann::json out = {{"bench", name},        {"backend", o.backend},
+                          {"ranks", world},       {"dtype", o.dtype},
+                          {"wire", o.wire},       {"op", o.op},
                           {"in_place", in_place}, {"busy_threads", o.busy_threads},
                           {"repeats", o.repeats}, {"results", rows}};
     if (with_bound) out["bound_gbps"] = bound / 1e9;

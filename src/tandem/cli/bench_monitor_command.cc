@@ -34,6 +34,16 @@ struct MonitorBenchOptions {
   bool json = false;
 };
 
+// Examples per second and the monitor's own fraction of the wall time, per
+// variant (0: the monitor as tandem train runs it, 1: without TensorBoard,
+// 2: no monitor) and round, and each round's ratio of variant 0 to 2.
+struct MonitorBenchRounds {
+  static constexpr int kVariants = 3;
+  std::vector<double> rate[kVariants], own[kVariants], ratios;
+};
+
+void report_bench_monitor(const MonitorBenchOptions& o, const MonitorBenchRounds& m);
+
 int run_bench_monitor(const MonitorBenchOptions& o) {
   if (o.rounds < 1 || o.steps < 1 || o.batch_size < 1 || o.devices < 1)
     TANDEM_THROW(InvalidArgument, "--rounds, --steps, --batch-size and --devices must be positive");
@@ -60,10 +70,13 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   // Three variants per round, in an order that rotates: the monitor as
   // tandem train runs it (metrics.jsonl and TensorBoard events), the monitor
   // without TensorBoard, and no monitor.
-  constexpr int kVariants = 3;
-  std::vector<double> rate[kVariants], own[kVariants], ratios;
+  constexpr int kVariants = MonitorBenchRounds::kVariants;
+  MonitorBenchRounds rounds;
+  auto &rate = rounds.rate, &own = rounds.own;
+  std::vector<double>& ratios = rounds.ratios;
   const auto monitored = [&](bool tensorboard, std::vector<double>& own_fraction) {
-    const std::filesystem::path events = std::filesystem::path(train::RunDirectory(run_dir).tensorboard());
+    const std::filesystem::path events =
+        std::filesystem::path(train::RunDirectory(run_dir).tensorboard());
     std::filesystem::remove_all(events);
     monitor::Monitor m({.run_dir = run_dir,
                         .metrics_every = o.metrics_every,
@@ -89,13 +102,21 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
                  r + 1, o.rounds, rate[0].back(), rate[1].back(), rate[2].back());
     }
   }
+  report_bench_monitor(o, rounds);
+  return 0;
+}
+
+void report_bench_monitor(const MonitorBenchOptions& o, const MonitorBenchRounds& m) {
+  const auto &rate = m.rate, &own = m.own;
+  const std::vector<double>& ratios = m.ratios;
   const double ratio = median(ratios);
   // The monitor's own time per step, with and without the event writes.
   const double steps = static_cast<double>(o.steps);
   const auto per_step_us = [&](int v) {
     std::vector<double> us;
     for (size_t i = 0; i < own[v].size(); ++i)
-      us.push_back(own[v][i] * static_cast<double>(o.batch_size) * steps / rate[v][i] / steps * 1e6);
+      us.push_back(own[v][i] * static_cast<double>(o.batch_size) * steps / rate[v][i] / steps *
+                   1e6);
     return median(us);
   };
   const double own_us = per_step_us(0), own_without_us = per_step_us(1);
@@ -114,7 +135,7 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
                         {"monitor_own_microseconds_per_step", own_us},
                         {"monitor_without_tensorboard_own_microseconds_per_step", own_without_us}};
     fmt::print("{}\n", j.dump(2));
-    return 0;
+    return;
   }
   const auto row = [](const char* label, const std::vector<double>& v) {
     fmt::print("  {:26s} median {:7.0f} ex/s  min {:7.0f}  max {:7.0f}\n", label, median(v),
@@ -129,10 +150,10 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
       "  per-round ratio on/off     median {:.4f}  min {:.4f}  max {:.4f}  (overhead {:.2f}%)\n",
       ratio, *std::min_element(ratios.begin(), ratios.end()),
       *std::max_element(ratios.begin(), ratios.end()), 100.0 * (1.0 - ratio));
-  fmt::print("  the monitor's own time     median {:.3f}% of the run's wall time; {:.1f} us per "
-             "step, {:.1f} us without TensorBoard (the event writes: {:.1f} us per step)\n",
-             100.0 * median(own[0]), own_us, own_without_us, own_us - own_without_us);
-  return 0;
+  fmt::print(
+      "  the monitor's own time     median {:.3f}% of the run's wall time; {:.1f} us per "
+      "step, {:.1f} us without TensorBoard (the event writes: {:.1f} us per step)\n",
+      100.0 * median(own[0]), own_us, own_without_us, own_us - own_without_us);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ double busy_work_per_second(int threads, const std::function<void()>& body) {
     for (std::thread& w : workers) w.join();
     throw;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t work = total() - before;
   stop = true;
   for (std::thread& w : workers) w.join();

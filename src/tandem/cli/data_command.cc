@@ -221,15 +221,18 @@ nlohmann::json inspect_image_folder(const InspectOptions& o) {
   const data::ImageFolderIndex index = data::index_image_folder(o.path);
   nlohmann::json classes = nlohmann::json::array();
   for (size_t label = 0; label < index.class_names.size(); ++label) {
-    const auto count = std::count(index.labels.begin(), index.labels.end(),
-                                  static_cast<int32_t>(label));
+    const auto count =
+        std::count(index.labels.begin(), index.labels.end(), static_cast<int32_t>(label));
     classes.push_back({{"label", label}, {"name", index.class_names[label]}, {"images", count}});
   }
   nlohmann::json first = nlohmann::json::array();
   for (size_t i = 0; i < index.files.size() && static_cast<int>(i) < o.records; ++i)
     first.push_back({{"file", index.files[i]}, {"label", index.labels[i]}});
-  return {{"format", "image_folder"}, {"path", o.path}, {"images", index.files.size()},
-          {"classes", classes}, {"first", first}};
+  return {{"format", "image_folder"},
+          {"path", o.path},
+          {"images", index.files.size()},
+          {"classes", classes},
+          {"first", first}};
 }
 
 int run_inspect(const InspectOptions& o) {
@@ -297,9 +300,10 @@ Command add_data_command(CLI::App& app) {
                               "Print what a TFRecord, IDX or CSV file, or an image folder, holds, "
                               "as JSON");
   auto o = std::make_shared<InspectOptions>();
-  inspect->add_option("file", o->path,
-                      "The file (gzip/zlib compression is detected), or a folder of class "
-                      "sub-folders of images")
+  inspect
+      ->add_option("file", o->path,
+                   "The file (gzip/zlib compression is detected), or a folder of class "
+                   "sub-folders of images")
       ->required();
   inspect->add_option("--records,-n", o->records, "How many records to print")
       ->capture_default_str();

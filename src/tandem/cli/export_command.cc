@@ -57,8 +57,7 @@ int run_export(const ExportOptions& o) {
     TANDEM_THROW(InvalidArgument, "--dtype applies to safetensors; ONNX export is f32");
   if (!std::filesystem::is_directory(o.run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", o.run_dir, "' does not exist");
-  const std::string checkpoint_path =
-      train::RunDirectory(o.run_dir).checkpoint();
+  const std::string checkpoint_path = train::RunDirectory(o.run_dir).checkpoint();
   if (!std::filesystem::exists(checkpoint_path)) {
     TANDEM_THROW(InvalidArgument, "'", o.run_dir,
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");
@@ -68,29 +67,28 @@ int run_export(const ExportOptions& o) {
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);
   const std::string output =
-      o.output.empty()
-          ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
-          : o.output;
+      o.output.empty() ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
+                       : o.output;
   if (o.format == "onnx") {
     const ModelInput input = model_input(spec, *model);
     interop::export_onnx(*model, input.example, input.dtype, output);
     if (input.dtype == DType::i32) {
-      fmt::print("wrote {} (ONNX opset {}, input (N, T) int64 tokens with T up to {}, output "
-                 "logits (N, T, vocabulary)) from {}\n",
-                 output, interop::kOnnxOpset, input.example.dim(0), checkpoint_path);
+      fmt::print(
+          "wrote {} (ONNX opset {}, input (N, T) int64 tokens with T up to {}, output "
+          "logits (N, T, vocabulary)) from {}\n",
+          output, interop::kOnnxOpset, input.example.dim(0), checkpoint_path);
     } else {
-      fmt::print("wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
-                 "from {}\n",
-                 output, interop::kOnnxOpset, fmt::join(input.example.to_vector(), ", "),
-                 checkpoint_path);
+      fmt::print(
+          "wrote {} (ONNX opset {}, input (N, {}) float32 channels-last, output logits) "
+          "from {}\n",
+          output, interop::kOnnxOpset, fmt::join(input.example.to_vector(), ", "), checkpoint_path);
     }
     return 0;
   }
   interop::save_safetensors(*model, output, parse_dtype(o.dtype),
                             {{"producer", "tandem"}, {"model", spec.name}});
   fmt::print("wrote {} ({} tensors, {} parameters, {}) from {}\n", output,
-             model->named_state().size(),
-             model->parameter_count(), o.dtype, checkpoint_path);
+             model->named_state().size(), model->parameter_count(), o.dtype, checkpoint_path);
   return 0;
 }
 
@@ -98,10 +96,13 @@ int run_export(const ExportOptions& o) {
 
 Command add_export_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "export", "Write a run's weights (safetensors, PyTorch names) or graph (ONNX) for other frameworks");
+      "export",
+      "Write a run's weights (safetensors, PyTorch names) or graph (ONNX) for other frameworks");
   auto o = std::make_shared<ExportOptions>();
   command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
-  command->add_option("--format", o->format, "Output format: safetensors (weights) or onnx (the inference graph)")
+  command
+      ->add_option("--format", o->format,
+                   "Output format: safetensors (weights) or onnx (the inference graph)")
       ->capture_default_str();
   command->add_option("--dtype", o->dtype, "Weights as f32, bf16 or f16")->capture_default_str();
   command->add_option("--output,-o", o->output,

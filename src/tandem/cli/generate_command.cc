@@ -36,7 +36,8 @@ int run_generate(const GenerateOptions& o) {
   if (!std::filesystem::exists(path)) {
     TANDEM_THROW(InvalidArgument, "'", o.run_dir,
                  "' holds no checkpoint.tckpt: train a gpt there first (tandem train --model gpt "
-                 "--output ", o.run_dir, ")");
+                 "--output ",
+                 o.run_dir, ")");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
@@ -58,12 +59,12 @@ int run_generate(const GenerateOptions& o) {
     }
   }
   if (context == 0) {
-    TANDEM_THROW(InvalidArgument, "tandem generate needs a language model (gpt, or a model file "
-                 "from (T) token ids to (T, vocabulary) logits); '", o.run_dir, "' trained '",
-                 spec.name, "'");
+    TANDEM_THROW(InvalidArgument,
+                 "tandem generate needs a language model (gpt, or a model file "
+                 "from (T) token ids to (T, vocabulary) logits); '",
+                 o.run_dir, "' trained '", spec.name, "'");
   }
-  const std::string text =
-      train::generate({*model, context, vocabulary}, o.prompt, o.generation);
+  const std::string text = train::generate({*model, context, vocabulary}, o.prompt, o.generation);
   // A byte-level model can sample bytes that are not UTF-8: escaped, so
   // that the terminal gets valid text.
   fmt::print("{}{}\n", o.prompt, escape_invalid_utf8(text));
@@ -78,17 +79,21 @@ Command add_generate_command(CLI::App& app) {
                          "Sample text from a trained language model run (gpt or a model file; "
                          "byte-level tokens)");
   auto o = std::make_shared<GenerateOptions>();
-  command->add_option("run_dir", o->run_dir, "Run directory of a language model (tandem train --output)")
+  command
+      ->add_option("run_dir", o->run_dir,
+                   "Run directory of a language model (tandem train --output)")
       ->required();
   command->add_option("--prompt", o->prompt, "The text to continue (at most the context)")
       ->required();
   command->add_option("--tokens,-n", o->generation.tokens, "Bytes to generate")
       ->capture_default_str();
-  command->add_option("--temperature", o->generation.temperature,
-                      "Sampling temperature; 0: greedy (always the most likely byte)")
+  command
+      ->add_option("--temperature", o->generation.temperature,
+                   "Sampling temperature; 0: greedy (always the most likely byte)")
       ->capture_default_str();
-  command->add_option("--top-k", o->generation.top_k,
-                      "Sample among the K most likely bytes only (0: all)")
+  command
+      ->add_option("--top-k", o->generation.top_k,
+                   "Sample among the K most likely bytes only (0: all)")
       ->capture_default_str();
   command->add_option("--seed", o->generation.seed, "Sampling seed (the same seed, the same text)")
       ->capture_default_str();

@@ -36,11 +36,10 @@ Command add_info_command(CLI::App& app) {
                                   {"bf16_matrix_unit", has_amx    ? "amx"
                                                        : has_bf16 ? "avx512_bf16"
                                                                   : "none"},
-                                  {"bf16_compute", has_amx    ? "amx"
-                                                   : has_bf16 ? "avx512_bf16"
-                                                   : backend.bf16_primitives
-                                                       ? "avx512_emulated"
-                                                       : "f32_widened"},
+                                  {"bf16_compute", has_amx                   ? "amx"
+                                                   : has_bf16                ? "avx512_bf16"
+                                                   : backend.bf16_primitives ? "avx512_emulated"
+                                                                             : "f32_widened"},
                                   {"onednn_version", backend.onednn_version},
                                   {"onednn_isa", backend.cpu_isa},
                                   {"virtual_cpu_devices", virtual_cpu_device_count()},
@@ -75,12 +74,12 @@ Command add_info_command(CLI::App& app) {
             fmt::print("memory         {:.1f} GiB\n",
                        static_cast<double>(cpu.memory_bytes) / (1 << 30));
             fmt::print("isa features   {}\n", features.empty() ? "(none of interest)" : features);
-            fmt::print("bf16 matmul    {}\n",
-                       has_amx                   ? "AMX tiles"
-                       : has_bf16                ? "AVX512-BF16 (no AMX)"
-                       : backend.bf16_primitives ? "emulated on AVX-512 (no bf16 instructions)"
-                                                 : "computed in f32 on the widened bf16 values "
-                                                   "(oneDNN has no bf16 kernels without AVX-512)");
+            fmt::print("bf16 matmul    {}\n", has_amx    ? "AMX tiles"
+                                              : has_bf16 ? "AVX512-BF16 (no AMX)"
+                                              : backend.bf16_primitives
+                                                  ? "emulated on AVX-512 (no bf16 instructions)"
+                                                  : "computed in f32 on the widened bf16 values "
+                                                    "(oneDNN has no bf16 kernels without AVX-512)");
             fmt::print("oneDNN         {} (dispatching to {})\n", backend.onednn_version,
                        backend.cpu_isa);
             fmt::print("devices        {} virtual CPU device(s) (one per physical core)\n",

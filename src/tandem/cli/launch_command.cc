@@ -73,7 +73,8 @@ void check_options(const LaunchOptions& o) {
   if (!(o.rdzv_timeout > 0 && o.rdzv_timeout <= 86'400))
     TANDEM_THROW(InvalidArgument, "--rdzv-timeout ", o.rdzv_timeout, " is outside (0, 86400] s");
   if (o.run_id.empty() || o.run_id.find_first_of("/ \t\n") != std::string::npos)
-    TANDEM_THROW(InvalidArgument, "--run-id '", o.run_id, "' must be non-empty, without / or spaces");
+    TANDEM_THROW(InvalidArgument, "--run-id '", o.run_id,
+                 "' must be non-empty, without / or spaces");
   const int workers = o.nnodes * o.nproc_per_node;
   if (!o.elastic && (o.join || o.min_workers != 1 || o.max_workers != 0)) {
     TANDEM_THROW(InvalidArgument,
@@ -152,8 +153,8 @@ void agree_on_nodes(comm::Store& store, const LaunchOptions& o) {
                    "' within ", o.rdzv_timeout, " s (--rdzv-timeout)");
     }
     if (nproc != std::to_string(o.nproc_per_node)) {
-      TANDEM_THROW(InvalidArgument, "node ", node, " starts ", nproc,
-                   " workers and this node (", o.node_rank, ") ", o.nproc_per_node,
+      TANDEM_THROW(InvalidArgument, "node ", node, " starts ", nproc, " workers and this node (",
+                   o.node_rank, ") ", o.nproc_per_node,
                    ": every node must give the same --nproc-per-node");
     }
   }
@@ -270,9 +271,8 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
         status = exit->status;
         continue;
       }
-      const std::string failure =
-          fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank, exit->pid,
-                      o.node_rank, exit->description);
+      const std::string failure = fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank,
+                                              exit->pid, o.node_rank, exit->description);
       if (goes_on_without(*exit, failure, store, o, endpoint)) {
         status = exit->status;
         continue;
@@ -329,8 +329,8 @@ void finish(comm::Store& store, const LaunchOptions& o, int status) {
     const auto deadline = std::chrono::steady_clock::now() +
                           (others_may_be_gone ? kFailureGrace : rendezvous_timeout(o));
     for (int node = 1; node < o.nnodes; ++node) {
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       store.get(fmt::format("done/{}", node), std::max(left, milliseconds(1)));
     }
   } catch (const Error& e) {
@@ -369,33 +369,37 @@ Command add_launch_command(CLI::App& app) {
       "Start a job's worker processes on this host and join them with other hosts' "
       "(tandem launch --nproc-per-node 2 -- tandem train --strategy multi-worker ...)");
   auto o = std::make_shared<LaunchOptions>();
-  command->add_option("--nproc-per-node", o->nproc_per_node,
-                      "Worker processes to start on this host")
+  command
+      ->add_option("--nproc-per-node", o->nproc_per_node, "Worker processes to start on this host")
       ->capture_default_str();
   command->add_option("--nnodes", o->nnodes, "Hosts in the job, each running tandem launch")
       ->capture_default_str();
-  command->add_option("--node-rank", o->node_rank,
-                      "This host's index, 0..nnodes-1 (node 0 serves the rendezvous)")
+  command
+      ->add_option("--node-rank", o->node_rank,
+                   "This host's index, 0..nnodes-1 (node 0 serves the rendezvous)")
       ->capture_default_str();
   command->add_option("--rdzv", o->rdzv,
                       "HOST:PORT of the rendezvous, served by node 0's launcher (default: a "
                       "free port on this host, for a one-host job)");
-  command->add_option("--run-id", o->run_id,
-                      "The job's name, the same on every node (a launcher or worker of another "
-                      "run is refused)")
+  command
+      ->add_option("--run-id", o->run_id,
+                   "The job's name, the same on every node (a launcher or worker of another "
+                   "run is refused)")
       ->capture_default_str();
-  command->add_option("--rdzv-timeout", o->rdzv_timeout,
-                      "Seconds to wait for the other nodes and the rendezvous")
+  command
+      ->add_option("--rdzv-timeout", o->rdzv_timeout,
+                   "Seconds to wait for the other nodes and the rendezvous")
       ->capture_default_str();
   command->add_flag("--elastic", o->elastic,
                     "Elastic training: a worker that is lost (ends, is killed, falls silent past "
                     "tandem train's --peer-timeout) leaves the job, which goes on with the others; "
                     "workers may join (--join)");
-  command->add_option("--min-workers", o->min_workers,
-                      "Elastic: fewer workers than this end the job")
+  command
+      ->add_option("--min-workers", o->min_workers, "Elastic: fewer workers than this end the job")
       ->capture_default_str();
-  command->add_option("--max-workers", o->max_workers,
-                      "Elastic: joiners beyond this many workers wait (0: no bound)")
+  command
+      ->add_option("--max-workers", o->max_workers,
+                   "Elastic: joiners beyond this many workers wait (0: no bound)")
       ->capture_default_str();
   command->add_flag("--join", o->join,
                     "Elastic: add this host's workers to the running job at --rdzv (they are "

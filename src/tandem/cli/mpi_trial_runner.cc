@@ -78,7 +78,9 @@ std::optional<std::pair<int, json>> poll_json() {
   }
 }
 
-void send_json(int to, const json& j) { comm::mpi_send_message(to, j.dump()); }
+void send_json(int to, const json& j) {
+  comm::mpi_send_message(to, j.dump());
+}
 
 }  // namespace
 
@@ -187,7 +189,9 @@ void serve_trials(ProcessTrialRunner& local, int64_t slots, std::atomic<bool>& i
       }
     }
     while (auto done = local.poll())
-      if (!stopping) send_json(0, {{"job", job_to_json(done->first)}, {"outcome", outcome_to_json(done->second)}});
+      if (!stopping)
+        send_json(0,
+                  {{"job", job_to_json(done->first)}, {"outcome", outcome_to_json(done->second)}});
     if (stopping && local.running() == 0) return;
     std::this_thread::sleep_for(kPollEvery);
   }

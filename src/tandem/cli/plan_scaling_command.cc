@@ -52,11 +52,10 @@ LinkTable read_link_table(const std::string& file) {
   std::vector<train::MeasuredAllReduce> rows;
   for (const json& row : table["results"]) {
     const bool busy = row.contains("busy_time_us");  // measured with --busy-threads
-    rows.push_back(
-        {.bytes = number_at(row, "bytes", file),
-         .seconds = number_at(row, "time_us", file) * 1e-6,
-         .busy_seconds = busy ? number_at(row, "busy_time_us", file) * 1e-6 : 0.0,
-         .busy_compute_rate = busy ? number_at(row, "busy_compute_rate", file) : 1.0});
+    rows.push_back({.bytes = number_at(row, "bytes", file),
+                    .seconds = number_at(row, "time_us", file) * 1e-6,
+                    .busy_seconds = busy ? number_at(row, "busy_time_us", file) * 1e-6 : 0.0,
+                    .busy_compute_rate = busy ? number_at(row, "busy_compute_rate", file) : 1.0});
   }
   if (table.value("dtype", "f32") != "f32")
     TANDEM_THROW(InvalidArgument, "'", file, "' measured ", table.value("dtype", "?"),
@@ -111,7 +110,8 @@ PlannedMode parse_mode(const std::string& item) {
   PlannedMode m{.name = item};
   const std::pair<const char*, train::UpdateMode> kinds[] = {
       {"all-reduce", train::UpdateMode::all_reduce},
-      {"zero1", train::UpdateMode::zero1},         {"zero2", train::UpdateMode::zero2},
+      {"zero1", train::UpdateMode::zero1},
+      {"zero2", train::UpdateMode::zero2},
       {"local-sgd", train::UpdateMode::local_sgd},
       {"ps-sync", train::UpdateMode::ps_synchronous},
       {"ps-async", train::UpdateMode::ps_asynchronous}};
@@ -122,7 +122,8 @@ PlannedMode parse_mode(const std::string& item) {
                  "' (all-reduce, zero1, zero2, local-sgd:K, ps-sync:SHARDS, ps-async:SHARDS)");
   }
   m.mode = found->second;
-  const bool counted = m.mode == train::UpdateMode::local_sgd || m.mode == train::UpdateMode::ps_synchronous ||
+  const bool counted = m.mode == train::UpdateMode::local_sgd ||
+                       m.mode == train::UpdateMode::ps_synchronous ||
                        m.mode == train::UpdateMode::ps_asynchronous;
   if (colon == std::string::npos) {
     m.count = m.mode == train::UpdateMode::local_sgd ? 8 : 1;
@@ -222,9 +223,10 @@ void print_plan_header(const ScalingProfile& profile, const Links& links, bool s
   for (const LinkTable& t : links.host_tables) describe("between hosts", t.model, t.wire);
   if (links.within_host) describe("within a host", links.local, "");
   if (spare_core) fmt::print("communication runs on a spare core of each host (--spare-core)\n");
-  fmt::print("{:>6} {:>8} {:>12} {:>5} {:>9} {:>10} {:>7} {:>11} {:>10} {:>9} {:>9} {:>11} {:>12}\n",
-             "hosts", "devices", "mode", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)",
-             "shared(ms)", "small(ms)", "update(ms)", "busy(ms)", "best bucket");
+  fmt::print(
+      "{:>6} {:>8} {:>12} {:>5} {:>9} {:>10} {:>7} {:>11} {:>10} {:>9} {:>9} {:>11} {:>12}\n",
+      "hosts", "devices", "mode", "wire", "step(ms)", "ex/s", "eff(%)", "exposed(ms)", "shared(ms)",
+      "small(ms)", "update(ms)", "busy(ms)", "best bucket");
 }
 
 // Buckets as the Trainer sizes them: the first at most 1 MiB.
@@ -301,9 +303,9 @@ void print_row(const PlanRow& r) {
   fmt::print(
       "{:>6} {:>8} {:>12} {:>5} {:>9.2f} {:>10.0f} {:>7.1f} {:>11.2f} {:>10.2f} {:>9.2f} {:>9.2f} "
       "{:>11.2f} {:>12}\n",
-      r.hosts, r.devices, r.mode, r.wire, 1e3 * p.step, p.examples_per_second,
-      100.0 * p.efficiency, 1e3 * p.exposed_communication, 1e3 * p.compute_slowdown,
-      1e3 * p.small_collectives, 1e3 * p.update_communication, 1e3 * p.communication_busy,
+      r.hosts, r.devices, r.mode, r.wire, 1e3 * p.step, p.examples_per_second, 100.0 * p.efficiency,
+      1e3 * p.exposed_communication, 1e3 * p.compute_slowdown, 1e3 * p.small_collectives,
+      1e3 * p.update_communication, 1e3 * p.communication_busy,
       r.best_bucket_mb ? fmt::format("{:g} MiB", *r.best_bucket_mb) : "-");
 }
 
@@ -325,10 +327,10 @@ const PlanRow* best_of(const std::vector<PlanRow>& rows, bool same) {
 
 std::string describe_best(const PlanRow& r, int64_t examples) {
   const double devices = static_cast<double>(r.hosts) * r.devices;
-  return fmt::format("{}{}{}: {:.2f} ms, {:.0f} ex/s", r.mode,
-                     r.wire == "f32" ? "" : " with wire " + r.wire,
-                     r.best_bucket_mb ? fmt::format(" and {:g} MiB buckets", *r.best_bucket_mb) : "",
-                     1e3 * r.best_step, devices * static_cast<double>(examples) / r.best_step);
+  return fmt::format(
+      "{}{}{}: {:.2f} ms, {:.0f} ex/s", r.mode, r.wire == "f32" ? "" : " with wire " + r.wire,
+      r.best_bucket_mb ? fmt::format(" and {:g} MiB buckets", *r.best_bucket_mb) : "",
+      1e3 * r.best_step, devices * static_cast<double>(examples) / r.best_step);
 }
 
 int run_plan_scaling(const ScalingOptions& o) {
@@ -363,9 +365,9 @@ int run_plan_scaling(const ScalingOptions& o) {
                  "--profile FILE.json (one of them)");
   const ScalingProfile profile =
       o.profile.empty() ? profile_from_run(o.run_dir) : profile_from_json(o.profile);
-  const Links links = read_links(o, *std::max_element(hosts.begin(), hosts.end()) > 1,
-                                 *std::max_element(devices.begin(), devices.end()) > 1,
-                                 needed_wires);
+  const Links links =
+      read_links(o, *std::max_element(hosts.begin(), hosts.end()) > 1,
+                 *std::max_element(devices.begin(), devices.end()) > 1, needed_wires);
   train::ScalingSetup base;
   base.spare_core = o.spare_core;
   base.local = links.local;
@@ -462,9 +464,8 @@ Command add_plan_scaling_command(CLI::App& plan) {
   command
       ->add_option("--wire", o->wire, "Wire dtypes between hosts: f32, bf16, f16 (comma-separated)")
       ->capture_default_str();
-  command
-      ->add_option("--bucket-mb", o->bucket_mb,
-                   "Gradient bucket size in MiB (as training's: default 25, 1 under zero2)");
+  command->add_option("--bucket-mb", o->bucket_mb,
+                      "Gradient bucket size in MiB (as training's: default 25, 1 under zero2)");
   command
       ->add_option("--modes", o->modes,
                    "How the replicas keep in step, comma-separated: all-reduce, zero1, zero2 "

@@ -90,8 +90,8 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
   try {
     std::vector<double> curve = read_curve(job.dir, metric_);
     if (static_cast<int64_t>(curve.size()) >= job.epochs) {
-      ready_.push_back({job, {.status = tune::TrialOutcome::Status::finished,
-                              .curve = std::move(curve)}});
+      ready_.push_back(
+          {job, {.status = tune::TrialOutcome::Status::finished, .curve = std::move(curve)}});
       return;
     }
   } catch (const Error&) {
@@ -102,10 +102,9 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
   const std::vector<std::string> trial = tune::trial_arguments(job.settings);
   args.insert(args.end(), trial.begin(), trial.end());
   for (const std::string& a :
-       {std::string("--output"), job.dir, std::string("--epochs"),
-        std::to_string(job.max_epochs), std::string("--stop-after-epochs"),
-        std::to_string(job.epochs), std::string("--seed"), std::to_string(job.seed),
-        std::string("--quiet"), std::string("--no-tensorboard")})
+       {std::string("--output"), job.dir, std::string("--epochs"), std::to_string(job.max_epochs),
+        std::string("--stop-after-epochs"), std::to_string(job.epochs), std::string("--seed"),
+        std::to_string(job.seed), std::string("--quiet"), std::string("--no-tensorboard")})
     args.push_back(a);
   if (job.steps_per_epoch > 0) {
     for (const std::string& a : {std::string("--steps-per-epoch"),

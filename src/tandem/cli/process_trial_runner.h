@@ -5,8 +5,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>

@@ -83,9 +83,8 @@ std::vector<double> ready_by_traced_backward(
   int64_t start = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     Variable p = params[i].second;
-    p.add_grad_ready_hook([&ready, &start, i](Variable&) {
-      ready[i] = kernels::flops_executed() - start;
-    });
+    p.add_grad_ready_hook(
+        [&ready, &start, i](Variable&) { ready[i] = kernels::flops_executed() - start; });
   }
   const Variable loss = sum(model.forward(Variable(input)));
   start = kernels::flops_executed();
@@ -148,8 +147,9 @@ ScalingProfile profile_from_run(const std::string& run_dir) {
   if (replicas.empty())
     TANDEM_THROW(InvalidArgument, "'", summary_path, "' lists no replicas in its monitor section");
   if (replicas.size() > 1 && config.value("strategy", "") != "mirrored") {
-    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(), " replicas with strategy '",
-                 config.value("strategy", "?"), "'; profile a one-device run, or a mirrored run "
+    TANDEM_THROW(InvalidArgument, "'", run_dir, "' ran ", replicas.size(),
+                 " replicas with strategy '", config.value("strategy", "?"),
+                 "'; profile a one-device run, or a mirrored run "
                  "of the devices of one host (their compute under each other's load)");
   }
   // A mirrored run's replicas: their mean compute is one device's while the

@@ -18,7 +18,7 @@ struct ScalingProfile {
   std::string model;
   int64_t parameters = 0;
   std::string readiness = "size";  // what said when each gradient is ready
-  int devices = 1;  // replicas of the profiled run
+  int devices = 1;                 // replicas of the profiled run
 };
 
 // From a run directory's summary, model and metrics (InvalidArgument naming

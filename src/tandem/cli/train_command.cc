@@ -10,8 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -239,10 +239,9 @@ OutputSettings check_outputs(TrainOptions& o) {
                  o.no_monitor ? "--no-monitor" : "--no-tensorboard");
   }
   // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
-  out.tensorboard =
-      o.no_tensorboard        ? std::string()
-      : o.tensorboard.empty() ? train::RunDirectory(config.output_dir).tensorboard()
-                              : o.tensorboard;
+  out.tensorboard = o.no_tensorboard        ? std::string()
+                    : o.tensorboard.empty() ? train::RunDirectory(config.output_dir).tensorboard()
+                                            : o.tensorboard;
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -341,41 +340,41 @@ void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Train
   const precision::Policy policy = setup.policy;
   const double load_seconds = setup.load_seconds;
   const distribute::Strategy& strategy = trainer.strategy();
-    fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
-               trainer.model().parameter_count(), run_data.description, load_seconds);
-    fmt::print(
-        "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
-        "matmul{}), global batch {}{}{}, {} lr {} ({}), {} epoch(s)\n",
-        strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
-        strategy.threads_per_replica(), precision::policy_name(policy),
-        dtype_name(factory.spec.compute_dtype),
-        config.loss_scale
-            ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
-            : "",
-        config.batch_size,
-        config.accumulation_steps > 1
-            ? fmt::format(" ({} micro-batches of {} per replica)", config.accumulation_steps,
-                          config.micro_batch_size)
-            : std::string(),
-        config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
-                                      : std::string(),
-        config.optimizer.name, config.optimizer.learning_rate,
-        config.lr_scaling == "none" ? config.schedule
-                                    : fmt::format("{} scaling from batch {}, {}", config.lr_scaling,
-                                                  config.reference_batch, config.schedule),
-        config.epochs);
-    if (config.warmup_epochs > 0.0) fmt::print("  warm-up {} epoch(s)\n", config.warmup_epochs);
-    if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
-      const auto setting = [](int v) {
-        return v == data::kAutotune ? std::string("auto") : std::to_string(v);
-      };
-      fmt::print("  input: augment {}, batches built at once {}, prefetch {}\n",
-                 data::augment_spec(augment), setting(config.input_parallel_calls),
-                 setting(config.prefetch_batches));
-    }
-    if (plan) fmt::print("{}", describe_plan(*plan, memory_limit));
-    fmt::print("  output {}\n", config.output_dir);
-    if (init_report) print_load_report(*init_weights, *init_report);
+  fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
+             trainer.model().parameter_count(), run_data.description, load_seconds);
+  fmt::print(
+      "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
+      "matmul{}), global batch {}{}{}, {} lr {} ({}), {} epoch(s)\n",
+      strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
+      strategy.threads_per_replica(), precision::policy_name(policy),
+      dtype_name(factory.spec.compute_dtype),
+      config.loss_scale
+          ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
+          : "",
+      config.batch_size,
+      config.accumulation_steps > 1
+          ? fmt::format(" ({} micro-batches of {} per replica)", config.accumulation_steps,
+                        config.micro_batch_size)
+          : std::string(),
+      config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
+                                    : std::string(),
+      config.optimizer.name, config.optimizer.learning_rate,
+      config.lr_scaling == "none" ? config.schedule
+                                  : fmt::format("{} scaling from batch {}, {}", config.lr_scaling,
+                                                config.reference_batch, config.schedule),
+      config.epochs);
+  if (config.warmup_epochs > 0.0) fmt::print("  warm-up {} epoch(s)\n", config.warmup_epochs);
+  if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {
+    const auto setting = [](int v) {
+      return v == data::kAutotune ? std::string("auto") : std::to_string(v);
+    };
+    fmt::print("  input: augment {}, batches built at once {}, prefetch {}\n",
+               data::augment_spec(augment), setting(config.input_parallel_calls),
+               setting(config.prefetch_batches));
+  }
+  if (plan) fmt::print("{}", describe_plan(*plan, memory_limit));
+  fmt::print("  output {}\n", config.output_dir);
+  if (init_report) print_load_report(*init_weights, *init_report);
 }
 
 // The monitor (metrics.jsonl, trace, findings, TensorBoard) of the chief,
@@ -419,8 +418,7 @@ int finish_run(const TrainOptions& o, const RunSetup& setup, train::Trainer& tra
   const train::TrainConfig& config = o.config;
   const RunData& run_data = setup.data;
   const distribute::Strategy& strategy = trainer.strategy();
-  const std::string summary_path =
-      train::RunDirectory(config.output_dir).summary();
+  const std::string summary_path = train::RunDirectory(config.output_dir).summary();
   std::map<std::string, std::string> sections;
   if (run_monitor) {
     run_monitor->finish();
@@ -543,9 +541,8 @@ int run_train(TrainOptions& o) {
       fmt::print(stderr,
                  "elastic: generation {}: {} worker(s) (lost {}, joined {}): {}; going on from "
                  "step {} ({} step(s) taken again, {:.2f} s), {} examples per worker\n",
-                 c.generation, c.members.size(), fmt::join(c.lost, ","),
-                 fmt::join(c.joined, ","), c.reason, c.global_step, c.rolled_back_steps,
-                 c.seconds, c.process_batch);
+                 c.generation, c.members.size(), fmt::join(c.lost, ","), fmt::join(c.joined, ","),
+                 c.reason, c.global_step, c.rolled_back_steps, c.seconds, c.process_batch);
     }
   };
   train::TrainResult result;
@@ -577,9 +574,10 @@ void add_train_options(CLI::App* command, TrainOptions* o) {
   command->add_option("--checkpoint-every", c.checkpoint_every,
                       "Also write the checkpoint every N steps, not only at each epoch's end, so "
                       "that a killed run loses at most N steps (0: off)");
-  command->add_option("--elastic-copy-every", c.elastic_copy_every,
-                      "Under tandem launch --elastic: keep an in-memory copy of the training "
-                      "state every N steps, which a lost worker rolls the others back to")
+  command
+      ->add_option("--elastic-copy-every", c.elastic_copy_every,
+                   "Under tandem launch --elastic: keep an in-memory copy of the training "
+                   "state every N steps, which a lost worker rolls the others back to")
       ->capture_default_str();
   command->add_option("--stop-after-epochs", c.stop_after_epochs,
                       "Stop after this epoch of the --epochs-long run, checkpoint saved; "

@@ -31,8 +31,8 @@ struct TuneOptions : RunOptions {
 
 std::string html_page(const tune::BatchSizeRecommendation& r, const std::string& command) {
   monitor::Series speed{.name = "examples/s", .color = "#4e79a7", .markers = true};
-  monitor::Series time{.name = "predicted time to a target (1: best)", .color = "#e15759",
-                       .markers = true};
+  monitor::Series time{
+      .name = "predicted time to a target (1: best)", .color = "#e15759", .markers = true};
   std::string rows;
   for (const tune::BatchSizeTrial& t : r.trials) {
     speed.x.push_back(std::log2(static_cast<double>(t.batch)));
@@ -104,9 +104,8 @@ int run_tune_batch_size(TuneOptions& o) {
           fmt::print("{:>12} {:>12.1f} {:>12.1f} MiB\n", t.batch, t.examples_per_second,
                      static_cast<double>(t.predicted_peak_bytes) / (1 << 20));
       });
-  const std::string command = fmt::format(
-      "--batch-size {} --lr {:.4g} --warmup-epochs {:.2g}", r.batch, r.learning_rate,
-      r.warmup_epochs);
+  const std::string command = fmt::format("--batch-size {} --lr {:.4g} --warmup-epochs {:.2g}",
+                                          r.batch, r.learning_rate, r.warmup_epochs);
   if (o.json) {
     nlohmann::json trials = nlohmann::json::array();
     for (const tune::BatchSizeTrial& t : r.trials) {
@@ -115,15 +114,16 @@ int run_tune_batch_size(TuneOptions& o) {
                         {"predicted_peak_bytes", t.predicted_peak_bytes},
                         {"relative_time", t.relative_time}});
     }
-    fmt::print("{}\n", nlohmann::json{{"largest_fitting_batch", r.largest_fitting_batch},
-                                      {"noise_scale", tandem::detail::number_or_null(r.noise_scale)},
-                                      {"trials", trials},
-                                      {"batch", r.batch},
-                                      {"learning_rate", r.learning_rate},
-                                      {"lr_scaling", r.lr_scaling},
-                                      {"reference_batch", r.reference_batch},
-                                      {"warmup_epochs", r.warmup_epochs}}
-                           .dump());
+    fmt::print("{}\n",
+               nlohmann::json{{"largest_fitting_batch", r.largest_fitting_batch},
+                              {"noise_scale", tandem::detail::number_or_null(r.noise_scale)},
+                              {"trials", trials},
+                              {"batch", r.batch},
+                              {"learning_rate", r.learning_rate},
+                              {"lr_scaling", r.lr_scaling},
+                              {"reference_batch", r.reference_batch},
+                              {"warmup_epochs", r.warmup_epochs}}
+                   .dump());
   } else {
     fmt::print(
         "largest batch that fits: {}; gradient noise scale: about {:.0f} examples (after the "
@@ -163,9 +163,10 @@ Command add_tune_command(CLI::App& app) {
   batch->add_option("--min-batch", o->min_batch,
                     "The smallest global batch to try (default: 8 per replica)");
   batch->add_option("--steps", o->steps, "Timed steps per batch size")->capture_default_str();
-  batch->add_option("--noise-steps", o->noise_steps,
-                    "Steps of the run that measures the gradient noise scale (it grows as "
-                    "training goes on)")
+  batch
+      ->add_option("--noise-steps", o->noise_steps,
+                   "Steps of the run that measures the gradient noise scale (it grows as "
+                   "training goes on)")
       ->capture_default_str();
   batch->add_option("--report", o->report, "Write an HTML page with the table and charts");
   batch->add_flag("--json", o->json, "Print the result as JSON");

@@ -40,7 +40,9 @@ struct SearchCommandOptions {
 
 std::atomic<bool> stop_search{false};
 
-void on_interrupt(int) { stop_search.store(true); }
+void on_interrupt(int) {
+  stop_search.store(true);
+}
 
 // "12 epochs", or with budgets in steps "3600 steps".
 std::string amount(const tune::SearchSettings& s, int64_t epochs) {
@@ -62,9 +64,8 @@ std::string flag_value(const std::vector<std::string>& args, const std::string& 
 }
 
 bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
-  return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
-    return a == flag || a.starts_with(flag + "=");
-  });
+  return std::any_of(args.begin(), args.end(),
+                     [&](const std::string& a) { return a == flag || a.starts_with(flag + "="); });
 }
 
 // Refuses train flags that the search owns or searches, then parses the
@@ -187,8 +188,8 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
       const double v = t.results[k];
       if (std::isnan(best) || (s.maximize ? v > best : v < best)) best = v;
     }
-    rungs += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>", k,
-                         r.rungs[k], reached, best);
+    rungs += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>", k, r.rungs[k],
+                         reached, best);
   }
   std::string trials;
   for (size_t t = 0; t < r.trials.size(); ++t) {
@@ -201,10 +202,10 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
         monitor::html_escape(tune::describe(trial.settings)), results, trial.curve.size(),
         trial.seconds, monitor::html_escape(trial.error));
   }
-  const std::string best =
-      r.best >= 0 ? monitor::html_escape(train_command_line(train_args, r.trials[static_cast<size_t>(r.best)]
-                                                                  .settings))
-                  : std::string("none");
+  const std::string best = r.best >= 0
+                               ? monitor::html_escape(train_command_line(
+                                     train_args, r.trials[static_cast<size_t>(r.best)].settings))
+                               : std::string("none");
   return fmt::format(
       R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tandem tune search</title>
@@ -218,8 +219,8 @@ epochs), {:.0f} s of trial time, {:.0f} s wall.</p>
 <h2>Trials</h2><table><tr><th>trial</th><th>settings</th><th>{} by rung</th><th>epochs</th>
 <th>time</th><th>error</th></tr>{}</table></body></html>
 )",
-      r.trials.size(), s.scheduler == "asha" ? "ASHA" : "every trial in full", s.sampler,
-      r.best, best, r.epochs_trained,
+      r.trials.size(), s.scheduler == "asha" ? "ASHA" : "every trial in full", s.sampler, r.best,
+      best, r.epochs_trained,
       100.0 * static_cast<double>(r.epochs_trained) /
           static_cast<double>(static_cast<int64_t>(r.trials.size()) * s.max_epochs),
       r.trials.size(), s.max_epochs, r.trial_seconds, r.wall_seconds,
@@ -244,8 +245,8 @@ int run_tune_search(SearchCommandOptions& o) {
   // Under mpirun: rank 0 searches, every rank runs trials (mpi_trial_runner.h).
   const bool across_ranks = comm::launched_by_mpi() && comm::launched_process_count() > 1;
   const int rank = across_ranks ? comm::mpi_world_rank() : 0;
-  const std::string where = across_ranks ? fmt::format("rank {} on host {}", rank, host_name())
-                                         : std::string();
+  const std::string where =
+      across_ranks ? fmt::format("rank {} on host {}", rank, host_name()) : std::string();
   ProcessTrialRunner local(o.train_args, s.metric, workers.threads, &stop_search, where);
   if (rank != 0) {
     const InterruptScope interrupts;
@@ -273,10 +274,11 @@ int run_tune_search(SearchCommandOptions& o) {
                           .parallel = parallel,
                           .resume = o.resume,
                           .stop = &stop_search,
-                          .log = [](const std::string& line) {
-                            fmt::print("  {}\n", line);
-                            std::fflush(stdout);
-                          }},
+                          .log =
+                              [](const std::string& line) {
+                                fmt::print("  {}\n", line);
+                                std::fflush(stdout);
+                              }},
                          runner);
   }
   if (!o.report.empty()) {
@@ -289,19 +291,20 @@ int run_tune_search(SearchCommandOptions& o) {
     return 130;
   }
   const double full = static_cast<double>(static_cast<int64_t>(trials.size()) * s.max_epochs);
-  fmt::print("{} trained over {} trials ({:.0f}% of training every trial to {}), "
-             "{:.0f} s\n",
-             amount(s, r.epochs_trained), trials.size(),
-             100.0 * static_cast<double>(r.epochs_trained) / full,
-             tune::budget_point(s.steps_per_epoch, s.max_epochs), r.wall_seconds);
+  fmt::print(
+      "{} trained over {} trials ({:.0f}% of training every trial to {}), "
+      "{:.0f} s\n",
+      amount(s, r.epochs_trained), trials.size(),
+      100.0 * static_cast<double>(r.epochs_trained) / full,
+      tune::budget_point(s.steps_per_epoch, s.max_epochs), r.wall_seconds);
   if (r.best < 0) {
     fmt::print(stderr, "tandem: error: every trial failed (their logs are in {}/trial-*)\n",
                o.output);
     return 1;
   }
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
-  fmt::print("best: trial {} ({}), {} {:.4f} at {}\n  {}\n", r.best,
-             tune::describe(best.settings), s.metric, best.results.back(),
+  fmt::print("best: trial {} ({}), {} {:.4f} at {}\n  {}\n", r.best, tune::describe(best.settings),
+             s.metric, best.results.back(),
              tune::budget_point(s.steps_per_epoch, r.rungs[best.results.size() - 1]),
              train_command_line(o.train_args, best.settings));
   if (s.target && !r.target_reached) {

@@ -14,7 +14,7 @@ namespace tandem::cli {
 struct WorkerExit {
   int rank = 0;
   int pid = 0;
-  int status = 0;  // the exit status, or 128 + the signal that ended it
+  int status = 0;           // the exit status, or 128 + the signal that ended it
   std::string description;  // "exited with status 1", "was killed by signal 9 (Killed)"
 };
 

@@ -25,10 +25,9 @@ Bucketer::Bucketer(const std::vector<TensorLayout>& tensors, const BucketerOptio
     const int64_t elements = tensors[i].shape.numel();
     // PyTorch DDP's rule: a bucket takes tensors until it has reached its
     // size, the one that crosses it included.
-    const bool fits =
-        !open.empty() && open.back().dtype == tensors[i].dtype &&
-        static_cast<int64_t>(open.back().elements * dtype_size(open.back().dtype)) <
-            limit(open.size() - 1);
+    const bool fits = !open.empty() && open.back().dtype == tensors[i].dtype &&
+                      static_cast<int64_t>(open.back().elements * dtype_size(open.back().dtype)) <
+                          limit(open.size() - 1);
     if (!fits) open.push_back({tensors[i].dtype, 0, {}});
     placement_[i] = {open.size() - 1, open.back().elements};
     open.back().elements += elements;

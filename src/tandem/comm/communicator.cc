@@ -73,7 +73,8 @@ bool Call::matches(const Call& other) const {
 }
 
 std::array<int64_t, 12> Call::check_fields() const {
-  const int64_t fields[6] = {static_cast<int64_t>(collective), static_cast<int64_t>(dtype),
+  const int64_t fields[6] = {static_cast<int64_t>(collective),
+                             static_cast<int64_t>(dtype),
                              count,
                              static_cast<int64_t>(op),
                              root,

@@ -219,8 +219,8 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
     return std::nullopt;  // the decider was lost
   }
   if (!decided.empty() && decided.front() == '!') {
-    TANDEM_THROW(CommError, "elastic job '", base.substr(0, base.size() - 9), "': ",
-                 decided.substr(1));
+    TANDEM_THROW(CommError, "elastic job '", base.substr(0, base.size() - 9),
+                 "': ", decided.substr(1));
   }
   Membership next{.generation = generation, .members = parse_ids(decided)};
   const auto self = std::find(next.members.begin(), next.members.end(), id);
@@ -315,8 +315,8 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(const std::string& host, int po
                options.join_timeout.count(), " ms (are the members checking joiners_waiting()?)");
 }
 
-void ElasticGroup::mark_lost(const std::string& host, int port, const std::string& prefix,
-                             int id, const std::string& why) {
+void ElasticGroup::mark_lost(const std::string& host, int port, const std::string& prefix, int id,
+                             const std::string& why) {
   connect_store(host, port, kConnectTimeout)
       ->set(prefix + "/elastic/lost/" + std::to_string(id), why);
 }

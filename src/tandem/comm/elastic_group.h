@@ -60,14 +60,13 @@ class ElasticGroup {
   // the first generation: waits until all of them have made its
   // communicator.
   static std::unique_ptr<ElasticGroup> start(const std::string& host, int port,
-                                             const std::string& prefix, int id,
-                                             int initial_members, ElasticOptions options = {});
+                                             const std::string& prefix, int id, int initial_members,
+                                             ElasticOptions options = {});
   // A new member of a running job: takes the next id and waits until the
   // members take it in (their next regroup); throws Timeout after
   // options.join_timeout.
   static std::unique_ptr<ElasticGroup> join(const std::string& host, int port,
-                                            const std::string& prefix,
-                                            ElasticOptions options = {});
+                                            const std::string& prefix, ElasticOptions options = {});
   // Marks member `id` lost at once (for a launcher that saw its process end).
   static void mark_lost(const std::string& host, int port, const std::string& prefix, int id,
                         const std::string& why);

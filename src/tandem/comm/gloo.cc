@@ -42,8 +42,8 @@ class StoreForGloo : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (const std::string& key : keys) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline -
-                                                                 std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       store_.get(prefix_ + key, std::max(left, milliseconds(0)));
     }
   }
@@ -163,15 +163,13 @@ gloo::AllreduceOptions::Func reduce_function(DType dtype, ReduceOp op) {
   return [dtype, combine](void* out, const void* a, const void* b, size_t n) {
     const void* inputs[2] = {a, b};
     void* outputs[1] = {out};
-    kernels::reduce_range(dtype, combine, 1.0f, inputs, 2, outputs, 1, 0,
-                          static_cast<int64_t>(n));
+    kernels::reduce_range(dtype, combine, 1.0f, inputs, 2, outputs, 1, 0, static_cast<int64_t>(n));
   };
 }
 
 // output (count elements) = op over ranks of input; in place when they are one buffer.
-void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, const void* input,
-                     void* output, int64_t count, DType dtype, ReduceOp op,
-                     milliseconds timeout) {
+void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, const void* input, void* output,
+                     int64_t count, DType dtype, ReduceOp op, milliseconds timeout) {
   with_element_type(dtype, [&](auto element) {
     using T = decltype(element);
     gloo::AllreduceOptions o(context);

@@ -38,7 +38,7 @@ namespace tandem::comm {
 // (a prefix is used once); waits for them up to options.timeout (Timeout).
 // Throws InvalidArgument for a rank outside 0..size-1.
 std::unique_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store,
-                                                     const std::string& prefix, int rank,
-                                                     int size, CommOptions options = {});
+                                                     const std::string& prefix, int rank, int size,
+                                                     CommOptions options = {});
 
 }  // namespace tandem::comm

@@ -108,8 +108,8 @@ void HierarchicalCommunicator::run_levels(const Call& call) {
           call.input.reshape(Shape{call.input.numel()}).clone(MemoryCategory::communication);
       local_->all_reduce(whole, partial);
       const int64_t segment = call.output.numel();
-      const Tensor block = Tensor::empty(Shape{segment * local_size}, whole.dtype(),
-                                         whole.device(), MemoryCategory::communication);
+      const Tensor block = Tensor::empty(Shape{segment * local_size}, whole.dtype(), whole.device(),
+                                         MemoryCategory::communication);
       if (leader()) state_->leaders->reduce_scatter(whole, block, partial);
       local_->broadcast(block, 0);
       Tensor out = call.output;

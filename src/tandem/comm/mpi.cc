@@ -396,9 +396,8 @@ void MpiCommunicator::ring_reduce_scatter(const Call& call, MPI_Datatype type) {
   // other fills), from the caching allocator (fresh pages for a 16 MiB
   // segment cost more than the step); MPI may still write them after a
   // failure, so they are quarantined with the call's tensors.
-  const auto scratch = std::make_shared<const Tensor>(
-      Tensor::empty(Shape{3 * segment}, call.dtype, call.input.device(),
-                    MemoryCategory::communication));
+  const auto scratch = std::make_shared<const Tensor>(Tensor::empty(
+      Shape{3 * segment}, call.dtype, call.input.device(), MemoryCategory::communication));
   char* received = static_cast<char*>(scratch->raw_data());
   char* sums[2] = {received + bytes, received + 2 * bytes};
   const ReduceOp op = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
@@ -420,7 +419,8 @@ void MpiCommunicator::ring_all_gather(const Call& call, MPI_Datatype type) {
   const auto block = [&](int index) {
     return out + static_cast<size_t>((index % size_ + size_) % size_) * bytes;
   };
-  if (block(rank_) != call.input.raw_data()) std::memcpy(block(rank_), call.input.raw_data(), bytes);
+  if (block(rank_) != call.input.raw_data())
+    std::memcpy(block(rank_), call.input.raw_data(), bytes);
   if (call.count == 0) return;
   for (int s = 0; s + 1 < size_; ++s) {
     ring_step(block(rank_ - s), block(rank_ - s - 1), static_cast<int>(call.count), type, call,

@@ -113,8 +113,8 @@ std::optional<std::pair<int, std::string>> mpi_poll_message() {
   if (count < 0 || count > kMaxMessageBytes)
     TANDEM_THROW(CommError, "a message of ", count, " bytes from rank ", status.MPI_SOURCE);
   std::string bytes(static_cast<size_t>(count), '\0');
-  check_mpi(MPI_Recv(bytes.data(), count, MPI_CHAR, status.MPI_SOURCE, kMessageTag,
-                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+  check_mpi(MPI_Recv(bytes.data(), count, MPI_CHAR, status.MPI_SOURCE, kMessageTag, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE),
             "MPI_Recv");
   return std::pair(status.MPI_SOURCE, std::move(bytes));
 }

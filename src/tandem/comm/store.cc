@@ -106,7 +106,8 @@ std::string StoreServer::State::answer(StoreOp op, const std::string& key, std::
       reply(StoreStatus::ok, {});
       break;
     case StoreOp::get: {
-      const auto deadline = TcpClock::now() + milliseconds(std::clamp<int64_t>(number, 0, 86'400'000));
+      const auto deadline =
+          TcpClock::now() + milliseconds(std::clamp<int64_t>(number, 0, 86'400'000));
       const bool found = changed.wait_until(
           lock, deadline, [&] { return stopping || values.find(key) != values.end(); });
       const auto it = values.find(key);

@@ -273,7 +273,8 @@ std::vector<std::string> chosen_classes(const std::string& root,
 ImageFolderIndex index_image_folder(const std::string& root, const ImageFolderOptions& options) {
   const std::vector<std::string> extensions = normalized_extensions(options.extensions);
   const std::vector<std::string> folders = root_class_folders(root);
-  if (!options.known_classes.empty()) return index_known_classes(root, folders, extensions, options);
+  if (!options.known_classes.empty())
+    return index_known_classes(root, folders, extensions, options);
   ImageFolderIndex index;
   index.class_names = chosen_classes(root, folders, options);
   for (size_t label = 0; label < index.class_names.size(); ++label)

@@ -50,8 +50,8 @@ struct InputSpec {
   std::vector<std::string> files;               // tfrecord, csv: resolved paths in order
   Compression compression = Compression::none;  // tfrecord (auto-detected when "auto")
   bool detect_compression = true;
-  std::string images, labels;   // idx
-  std::string root;             // image_folder
+  std::string images, labels;  // idx
+  std::string root;            // image_folder
   // image_folder: the classes of the model the examples are for, in label
   // order (ImageFolderOptions::known_classes); empty: every sub-folder,
   // sorted by name.

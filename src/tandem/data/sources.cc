@@ -152,11 +152,13 @@ class GeneratorNode : public detail::Node {
 
 Dataset Dataset::from_generator(PassFn make_pass, std::string label, int64_t cardinality) {
   if (!make_pass) TANDEM_THROW(InvalidArgument, "from_generator: no function to make a pass");
-  if (cardinality < 0 && cardinality != kUnknownCardinality && cardinality != kInfiniteCardinality) {
+  if (cardinality < 0 && cardinality != kUnknownCardinality &&
+      cardinality != kInfiniteCardinality) {
     TANDEM_THROW(InvalidArgument, "from_generator: cardinality ", cardinality,
                  " is neither a count nor unknown nor infinite");
   }
-  return Dataset(std::make_shared<GeneratorNode>(std::move(make_pass), std::move(label), cardinality));
+  return Dataset(
+      std::make_shared<GeneratorNode>(std::move(make_pass), std::move(label), cardinality));
 }
 
 Dataset Dataset::range(int64_t count) {

@@ -120,15 +120,16 @@ TextCorpusSummary write_text_corpus(const std::string& text, const std::string& 
   if (o.records_per_shard < 1)
     TANDEM_THROW(InvalidArgument, "records per shard must be at least 1, got ",
                  o.records_per_shard);
-  size_t cut = static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - o.validation_fraction));
+  size_t cut =
+      static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - o.validation_fraction));
   const size_t line_end = text.find('\n', cut);
   if (line_end != std::string::npos) cut = line_end + 1;
   const std::string train = text.substr(0, cut), validation = text.substr(cut);
   if (sequence_count(train.size(), o.context) < 1 ||
       sequence_count(validation.size(), o.context) < 1) {
-    TANDEM_THROW(InvalidArgument, "a text of ", text.size(), " bytes is too short for sequences of ",
-                 o.context, " tokens in both splits (", train.size(), " and ", validation.size(),
-                 " bytes)");
+    TANDEM_THROW(InvalidArgument, "a text of ", text.size(),
+                 " bytes is too short for sequences of ", o.context, " tokens in both splits (",
+                 train.size(), " and ", validation.size(), " bytes)");
   }
   const std::filesystem::path dir(output_dir);
   std::error_code error;

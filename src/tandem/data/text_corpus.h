@@ -27,10 +27,10 @@ struct TextCorpusOptions {
 };
 
 struct TextCorpusSummary {
-  int64_t bytes = 0;                  // of the whole text
+  int64_t bytes = 0;  // of the whole text
   int64_t train_bytes = 0, validation_bytes = 0;
   int64_t train_sequences = 0, validation_sequences = 0;
-  std::vector<std::string> files;     // written, relative to the output folder
+  std::vector<std::string> files;  // written, relative to the output folder
 };
 
 // Writes train-NNNNN-of-NNNNN.tfrecord, validation-00000-of-00001.tfrecord,

@@ -55,7 +55,8 @@ class StateWriter {
 // checkpoint save into (they take part in the gathers).
 class DiscardingStateWriter : public StateWriter {
  public:
-  void begin(const std::map<std::string, std::string>&, const std::vector<TensorLayout>&) override {}
+  void begin(const std::map<std::string, std::string>&, const std::vector<TensorLayout>&) override {
+  }
   void put(const std::string&, const Tensor&) override {}
 };
 

@@ -51,10 +51,10 @@ std::unique_ptr<detail::WorkerLink> connect_with_hello(const std::string& card, 
   // On the server's host, the loopback first.
   if (host == host_name()) addresses.emplace_back("127.0.0.1");
   while (in >> address) addresses.push_back(address);
-  const std::string server =
-      server_rank == 0 ? fmt::format("the parameter server (rank 0 on host {})", host)
-                       : fmt::format("parameter-server shard {} (rank {} on host {})",
-                                     server_rank, server_rank, host);
+  const std::string server = server_rank == 0
+                                 ? fmt::format("the parameter server (rank 0 on host {})", host)
+                                 : fmt::format("parameter-server shard {} (rank {} on host {})",
+                                               server_rank, server_rank, host);
   auto link = std::make_unique<detail::WorkerLink>(
       comm::detail::connect_to(addresses, port, kConnectSeconds, "the parameter server"), server);
   detail::FrameWriter hello;
@@ -80,8 +80,8 @@ std::vector<Hello> accept_hellos(comm::detail::TcpListener& listener, int count,
   std::vector<bool> seen(static_cast<size_t>(last), false);
   while (static_cast<int>(hellos.size()) < count) {
     Hello h;
-    h.link = std::make_unique<detail::WorkerLink>(listener.accept(kConnectSeconds, "parameter-server worker"),
-                                                  "a connecting process");
+    h.link = std::make_unique<detail::WorkerLink>(
+        listener.accept(kConnectSeconds, "parameter-server worker"), "a connecting process");
     uint64_t rank = 0;
     try {
       auto [kind, payload] = h.link->receive(kHelloSeconds);
@@ -92,15 +92,15 @@ std::vector<Hello> accept_hellos(comm::detail::TcpListener& listener, int count,
       if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
     } catch (const Error& e) {
       // Something else found the port: not one of ours, and not fatal.
-      fmt::print(stderr, "tandem: warning: {} ignored a connection that is not a tandem process "
-                 "of this job ({})\n", who, e.what());
+      fmt::print(stderr,
+                 "tandem: warning: {} ignored a connection that is not a tandem process "
+                 "of this job ({})\n",
+                 who, e.what());
       continue;
     }
-    if (rank < static_cast<uint64_t>(first) || rank >= static_cast<uint64_t>(last) ||
-        seen[rank]) {
+    if (rank < static_cast<uint64_t>(first) || rank >= static_cast<uint64_t>(last) || seen[rank]) {
       TANDEM_THROW(IoError, who, " got a hello from rank ", rank, " on host ", h.host,
-                   ", which is not one of ranks ", first, "..", last - 1,
-                   " or connected twice");
+                   ", which is not one of ranks ", first, "..", last - 1, " or connected twice");
     }
     seen[rank] = true;
     h.rank = static_cast<int>(rank);
@@ -129,16 +129,17 @@ std::shared_ptr<RemoteWorkers> accept_remote_workers(int workers, int shards,
   remote->pids.resize(static_cast<size_t>(workers));
   remote->on_this_host.resize(static_cast<size_t>(workers));
   remote->shard_links.resize(static_cast<size_t>(shards - 1));
-  for (Hello& h : accept_hellos(listener, workers + shards - 1, 1, shards + workers,
-                                "the parameter server")) {
+  for (Hello& h :
+       accept_hellos(listener, workers + shards - 1, 1, shards + workers, "the parameter server")) {
     if (h.rank < shards) {
-      h.link->set_peer(fmt::format("parameter-server shard {} (rank {}, pid {} on host {})",
-                                   h.rank, h.rank, h.pid, h.host));
+      h.link->set_peer(fmt::format("parameter-server shard {} (rank {}, pid {} on host {})", h.rank,
+                                   h.rank, h.pid, h.host));
       remote->shard_links[static_cast<size_t>(h.rank - 1)] = std::move(h.link);
       continue;
     }
     const auto r = static_cast<size_t>(h.rank - shards);
-    remote->names[r] = fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host);
+    remote->names[r] =
+        fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host);
     remote->pids[r] = h.pid;
     remote->on_this_host[r] = h.host == host_name();
     h.link->set_peer(remote->names[r]);
@@ -176,7 +177,8 @@ ShardRankLinks accept_shard_clients(int shards, int workers) {
   for (Hello& h : accept_hellos(listener, workers, shards, shards + workers,
                                 fmt::format("parameter-server shard {}", rank))) {
     const auto r = static_cast<size_t>(h.rank - shards);
-    h.link->set_peer(fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host));
+    h.link->set_peer(
+        fmt::format("worker {} (rank {}, pid {} on host {})", r, h.rank, h.pid, h.host));
     h.link->start_heartbeats();
     links.workers[r] = std::move(h.link);
   }

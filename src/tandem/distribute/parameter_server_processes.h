@@ -47,10 +47,10 @@ struct RemoteWorkers {
   RemoteWorkers();
   ~RemoteWorkers();
   std::vector<std::unique_ptr<detail::WorkerLink>> links;  // worker r = rank N + r
-  std::vector<std::string> names;  // "worker 1 (rank 2, pid N on host h)"
-  std::vector<int> pids;           // each worker's process, and whether it runs on this host
+  std::vector<std::string> names;                          // "worker 1 (rank 2, pid N on host h)"
+  std::vector<int> pids;  // each worker's process, and whether it runs on this host
   std::vector<bool> on_this_host;
-  double silence_seconds = 15.0;   // a peer this long silent is lost
+  double silence_seconds = 15.0;  // a peer this long silent is lost
   // Shard k >= 1 = rank k (empty with one shard): they answer what the
   // chief asks and send nothing else, so the chief does not hear from them
   // between requests.

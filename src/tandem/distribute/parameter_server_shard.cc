@@ -45,14 +45,14 @@ class ShardServer {
   const double silence_seconds_;
   std::vector<Variable> server_;  // the whole model's masters; this shard's rows are current
   std::vector<VariablePiece> pieces_;
-  std::vector<size_t> mine_;      // indices into pieces_ of this shard's pieces
-  std::vector<Variable> views_;   // their rows, gradient included
+  std::vector<size_t> mine_;     // indices into pieces_ of this shard's pieces
+  std::vector<Variable> views_;  // their rows, gradient included
   std::unique_ptr<optim::Optimizer> optimizer_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool loaded_ = false;   // the chief's first values are in
-  int64_t version_ = 0;   // updates applied (pulls wait for theirs)
+  bool loaded_ = false;  // the chief's first values are in
+  int64_t version_ = 0;  // updates applied (pulls wait for theirs)
   bool stopping_ = false;
   // Pushed gradients until an update uses or drops them: per piece of
   // this shard, its rows (none: the variable had no gradient).

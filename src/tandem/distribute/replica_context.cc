@@ -56,8 +56,9 @@ ReplicaScope::~ReplicaScope() {
 }
 
 void seed_replica_generator(uint64_t seed, int64_t step, const ReplicaContext& context) {
-  const uint64_t stream = static_cast<uint64_t>(step) * static_cast<uint64_t>(context.num_replicas) +
-                          static_cast<uint64_t>(context.global_replica);
+  const uint64_t stream =
+      static_cast<uint64_t>(step) * static_cast<uint64_t>(context.num_replicas) +
+      static_cast<uint64_t>(context.global_replica);
   thread_generator().set_state(mix_seed(seed ^ 0xD50Dull, stream), 0);
 }
 

@@ -35,8 +35,8 @@ EngineState parse_state(const char* bytes, int64_t header_bytes, int64_t payload
       const DType dtype = parse_dtype(entry.at(1).get<std::string>());
       const int64_t size = static_cast<int64_t>(Tensor::checked_nbytes(shape, dtype));
       if (size > header_bytes + payload_bytes - offset) {
-        TANDEM_THROW(IoError, "the shared training state's tensor '", entry.at(0).get<std::string>(),
-                     "' runs past its ", payload_bytes, " bytes");
+        TANDEM_THROW(IoError, "the shared training state's tensor '",
+                     entry.at(0).get<std::string>(), "' runs past its ", payload_bytes, " bytes");
       }
       Tensor t = Tensor::empty(shape, dtype, cpu_device());
       std::memcpy(t.raw_data(), bytes + offset, static_cast<size_t>(size));
@@ -79,8 +79,9 @@ EngineState broadcast_state(comm::Communicator& comm, const EngineState* state) 
   comm.broadcast(sizes, 0);
   const int32_t* s = sizes.data<int32_t>();
   if (s[0] == 0) {
-    TANDEM_THROW(CommError, "rank 0 of the new group has no training state to share (every "
-                            "member that held one was lost)");
+    TANDEM_THROW(CommError,
+                 "rank 0 of the new group has no training state to share (every "
+                 "member that held one was lost)");
   }
   const int64_t header_bytes = s[1];
   const int64_t payload = (int64_t{s[3]} << 31) | int64_t{s[2]};

@@ -138,7 +138,8 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape, DType inpu
   const int rank = example_shape.rank() + 1;
   nn::GraphValue x{"input", rank};
   // Inside the graph images are (N, C, H, W), as ONNX's Conv expects.
-  if (rank == 4 && !tokens) x = builder.op("Transpose", {x.name}, 4, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
+  if (rank == 4 && !tokens)
+    x = builder.op("Transpose", {x.name}, 4, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
   const nn::GraphValue y = model.to_graph(builder, x);
   if (y.rank == 4) {
     TANDEM_THROW(InvalidArgument,

@@ -94,8 +94,7 @@ EventWriter::~EventWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void EventWriter::scalars(int64_t step,
-                          const std::vector<std::pair<std::string, double>>& values) {
+void EventWriter::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
   std::vector<std::pair<std::string, double>> finite;
   for (const auto& v : values)
     if (std::isfinite(v.second)) finite.push_back(v);

@@ -24,7 +24,8 @@ bool is_float(DType d) {
 
 // A file dtype that loads into a tensor of `target` without losing values.
 bool loads_into(const std::string& file_dtype, DType target) {
-  if (target == DType::f32) return file_dtype == "F32" || file_dtype == "BF16" || file_dtype == "F16";
+  if (target == DType::f32)
+    return file_dtype == "F32" || file_dtype == "BF16" || file_dtype == "F16";
   return file_dtype == safetensors_dtype(target);
 }
 
@@ -104,13 +105,13 @@ LoadReport load_safetensors(const SafetensorsFile& file, nn::Module& model,
   const bool refused = !mismatched.empty() ||
                        (options.strict && (!report.missing.empty() || !report.unexpected.empty()));
   if (refused) {
-    TANDEM_THROW(InvalidArgument, "'", file.path(), "' does not match the model",
-                 options.strict ? " (strict loading)" : "",
-                 listed("missing: the model's, not in the file", report.missing),
-                 listed("unexpected: in the file, not the model", report.unexpected),
-                 listed("mismatched shape or dtype", mismatched),
-                 mismatched.empty() ? " (non-strict loading skips missing and unexpected tensors)"
-                                    : "");
+    TANDEM_THROW(
+        InvalidArgument, "'", file.path(), "' does not match the model",
+        options.strict ? " (strict loading)" : "",
+        listed("missing: the model's, not in the file", report.missing),
+        listed("unexpected: in the file, not the model", report.unexpected),
+        listed("mismatched shape or dtype", mismatched),
+        mismatched.empty() ? " (non-strict loading skips missing and unexpected tensors)" : "");
   }
   for (const Planned& p : plan) {
     Tensor t = file.read(*p.entry);

@@ -185,15 +185,15 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
                            const Tensor& lse, const Tensor& row_dot, Tensor& kept,
                            Tensor& dscores) {
-  TANDEM_DISPATCH_CUDA(probs, attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept,
-                                                    dscores));
+  TANDEM_DISPATCH_CUDA(
+      probs, attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores));
   // The f32 work in place (dropout's kept probabilities beside, in kept
   // when it is f32), copied into kept and dscores at the end when they are
   // other tensors.
-  Tensor dropped = !rows.dropout                ? probs
-                   : kept.dtype() == DType::f32 ? kept
-                                                : Tensor::empty(probs.shape(), DType::f32,
-                                                                probs.device());
+  Tensor dropped = !rows.dropout ? probs
+                   : kept.dtype() == DType::f32
+                       ? kept
+                       : Tensor::empty(probs.shape(), DType::f32, probs.device());
   const int64_t count = probs.dim(0), T = rows.T, S = rows.S;
   const float scale = rows.scale;
   const float* lse_v = lse.data<float>();
@@ -256,8 +256,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     const int64_t count = std::min(group, d.heads() - first);
     Tensor scores = batched_matmul(heads(q, first, count), heads(k, first, count),
                                    {.transpose_b = true, .out_dtype = DType::f32});
-    Tensor probs = q.dtype() == DType::f32 ? scores
-                                           : Tensor::empty(scores.shape(), q.dtype(), q.device());
+    Tensor probs =
+        q.dtype() == DType::f32 ? scores : Tensor::empty(scores.shape(), q.dtype(), q.device());
     detail::attention_probabilities(rows, first, scores, r.lse, probs);
     Tensor out = heads(r.out, first, count);
     batched_matmul_into(probs, heads(v, first, count), out);

@@ -35,11 +35,10 @@ void copy_rows(const Tensor& src, int64_t src_rows, int64_t src_at, const Tensor
     TANDEM_THROW(InvalidArgument, "layout copy between ", src.device().to_string(), " and ",
                  dst.device().to_string(), " (move one with Tensor::to(Device))");
   }
-  TANDEM_DISPATCH_CUDA(dst, copy_rows(dst.device(),
-                                      static_cast<const char*>(src.device_data()) + src_at * inner,
-                                      src_rows * inner,
-                                      static_cast<char*>(dst.device_data()) + dst_at * inner,
-                                      dst_rows * inner, bytes, outer));
+  TANDEM_DISPATCH_CUDA(
+      dst, copy_rows(dst.device(), static_cast<const char*>(src.device_data()) + src_at * inner,
+                     src_rows * inner, static_cast<char*>(dst.device_data()) + dst_at * inner,
+                     dst_rows * inner, bytes, outer));
   const char* from = static_cast<const char*>(src.raw_data());
   char* to = static_cast<char*>(dst.raw_data());
   parallel_for(outer, std::max<int64_t>(1, detail::kPointwiseGrain / std::max<int64_t>(bytes, 1)),

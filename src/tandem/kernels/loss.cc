@@ -88,8 +88,8 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& lab
 
 Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor& labels,
                                       float grad_loss, double normalizer, DType out_dtype) {
-  TANDEM_DISPATCH_CUDA(probabilities, softmax_cross_entropy_backward(probabilities, labels, grad_loss,
-                                                                     normalizer, out_dtype));
+  TANDEM_DISPATCH_CUDA(probabilities, softmax_cross_entropy_backward(
+                                          probabilities, labels, grad_loss, normalizer, out_dtype));
   check_logits(probabilities, "softmax_cross_entropy_backward");
   const int64_t B = probabilities.dim(0), K = probabilities.dim(1);
   check_labels(labels, B, K, "softmax_cross_entropy_backward");

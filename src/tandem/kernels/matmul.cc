@@ -3,8 +3,8 @@
 #include <atomic>
 #include <vector>
 
-#include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/detail/dispatch.h"
+#include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
 
 namespace tandem::kernels {
@@ -98,7 +98,8 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
   const bool widen = detail::needs_bf16_widening(a);
   if (widen || (a.dtype() == DType::f32 && out.dtype() != DType::f32)) {
     MemoryCategoryScope temporaries(MemoryCategory::workspace);
-    Tensor wide = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32, out.device());
+    Tensor wide =
+        out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32, out.device());
     run_matmul(op, p, widen ? detail::widened(a) : a, widen ? detail::widened(b) : b, bias, wide,
                options);
     if (out.dtype() != DType::f32) out.copy_from(wide);
@@ -114,8 +115,7 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
       m->a = operand_desc(p, p.batch, p.M, p.K, options.transpose_a, dt_in);
       m->b = operand_desc(p, p.b_batch, p.K, p.N, options.transpose_b, dt_in);
       m->out = operand_desc(p, p.batch, p.M, p.N, false, detail::to_dnnl(out.dtype()));
-      if (bias.defined())
-        m->bias = operand_desc(p, 1, 1, p.N, false, memory::data_type::f32);
+      if (bias.defined()) m->bias = operand_desc(p, 1, 1, p.N, false, memory::data_type::f32);
       dnnl::primitive_attr attr = detail::user_scratchpad_attr();
       if (options.activation != Activation::none) {
         attr.set_post_ops(detail::activation_post_op(options.activation));
@@ -186,8 +186,7 @@ Shape batched_output_shape(const Tensor& a, const Tensor& b, const MatmulOptions
 }  // namespace
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
-  Tensor out =
-      Tensor::empty(batched_output_shape(a, b, options), options.out_dtype, a.device());
+  Tensor out = Tensor::empty(batched_output_shape(a, b, options), options.out_dtype, a.device());
   batched_matmul_into(a, b, out, options);
   return out;
 }

@@ -28,22 +28,22 @@ Tensor map_rows(const Tensor& a, const Tensor* b, const char* op, Row row) {
   const int64_t rows = a.numel() / n;
   const size_t element = dtype_size(a.dtype());
   dispatch_floating(a.dtype(), op, [&](auto) {
-    parallel_for(rows, std::max<int64_t>(1, detail::kPointwiseGrain / n), [&](int64_t begin,
-                                                                               int64_t end) {
-      std::vector<float> va(static_cast<size_t>(n)), vb(b != nullptr ? static_cast<size_t>(n) : 0),
-          vo(static_cast<size_t>(n));
-      for (int64_t r = begin; r < end; ++r) {
-        const size_t at = static_cast<size_t>(r * n) * element;
-        convert_on_this_thread(static_cast<const char*>(a.raw_data()) + at, a.dtype(), va.data(),
-                               DType::f32, n);
-        if (b != nullptr)
-          convert_on_this_thread(static_cast<const char*>(b->raw_data()) + at, a.dtype(),
-                                 vb.data(), DType::f32, n);
-        row(va.data(), vb.data(), vo.data(), n);
-        convert_on_this_thread(vo.data(), DType::f32, static_cast<char*>(out.raw_data()) + at,
-                               a.dtype(), n);
-      }
-    });
+    parallel_for(rows, std::max<int64_t>(1, detail::kPointwiseGrain / n),
+                 [&](int64_t begin, int64_t end) {
+                   std::vector<float> va(static_cast<size_t>(n)),
+                       vb(b != nullptr ? static_cast<size_t>(n) : 0), vo(static_cast<size_t>(n));
+                   for (int64_t r = begin; r < end; ++r) {
+                     const size_t at = static_cast<size_t>(r * n) * element;
+                     convert_on_this_thread(static_cast<const char*>(a.raw_data()) + at, a.dtype(),
+                                            va.data(), DType::f32, n);
+                     if (b != nullptr)
+                       convert_on_this_thread(static_cast<const char*>(b->raw_data()) + at,
+                                              a.dtype(), vb.data(), DType::f32, n);
+                     row(va.data(), vb.data(), vo.data(), n);
+                     convert_on_this_thread(vo.data(), DType::f32,
+                                            static_cast<char*>(out.raw_data()) + at, a.dtype(), n);
+                   }
+                 });
   });
   return out;
 }

@@ -29,7 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -80,8 +79,7 @@ ExistingMetrics read_existing(const std::string& path) {
 }
 
 // Each replica's device memory and measured matmul peak (describe_training_run).
-void describe_devices(const distribute::Strategy& strategy, DType compute_dtype,
-                      RunInfo& info) {
+void describe_devices(const distribute::Strategy& strategy, DType compute_dtype, RunInfo& info) {
   const Device device = strategy.device(0);
   info.device_memory_bytes = cpu_info().memory_bytes / strategy.local_replicas();
   if (device.kind == DeviceKind::cuda) {
@@ -277,14 +275,14 @@ void Monitor::on_step(const train::StepInfo& s) {
                     .skipped = s.skipped};
   flops_at_last_step_ = flops_now;
   for (const train::ReplicaStepTime& t : s.replicas) {
-    record.replicas.push_back({.replica = t.replica,
-                               .forward = t.forward,
-                               .backward = t.backward,
-                               .communication = t.communication,
-                               .optimizer = t.optimizer,
-                               .idle = t.idle,
-                               .examples = t.examples >= 0 ? static_cast<double>(t.examples)
-                                                           : std::nan("")});
+    record.replicas.push_back(
+        {.replica = t.replica,
+         .forward = t.forward,
+         .backward = t.backward,
+         .communication = t.communication,
+         .optimizer = t.optimizer,
+         .idle = t.idle,
+         .examples = t.examples >= 0 ? static_cast<double>(t.examples) : std::nan("")});
   }
   for (const auto& b : s.buckets) {
     record.allreduce_bytes += b.wire_bytes;
@@ -334,15 +332,15 @@ void Monitor::on_step(const train::StepInfo& s) {
           {"train/peak_fraction", record.peak_fraction}};
       for (size_t i = 0; i < record.replicas.size(); ++i) {
         const std::string replica = fmt::format("replica_{}/", record.replicas[i].replica);
-        scalars.emplace_back(replica + "busy_fraction", i < record.busy_fractions.size()
-                                                            ? record.busy_fractions[i]
-                                                            : NAN);
+        scalars.emplace_back(replica + "busy_fraction",
+                             i < record.busy_fractions.size() ? record.busy_fractions[i] : NAN);
         scalars.emplace_back(replica + "exposed_communication_seconds",
                              record.replicas[i].communication);
         scalars.emplace_back(replica + "idle_seconds", record.replicas[i].idle);
       }
       for (const DeviceMemory& m : memory)
-        scalars.emplace_back("memory/" + m.device + "/peak_bytes", static_cast<double>(m.peak_total));
+        scalars.emplace_back("memory/" + m.device + "/peak_bytes",
+                             static_cast<double>(m.peak_total));
       write_events(record.global_step, scalars);
     }
   }
@@ -464,7 +462,8 @@ void Monitor::on_epoch(const train::EpochResult& e) {
         {"epoch/train_loss", e.train_loss},
         {"epoch/validation_loss", e.validation_loss},
         {"epoch/examples_per_second", e.examples_per_second}};
-    for (const auto& [name, value] : e.train_metrics) scalars.emplace_back("epoch/train_" + name, value);
+    for (const auto& [name, value] : e.train_metrics)
+      scalars.emplace_back("epoch/train_" + name, value);
     for (const auto& [name, value] : e.validation_metrics)
       scalars.emplace_back("epoch/validation_" + name, value);
     if (!e.staleness.empty()) scalars.emplace_back("epoch/mean_staleness", e.mean_staleness());
@@ -499,8 +498,8 @@ void Monitor::finish_trace() {
   const auto threads = trace::take();
   if (options_.run_dir.empty()) return;
   try {
-    trace::write_chrome_trace(train::RunDirectory(options_.run_dir).trace(),
-                              threads, trace_origin_);
+    trace::write_chrome_trace(train::RunDirectory(options_.run_dir).trace(), threads,
+                              trace_origin_);
   } catch (const IoError& e) {
     // A trace is a diagnostic: losing it must not stop the training.
     warnings_.push_back(std::string("no trace written: ") + e.what());

@@ -12,11 +12,15 @@
 #include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 #include "tandem/monitor/detail/metrics_json.h"
+#include "tandem/monitor/detail/run_files.h"
 #include "tandem/monitor/svg_chart.h"
 #include "tandem/train/run_directory.h"
 
 namespace tandem::monitor {
 namespace {
+
+using detail::RunFiles;
+using detail::StepLine;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,98 +32,6 @@ const std::vector<std::string> kCategoryColors = {"#4e79a7", "#f28e2b", "#59a14f
 static_assert(kMemoryCategoryCount == 7, "give the new memory category a colour in the report");
 const std::vector<std::string> kSeriesColors = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
                                                 "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
-
-struct StepLine {
-  StepRecord record;
-  json extra;  // the whole line, for derived fields
-};
-
-struct RunFiles {
-  json run;                           // the first line
-  std::map<int64_t, StepLine> steps;  // by global step; a resumed run's repeats replace
-  std::map<int64_t, json> epochs;
-  json summary;      // null when summary.json is missing
-  json last_memory;  // the latest line's memory snapshot
-  std::vector<json> membership_changes;  // an elastic job's
-  std::vector<std::string> warnings;
-};
-
-RunFiles read_run(const std::string& run_dir) {
-  const fs::path dir(run_dir);
-  std::error_code error;
-  if (!fs::exists(dir, error))
-    TANDEM_THROW(IoError, "run directory '", run_dir, "' does not exist");
-  if (!fs::is_directory(dir, error))
-    TANDEM_THROW(IoError, "'", run_dir, "' is not a directory (give the run directory)");
-  const fs::path metrics = train::RunDirectory(dir).metrics();
-  std::ifstream in(metrics);
-  if (!in) {
-    TANDEM_THROW(IoError, "'", metrics.string(),
-                 "' is missing: not a tandem run directory, or the run was started with "
-                 "--no-monitor");
-  }
-  RunFiles files;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(std::move(line));
-  for (size_t i = 0; i < lines.size(); ++i) {
-    json j;
-    try {
-      j = json::parse(lines[i]);
-      const std::string type = j.at("type").get<std::string>();
-      if (type == "run") {
-        if (files.run.is_null()) files.run = j;
-      } else if (type == "step") {
-        StepLine s{detail::step_from_json(j), j};
-        files.steps[s.record.global_step] = std::move(s);
-      } else if (type == "epoch") {
-        files.epochs[tandem::detail::json_integer<int64_t>(j.at("epoch"), "'epoch'")] = j;
-      } else if (type == "membership") {
-        files.membership_changes.push_back(j);
-      }
-      if (j.contains("memory")) files.last_memory = j.at("memory");
-    } catch (const json::exception& e) {
-      // A run killed while writing leaves at most its last line cut short,
-      // and a resumed run continues after it with a new run header.
-      const bool resumed_after =
-          i + 1 < lines.size() && lines[i + 1].find("\"type\":\"run\"") != std::string::npos;
-      if (i + 1 == lines.size() || resumed_after) {
-        files.warnings.push_back(fmt::format(
-            "line {} of metrics.jsonl is incomplete (the run was killed while writing it) and "
-            "was skipped",
-            i + 1));
-        continue;
-      }
-      TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
-    } catch (const Error& e) {  // a value its field cannot hold
-      TANDEM_THROW(IoError, "line ", i + 1, " of '", metrics.string(), "' is corrupt: ", e.what());
-    }
-  }
-  if (files.run.is_null()) {
-    TANDEM_THROW(IoError, "'", metrics.string(),
-                 "' has no run header (its first line should be a {\"type\": \"run\"} object)");
-  }
-  if (files.steps.empty()) {
-    TANDEM_THROW(IoError, "'", metrics.string(),
-                 "' has no step records: the run ended before its first step finished");
-  }
-  const fs::path summary = train::RunDirectory(dir).summary();
-  std::ifstream summary_in(summary);
-  if (!summary_in) {
-    files.warnings.push_back(fmt::format(
-        "summary.json is missing: the run did not finish (killed, or still running); the "
-        "report covers metrics.jsonl up to global step {}",
-        files.steps.rbegin()->first));
-  } else {
-    try {
-      files.summary = json::parse(summary_in);
-    } catch (const json::exception& e) {
-      files.warnings.push_back(
-          fmt::format("summary.json is not valid JSON ({}); ignored", e.what()));
-    }
-  }
-  return files;
-}
 
 std::string figure(double value, const char* unit) {
   if (value >= 1e12) return fmt::format("{:.2f} T{}", value / 1e12, unit);
@@ -336,7 +248,6 @@ std::string charts_section(const ReportContext& context) {
   std::vector<Series> busy_series;
   for (auto& [id, s] : busy) busy_series.push_back(std::move(s));
 
-
   std::string charts;
   charts += line_chart({.id = "loss",
                         .title = "Loss",
@@ -381,8 +292,7 @@ std::string charts_section(const ReportContext& context) {
 std::pair<double, double> last_noise_scale(const RunFiles& files) {
   for (auto it = files.steps.rbegin(); it != files.steps.rend(); ++it) {
     if (std::isfinite(it->second.record.noise_scale)) {
-      return {it->second.record.noise_scale,
-              static_cast<double>(it->second.record.batch_examples)};
+      return {it->second.record.noise_scale, static_cast<double>(it->second.record.batch_examples)};
     }
   }
   return {NAN, NAN};
@@ -402,17 +312,21 @@ std::string key_figures_table(const ReportContext& c) {
   const auto devices =
       static_cast<double>(std::max<size_t>(1, run.value("devices", json::array()).size()));
   std::string table;
-  table += row("model", fmt::format("{} ({} parameters)", run.value("model", "?"),
-                                    tandem::detail::json_integer_or(run, "parameters", int64_t{0})));
-  table += row("strategy", fmt::format("{}: {} replica(s) x {} thread(s), precision {}, global "
-                                       "batch {}",
-                                       run.value("strategy", "?"), replicas,
-                                       tandem::detail::json_integer_or(run, "threads_per_replica", 1),
-                                       run.value("precision", "?"), tandem::detail::json_integer_or(run, "batch_size", int64_t{0})));
+  table +=
+      row("model", fmt::format("{} ({} parameters)", run.value("model", "?"),
+                               tandem::detail::json_integer_or(run, "parameters", int64_t{0})));
+  table +=
+      row("strategy", fmt::format("{}: {} replica(s) x {} thread(s), precision {}, global "
+                                  "batch {}",
+                                  run.value("strategy", "?"), replicas,
+                                  tandem::detail::json_integer_or(run, "threads_per_replica", 1),
+                                  run.value("precision", "?"),
+                                  tandem::detail::json_integer_or(run, "batch_size", int64_t{0})));
   const auto& last_step = files.steps.rbegin()->second.record;
   table += row("progress", fmt::format("epoch {} step {} of {} epochs x {} steps ({} step "
                                        "records)",
-                                       last_step.epoch, last_step.step, tandem::detail::json_integer_or(run, "epochs", int64_t{0}),
+                                       last_step.epoch, last_step.step,
+                                       tandem::detail::json_integer_or(run, "epochs", int64_t{0}),
                                        per_epoch, files.steps.size()));
   const bool percent = metric.ends_with("accuracy");
   const auto metric_figure = [&](double v) {
@@ -558,9 +472,11 @@ std::string pipeline_section(const RunFiles& files) {
       pipeline += fmt::format(
           "<tr><td>{}</td><td>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.1f}</td>"
           "<td>{}</td></tr>",
-          html_escape(stage.value("stage", "")), tandem::detail::json_integer_or(stage, "elements", int64_t{0}),
+          html_escape(stage.value("stage", "")),
+          tandem::detail::json_integer_or(stage, "elements", int64_t{0}),
           number_or_nan(stage, "busy_seconds"), number_or_nan(stage, "wait_seconds"),
-          number_or_nan(stage, "mean_buffer"), tandem::detail::json_integer_or(stage, "buffer_capacity", int64_t{0}));
+          number_or_nan(stage, "mean_buffer"),
+          tandem::detail::json_integer_or(stage, "buffer_capacity", int64_t{0}));
     }
     pipeline += "</table>";
     break;
@@ -589,9 +505,9 @@ std::string staleness_section(const RunFiles& files) {
     for (const auto& n : e.value("dropped_examples", json::array()))
       dropped += (dropped.empty() ? "" : ", ") +
                  std::to_string(tandem::detail::json_integer<int64_t>(n, "a dropped count"));
-    staleness += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{}</td><td>{}</td></tr>",
-                             epoch, applied, number_or_nan(e, "mean_staleness"), histogram,
-                             dropped);
+    staleness +=
+        fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{}</td><td>{}</td></tr>", epoch,
+                    applied, number_or_nan(e, "mean_staleness"), histogram, dropped);
   }
   if (!staleness.empty()) staleness += "</table>";
   return staleness;
@@ -684,7 +600,7 @@ addEventListener('load', () => {{
 }  // namespace
 
 ReportResult write_report(const std::string& run_dir, const std::string& output) {
-  RunFiles files = read_run(run_dir);
+  RunFiles files = detail::read_run(run_dir);
   try {
     return render_report(std::move(files), run_dir, output);
   } catch (const json::exception& e) {

@@ -73,7 +73,8 @@ void RunStats::add(const StepRecord& s) {
       if (&o != &r && !std::isnan(pace(o))) others.push_back(pace(o));
     if (!others.empty() && !std::isnan(pace(r)) && pace(r) > median(others))
       ++slow_steps_[static_cast<size_t>(it - replica_sums_.begin())];
-    if (!std::isnan(r.examples)) it->examples = (std::isnan(it->examples) ? 0.0 : it->examples) + r.examples;
+    if (!std::isnan(r.examples))
+      it->examples = (std::isnan(it->examples) ? 0.0 : it->examples) + r.examples;
     it->forward += r.forward;
     it->backward += r.backward;
     it->communication += r.communication;
@@ -199,19 +200,19 @@ void RunStats::find_straggler(std::vector<Finding>& out) const {
   // What it costs per step: the compute it would not need at the others'
   // pace (synchronous replicas wait that long for it; asynchronous
   // workers lose that many examples' worth of work).
-  const double cost = per_example ? slow.compute() * excess / (1.0 + excess)
-                                  : slow.compute() - typical;
+  const double cost =
+      per_example ? slow.compute() * excess / (1.0 + excess) : slow.compute() - typical;
   // A replica that is slow now and then (descheduled by the OS, sharing a
   // core) raises its mean without being the one the others wait for.
   const double consistency =
       static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
   if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
       consistency >= kStragglerConsistency) {
-    const std::string measure =
-        per_example ? fmt::format("{:.3f} vs {:.3f} ms of compute per example", 1e3 * pace(slow),
-                                  1e3 * typical)
-                    : fmt::format("{:.1f} vs {:.1f} ms of compute per step", 1e3 * pace(slow),
-                                  1e3 * typical);
+    const std::string measure = per_example
+                                    ? fmt::format("{:.3f} vs {:.3f} ms of compute per example",
+                                                  1e3 * pace(slow), 1e3 * typical)
+                                    : fmt::format("{:.1f} vs {:.1f} ms of compute per step",
+                                                  1e3 * pace(slow), 1e3 * typical);
     out.push_back(
         {"straggler",
          fmt::format("straggler: replica {} is {} slower than the others ({}, slow in {} of "
@@ -301,10 +302,10 @@ void RunStats::find_membership_changes(std::vector<Finding>& out) const {
 std::vector<Finding> RunStats::diagnose() const {
   std::vector<Finding> out;
   if (measured_ == 0) return out;
-  for (const auto rule : {&RunStats::find_input_bound, &RunStats::find_communication_bound,
-                          &RunStats::find_straggler, &RunStats::find_memory,
-                          &RunStats::find_batch_against_noise_scale,
-                          &RunStats::find_membership_changes}) {
+  for (const auto rule :
+       {&RunStats::find_input_bound, &RunStats::find_communication_bound, &RunStats::find_straggler,
+        &RunStats::find_memory, &RunStats::find_batch_against_noise_scale,
+        &RunStats::find_membership_changes}) {
     (this->*rule)(out);
   }
   // Without a bottleneck, the replicas compute.

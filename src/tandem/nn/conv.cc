@@ -28,8 +28,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
   init::kaiming_uniform(w, fan_in, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {
-    Tensor b =
-        Tensor::empty(Shape{out_channels}, DType::f32, current_device(), MemoryCategory::parameters);
+    Tensor b = Tensor::empty(Shape{out_channels}, DType::f32, current_device(),
+                             MemoryCategory::parameters);
     const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
     init::uniform(b, -bound, bound, generator);
     bias_ = register_parameter("bias", b);

@@ -15,8 +15,8 @@ Embedding::Embedding(int64_t vocabulary, int64_t dim, Generator& generator)
     TANDEM_THROW(InvalidArgument, "Embedding: sizes must be positive, got ", vocabulary, " x ",
                  dim);
   }
-  Tensor w =
-      Tensor::empty(Shape{vocabulary, dim}, DType::f32, current_device(), MemoryCategory::parameters);
+  Tensor w = Tensor::empty(Shape{vocabulary, dim}, DType::f32, current_device(),
+                           MemoryCategory::parameters);
   init::normal(w, 0.0f, 1.0f, generator);
   weight_ = register_parameter("weight", w);
 }
@@ -39,8 +39,8 @@ PositionEmbedding::PositionEmbedding(int64_t positions, int64_t dim, Generator& 
     TANDEM_THROW(InvalidArgument, "PositionEmbedding: sizes must be positive, got ", positions,
                  " x ", dim);
   }
-  Tensor w =
-      Tensor::empty(Shape{positions, dim}, DType::f32, current_device(), MemoryCategory::parameters);
+  Tensor w = Tensor::empty(Shape{positions, dim}, DType::f32, current_device(),
+                           MemoryCategory::parameters);
   init::normal(w, 0.0f, 0.02f, generator);
   weight_ = register_parameter("weight", w);
 }
@@ -48,8 +48,8 @@ PositionEmbedding::PositionEmbedding(int64_t positions, int64_t dim, Generator& 
 Variable PositionEmbedding::forward(const Variable& input) {
   const Shape& s = input.shape();
   if (s.rank() < 2 || s.dim(-1) != dim_ || s.dim(-2) > positions_) {
-    TANDEM_THROW(ShapeError, "PositionEmbedding(", positions_, ", ", dim_,
-                 "): needs (..., T, ", dim_, ") with T <= ", positions_, ", got ", s.to_string());
+    TANDEM_THROW(ShapeError, "PositionEmbedding(", positions_, ", ", dim_, "): needs (..., T, ",
+                 dim_, ") with T <= ", positions_, ", got ", s.to_string());
   }
   const int64_t T = s.dim(-2);
   std::vector<int32_t> ids(static_cast<size_t>(T));

@@ -20,8 +20,8 @@ GraphValue activation_to_graph(GraphBuilder& g, const GraphValue& x, kernels::Ac
     }
     case kernels::Activation::gelu_tanh: {
       // x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2.
-      const GraphValue cube = g.op("Mul", {x.name, g.op("Mul", {x.name, x.name}, x.rank).name},
-                                   x.rank);
+      const GraphValue cube =
+          g.op("Mul", {x.name, g.op("Mul", {x.name, x.name}, x.rank).name}, x.rank);
       const GraphValue inner =
           g.op("Add", {x.name, g.op("Mul", {cube.name, g.scalar(0.044715f)}, x.rank).name}, x.rank);
       const GraphValue t = g.op(

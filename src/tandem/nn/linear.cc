@@ -20,8 +20,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
   init::kaiming_uniform(w, in_features, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {
-    Tensor b =
-        Tensor::empty(Shape{out_features}, DType::f32, current_device(), MemoryCategory::parameters);
+    Tensor b = Tensor::empty(Shape{out_features}, DType::f32, current_device(),
+                             MemoryCategory::parameters);
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
     init::uniform(b, -bound, bound, generator);
     bias_ = register_parameter("bias", b);
@@ -30,7 +30,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
 
 Variable Linear::forward(const Variable& input) {
   return linear(input, weight_, bias_,
-                {.activation = options_.activation, .compute_dtype = options_.compute_dtype,
+                {.activation = options_.activation,
+                 .compute_dtype = options_.compute_dtype,
                  .output_dtype = options_.output_dtype});
 }
 

@@ -1,7 +1,7 @@
 // Model files: the TOML parser and the shape inference (model_builder.cc
 // builds the modules). toml++ is a heavy header: only the parsers of TOML
-// files (this one, input specifications, search spaces) include it. The keys each layer type takes are listed once, in
-// kinds(); the parser refuses any other key and reads only those.
+// files (this one, input specifications, search spaces) include it. The keys each layer type takes
+// are listed once, in kinds(); the parser refuses any other key and reads only those.
 
 #include "tandem/nn/model_file.h"
 
@@ -349,8 +349,11 @@ void parse_batch_norm(const LayerReader& r, LayerDefinition& d) {
   d.synchronized = r.boolean("synchronized", false);
   d.activation = r.activation("activation", true);
   if (d.activation != kernels::Activation::none && d.activation != kernels::Activation::relu) {
-    r.fail_at("activation", "activation must be \"none\" or \"relu\" (fused into the batch "
-              "norm), got \"", kernels::activation_name(d.activation), "\"; put an activation "
+    r.fail_at("activation",
+              "activation must be \"none\" or \"relu\" (fused into the batch "
+              "norm), got \"",
+              kernels::activation_name(d.activation),
+              "\"; put an activation "
               "layer after it");
   }
   d.output_shape = d.input_shape;
@@ -374,8 +377,7 @@ float probability(const LayerReader& r, std::string_view key,
 void require_sequence(const LayerReader& r, const std::vector<int64_t>& input,
                       std::string_view hint = "") {
   if (input.size() != 2) {
-    r.fail(r.line(), "needs a (positions, width) input per example, got ", shape_text(input),
-           hint);
+    r.fail(r.line(), "needs a (positions, width) input per example, got ", shape_text(input), hint);
   }
 }
 
@@ -570,8 +572,7 @@ LayerDefinition Parser::parse_layer(const toml::table& table, const std::string&
         const toml::node& inner = r.required(key);
         const toml::array* array = inner.as_array();
         if (!array) {
-          r.fail(line_of(inner), key, " must be an array of layer tables, got ",
-                 value_kind(inner));
+          r.fail(line_of(inner), key, " must be an array of layer tables, got ", value_kind(inner));
         }
         if (array->empty()) r.fail(line_of(inner), key, " is empty");
         return parse_layers(*array, prefix, inner_flow);

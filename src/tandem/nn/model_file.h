@@ -19,14 +19,14 @@ namespace tandem::nn {
 
 // A model file's layer types, by their names in the file ("dense", ...).
 enum class LayerKind : uint8_t {
-  dense,       // Linear
-  conv2d,      // Conv2d
-  max_pool2d,  // MaxPool2d
-  batch_norm,  // BatchNorm2d over the last dimension
-  layer_norm,  // LayerNorm over the last dimension
-  dropout,     // Dropout
-  flatten,     // Flatten
-  embedding,   // Embedding
+  dense,               // Linear
+  conv2d,              // Conv2d
+  max_pool2d,          // MaxPool2d
+  batch_norm,          // BatchNorm2d over the last dimension
+  layer_norm,          // LayerNorm over the last dimension
+  dropout,             // Dropout
+  flatten,             // Flatten
+  embedding,           // Embedding
   activation,          // ReLU, GELU, GELUTanh or SiLU
   residual,            // Residual
   avg_pool2d,          // AvgPool2d
@@ -61,14 +61,14 @@ struct LayerDefinition {
   int64_t heads = 0;       // attention
   // dense, conv2d, activation; batch_norm (relu) and residual: after the layer
   kernels::Activation activation = kernels::Activation::none;
-  bool bias = true;                                            // dense, conv2d
-  float rate = 0.0f;                                           // dropout, attention
-  float eps = 1e-5f;                                           // batch_norm, layer_norm
-  float momentum = 0.1f;                                       // batch_norm
-  bool synchronized = false;                                   // batch_norm
-  bool recompute = false;                                      // residual
-  std::vector<LayerDefinition> layers;                         // residual
-  std::vector<LayerDefinition> shortcut;                       // residual (empty: identity)
+  bool bias = true;                       // dense, conv2d
+  float rate = 0.0f;                      // dropout, attention
+  float eps = 1e-5f;                      // batch_norm, layer_norm
+  float momentum = 0.1f;                  // batch_norm
+  bool synchronized = false;              // batch_norm
+  bool recompute = false;                 // residual
+  std::vector<LayerDefinition> layers;    // residual
+  std::vector<LayerDefinition> shortcut;  // residual (empty: identity)
 
   bool operator==(const LayerDefinition&) const = default;
 };

@@ -82,7 +82,7 @@ class Module {
   // A parameter or buffer with its full name and PyTorch axes.
   struct StateTensor {
     std::string name;
-    Tensor value;                 // shares the parameter's or buffer's storage
+    Tensor value;                       // shares the parameter's or buffer's storage
     std::optional<Variable> parameter;  // unset for a buffer
     std::vector<int> torch_axes;
   };

@@ -21,8 +21,8 @@ Conv2dOptions conv_options(const ResNetConfig& c, int64_t stride, int64_t paddin
 
 void check_resnet_config(const ResNetConfig& c) {
   if (c.depth < 8 || (c.depth - 2) % 6 != 0) {
-    TANDEM_THROW(InvalidArgument, "resnet: depth must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110), got ",
-                 c.depth);
+    TANDEM_THROW(InvalidArgument,
+                 "resnet: depth must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110), got ", c.depth);
   }
   const auto positive = [](int64_t v, const char* name) {
     if (v <= 0) TANDEM_THROW(InvalidArgument, "resnet: ", name, " must be positive, got ", v);

@@ -23,8 +23,8 @@
 namespace tandem::nn {
 
 struct ResNetConfig {
-  int64_t depth = 20;  // 6n + 2
-  int64_t width = 16;  // channels of the first stage
+  int64_t depth = 20;    // 6n + 2
+  int64_t width = 16;    // channels of the first stage
   int64_t channels = 1;  // of the input images
   int64_t classes = 10;
   bool synchronized_batch_norm = false;  // statistics over every replica's rows

@@ -21,7 +21,9 @@ void check_non_negative(double value, const char* what) {
 
 }  // namespace
 
-bool layerwise_adapted(const Variable& parameter) { return parameter.shape().rank() >= 2; }
+bool layerwise_adapted(const Variable& parameter) {
+  return parameter.shape().rank() >= 2;
+}
 
 Lars::Lars(std::vector<Variable> parameters, double learning_rate, const LarsOptions& options)
     : Optimizer(std::move(parameters), learning_rate), options_(options) {

@@ -94,10 +94,10 @@ class Adam : public Optimizer {
 // The learning rate is explicit here (the recipe's 0.05 for SGD by default);
 // `tandem train` without --lr takes default_learning_rate(name) instead.
 struct OptimizerConfig {
-  std::string name = "sgd";     // sgd, adam, adamw, lars, lamb (optim/layerwise.h)
-  double learning_rate = 0.05;  // > 0, finite
-  double momentum = 0.9;        // sgd, lars; in [0, 1)
-  bool nesterov = false;        // sgd
+  std::string name = "sgd";          // sgd, adam, adamw, lars, lamb (optim/layerwise.h)
+  double learning_rate = 0.05;       // > 0, finite
+  double momentum = 0.9;             // sgd, lars; in [0, 1)
+  bool nesterov = false;             // sgd
   double trust_coefficient = 0.001;  // lars: eta, > 0
   // Unset: PyTorch's default (0 for sgd, adam and lars, 0.01 for adamw and
   // lamb); >= 0.

@@ -37,9 +37,8 @@ __attribute__((target("avx512f"))) void f32_to_bf16_avx512(const float* src, uin
   for (; i + 16 <= n; i += 16) {
     const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
     const __m512i high = _mm512_srli_epi32(x, 16);
-    const __m512i rounded =
-        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(high, one)),
-                          16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(high, one)), 16);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), infinity);
     const __m512i bits = _mm512_mask_or_epi32(rounded, nan, high, quiet_bit);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));

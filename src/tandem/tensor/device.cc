@@ -105,7 +105,9 @@ int cuda_gpu_count() {
   return backend != nullptr ? backend->physical_device_count() : 0;
 }
 
-bool cuda_built() { return detail::device_backend(DeviceKind::cuda) != nullptr; }
+bool cuda_built() {
+  return detail::device_backend(DeviceKind::cuda) != nullptr;
+}
 
 int cuda_device_count() {
   detail::DeviceBackend* backend = detail::device_backend(DeviceKind::cuda);

@@ -13,7 +13,9 @@ namespace {
 
 constexpr size_t kHostAlignment = 64;
 
-bool on_host(Device device) { return device.kind == DeviceKind::cpu; }
+bool on_host(Device device) {
+  return device.kind == DeviceKind::cpu;
+}
 
 }  // namespace
 

@@ -179,7 +179,8 @@ void Tensor::copy_from(const Tensor& other) {
                  shape_.to_string(), " differ in element count");
   }
   if (other.device() == device()) {
-    detail::device_convert(other.device_data(), other.dtype(), device_data(), dtype_, numel(), device());
+    detail::device_convert(other.device_data(), other.dtype(), device_data(), dtype_, numel(),
+                           device());
   } else if (other.dtype() == dtype_) {
     detail::device_copy(device_data(), device(), other.device_data(), other.device(), nbytes());
   } else {

@@ -40,7 +40,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_;
   MemoryCategory category_ = MemoryCategory::activations;
-  Allocator* allocator_ = nullptr;  // null for external memory
+  Allocator* allocator_ = nullptr;     // null for external memory
   std::shared_ptr<const void> owner_;  // external memory's keeper (may be null)
 };
 

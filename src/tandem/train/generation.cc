@@ -29,7 +29,8 @@ void check(const LanguageModel& c, std::string_view prompt, const GenerationOpti
   }
   for (const char ch : prompt) {
     if (static_cast<unsigned char>(ch) >= c.vocabulary) {
-      TANDEM_THROW(InvalidArgument, "the prompt's byte ", static_cast<int>(static_cast<unsigned char>(ch)),
+      TANDEM_THROW(InvalidArgument, "the prompt's byte ",
+                   static_cast<int>(static_cast<unsigned char>(ch)),
                    " is outside the model's vocabulary of ", c.vocabulary);
     }
   }
@@ -49,8 +50,8 @@ int32_t pick(const std::vector<float>& logits, const GenerationOptions& o, Gener
   std::vector<double> weights(static_cast<size_t>(k));
   double total = 0.0;
   for (int64_t i = 0; i < k; ++i) {
-    weights[static_cast<size_t>(i)] =
-        std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - top) / o.temperature);
+    weights[static_cast<size_t>(i)] = std::exp(
+        (logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - top) / o.temperature);
     total += weights[static_cast<size_t>(i)];
   }
   float u = 0.0f;
@@ -81,7 +82,8 @@ std::string generate(const LanguageModel& c, std::string_view prompt,
   std::string out;
   for (int64_t n = 0; n < options.tokens; ++n) {
     // The last `context` tokens (a sliding window once the text is longer).
-    const auto T = static_cast<int64_t>(std::min<size_t>(context.size(), static_cast<size_t>(c.context)));
+    const auto T =
+        static_cast<int64_t>(std::min<size_t>(context.size(), static_cast<size_t>(c.context)));
     const std::vector<int32_t> window(context.end() - T, context.end());
     const Variable logits = model.forward(Variable(Tensor::from_ints(Shape{1, T}, window)));
     if (logits.shape() != Shape{1, T, c.vocabulary}) {

@@ -15,9 +15,9 @@
 namespace tandem::train {
 
 struct GenerationOptions {
-  int64_t tokens = 200;       // new tokens, >= 0
-  double temperature = 1.0;   // >= 0 and finite; 0: greedy
-  int64_t top_k = 0;          // 0: every token; else 1..vocabulary
+  int64_t tokens = 200;      // new tokens, >= 0
+  double temperature = 1.0;  // >= 0 and finite; 0: greedy
+  int64_t top_k = 0;         // 0: every token; else 1..vocabulary
   uint64_t seed = 0;
 };
 

@@ -106,7 +106,9 @@ Loss loss_from_json(const std::string& text) {
     LossOptions o{.labels = j.at("labels").get<std::string>(),
                   .label_smoothing = j.at("label_smoothing").get<double>(),
                   .delta = j.at("delta").get<double>()};
-    if (j.contains("ignore_index")) o.ignore_index = tandem::detail::json_integer<int32_t>(j.at("ignore_index"), "'ignore_index'");
+    if (j.contains("ignore_index"))
+      o.ignore_index =
+          tandem::detail::json_integer<int32_t>(j.at("ignore_index"), "'ignore_index'");
     return make_loss(kind, o);
   } catch (const nlohmann::json::exception& e) {
     TANDEM_THROW(InvalidArgument, "a loss record is malformed: ", e.what());

@@ -238,7 +238,7 @@ struct PlanShape {
   int slots = 0;           // optimizer state tensors per parameter
   int64_t wire_bytes = 0;  // compressed-wire staging per element
   int64_t process_rows = 0;
-  double depth = 0.0;            // batches the input pipeline holds
+  double depth = 0.0;                 // batches the input pipeline holds
   double feature = 0.0, whole = 0.0;  // bytes of an example's input feature, of the whole
 };
 
@@ -295,9 +295,7 @@ PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
   const std::string& optimizer = c.optimizer.name;
   // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
   // the two moments of Adam, AdamW and LAMB.
-  s.slots = optimizer == "sgd"    ? (c.optimizer.momentum > 0.0 ? 1 : 0)
-            : optimizer == "lars" ? 1
-                                  : 2;
+  s.slots = optimizer == "sgd" ? (c.optimizer.momentum > 0.0 ? 1 : 0) : optimizer == "lars" ? 1 : 2;
   s.wire_bytes = c.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging
   s.process_rows = s.micro * c.accumulation_steps * s.local;
   // The one training, the next, and the prefetched.
@@ -348,9 +346,9 @@ SteadyMemory steady_memory(const MemoryPlanInput& in, const PlanShape& s, int r)
   if (s.reduces) {
     communication += static_cast<double>(s.bucket_elements * s.wire_bytes);
     if (s.zero == 2) {
-      communication += static_cast<double>(
-          std::min<int64_t>(distribute::Reducer::kStagingSlots, s.buckets) * s.largest_bucket *
-          f32);
+      communication +=
+          static_cast<double>(std::min<int64_t>(distribute::Reducer::kStagingSlots, s.buckets) *
+                              s.largest_bucket * f32);
     }
     if (s.zero > 0) communication += static_cast<double>(s.largest_shard * f32);
     if (s.zero > 0 && s.processes > 1) {
@@ -414,9 +412,9 @@ DeviceMemoryPlan device_plan(const MemoryPlanInput& in, const PlanShape& s, cons
   d.transient_fixed = traced.train.total.fixed;
   d.transient_per_row = traced.train.total.per_row;
   if (in.evaluates) {
-    d.transient_floor = std::max(
-        d.transient_floor, traced.eval.total.at(s.eval_rows) +
-                               (r == 0 ? 0.0 : static_cast<double>(s.eval_rows) * s.feature));
+    d.transient_floor = std::max(d.transient_floor,
+                                 traced.eval.total.at(s.eval_rows) +
+                                     (r == 0 ? 0.0 : static_cast<double>(s.eval_rows) * s.feature));
   }
   return d;
 }

@@ -60,7 +60,9 @@ std::vector<Metric> metrics_from_json(const std::string& text) {
                      "' is a program's own; rebuild it with the program (C++ API)");
       }
       MetricOptions o{.labels = e.at("labels").get<std::string>()};
-      if (e.contains("ignore_index")) o.ignore_index = tandem::detail::json_integer<int32_t>(e.at("ignore_index"), "'ignore_index'");
+      if (e.contains("ignore_index"))
+        o.ignore_index =
+            tandem::detail::json_integer<int32_t>(e.at("ignore_index"), "'ignore_index'");
       out.push_back(make_metric(e.at("name").get<std::string>(), o));
     }
     return out;

@@ -33,7 +33,7 @@ class NoiseScaleEstimator {
   // The smoothed B_simple in examples; NaN before any measurement or while
   // the smoothed |G|^2 is not positive.
   double noise_scale() const;
-  double trace() const { return trace_; }                // smoothed tr(S)
+  double trace() const { return trace_; }               // smoothed tr(S)
   double gradient_squares() const { return squares_; }  // smoothed |G|^2
   int64_t samples() const { return samples_; }
 

@@ -24,7 +24,9 @@ double LinkModel::half_ring_seconds(double bytes, int ranks) const {
   return small_seconds(ranks) + (ranks - 1.0) / ranks * bytes / bus_bandwidth;
 }
 
-double LinkModel::transfer_seconds(double bytes) const { return latency + bytes / bus_bandwidth; }
+double LinkModel::transfer_seconds(double bytes) const {
+  return latency + bytes / bus_bandwidth;
+}
 
 LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
   if (table.empty())
@@ -43,8 +45,9 @@ LinkModel fit_link(const std::vector<MeasuredAllReduce>& table, int ranks) {
     }
   }
   std::vector<MeasuredAllReduce> sorted = table;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const MeasuredAllReduce& a, const MeasuredAllReduce& b) { return a.bytes < b.bytes; });
+  std::sort(
+      sorted.begin(), sorted.end(),
+      [](const MeasuredAllReduce& a, const MeasuredAllReduce& b) { return a.bytes < b.bytes; });
   const double factor = 2.0 * (ranks - 1) / ranks;
   std::vector<const MeasuredAllReduce*> large;
   for (const MeasuredAllReduce& m : sorted)
@@ -95,8 +98,9 @@ void check_inputs(const StepProfile& profile, const ScalingSetup& setup) {
     TANDEM_THROW(InvalidArgument, "the profile's step takes no time");
   for (const StepProfile::Gradient& g : profile.gradients) {
     if (g.elements < 1 || !(g.ready >= 0.0 && g.ready <= 1.0)) {
-      TANDEM_THROW(InvalidArgument, "a gradient needs elements and a ready fraction in [0, 1], got ",
-                   g.elements, " elements ready at ", g.ready);
+      TANDEM_THROW(InvalidArgument,
+                   "a gradient needs elements and a ready fraction in [0, 1], got ", g.elements,
+                   " elements ready at ", g.ready);
     }
   }
   const bool across_hosts = setup.hosts > 1, within_host = setup.devices_per_host > 1;
@@ -251,8 +255,8 @@ ScalingPrediction predict_replicated(const StepProfile& profile, const ScalingSe
     out.optimizer /= replicas;
     for (const BucketSchedule& b : out.buckets) {
       const double bytes = 4.0 * static_cast<double>(b.elements);
-      out.update_communication += setup.local.half_ring_seconds(bytes, d) +
-                                  setup.between_hosts.half_ring_seconds(bytes, h);
+      out.update_communication +=
+          setup.local.half_ring_seconds(bytes, d) + setup.between_hosts.half_ring_seconds(bytes, h);
     }
   } else if (setup.mode == UpdateMode::local_sgd && replicas > 1) {
     // Every K steps each parameter is all-reduced on its own, in f32.
@@ -289,7 +293,8 @@ ScalingPrediction predict_parameter_server(const StepProfile& profile, const Sca
   const double workers = static_cast<double>(d) * h;
   const LinkModel& link = h > 1 ? setup.between_hosts : setup.local;
   double elements = 0.0;
-  for (const StepProfile::Gradient& g : profile.gradients) elements += static_cast<double>(g.elements);
+  for (const StepProfile::Gradient& g : profile.gradients)
+    elements += static_cast<double>(g.elements);
   const double shards = setup.ps_shards;
   const double compute = profile.forward + profile.backward + profile.other;
   if (!(link.bus_bandwidth > 0.0)) {  // one worker on one host: nothing travels
@@ -312,8 +317,8 @@ ScalingPrediction predict_parameter_server(const StepProfile& profile, const Sca
       const double host_use = (d - 1) * host_way / cycle;
       const double shard_use = (workers - 1.0) * shard_way / cycle;
       if (host_use >= 1.0 || shard_use >= 1.0) return -INFINITY;
-      const double transfer = link.latency + std::max(host_way / (1.0 - host_use),
-                                                      shard_way / (1.0 - shard_use));
+      const double transfer =
+          link.latency + std::max(host_way / (1.0 - host_use), shard_way / (1.0 - shard_use));
       return cycle - 2.0 * transfer - compute;
     };
     double low = 0.0, high = 2.0 * (link.latency + host_way + workers * shard_way) + compute;

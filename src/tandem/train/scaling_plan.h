@@ -86,10 +86,10 @@ struct StepProfile {
 // How the replicas keep their parameters in step: the training flags that
 // choose it (docs/memory.md, docs/sync_async.md).
 enum class UpdateMode {
-  all_reduce,       // each step's gradients all-reduced in buckets (the default)
-  zero1,            // --zero 1: all-reduce; each replica updates 1/N and the parameters are all-gathered
-  zero2,            // --zero 2: each bucket reduce-scattered; the same update and all-gather
-  local_sgd,        // --sync-every K: parameters all-reduced every K steps, tensor by tensor
+  all_reduce,  // each step's gradients all-reduced in buckets (the default)
+  zero1,       // --zero 1: all-reduce; each replica updates 1/N and the parameters are all-gathered
+  zero2,       // --zero 2: each bucket reduce-scattered; the same update and all-gather
+  local_sgd,   // --sync-every K: parameters all-reduced every K steps, tensor by tensor
   ps_synchronous,   // --strategy parameter-server --max-staleness 0: rounds of every worker
   ps_asynchronous,  // --strategy parameter-server: each share applied on its own
 };
@@ -127,8 +127,8 @@ struct ScalingPrediction {
   // compute one share (devices x the profile's examples), as a synchronous
   // step trains.
   double step = 0.0;
-  double optimizer = 0.0;               // a device's update (1/N of it under ZeRO; 0 on a worker)
-  double exposed_communication = 0.0;   // bucket all-reduces not hidden behind backward
+  double optimizer = 0.0;              // a device's update (1/N of it under ZeRO; 0 on a worker)
+  double exposed_communication = 0.0;  // bucket all-reduces not hidden behind backward
   // Communication outside backward: ZeRO's all-gather, local SGD's average
   // (per step), the parameter server's pull and push and the wait for the
   // servers' links.

@@ -1,6 +1,5 @@
 #include "tandem/train/summary.h"
 
-
 #include "tandem/base/atomic_file.h"
 #include "tandem/base/error.h"
 #include "tandem/config.h"

@@ -164,7 +164,8 @@ void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
 
 distribute::EngineOptions engine_options_of(const TrainConfig& config, precision::Policy policy) {
   std::optional<precision::LossScalerOptions> scaling = config.loss_scale;
-  if (!scaling && policy == precision::Policy::mixed_float16) scaling = precision::LossScalerOptions{};
+  if (!scaling && policy == precision::Policy::mixed_float16)
+    scaling = precision::LossScalerOptions{};
   return {.optimizer = config.optimizer,
           .reducer = config.reducer,
           .accumulation_steps = config.accumulation_steps,

@@ -14,8 +14,8 @@
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/optim/optimizer.h"
-#include "tandem/precision/policy.h"
 #include "tandem/precision/loss_scaler.h"
+#include "tandem/precision/policy.h"
 #include "tandem/train/loss.h"
 #include "tandem/train/metric.h"
 

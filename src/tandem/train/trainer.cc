@@ -94,9 +94,9 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
   if (comm::launched_elastic()) start_elastic();
   strategy_ = distribute::make_strategy(config_.strategy);
   resolve_batch_sizes(config_, strategy_->global_replicas());
-  config_.optimizer.learning_rate = optim::scaled_learning_rate(
-      config_.optimizer.learning_rate, config_.lr_scaling, config_.batch_size,
-      config_.reference_batch);
+  config_.optimizer.learning_rate =
+      optim::scaled_learning_rate(config_.optimizer.learning_rate, config_.lr_scaling,
+                                  config_.batch_size, config_.reference_batch);
   check_schedule_settings(config_);  // against the scaled rate
   engine_ = strategy_->make_engine(model_.build, engine_options());
   metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
@@ -295,8 +295,8 @@ void Trainer::absorb(const distribute::StepResult& r, Progress& progress) {
   if (steps_without_update_ >= kMaxStepsWithoutUpdate) {
     TANDEM_THROW(Diverged, "training diverged: the last ", steps_without_update_,
                  " steps applied no update (", finite ? "gradients overflowed" : "the loss is ",
-                 finite ? "" : std::to_string(r.loss), ", loss scale ", r.loss_scale,
-                 ") at epoch ", progress.epoch + 1, " step ", progress.step + 1,
+                 finite ? "" : std::to_string(r.loss), ", loss scale ", r.loss_scale, ") at epoch ",
+                 progress.epoch + 1, " step ", progress.step + 1,
                  " (lower the learning rate or the loss scale)");
   }
   if (finite) {
@@ -363,25 +363,26 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   tandem::detail::maybe_raise_test_fault("TANDEM_TEST_KILL_AT_STEP", comm::launched_rank(),
                                          progress.global_step);
   if (!callbacks.on_step) return;
-  callbacks.on_step({.epoch = progress.epoch + 1,
-                     .step = progress.step,
-                     .steps_per_epoch = steps_per_epoch_,
-                     .global_step = progress.global_step,
-                     .loss = r.loss,
-                     .learning_rate = lr,
-                     .batch_examples = r.global_rows,
-                     .input_seconds = std::chrono::duration<double>(in.input_done - in.start).count(),
-                     .step_seconds = step_seconds,
-                     .exposed_communication_seconds = r.exposed_communication_seconds,
-                     .idle_seconds = r.idle_seconds,
-                     .replicas = r.replicas,
-                     .buckets = r.buckets,
-                     .loss_scale = r.loss_scale,
-                     .gradient_norm = config_.optimizer.global_clip_norm > 0.0
-                                          ? r.gradient_norm
-                                          : std::numeric_limits<double>::quiet_NaN(),
-                     .noise_scale = noise_scale_.noise_scale(),
-                     .skipped = r.skipped});
+  callbacks.on_step(
+      {.epoch = progress.epoch + 1,
+       .step = progress.step,
+       .steps_per_epoch = steps_per_epoch_,
+       .global_step = progress.global_step,
+       .loss = r.loss,
+       .learning_rate = lr,
+       .batch_examples = r.global_rows,
+       .input_seconds = std::chrono::duration<double>(in.input_done - in.start).count(),
+       .step_seconds = step_seconds,
+       .exposed_communication_seconds = r.exposed_communication_seconds,
+       .idle_seconds = r.idle_seconds,
+       .replicas = r.replicas,
+       .buckets = r.buckets,
+       .loss_scale = r.loss_scale,
+       .gradient_norm = config_.optimizer.global_clip_norm > 0.0
+                            ? r.gradient_norm
+                            : std::numeric_limits<double>::quiet_NaN(),
+       .noise_scale = noise_scale_.noise_scale(),
+       .skipped = r.skipped});
 }
 
 TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
@@ -396,8 +397,8 @@ TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::D
     // (An elastic job's change of membership may have failed between
     // strategies: its group's communicator is the one to break then.)
     if (strategy_) {
-      strategy_->abort(tandem::detail::concat("worker ", process_index_of(*strategy_), " failed: ",
-                                              e.what()));
+      strategy_->abort(
+          tandem::detail::concat("worker ", process_index_of(*strategy_), " failed: ", e.what()));
     }
     throw;
   }

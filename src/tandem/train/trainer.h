@@ -176,7 +176,7 @@ struct TrainResult {
 // Trainer): reported once training goes on with the new members.
 struct MembershipChange {
   int64_t generation = 0;
-  std::vector<int> members;      // member ids of the new generation
+  std::vector<int> members;       // member ids of the new generation
   std::vector<int> lost, joined;  // against the previous generation
   std::string reason;             // what set it off
   int64_t global_step = 0;        // the step training goes on from

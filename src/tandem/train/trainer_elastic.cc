@@ -53,8 +53,7 @@ void Trainer::start_elastic() {
                  "trains on CPUs: NCCL communicators are not rebuilt over a new membership yet");
   }
   if (config_.reducer.zero_stage > 0) {
-    TANDEM_THROW(InvalidArgument, refused, "does not run ZeRO (--zero ",
-                 config_.reducer.zero_stage,
+    TANDEM_THROW(InvalidArgument, refused, "does not run ZeRO (--zero ", config_.reducer.zero_stage,
                  "): its shards would have to be gathered from the survivors and partitioned "
                  "again over every new membership, and a lost member's shard is lost with it; "
                  "train without --zero");
@@ -126,8 +125,9 @@ void Trainer::check_elastic_settings() {
                  " (every worker of an elastic job must run the same command)");
   }
   if (any) {
-    TANDEM_THROW(InvalidArgument, "another worker's settings differ from worker 0's (its error "
-                                  "names them; every worker must run the same command)");
+    TANDEM_THROW(InvalidArgument,
+                 "another worker's settings differ from worker 0's (its error "
+                 "names them; every worker must run the same command)");
   }
 }
 
@@ -148,8 +148,9 @@ void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
       *config_.strategy.processes, elastic_->copy ? &*elastic_->copy : nullptr);
   if (elastic_->awaiting_state) {  // a joiner: the members' settings checked first
     if (const std::string differ = differences(state, elastic_settings()); !differ.empty()) {
-      TANDEM_THROW(InvalidArgument, "this worker cannot join: its settings differ from the job's: ",
-                   differ, " (a joiner must run the job's command)");
+      TANDEM_THROW(InvalidArgument,
+                   "this worker cannot join: its settings differ from the job's: ", differ,
+                   " (a joiner must run the job's command)");
     }
   }
   engine_->load_state(state);
@@ -167,8 +168,8 @@ void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
   elastic_->last_step_end = Clock::now();
 }
 
-void Trainer::change_membership(Progress& progress, TrainResult& result,
-                                const std::string& reason, const TrainCallbacks& callbacks) {
+void Trainer::change_membership(Progress& progress, TrainResult& result, const std::string& reason,
+                                const TrainCallbacks& callbacks) {
   const int64_t left_at = progress.global_step;
   const Clock::time_point last_step_end = elastic_->last_step_end;
   const std::vector<int> before = elastic_->group->membership().members;
@@ -224,7 +225,8 @@ void Trainer::log_trained_rows(const data::Element& batch, const Progress& progr
   const auto* bytes = static_cast<const unsigned char*>(rows.raw_data());
   for (int64_t r = 0; r < count; ++r) {
     uint64_t hash = 1469598103934665603ull;  // FNV-1a
-    for (size_t b = 0; b < row_bytes; ++b) hash = (hash ^ bytes[r * row_bytes + b]) * 1099511628211ull;
+    for (size_t b = 0; b < row_bytes; ++b)
+      hash = (hash ^ bytes[r * row_bytes + b]) * 1099511628211ull;
     line += fmt::format(" {:016x}", hash);
   }
   const std::string path = fmt::format("{}.{}", prefix, ::getpid());

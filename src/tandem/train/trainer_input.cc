@@ -47,7 +47,7 @@ struct StepAgreement {
 StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int64_t rows, bool stop,
                             bool failed, bool no_template, bool joiners) {
   constexpr size_t kFields = 6;
-  const int64_t mine[kFields] = {has_batch ? 1 : 0, rows,       stop ? 1 : 0, failed ? 1 : 0,
+  const int64_t mine[kFields] = {has_batch ? 1 : 0,   rows,           stop ? 1 : 0, failed ? 1 : 0,
                                  no_template ? 1 : 0, joiners ? 1 : 0};
   StepAgreement a;
   if (processes_of(strategy) == 1) {
@@ -154,8 +154,8 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
   }
   next.input_done = Clock::now();
   // Only one member need see a joiner (they all watch the same store).
-  const bool joiners = elastic_ && elastic_->group->membership().rank == 0 &&
-                       elastic_->group->joiners_waiting();
+  const bool joiners =
+      elastic_ && elastic_->group->membership().rank == 0 && elastic_->group->joiners_waiting();
   const StepAgreement agreed = agree_on_step(
       *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
       input_error != nullptr, !batch && !input.empty_batch && !input_error, joiners);

@@ -102,8 +102,8 @@ std::vector<BatchSizeTrial> time_batches(
   const int64_t first =
       std::min(o.min_batch > 0 ? o.min_batch : 8 * replicas, std::min(largest, o.max_batch));
   if (first % replicas != 0) {
-    TANDEM_THROW(InvalidArgument, "the smallest batch to try (", first,
-                 ") must divide among the ", replicas, " replicas");
+    TANDEM_THROW(InvalidArgument, "the smallest batch to try (", first, ") must divide among the ",
+                 replicas, " replicas");
   }
   std::vector<BatchSizeTrial> trials;
   std::vector<double> times;
@@ -113,10 +113,10 @@ std::vector<BatchSizeTrial> time_batches(
     trainer.fit(repeated, std::nullopt, {.on_step = [&](const train::StepInfo& s) {
                   if (s.step > o.warmup_steps) times.push_back(s.step_seconds);
                 }});
-    BatchSizeTrial t{.batch = batch,
-                     .examples_per_second = static_cast<double>(batch) / median(times),
-                     .predicted_peak_bytes =
-                         search.plan_at(batch / replicas).peak(batch / replicas)};
+    BatchSizeTrial t{
+        .batch = batch,
+        .examples_per_second = static_cast<double>(batch) / median(times),
+        .predicted_peak_bytes = search.plan_at(batch / replicas).peak(batch / replicas)};
     trials.push_back(t);
     if (on_trial) on_trial(t);
   }
@@ -150,7 +150,8 @@ void recommend(const train::TrainConfig& config, BatchSizeRecommendation& out) {
     t.relative_time = (static_cast<double>(t.batch) + noise) / t.examples_per_second / best;
     if (t.relative_time == 1.0 && out.batch == 0) out.batch = t.batch;
   }
-  out.lr_scaling = config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.optimizer.name);
+  out.lr_scaling =
+      config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.optimizer.name);
   out.reference_batch = config.reference_batch > 0 ? config.reference_batch : config.batch_size;
   out.learning_rate = optim::scaled_learning_rate(config.optimizer.learning_rate, out.lr_scaling,
                                                   out.batch, out.reference_batch);
@@ -166,8 +167,10 @@ BatchSizeRecommendation find_batch_size(
   if (o.memory_limit < 1) TANDEM_THROW(InvalidArgument, "the finder needs a memory limit");
   if (o.timed_steps < 1 || o.warmup_steps < 0 || o.noise_steps < 1 || o.max_batch < 1) {
     TANDEM_THROW(InvalidArgument, "finder steps must be positive (timed ", o.timed_steps,
-                 ", warm-up ", o.warmup_steps, ", noise ", o.noise_steps, ") and the largest batch at "
-                 "least 1, got ", o.max_batch);
+                 ", warm-up ", o.warmup_steps, ", noise ", o.noise_steps,
+                 ") and the largest batch at "
+                 "least 1, got ",
+                 o.max_batch);
   }
   const distribute::StrategyLayout layout = distribute::strategy_layout(o.config.strategy);
   const std::optional<data::Element> example = o.train.take(1).iterator().next();

@@ -35,10 +35,10 @@ struct BatchSizeFinderOptions {
   train::TrainConfig config;
   data::Dataset train;  // single examples (repeated for the trials)
   int64_t resident_input_bytes = 0;
-  int64_t memory_limit = 0;   // bytes per device; > 0
-  int64_t min_batch = 0;      // the series' start (global); 0: 8 per replica
-  int64_t max_batch = 8192;   // the series' cap (global)
-  int64_t timed_steps = 10;   // per throughput trial, after the warm-up steps
+  int64_t memory_limit = 0;  // bytes per device; > 0
+  int64_t min_batch = 0;     // the series' start (global); 0: 8 per replica
+  int64_t max_batch = 8192;  // the series' cap (global)
+  int64_t timed_steps = 10;  // per throughput trial, after the warm-up steps
   int64_t warmup_steps = 3;
   // The noise-scale run. B_noise grows as training goes on (the gradient
   // shrinks faster than its noise): a run from the initial weights measures

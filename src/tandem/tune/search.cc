@@ -1,5 +1,5 @@
-#include "tandem/base/detail/json_number.h"
 #include "tandem/tune/search.h"
+#include "tandem/base/detail/json_number.h"
 
 #include <fmt/format.h>
 
@@ -70,17 +70,16 @@ void write_state(const std::string& output_dir, const SavedState& state) {
                       {"seconds", r.seconds}});
   }
   const AshaOptions& a = state.asha;
-  const nlohmann::json json = {
-      {"format", kFormat},
-      {"space", state.space_text},
-      {"asha",
-       {{"min_epochs", a.min_epochs},
-        {"max_epochs", a.max_epochs},
-        {"reduction_factor", a.reduction_factor},
-        {"maximize", a.maximize},
-        {"successive_halving", a.successive_halving}}},
-      {"wall_seconds", state.wall_seconds},
-      {"trials", trials}};
+  const nlohmann::json json = {{"format", kFormat},
+                               {"space", state.space_text},
+                               {"asha",
+                                {{"min_epochs", a.min_epochs},
+                                 {"max_epochs", a.max_epochs},
+                                 {"reduction_factor", a.reduction_factor},
+                                 {"maximize", a.maximize},
+                                 {"successive_halving", a.successive_halving}}},
+                               {"wall_seconds", state.wall_seconds},
+                               {"trials", trials}};
   // Atomically, so that an interruption leaves the old state whole.
   const std::string text = json.dump(1) + "\n";
   const std::string_view parts[] = {text};
@@ -253,8 +252,7 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
   const auto start = Clock::now();
   const double wall_before = state.wall_seconds;
   const auto save = [&] {
-    state.wall_seconds =
-        wall_before + std::chrono::duration<double>(Clock::now() - start).count();
+    state.wall_seconds = wall_before + std::chrono::duration<double>(Clock::now() - start).count();
     write_state(options.output_dir, state);
   };
   save();
@@ -281,7 +279,8 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
                     .dir = trial_dir(options.output_dir, job->trial)});
       ++running;
       log(fmt::format("trial {:3} to {} (rung {}): {}", job->trial,
-                      budget_point(settings.steps_per_epoch, job->epochs), job->rung, describe(record.settings)));
+                      budget_point(settings.steps_per_epoch, job->epochs), job->rung,
+                      describe(record.settings)));
       save();
     }
     if (running == 0) break;
@@ -311,7 +310,8 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
   if (settings.target && result.best >= 0) {
     const std::vector<double>& best = state.trials[static_cast<size_t>(result.best)].results;
     const double value = best.back();
-    result.target_reached = settings.maximize ? value >= *settings.target : value <= *settings.target;
+    result.target_reached =
+        settings.maximize ? value >= *settings.target : value <= *settings.target;
   }
   return result;
 }

@@ -25,8 +25,8 @@ namespace tandem::tune {
 struct TrialJob {
   int64_t trial = 0;
   int64_t rung = 0;
-  int64_t epochs = 0;      // train up to this epoch (stop there, checkpoint saved)
-  int64_t max_epochs = 0;  // the run's length: its schedule spans this many
+  int64_t epochs = 0;           // train up to this epoch (stop there, checkpoint saved)
+  int64_t max_epochs = 0;       // the run's length: its schedule spans this many
   int64_t steps_per_epoch = 0;  // budgets in steps: epochs of this many steps, data repeated
   TrialSettings settings;
   uint64_t seed = 0;

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <toml++/toml.h>
 
 #include "tandem/base/error.h"
 
@@ -15,10 +15,10 @@ namespace {
 // The train flags a trial may set: what a recipe tunes, not where the run
 // goes or how it is launched (the search owns --output, --epochs, --seed).
 constexpr std::array<std::string_view, 21> kSearchable = {
-    "lr",           "momentum",   "weight-decay",  "warmup-epochs",   "optimizer",
-    "schedule",     "min-lr",     "lr-gamma",      "lr-step-epochs",  "lr-scaling",
-    "batch-size",   "accumulate", "clip-norm",     "trust-coefficient", "label-smoothing",
-    "precision",    "augment",    "huber-delta",   "reference-batch", "micro-batch-size",
+    "lr",         "momentum",   "weight-decay", "warmup-epochs",     "optimizer",
+    "schedule",   "min-lr",     "lr-gamma",     "lr-step-epochs",    "lr-scaling",
+    "batch-size", "accumulate", "clip-norm",    "trust-coefficient", "label-smoothing",
+    "precision",  "augment",    "huber-delta",  "reference-batch",   "micro-batch-size",
     "loss-scale"};
 
 // Grids past this many points are a typo, not a plan.
@@ -26,7 +26,9 @@ constexpr int64_t kMaxTrials = 100000;
 
 constexpr std::string_view kDistributions = "uniform, log_uniform, int or choice";
 
-int64_t line_of(const toml::node& node) { return static_cast<int64_t>(node.source().begin.line); }
+int64_t line_of(const toml::node& node) {
+  return static_cast<int64_t>(node.source().begin.line);
+}
 
 template <typename... Args>
 [[noreturn]] void fail(const std::string& source, int64_t line, const Args&... args) {
@@ -105,8 +107,8 @@ Parameter parse_parameter(const std::string& name, const toml::node& node,
       p.high = number(*values->get(1), source, "high");
     }
     if (!(p.low < p.high)) {
-      fail(source, line, "empty range for '", name, "': low ", p.low, " is not below high ",
-           p.high, " (fix the flag instead, or give a choice)");
+      fail(source, line, "empty range for '", name, "': low ", p.low, " is not below high ", p.high,
+           " (fix the flag instead, or give a choice)");
     }
     if (p.distribution == Distribution::log_uniform && !(p.low > 0.0))
       fail(source, line, "log_uniform for '", name, "' needs low > 0, got ", p.low);
@@ -228,8 +230,8 @@ std::vector<std::string> grid_points(const Parameter& p, const std::string& sour
   for (int64_t i = 0; i < p.points; ++i) {
     const double f = p.points == 1 ? 0.5 : static_cast<double>(i) / double(p.points - 1);
     if (p.distribution == Distribution::log_uniform) {
-      points.push_back(fmt::format("{:.6g}", std::exp(std::log(p.low) +
-                                                       f * (std::log(p.high) - std::log(p.low)))));
+      points.push_back(fmt::format(
+          "{:.6g}", std::exp(std::log(p.low) + f * (std::log(p.high) - std::log(p.low)))));
     } else if (p.distribution == Distribution::integer) {
       points.push_back(fmt::format("{}", std::llround(p.low + f * (p.high - p.low))));
     } else {
@@ -262,8 +264,8 @@ std::string draw(const Parameter& p, uint64_t& state) {
                          std::exp(std::log(p.low) + u * (std::log(p.high) - std::log(p.low))));
     case Distribution::integer: {
       const double span = p.high - p.low + 1.0;
-      return fmt::format("{}", static_cast<int64_t>(p.low + std::min(std::floor(u * span),
-                                                                      span - 1.0)));
+      return fmt::format("{}",
+                         static_cast<int64_t>(p.low + std::min(std::floor(u * span), span - 1.0)));
     }
     case Distribution::choice:
       return p.values[std::min(p.values.size() - 1,
@@ -323,8 +325,7 @@ SearchSpace parse_search_space(std::string_view text_in, const std::string& sour
       continue;
     }
     if (std::find(kSearchable.begin(), kSearchable.end(), name) == kSearchable.end()) {
-      fail(source, line, "unknown parameter '", name, "' (a search sets ", searchable_flags(),
-           ")");
+      fail(source, line, "unknown parameter '", name, "' (a search sets ", searchable_flags(), ")");
     }
     space.parameters.push_back(parse_parameter(name, node, source));
   }

@@ -32,12 +32,12 @@ T json_integer(const nlohmann::json& j, const std::string& what = "value") {
         std::in_range<T>(static_cast<int64_t>(d)))
       return static_cast<T>(d);
   }
-  throw nlohmann::json::type_error::create(
-      302,
-      what + " is " + j.dump() + ", not an integer in [" +
-          std::to_string(std::numeric_limits<T>::min()) + ", " +
-          std::to_string(std::numeric_limits<T>::max()) + "]",
-      &j);
+  throw nlohmann::json::type_error::create(302,
+                                           what + " is " + j.dump() + ", not an integer in [" +
+                                               std::to_string(std::numeric_limits<T>::min()) +
+                                               ", " +
+                                               std::to_string(std::numeric_limits<T>::max()) + "]",
+                                           &j);
 }
 
 // object[key] as an integer, fallback where the key is absent or null.

@@ -34,8 +34,8 @@ class CommCudaBackend final : public comm::detail::GpuBackend {
     const Reduction reduction = op == comm::ReduceOp::max   ? Reduction::max
                                 : op == comm::ReduceOp::min ? Reduction::min
                                                             : Reduction::sum;
-    cuda::reduce_range(device, dtype, reduction, scale, inputs, input_count, outputs,
-                       output_count, begin, end);
+    cuda::reduce_range(device, dtype, reduction, scale, inputs, input_count, outputs, output_count,
+                       begin, end);
   }
 };
 

@@ -14,7 +14,9 @@ std::atomic<GpuBackend*>& registered() {
 
 }  // namespace
 
-GpuBackend* gpu_backend() { return registered().load(std::memory_order_acquire); }
+GpuBackend* gpu_backend() {
+  return registered().load(std::memory_order_acquire);
+}
 
 GpuBackend& require_gpu_backend(const char* what) {
   if (GpuBackend* backend = gpu_backend()) return *backend;

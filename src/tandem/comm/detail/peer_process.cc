@@ -11,8 +11,7 @@
 namespace tandem::comm::detail {
 
 PeerProcess this_process() {
-  return {host_name(/*fallback=*/"").substr(0, kHostNameBytes - 1),
-          static_cast<int64_t>(getpid())};
+  return {host_name(/*fallback=*/"").substr(0, kHostNameBytes - 1), static_cast<int64_t>(getpid())};
 }
 
 PeerRecord to_record(const PeerProcess& process) {

@@ -8,9 +8,13 @@ namespace {
 thread_local bool in_pool_context = false;
 }  // namespace
 
-bool on_pool_thread() { return in_pool_context; }
+bool on_pool_thread() {
+  return in_pool_context;
+}
 
-void inherit_pool_thread(bool started_from_pool) { in_pool_context = started_from_pool; }
+void inherit_pool_thread(bool started_from_pool) {
+  in_pool_context = started_from_pool;
+}
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) {

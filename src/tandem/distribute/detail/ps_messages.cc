@@ -126,7 +126,8 @@ void write_buffers(FrameWriter& out, nn::Module& model) {
 void read_buffers(FrameReader& in, nn::Module& model) {
   const auto buffers = model.named_buffers();
   if (in.u64() != buffers.size()) {
-    TANDEM_THROW(IoError, "a parameter-server frame holds buffers for a different model (every "
+    TANDEM_THROW(IoError,
+                 "a parameter-server frame holds buffers for a different model (every "
                  "process must build the same one)");
   }
   for (const auto& [name, t] : buffers) in.tensor_into(*t);
@@ -176,7 +177,8 @@ GradientReport read_report(FrameReader& in) {
   report.forward_seconds = in.f64();
   report.backward_seconds = in.f64();
   const uint64_t reports = in.u64();
-  if (reports > kMaxReports) TANDEM_THROW(IoError, "a gradient frame with ", reports, " report values");
+  if (reports > kMaxReports)
+    TANDEM_THROW(IoError, "a gradient frame with ", reports, " report values");
   for (uint64_t i = 0; i < reports; ++i) report.reports.push_back(in.f64());
   const uint64_t shards = in.u64();
   if (shards > kMaxShards) TANDEM_THROW(IoError, "a gradient frame with ", shards, " shard norms");

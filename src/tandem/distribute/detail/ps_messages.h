@@ -111,14 +111,14 @@ struct ShareId {
 
 // What the chief tells a shard rank to do with the gradients it holds.
 struct ShardUpdate {
-  bool advance = false;  // counts as an update (a version) for pulls
-  bool step = false;     // applies the sum of `sources` (else only drops them)
+  bool advance = false;           // counts as an update (a version) for pulls
+  bool step = false;              // applies the sum of `sources` (else only drops them)
   std::vector<ShareId> sources;   // added in this order, then times `factor`
   std::vector<ShareId> discards;  // dropped unused (a share of -1: all the worker's)
   double factor = 1.0;
   double learning_rate = 0.0;
-  double clip_norm = 0.0;        // the norm to clip against (0: none, or ask)
-  bool report_squares = false;   // answer the staged squares, then wait for the norm
+  double clip_norm = 0.0;       // the norm to clip against (0: none, or ask)
+  bool report_squares = false;  // answer the staged squares, then wait for the norm
 };
 void write_update(FrameWriter& out, const ShardUpdate& update);
 ShardUpdate read_update(FrameReader& in);

@@ -72,7 +72,8 @@ void WorkerLink::send(FrameKind kind, const std::vector<std::string_view>& parts
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) comm::detail::throw_socket_error("connection to " + peer_ + " lost while sending");
+      if (n <= 0)
+        comm::detail::throw_socket_error("connection to " + peer_ + " lost while sending");
       bytes.remove_prefix(static_cast<size_t>(n));
     }
   };

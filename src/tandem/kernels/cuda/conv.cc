@@ -16,8 +16,8 @@
 #include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/cuda/libraries.h"
-#include "tandem/tensor/cuda/runtime.h"
 #include "tandem/kernels/flops.h"
+#include "tandem/tensor/cuda/runtime.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // see libraries.h
 

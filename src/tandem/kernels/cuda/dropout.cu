@@ -4,9 +4,9 @@
 
 #include "tandem/base/error.h"
 #include "tandem/kernels/cuda/checks.h"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/cuda/random.cuh"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {

@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "tandem/kernels/cuda/checks.h"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
-#include "tandem/tensor/cuda/runtime.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/tensor/cuda/elements.cuh"
+#include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tandem/kernels/cuda/checks.h"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
@@ -119,9 +119,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocab
   dispatch_float(dy.dtype(), "embedding_backward", [&](auto* tag) {
     using T = Element<decltype(tag)>;
     scatter_rows_kernel<T><<<grid, kThreads, 0, stream(dy.device())>>>(
-        static_cast<const T*>(dy.device_data()),
-        static_cast<const int32_t*>(indices.device_data()), count, D, range,
-        static_cast<float*>(grad.device_data()));
+        static_cast<const T*>(dy.device_data()), static_cast<const int32_t*>(indices.device_data()),
+        count, D, range, static_cast<float*>(grad.device_data()));
   });
   check_launch("embedding_backward");
   return grad;

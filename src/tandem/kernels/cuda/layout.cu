@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "tandem/base/error.h"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {

@@ -40,7 +40,6 @@ struct CublasLt {
 // it: LD_LIBRARY_PATH) when it cannot be loaded.
 const CublasLt& cublaslt();
 
-
 struct Cudnn {
   decltype(&cudnnCreate) create;
   decltype(&cudnnSetStream) set_stream;

@@ -7,8 +7,8 @@
 #include "tandem/base/error.h"
 #include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/column_partials.cuh"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {

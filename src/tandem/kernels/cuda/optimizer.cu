@@ -1,8 +1,8 @@
 // The optimizers' update arithmetic on the device: one pass over each
 // parameter, its gradient and its state, the same formulas as the CPU loops
 // (kernels/optimizer_update.cc).
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {

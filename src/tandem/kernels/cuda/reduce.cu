@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "tandem/kernels/cuda/column_partials.cuh"
-#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/kernels/cuda/kernels.h"
+#include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
 
 namespace tandem::cuda {
@@ -88,13 +88,13 @@ void column_sums(const T* x, int64_t rows, int64_t cols, float* out, Device devi
     column_partials<T><<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, nullptr, out);
     return;
   }
-  Tensor partial = Tensor::empty(Shape{8 * chunks * cols}, DType::u8, device,
-                                 MemoryCategory::workspace);
+  Tensor partial =
+      Tensor::empty(Shape{8 * chunks * cols}, DType::u8, device, MemoryCategory::workspace);
   auto* partial_d = static_cast<double*>(partial.device_data());
-  column_partials<T><<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, partial_d,
-                                                         nullptr);
-  sum_column_partials<float><<<blocks_for(cols, kThreads), kThreads, 0, stream(device)>>>(
-      partial_d, chunks, cols, out);
+  column_partials<T>
+      <<<grid, block, 0, stream(device)>>>(x, rows, cols, chunk_rows, partial_d, nullptr);
+  sum_column_partials<float>
+      <<<blocks_for(cols, kThreads), kThreads, 0, stream(device)>>>(partial_d, chunks, cols, out);
 }
 
 // Sums x (squared or not) times factor; writes out (f32, on the device)

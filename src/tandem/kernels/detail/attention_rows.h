@@ -41,7 +41,6 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
 // scale, both in q's dtype. Without dropout in f32, kept may be probs and
 // dscores dprobs: the work is then in place.
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
-                           const Tensor& lse, const Tensor& row_dot, Tensor& kept,
-                           Tensor& dscores);
+                           const Tensor& lse, const Tensor& row_dot, Tensor& kept, Tensor& dscores);
 
 }  // namespace tandem::kernels::detail

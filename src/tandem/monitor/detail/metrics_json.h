@@ -55,7 +55,8 @@ inline DeviceMemory device_memory_from_json(const nlohmann::json& j) {
     m.in_use[c] = tandem::detail::json_integer_or(j.at("bytes_in_use"), name.c_str(), int64_t{0});
     m.peak[c] = tandem::detail::json_integer_or(j.at("peak_bytes"), name.c_str(), int64_t{0});
   }
-  m.peak_total = tandem::detail::json_integer<int64_t>(j.at("peak_total_bytes"), "'peak_total_bytes'");
+  m.peak_total =
+      tandem::detail::json_integer<int64_t>(j.at("peak_total_bytes"), "'peak_total_bytes'");
   m.capacity = tandem::detail::json_integer_or(j, "capacity_bytes", int64_t{0});
   return m;
 }

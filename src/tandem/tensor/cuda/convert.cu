@@ -97,8 +97,8 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64
       });
     });
   } else {
-    convert_kernel<<<blocks_for(n, 256), 256, 0, stream(device)>>>(src, src_dtype, dst,
-                                                                   dst_dtype, n);
+    convert_kernel<<<blocks_for(n, 256), 256, 0, stream(device)>>>(src, src_dtype, dst, dst_dtype,
+                                                                   n);
   }
   check_launch("convert");
 }

@@ -14,20 +14,28 @@
 
 namespace tandem::cuda {
 
-__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load(const float* p, int64_t i) {
+  return p[i];
+}
 __device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
-__device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float load(const __half* p, int64_t i) {
+  return __half2float(p[i]);
+}
 
-__device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(float* p, int64_t i, float v) {
+  p[i] = v;
+}
 __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
-__device__ __forceinline__ void store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void store(__half* p, int64_t i, float v) {
+  p[i] = __float2half_rn(v);
+}
 
 // Grid-stride loop over [0, n).
-#define TANDEM_CUDA_FOR(i, n)                                                        \
+#define TANDEM_CUDA_FOR(i, n)                                                            \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -75,7 +83,8 @@ __device__ V block_max(V value, V* scratch) {
   scratch[threadIdx.x] = value;
   __syncthreads();
   for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) scratch[threadIdx.x] = fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + s]);
+    if (threadIdx.x < s)
+      scratch[threadIdx.x] = fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + s]);
     __syncthreads();
   }
   const V total = scratch[0];
