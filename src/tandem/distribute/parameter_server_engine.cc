@@ -2,13 +2,14 @@
 // strategy's replica threads, driven by one background call of
 // Strategy::run for as long as step() keeps handing out work; shards of
 // master parameters and optimizer state behind one lock.
+#include <sys/types.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
-#include <sys/types.h>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -18,7 +19,6 @@
 #include <string>
 #include <thread>
 #include <utility>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -29,6 +29,7 @@
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/detail/ps_messages.h"
+#include "tandem/distribute/detail/ps_schedule.h"
 #include "tandem/distribute/detail/worker_link.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/parameter_server_processes.h"
@@ -46,30 +47,21 @@ double seconds(Clock::duration d) {
 }
 
 using detail::rows_of;
-
-// One worker's share of one batch.
-struct Work {
-  data::Element rows;
-  int64_t round = 0;  // the batch's index since the engine was built
-  int64_t step = 0;   // StepOptions::step: seeds the random streams
-  int64_t global_rows = 0;
-  std::optional<double> learning_rate;
-  std::shared_ptr<const ForwardFn> forward;
-};
+using Work = detail::Share;
 
 // What a worker's forward and backward produced, how long they took, and
 // (a remote worker's) the caller's sums that came with it.
 struct Gradient : detail::WorkerGradient {
   std::vector<double> reports;
-  double wire_seconds = 0.0;  // a remote worker's: the round trip less its compute
-  int64_t share = 0;          // a remote worker's count: names its gradient on shard ranks
+  double wire_seconds = 0.0;          // a remote worker's: the round trip less its compute
+  int64_t share = 0;                  // a remote worker's count: names its gradient on shard ranks
   std::vector<double> shard_squares;  // a remote worker's, per shard, with clipping
 };
 
 class ParameterServerEngine : public Engine {
  public:
-  ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
-                        const EngineOptions& options, std::shared_ptr<RemoteWorkers> remote);
+  ParameterServerEngine(Strategy& strategy, const ModelBuilder& build, const EngineOptions& options,
+                        std::shared_ptr<RemoteWorkers> remote);
   ~ParameterServerEngine() override;
 
   std::string name() const override { return "parameter_server"; }
@@ -92,15 +84,12 @@ class ParameterServerEngine : public Engine {
     std::vector<Variable> parameters;
     ReplicaContext context;                         // the strategy's, without its communicator
     std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
-    std::deque<Work> queue;                         // synchronous rounds: this worker's shares
-    std::optional<int64_t> pulled;                  // the version it computes on, while it does
-    int64_t shares = 0;   // shares handed to a remote worker
-    bool lost = false;    // a remote worker whose process is gone or given up
+    int64_t shares = 0;                             // shares handed to a remote worker
     bool silent = false;  // given up for its silence: its process may still exist
     // Since the engine last reported; under the lock, like every field the
     // main thread reads while the worker runs.
     double loss_sum = 0.0;
-    int64_t rows = 0, dropped = 0;
+    int64_t rows = 0;
     ReplicaStepTime times;
     std::vector<double> reports;  // a remote worker's sums (StepResult::replica_reports)
   };
@@ -114,30 +103,26 @@ class ParameterServerEngine : public Engine {
     detail::WorkerLink* link = nullptr;
   };
 
-  bool synchronous() const { return ps_.max_staleness && *ps_.max_staleness == 0; }
+  bool synchronous() const { return schedule_.synchronous(); }
   int workers() const { return static_cast<int>(workers_.size()); }
-  int live_workers() const;
-  // Gradients a synchronous round waits for.
-  int required_arrivals() const { return std::max(1, live_workers() - ps_.backup_workers); }
   void start_workers();
   // Lets the workers finish the work handed out, joins them, and puts the
   // latest parameters into every worker; rethrows a worker's error.
   void drain();
   void worker_loop(int r);
+  // The next share for worker r, waiting until there is one; none when it is done.
   std::optional<Work> take_work(int r, std::unique_lock<std::mutex>& lock);
-  bool admitted() const;
-  bool has_room() const;
   // The server's values (and loss scale) into a worker's copy: every
   // variable, or only those with a piece on a shard in this process (what a
   // share needs here: the shard ranks serve the rest).
   void pull(Worker& w, bool held_here_only = false);
   int64_t divisor(const Work& work) const;
   Gradient compute(Worker& w, const Work& work);
-  Gradient compute_remote(int r, Worker& w, const Work& work);
+  Gradient compute_remote(int r, Worker& w, const Work& work, int64_t version);
   void lose_worker(int r, std::optional<Work> work, const std::string& why);
-  void push_asynchronous(Worker& w, const Work& work, const Gradient& g);
-  void push_to_round(Worker& w, const Work& work, const Gradient& g);
-  void finish_round_if_complete(const Work& work);
+  void push_asynchronous(int r, const Work& work, const Gradient& g);
+  void push_to_round(int r, const Work& work, const Gradient& g);
+  void finish_round_if_complete();
   void stage(const Worker& w, bool add);
   // Applies the staged gradient here and has the shard ranks apply
   // `update` (its sources: the same gradients); `worker_squares`, when
@@ -153,14 +138,13 @@ class ParameterServerEngine : public Engine {
   // Shard rank k's values from server_, and its optimizer state; waits
   // until it has them (a worker's pull must not overtake them).
   void load_shard_rank(int k, const std::vector<std::pair<std::string, Tensor>>& state);
-  void drop_stale_shares();
   StepResult take_results(Clock::time_point since);
   void rethrow_if_failed();
 
   EngineOptions options_;
   ParameterServerOptions ps_;
   std::shared_ptr<RemoteWorkers> remote_;  // workers in other processes, or null
-  std::vector<Worker> workers_;  // never resized once built: threads hold references
+  std::vector<Worker> workers_;            // never resized once built: threads hold references
   // The master variables, whole (the shards' views share their values), and
   // the staged gradient of the update being applied.
   std::vector<Variable> server_;
@@ -172,15 +156,7 @@ class ParameterServerEngine : public Engine {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Work> shared_queue_;  // asynchronous: the next share goes to whoever is free
-  int64_t version_ = 0;            // updates applied (rounds completed, when synchronous)
-  int64_t rounds_ = 0;             // batches handed out
-  int round_arrivals_ = 0;
-  int64_t round_rows_ = 0;
-  bool round_finite_ = true;
-  std::vector<detail::ShareId> round_sources_, round_discards_;  // for the shard ranks
-  std::vector<int64_t> staleness_;  // since the last report
-  int64_t applied_ = 0, rejected_ = 0;
+  detail::ParameterServerSchedule schedule_;  // under mutex_
   std::atomic<int64_t> handed_out_{0};  // shares sent to remote workers (the fault-injection hook)
   bool closing_ = false, failed_ = false;
   std::exception_ptr error_;
@@ -190,7 +166,11 @@ class ParameterServerEngine : public Engine {
 ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
                                              const EngineOptions& options,
                                              std::shared_ptr<RemoteWorkers> remote)
-    : Engine(strategy), options_(options), ps_(options.parameter_server), remote_(std::move(remote)) {
+    : Engine(strategy),
+      options_(options),
+      ps_(options.parameter_server),
+      remote_(std::move(remote)),
+      schedule_(std::max(strategy.local_replicas(), 1), ps_.max_staleness, ps_.backup_workers) {
   if (!build) TANDEM_THROW(InvalidArgument, "an engine needs a model builder");
   check_engine_options(options, strategy.global_replicas());
   if (strategy.global_replicas() != strategy.local_replicas()) {
@@ -247,8 +227,8 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
   shards_.resize(static_cast<size_t>(ps_.shards));
   const size_t shard_ranks = remote_ ? remote_->shard_links.size() : 0;
   if (shard_ranks != 0 && shard_ranks + 1 != shards_.size()) {
-    TANDEM_THROW(InvalidArgument, "the parameter server has ", shard_ranks + 1,
-                 " shard ranks for ", shards_.size(), " shards");
+    TANDEM_THROW(InvalidArgument, "the parameter server has ", shard_ranks + 1, " shard ranks for ",
+                 shards_.size(), " shards");
   }
   for (size_t k = 0; k < shards_.size(); ++k) {
     Shard& shard = shards_[k];
@@ -281,7 +261,7 @@ ParameterServerEngine::~ParameterServerEngine() {
   // connection closes with this process). After a loss every process of
   // the job bounds its MPI_Finalize: Open MPI 4.1's may wait for the dead
   // rank forever (seen one run in four on one host).
-  const bool any_lost = live_workers() < workers();
+  const bool any_lost = schedule_.live_workers() < workers();
   if (any_lost) comm::end_mpi_job_at_exit();
   detail::FrameWriter stop;
   stop.u64(any_lost ? 1 : 0);
@@ -295,7 +275,7 @@ ParameterServerEngine::~ParameterServerEngine() {
                  "waits for it until it ends (end it on its host)\n",
                  remote_->names[r]);
     }
-    if (workers_[r].lost) continue;
+    if (schedule_.lost(static_cast<int>(r))) continue;
     try {
       remote_->links[r]->send(detail::FrameKind::stop, {stop.bytes()});
     } catch (const Error&) {
@@ -309,12 +289,6 @@ ParameterServerEngine::~ParameterServerEngine() {
     }
     link->close();
   }
-}
-
-int ParameterServerEngine::live_workers() const {
-  int live = 0;
-  for (const Worker& w : workers_) live += w.lost ? 0 : 1;
-  return live;
 }
 
 void ParameterServerEngine::start_workers() {
@@ -409,49 +383,21 @@ StepResult ParameterServerEngine::step(const data::Element& batch, const Forward
   const auto fn = std::make_shared<const ForwardFn>(forward);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (live_workers() == 0) {
+    if (schedule_.live_workers() == 0) {
       failed_ = true;
     } else {
-      // One share per live worker (lost workers' shares would be lost too).
-      const std::vector<data::Element> parts = data::split_batch(batch, live_workers());
-      const int64_t round = rounds_++;
-      size_t part = 0;
-      for (int r = 0; r < workers(); ++r) {
-        if (workers_[r].lost) continue;
-        Work work{parts[part++], round, options.step, global_rows, options.learning_rate, fn};
-        (synchronous() ? workers_[r].queue : shared_queue_).push_back(std::move(work));
-      }
-      drop_stale_shares();
+      schedule_.hand_out(batch, options.step, global_rows, options.learning_rate, fn);
     }
   }
   changed_.notify_all();
   start_workers();
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return failed_ || has_room(); });
+  changed_.wait(lock, [&] { return failed_ || schedule_.has_room(); });
   if (failed_) {
     lock.unlock();
     rethrow_if_failed();
   }
   return take_results(start);
-}
-
-bool ParameterServerEngine::has_room() const {
-  // Enough handed out that the first worker to be free finds work, and no more.
-  if (!synchronous()) return shared_queue_.size() <= static_cast<size_t>(live_workers());
-  for (const Worker& w : workers_)
-    if (!w.lost && w.queue.size() <= 1) return true;
-  return false;
-}
-
-void ParameterServerEngine::drop_stale_shares() {
-  // Shares of rounds already applied (backup workers: a slow worker's
-  // backlog) can no longer join their round.
-  for (Worker& w : workers_) {
-    while (!w.queue.empty() && w.queue.front().round < version_) {
-      w.dropped += rows_of(w.queue.front().rows);
-      w.queue.pop_front();
-    }
-  }
 }
 
 StepResult ParameterServerEngine::synchronize() {
@@ -461,46 +407,15 @@ StepResult ParameterServerEngine::synchronize() {
   return take_results(start);
 }
 
-bool ParameterServerEngine::admitted() const {
-  // Bounded staleness: with this worker computing too, every gradient in
-  // flight must still be within the bound when it lands (each computing
-  // worker lands at most one more update before it).
-  if (!ps_.max_staleness) return true;
-  int64_t computing = 0, oldest = version_;
-  for (const Worker& w : workers_) {
-    if (!w.pulled) continue;
-    ++computing;
-    oldest = std::min(oldest, *w.pulled);
-  }
-  return computing == 0 || version_ - oldest + computing <= *ps_.max_staleness;
-}
-
 std::optional<Work> ParameterServerEngine::take_work(int r, std::unique_lock<std::mutex>& lock) {
-  Worker& w = workers_[r];
-  if (w.lost) return std::nullopt;
-  if (!synchronous()) {
-    changed_.wait(lock, [&] {
-      return failed_ || (closing_ && shared_queue_.empty()) ||
-             (!shared_queue_.empty() && admitted());
-    });
-    if (failed_ || shared_queue_.empty()) return std::nullopt;
-    Work work = std::move(shared_queue_.front());
-    shared_queue_.pop_front();
-    changed_.notify_all();
-    return work;
-  }
   for (;;) {
-    changed_.wait(lock, [&] { return failed_ || closing_ || !w.queue.empty(); });
-    if (failed_ || w.queue.empty()) return std::nullopt;
-    Work work = std::move(w.queue.front());
-    w.queue.pop_front();
-    changed_.notify_all();
-    // Join the share's round once the one before it is applied; a round
-    // applied without this worker (backup workers) is gone.
-    changed_.wait(lock, [&] { return failed_ || version_ >= work.round; });
     if (failed_) return std::nullopt;
-    if (version_ == work.round) return work;
-    w.dropped += rows_of(work.rows);
+    detail::ParameterServerSchedule::Next next = schedule_.next(r, closing_);
+    if (next.changed) changed_.notify_all();
+    using Kind = detail::ParameterServerSchedule::Next::Kind;
+    if (next.kind == Kind::compute) return std::move(next.share);
+    if (next.kind == Kind::stop) return std::nullopt;
+    changed_.wait(lock);
   }
 }
 
@@ -525,16 +440,14 @@ void ParameterServerEngine::worker_loop(int r) {
       const auto pull_start = Clock::now();
       w.times.idle += seconds(pull_start - wait_start);
       if (!work) return;
-      const int64_t rows = rows_of(work->rows);
-      if (rows == 0 && !synchronous()) continue;  // nothing to learn from
-      w.pulled = version_;
+      const int64_t version = *schedule_.computing_on(r);
       pull(w, /*held_here_only=*/true);
       w.times.communication += seconds(Clock::now() - pull_start);
       lock.unlock();
       Gradient g;
       if (remote_) {
         try {
-          g = compute_remote(r, w, *work);
+          g = compute_remote(r, w, *work, version);
         } catch (const PeerFailed& e) {
           lock.lock();
           w.silent = remote_->links[static_cast<size_t>(r)]->peer_silent();
@@ -554,17 +467,16 @@ void ParameterServerEngine::worker_loop(int r) {
       if (w.reports.size() < g.reports.size()) w.reports.resize(g.reports.size(), 0.0);
       for (size_t i = 0; i < g.reports.size(); ++i) w.reports[i] += g.reports[i];
       if (synchronous()) {
-        push_to_round(w, *work, g);
+        push_to_round(r, *work, g);
       } else {
-        push_asynchronous(w, *work, g);
+        push_asynchronous(r, *work, g);
       }
-      w.pulled.reset();
       w.times.optimizer += seconds(Clock::now() - push_start);
       changed_.notify_all();
     }
   } catch (...) {
     if (!lock.owns_lock()) lock.lock();
-    w.pulled.reset();
+    schedule_.abandon(r);
     failed_ = true;
     changed_.notify_all();
     throw;
@@ -585,7 +497,8 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   return g;
 }
 
-Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work) {
+Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work,
+                                               int64_t version) {
   detail::WorkerLink& link = *remote_->links[static_cast<size_t>(r)];
   const std::string& name = remote_->names[static_cast<size_t>(r)];
   const auto start = Clock::now();
@@ -597,7 +510,7 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
                              .global_rows = work.global_rows,
                              .divisor = divisor(work),
                              .scale = w.scaler ? w.scaler->scale() : 0.0,
-                             .version = *w.pulled,
+                             .version = version,
                              .share = g.share});
     out.element(work.rows);
     // Shard 0's values; the worker pulls the other shards' from their ranks.
@@ -630,20 +543,14 @@ Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& wor
 
 void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const std::string& why) {
   Worker& w = workers_[static_cast<size_t>(r)];
-  w.lost = true;
-  w.pulled.reset();
-  const int live = live_workers();
+  const bool round_waits = schedule_.lose(r, std::move(work));
+  const int live = schedule_.live_workers();
   // `why` names the worker (the link's errors name their peer).
-  fmt::print(stderr, "tandem: warning: parameter-server worker lost: {}; training goes on with {} "
-             "worker(s)\n", why, live);
+  fmt::print(stderr,
+             "tandem: warning: parameter-server worker lost: {}; training goes on with {} "
+             "worker(s)\n",
+             why, live);
   std::fflush(stderr);
-  if (work && !synchronous()) {
-    shared_queue_.push_front(std::move(*work));  // another worker takes its share
-  } else if (work) {
-    w.dropped += rows_of(work->rows);
-  }
-  for (const Work& queued : w.queue) w.dropped += rows_of(queued.rows);
-  w.queue.clear();
   // A gradient it pushed to the shard ranks but never reported is of no use.
   tell_shards({.discards = {{w.context.global_replica, -1}}});
   if (live == 0) {
@@ -653,8 +560,8 @@ void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const s
           PeerFailed("every parameter-server worker was lost (the last: " +
                      remote_->names[static_cast<size_t>(r)] + ": " + why + ")"));
     }
-  } else if (synchronous() && work && version_ == work->round && round_arrivals_ > 0) {
-    finish_round_if_complete(*work);  // the round may need one gradient fewer now
+  } else if (round_waits) {
+    finish_round_if_complete();  // the round may need one gradient fewer now
   }
   changed_.notify_all();
 }
@@ -744,15 +651,14 @@ void ParameterServerEngine::apply(double learning_rate, detail::ShardUpdate upda
     shard.optimizer->set_learning_rate(learning_rate);
     shard.optimizer->step();
   }
-  ++applied_;
 }
 
-void ParameterServerEngine::push_asynchronous(Worker& w, const Work& work, const Gradient& g) {
-  const int64_t staleness = version_ - *w.pulled;
+void ParameterServerEngine::push_asynchronous(int r, const Work& work, const Gradient& g) {
+  const Worker& w = workers_[static_cast<size_t>(r)];
+  const int64_t staleness = schedule_.arrive_asynchronous(r, g.finite);
   const detail::ShareId id{w.context.global_replica, g.share};
   if (scaler_) scaler_->update(g.finite);
   if (!g.finite) {
-    ++rejected_;
     tell_shards({.discards = {id}});
     return;
   }
@@ -760,75 +666,46 @@ void ParameterServerEngine::push_asynchronous(Worker& w, const Work& work, const
   double lr = work.learning_rate.value_or(options_.optimizer.learning_rate);
   if (ps_.staleness_aware_lr && staleness > 1) lr /= static_cast<double>(staleness);
   apply(lr, {.sources = {id}}, &g.shard_squares);
-  ++version_;
-  if (staleness_.size() <= static_cast<size_t>(staleness))
-    staleness_.resize(static_cast<size_t>(staleness) + 1, 0);
-  ++staleness_[static_cast<size_t>(staleness)];
 }
 
-void ParameterServerEngine::push_to_round(Worker& w, const Work& work, const Gradient& g) {
+void ParameterServerEngine::push_to_round(int r, const Work& work, const Gradient& g) {
+  const Worker& w = workers_[static_cast<size_t>(r)];
   const detail::ShareId id{w.context.global_replica, g.share};
-  if (version_ != work.round) {  // its round was applied without it
-    w.dropped += g.rows;
+  const auto arrival = schedule_.arrive_in_round(r, work, g.rows, g.finite, id);
+  if (arrival.late) {  // its round was applied without it
     tell_shards({.discards = {id}});
     return;
   }
-  if (round_arrivals_ == 0) {
-    round_rows_ = 0;
-    round_finite_ = true;
-    std::fill(staged_.begin(), staged_.end(), false);
-  }
-  round_finite_ = round_finite_ && g.finite;
-  round_rows_ += g.rows;
-  if (g.finite) {
-    stage(w, /*add=*/true);
-    round_sources_.push_back(id);
-  } else {
-    round_discards_.push_back(id);
-  }
-  ++round_arrivals_;
-  finish_round_if_complete(work);
+  if (arrival.first) std::fill(staged_.begin(), staged_.end(), false);
+  if (g.finite) stage(w, /*add=*/true);
+  finish_round_if_complete();
 }
 
-void ParameterServerEngine::finish_round_if_complete(const Work& work) {
-  if (round_arrivals_ < required_arrivals()) return;
-  detail::ShardUpdate update{.advance = true,
-                             .sources = std::exchange(round_sources_, {}),
-                             .discards = std::exchange(round_discards_, {})};
-  // Each gradient was divided by the whole batch's rows: rescale to the
-  // mean over the rows that arrived in time.
-  if (round_finite_ && round_rows_ > 0) {
-    if (round_rows_ != work.global_rows) {
-      const auto factor = static_cast<float>(static_cast<double>(work.global_rows) /
-                                             static_cast<double>(round_rows_));
+void ParameterServerEngine::finish_round_if_complete() {
+  std::optional<detail::ParameterServerSchedule::CompletedRound> round = schedule_.complete_round();
+  if (!round) return;
+  if (!round->apply) {
+    tell_shards(round->update);
+  } else {
+    if (round->factor != 1.0f) {
       for (size_t i = 0; i < server_.size(); ++i) {
         if (!staged_[i]) continue;
         Tensor staged = server_[i].grad_buffer();
-        kernels::add_into(staged, staged, factor - 1.0f);
+        kernels::add_into(staged, staged, round->factor - 1.0f);
       }
-      update.factor = factor;
     }
-    apply(work.learning_rate.value_or(options_.optimizer.learning_rate), std::move(update));
-    if (staleness_.empty()) staleness_.resize(1, 0);
-    staleness_[0] += round_arrivals_;
-  } else {
-    if (!round_finite_) ++rejected_;
-    // The version moves on without an update: the shard ranks' too.
-    update.discards.insert(update.discards.end(), update.sources.begin(), update.sources.end());
-    update.sources.clear();
-    tell_shards(update);
+    apply(round->learning_rate.value_or(options_.optimizer.learning_rate),
+          std::move(round->update));
   }
-  if (scaler_) scaler_->update(round_finite_);
-  round_arrivals_ = 0;
-  ++version_;
+  if (scaler_) scaler_->update(round->finite);
 }
 
 StepResult ParameterServerEngine::take_results(Clock::time_point since) {
   StepResult result;
   double loss_sum = 0.0;
+  result.dropped_rows = schedule_.take_dropped();
   for (Worker& w : workers_) {
     result.replica_loss_sums.push_back(w.loss_sum);
-    result.dropped_rows.push_back(w.dropped);
     if (remote_) result.replica_reports.push_back(std::exchange(w.reports, {}));
     result.global_rows += w.rows;
     loss_sum += w.loss_sum;
@@ -839,17 +716,16 @@ StepResult ParameterServerEngine::take_results(Clock::time_point since) {
     result.idle_seconds += t.idle;
     result.exposed_communication_seconds += t.communication;
     w.loss_sum = 0.0;
-    w.rows = w.dropped = 0;
+    w.rows = 0;
     w.times = {};
   }
   result.loss = result.global_rows > 0 ? loss_sum / static_cast<double>(result.global_rows)
                                        : std::numeric_limits<double>::quiet_NaN();
   result.idle_seconds /= static_cast<double>(workers());
   result.exposed_communication_seconds /= static_cast<double>(workers());
-  result.staleness = std::move(staleness_);
-  staleness_.clear();
-  result.skipped = rejected_ > 0 && applied_ == 0;
-  applied_ = rejected_ = 0;
+  result.staleness = schedule_.take_staleness();
+  const detail::ParameterServerSchedule::Updates updates = schedule_.take_updates();
+  result.skipped = updates.rejected > 0 && updates.applied == 0;
   if (scaler_) result.loss_scale = scaler_->scale();
   result.seconds = seconds(Clock::now() - since);
   return result;
@@ -878,8 +754,8 @@ std::vector<std::pair<std::string, Tensor>> ParameterServerEngine::shard_state(S
     return state;
   }
   shard.link->send(detail::FrameKind::state, {});
-  const std::string payload =
-      shard.link->receive(detail::FrameKind::state, "its optimizer state", remote_->silence_seconds);
+  const std::string payload = shard.link->receive(detail::FrameKind::state, "its optimizer state",
+                                                  remote_->silence_seconds);
   detail::FrameReader in(payload, "optimizer state from " + shard.link->peer());
   return detail::read_named_tensors(in);
 }
