@@ -1,167 +1,24 @@
-// The parameter-server engine (parameter_server.h): workers on the
-// strategy's replica threads, driven by one background call of
-// Strategy::run for as long as step() keeps handing out work; shards of
-// master parameters and optimizer state behind one lock.
-#include <sys/types.h>
-#include <unistd.h>
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <csignal>
-#include <cstdio>
-#include <cstdlib>
-#include <deque>
-#include <limits>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <utility>
+// The parameter-server engine (detail/parameter_server_engine.h): workers on
+// the strategy's replica threads (or one thread per worker process), driven
+// by one background call of Strategy::run for as long as step() keeps handing
+// out work as the schedule says; gradients staged and applied to the shards
+// of master parameters and optimizer state behind one lock.
+#include "tandem/distribute/detail/parameter_server_engine.h"
 
 #include <fmt/format.h>
 
-#include "tandem/autograd/functions.h"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
 #include "tandem/base/error.h"
 #include "tandem/base/trace.h"
-#include "tandem/comm/mpi.h"
-#include "tandem/data/distribute.h"
-#include "tandem/distribute/detail/engine_parts.h"
-#include "tandem/distribute/detail/ps_messages.h"
-#include "tandem/distribute/detail/ps_schedule.h"
-#include "tandem/distribute/detail/worker_link.h"
-#include "tandem/distribute/parameter_server.h"
-#include "tandem/distribute/parameter_server_processes.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/elementwise.h"
-#include "tandem/optim/optimizer.h"
 
 namespace tandem::distribute {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-using detail::rows_of;
-using Work = detail::Share;
-
-// What a worker's forward and backward produced, how long they took, and
-// (a remote worker's) the caller's sums that came with it.
-struct Gradient : detail::WorkerGradient {
-  std::vector<double> reports;
-  double wire_seconds = 0.0;          // a remote worker's: the round trip less its compute
-  int64_t share = 0;                  // a remote worker's count: names its gradient on shard ranks
-  std::vector<double> shard_squares;  // a remote worker's, per shard, with clipping
-};
-
-class ParameterServerEngine : public Engine {
- public:
-  ParameterServerEngine(Strategy& strategy, const ModelBuilder& build, const EngineOptions& options,
-                        std::shared_ptr<RemoteWorkers> remote);
-  ~ParameterServerEngine() override;
-
-  std::string name() const override { return "parameter_server"; }
-  nn::Module& model(int local_replica) override { return *workers_.at(local_replica).model; }
-  // Every shard's optimizer has the same settings; the first (always in
-  // this process) stands for them.
-  optim::Optimizer& optimizer(int) override { return *shards_.front().optimizer; }
-  const precision::LossScaler* loss_scaler() const override { return scaler_.get(); }
-
-  StepResult step(const data::Element& batch, const ForwardFn& forward,
-                  const StepOptions& options) override;
-  StepResult synchronize() override;
-  void evaluate(const data::Element& batch, const EvaluateFn& fn) override;
-  EngineState save_state() override;
-  void load_state(const EngineState& state) override;
-
- private:
-  struct Worker {
-    std::shared_ptr<nn::Module> model;
-    std::vector<Variable> parameters;
-    ReplicaContext context;                         // the strategy's, without its communicator
-    std::unique_ptr<precision::LossScaler> scaler;  // the server's, as of the last pull
-    int64_t shares = 0;                             // shares handed to a remote worker
-    bool silent = false;  // given up for its silence: its process may still exist
-    // Since the engine last reported; under the lock, like every field the
-    // main thread reads while the worker runs.
-    double loss_sum = 0.0;
-    int64_t rows = 0;
-    ReplicaStepTime times;
-    std::vector<double> reports;  // a remote worker's sums (StepResult::replica_reports)
-  };
-  struct Shard {
-    std::vector<size_t> pieces;   // indices into pieces_
-    std::vector<Variable> views;  // each piece's rows of its variable, gradient included
-    std::unique_ptr<optim::Optimizer> optimizer;  // null on a shard rank's shard
-    // A shard kept by another process (a shard rank across processes):
-    // its optimizer and the master values are there; the views here hold
-    // the values as of the last fetch_remote_values().
-    detail::WorkerLink* link = nullptr;
-  };
-
-  bool synchronous() const { return schedule_.synchronous(); }
-  int workers() const { return static_cast<int>(workers_.size()); }
-  void start_workers();
-  // Lets the workers finish the work handed out, joins them, and puts the
-  // latest parameters into every worker; rethrows a worker's error.
-  void drain();
-  void worker_loop(int r);
-  // The next share for worker r, waiting until there is one; none when it is done.
-  std::optional<Work> take_work(int r, std::unique_lock<std::mutex>& lock);
-  // The server's values (and loss scale) into a worker's copy: every
-  // variable, or only those with a piece on a shard in this process (what a
-  // share needs here: the shard ranks serve the rest).
-  void pull(Worker& w, bool held_here_only = false);
-  int64_t divisor(const Work& work) const;
-  Gradient compute(Worker& w, const Work& work);
-  Gradient compute_remote(int r, Worker& w, const Work& work, int64_t version);
-  void lose_worker(int r, std::optional<Work> work, const std::string& why);
-  void push_asynchronous(int r, const Work& work, const Gradient& g);
-  void push_to_round(int r, const Work& work, const Gradient& g);
-  void finish_round_if_complete();
-  void stage(const Worker& w, bool add);
-  // Applies the staged gradient here and has the shard ranks apply
-  // `update` (its sources: the same gradients); `worker_squares`, when
-  // given, are the one gradient's squared norms per shard (for clipping).
-  void apply(double learning_rate, detail::ShardUpdate update,
-             const std::vector<double>* worker_squares = nullptr);
-  bool remote_shards() const { return shards_.size() > 1 && shards_.back().link != nullptr; }
-  void tell_shards(const detail::ShardUpdate& update);
-  // The shard ranks' values into server_ (after a drain).
-  void fetch_remote_values();
-  // A shard's optimizer state under its own names (for a shard rank's, a copy).
-  std::vector<std::pair<std::string, Tensor>> shard_state(Shard& shard);
-  // Shard rank k's values from server_, and its optimizer state; waits
-  // until it has them (a worker's pull must not overtake them).
-  void load_shard_rank(int k, const std::vector<std::pair<std::string, Tensor>>& state);
-  StepResult take_results(Clock::time_point since);
-  void rethrow_if_failed();
-
-  EngineOptions options_;
-  ParameterServerOptions ps_;
-  std::shared_ptr<RemoteWorkers> remote_;  // workers in other processes, or null
-  std::vector<Worker> workers_;            // never resized once built: threads hold references
-  // The master variables, whole (the shards' views share their values), and
-  // the staged gradient of the update being applied.
-  std::vector<Variable> server_;
-  std::vector<bool> staged_;
-  std::vector<bool> held_here_;  // per variable: a piece of it on a shard of this process
-  std::vector<VariablePiece> pieces_;
-  std::vector<Shard> shards_;
-  std::unique_ptr<precision::LossScaler> scaler_;
-
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  detail::ParameterServerSchedule schedule_;  // under mutex_
-  std::atomic<int64_t> handed_out_{0};  // shares sent to remote workers (the fault-injection hook)
-  bool closing_ = false, failed_ = false;
-  std::exception_ptr error_;
-  std::thread runner_;
-};
+namespace detail {
 
 ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuilder& build,
                                              const EngineOptions& options,
@@ -248,49 +105,6 @@ ParameterServerEngine::ParameterServerEngine(Strategy& strategy, const ModelBuil
   for (Worker& w : workers_) pull(w);
 }
 
-ParameterServerEngine::~ParameterServerEngine() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closing_ = true;
-    failed_ = true;  // nothing more to do: the workers leave at once
-  }
-  changed_.notify_all();
-  if (runner_.joinable()) runner_.join();
-  if (!remote_) return;
-  // The worker processes end when told (or, failing that, when the
-  // connection closes with this process). After a loss every process of
-  // the job bounds its MPI_Finalize: Open MPI 4.1's may wait for the dead
-  // rank forever (seen one run in four on one host).
-  const bool any_lost = schedule_.live_workers() < workers();
-  if (any_lost) comm::end_mpi_job_at_exit();
-  detail::FrameWriter stop;
-  stop.u64(any_lost ? 1 : 0);
-  for (size_t r = 0; r < remote_->links.size(); ++r) {
-    if (workers_[r].silent && remote_->on_this_host[r]) {
-      // Stopped or hung: mpirun would wait for it at the end of the job.
-      ::kill(remote_->pids[r], SIGKILL);
-    } else if (workers_[r].silent) {
-      fmt::print(stderr,
-                 "tandem: warning: {} was given up while its process may still run; mpirun "
-                 "waits for it until it ends (end it on its host)\n",
-                 remote_->names[r]);
-    }
-    if (schedule_.lost(static_cast<int>(r))) continue;
-    try {
-      remote_->links[r]->send(detail::FrameKind::stop, {stop.bytes()});
-    } catch (const Error&) {
-    }
-    remote_->links[r]->close();
-  }
-  for (auto& link : remote_->shard_links) {
-    try {
-      link->send(detail::FrameKind::stop, {stop.bytes()});
-    } catch (const Error&) {
-    }
-    link->close();
-  }
-}
-
 void ParameterServerEngine::start_workers() {
   if (runner_.joinable()) return;
   runner_ = std::thread([this] {
@@ -355,18 +169,6 @@ void ParameterServerEngine::drain() {
   std::lock_guard<std::mutex> lock(mutex_);
   fetch_remote_values();
   for (Worker& w : workers_) pull(w);
-}
-
-void ParameterServerEngine::fetch_remote_values() {
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    detail::WorkerLink* link = shards_[k].link;
-    if (link == nullptr) continue;
-    link->send(detail::FrameKind::values, {});
-    const std::string payload =
-        link->receive(detail::FrameKind::values, "its values", remote_->silence_seconds);
-    detail::FrameReader in(payload, "values from " + link->peer());
-    detail::read_shard_values(in, pieces_, static_cast<int>(k), server_);
-  }
 }
 
 StepResult ParameterServerEngine::step(const data::Element& batch, const ForwardFn& forward,
@@ -497,50 +299,6 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   return g;
 }
 
-Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work,
-                                               int64_t version) {
-  detail::WorkerLink& link = *remote_->links[static_cast<size_t>(r)];
-  const std::string& name = remote_->names[static_cast<size_t>(r)];
-  const auto start = Clock::now();
-  Gradient g;
-  g.share = ++w.shares;
-  {
-    detail::FrameWriter out;
-    detail::write_work(out, {.step = work.step,
-                             .global_rows = work.global_rows,
-                             .divisor = divisor(work),
-                             .scale = w.scaler ? w.scaler->scale() : 0.0,
-                             .version = version,
-                             .share = g.share});
-    out.element(work.rows);
-    // Shard 0's values; the worker pulls the other shards' from their ranks.
-    detail::write_shard_values(out, pieces_, 0, w.parameters);
-    // Buffers (batch norm's running statistics) are each worker's own, as
-    // in one process: its copy here travels out and back with every share.
-    detail::write_buffers(out, *w.model);
-    link.send(detail::FrameKind::work, {out.bytes()});
-  }
-  detail::maybe_kill_after_work(handed_out_.fetch_add(1) + 1);
-  const std::string payload =
-      link.receive(detail::FrameKind::gradient, "a gradient", remote_->silence_seconds);
-  detail::FrameReader in(payload, "gradient from " + name);
-  detail::GradientReport report = detail::read_report(in);
-  g.rows = report.rows;
-  g.loss_sum = report.loss_sum;
-  g.finite = report.finite;
-  g.forward_seconds = report.forward_seconds;
-  g.backward_seconds = report.backward_seconds;
-  g.reports = std::move(report.reports);
-  g.shard_squares = std::move(report.shard_squares);
-  for (Variable& p : w.parameters) p.zero_grad();
-  detail::read_shard_gradients(in, pieces_, 0, w.parameters);
-  detail::read_buffers(in, *w.model);
-  // The wire and the remote process's own overhead count as communication.
-  const double wall = seconds(Clock::now() - start);
-  g.wire_seconds = std::max(0.0, wall - g.forward_seconds - g.backward_seconds);
-  return g;
-}
-
 void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const std::string& why) {
   Worker& w = workers_[static_cast<size_t>(r)];
   const bool round_waits = schedule_.lose(r, std::move(work));
@@ -583,14 +341,6 @@ void ParameterServerEngine::stage(const Worker& w, bool add) {
     }
     staged_[i] = true;
   }
-}
-
-void ParameterServerEngine::tell_shards(const detail::ShardUpdate& update) {
-  if (!remote_shards()) return;
-  detail::FrameWriter out;
-  detail::write_update(out, update);
-  for (Shard& shard : shards_)
-    if (shard.link) shard.link->send(detail::FrameKind::update, {out.bytes()});
 }
 
 void ParameterServerEngine::apply(double learning_rate, detail::ShardUpdate update,
@@ -737,156 +487,13 @@ void ParameterServerEngine::evaluate(const data::Element& batch, const EvaluateF
       strategy(), [&](int r) -> nn::Module& { return *workers_[r].model; }, batch, fn);
 }
 
-void ParameterServerEngine::load_shard_rank(
-    int k, const std::vector<std::pair<std::string, Tensor>>& state) {
-  detail::WorkerLink& link = *shards_[static_cast<size_t>(k)].link;
-  detail::FrameWriter load;
-  detail::write_shard_values(load, pieces_, k, server_);
-  detail::write_named_tensors(load, state);
-  link.send(detail::FrameKind::load, {load.bytes()});
-  link.receive(detail::FrameKind::ack, "an ack of its values", remote_->silence_seconds);
-}
-
-std::vector<std::pair<std::string, Tensor>> ParameterServerEngine::shard_state(Shard& shard) {
-  if (!shard.link) {
-    std::vector<std::pair<std::string, Tensor>> state;
-    for (const auto& [name, t] : shard.optimizer->state()) state.emplace_back(name, *t);
-    return state;
-  }
-  shard.link->send(detail::FrameKind::state, {});
-  const std::string payload = shard.link->receive(detail::FrameKind::state, "its optimizer state",
-                                                  remote_->silence_seconds);
-  detail::FrameReader in(payload, "optimizer state from " + shard.link->peer());
-  return detail::read_named_tensors(in);
-}
-
-EngineState ParameterServerEngine::save_state() {
-  drain();
-  EngineState state;
-  save_model_state(*workers_.front().model, state);  // the server's values, worker 0's buffers
-  // Each shard's state, put together under the replicated optimizer's
-  // names: "<variable index>.<slot>" and "updates" (one count per variable).
-  Tensor updates = Tensor::zeros(Shape{static_cast<int64_t>(server_.size())}, DType::i32);
-  std::vector<std::vector<std::pair<std::string, Tensor>>> slots(server_.size());
-  for (Shard& shard : shards_) {
-    for (const auto& [name, t] : shard_state(shard)) {
-      if (name == "updates") {
-        for (size_t k = 0; k < shard.pieces.size(); ++k)
-          updates.data<int32_t>()[pieces_[shard.pieces[k]].variable] = t.data<int32_t>()[k];
-        continue;
-      }
-      const size_t dot = name.find('.');
-      const VariablePiece& piece = pieces_[shard.pieces.at(std::stoul(name.substr(0, dot)))];
-      const std::string slot = name.substr(dot + 1);
-      auto& mine = slots[piece.variable];
-      auto it =
-          std::find_if(mine.begin(), mine.end(), [&](const auto& s) { return s.first == slot; });
-      if (it == mine.end()) {
-        mine.emplace_back(slot, Tensor::zeros(server_[piece.variable].shape(), DType::f32));
-        it = std::prev(mine.end());
-      }
-      Tensor whole = it->second;
-      if (whole.rank() == 0) {
-        whole.copy_from(t);
-      } else {
-        Tensor rows = whole.slice(piece.begin, piece.end);
-        rows.copy_from(t);
-      }
-    }
-  }
-  state.tensors.emplace_back("optimizer.updates", updates);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    for (auto& [slot, t] : slots[i])
-      state.tensors.emplace_back("optimizer." + std::to_string(i) + "." + slot, t);
-  }
-  detail::save_scaler_state(scaler_.get(), state);
-  return state;
-}
-
-void ParameterServerEngine::load_state(const EngineState& state) {
-  drain();
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (Worker& w : workers_) load_model_state(state, *w.model);
-  for (size_t i = 0; i < server_.size(); ++i) {
-    Tensor value = server_[i].value();
-    value.copy_from(workers_.front().parameters[i].value());
-  }
-  const Tensor& updates = state.tensor("optimizer.updates");
-  if (updates.dtype() != DType::i32 || updates.numel() != static_cast<int64_t>(server_.size())) {
-    TANDEM_THROW(IoError, "checkpoint tensor 'optimizer.updates' has ", updates.numel(),
-                 " counts for ", server_.size(), " parameters");
-  }
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    Shard& shard = shards_[s];
-    std::vector<std::pair<std::string, Tensor>> own = shard_state(shard);
-    for (auto& [name, t] : own) {
-      if (name == "updates") {
-        for (size_t k = 0; k < shard.pieces.size(); ++k)
-          t.data<int32_t>()[k] = updates.data<int32_t>()[pieces_[shard.pieces[k]].variable];
-        continue;
-      }
-      const size_t dot = name.find('.');
-      const VariablePiece& piece = pieces_[shard.pieces.at(std::stoul(name.substr(0, dot)))];
-      const std::string full = "optimizer." + std::to_string(piece.variable) + name.substr(dot);
-      const Tensor& whole = state.tensor(full);
-      if (whole.shape() != server_[piece.variable].shape() || whole.dtype() != DType::f32) {
-        TANDEM_THROW(IoError, "checkpoint tensor '", full, "' has shape ",
-                     whole.shape().to_string(), ", expected ",
-                     server_[piece.variable].shape().to_string());
-      }
-      t.copy_from(whole.rank() == 0 ? whole : whole.slice(piece.begin, piece.end));
-    }
-    if (shard.link) load_shard_rank(static_cast<int>(s), own);
-  }
-  detail::load_scaler_state(state, scaler_.get());
-  for (Worker& w : workers_) pull(w);
-}
-
-}  // namespace
+}  // namespace detail
 
 std::unique_ptr<Engine> make_parameter_server_engine(Strategy& strategy, const ModelBuilder& build,
                                                      const EngineOptions& options,
                                                      std::shared_ptr<RemoteWorkers> remote) {
-  return std::make_unique<ParameterServerEngine>(strategy, build, options, std::move(remote));
+  return std::make_unique<detail::ParameterServerEngine>(strategy, build, options,
+                                                         std::move(remote));
 }
-
-namespace detail {
-
-WorkerGradient compute_worker_gradient(nn::Module& model, const std::vector<Variable>& parameters,
-                                       const ForwardFn& forward, const data::Element& rows,
-                                       int64_t global_rows, int64_t divisor, int64_t step,
-                                       const EngineOptions& options, const ReplicaContext& context,
-                                       precision::LossScaler* scaler) {
-  WorkerGradient g;
-  g.rows = rows_of(rows);
-  const auto start = Clock::now();
-  seed_replica_generator(options.seed, step, context);
-  for (const Variable& p : parameters) const_cast<Variable&>(p).zero_grad();
-  Variable loss;
-  {
-    trace::Span span("forward", "step");
-    const Variable per_example = forward(model, {rows, global_rows, context});
-    if (!per_example.defined() || per_example.shape() != Shape{g.rows}) {
-      TANDEM_THROW(ShapeError, "the forward function must return per-example losses of shape (",
-                   g.rows, "), got ",
-                   per_example.defined() ? per_example.shape().to_string() : "nothing");
-    }
-    const Variable total = sum(per_example);
-    g.loss_sum = static_cast<double>(total.value().item());
-    loss = scale(total, static_cast<float>(1.0 / static_cast<double>(divisor)));
-  }
-  const auto forward_done = Clock::now();
-  {
-    trace::Span span("backward", "step");
-    (scaler ? scaler->scale_loss(loss) : loss).backward();
-  }
-  slow_down(options.slow_replica, context.global_replica, Clock::now() - start);
-  if (scaler) g.finite = scaler->unscale_and_check(parameters);
-  g.forward_seconds = seconds(forward_done - start);
-  g.backward_seconds = seconds(Clock::now() - forward_done);
-  return g;
-}
-
-}  // namespace detail
 
 }  // namespace tandem::distribute

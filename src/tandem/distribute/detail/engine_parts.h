@@ -15,6 +15,10 @@ inline int64_t rows_of(const data::Element& e) {
   return first.rank() == 0 ? 0 : first.dim(0);
 }
 
+inline double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
 // Runs fn on every local replica's share of `batch`, on the model model(r)
 // returns, in evaluation mode and without gradients; modes are restored.
 void evaluate_on_replicas(Strategy& strategy, const std::function<nn::Module&(int)>& model,
