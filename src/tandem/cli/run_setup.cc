@@ -15,36 +15,13 @@
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/comm/compression.h"
-#include "tandem/data/image_folder.h"
 #include "tandem/data/input_spec.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/train/memory_plan.h"
 
 namespace tandem::cli {
 
-void use_model_classes(data::InputSpec& spec, const std::vector<std::string>& classes,
-                       const std::string& what) {
-  if (spec.format != "image_folder" || classes.empty()) return;
-  spec.known_classes = classes;
-  const data::ImageFolderIndex index =
-      data::index_image_folder(spec.root, {.known_classes = classes});
-  if (!index.missing_classes.empty()) {
-    std::string names;
-    for (const std::string& c : index.missing_classes) names += (names.empty() ? "" : ", ") + c;
-    fmt::print(stderr,
-               "tandem: warning: {} has no folder for {} of the model's {} classes ({}); its "
-               "figures cover the other {}\n",
-               what, index.missing_classes.size(), classes.size(), names,
-               classes.size() - index.missing_classes.size());
-  }
-}
-
 namespace {
-
-data::LabeledImages first(const data::LabeledImages& d, int64_t count) {
-  if (count <= 0 || count >= d.size()) return d;
-  return {d.images.slice(0, count), d.labels.slice(0, count)};
-}
 
 // --loss-scale: "dynamic", "none" or a fixed positive number; unset picks
 // dynamic for mixed_float16 and none otherwise, as Keras does.
@@ -90,58 +67,72 @@ int parse_count_or_auto(const std::string& flag, const std::string& text, int mi
   return static_cast<int>(*value);
 }
 
-RunData load_run_data(const RunOptions& o, uint64_t seed) {
-  RunData r;
-  if (o.data.empty()) {
-    if (!o.validation_data.empty())
-      TANDEM_THROW(InvalidArgument, "--validation-data needs --data (the training data)");
-    const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
-    // --train-examples and --test-examples take views: the whole set stays loaded.
-    for (const data::LabeledImages* d : {&fashion.train, &fashion.test})
-      r.resident_bytes += static_cast<int64_t>(d->images.nbytes() + d->labels.nbytes());
-    const data::LabeledImages train = first(fashion.train, o.train_examples);
-    const data::LabeledImages test = first(fashion.test, o.test_examples);
-    // Reshuffled every epoch (pass) from the seed.
-    r.train = data::as_dataset(train).shuffle(train.size(), seed);
-    r.validation = data::as_dataset(test);
-    r.description =
-        fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(), test.size());
-    r.summary = {{"data_dir", o.data_dir},
-                 {"train_examples", std::to_string(train.size())},
-                 {"test_examples", std::to_string(test.size())}};
-    return r;
-  }
-  if (o.train_examples != 0 || o.test_examples != 0) {
-    TANDEM_THROW(InvalidArgument,
-                 "--train-examples and --test-examples select Fashion-MNIST examples; with "
-                 "--data, limit the data in its specification or with --steps-per-epoch");
-  }
-  const data::InputSpec spec = data::read_input_spec(o.data);
-  if (spec.format == "image_folder") r.class_names = data::image_folder_class_names(spec.root);
-  r.train = data::make_input(spec, seed);
-  r.input = spec.input;
-  r.label = spec.label;
-  if (spec.needs_padding()) r.padding = spec.padding();
-  const int64_t examples = r.train.cardinality();
-  r.description = fmt::format("{} ({}{})", o.data, spec.format,
-                              examples >= 0 ? fmt::format(", {} examples", examples) : "");
-  r.summary = {{"data", std::filesystem::absolute(o.data).string()}};
-  if (!o.validation_data.empty()) {
-    data::InputSpec v = data::read_input_spec(o.validation_data);
-    if (v.input != spec.input || v.label != spec.label) {
-      TANDEM_THROW(InvalidArgument, "--validation-data '", o.validation_data, "' names input '",
-                   v.input, "' and label '", v.label, "' but --data names '", spec.input, "' and '",
-                   spec.label, "'");
-    }
-    v.shuffle = 0;
-    use_model_classes(v, r.class_names, "--validation-data '" + o.validation_data + "'");
-    r.validation = data::make_input(v, seed);
-    const int64_t n = r.validation->cardinality();
-    r.description += fmt::format(", validation {}{}", o.validation_data,
-                                 n >= 0 ? fmt::format(" ({} examples)", n) : "");
-    r.summary["validation_data"] = std::filesystem::absolute(o.validation_data).string();
-  }
-  return r;
+// --precision and --loss-scale (parse_loss_scale), the data (load_run_data),
+// the loss and metrics (configure_objective) and the input pipeline
+// (configure_input).
+void add_data_options(CLI::App& app, RunOptions& o) {
+  CLI::App* command = &app;
+  train::TrainConfig& c = o.config;
+  command
+      ->add_option("--precision", o.precision,
+                   "Mixed-precision policy: float32, mixed_bfloat16 or mixed_float16")
+      ->capture_default_str();
+  command->add_option("--loss-scale", o.loss_scale,
+                      "Loss scaling: dynamic, none or a fixed number (default: dynamic under "
+                      "mixed_float16, none otherwise)");
+  command->add_option("--compute-dtype", o.compute_dtype,
+                      "Override the matmul/conv dtype: f32 or bf16 (default: the policy's)");
+  command->add_option("--data", o.data,
+                      "Training data: a data specification (TOML, docs/training.md) or a folder "
+                      "of images with one sub-folder per class (default: Fashion-MNIST)");
+  command->add_option("--validation-data", o.validation_data,
+                      "Validation data, described like --data (default: Fashion-MNIST's test set "
+                      "without --data, none with it)");
+  command
+      ->add_option("--loss", o.loss,
+                   "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
+                   "mean_absolute_error or huber")
+      ->capture_default_str();
+  command->add_option("--label-smoothing", o.label_smoothing,
+                      "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
+  command->add_option("--ignore-index", o.ignore_index,
+                      "softmax_cross_entropy and metrics: a label value left out");
+  command->add_option("--huber-delta", o.huber_delta, "huber: the delta, > 0 (default: 1)");
+  command->add_option(
+      "--metrics", o.metrics,
+      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
+      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
+  command
+      ->add_option("--steps-per-epoch", c.steps_per_epoch,
+                   "Steps per epoch from one pass over the data (0: an epoch is a pass)")
+      ->capture_default_str();
+  command->add_flag("--repeat", c.repeat,
+                    "With --steps-per-epoch: the next pass over the training data follows when "
+                    "one ends (tf.data's repeat()); without it the run ends with the data");
+  command
+      ->add_option("--auto-shard", o.auto_shard,
+                   "Multi-worker input sharding: auto, file, data or off")
+      ->capture_default_str();
+  command->add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  command->add_option("--train-examples", o.train_examples,
+                      "Use only the first N Fashion-MNIST training examples (0, the default: all)");
+  command->add_option("--test-examples", o.test_examples,
+                      "Use only the first N Fashion-MNIST test examples (0, the default: all)");
+  command
+      ->add_option("--prefetch", o.prefetch,
+                   "Batches assembled ahead on a background thread (0: when the step starts; "
+                   "auto: grown while steps wait)")
+      ->capture_default_str();
+  command
+      ->add_option("--input-parallel", o.input_parallel,
+                   "Batches assembled at once on the data pool (auto: grown while steps wait)")
+      ->capture_default_str();
+  command
+      ->add_option("--augment", o.augment,
+                   "Random augmentation of training batches: none, flip, crop:PIXELS, or a "
+                   "comma-separated list (flip,crop:2)")
+      ->capture_default_str();
 }
 
 // --loss and its options, --metrics (default: accuracy for a classifier,
@@ -220,6 +211,53 @@ void check_counts(const RunOptions& o) {
   }
 }
 
+// --optimizer, its settings and the learning-rate schedule: configure_optimizer
+// and configure_schedule apply them.
+void add_optimizer_options(CLI::App& app, RunOptions& o) {
+  CLI::App* command = &app;
+  train::TrainConfig& c = o.config;
+  command->add_option("--optimizer", c.optimizer.name, "sgd, adam, adamw, lars or lamb")
+      ->capture_default_str();
+  command->add_option("--trust-coefficient", o.trust_coefficient,
+                      "LARS's trust coefficient eta (> 0; default 0.001)");
+  command->add_option("--lr", o.learning_rate,
+                      "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
+  command->add_option("--momentum", o.momentum, "SGD momentum in [0, 1) (default: 0.9)");
+  command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
+  command->add_option("--weight-decay", o.weight_decay,
+                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
+  command
+      ->add_option("--clip-norm", c.optimizer.global_clip_norm,
+                   "Clip the gradients to this global L2 norm before each update (Keras's "
+                   "global_clipnorm; after the all-reduce; 0: off)")
+      ->capture_default_str();
+  command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
+      ->capture_default_str();
+  command
+      ->add_option("--lr-step-epochs", c.lr_step_epochs,
+                   "Step schedule: epochs between decays (> 0)")
+      ->capture_default_str();
+  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor in (0, 1]")
+      ->capture_default_str();
+  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate, from 0 to --lr")
+      ->capture_default_str();
+  command->add_option("--warmup-epochs", o.warmup_epochs,
+                      "Linear warm-up length in epochs, from 0 to --epochs (default: 0, or "
+                      "min(5, epochs / 5) with --lr-scaling)");
+  command
+      ->add_option("--noise-scale-every", c.noise_scale_every,
+                   "Measure the gradient noise scale every N steps (0: never; needs several "
+                   "replicas or --accumulate; docs/tuning.md)")
+      ->capture_default_str();
+  command
+      ->add_option("--lr-scaling", c.lr_scaling,
+                   "Scale the learning rate with the global batch: none, linear (Goyal et al., "
+                   "for SGD) or sqrt (for Adam-type), from --reference-batch")
+      ->capture_default_str();
+  command->add_option("--reference-batch", c.reference_batch,
+                      "The global batch --lr is tuned at, for --lr-scaling");
+}
+
 // --optimizer and its flags. Without --lr the optimizer's own default
 // (0.05 for sgd, 1e-3 for adam and adamw); momentum and Nesterov are SGD's.
 void configure_optimizer(const RunOptions& o, optim::OptimizerConfig& c) {
@@ -250,6 +288,46 @@ void configure_optimizer(const RunOptions& o, optim::OptimizerConfig& c) {
     }
     c.weight_decay = *o.weight_decay;
   }
+}
+
+// --model and --model-options, the batch settings, --recompute, --memory-limit
+// and --zero: configure_batch_and_sharding and model_factory apply them.
+void add_model_and_batch_options(CLI::App& app, RunOptions& o) {
+  CLI::App* command = &app;
+  train::TrainConfig& c = o.config;
+  command
+      ->add_option("--model", o.model,
+                   "Model: cnn, mlp, gpt, resnet, or a model file (FILE.toml, docs/model_files.md)")
+      ->capture_default_str();
+  command->add_option("--model-options", o.model_options,
+                      "A built-in model's settings, KEY=VALUE,... (gpt: layers, width, heads, "
+                      "context, vocabulary, mlp_ratio, dropout; resnet: depth, width, channels, "
+                      "classes, sync_bn)");
+  command->add_option("--batch-size,--batch", o.batch_size,
+                      "Global batch size (default: 128, or micro-batch x accumulation steps x "
+                      "replicas with --micro-batch-size)");
+  command->add_option("--accumulate", o.accumulate,
+                      "Gradient accumulation: micro-batches per step, whose gradients make one "
+                      "update (default: 1, or global / (micro-batch x replicas))");
+  command->add_option("--micro-batch-size", o.micro_batch_size,
+                      "Examples per replica per micro-batch (default: global / (replicas x "
+                      "accumulation steps)); any two of the three batch settings fix the third");
+  command->add_flag("--recompute", o.recompute,
+                    "Activation recomputation: every Transformer, ResNet or residual block keeps "
+                    "only its input and computes its inside again in backward (docs/memory.md)");
+  command->add_option("--memory-limit", o.memory_limit,
+                      "Bytes per device a run may use (suffix K, M, G or T: powers of 1024; "
+                      "default: physical memory / devices); a run predicted to need more is "
+                      "refused before training");
+  command
+      ->add_option("--zero", o.zero,
+                   "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
+                   "and gradients (docs/memory.md)")
+      ->capture_default_str();
+  command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
+      ->capture_default_str();
+  command->add_flag("--drop-remainder", c.drop_remainder,
+                    "Skip the last partial batch of each epoch (default: train on it)");
 }
 
 // --batch-size, --accumulate and --micro-batch-size (any two determine the
@@ -287,198 +365,6 @@ void configure_batch_and_sharding(const RunOptions& o, train::TrainConfig& confi
 
 }  // namespace
 
-void add_run_options(CLI::App& command_app, RunOptions& o_ref) {
-  CLI::App* command = &command_app;
-  RunOptions* o = &o_ref;
-  train::TrainConfig& c = o->config;
-  command
-      ->add_option("--model", o->model,
-                   "Model: cnn, mlp, gpt, resnet, or a model file (FILE.toml, docs/model_files.md)")
-      ->capture_default_str();
-  command->add_option("--model-options", o->model_options,
-                      "A built-in model's settings, KEY=VALUE,... (gpt: layers, width, heads, "
-                      "context, vocabulary, mlp_ratio, dropout; resnet: depth, width, channels, "
-                      "classes, sync_bn)");
-  command->add_option("--batch-size,--batch", o->batch_size,
-                      "Global batch size (default: 128, or micro-batch x accumulation steps x "
-                      "replicas with --micro-batch-size)");
-  command->add_option("--accumulate", o->accumulate,
-                      "Gradient accumulation: micro-batches per step, whose gradients make one "
-                      "update (default: 1, or global / (micro-batch x replicas))");
-  command->add_option("--micro-batch-size", o->micro_batch_size,
-                      "Examples per replica per micro-batch (default: global / (replicas x "
-                      "accumulation steps)); any two of the three batch settings fix the third");
-  command->add_flag("--recompute", o->recompute,
-                    "Activation recomputation: every Transformer, ResNet or residual block keeps "
-                    "only its input and computes its inside again in backward (docs/memory.md)");
-  command->add_option("--memory-limit", o->memory_limit,
-                      "Bytes per device a run may use (suffix K, M, G or T: powers of 1024; "
-                      "default: physical memory / devices); a run predicted to need more is "
-                      "refused before training");
-  command
-      ->add_option("--zero", o->zero,
-                   "ZeRO sharding across replicas: 0 off, 1 optimizer state, 2 optimizer state "
-                   "and gradients (docs/memory.md)")
-      ->capture_default_str();
-  command->add_option("--eval-batch-size", c.eval_batch_size, "Batch size for evaluation")
-      ->capture_default_str();
-  command->add_flag("--drop-remainder", c.drop_remainder,
-                    "Skip the last partial batch of each epoch (default: train on it)");
-  command->add_option("--optimizer", c.optimizer.name, "sgd, adam, adamw, lars or lamb")
-      ->capture_default_str();
-  command->add_option("--trust-coefficient", o->trust_coefficient,
-                      "LARS's trust coefficient eta (> 0; default 0.001)");
-  command->add_option("--lr", o->learning_rate,
-                      "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
-  command->add_option("--momentum", o->momentum, "SGD momentum in [0, 1) (default: 0.9)");
-  command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
-  command->add_option("--weight-decay", o->weight_decay,
-                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
-  command
-      ->add_option("--clip-norm", c.optimizer.global_clip_norm,
-                   "Clip the gradients to this global L2 norm before each update (Keras's "
-                   "global_clipnorm; after the all-reduce; 0: off)")
-      ->capture_default_str();
-  command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
-      ->capture_default_str();
-  command
-      ->add_option("--lr-step-epochs", c.lr_step_epochs,
-                   "Step schedule: epochs between decays (> 0)")
-      ->capture_default_str();
-  command->add_option("--lr-gamma", c.lr_gamma, "Step schedule: decay factor in (0, 1]")
-      ->capture_default_str();
-  command->add_option("--min-lr", c.min_lr, "Cosine schedule: final learning rate, from 0 to --lr")
-      ->capture_default_str();
-  command->add_option("--warmup-epochs", o->warmup_epochs,
-                      "Linear warm-up length in epochs, from 0 to --epochs (default: 0, or "
-                      "min(5, epochs / 5) with --lr-scaling)");
-  command
-      ->add_option("--noise-scale-every", c.noise_scale_every,
-                   "Measure the gradient noise scale every N steps (0: never; needs several "
-                   "replicas or --accumulate; docs/tuning.md)")
-      ->capture_default_str();
-  command
-      ->add_option("--lr-scaling", c.lr_scaling,
-                   "Scale the learning rate with the global batch: none, linear (Goyal et al., "
-                   "for SGD) or sqrt (for Adam-type), from --reference-batch")
-      ->capture_default_str();
-  command->add_option("--reference-batch", c.reference_batch,
-                      "The global batch --lr is tuned at, for --lr-scaling");
-  command
-      ->add_option("--seed", o->seed,
-                   "Seed for initialisation, shuffling and dropout (0 to 2^64 - 1)")
-      ->capture_default_str();
-  command->add_option("--threads", o->threads,
-                      "Intra-op threads per device (default: physical cores / devices)");
-  command
-      ->add_option("--strategy", o->strategy,
-                   "one-device, mirrored, multi-worker (under mpirun) or parameter-server")
-      ->capture_default_str();
-  command
-      ->add_option("--device", o->device,
-                   "cpu (virtual CPU devices) or cuda (GPUs: one-device, mirrored or multi-worker)")
-      ->capture_default_str();
-  command->add_option("--devices", o->devices,
-                      "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
-                      "per physical core)");
-  command->add_option("--ps", o->ps,
-                      "Parameter-server shards the variables are partitioned over (--strategy "
-                      "parameter-server; default: 1)");
-  command->add_option("--max-staleness", o->max_staleness,
-                      "Parameter server: the largest staleness of an applied gradient (0: "
-                      "synchronous rounds; default: unbounded, fully asynchronous)");
-  command->add_option("--backup-workers", o->backup_workers,
-                      "Parameter server, synchronous rounds: apply each round with the first "
-                      "workers - B gradients and drop the late ones");
-  command->add_flag("--staleness-aware-lr", o->staleness_aware_lr,
-                    "Parameter server: divide each gradient's learning rate by its staleness");
-  command->add_option("--sync-every", o->sync_every,
-                      "Local SGD: replicas step on their own and average parameters every K "
-                      "steps (mirrored or multi-worker; default: off, all-reduce every step)");
-  command->add_flag("--average-optimizer-state", o->average_optimizer_state,
-                    "Local SGD: average the optimizer state with the parameters");
-  command->add_option("--slow-replica", o->slow_replica,
-                      "Make replica R FACTOR times slower (R:FACTOR, e.g. 1:2), to see what a "
-                      "straggler does");
-  command->add_flag("--allow-oversubscription", o->allow_oversubscription,
-                    "Allow more devices x threads than physical cores (one device included)");
-  command
-      ->add_option("--collective-timeout", o->collective_timeout,
-                   "Seconds a collective waits for the other replicas before the run ends with a "
-                   "stall report naming the ranks that did not answer (1 to 86400)")
-      ->capture_default_str();
-  command
-      ->add_option("--peer-timeout", o->peer_timeout,
-                   "Under mpirun: seconds a waiting rank asks a peer process that answers "
-                   "nothing before the run ends naming that rank's host as unreachable (1 to "
-                   "86400)")
-      ->capture_default_str();
-  command->add_option("--bucket-mb", o->bucket_mb,
-                      "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");
-  command->add_option("--wire", o->wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
-      ->capture_default_str();
-  command
-      ->add_option("--precision", o->precision,
-                   "Mixed-precision policy: float32, mixed_bfloat16 or mixed_float16")
-      ->capture_default_str();
-  command->add_option("--loss-scale", o->loss_scale,
-                      "Loss scaling: dynamic, none or a fixed number (default: dynamic under "
-                      "mixed_float16, none otherwise)");
-  command->add_option("--compute-dtype", o->compute_dtype,
-                      "Override the matmul/conv dtype: f32 or bf16 (default: the policy's)");
-  command->add_option("--data", o->data,
-                      "Training data: a data specification (TOML, docs/training.md) or a folder "
-                      "of images with one sub-folder per class (default: Fashion-MNIST)");
-  command->add_option("--validation-data", o->validation_data,
-                      "Validation data, described like --data (default: Fashion-MNIST's test set "
-                      "without --data, none with it)");
-  command
-      ->add_option("--loss", o->loss,
-                   "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
-                   "mean_absolute_error or huber")
-      ->capture_default_str();
-  command->add_option("--label-smoothing", o->label_smoothing,
-                      "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
-  command->add_option("--ignore-index", o->ignore_index,
-                      "softmax_cross_entropy and metrics: a label value left out");
-  command->add_option("--huber-delta", o->huber_delta, "huber: the delta, > 0 (default: 1)");
-  command->add_option(
-      "--metrics", o->metrics,
-      "Comma-separated: accuracy, topK_accuracy, mae, rmse, perplexity, bits_per_byte, or none "
-      "(default: accuracy for softmax_cross_entropy, mae,rmse for regression)");
-  command
-      ->add_option("--steps-per-epoch", c.steps_per_epoch,
-                   "Steps per epoch from one pass over the data (0: an epoch is a pass)")
-      ->capture_default_str();
-  command->add_flag("--repeat", c.repeat,
-                    "With --steps-per-epoch: the next pass over the training data follows when "
-                    "one ends (tf.data's repeat()); without it the run ends with the data");
-  command
-      ->add_option("--auto-shard", o->auto_shard,
-                   "Multi-worker input sharding: auto, file, data or off")
-      ->capture_default_str();
-  command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
-      ->capture_default_str();
-  command->add_option("--train-examples", o->train_examples,
-                      "Use only the first N Fashion-MNIST training examples (0, the default: all)");
-  command->add_option("--test-examples", o->test_examples,
-                      "Use only the first N Fashion-MNIST test examples (0, the default: all)");
-  command
-      ->add_option("--prefetch", o->prefetch,
-                   "Batches assembled ahead on a background thread (0: when the step starts; "
-                   "auto: grown while steps wait)")
-      ->capture_default_str();
-  command
-      ->add_option("--input-parallel", o->input_parallel,
-                   "Batches assembled at once on the data pool (auto: grown while steps wait)")
-      ->capture_default_str();
-  command
-      ->add_option("--augment", o->augment,
-                   "Random augmentation of training batches: none, flip, crop:PIXELS, or a "
-                   "comma-separated list (flip,crop:2)")
-      ->capture_default_str();
-}
-
 namespace {
 
 // "R:FACTOR" for --slow-replica.
@@ -502,6 +388,65 @@ distribute::SlowReplica parse_slow_replica(const std::string& text) {
                  slow.replica);
   }
   return slow;  // the factor's range and the replica's existence: check_engine_options
+}
+
+// --seed, the strategy, its devices and threads, timeouts, the update rule and
+// the wire: configure_strategy and configure_update_rule apply them.
+void add_strategy_options(CLI::App& app, RunOptions& o) {
+  CLI::App* command = &app;
+  command
+      ->add_option("--seed", o.seed,
+                   "Seed for initialisation, shuffling and dropout (0 to 2^64 - 1)")
+      ->capture_default_str();
+  command->add_option("--threads", o.threads,
+                      "Intra-op threads per device (default: physical cores / devices)");
+  command
+      ->add_option("--strategy", o.strategy,
+                   "one-device, mirrored, multi-worker (under mpirun) or parameter-server")
+      ->capture_default_str();
+  command
+      ->add_option("--device", o.device,
+                   "cpu (virtual CPU devices) or cuda (GPUs: one-device, mirrored or multi-worker)")
+      ->capture_default_str();
+  command->add_option("--devices", o.devices,
+                      "Replicas (virtual CPU devices) in this process, at least 1 (default: one "
+                      "per physical core)");
+  command->add_option("--ps", o.ps,
+                      "Parameter-server shards the variables are partitioned over (--strategy "
+                      "parameter-server; default: 1)");
+  command->add_option("--max-staleness", o.max_staleness,
+                      "Parameter server: the largest staleness of an applied gradient (0: "
+                      "synchronous rounds; default: unbounded, fully asynchronous)");
+  command->add_option("--backup-workers", o.backup_workers,
+                      "Parameter server, synchronous rounds: apply each round with the first "
+                      "workers - B gradients and drop the late ones");
+  command->add_flag("--staleness-aware-lr", o.staleness_aware_lr,
+                    "Parameter server: divide each gradient's learning rate by its staleness");
+  command->add_option("--sync-every", o.sync_every,
+                      "Local SGD: replicas step on their own and average parameters every K "
+                      "steps (mirrored or multi-worker; default: off, all-reduce every step)");
+  command->add_flag("--average-optimizer-state", o.average_optimizer_state,
+                    "Local SGD: average the optimizer state with the parameters");
+  command->add_option("--slow-replica", o.slow_replica,
+                      "Make replica R FACTOR times slower (R:FACTOR, e.g. 1:2), to see what a "
+                      "straggler does");
+  command->add_flag("--allow-oversubscription", o.allow_oversubscription,
+                    "Allow more devices x threads than physical cores (one device included)");
+  command
+      ->add_option("--collective-timeout", o.collective_timeout,
+                   "Seconds a collective waits for the other replicas before the run ends with a "
+                   "stall report naming the ranks that did not answer (1 to 86400)")
+      ->capture_default_str();
+  command
+      ->add_option("--peer-timeout", o.peer_timeout,
+                   "Under mpirun: seconds a waiting rank asks a peer process that answers "
+                   "nothing before the run ends naming that rank's host as unreachable (1 to "
+                   "86400)")
+      ->capture_default_str();
+  command->add_option("--bucket-mb", o.bucket_mb,
+                      "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");
+  command->add_option("--wire", o.wire, "Gradient all-reduce wire dtype: f32, bf16 or f16")
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -558,22 +503,11 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   if (!o.slow_replica.empty()) config.slow_replica = parse_slow_replica(o.slow_replica);
 }
 
-RunSetup prepare_run(RunOptions& o) {
-  RunSetup setup;
-  train::TrainConfig& config = o.config;
-  config.strategy.name = o.strategy;
-  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
-  check_counts(o);
-  config.seed = parse_seed(o.seed);
-  const precision::Policy policy = precision::parse_policy(o.precision);
-  setup.policy = policy;
-  const std::optional<DType> compute_dtype =
-      o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
-  config.loss_scale = parse_loss_scale(o.loss_scale, policy);
-  configure_optimizer(o, config.optimizer);
-  // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
-  config.warmup_epochs = o.warmup_epochs.value_or(
-      config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
+namespace {
+
+// --device, --devices, --threads, --allow-oversubscription and the timeouts
+// into config.strategy (its name is set before).
+void configure_strategy(const RunOptions& o, train::TrainConfig& config) {
   if (o.device != "cpu" && o.device != "cuda") {
     TANDEM_THROW(InvalidArgument, "--device must be cpu or cuda, got '", o.device, "'");
   }
@@ -593,15 +527,14 @@ RunSetup prepare_run(RunOptions& o) {
   }
   config.strategy.comm.peer_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(o.peer_timeout * 1000.0)));
-  configure_batch_and_sharding(o, config);
-  configure_update_rule(o, config);
-  config.reducer.first_bucket_bytes =
-      std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
-  config.reducer.wire = comm::parse_wire_dtype(o.wire);
+}
+
+// --prefetch, --input-parallel, --augment (returned: the batch transform
+// applies it) and --auto-shard.
+data::AugmentOptions configure_input(const RunOptions& o, train::TrainConfig& config) {
   config.prefetch_batches = parse_count_or_auto("--prefetch", o.prefetch, 0);
   config.input_parallel_calls = parse_count_or_auto("--input-parallel", o.input_parallel, 1);
   const data::AugmentOptions augment = data::parse_augment(o.augment);
-  setup.augment = augment;
   if (augment.any()) {
     // fit() seeds thread_generator() per step: the same flips and crops
     // whichever thread builds the batch, and after a resume.
@@ -611,16 +544,21 @@ RunSetup prepare_run(RunOptions& o) {
     };
   }
   config.auto_shard = data::parse_auto_shard_policy(o.auto_shard);
-  // A model file (FILE.toml), or a built-in name (validated here).
+  return augment;
+}
+
+// --model (a model file, FILE.toml, or a built-in name, validated here),
+// --model-options and --recompute.
+train::ModelFactory model_factory(const RunOptions& o, precision::Policy policy, uint64_t seed,
+                                  std::optional<DType> compute_dtype) {
   const bool model_file = o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model);
   if (model_file && !o.model_options.empty()) {
     TANDEM_THROW(InvalidArgument,
                  "--model-options sets a built-in model's sizes; a model file sets its own");
   }
   train::ModelFactory factory =
-      model_file
-          ? train::model_from_file(o.model, policy, config.seed, compute_dtype)
-          : train::builtin_model(o.model, policy, config.seed, compute_dtype, o.model_options);
+      model_file ? train::model_from_file(o.model, policy, seed, compute_dtype)
+                 : train::builtin_model(o.model, policy, seed, compute_dtype, o.model_options);
   if (o.recompute) {
     // Every replica's blocks keep only their inputs (docs/memory.md).
     factory.build = [build = factory.build, name = factory.spec.name] {
@@ -632,6 +570,44 @@ RunSetup prepare_run(RunOptions& o) {
       return model;
     };
   }
+  return factory;
+}
+
+}  // namespace
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  // In the order --help lists them.
+  add_model_and_batch_options(app, o);
+  add_optimizer_options(app, o);
+  add_strategy_options(app, o);
+  add_data_options(app, o);
+}
+
+RunSetup prepare_run(RunOptions& o) {
+  RunSetup setup;
+  train::TrainConfig& config = o.config;
+  config.strategy.name = o.strategy;
+  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
+  check_counts(o);
+  config.seed = parse_seed(o.seed);
+  const precision::Policy policy = precision::parse_policy(o.precision);
+  setup.policy = policy;
+  const std::optional<DType> compute_dtype =
+      o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
+  config.loss_scale = parse_loss_scale(o.loss_scale, policy);
+  configure_optimizer(o, config.optimizer);
+  // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
+  config.warmup_epochs = o.warmup_epochs.value_or(
+      config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
+  configure_strategy(o, config);
+  configure_batch_and_sharding(o, config);
+  configure_update_rule(o, config);
+  config.reducer.first_bucket_bytes =
+      std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
+  config.reducer.wire = comm::parse_wire_dtype(o.wire);
+  setup.augment = configure_input(o, config);
+  const data::AugmentOptions& augment = setup.augment;
+  train::ModelFactory factory = model_factory(o, policy, config.seed, compute_dtype);
   const auto load_start = std::chrono::steady_clock::now();
   setup.data = load_run_data(o, config.seed);
   const RunData& run_data = setup.data;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/cli/run_data.h"
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/fashion_mnist.h"
@@ -81,26 +82,6 @@ struct RunOptions {
   std::string input_parallel = "1";  // batches built at once, or "auto"
   std::string augment = "none";      // data::parse_augment's spec
 };
-
-// What the run trains and validates on: Fashion-MNIST (the default) or the
-// data specifications given with --data and --validation-data.
-struct RunData {
-  data::Dataset train = data::Dataset::range(0);
-  std::optional<data::Dataset> validation;
-  std::string description;                     // "Fashion-MNIST, 60000 train / 10000 test examples"
-  std::map<std::string, std::string> summary;  // summary.json's config entries
-  std::optional<data::PaddedBatchOptions> padding;
-  std::string input = "image", label = "label";
-  int64_t resident_bytes = 0;  // held in memory for the whole run (the memory plan's input)
-  std::vector<std::string> class_names;  // an image folder's classes, in label order
-};
-
-// Points an image-folder spec at a model's classes (label i is classes[i]):
-// a class folder the model does not know is refused, naming it, and known
-// classes without a folder are a warning on stderr naming them and `what`
-// (the flag). Does nothing for other formats or without classes.
-void use_model_classes(data::InputSpec& spec, const std::vector<std::string>& classes,
-                       const std::string& what);
 
 // A run's options turned into what trains it.
 struct RunSetup {
