@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/eltwise.h"
 #include "tandem/kernels/detail/float_io.h"
@@ -14,7 +15,6 @@
 namespace tandem::kernels {
 namespace {
 
-using detail::check_same;
 using detail::map_binary;
 using detail::map_unary;
 
@@ -56,6 +56,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor relu_backward(const Tensor& dy, const Tensor& y) {
+  detail::check_matching("relu_backward", dy, y);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::relu, dy, y));
   return map_binary(dy, y, "relu_backward", [](float g, float v) { return v > 0.0f ? g : 0.0f; });
 }
@@ -64,11 +65,6 @@ namespace {
 
 // f32 and bf16 take oneDNN's vectorised primitives; f16 the loops above.
 bool vectorised(const Tensor& x) {
-  return detail::eltwise_supported(x);
-}
-
-bool vectorised(const Tensor& dy, const Tensor& x, const char* op) {
-  check_same(dy, x, op);
   return detail::eltwise_supported(x);
 }
 
@@ -81,8 +77,9 @@ Tensor gelu(const Tensor& x) {
 }
 
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+  detail::check_matching("gelu_backward", dy, x);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu, dy, x));
-  if (vectorised(dy, x, "gelu_backward")) return detail::eltwise_backward(Activation::gelu, dy, x);
+  if (vectorised(x)) return detail::eltwise_backward(Activation::gelu, dy, x);
   return map_binary(dy, x, "gelu_backward", [](float g, float v) {
     const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
@@ -103,9 +100,9 @@ Tensor gelu_tanh(const Tensor& x) {
 }
 
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
+  detail::check_matching("gelu_tanh_backward", dy, x);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu_tanh, dy, x));
-  if (vectorised(dy, x, "gelu_tanh_backward"))
-    return detail::eltwise_backward(Activation::gelu_tanh, dy, x);
+  if (vectorised(x)) return detail::eltwise_backward(Activation::gelu_tanh, dy, x);
   return map_binary(dy, x, "gelu_tanh_backward", [](float g, float v) {
     const float t = std::tanh(kTanhScale * (v + kTanhCubic * v * v * v));
     const float inner = kTanhScale * (1.0f + 3.0f * kTanhCubic * v * v);
@@ -120,8 +117,9 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor silu_backward(const Tensor& dy, const Tensor& x) {
+  detail::check_matching("silu_backward", dy, x);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::silu, dy, x));
-  if (vectorised(dy, x, "silu_backward")) return detail::eltwise_backward(Activation::silu, dy, x);
+  if (vectorised(x)) return detail::eltwise_backward(Activation::silu, dy, x);
   return map_binary(dy, x, "silu_backward", [](float g, float v) {
     const float s = 1.0f / (1.0f + std::exp(-v));
     return g * s * (1.0f + v * (1.0f - s));

@@ -10,6 +10,7 @@
 #include "tandem/base/random.h"
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/attention_rows.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/fast_exp.h"
 #include "tandem/kernels/matmul.h"
@@ -142,6 +143,7 @@ AttentionRows::AttentionRows(const AttentionOptions& o, int64_t T_, int64_t S_, 
 
 void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse,
                              Tensor& probs) {
+  check_same_device("attention", scores, {&lse, &probs});
   TANDEM_DISPATCH_CUDA(scores, attention_probabilities(rows, first, scores, lse, probs));
   const int64_t count = scores.dim(0), T = rows.T, S = rows.S;
   const float scale = rows.scale;
@@ -165,6 +167,7 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
 }
 
 Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
+  check_same_device("attention_backward", dout, {&out});
   TANDEM_DISPATCH_CUDA(dout, attention_row_dot(dout, out));
   const int64_t D = dout.dim(-1), rows = dout.numel() / std::max<int64_t>(D, 1);
   Tensor row_dot = Tensor::empty(Shape{rows}, DType::f32, dout.device());
@@ -185,6 +188,7 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
                            const Tensor& lse, const Tensor& row_dot, Tensor& kept,
                            Tensor& dscores) {
+  check_same_device("attention_backward", probs, {&dprobs, &lse, &row_dot, &kept, &dscores});
   TANDEM_DISPATCH_CUDA(
       probs, attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores));
   // The f32 work in place (dropout's kept probabilities beside, in kept

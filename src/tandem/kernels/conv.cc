@@ -1,5 +1,6 @@
 #include "tandem/kernels/conv.h"
 
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
@@ -154,6 +155,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
     TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
                  bias.to_string());
   }
+  detail::check_same_device("conv2d_forward", x, {&w, &bias});
   TANDEM_DISPATCH_CUDA(x, conv2d_forward(x, w, bias, g, activation, out_dtype));
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     Tensor y;
@@ -187,6 +189,7 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
     TANDEM_THROW(ShapeError, "conv2d_backward_data: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
+  detail::check_same_device("conv2d_backward_data", dy, {&w});
   TANDEM_DISPATCH_CUDA(dy, conv2d_backward_data(dy, w, x_shape, g, out_dtype));
   if (detail::needs_bf16_widening(dy)) {  // see onednn_runs_bf16
     Tensor dx;
@@ -252,6 +255,8 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dw and db must be f32 with matching O, got ",
                  dw.to_string(), db ? " and " + db->to_string() : std::string());
   }
+  detail::check_same_device("conv2d_backward_weights", x, {&dy, &dw});
+  if (db != nullptr) detail::check_same_device("conv2d_backward_weights", x, {db});
   TANDEM_DISPATCH_CUDA(x, conv2d_backward_weights(x, dy, g, dw, db));
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     MemoryCategoryScope temporaries(MemoryCategory::workspace);

@@ -4,6 +4,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -24,8 +25,8 @@ void check_probability(float p) {
 }  // namespace
 
 DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset) {
-  TANDEM_DISPATCH_CUDA(x, dropout(x, p, seed, offset));
   check_probability(p);
+  TANDEM_DISPATCH_CUDA(x, dropout(x, p, seed, offset));
   DropoutResult result;
   result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
   result.mask = Tensor::empty(x.shape(), DType::u8, x.device());
@@ -49,12 +50,13 @@ DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset) 
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
-  TANDEM_DISPATCH_CUDA(dy, dropout_backward(dy, mask, p));
   check_probability(p);
+  detail::check_same_device("dropout_backward", dy, {&mask});
   if (mask.dtype() != DType::u8 || mask.shape() != dy.shape()) {
     TANDEM_THROW(ShapeError, "dropout_backward: mask ", mask.to_string(), " does not match dy ",
                  dy.to_string());
   }
+  TANDEM_DISPATCH_CUDA(dy, dropout_backward(dy, mask, p));
   const float keep_scale = 1.0f / (1.0f - p);
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   const uint8_t* m = mask.data<uint8_t>();

@@ -6,6 +6,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -42,12 +43,8 @@ TANDEM_BINARY_RUN(detail::Bf16)
 TANDEM_BINARY_RUN(detail::F16)
 #undef TANDEM_BINARY_RUN
 
+// a op b, b broadcast onto a; checked by check_binary.
 Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* name, Binary op) {
-  if (a.dtype() != b.dtype() || !broadcastable(a.shape(), b.shape())) {
-    TANDEM_THROW(ShapeError, name, ": cannot combine ", a.to_string(), " with ", b.to_string(),
-                 " (b must match a's dtype and have a's shape, its trailing dimensions, or one "
-                 "element)");
-  }
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const int64_t n = a.numel();
   const int64_t period = b.numel();  // b repeats every `period` elements of a
@@ -69,6 +66,15 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, const char* name, Bina
   return out;
 }
 
+void check_binary(const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_same_device(name, a, {&b});
+  if (a.dtype() != b.dtype() || !broadcastable(a.shape(), b.shape())) {
+    TANDEM_THROW(ShapeError, name, ": cannot combine ", a.to_string(), " with ", b.to_string(),
+                 " (b must match a's dtype and have a's shape, its trailing dimensions, or one "
+                 "element)");
+  }
+}
+
 }  // namespace
 
 bool broadcastable(const Shape& a, const Shape& b) {
@@ -81,11 +87,13 @@ bool broadcastable(const Shape& a, const Shape& b) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  check_binary(a, b, "add");
   TANDEM_DISPATCH_CUDA(a, add(a, b));
   return broadcast_binary(a, b, "add", Binary::add);
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  check_binary(a, b, "mul");
   TANDEM_DISPATCH_CUDA(a, mul(a, b));
   return broadcast_binary(a, b, "mul", Binary::mul);
 }
@@ -105,11 +113,12 @@ Tensor scale(const Tensor& a, float factor) {
 }
 
 void add_into(Tensor& dst, const Tensor& src, float alpha) {
-  TANDEM_DISPATCH_CUDA(dst, add_into(dst, src, alpha));
+  detail::check_same_device("add_into", dst, {&src});
   if (dst.numel() != src.numel()) {
     TANDEM_THROW(ShapeError, "add_into: ", dst.to_string(), " and ", src.to_string(),
                  " differ in element count");
   }
+  TANDEM_DISPATCH_CUDA(dst, add_into(dst, src, alpha));
   dispatch_floating(dst.dtype(), "add_into", [&](auto dst_tag) {
     using D = decltype(dst_tag);
     D* d = static_cast<D*>(dst.raw_data());
@@ -130,9 +139,10 @@ bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor) {
       TANDEM_THROW(InvalidArgument, "scale_and_check_finite needs f32 tensors, got ",
                    t.to_string());
     }
+    detail::check_same_device("scale_and_check_finite", tensors.front(), {&t});
   }
-  if (!tensors.empty())
-    TANDEM_DISPATCH_CUDA(tensors.front(), scale_and_check_finite(tensors, factor));
+  if (tensors.empty()) return true;
+  TANDEM_DISPATCH_CUDA(tensors.front(), scale_and_check_finite(tensors, factor));
   bool finite = true;
   for (const Tensor& t : tensors) {
     float* data = t.data<float>();

@@ -4,35 +4,30 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
 namespace {
 
-void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
-  if (indices.dtype() != DType::i32) {
-    TANDEM_THROW(ShapeError, op, ": indices must be i32, got ", indices.to_string());
-  }
-  const int32_t* idx = indices.data<int32_t>();
-  for (int64_t i = 0; i < indices.numel(); ++i) {
-    if (idx[i] < 0 || idx[i] >= vocabulary) {
-      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i, " is outside [0, ",
-                   vocabulary, ")");
-    }
-  }
+// Both passes index rows with the indices: their values are checked (read
+// back from a device) on every device.
+void check_indices(const char* op, const Tensor& indices, int64_t vocabulary) {
+  detail::check_index_values(op, indices, vocabulary, "index", "position");
 }
 
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  TANDEM_DISPATCH_CUDA(weight, embedding(weight, indices));
+  detail::check_same_device("embedding", weight, {&indices});
   if (weight.rank() != 2 || !is_floating(weight.dtype())) {
     TANDEM_THROW(ShapeError, "embedding: weight must be a floating (V, D) table, got ",
                  weight.to_string());
   }
   const int64_t V = weight.dim(0), D = weight.dim(1);
-  check_indices(indices, V, "embedding");
+  check_indices("embedding", indices, V);
+  TANDEM_DISPATCH_CUDA(weight, embedding(weight, indices));
   std::vector<int64_t> dims = indices.shape().to_vector();
   dims.push_back(D);
   Tensor out = Tensor::empty(Shape(dims), weight.dtype(), weight.device());
@@ -49,13 +44,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary) {
-  TANDEM_DISPATCH_CUDA(dy, embedding_backward(dy, indices, vocabulary));
-  check_indices(indices, vocabulary, "embedding_backward");
+  detail::check_same_device("embedding_backward", dy, {&indices});
+  check_indices("embedding_backward", indices, vocabulary);
   const int64_t count = indices.numel();
   if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {
     TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(), " does not match indices ",
                  indices.to_string());
   }
+  TANDEM_DISPATCH_CUDA(dy, embedding_backward(dy, indices, vocabulary));
   const int64_t D = dy.dim(-1);
   Tensor grad = Tensor::zeros(Shape{vocabulary, D}, DType::f32, dy.device());
   float* g = grad.data<float>();

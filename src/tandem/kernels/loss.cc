@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -13,24 +14,20 @@ namespace {
 using detail::dispatch_floating;
 using detail::to_f32;
 
-void check_logits(const Tensor& logits, const char* op) {
+// Logits (B, K) and i32 labels (B,) on one device; with `values`, each label
+// in [0, K) (read back from a device: the backward pass leaves that to the
+// forward's check, so as not to stall a GPU's stream).
+void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& labels, bool values) {
+  detail::check_same_device(op, logits, {&labels});
   if (logits.rank() != 2) {
     TANDEM_THROW(ShapeError, op, ": logits must be (B, K), got ", logits.shape().to_string());
   }
-}
-
-void check_labels(const Tensor& labels, int64_t rows, int64_t classes, const char* op) {
+  const int64_t rows = logits.dim(0);
   if (labels.dtype() != DType::i32 || labels.rank() != 1 || labels.dim(0) != rows) {
     TANDEM_THROW(ShapeError, op, ": labels must be i32 of shape (", rows, ",), got ",
                  labels.to_string());
   }
-  const int32_t* l = labels.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    if (l[r] < 0 || l[r] >= classes) {
-      TANDEM_THROW(InvalidArgument, op, ": label ", l[r], " at row ", r, " is outside [0, ",
-                   classes, ")");
-    }
-  }
+  if (values) detail::check_index_values(op, labels, logits.dim(1), "label", "row");
 }
 
 double resolve_normalizer(double normalizer, int64_t rows) {
@@ -71,10 +68,9 @@ void softmax_rows(const Tensor& logits, float* probs, const int32_t* labels, dou
 
 CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
                                          double normalizer) {
+  check_cross_entropy("softmax_cross_entropy", logits, labels, /*values=*/true);
   TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy(logits, labels, normalizer));
-  check_logits(logits, "softmax_cross_entropy");
-  const int64_t B = logits.dim(0), K = logits.dim(1);
-  check_labels(labels, B, K, "softmax_cross_entropy");
+  const int64_t B = logits.dim(0);
   CrossEntropyResult result;
   result.probabilities = Tensor::empty(logits.shape(), DType::f32, logits.device());
   std::vector<double> row_loss(static_cast<size_t>(B), 0.0);
@@ -88,11 +84,10 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& lab
 
 Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor& labels,
                                       float grad_loss, double normalizer, DType out_dtype) {
+  check_cross_entropy("softmax_cross_entropy_backward", probabilities, labels, /*values=*/false);
   TANDEM_DISPATCH_CUDA(probabilities, softmax_cross_entropy_backward(
                                           probabilities, labels, grad_loss, normalizer, out_dtype));
-  check_logits(probabilities, "softmax_cross_entropy_backward");
   const int64_t B = probabilities.dim(0), K = probabilities.dim(1);
-  check_labels(labels, B, K, "softmax_cross_entropy_backward");
   const float factor = static_cast<float>(grad_loss / resolve_normalizer(normalizer, B));
   Tensor grad = Tensor::empty(probabilities.shape(), out_dtype, probabilities.device());
   const float* p = probabilities.data<float>();
@@ -113,10 +108,9 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  check_cross_entropy("count_correct", logits, labels, /*values=*/true);
   TANDEM_DISPATCH_CUDA(logits, count_correct(logits, labels));
-  check_logits(logits, "count_correct");
   const int64_t B = logits.dim(0), K = logits.dim(1);
-  check_labels(labels, B, K, "count_correct");
   const int32_t* l = labels.data<int32_t>();
   int64_t correct = 0;
   dispatch_floating(logits.dtype(), "count_correct", [&](auto tag) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <vector>
 
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
@@ -150,6 +151,7 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
                  const MatmulOptions& options) {
   const MatmulDims d = matmul_dims(a, b, options);
   check_operands(a, b, bias, out, d);
+  detail::check_same_device("matmul", a, {&b, &bias, &out});
   TANDEM_DISPATCH_CUDA(a, run_matmul({1, 1, d.M, d.K, d.N}, a, b, bias, out, options));
   run_matmul("matmul", {1, 1, d.M, d.K, d.N, false}, a, b, bias, out, options);
 }
@@ -207,6 +209,7 @@ void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
   for (int i = 0; i < ra - 2; ++i) batch *= a.dim(i);
   const int64_t M = shape.dim(ra - 2), N = shape.dim(ra - 1);
   const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
+  detail::check_same_device("batched_matmul", a, {&b, &out});
   TANDEM_DISPATCH_CUDA(
       a, run_matmul({batch, rb == 2 ? 1 : batch, M, K, N}, a, b, Tensor(), out, options));
   run_matmul("batched_matmul", {batch, rb == 2 ? 1 : batch, M, K, N, true}, a, b, Tensor(), out,

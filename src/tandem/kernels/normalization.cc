@@ -7,6 +7,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/batch_norm.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -33,11 +34,22 @@ RowsCols rows_cols(const Tensor& x, const char* op) {
   return {cols == 0 ? 0 : x.numel() / cols, cols};
 }
 
-void check_param(const Tensor& p, int64_t cols, const char* op, const char* name) {
-  if (!p.defined() || p.dtype() != DType::f32 || p.numel() != cols) {
-    TANDEM_THROW(ShapeError, op, ": ", name, " must be f32 with ", cols, " elements, got ",
+// A per-column (or, for layer norm's statistics, per-row) f32 vector of
+// `count` elements on x's device.
+void check_param(const Tensor& x, const Tensor& p, int64_t count, const char* op,
+                 const char* name) {
+  if (!p.defined() || p.dtype() != DType::f32 || p.numel() != count) {
+    TANDEM_THROW(ShapeError, op, ": ", name, " must be f32 with ", count, " elements, got ",
                  p.to_string());
   }
+  detail::check_same_device(op, x, {&p});
+}
+
+void check_dy(const Tensor& dy, const Tensor& x, const char* op) {
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    TANDEM_THROW(ShapeError, op, ": dy ", dy.to_string(), " does not match x ", x.to_string());
+  }
+  detail::check_same_device(op, x, {&dy});
 }
 
 // Layer norm's rows, in loops that vectorise: 16 partial sums in float (a
@@ -167,11 +179,11 @@ Tensor f32_vector(const std::vector<double>& values, Device device) {
 }  // namespace
 
 NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
-  TANDEM_DISPATCH_CUDA(x, layer_norm(x, gamma, beta, eps));
   const RowsCols shape = rows_cols(x, "layer_norm");
   const int64_t R = shape.rows, C = shape.cols;
-  check_param(gamma, C, "layer_norm", "gamma");
-  check_param(beta, C, "layer_norm", "beta");
+  check_param(x, gamma, C, "layer_norm", "gamma");
+  check_param(x, beta, C, "layer_norm", "beta");
+  TANDEM_DISPATCH_CUDA(x, layer_norm(x, gamma, beta, eps));
   NormResult result;
   result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
   result.mean = Tensor::empty(Shape{R}, DType::f32, x.device());
@@ -195,14 +207,13 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
 
 NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma) {
-  TANDEM_DISPATCH_CUDA(x, layer_norm_backward(dy, x, mean, rstd, gamma));
   const RowsCols shape = rows_cols(x, "layer_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
-  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
-    TANDEM_THROW(ShapeError, "layer_norm_backward: dy ", dy.to_string(), " does not match x ",
-                 x.to_string());
-  }
-  check_param(gamma, C, "layer_norm_backward", "gamma");
+  check_dy(dy, x, "layer_norm_backward");
+  check_param(x, gamma, C, "layer_norm_backward", "gamma");
+  check_param(x, mean, R, "layer_norm_backward", "the mean");
+  check_param(x, rstd, R, "layer_norm_backward", "rstd");
+  TANDEM_DISPATCH_CUDA(x, layer_norm_backward(dy, x, mean, rstd, gamma));
   NormGrads grads;
   grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   const float* g = gamma.data<float>();
@@ -230,10 +241,10 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
 }
 
 NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps) {
-  TANDEM_DISPATCH_CUDA(x, rms_norm(x, gamma, eps));
   const RowsCols shape = rows_cols(x, "rms_norm");
   const int64_t R = shape.rows, C = shape.cols;
-  check_param(gamma, C, "rms_norm", "gamma");
+  check_param(x, gamma, C, "rms_norm", "gamma");
+  TANDEM_DISPATCH_CUDA(x, rms_norm(x, gamma, eps));
   NormResult result;
   result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
   result.rstd = Tensor::empty(Shape{R}, DType::f32, x.device());
@@ -262,14 +273,12 @@ NormResult rms_norm(const Tensor& x, const Tensor& gamma, float eps) {
 
 NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& rstd,
                             const Tensor& gamma) {
-  TANDEM_DISPATCH_CUDA(x, rms_norm_backward(dy, x, rstd, gamma));
   const RowsCols shape = rows_cols(x, "rms_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
-  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
-    TANDEM_THROW(ShapeError, "rms_norm_backward: dy ", dy.to_string(), " does not match x ",
-                 x.to_string());
-  }
-  check_param(gamma, C, "rms_norm_backward", "gamma");
+  check_dy(dy, x, "rms_norm_backward");
+  check_param(x, gamma, C, "rms_norm_backward", "gamma");
+  check_param(x, rstd, R, "rms_norm_backward", "rstd");
+  TANDEM_DISPATCH_CUDA(x, rms_norm_backward(dy, x, rstd, gamma));
   NormGrads grads;
   grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   const float* g = gamma.data<float>();
@@ -333,6 +342,9 @@ Moments batch_norm_moments(const Tensor& x) {
 }
 
 Tensor inverse_std(const Tensor& variance, float eps) {
+  if (variance.dtype() != DType::f32) {
+    TANDEM_THROW(ShapeError, "inverse_std: the variance must be f32, got ", variance.to_string());
+  }
   TANDEM_DISPATCH_CUDA(variance, inverse_std(variance, eps));
   Tensor out = Tensor::empty(variance.shape(), DType::f32, variance.device());
   const float* v = variance.data<float>();
@@ -347,10 +359,10 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& gamma, const Tensor& beta) {
   const RowsCols shape = rows_cols(x, "batch_norm");
   const int64_t R = shape.rows, C = shape.cols;
-  check_param(mean, C, "batch_norm", "mean");
-  check_param(rstd, C, "batch_norm", "rstd");
-  check_param(gamma, C, "batch_norm", "gamma");
-  check_param(beta, C, "batch_norm", "beta");
+  check_param(x, mean, C, "batch_norm", "mean");
+  check_param(x, rstd, C, "batch_norm", "rstd");
+  check_param(x, gamma, C, "batch_norm", "gamma");
+  check_param(x, beta, C, "batch_norm", "beta");
   TANDEM_DISPATCH_CUDA(x, batch_norm_apply(x, mean, rstd, gamma, beta));
   // Fold into y = x * a + b per channel.
   std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
@@ -378,8 +390,9 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
 void update_running_moments(Tensor& running_mean, Tensor& running_var, const Moments& batch,
                             float momentum) {
   const int64_t C = batch.mean.numel();
-  check_param(running_mean, C, "batch_norm", "running_mean");
-  check_param(running_var, C, "batch_norm", "running_var");
+  check_param(batch.mean, running_mean, C, "batch_norm", "running_mean");
+  check_param(batch.mean, running_var, C, "batch_norm", "running_var");
+  check_param(batch.mean, batch.variance, C, "batch_norm", "variance");
   TANDEM_DISPATCH_CUDA(batch.mean,
                        update_running_moments(running_mean, running_var, batch, momentum));
   if (momentum == 0.0f) return;  // unchanged, even where the batch's moments are not finite
@@ -404,8 +417,8 @@ BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Ten
   Moments m;
   BatchNormResult result;
   if (detail::batch_norm_supported(x)) {
-    check_param(gamma, x.dim(-1), "batch_norm", "gamma");
-    check_param(beta, x.dim(-1), "batch_norm", "beta");
+    check_param(x, gamma, x.dim(-1), "batch_norm", "gamma");
+    check_param(x, beta, x.dim(-1), "batch_norm", "beta");
     detail::BatchNormForward f = detail::batch_norm_training(x, gamma, beta, eps, relu);
     m = {f.mean, f.variance, x.numel() / x.dim(-1)};
     result.y = f.y;
@@ -429,10 +442,10 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& running_mean, const Tensor& running_var, float eps) {
   if (detail::batch_norm_supported(x)) {
     const int64_t C = x.dim(-1);
-    check_param(gamma, C, "batch_norm", "gamma");
-    check_param(beta, C, "batch_norm", "beta");
-    check_param(running_mean, C, "batch_norm", "running_mean");
-    check_param(running_var, C, "batch_norm", "running_var");
+    check_param(x, gamma, C, "batch_norm", "gamma");
+    check_param(x, beta, C, "batch_norm", "beta");
+    check_param(x, running_mean, C, "batch_norm", "running_mean");
+    check_param(x, running_var, C, "batch_norm", "running_var");
     return detail::batch_norm_with_stats(x, gamma, beta, running_mean, running_var, eps);
   }
   return batch_norm_apply(x, running_mean, inverse_std(running_var, eps), gamma, beta);
@@ -442,12 +455,9 @@ BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const 
                                        const Tensor& rstd) {
   const RowsCols shape = rows_cols(x, "batch_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
-  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
-    TANDEM_THROW(ShapeError, "batch_norm_backward: dy ", dy.to_string(), " does not match x ",
-                 x.to_string());
-  }
-  check_param(mean, C, "batch_norm_backward", "mean");
-  check_param(rstd, C, "batch_norm_backward", "rstd");
+  check_dy(dy, x, "batch_norm_backward");
+  check_param(x, mean, C, "batch_norm_backward", "mean");
+  check_param(x, rstd, C, "batch_norm_backward", "rstd");
   TANDEM_DISPATCH_CUDA(x, batch_norm_backward_sums(dy, x, mean, rstd));
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
@@ -473,7 +483,13 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
                               int64_t count) {
   const RowsCols shape = rows_cols(x, "batch_norm_backward");
   const int64_t R = shape.rows, C = shape.cols;
-  check_param(gamma, C, "batch_norm_backward", "gamma");
+  check_dy(dy, x, "batch_norm_backward");
+  check_param(x, mean, C, "batch_norm_backward", "mean");
+  check_param(x, rstd, C, "batch_norm_backward", "rstd");
+  check_param(x, gamma, C, "batch_norm_backward", "gamma");
+  check_param(x, sums.sum_dy, C, "batch_norm_backward", "sum_dy");
+  check_param(x, sums.sum_dy_xhat, C, "batch_norm_backward", "sum_dy_xhat");
+  if (count <= 0) TANDEM_THROW(InvalidArgument, "batch_norm_backward: count ", count, " <= 0");
   TANDEM_DISPATCH_CUDA(x, batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, count));
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
@@ -507,9 +523,9 @@ NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
                               const Tensor& relu_mask) {
   if (detail::batch_norm_supported(x) && dy.shape() == x.shape() && dy.dtype() == x.dtype()) {
     const int64_t C = x.dim(-1);
-    check_param(mean, C, "batch_norm_backward", "mean");
-    check_param(variance, C, "batch_norm_backward", "variance");
-    check_param(gamma, C, "batch_norm_backward", "gamma");
+    check_param(x, mean, C, "batch_norm_backward", "mean");
+    check_param(x, variance, C, "batch_norm_backward", "variance");
+    check_param(x, gamma, C, "batch_norm_backward", "gamma");
     return detail::batch_norm_training_backward(dy, x, mean, variance, gamma, eps, relu_mask);
   }
   if (relu_mask.defined()) {

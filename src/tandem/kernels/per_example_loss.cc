@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/detail/loss_common.h"
@@ -31,13 +32,12 @@ void check_delta(const ElementwiseLossOptions& options, const char* op) {
   }
 }
 
-// grad_loss as (N,) f32.
-Tensor check_grad_loss(const Tensor& grad_loss, int64_t examples, const char* op) {
+// grad_loss floating (N,).
+void check_grad_loss(const Tensor& grad_loss, int64_t examples, const char* op) {
   if (grad_loss.rank() != 1 || grad_loss.dim(0) != examples || !is_floating(grad_loss.dtype())) {
     TANDEM_THROW(ShapeError, op, ": grad_loss must be floating (", examples, ",), got ",
                  grad_loss.to_string());
   }
-  return grad_loss.to(DType::f32);
 }
 
 // Not-ignored positions of each example.
@@ -93,11 +93,11 @@ float element_grad(ElementwiseLoss kind, float x, float t, float delta) {
 
 CrossEntropyPerExample softmax_cross_entropy_per_example(const Tensor& logits, const Tensor& labels,
                                                          const CrossEntropyOptions& options) {
-  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example(logits, labels, options));
   const char* op = "softmax_cross_entropy_per_example";
   check_smoothing(options.label_smoothing, op);
   const detail::ClassLayout layout =
       detail::check_class_labels(logits, labels, options.ignore_index, op);
+  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example(logits, labels, options));
   const int64_t N = layout.examples, P = layout.positions;
   CrossEntropyPerExample result;
   result.log_sum_exp = Tensor::empty(labels.shape(), DType::f32, logits.device());
@@ -118,18 +118,21 @@ CrossEntropyPerExample softmax_cross_entropy_per_example(const Tensor& logits, c
 Tensor softmax_cross_entropy_per_example_backward(const Tensor& grad_loss, const Tensor& logits,
                                                   const Tensor& labels, const Tensor& log_sum_exp,
                                                   const CrossEntropyOptions& options) {
-  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example_backward(grad_loss, logits, labels,
-                                                                          log_sum_exp, options));
   const char* op = "softmax_cross_entropy_per_example_backward";
   check_smoothing(options.label_smoothing, op);
-  const detail::ClassLayout layout =
-      detail::check_class_labels(logits, labels, options.ignore_index, op);
+  // The label values were checked by the forward pass (reading them again
+  // would stall a GPU's stream); a label out of range only gets no target.
+  const detail::ClassLayout layout = detail::class_layout(logits, labels, op);
   const int64_t N = layout.examples, P = layout.positions, K = layout.classes;
+  detail::check_same_device(op, logits, {&grad_loss, &log_sum_exp});
   if (log_sum_exp.dtype() != DType::f32 || log_sum_exp.shape() != labels.shape()) {
     TANDEM_THROW(ShapeError, op, ": log_sum_exp must be f32 of the labels' shape ",
                  labels.shape().to_string(), ", got ", log_sum_exp.to_string());
   }
-  const Tensor g = check_grad_loss(grad_loss, N, op);
+  check_grad_loss(grad_loss, N, op);
+  TANDEM_DISPATCH_CUDA(logits, softmax_cross_entropy_per_example_backward(grad_loss, logits, labels,
+                                                                          log_sum_exp, options));
+  const Tensor g = grad_loss.to(DType::f32);
   const std::vector<int64_t> count = count_positions(labels, layout, options.ignore_index);
   std::vector<float> row_scale(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
@@ -203,7 +206,8 @@ Tensor elementwise_loss_per_example_backward(const Tensor& grad_loss, const Tens
   check_delta(options, op);
   const Tensor t = detail::check_targets(predictions, targets, op);
   const int64_t N = predictions.dim(0), M = predictions.shape().row_numel();
-  const Tensor g = check_grad_loss(grad_loss, N, op);
+  check_grad_loss(grad_loss, N, op);
+  const Tensor g = grad_loss.to(DType::f32);
   const float* gv = g.data<float>();
   const float* tv = t.data<float>();
   const float delta = static_cast<float>(options.huber_delta);

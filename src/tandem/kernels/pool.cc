@@ -1,5 +1,6 @@
 #include "tandem/kernels/pool.h"
 
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/onednn.h"
 
@@ -120,6 +121,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
     TANDEM_THROW(ShapeError, "max_pool2d_backward: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
+  detail::check_same_device("max_pool2d_backward", dy, {&workspace});
   TANDEM_DISPATCH_CUDA(dy, max_pool2d_backward(dy, workspace, x_shape, g));
   if (dy.dtype() == DType::f16 || detail::needs_bf16_widening(dy)) {  // see max_pool2d_forward
     Tensor dx;

@@ -119,13 +119,14 @@ TANDEM_TARGET_CLONES void add_row(const detail::F16* row, int64_t n, double* acc
 
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
   if (x.shape() == target) return x.to(DType::f32);  // no rows to add, on any device
-  TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));
   if (!broadcastable(x.shape(), target)) {
     TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a broadcast target of ",
                  x.shape().to_string());
   }
   const int64_t cols = target.numel();
   if (cols == 1) return sum(x).reshape(target);
+  // Otherwise target is x's trailing dimensions.
+  TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));
   const int64_t rows = x.numel() / cols;
   Tensor out = Tensor::empty(target, DType::f32, x.device());
   float* o = out.data<float>();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 
@@ -15,13 +16,10 @@ namespace {
 using detail::dispatch_floating;
 
 // Calls row(in, out, n) for every row of the last dimension, the rows given
-// as f32 buffers (16-bit storage converted in and out).
+// as f32 buffers (16-bit storage converted in and out); a (and b, of a's
+// shape and dtype) checked by the caller.
 template <typename Row>
 Tensor map_rows(const Tensor& a, const Tensor* b, const char* op, Row row) {
-  if (a.rank() < 1) TANDEM_THROW(ShapeError, op, " needs rank >= 1, got a scalar");
-  if (b != nullptr && (b->shape() != a.shape() || b->dtype() != a.dtype())) {
-    TANDEM_THROW(ShapeError, op, ": operands differ: ", a.to_string(), " and ", b->to_string());
-  }
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const int64_t n = a.dim(a.rank() - 1);
   if (a.numel() == 0) return out;
@@ -60,6 +58,7 @@ std::pair<float, float> max_and_log_sum(const float* x, int64_t n) {
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
+  detail::check_rows("softmax", x);
   TANDEM_DISPATCH_CUDA(x, softmax(x));
   return map_rows(x, nullptr, "softmax", [](const float* in, const float*, float* out, int64_t n) {
     const auto [m, log_sum] = max_and_log_sum(in, n);
@@ -69,6 +68,8 @@ Tensor softmax(const Tensor& x) {
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  detail::check_rows("softmax_backward", dy);
+  detail::check_matching("softmax_backward", dy, y);
   TANDEM_DISPATCH_CUDA(dy, softmax_backward(dy, y));
   return map_rows(dy, &y, "softmax_backward",
                   [](const float* g, const float* yv, float* out, int64_t n) {
@@ -80,6 +81,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
 }
 
 Tensor log_softmax(const Tensor& x) {
+  detail::check_rows("log_softmax", x);
   TANDEM_DISPATCH_CUDA(x, log_softmax(x));
   return map_rows(x, nullptr, "log_softmax",
                   [](const float* in, const float*, float* out, int64_t n) {
@@ -90,6 +92,8 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
+  detail::check_rows("log_softmax_backward", dy);
+  detail::check_matching("log_softmax_backward", dy, y);
   TANDEM_DISPATCH_CUDA(dy, log_softmax_backward(dy, y));
   return map_rows(dy, &y, "log_softmax_backward",
                   [](const float* g, const float* yv, float* out, int64_t n) {

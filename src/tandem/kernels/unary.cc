@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/pointwise_map.h"
 
 namespace tandem::kernels {
@@ -65,7 +66,12 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 }
 
 Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& x, const Tensor& y) {
-  detail::check_same(x, y, "unary_backward");
+  detail::check_matching("unary_backward", x, y);
+  detail::check_same_device("unary_backward", x, {&dy});
+  if (dy.shape() != x.shape()) {
+    TANDEM_THROW(ShapeError, "unary_backward: dy ", dy.to_string(), " does not match x ",
+                 x.to_string());
+  }
   const Tensor& saved = op == UnaryOp::log ? x : y;
   const Tensor g = dy.dtype() == x.dtype() ? dy : dy.to(x.dtype());
   const Tensor dx = detail::map_binary(g, saved, unary_op_name(op).data(),

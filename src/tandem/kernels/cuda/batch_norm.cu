@@ -10,7 +10,6 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
@@ -27,18 +26,11 @@ struct RowsCols {
   int64_t rows, cols;
 };
 
-RowsCols rows_cols(const Tensor& x, const char* op) {
-  if (x.rank() < 1) TANDEM_THROW(ShapeError, op, ": needs rank >= 1, got a scalar");
+// x's rows and channels (the last dimension). Every operand here was checked
+// by the public kernels (kernels/normalization.cc).
+RowsCols rows_cols(const Tensor& x) {
   const int64_t cols = x.dim(-1);
   return {cols == 0 ? 0 : x.numel() / cols, cols};
-}
-
-void check_param(const Tensor& x, const Tensor& p, int64_t cols, const char* op, const char* name) {
-  if (!p.defined() || p.dtype() != DType::f32 || p.numel() != cols) {
-    TANDEM_THROW(ShapeError, op, ": ", name, " must be f32 with ", cols, " elements, got ",
-                 p.to_string());
-  }
-  check_same_device(op, x, {&p});
 }
 
 const float* f32(const Tensor& t) {
@@ -184,11 +176,8 @@ __global__ void backward_dx_kernel(const T* dy, const T* x, const float* mean, c
 }  // namespace
 
 kernels::Moments batch_norm_moments(const Tensor& x) {
-  const RowsCols shape = rows_cols(x, "batch_norm");
+  const RowsCols shape = rows_cols(x);
   const int64_t R = shape.rows, C = shape.cols;
-  if (R == 0) {
-    TANDEM_THROW(ShapeError, "batch_norm: no rows to take statistics over in ", x.to_string());
-  }
   kernels::Moments m;
   m.count = R;
   m.mean = Tensor::empty(Shape{C}, DType::f32, x.device());
@@ -202,9 +191,6 @@ kernels::Moments batch_norm_moments(const Tensor& x) {
 
 Tensor inverse_std(const Tensor& variance, float eps) {
   Tensor out = Tensor::empty(variance.shape(), DType::f32, variance.device());
-  if (variance.dtype() != DType::f32) {
-    TANDEM_THROW(ShapeError, "inverse_std: the variance must be f32, got ", variance.to_string());
-  }
   const int64_t n = variance.numel();
   if (n == 0) return out;
   DeviceGuard guard(variance.device());
@@ -216,12 +202,8 @@ Tensor inverse_std(const Tensor& variance, float eps) {
 
 Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
                         const Tensor& gamma, const Tensor& beta) {
-  const RowsCols shape = rows_cols(x, "batch_norm");
+  const RowsCols shape = rows_cols(x);
   const int64_t C = shape.cols;
-  check_param(x, mean, C, "batch_norm", "mean");
-  check_param(x, rstd, C, "batch_norm", "rstd");
-  check_param(x, gamma, C, "batch_norm", "gamma");
-  check_param(x, beta, C, "batch_norm", "beta");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t n = x.numel();
   if (n == 0) return y;
@@ -239,9 +221,6 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& rstd,
 void update_running_moments(Tensor& running_mean, Tensor& running_var,
                             const kernels::Moments& batch, float momentum) {
   const int64_t C = batch.mean.numel();
-  check_param(batch.mean, running_mean, C, "batch_norm", "running_mean");
-  check_param(batch.mean, running_var, C, "batch_norm", "running_var");
-  check_param(batch.mean, batch.variance, C, "batch_norm", "variance");
   if (momentum == 0.0f || C == 0) return;
   const double unbias =
       batch.count > 1 ? static_cast<double>(batch.count) / (batch.count - 1) : 1.0;
@@ -254,15 +233,8 @@ void update_running_moments(Tensor& running_mean, Tensor& running_var,
 
 kernels::BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& x,
                                                 const Tensor& mean, const Tensor& rstd) {
-  const RowsCols shape = rows_cols(x, "batch_norm_backward");
+  const RowsCols shape = rows_cols(x);
   const int64_t R = shape.rows, C = shape.cols;
-  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
-    TANDEM_THROW(ShapeError, "batch_norm_backward: dy ", dy.to_string(), " does not match x ",
-                 x.to_string());
-  }
-  check_same_device("batch_norm_backward", x, {&dy});
-  check_param(x, mean, C, "batch_norm_backward", "mean");
-  check_param(x, rstd, C, "batch_norm_backward", "rstd");
   Tensor both = Tensor::empty(Shape{2 * C}, DType::f32, x.device());
   if (R == 0) {
     both.zero();
@@ -275,15 +247,8 @@ kernels::BatchNormSums batch_norm_backward_sums(const Tensor& dy, const Tensor& 
 Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& gamma,
                               const kernels::BatchNormSums& sums, int64_t count) {
-  const RowsCols shape = rows_cols(x, "batch_norm_backward");
+  const RowsCols shape = rows_cols(x);
   const int64_t C = shape.cols;
-  check_same_device("batch_norm_backward", x, {&dy});
-  check_param(x, mean, C, "batch_norm_backward", "mean");
-  check_param(x, rstd, C, "batch_norm_backward", "rstd");
-  check_param(x, gamma, C, "batch_norm_backward", "gamma");
-  check_param(x, sums.sum_dy, C, "batch_norm_backward", "sum_dy");
-  check_param(x, sums.sum_dy_xhat, C, "batch_norm_backward", "sum_dy_xhat");
-  if (count <= 0) TANDEM_THROW(InvalidArgument, "batch_norm_backward: count ", count, " <= 0");
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t n = x.numel();
   if (n == 0) return dx;

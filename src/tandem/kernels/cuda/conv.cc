@@ -13,7 +13,6 @@
 #include <string>
 
 #include "tandem/base/error.h"
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/cuda/libraries.h"
 #include "tandem/kernels/flops.h"
@@ -224,7 +223,6 @@ int64_t conv_flops(const Shape& x, const Shape& w, const Shape& y) {
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
                       kernels::Activation activation, DType out_dtype) {
-  check_same_device("conv2d_forward", x, {&w, &bias});
   const Shape y_shape = kernels::conv2d_output_shape(x.shape(), w.shape(), g);
   Tensor y = Tensor::empty(y_shape, x.dtype(), x.device());
   if (y.numel() == 0) return y.to(out_dtype);
@@ -249,7 +247,6 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
 
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2dGeometry& g, DType out_dtype) {
-  check_same_device("conv2d_backward_data", dy, {&w});
   const Shape y_shape = kernels::conv2d_output_shape(x_shape, w.shape(), g);
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
   if (dx.numel() == 0) return dx.to(out_dtype);
@@ -273,8 +270,6 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g, Tensor& dw,
                              Tensor* db) {
-  const Tensor no_bias;
-  check_same_device("conv2d_backward_weights", x, {&dy, &dw, db != nullptr ? db : &no_bias});
   const Shape y_shape = kernels::conv2d_output_shape(x.shape(), dw.shape(), g);
   if (dy.numel() == 0 || x.numel() == 0) {
     dw.zero();

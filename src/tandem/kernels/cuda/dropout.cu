@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/cuda/random.cuh"
 #include "tandem/tensor/cuda/elements.cuh"
@@ -13,12 +12,6 @@ namespace tandem::cuda {
 namespace {
 
 constexpr unsigned int kThreads = 256;
-
-void check_probability(float p) {
-  if (!(p >= 0.0f && p < 1.0f)) {
-    TANDEM_THROW(InvalidArgument, "dropout probability must be in [0, 1), got ", p);
-  }
-}
 
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint64_t seed,
@@ -40,8 +33,8 @@ __global__ void dropout_backward_kernel(const T* dy, const uint8_t* mask, T* dx,
 
 }  // namespace
 
+// Operands checked by kernels::dropout and kernels::dropout_backward.
 kernels::DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset) {
-  check_probability(p);
   kernels::DropoutResult result;
   result.y = Tensor::empty(x.shape(), x.dtype(), x.device());
   result.mask = Tensor::empty(x.shape(), DType::u8, x.device());
@@ -62,12 +55,6 @@ kernels::DropoutResult dropout(const Tensor& x, float p, uint64_t seed, uint64_t
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
-  check_probability(p);
-  check_same_device("dropout_backward", dy, {&mask});
-  if (mask.dtype() != DType::u8 || mask.shape() != dy.shape()) {
-    TANDEM_THROW(ShapeError, "dropout_backward: mask ", mask.to_string(), " does not match dy ",
-                 dy.to_string());
-  }
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   const int64_t n = dy.numel();
   if (n == 0) return dx;

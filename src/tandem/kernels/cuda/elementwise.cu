@@ -1,9 +1,9 @@
 // Pointwise kernels: broadcasting add and mul, scale, add_into, the
 // activations forward and backward, and matmul's bias + activation epilogue.
-// Computed in f32 whatever the storage dtype, as on the CPU.
+// Computed in f32 whatever the storage dtype, as on the CPU; the operands
+// are checked by the public kernels (kernels/elementwise.cc, activation.cc).
 #include <cmath>
 
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/tensor/cuda/elements.cuh"
@@ -115,15 +115,6 @@ __global__ void scale_check_kernel(float* x, int64_t n, float factor, int* bad) 
 }
 
 Tensor binary(const Tensor& a, const Tensor& b, Binary op, const char* name) {
-  check_same_device(name, a, {&b});
-  if (a.dtype() != b.dtype()) {
-    TANDEM_THROW(ShapeError, name, ": dtypes differ: ", dtype_name(a.dtype()), " and ",
-                 dtype_name(b.dtype()));
-  }
-  if (!kernels::broadcastable(a.shape(), b.shape())) {
-    TANDEM_THROW(ShapeError, name, ": ", b.shape().to_string(), " does not broadcast onto ",
-                 a.shape().to_string());
-  }
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const int64_t n = a.numel();
   if (n == 0) return out;
@@ -136,14 +127,6 @@ Tensor binary(const Tensor& a, const Tensor& b, Binary op, const char* name) {
   });
   check_launch(name);
   return out;
-}
-
-void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  check_same_device(op, a, {&b});
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    TANDEM_THROW(ShapeError, op, ": expected matching tensors, got ", a.to_string(), " and ",
-                 b.to_string());
-  }
 }
 
 }  // namespace
@@ -171,11 +154,6 @@ Tensor scale(const Tensor& a, float factor) {
 }
 
 void add_into(Tensor& dst, const Tensor& src, float alpha) {
-  check_same_device("add_into", dst, {&src});
-  if (dst.numel() != src.numel()) {
-    TANDEM_THROW(ShapeError, "add_into: ", src.to_string(), " into ", dst.to_string(),
-                 ": element counts differ");
-  }
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device());
@@ -207,7 +185,6 @@ Tensor activate(Activation activation, const Tensor& x) {
 
 Tensor activation_backward(Activation activation, const Tensor& dy, const Tensor& saved) {
   if (activation == Activation::none) return dy;
-  check_same_shape("activation_backward", dy, saved);
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   const int64_t n = dy.numel();
   if (n == 0) return dx;
@@ -228,7 +205,6 @@ bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor) {
   DeviceGuard guard(device);
   Tensor flag = Tensor::zeros(Shape{1}, DType::i32, device, MemoryCategory::workspace);
   for (const Tensor& t : tensors) {
-    check_same_device("scale_and_check_finite", first, {&t});
     const int64_t n = t.numel();
     if (n == 0) continue;
     scale_check_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream(device)>>>(

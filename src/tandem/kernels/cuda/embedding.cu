@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
@@ -59,30 +58,11 @@ int64_t rows_per_range(int64_t vocabulary, int64_t column_blocks) {
   return std::max<int64_t>(1, (vocabulary + ranges - 1) / ranges);
 }
 
-// The same messages as the CPU kernel; reads the indices back (a synchronisation).
-void check_indices(const Tensor& indices, int64_t vocabulary, const char* op) {
-  if (indices.dtype() != DType::i32) {
-    TANDEM_THROW(ShapeError, op, ": indices must be i32, got ", indices.to_string());
-  }
-  const std::vector<int32_t> idx = indices.to_ints();
-  for (size_t i = 0; i < idx.size(); ++i) {
-    if (idx[i] < 0 || idx[i] >= vocabulary) {
-      TANDEM_THROW(InvalidArgument, op, ": index ", idx[i], " at position ", i, " is outside [0, ",
-                   vocabulary, ")");
-    }
-  }
-}
-
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  check_same_device("embedding", weight, {&indices});
-  if (weight.rank() != 2 || !is_floating(weight.dtype())) {
-    TANDEM_THROW(ShapeError, "embedding: weight must be a floating (V, D) table, got ",
-                 weight.to_string());
-  }
-  const int64_t V = weight.dim(0), D = weight.dim(1);
-  check_indices(indices, V, "embedding");
+  // Operands and index values checked by kernels::embedding.
+  const int64_t D = weight.dim(1);
   std::vector<int64_t> dims = indices.shape().to_vector();
   dims.push_back(D);
   Tensor out = Tensor::empty(Shape(dims), weight.dtype(), weight.device());
@@ -101,13 +81,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocabulary) {
-  check_same_device("embedding_backward", dy, {&indices});
-  check_indices(indices, vocabulary, "embedding_backward");
+  // Operands and index values checked by kernels::embedding_backward.
   const int64_t count = indices.numel();
-  if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {
-    TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(), " does not match indices ",
-                 indices.to_string());
-  }
   const int64_t D = dy.dim(-1);
   Tensor grad = Tensor::zeros(Shape{vocabulary, D}, DType::f32, dy.device());
   if (count == 0 || D == 0) return grad;

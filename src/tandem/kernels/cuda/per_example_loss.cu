@@ -5,7 +5,6 @@
 // kernel's own checks (one read back of the labels per forward pass).
 #include <cmath>
 
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/kernels/detail/loss_common.h"
 #include "tandem/tensor/cuda/elements.cuh"
@@ -91,12 +90,6 @@ __global__ void backward_kernel(const T* x, const int32_t* labels, const float* 
   }
 }
 
-void check_smoothing(double label_smoothing, const char* op) {
-  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
-    TANDEM_THROW(InvalidArgument, op, ": label_smoothing must be in [0, 1], got ", label_smoothing);
-  }
-}
-
 int32_t ignore_of(const kernels::CrossEntropyOptions& options) {
   return options.ignore_index ? *options.ignore_index : kNoIgnore;
 }
@@ -105,12 +98,9 @@ int32_t ignore_of(const kernels::CrossEntropyOptions& options) {
 
 kernels::CrossEntropyPerExample softmax_cross_entropy_per_example(
     const Tensor& logits, const Tensor& labels, const kernels::CrossEntropyOptions& options) {
+  // Operands and label values checked by kernels::softmax_cross_entropy_per_example.
   const char* op = "softmax_cross_entropy_per_example";
-  check_same_device(op, logits, {&labels});
-  check_smoothing(options.label_smoothing, op);
-  const kernels::detail::ClassLayout layout =
-      kernels::detail::check_class_labels(logits, labels.on_host(), options.ignore_index, op);
-  const int64_t N = layout.examples, P = layout.positions, K = layout.classes;
+  const int64_t N = logits.dim(0), P = labels.shape().row_numel(), K = logits.dim(-1);
   const Device device = logits.device();
   kernels::CrossEntropyPerExample result;
   result.log_sum_exp = Tensor::empty(labels.shape(), DType::f32, device);
@@ -142,24 +132,9 @@ kernels::CrossEntropyPerExample softmax_cross_entropy_per_example(
 Tensor softmax_cross_entropy_per_example_backward(const Tensor& grad_loss, const Tensor& logits,
                                                   const Tensor& labels, const Tensor& log_sum_exp,
                                                   const kernels::CrossEntropyOptions& options) {
+  // Operands checked by kernels::softmax_cross_entropy_per_example_backward.
   const char* op = "softmax_cross_entropy_per_example_backward";
-  check_same_device(op, logits, {&labels, &grad_loss, &log_sum_exp});
-  check_smoothing(options.label_smoothing, op);
-  // Labels were checked (and read back) by the forward pass; only shapes here.
-  if (logits.rank() < 2 || labels.dtype() != DType::i32 ||
-      labels.numel() * logits.dim(-1) != logits.numel() || labels.dim(0) != logits.dim(0)) {
-    TANDEM_THROW(ShapeError, op, ": labels ", labels.to_string(), " do not fit logits ",
-                 logits.to_string());
-  }
   const int64_t N = logits.dim(0), K = logits.dim(-1), P = labels.shape().row_numel();
-  if (log_sum_exp.dtype() != DType::f32 || log_sum_exp.shape() != labels.shape()) {
-    TANDEM_THROW(ShapeError, op, ": log_sum_exp must be f32 of the labels' shape ",
-                 labels.shape().to_string(), ", got ", log_sum_exp.to_string());
-  }
-  if (grad_loss.rank() != 1 || grad_loss.dim(0) != N || !is_floating(grad_loss.dtype())) {
-    TANDEM_THROW(ShapeError, op, ": grad_loss must be floating (", N, ",), got ",
-                 grad_loss.to_string());
-  }
   const Device device = logits.device();
   Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), device);
   const int64_t total = logits.numel();

@@ -11,7 +11,6 @@
 #include <cfloat>
 
 #include "tandem/base/error.h"
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
@@ -187,7 +186,7 @@ kernels::MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry&
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape,
                            const Pool2dGeometry& g) {
-  check_same_device("max_pool2d_backward", dy, {&workspace});
+  // The workspace's layout is this file's forward's (the CPU's is oneDNN's).
   if (workspace.dtype() != DType::i32 || workspace.shape() != dy.shape()) {
     TANDEM_THROW(ShapeError, "max_pool2d_backward: the workspace ", workspace.to_string(),
                  " is not the GPU forward's for dy ", dy.to_string(),

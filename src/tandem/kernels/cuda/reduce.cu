@@ -153,14 +153,8 @@ double squared_norm(const Tensor& x) {
   return reduce(x, true, 1.0, nullptr, true, "squared_norm");
 }
 
+// target: x's trailing dimensions, more than one element (kernels::sum_to_shape).
 Tensor sum_to_shape(const Tensor& x, const Shape& target) {
-  const int r = x.rank(), t = target.rank();
-  bool trailing = t <= r;
-  for (int i = 0; trailing && i < t; ++i) trailing = target.dim(i) == x.dim(r - t + i);
-  if (!trailing) {
-    TANDEM_THROW(ShapeError, "sum_to_shape: ", target.to_string(), " is not a trailing part of ",
-                 x.shape().to_string());
-  }
   Tensor out = Tensor::empty(target, DType::f32, x.device());
   const int64_t cols = target.numel();
   if (cols == 0) return out;

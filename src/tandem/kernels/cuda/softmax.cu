@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include "tandem/kernels/cuda/checks.h"
 #include "tandem/kernels/cuda/kernels.h"
 #include "tandem/tensor/cuda/elements.cuh"
 #include "tandem/tensor/cuda/runtime.h"
@@ -101,8 +100,8 @@ __global__ void correct_kernel(const T* logits, const int32_t* labels, int64_t r
   }
 }
 
+// x checked by kernels::softmax (rows of the last dimension).
 Tensor rowwise(const Tensor& x, bool log, const char* op) {
-  if (x.rank() < 1) TANDEM_THROW(ShapeError, op, ": needs rank >= 1, got a scalar");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t k = x.dim(x.rank() - 1);
   if (x.numel() == 0) return y;
@@ -117,12 +116,8 @@ Tensor rowwise(const Tensor& x, bool log, const char* op) {
   return y;
 }
 
+// dy and y checked by kernels::softmax_backward (matching rows).
 Tensor rowwise_backward(const Tensor& dy, const Tensor& y, bool log, const char* op) {
-  check_same_device(op, dy, {&y});
-  if (dy.shape() != y.shape() || dy.dtype() != y.dtype() || dy.rank() < 1) {
-    TANDEM_THROW(ShapeError, op, ": expected matching tensors, got ", dy.to_string(), " and ",
-                 y.to_string());
-  }
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   const int64_t k = dy.dim(dy.rank() - 1);
   if (dy.numel() == 0) return dx;
@@ -136,28 +131,6 @@ Tensor rowwise_backward(const Tensor& dy, const Tensor& y, bool log, const char*
   });
   check_launch(op);
   return dx;
-}
-
-// Shapes, and label values read back to the host: the same messages as the
-// CPU kernels give (a synchronisation, of B integers).
-void check_cross_entropy(const Tensor& logits, const Tensor& labels, bool values, const char* op) {
-  check_same_device(op, logits, {&labels});
-  if (logits.rank() != 2) {
-    TANDEM_THROW(ShapeError, op, ": logits must be (B, K), got ", logits.shape().to_string());
-  }
-  const int64_t rows = logits.dim(0), classes = logits.dim(1);
-  if (labels.dtype() != DType::i32 || labels.rank() != 1 || labels.dim(0) != rows) {
-    TANDEM_THROW(ShapeError, op, ": labels must be i32 of shape (", rows, ",), got ",
-                 labels.to_string());
-  }
-  if (!values) return;
-  const std::vector<int32_t> l = labels.to_ints();
-  for (int64_t r = 0; r < rows; ++r) {
-    if (l[r] < 0 || l[r] >= classes) {
-      TANDEM_THROW(InvalidArgument, op, ": label ", l[r], " at row ", r, " is outside [0, ",
-                   classes, ")");
-    }
-  }
 }
 
 double normalizer_for(double normalizer, int64_t rows) {
@@ -184,7 +157,6 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
 
 kernels::CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
                                                   double normalizer) {
-  check_cross_entropy(logits, labels, true, "softmax_cross_entropy");
   const int64_t rows = logits.dim(0), k = logits.dim(1);
   const Device device = logits.device();
   kernels::CrossEntropyResult result;
@@ -212,9 +184,6 @@ kernels::CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Te
 
 Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor& labels,
                                       float grad_loss, double normalizer, DType out_dtype) {
-  // Label values were checked by the forward pass; reading them again would
-  // stall the stream.
-  check_cross_entropy(probabilities, labels, false, "softmax_cross_entropy_backward");
   const int64_t rows = probabilities.dim(0), k = probabilities.dim(1);
   Tensor grad = Tensor::empty(probabilities.shape(), out_dtype, probabilities.device());
   const int64_t n = rows * k;
@@ -234,7 +203,6 @@ Tensor softmax_cross_entropy_backward(const Tensor& probabilities, const Tensor&
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  check_cross_entropy(logits, labels, true, "count_correct");
   const int64_t rows = logits.dim(0), k = logits.dim(1);
   if (rows == 0 || k == 0) return 0;
   const Device device = logits.device();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels::detail {
@@ -40,8 +41,8 @@ bool is_column(const Shape& shape) {
 
 }  // namespace
 
-ClassLayout check_class_labels(const Tensor& logits, const Tensor& labels,
-                               std::optional<int32_t> ignore_index, const char* op) {
+ClassLayout class_layout(const Tensor& logits, const Tensor& labels, const char* op) {
+  check_same_device(op, logits, {&labels});
   if (logits.rank() < 2 || !is_floating(logits.dtype())) {
     TANDEM_THROW(ShapeError, op, ": logits must be floating (N, ..., K), got ", logits.to_string());
   }
@@ -57,7 +58,14 @@ ClassLayout check_class_labels(const Tensor& logits, const Tensor& labels,
   layout.examples = shape[0];
   layout.classes = shape[-1];
   layout.positions = labels.shape().row_numel();
-  const int32_t* l = labels.data<int32_t>();
+  return layout;
+}
+
+ClassLayout check_class_labels(const Tensor& logits, const Tensor& labels,
+                               std::optional<int32_t> ignore_index, const char* op) {
+  const ClassLayout layout = class_layout(logits, labels, op);
+  const Tensor host = labels.on_host();
+  const int32_t* l = host.data<int32_t>();
   const int64_t n = labels.numel();
   for (int64_t i = 0; i < n; ++i) {
     if (ignore_index && l[i] == *ignore_index) continue;

@@ -18,10 +18,13 @@ struct ClassLayout {
 };
 
 // Checks logits (N, ..., K) of a floating dtype with K >= 1 and labels i32
-// of the logits' shape without its last dimension, and that every label is
-// ignore_index or in [0, K). Throws ShapeError naming both shapes, or
-// InvalidArgument naming the first bad label's position and value; op
-// prefixes the message.
+// of the logits' shape without its last dimension, on one device. Throws
+// ShapeError naming both shapes; op prefixes the message.
+ClassLayout class_layout(const Tensor& logits, const Tensor& labels, const char* op);
+
+// class_layout, and every label ignore_index or in [0, K) (read back from a
+// device: a synchronisation). Throws InvalidArgument naming the first bad
+// label's position and value.
 ClassLayout check_class_labels(const Tensor& logits, const Tensor& labels,
                                std::optional<int32_t> ignore_index, const char* op);
 

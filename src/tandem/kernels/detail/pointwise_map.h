@@ -17,12 +17,6 @@
 
 namespace tandem::kernels::detail {
 
-inline void check_same(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    TANDEM_THROW(ShapeError, op, ": operands differ: ", a.to_string(), " and ", b.to_string());
-  }
-}
-
 inline constexpr int64_t kConvertBlock = 512;
 
 template <typename G>
@@ -54,10 +48,10 @@ Tensor map_unary(const Tensor& x, const char* op, F f) {
   return out;
 }
 
-// out[i] = f(a[i], b[i]) over one floating dtype.
+// out[i] = f(a[i], b[i]) over one floating dtype (a and b checked by the
+// caller: detail::check_matching).
 template <typename F>
 Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
-  check_same(a, b, op);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
