@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/base/error.h"
@@ -11,6 +13,7 @@
 #include "tandem/base/random.h"
 #include "tandem/base/statistics.h"
 #include "tandem/base/utf8.h"
+#include "tandem/base/warnings.h"
 
 namespace tandem {
 namespace {
@@ -135,6 +138,25 @@ TEST(Statistics, MedianOfOddEvenAndNoValues) {
   EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
   EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
   EXPECT_EQ(median({}), 0.0);
+}
+
+TEST(Warnings, GoToTheInstalledSinkFromAnyThreadAndThenToStderrAgain) {
+  std::vector<std::string> seen;
+  {
+    WarningSinkScope scope([&](const std::string& m) { seen.push_back(m); });
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([t] {
+        for (int i = 0; i < 100; ++i) warn("thread " + std::to_string(t));
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  EXPECT_EQ(seen.size(), 400u);
+  EXPECT_EQ(seen.front().rfind("thread ", 0), 0u);
+  testing::internal::CaptureStderr();
+  warn("a worker was lost");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "tandem: warning: a worker was lost\n");
+  EXPECT_EQ(seen.size(), 400u);  // the scope's sink is gone
 }
 
 }  // namespace

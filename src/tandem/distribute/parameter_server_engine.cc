@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
 #include "tandem/base/error.h"
 #include "tandem/base/trace.h"
+#include "tandem/base/warnings.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/kernels/elementwise.h"
 
@@ -304,11 +304,8 @@ void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const s
   const bool round_waits = schedule_.lose(r, std::move(work));
   const int live = schedule_.live_workers();
   // `why` names the worker (the link's errors name their peer).
-  fmt::print(stderr,
-             "tandem: warning: parameter-server worker lost: {}; training goes on with {} "
-             "worker(s)\n",
-             why, live);
-  std::fflush(stderr);
+  warn(fmt::format("parameter-server worker lost: {}; training goes on with {} worker(s)", why,
+                   live));
   // A gradient it pushed to the shard ranks but never reported is of no use.
   tell_shards({.discards = {{w.context.global_replica, -1}}});
   if (live == 0) {

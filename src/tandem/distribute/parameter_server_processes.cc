@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 #include "tandem/base/error.h"
 #include "tandem/base/host_name.h"
+#include "tandem/base/warnings.h"
 #include "tandem/comm/detail/tcp.h"
 #include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
@@ -92,10 +92,8 @@ std::vector<Hello> accept_hellos(comm::detail::TcpListener& listener, int count,
       if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
     } catch (const Error& e) {
       // Something else found the port: not one of ours, and not fatal.
-      fmt::print(stderr,
-                 "tandem: warning: {} ignored a connection that is not a tandem process "
-                 "of this job ({})\n",
-                 who, e.what());
+      warn(fmt::format("{} ignored a connection that is not a tandem process of this job ({})", who,
+                       e.what()));
       continue;
     }
     if (rank < static_cast<uint64_t>(first) || rank >= static_cast<uint64_t>(last) || seen[rank]) {

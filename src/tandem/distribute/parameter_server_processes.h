@@ -19,7 +19,7 @@
 // what travels.
 //
 // Faults: a worker that dies (its connection ends) or falls silent for the
-// peer timeout is lost: the chief says so on stderr and trains on with
+// peer timeout is lost: the chief warns (tandem::warn) and trains on with
 // the others (an asynchronous share it held goes to another worker; a
 // synchronous round completes without it); a silent one that runs on the
 // chief's host is killed at the end, so that mpirun does not wait for it

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "tandem/base/error.h"
+#include "tandem/base/warnings.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/parameter_server_engine.h"
 
@@ -38,10 +38,10 @@ ParameterServerEngine::~ParameterServerEngine() {
       // Stopped or hung: mpirun would wait for it at the end of the job.
       ::kill(remote_->pids[r], SIGKILL);
     } else if (workers_[r].silent) {
-      fmt::print(stderr,
-                 "tandem: warning: {} was given up while its process may still run; mpirun "
-                 "waits for it until it ends (end it on its host)\n",
-                 remote_->names[r]);
+      warn(fmt::format(
+          "{} was given up while its process may still run; mpirun waits for it until it ends "
+          "(end it on its host)",
+          remote_->names[r]));
     }
     if (schedule_.lost(static_cast<int>(r))) continue;
     try {

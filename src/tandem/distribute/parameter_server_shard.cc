@@ -4,7 +4,6 @@
 // this thread applying the updates the chief orders, in the chief's order.
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "tandem/base/error.h"
+#include "tandem/base/warnings.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/distribute/detail/engine_parts.h"
 #include "tandem/distribute/detail/ps_messages.h"
@@ -146,8 +146,7 @@ void ShardServer::serve_worker(size_t r) {
   } catch (const PeerFailed&) {
     // A lost worker: the chief notices it and trains on without it.
   } catch (const Error& e) {
-    fmt::print(stderr, "tandem: warning: parameter-server shard {} dropped {}: {}\n", shard_,
-               link.peer(), e.what());
+    warn(fmt::format("parameter-server shard {} dropped {}: {}", shard_, link.peer(), e.what()));
     link.close();
   }
 }
