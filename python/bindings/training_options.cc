@@ -131,11 +131,19 @@ Setter field(Field TrainConfig::*member) {
   };
 }
 
+// A field of the step engine's settings (TrainConfig::engine).
+template <typename T, typename Field>
+Setter engine_field(Field distribute::EngineOptions::*member) {
+  return [member](TrainConfig& c, const py::handle& v, const std::string& key) {
+    c.engine.*member = as<T>(v, key);
+  };
+}
+
 const std::map<std::string, Setter>& config_setters() {
   static const std::map<std::string, Setter> setters = {
       {"epochs", field<int64_t>(&TrainConfig::epochs)},
       {"batch_size", field<int64_t>(&TrainConfig::batch_size)},
-      {"accumulation_steps", field<int>(&TrainConfig::accumulation_steps)},
+      {"accumulation_steps", engine_field<int>(&distribute::EngineOptions::accumulation_steps)},
       {"micro_batch_size", field<int64_t>(&TrainConfig::micro_batch_size)},
       {"eval_batch_size", field<int64_t>(&TrainConfig::eval_batch_size)},
       {"drop_remainder", field<bool>(&TrainConfig::drop_remainder)},
@@ -148,10 +156,11 @@ const std::map<std::string, Setter>& config_setters() {
       {"warmup_epochs", field<double>(&TrainConfig::warmup_epochs)},
       {"lr_scaling", field<std::string>(&TrainConfig::lr_scaling)},
       {"reference_batch", field<int64_t>(&TrainConfig::reference_batch)},
-      {"seed", field<uint64_t>(&TrainConfig::seed)},
+      {"seed", engine_field<uint64_t>(&distribute::EngineOptions::seed)},
       {"noise_scale_every", field<int64_t>(&TrainConfig::noise_scale_every)},
-      {"sync_every", field<int>(&TrainConfig::sync_every)},
-      {"average_optimizer_state", field<bool>(&TrainConfig::average_optimizer_state)},
+      {"sync_every", engine_field<int>(&distribute::EngineOptions::sync_every)},
+      {"average_optimizer_state",
+       engine_field<bool>(&distribute::EngineOptions::average_optimizer_state)},
       {"input_feature", field<std::string>(&TrainConfig::input_feature)},
       {"prefetch_batches", field<int>(&TrainConfig::prefetch_batches)},
       {"input_parallel_calls", field<int>(&TrainConfig::input_parallel_calls)},
@@ -160,7 +169,7 @@ const std::map<std::string, Setter>& config_setters() {
       {"checkpoint_every", field<int64_t>(&TrainConfig::checkpoint_every)},
       {"stop_after_epochs", field<int64_t>(&TrainConfig::stop_after_epochs)},
       {"zero", [](TrainConfig& c, const py::handle& v,
-                  const std::string& k) { c.reducer.zero_stage = as<int>(v, k); }},
+                  const std::string& k) { c.engine.reducer.zero_stage = as<int>(v, k); }},
       {"strategy", [](TrainConfig& c, const py::handle& v,
                       const std::string& k) { c.strategy.name = as<std::string>(v, k); }},
       {"devices", [](TrainConfig& c, const py::handle& v,
@@ -171,10 +180,10 @@ const std::map<std::string, Setter>& config_setters() {
        }},
       {"max_staleness",
        [](TrainConfig& c, const py::handle& v, const std::string& k) {
-         if (!v.is_none()) c.parameter_server.max_staleness = as<int64_t>(v, k);
+         if (!v.is_none()) c.engine.parameter_server.max_staleness = as<int64_t>(v, k);
        }},
       {"loss_scale", [](TrainConfig& c, const py::handle& v,
-                        const std::string&) { c.loss_scale = loss_scale_from(v); }},
+                        const std::string&) { c.engine.loss_scale = loss_scale_from(v); }},
   };
   return setters;
 }
@@ -203,7 +212,7 @@ TrainConfig config_from(const py::dict& options) {
     const std::string key = k.cast<std::string>();
     if (v.is_none() && key != "optimizer" && key != "objective") continue;  // None: the default
     if (key == "optimizer") {
-      set_optimizer(c.optimizer, v.cast<py::dict>());
+      set_optimizer(c.engine.optimizer, v.cast<py::dict>());
     } else if (key == "objective") {
       set_objective(c, v.cast<py::dict>());
     } else if (auto it = setters.find(key); it != setters.end()) {

@@ -12,6 +12,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
 #include "tandem/base/trace.h"
+#include "tandem/base/warnings.h"
 #include "tandem/comm/bucketer.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/compression.h"

@@ -43,8 +43,9 @@ TEST_P(MultiWorkerTest, MatchesOneDevice) {
   const data::Dataset test =
       data::as_dataset({fashion.test.images.slice(0, 20), fashion.test.labels.slice(0, 20)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{.epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
-  c.optimizer = {.name = "adam", .learning_rate = 0.002};
+  train::TrainConfig c{
+      .epochs = 1, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
+  c.engine.optimizer = {.name = "adam", .learning_rate = 0.002};
   const train::ModelFactory factory = train::builtin_model(model, precision::Policy::float32, 3);
   train::TrainConfig reference_config = c;
   reference_config.strategy = {.name = "one_device", .threads_per_device = 1};
@@ -108,7 +109,8 @@ TEST(MultiWorkerTiming, ARemoteStragglerIsNamedNotHiddenInCommunication) {
   const data::Dataset train =
       data::as_dataset({fashion.train.images.slice(0, 96), fashion.train.labels.slice(0, 96)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{.epochs = 1, .batch_size = 16, .schedule = "constant", .seed = 5};
+  train::TrainConfig c{
+      .epochs = 1, .batch_size = 16, .engine = {.seed = 5}, .schedule = "constant"};
   c.strategy = {.name = "multi_worker",
                 .devices = 1,
                 .threads_per_device = 1,
@@ -164,10 +166,12 @@ std::string rank_dir(const std::string& name) {
 }
 
 train::TrainConfig file_config(const std::string& strategy, const std::string& optimizer) {
-  train::TrainConfig c{.epochs = 2, .batch_size = 12, .schedule = "constant", .seed = 5};
-  c.optimizer = optimizer == "sgd"
-                    ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-                    : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
+  train::TrainConfig c{
+      .epochs = 2, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
+  c.engine.optimizer =
+      optimizer == "sgd"
+          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
+          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
   c.strategy = {
       .name = strategy, .devices = 1, .threads_per_device = 1, .allow_oversubscription = true};
   // Element-wise sharding: the processes' batches are the one-device ones.
@@ -258,7 +262,8 @@ TEST(MultiWorkerUneven, FileShardsOfDifferentSizesTrainEveryExampleOnce) {
         ++seen.at(static_cast<size_t>(e.at("id").to_ints()[0]));
         return e;
       });
-  train::TrainConfig c{.epochs = 1, .batch_size = 100, .schedule = "constant", .seed = 5};
+  train::TrainConfig c{
+      .epochs = 1, .batch_size = 100, .engine = {.seed = 5}, .schedule = "constant"};
   c.strategy = {.name = "multi_worker",
                 .devices = 1,
                 .threads_per_device = 1,

@@ -59,10 +59,12 @@ train::ModelFactory factory(const std::string& name) {
 }
 
 train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
-  train::TrainConfig c{.epochs = 1, .batch_size = 12, .schedule = "constant", .seed = 5};
-  c.optimizer = optimizer == "sgd"
-                    ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-                    : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.002};
+  train::TrainConfig c{
+      .epochs = 1, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
+  c.engine.optimizer =
+      optimizer == "sgd"
+          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
+          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.002};
   c.strategy = {.name = strategy,
                 .devices = devices,
                 .threads_per_device = 1,

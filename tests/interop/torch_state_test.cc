@@ -173,7 +173,7 @@ TEST(TorchState, ATrainerLoadsTheWeightsIntoEveryReplica) {
   auto source = nn::make_model("mlp", {.seed = 1});
   const std::string path = scratch("replicas.safetensors");
   interop::save_safetensors(*source, path);
-  train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 3};
+  train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 3}};
   c.strategy = {
       .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
   train::Trainer trainer(c, train::builtin_model("mlp", precision::Policy::float32, 7));

@@ -69,7 +69,7 @@ class SometimesSlow : public nn::Module {
 };
 
 train::TrainConfig config(int devices) {
-  train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 3};
+  train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 3}};
   c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
                 .devices = devices,
                 .threads_per_device = 1,

@@ -232,12 +232,11 @@ bool all_finite(const Snapshot& s) {
 train::TrainConfig f16_config(int devices) {
   train::TrainConfig c{.epochs = 2,
                        .batch_size = 16,
-                       .optimizer = {.name = "adam", .learning_rate = 1e-3},
-                       .schedule = "constant",
-                       .seed = 3};
+                       .engine = {.optimizer = {.name = "adam", .learning_rate = 1e-3}, .seed = 3},
+                       .schedule = "constant"};
   // Fixed scale 1: overflow comes only from the huge examples, so the skipped
   // steps are exactly the steps that hold one.
-  c.loss_scale = LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
+  c.engine.loss_scale = LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
   c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
                 .devices = devices,
                 .threads_per_device = 1,
@@ -308,7 +307,7 @@ TEST(Trainer, EveryStepOverflowingLeavesTheInitialWeights) {
   std::vector<int64_t> all(32);
   for (int64_t i = 0; i < 32; ++i) all[i] = i;
   auto config = f16_config(1);
-  config.loss_scale.reset();  // dynamic, the f16 default: backs off to its floor
+  config.engine.loss_scale.reset();  // dynamic, the f16 default: backs off to its floor
   train::Trainer trainer(config, f16_mlp());
   const Snapshot initial = snapshot(trainer);
   const train::TrainResult result = trainer.fit(shuffled(with_huge_examples(32, all)));
@@ -324,7 +323,7 @@ TEST(Trainer, ResumeRestoresTheLossScalerState) {
   namespace fs = std::filesystem;
   auto config = f16_config(1);
   config.epochs = 3;
-  config.loss_scale = LossScalerOptions{.initial_scale = 1024.0, .growth_interval = 3};
+  config.engine.loss_scale = LossScalerOptions{.initial_scale = 1024.0, .growth_interval = 3};
   const data::Dataset data = shuffled(with_huge_examples(96, {37}));
   struct Record {
     double scale;

@@ -88,8 +88,8 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
   train::TrainConfig gpt{
       .epochs = 1, .batch_size = 8, .eval_batch_size = 16, .schedule = "constant"};
   gpt.strategy = cnn.strategy;
-  gpt.optimizer = {.name = "adamw", .learning_rate = 1e-3};
-  gpt.reducer = {.bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10, .zero_stage = 2};
+  gpt.engine.optimizer = {.name = "adamw", .learning_rate = 1e-3};
+  gpt.engine.reducer = {.bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10, .zero_stage = 2};
   gpt.input_feature = "tokens";
   gpt.loss = train::make_loss("softmax_cross_entropy", {.labels = "targets"});
   gpt.metrics = {};
@@ -119,8 +119,8 @@ TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
   std::vector<double> planned, measured;
   for (int stage : {0, 1, 2}) {
     train::TrainConfig config{.epochs = 1, .batch_size = 8, .schedule = "constant"};
-    config.optimizer = {.name = "adam", .learning_rate = 1e-3};
-    config.reducer = {
+    config.engine.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    config.engine.reducer = {
         .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
     config.strategy = {
         .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
@@ -197,8 +197,8 @@ TEST(MemoryPlan, TheLimitNamesTheLargestPartAndTheLargestBatchThatFits) {
 TEST(MemoryPlan, ZeroShardsWhatItShardsInThePlan) {
   const auto plan_for = [](int stage) {
     train::TrainConfig config{.batch_size = 64, .micro_batch_size = 16};
-    config.optimizer = {.name = "adam", .learning_rate = 1e-3};
-    config.reducer = {
+    config.engine.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    config.engine.reducer = {
         .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
     return train::plan_memory(
         {.model = train::builtin_model("mlp"),

@@ -151,7 +151,7 @@ TEST(Trainer, ShortCnnRunLearnsFashionMnist) {
 TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
   set_num_threads(2);
   auto run = [&](uint64_t seed) {
-    train::Trainer trainer({.epochs = 1, .batch_size = 64, .seed = seed},
+    train::Trainer trainer({.epochs = 1, .batch_size = 64, .engine = {.seed = seed}},
                            train::builtin_model("cnn", precision::Policy::float32, seed));
     return step_losses(trainer, shuffled(head(fashion().train, 1280), seed));
   };
@@ -159,7 +159,7 @@ TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   auto run_dropout = [&]() {
-    train::Trainer trainer({.epochs = 2, .batch_size = 50, .seed = 9}, small_model(9));
+    train::Trainer trainer({.epochs = 2, .batch_size = 50, .engine = {.seed = 9}}, small_model(9));
     return step_losses(trainer, shuffled(head(fashion().train, 600), 9));
   };
   EXPECT_EQ(run_dropout(), run_dropout());
@@ -167,10 +167,10 @@ TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
 
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   set_num_threads(2);
-  const train::TrainConfig base{.epochs = 3,
-                                .batch_size = 64,
-                                .optimizer = {.name = "adam", .learning_rate = 0.002},
-                                .seed = 11};
+  const train::TrainConfig base{
+      .epochs = 3,
+      .batch_size = 64,
+      .engine = {.optimizer = {.name = "adam", .learning_rate = 0.002}, .seed = 11}};
   // 16 steps per epoch, the last one partial.
   const data::Dataset train_data = shuffled(head(fashion().train, 1000), 11);
   const data::Dataset test_data = data::as_dataset(head(fashion().test, 300));
@@ -222,7 +222,7 @@ TEST(Trainer, ARunStoppedAfterAnEpochAndResumedIsTheUninterruptedRun) {
   set_num_threads(2);
   // The cosine schedule spans all 3 epochs in both runs (how a search's
   // rungs train a trial).
-  const train::TrainConfig base{.epochs = 3, .batch_size = 64, .seed = 5};
+  const train::TrainConfig base{.epochs = 3, .batch_size = 64, .engine = {.seed = 5}};
   const data::Dataset train_data = shuffled(head(fashion().train, 640), 5);
   const data::Dataset test_data = data::as_dataset(head(fashion().test, 200));
   train::Trainer uninterrupted(base, small_model(5));
@@ -265,7 +265,7 @@ TEST(Trainer, RepeatedDataRunsEveryEpochAndResumesAcrossAPassBoundary) {
   set_num_threads(2);
   // 10 steps a pass, 4 a epoch, 6 epochs: 2.4 passes, each its own shuffle.
   const train::TrainConfig base{
-      .epochs = 6, .batch_size = 64, .steps_per_epoch = 4, .repeat = true, .seed = 5};
+      .epochs = 6, .batch_size = 64, .steps_per_epoch = 4, .repeat = true, .engine = {.seed = 5}};
   const data::Dataset train_data = shuffled(head(fashion().train, 640), 5);
   const data::Dataset test_data = data::as_dataset(head(fashion().test, 200));
   train::Trainer uninterrupted(base, small_model(5));
@@ -312,7 +312,7 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = -1}), InvalidArgument);
   EXPECT_THROW(make({.steps_per_epoch = -1}), InvalidArgument);
   EXPECT_THROW(make({.repeat = true}), InvalidArgument);  // an epoch that never ends
-  EXPECT_THROW(make({.optimizer = {.name = "rmsprop"}}), InvalidArgument);
+  EXPECT_THROW(make({.engine = {.optimizer = {.name = "rmsprop"}}}), InvalidArgument);
   EXPECT_THROW(make({.resume = true}), InvalidArgument);
   EXPECT_THROW(make({.input_feature = ""}), InvalidArgument);
   EXPECT_THROW(train::builtin_model("resnet152"), InvalidArgument);
@@ -374,8 +374,9 @@ TEST(Trainer, ScheduleAndOptimizerSettingsOutOfRangeAreRefused) {
       "warmup_epochs (--warmup-epochs) must be in [0, 2] (at most the run's epochs), got 2.5");
   EXPECT_NE(error_of({.schedule = "exponential"}).find("unknown learning-rate schedule"),
             std::string::npos);
-  EXPECT_EQ(error_of({.optimizer = {.momentum = 1.5}}), "sgd momentum must be in [0, 1), got 1.5");
-  EXPECT_EQ(error_of({.optimizer = {.name = "adam", .learning_rate = 0.0}}),
+  EXPECT_EQ(error_of({.engine = {.optimizer = {.momentum = 1.5}}}),
+            "sgd momentum must be in [0, 1), got 1.5");
+  EXPECT_EQ(error_of({.engine = {.optimizer = {.name = "adam", .learning_rate = 0.0}}}),
             "adam learning rate must be positive and finite, got 0");
   EXPECT_EQ(error_of({.epochs = 2, .min_lr = 0.05, .warmup_epochs = 2.0}), "no error");
 }
@@ -450,10 +451,10 @@ class TrainerInput : public ::testing::TestWithParam<InputSetting> {};
 // too (which also destroys a pipeline with batches still being built).
 TEST_P(TrainerInput, GivesTheSameLossesAsTheMainThread) {
   set_num_threads(1);
-  train::TrainConfig base{.epochs = 2,
-                          .batch_size = 64,
-                          .optimizer = {.name = "adam", .learning_rate = 0.002},
-                          .seed = 4};
+  train::TrainConfig base{
+      .epochs = 2,
+      .batch_size = 64,
+      .engine = {.optimizer = {.name = "adam", .learning_rate = 0.002}, .seed = 4}};
   base.batch_transform = [](data::Element batch) {
     const Tensor images = batch.at("image");
     // A random augmentation: mirror each image left-right with probability
@@ -519,7 +520,7 @@ INSTANTIATE_TEST_SUITE_P(Settings, TrainerInput,
                          });
 
 TEST(Trainer, MainThreadInputCountsTheSourceAndTheBatches) {
-  train::TrainConfig c{.epochs = 1, .batch_size = 64, .seed = 1};
+  train::TrainConfig c{.epochs = 1, .batch_size = 64, .engine = {.seed = 1}};
   train::Trainer t(c, small_model(1));
   const auto stages =
       t.fit(data::as_dataset(head(fashion().train, 128))).history.at(0).input_stages;
@@ -530,7 +531,7 @@ TEST(Trainer, MainThreadInputCountsTheSourceAndTheBatches) {
 }
 
 TEST_P(TrainerInput, BatchBuildingErrorsReachFit) {
-  train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 1};
+  train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 1}};
   c.prefetch_batches = GetParam().prefetch_batches;
   c.input_parallel_calls = GetParam().parallel_calls;
   std::atomic<int> built = 0;
@@ -549,7 +550,7 @@ TEST_P(TrainerInput, BatchBuildingErrorsReachFit) {
 }
 
 TEST(Trainer, RejectsBadInputSettings) {
-  train::TrainConfig c{.epochs = 1, .batch_size = 32, .seed = 1};
+  train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 1}};
   const auto rejects = [&](const std::string& expected) {
     try {
       train::Trainer(c, small_model(1));

@@ -42,10 +42,12 @@ train::ModelFactory regression_model() {
 }
 
 train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
-  train::TrainConfig c{.epochs = 2, .batch_size = 12, .schedule = "constant", .seed = 5};
-  c.optimizer = optimizer == "sgd"
-                    ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-                    : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
+  train::TrainConfig c{
+      .epochs = 2, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
+  c.engine.optimizer =
+      optimizer == "sgd"
+          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
+          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
   c.strategy = {.name = strategy,
                 .devices = devices,
                 .threads_per_device = 1,

@@ -96,7 +96,7 @@ Run train_run(const ScalingOptions& o, const std::string& strategy, int devices,
                      .devices = devices,
                      .threads_per_device = threads,
                      .allow_oversubscription = true};
-  config.reducer.overlap = overlap;
+  config.engine.reducer.overlap = overlap;
   train::Trainer trainer(config, train::builtin_model(o.model, precision::Policy::float32, 0,
                                                       std::nullopt, o.model_options));
   double seconds = 0, input = 0, exposed = 0, idle = 0;

@@ -67,8 +67,9 @@ int run_plan_memory(PlanOptions& o) {
     fmt::print("{} ({} parameters), global batch {}, {}{}, {} replica(s) x {} thread(s)\n",
                setup.model.spec.name, plan.parameter_count, config.batch_size,
                precision::policy_name(setup.policy),
-               config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
-                                             : std::string(),
+               config.engine.reducer.zero_stage > 0
+                   ? fmt::format(", ZeRO-{}", config.engine.reducer.zero_stage)
+                   : std::string(),
                layout.global_replicas, layout.threads_per_replica);
     fmt::print("{}", plan_table(plan, limit));
   }

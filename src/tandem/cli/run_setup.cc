@@ -216,18 +216,18 @@ void check_counts(const RunOptions& o) {
 void add_optimizer_options(CLI::App& app, RunOptions& o) {
   CLI::App* command = &app;
   train::TrainConfig& c = o.config;
-  command->add_option("--optimizer", c.optimizer.name, "sgd, adam, adamw, lars or lamb")
+  command->add_option("--optimizer", c.engine.optimizer.name, "sgd, adam, adamw, lars or lamb")
       ->capture_default_str();
   command->add_option("--trust-coefficient", o.trust_coefficient,
                       "LARS's trust coefficient eta (> 0; default 0.001)");
   command->add_option("--lr", o.learning_rate,
                       "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
   command->add_option("--momentum", o.momentum, "SGD momentum in [0, 1) (default: 0.9)");
-  command->add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
+  command->add_flag("--nesterov", c.engine.optimizer.nesterov, "Nesterov momentum (SGD)");
   command->add_option("--weight-decay", o.weight_decay,
                       "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
   command
-      ->add_option("--clip-norm", c.optimizer.global_clip_norm,
+      ->add_option("--clip-norm", c.engine.optimizer.global_clip_norm,
                    "Clip the gradients to this global L2 norm before each update (Keras's "
                    "global_clipnorm; after the all-reduce; 0: off)")
       ->capture_default_str();
@@ -343,10 +343,10 @@ void configure_batch_and_sharding(const RunOptions& o, train::TrainConfig& confi
   if (o.micro_batch_size) {
     config.micro_batch_size = *o.micro_batch_size;
     config.batch_size = o.batch_size.value_or(0);
-    config.accumulation_steps = o.accumulate.value_or(o.batch_size ? 0 : 1);
+    config.engine.accumulation_steps = o.accumulate.value_or(o.batch_size ? 0 : 1);
   } else {
     config.batch_size = o.batch_size.value_or(128);
-    config.accumulation_steps = o.accumulate.value_or(1);
+    config.engine.accumulation_steps = o.accumulate.value_or(1);
   }
   if (o.zero == 3) {
     TANDEM_THROW(InvalidArgument,
@@ -355,12 +355,12 @@ void configure_batch_and_sharding(const RunOptions& o, train::TrainConfig& confi
   }
   if (o.zero < 0 || o.zero > 2)
     TANDEM_THROW(InvalidArgument, "--zero must be 0 (off), 1 or 2, got ", o.zero);
-  config.reducer.zero_stage = o.zero;
+  config.engine.reducer.zero_stage = o.zero;
   // ZeRO-2 stages buckets through three buffers of the largest bucket:
   // small buckets keep that below the gradients it saves (docs/memory.md).
   const double bucket_mb =
       o.bucket_mb.value_or(o.zero == 2 ? 1.0 : 25.0);  // checked by check_counts
-  config.reducer.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+  config.engine.reducer.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
 }
 
 }  // namespace
@@ -463,7 +463,7 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
                    o.strategy);
     }
   }
-  distribute::ParameterServerOptions& p = config.parameter_server;
+  distribute::ParameterServerOptions& p = config.engine.parameter_server;
   p.shards = o.ps.value_or(1);  // its range: check_engine_options
   config.strategy.ps_shards = p.shards;
   p.backup_workers = o.backup_workers;
@@ -498,9 +498,9 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
     TANDEM_THROW(InvalidArgument, "--wire ", o.wire, " compresses the gradient all-reduce; ",
                  ps ? "the parameter server" : "local SGD (--sync-every)", " sends f32");
   }
-  config.sync_every = o.sync_every;  // its range: check_engine_options
-  config.average_optimizer_state = o.average_optimizer_state;
-  if (!o.slow_replica.empty()) config.slow_replica = parse_slow_replica(o.slow_replica);
+  config.engine.sync_every = o.sync_every;  // its range: check_engine_options
+  config.engine.average_optimizer_state = o.average_optimizer_state;
+  if (!o.slow_replica.empty()) config.engine.slow_replica = parse_slow_replica(o.slow_replica);
 }
 
 namespace {
@@ -589,27 +589,27 @@ RunSetup prepare_run(RunOptions& o) {
   config.strategy.name = o.strategy;
   std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
   check_counts(o);
-  config.seed = parse_seed(o.seed);
+  config.engine.seed = parse_seed(o.seed);
   const precision::Policy policy = precision::parse_policy(o.precision);
   setup.policy = policy;
   const std::optional<DType> compute_dtype =
       o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
-  config.loss_scale = parse_loss_scale(o.loss_scale, policy);
-  configure_optimizer(o, config.optimizer);
+  config.engine.loss_scale = parse_loss_scale(o.loss_scale, policy);
+  configure_optimizer(o, config.engine.optimizer);
   // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
   config.warmup_epochs = o.warmup_epochs.value_or(
       config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
   configure_strategy(o, config);
   configure_batch_and_sharding(o, config);
   configure_update_rule(o, config);
-  config.reducer.first_bucket_bytes =
-      std::min<int64_t>(config.reducer.bucket_bytes, int64_t{1} << 20);
-  config.reducer.wire = comm::parse_wire_dtype(o.wire);
+  config.engine.reducer.first_bucket_bytes =
+      std::min<int64_t>(config.engine.reducer.bucket_bytes, int64_t{1} << 20);
+  config.engine.reducer.wire = comm::parse_wire_dtype(o.wire);
   setup.augment = configure_input(o, config);
   const data::AugmentOptions& augment = setup.augment;
-  train::ModelFactory factory = model_factory(o, policy, config.seed, compute_dtype);
+  train::ModelFactory factory = model_factory(o, policy, config.engine.seed, compute_dtype);
   const auto load_start = std::chrono::steady_clock::now();
-  setup.data = load_run_data(o, config.seed);
+  setup.data = load_run_data(o, config.engine.seed);
   const RunData& run_data = setup.data;
   setup.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();

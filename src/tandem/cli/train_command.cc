@@ -348,17 +348,18 @@ void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Train
       strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
       strategy.threads_per_replica(), precision::policy_name(policy),
       dtype_name(factory.spec.compute_dtype),
-      config.loss_scale
-          ? (config.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
+      config.engine.loss_scale
+          ? (config.engine.loss_scale->dynamic ? ", dynamic loss scale" : ", fixed loss scale")
           : "",
       config.batch_size,
-      config.accumulation_steps > 1
-          ? fmt::format(" ({} micro-batches of {} per replica)", config.accumulation_steps,
+      config.engine.accumulation_steps > 1
+          ? fmt::format(" ({} micro-batches of {} per replica)", config.engine.accumulation_steps,
                         config.micro_batch_size)
           : std::string(),
-      config.reducer.zero_stage > 0 ? fmt::format(", ZeRO-{}", config.reducer.zero_stage)
-                                    : std::string(),
-      config.optimizer.name, config.optimizer.learning_rate,
+      config.engine.reducer.zero_stage > 0
+          ? fmt::format(", ZeRO-{}", config.engine.reducer.zero_stage)
+          : std::string(),
+      config.engine.optimizer.name, config.engine.optimizer.learning_rate,
       config.lr_scaling == "none" ? config.schedule
                                   : fmt::format("{} scaling from batch {}, {}", config.lr_scaling,
                                                 config.reference_batch, config.schedule),
@@ -492,9 +493,10 @@ int run_train(TrainOptions& o) {
   if (chief) print_launch_notes(o, strategy);
   // The batch sizes the Trainer derived (global, accumulation, micro-batch).
   config.batch_size = trainer.config().batch_size;
-  config.accumulation_steps = trainer.config().accumulation_steps;
+  config.engine.accumulation_steps = trainer.config().engine.accumulation_steps;
   config.micro_batch_size = trainer.config().micro_batch_size;
-  config.optimizer.learning_rate = trainer.config().optimizer.learning_rate;  // scaled
+  config.engine.optimizer.learning_rate =
+      trainer.config().engine.optimizer.learning_rate;  // scaled
   const int64_t steps_per_epoch = trainer.steps_per_epoch(setup.data.train);
   std::optional<interop::LoadReport> init_report;
   if (init_weights)
@@ -512,7 +514,8 @@ int run_train(TrainOptions& o) {
   const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
                                      : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
                                                                     : monitor::ProgressMode::lines;
-  monitor::ProgressView view(mode, config.epochs, config.loss_scale.has_value(), run_monitor.get());
+  monitor::ProgressView view(mode, config.epochs, config.engine.loss_scale.has_value(),
+                             run_monitor.get());
   train::TrainCallbacks callbacks;
   callbacks.on_step = [&](const train::StepInfo& s) {
     if (run_monitor) run_monitor->on_step(s);

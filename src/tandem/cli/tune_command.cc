@@ -86,7 +86,7 @@ int run_tune_batch_size(TuneOptions& o) {
   if (!o.json) {
     fmt::print("tandem tune batch-size: {} on {}, {} replica(s); your batch {} at lr {}\n",
                setup.model.spec.name, setup.data.description, layout.global_replicas,
-               config.batch_size, config.optimizer.learning_rate);
+               config.batch_size, config.engine.optimizer.learning_rate);
     fmt::print("{:>12} {:>12} {:>16}\n", "global batch", "examples/s", "predicted peak");
   }
   const tune::BatchSizeRecommendation r = tune::find_batch_size(

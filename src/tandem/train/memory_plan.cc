@@ -275,12 +275,12 @@ PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
     }
   }
   allocator_for(scratch_device()).release_cache();
-  s.zero = s.global > 1 ? c.reducer.zero_stage : 0;
+  s.zero = s.global > 1 ? c.engine.reducer.zero_stage : 0;
   s.parameter_server = c.strategy.name == "parameter_server";
-  s.reduces = s.global > 1 && !s.parameter_server && c.sync_every == 0;
+  s.reduces = s.global > 1 && !s.parameter_server && c.engine.sync_every == 0;
   if (s.reduces) {
-    const comm::Bucketer layout(layouts, {.bucket_bytes = c.reducer.bucket_bytes,
-                                          .first_bucket_bytes = c.reducer.first_bucket_bytes,
+    const comm::Bucketer layout(layouts, {.bucket_bytes = c.engine.reducer.bucket_bytes,
+                                          .first_bucket_bytes = c.engine.reducer.first_bucket_bytes,
                                           .pad_to = s.zero > 0 ? s.global : 1,
                                           .allocate = false});
     s.buckets = static_cast<int64_t>(layout.bucket_count());
@@ -292,12 +292,14 @@ PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
       s.largest_shard = std::max(s.largest_shard, e / s.global);
     }
   }
-  const std::string& optimizer = c.optimizer.name;
+  const std::string& optimizer = c.engine.optimizer.name;
   // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
   // the two moments of Adam, AdamW and LAMB.
-  s.slots = optimizer == "sgd" ? (c.optimizer.momentum > 0.0 ? 1 : 0) : optimizer == "lars" ? 1 : 2;
-  s.wire_bytes = c.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging
-  s.process_rows = s.micro * c.accumulation_steps * s.local;
+  s.slots = optimizer == "sgd"    ? (c.engine.optimizer.momentum > 0.0 ? 1 : 0)
+            : optimizer == "lars" ? 1
+                                  : 2;
+  s.wire_bytes = c.engine.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging
+  s.process_rows = s.micro * c.engine.accumulation_steps * s.local;
   // The one training, the next, and the prefetched.
   s.depth = (c.prefetch_batches == data::kAutotune ? 2 : std::max(0, c.prefetch_batches)) + 2.0;
   s.feature = static_cast<double>(example_bytes(in.example, c.input_feature));
@@ -364,7 +366,7 @@ SteadyMemory steady_memory(const MemoryPlanInput& in, const PlanShape& s, int r)
         s.depth * static_cast<double>(s.process_rows / s.micro) * s.whole;
   } else {
     steady_per_row[index(MemoryCategory::input)] =
-        static_cast<double>(c.accumulation_steps) * s.feature;
+        static_cast<double>(c.engine.accumulation_steps) * s.feature;
   }
   return m;
 }
@@ -428,7 +430,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   }
   MemoryPlan plan;
   plan.micro_batch = c.micro_batch_size;
-  plan.accumulation_steps = c.accumulation_steps;
+  plan.accumulation_steps = c.engine.accumulation_steps;
   plan.global_replicas = in.layout.global_replicas;
   const auto start = Clock::now();
   const Trace traced = trace(in, c.micro_batch_size, evaluation_rows(in));

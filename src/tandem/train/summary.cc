@@ -15,23 +15,24 @@ void write_summary(const std::string& path, const TrainConfig& config, const Mod
       {"model", model.name},
       {"epochs", config.epochs},
       {"batch_size", config.batch_size},
-      {"accumulation_steps", config.accumulation_steps},
+      {"accumulation_steps", config.engine.accumulation_steps},
       {"micro_batch_size", config.micro_batch_size},
-      {"zero_stage", config.reducer.zero_stage},
-      {"optimizer", config.optimizer.name},
-      {"learning_rate", config.optimizer.learning_rate},
-      {"momentum", config.optimizer.momentum},
+      {"zero_stage", config.engine.reducer.zero_stage},
+      {"optimizer", config.engine.optimizer.name},
+      {"learning_rate", config.engine.optimizer.learning_rate},
+      {"momentum", config.engine.optimizer.momentum},
       {"schedule", config.schedule},
       {"warmup_epochs", config.warmup_epochs},
       {"lr_scaling", config.lr_scaling},
       {"reference_batch", config.reference_batch},
-      {"seed", config.seed},
+      {"seed", config.engine.seed},
       {"compute_dtype", std::string(dtype_name(model.compute_dtype))},
       {"precision", std::string(precision::policy_name(model.policy))},
       {"loss_scale",
-       config.loss_scale
-           ? (config.loss_scale->dynamic ? std::string("dynamic")
-                                         : std::to_string(config.loss_scale->initial_scale))
+       config.engine.loss_scale
+           ? (config.engine.loss_scale->dynamic
+                  ? std::string("dynamic")
+                  : std::to_string(config.engine.loss_scale->initial_scale))
            : std::string(model.policy == precision::Policy::mixed_float16 ? "dynamic" : "none")},
       {"loss", config.loss.name},
       {"input_feature", config.input_feature},

@@ -24,7 +24,7 @@ void check_schedule_settings(const TrainConfig& c) {
                  "lr_gamma (--lr-gamma) must be in (0, 1] (the step schedule's decay factor), got ",
                  c.lr_gamma);
   }
-  const double lr = c.optimizer.learning_rate;
+  const double lr = c.engine.optimizer.learning_rate;
   if (!(c.min_lr >= 0.0 && c.min_lr <= lr)) {
     TANDEM_THROW(InvalidArgument, "min_lr (--min-lr) must be in [0, ", lr,
                  "] (at most the learning rate the cosine schedule decays from), got ", c.min_lr);
@@ -81,7 +81,7 @@ void check_train_config(const TrainConfig& config) {
     TANDEM_THROW(InvalidArgument, "eval_batch_size (--eval-batch-size) must be at least 1, got ",
                  config.eval_batch_size);
   }
-  optim::check_optimizer_config(config.optimizer);
+  optim::check_optimizer_config(config.engine.optimizer);
   // The scaling rule and its reference batch, checked before any replica is built.
   if (config.lr_scaling != "none") {
     optim::scaled_learning_rate(1.0, config.lr_scaling, 1, config.reference_batch);
@@ -105,7 +105,7 @@ void check_train_config(const TrainConfig& config) {
 void resolve_batch_sizes(TrainConfig& config, int replicas) {
   int64_t& global = config.batch_size;
   int64_t& micro = config.micro_batch_size;
-  const int64_t steps = config.accumulation_steps;
+  const int64_t steps = config.engine.accumulation_steps;
   if (global < 0 || (global == 0 && micro == 0)) {
     TANDEM_THROW(InvalidArgument, "batch_size (--batch-size) must be at least 1, got ", global);
   }
@@ -119,7 +119,7 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
                                std::to_string(replicas) + " replicas)";
   if (micro > 0 && global == 0) {
     global = micro * std::max<int64_t>(steps, 1) * replicas;
-    config.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
+    config.engine.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
   } else if (micro > 0 && steps == 0) {
     if (global % (micro * replicas) != 0) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
@@ -130,7 +130,7 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
                    " leaves ", derived, " accumulation steps", contract);
     }
-    config.accumulation_steps = static_cast<int>(derived);
+    config.engine.accumulation_steps = static_cast<int>(derived);
   } else if (micro > 0 && global != micro * steps * replicas) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
                  " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
@@ -146,12 +146,12 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
                  "only an epoch's last, partial batch is split unevenly)");
   }
   const int64_t per_replica = global / replicas;
-  if (per_replica % config.accumulation_steps != 0) {
+  if (per_replica % config.engine.accumulation_steps != 0) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, " gives each of the ", replicas,
-                 " replicas ", per_replica, " examples, which ", config.accumulation_steps,
+                 " replicas ", per_replica, " examples, which ", config.engine.accumulation_steps,
                  " accumulation steps do not split into equal micro-batches", contract);
   }
-  micro = per_replica / config.accumulation_steps;
+  micro = per_replica / config.engine.accumulation_steps;
 }
 
 void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
@@ -163,18 +163,10 @@ void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
 }
 
 distribute::EngineOptions engine_options_of(const TrainConfig& config, precision::Policy policy) {
-  std::optional<precision::LossScalerOptions> scaling = config.loss_scale;
-  if (!scaling && policy == precision::Policy::mixed_float16)
-    scaling = precision::LossScalerOptions{};
-  return {.optimizer = config.optimizer,
-          .reducer = config.reducer,
-          .accumulation_steps = config.accumulation_steps,
-          .loss_scale = scaling,
-          .seed = config.seed,
-          .slow_replica = config.slow_replica,
-          .sync_every = config.sync_every,
-          .average_optimizer_state = config.average_optimizer_state,
-          .parameter_server = config.parameter_server};
+  distribute::EngineOptions options = config.engine;
+  if (!options.loss_scale && policy == precision::Policy::mixed_float16)
+    options.loss_scale = precision::LossScalerOptions{};
+  return options;
 }
 
 }  // namespace tandem::train

@@ -31,15 +31,15 @@ struct TrainConfig {
   // N > 0: a checkpoint every N steps as well as at each epoch's end (with
   // output_dir), so that a killed run loses at most N steps of a long epoch.
   int64_t checkpoint_every = 0;
-  // The global batch is micro_batch_size x accumulation_steps x replicas
-  // (DeepSpeed's contract): each replica's share runs in accumulation_steps
-  // micro-batches whose gradients make one update (gradient accumulation,
-  // distribute::EngineOptions). Any two determine the third: 0 marks the
-  // one to derive (micro_batch_size 0: batch_size / (replicas x
-  // accumulation_steps)); the Trainer resolves them once it knows the
-  // replica count and refuses values that do not divide or disagree.
-  int64_t batch_size = 128;  // global
-  int accumulation_steps = 1;
+  // The global batch is micro_batch_size x engine.accumulation_steps x
+  // replicas (DeepSpeed's contract): each replica's share runs in
+  // accumulation_steps micro-batches whose gradients make one update
+  // (gradient accumulation, distribute::EngineOptions). Any two determine
+  // the third: 0 marks the one to derive (micro_batch_size 0: batch_size /
+  // (replicas x accumulation_steps), accumulation_steps 0: batch_size /
+  // (replicas x micro_batch_size)); the Trainer resolves them once it knows
+  // the replica count and refuses values that do not divide or disagree.
+  int64_t batch_size = 128;        // global
   int64_t micro_batch_size = 0;    // per replica
   int64_t eval_batch_size = 1000;  // global
   bool drop_remainder = false;     // false: the last partial batch is trained too
@@ -51,7 +51,18 @@ struct TrainConfig {
   // run has steps_per_epoch x epochs steps whatever the data's size.
   // Without it the run ends when the data does.
   bool repeat = false;
-  optim::OptimizerConfig optimizer;
+  // The step engine's settings, handed to it as they are: the optimizer,
+  // gradient synchronisation (reducer, ZeRO: reducer.zero_stage),
+  // accumulation_steps, loss_scale (unset: dynamic for a mixed_float16
+  // model, none otherwise; with a scaler, steps with non-finite gradients
+  // are skipped instead of failing), seed (the dropout streams, and also
+  // the data's shuffles and batch_transform's generator), local SGD
+  // (sync_every > 0: replicas step on their own rows and average their
+  // parameters every this many steps and at each epoch's end, with the
+  // optimizer state when average_optimizer_state), the parameter_server
+  // strategy's shards, staleness bound and backup workers, and a replica
+  // made slower on purpose (--slow-replica R:FACTOR).
+  distribute::EngineOptions engine;
   // Cosine decay from the learning rate to min_lr over the run: the recipe
   // fixes the rate, not its schedule, and decay converges further (see
   // docs/performance.md for both). Schedules measured in epochs need the
@@ -61,36 +72,20 @@ struct TrainConfig {
   std::string schedule = "cosine";  // constant, step, cosine
   double lr_step_epochs = 1.0;      // step schedule period, in epochs; > 0
   double lr_gamma = 0.1;            // step schedule factor; in (0, 1]
-  double min_lr = 0.0;              // cosine floor; in [0, optimizer.learning_rate]
+  double min_lr = 0.0;              // cosine floor; in [0, engine.optimizer.learning_rate]
   double warmup_epochs = 0.0;       // in [0, epochs]
   // Learning-rate scaling with the global batch (optim::scaled_learning_rate):
-  // optimizer.learning_rate is the rate tuned at reference_batch; the run
+  // engine.optimizer.learning_rate is the rate tuned at reference_batch; the run
   // uses it scaled "linear"ly or by "sqrt" to the resolved global batch
   // (config() then holds the scaled rate). "none": as given.
   std::string lr_scaling = "none";
   int64_t reference_batch = 0;  // > 0 with a rule
-  uint64_t seed = 0;            // dropout streams and batch_transform's generator
   // Measure the gradient noise scale (train/noise_scale.h) every this many
   // steps: two passes over the gradients and a small exchange on those
   // steps. 0: never. It needs two batch sizes: several replicas, or
-  // accumulation_steps > 1 on one.
+  // engine.accumulation_steps > 1 on one.
   int64_t noise_scale_every = 1;
   distribute::StrategyConfig strategy;  // one_device by default
-  // Gradient synchronisation, including ZeRO (reducer.zero_stage).
-  distribute::ReducerOptions reducer;
-  // Local SGD (> 0): replicas step on their own rows and average their
-  // parameters every this many steps (and at each epoch's end), optionally
-  // with the optimizer state (distribute::EngineOptions).
-  int sync_every = 0;
-  bool average_optimizer_state = false;
-  // The parameter_server strategy's shards, staleness bound and backup
-  // workers (distribute/parameter_server.h).
-  distribute::ParameterServerOptions parameter_server;
-  // A replica made slower on purpose (--slow-replica R:FACTOR).
-  distribute::SlowReplica slow_replica;
-  // Unset: dynamic for a mixed_float16 model, none otherwise. With a
-  // scaler, steps with non-finite gradients are skipped instead of failing.
-  std::optional<precision::LossScalerOptions> loss_scale;
 
   // What the model computes from and against.
   std::string input_feature = "image";  // the batch feature given to forward()

@@ -94,8 +94,8 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
   if (comm::launched_elastic()) start_elastic();
   strategy_ = distribute::make_strategy(config_.strategy);
   resolve_batch_sizes(config_, strategy_->global_replicas());
-  config_.optimizer.learning_rate =
-      optim::scaled_learning_rate(config_.optimizer.learning_rate, config_.lr_scaling,
+  config_.engine.optimizer.learning_rate =
+      optim::scaled_learning_rate(config_.engine.optimizer.learning_rate, config_.lr_scaling,
                                   config_.batch_size, config_.reference_batch);
   check_schedule_settings(config_);  // against the scaled rate
   engine_ = strategy_->make_engine(model_.build, engine_options());
@@ -125,7 +125,7 @@ void Trainer::make_schedule(int64_t per_epoch) {
   }
   schedule_ = optim::make_schedule(
       {.name = config_.schedule,
-       .base_lr = config_.optimizer.learning_rate,
+       .base_lr = config_.engine.optimizer.learning_rate,
        .step_size = std::max<int64_t>(1, to_steps(config_.lr_step_epochs, per_epoch)),
        .gamma = config_.lr_gamma,
        .total_steps = std::max<int64_t>(1, per_epoch * config_.epochs),
@@ -378,7 +378,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
        .replicas = r.replicas,
        .buckets = r.buckets,
        .loss_scale = r.loss_scale,
-       .gradient_norm = config_.optimizer.global_clip_norm > 0.0
+       .gradient_norm = config_.engine.optimizer.global_clip_norm > 0.0
                             ? r.gradient_norm
                             : std::numeric_limits<double>::quiet_NaN(),
        .noise_scale = noise_scale_.noise_scale(),

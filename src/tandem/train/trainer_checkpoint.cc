@@ -26,7 +26,7 @@ std::string number(double value) {
 
 std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
   return {{"batch_size", std::to_string(config_.batch_size)},
-          {"seed", std::to_string(config_.seed)},
+          {"seed", std::to_string(config_.engine.seed)},
           {"steps_per_epoch", std::to_string(config_.steps_per_epoch)},
           {"drop_remainder", config_.drop_remainder ? "true" : "false"},
           {"optimizer", optimizer().name()},

@@ -52,13 +52,14 @@ void Trainer::start_elastic() {
     TANDEM_THROW(NotImplemented, refused,
                  "trains on CPUs: NCCL communicators are not rebuilt over a new membership yet");
   }
-  if (config_.reducer.zero_stage > 0) {
-    TANDEM_THROW(InvalidArgument, refused, "does not run ZeRO (--zero ", config_.reducer.zero_stage,
+  if (config_.engine.reducer.zero_stage > 0) {
+    TANDEM_THROW(InvalidArgument, refused, "does not run ZeRO (--zero ",
+                 config_.engine.reducer.zero_stage,
                  "): its shards would have to be gathered from the survivors and partitioned "
                  "again over every new membership, and a lost member's shard is lost with it; "
                  "train without --zero");
   }
-  if (config_.sync_every > 0) {
+  if (config_.engine.sync_every > 0) {
     TANDEM_THROW(InvalidArgument, refused,
                  "does not run local SGD (--sync-every): the replicas' copies differ between "
                  "averages, so no member holds the state to roll back to");

@@ -86,7 +86,7 @@ data::Dataset Trainer::process_batches(const data::Dataset& train) const {
   data::Dataset d = batched(train, config_.batch_size / processes, config_.drop_remainder);
   if (config_.batch_transform) {
     d = d.map(
-        [transform = config_.batch_transform, seed = config_.seed](data::Element batch) {
+        [transform = config_.batch_transform, seed = config_.engine.seed](data::Element batch) {
           const int64_t rows = rows_of(batch);
           // Seeded from the batch's position in the pass (the epoch): the same
           // numbers whichever thread runs it and whenever (prefetch, resume).

@@ -49,7 +49,7 @@ struct Search {
   // The memory plan of one step at `micro` examples per replica.
   train::MemoryPlan plan_at(int64_t micro) const {
     train::TrainConfig planned = o.config;
-    planned.accumulation_steps = 1;
+    planned.engine.accumulation_steps = 1;
     planned.micro_batch_size = micro;
     planned.batch_size = micro * replicas;
     return train::plan_memory({.model = o.model,
@@ -129,8 +129,9 @@ double measure_noise_scale(const Search& search, const data::Dataset& repeated) 
   const BatchSizeFinderOptions& o = search.o;
   train::TrainConfig c = trial_config(o.config, o.config.batch_size, o.noise_steps);
   c.noise_scale_every = 1;
-  if (search.replicas == 1) c.accumulation_steps = std::max(c.accumulation_steps, 2);
-  if (c.batch_size % (search.replicas * c.accumulation_steps) != 0) c.accumulation_steps = 1;
+  if (search.replicas == 1) c.engine.accumulation_steps = std::max(c.engine.accumulation_steps, 2);
+  if (c.batch_size % (search.replicas * c.engine.accumulation_steps) != 0)
+    c.engine.accumulation_steps = 1;
   train::Trainer trainer(c, o.model);
   double noise_scale = std::numeric_limits<double>::quiet_NaN();
   trainer.fit(repeated, std::nullopt,
@@ -151,10 +152,10 @@ void recommend(const train::TrainConfig& config, BatchSizeRecommendation& out) {
     if (t.relative_time == 1.0 && out.batch == 0) out.batch = t.batch;
   }
   out.lr_scaling =
-      config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.optimizer.name);
+      config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.engine.optimizer.name);
   out.reference_batch = config.reference_batch > 0 ? config.reference_batch : config.batch_size;
-  out.learning_rate = optim::scaled_learning_rate(config.optimizer.learning_rate, out.lr_scaling,
-                                                  out.batch, out.reference_batch);
+  out.learning_rate = optim::scaled_learning_rate(config.engine.optimizer.learning_rate,
+                                                  out.lr_scaling, out.batch, out.reference_batch);
   out.warmup_epochs = out.batch > out.reference_batch
                           ? std::min(5.0, static_cast<double>(config.epochs) / 5.0)
                           : config.warmup_epochs;
