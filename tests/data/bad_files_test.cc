@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/errors.h"
 #include "support/peak_rss.h"
 #include "support/test_files.h"
 #include "tandem/base/error.h"
@@ -21,6 +22,8 @@
 
 namespace tandem::data {
 namespace {
+
+using testing::expect_contains;
 
 namespace fs = std::filesystem;
 using testing::rejected_cheaply;
@@ -44,10 +47,6 @@ std::string zlib_compressed(const std::string& bytes) {
             Z_OK);
   packed.resize(size);
   return packed;
-}
-
-void expect_contains(const std::string& message, const std::string& needle) {
-  EXPECT_NE(message.find(needle), std::string::npos) << "'" << needle << "' not in: " << message;
 }
 
 // --- IDX ----------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 
+#include "support/errors.h"
 #include "support/gradcheck.h"
 #include "support/loss_reference.h"
 #include "support/reference.h"
@@ -18,6 +19,9 @@
 
 namespace tandem {
 namespace {
+
+using testing::error_message;
+using testing::expect_contains;
 
 using kernels::CrossEntropyOptions;
 using kernels::ElementwiseLoss;
@@ -143,22 +147,6 @@ TEST(CrossEntropyPerExample, SameBitsWhateverTheThreadCount) {
     many = kernels::softmax_cross_entropy_per_example(logits, labels, options).loss.to_floats();
   }
   EXPECT_EQ(one, many);
-}
-
-// The message of the error f throws, or "" (with a failure) if it throws none of E.
-template <typename E, typename F>
-std::string error_message(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-void expect_contains(const std::string& message, const std::string& part) {
-  EXPECT_NE(message.find(part), std::string::npos) << "'" << message << "' lacks '" << part << "'";
 }
 
 TEST(CrossEntropyPerExample, ErrorsNameThePositionTheValueAndTheShapes) {

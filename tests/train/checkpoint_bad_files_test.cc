@@ -10,12 +10,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/errors.h"
 #include "support/peak_rss.h"
 #include "tandem/base/error.h"
 #include "tandem/train/checkpoint.h"
 
 namespace tandem::train {
 namespace {
+
+using testing::expect_contains;
 
 namespace fs = std::filesystem;
 using testing::rejected_cheaply;
@@ -70,10 +73,6 @@ std::string load_error(const std::string& tensors, const std::string& data = std
   const std::string header = header_with(tensors);
   const std::string path = write_checkpoint(checkpoint_bytes(header, header.size(), data));
   return rejected_cheaply<IoError>([&] { load_checkpoint(path); });
-}
-
-void expect_contains(const std::string& message, const std::string& needle) {
-  EXPECT_NE(message.find(needle), std::string::npos) << "'" << needle << "' not in: " << message;
 }
 
 TEST(CheckpointBadFiles, TheHandWrittenLayoutLoads) {
