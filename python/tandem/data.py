@@ -41,12 +41,8 @@ class Dataset:
             structure, columns = "tuple", list(tensors)
         else:
             names, structure, columns = ["x"], "single", [tensors]
-        columns = [_column(c) for c in columns]
-        rows = {len(c) for c in columns}
-        if len(rows) != 1:
-            raise ValueError("from_tensor_slices: the arrays' first dimensions differ: "
-                             + ", ".join(f"{n} {len(c)}" for n, c in zip(names, columns)))
-        return Dataset(_D.from_tensors(list(zip(names, columns))), names, structure)
+        columns = _columns(names, columns, "from_tensor_slices")
+        return Dataset(_D.from_tensors(list(columns.items())), names, structure)
 
     @staticmethod
     def from_generator(generator, output_signature, cardinality=None):
@@ -261,17 +257,24 @@ def _generated_values(element, names, structure, index):
     return [element[n] for n in names]
 
 
-def _column(value):
-    """A from_tensor_slices column: tensors as they are, anything else as a
-    numpy array (the C++ side shares it where tandem has its dtype and
-    copies it otherwise, refusing int64 values outside int32)."""
+def _columns(names, values, what):
+    """Named columns of rows, in order: tandem Tensors as they are, anything
+    else as C-ordered numpy arrays (the C++ side shares them where tandem has
+    their dtype and copies them otherwise, refusing int64 values outside
+    int32). A scalar, or columns whose first dimensions differ, are refused
+    with a ValueError that `what` starts."""
     from ._tandem import Tensor
-    if isinstance(value, Tensor):
-        return value
-    array = _np.asarray(value)
-    if array.ndim == 0:
-        raise ValueError("from_tensor_slices needs arrays with a first dimension, got a scalar")
-    return array
+    columns = {}
+    for name, value in zip(names, values):
+        if not isinstance(value, Tensor):
+            value = _np.asarray(value, order="C")
+            if value.ndim == 0:
+                raise ValueError(f"{what}: {name!r} is a scalar; it needs a first (row) dimension")
+        columns[name] = value
+    if len({c.shape[0] for c in columns.values()}) > 1:
+        raise ValueError(f"{what}: the first dimensions differ: "
+                         + ", ".join(f"{n} {c.shape[0]}" for n, c in columns.items()))
+    return columns
 
 
 def _pack(features, names, structure, as_numpy):

@@ -241,17 +241,8 @@ def _batch_columns(batch):
         names, values, as_dict = ["f0"], [batch], False
     if not names:
         raise ValueError("a batch needs at least one feature")
-    from ._tandem import Tensor
-    columns = {}
-    for name, value in zip(names, values):
-        if not isinstance(value, Tensor):
-            value = _np.asarray(value, order="C")
-            if value.ndim == 0:
-                raise ValueError(f"batch feature {name!r} is a scalar; features need a row dimension")
-        columns[name] = value
-    rows = {len(v) if not isinstance(v, Tensor) else v.shape[0] for v in columns.values()}
-    if len(rows) != 1:
-        raise ValueError(f"the batch's features have different row counts: {sorted(rows)}")
+    from .data import _columns
+    columns = _columns(names, values, "the batch")
     return columns, names, as_dict
 
 

@@ -122,7 +122,7 @@ def test_dict_batches_and_an_exception_in_the_loss_function():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda e, x, y: e.step((x, y[:5]), squared_error), ValueError, "different row counts"),
+    (lambda e, x, y: e.step((x, y[:5]), squared_error), ValueError, "first dimensions differ"),
     (lambda e, x, y: e.step((x, y), lambda m, x, y: m(x)), tandem.ShapeError, ""),
     (lambda e, x, y: e.step((x, y), lambda m, x, y: "a string"), TypeError, ""),
     (lambda e, x, y: e.step((), squared_error), ValueError, "at least one feature"),
