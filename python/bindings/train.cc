@@ -17,6 +17,7 @@
 #include "common.h"
 #include "tandem/base/error.h"
 #include "tandem/distribute/engine_state.h"
+#include "tandem/distribute/state_broadcast.h"
 #include "tandem/monitor/monitor.h"
 #include "tandem/train/run_directory.h"
 #include "tandem/train/summary.h"
@@ -185,6 +186,26 @@ class PythonTrainer {
       : trainer_(std::make_unique<train::Trainer>(config_from(options),
                                                   keeping_first(factory_from(model), first_))) {}
 
+  // Takes `from`'s model, optimizer and loss-scaler state (collective:
+  // every process calls it). save_state gives the whole state to the chief
+  // alone, so under several processes global replica 0 first sends it to
+  // every replica over this trainer's communicators.
+  void adopt_state(PythonTrainer& from) {
+    distribute::EngineState state = from.trainer().engine().save_state();
+    distribute::Strategy& strategy = trainer().strategy();
+    if (strategy.global_replicas() != strategy.local_replicas()) {
+      distribute::EngineState everywhere;
+      strategy.run([&](int r) {
+        comm::Communicator& comm = *strategy.communicator(r);
+        distribute::EngineState received =
+            distribute::broadcast_state(comm, comm.rank() == 0 ? &state : nullptr);
+        if (r == 0) everywhere = std::move(received);
+      });
+      state = std::move(everywhere);
+    }
+    trainer().engine().load_state(state);
+  }
+
   py::dict fit(const data::Dataset& train_data, const std::optional<data::Dataset>& validation,
                py::object on_step, py::object on_epoch, const py::dict& outputs) {
     const RunOutputs run_outputs = outputs_from(outputs);
@@ -270,9 +291,8 @@ void bind_train(py::module_& m) {
       .def(
           "adopt_state",
           [](PythonTrainer& p, PythonTrainer& from) {
-            // One process only: elsewhere save_state gives the whole state to the chief alone.
             py::gil_scoped_release release;
-            p.trainer().engine().load_state(from.trainer().engine().save_state());
+            p.adopt_state(from);
           },
           py::arg("trainer"),
           "Takes another trainer's model, optimizer and loss-scaler state (a second fit "

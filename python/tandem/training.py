@@ -179,10 +179,6 @@ class Trainable:
                 or options.get("resume"):
             object.__setattr__(self, "_last_trainer_compiled", compiled)
             return
-        if compiled["strategy"].num_workers > 1:
-            _warnings.warn("under several processes a second fit starts a new optimizer (its "
-                           "state is not carried over between fits yet)", RuntimeWarning, stacklevel=3)
-            return
         trainer.adopt_state(previous)
 
     def _adopt(self, trainer):

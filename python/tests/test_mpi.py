@@ -41,6 +41,17 @@ def losses_and_weights(mode, strategy, out, processes, launcher="mpirun"):
 @pytest.mark.parametrize("launcher", ["mpirun", "tandem launch"])
 @pytest.mark.parametrize("mode", ["fit", "loop"])
 def test_multi_worker_equals_mirrored(workdir, mode, launcher):
+    _expect_equal_to_mirrored(workdir, mode, launcher)
+
+
+def test_a_second_fit_under_several_processes_continues_the_optimizer(workdir):
+    """As in one process (Keras's behaviour): the second fit starts from the
+    first's momentum on every process, so two processes still equal
+    mirrored over two devices."""
+    _expect_equal_to_mirrored(workdir, "fit2", "mpirun")
+
+
+def _expect_equal_to_mirrored(workdir, mode, launcher):
     mirrored, mirrored_weights = losses_and_weights(mode, "mirrored", workdir, 1)
     workers, worker_weights = losses_and_weights(mode, "multi_worker", workdir, 2, launcher)
     for losses in workers:
@@ -49,7 +60,7 @@ def test_multi_worker_equals_mirrored(workdir, mode, launcher):
     assert loaded[0].keys() == loaded[1].keys()
     for name in loaded[0]:
         np.testing.assert_allclose(loaded[1][name], loaded[0][name], rtol=1e-5, atol=1e-6)
-    if mode == "fit":
+    if mode.startswith("fit"):
         # Only the chief (rank 0) wrote its run directory.
         assert os.path.exists(os.path.join(workdir, "multi_worker", "run0", "summary.json"))
         assert not os.path.exists(os.path.join(workdir, "multi_worker", "run1"))

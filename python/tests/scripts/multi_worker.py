@@ -2,7 +2,8 @@
 2` (multi-worker) and alone
 (mirrored over 2 devices): the same Python model trained by fit and by a
 custom loop; prints a JSON line of the losses and writes its final
-weights. MODE: fit | loop | fail (rank 1's forward raises)."""
+weights. MODE: fit | fit2 (two fits: the second continues the first's
+momentum) | loop | fail (rank 1's forward raises)."""
 import json
 import os
 import sys
@@ -36,11 +37,13 @@ strategy = (tandem.distribute.MultiWorkerMirroredStrategy(devices=1) if strategy
 tandem.manual_seed(3)
 with strategy.scope():
     model = Net()
-if mode in ("fit", "fail"):
+if mode in ("fit", "fit2", "fail"):
     model.compile(optimizer=tandem.optimizers.SGD(0.1, momentum=0.9), metrics=["accuracy"])
     run_dir = os.path.join(out, strategy_name, f"run{RANK}")
     history = model.fit(x, y, batch_size=64, epochs=2, seed=5, output_dir=run_dir)
     losses = history.history["loss"]
+    if mode == "fit2":
+        losses += model.fit(x, y, batch_size=64, epochs=1, seed=6).history["loss"]
 else:
     engine = strategy.engine(model, tandem.optimizers.Adam(1e-2))
 
