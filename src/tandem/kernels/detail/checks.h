@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <vector>
 
 #include "tandem/base/error.h"
 #include "tandem/tensor/tensor.h"
@@ -51,8 +50,10 @@ inline void check_index_values(const char* op, const Tensor& indices, int64_t bo
   if (indices.dtype() != DType::i32) {
     TANDEM_THROW(ShapeError, op, ": ", what, " values must be i32, got ", indices.to_string());
   }
-  const std::vector<int32_t> values = indices.to_ints();
-  for (size_t i = 0; i < values.size(); ++i) {
+  // The host's indices in place; a device's read back once.
+  const Tensor host = indices.on_host();
+  const int32_t* values = host.data<int32_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) {
     if (values[i] < 0 || values[i] >= bound) {
       TANDEM_THROW(InvalidArgument, op, ": ", what, " ", values[i], " at ", where, " ", i,
                    " is outside [0, ", bound, ")");
