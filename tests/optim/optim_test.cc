@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "tandem/base/error.h"
 #include "tandem/optim/lr_schedule.h"
@@ -48,6 +50,28 @@ TEST(Sgd, MatchesReferenceWithMomentumNesterovAndDecay) {
       }
     }
   }
+}
+
+// state_slots is what each optimizer really keeps: the memory planner counts
+// it, so it must not drift from the optimizers.
+TEST(Optimizers, StateSlotsAreTheStateEachOptimizerKeeps) {
+  const std::vector<optim::OptimizerConfig> configs = {
+      {.name = "sgd", .learning_rate = 0.1, .momentum = 0.0},
+      {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9},
+      {.name = "lars", .learning_rate = 1.0},
+      {.name = "adam", .learning_rate = 1e-3},
+      {.name = "adamw", .learning_rate = 1e-3},
+      {.name = "lamb", .learning_rate = 1e-3}};
+  for (const optim::OptimizerConfig& c : configs) {
+    auto optimizer = optim::make_optimizer(c, {param({1, 2}), param({3})});
+    std::multiset<std::string> kept, expected;
+    for (const auto& [name, tensor] : optimizer->state())
+      if (name != "updates") kept.insert(name);
+    for (const std::string& slot : optim::state_slots(c))
+      for (const char* index : {"0.", "1."}) expected.insert(index + slot);
+    EXPECT_EQ(kept, expected) << c.name << " momentum " << c.momentum;
+  }
+  EXPECT_THROW(optim::state_slots({.name = "rmsprop"}), InvalidArgument);
 }
 
 TEST(Sgd, SkipsParametersWithoutGradientAndValidatesOptions) {

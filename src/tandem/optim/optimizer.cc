@@ -229,6 +229,15 @@ double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) 
   return clip_to_norm(parameters, std::sqrt(gradient_squares(parameters)), max_norm);
 }
 
+std::vector<std::string> state_slots(const OptimizerConfig& config) {
+  if (!known_optimizer(config.name)) check_optimizer_config(config);  // names the known ones
+  if (config.name == "sgd")
+    return config.momentum > 0.0 ? std::vector<std::string>{"momentum"}
+                                 : std::vector<std::string>{};
+  if (config.name == "lars") return {"momentum"};
+  return {"exp_avg", "exp_avg_sq"};  // adam, adamw, lamb
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Variable> parameters) {
   check_optimizer_config(config);

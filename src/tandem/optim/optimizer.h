@@ -134,6 +134,13 @@ double default_learning_rate(const std::string& name);
 // range (see OptimizerConfig), or the unknown optimizer name.
 void check_optimizer_config(const OptimizerConfig& config);
 
+// The f32 state tensors an optimizer of this configuration keeps per
+// parameter, by slot name (state()'s "<index>.<slot>"): SGD's "momentum"
+// when momentum > 0, LARS's "momentum", Adam's, AdamW's and LAMB's
+// "exp_avg" and "exp_avg_sq"; besides them one update count per parameter.
+// What the memory planner counts. Throws InvalidArgument for an unknown name.
+std::vector<std::string> state_slots(const OptimizerConfig& config);
+
 // Builds the named optimizer after check_optimizer_config(config).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Variable> parameters);

@@ -16,6 +16,7 @@
 #include "tandem/distribute/replica_context.h"
 #include "tandem/distribute/sharded_optimizer.h"
 #include "tandem/nn/module.h"
+#include "tandem/optim/optimizer.h"
 
 namespace tandem::train {
 namespace {
@@ -292,12 +293,7 @@ PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
       s.largest_shard = std::max(s.largest_shard, e / s.global);
     }
   }
-  const std::string& optimizer = c.engine.optimizer.name;
-  // State tensors per parameter: SGD's momentum (when on), LARS's momentum,
-  // the two moments of Adam, AdamW and LAMB.
-  s.slots = optimizer == "sgd"    ? (c.engine.optimizer.momentum > 0.0 ? 1 : 0)
-            : optimizer == "lars" ? 1
-                                  : 2;
+  s.slots = static_cast<int>(optim::state_slots(c.engine.optimizer).size());
   s.wire_bytes = c.engine.reducer.wire == comm::WireDType::f32 ? 0 : 2;  // bf16 and f16 staging
   s.process_rows = s.micro * c.engine.accumulation_steps * s.local;
   // The one training, the next, and the prefetched.
