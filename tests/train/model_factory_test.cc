@@ -98,6 +98,36 @@ TEST(ModelFromFile, TheExampleCnnHasTheReferenceParameterCount) {
                     testing::random_tensor(Shape{2, 28, 28, 1}, -1, 1, 3));
 }
 
+// What each model takes, from the spec and the built model alone: the
+// input the export, generate and scaling commands build their examples from.
+TEST(ModelInput, BuiltInsAndModelFilesSayWhatTheyTake) {
+  const auto input_of = [](const train::ModelFactory& f) {
+    return train::model_input(f.spec, *f.build());
+  };
+  const train::ModelInput cnn = input_of(train::builtin_model("cnn", precision::Policy::float32));
+  EXPECT_EQ(cnn.example, (Shape{28, 28, 1}));
+  EXPECT_EQ(cnn.dtype, DType::f32);
+  EXPECT_EQ(cnn.vocabulary, 0);
+  const train::ModelInput resnet = input_of(train::builtin_model(
+      "resnet", precision::Policy::float32, 0, std::nullopt, "depth=8,width=4,channels=3"));
+  EXPECT_EQ(resnet.example, (Shape{28, 28, 3}));
+  const train::ModelInput gpt = input_of(train::builtin_model(
+      "gpt", precision::Policy::float32, 0, std::nullopt, "layers=1,width=16,heads=2,context=12"));
+  EXPECT_EQ(gpt.example, (Shape{12}));
+  EXPECT_EQ(gpt.dtype, DType::i32);
+  EXPECT_EQ(gpt.vocabulary, 256);
+  const std::string models = std::string(TANDEM_SOURCE_DIR) + "/examples/models/";
+  const train::ModelInput small =
+      input_of(train::model_from_file(models + "gpt_small.toml", precision::Policy::float32));
+  EXPECT_EQ(small.example, (Shape{128}));
+  EXPECT_EQ(small.dtype, DType::i32);
+  EXPECT_EQ(small.vocabulary, 256);
+  const train::ModelInput file_cnn =
+      input_of(train::model_from_file(models + "cnn.toml", precision::Policy::float32));
+  EXPECT_EQ(file_cnn.example, (Shape{28, 28, 1}));
+  EXPECT_EQ(file_cnn.vocabulary, 0);  // not a language model
+}
+
 TEST(ModelFromFile, ComputeDtypeOverridesThePolicys) {
   const std::string path = write_file("compute.toml", kSmall);
   const train::ModelFactory factory =

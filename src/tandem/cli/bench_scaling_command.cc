@@ -24,7 +24,6 @@
 #include "tandem/base/statistics.h"
 #include "tandem/cli/commands.h"
 #include "tandem/nn/models.h"
-#include "tandem/nn/transformer.h"
 #include "tandem/train/throughput.h"
 #include "tandem/train/trainer.h"
 
@@ -75,13 +74,14 @@ struct BenchData {
 
 BenchData bench_data(const ScalingOptions& o) {
   const int64_t n = o.batch_size * (o.steps + o.warmup);
-  const auto model = nn::make_model(o.model, {.settings = o.model_options});  // validates
-  const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
-  if (gpt == nullptr) return {data::as_dataset(synthetic_images(n))};
-  const Shape shape{n, gpt->config().context};
+  const train::ModelFactory factory = train::builtin_model(
+      o.model, precision::Policy::float32, 0, std::nullopt, o.model_options);  // validates
+  const train::ModelInput input = train::model_input(factory.spec, *factory.build());
+  if (input.vocabulary == 0) return {data::as_dataset(synthetic_images(n))};
+  const Shape shape{n, input.example.dim(0)};
   Generator g(5);
-  Tensor tokens = train::random_tokens(shape, gpt->config().vocabulary, g);
-  Tensor targets = train::random_tokens(shape, gpt->config().vocabulary, g);
+  Tensor tokens = train::random_tokens(shape, input.vocabulary, g);
+  Tensor targets = train::random_tokens(shape, input.vocabulary, g);
   return {data::Dataset::from_tensors({{"tokens", tokens}, {"targets", targets}}), "tokens",
           "targets"};
 }

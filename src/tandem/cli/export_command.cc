@@ -11,9 +11,6 @@
 #include "tandem/cli/commands.h"
 #include "tandem/interop/onnx_export.h"
 #include "tandem/interop/torch_state.h"
-#include "tandem/nn/model_file.h"
-#include "tandem/nn/resnet.h"
-#include "tandem/nn/transformer.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
 #include "tandem/train/run_directory.h"
@@ -27,25 +24,6 @@ struct ExportOptions {
   std::string dtype = "f32";
   std::string output;  // empty: RUN_DIR/model.safetensors
 };
-
-// One example as the model takes it: a model file's declared input, gpt's
-// context of tokens, the other built-ins' 28x28 images (resnet with its
-// channels).
-struct ModelInput {
-  Shape example;
-  DType dtype = DType::f32;
-};
-
-ModelInput model_input(const train::ModelSpec& spec, const nn::Module& model) {
-  if (!spec.definition.empty()) {
-    const nn::ModelDefinition d = nn::parse_model_definition(spec.definition, spec.name);
-    return {Shape(d.input_shape), d.input_dtype};
-  }
-  if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model))
-    return {Shape{gpt->config().context}, DType::i32};
-  const auto* resnet = dynamic_cast<const nn::ResNet*>(&model);
-  return {Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1}, DType::f32};
-}
 
 int run_export(const ExportOptions& o) {
   if (o.format != "safetensors" && o.format != "onnx") {
@@ -70,7 +48,7 @@ int run_export(const ExportOptions& o) {
       o.output.empty() ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()
                        : o.output;
   if (o.format == "onnx") {
-    const ModelInput input = model_input(spec, *model);
+    const train::ModelInput input = train::model_input(spec, *model);
     interop::export_onnx(*model, input.example, input.dtype, output);
     if (input.dtype == DType::i32) {
       fmt::print(

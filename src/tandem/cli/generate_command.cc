@@ -11,7 +11,6 @@
 #include "tandem/base/parallel.h"
 #include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
-#include "tandem/nn/model_file.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/generation.h"
 #include "tandem/train/model_factory.h"
@@ -44,20 +43,9 @@ int run_generate(const GenerateOptions& o) {
   set_num_threads(o.threads.value_or(std::max(1, cpu_info().physical_cores)));
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);
-  int64_t context = 0, vocabulary = 0;
-  if (auto* gpt = dynamic_cast<nn::Gpt*>(model.get())) {
-    context = gpt->config().context;
-    vocabulary = gpt->config().vocabulary;
-  } else if (!spec.definition.empty()) {
-    // A model file of the same kind: (T) token ids in, (T, vocabulary) logits out.
-    const nn::ModelDefinition d = nn::parse_model_definition(spec.definition, spec.name);
-    const std::vector<int64_t> out = d.output_shape();
-    if (d.input_dtype == DType::i32 && d.input_shape.size() == 1 && out.size() == 2 &&
-        out[0] == d.input_shape[0]) {
-      context = d.input_shape[0];
-      vocabulary = out[1];
-    }
-  }
+  const train::ModelInput input = train::model_input(spec, *model);
+  const int64_t vocabulary = input.vocabulary;
+  const int64_t context = vocabulary > 0 ? input.example.dim(0) : 0;
   if (context == 0) {
     TANDEM_THROW(InvalidArgument,
                  "tandem generate needs a language model (gpt, or a model file "

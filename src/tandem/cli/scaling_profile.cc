@@ -13,10 +13,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/model_flops.h"
-#include "tandem/nn/model_file.h"
-#include "tandem/nn/resnet.h"
 #include "tandem/nn/sequential.h"
-#include "tandem/nn/transformer.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/model_factory.h"
@@ -37,15 +34,10 @@ constexpr std::uintmax_t kMaxJsonBytes = std::uintmax_t{64} << 20;
 std::vector<double> ready_by_layers(nn::Module& model, const train::ModelSpec& spec,
                                     const std::vector<std::pair<std::string, Variable> >& params) {
   if (dynamic_cast<nn::Sequential*>(&model) == nullptr) return {};
-  std::optional<Shape> shape;
-  if (!spec.definition.empty())
-    shape = Shape(nn::parse_model_definition(spec.definition, spec.name).input_shape);
-  else if (spec.name == "mlp" || spec.name == "cnn")
-    shape = Shape{28, 28, 1};
-  if (!shape) return {};
+  const Shape shape = train::model_input(spec, model).example;
   std::vector<double> layer_cost;  // by Sequential child index
   double total = 0.0;
-  for (const monitor::LayerFlops& l : monitor::layer_flops(model, *shape)) {
+  for (const monitor::LayerFlops& l : monitor::layer_flops(model, shape)) {
     layer_cost.push_back(2.0 * l.forward_flops);
     total += layer_cost.back();
   }
@@ -65,20 +57,16 @@ std::vector<double> ready_by_layers(nn::Module& model, const train::ModelSpec& s
 // When backward completes each parameter's gradient, as a fraction of
 // backward's FLOPs, measured: one example forward and backward (the sum of
 // the outputs as the loss), the matrix kernels' FLOPs executed when each
-// parameter's gradient-ready hook fires. For the built-in models that are
-// not a Sequential (resnet on 28 x 28 images, gpt on a whole context of
-// tokens); empty for others.
+// parameter's gradient-ready hook fires, on one example of what the model
+// takes (train::model_input: images of 0.5, or a whole context of token 1).
 std::vector<double> ready_by_traced_backward(
-    nn::Module& model, const std::vector<std::pair<std::string, Variable> >& params) {
-  Tensor input;
-  if (const auto* resnet = dynamic_cast<const nn::ResNet*>(&model)) {
-    input = Tensor::full(Shape{1, 28, 28, resnet->config().channels}, 0.5f);
-  } else if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model)) {
-    const std::vector<int32_t> tokens(static_cast<size_t>(gpt->config().context), 1);
-    input = Tensor::from_ints(Shape{1, gpt->config().context}, tokens);
-  } else {
-    return {};
-  }
+    nn::Module& model, const train::ModelSpec& spec,
+    const std::vector<std::pair<std::string, Variable> >& params) {
+  const train::ModelInput taken = train::model_input(spec, model);
+  std::vector<int64_t> dims = taken.example.to_vector();
+  dims.insert(dims.begin(), 1);
+  const Tensor input = taken.dtype == DType::i32 ? Tensor::full(Shape(dims), 1.0f, DType::i32)
+                                                 : Tensor::full(Shape(dims), 0.5f);
   std::vector<int64_t> ready(params.size(), -1);
   int64_t start = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -187,7 +175,7 @@ ScalingProfile profile_from_run(const std::string& run_dir) {
   std::vector<double> ready = ready_by_layers(*model, spec, params);
   p.readiness = "layer FLOPs";
   if (ready.empty()) {
-    ready = ready_by_traced_backward(*model, params);
+    ready = ready_by_traced_backward(*model, spec, params);
     p.readiness = "the FLOPs of a traced backward";
   }
   for (size_t i = params.size(); i-- > 0;) {  // backward order

@@ -4,6 +4,8 @@
 #include "tandem/base/text_file.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/resnet.h"
+#include "tandem/nn/transformer.h"
 
 namespace tandem::train {
 namespace {
@@ -112,6 +114,22 @@ ModelSpec read_spec(const std::map<std::string, std::string>& metadata) {
   }
   spec.rebuildable = get("model_rebuildable") == "true";
   return spec;
+}
+
+ModelInput model_input(const ModelSpec& spec, const nn::Module& model) {
+  if (!spec.definition.empty()) {
+    const nn::ModelDefinition d = nn::parse_model_definition(spec.definition, spec.name);
+    ModelInput input{Shape(d.input_shape), d.input_dtype};
+    const std::vector<int64_t> out = d.output_shape();
+    if (d.input_dtype == DType::i32 && d.input_shape.size() == 1 && out.size() == 2 &&
+        out[0] == d.input_shape[0])
+      input.vocabulary = out[1];
+    return input;
+  }
+  if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model))
+    return {Shape{gpt->config().context}, DType::i32, gpt->config().vocabulary};
+  const auto* resnet = dynamic_cast<const nn::ResNet*>(&model);
+  return {Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1}, DType::f32};
 }
 
 }  // namespace tandem::train

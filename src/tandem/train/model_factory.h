@@ -79,4 +79,15 @@ ModelFactory rebuild_model(const ModelSpec& spec);
 void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metadata);
 ModelSpec read_spec(const std::map<std::string, std::string>& metadata);
 
+// What a model takes: one example's shape and dtype (a model file's declared
+// input; gpt's context of i32 tokens; the other built-ins' 28 x 28 images,
+// resnet's with its channels), and for a language model (gpt, or a model
+// file from (T) token ids to (T, V) logits) the vocabulary V, else 0.
+struct ModelInput {
+  Shape example;
+  DType dtype = DType::f32;
+  int64_t vocabulary = 0;
+};
+ModelInput model_input(const ModelSpec& spec, const nn::Module& model);
+
 }  // namespace tandem::train
