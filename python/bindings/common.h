@@ -69,6 +69,12 @@ std::optional<DType> dtype_of_numpy(const py::dtype& dt);
 // A fused activation by name ("relu", ...); None is none.
 kernels::Activation activation_from(const py::object& value);
 
+// Keras's global policy (tandem.set_global_policy; float32 until set): the
+// Python package's default for the layers and models it builds. The C++
+// library has none: every model names its policy.
+precision::Policy global_policy();
+void set_global_policy(precision::Policy policy);
+
 // A precision policy by name; None is the global policy.
 precision::Policy policy_from(const py::object& value);
 

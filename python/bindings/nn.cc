@@ -51,11 +51,11 @@ class PythonModule : public Module {
 // policy's compute dtype, activations stored in its activation dtype.
 DType default_compute_dtype(const py::object& given) {
   if (!given.is_none()) return dtype_from(given);
-  return precision::matrix_dtype(precision::global_policy());
+  return precision::matrix_dtype(global_policy());
 }
 std::optional<DType> default_output_dtype(const py::object& given) {
   if (!given.is_none()) return dtype_from(given);
-  return precision::model_options(precision::global_policy()).activation_dtype;
+  return precision::model_options(global_policy()).activation_dtype;
 }
 
 void bind_module(py::module_& nn) {
@@ -272,11 +272,10 @@ void bind_models(py::module_& m) {
   });
   m.def(
       "set_global_policy",
-      [](const std::string& name) { precision::set_global_policy(precision::parse_policy(name)); },
+      [](const std::string& name) { set_global_policy(precision::parse_policy(name)); },
       py::arg("policy"),
       "Keras's mixed_precision.set_global_policy: float32, mixed_bfloat16, mixed_float16.");
-  m.def("global_policy",
-        [] { return std::string(precision::policy_name(precision::global_policy())); });
+  m.def("global_policy", [] { return std::string(precision::policy_name(global_policy())); });
   m.def(
       "manual_seed", [](uint64_t seed) { thread_generator() = Generator(seed); }, py::arg("seed"),
       "Seeds this thread's generator (layer initialisation, dropout).");

@@ -2,6 +2,7 @@
 // the DLPack protocol, gradients. Operators and methods that compute are
 // added by ops.cc (add_tensor_methods).
 #include <dlpack/dlpack.h>
+#include <atomic>
 
 #include <cstring>
 #include <memory>
@@ -226,8 +227,20 @@ kernels::Activation activation_from(const py::object& value) {
   return kernels::parse_activation(value.cast<std::string>());
 }
 
+namespace {
+std::atomic<precision::Policy> python_global_policy{precision::Policy::float32};
+}  // namespace
+
+precision::Policy global_policy() {
+  return python_global_policy.load();
+}
+
+void set_global_policy(precision::Policy policy) {
+  python_global_policy.store(policy);
+}
+
 precision::Policy policy_from(const py::object& value) {
-  if (value.is_none()) return precision::global_policy();
+  if (value.is_none()) return global_policy();
   return precision::parse_policy(value.cast<std::string>());
 }
 

@@ -110,3 +110,19 @@ def test_builtin_models_build():
     assert g(np.zeros((2, 16), np.int32)).shape == (2, 16, 256)
     with pytest.raises(ValueError):
         tandem.models.gpt(width=30, heads=4)
+
+
+def test_the_global_policy_is_the_packages_default_for_the_layers_it_builds():
+    """Keras's set_global_policy: layers built after it take it; float32
+    again once it is reset; an unknown name is refused."""
+    assert tandem.global_policy() == "float32"
+    x = np.ones((3, 4), np.float32)
+    tandem.set_global_policy("mixed_bfloat16")
+    try:
+        assert tandem.global_policy() == "mixed_bfloat16"
+        assert tandem.nn.Linear(4, 2)(x).dtype == tandem.bfloat16
+    finally:
+        tandem.set_global_policy("float32")
+    assert tandem.nn.Linear(4, 2)(x).dtype == tandem.float32
+    with pytest.raises(tandem.InvalidArgument, match="unknown precision policy 'float64'"):
+        tandem.set_global_policy("float64")

@@ -58,13 +58,10 @@ TEST(Policy, NamesRoundTripAndUnknownNamesAreListed) {
   EXPECT_TRUE(bf16.float32_outputs);
 }
 
-TEST(Policy, GlobalPolicyIsTheDefaultOfModelsAndTrainers) {
-  EXPECT_EQ(precision::global_policy(), Policy::float32);
-  precision::set_global_policy(Policy::mixed_bfloat16);
-  EXPECT_EQ(precision::model_options().activation_dtype, DType::bf16);
-  EXPECT_EQ(train::builtin_model("mlp").spec.policy, Policy::mixed_bfloat16);
-  precision::set_global_policy(Policy::float32);
-  EXPECT_FALSE(precision::model_options().activation_dtype.has_value());
+TEST(Policy, ModelsAreFloat32UnlessTheyNameAPolicy) {
+  EXPECT_EQ(train::builtin_model("mlp").spec.policy, Policy::float32);
+  EXPECT_EQ(train::builtin_model("mlp", Policy::mixed_bfloat16).spec.policy,
+            Policy::mixed_bfloat16);
 }
 
 // A parameter whose gradient is `values` (as backward would leave it).

@@ -1,13 +1,9 @@
 #include "tandem/precision/policy.h"
 
-#include <atomic>
-
 #include "tandem/base/error.h"
 
 namespace tandem::precision {
-namespace {
-std::atomic<Policy> global{Policy::float32};
-}  // namespace
+namespace {}  // namespace
 std::string_view policy_name(Policy policy) {
   switch (policy) {
     case Policy::float32:
@@ -48,14 +44,6 @@ nn::ModelOptions model_options(Policy policy, nn::ModelOptions base) {
   base.activation_dtype =
       policy == Policy::float32 ? std::nullopt : std::optional<DType>(compute_dtype(policy));
   return base;
-}
-
-Policy global_policy() {
-  return global.load();
-}
-
-void set_global_policy(Policy policy) {
-  global.store(policy);
 }
 
 }  // namespace tandem::precision

@@ -29,14 +29,11 @@ DType compute_dtype(Policy policy);
 // The matrix units' operand dtype under the policy on this build and CPU.
 DType matrix_dtype(Policy policy);
 
-// The process-wide default policy (float32 until set), Keras's global
-// policy: the default of model_options() and of TrainConfig::policy.
-Policy global_policy();
-void set_global_policy(Policy policy);
-
 // Model options for a policy (seed and other options taken from `base`). A
 // single layer overrides its policy through its own options
-// (LinearOptions/Conv2dOptions compute_dtype and output_dtype).
-nn::ModelOptions model_options(Policy policy = global_policy(), nn::ModelOptions base = {});
+// (LinearOptions/Conv2dOptions compute_dtype and output_dtype). The library
+// keeps no process-wide policy: each model names its own (Keras's global
+// policy is the Python package's, tandem.set_global_policy).
+nn::ModelOptions model_options(Policy policy, nn::ModelOptions base = {});
 
 }  // namespace tandem::precision

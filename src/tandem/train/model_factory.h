@@ -43,7 +43,7 @@ struct ModelFactory {
 // compute dtype defaults to the policy's (precision::matrix_dtype). Throws
 // InvalidArgument for an unknown name.
 ModelFactory builtin_model(const std::string& name,
-                           precision::Policy policy = precision::global_policy(), uint64_t seed = 0,
+                           precision::Policy policy = precision::Policy::float32, uint64_t seed = 0,
                            std::optional<DType> compute_dtype = std::nullopt,
                            const std::string& settings = "");
 
@@ -57,14 +57,14 @@ inline constexpr uint64_t kMaxModelFileBytes = uint64_t{4} << 20;
 // a regular file, larger than kMaxModelFileBytes or unreadable, and
 // InvalidArgument ("path:line: layer N (type): ...") for a bad definition.
 ModelFactory model_from_file(const std::string& path,
-                             precision::Policy policy = precision::global_policy(),
+                             precision::Policy policy = precision::Policy::float32,
                              uint64_t seed = 0, std::optional<DType> compute_dtype = std::nullopt);
 
 // A model a program builds; `name` labels it in checkpoints and summaries,
 // `policy` is the one its layers were built with (it picks the default loss
 // scaling).
 ModelFactory custom_model(std::string name, distribute::ModelBuilder build,
-                          precision::Policy policy = precision::global_policy());
+                          precision::Policy policy = precision::Policy::float32);
 
 // The factory a spec describes: a model file's when spec.definition holds
 // one (rebuilt from that text, not from the file), else a built-in's. Throws
