@@ -209,7 +209,7 @@ StepResult ParameterServerEngine::synchronize() {
   return take_results(start);
 }
 
-std::optional<Work> ParameterServerEngine::take_work(int r, std::unique_lock<std::mutex>& lock) {
+std::optional<Share> ParameterServerEngine::take_work(int r, std::unique_lock<std::mutex>& lock) {
   for (;;) {
     if (failed_) return std::nullopt;
     detail::ParameterServerSchedule::Next next = schedule_.next(r, closing_);
@@ -238,7 +238,7 @@ void ParameterServerEngine::worker_loop(int r) {
   try {
     for (;;) {
       const auto wait_start = Clock::now();
-      std::optional<Work> work = take_work(r, lock);
+      std::optional<Share> work = take_work(r, lock);
       const auto pull_start = Clock::now();
       w.times.idle += seconds(pull_start - wait_start);
       if (!work) return;
@@ -285,13 +285,13 @@ void ParameterServerEngine::worker_loop(int r) {
   }
 }
 
-int64_t ParameterServerEngine::divisor(const Work& work) const {
+int64_t ParameterServerEngine::divisor(const Share& work) const {
   // A round's gradients add up to its batch's mean; an asynchronous one
   // is the mean over its own rows.
   return synchronous() ? work.global_rows : std::max<int64_t>(rows_of(work.rows), 1);
 }
 
-Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
+Gradient ParameterServerEngine::compute(Worker& w, const Share& work) {
   Gradient g;
   static_cast<detail::WorkerGradient&>(g) = detail::compute_worker_gradient(
       *w.model, w.parameters, *work.forward, work.rows, work.global_rows, divisor(work), work.step,
@@ -299,7 +299,7 @@ Gradient ParameterServerEngine::compute(Worker& w, const Work& work) {
   return g;
 }
 
-void ParameterServerEngine::lose_worker(int r, std::optional<Work> work, const std::string& why) {
+void ParameterServerEngine::lose_worker(int r, std::optional<Share> work, const std::string& why) {
   Worker& w = workers_[static_cast<size_t>(r)];
   const bool round_waits = schedule_.lose(r, std::move(work));
   const int live = schedule_.live_workers();
@@ -400,7 +400,7 @@ void ParameterServerEngine::apply(double learning_rate, detail::ShardUpdate upda
   }
 }
 
-void ParameterServerEngine::push_asynchronous(int r, const Work& work, const Gradient& g) {
+void ParameterServerEngine::push_asynchronous(int r, const Share& work, const Gradient& g) {
   const Worker& w = workers_[static_cast<size_t>(r)];
   const int64_t staleness = schedule_.arrive_asynchronous(r, g.finite);
   const detail::ShareId id{w.context.global_replica, g.share};
@@ -415,7 +415,7 @@ void ParameterServerEngine::push_asynchronous(int r, const Work& work, const Gra
   apply(lr, {.sources = {id}}, &g.shard_squares);
 }
 
-void ParameterServerEngine::push_to_round(int r, const Work& work, const Gradient& g) {
+void ParameterServerEngine::push_to_round(int r, const Share& work, const Gradient& g) {
   const Worker& w = workers_[static_cast<size_t>(r)];
   const detail::ShareId id{w.context.global_replica, g.share};
   const auto arrival = schedule_.arrive_in_round(r, work, g.rows, g.finite, id);

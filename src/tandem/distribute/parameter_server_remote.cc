@@ -71,7 +71,7 @@ void ParameterServerEngine::fetch_remote_values() {
   }
 }
 
-Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Work& work,
+Gradient ParameterServerEngine::compute_remote(int r, Worker& w, const Share& work,
                                                int64_t version) {
   detail::WorkerLink& link = *remote_->links[static_cast<size_t>(r)];
   const std::string& name = remote_->names[static_cast<size_t>(r)];

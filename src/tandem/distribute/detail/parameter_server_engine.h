@@ -38,8 +38,6 @@ namespace tandem::distribute::detail {
 
 using Clock = std::chrono::steady_clock;
 
-using Work = detail::Share;
-
 // What a worker's forward and backward produced, how long they took, and
 // (a remote worker's) the caller's sums that came with it.
 struct Gradient : detail::WorkerGradient {
@@ -102,17 +100,17 @@ class ParameterServerEngine : public Engine {
   void drain();
   void worker_loop(int r);
   // The next share for worker r, waiting until there is one; none when it is done.
-  std::optional<Work> take_work(int r, std::unique_lock<std::mutex>& lock);
+  std::optional<Share> take_work(int r, std::unique_lock<std::mutex>& lock);
   // The server's values (and loss scale) into a worker's copy: every
   // variable, or only those with a piece on a shard in this process (what a
   // share needs here: the shard ranks serve the rest).
   void pull(Worker& w, bool held_here_only = false);
-  int64_t divisor(const Work& work) const;
-  Gradient compute(Worker& w, const Work& work);
-  Gradient compute_remote(int r, Worker& w, const Work& work, int64_t version);
-  void lose_worker(int r, std::optional<Work> work, const std::string& why);
-  void push_asynchronous(int r, const Work& work, const Gradient& g);
-  void push_to_round(int r, const Work& work, const Gradient& g);
+  int64_t divisor(const Share& work) const;
+  Gradient compute(Worker& w, const Share& work);
+  Gradient compute_remote(int r, Worker& w, const Share& work, int64_t version);
+  void lose_worker(int r, std::optional<Share> work, const std::string& why);
+  void push_asynchronous(int r, const Share& work, const Gradient& g);
+  void push_to_round(int r, const Share& work, const Gradient& g);
   void finish_round_if_complete();
   void stage(const Worker& w, bool add);
   // Applies the staged gradient here and has the shard ranks apply
