@@ -32,6 +32,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
 }
 
 using detail::rows_of;
+using detail::seconds;
 
 class AllReduceEngine : public Engine {
  public:
@@ -512,7 +513,6 @@ StepResult AllReduceEngine::synchronize() {
 void AllReduceEngine::exchange_records(int local_replica) {
   Replica& rep = replicas_[local_replica];
   const Replica::Moments& m = rep.moments;
-  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   const double mine[kRecordFields] = {seconds(m.forward),
                                       seconds(m.backward_done - m.start - m.forward),
                                       seconds(m.reduced - m.backward_done),
