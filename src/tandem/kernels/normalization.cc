@@ -29,7 +29,7 @@ struct RowsCols {
 };
 
 RowsCols rows_cols(const Tensor& x, const char* op) {
-  if (x.rank() < 1) TANDEM_THROW(ShapeError, op, ": needs rank >= 1, got a scalar");
+  detail::check_rows(op, x);
   const int64_t cols = x.dim(-1);
   return {cols == 0 ? 0 : x.numel() / cols, cols};
 }
