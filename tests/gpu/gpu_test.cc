@@ -16,6 +16,7 @@
 
 #include "support/gradcheck.h"
 #include "support/model_batches.h"
+#include "support/op_table.h"
 #include "support/reference.h"
 #include "tandem/base/error.h"
 #include "tandem/comm/inprocess.h"
@@ -64,9 +65,10 @@ class Gpu : public ::testing::Test {
   void TearDown() override { kernels::set_matmul_allow_tf32(true); }
 };
 
-// |gpu - cpu| <= tol * max(1, |cpu|) elementwise, naming the first miss.
-void expect_match(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  ASSERT_EQ(gpu.device(), kGpu) << what;
+// |gpu - cpu| <= tol * max(1, |cpu|) elementwise, naming the first miss;
+// `gpu` computed on the GPU, wherever it is now.
+void expect_values_match(const Tensor& gpu, const Tensor& cpu, double tol,
+                         const std::string& what) {
   ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
   ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
   const std::vector<float> g = gpu.to_floats(), c = cpu.to_floats();
@@ -76,6 +78,12 @@ void expect_match(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
         << what << ": element " << i << " is " << g[i] << " on the GPU and " << c[i]
         << " on the CPU";
   }
+}
+
+// As above, and the result is on the GPU.
+void expect_match(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  ASSERT_EQ(gpu.device(), kGpu) << what;
+  expect_values_match(gpu, cpu, tol, what);
 }
 
 double tolerance(DType dtype) {
@@ -88,6 +96,44 @@ Tensor random_of(const Shape& shape, DType dtype, uint64_t seed, float low = -2.
 }
 
 const std::vector<DType> kFloatTypes = {DType::f32, DType::bf16, DType::f16};
+
+// Every row of the op table (tests/support/op_table.h) whose kernels have
+// CUDA versions, in f32 and each low-precision dtype it takes: the forward
+// and every input's gradient on the GPU against the same row on the CPU.
+TEST_F(Gpu, EveryOpTableRowMatchesTheCpu) {
+  const std::vector<testing::OpCase>& rows = testing::op_cases();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const testing::OpCase& op = rows[r];
+    if (!op.gpu) continue;
+    std::vector<DType> dtypes{DType::f32};
+    dtypes.insert(dtypes.end(), op.low_precision.begin(), op.low_precision.end());
+    for (DType dtype : dtypes) {
+      const std::string what = op.name + " in " + std::string(dtype_name(dtype));
+      const std::vector<Variable> cpu = testing::op_inputs(op, r, dtype);
+      std::vector<Variable> gpu;
+      for (const Variable& v : cpu) gpu.emplace_back(v.value().to(kGpu), v.requires_grad());
+      Variable y_cpu, y_gpu;
+      try {
+        y_cpu = op.run(cpu);
+        y_gpu = op.run(gpu);
+      } catch (const Error& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+        continue;
+      }
+      // Rows outside autograd pack their results on the host.
+      expect_values_match(y_gpu.value(), y_cpu.value(), tolerance(dtype), what + " forward");
+      if (!op.gradient) continue;
+      const Tensor weights = testing::projection_weights(y_cpu.shape(), y_cpu.dtype(), r);
+      y_cpu.backward(weights);
+      y_gpu.backward(weights.to(kGpu));
+      for (size_t k = 0; k < cpu.size(); ++k) {
+        if (!cpu[k].requires_grad()) continue;
+        expect_match(gpu[k].grad(), cpu[k].grad(), tolerance(dtype),
+                     what + " gradient of input " + std::to_string(k));
+      }
+    }
+  }
+}
 
 TEST_F(Gpu, TensorsCopyAndConvertBetweenHostAndDevice) {
   const Tensor host = random_tensor(Shape{3, 1000, 7}, -3.0f, 3.0f, 1);

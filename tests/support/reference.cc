@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -155,6 +156,53 @@ double dtype_rtol(DType dtype) {
     default:
       return 1e-5;
   }
+}
+
+namespace {
+
+// Input coordinate and weights of output index i for a resize from `in` to
+// `out` samples: the half-pixel mapping, clamped to the edge samples.
+struct Tap {
+  int64_t lower, upper;
+  double weight;  // of upper
+};
+
+Tap tap(int64_t i, int64_t in, int64_t out) {
+  const double s =
+      (static_cast<double>(i) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
+  const double clamped = std::clamp(s, 0.0, static_cast<double>(in - 1));
+  const auto lower = static_cast<int64_t>(std::floor(clamped));
+  const int64_t upper = std::min(lower + 1, in - 1);
+  return {lower, upper, clamped - static_cast<double>(lower)};
+}
+
+}  // namespace
+
+// x (N, H, W, C) -> (N, OH, OW, C), in double.
+std::vector<double> resize_reference(const std::vector<double>& v, const Shape& x, int64_t OH,
+                                     int64_t OW) {
+  const int64_t N = x[0], H = x[1], W = x[2], C = x[3];
+  auto at = [&](int64_t n, int64_t h, int64_t w, int64_t c) {
+    return v[((n * H + h) * W + w) * C + c];
+  };
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(N * OH * OW * C));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const Tap ty = tap(oh, H, OH);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const Tap tx = tap(ow, W, OW);
+        for (int64_t c = 0; c < C; ++c) {
+          const double top = at(n, ty.lower, tx.lower, c) * (1 - tx.weight) +
+                             at(n, ty.lower, tx.upper, c) * tx.weight;
+          const double bottom = at(n, ty.upper, tx.lower, c) * (1 - tx.weight) +
+                                at(n, ty.upper, tx.upper, c) * tx.weight;
+          out.push_back(top * (1 - ty.weight) + bottom * ty.weight);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace tandem::testing

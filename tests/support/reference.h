@@ -32,6 +32,11 @@ std::vector<double> conv2d_backward_weights_reference(const Tensor& x, const Ten
                                                       const Shape& w_shape,
                                                       const kernels::Conv2dGeometry& g);
 
+// Bilinear resize with half-pixel centres, clamped to the edge samples: x
+// (N, H, W, C) -> (N, OH, OW, C).
+std::vector<double> resize_reference(const std::vector<double>& x, const Shape& shape, int64_t OH,
+                                     int64_t OW);
+
 std::vector<double> max_pool2d_reference(const Tensor& x, const kernels::Pool2dGeometry& g);
 
 // |actual - expected| <= atol + rtol * |expected| elementwise, reporting the

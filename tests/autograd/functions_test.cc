@@ -1,0 +1,78 @@
+// Autograd functions' behaviour beyond their values and gradients (which the
+// op table checks, tests/kernels/op_table_test.cc): shapes along an axis,
+// saturation, a loss composed from the primitive ops, mixed-precision
+// compute, dropout in inference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/gradcheck.h"
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+
+namespace tandem {
+namespace {
+
+using testing::random_tensor;
+
+Variable leaf(Tensor t) {
+  return Variable(std::move(t), true);
+}
+
+TEST(Functions, SigmoidAtTheExtremesAxisShapesAndACustomLoss) {
+  const Tensor xt = random_tensor(Shape{3, 4, 5}, -2, 2, 31);
+  const Variable x = leaf(xt);
+  // sigmoid at the extremes: no overflow, no NaN.
+  const std::vector<float> saturated =
+      sigmoid(leaf(Tensor::from_floats(Shape{2}, std::vector<float>{-100.0f, 100.0f})))
+          .value()
+          .to_floats();
+  EXPECT_GE(saturated[0], 0.0f);
+  EXPECT_LT(saturated[0], 1e-40f);  // e^-100, a subnormal float
+  EXPECT_EQ(saturated[1], 1.0f);
+  ASSERT_EQ(sum(x, 1).shape(), (Shape{3, 5}));
+  EXPECT_EQ(sum(x, -1, true).shape(), (Shape{3, 4, 1}));
+  EXPECT_EQ(mean(x, 0).shape(), (Shape{4, 5}));
+  EXPECT_THROW(sum(x, 3), ShapeError);
+
+  // A custom loss from them: binary cross-entropy by hand equals the
+  // built-in one's per-example values.
+  const Tensor logits = random_tensor(Shape{6, 1}, -3, 3, 34);
+  const Tensor targets = Tensor::from_floats(Shape{6, 1}, std::vector<float>{0, 1, 1, 0, 1, 0});
+  const Variable z = leaf(logits), yv = leaf(targets);
+  const Variable one = leaf(Tensor::full(Shape{1}, 1.0f));
+  const Variable pz = sigmoid(z);
+  const Variable by_hand =
+      scale(add(mul(yv, log(pz)), mul(sub(scale(yv, -1.0f), scale(one, -1.0f)),
+                                      log(sub(scale(pz, -1.0f), scale(one, -1.0f))))),
+            -1.0f);
+  const std::vector<float> built_in =
+      binary_cross_entropy_with_logits_per_example(leaf(logits), targets).value().to_floats();
+  const std::vector<float> mine = sum(by_hand, 1).value().to_floats();
+  ASSERT_EQ(mine.size(), built_in.size());
+  for (size_t i = 0; i < mine.size(); ++i) EXPECT_NEAR(mine[i], built_in[i], 1e-5) << i;
+}
+
+TEST(Functions, DropoutIsTheIdentityInInference) {
+  const Variable x = leaf(random_tensor(Shape{50}, -1, 1, 17));
+  Generator g(1);
+  EXPECT_EQ(dropout(x, 0.4f, false, g).impl(), x.impl());
+  EXPECT_EQ(dropout(x, 0.0f, true, g).impl(), x.impl());
+}
+
+TEST(Functions, Bf16ComputeMatchesF32WithinBf16Tolerance) {
+  Variable x = leaf(random_tensor(Shape{8, 16}, -1, 1, 28));
+  Variable w = leaf(random_tensor(Shape{4, 16}, -1, 1, 29));
+  Variable b = leaf(random_tensor(Shape{4}, -1, 1, 30));
+  const Variable f32 = linear(x, w, b);
+  const Variable bf16 = linear(x, w, b, {.compute_dtype = DType::bf16});
+  EXPECT_EQ(bf16.dtype(), DType::f32);
+  const auto a = f32.value().to_floats(), c = bf16.value().to_floats();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], c[i], 0.05 + 0.02 * std::abs(a[i]));
+  sum(bf16).backward();
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,179 @@
+// Attention beyond its op-table rows (tests/support/op_rows_layout.cc): against
+// a composition of the primitive ops at longer sequences, packed inputs,
+// dropout's determinism, scratch bounded by head groups, and bad arguments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "support/gradcheck.h"
+#include "support/reference.h"
+#include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
+#include "tandem/base/random.h"
+#include "tandem/kernels/attention.h"
+#include "tandem/kernels/layout.h"
+#include "tandem/kernels/matmul.h"
+#include "tandem/kernels/pool.h"
+
+namespace tandem {
+namespace {
+
+using testing::expect_close;
+using testing::random_tensor;
+using testing::to_doubles;
+
+std::vector<double> attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        bool causal) {
+  const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), S = k.dim(2), D = q.dim(3);
+  const std::vector<double> qv = to_doubles(q), kv = to_doubles(k), vv = to_doubles(v);
+  std::vector<double> out(static_cast<size_t>(B * H * T * D), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> s(static_cast<size_t>(S), -INFINITY);
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        if (causal && j > i) continue;
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) dot += qv[(bh * T + i) * D + c] * kv[(bh * S + j) * D + c];
+        s[j] = dot * scale;
+        m = std::max(m, s[j]);
+      }
+      double total = 0;
+      for (double& x : s) total += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t c = 0; c < D; ++c)
+          out[(bh * T + i) * D + c] += s[j] / total * vv[(bh * S + j) * D + c];
+    }
+  return out;
+}
+
+// Inputs rounded to the dtype, so that kernel and reference see the same values.
+Tensor in(const Shape& s, uint64_t seed, DType d, float lo = -2, float hi = 2) {
+  return random_tensor(s, lo, hi, seed).to(d);
+}
+
+// Attention against softmax(q k^T / sqrt(D) + mask) v built from the primitive
+// ops, forward and every gradient, also with more keys than queries and
+// more queries than keys.
+TEST(Attention, MatchesTheCompositionOfPrimitiveOps) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    for (const auto& [T, S] :
+         std::vector<std::pair<int64_t, int64_t>>{{11, 11}, {150, 150}, {100, 150}, {150, 100}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(d) << " T=" << T << " S=" << S);
+      auto make = [&](const Shape& s, uint64_t seed) { return Variable(in(s, seed, d), true); };
+      Variable q = make(Shape{2, 2, T, 8}, 20), k = make(Shape{2, 2, S, 8}, 21),
+               v = make(Shape{2, 2, S, 8}, 22);
+      const Tensor dy = random_tensor(Shape{2, 2, T, 8}, -1, 1, 23).to(d);
+      // The causal mask as an additive (T, S) tensor, broadcast over (B, H).
+      std::vector<float> mask(static_cast<size_t>(T * S));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < S; ++j)
+          mask[static_cast<size_t>(i * S + j)] = j > i ? -1e30f : 0.0f;
+      const Variable additive(Tensor::from_floats(Shape{T, S}, mask));
+      const Variable scores =
+          add(scale(batched_matmul(cast(q, DType::f32), cast(k, DType::f32), false, true),
+                    1.0f / std::sqrt(8.0f)),
+              additive);
+      const Variable composed = batched_matmul(softmax(scores), cast(v, DType::f32));
+      composed.backward(dy.to(DType::f32));
+      const Tensor cq = q.grad().to(DType::f32), ck = k.grad().to(DType::f32),
+                   cv = v.grad().to(DType::f32);
+      q.zero_grad();
+      k.zero_grad();
+      v.zero_grad();
+      const Variable fused = attention(q, k, v, {.causal = true});
+      fused.backward(dy);
+      const double tol = d == DType::f32 ? 1e-5 : 3e-2;
+      EXPECT_LT(testing::relative_error(composed.value().to_floats(), fused.value().to_floats()),
+                tol);
+      EXPECT_LT(testing::relative_error(cq.to_floats(), q.grad().to_floats()), tol);
+      EXPECT_LT(testing::relative_error(ck.to_floats(), k.grad().to_floats()), tol);
+      EXPECT_LT(testing::relative_error(cv.to_floats(), v.grad().to_floats()), tol);
+      // Keys beyond the last query are seen by none: no gradient.
+      if (S > T) {
+        const std::vector<float> dk = k.grad().to_floats();
+        for (int64_t j = T; j < S; ++j) EXPECT_EQ(dk[static_cast<size_t>(j * 8)], 0.0f);
+      }
+    }
+  }
+}
+
+// attention_packed on (3, B, H, T, D) gives what attention gives on the
+// thirds, forward and backward, with dropout drawing the same positions.
+TEST(Attention, PackedQkvMatchesSeparateInputs) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Shape packed_shape{3, 2, 2, 9, 8}, heads{2, 2, 9, 8};
+    const Tensor packed = in(packed_shape, 80, d);
+    const Tensor dy = random_tensor(heads, -1, 1, 81).to(d);
+    const AttentionOptions options{.dropout = 0.2f, .training = true};
+    Generator g1(5), g2(5);
+    Variable whole(packed, true);
+    const Variable fused = attention_packed(whole, options, &g1);
+    fused.backward(dy);
+    std::vector<Variable> thirds;
+    for (int64_t i = 0; i < 3; ++i)
+      thirds.emplace_back(packed.slice(i, i + 1).clone().reshape(heads), true);
+    const Variable separate = attention(thirds[0], thirds[1], thirds[2], options, &g2);
+    separate.backward(dy);
+    EXPECT_EQ(fused.value().to_floats(), separate.value().to_floats());
+    const std::vector<float> grads = whole.grad().to_floats();
+    for (int64_t i = 0; i < 3; ++i) {
+      const std::vector<float> want = thirds[static_cast<size_t>(i)].grad().to_floats();
+      const auto begin = grads.begin() + static_cast<std::ptrdiff_t>(i * want.size());
+      EXPECT_EQ(std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(want.size())), want)
+          << "third " << i;
+    }
+  }
+  EXPECT_THROW(attention_packed(Variable(Tensor::zeros(Shape{2, 1, 1, 4, 8}))), ShapeError);
+  EXPECT_THROW(attention_packed(Variable(Tensor::zeros(Shape{3, 4, 8}))), ShapeError);
+}
+
+TEST(Attention, DropoutKeepsTheExpectationAndDependsOnlyOnTheSeed) {
+  const Shape s{1, 2, 64, 8};
+  const Tensor q = random_tensor(s, -1, 1, 30), k = random_tensor(s, -1, 1, 31),
+               v = random_tensor(s, -1, 1, 32);
+  const auto a = kernels::attention(q, k, v, {.dropout = 0.25f, .seed = 9, .offset = 100});
+  const auto b = kernels::attention(q, k, v, {.dropout = 0.25f, .seed = 9, .offset = 100});
+  const auto plain = kernels::attention(q, k, v);
+  EXPECT_EQ(a.out.to_floats(), b.out.to_floats());
+  EXPECT_NE(a.out.to_floats(), plain.out.to_floats());
+  // Same log-sum-exp: dropout acts after the softmax.
+  EXPECT_EQ(a.lse.to_floats(), plain.lse.to_floats());
+}
+
+TEST(Attention, BadShapesAndOptionsAreErrors) {
+  const Tensor q = Tensor::zeros(Shape{1, 2, 4, 8});
+  EXPECT_THROW(kernels::attention(q, Tensor::zeros(Shape{1, 2, 4, 7}), q), ShapeError);
+  EXPECT_THROW(kernels::attention(q.reshape(Shape{2, 4, 8}), q, q), ShapeError);
+  EXPECT_THROW(kernels::attention(q, q.to(DType::bf16), q), ShapeError);
+  EXPECT_THROW(kernels::attention(q, q, q, {.dropout = 1.0f}), InvalidArgument);
+  EXPECT_THROW(kernels::attention(q, q, q, {.scale = -1.0f}), InvalidArgument);
+  EXPECT_THROW(kernels::permute(q, std::vector<int>{0, 1, 1, 3}), ShapeError);
+  EXPECT_THROW(kernels::slice(q, 2, 3, 5), ShapeError);
+  EXPECT_THROW(kernels::slice(q, 4, 0, 1), ShapeError);
+  const std::vector<Tensor> parts{q, Tensor::zeros(Shape{1, 3, 4, 7})};
+  EXPECT_THROW(kernels::concat(parts, 1), ShapeError);
+  EXPECT_THROW(kernels::batched_matmul(q, Tensor::zeros(Shape{2, 2, 8, 3})), ShapeError);
+  EXPECT_THROW(kernels::global_avg_pool(Tensor::zeros(Shape{2, 3})), ShapeError);
+}
+
+TEST(Attention, ScoresAreBuiltAGroupOfHeadsAtATime) {
+  // Bounded scratch: 8 MiB of f32 scores, at least one head.
+  EXPECT_EQ(kernels::attention_heads_per_group(256, 128, 128), 128);
+  EXPECT_EQ(kernels::attention_heads_per_group(4, 128, 128), 4);
+  EXPECT_EQ(kernels::attention_heads_per_group(8, 4096, 4096), 1);
+  // Many groups give the same result as one.
+  const Shape s{3, 1, 1500, 4};
+  const Tensor q = random_tensor(s, -1, 1, 40), k = random_tensor(s, -1, 1, 41),
+               v = random_tensor(s, -1, 1, 42);
+  ASSERT_EQ(kernels::attention_heads_per_group(3, 1500, 1500), 1);
+  expect_close(to_doubles(kernels::attention(q, k, v).out), attention_reference(q, k, v, true),
+               1e-5, 1e-4, "attention over 3 groups");
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,185 @@
+// Rows for layer, RMS and batch normalisation and the embedding lookup.
+#include <algorithm>
+#include <string>
+
+#include "support/op_rows.h"
+#include "tandem/autograd/cross_replica.h"
+#include "tandem/autograd/functions.h"
+#include "tandem/kernels/layout.h"
+#include "tandem/kernels/normalization.h"
+
+namespace tandem::testing {
+namespace {
+
+constexpr float kEps = 1e-5f;
+
+// Normalises over rows of n (layer and RMS norm) with per-column gamma and beta.
+Doubles normalize_rows(const Doubles& x, const Doubles& gamma, const Doubles* beta, size_t n,
+                       bool centred) {
+  return map_rows(x, n, [&](const double* in, double* out) {
+    double mean = 0, sq = 0;
+    for (size_t j = 0; j < n; ++j) mean += centred ? in[j] / n : 0.0;
+    for (size_t j = 0; j < n; ++j) sq += (in[j] - mean) * (in[j] - mean) / n;
+    const double r = 1 / std::sqrt(sq + kEps);
+    for (size_t j = 0; j < n; ++j) out[j] = (in[j] - mean) * r * gamma[j] + (beta ? (*beta)[j] : 0);
+  });
+}
+
+// Normalises each of the C columns of x (rows, C) by the given or the batch's moments.
+Doubles normalize_columns(const Doubles& x, const Doubles& gamma, const Doubles& beta, size_t C,
+                          const Doubles* mean_in, const Doubles* var_in, bool relu) {
+  const size_t rows = x.size() / C;
+  Doubles y(x.size());
+  for (size_t c = 0; c < C; ++c) {
+    double mean = 0, var = 0;
+    for (size_t r = 0; r < rows; ++r) mean += x[r * C + c] / rows;
+    for (size_t r = 0; r < rows; ++r) var += (x[r * C + c] - mean) * (x[r * C + c] - mean) / rows;
+    if (mean_in) mean = (*mean_in)[c], var = (*var_in)[c];
+    const double rstd = 1 / std::sqrt(var + kEps);
+    for (size_t r = 0; r < rows; ++r) {
+      const double v = (x[r * C + c] - mean) * rstd * gamma[c] + beta[c];
+      y[r * C + c] = relu ? std::max(v, 0.0) : v;
+    }
+  }
+  return y;
+}
+
+// A cross-replica sum over one replica: the synchronised batch norm's
+// arithmetic, in its parts, on one device.
+struct OneReplica final : CrossReplicaSum {
+  void sum(Tensor&) override {}
+};
+
+void add_row_norm_rows(std::vector<OpCase>& rows) {
+  const Shape s{5, 33};
+  rows.push_back(
+      {.name = "layer_norm",
+       .kernels = {"layer_norm", "layer_norm_backward"},
+       .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{33}, 0.5, 1.5)),
+                  in_f32(uniform(Shape{33}))},
+       .run = [](const auto& in) { return layer_norm(in[0], in[1], in[2], kEps); },
+       .reference = [](const auto& in) { return normalize_rows(in[0], in[1], &in[2], 33, true); }});
+  rows.push_back(
+      {.name = "rms_norm",
+       .kernels = {"rms_norm", "rms_norm_backward"},
+       .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{33}, 0.5, 1.5))},
+       .run = [](const auto& in) { return rms_norm(in[0], in[1], kEps); },
+       .reference =
+           [](const auto& in) { return normalize_rows(in[0], in[1], nullptr, 33, false); }});
+}
+
+void add_batch_norm_rows(std::vector<OpCase>& rows) {
+  const Shape x{4, 3, 2, 5};
+  const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{5}, 0.5, 1.5)),
+                                    in_f32(uniform(Shape{5})), in_f32(fixed(Shape{5})),
+                                    in_f32(fixed(Shape{5}, 0.5, 1.5))};
+  for (bool relu : {false, true}) {
+    rows.push_back(
+        {.name = relu ? "batch_norm_relu training" : "batch_norm training",
+         .kernels = {"batch_norm_train", "batch_norm_backward", "update_running_moments"},
+         .inputs = inputs,
+         .run =
+             [=](const auto& in) {
+               Tensor mean = in[3].value().clone(), var = in[4].value().clone();
+               return relu ? batch_norm_relu(in[0], in[1], in[2], mean, var, true, 0.1f, kEps)
+                           : batch_norm(in[0], in[1], in[2], mean, var, true, 0.1f, kEps);
+             },
+         .reference =
+             [=](const auto& in) {
+               return normalize_columns(in[0], in[1], in[2], 5, nullptr, nullptr, relu);
+             },
+         .low_precision = {DType::bf16}});
+  }
+  // Inference normalises by the running moments; batch_norm_relu then
+  // composes batch norm and relu.
+  for (bool relu : {false, true})
+    rows.push_back(
+        {.name = relu ? "batch_norm_relu inference" : "batch_norm inference",
+         .kernels = {"batch_norm_inference", "inverse_std", "batch_norm_backward_sums",
+                     "batch_norm_apply"},
+         .inputs = inputs,
+         .run =
+             [=](const auto& in) {
+               Tensor mean = in[3].value(), var = in[4].value();
+               return relu ? batch_norm_relu(in[0], in[1], in[2], mean, var, false, 0.1f, kEps)
+                           : batch_norm(in[0], in[1], in[2], mean, var, false, 0.1f, kEps);
+             },
+         .reference =
+             [=](const auto& in) {
+               return normalize_columns(in[0], in[1], in[2], 5, &in[3], &in[4], relu);
+             },
+         .low_precision = {DType::bf16}});
+  rows.push_back(
+      {.name = "sync_batch_norm one replica",
+       .kernels = {"batch_norm_moments", "inverse_std", "batch_norm_apply",
+                   "update_running_moments", "batch_norm_backward_sums", "batch_norm_backward_dx"},
+       .inputs = inputs,
+       .run =
+           [](const auto& in) {
+             Tensor mean = in[3].value().clone(), var = in[4].value().clone();
+             // The backward sums through it too: it outlives the row's run.
+             static OneReplica replicas;
+             return sync_batch_norm(in[0], in[1], in[2], mean, var, 0.1f, kEps, replicas);
+           },
+       .reference =
+           [](const auto& in) {
+             return normalize_columns(in[0], in[1], in[2], 5, nullptr, nullptr, false);
+           },
+       .low_precision = {DType::bf16}});
+  // The running moments after one training step: (1 - m) old + m batch, the
+  // variance unbiased.
+  rows.push_back({.name = "batch_norm running moments",
+                  .kernels = {"batch_norm_train", "update_running_moments"},
+                  .inputs = inputs,
+                  .run =
+                      [](const auto& in) {
+                        Tensor mean = in[3].value().clone(), var = in[4].value().clone();
+                        kernels::batch_norm_train(in[0].value(), in[1].value(), in[2].value(), mean,
+                                                  var, 0.1f, kEps);
+                        return Variable(kernels::concat(std::vector<Tensor>{mean, var}, 0));
+                      },
+                  .reference =
+                      [](const auto& in) {
+                        const size_t C = 5, n = in[0].size() / C;
+                        Doubles y(2 * C);
+                        for (size_t c = 0; c < C; ++c) {
+                          double mean = 0, var = 0;
+                          for (size_t r = 0; r < n; ++r) mean += in[0][r * C + c] / n;
+                          for (size_t r = 0; r < n; ++r)
+                            var += (in[0][r * C + c] - mean) * (in[0][r * C + c] - mean) / (n - 1);
+                          y[c] = 0.9 * in[3][c] + 0.1 * mean;
+                          y[C + c] = 0.9 * in[4][c] + 0.1 * var;
+                        }
+                        return y;
+                      },
+                  .low_precision = {DType::bf16},
+
+                  .gradient = false});
+}
+
+void add_embedding_rows(std::vector<OpCase>& rows) {
+  // Repeated indices: their gradients add up in one row of the table.
+  rows.push_back({.name = "embedding",
+                  .kernels = {"embedding", "embedding_backward"},
+                  .inputs = {uniform(Shape{7, 6}), labels(Shape{3, 5}, 7)},
+                  .run = [](const auto& in) { return embedding(in[0], in[1].value()); },
+                  .reference =
+                      [](const auto& in) {
+                        Doubles y;
+                        for (double index : in[1]) {
+                          const auto row = static_cast<size_t>(index);
+                          y.insert(y.end(), in[0].begin() + row * 6, in[0].begin() + (row + 1) * 6);
+                        }
+                        return y;
+                      }});
+}
+
+}  // namespace
+
+void add_normalization_rows(std::vector<OpCase>& rows) {
+  add_row_norm_rows(rows);
+  add_batch_norm_rows(rows);
+  add_embedding_rows(rows);
+}
+
+}  // namespace tandem::testing

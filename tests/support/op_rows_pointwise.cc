@@ -1,0 +1,265 @@
+// Rows for activations, arithmetic with broadcasting, unary functions,
+// reductions and dropout.
+#include <algorithm>
+#include <string>
+
+#include "support/op_rows.h"
+#include "tandem/autograd/functions.h"
+#include "tandem/base/random.h"
+#include "tandem/kernels/activation.h"
+#include "tandem/kernels/layout.h"
+
+namespace tandem::testing {
+namespace {
+
+using kernels::Activation;
+
+void add_activation_rows(std::vector<OpCase>& rows) {
+  const Shape s{7, 13};
+  rows.push_back(
+      {.name = "relu",
+       .kernels = {"relu", "relu_backward"},
+       .inputs = {distinct(s, 0.05)},
+       .run = [](const auto& in) { return relu(in[0]); },
+       .reference =
+           [](const auto& in) { return map(in[0], [](double x) { return std::max(x, 0.0); }); }});
+  rows.push_back({.name = "gelu",
+                  .kernels = {"gelu", "gelu_backward"},
+                  .inputs = {uniform(s, -6, 6)},
+                  .run = [](const auto& in) { return gelu(in[0]); },
+                  .reference = [](const auto& in) { return map(in[0], gelu_erf); }});
+  rows.push_back({.name = "gelu_tanh",
+                  .kernels = {"gelu_tanh", "gelu_tanh_backward"},
+                  .inputs = {uniform(s, -6, 6)},
+                  .run = [](const auto& in) { return gelu_tanh(in[0]); },
+                  .reference = [](const auto& in) { return map(in[0], gelu_tanh_of); }});
+  rows.push_back({.name = "silu",
+                  .kernels = {"silu", "silu_backward"},
+                  .inputs = {uniform(s, -6, 6)},
+                  .run = [](const auto& in) { return silu(in[0]); },
+                  .reference = [](const auto& in) { return map(in[0], silu_of); }});
+  // The by-name entry points the fused layers use, forward and backward.
+  for (Activation a :
+       {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu}) {
+    rows.push_back(
+        {.name = "activate and activation_backward " + std::string(kernels::activation_name(a)),
+         .kernels = {"activate", "activation_backward"},
+         .inputs = {distinct(s, 0.05), fixed(s)},
+         .run =
+             [=](const auto& in) {
+               const Tensor x = in[0].value();
+               // relu's backward takes its output, the others their input.
+               const Tensor saved = a == Activation::relu ? kernels::activate(a, x) : x;
+               return Variable(kernels::concat(
+                   std::vector<Tensor>{kernels::activate(a, x),
+                                       kernels::activation_backward(a, in[1].value(), saved)},
+                   0));
+             },
+         .reference =
+             [=](const auto& in) {
+               Doubles y(in[0].size() * 2);
+               for (size_t i = 0; i < in[0].size(); ++i) {
+                 const double x = in[0][i], h = 1e-6;
+                 const auto f = [&](double v) {
+                   switch (a) {
+                     case Activation::relu:
+                       return std::max(v, 0.0);
+                     case Activation::gelu:
+                       return gelu_erf(v);
+                     case Activation::gelu_tanh:
+                       return gelu_tanh_of(v);
+                     default:
+                       return silu_of(v);
+                   }
+                 };
+                 y[i] = f(x);
+                 y[in[0].size() + i] = in[1][i] * (f(x + h) - f(x - h)) / (2 * h);
+               }
+               return y;
+             },
+
+         .gradient = false});
+  }
+}
+
+// a (op) b with b broadcast along a's leading axes (b's shape is a suffix of a's, or
+// has ones there).
+template <typename F>
+Doubles broadcast(const Doubles& a, const Doubles& b, F f) {
+  Doubles y(a.size());
+  for (size_t i = 0; i < a.size(); ++i) y[i] = f(a[i], b[i % b.size()]);
+  return y;
+}
+
+void add_arithmetic_rows(std::vector<OpCase>& rows) {
+  const Shape s{4, 3, 5}, row{5}, same{4, 3, 5};
+  for (const Shape& bs : {same, row}) {
+    const std::string by = bs == same ? "" : " broadcast";
+    rows.push_back({.name = "add" + by,
+                    .kernels = {"add", "sum_to_shape"},
+                    .inputs = {uniform(s), uniform(bs)},
+                    .run = [](const auto& in) { return add(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          return broadcast(in[0], in[1], [](double a, double b) { return a + b; });
+                        }});
+    rows.push_back({.name = "sub" + by,
+                    .kernels = {"add", "scale", "sum_to_shape"},
+                    .inputs = {uniform(s), uniform(bs)},
+                    .run = [](const auto& in) { return sub(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          return broadcast(in[0], in[1], [](double a, double b) { return a - b; });
+                        }});
+    rows.push_back({.name = "mul" + by,
+                    .kernels = {"mul", "sum_to_shape"},
+                    .inputs = {uniform(s), uniform(bs)},
+                    .run = [](const auto& in) { return mul(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          return broadcast(in[0], in[1], [](double a, double b) { return a * b; });
+                        }});
+    rows.push_back({.name = "div" + by,
+                    .kernels = {"mul", "unary", "unary_backward"},
+                    .inputs = {uniform(s), uniform(bs, 0.5, 2)},
+                    .run = [](const auto& in) { return div(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          return broadcast(in[0], in[1], [](double a, double b) { return a / b; });
+                        },
+                    .gpu = false});
+  }
+  // A one-element operand broadcast over every element.
+  rows.push_back({.name = "mul by one element",
+                  .kernels = {"mul", "sum_to_shape"},
+                  .inputs = {uniform(s), uniform(Shape{1})},
+                  .run = [](const auto& in) { return mul(in[0], in[1]); },
+                  .reference =
+                      [](const auto& in) {
+                        return broadcast(in[0], in[1], [](double a, double b) { return a * b; });
+                      }});
+  rows.push_back(
+      {.name = "scale",
+       .kernels = {"scale"},
+       .inputs = {uniform(s)},
+       .run = [](const auto& in) { return scale(in[0], -1.75f); },
+       .reference = [](const auto& in) { return map(in[0], [](double x) { return -1.75 * x; }); }});
+}
+
+void add_unary_rows(std::vector<OpCase>& rows) {
+  const Shape s{6, 11};
+  struct Unary {
+    const char* name;
+    Variable (*run)(const Variable&);
+    double (*f)(double);
+    double low, high;
+  };
+  const Unary ops[] = {
+      {"exp", [](const Variable& x) { return exp(x); }, [](double x) { return std::exp(x); }, -3,
+       3},
+      {"log", [](const Variable& x) { return log(x); }, [](double x) { return std::log(x); }, 0.2,
+       4},
+      {"sigmoid", [](const Variable& x) { return sigmoid(x); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6},
+      {"tanh", [](const Variable& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4,
+       4},
+  };
+  for (const Unary& u : ops)
+    rows.push_back({.name = u.name,
+                    .kernels = {"unary", "unary_backward"},
+                    .inputs = {uniform(s, u.low, u.high)},
+                    .run = [run = u.run](const auto& in) { return run(in[0]); },
+                    .reference = [f = u.f](const auto& in) { return map(in[0], f); },
+
+                    .gpu = false});
+}
+
+void add_reduction_rows(std::vector<OpCase>& rows) {
+  const Shape s{4, 3, 5};
+  rows.push_back({.name = "sum",
+                  .kernels = {"sum"},
+                  .inputs = {uniform(s)},
+                  .run = [](const auto& in) { return sum(in[0]); },
+                  .reference =
+                      [](const auto& in) {
+                        double t = 0;
+                        for (double v : in[0]) t += v;
+                        return Doubles{t};
+                      }});
+  rows.push_back({.name = "mean",
+                  .kernels = {"mean"},
+                  .inputs = {uniform(s)},
+                  .run = [](const auto& in) { return mean(in[0]); },
+                  .reference =
+                      [](const auto& in) {
+                        double t = 0;
+                        for (double v : in[0]) t += v;
+                        return Doubles{t / static_cast<double>(in[0].size())};
+                      }});
+  for (int axis : {0, 1, 2}) {
+    for (bool average : {false, true}) {
+      rows.push_back(
+          {.name = std::string(average ? "mean" : "sum") + " axis " + std::to_string(axis),
+           .kernels = {"sum_axis", "expand_axis"},
+           .inputs = {uniform(s)},
+           .run =
+               [=](const auto& in) {
+                 return average ? mean(in[0], axis, axis == 1) : sum(in[0], axis, axis == 1);
+               },
+           .reference =
+               [=](const auto& in) {
+                 std::vector<int64_t> dims{4, 3, 5};
+                 const int64_t n = dims[axis];
+                 dims[axis] = 1;
+                 Doubles y(static_cast<size_t>(dims[0] * dims[1] * dims[2]), 0.0);
+                 for (int64_t a = 0; a < 4; ++a)
+                   for (int64_t b = 0; b < 3; ++b)
+                     for (int64_t c = 0; c < 5; ++c) {
+                       int64_t i[3] = {a, b, c};
+                       i[axis] = 0;
+                       y[static_cast<size_t>((i[0] * dims[1] + i[1]) * dims[2] + i[2])] +=
+                           in[0][offset(s, {a, b, c})] / (average ? static_cast<double>(n) : 1.0);
+                     }
+                 return y;
+               },
+           .gpu = false});
+    }
+  }
+}
+
+void add_dropout_rows(std::vector<OpCase>& rows) {
+  const Shape s{9, 17};
+  constexpr float p = 0.3f;
+  constexpr uint64_t seed = 42;
+  rows.push_back({.name = "dropout p=0.3",
+                  .kernels = {"dropout", "dropout_backward"},
+                  .inputs = {uniform(s)},
+                  .run =
+                      [=](const auto& in) {
+                        Generator generator(seed);
+                        return dropout(in[0], p, true, generator);
+                      },
+                  // The rule the kernels share (and the GPU draws): an element is kept
+                  // when its 32 random bits at (seed, offset + i) are at least p * 2^32.
+                  .reference =
+                      [=](const auto& in) {
+                        const auto threshold = static_cast<uint64_t>(std::ldexp(double{p}, 32));
+                        Doubles y(in[0].size());
+                        for (size_t i = 0; i < y.size(); ++i)
+                          y[i] = random_bits_at(seed, i) >= threshold ? in[0][i] / (1 - double{p})
+                                                                      : 0.0;
+                        return y;
+                      }});
+}
+
+}  // namespace
+
+void add_pointwise_rows(std::vector<OpCase>& rows) {
+  add_activation_rows(rows);
+  add_arithmetic_rows(rows);
+  add_unary_rows(rows);
+  add_reduction_rows(rows);
+  add_dropout_rows(rows);
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,78 @@
+#pragma once
+// The op-case table: one row per kernel configuration, each with its inputs,
+// the op run through tandem (through autograd where the op has a backward, so
+// the backward kernels run too) and a naive double-precision reference of the
+// forward. The rows drive tests/kernels/op_table_test.cc (the forward against
+// the reference in f32, bf16 and f16; the backward against central
+// differences of the double reference, so the gradient reference is exact to
+// about 1e-9) and tests/gpu/gpu_test.cc (every row on a CUDA device against
+// the CPU). A new kernel is one row; a public kernel without a row fails
+// OpTable.EveryPublicKernelHasARow.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+
+namespace tandem::testing {
+
+using Doubles = std::vector<double>;
+
+struct OpInput {
+  enum class Kind : uint8_t {
+    uniform,   // uniform in [low, high)
+    distinct,  // pairwise distinct, magnitudes in [low, 1] (no ties, away from kinks)
+    labels,    // i32 in [0, high), every third one `low` when low < 0 (an ignored label)
+  };
+  Shape shape;
+  Kind kind = Kind::uniform;
+  double low = -1, high = 1;
+  bool differentiable = true;  // the backward is checked with respect to it
+  bool follows_dtype = true;   // false: rounded to the row's dtype but kept in f32 (biases)
+};
+
+OpInput uniform(Shape shape, double low = -1, double high = 1);
+// Uniform values the op takes but is not differentiated by (targets, running moments).
+OpInput fixed(Shape shape, double low = -1, double high = 1);
+OpInput distinct(Shape shape, double margin = 0.05);
+OpInput labels(Shape shape, int classes, int ignored = 0);
+// The input rounded to the row's dtype and handed over in f32 (kernels that take f32 biases).
+OpInput in_f32(OpInput input);
+
+using OpFunction = std::function<Variable(const std::vector<Variable>&)>;
+using Reference = std::function<Doubles(const std::vector<Doubles>&)>;
+
+struct OpCase {
+  std::string name;
+  // The public kernels (tandem::kernels) the row runs, forward and backward.
+  std::vector<std::string> kernels;
+  std::vector<OpInput> inputs;
+  OpFunction run;
+  Reference reference;  // on the inputs as the op saw them (rounded to its dtype)
+  // Low-precision dtypes the op takes besides f32: all floating inputs are
+  // rounded to it and the op runs on them.
+  std::vector<DType> low_precision = {DType::bf16, DType::f16};
+  // f32: |result - reference| <= tolerance * max(1, |reference|), forward and gradients.
+  double tolerance = 1e-6;
+  bool gradient = true;  // false: the op has no backward (or is not differentiable)
+  bool gpu = true;       // its kernels have CUDA implementations
+};
+
+const std::vector<OpCase>& op_cases();
+
+// The row's inputs in `dtype` (labels stay i32), the same values for every
+// call with the same row index.
+std::vector<Variable> op_inputs(const OpCase& op, size_t row, DType dtype);
+std::vector<Doubles> as_doubles(const std::vector<Variable>& inputs);
+
+// d/dx_j of sum_i reference(x)_i * weights_i for each differentiable input,
+// by central differences in double (empty for the others).
+std::vector<Doubles> reference_gradients(const OpCase& op, const std::vector<Doubles>& inputs,
+                                         const Doubles& weights);
+
+// The projection weights a row's output is differentiated against.
+Tensor projection_weights(const Shape& shape, DType dtype, size_t row);
+
+}  // namespace tandem::testing
