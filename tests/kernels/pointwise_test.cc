@@ -1,4 +1,5 @@
-// Hand-written kernels against naive double references, f32 and bf16/f16.
+// Hand-written kernels beyond their op-table rows: threading, special values,
+// dtype mixes, determinism and errors.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -27,70 +28,18 @@ using testing::expect_close;
 using testing::random_tensor;
 using testing::to_doubles;
 
-template <typename F>
-std::vector<double> map(const std::vector<double>& v, F f) {
-  std::vector<double> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = f(v[i]);
-  return out;
-}
+// Values and gradients of the pointwise kernels are rows of the op table
+// (tests/support/op_rows_pointwise.cc); what follows is what a row cannot say.
 
-double gelu_ref(double x) {
-  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-}
-
-class PointwiseDTypeTest : public ::testing::TestWithParam<DType> {};
-
-TEST_P(PointwiseDTypeTest, ActivationsMatchReference) {
-  const DType d = GetParam();
-  const double tol = testing::dtype_rtol(d);
-  for (const Shape& shape : {Shape{1}, Shape{7, 13}, Shape{3, 5, 5, 2}, Shape{100003}}) {
-    const Tensor x = random_tensor(shape, -3, 3, 1).to(d);
-    const std::vector<double> xs = to_doubles(x);
-    const Tensor y = kernels::relu(x);
-    EXPECT_EQ(y.dtype(), d);
-    expect_close(to_doubles(y), map(xs, [](double v) { return std::max(v, 0.0); }), 0, 0, "relu");
-    expect_close(to_doubles(kernels::gelu(x)), map(xs, gelu_ref), 1e-6, tol, "gelu");
-    const Tensor dy = random_tensor(shape, -1, 1, 2).to(d);
-    const std::vector<double> dys = to_doubles(dy);
-    std::vector<double> expected(xs.size());
-    for (size_t i = 0; i < xs.size(); ++i) expected[i] = xs[i] > 0 ? dys[i] : 0.0;
-    expect_close(to_doubles(kernels::relu_backward(dy, y)), expected, 0, 0, "relu backward");
-    for (size_t i = 0; i < xs.size(); ++i) {
-      const double h = 1e-4;
-      expected[i] = dys[i] * (gelu_ref(xs[i] + h) - gelu_ref(xs[i] - h)) / (2 * h);
-    }
-    expect_close(to_doubles(kernels::gelu_backward(dy, x)), expected, 1e-5, 2 * tol,
-                 "gelu backward");
+TEST(Elementwise, BroadcastingRefusesShapesThatDoNotFit) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor a = random_tensor(Shape{6, 4, 5}, -2, 2, 3).to(d);
+    EXPECT_THROW(kernels::add(a, random_tensor(Shape{4}, 0, 1, 1).to(d)), ShapeError);
+    EXPECT_THROW(kernels::mul(a, random_tensor(Shape{6, 1, 5}, 0, 1, 1).to(d)), ShapeError);
   }
-}
-
-TEST_P(PointwiseDTypeTest, ArithmeticWithBroadcasting) {
-  const DType d = GetParam();
-  const double tol = testing::dtype_rtol(d);
-  const Tensor a = random_tensor(Shape{6, 4, 5}, -2, 2, 3).to(d);
-  const std::vector<double> as = to_doubles(a);
-  for (const Shape& bshape : {Shape{6, 4, 5}, Shape{4, 5}, Shape{5}, Shape{1}}) {
-    const Tensor b = random_tensor(bshape, -2, 2, 4).to(d);
-    const std::vector<double> bs = to_doubles(b);
-    std::vector<double> sum(as.size()), product(as.size());
-    for (size_t i = 0; i < as.size(); ++i) {
-      sum[i] = as[i] + bs[i % bs.size()];
-      product[i] = as[i] * bs[i % bs.size()];
-    }
-    expect_close(to_doubles(kernels::add(a, b)), sum, 1e-6, tol, "add");
-    expect_close(to_doubles(kernels::mul(a, b)), product, 1e-6, tol, "mul");
-  }
-  expect_close(to_doubles(kernels::scale(a, -0.5f)), map(as, [](double v) { return -0.5 * v; }),
-               1e-6, tol, "scale");
-  EXPECT_THROW(kernels::add(a, random_tensor(Shape{4}, 0, 1, 1).to(d)), ShapeError);
+  const Tensor a = random_tensor(Shape{6, 4, 5}, -2, 2, 3);
   EXPECT_THROW(kernels::add(a, random_tensor(Shape{6, 4, 5}, 0, 1, 1).to(DType::i32)), ShapeError);
 }
-
-INSTANTIATE_TEST_SUITE_P(DTypes, PointwiseDTypeTest,
-                         ::testing::Values(DType::f32, DType::bf16, DType::f16),
-                         [](const auto& param_info) {
-                           return std::string(dtype_name(param_info.param));
-                         });
 
 // Broadcasting over more rows than one thread's share: the threads' chunks
 // start and end in the middle of b's repeats.
@@ -154,34 +103,6 @@ TEST(Reduce, ResultDoesNotDependOnThreadCount) {
   EXPECT_EQ(kernels::sum(x).item(), one);
 }
 
-TEST(Loss, SoftmaxCrossEntropyMatchesReference) {
-  for (DType d : {DType::f32, DType::bf16}) {
-    const int64_t B = 9, K = 7;
-    const Tensor logits = random_tensor(Shape{B, K}, -5, 5, 7).to(d);
-    std::vector<int32_t> labels(B);
-    for (int64_t i = 0; i < B; ++i) labels[i] = static_cast<int32_t>((i * 3) % K);
-    const Tensor y = Tensor::from_ints(Shape{B}, labels);
-    const std::vector<double> z = to_doubles(logits);
-    double loss = 0.0;
-    std::vector<double> grad(z.size());
-    for (int64_t r = 0; r < B; ++r) {
-      double m = -1e300, s = 0.0;
-      for (int64_t k = 0; k < K; ++k) m = std::max(m, z[r * K + k]);
-      for (int64_t k = 0; k < K; ++k) s += std::exp(z[r * K + k] - m);
-      loss += std::log(s) + m - z[r * K + labels[r]];
-      for (int64_t k = 0; k < K; ++k) {
-        grad[r * K + k] = (std::exp(z[r * K + k] - m) / s - (k == labels[r])) / B;
-      }
-    }
-    const kernels::CrossEntropyResult result = kernels::softmax_cross_entropy(logits, y);
-    EXPECT_NEAR(result.loss.item(), loss / B, 1e-5);
-    expect_close(to_doubles(kernels::softmax_cross_entropy_backward(result.probabilities, y, 1.0f)),
-                 grad, 1e-6, 1e-4, "cross-entropy gradient");
-    // A global normaliser scales loss and gradient alike.
-    EXPECT_NEAR(kernels::softmax_cross_entropy(logits, y, 4 * B).loss.item(), loss / (4 * B), 1e-5);
-  }
-}
-
 TEST(Loss, StableForHugeLogitsAndChecksLabels) {
   const Tensor logits =
       Tensor::from_floats(Shape{2, 3}, std::vector<float>{1000, 0, -1000, -1000, 0, 1000});
@@ -223,27 +144,6 @@ TEST(Dropout, KeepsAboutOneMinusPScaledAndIsDeterministic) {
   for (size_t i = 0; i < dxs.size(); ++i) ASSERT_FLOAT_EQ(dxs[i], ys[i] * 2.0f);
   EXPECT_THROW(kernels::dropout(x, 1.0f, 0, 0), InvalidArgument);
   EXPECT_THROW(kernels::dropout(x, -0.1f, 0, 0), InvalidArgument);
-}
-
-TEST(Normalization, LayerNormMatchesReference) {
-  for (DType d : {DType::f32, DType::bf16}) {
-    const int64_t R = 6, C = 13;
-    const Tensor x = random_tensor(Shape{2, 3, C}, -2, 3, 8).to(d);
-    const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 9),
-                 beta = random_tensor(Shape{C}, -1, 1, 10);
-    const auto r = kernels::layer_norm(x, gamma, beta, 1e-5f);
-    const std::vector<double> xs = to_doubles(x), g = to_doubles(gamma), b = to_doubles(beta);
-    std::vector<double> expected(xs.size());
-    for (int64_t row = 0; row < R; ++row) {
-      double m = 0, v = 0;
-      for (int64_t c = 0; c < C; ++c) m += xs[row * C + c] / C;
-      for (int64_t c = 0; c < C; ++c) v += (xs[row * C + c] - m) * (xs[row * C + c] - m) / C;
-      for (int64_t c = 0; c < C; ++c) {
-        expected[row * C + c] = (xs[row * C + c] - m) / std::sqrt(v + 1e-5) * g[c] + b[c];
-      }
-    }
-    expect_close(to_doubles(r.y), expected, 1e-5, testing::dtype_rtol(d) * 2, "layer_norm");
-  }
 }
 
 // The oneDNN path (f32, bf16) against the split kernels that synchronised

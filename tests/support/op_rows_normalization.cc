@@ -51,7 +51,7 @@ struct OneReplica final : CrossReplicaSum {
 };
 
 void add_row_norm_rows(std::vector<OpCase>& rows) {
-  const Shape s{5, 33};
+  const Shape s{2, 3, 33};
   rows.push_back(
       {.name = "layer_norm",
        .kernels = {"layer_norm", "layer_norm_backward"},

@@ -14,30 +14,34 @@ namespace {
 
 using kernels::Activation;
 
+// One element, a matrix, an image batch and more elements than one thread's share.
+const Shape kElementwiseShapes[] = {Shape{1}, Shape{7, 13}, Shape{3, 5, 5, 2}, Shape{100003}};
+
 void add_activation_rows(std::vector<OpCase>& rows) {
+  struct Function {
+    const char* name;
+    Variable (*run)(const Variable&);
+    double (*f)(double);
+  };
+  const Function functions[] = {
+      {"relu", [](const Variable& x) { return relu(x); },
+       [](double x) { return std::max(x, 0.0); }},
+      {"gelu", [](const Variable& x) { return gelu(x); }, gelu_erf},
+      {"gelu_tanh", [](const Variable& x) { return gelu_tanh(x); }, gelu_tanh_of},
+      {"silu", [](const Variable& x) { return silu(x); }, silu_of},
+  };
+  for (const Function& fn : functions)
+    for (const Shape& s : kElementwiseShapes) {
+      const bool relu = std::string(fn.name) == "relu";
+      rows.push_back({.name = std::string(fn.name) + " " + s.to_string(),
+                      .kernels = {fn.name, std::string(fn.name) + "_backward"},
+                      // relu's inputs stay off its kink.
+                      .inputs = {relu ? distinct(s, 0.05) : uniform(s, -6, 6)},
+                      .run = [run = fn.run](const auto& in) { return run(in[0]); },
+                      .reference = [f = fn.f](const auto& in) { return map(in[0], f); },
+                      .elementwise = true});
+    }
   const Shape s{7, 13};
-  rows.push_back(
-      {.name = "relu",
-       .kernels = {"relu", "relu_backward"},
-       .inputs = {distinct(s, 0.05)},
-       .run = [](const auto& in) { return relu(in[0]); },
-       .reference =
-           [](const auto& in) { return map(in[0], [](double x) { return std::max(x, 0.0); }); }});
-  rows.push_back({.name = "gelu",
-                  .kernels = {"gelu", "gelu_backward"},
-                  .inputs = {uniform(s, -6, 6)},
-                  .run = [](const auto& in) { return gelu(in[0]); },
-                  .reference = [](const auto& in) { return map(in[0], gelu_erf); }});
-  rows.push_back({.name = "gelu_tanh",
-                  .kernels = {"gelu_tanh", "gelu_tanh_backward"},
-                  .inputs = {uniform(s, -6, 6)},
-                  .run = [](const auto& in) { return gelu_tanh(in[0]); },
-                  .reference = [](const auto& in) { return map(in[0], gelu_tanh_of); }});
-  rows.push_back({.name = "silu",
-                  .kernels = {"silu", "silu_backward"},
-                  .inputs = {uniform(s, -6, 6)},
-                  .run = [](const auto& in) { return silu(in[0]); },
-                  .reference = [](const auto& in) { return map(in[0], silu_of); }});
   // The by-name entry points the fused layers use, forward and backward.
   for (Activation a :
        {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu}) {
@@ -92,9 +96,10 @@ Doubles broadcast(const Doubles& a, const Doubles& b, F f) {
 }
 
 void add_arithmetic_rows(std::vector<OpCase>& rows) {
-  const Shape s{4, 3, 5}, row{5}, same{4, 3, 5};
-  for (const Shape& bs : {same, row}) {
-    const std::string by = bs == same ? "" : " broadcast";
+  // The second operand: the same shape, trailing dimensions, a row, one element.
+  const Shape s{4, 3, 5};
+  for (const Shape& bs : {s, Shape{3, 5}, Shape{5}, Shape{1}}) {
+    const std::string by = " by " + bs.to_string();
     rows.push_back({.name = "add" + by,
                     .kernels = {"add", "sum_to_shape"},
                     .inputs = {uniform(s), uniform(bs)},
@@ -129,15 +134,6 @@ void add_arithmetic_rows(std::vector<OpCase>& rows) {
                         },
                     .gpu = false});
   }
-  // A one-element operand broadcast over every element.
-  rows.push_back({.name = "mul by one element",
-                  .kernels = {"mul", "sum_to_shape"},
-                  .inputs = {uniform(s), uniform(Shape{1})},
-                  .run = [](const auto& in) { return mul(in[0], in[1]); },
-                  .reference =
-                      [](const auto& in) {
-                        return broadcast(in[0], in[1], [](double a, double b) { return a * b; });
-                      }});
   rows.push_back(
       {.name = "scale",
        .kernels = {"scale"},
@@ -165,13 +161,14 @@ void add_unary_rows(std::vector<OpCase>& rows) {
        4},
   };
   for (const Unary& u : ops)
-    rows.push_back({.name = u.name,
-                    .kernels = {"unary", "unary_backward"},
-                    .inputs = {uniform(s, u.low, u.high)},
-                    .run = [run = u.run](const auto& in) { return run(in[0]); },
-                    .reference = [f = u.f](const auto& in) { return map(in[0], f); },
-
-                    .gpu = false});
+    for (const Shape& shape : {s, Shape{100003}})
+      rows.push_back({.name = std::string(u.name) + " " + shape.to_string(),
+                      .kernels = {"unary", "unary_backward"},
+                      .inputs = {uniform(shape, u.low, u.high)},
+                      .run = [run = u.run](const auto& in) { return run(in[0]); },
+                      .reference = [f = u.f](const auto& in) { return map(in[0], f); },
+                      .gpu = false,
+                      .elementwise = true});
 }
 
 void add_reduction_rows(std::vector<OpCase>& rows) {
