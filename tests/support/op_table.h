@@ -57,7 +57,7 @@ struct OpCase {
   // f32: |result - reference| <= tolerance * max(1, |reference|), forward and gradients.
   double tolerance = 1e-6;
   bool gradient = true;  // false: the op has no backward (or is not differentiable)
-  bool gpu = true;  // its kernels have CUDA implementations
+  bool gpu = true;       // its kernels have CUDA implementations
   // Output i depends on input i alone (one input, its shape): the central
   // differences perturb every element at once, so large shapes stay cheap.
   bool elementwise = false;
