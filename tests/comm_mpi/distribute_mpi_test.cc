@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "support/equivalence.h"
 #include "support/model_batches.h"
 #include "support/reference.h"
 #include "support/test_files.h"
@@ -29,6 +30,7 @@
 namespace tandem {
 namespace {
 
+using testing::expect_same_parameters;
 using testing::relative_error;
 
 class MultiWorkerTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
@@ -166,27 +168,10 @@ std::string rank_dir(const std::string& name) {
 }
 
 train::TrainConfig file_config(const std::string& strategy, const std::string& optimizer) {
-  train::TrainConfig c{
-      .epochs = 2, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
-  c.engine.optimizer =
-      optimizer == "sgd"
-          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
-  c.strategy = {
-      .name = strategy, .devices = 1, .threads_per_device = 1, .allow_oversubscription = true};
+  train::TrainConfig c = testing::equivalence_config(strategy, 1, optimizer);
   // Element-wise sharding: the processes' batches are the one-device ones.
   c.auto_shard = data::AutoShardPolicy::data;
   return c;
-}
-
-void expect_same_parameters(train::Trainer& a, train::Trainer& b, const std::string& what) {
-  const auto pa = a.model().named_parameters();
-  const auto pb = b.model().named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_LT(relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
-              1e-5)
-        << what << ": " << pa[i].first;
-  }
 }
 
 class MultiWorkerFiles : public ::testing::TestWithParam<std::string> {};

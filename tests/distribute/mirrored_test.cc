@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "support/equivalence.h"
 #include "support/ranks.h"
 #include "support/reference.h"
 #include "support/test_data.h"
@@ -58,18 +59,9 @@ train::ModelFactory factory(const std::string& name) {
   return train::custom_model(name, [name] { return nn::make_model(name, {.seed = 3}); });
 }
 
+// One epoch; adam at 0.002.
 train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
-  train::TrainConfig c{
-      .epochs = 1, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
-  c.engine.optimizer =
-      optimizer == "sgd"
-          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.002};
-  c.strategy = {.name = strategy,
-                .devices = devices,
-                .threads_per_device = 1,
-                .allow_oversubscription = true};
-  return c;
+  return testing::equivalence_config(strategy, devices, optimizer, 1, 0.002);
 }
 
 struct Case {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "support/equivalence.h"
 #include "support/reference.h"
 #include "support/test_data.h"
 #include "support/test_files.h"
@@ -20,9 +21,11 @@
 namespace tandem {
 namespace {
 
+using testing::equivalence_config;
+using testing::expect_same_parameters;
+
 namespace fs = std::filesystem;
 using testing::fashion;
-using testing::relative_error;
 
 std::string dir_for(const std::string& name) {
   const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / ("trainer_data_" + name);
@@ -41,31 +44,6 @@ train::ModelFactory regression_model() {
   });
 }
 
-train::TrainConfig config(const std::string& strategy, int devices, const std::string& optimizer) {
-  train::TrainConfig c{
-      .epochs = 2, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
-  c.engine.optimizer =
-      optimizer == "sgd"
-          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-          : optim::OptimizerConfig{.name = "adam", .learning_rate = 0.003};
-  c.strategy = {.name = strategy,
-                .devices = devices,
-                .threads_per_device = 1,
-                .allow_oversubscription = true};
-  return c;
-}
-
-void expect_same_parameters(train::Trainer& a, train::Trainer& b, const std::string& what) {
-  const auto pa = a.model().named_parameters();
-  const auto pb = b.model().named_parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_LT(relative_error(pa[i].second.value().to_floats(), pb[i].second.value().to_floats()),
-              1e-5)
-        << what << ": " << pa[i].first;
-  }
-}
-
 class OnFiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OnFiles, RegressionOnCsvMatchesOneDevice) {
@@ -73,7 +51,7 @@ TEST_P(OnFiles, RegressionOnCsvMatchesOneDevice) {
   const std::string csv =
       testing::write_regression_csv(dir_for("csv_" + GetParam()) + "/train.csv", 200, 4, 1);
   const data::Dataset rows = testing::regression_csv_dataset(csv, 4).shuffle(200, 3);
-  auto c = config("one_device", 1, GetParam());
+  auto c = equivalence_config("one_device", 1, GetParam());
   c.input_feature = "x";
   c.loss = train::make_loss("mean_squared_error", {.labels = "y"});
   c.metrics = {train::make_metric("mae", {.labels = "y"}),
@@ -81,7 +59,7 @@ TEST_P(OnFiles, RegressionOnCsvMatchesOneDevice) {
   train::Trainer single(c, regression_model());
   const train::TrainResult one = single.fit(rows, rows);
   auto m = c;
-  m.strategy = config("mirrored", 2, GetParam()).strategy;
+  m.strategy = equivalence_config("mirrored", 2, GetParam()).strategy;
   train::Trainer mirrored(m, regression_model());
   const train::TrainResult two = mirrored.fit(rows, rows);
   expect_same_parameters(single, mirrored, "csv regression");  // 2 epochs x 17 steps
@@ -108,13 +86,13 @@ TEST_P(OnFiles, JpegTfrecordClassifierMatchesOneDevice) {
   const std::vector<std::string> shards =
       testing::write_jpeg_tfrecords(dir_for("jpeg_" + GetParam()), images, {40, 35, 25});
   const data::Dataset examples = testing::jpeg_tfrecord_dataset(shards);
-  auto c = config("one_device", 1, GetParam());
+  auto c = equivalence_config("one_device", 1, GetParam());
   c.metrics = {train::make_metric("accuracy"), train::make_metric("top3_accuracy")};
   train::Trainer single(c, train::builtin_model("mlp", precision::Policy::float32, 2));
   const train::TrainResult one = single.fit(examples, examples);
   for (int devices : {2, 3}) {
     auto m = c;
-    m.strategy = config("mirrored", devices, GetParam()).strategy;
+    m.strategy = equivalence_config("mirrored", devices, GetParam()).strategy;
     train::Trainer mirrored(m, train::builtin_model("mlp", precision::Policy::float32, 2));
     const train::TrainResult r = mirrored.fit(examples, examples);
     expect_same_parameters(single, mirrored,
@@ -151,7 +129,7 @@ data::Dataset head(int64_t n) {
 TEST(Trainer, StepsPerEpochRunsOneContinuingPassOverRepeatedData) {
   set_num_threads(1);
   const data::Dataset repeated = head(96).shuffle(96, 1).repeat();
-  auto c = config("one_device", 1, "adam");
+  auto c = equivalence_config("one_device", 1, "adam");
   c.epochs = 3;
   c.steps_per_epoch = 5;
   c.schedule = "cosine";  // measured in steps_per_epoch
@@ -179,7 +157,7 @@ TEST(Trainer, StepsPerEpochRunsOneContinuingPassOverRepeatedData) {
 }
 
 TEST(Trainer, DataRunningOutBeforeStepsPerEpochEndsTheRun) {
-  auto c = config("one_device", 1, "sgd");
+  auto c = equivalence_config("one_device", 1, "sgd");
   c.epochs = 4;
   c.steps_per_epoch = 5;
   train::Trainer t(c, train::builtin_model("mlp"));
@@ -200,7 +178,7 @@ TEST(Trainer, DataThatCannotWorkIsAClearError) {
     }
     return std::string("no error");
   };
-  auto c = config("one_device", 1, "sgd");
+  auto c = equivalence_config("one_device", 1, "sgd");
   auto wrong_input = c;
   wrong_input.input_feature = "pixels";
   EXPECT_NE(error_of(wrong_input, head(24)).find("no feature 'pixels'"), std::string::npos);
@@ -237,7 +215,7 @@ TEST(Trainer, BatchesAreBuiltWithTheReplicasThreadsNotEveryCore) {
     seen.push_back(num_threads());
     return e;
   });
-  train::Trainer t(config("one_device", 1, "sgd"), train::builtin_model("mlp"));
+  train::Trainer t(equivalence_config("one_device", 1, "sgd"), train::builtin_model("mlp"));
   t.fit(d);
   ASSERT_FALSE(seen.empty());
   for (int threads : seen) EXPECT_EQ(threads, 1);
@@ -249,13 +227,13 @@ TEST(Trainer, BatchesAreBuiltWithTheReplicasThreadsNotEveryCore) {
 // examples fell on the replicas (50 over 3 replicas, a batch of 2 at the end).
 TEST(Trainer, EvaluationOverReplicasIsTheWholeDatasets) {
   set_num_threads(1);
-  auto c = config("one_device", 1, "sgd");
+  auto c = equivalence_config("one_device", 1, "sgd");
   c.eval_batch_size = 16;
   c.metrics = {train::make_metric("accuracy"), train::make_metric("top2_accuracy"),
                train::make_metric("perplexity")};
   train::Trainer single(c, train::builtin_model("mlp", precision::Policy::float32, 9));
   auto m = c;
-  m.strategy = config("mirrored", 3, "sgd").strategy;
+  m.strategy = equivalence_config("mirrored", 3, "sgd").strategy;
   train::Trainer mirrored(m, train::builtin_model("mlp", precision::Policy::float32, 9));
   const data::Dataset d = head(50);
   const train::EvalResult a = single.evaluate(d), b = mirrored.evaluate(d);
