@@ -114,11 +114,13 @@ std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
 }
 
 // A column of from_tensor_slices: a C-contiguous numpy array of a tandem
-// dtype is shared, anything else copied (float64 into float32).
+// dtype is shared, anything else copied (float64 into float32; int64, the
+// labels numpy makes by default, into int32, the kernels' label type).
 Tensor column_tensor(const py::object& value) {
   if (py::isinstance<py::array>(value)) {
     const auto array = py::cast<py::array>(value);
-    if (dtype_of_numpy(array.dtype()) && (array.flags() & py::array::c_style) != 0) {
+    const auto dtype = dtype_of_numpy(array.dtype());
+    if (dtype && *dtype != DType::i64 && (array.flags() & py::array::c_style) != 0) {
       return tensor_sharing(array);
     }
   }

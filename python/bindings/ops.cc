@@ -439,10 +439,11 @@ void bind_attention_functions(py::module_& ops) {
       "embedding",
       [](V weight, V indices) {
         const Variable w = as_variable(weight);
-        const Tensor i = as_variable(indices, DType::i32).value();
+        const Tensor i = indices_from(indices, "embedding indices");
         return released([&] { return embedding(w, i); });
       },
-      py::arg("weight"), py::arg("indices"), "Rows of weight (V, D) gathered by int32 indices.");
+      py::arg("weight"), py::arg("indices"),
+      "Rows of weight (V, D) gathered by int32 indices (int64 ones are converted).");
 }
 
 // Per-example losses, shape (N,): what a training step differentiates.
@@ -452,7 +453,7 @@ void bind_loss_functions(py::module_& ops) {
       "softmax_cross_entropy",
       [](V logits, V labels, V ignore_index, double smoothing) {
         const Variable l = as_variable(logits);
-        const Tensor y = as_variable(labels, DType::i32).value();
+        const Tensor y = indices_from(labels, "cross-entropy labels");
         CrossEntropyOptions options;
         if (!ignore_index.is_none()) options.ignore_index = ignore_index.cast<int32_t>();
         options.label_smoothing = smoothing;

@@ -22,7 +22,9 @@ std::string numpy_dtype_name(const py::dtype& dt) {
   return py::str(static_cast<const py::handle&>(dt)).cast<std::string>();
 }
 
-// The dtype a copy of an array of this numpy dtype takes by default.
+// The dtype a copy of an array of this numpy dtype takes by default: int32
+// for every integer (tf.constant's choice; tandem's kernels take int32 labels
+// and indices), int64 only when asked for.
 DType default_dtype(const py::dtype& dt) {
   switch (dt.kind()) {
     case 'f':
@@ -51,7 +53,8 @@ void check_fits_int32(const py::array& array) {
     throw py::value_error("tandem.tensor: integer values from " +
                           py::repr(low).cast<std::string>() + " to " +
                           py::repr(high).cast<std::string>() +
-                          " do not fit tandem's int32 (tandem has no int64 tensors)");
+                          " do not fit int32, the dtype of tandem's labels and indices (keep "
+                          "them int64 with dtype=\"int64\" or tandem.from_numpy)");
   }
 }
 
@@ -84,6 +87,8 @@ DLDataType dlpack_dtype(DType dtype) {
       return {kDLInt, 32, 1};
     case DType::u8:
       return {kDLUInt, 8, 1};
+    case DType::i64:
+      return {kDLInt, 64, 1};
   }
   throw InvalidArgument("unknown dtype");
 }
@@ -95,11 +100,12 @@ DType dtype_of_dlpack(DLDataType t) {
     if (t.code == kDLBfloat && t.bits == 16) return DType::bf16;
     if (t.code == kDLInt && t.bits == 32) return DType::i32;
     if (t.code == kDLUInt && t.bits == 8) return DType::u8;
+    if (t.code == kDLInt && t.bits == 64) return DType::i64;
   }
   throw py::type_error("tandem.from_dlpack: dtype (code " + std::to_string(t.code) + ", " +
                        std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
                        " lanes) is not one of tandem's (float32, float16, bfloat16, int32, "
-                       "uint8); convert it first (e.g. .to(torch.int32))");
+                       "uint8, int64); convert it first (e.g. .to(torch.float32))");
 }
 
 py::capsule to_dlpack(const Variable& v) {
@@ -219,6 +225,7 @@ std::optional<DType> dtype_of_numpy(const py::dtype& dt) {
   if (kind == 'f' && size == 2) return DType::f16;
   if (kind == 'i' && size == 4) return DType::i32;
   if (kind == 'u' && size == 1) return DType::u8;
+  if (kind == 'i' && size == 8) return DType::i64;
   return std::nullopt;
 }
 
@@ -252,7 +259,8 @@ DType dtype_from(const py::handle& value) {
     const py::dtype dt = np.attr("dtype")(value);
     if (auto d = dtype_of_numpy(dt)) return *d;
     throw py::type_error("dtype " + numpy_dtype_name(dt) +
-                         " is not one of tandem's (float32, float16, bfloat16, int32, uint8)");
+                         " is not one of tandem's (float32, float16, bfloat16, int32, uint8, "
+                         "int64)");
   }
   throw py::type_error(
       "dtype must be a name (\"float32\", \"bf16\", ...), a tandem dtype or a "
@@ -270,6 +278,8 @@ std::optional<py::dtype> numpy_dtype(DType dtype) {
       return py::dtype("int32");
     case DType::u8:
       return py::dtype("uint8");
+    case DType::i64:
+      return py::dtype("int64");
     case DType::bf16:
       return std::nullopt;
   }
@@ -280,7 +290,7 @@ Tensor tensor_sharing(const py::array& array) {
   const auto dtype = dtype_of_numpy(array.dtype());
   if (!dtype) {
     throw py::value_error("tandem.from_numpy: numpy dtype " + numpy_dtype_name(array.dtype()) +
-                          " is not one of tandem's (float32, float16, int32, uint8); use "
+                          " is not one of tandem's (float32, float16, int32, uint8, int64); use "
                           "tandem.tensor(array) to copy it into one");
   }
   if ((array.flags() & py::array::c_style) == 0) {
@@ -345,6 +355,21 @@ Variable as_variable(const py::handle& value, std::optional<DType> dtype) {
                          py::str(py::type::of(value)).cast<std::string>());
   }
   return Variable(tensor_copying(value, dtype));
+}
+
+Tensor indices_from(const py::handle& value, const char* what) {
+  const Tensor t = as_variable(value, DType::i32).value();
+  if (t.dtype() != DType::i64) return t;
+  const Tensor host = t.on_host();
+  const int64_t* v = host.data<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    if (v[i] < INT32_MIN || v[i] > INT32_MAX) {
+      throw py::value_error(std::string(what) + ": int64 value " + std::to_string(v[i]) +
+                            " at position " + std::to_string(i) +
+                            " does not fit int32, the dtype of tandem's labels and indices");
+    }
+  }
+  return t.to(DType::i32);
 }
 
 Shape shape_from(const py::handle& value) {
@@ -498,12 +523,16 @@ void add_tensor_conversions(py::class_<Variable>& cls) {
 }  // namespace
 
 void bind_tensor(py::module_& m) {
-  py::enum_<DType>(m, "dtype", "Element types: float32, bfloat16, float16, int32, uint8.")
+  py::enum_<DType>(m, "dtype",
+                   "Element types: float32, bfloat16, float16, int32, uint8, int64 (int64 is "
+                   "stored, copied and converted; ops take int32 labels and indices, converting "
+                   "int64 ones that fit).")
       .value("float32", DType::f32)
       .value("bfloat16", DType::bf16)
       .value("float16", DType::f16)
       .value("int32", DType::i32)
       .value("uint8", DType::u8)
+      .value("int64", DType::i64)
       .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
       .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); });
 
@@ -517,8 +546,9 @@ memory instead. Images are channels-last (N, H, W, C). Ops on tensors that
 require gradients record how to differentiate them; backward() computes the
 gradients of the leaves (tensor.grad).
 
-numpy(): float32, float16, int32 and uint8 tensors give a numpy array that
-shares their memory; bfloat16 (numpy has no such type) gives a float32 copy.
+numpy(): float32, float16, int32, uint8 and int64 tensors give a numpy array
+that shares their memory; bfloat16 (numpy has no such type) gives a float32
+copy.
 The DLPack protocol (__dlpack__, __dlpack_device__) shares memory with
 numpy.from_dlpack and torch.from_dlpack in every dtype.)doc");
   cls.def(py::init([](const py::object& data, const py::object& dtype, bool requires_grad,
@@ -550,7 +580,8 @@ numpy.from_dlpack and torch.from_dlpack in every dtype.)doc");
         return Variable(t, requires_grad);
       },
       py::arg("array"), py::arg("requires_grad") = false,
-      "A tensor sharing a C-contiguous numpy array's memory (float32, float16, int32, uint8): "
+      "A tensor sharing a C-contiguous numpy array's memory (float32, float16, int32, uint8, "
+      "int64): "
       "writes through either show in both. Other arrays: tandem.tensor copies.");
   m.def("from_dlpack", &from_dlpack, py::arg("source"),
         "A tensor sharing the memory of any DLPack producer (torch tensors, numpy arrays, ...): "

@@ -19,12 +19,14 @@ bfloat16 = dtype.bfloat16
 float16 = dtype.float16
 int32 = dtype.int32
 uint8 = dtype.uint8
+int64 = dtype.int64
 
 
 def tensor(data, dtype=None, requires_grad=False, device=None):
     """A tensor copying `data` (numpy arrays, nested lists, numbers).
 
-    The dtype defaults to float32 for floating values and int32 for integers;
+    The dtype defaults to float32 for floating values and int32 for integers
+    (as tf.constant; labels and indices are int32), int64 when asked for;
     float16 arrays stay float16 and uint8 arrays uint8.
     """
     return Tensor(data, dtype=dtype, requires_grad=requires_grad, device=device)

@@ -213,8 +213,9 @@ class TensorSpec:
                                  "non-negative int or None")
         self.dtype = _np.dtype(dtype)
         if self.dtype not in _GENERATED_DTYPES:
-            raise ValueError(f"TensorSpec dtype {self.dtype} is not one tandem holds "
-                             f"({', '.join(str(d) for d in _GENERATED_DTYPES)})")
+            raise ValueError(f"TensorSpec dtype {self.dtype} is not one a dataset carries "
+                             f"({', '.join(str(d) for d in _GENERATED_DTYPES)}; labels and "
+                             "indices are int32)")
 
     def _convert(self, value, name, index):
         array = _np.asarray(value)
@@ -260,8 +261,8 @@ def _generated_values(element, names, structure, index):
 def _columns(names, values, what):
     """Named columns of rows, in order: tandem Tensors as they are, anything
     else as C-ordered numpy arrays (the C++ side shares them where tandem has
-    their dtype and copies them otherwise, refusing int64 values outside
-    int32). A scalar, or columns whose first dimensions differ, are refused
+    their dtype and copies them otherwise; int64 columns become int32, the
+    labels' and indices' dtype, refusing values outside it). A scalar, or columns whose first dimensions differ, are refused
     with a ValueError that `what` starts."""
     from ._tandem import Tensor
     columns = {}

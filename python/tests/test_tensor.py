@@ -4,7 +4,7 @@ import pytest
 
 import tandem
 
-SHARED = [np.float32, np.float16, np.int32, np.uint8]
+SHARED = [np.float32, np.float16, np.int32, np.uint8, np.int64]
 
 
 @pytest.mark.parametrize("np_dtype", SHARED)
@@ -52,6 +52,33 @@ def test_int64_out_of_range_is_refused():
         tandem.tensor(np.array([2**40], np.int64))
 
 
+def test_int64_is_exact_and_converts_saturating():
+    big = np.array([2**40 + 1, -(2**53) - 1, 7], np.int64)     # past float's and double's mantissas
+    t = tandem.tensor(big, dtype="int64")
+    assert t.dtype == tandem.int64 and t.numpy().dtype == np.int64
+    np.testing.assert_array_equal(t.numpy(), big)
+    assert t.tolist() == big.tolist() and tandem.from_numpy(big[2:]).item() == 7
+    assert t.to("int32").tolist() == [2**31 - 1, -(2**31), 7]   # saturated, as to any integer dtype
+    assert t.to("float32").dtype == tandem.float32
+    assert tandem.tensor([3, 4]).to("int64").to("int32").tolist() == [3, 4]
+
+
+def test_int64_labels_and_indices_are_converted_or_refused():
+    logits = tandem.tensor(np.random.default_rng(0).normal(size=(4, 5)))
+    labels = np.array([0, 4, 2, 1], np.int64)
+    want = tandem.ops.softmax_cross_entropy(logits, tandem.tensor(labels)).numpy()
+    got = tandem.ops.softmax_cross_entropy(logits, tandem.from_numpy(labels)).numpy()
+    np.testing.assert_array_equal(got, want)
+    table = tandem.tensor(np.arange(12.0).reshape(6, 2))
+    np.testing.assert_array_equal(
+        tandem.ops.embedding(table, tandem.from_numpy(np.array([5, 0], np.int64))).numpy(),
+        [[10.0, 11.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="int64 value 8589934592 at position 1"):
+        tandem.ops.embedding(table, tandem.from_numpy(np.array([1, 2**33], np.int64)))
+    with pytest.raises(tandem.Error, match="i64"):
+        tandem.from_numpy(labels) + tandem.from_numpy(labels)   # arithmetic takes no int64
+
+
 def test_from_numpy_refuses_non_contiguous_and_foreign_dtypes():
     with pytest.raises(ValueError, match="contiguous"):
         tandem.from_numpy(np.ones((4, 4), np.float32)[:, ::2])
@@ -59,7 +86,7 @@ def test_from_numpy_refuses_non_contiguous_and_foreign_dtypes():
         tandem.from_numpy(np.ones(3))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8", "int64"])
 def test_dlpack_to_numpy_and_back(dtype):
     t = tandem.tensor(np.arange(6).reshape(2, 3), dtype=dtype)
     if dtype == "bfloat16":
@@ -79,7 +106,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.mark.parametrize("dtype,torch_dtype", [("float32", torch.float32), ("float16", torch.float16),
                                                ("bfloat16", torch.bfloat16), ("int32", torch.int32),
-                                               ("uint8", torch.uint8)])
+                                               ("uint8", torch.uint8), ("int64", torch.int64)])
 def test_dlpack_with_torch_shares_memory(dtype, torch_dtype):
     t = tandem.tensor(np.arange(6).reshape(2, 3), dtype=dtype)
     p = torch.from_dlpack(t)
@@ -91,9 +118,9 @@ def test_dlpack_with_torch_shares_memory(dtype, torch_dtype):
     assert u.to("float32").numpy().tolist() == [7, 7, 7]
 
 
-def test_dlpack_refuses_int64_and_strided():
-    with pytest.raises(TypeError, match="int32"):
-        tandem.from_dlpack(torch.arange(3))
+def test_dlpack_refuses_float64_and_strided():
+    with pytest.raises(TypeError, match="int64"):
+        tandem.from_dlpack(torch.arange(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="contiguous"):
         tandem.from_dlpack(torch.ones(4, 4).t())
 

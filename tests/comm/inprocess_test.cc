@@ -295,6 +295,7 @@ TEST(InProcess, BadArguments) {
   EXPECT_THROW(parse_reduce_op("prod"), InvalidArgument);
   auto solo = InProcessGroup(1).communicator(0);
   EXPECT_THROW(solo->all_reduce(Tensor::zeros(Shape{3}, DType::u8), ReduceOp::sum), CommError);
+  EXPECT_THROW(solo->all_reduce(Tensor::zeros(Shape{3}, DType::i64), ReduceOp::sum), CommError);
   EXPECT_THROW(solo->all_reduce(Tensor::zeros(Shape{3}, DType::i32), ReduceOp::mean), CommError);
 }
 

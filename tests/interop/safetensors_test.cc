@@ -86,26 +86,32 @@ TEST(Safetensors, WritesWhatItReadsBackInEveryDType) {
 }
 
 TEST(Safetensors, ReadsAFileLaidOutByHandFromTheFormat) {
-  // Keys out of byte order, a BF16 tensor and an I64 one as PyTorch writes
-  // them (num_batches_tracked), metadata.
+  // Keys out of byte order, an I64 tensor as PyTorch writes them
+  // (num_batches_tracked), an F64 one, metadata.
   const std::string header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
                              R"("n":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
+                             R"("d":{"dtype":"F64","shape":[1],"data_offsets":[24,32]},)"
                              R"("__metadata__":{"format":"pt"}})";
   std::string data(8, '\0');
   data[0] = 3;  // n = 3
+  data[7] = 1;  // and 2^56: past float's 24 bits, read exactly
   data += floats({1.0f, 2.0f, -3.0f, 0.5f});
+  data += std::string(8, '\0');
   const std::string path = scratch("by_hand.safetensors");
   testing::write_bytes(path, file_bytes(header, data));
   const interop::SafetensorsFile file(path);
-  ASSERT_EQ(file.entries().size(), 2u);
+  ASSERT_EQ(file.entries().size(), 3u);
   EXPECT_EQ(file.entries()[0].name, "n");  // in byte order
   EXPECT_EQ(file.metadata().at("format"), "pt");
   EXPECT_EQ(file.read(*file.find("w")).to_floats(), (std::vector<float>{1, 2, -3, 0.5f}));
+  const Tensor n = file.read(*file.find("n"));
+  ASSERT_EQ(n.dtype(), DType::i64);
+  EXPECT_EQ(n.data<int64_t>()[0], (int64_t{1} << 56) + 3);
   try {
-    file.read(*file.find("n"));
-    ADD_FAILURE() << "an I64 tensor was read";
+    file.read(*file.find("d"));
+    ADD_FAILURE() << "an F64 tensor was read";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'n' is I64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'d' is F64"), std::string::npos) << e.what();
   }
 }
 

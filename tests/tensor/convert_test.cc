@@ -185,5 +185,33 @@ TEST(Convert, IntegerTargetsRoundAndSaturate) {
             (std::vector<int32_t>{-4, 0, 2, 300, std::numeric_limits<int32_t>::max(), 0}));
 }
 
+// Between integer types exactly (no trip through float, whose 24 bits would
+// round these), saturating into narrower ones.
+TEST(Convert, IntegersConvertExactlyAndSaturate) {
+  const int64_t wide[] = {(int64_t{1} << 40) + 1, -(int64_t{1} << 40), 16777217, -1, 300};
+  int32_t i32[5];
+  uint8_t u8[5];
+  convert(wide, DType::i64, i32, DType::i32, 5);
+  convert(wide, DType::i64, u8, DType::u8, 5);
+  EXPECT_EQ(std::vector<int32_t>(i32, i32 + 5),
+            (std::vector<int32_t>{std::numeric_limits<int32_t>::max(),
+                                  std::numeric_limits<int32_t>::min(), 16777217, -1, 300}));
+  EXPECT_EQ(std::vector<int>(u8, u8 + 5), (std::vector<int>{255, 0, 255, 0, 255}));
+  int64_t back[5];
+  convert(i32, DType::i32, back, DType::i64, 5);
+  EXPECT_EQ(back[2], 16777217);  // exact past 2^24
+  convert(u8, DType::u8, back, DType::i64, 5);
+  EXPECT_EQ(back[0], 255);
+  const float in[] = {-3.5f, 2.5f, 1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN()};
+  convert(in, DType::f32, back, DType::i64, 5);
+  EXPECT_EQ(std::vector<int64_t>(back, back + 5),
+            (std::vector<int64_t>{-4, 2, std::numeric_limits<int64_t>::max(),
+                                  std::numeric_limits<int64_t>::min(), 0}));
+  float out[2];
+  convert(wide + 2, DType::i64, out, DType::f32, 2);
+  EXPECT_EQ(out[0], 16777216.0f);  // to float: rounded to nearest even
+  EXPECT_EQ(out[1], -1.0f);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -72,11 +72,16 @@ TEST(Tensor, ByteSizesBeyondInt64AreShapeErrorsBeforeAllocating) {
 }
 
 TEST(DTypeNames, RoundTripAndErrors) {
-  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8}) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8, DType::i64}) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+    EXPECT_TRUE(is_dtype_code(static_cast<uint64_t>(d)));
   }
+  EXPECT_FALSE(is_dtype_code(static_cast<uint64_t>(DType::i64) + 1));
   EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);
+  EXPECT_EQ(parse_dtype("int64"), DType::i64);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::i64), 8u);
+  EXPECT_FALSE(is_floating(DType::i64));
   try {
     parse_dtype("f64");
     FAIL();

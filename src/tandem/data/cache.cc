@@ -110,10 +110,10 @@ std::optional<Element> read_element(CacheInput& in, int64_t index) {
     if (!in.read(name.data(), name_length) || !in.get(dtype) || !in.get(rank))
       throw damaged("truncated feature header" + left());
     where += " '" + name + "'";
-    if (rank > Shape::kMaxRank || dtype > static_cast<uint8_t>(DType::u8)) {
+    if (rank > Shape::kMaxRank || !is_dtype_code(dtype)) {
       throw damaged("rank " + std::to_string(rank) + ", dtype " + std::to_string(dtype) +
                     " (at most rank " + std::to_string(Shape::kMaxRank) + ", dtype " +
-                    std::to_string(static_cast<int>(DType::u8)) + ")");
+                    std::to_string(static_cast<int>(DType::i64)) + ")");
     }
     std::vector<int64_t> dims(rank);
     for (auto& d : dims) {

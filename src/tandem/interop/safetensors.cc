@@ -42,6 +42,7 @@ std::optional<DType> tandem_dtype(const std::string& name) {
   if (name == "F16") return DType::f16;
   if (name == "I32") return DType::i32;
   if (name == "U8") return DType::u8;
+  if (name == "I64") return DType::i64;
   return std::nullopt;
 }
 
@@ -112,6 +113,8 @@ std::string safetensors_dtype(DType dtype) {
       return "I32";
     case DType::u8:
       return "U8";
+    case DType::i64:
+      return "I64";
   }
   TANDEM_THROW(InvalidArgument, "no safetensors dtype for ", dtype_name(dtype));
 }
@@ -188,7 +191,7 @@ Tensor SafetensorsFile::read(const SafetensorsEntry& entry) const {
   const std::optional<DType> dtype = tandem_dtype(entry.dtype);
   if (!dtype) {
     TANDEM_THROW(InvalidArgument, "'", path_, "': tensor '", entry.name, "' is ", entry.dtype,
-                 ", which tandem has no dtype for (it reads F32, BF16, F16, I32 and U8)");
+                 ", which tandem has no dtype for (it reads F32, BF16, F16, I32, U8 and I64)");
   }
   Shape shape;
   try {

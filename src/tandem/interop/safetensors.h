@@ -45,8 +45,8 @@ class SafetensorsFile {
   const SafetensorsEntry* find(const std::string& name) const;
 
   // The tensor's values in its own dtype, for the dtypes tandem has (F32,
-  // BF16, F16, I32, U8); InvalidArgument naming the tensor for others (I64,
-  // F64, ...). IoError when the file changed under the reader.
+  // BF16, F16, I32, U8, I64); InvalidArgument naming the tensor for others
+  // (F64, U64, ...). IoError when the file changed under the reader.
   Tensor read(const SafetensorsEntry& entry) const;
 
  private:

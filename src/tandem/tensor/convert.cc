@@ -141,6 +141,8 @@ float load_as_float(const void* src, DType dtype, int64_t i) {
       return static_cast<float>(static_cast<const int32_t*>(src)[i]);
     case DType::u8:
       return static_cast<float>(static_cast<const uint8_t*>(src)[i]);
+    case DType::i64:
+      return static_cast<float>(static_cast<const int64_t*>(src)[i]);
   }
   return 0.0f;
 }
@@ -175,7 +177,34 @@ void store_from_float(void* dst, DType dtype, int64_t i, float value) {
     case DType::u8:
       static_cast<uint8_t*>(dst)[i] = saturate<uint8_t>(value);
       break;
+    case DType::i64:
+      static_cast<int64_t*>(dst)[i] = saturate<int64_t>(value);
+      break;
   }
+}
+
+bool is_integer(DType dtype) {
+  return dtype == DType::i32 || dtype == DType::u8 || dtype == DType::i64;
+}
+
+int64_t load_as_int64(const void* src, DType dtype, int64_t i) {
+  if (dtype == DType::i64) return static_cast<const int64_t*>(src)[i];
+  if (dtype == DType::i32) return static_cast<const int32_t*>(src)[i];
+  return static_cast<const uint8_t*>(src)[i];
+}
+
+template <typename Int>
+Int saturate(int64_t value) {
+  return static_cast<Int>(
+      std::clamp<int64_t>(value, std::numeric_limits<Int>::min(), std::numeric_limits<Int>::max()));
+}
+
+// Between integer types exactly, saturating where the target is narrower
+// (through float, values past 2^24 would round).
+void store_from_int64(void* dst, DType dtype, int64_t i, int64_t value) {
+  if (dtype == DType::i64) static_cast<int64_t*>(dst)[i] = value;
+  if (dtype == DType::i32) static_cast<int32_t*>(dst)[i] = saturate<int32_t>(value);
+  if (dtype == DType::u8) static_cast<uint8_t*>(dst)[i] = saturate<uint8_t>(value);
 }
 
 void convert_range(const void* src, DType s, void* dst, DType d, int64_t begin, int64_t end) {
@@ -188,6 +217,10 @@ void convert_range(const void* src, DType s, void* dst, DType d, int64_t begin, 
   if (s == DType::bf16 && d == DType::f32) return bf16_to_f32(src_u16, dst_f32, n);
   if (s == DType::f32 && d == DType::f16) return f32_to_f16(src_f32, dst_u16, n);
   if (s == DType::f16 && d == DType::f32) return f16_to_f32(src_u16, dst_f32, n);
+  if (is_integer(s) && is_integer(d)) {
+    for (int64_t i = begin; i < end; ++i) store_from_int64(dst, d, i, load_as_int64(src, s, i));
+    return;
+  }
   for (int64_t i = begin; i < end; ++i) store_from_float(dst, d, i, load_as_float(src, s, i));
 }
 

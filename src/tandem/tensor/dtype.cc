@@ -6,8 +6,14 @@
 
 namespace tandem {
 
+bool is_dtype_code(uint64_t code) {
+  return code <= static_cast<uint64_t>(DType::i64);
+}
+
 size_t dtype_size(DType dtype) {
   switch (dtype) {
+    case DType::i64:
+      return 8;
     case DType::f32:
     case DType::i32:
       return 4;
@@ -32,6 +38,8 @@ std::string_view dtype_name(DType dtype) {
       return "i32";
     case DType::u8:
       return "u8";
+    case DType::i64:
+      return "i64";
   }
   return "invalid";
 }
@@ -42,7 +50,9 @@ DType parse_dtype(std::string_view name) {
   if (name == "f16" || name == "float16") return DType::f16;
   if (name == "i32" || name == "int32") return DType::i32;
   if (name == "u8" || name == "uint8") return DType::u8;
-  TANDEM_THROW(InvalidArgument, "unknown dtype '", name, "' (expected f32, bf16, f16, i32 or u8)");
+  if (name == "i64" || name == "int64") return DType::i64;
+  TANDEM_THROW(InvalidArgument, "unknown dtype '", name,
+               "' (expected f32, bf16, f16, i32, u8 or i64)");
 }
 
 bool is_floating(DType dtype) {

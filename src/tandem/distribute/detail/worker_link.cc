@@ -203,7 +203,7 @@ std::string FrameReader::text() {
 
 std::pair<DType, Shape> FrameReader::tensor_header() {
   const uint64_t dtype = u64(), rank = u64();
-  if (dtype > static_cast<uint64_t>(DType::u8) || rank > kMaxRank)
+  if (!is_dtype_code(dtype) || rank > kMaxRank)
     TANDEM_THROW(IoError, what_, ": a tensor of dtype code ", dtype, " and rank ", rank);
   std::vector<int64_t> dims;
   uint64_t elements = 1;

@@ -47,6 +47,8 @@ dnnl::memory::data_type to_dnnl(DType dtype) {
       return dt::s32;
     case DType::u8:
       return dt::u8;
+    case DType::i64:
+      break;  // no oneDNN primitive takes it; kernels refuse it by name first
   }
   return dt::undef;
 }

@@ -21,6 +21,8 @@ __device__ float load_any(const void* p, DType dtype, int64_t i) {
       return static_cast<float>(static_cast<const int32_t*>(p)[i]);
     case DType::u8:
       return static_cast<float>(static_cast<const uint8_t*>(p)[i]);
+    case DType::i64:
+      return static_cast<float>(static_cast<const int64_t*>(p)[i]);
   }
   return 0.0f;
 }
@@ -56,11 +58,46 @@ __device__ void store_any(void* p, DType dtype, int64_t i, float v) {
     case DType::u8:
       static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(saturated(v, 0.0f, 255.0f));
       break;
+    case DType::i64:
+      if (isnan(v)) {
+        static_cast<int64_t*>(p)[i] = 0;
+      } else {
+        const float r = nearbyintf(v);
+        static_cast<int64_t*>(p)[i] = r <= -9223372036854775808.0f  ? INT64_MIN
+                                      : r >= 9223372036854775808.0f ? INT64_MAX
+                                                                    : static_cast<int64_t>(r);
+      }
+      break;
   }
 }
 
+__device__ bool is_integer(DType dtype) {
+  return dtype == DType::i32 || dtype == DType::u8 || dtype == DType::i64;
+}
+
+__device__ int64_t load_integer(const void* p, DType dtype, int64_t i) {
+  if (dtype == DType::i64) return static_cast<const int64_t*>(p)[i];
+  if (dtype == DType::i32) return static_cast<const int32_t*>(p)[i];
+  return static_cast<const uint8_t*>(p)[i];
+}
+
+// Between integer types exactly, saturating as the CPU does.
+__device__ void store_integer(void* p, DType dtype, int64_t i, int64_t v) {
+  if (dtype == DType::i64) static_cast<int64_t*>(p)[i] = v;
+  if (dtype == DType::i32)
+    static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v < INT32_MIN   ? INT32_MIN
+                                                       : v > INT32_MAX ? INT32_MAX
+                                                                       : v);
+  if (dtype == DType::u8)
+    static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
 __global__ void convert_kernel(const void* src, DType s, void* dst, DType d, int64_t n) {
-  TANDEM_CUDA_FOR(i, n) store_any(dst, d, i, load_any(src, s, i));
+  if (is_integer(s) && is_integer(d)) {
+    TANDEM_CUDA_FOR(i, n) store_integer(dst, d, i, load_integer(src, s, i));
+  } else {
+    TANDEM_CUDA_FOR(i, n) store_any(dst, d, i, load_any(src, s, i));
+  }
 }
 
 // Between floating types, the element types known at compile time: the
