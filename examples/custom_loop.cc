@@ -56,12 +56,13 @@ Variable per_example_squared_error(const Variable& predictions, const Tensor& ta
 
 int main() {
   try {
-    auto strategy = distribute::make_strategy({.name = "mirrored",
+    auto strategy = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
                                                .devices = 2,
                                                .threads_per_device = 1,
                                                .allow_oversubscription = true});
-    auto engine = strategy->make_engine([] { return std::make_shared<ResidualMlp>(7); },
-                                        {.optimizer = {.name = "adam", .learning_rate = 3e-3}});
+    auto engine = strategy->make_engine(
+        [] { return std::make_shared<ResidualMlp>(7); },
+        {.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 3e-3}});
     const distribute::ForwardFn forward = [](nn::Module& model, const distribute::ReplicaBatch& b) {
       const Variable predictions = model.forward(Variable(b.rows.at("x")));
       return per_example_squared_error(predictions, b.rows.at("y"));

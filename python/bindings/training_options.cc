@@ -33,7 +33,7 @@ void set_optimizer(optim::OptimizerConfig& o, const py::dict& d) {
   for (const auto& [k, v] : d) {
     const std::string key = k.cast<std::string>();
     if (key == "name")
-      o.name = as<std::string>(v, key);
+      o.kind = optim::parse_optimizer(as<std::string>(v, key));
     else if (key == "learning_rate")
       o.learning_rate = as<double>(v, key);
     else if (key == "momentum")
@@ -149,7 +149,10 @@ const std::map<std::string, Setter>& config_setters() {
       {"drop_remainder", field<bool>(&TrainConfig::drop_remainder)},
       {"steps_per_epoch", field<int64_t>(&TrainConfig::steps_per_epoch)},
       {"repeat", field<bool>(&TrainConfig::repeat)},
-      {"schedule", field<std::string>(&TrainConfig::schedule)},
+      {"schedule",
+       [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.schedule = optim::parse_schedule(as<std::string>(v, k));
+       }},
       {"lr_step_epochs", field<double>(&TrainConfig::lr_step_epochs)},
       {"lr_gamma", field<double>(&TrainConfig::lr_gamma)},
       {"min_lr", field<double>(&TrainConfig::min_lr)},
@@ -170,8 +173,10 @@ const std::map<std::string, Setter>& config_setters() {
       {"stop_after_epochs", field<int64_t>(&TrainConfig::stop_after_epochs)},
       {"zero", [](TrainConfig& c, const py::handle& v,
                   const std::string& k) { c.engine.reducer.zero_stage = as<int>(v, k); }},
-      {"strategy", [](TrainConfig& c, const py::handle& v,
-                      const std::string& k) { c.strategy.name = as<std::string>(v, k); }},
+      {"strategy",
+       [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.kind = distribute::parse_strategy(as<std::string>(v, k));
+       }},
       {"devices", [](TrainConfig& c, const py::handle& v,
                      const std::string& k) { c.strategy.devices = as<int>(v, k); }},
       {"threads_per_device",

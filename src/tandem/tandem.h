@@ -9,6 +9,7 @@
 #include "tandem/autograd/variable.h"
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
 #include "tandem/base/trace.h"

@@ -45,16 +45,19 @@ TEST_P(MultiWorkerTest, MatchesOneDevice) {
   const data::Dataset test =
       data::as_dataset({fashion.test.images.slice(0, 20), fashion.test.labels.slice(0, 20)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{
-      .epochs = 1, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
-  c.engine.optimizer = {.name = "adam", .learning_rate = 0.002};
+  train::TrainConfig c{.epochs = 1,
+                       .batch_size = 12,
+                       .engine = {.seed = 5},
+                       .schedule = optim::ScheduleKind::constant};
+  c.engine.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 0.002};
   const train::ModelFactory factory = train::builtin_model(model, precision::Policy::float32, 3);
   train::TrainConfig reference_config = c;
-  reference_config.strategy = {.name = "one_device", .threads_per_device = 1};
+  reference_config.strategy = {.kind = distribute::StrategyKind::one_device,
+                               .threads_per_device = 1};
   train::Trainer reference(reference_config, factory);
   const train::TrainResult expected = reference.fit(train, test);
 
-  c.strategy = {.name = "multi_worker",
+  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
                 .devices = devices,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
@@ -111,9 +114,11 @@ TEST(MultiWorkerTiming, ARemoteStragglerIsNamedNotHiddenInCommunication) {
   const data::Dataset train =
       data::as_dataset({fashion.train.images.slice(0, 96), fashion.train.labels.slice(0, 96)});
   const int processes = comm::mpi_world_size();
-  train::TrainConfig c{
-      .epochs = 1, .batch_size = 16, .engine = {.seed = 5}, .schedule = "constant"};
-  c.strategy = {.name = "multi_worker",
+  train::TrainConfig c{.epochs = 1,
+                       .batch_size = 16,
+                       .engine = {.seed = 5},
+                       .schedule = optim::ScheduleKind::constant};
+  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
                 .devices = 1,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
@@ -194,7 +199,7 @@ TEST_P(MultiWorkerFiles, CsvRegressionMatchesOneDevice) {
   train::Trainer single(c, model);
   const train::TrainResult one = single.fit(rows, rows);
   auto m = c;
-  m.strategy.name = "multi_worker";
+  m.strategy.kind = distribute::StrategyKind::multi_worker;
   train::Trainer workers(m, model);
   const train::TrainResult all = workers.fit(rows, rows);
   expect_same_parameters(single, workers, "csv regression");
@@ -221,7 +226,7 @@ TEST_P(MultiWorkerFiles, JpegTfrecordClassifierMatchesOneDevice) {
   train::Trainer single(c, train::builtin_model("mlp", precision::Policy::float32, 2));
   const train::TrainResult one = single.fit(examples, examples);
   auto m = c;
-  m.strategy.name = "multi_worker";
+  m.strategy.kind = distribute::StrategyKind::multi_worker;
   train::Trainer workers(m, train::builtin_model("mlp", precision::Policy::float32, 2));
   const train::TrainResult all = workers.fit(examples, examples);
   expect_same_parameters(single, workers, "jpeg tfrecord");
@@ -247,9 +252,11 @@ TEST(MultiWorkerUneven, FileShardsOfDifferentSizesTrainEveryExampleOnce) {
         ++seen.at(static_cast<size_t>(e.at("id").to_ints()[0]));
         return e;
       });
-  train::TrainConfig c{
-      .epochs = 1, .batch_size = 100, .engine = {.seed = 5}, .schedule = "constant"};
-  c.strategy = {.name = "multi_worker",
+  train::TrainConfig c{.epochs = 1,
+                       .batch_size = 100,
+                       .engine = {.seed = 5},
+                       .schedule = optim::ScheduleKind::constant};
+  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
                 .devices = 1,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
@@ -285,8 +292,8 @@ TEST(MultiWorkerUneven, FileShardsOfDifferentSizesTrainEveryExampleOnce) {
 // others waiting.
 TEST(MultiWorkerFailures, AFailingWorkerStopsEveryWorkerWithAnError) {
   const int rank = comm::mpi_world_rank();
-  train::TrainConfig c{.epochs = 1, .batch_size = 8, .schedule = "constant"};
-  c.strategy = {.name = "multi_worker",
+  train::TrainConfig c{.epochs = 1, .batch_size = 8, .schedule = optim::ScheduleKind::constant};
+  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
                 .devices = 1,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
@@ -332,7 +339,7 @@ struct WorkerSetup {
   int devices = 1;
   int zero_stage = 0;
   int accumulation_steps = 1;
-  optim::OptimizerConfig optimizer{.name = "sgd", .learning_rate = 0.1};
+  optim::OptimizerConfig optimizer{.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1};
 };
 
 void expect_multi_worker_matches_one_device(
@@ -340,8 +347,9 @@ void expect_multi_worker_matches_one_device(
     const std::function<data::Element(int64_t step)>& global_batch,
     const distribute::ForwardFn& forward, const WorkerSetup& setup = {}) {
   const distribute::EngineOptions options{.optimizer = setup.optimizer};
-  auto one_device = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
-  auto workers = distribute::make_strategy({.name = "multi_worker",
+  auto one_device = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
+  auto workers = distribute::make_strategy({.kind = distribute::StrategyKind::multi_worker,
                                             .devices = setup.devices,
                                             .threads_per_device = 1,
                                             .allow_oversubscription = true});
@@ -357,7 +365,7 @@ void expect_multi_worker_matches_one_device(
   std::unique_ptr<distribute::Strategy> plain_workers;
   std::unique_ptr<distribute::Engine> plain;
   if (setup.zero_stage > 0) {
-    plain_workers = distribute::make_strategy({.name = "multi_worker",
+    plain_workers = distribute::make_strategy({.kind = distribute::StrategyKind::multi_worker,
                                                .devices = setup.devices,
                                                .threads_per_device = 1,
                                                .allow_oversubscription = true});
@@ -431,7 +439,7 @@ TEST_P(MultiWorkerZero, ShardedAndAccumulatedTrainingMatchesOneDevice) {
   // Adam turns rounding noise in a gradient that is zero in exact
   // arithmetic (gpt's key biases: softmax ignores a shift of every score)
   // into unit-size steps, so it is checked on a small classifier.
-  setup.optimizer = {.name = "adamw", .learning_rate = 0.01};
+  setup.optimizer = {.kind = optim::OptimizerKind::adamw, .learning_rate = 0.01};
   const distribute::ModelBuilder classifier = [] {
     Generator g(8);
     auto m = std::make_shared<nn::Sequential>();

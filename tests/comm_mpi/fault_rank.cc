@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   const bool peer_timeout_case = mode == "freeze" || mode == "slow";
   try {
     auto strategy = distribute::make_strategy(
-        {.name = "multi_worker",
+        {.kind = distribute::StrategyKind::multi_worker,
          .devices = devices,
          .threads_per_device = 1,
          .allow_oversubscription = true,
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
           Generator g(3);
           return std::make_shared<nn::Linear>(4, 1, nn::LinearOptions{}, g);
         },
-        {.optimizer = {.name = "sgd", .learning_rate = 0.1}});
+        {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1}});
     int64_t step = 0;
     const distribute::ForwardFn forward = [&](nn::Module& model,
                                               const distribute::ReplicaBatch& b) {

@@ -20,7 +20,7 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<distribute::Strategy> mirrored(int devices) {
-  return distribute::make_strategy({.name = "mirrored",
+  return distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
                                     .devices = devices,
                                     .threads_per_device = 1,
                                     .allow_oversubscription = true});
@@ -96,7 +96,8 @@ TEST(ReplicaContext, EachReplicaRunsUnderItsOwnContextAndTheCallerIsRestored) {
   EXPECT_EQ(devices[2], cpu_device(2));
 
   // One device runs on the caller's thread: its state comes back afterwards.
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   set_num_threads(2);
   thread_generator().set_state(99, 5);
   one->run([&](int) {
@@ -111,9 +112,11 @@ TEST(ReplicaContext, EachReplicaRunsUnderItsOwnContextAndTheCallerIsRestored) {
 }
 
 TEST(Engine, StepsOverReplicasTakeTheOneDeviceStep) {
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   auto two = mirrored(2);
-  const distribute::EngineOptions options{.optimizer = {.name = "sgd", .learning_rate = 0.1}};
+  const distribute::EngineOptions options{
+      .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1}};
   auto a = one->make_engine(linear_model, options);
   auto b = two->make_engine(linear_model, options);
   EXPECT_EQ(b->name(), "all_reduce");
@@ -137,8 +140,8 @@ TEST(Engine, StepsOverReplicasTakeTheOneDeviceStep) {
 
 TEST(Engine, StateLoadsIntoAnyReplicaCount) {
   auto two = mirrored(2);
-  auto engine =
-      two->make_engine(linear_model, {.optimizer = {.name = "adam", .learning_rate = 0.01}});
+  auto engine = two->make_engine(
+      linear_model, {.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 0.01}});
   for (int64_t step = 0; step < 3; ++step) engine->step(batch_of(6, 7), forward, {.step = step});
   const distribute::EngineState state = engine->save_state();
   EXPECT_TRUE(state.has_tensor("model.0.weight"));
@@ -151,7 +154,7 @@ TEST(Engine, StateLoadsIntoAnyReplicaCount) {
         m->emplace<nn::Linear>(3, 1, nn::LinearOptions{}, g);
         return m;
       },
-      {.optimizer = {.name = "adam", .learning_rate = 0.01}});
+      {.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 0.01}});
   restored->load_state(state);
   const distribute::StepResult x = engine->step(batch_of(6, 8), forward, {.step = 3});
   const distribute::StepResult y = restored->step(batch_of(6, 8), forward, {.step = 3});
@@ -197,12 +200,13 @@ TEST(Engine, BadForwardsAndBatchesAreClearErrors) {
 TEST(Engine, AReplicaThatThrowsEndsItsPeersAtOnceWithItsOwnError) {
   // The other replicas wait for replica 1 in the gradient all-reduce; with a
   // one-minute deadline, only its failure breaking the group ends them in time.
-  auto strategy = distribute::make_strategy({.name = "mirrored",
+  auto strategy = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
                                              .devices = 3,
                                              .threads_per_device = 1,
                                              .allow_oversubscription = true,
                                              .comm = {.timeout = std::chrono::seconds(60)}});
-  auto engine = strategy->make_engine(linear_model, {.optimizer = {.name = "sgd"}});
+  auto engine =
+      strategy->make_engine(linear_model, {.optimizer = {.kind = optim::OptimizerKind::sgd}});
   const distribute::ForwardFn failing = [](nn::Module& model, const distribute::ReplicaBatch& b) {
     if (b.context.local_replica == 1) throw InvalidArgument("label 12 is not a class of 10");
     return forward(model, b);

@@ -24,8 +24,10 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<distribute::Strategy> make(const std::string& name, int devices) {
-  return distribute::make_strategy(
-      {.name = name, .devices = devices, .threads_per_device = 1, .allow_oversubscription = true});
+  return distribute::make_strategy({.kind = distribute::parse_strategy(name),
+                                    .devices = devices,
+                                    .threads_per_device = 1,
+                                    .allow_oversubscription = true});
 }
 
 // Two layers, so that there are several variables to place.
@@ -96,7 +98,8 @@ TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
     for (int workers : {2, 3}) {
       SCOPED_TRACE(optimizer + " with " + std::to_string(workers) + " workers");
       distribute::EngineOptions options{
-          .optimizer = {.name = optimizer, .learning_rate = optimizer == "sgd" ? 0.1 : 0.01}};
+          .optimizer = {.kind = optim::parse_optimizer(optimizer),
+                        .learning_rate = optimizer == "sgd" ? 0.1 : 0.01}};
       auto mirrored = make("mirrored", workers);
       auto reference = mirrored->make_engine(small_mlp, options);
       options.parameter_server = {.shards = 2, .max_staleness = 0, .min_shard_bytes = 16};
@@ -141,10 +144,10 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
   for (int64_t bound : {1, 2, 4}) {
     SCOPED_TRACE("max staleness " + std::to_string(bound));
     auto strategy = make("parameter_server", 3);
-    auto engine =
-        strategy->make_engine(small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
-                                          .slow_replica = {.replica = 2, .factor = 4.0},
-                                          .parameter_server = {.max_staleness = bound}});
+    auto engine = strategy->make_engine(
+        small_mlp, {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.05},
+                    .slow_replica = {.replica = 2, .factor = 4.0},
+                    .parameter_server = {.max_staleness = bound}});
     const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20);
     ASSERT_FALSE(staleness.empty());
     EXPECT_LE(static_cast<int64_t>(staleness.size()) - 1, bound);
@@ -165,9 +168,9 @@ TEST(ParameterServer, NoAppliedGradientExceedsTheStalenessBoundUnderAStraggler) 
     return squared_error(model, b);
   };
   auto strategy = make("parameter_server", 3);
-  auto engine =
-      strategy->make_engine(small_mlp, {.optimizer = {.name = "sgd", .learning_rate = 0.05},
-                                        .slow_replica = {.replica = 2, .factor = 4.0}});
+  auto engine = strategy->make_engine(
+      small_mlp, {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.05},
+                  .slow_replica = {.replica = 2, .factor = 4.0}});
   const std::vector<int64_t> staleness = train_and_count_staleness(*engine, 20, slower);
   EXPECT_EQ(std::accumulate(staleness.begin(), staleness.end(), int64_t{0}), 20 * 3);
   EXPECT_GE(staleness.size(), 3u);
@@ -180,12 +183,14 @@ TEST(ParameterServer, BackupWorkersDropTheLateGradientAndAverageTheOthers) {
     if (b.context.global_replica == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     return squared_error(model, b);
   };
-  const distribute::EngineOptions options{.optimizer = {.name = "sgd", .learning_rate = 0.1}};
+  const distribute::EngineOptions options{
+      .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1}};
   auto strategy = make("parameter_server", 3);
   distribute::EngineOptions ps_options = options;
   ps_options.parameter_server = {.max_staleness = 0, .backup_workers = 1};
   auto engine = strategy->make_engine(small_mlp, ps_options);
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   auto reference = one->make_engine(small_mlp, options);
   distribute::StepResult total;
   for (int64_t step = 0; step < 6; ++step) {
@@ -202,7 +207,8 @@ TEST(ParameterServer, BackupWorkersDropTheLateGradientAndAverageTheOthers) {
 }
 
 TEST(ParameterServer, CheckpointsLoadIntoMirroredTrainingAndBack) {
-  const distribute::EngineOptions adam{.optimizer = {.name = "adam", .learning_rate = 0.01}};
+  const distribute::EngineOptions adam{
+      .optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 0.01}};
   distribute::EngineOptions ps_options = adam;
   ps_options.parameter_server = {.shards = 3, .min_shard_bytes = 16};
   auto ps_strategy = make("parameter_server", 2);
@@ -250,7 +256,7 @@ TEST(ParameterServer, AWorkersErrorEndsTheStepInsteadOfHanging) {
 
 TEST(LocalSgd, AveragingEveryStepEqualsSynchronousTraining) {
   const distribute::EngineOptions sgd{
-      .optimizer = {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9}};
+      .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1, .momentum = 0.9}};
   auto a = make("mirrored", 2);
   auto b = make("mirrored", 2);
   auto synchronous = a->make_engine(small_mlp, sgd);
@@ -300,7 +306,8 @@ TEST(EngineOptions, SettingsThatCannotWorkAreRefused) {
   auto mirrored = make("mirrored", 2);
   refuses(*mirrored, {.sync_every = -1}, "--sync-every");
   refuses(*mirrored, {.reducer = {.zero_stage = 1}, .sync_every = 2}, "ZeRO");
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   refuses(*one, {.sync_every = 2}, "one");
 }
 

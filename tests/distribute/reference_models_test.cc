@@ -14,8 +14,10 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<distribute::Strategy> strategy(const std::string& name, int devices) {
-  return distribute::make_strategy(
-      {.name = name, .devices = devices, .threads_per_device = 1, .allow_oversubscription = true});
+  return distribute::make_strategy({.kind = distribute::parse_strategy(name),
+                                    .devices = devices,
+                                    .threads_per_device = 1,
+                                    .allow_oversubscription = true});
 }
 
 void expect_same_training(const std::string& model, const std::string& settings,
@@ -25,8 +27,9 @@ void expect_same_training(const std::string& model, const std::string& settings,
   // SGD, not Adam: the key bias's gradient is zero up to rounding (softmax
   // does not change when every score of a row moves together), and Adam
   // would normalise that rounding noise into full-size, arbitrary updates.
-  const distribute::EngineOptions options{
-      .optimizer = {.name = "sgd", .learning_rate = 0.1, .global_clip_norm = clip_norm}};
+  const distribute::EngineOptions options{.optimizer = {.kind = optim::OptimizerKind::sgd,
+                                                        .learning_rate = 0.1,
+                                                        .global_clip_norm = clip_norm}};
   auto one_device = strategy("one_device", 1), mirrored = strategy("mirrored", 2);
   auto one = one_device->make_engine(build, options);
   auto two = mirrored->make_engine(build, options);

@@ -21,36 +21,62 @@ std::string error_of(const distribute::StrategyConfig& config) {
   return "no error";
 }
 
+TEST(Strategy, NamesRoundTripAndTheFlagsSpellingsParse) {
+  using distribute::StrategyKind;
+  for (StrategyKind k : {StrategyKind::one_device, StrategyKind::mirrored,
+                         StrategyKind::multi_worker, StrategyKind::parameter_server})
+    EXPECT_EQ(distribute::parse_strategy(distribute::strategy_name(k)), k);
+  EXPECT_EQ(distribute::parse_strategy("one-device"), StrategyKind::one_device);
+  EXPECT_EQ(distribute::parse_strategy("parameter-server"), StrategyKind::parameter_server);
+  try {
+    distribute::parse_strategy("sideways");
+    FAIL() << "parsed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "unknown strategy 'sideways' (expected one_device, mirrored, multi_worker or "
+                 "parameter_server)");
+  }
+  EXPECT_EQ(distribute::make_strategy({.kind = StrategyKind::mirrored, .devices = 1})->name(),
+            "mirrored");
+}
+
 TEST(Strategy, OneDeviceRefusesMoreThreadsThanCoresLikeMirrored) {
   const int cores = std::max(1, cpu_info().physical_cores);
-  const std::string one = error_of({.name = "one_device", .threads_per_device = cores + 1});
+  const std::string one =
+      error_of({.kind = distribute::StrategyKind::one_device, .threads_per_device = cores + 1});
   EXPECT_EQ(one, "1 device(s) x " + std::to_string(cores + 1) + " thread(s) need " +
                      std::to_string(cores + 1) + " cores but this machine has " +
                      std::to_string(cores) +
                      " physical cores (threads would slow each other down; set "
                      "allow_oversubscription, --allow-oversubscription on the command line, to "
                      "do it anyway)");
-  const std::string mirrored =
-      error_of({.name = "mirrored", .devices = 1, .threads_per_device = cores + 1});
+  const std::string mirrored = error_of(
+      {.kind = distribute::StrategyKind::mirrored, .devices = 1, .threads_per_device = cores + 1});
   EXPECT_EQ(mirrored, one);  // the same rule and the same words
   for (const char* name : {"one_device", "mirrored"}) {
-    auto s = distribute::make_strategy({.name = name,
+    auto s = distribute::make_strategy({.kind = distribute::parse_strategy(name),
                                         .devices = 1,
                                         .threads_per_device = cores + 1,
                                         .allow_oversubscription = true});
     EXPECT_EQ(s->threads_per_replica(), cores + 1) << name;
   }
   // As many threads as cores, and the default (one per core), are fine.
-  EXPECT_EQ(error_of({.name = "one_device", .threads_per_device = cores}), "no error");
-  EXPECT_EQ(distribute::make_strategy({.name = "one_device"})->threads_per_replica(), cores);
+  EXPECT_EQ(error_of({.kind = distribute::StrategyKind::one_device, .threads_per_device = cores}),
+            "no error");
+  EXPECT_EQ(distribute::make_strategy({.kind = distribute::StrategyKind::one_device})
+                ->threads_per_replica(),
+            cores);
 }
 
 TEST(Strategy, OneDeviceRunsOneReplicaAndCountsAreNotNegative) {
-  EXPECT_NE(error_of({.name = "one_device", .devices = 2}).find("runs one replica"),
+  EXPECT_NE(error_of({.kind = distribute::StrategyKind::one_device, .devices = 2})
+                .find("runs one replica"),
             std::string::npos);
-  EXPECT_NE(error_of({.name = "mirrored", .devices = -1}).find("must be positive"),
+  EXPECT_NE(error_of({.kind = distribute::StrategyKind::mirrored, .devices = -1})
+                .find("must be positive"),
             std::string::npos);
-  EXPECT_NE(error_of({.name = "one_device", .threads_per_device = -1}).find("must be positive"),
+  EXPECT_NE(error_of({.kind = distribute::StrategyKind::one_device, .threads_per_device = -1})
+                .find("must be positive"),
             std::string::npos);
 }
 

@@ -29,8 +29,9 @@ using testing::relative_error;
 
 std::unique_ptr<distribute::Strategy> strategy_of(int devices) {
   if (devices == 1)
-    return distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
-  return distribute::make_strategy({.name = "mirrored",
+    return distribute::make_strategy(
+        {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
+  return distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
                                     .devices = devices,
                                     .threads_per_device = 1,
                                     .allow_oversubscription = true});
@@ -57,9 +58,15 @@ constexpr auto forward = &testing::squared_error_loss;
 
 optim::OptimizerConfig optimizer_of(const std::string& name, double clip = 0.0) {
   if (name == "sgd") {
-    return {.name = "sgd", .learning_rate = 0.05, .momentum = 0.9, .global_clip_norm = clip};
+    return {.kind = optim::OptimizerKind::sgd,
+            .learning_rate = 0.05,
+            .momentum = 0.9,
+            .global_clip_norm = clip};
   }
-  return {.name = "adamw", .learning_rate = 0.01, .weight_decay = 0.1, .global_clip_norm = clip};
+  return {.kind = optim::OptimizerKind::adamw,
+          .learning_rate = 0.01,
+          .weight_decay = 0.1,
+          .global_clip_norm = clip};
 }
 
 // Tiny buckets (several per model, padded): 64 and 256 bytes.

@@ -763,12 +763,14 @@ void expect_same_steps(distribute::Strategy& first, distribute::Strategy& second
 }
 
 std::unique_ptr<distribute::Strategy> cpu_device_strategy() {
-  return distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  return distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
 }
 
 std::unique_ptr<distribute::Strategy> gpu_strategy(const std::string& name, int devices = 1) {
-  return distribute::make_strategy(
-      {.name = name, .devices = devices, .device_kind = DeviceKind::cuda});
+  return distribute::make_strategy({.kind = distribute::parse_strategy(name),
+                                    .devices = devices,
+                                    .device_kind = DeviceKind::cuda});
 }
 
 distribute::ModelBuilder model(const std::string& name, const std::string& settings = "") {
@@ -776,7 +778,7 @@ distribute::ModelBuilder model(const std::string& name, const std::string& setti
 }
 
 const distribute::EngineOptions kSgd{
-    .optimizer = {.name = "sgd", .learning_rate = 0.1, .momentum = 0.9}};
+    .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1, .momentum = 0.9}};
 
 // Fashion-MNIST-sized images: the mlp and the cnn take 28 x 28.
 std::function<data::Element(int64_t)> images(int64_t rows) {
@@ -824,7 +826,7 @@ TEST_F(Gpu, GptOnTheGpuTakesTheCpuSteps) {
   auto cpu = cpu_device_strategy(), gpu = gpu_strategy("one_device");
   expect_same_steps(
       *cpu, *gpu, model("gpt", "layers=2,width=32,heads=4,context=16"),
-      {.optimizer = {.name = "adamw", .learning_rate = kLearningRate}},
+      {.optimizer = {.kind = optim::OptimizerKind::adamw, .learning_rate = kLearningRate}},
       [](int64_t step) { return testing::token_batch(step); }, testing::language_model_loss, kSteps,
       kTol, 0, check);
 }
@@ -858,14 +860,16 @@ TEST_F(Gpu, CnnAndResnetOnTheGpuTakeTheCpuSteps) {
 // weights unchanged, as on the CPU.
 TEST_F(Gpu, TheLossScalerSkipsAnOverflowingStepOnTheGpu) {
   const auto build = [] { return nn::make_model("mlp", {.seed = 4}); };
-  const distribute::EngineOptions options{.optimizer = {.name = "sgd", .learning_rate = 0.1},
-                                          .loss_scale = precision::LossScalerOptions{}};
+  const distribute::EngineOptions options{
+      .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1},
+      .loss_scale = precision::LossScalerOptions{}};
   data::Element batch = images(32)(0);
   float* pixels = batch.at("image").data<float>();
   for (int64_t i = 0; i < 28 * 28; ++i) pixels[i] = 1e38f;
   for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::cuda}) {
     SCOPED_TRACE(kind == DeviceKind::cpu ? "cpu" : "cuda");
-    auto strategy = distribute::make_strategy({.name = "one_device", .device_kind = kind});
+    auto strategy = distribute::make_strategy(
+        {.kind = distribute::StrategyKind::one_device, .device_kind = kind});
     auto engine = strategy->make_engine(build, options);
     const std::vector<float> before = engine->model().parameters().front().value().to_floats();
     const auto first = engine->step(batch, testing::image_classifier_loss, {.step = 0});

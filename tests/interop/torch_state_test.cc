@@ -174,8 +174,10 @@ TEST(TorchState, ATrainerLoadsTheWeightsIntoEveryReplica) {
   const std::string path = scratch("replicas.safetensors");
   interop::save_safetensors(*source, path);
   train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 3}};
-  c.strategy = {
-      .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+  c.strategy = {.kind = distribute::StrategyKind::mirrored,
+                .devices = 2,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
   train::Trainer trainer(c, train::builtin_model("mlp", precision::Policy::float32, 7));
   interop::load_safetensors(interop::SafetensorsFile(path), trainer);
   expect_same_state(*source, trainer.replica_model(0));

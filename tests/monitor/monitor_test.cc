@@ -70,7 +70,8 @@ class SometimesSlow : public nn::Module {
 
 train::TrainConfig config(int devices) {
   train::TrainConfig c{.epochs = 1, .batch_size = 32, .engine = {.seed = 3}};
-  c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
+  c.strategy = {.kind = devices > 1 ? distribute::StrategyKind::mirrored
+                                    : distribute::StrategyKind::one_device,
                 .devices = devices,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};

@@ -53,7 +53,8 @@ Result train_step(const Workload& w, bool recompute) {
   model->train();
   const data::Element batch = w.batch(0);
   thread_generator().set_state(1234, 0);
-  auto strategy = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto strategy = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   Result out;
   strategy->run([&](int) {
     thread_generator().set_state(1234, 0);
@@ -94,11 +95,15 @@ TEST(Recompute, ReplicasWithReducersAndZeroTakeTheSameSteps) {
       return m;
     };
   };
-  auto a_strategy = distribute::make_strategy(
-      {.name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true});
-  auto b_strategy = distribute::make_strategy(
-      {.name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true});
-  const optim::OptimizerConfig adam{.name = "adamw", .learning_rate = 0.01};
+  auto a_strategy = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
+                                               .devices = 2,
+                                               .threads_per_device = 1,
+                                               .allow_oversubscription = true});
+  auto b_strategy = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
+                                               .devices = 2,
+                                               .threads_per_device = 1,
+                                               .allow_oversubscription = true});
+  const optim::OptimizerConfig adam{.kind = optim::OptimizerKind::adamw, .learning_rate = 0.01};
   // Small buckets: the hooks of recomputed blocks launch their buckets.
   auto a = a_strategy->make_engine(
       build(false),

@@ -54,7 +54,8 @@ TEST(Gpt, ShapesNamesAndTiedEmbedding) {
 TEST(Gpt, LearnsASmallBatchByHeart) {
   auto gpt = nn::make_model("gpt", {.seed = 2, .settings = "layers=2,width=32,heads=4,context=16"});
   const Tensor x = tokens(4, 16, 5), y = tokens(4, 16, 6);
-  auto opt = optim::make_optimizer({.name = "adam", .learning_rate = 1e-2}, gpt->parameters());
+  auto opt = optim::make_optimizer({.kind = optim::OptimizerKind::adam, .learning_rate = 1e-2},
+                                   gpt->parameters());
   float first = 0, last = 0;
   for (int step = 0; step < 150; ++step) {
     gpt->zero_grad();
@@ -73,7 +74,8 @@ TEST(Gpt, AttendsToEarlierPositions) {
   // position can predict it, on fresh random tokens every step.
   auto gpt = nn::make_model(
       "gpt", {.seed = 3, .settings = "vocabulary=16,layers=1,width=32,heads=2,context=12"});
-  auto opt = optim::make_optimizer({.name = "adam", .learning_rate = 3e-3}, gpt->parameters());
+  auto opt = optim::make_optimizer({.kind = optim::OptimizerKind::adam, .learning_rate = 3e-3},
+                                   gpt->parameters());
   Generator g(9);
   float last = 0;
   for (int step = 0; step < 300; ++step) {
@@ -133,7 +135,8 @@ TEST(ResNet, LearnsASmallBatchByHeart) {
   auto resnet = nn::make_model("resnet", {.seed = 3, .settings = "width=8"});
   const Tensor x = testing::random_tensor(Shape{8, 12, 12, 1}, -1, 1, 7);
   const Tensor y = Tensor::from_ints(Shape{8}, std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
-  auto opt = optim::make_optimizer({.name = "adam", .learning_rate = 1e-2}, resnet->parameters());
+  auto opt = optim::make_optimizer({.kind = optim::OptimizerKind::adam, .learning_rate = 1e-2},
+                                   resnet->parameters());
   float last = 0;
   for (int step = 0; step < 60; ++step) {
     resnet->zero_grad();

@@ -111,12 +111,17 @@ TEST(Layerwise, ZeroNormsTakeATrustRatioOfOneAndBadSettingsAreErrors) {
   EXPECT_THROW(optim::Lars({w}, 0.1, {.trust_coefficient = 0.0}), InvalidArgument);
   EXPECT_THROW(optim::Lamb({w}, 0.1, {.eps = 0.0}), InvalidArgument);
   EXPECT_THROW(optim::Lamb({w}, 0.1, {.weight_decay = -1.0}), InvalidArgument);
-  EXPECT_EQ(optim::make_optimizer({.name = "lars", .learning_rate = 1.0}, {w})->name(), "lars");
-  EXPECT_EQ(optim::make_optimizer({.name = "lamb", .learning_rate = 1e-3}, {w})->name(), "lamb");
-  EXPECT_EQ(optim::default_learning_rate("lars"), 1.0);
-  EXPECT_EQ(optim::default_learning_rate("lamb"), 1e-3);
-  EXPECT_THROW(optim::check_optimizer_config({.name = "lars", .trust_coefficient = -1}),
-               InvalidArgument);
+  EXPECT_EQ(optim::make_optimizer({.kind = optim::OptimizerKind::lars, .learning_rate = 1.0}, {w})
+                ->name(),
+            "lars");
+  EXPECT_EQ(optim::make_optimizer({.kind = optim::OptimizerKind::lamb, .learning_rate = 1e-3}, {w})
+                ->name(),
+            "lamb");
+  EXPECT_EQ(optim::default_learning_rate(optim::OptimizerKind::lars), 1.0);
+  EXPECT_EQ(optim::default_learning_rate(optim::OptimizerKind::lamb), 1e-3);
+  EXPECT_THROW(
+      optim::check_optimizer_config({.kind = optim::OptimizerKind::lars, .trust_coefficient = -1}),
+      InvalidArgument);
 }
 
 }  // namespace

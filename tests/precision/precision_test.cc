@@ -163,7 +163,8 @@ TEST(CastCache, WeightsAreCastOncePerUpdate) {
   const Tensor b = w.value_as(DType::bf16);
   EXPECT_TRUE(a.shares_storage(b));  // cached: one cast per version
   EXPECT_TRUE(w.value_as(DType::f32).shares_storage(w.value()));
-  auto optimizer = optim::make_optimizer({.name = "sgd", .learning_rate = 1.0}, {w});
+  auto optimizer =
+      optim::make_optimizer({.kind = optim::OptimizerKind::sgd, .learning_rate = 1.0}, {w});
   w.accumulate_grad(Tensor::from_floats(Shape{3}, std::vector<float>{1.0f, 1.0f, 1.0f}));
   optimizer->step();  // writes the value in place and marks it modified
   const Tensor c = w.value_as(DType::bf16);
@@ -227,14 +228,17 @@ bool all_finite(const Snapshot& s) {
 }
 
 train::TrainConfig f16_config(int devices) {
-  train::TrainConfig c{.epochs = 2,
-                       .batch_size = 16,
-                       .engine = {.optimizer = {.name = "adam", .learning_rate = 1e-3}, .seed = 3},
-                       .schedule = "constant"};
+  train::TrainConfig c{
+      .epochs = 2,
+      .batch_size = 16,
+      .engine = {.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 1e-3},
+                 .seed = 3},
+      .schedule = optim::ScheduleKind::constant};
   // Fixed scale 1: overflow comes only from the huge examples, so the skipped
   // steps are exactly the steps that hold one.
   c.engine.loss_scale = LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
-  c.strategy = {.name = devices > 1 ? "mirrored" : "one_device",
+  c.strategy = {.kind = devices > 1 ? distribute::StrategyKind::mirrored
+                                    : distribute::StrategyKind::one_device,
                 .devices = devices,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
@@ -362,7 +366,7 @@ TEST(Trainer, ResumeRestoresTheLossScalerState) {
 
 TEST(Trainer, MixedBfloat16LearnsWithFloat32MasterWeights) {
   set_num_threads(2);
-  train::TrainConfig c{.epochs = 1, .schedule = "constant"};
+  train::TrainConfig c{.epochs = 1, .schedule = optim::ScheduleKind::constant};
   train::Trainer trainer(c, train::builtin_model("cnn", Policy::mixed_bfloat16, 1));
   const train::TrainResult result = trainer.fit(testing::shuffled(head(fashion().train, 6400)),
                                                 data::as_dataset(head(fashion().test, 2000)));

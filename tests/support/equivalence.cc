@@ -9,13 +9,17 @@ namespace tandem::testing {
 train::TrainConfig equivalence_config(const std::string& strategy, int devices,
                                       const std::string& optimizer, int epochs,
                                       double adam_learning_rate) {
-  train::TrainConfig c{
-      .epochs = epochs, .batch_size = 12, .engine = {.seed = 5}, .schedule = "constant"};
-  c.engine.optimizer =
-      optimizer == "sgd"
-          ? optim::OptimizerConfig{.name = "sgd", .learning_rate = 0.05, .momentum = 0.9}
-          : optim::OptimizerConfig{.name = optimizer, .learning_rate = adam_learning_rate};
-  c.strategy = {.name = strategy,
+  train::TrainConfig c{.epochs = epochs,
+                       .batch_size = 12,
+                       .engine = {.seed = 5},
+                       .schedule = optim::ScheduleKind::constant};
+  c.engine.optimizer = optimizer == "sgd"
+                           ? optim::OptimizerConfig{.kind = optim::OptimizerKind::sgd,
+                                                    .learning_rate = 0.05,
+                                                    .momentum = 0.9}
+                           : optim::OptimizerConfig{.kind = optim::parse_optimizer(optimizer),
+                                                    .learning_rate = adam_learning_rate};
+  c.strategy = {.kind = distribute::parse_strategy(strategy),
                 .devices = devices,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};

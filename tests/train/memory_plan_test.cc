@@ -75,9 +75,11 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
   const data::LabeledImages& fashion = testing::fashion().train;
   const data::LabeledImages head{fashion.images.slice(0, 256), fashion.labels.slice(0, 256)};
   const data::LabeledImages tail{fashion.images.slice(256, 384), fashion.labels.slice(256, 384)};
-  train::TrainConfig cnn{.epochs = 1, .batch_size = 64, .schedule = "constant"};
-  cnn.strategy = {
-      .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+  train::TrainConfig cnn{.epochs = 1, .batch_size = 64, .schedule = optim::ScheduleKind::constant};
+  cnn.strategy = {.kind = distribute::StrategyKind::mirrored,
+                  .devices = 2,
+                  .threads_per_device = 1,
+                  .allow_oversubscription = true};
   expect_plan_matches_training({"cnn", train::builtin_model("cnn"), cnn, data::as_dataset(head),
                                 data::as_dataset(tail), 128},
                                0.05);
@@ -85,10 +87,12 @@ TEST(MemoryPlan, PredictsTheMeasuredPeakOfEachDevice) {
   // A small GPT, bf16, ZeRO-2 with small buckets, recomputed blocks.
   const data::Dataset sequences =
       data::Dataset::from_tensors(testing::token_batch(0, 48).features());
-  train::TrainConfig gpt{
-      .epochs = 1, .batch_size = 8, .eval_batch_size = 16, .schedule = "constant"};
+  train::TrainConfig gpt{.epochs = 1,
+                         .batch_size = 8,
+                         .eval_batch_size = 16,
+                         .schedule = optim::ScheduleKind::constant};
   gpt.strategy = cnn.strategy;
-  gpt.engine.optimizer = {.name = "adamw", .learning_rate = 1e-3};
+  gpt.engine.optimizer = {.kind = optim::OptimizerKind::adamw, .learning_rate = 1e-3};
   gpt.engine.reducer = {.bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10, .zero_stage = 2};
   gpt.input_feature = "tokens";
   gpt.loss = train::make_loss("softmax_cross_entropy", {.labels = "targets"});
@@ -118,12 +122,15 @@ TEST(MemoryPlan, ZeroLowersEveryDevicesPeakWithCheckpoints) {
       "gpt", precision::Policy::float32, 1, std::nullopt, "layers=4,width=128,heads=4,context=16");
   std::vector<double> planned, measured;
   for (int stage : {0, 1, 2}) {
-    train::TrainConfig config{.epochs = 1, .batch_size = 8, .schedule = "constant"};
-    config.engine.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    train::TrainConfig config{
+        .epochs = 1, .batch_size = 8, .schedule = optim::ScheduleKind::constant};
+    config.engine.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 1e-3};
     config.engine.reducer = {
         .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
-    config.strategy = {
-        .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+    config.strategy = {.kind = distribute::StrategyKind::mirrored,
+                       .devices = 2,
+                       .threads_per_device = 1,
+                       .allow_oversubscription = true};
     config.input_feature = "tokens";
     config.loss = train::make_loss("softmax_cross_entropy", {.labels = "targets"});
     config.metrics = {};
@@ -197,7 +204,7 @@ TEST(MemoryPlan, TheLimitNamesTheLargestPartAndTheLargestBatchThatFits) {
 TEST(MemoryPlan, ZeroShardsWhatItShardsInThePlan) {
   const auto plan_for = [](int stage) {
     train::TrainConfig config{.batch_size = 64, .micro_batch_size = 16};
-    config.engine.optimizer = {.name = "adam", .learning_rate = 1e-3};
+    config.engine.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 1e-3};
     config.engine.reducer = {
         .bucket_bytes = 256 << 10, .first_bucket_bytes = 64 << 10, .zero_stage = stage};
     return train::plan_memory(

@@ -73,11 +73,11 @@ double measured_noise_scale(distribute::Strategy& strategy, int accumulation, in
                             int zero_stage = 0) {
   const std::vector<float> w = start();
   // A learning rate so small that the weights (and the true noise scale) stay put.
-  auto engine =
-      strategy.make_engine([&] { return model_at(w); },
-                           {.optimizer = {.name = "sgd", .learning_rate = 1e-9, .momentum = 0.0},
-                            .reducer = {.zero_stage = zero_stage},
-                            .accumulation_steps = accumulation});
+  auto engine = strategy.make_engine(
+      [&] { return model_at(w); },
+      {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 1e-9, .momentum = 0.0},
+       .reducer = {.zero_stage = zero_stage},
+       .accumulation_steps = accumulation});
   train::NoiseScaleEstimator estimator(0.995);
   for (int64_t step = 0; step < 600; ++step) {
     const distribute::StepResult r =
@@ -93,28 +93,36 @@ TEST(NoiseScale, MatchesTheClosedFormOnLeastSquares) {
   const double expected = true_noise_scale(start());
   ASSERT_NEAR(expected, 10.0, 1e-6);
   // Four replicas of 16 examples against their global batch of 64.
-  auto mirrored = distribute::make_strategy(
-      {.name = "mirrored", .devices = 4, .threads_per_device = 1, .allow_oversubscription = true});
+  auto mirrored = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
+                                             .devices = 4,
+                                             .threads_per_device = 1,
+                                             .allow_oversubscription = true});
   EXPECT_NEAR(measured_noise_scale(*mirrored, 1, 64) / expected, 1.0, 0.2);
   // Under ZeRO-2 the reduced gradient is spread over the replicas' shards.
   EXPECT_NEAR(measured_noise_scale(*mirrored, 1, 64, 2) / expected, 1.0, 0.2);
   // One device, four micro-batches: the first against the whole step.
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
   EXPECT_NEAR(measured_noise_scale(*one, 4, 64) / expected, 1.0, 0.2);
 }
 
 TEST(NoiseScale, NothingToCompareOnOneDeviceWithoutAccumulation) {
-  auto one = distribute::make_strategy({.name = "one_device", .threads_per_device = 1});
-  auto engine = one->make_engine([] { return model_at(start()); },
-                                 {.optimizer = {.name = "sgd", .learning_rate = 0.01}});
+  auto one = distribute::make_strategy(
+      {.kind = distribute::StrategyKind::one_device, .threads_per_device = 1});
+  auto engine =
+      one->make_engine([] { return model_at(start()); },
+                       {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.01}});
   const distribute::StepResult r =
       engine->step(batch(16, 1), squared_error, {.measure_gradient_norms = true});
   EXPECT_FALSE(r.gradient_norms.has_value());
   // Not asked: not measured.
-  auto two = distribute::make_strategy(
-      {.name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true});
-  auto engine2 = two->make_engine([] { return model_at(start()); },
-                                  {.optimizer = {.name = "sgd", .learning_rate = 0.01}});
+  auto two = distribute::make_strategy({.kind = distribute::StrategyKind::mirrored,
+                                        .devices = 2,
+                                        .threads_per_device = 1,
+                                        .allow_oversubscription = true});
+  auto engine2 =
+      two->make_engine([] { return model_at(start()); },
+                       {.optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.01}});
   EXPECT_FALSE(engine2->step(batch(16, 1), squared_error).gradient_norms.has_value());
   EXPECT_TRUE(engine2->step(batch(16, 2), squared_error, {.measure_gradient_norms = true})
                   .gradient_norms.has_value());

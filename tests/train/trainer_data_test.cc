@@ -132,7 +132,7 @@ TEST(Trainer, StepsPerEpochRunsOneContinuingPassOverRepeatedData) {
   auto c = equivalence_config("one_device", 1, "adam");
   c.epochs = 3;
   c.steps_per_epoch = 5;
-  c.schedule = "cosine";  // measured in steps_per_epoch
+  c.schedule = optim::ScheduleKind::cosine;  // measured in steps_per_epoch
   train::Trainer plain(c, train::builtin_model("mlp"));
   train::TrainResult full;
   const std::vector<double> expected = step_losses(plain, repeated, &full);
@@ -193,7 +193,7 @@ TEST(Trainer, DataThatCannotWorkIsAClearError) {
             })).find("yielded no batches"),
             std::string::npos);
   auto cosine = c;
-  cosine.schedule = "cosine";
+  cosine.schedule = optim::ScheduleKind::cosine;
   EXPECT_NE(error_of(cosine, filtered).find("set steps_per_epoch"), std::string::npos);
   EXPECT_EQ(error_of(c, filtered), "no error");  // a constant rate needs no size
   auto regression = c;

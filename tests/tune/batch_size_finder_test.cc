@@ -19,9 +19,11 @@ data::Dataset head(int64_t n) {
 }
 
 train::TrainConfig config() {
-  train::TrainConfig c{.epochs = 5, .batch_size = 32, .schedule = "constant"};
-  c.strategy = {
-      .name = "mirrored", .devices = 2, .threads_per_device = 1, .allow_oversubscription = true};
+  train::TrainConfig c{.epochs = 5, .batch_size = 32, .schedule = optim::ScheduleKind::constant};
+  c.strategy = {.kind = distribute::StrategyKind::mirrored,
+                .devices = 2,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
   return c;
 }
 

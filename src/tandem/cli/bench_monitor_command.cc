@@ -51,8 +51,10 @@ int run_bench_monitor(const MonitorBenchOptions& o) {
   const std::string run_dir =
       o.run_dir.empty() ? (std::filesystem::temp_directory_path() / "tandem-bench-monitor").string()
                         : o.run_dir;
-  train::TrainConfig config{.epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
-  config.strategy = {.name = o.devices > 1 ? "mirrored" : "one_device",
+  train::TrainConfig config{
+      .epochs = 1, .batch_size = o.batch_size, .schedule = optim::ScheduleKind::constant};
+  config.strategy = {.kind = o.devices > 1 ? distribute::StrategyKind::mirrored
+                                           : distribute::StrategyKind::one_device,
                      .devices = o.devices,
                      .threads_per_device = 1,
                      .allow_oversubscription = true};

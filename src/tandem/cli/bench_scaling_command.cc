@@ -88,11 +88,12 @@ BenchData bench_data(const ScalingOptions& o) {
 
 Run train_run(const ScalingOptions& o, const std::string& strategy, int devices, int threads,
               const BenchData& data, bool overlap = true) {
-  train::TrainConfig config{.epochs = 1, .batch_size = o.batch_size, .schedule = "constant"};
+  train::TrainConfig config{
+      .epochs = 1, .batch_size = o.batch_size, .schedule = optim::ScheduleKind::constant};
   config.input_feature = data.input;
   config.loss = train::make_loss("softmax_cross_entropy", {.labels = data.labels});
   config.metrics.clear();  // throughput only
-  config.strategy = {.name = strategy,
+  config.strategy = {.kind = distribute::parse_strategy(strategy),
                      .devices = devices,
                      .threads_per_device = threads,
                      .allow_oversubscription = true};

@@ -30,7 +30,7 @@ int run_plan_memory(PlanOptions& o) {
   // The replicas the run would have, worked out without starting them.
   distribute::StrategyConfig shape = config.strategy;
   int processes = 1;
-  if (shape.name == "multi_worker") {
+  if (shape.kind == distribute::StrategyKind::multi_worker) {
     if (o.processes < 0)
       TANDEM_THROW(InvalidArgument, "--processes must be at least 1, got ", o.processes);
     processes = o.processes > 0 ? o.processes : 0;
@@ -39,13 +39,13 @@ int run_plan_memory(PlanOptions& o) {
                    "planning --strategy multi-worker needs --processes N (the mpirun -np of "
                    "the run)");
     }
-    shape.name = "mirrored";  // one process's replicas
+    shape.kind = distribute::StrategyKind::mirrored;  // one process's replicas
   } else if (o.processes != 0) {
     TANDEM_THROW(InvalidArgument, "--processes applies to --strategy multi-worker, not ",
                  o.strategy);
   }
   distribute::StrategyLayout layout = distribute::strategy_layout(shape);
-  if (config.strategy.name == "multi_worker")
+  if (config.strategy.kind == distribute::StrategyKind::multi_worker)
     layout.global_replicas = layout.local_replicas * processes;
   train::resolve_batch_sizes(config, layout.global_replicas);
   const std::optional<data::Element> example = setup.data.train.take(1).iterator().next();

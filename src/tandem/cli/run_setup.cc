@@ -216,7 +216,7 @@ void check_counts(const RunOptions& o) {
 void add_optimizer_options(CLI::App& app, RunOptions& o) {
   CLI::App* command = &app;
   train::TrainConfig& c = o.config;
-  command->add_option("--optimizer", c.engine.optimizer.name, "sgd, adam, adamw, lars or lamb")
+  command->add_option("--optimizer", o.optimizer, "sgd, adam, adamw, lars or lamb")
       ->capture_default_str();
   command->add_option("--trust-coefficient", o.trust_coefficient,
                       "LARS's trust coefficient eta (> 0; default 0.001)");
@@ -231,7 +231,7 @@ void add_optimizer_options(CLI::App& app, RunOptions& o) {
                    "Clip the gradients to this global L2 norm before each update (Keras's "
                    "global_clipnorm; after the all-reduce; 0: off)")
       ->capture_default_str();
-  command->add_option("--schedule", c.schedule, "Learning-rate schedule: constant, step or cosine")
+  command->add_option("--schedule", o.schedule, "Learning-rate schedule: constant, step or cosine")
       ->capture_default_str();
   command
       ->add_option("--lr-step-epochs", c.lr_step_epochs,
@@ -261,18 +261,20 @@ void add_optimizer_options(CLI::App& app, RunOptions& o) {
 // --optimizer and its flags. Without --lr the optimizer's own default
 // (0.05 for sgd, 1e-3 for adam and adamw); momentum and Nesterov are SGD's.
 void configure_optimizer(const RunOptions& o, optim::OptimizerConfig& c) {
-  const double default_lr = optim::default_learning_rate(c.name);  // refuses unknown names
+  c.kind = optim::parse_optimizer(o.optimizer);
+  const std::string_view name = optim::optimizer_name(c.kind);
+  const double default_lr = optim::default_learning_rate(c.kind);
   if (o.learning_rate && (!(*o.learning_rate > 0.0) || !std::isfinite(*o.learning_rate)))
     TANDEM_THROW(InvalidArgument, "--lr must be positive and finite, got ", *o.learning_rate);
   c.learning_rate = o.learning_rate.value_or(default_lr);
-  if (c.nesterov && c.name != "sgd")
-    TANDEM_THROW(InvalidArgument, "--nesterov applies to --optimizer sgd, not ", c.name);
-  if (o.momentum && c.name != "sgd" && c.name != "lars")
-    TANDEM_THROW(InvalidArgument, "--momentum applies to --optimizer sgd and lars, not ", c.name);
+  using optim::OptimizerKind;
+  if (c.nesterov && c.kind != OptimizerKind::sgd)
+    TANDEM_THROW(InvalidArgument, "--nesterov applies to --optimizer sgd, not ", name);
+  if (o.momentum && c.kind != OptimizerKind::sgd && c.kind != OptimizerKind::lars)
+    TANDEM_THROW(InvalidArgument, "--momentum applies to --optimizer sgd and lars, not ", name);
   if (o.trust_coefficient) {
-    if (c.name != "lars") {
-      TANDEM_THROW(InvalidArgument, "--trust-coefficient applies to --optimizer lars, not ",
-                   c.name);
+    if (c.kind != OptimizerKind::lars) {
+      TANDEM_THROW(InvalidArgument, "--trust-coefficient applies to --optimizer lars, not ", name);
     }
     c.trust_coefficient = *o.trust_coefficient;
   }
@@ -288,6 +290,15 @@ void configure_optimizer(const RunOptions& o, optim::OptimizerConfig& c) {
     }
     c.weight_decay = *o.weight_decay;
   }
+}
+
+// --schedule and --warmup-epochs (the schedule's other flags go straight into
+// the config).
+void configure_schedule(const RunOptions& o, train::TrainConfig& config) {
+  config.schedule = optim::parse_schedule(o.schedule);
+  // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
+  config.warmup_epochs = o.warmup_epochs.value_or(
+      config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
 }
 
 // --model and --model-options, the batch settings, --recompute, --memory-limit
@@ -452,7 +463,7 @@ void add_strategy_options(CLI::App& app, RunOptions& o) {
 }  // namespace
 
 void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
-  const bool ps = config.strategy.name == "parameter_server";
+  const bool ps = config.strategy.kind == distribute::StrategyKind::parameter_server;
   const std::pair<bool, const char*> ps_only[] = {{o.ps.has_value(), "--ps"},
                                                   {!o.max_staleness.empty(), "--max-staleness"},
                                                   {o.backup_workers != 0, "--backup-workers"},
@@ -484,7 +495,7 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   } else if (o.max_staleness.empty() && o.backup_workers > 0) {
     p.max_staleness = 0;  // backup workers are a synchronous rule
   }
-  if (o.sync_every != 0 && (ps || config.strategy.name == "one_device")) {
+  if (o.sync_every != 0 && (ps || config.strategy.kind == distribute::StrategyKind::one_device)) {
     TANDEM_THROW(InvalidArgument,
                  "--sync-every (local SGD) averages the replicas of --strategy "
                  "mirrored or multi-worker, not ",
@@ -586,8 +597,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
 RunSetup prepare_run(RunOptions& o) {
   RunSetup setup;
   train::TrainConfig& config = o.config;
-  config.strategy.name = o.strategy;
-  std::replace(config.strategy.name.begin(), config.strategy.name.end(), '-', '_');
+  config.strategy.kind = distribute::parse_strategy(o.strategy);
   check_counts(o);
   config.engine.seed = parse_seed(o.seed);
   const precision::Policy policy = precision::parse_policy(o.precision);
@@ -596,9 +606,7 @@ RunSetup prepare_run(RunOptions& o) {
       o.compute_dtype.empty() ? std::nullopt : std::optional<DType>(parse_dtype(o.compute_dtype));
   config.engine.loss_scale = parse_loss_scale(o.loss_scale, policy);
   configure_optimizer(o, config.engine.optimizer);
-  // Goyal et al.'s gradual warm-up (5 of 90 epochs) goes with a scaled rate.
-  config.warmup_epochs = o.warmup_epochs.value_or(
-      config.lr_scaling != "none" ? std::min(5.0, static_cast<double>(config.epochs) / 5.0) : 0.0);
+  configure_schedule(o, config);
   configure_strategy(o, config);
   configure_batch_and_sharding(o, config);
   configure_update_rule(o, config);

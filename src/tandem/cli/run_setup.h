@@ -42,7 +42,10 @@ struct RunOptions {
   std::optional<double> warmup_epochs;      // unset: 0, or Goyal's under --lr-scaling
   std::string seed = "0";                   // parsed as uint64, so that -1 is refused
   std::optional<int> threads;               // unset: one per physical core (split between devices)
-  std::string strategy = "one-device";
+  std::string strategy =
+      "one-device";  // --strategy, --optimizer and --schedule: parsed into config
+  std::string optimizer = "sgd";
+  std::string schedule = "cosine";
   std::optional<int> devices;  // unset: one per physical core
   std::string device = "cpu";  // --device: cpu or cuda
   bool allow_oversubscription = false;
@@ -104,7 +107,7 @@ RunSetup prepare_run(RunOptions& o);
 
 // The update-rule flags (--ps, --max-staleness, --backup-workers,
 // --staleness-aware-lr, --sync-every, --average-optimizer-state,
-// --slow-replica) into config, after config.strategy.name is set; refuses a
+// --slow-replica) into config, after config.strategy.kind is set; refuses a
 // flag its strategy ignores. Ranges that depend on the replica count are
 // distribute::check_engine_options's.
 void configure_update_rule(const RunOptions& o, train::TrainConfig& config);

@@ -293,7 +293,8 @@ Preflight preflight(const TrainOptions& o, const RunSetup& setup) {
 
 // The chief's notes on how the job was launched and configured.
 void print_launch_notes(const TrainOptions& o, const distribute::Strategy& strategy) {
-  if (strategy.name() == "parameter_server" && comm::launched_process_count() > 1 &&
+  if (strategy.kind() == distribute::StrategyKind::parameter_server &&
+      comm::launched_process_count() > 1 &&
       std::getenv("OMPI_MCA_orte_enable_recovery") == nullptr) {
     fmt::print(stderr,
                "tandem: note: without mpirun --enable-recovery, mpirun ends the whole job when "
@@ -316,7 +317,8 @@ void print_launch_notes(const TrainOptions& o, const distribute::Strategy& strat
 int64_t prepare_resume(train::Trainer& trainer, const train::TrainConfig& config, bool chief) {
   if (!config.resume) return 0;
   const train::ResumePoint& point = trainer.prepare_resume();
-  if (chief && config.schedule == "cosine" && point.epochs > 0 && point.epochs != config.epochs) {
+  if (chief && config.schedule == optim::ScheduleKind::cosine && point.epochs > 0 &&
+      point.epochs != config.epochs) {
     fmt::print(stderr,
                "tandem: warning: the run was started for {} epoch(s) and now trains {}: the "
                "cosine schedule is {} over the new total, so the learning rate from step {} on "
@@ -359,10 +361,11 @@ void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Train
       config.engine.reducer.zero_stage > 0
           ? fmt::format(", ZeRO-{}", config.engine.reducer.zero_stage)
           : std::string(),
-      config.engine.optimizer.name, config.engine.optimizer.learning_rate,
-      config.lr_scaling == "none" ? config.schedule
-                                  : fmt::format("{} scaling from batch {}, {}", config.lr_scaling,
-                                                config.reference_batch, config.schedule),
+      optim::optimizer_name(config.engine.optimizer.kind), config.engine.optimizer.learning_rate,
+      config.lr_scaling == "none"
+          ? std::string(optim::schedule_name(config.schedule))
+          : fmt::format("{} scaling from batch {}, {}", config.lr_scaling, config.reference_batch,
+                        optim::schedule_name(config.schedule)),
       config.epochs);
   if (config.warmup_epochs > 0.0) fmt::print("  warm-up {} epoch(s)\n", config.warmup_epochs);
   if (augment.any() || config.prefetch_batches != 0 || config.input_parallel_calls != 1) {

@@ -169,9 +169,9 @@ AllReduceEngine::AllReduceEngine(Strategy& strategy, const ModelBuilder& build,
       // Under ZeRO each replica's optimizer is built over its shards, below.
       if (sharded()) {
         optim::check_optimizer_config(options.optimizer);
-        const std::string& name = options.optimizer.name;
-        if (name == "lars" || name == "lamb") {
-          TANDEM_THROW(InvalidArgument, "--optimizer ", name,
+        const optim::OptimizerKind kind = options.optimizer.kind;
+        if (kind == optim::OptimizerKind::lars || kind == optim::OptimizerKind::lamb) {
+          TANDEM_THROW(InvalidArgument, "--optimizer ", optim::optimizer_name(kind),
                        " scales each parameter's step by its own norms, which ZeRO's shards cut "
                        "across; use it without --zero");
         }

@@ -9,6 +9,7 @@
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 #include "tandem/base/parallel.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
@@ -20,6 +21,29 @@
 #include "tandem/distribute/parameter_server_processes.h"
 
 namespace tandem::distribute {
+
+namespace {
+
+constexpr NameTable<StrategyKind, 7> kStrategies{
+    "strategy",
+    {{{StrategyKind::one_device, "one_device"},
+      {StrategyKind::mirrored, "mirrored"},
+      {StrategyKind::multi_worker, "multi_worker"},
+      {StrategyKind::parameter_server, "parameter_server"},
+      {StrategyKind::one_device, "one-device"},
+      {StrategyKind::multi_worker, "multi-worker"},
+      {StrategyKind::parameter_server, "parameter-server"}}}};
+
+}  // namespace
+
+std::string_view strategy_name(StrategyKind kind) {
+  return kStrategies.name(kind);
+}
+
+StrategyKind parse_strategy(std::string_view name) {
+  return kStrategies.parse(name);
+}
+
 namespace {
 
 class OneDevice : public Strategy {
@@ -27,7 +51,7 @@ class OneDevice : public Strategy {
   explicit OneDevice(int threads)
       : OneDevice(ReplicaContext{.device = cpu_device(), .threads = threads}) {}
   explicit OneDevice(const ReplicaContext& context) : context_(context) {}
-  std::string name() const override { return "one_device"; }
+  StrategyKind kind() const override { return StrategyKind::one_device; }
   int local_replicas() const override { return 1; }
   int global_replicas() const override { return context_.num_replicas; }
   int first_replica() const override { return context_.global_replica; }
@@ -196,7 +220,7 @@ class Mirrored : public ThreadedStrategy<comm::InProcessGroup> {
       : ThreadedStrategy(std::make_unique<comm::InProcessGroup>(
                              devices, comm::InProcessOptions{.comm = options}),
                          devices, threads, kind) {}
-  std::string name() const override { return "mirrored"; }
+  StrategyKind kind() const override { return StrategyKind::mirrored; }
 };
 
 // Mirrored over distinct GPUs of this process, all-reducing with NCCL (the
@@ -206,7 +230,7 @@ class MirroredNccl : public ThreadedStrategy<comm::NcclGroup> {
   MirroredNccl(int devices, int threads, const comm::CommOptions& options)
       : ThreadedStrategy(std::make_unique<comm::NcclGroup>(gpus(devices), options), devices,
                          threads, DeviceKind::cuda) {}
-  std::string name() const override { return "mirrored"; }
+  StrategyKind kind() const override { return StrategyKind::mirrored; }
 
  private:
   static std::vector<Device> gpus(int count) {
@@ -224,7 +248,7 @@ class ParameterServer : public Mirrored {
   ParameterServer(int devices, int threads, const comm::CommOptions& options,
                   std::shared_ptr<RemoteWorkers> remote = {})
       : Mirrored(devices, threads, options), remote_(std::move(remote)) {}
-  std::string name() const override { return "parameter_server"; }
+  StrategyKind kind() const override { return StrategyKind::parameter_server; }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
                                       const EngineOptions& options) override {
     return make_parameter_server_engine(*this, build, options, remote_);
@@ -247,7 +271,7 @@ class ParameterServerPeer : public OneDevice {
                                  .threads = threads}),
         single_(threads),
         silence_seconds_(silence_seconds) {}
-  std::string name() const override { return "parameter_server"; }
+  StrategyKind kind() const override { return StrategyKind::parameter_server; }
   bool is_chief() const override { return false; }
   bool serves_chief() const override { return true; }
   std::unique_ptr<Engine> make_engine(const ModelBuilder& build,
@@ -318,7 +342,7 @@ class MultiWorkerNccl : public Strategy {
                               .threads = threads,
                               .communicator = nccl_.get()};
   }
-  std::string name() const override { return "multi_worker"; }
+  StrategyKind kind() const override { return StrategyKind::multi_worker; }
   int local_replicas() const override { return 1; }
   int global_replicas() const override { return context_.num_replicas; }
   int first_replica() const override { return context_.global_replica; }
@@ -343,7 +367,7 @@ class MultiWorker : public ThreadedStrategy<comm::HierarchicalGroup> {
       : ThreadedStrategy(
             std::make_unique<comm::HierarchicalGroup>(devices, std::move(processes), options),
             devices, threads) {}
-  std::string name() const override { return "multi_worker"; }
+  StrategyKind kind() const override { return StrategyKind::multi_worker; }
 };
 
 }  // namespace
@@ -385,8 +409,9 @@ void check_subscription(const StrategyConfig& c, int processes_here, int devices
 // Replicas on GPUs: one per GPU (more become virtual GPU devices) in a
 // process; under multi_worker, one process per GPU.
 StrategyLayout gpu_layout(const StrategyConfig& c) {
-  if (c.name != "one_device" && c.name != "mirrored" && c.name != "multi_worker") {
-    TANDEM_THROW(NotImplemented, "strategy ", c.name,
+  if (c.kind != StrategyKind::one_device && c.kind != StrategyKind::mirrored &&
+      c.kind != StrategyKind::multi_worker) {
+    TANDEM_THROW(NotImplemented, "strategy ", strategy_name(c.kind),
                  " does not run on GPUs (its workers and shards exchange host memory); use "
                  "one-device, mirrored or multi-worker with --device cuda");
   }
@@ -397,7 +422,7 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
   }
   // One host thread drives each GPU replica (the input pipeline has its own).
   const int threads = c.threads_per_device > 0 ? c.threads_per_device : 1;
-  if (c.name == "multi_worker") {
+  if (c.kind == StrategyKind::multi_worker) {
     if (comm::launcher() == comm::Launcher::none) {
       TANDEM_THROW(InvalidArgument,
                    "strategy multi_worker needs its processes started by mpirun or tandem launch "
@@ -413,11 +438,11 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
     const int processes = std::max(1, comm::launched_process_count());
     return {.local_replicas = 1, .global_replicas = processes, .threads_per_replica = threads};
   }
-  if (c.name == "one_device" && c.devices > 1) {
+  if (c.kind == StrategyKind::one_device && c.devices > 1) {
     TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
                  " devices (use --strategy mirrored)");
   }
-  const int devices = c.name == "one_device" ? 1 : (c.devices > 0 ? c.devices : gpus);
+  const int devices = c.kind == StrategyKind::one_device ? 1 : (c.devices > 0 ? c.devices : gpus);
   if (devices > gpus && devices % gpus != 0) {
     TANDEM_THROW(InvalidArgument, devices, " GPU replicas on ", gpus,
                  " GPU(s): more replicas "
@@ -435,7 +460,7 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
                  c.devices, " and ", c.threads_per_device);
   }
   if (c.device_kind == DeviceKind::cuda) return gpu_layout(c);
-  if (c.name == "one_device") {
+  if (c.kind == StrategyKind::one_device) {
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
                    " devices (use --strategy mirrored)");
@@ -444,22 +469,19 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     check_subscription(c, 1, 1, threads, cores);
     return {.local_replicas = 1, .global_replicas = 1, .threads_per_replica = threads};
   }
-  if (c.name != "mirrored" && c.name != "multi_worker" && c.name != "parameter_server") {
-    TANDEM_THROW(InvalidArgument, "unknown strategy '", c.name,
-                 "' (expected one_device, mirrored, multi_worker or parameter_server)");
-  }
   // Processes of this job on this host share its cores (multi_worker and
   // the parameter server under mpirun).
   int processes_here = 1, processes = 1;
-  const bool across_processes = c.name == "multi_worker" || parameter_server_across_processes();
+  const bool across_processes =
+      c.kind == StrategyKind::multi_worker || parameter_server_across_processes();
   if (across_processes) processes_here = comm::launched_local_size();
-  if (c.name == "parameter_server" && comm::launcher() == comm::Launcher::tandem &&
+  if (c.kind == StrategyKind::parameter_server && comm::launcher() == comm::Launcher::tandem &&
       comm::launched_process_count() > 1) {
     TANDEM_THROW(InvalidArgument,
                  "the parameter-server strategy across processes runs under mpirun (its links "
                  "are set up over MPI); under tandem launch use --strategy multi-worker");
   }
-  if (c.name == "parameter_server" && parameter_server_across_processes()) {
+  if (c.kind == StrategyKind::parameter_server && parameter_server_across_processes()) {
     // Ranks below ps_shards serve; every other process is one worker.
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument,
@@ -487,7 +509,7 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     }
     return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
   }
-  if (c.name == "multi_worker") {
+  if (c.kind == StrategyKind::multi_worker) {
     if (comm::launcher() == comm::Launcher::none) {
       TANDEM_THROW(InvalidArgument,
                    "strategy multi_worker needs its processes started by mpirun or tandem launch "
@@ -508,12 +530,13 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
 
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
   const StrategyLayout layout = strategy_layout(c);
-  if (c.name == "one_device" && c.device_kind == DeviceKind::cuda) {
+  if (c.kind == StrategyKind::one_device && c.device_kind == DeviceKind::cuda) {
     return std::make_unique<OneDevice>(ReplicaContext{.device = Device{DeviceKind::cuda, 0},
                                                       .threads = layout.threads_per_replica});
   }
-  if (c.name == "one_device") return std::make_unique<OneDevice>(layout.threads_per_replica);
-  if (c.name == "mirrored" && c.device_kind == DeviceKind::cuda) {
+  if (c.kind == StrategyKind::one_device)
+    return std::make_unique<OneDevice>(layout.threads_per_replica);
+  if (c.kind == StrategyKind::mirrored && c.device_kind == DeviceKind::cuda) {
     const int gpus = cuda_gpu_count();
     // One replica per GPU all-reduces with NCCL; more replicas than GPUs
     // split each GPU into virtual devices, which NCCL cannot serve: the
@@ -526,10 +549,10 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm,
                                       DeviceKind::cuda);
   }
-  if (c.name == "mirrored") {
+  if (c.kind == StrategyKind::mirrored) {
     return std::make_unique<Mirrored>(layout.local_replicas, layout.threads_per_replica, c.comm);
   }
-  if (c.name == "parameter_server" && parameter_server_across_processes()) {
+  if (c.kind == StrategyKind::parameter_server && parameter_server_across_processes()) {
     const double silence = std::chrono::duration<double>(c.comm.peer_timeout).count();
     const int rank = comm::mpi_world_rank();
     const int workers = layout.global_replicas;
@@ -547,7 +570,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {
         rank, c.ps_shards, layout.threads_per_replica, workers,
         connect_to_parameter_servers(c.ps_shards), silence);
   }
-  if (c.name == "parameter_server") {
+  if (c.kind == StrategyKind::parameter_server) {
     return std::make_unique<ParameterServer>(layout.local_replicas, layout.threads_per_replica,
                                              c.comm);
   }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -26,9 +27,18 @@
 
 namespace tandem::distribute {
 
+enum class StrategyKind : uint8_t { one_device, mirrored, multi_worker, parameter_server };
+
+// "one_device", "mirrored", "multi_worker", "parameter_server" (logs, files,
+// Python); parse_strategy also takes the flags' spellings ("one-device",
+// "multi-worker", "parameter-server") and throws InvalidArgument naming the
+// accepted ones.
+std::string_view strategy_name(StrategyKind kind);
+StrategyKind parse_strategy(std::string_view name);
+
 struct StrategyConfig {
-  std::string name = "one_device";  // one_device, mirrored, multi_worker, parameter_server
-  int devices = 0;                  // local replicas; 0: one per physical core
+  StrategyKind kind = StrategyKind::one_device;
+  int devices = 0;  // local replicas; 0: one per physical core
   // Where replicas run: virtual CPU devices, or GPUs (cuda:0.., one replica
   // each; one_device and mirrored, whose in-process collectives reach GPU
   // memory; more replicas than GPUs split each GPU into virtual GPU devices).
@@ -49,7 +59,8 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
 
-  virtual std::string name() const = 0;
+  virtual StrategyKind kind() const = 0;
+  std::string name() const { return std::string(strategy_name(kind())); }
   virtual int local_replicas() const = 0;
   virtual int global_replicas() const = 0;
   // Global index of local replica 0.

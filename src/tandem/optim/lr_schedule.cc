@@ -6,9 +6,15 @@
 #include <fmt/format.h>
 
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 
 namespace tandem::optim {
 namespace {
+
+constexpr NameTable<ScheduleKind, 3> kSchedules{"learning-rate schedule",
+                                                {{{ScheduleKind::constant, "constant"},
+                                                  {ScheduleKind::step, "step"},
+                                                  {ScheduleKind::cosine, "cosine"}}}};
 
 class ConstantLr : public LrSchedule {
  public:
@@ -76,31 +82,37 @@ class WarmupLr : public LrSchedule {
 
 }  // namespace
 
+std::string_view schedule_name(ScheduleKind kind) {
+  return kSchedules.name(kind);
+}
+
+ScheduleKind parse_schedule(std::string_view name) {
+  return kSchedules.parse(name);
+}
+
 std::unique_ptr<LrSchedule> make_schedule(const ScheduleConfig& c) {
+  schedule_name(c.kind);  // refuses a value outside the enum
   if (!(c.base_lr >= 0.0) || !std::isfinite(c.base_lr)) {
     TANDEM_THROW(InvalidArgument, "learning rate must be finite and non-negative, got ", c.base_lr);
   }
   if (c.warmup_steps < 0)
     TANDEM_THROW(InvalidArgument, "warm-up steps must be >= 0, got ", c.warmup_steps);
   std::unique_ptr<LrSchedule> schedule;
-  if (c.name == "constant") {
+  if (c.kind == ScheduleKind::constant) {
     schedule = std::make_unique<ConstantLr>(c.base_lr);
-  } else if (c.name == "step") {
+  } else if (c.kind == ScheduleKind::step) {
     if (c.step_size <= 0)
       TANDEM_THROW(InvalidArgument, "step schedule: step size must be positive, got ", c.step_size);
     if (!(c.gamma > 0.0))
       TANDEM_THROW(InvalidArgument, "step schedule: gamma must be positive, got ", c.gamma);
     schedule = std::make_unique<StepLr>(c.base_lr, c.step_size, c.gamma);
-  } else if (c.name == "cosine") {
+  } else {
     if (c.total_steps <= 0)
       TANDEM_THROW(InvalidArgument, "cosine schedule: total steps must be positive, got ",
                    c.total_steps);
     if (!(c.min_lr >= 0.0))
       TANDEM_THROW(InvalidArgument, "cosine schedule: min lr must be >= 0, got ", c.min_lr);
     schedule = std::make_unique<CosineLr>(c.base_lr, c.total_steps, c.min_lr);
-  } else {
-    TANDEM_THROW(InvalidArgument, "unknown learning-rate schedule '", c.name,
-                 "' (expected constant, step or cosine)");
   }
   if (c.warmup_steps > 0)
     schedule = std::make_unique<WarmupLr>(std::move(schedule), c.warmup_steps);

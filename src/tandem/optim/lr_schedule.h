@@ -5,8 +5,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace tandem::optim {
+
+enum class ScheduleKind : uint8_t { constant, step, cosine };
+
+// "constant", "step", "cosine"; parse_schedule throws InvalidArgument naming
+// the accepted ones.
+std::string_view schedule_name(ScheduleKind kind);
+ScheduleKind parse_schedule(std::string_view name);
 
 class LrSchedule {
  public:
@@ -16,7 +24,7 @@ class LrSchedule {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";  // constant, step, cosine
+  ScheduleKind kind = ScheduleKind::constant;
   double base_lr = 0.05;
   int64_t step_size = 1;     // step: decay every step_size steps
   double gamma = 0.1;        // step: multiplicative decay
@@ -25,7 +33,7 @@ struct ScheduleConfig {
   int64_t warmup_steps = 0;  // any: linear ramp from base_lr / warmup_steps
 };
 
-// Throws InvalidArgument naming the bad field or the unknown schedule.
+// Throws InvalidArgument naming the bad field.
 std::unique_ptr<LrSchedule> make_schedule(const ScheduleConfig& config);
 
 // Learning-rate scaling with the batch: a rate tuned at reference_batch,

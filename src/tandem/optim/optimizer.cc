@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 
 namespace tandem::optim {
 namespace {
@@ -141,14 +142,12 @@ void Adam::step() {
 
 namespace {
 
-bool known_optimizer(const std::string& name) {
-  return name == "sgd" || name == "adam" || name == "adamw" || name == "lars" || name == "lamb";
-}
-
-[[noreturn]] void unknown_optimizer(const std::string& name) {
-  TANDEM_THROW(InvalidArgument, "unknown optimizer '", name,
-               "' (expected sgd, adam, adamw, lars or lamb)");
-}
+constexpr NameTable<OptimizerKind, 5> kOptimizers{"optimizer",
+                                                  {{{OptimizerKind::sgd, "sgd"},
+                                                    {OptimizerKind::adam, "adam"},
+                                                    {OptimizerKind::adamw, "adamw"},
+                                                    {OptimizerKind::lars, "lars"},
+                                                    {OptimizerKind::lamb, "lamb"}}}};
 
 // In [0, 1): a decay rate of a running average (momentum, Adam's betas).
 bool is_decay_rate(double value) {
@@ -157,42 +156,50 @@ bool is_decay_rate(double value) {
 
 }  // namespace
 
-double default_learning_rate(const std::string& name) {
-  if (!known_optimizer(name)) unknown_optimizer(name);
-  return name == "sgd" ? 0.05 : name == "lars" ? 1.0 : 1e-3;
+std::string_view optimizer_name(OptimizerKind kind) {
+  return kOptimizers.name(kind);
+}
+
+OptimizerKind parse_optimizer(std::string_view name) {
+  return kOptimizers.parse(name);
+}
+
+double default_learning_rate(OptimizerKind kind) {
+  return kind == OptimizerKind::sgd ? 0.05 : kind == OptimizerKind::lars ? 1.0 : 1e-3;
 }
 
 void check_optimizer_config(const OptimizerConfig& c) {
-  if (!known_optimizer(c.name)) unknown_optimizer(c.name);
+  const std::string_view name = optimizer_name(c.kind);  // refuses a value outside the enum
   if (!(c.learning_rate > 0.0) || !std::isfinite(c.learning_rate)) {
-    TANDEM_THROW(InvalidArgument, c.name, " learning rate must be positive and finite, got ",
+    TANDEM_THROW(InvalidArgument, name, " learning rate must be positive and finite, got ",
                  c.learning_rate);
   }
   if (c.weight_decay && (!(*c.weight_decay >= 0.0) || !std::isfinite(*c.weight_decay))) {
-    TANDEM_THROW(InvalidArgument, c.name, " weight decay must be >= 0 and finite, got ",
+    TANDEM_THROW(InvalidArgument, name, " weight decay must be >= 0 and finite, got ",
                  *c.weight_decay);
   }
   if (!(c.global_clip_norm >= 0.0) || !std::isfinite(c.global_clip_norm)) {
     TANDEM_THROW(InvalidArgument, "gradient clip norm must be >= 0 and finite (0: off), got ",
                  c.global_clip_norm);
   }
-  if (c.name == "sgd" || c.name == "lars") {
+  if (c.kind == OptimizerKind::sgd || c.kind == OptimizerKind::lars) {
     // Momentum 1 or more makes the update a growing sum of every gradient
     // so far: the weights diverge.
     if (!is_decay_rate(c.momentum))
-      TANDEM_THROW(InvalidArgument, c.name, " momentum must be in [0, 1), got ", c.momentum);
-    if (c.name == "lars" && (!(c.trust_coefficient > 0.0) || !std::isfinite(c.trust_coefficient))) {
+      TANDEM_THROW(InvalidArgument, name, " momentum must be in [0, 1), got ", c.momentum);
+    if (c.kind == OptimizerKind::lars &&
+        (!(c.trust_coefficient > 0.0) || !std::isfinite(c.trust_coefficient))) {
       TANDEM_THROW(InvalidArgument, "lars trust coefficient must be positive and finite, got ",
                    c.trust_coefficient);
     }
     return;
   }
   if (!is_decay_rate(c.beta1) || !is_decay_rate(c.beta2)) {
-    TANDEM_THROW(InvalidArgument, c.name, " beta1 and beta2 must be in [0, 1), got ", c.beta1,
+    TANDEM_THROW(InvalidArgument, name, " beta1 and beta2 must be in [0, 1), got ", c.beta1,
                  " and ", c.beta2);
   }
   if (!(c.eps > 0.0) || !std::isfinite(c.eps))
-    TANDEM_THROW(InvalidArgument, c.name, " eps must be positive and finite, got ", c.eps);
+    TANDEM_THROW(InvalidArgument, name, " eps must be positive and finite, got ", c.eps);
 }
 
 double gradient_squares(const std::vector<Variable>& parameters) {
@@ -230,38 +237,37 @@ double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) 
 }
 
 std::vector<std::string> state_slots(const OptimizerConfig& config) {
-  if (!known_optimizer(config.name)) check_optimizer_config(config);  // names the known ones
-  if (config.name == "sgd")
+  if (config.kind == OptimizerKind::sgd)
     return config.momentum > 0.0 ? std::vector<std::string>{"momentum"}
                                  : std::vector<std::string>{};
-  if (config.name == "lars") return {"momentum"};
+  if (config.kind == OptimizerKind::lars) return {"momentum"};
   return {"exp_avg", "exp_avg_sq"};  // adam, adamw, lamb
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<Variable> parameters) {
   check_optimizer_config(config);
-  if (config.name == "sgd") {
+  if (config.kind == OptimizerKind::sgd) {
     return std::make_unique<Sgd>(std::move(parameters), config.learning_rate,
                                  SgdOptions{.momentum = config.momentum,
                                             .weight_decay = config.weight_decay.value_or(0.0),
                                             .nesterov = config.nesterov});
   }
-  if (config.name == "lars") {
+  if (config.kind == OptimizerKind::lars) {
     return std::make_unique<Lars>(std::move(parameters), config.learning_rate,
                                   LarsOptions{.momentum = config.momentum,
                                               .weight_decay = config.weight_decay.value_or(0.0),
                                               .trust_coefficient = config.trust_coefficient});
   }
-  if (config.name == "lamb") {
+  if (config.kind == OptimizerKind::lamb) {
     return std::make_unique<Lamb>(std::move(parameters), config.learning_rate,
                                   LambOptions{.beta1 = config.beta1,
                                               .beta2 = config.beta2,
                                               .eps = config.eps,
                                               .weight_decay = config.weight_decay.value_or(0.01)});
   }
-  if (config.name == "adam" || config.name == "adamw") {
-    const bool decoupled = config.name == "adamw";
+  {  // adam, adamw
+    const bool decoupled = config.kind == OptimizerKind::adamw;
     const double decay = config.weight_decay.value_or(decoupled ? 0.01 : 0.0);
     return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
                                   AdamOptions{.beta1 = config.beta1,
@@ -270,7 +276,6 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                               .weight_decay = decay,
                                               .decoupled_weight_decay = decoupled});
   }
-  unknown_optimizer(config.name);
 }
 
 }  // namespace tandem::optim

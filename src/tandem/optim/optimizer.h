@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -91,10 +92,17 @@ class Adam : public Optimizer {
   std::vector<Tensor*> first_moment_, second_moment_;
 };
 
+enum class OptimizerKind : uint8_t { sgd, adam, adamw, lars, lamb };  // lars, lamb: layerwise.h
+
+// "sgd", "adam", "adamw", "lars", "lamb"; parse_optimizer throws
+// InvalidArgument naming the accepted ones.
+std::string_view optimizer_name(OptimizerKind kind);
+OptimizerKind parse_optimizer(std::string_view name);
+
 // The learning rate is explicit here (the recipe's 0.05 for SGD by default);
-// `tandem train` without --lr takes default_learning_rate(name) instead.
+// `tandem train` without --lr takes default_learning_rate(kind) instead.
 struct OptimizerConfig {
-  std::string name = "sgd";          // sgd, adam, adamw, lars, lamb (optim/layerwise.h)
+  OptimizerKind kind = OptimizerKind::sgd;
   double learning_rate = 0.05;       // > 0, finite
   double momentum = 0.9;             // sgd, lars; in [0, 1)
   bool nesterov = false;             // sgd
@@ -126,12 +134,11 @@ double clip_to_norm(const std::vector<Variable>& parameters, double norm, double
 // The learning rate an optimizer starts from when none is given: 0.05 for
 // sgd (the project's recipe), 1e-3 for adam, adamw and lamb (PyTorch's and
 // Keras's default), 1 for lars (its trust ratio, eta ||w|| / ||g||, is
-// small: the paper's rates are of order 1 to 10). Throws InvalidArgument
-// for an unknown name.
-double default_learning_rate(const std::string& name);
+// small: the paper's rates are of order 1 to 10).
+double default_learning_rate(OptimizerKind kind);
 
 // Throws InvalidArgument naming the first field of `config` outside its
-// range (see OptimizerConfig), or the unknown optimizer name.
+// range (see OptimizerConfig).
 void check_optimizer_config(const OptimizerConfig& config);
 
 // The f32 state tensors an optimizer of this configuration keeps per

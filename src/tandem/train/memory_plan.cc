@@ -277,7 +277,7 @@ PlanShape plan_shape(const MemoryPlanInput& in, MemoryPlan& plan) {
   }
   allocator_for(scratch_device()).release_cache();
   s.zero = s.global > 1 ? c.engine.reducer.zero_stage : 0;
-  s.parameter_server = c.strategy.name == "parameter_server";
+  s.parameter_server = c.strategy.kind == distribute::StrategyKind::parameter_server;
   s.reduces = s.global > 1 && !s.parameter_server && c.engine.sync_every == 0;
   if (s.reduces) {
     const comm::Bucketer layout(layouts, {.bucket_bytes = c.engine.reducer.bucket_bytes,

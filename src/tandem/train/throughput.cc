@@ -30,8 +30,9 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   auto model = nn::make_model(
       options.model, precision::model_options(
                          options.policy, {.seed = options.seed, .settings = options.settings}));
-  auto optimizer = optim::make_optimizer({.name = "sgd", .learning_rate = 0.05, .momentum = 0.9},
-                                         model->parameters());
+  auto optimizer = optim::make_optimizer(
+      {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.05, .momentum = 0.9},
+      model->parameters());
   const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
   // A few distinct batches so that no step sees exactly the previous data.
   constexpr int kBatches = 4;

@@ -10,10 +10,7 @@
 
 namespace tandem::train {
 void check_schedule_settings(const TrainConfig& c) {
-  if (c.schedule != "constant" && c.schedule != "step" && c.schedule != "cosine") {
-    TANDEM_THROW(InvalidArgument, "unknown learning-rate schedule '", c.schedule,
-                 "' (schedule, --schedule: expected constant, step or cosine)");
-  }
+  optim::schedule_name(c.schedule);  // refuses a value outside the enum
   if (!(c.lr_step_epochs > 0.0) || !std::isfinite(c.lr_step_epochs)) {
     TANDEM_THROW(InvalidArgument,
                  "lr_step_epochs (--lr-step-epochs) must be a positive number of epochs, got ",

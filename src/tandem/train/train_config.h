@@ -13,6 +13,7 @@
 #include "tandem/data/distribute.h"
 #include "tandem/distribute/engine.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/optim/lr_schedule.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/precision/loss_scaler.h"
 #include "tandem/precision/policy.h"
@@ -69,11 +70,11 @@ struct TrainConfig {
   // steps per epoch: from steps_per_epoch or the data's cardinality.
   // A resume with other epochs than the run started with stretches (or
   // shrinks) the cosine decay over the new total (see ResumePoint::epochs).
-  std::string schedule = "cosine";  // constant, step, cosine
-  double lr_step_epochs = 1.0;      // step schedule period, in epochs; > 0
-  double lr_gamma = 0.1;            // step schedule factor; in (0, 1]
-  double min_lr = 0.0;              // cosine floor; in [0, engine.optimizer.learning_rate]
-  double warmup_epochs = 0.0;       // in [0, epochs]
+  optim::ScheduleKind schedule = optim::ScheduleKind::cosine;
+  double lr_step_epochs = 1.0;  // step schedule period, in epochs; > 0
+  double lr_gamma = 0.1;        // step schedule factor; in (0, 1]
+  double min_lr = 0.0;          // cosine floor; in [0, engine.optimizer.learning_rate]
+  double warmup_epochs = 0.0;   // in [0, epochs]
   // Learning-rate scaling with the global batch (optim::scaled_learning_rate):
   // engine.optimizer.learning_rate is the rate tuned at reference_batch; the run
   // uses it scaled "linear"ly or by "sqrt" to the resolved global batch
@@ -137,9 +138,8 @@ struct TrainConfig {
 // loss, metrics), checked without data or replicas; the Trainer calls it first.
 void check_train_config(const TrainConfig& config);
 
-// InvalidArgument for schedule settings that cannot work (an unknown
-// schedule, a step period or factor out of range, min_lr above the rate,
-// warmup longer than the run), against config.optimizer.learning_rate: the
+// InvalidArgument for schedule settings that cannot work (a step period or factor out of range,
+// min_lr above the rate, warmup longer than the run), against config.optimizer.learning_rate: the
 // Trainer calls it once the rate is scaled to the resolved batch.
 void check_schedule_settings(const TrainConfig& config);
 

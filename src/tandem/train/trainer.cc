@@ -115,16 +115,16 @@ std::string Trainer::checkpoint_path() const {
 
 void Trainer::make_schedule(int64_t per_epoch) {
   const bool needs_size =
-      config_.schedule == "cosine" || config_.schedule == "step" || config_.warmup_epochs > 0.0;
+      config_.schedule != optim::ScheduleKind::constant || config_.warmup_epochs > 0.0;
   if (per_epoch == 0 && needs_size) {
-    TANDEM_THROW(InvalidArgument, "the ", config_.schedule, " schedule",
+    TANDEM_THROW(InvalidArgument, "the ", optim::schedule_name(config_.schedule), " schedule",
                  config_.warmup_epochs > 0.0 ? " with warm-up" : "",
                  " is measured in epochs, but the training data's size is not known without "
                  "reading it (a filter, an interleave, compressed TFRecord files, repeat()); "
                  "set steps_per_epoch (--steps-per-epoch) or use the constant schedule");
   }
   schedule_ = optim::make_schedule(
-      {.name = config_.schedule,
+      {.kind = config_.schedule,
        .base_lr = config_.engine.optimizer.learning_rate,
        .step_size = std::max<int64_t>(1, to_steps(config_.lr_step_epochs, per_epoch)),
        .gamma = config_.lr_gamma,

@@ -44,9 +44,9 @@ std::vector<int> not_in(const std::vector<int>& from, const std::vector<int>& ot
 
 void Trainer::start_elastic() {
   const std::string refused = "tandem launch --elastic ";
-  if (config_.strategy.name != "multi_worker") {
+  if (config_.strategy.kind != distribute::StrategyKind::multi_worker) {
     TANDEM_THROW(InvalidArgument, refused, "trains with --strategy multi-worker; got ",
-                 config_.strategy.name);
+                 distribute::strategy_name(config_.strategy.kind));
   }
   if (config_.strategy.device_kind != DeviceKind::cpu) {
     TANDEM_THROW(NotImplemented, refused,

@@ -23,7 +23,7 @@ train::TrainConfig trial_config(const train::TrainConfig& base, int64_t batch, i
   c.steps_per_epoch = steps;
   c.output_dir.clear();
   c.resume = false;
-  c.schedule = "constant";
+  c.schedule = optim::ScheduleKind::constant;
   c.warmup_epochs = 0.0;
   c.min_lr = 0.0;
   c.lr_scaling = "none";
@@ -34,8 +34,10 @@ train::TrainConfig trial_config(const train::TrainConfig& base, int64_t batch, i
 
 // The rule for an optimizer when the run names none: linear for SGD-type
 // updates, square root for Adam-type ones.
-std::string default_rule(const std::string& optimizer) {
-  return optimizer == "sgd" || optimizer == "lars" ? "linear" : "sqrt";
+std::string default_rule(optim::OptimizerKind optimizer) {
+  return optimizer == optim::OptimizerKind::sgd || optimizer == optim::OptimizerKind::lars
+             ? "linear"
+             : "sqrt";
 }
 
 // What the phases of the finder share: the options, the strategy's layout
@@ -152,7 +154,7 @@ void recommend(const train::TrainConfig& config, BatchSizeRecommendation& out) {
     if (t.relative_time == 1.0 && out.batch == 0) out.batch = t.batch;
   }
   out.lr_scaling =
-      config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.engine.optimizer.name);
+      config.lr_scaling != "none" ? config.lr_scaling : default_rule(config.engine.optimizer.kind);
   out.reference_batch = config.reference_batch > 0 ? config.reference_batch : config.batch_size;
   out.learning_rate = optim::scaled_learning_rate(config.engine.optimizer.learning_rate,
                                                   out.lr_scaling, out.batch, out.reference_batch);

@@ -37,7 +37,8 @@ std::vector<VariablePiece> server_pieces(const std::vector<Variable>& parameters
                                          const EngineOptions& options) {
   std::vector<Shape> shapes;
   for (const Variable& p : parameters) shapes.push_back(p.shape());
-  const bool layerwise = options.optimizer.name == "lars" || options.optimizer.name == "lamb";
+  const bool layerwise = options.optimizer.kind == optim::OptimizerKind::lars ||
+                         options.optimizer.kind == optim::OptimizerKind::lamb;
   return partition_variables(shapes, options.parameter_server.shards,
                              options.parameter_server.min_shard_bytes, !layerwise);
 }
