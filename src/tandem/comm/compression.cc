@@ -1,28 +1,29 @@
 #include "tandem/comm/compression.h"
 
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 #include "tandem/comm/detail/reduce_kernels.h"
 #include "tandem/tensor/convert.h"
 
 namespace tandem::comm {
 
+namespace {
+
+// "none" also means f32 (no compression).
+constexpr NameTable<WireDType, 4> kWireDTypes{"wire dtype",
+                                              {{{WireDType::f32, "f32"},
+                                                {WireDType::bf16, "bf16"},
+                                                {WireDType::f16, "f16"},
+                                                {WireDType::f32, "none"}}}};
+
+}  // namespace
+
 std::string_view wire_dtype_name(WireDType wire) {
-  switch (wire) {
-    case WireDType::f32:
-      return "f32";
-    case WireDType::bf16:
-      return "bf16";
-    case WireDType::f16:
-      return "f16";
-  }
-  return "invalid";
+  return kWireDTypes.name(wire);
 }
 
 WireDType parse_wire_dtype(std::string_view name) {
-  if (name == "f32" || name == "none") return WireDType::f32;
-  if (name == "bf16") return WireDType::bf16;
-  if (name == "f16") return WireDType::f16;
-  TANDEM_THROW(InvalidArgument, "unknown wire dtype '", name, "' (expected f32, bf16 or f16)");
+  return kWireDTypes.parse(name);
 }
 
 void all_reduce_compressed(Communicator& comm, const Tensor& buffer, ReduceOp op, WireDType wire,

@@ -1,31 +1,27 @@
 #include "tandem/data/distribute.h"
 
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 #include "tandem/data/detail/node.h"
 
 namespace tandem::data {
 
+namespace {
+
+constexpr NameTable<AutoShardPolicy, 4> kAutoShardPolicies{"auto-shard policy",
+                                                           {{{AutoShardPolicy::automatic, "auto"},
+                                                             {AutoShardPolicy::file, "file"},
+                                                             {AutoShardPolicy::data, "data"},
+                                                             {AutoShardPolicy::off, "off"}}}};
+
+}  // namespace
+
 std::string_view auto_shard_policy_name(AutoShardPolicy policy) {
-  switch (policy) {
-    case AutoShardPolicy::automatic:
-      return "auto";
-    case AutoShardPolicy::file:
-      return "file";
-    case AutoShardPolicy::data:
-      return "data";
-    case AutoShardPolicy::off:
-      return "off";
-  }
-  return "invalid";
+  return kAutoShardPolicies.name(policy);
 }
 
 AutoShardPolicy parse_auto_shard_policy(std::string_view name) {
-  if (name == "auto") return AutoShardPolicy::automatic;
-  if (name == "file") return AutoShardPolicy::file;
-  if (name == "data") return AutoShardPolicy::data;
-  if (name == "off") return AutoShardPolicy::off;
-  TANDEM_THROW(InvalidArgument, "unknown auto-shard policy '", name,
-               "' (expected auto, file, data or off)");
+  return kAutoShardPolicies.parse(name);
 }
 
 Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,

@@ -5,6 +5,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "tandem/base/name_table.h"
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
@@ -22,32 +23,23 @@ constexpr float kInvSqrt2 = static_cast<float>(1.0 / std::numbers::sqrt2);
 constexpr float kInvSqrt2Pi =
     static_cast<float>(1.0 / (std::numbers::sqrt2 * 1.7724538509055160273));
 
+// "" also means none (an option left empty).
+constexpr NameTable<Activation, 6> kActivations{"activation",
+                                                {{{Activation::none, "none"},
+                                                  {Activation::relu, "relu"},
+                                                  {Activation::gelu, "gelu"},
+                                                  {Activation::gelu_tanh, "gelu_tanh"},
+                                                  {Activation::silu, "silu"},
+                                                  {Activation::none, ""}}}};
+
 }  // namespace
 
 std::string_view activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::none:
-      return "none";
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu:
-      return "gelu";
-    case Activation::gelu_tanh:
-      return "gelu_tanh";
-    case Activation::silu:
-      return "silu";
-  }
-  return "invalid";
+  return kActivations.name(activation);
 }
 
 Activation parse_activation(std::string_view name) {
-  if (name == "none" || name.empty()) return Activation::none;
-  if (name == "relu") return Activation::relu;
-  if (name == "gelu") return Activation::gelu;
-  if (name == "gelu_tanh") return Activation::gelu_tanh;
-  if (name == "silu") return Activation::silu;
-  TANDEM_THROW(InvalidArgument, "unknown activation '", name,
-               "' (expected none, relu, gelu, gelu_tanh or silu)");
+  return kActivations.parse(name);
 }
 
 Tensor relu(const Tensor& x) {

@@ -1,27 +1,24 @@
 #include "tandem/precision/policy.h"
 
 #include "tandem/base/error.h"
+#include "tandem/base/name_table.h"
 
 namespace tandem::precision {
-namespace {}  // namespace
+namespace {
+
+constexpr NameTable<Policy, 3> kPolicies{"precision policy",
+                                         {{{Policy::float32, "float32"},
+                                           {Policy::mixed_bfloat16, "mixed_bfloat16"},
+                                           {Policy::mixed_float16, "mixed_float16"}}}};
+
+}  // namespace
+
 std::string_view policy_name(Policy policy) {
-  switch (policy) {
-    case Policy::float32:
-      return "float32";
-    case Policy::mixed_bfloat16:
-      return "mixed_bfloat16";
-    case Policy::mixed_float16:
-      return "mixed_float16";
-  }
-  return "invalid";
+  return kPolicies.name(policy);
 }
 
 Policy parse_policy(std::string_view name) {
-  if (name == "float32") return Policy::float32;
-  if (name == "mixed_bfloat16") return Policy::mixed_bfloat16;
-  if (name == "mixed_float16") return Policy::mixed_float16;
-  TANDEM_THROW(InvalidArgument, "unknown precision policy '", name,
-               "' (expected float32, mixed_bfloat16 or mixed_float16)");
+  return kPolicies.parse(name);
 }
 
 DType compute_dtype(Policy policy) {
