@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/gradcheck.h"
 #include "support/op_table.h"
 #include "support/reference.h"
 
@@ -96,6 +97,30 @@ std::string row_name(const ::testing::TestParamInfo<size_t>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, OpTable, ::testing::Range<size_t>(0, op_cases().size()), row_name);
+
+// A written-out gradient reference is itself checked: against central
+// differences, on every row of it small enough for both.
+TEST(OpTable, AnalyticGradientsMatchCentralDifferences) {
+  size_t checked = 0;
+  for (size_t r = 0; r < op_cases().size(); ++r) {
+    const OpCase& op = op_cases()[r];
+    if (!op.gradient_reference) continue;
+    const std::vector<Doubles> x = as_doubles(testing::op_inputs(op, r, DType::f32));
+    size_t elements = 0;
+    for (const Doubles& v : x) elements += v.size();
+    if (elements > 2000) continue;
+    SCOPED_TRACE(op.name);
+    const auto n = static_cast<int64_t>(op.reference(x).size());
+    const Doubles weights = to_doubles(testing::random_tensor(Shape{n}, -1, 1, r));
+    const std::vector<Doubles> analytic = op.gradient_reference(x, weights);
+    const std::vector<Doubles> numeric = testing::central_differences(op, x, weights);
+    ASSERT_EQ(analytic.size(), numeric.size());
+    for (size_t k = 0; k < analytic.size(); ++k)
+      expect_close(analytic[k], numeric[k], 1e-6, 1e-6, ("input " + std::to_string(k)).c_str());
+    ++checked;
+  }
+  EXPECT_GE(checked, 8u) << "rows with a written-out gradient small enough to check";
+}
 
 TEST(OpTable, RowNamesAreUnique) {
   std::set<std::string> names;

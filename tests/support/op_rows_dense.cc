@@ -1,33 +1,19 @@
-// Rows for the matrix products, convolutions and pooling.
+// Rows for the matrix products, convolutions and pooling: small shapes whose
+// gradients are central differences, and the shapes oneDNN blocks and
+// threads differently (K of 784, 32 to 64 channels, zero-sized operands),
+// whose gradients are the written-out references of support/reference.h.
 #include <algorithm>
 #include <string>
 
 #include "support/op_rows.h"
+#include "support/reference.h"
 #include "tandem/autograd/functions.h"
+#include "tandem/kernels/matmul.h"
 
 namespace tandem::testing {
 namespace {
 
 using kernels::Activation;
-
-// batch x (M, K) times (K, N), a stored (K, M) when ta, b stored (N, K) when tb,
-// b shared by every batch element when `shared`.
-Doubles products(const Doubles& a, const Doubles& b, int64_t batch, int64_t M, int64_t K, int64_t N,
-                 bool ta, bool tb, bool shared) {
-  Doubles out(static_cast<size_t>(batch * M * N), 0.0);
-  for (int64_t e = 0; e < batch; ++e) {
-    const double* pa = a.data() + e * M * K;
-    const double* pb = b.data() + (shared ? 0 : e * K * N);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k)
-          acc += pa[ta ? k * M + m : m * K + k] * pb[tb ? n * K + k : k * N + n];
-        out[static_cast<size_t>((e * M + m) * N + n)] = acc;
-      }
-  }
-  return out;
-}
 
 double activate(Activation a, double x) {
   switch (a) {
@@ -51,32 +37,89 @@ std::string flags(bool ta, bool tb) {
 void add_matmul_rows(std::vector<OpCase>& rows) {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
+      const MatmulShape m{.M = 5, .K = 7, .N = 6, .transpose_a = ta, .transpose_b = tb};
       rows.push_back(
           {.name = "matmul" + flags(ta, tb),
            .kernels = {"matmul"},
            .inputs = {uniform(ta ? Shape{7, 5} : Shape{5, 7}),
                       uniform(tb ? Shape{6, 7} : Shape{7, 6})},
            .run = [=](const auto& in) { return matmul(in[0], in[1], ta, tb); },
-           .reference =
-               [=](const auto& in) { return products(in[0], in[1], 1, 5, 7, 6, ta, tb, true); },
+           .reference = [=](const auto& in) { return matmul_reference(in[0], in[1], m); },
            .low_precision = {DType::bf16}});
       for (bool shared : {false, true}) {
         const Shape as = ta ? Shape{2, 3, 7, 5} : Shape{2, 3, 5, 7};
         const Shape bs = shared ? (tb ? Shape{9, 7} : Shape{7, 9})
                                 : (tb ? Shape{2, 3, 9, 7} : Shape{2, 3, 7, 9});
+        const MatmulShape b{.batch = 6,
+                            .M = 5,
+                            .K = 7,
+                            .N = 9,
+                            .transpose_a = ta,
+                            .transpose_b = tb,
+                            .shared_b = shared};
         rows.push_back(
             {.name = "batched_matmul" + flags(ta, tb) + (shared ? " shared" : ""),
              .kernels = {"batched_matmul", "sum_to_shape"},
              .inputs = {uniform(as), uniform(bs)},
              .run = [=](const auto& in) { return batched_matmul(in[0], in[1], ta, tb); },
-             .reference =
-                 [=](const auto& in) { return products(in[0], in[1], 6, 5, 7, 9, ta, tb, shared); },
+             .reference = [=](const auto& in) { return matmul_reference(in[0], in[1], b); },
              .low_precision = {DType::bf16}});
       }
     }
 }
 
+// The matmul kernel's own options (transposes, bias, fused activation) at
+// the shapes oneDNN blocks differently; forward only (the backward is the
+// same kernel, checked through autograd above).
+void add_matmul_kernel_rows(std::vector<OpCase>& rows) {
+  struct Case {
+    int64_t M, K, N;
+    bool ta, tb, bias;
+    Activation activation;
+  };
+  const Case cases[] = {{1, 1, 1, false, false, false, Activation::none},
+                        {3, 5, 7, false, false, true, Activation::none},
+                        {17, 31, 13, true, false, false, Activation::none},
+                        {17, 31, 13, false, true, true, Activation::relu},
+                        {16, 64, 33, true, true, false, Activation::gelu},
+                        {128, 784, 10, false, true, true, Activation::none},
+                        {5, 37, 11, false, false, true, Activation::relu},
+                        {64, 128, 48, true, true, false, Activation::silu},
+                        {7, 0, 5, false, false, true, Activation::relu},
+                        {0, 3, 5, false, false, false, Activation::none}};
+  for (const Case& c : cases) {
+    const MatmulShape m{.M = c.M, .K = c.K, .N = c.N, .transpose_a = c.ta, .transpose_b = c.tb};
+    std::vector<OpInput> inputs{uniform(c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K}),
+                                uniform(c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N})};
+    if (c.bias) inputs.push_back(in_f32(uniform(Shape{c.N})));
+    rows.push_back(
+        {.name = "matmul kernel " + std::to_string(c.M) + "x" + std::to_string(c.K) + "x" +
+                 std::to_string(c.N) + flags(c.ta, c.tb) + (c.bias ? " bias " : " ") +
+                 std::string(kernels::activation_name(c.activation)),
+         .kernels = {"matmul"},
+         .inputs = inputs,
+         .run =
+             [=](const auto& in) {
+               return Variable(kernels::matmul(
+                   in[0].value(), in[1].value(), c.bias ? in[2].value() : Tensor(),
+                   {.transpose_a = c.ta, .transpose_b = c.tb, .activation = c.activation}));
+             },
+         .reference =
+             [=](const auto& in) {
+               Doubles y = matmul_reference(in[0], in[1], m);
+               for (size_t i = 0; i < y.size(); ++i)
+                 y[i] = activate(c.activation, y[i] + (c.bias ? in[2][i % c.N] : 0.0));
+               return y;
+             },
+         .low_precision = {DType::bf16},
+         // f32 sums of K products: their rounding grows with K.
+         .tolerance = 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(c.K))),
+         .gradient = false});
+  }
+}
+
 void add_linear_rows(std::vector<OpCase>& rows) {
+  const MatmulShape m{.M = 4, .K = 6, .N = 5, .transpose_b = true};
   for (Activation a : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh,
                        Activation::silu}) {
     rows.push_back(
@@ -87,73 +130,73 @@ void add_linear_rows(std::vector<OpCase>& rows) {
          .run = [=](const auto& in) { return linear(in[0], in[1], in[2], {.activation = a}); },
          .reference =
              [=](const auto& in) {
-               Doubles y = products(in[0], in[1], 1, 4, 6, 5, false, true, true);
+               Doubles y = matmul_reference(in[0], in[1], m);
                for (size_t i = 0; i < y.size(); ++i) y[i] = activate(a, y[i] + in[2][i % 5]);
                return y;
              },
          .low_precision = {DType::bf16}});
   }
   // Without a bias, and for a rank-3 input (flattened to rows).
+  const MatmulShape rows3{.M = 6, .K = 6, .N = 5, .transpose_b = true};
   rows.push_back(
       {.name = "linear no bias rank 3",
        .kernels = {"matmul", "matmul_into"},
        .inputs = {uniform(Shape{2, 3, 6}), uniform(Shape{5, 6})},
        .run = [](const auto& in) { return linear(in[0], in[1], Variable()); },
-       .reference =
-           [](const auto& in) { return products(in[0], in[1], 1, 6, 6, 5, false, true, true); },
+       .reference = [=](const auto& in) { return matmul_reference(in[0], in[1], rows3); },
        .low_precision = {DType::bf16}});
 }
 
-// x (N, H, W, C), w (KH, KW, C, O): y (N, OH, OW, O).
-Doubles convolve(const Doubles& x, const Doubles& w, const Shape& xs, const Shape& ws,
-                 const kernels::Conv2dGeometry& g) {
-  const Shape ys = kernels::conv2d_output_shape(xs, ws, g);
-  Doubles y(static_cast<size_t>(ys.numel()), 0.0);
-  for (int64_t n = 0; n < ys[0]; ++n)
-    for (int64_t oh = 0; oh < ys[1]; ++oh)
-      for (int64_t ow = 0; ow < ys[2]; ++ow)
-        for (int64_t o = 0; o < ys[3]; ++o) {
-          double acc = 0;
-          for (int64_t i = 0; i < ws[0]; ++i)
-            for (int64_t j = 0; j < ws[1]; ++j) {
-              const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h;
-              const int64_t v = ow * g.stride_w - g.pad_w + j * g.dilation_w;
-              if (h < 0 || h >= xs[1] || v < 0 || v >= xs[2]) continue;
-              for (int64_t c = 0; c < xs[3]; ++c)
-                acc += x[offset(xs, {n, h, v, c})] * w[offset(ws, {i, j, c, o})];
-            }
-          y[offset(ys, {n, oh, ow, o})] = acc;
-        }
-  return y;
+// conv2d(x, w, bias) through autograd, its gradients written out.
+OpCase conv_row(const std::string& name, const Shape& xs, const Shape& ws,
+                const kernels::Conv2dGeometry& g, std::vector<DType> low_precision) {
+  const int64_t O = ws[3];
+  return {.name = name,
+          .kernels = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
+                      "activation_backward"},
+          .inputs = {uniform(xs), uniform(ws), in_f32(uniform(Shape{O}))},
+          .run =
+              [=](const auto& in) {
+                return conv2d(in[0], in[1], in[2], {.geometry = g, .compute_dtype = in[0].dtype()});
+              },
+          .reference =
+              [=](const auto& in) {
+                Doubles y = conv2d_reference(in[0], xs, in[1], ws, g);
+                for (size_t i = 0; i < y.size(); ++i) y[i] += in[2][i % O];
+                return y;
+              },
+          .low_precision = std::move(low_precision),
+          // f32 sums of KH KW C products.
+          .tolerance = 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(ws[0] * ws[1] * ws[2]))),
+          .gradient_reference =
+              [=](const auto& in, const Doubles& dy) {
+                Doubles db(static_cast<size_t>(O), 0.0);
+                for (size_t i = 0; i < dy.size(); ++i) db[i % O] += dy[i];
+                return std::vector<Doubles>{conv2d_backward_data_reference(dy, in[1], ws, xs, g),
+                                            conv2d_backward_weights_reference(in[0], xs, dy, ws, g),
+                                            db};
+              }};
 }
 
 void add_conv_rows(std::vector<OpCase>& rows) {
-  const kernels::Conv2dGeometry geometries[] = {
-      {},
-      {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
-      {.pad_h = 2, .pad_w = 1, .dilation_h = 2}};
-  const Shape xs{2, 6, 5, 3}, ws{3, 3, 3, 4};
-  for (const auto& g : geometries) {
-    rows.push_back({.name = "conv2d s" + std::to_string(g.stride_h) + " p" +
-                            std::to_string(g.pad_h) + " d" + std::to_string(g.dilation_h),
-                    .kernels = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
-                                "activation_backward"},
-                    .inputs = {uniform(xs), uniform(ws), in_f32(uniform(Shape{4}))},
-                    .run =
-                        [=](const auto& in) {
-                          return conv2d(in[0], in[1], in[2],
-                                        {.geometry = g, .compute_dtype = in[0].dtype()});
-                        },
-                    .reference =
-                        [=](const auto& in) {
-                          Doubles y = convolve(in[0], in[1], xs, ws, g);
-                          for (size_t i = 0; i < y.size(); ++i) y[i] += in[2][i % 4];
-                          return y;
-                        },
-                    .low_precision = {DType::bf16}});
-  }
-  const Shape small{1, 5, 5, 2}, sw{3, 3, 2, 3};
+  const std::vector<DType> bf16{DType::bf16};
   const kernels::Conv2dGeometry same{.pad_h = 1, .pad_w = 1};
+  rows.push_back(conv_row("conv2d s1 p0 d1", {2, 6, 5, 3}, {3, 3, 3, 4}, {}, bf16));
+  rows.push_back(conv_row("conv2d s2 p1 d1", {2, 6, 5, 3}, {3, 3, 3, 4},
+                          {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, bf16));
+  rows.push_back(conv_row("conv2d s1 p2 d2", {2, 6, 5, 3}, {3, 3, 3, 4},
+                          {.pad_h = 2, .pad_w = 1, .dilation_h = 2}, bf16));
+  rows.push_back(conv_row("conv2d 1 channel padded", {2, 5, 5, 1}, {3, 3, 1, 4}, same, {}));
+  rows.push_back(conv_row("conv2d 3x2 kernel strides 2 3", {2, 9, 11, 4}, {3, 2, 4, 6},
+                          {.stride_h = 2, .stride_w = 3, .pad_h = 1}, {}));
+  rows.push_back(conv_row("conv2d dilated 2 both ways", {1, 10, 10, 2}, {3, 3, 2, 3},
+                          {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}, {}));
+  rows.push_back(conv_row("conv2d 32 to 64 channels", {4, 14, 14, 32}, {3, 3, 32, 64}, same, {}));
+  rows.push_back(conv_row("conv2d 1x1x1", {1, 1, 1, 1}, {1, 1, 1, 1}, {}, {}));
+  rows.push_back(conv_row("conv2d 16 channels", {2, 8, 8, 16}, {3, 3, 16, 16}, same, bf16));
+  rows.push_back(conv_row("conv2d 3 to 7 strided", {3, 7, 5, 3}, {3, 3, 3, 7},
+                          {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, bf16));
+  const Shape small{1, 5, 5, 2}, sw{3, 3, 2, 3};
   rows.push_back({.name = "conv2d relu fused",
                   .kernels = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
                               "activation_backward"},
@@ -167,7 +210,7 @@ void add_conv_rows(std::vector<OpCase>& rows) {
                       },
                   .reference =
                       [=](const auto& in) {
-                        Doubles y = convolve(in[0], in[1], small, sw, same);
+                        Doubles y = conv2d_reference(in[0], small, in[1], sw, same);
                         for (size_t i = 0; i < y.size(); ++i)
                           y[i] = std::max(0.0, y[i] + in[2][i % 3]);
                         return y;
@@ -175,48 +218,41 @@ void add_conv_rows(std::vector<OpCase>& rows) {
                   .low_precision = {DType::bf16}});
 }
 
-// Max or average over each window of x (N, H, W, C); average counts padding.
-Doubles pool(const Doubles& x, const Shape& xs, const kernels::Pool2dGeometry& g, bool max) {
-  const Shape ys = kernels::pool2d_output_shape(xs, g);
-  Doubles y(static_cast<size_t>(ys.numel()));
-  for (int64_t n = 0; n < ys[0]; ++n)
-    for (int64_t oh = 0; oh < ys[1]; ++oh)
-      for (int64_t ow = 0; ow < ys[2]; ++ow)
-        for (int64_t c = 0; c < ys[3]; ++c) {
-          double acc = max ? -INFINITY : 0.0;
-          for (int64_t i = 0; i < g.kernel_h; ++i)
-            for (int64_t j = 0; j < g.kernel_w; ++j) {
-              const int64_t h = oh * g.stride_h - g.pad_h + i, w = ow * g.stride_w - g.pad_w + j;
-              if (h < 0 || h >= xs[1] || w < 0 || w >= xs[2]) continue;
-              const double v = x[offset(xs, {n, h, w, c})];
-              acc = max ? std::max(acc, v) : acc + v;
-            }
-          y[offset(ys, {n, oh, ow, c})] =
-              max ? acc : acc / static_cast<double>(g.kernel_h * g.kernel_w);
-        }
-  return y;
+// max_pool2d through autograd on distinct values (one maximum per window).
+OpCase max_pool_row(const Shape& xs, const kernels::Pool2dGeometry& g,
+                    std::vector<DType> low_precision = {DType::bf16, DType::f16}) {
+  return {.name = "max_pool2d " + xs.to_string() + " k" + std::to_string(g.kernel_h) + "x" +
+                  std::to_string(g.kernel_w) + " s" + std::to_string(g.stride_h) + " p" +
+                  std::to_string(g.pad_h),
+          .kernels = {"max_pool2d_forward", "max_pool2d_backward"},
+          .inputs = {distinct(xs, 0.0)},
+          .run = [=](const auto& in) { return max_pool2d(in[0], g); },
+          .reference = [=](const auto& in) { return pool2d_reference(in[0], xs, g, true); },
+          .low_precision = std::move(low_precision),
+          .gradient_reference =
+              [=](const auto& in, const Doubles& dy) {
+                return std::vector<Doubles>{max_pool2d_backward_reference(in[0], xs, dy, g)};
+              }};
 }
 
 void add_pool_rows(std::vector<OpCase>& rows) {
-  const Shape xs{2, 6, 5, 3};
-  const kernels::Pool2dGeometry windows[] = {
-      {}, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}};
-  for (const auto& g : windows) {
-    const std::string name = " k" + std::to_string(g.kernel_h) + " p" + std::to_string(g.pad_h);
-    rows.push_back({.name = "max_pool2d" + name,
-                    .kernels = {"max_pool2d_forward", "max_pool2d_backward"},
-                    .inputs = {distinct(xs, 0.0)},
-                    .run = [=](const auto& in) { return max_pool2d(in[0], g); },
-                    .reference = [=](const auto& in) { return pool(in[0], xs, g, true); }});
-  }
+  const kernels::Pool2dGeometry three{
+      .kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  rows.push_back(max_pool_row({2, 6, 5, 3}, {}));
+  rows.push_back(max_pool_row({2, 6, 5, 3}, three));
+  rows.push_back(max_pool_row({3, 9, 9, 5}, three, {}));
+  rows.push_back(max_pool_row({2, 6, 6, 4}, {.kernel_h = 3, .kernel_w = 2, .stride_h = 1}, {}));
+  rows.push_back(max_pool_row({2, 28, 28, 32}, {}, {}));
+  rows.push_back(max_pool_row({2, 8, 6, 16}, {}, {DType::bf16}));
   const Shape img{2, 5, 7, 3};
   const kernels::Pool2dGeometry avg{
       .kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
-  rows.push_back({.name = "avg_pool2d k3x2 s2 p1",
-                  .kernels = {"avg_pool2d", "avg_pool2d_backward"},
-                  .inputs = {uniform(img)},
-                  .run = [=](const auto& in) { return avg_pool2d(in[0], avg); },
-                  .reference = [=](const auto& in) { return pool(in[0], img, avg, false); }});
+  rows.push_back(
+      {.name = "avg_pool2d k3x2 s2 p1",
+       .kernels = {"avg_pool2d", "avg_pool2d_backward"},
+       .inputs = {uniform(img)},
+       .run = [=](const auto& in) { return avg_pool2d(in[0], avg); },
+       .reference = [=](const auto& in) { return pool2d_reference(in[0], img, avg, false); }});
   rows.push_back({.name = "global_avg_pool",
                   .kernels = {"global_avg_pool", "global_avg_pool_backward"},
                   .inputs = {uniform(img)},
@@ -234,6 +270,7 @@ void add_pool_rows(std::vector<OpCase>& rows) {
 
 void add_dense_rows(std::vector<OpCase>& rows) {
   add_matmul_rows(rows);
+  add_matmul_kernel_rows(rows);
   add_linear_rows(rows);
   add_conv_rows(rows);
   add_pool_rows(rows);

@@ -43,6 +43,10 @@ OpInput in_f32(OpInput input);
 
 using OpFunction = std::function<Variable(const std::vector<Variable>&)>;
 using Reference = std::function<Doubles(const std::vector<Doubles>&)>;
+// The gradients of sum(reference(inputs) * weights) with respect to each
+// input (empty for those not differentiated), worked out in double.
+using GradientReference =
+    std::function<std::vector<Doubles>(const std::vector<Doubles>&, const Doubles&)>;
 
 struct OpCase {
   std::string name;
@@ -61,6 +65,11 @@ struct OpCase {
   // Output i depends on input i alone (one input, its shape): the central
   // differences perturb every element at once, so large shapes stay cheap.
   bool elementwise = false;
+  // For rows too large for central differences (each costs two forward
+  // references per input element): the gradients written out.
+  // OpTable.AnalyticGradientsMatchCentralDifferences checks each against
+  // the differences on the rows small enough for both.
+  GradientReference gradient_reference;
 };
 
 const std::vector<OpCase>& op_cases();
@@ -70,9 +79,12 @@ const std::vector<OpCase>& op_cases();
 std::vector<Variable> op_inputs(const OpCase& op, size_t row, DType dtype);
 std::vector<Doubles> as_doubles(const std::vector<Variable>& inputs);
 
-// d/dx_j of sum_i reference(x)_i * weights_i for each differentiable input,
-// by central differences in double (empty for the others).
+// d/dx_j of sum_i reference(x)_i * weights_i for each differentiable input
+// (empty for the others): the row's gradient_reference where it has one,
+// else central differences in double.
 std::vector<Doubles> reference_gradients(const OpCase& op, const std::vector<Doubles>& inputs,
+                                         const Doubles& weights);
+std::vector<Doubles> central_differences(const OpCase& op, const std::vector<Doubles>& inputs,
                                          const Doubles& weights);
 
 // The projection weights a row's output is differentiated against.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace tandem::testing {
@@ -22,30 +23,28 @@ std::vector<double> to_doubles(const Tensor& t) {
   return {f.begin(), f.end()};
 }
 
-std::vector<double> matmul_reference(const Tensor& a, const Tensor& b, bool transpose_a,
-                                     bool transpose_b) {
-  const std::vector<double> A = to_doubles(a), B = to_doubles(b);
-  const int64_t M = transpose_a ? a.dim(1) : a.dim(0);
-  const int64_t K = transpose_a ? a.dim(0) : a.dim(1);
-  const int64_t N = transpose_b ? b.dim(0) : b.dim(1);
-  std::vector<double> out(static_cast<size_t>(M * N), 0.0);
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double av = transpose_a ? A[k * M + m] : A[m * K + k];
-        const double bv = transpose_b ? B[n * K + k] : B[k * N + n];
-        acc += av * bv;
+std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b,
+                                     const MatmulShape& s) {
+  std::vector<double> out(static_cast<size_t>(s.batch * s.M * s.N), 0.0);
+  for (int64_t e = 0; e < s.batch; ++e) {
+    const double* pa = a.data() + e * s.M * s.K;
+    const double* pb = b.data() + (s.shared_b ? 0 : e * s.K * s.N);
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < s.K; ++k)
+          acc += pa[s.transpose_a ? k * s.M + m : m * s.K + k] *
+                 pb[s.transpose_b ? n * s.K + k : k * s.N + n];
+        out[static_cast<size_t>((e * s.M + m) * s.N + n)] = acc;
       }
-      out[m * N + n] = acc;
-    }
   }
   return out;
 }
 
 namespace {
 
-// Calls visit(n, oh, ow, o, ih, iw, c, kh, kw) for every valid (output, input, weight) triple.
+// Calls visit(y index, x index, w index) for every (output, input, weight)
+// triple of a convolution that touches the input (padding skipped).
 template <typename Visit>
 void for_each_tap(const Shape& x, const Shape& w, const kernels::Conv2dGeometry& g, Visit visit) {
   const Shape y = kernels::conv2d_output_shape(x, w, g);
@@ -58,79 +57,82 @@ void for_each_tap(const Shape& x, const Shape& w, const kernels::Conv2dGeometry&
             const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
             if (ih < 0 || ih >= x[1] || iw < 0 || iw >= x[2]) continue;
             for (int64_t c = 0; c < w[2]; ++c)
-              for (int64_t o = 0; o < w[3]; ++o) visit(n, oh, ow, o, ih, iw, c, kh, kw);
+              for (int64_t o = 0; o < w[3]; ++o)
+                visit(static_cast<size_t>(((n * y[1] + oh) * y[2] + ow) * y[3] + o),
+                      static_cast<size_t>(((n * x[1] + ih) * x[2] + iw) * x[3] + c),
+                      static_cast<size_t>(((kh * w[1] + kw) * w[2] + c) * w[3] + o));
           }
 }
 
-}  // namespace
-
-std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w,
-                                     const kernels::Conv2dGeometry& g) {
-  const Shape xs = x.shape(), ws = w.shape();
-  const Shape ys = kernels::conv2d_output_shape(xs, ws, g);
-  const std::vector<double> X = to_doubles(x), W = to_doubles(w);
-  std::vector<double> y(static_cast<size_t>(ys.numel()), 0.0);
-  for_each_tap(xs, ws, g,
-               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
-                   int64_t kh, int64_t kw) {
-                 y[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] +=
-                     X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] *
-                     W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
-               });
-  return y;
-}
-
-std::vector<double> conv2d_backward_data_reference(const Tensor& dy, const Tensor& w,
-                                                   const Shape& xs,
-                                                   const kernels::Conv2dGeometry& g) {
-  const Shape ws = w.shape();
-  const Shape ys = dy.shape();
-  const std::vector<double> DY = to_doubles(dy), W = to_doubles(w);
-  std::vector<double> dx(static_cast<size_t>(xs.numel()), 0.0);
-  for_each_tap(xs, ws, g,
-               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
-                   int64_t kh, int64_t kw) {
-                 dx[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] +=
-                     DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o] *
-                     W[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o];
-               });
-  return dx;
-}
-
-std::vector<double> conv2d_backward_weights_reference(const Tensor& x, const Tensor& dy,
-                                                      const Shape& ws,
-                                                      const kernels::Conv2dGeometry& g) {
-  const Shape xs = x.shape(), ys = dy.shape();
-  const std::vector<double> X = to_doubles(x), DY = to_doubles(dy);
-  std::vector<double> dw(static_cast<size_t>(ws.numel()), 0.0);
-  for_each_tap(xs, ws, g,
-               [&](int64_t n, int64_t oh, int64_t ow, int64_t o, int64_t ih, int64_t iw, int64_t c,
-                   int64_t kh, int64_t kw) {
-                 dw[((kh * ws[1] + kw) * ws[2] + c) * ws[3] + o] +=
-                     X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c] *
-                     DY[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + o];
-               });
-  return dw;
-}
-
-std::vector<double> max_pool2d_reference(const Tensor& x, const kernels::Pool2dGeometry& g) {
-  const Shape xs = x.shape();
-  const Shape ys = kernels::pool2d_output_shape(xs, g);
-  const std::vector<double> X = to_doubles(x);
-  std::vector<double> y(static_cast<size_t>(ys.numel()), -std::numeric_limits<double>::infinity());
-  for (int64_t n = 0; n < ys[0]; ++n)
-    for (int64_t oh = 0; oh < ys[1]; ++oh)
-      for (int64_t ow = 0; ow < ys[2]; ++ow)
-        for (int64_t c = 0; c < ys[3]; ++c)
+// Calls visit(y index, x index) for every window position inside the input.
+template <typename Visit>
+void for_each_window(const Shape& x, const kernels::Pool2dGeometry& g, Visit visit) {
+  const Shape y = kernels::pool2d_output_shape(x, g);
+  for (int64_t n = 0; n < y[0]; ++n)
+    for (int64_t oh = 0; oh < y[1]; ++oh)
+      for (int64_t ow = 0; ow < y[2]; ++ow)
+        for (int64_t c = 0; c < y[3]; ++c)
           for (int64_t kh = 0; kh < g.kernel_h; ++kh)
             for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
               const int64_t ih = oh * g.stride_h - g.pad_h + kh;
               const int64_t iw = ow * g.stride_w - g.pad_w + kw;
-              if (ih < 0 || ih >= xs[1] || iw < 0 || iw >= xs[2]) continue;
-              double& out = y[((n * ys[1] + oh) * ys[2] + ow) * ys[3] + c];
-              out = std::max(out, X[((n * xs[1] + ih) * xs[2] + iw) * xs[3] + c]);
+              if (ih < 0 || ih >= x[1] || iw < 0 || iw >= x[2]) continue;
+              visit(static_cast<size_t>(((n * y[1] + oh) * y[2] + ow) * y[3] + c),
+                    static_cast<size_t>(((n * x[1] + ih) * x[2] + iw) * x[3] + c));
             }
+}
+
+}  // namespace
+
+std::vector<double> conv2d_reference(const std::vector<double>& x, const Shape& xs,
+                                     const std::vector<double>& w, const Shape& ws,
+                                     const kernels::Conv2dGeometry& g) {
+  std::vector<double> y(static_cast<size_t>(kernels::conv2d_output_shape(xs, ws, g).numel()), 0.0);
+  for_each_tap(xs, ws, g, [&](size_t yi, size_t xi, size_t wi) { y[yi] += x[xi] * w[wi]; });
   return y;
+}
+
+std::vector<double> conv2d_backward_data_reference(const std::vector<double>& dy,
+                                                   const std::vector<double>& w, const Shape& ws,
+                                                   const Shape& xs,
+                                                   const kernels::Conv2dGeometry& g) {
+  std::vector<double> dx(static_cast<size_t>(xs.numel()), 0.0);
+  for_each_tap(xs, ws, g, [&](size_t yi, size_t xi, size_t wi) { dx[xi] += dy[yi] * w[wi]; });
+  return dx;
+}
+
+std::vector<double> conv2d_backward_weights_reference(const std::vector<double>& x, const Shape& xs,
+                                                      const std::vector<double>& dy,
+                                                      const Shape& ws,
+                                                      const kernels::Conv2dGeometry& g) {
+  std::vector<double> dw(static_cast<size_t>(ws.numel()), 0.0);
+  for_each_tap(xs, ws, g, [&](size_t yi, size_t xi, size_t wi) { dw[wi] += x[xi] * dy[yi]; });
+  return dw;
+}
+
+std::vector<double> pool2d_reference(const std::vector<double>& x, const Shape& xs,
+                                     const kernels::Pool2dGeometry& g, bool max) {
+  const Shape ys = kernels::pool2d_output_shape(xs, g);
+  std::vector<double> y(static_cast<size_t>(ys.numel()),
+                        max ? -std::numeric_limits<double>::infinity() : 0.0);
+  for_each_window(
+      xs, g, [&](size_t yi, size_t xi) { y[yi] = max ? std::max(y[yi], x[xi]) : y[yi] + x[xi]; });
+  if (!max)
+    for (double& v : y) v /= static_cast<double>(g.kernel_h * g.kernel_w);
+  return y;
+}
+
+std::vector<double> max_pool2d_backward_reference(const std::vector<double>& x, const Shape& xs,
+                                                  const std::vector<double>& dy,
+                                                  const kernels::Pool2dGeometry& g) {
+  const Shape ys = kernels::pool2d_output_shape(xs, g);
+  std::vector<size_t> best(static_cast<size_t>(ys.numel()), SIZE_MAX);
+  for_each_window(xs, g, [&](size_t yi, size_t xi) {
+    if (best[yi] == SIZE_MAX || x[xi] > x[best[yi]]) best[yi] = xi;
+  });
+  std::vector<double> dx(x.size(), 0.0);
+  for (size_t yi = 0; yi < best.size(); ++yi) dx[best[yi]] += dy[yi];
+  return dx;
 }
 
 void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,

@@ -18,26 +18,41 @@ std::vector<double> to_doubles(const Tensor& t);
 // result is from its reference as a whole.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 
-// (M, K) x (K, N) with optional transposes (a stored (K, M), b stored (N, K)).
-std::vector<double> matmul_reference(const Tensor& a, const Tensor& b, bool transpose_a,
-                                     bool transpose_b);
+// batch x (M, K) . (K, N): a stored (K, M) when transpose_a, b stored (N, K)
+// when transpose_b; one b for every batch element when shared_b.
+struct MatmulShape {
+  int64_t batch = 1, M = 1, K = 1, N = 1;
+  bool transpose_a = false, transpose_b = false, shared_b = true;
+};
+std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b,
+                                     const MatmulShape& shape);
 
-std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w,
+// x (N, H, W, C), w (KH, KW, C, O) -> (N, OH, OW, O), and the gradients of
+// sum(conv(x, w) * dy) with respect to x and w.
+std::vector<double> conv2d_reference(const std::vector<double>& x, const Shape& xs,
+                                     const std::vector<double>& w, const Shape& ws,
                                      const kernels::Conv2dGeometry& g);
-// Gradients of sum(conv(x, w) * dy) with respect to x and w.
-std::vector<double> conv2d_backward_data_reference(const Tensor& dy, const Tensor& w,
-                                                   const Shape& x_shape,
+std::vector<double> conv2d_backward_data_reference(const std::vector<double>& dy,
+                                                   const std::vector<double>& w, const Shape& ws,
+                                                   const Shape& xs,
                                                    const kernels::Conv2dGeometry& g);
-std::vector<double> conv2d_backward_weights_reference(const Tensor& x, const Tensor& dy,
-                                                      const Shape& w_shape,
+std::vector<double> conv2d_backward_weights_reference(const std::vector<double>& x, const Shape& xs,
+                                                      const std::vector<double>& dy,
+                                                      const Shape& ws,
                                                       const kernels::Conv2dGeometry& g);
+
+// Max or average (over the whole window, padding included) pooling of x
+// (N, H, W, C); max pooling's gradient goes to each window's first maximum.
+std::vector<double> pool2d_reference(const std::vector<double>& x, const Shape& xs,
+                                     const kernels::Pool2dGeometry& g, bool max);
+std::vector<double> max_pool2d_backward_reference(const std::vector<double>& x, const Shape& xs,
+                                                  const std::vector<double>& dy,
+                                                  const kernels::Pool2dGeometry& g);
 
 // Bilinear resize with half-pixel centres, clamped to the edge samples: x
 // (N, H, W, C) -> (N, OH, OW, C).
 std::vector<double> resize_reference(const std::vector<double>& x, const Shape& shape, int64_t OH,
                                      int64_t OW);
-
-std::vector<double> max_pool2d_reference(const Tensor& x, const kernels::Pool2dGeometry& g);
 
 // |actual - expected| <= atol + rtol * |expected| elementwise, reporting the
 // first mismatches through GoogleTest with `what` in the message.
