@@ -38,6 +38,9 @@ TEST(Strategy, NamesRoundTripAndTheFlagsSpellingsParse) {
   }
   EXPECT_EQ(distribute::make_strategy({.kind = StrategyKind::mirrored, .devices = 1})->name(),
             "mirrored");
+  // A value outside the enum (a corrupt cast) is refused, not run as some strategy.
+  EXPECT_THROW(distribute::strategy_layout({.kind = static_cast<StrategyKind>(9)}),
+               InvalidArgument);
 }
 
 TEST(Strategy, OneDeviceRefusesMoreThreadsThanCoresLikeMirrored) {

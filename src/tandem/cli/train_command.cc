@@ -22,6 +22,7 @@
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
+#include "tandem/cli/stop_signals.h"
 #include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
@@ -66,67 +67,6 @@ void print_load_report(const interop::SafetensorsFile& file, const interop::Load
                fmt::join(r.unexpected, ", "));
   }
 }
-
-// The trainer a stop signal should stop, and the signal that did; the
-// handler only does atomic stores.
-std::atomic<train::Trainer*> interruptible{nullptr};
-std::atomic<int> stop_signal{0};
-
-// Ctrl-C; SIGTERM (what SLURM, Kubernetes and spot reclaim send before they
-// kill, and mpirun to its ranks before killing them 1 s later); SIGUSR1
-// (what mpirun forwards to every rank without killing, and SLURM's
-// --signal=USR1@SECONDS sends ahead of a time limit): every process agrees
-// to stop at the next step, the chief writes a checkpoint, and the run
-// exits with 128 + the signal. A second signal of the same kind terminates
-// at once.
-extern "C" void on_stop_signal(int signal) {
-  stop_signal.store(signal);
-  if (train::Trainer* trainer = interruptible.load()) trainer->request_stop();
-  static const char interrupted[] =
-      "\ntandem: interrupted, saving a checkpoint (Ctrl-C again to abort)\n";
-  static const char terminated[] =
-      "\ntandem: terminated (SIGTERM), saving a checkpoint (SIGTERM again to abort)\n";
-  static const char user1[] = "\ntandem: SIGUSR1, saving a checkpoint and stopping\n";
-  const char* message = signal == SIGTERM ? terminated : signal == SIGUSR1 ? user1 : interrupted;
-  const size_t size = signal == SIGTERM   ? sizeof(terminated) - 1
-                      : signal == SIGUSR1 ? sizeof(user1) - 1
-                                          : sizeof(interrupted) - 1;
-  [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, message, size);
-}
-
-// Routes SIGINT, SIGTERM and SIGUSR1 to on_stop_signal while it lives.
-// Without a trainer (a parameter-server worker or shard rank, which serves
-// rank 0) the signal is only noted: rank 0, signalled alike by mpirun,
-// stops the job and writes the checkpoint, and this process serves until
-// then.
-class StopSignals {
- public:
-  explicit StopSignals(train::Trainer* trainer) {
-    struct sigaction action = {};
-    action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESETHAND;  // the second signal terminates
-    sigemptyset(&action.sa_mask);
-    interruptible.store(trainer);
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &previous_[i]);
-  }
-  ~StopSignals() {
-    interruptible.store(nullptr);
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  // The exit status of a run stopped by a signal: 128 + the signal (130
-  // for Ctrl-C, 143 for SIGTERM, 138 for SIGUSR1); 130 when another
-  // process's signal stopped this one.
-  static int status() {
-    const int s = stop_signal.load();
-    return 128 + (s == 0 ? SIGINT : s);
-  }
-
- private:
-  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGUSR1};
-  std::array<struct sigaction, 3> previous_ = {};
-};
 
 std::string default_output_dir(const std::string& model) {
   const std::time_t now = std::time(nullptr);
@@ -473,6 +413,111 @@ int finish_run(const TrainOptions& o, const RunSetup& setup, train::Trainer& tra
   return 0;
 }
 
+// A parameter-server worker or shard rank: it serves rank 0 until rank 0
+// ends the job (also when a signal stops it: exit 0 then, so that mpirun
+// does not abort rank 0 while it writes its checkpoint).
+int serve_chief(train::Trainer& trainer) {
+  const StopSignals stop_signals(nullptr);
+  trainer.serve_remote_work();
+  return 0;
+}
+
+// The batch sizes and learning rate the Trainer derived (global batch,
+// accumulation, micro-batch, the rate scaled to the batch), for the header
+// and the summary.
+void adopt_derived_settings(train::TrainConfig& config, const train::Trainer& trainer) {
+  config.batch_size = trainer.config().batch_size;
+  config.engine.accumulation_steps = trainer.config().engine.accumulation_steps;
+  config.micro_batch_size = trainer.config().micro_batch_size;
+  config.engine.optimizer.learning_rate = trainer.config().engine.optimizer.learning_rate;
+}
+
+// What make_monitor needs, kept for a process that becomes the chief of an
+// elastic job after training started.
+struct MonitorSource {
+  const TrainOptions& o;
+  const RunSetup& setup;
+  train::Trainer& trainer;
+  int64_t steps_per_epoch;
+  const std::optional<data::Element>& example;
+  const OutputSettings& outputs;
+
+  std::unique_ptr<monitor::Monitor> make(bool append) const {
+    return make_monitor(o, setup, trainer, steps_per_epoch, example, outputs, append);
+  }
+};
+
+monitor::ProgressMode progress_mode(const TrainOptions& o, bool chief) {
+  if (o.quiet || !chief) return monitor::ProgressMode::quiet;
+  return ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar : monitor::ProgressMode::lines;
+}
+
+// The first chief of an elastic job was lost and this process took over: it
+// carries the run's metrics.jsonl on (after a run header of its own) and
+// reports the new membership.
+void on_membership_change(const MonitorSource& source,
+                          std::unique_ptr<monitor::Monitor>& run_monitor,
+                          const train::MembershipChange& c) {
+  const TrainOptions& o = source.o;
+  const bool chief = source.trainer.strategy().is_chief();
+  if (!run_monitor && !o.no_monitor && chief) {
+    try {
+      std::error_code ignored;  // the monitor names a directory it cannot write
+      std::filesystem::create_directories(o.config.output_dir, ignored);
+      run_monitor = source.make(/*append=*/true);
+    } catch (const Error& e) {
+      fmt::print(stderr, "tandem: warning: the new chief cannot continue metrics.jsonl: {}\n",
+                 e.what());
+    }
+  }
+  if (run_monitor) run_monitor->on_membership_change(c);
+  if (chief && !o.quiet) {
+    fmt::print(stderr,
+               "elastic: generation {}: {} worker(s) (lost {}, joined {}): {}; going on from "
+               "step {} ({} step(s) taken again, {:.2f} s), {} examples per worker\n",
+               c.generation, c.members.size(), fmt::join(c.lost, ","), fmt::join(c.joined, ","),
+               c.reason, c.global_step, c.rolled_back_steps, c.seconds, c.process_batch);
+  }
+}
+
+// The monitor and the progress view see every step and epoch.
+train::TrainCallbacks run_callbacks(const MonitorSource& source,
+                                    std::unique_ptr<monitor::Monitor>& run_monitor,
+                                    monitor::ProgressView& view) {
+  // Pointers to run_train's objects, which outlive fit().
+  std::unique_ptr<monitor::Monitor>* monitor = &run_monitor;
+  monitor::ProgressView* progress = &view;
+  const MonitorSource* from = &source;
+  train::TrainCallbacks callbacks;
+  callbacks.on_step = [monitor, progress](const train::StepInfo& s) {
+    if (*monitor) (*monitor)->on_step(s);
+    progress->on_step(s);
+  };
+  callbacks.on_epoch = [monitor, progress](const train::EpochResult& e) {
+    if (*monitor) (*monitor)->on_epoch(e);
+    progress->on_epoch(e);
+  };
+  callbacks.on_membership_change = [from, monitor](const train::MembershipChange& c) {
+    on_membership_change(*from, *monitor, c);
+  };
+  return callbacks;
+}
+
+// fit() with SIGINT/SIGTERM checkpointing, the memory plan's measured side
+// (the high-water marks from here on) reset first.
+train::TrainResult fit_under_signals(train::Trainer& trainer, const RunSetup& setup,
+                                     const train::TrainCallbacks& callbacks) {
+  const StopSignals stop_signals(&trainer);
+  const distribute::Strategy& strategy = trainer.strategy();
+  for (int r = 0; r < strategy.local_replicas(); ++r)
+    allocator_for(strategy.device(r)).reset_high_water();
+  return trainer.fit(setup.data.train, setup.data.validation, callbacks);
+}
+
+// The phases of `tandem train`: check the flags and outputs, set the run up
+// and plan its memory, build the trainer (or serve the chief), take over
+// what it derived, load weights or resume, print the header, watch, fit,
+// finish.
 int run_train(TrainOptions& o) {
   train::TrainConfig& config = o.config;
   const OutputSettings outputs = check_outputs(o);
@@ -483,23 +528,10 @@ int run_train(TrainOptions& o) {
   const Preflight checked = preflight(o, setup);
 
   train::Trainer trainer(config, setup.model);
-  distribute::Strategy& strategy = trainer.strategy();
-  if (strategy.serves_chief()) {
-    // A parameter-server worker or shard rank: it serves rank 0 until rank
-    // 0 ends the job (also when a signal stops it: exit 0 then, so that
-    // mpirun does not abort rank 0 while it writes its checkpoint).
-    const StopSignals stop_signals(nullptr);
-    trainer.serve_remote_work();
-    return 0;
-  }
-  const bool chief = strategy.is_chief();
-  if (chief) print_launch_notes(o, strategy);
-  // The batch sizes the Trainer derived (global, accumulation, micro-batch).
-  config.batch_size = trainer.config().batch_size;
-  config.engine.accumulation_steps = trainer.config().engine.accumulation_steps;
-  config.micro_batch_size = trainer.config().micro_batch_size;
-  config.engine.optimizer.learning_rate =
-      trainer.config().engine.optimizer.learning_rate;  // scaled
+  if (trainer.strategy().serves_chief()) return serve_chief(trainer);
+  const bool chief = trainer.strategy().is_chief();
+  if (chief) print_launch_notes(o, trainer.strategy());
+  adopt_derived_settings(config, trainer);
   const int64_t steps_per_epoch = trainer.steps_per_epoch(setup.data.train);
   std::optional<interop::LoadReport> init_report;
   if (init_weights)
@@ -510,55 +542,14 @@ int run_train(TrainOptions& o) {
   if (!o.quiet && chief)
     print_run_header(o, setup, trainer, checked.plan, checked.memory_limit, init_weights,
                      init_report);
+
+  const MonitorSource source{o, setup, trainer, steps_per_epoch, checked.example, outputs};
   std::unique_ptr<monitor::Monitor> run_monitor;
-  if (chief && !o.no_monitor)
-    run_monitor =
-        make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs, config.resume);
-  const monitor::ProgressMode mode = o.quiet || !chief              ? monitor::ProgressMode::quiet
-                                     : ::isatty(STDOUT_FILENO) != 0 ? monitor::ProgressMode::bar
-                                                                    : monitor::ProgressMode::lines;
-  monitor::ProgressView view(mode, config.epochs, config.engine.loss_scale.has_value(),
-                             run_monitor.get());
-  train::TrainCallbacks callbacks;
-  callbacks.on_step = [&](const train::StepInfo& s) {
-    if (run_monitor) run_monitor->on_step(s);
-    view.on_step(s);
-  };
-  callbacks.on_epoch = [&](const train::EpochResult& e) {
-    if (run_monitor) run_monitor->on_epoch(e);
-    view.on_epoch(e);
-  };
-  callbacks.on_membership_change = [&](const train::MembershipChange& c) {
-    // The first chief was lost: this process is the chief now and carries
-    // the run's metrics.jsonl on (after a run header of its own).
-    if (!run_monitor && !o.no_monitor && trainer.strategy().is_chief()) {
-      try {
-        std::error_code ignored;  // the monitor names a directory it cannot write
-        std::filesystem::create_directories(config.output_dir, ignored);
-        run_monitor = make_monitor(o, setup, trainer, steps_per_epoch, checked.example, outputs,
-                                   /*append=*/true);
-      } catch (const Error& e) {
-        fmt::print(stderr, "tandem: warning: the new chief cannot continue metrics.jsonl: {}\n",
-                   e.what());
-      }
-    }
-    if (run_monitor) run_monitor->on_membership_change(c);
-    if (trainer.strategy().is_chief() && !o.quiet) {
-      fmt::print(stderr,
-                 "elastic: generation {}: {} worker(s) (lost {}, joined {}): {}; going on from "
-                 "step {} ({} step(s) taken again, {:.2f} s), {} examples per worker\n",
-                 c.generation, c.members.size(), fmt::join(c.lost, ","), fmt::join(c.joined, ","),
-                 c.reason, c.global_step, c.rolled_back_steps, c.seconds, c.process_batch);
-    }
-  };
-  train::TrainResult result;
-  {
-    const StopSignals stop_signals(&trainer);
-    // The memory plan's measured side: the high-water marks from here on.
-    for (int r = 0; r < strategy.local_replicas(); ++r)
-      allocator_for(strategy.device(r)).reset_high_water();
-    result = trainer.fit(setup.data.train, setup.data.validation, callbacks);
-  }
+  if (chief && !o.no_monitor) run_monitor = source.make(config.resume);
+  monitor::ProgressView view(progress_mode(o, chief), config.epochs,
+                             config.engine.loss_scale.has_value(), run_monitor.get());
+  const train::TrainResult result =
+      fit_under_signals(trainer, setup, run_callbacks(source, run_monitor, view));
   // An elastic job's chief may have changed (the first one lost): the
   // chief now writes the summary.
   if (!trainer.strategy().is_chief()) return result.interrupted ? StopSignals::status() : 0;

@@ -454,6 +454,7 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
 }  // namespace
 
 StrategyLayout strategy_layout(const StrategyConfig& c) {
+  strategy_name(c.kind);  // refuses a value outside the enum
   const int cores = std::max(1, cpu_info().physical_cores);
   if (c.devices < 0 || c.threads_per_device < 0) {
     TANDEM_THROW(InvalidArgument, "devices and threads per device must be positive, got ",

@@ -266,16 +266,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                               .eps = config.eps,
                                               .weight_decay = config.weight_decay.value_or(0.01)});
   }
-  {  // adam, adamw
-    const bool decoupled = config.kind == OptimizerKind::adamw;
-    const double decay = config.weight_decay.value_or(decoupled ? 0.01 : 0.0);
-    return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
-                                  AdamOptions{.beta1 = config.beta1,
-                                              .beta2 = config.beta2,
-                                              .eps = config.eps,
-                                              .weight_decay = decay,
-                                              .decoupled_weight_decay = decoupled});
-  }
+  // adam and adamw
+  const bool decoupled = config.kind == OptimizerKind::adamw;
+  const double decay = config.weight_decay.value_or(decoupled ? 0.01 : 0.0);
+  return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
+                                AdamOptions{.beta1 = config.beta1,
+                                            .beta2 = config.beta2,
+                                            .eps = config.eps,
+                                            .weight_decay = decay,
+                                            .decoupled_weight_decay = decoupled});
 }
 
 }  // namespace tandem::optim
