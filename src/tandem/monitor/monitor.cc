@@ -251,13 +251,7 @@ std::vector<DeviceMemory> Monitor::memory_snapshot() const {
   return out;
 }
 
-void Monitor::on_step(const train::StepInfo& s) {
-  const Clock::time_point now = Clock::now();
-  struct OwnTime {
-    double& total;
-    Clock::time_point start;
-    ~OwnTime() { total += seconds_between(start, Clock::now()); }
-  } own{own_seconds_, now};
+StepRecord Monitor::step_record(const train::StepInfo& s, Clock::time_point now) {
   const int64_t flops_now = kernels::flops_executed();
   StepRecord record{.epoch = s.epoch,
                     .step = s.step,
@@ -302,8 +296,11 @@ void Monitor::on_step(const train::StepInfo& s) {
     rss_read_at_ = now;
   }
   record.rss_bytes = rss_bytes_;
-  stats_.add(record);
+  return record;
+}
 
+void Monitor::slide_window(const StepRecord& record, const train::StepInfo& s,
+                           Clock::time_point now) {
   WindowStep w{.end = now,
                .seconds = s.step_seconds,
                .input = s.input_seconds,
@@ -312,43 +309,58 @@ void Monitor::on_step(const train::StepInfo& s) {
   window_.push_back(std::move(w));
   while (window_.size() > 1 && seconds_between(window_.front().end, now) > options_.window_seconds)
     window_.pop_front();
+}
 
+void Monitor::write_scalars(const StepRecord& record, const std::vector<DeviceMemory>& memory) {
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"train/loss", record.loss},
+      {"train/learning_rate", record.learning_rate},
+      {"train/examples_per_second", record.examples_per_second},
+      {"train/step_seconds", record.step_seconds},
+      {"train/input_seconds", record.input_seconds},
+      {"train/loss_scale", record.loss_scale},
+      {"train/gradient_norm", record.gradient_norm},
+      {"train/noise_scale", record.noise_scale},
+      {"train/peak_fraction", record.peak_fraction}};
+  for (size_t i = 0; i < record.replicas.size(); ++i) {
+    const std::string replica = fmt::format("replica_{}/", record.replicas[i].replica);
+    scalars.emplace_back(replica + "busy_fraction",
+                         i < record.busy_fractions.size() ? record.busy_fractions[i] : NAN);
+    scalars.emplace_back(replica + "exposed_communication_seconds",
+                         record.replicas[i].communication);
+    scalars.emplace_back(replica + "idle_seconds", record.replicas[i].idle);
+  }
+  for (const DeviceMemory& m : memory)
+    scalars.emplace_back("memory/" + m.device + "/peak_bytes", static_cast<double>(m.peak_total));
+  write_events(record.global_step, scalars);
+}
+
+void Monitor::follow_trace_window(int64_t global_step) {
+  if (tracing_ && global_step >= options_.trace_last) finish_trace();
+  if (!tracing_ && !trace_written_ && options_.trace_first > 0 &&
+      global_step + 1 >= options_.trace_first && global_step < options_.trace_last)
+    start_trace();
+}
+
+void Monitor::on_step(const train::StepInfo& s) {
+  const Clock::time_point now = Clock::now();
+  struct OwnTime {
+    double& total;
+    Clock::time_point start;
+    ~OwnTime() { total += seconds_between(start, Clock::now()); }
+  } own{own_seconds_, now};
+  StepRecord record = step_record(s, now);
+  stats_.add(record);
+  slide_window(record, s, now);
   const std::vector<DeviceMemory> memory = memory_snapshot();
   merge_training_memory(memory);
   record.busy_fractions = busy_fractions();
   last_global_step_ = record.global_step;
   if (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch) {
     if (metrics_ != nullptr) write_step_line(record, s, memory);
-    if (events_) {
-      std::vector<std::pair<std::string, double>> scalars = {
-          {"train/loss", record.loss},
-          {"train/learning_rate", record.learning_rate},
-          {"train/examples_per_second", record.examples_per_second},
-          {"train/step_seconds", record.step_seconds},
-          {"train/input_seconds", record.input_seconds},
-          {"train/loss_scale", record.loss_scale},
-          {"train/gradient_norm", record.gradient_norm},
-          {"train/noise_scale", record.noise_scale},
-          {"train/peak_fraction", record.peak_fraction}};
-      for (size_t i = 0; i < record.replicas.size(); ++i) {
-        const std::string replica = fmt::format("replica_{}/", record.replicas[i].replica);
-        scalars.emplace_back(replica + "busy_fraction",
-                             i < record.busy_fractions.size() ? record.busy_fractions[i] : NAN);
-        scalars.emplace_back(replica + "exposed_communication_seconds",
-                             record.replicas[i].communication);
-        scalars.emplace_back(replica + "idle_seconds", record.replicas[i].idle);
-      }
-      for (const DeviceMemory& m : memory)
-        scalars.emplace_back("memory/" + m.device + "/peak_bytes",
-                             static_cast<double>(m.peak_total));
-      write_events(record.global_step, scalars);
-    }
+    if (events_) write_scalars(record, memory);
   }
-
-  if (tracing_ && record.global_step >= options_.trace_last) finish_trace();
-  if (!tracing_ && !trace_written_ && options_.trace_first > 0 &&
-      record.global_step + 1 >= options_.trace_first && record.global_step < options_.trace_last)
-    start_trace();
+  follow_trace_window(record.global_step);
 }
 
 // The step line is formatted directly (not through a JSON object): it is

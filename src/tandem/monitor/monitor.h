@@ -118,6 +118,14 @@ class Monitor {
     std::vector<double> busy;  // per local replica
   };
   std::vector<DeviceMemory> memory_snapshot() const;
+  // on_step's parts: the step's record (rates, FLOPs, replicas' times,
+  // memory), the sliding window the busy fractions come from, the
+  // TensorBoard scalars, and the trace window.
+  StepRecord step_record(const train::StepInfo& step, std::chrono::steady_clock::time_point now);
+  void slide_window(const StepRecord& record, const train::StepInfo& step,
+                    std::chrono::steady_clock::time_point now);
+  void write_scalars(const StepRecord& record, const std::vector<DeviceMemory>& memory);
+  void follow_trace_window(int64_t global_step);
   void write_line(const std::string& line);
   void write_step_line(const StepRecord& record, const train::StepInfo& step,
                        const std::vector<DeviceMemory>& memory);
