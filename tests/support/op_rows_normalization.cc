@@ -50,22 +50,27 @@ struct OneReplica final : CrossReplicaSum {
   void sum(Tensor&) override {}
 };
 
+// Rows of 8 to 1,000 features (the kernels' short- and long-row paths).
 void add_row_norm_rows(std::vector<OpCase>& rows) {
-  const Shape s{2, 3, 33};
-  rows.push_back(
-      {.name = "layer_norm",
-       .kernels = {"layer_norm", "layer_norm_backward"},
-       .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{33}, 0.5, 1.5)),
-                  in_f32(uniform(Shape{33}))},
-       .run = [](const auto& in) { return layer_norm(in[0], in[1], in[2], kEps); },
-       .reference = [](const auto& in) { return normalize_rows(in[0], in[1], &in[2], 33, true); }});
-  rows.push_back(
-      {.name = "rms_norm",
-       .kernels = {"rms_norm", "rms_norm_backward"},
-       .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{33}, 0.5, 1.5))},
-       .run = [](const auto& in) { return rms_norm(in[0], in[1], kEps); },
-       .reference =
-           [](const auto& in) { return normalize_rows(in[0], in[1], nullptr, 33, false); }});
+  for (const Shape& s : {Shape{2, 3, 33}, Shape{3, 5, 256}, Shape{2, 1000}, Shape{300, 8}}) {
+    const int64_t C = s.dim(s.rank() - 1);
+    const auto n = static_cast<size_t>(C);
+    rows.push_back(
+        {.name = "layer_norm " + s.to_string(),
+         .kernels = {"layer_norm", "layer_norm_backward"},
+         .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{C}, 0.5, 1.5)),
+                    in_f32(uniform(Shape{C}))},
+         .run = [](const auto& in) { return layer_norm(in[0], in[1], in[2], kEps); },
+         .reference =
+             [=](const auto& in) { return normalize_rows(in[0], in[1], &in[2], n, true); }});
+    rows.push_back(
+        {.name = "rms_norm " + s.to_string(),
+         .kernels = {"rms_norm", "rms_norm_backward"},
+         .inputs = {uniform(s, -2, 2), in_f32(uniform(Shape{C}, 0.5, 1.5))},
+         .run = [](const auto& in) { return rms_norm(in[0], in[1], kEps); },
+         .reference =
+             [=](const auto& in) { return normalize_rows(in[0], in[1], nullptr, n, false); }});
+  }
 }
 
 void add_batch_norm_rows(std::vector<OpCase>& rows) {

@@ -113,6 +113,26 @@ std::vector<Doubles> central_differences(const OpCase& op, const std::vector<Dou
       grads[0][j] = weights[j] * (y_up[j] - y_down[j]) / (2 * h);
     return grads;
   }
+  if (op.row_length > 0) {
+    const auto n = static_cast<size_t>(op.row_length);
+    grads[0].resize(inputs[0].size());
+    for (size_t r = 0; r < inputs[0].size(); r += n) {
+      Doubles row(inputs[0].begin() + r, inputs[0].begin() + r + n);
+      for (size_t j = 0; j < n; ++j) {
+        const double saved = row[j];
+        double up = 0, down = 0;
+        row[j] = saved + h;
+        const Doubles y_up = op.reference({row});
+        row[j] = saved - h;
+        const Doubles y_down = op.reference({row});
+        row[j] = saved;
+        for (size_t i = 0; i < n; ++i)
+          up += y_up[i] * weights[r + i], down += y_down[i] * weights[r + i];
+        grads[0][r + j] = (up - down) / (2 * h);
+      }
+    }
+    return grads;
+  }
   std::vector<Doubles> x = inputs;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!op.inputs[k].differentiable) continue;

@@ -65,6 +65,9 @@ struct OpCase {
   // Output i depends on input i alone (one input, its shape): the central
   // differences perturb every element at once, so large shapes stay cheap.
   bool elementwise = false;
+  // > 0: output row i (of this many elements) depends on input row i alone
+  // (one input, its shape; softmax): the differences re-evaluate one row.
+  int64_t row_length = 0;
   // For rows too large for central differences (each costs two forward
   // references per input element): the gradients written out.
   // OpTable.AnalyticGradientsMatchCentralDifferences checks each against
