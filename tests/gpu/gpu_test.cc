@@ -101,15 +101,13 @@ const std::vector<DType> kFloatTypes = {DType::f32, DType::bf16, DType::f16};
 // CUDA versions, in f32 and each low-precision dtype it takes: the forward
 // and every input's gradient on the GPU against the same row on the CPU.
 TEST_F(Gpu, EveryOpTableRowMatchesTheCpu) {
-  const std::vector<testing::OpCase>& rows = testing::op_cases();
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const testing::OpCase& op = rows[r];
+  for (const testing::OpCase& op : testing::op_cases()) {
     if (!op.gpu) continue;
     std::vector<DType> dtypes{DType::f32};
     dtypes.insert(dtypes.end(), op.low_precision.begin(), op.low_precision.end());
     for (DType dtype : dtypes) {
       const std::string what = op.name + " in " + std::string(dtype_name(dtype));
-      const std::vector<Variable> cpu = testing::op_inputs(op, r, dtype);
+      const std::vector<Variable> cpu = testing::op_inputs(op, dtype);
       std::vector<Variable> gpu;
       for (const Variable& v : cpu) gpu.emplace_back(v.value().to(kGpu), v.requires_grad());
       Variable y_cpu, y_gpu;
@@ -123,7 +121,7 @@ TEST_F(Gpu, EveryOpTableRowMatchesTheCpu) {
       // Rows outside autograd pack their results on the host.
       expect_values_match(y_gpu.value(), y_cpu.value(), tolerance(dtype), what + " forward");
       if (!op.gradient) continue;
-      const Tensor weights = testing::projection_weights(y_cpu.shape(), y_cpu.dtype(), r);
+      const Tensor weights = testing::projection_weights(op, y_cpu.shape(), y_cpu.dtype());
       y_cpu.backward(weights);
       y_gpu.backward(weights.to(kGpu));
       for (size_t k = 0; k < cpu.size(); ++k) {

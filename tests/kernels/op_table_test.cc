@@ -49,11 +49,11 @@ double low_precision_tolerance(DType dtype) {
 
 // Runs the row in `dtype` and checks the forward and, where the row has
 // them, the gradients against the double reference on the same inputs.
-void check_row(const OpCase& op, size_t row, DType dtype) {
+void check_row(const OpCase& op, DType dtype) {
   SCOPED_TRACE(dtype_name(dtype));
   const bool exact = dtype == DType::f32;
   const double tolerance = exact ? op.tolerance : low_precision_tolerance(dtype);
-  const std::vector<Variable> inputs = testing::op_inputs(op, row, dtype);
+  const std::vector<Variable> inputs = testing::op_inputs(op, dtype);
   const std::vector<Doubles> x = as_doubles(inputs);
   const Variable y = op.run(inputs);
   const Doubles expected = op.reference(x);
@@ -65,7 +65,7 @@ void check_row(const OpCase& op, size_t row, DType dtype) {
     expect_normwise_close(to_doubles(y.value()), expected, tolerance, forward);
   if (!op.gradient) return;
 
-  const Tensor weights = testing::projection_weights(y.shape(), y.dtype(), row);
+  const Tensor weights = testing::projection_weights(op, y.shape(), y.dtype());
   y.backward(weights);
   const std::vector<Doubles> grads = testing::reference_gradients(op, x, to_doubles(weights));
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -85,8 +85,8 @@ class OpTable : public ::testing::TestWithParam<size_t> {};
 TEST_P(OpTable, MatchesTheDoubleReferenceForwardAndBackward) {
   const OpCase& op = op_cases()[GetParam()];
   SCOPED_TRACE(op.name);
-  check_row(op, GetParam(), DType::f32);
-  for (DType d : op.low_precision) check_row(op, GetParam(), d);
+  check_row(op, DType::f32);
+  for (DType d : op.low_precision) check_row(op, d);
 }
 
 std::string row_name(const ::testing::TestParamInfo<size_t>& info) {
@@ -102,16 +102,15 @@ INSTANTIATE_TEST_SUITE_P(Rows, OpTable, ::testing::Range<size_t>(0, op_cases().s
 // differences, on every row of it small enough for both.
 TEST(OpTable, AnalyticGradientsMatchCentralDifferences) {
   size_t checked = 0;
-  for (size_t r = 0; r < op_cases().size(); ++r) {
-    const OpCase& op = op_cases()[r];
+  for (const OpCase& op : op_cases()) {
     if (!op.gradient_reference) continue;
-    const std::vector<Doubles> x = as_doubles(testing::op_inputs(op, r, DType::f32));
+    const std::vector<Doubles> x = as_doubles(testing::op_inputs(op, DType::f32));
     size_t elements = 0;
     for (const Doubles& v : x) elements += v.size();
     if (elements > 2000) continue;
     SCOPED_TRACE(op.name);
     const auto n = static_cast<int64_t>(op.reference(x).size());
-    const Doubles weights = to_doubles(testing::random_tensor(Shape{n}, -1, 1, r));
+    const Doubles weights = to_doubles(testing::projection_weights(op, Shape{n}, DType::f32));
     const std::vector<Doubles> analytic = op.gradient_reference(x, weights);
     const std::vector<Doubles> numeric = testing::central_differences(op, x, weights);
     ASSERT_EQ(analytic.size(), numeric.size());

@@ -162,21 +162,39 @@ void add_batch_norm_rows(std::vector<OpCase>& rows) {
                   .gradient = false});
 }
 
+// Rows of the table gathered by the indices, and their gradient scattered
+// back, written out (checked against central differences on the small
+// table; the large one has many ranges of rows and blocks of columns, as a
+// GPU splits them).
+OpCase embedding_row(const std::string& name, int64_t vocabulary, int64_t width,
+                     const Shape& indices) {
+  const auto D = static_cast<size_t>(width);
+  OpCase row{.name = name,
+             .kernels = {"embedding", "embedding_backward"},
+             .inputs = {uniform(Shape{vocabulary, width}), labels(indices, int(vocabulary))},
+             .run = [](const auto& in) { return embedding(in[0], in[1].value()); },
+             .reference =
+                 [=](const auto& in) {
+                   Doubles y;
+                   for (double index : in[1]) {
+                     const auto r = static_cast<size_t>(index);
+                     y.insert(y.end(), in[0].begin() + r * D, in[0].begin() + (r + 1) * D);
+                   }
+                   return y;
+                 }};
+  row.gradient_reference = [=](const auto& in, const Doubles& dy) {
+    Doubles dw(in[0].size(), 0.0);
+    for (size_t i = 0; i < in[1].size(); ++i)
+      for (size_t c = 0; c < D; ++c) dw[static_cast<size_t>(in[1][i]) * D + c] += dy[i * D + c];
+    return std::vector<Doubles>{dw, {}};
+  };
+  return row;
+}
+
 void add_embedding_rows(std::vector<OpCase>& rows) {
   // Repeated indices: their gradients add up in one row of the table.
-  rows.push_back({.name = "embedding",
-                  .kernels = {"embedding", "embedding_backward"},
-                  .inputs = {uniform(Shape{7, 6}), labels(Shape{3, 5}, 7)},
-                  .run = [](const auto& in) { return embedding(in[0], in[1].value()); },
-                  .reference =
-                      [](const auto& in) {
-                        Doubles y;
-                        for (double index : in[1]) {
-                          const auto row = static_cast<size_t>(index);
-                          y.insert(y.end(), in[0].begin() + row * 6, in[0].begin() + (row + 1) * 6);
-                        }
-                        return y;
-                      }});
+  rows.push_back(embedding_row("embedding", 7, 6, Shape{3, 5}));
+  rows.push_back(embedding_row("embedding 700x300 by 3x1000", 700, 300, Shape{3, 1000}));
 }
 
 }  // namespace

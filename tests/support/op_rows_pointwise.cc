@@ -171,28 +171,57 @@ void add_unary_rows(std::vector<OpCase>& rows) {
                       .elementwise = true});
 }
 
+Doubles total(const Doubles& x) {
+  double t = 0;
+  for (double v : x) t += v;
+  return {t};
+}
+
 void add_reduction_rows(std::vector<OpCase>& rows) {
   const Shape s{4, 3, 5};
-  rows.push_back({.name = "sum",
-                  .kernels = {"sum"},
-                  .inputs = {uniform(s)},
-                  .run = [](const auto& in) { return sum(in[0]); },
-                  .reference =
-                      [](const auto& in) {
-                        double t = 0;
-                        for (double v : in[0]) t += v;
-                        return Doubles{t};
-                      }});
-  rows.push_back({.name = "mean",
-                  .kernels = {"mean"},
-                  .inputs = {uniform(s)},
-                  .run = [](const auto& in) { return mean(in[0]); },
-                  .reference =
-                      [](const auto& in) {
-                        double t = 0;
-                        for (double v : in[0]) t += v;
-                        return Doubles{t / static_cast<double>(in[0].size())};
-                      }});
+  // Whole-tensor sums over 1 to 100,003 elements (the GPU's multi-block
+  // path); their gradient is the output's weight everywhere.
+  for (const Shape& shape : {s, Shape{1}, Shape{255}, Shape{257}, Shape{100003}}) {
+    const auto n = static_cast<double>(shape.numel());
+    const auto spread = [=](const auto& in, const Doubles& w, double by) {
+      return std::vector<Doubles>{Doubles(in[0].size(), w[0] / by)};
+    };
+    rows.push_back({.name = "sum " + shape.to_string(),
+                    .kernels = {"sum"},
+                    .inputs = {uniform(shape)},
+                    .run = [](const auto& in) { return sum(in[0]); },
+                    .reference = [](const auto& in) { return total(in[0]); },
+                    .gradient_reference = [=](const auto& in,
+                                              const Doubles& w) { return spread(in, w, 1.0); }});
+    rows.push_back(
+        {.name = "mean " + shape.to_string(),
+         .kernels = {"mean"},
+         .inputs = {uniform(shape)},
+         .run = [](const auto& in) { return mean(in[0]); },
+         .reference = [=](const auto& in) { return Doubles{total(in[0])[0] / n}; },
+         .gradient_reference = [=](const auto& in, const Doubles& w) { return spread(in, w, n); }});
+  }
+  // A row added to many rows: its gradient is the column sums (the GPU's
+  // two-pass sum_to_shape over chunks of rows and a ragged last tile); the
+  // written-out gradient is checked on the small one.
+  for (const auto& [r, c] : {std::pair<int64_t, int64_t>{9, 7}, {8193, 771}}) {
+    const auto columns = static_cast<size_t>(c);
+    rows.push_back({.name = "add " + Shape{r, c}.to_string() + " + " + Shape{c}.to_string(),
+                    .kernels = {"add", "sum_to_shape"},
+                    .inputs = {uniform(Shape{r, c}), uniform(Shape{c})},
+                    .run = [](const auto& in) { return add(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          return broadcast(in[0], in[1], [](double a, double b) { return a + b; });
+                        },
+                    .low_precision = {},
+                    .gradient_reference =
+                        [=](const auto&, const Doubles& w) {
+                          Doubles sums(columns, 0.0);
+                          for (size_t i = 0; i < w.size(); ++i) sums[i % columns] += w[i];
+                          return std::vector<Doubles>{w, sums};
+                        }});
+  }
   for (int axis : {0, 1, 2}) {
     for (bool average : {false, true}) {
       rows.push_back(

@@ -36,7 +36,7 @@ Variable pack(const kernels::MetricSums& m) {
 }
 
 void add_optimizer_rows(std::vector<OpCase>& rows) {
-  const Shape s{37};
+  const Shape s{1000, 3};
   const std::vector<OpInput> state{fixed(s), fixed(s), fixed(s), fixed(s, 0, 1)};
   for (bool nesterov : {false, true})
     for (bool first : {false, true}) {

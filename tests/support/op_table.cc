@@ -34,6 +34,17 @@ OpInput in_f32(OpInput input) {
   return input;
 }
 
+namespace {
+
+// FNV-1a of the row's name.
+uint64_t name_seed(const OpCase& op) {
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : op.name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> rows = [] {
     std::vector<OpCase> all;
@@ -48,11 +59,11 @@ const std::vector<OpCase>& op_cases() {
   return rows;
 }
 
-std::vector<Variable> op_inputs(const OpCase& op, size_t row, DType dtype) {
+std::vector<Variable> op_inputs(const OpCase& op, DType dtype) {
   std::vector<Variable> out;
   for (size_t k = 0; k < op.inputs.size(); ++k) {
     const OpInput& in = op.inputs[k];
-    const uint64_t seed = 1000 * (row + 1) + k;
+    const uint64_t seed = mix_seed(name_seed(op), k);
     Tensor t;
     switch (in.kind) {
       case OpInput::Kind::uniform:
@@ -150,8 +161,8 @@ std::vector<Doubles> central_differences(const OpCase& op, const std::vector<Dou
   return grads;
 }
 
-Tensor projection_weights(const Shape& shape, DType dtype, size_t row) {
-  return random_tensor(shape, -1, 1, 7 + row).to(dtype);
+Tensor projection_weights(const OpCase& op, const Shape& shape, DType dtype) {
+  return random_tensor(shape, -1, 1, mix_seed(name_seed(op), 1000)).to(dtype);
 }
 
 }  // namespace tandem::testing

@@ -77,9 +77,9 @@ struct OpCase {
 
 const std::vector<OpCase>& op_cases();
 
-// The row's inputs in `dtype` (labels stay i32), the same values for every
-// call with the same row index.
-std::vector<Variable> op_inputs(const OpCase& op, size_t row, DType dtype);
+// The row's inputs in `dtype` (labels stay i32), drawn from a seed of the
+// row's name: the same values every call, whatever rows come before it.
+std::vector<Variable> op_inputs(const OpCase& op, DType dtype);
 std::vector<Doubles> as_doubles(const std::vector<Variable>& inputs);
 
 // d/dx_j of sum_i reference(x)_i * weights_i for each differentiable input
@@ -91,6 +91,6 @@ std::vector<Doubles> central_differences(const OpCase& op, const std::vector<Dou
                                          const Doubles& weights);
 
 // The projection weights a row's output is differentiated against.
-Tensor projection_weights(const Shape& shape, DType dtype, size_t row);
+Tensor projection_weights(const OpCase& op, const Shape& shape, DType dtype);
 
 }  // namespace tandem::testing
