@@ -196,6 +196,15 @@ void add_conv_rows(std::vector<OpCase>& rows) {
   rows.push_back(conv_row("conv2d 16 channels", {2, 8, 8, 16}, {3, 3, 16, 16}, same, bf16));
   rows.push_back(conv_row("conv2d 3 to 7 strided", {3, 7, 5, 3}, {3, 3, 3, 7},
                           {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, bf16));
+  // The shapes the GPU comparisons used: a 5x3 kernel dilated in height, a
+  // strided 1x1.
+  rows.push_back(conv_row("conv2d 9x7 padded", {2, 9, 7, 3}, {3, 3, 3, 5}, same, bf16));
+  rows.push_back(conv_row("conv2d 4 to 8 strided", {3, 12, 10, 4}, {3, 3, 4, 8},
+                          {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, bf16));
+  rows.push_back(conv_row("conv2d 5x3 dilated in height", {1, 11, 11, 2}, {5, 3, 2, 3},
+                          {.pad_h = 2, .dilation_h = 2}, bf16));
+  rows.push_back(conv_row("conv2d 1x1 strided", {4, 8, 8, 16}, {1, 1, 16, 32},
+                          {.stride_h = 2, .stride_w = 2}, bf16));
   const Shape small{1, 5, 5, 2}, sw{3, 3, 2, 3};
   rows.push_back({.name = "conv2d relu fused",
                   .kernels = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",

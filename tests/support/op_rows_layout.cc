@@ -4,6 +4,7 @@
 
 #include "support/op_rows.h"
 #include "tandem/autograd/functions.h"
+#include "tandem/base/error.h"
 #include "tandem/base/random.h"
 
 namespace tandem::testing {
@@ -158,78 +159,154 @@ void add_softmax_rows(std::vector<OpCase>& rows) {
   }
 }
 
-// q (B, H, T, D), k and v (B, H, S, D); probabilities dropped as the kernel's
-// documented rule says when p > 0.
-Doubles attention_of(const Doubles& q, const Doubles& k, const Doubles& v, int64_t BH, int64_t T,
-                     int64_t S, int64_t D, bool causal, double p, uint64_t seed) {
-  Doubles out(static_cast<size_t>(BH * T * D), 0.0);
+struct AttentionCase {
+  int64_t B = 1, H = 1, T = 1, S = 1, D = 1;
+  bool causal = true;
+  double dropout = 0;
+  uint64_t seed = 5;
+  std::string name() const {
+    return tandem::detail::concat("B", B, " H", H, " T", T, " S", S, " D", D,
+                                  causal ? " causal" : " full", dropout > 0 ? " dropout" : "");
+  }
+};
+
+// Query i of head h (flattened over B and H): its softmax probabilities
+// over the keys (0 where masked) and the dropout's factors (0, or
+// 1 / (1 - p)) as the kernels' documented rule draws them.
+void attention_row(const Doubles& q, const Doubles& k, const AttentionCase& a, int64_t h, int64_t i,
+                   Doubles& probabilities, Doubles& factors) {
+  const int64_t T = a.T, S = a.S, D = a.D;
   const double scale = 1 / std::sqrt(static_cast<double>(D));
-  const auto threshold = static_cast<uint64_t>(std::ldexp(p, 32));
-  for (int64_t h = 0; h < BH; ++h)
+  const auto threshold = static_cast<uint64_t>(std::ldexp(a.dropout, 32));
+  probabilities.assign(static_cast<size_t>(S), 0.0);
+  factors.assign(static_cast<size_t>(S), 0.0);
+  double m = -INFINITY, total = 0;
+  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < D; ++c) dot += q[(h * T + i) * D + c] * k[(h * S + j) * D + c];
+    m = std::max(m, probabilities[j] = dot * scale);
+  }
+  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j)
+    total += (probabilities[j] = std::exp(probabilities[j] - m));
+  for (int64_t j = 0; j < S; ++j) {
+    probabilities[j] /= total;
+    const auto position = static_cast<uint64_t>((h * T + i) * S + j);
+    const bool dropped = a.dropout > 0 && random_bits_at(a.seed, position) < threshold;
+    factors[j] = dropped ? 0 : 1 / (1 - a.dropout);
+  }
+}
+
+// q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
+Doubles attention_of(const Doubles& q, const Doubles& k, const Doubles& v, const AttentionCase& a) {
+  const int64_t T = a.T, S = a.S, D = a.D;
+  Doubles out(static_cast<size_t>(a.B * a.H * T * D), 0.0), p, f;
+  for (int64_t h = 0; h < a.B * a.H; ++h)
     for (int64_t i = 0; i < T; ++i) {
-      Doubles s(static_cast<size_t>(S), -INFINITY);
-      double m = -INFINITY, total = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        if (causal && j > i) continue;
-        double dot = 0;
-        for (int64_t c = 0; c < D; ++c) dot += q[(h * T + i) * D + c] * k[(h * S + j) * D + c];
-        m = std::max(m, s[j] = dot * scale);
-      }
-      for (double& x : s) total += (x = std::exp(x - m));
-      for (int64_t j = 0; j < S; ++j) {
-        const auto position = static_cast<uint64_t>((h * T + i) * S + j);
-        const double kept = p > 0 && random_bits_at(seed, position) < threshold ? 0 : 1 / (1 - p);
+      attention_row(q, k, a, h, i, p, f);
+      for (int64_t j = 0; j < S; ++j)
         for (int64_t c = 0; c < D; ++c)
-          out[(h * T + i) * D + c] += s[j] / total * kept * v[(h * S + j) * D + c];
-      }
+          out[(h * T + i) * D + c] += p[j] * f[j] * v[(h * S + j) * D + c];
     }
   return out;
 }
 
+// The gradients of sum(attention(q, k, v) * dout) with respect to q, k, v:
+// through the dropped probabilities, the softmax (ds = P (dP - sum(P dP)))
+// and the scaled scores.
+std::vector<Doubles> attention_gradients(const Doubles& q, const Doubles& k, const Doubles& v,
+                                         const AttentionCase& a, const Doubles& dout) {
+  const int64_t T = a.T, S = a.S, D = a.D;
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  Doubles dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0), p, f;
+  Doubles dp(static_cast<size_t>(S));
+  for (int64_t h = 0; h < a.B * a.H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      attention_row(q, k, a, h, i, p, f);
+      const double* g = dout.data() + (h * T + i) * D;
+      double weighted = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          dot += g[c] * v[(h * S + j) * D + c];
+          dv[(h * S + j) * D + c] += p[j] * f[j] * g[c];
+        }
+        dp[j] = f[j] * dot;
+        weighted += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        const double ds = p[j] * (dp[j] - weighted) * scale;
+        for (int64_t c = 0; c < D; ++c) {
+          dq[(h * T + i) * D + c] += ds * k[(h * S + j) * D + c];
+          dk[(h * S + j) * D + c] += ds * q[(h * T + i) * D + c];
+        }
+      }
+    }
+  return {dq, dk, dv};
+}
+
 void add_attention_rows(std::vector<OpCase>& rows) {
-  struct Variant {
-    bool causal;
-    int64_t S;
-    float dropout;
-  };
-  for (const Variant& a :
-       {Variant{true, 9, 0.0f}, Variant{false, 9, 0.0f}, Variant{false, 13, 0.0f},
-        Variant{true, 9, 0.25f}, Variant{false, 13, 0.3f}}) {
-    const Shape qs{2, 3, 9, 8}, ks{2, 3, a.S, 8};
-    constexpr uint64_t seed = 5;
+  // Small cases (their written-out gradients checked against central
+  // differences) and the shapes the GPU comparisons used: a longer key
+  // than query sequence, 33 positions of 32 features with dropout, one.
+  const AttentionCase cases[] = {
+      {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8},
+      {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8, .causal = false},
+      {.B = 2, .H = 3, .T = 9, .S = 13, .D = 8, .causal = false},
+      {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8, .dropout = 0.25},
+      {.B = 2, .H = 3, .T = 9, .S = 13, .D = 8, .causal = false, .dropout = 0.3},
+      {.B = 2, .H = 3, .T = 17, .S = 17, .D = 8},
+      {.B = 1, .H = 2, .T = 5, .S = 9, .D = 16, .causal = false},
+      {.B = 2, .H = 2, .T = 33, .S = 33, .D = 32, .dropout = 0.2},
+      {.B = 1, .H = 1, .T = 1, .S = 1, .D = 4}};
+  for (const AttentionCase& a : cases) {
+    const Shape qs{a.B, a.H, a.T, a.D}, ks{a.B, a.H, a.S, a.D};
     rows.push_back(
-        {.name = std::string("attention ") + (a.causal ? "causal" : "full") +
-                 " S=" + std::to_string(a.S) + (a.dropout > 0 ? " dropout" : ""),
+        {.name = "attention " + a.name(),
          .kernels = {"attention", "attention_backward"},
          .inputs = {uniform(qs), uniform(ks), uniform(ks)},
          .run =
              [=](const auto& in) {
-               Generator generator(seed);
-               return attention(in[0], in[1], in[2],
-                                {.causal = a.causal, .dropout = a.dropout, .training = true},
-                                &generator);
+               Generator generator(a.seed);
+               return attention(
+                   in[0], in[1], in[2],
+                   {.causal = a.causal, .dropout = static_cast<float>(a.dropout), .training = true},
+                   &generator);
              },
-         .reference =
-             [=](const auto& in) {
-               return attention_of(in[0], in[1], in[2], 6, 9, a.S, 8, a.causal, a.dropout, seed);
-             },
-         .low_precision = {DType::bf16}});
+         .reference = [=](const auto& in) { return attention_of(in[0], in[1], in[2], a); },
+         .low_precision = {DType::bf16},
+         .gradient_reference =
+             [=](const auto& in, const Doubles& w) {
+               return attention_gradients(in[0], in[1], in[2], a, w);
+             }});
   }
   // q, k, v packed as (3, B, H, T, D), one gradient tensor for the three.
-  const Shape packed{3, 2, 2, 5, 4};
+  const AttentionCase packed{.B = 2, .H = 2, .T = 5, .S = 5, .D = 4, .seed = 0};
+  const auto thirds = [](const Doubles& all) {
+    const size_t n = all.size() / 3;
+    return std::vector<Doubles>{Doubles(all.begin(), all.begin() + n),
+                                Doubles(all.begin() + n, all.begin() + 2 * n),
+                                Doubles(all.begin() + 2 * n, all.end())};
+  };
   rows.push_back({.name = "attention_packed causal",
                   .kernels = {"attention", "attention_backward", "concat"},
-                  .inputs = {uniform(packed)},
+                  .inputs = {uniform(Shape{3, 2, 2, 5, 4})},
                   .run = [](const auto& in) { return attention_packed(in[0]); },
                   .reference =
-                      [](const auto& in) {
-                        const size_t n = in[0].size() / 3;
-                        const Doubles q(in[0].begin(), in[0].begin() + n),
-                            k(in[0].begin() + n, in[0].begin() + 2 * n),
-                            v(in[0].begin() + 2 * n, in[0].end());
-                        return attention_of(q, k, v, 4, 5, 5, 4, true, 0, 0);
+                      [=](const auto& in) {
+                        const std::vector<Doubles> x = thirds(in[0]);
+                        return attention_of(x[0], x[1], x[2], packed);
                       },
-                  .low_precision = {DType::bf16}});
+                  .low_precision = {DType::bf16},
+                  .gradient_reference =
+                      [=](const auto& in, const Doubles& w) {
+                        const std::vector<Doubles> x = thirds(in[0]);
+                        const std::vector<Doubles> g =
+                            attention_gradients(x[0], x[1], x[2], packed, w);
+                        Doubles all = g[0];
+                        all.insert(all.end(), g[1].begin(), g[1].end());
+                        all.insert(all.end(), g[2].begin(), g[2].end());
+                        return std::vector<Doubles>{all};
+                      }});
 }
 
 }  // namespace
