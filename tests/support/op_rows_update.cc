@@ -210,9 +210,10 @@ void add_metric_rows(std::vector<OpCase>& rows) {
 
 void add_accumulation_rows(std::vector<OpCase>& rows) {
   const Shape s{5, 9};
+  // An f32 destination (a gradient buffer) accumulating the row's dtype.
   rows.push_back({.name = "add_into alpha -0.5",
                   .kernels = {"add_into"},
-                  .inputs = {uniform(s), uniform(s)},
+                  .inputs = {in_f32(uniform(s)), uniform(s)},
                   .run =
                       [](const auto& in) {
                         Tensor dst = in[0].value().clone();
