@@ -2,11 +2,13 @@
 // The op table's rows by family (tests/support/op_rows_*.cc) and the index
 // arithmetic their double references share.
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <vector>
 
 #include "support/op_table.h"
+#include "tandem/kernels/activation.h"
 
 namespace tandem::testing {
 
@@ -48,6 +50,20 @@ inline double gelu_tanh_of(double x) {
 }
 inline double silu_of(double x) {
   return x / (1 + std::exp(-x));
+}
+inline double activation_of(kernels::Activation a, double x) {
+  switch (a) {
+    case kernels::Activation::relu:
+      return std::max(x, 0.0);
+    case kernels::Activation::gelu:
+      return gelu_erf(x);
+    case kernels::Activation::gelu_tanh:
+      return gelu_tanh_of(x);
+    case kernels::Activation::silu:
+      return silu_of(x);
+    default:
+      return x;
+  }
 }
 
 }  // namespace tandem::testing

@@ -15,21 +15,6 @@ namespace {
 
 using kernels::Activation;
 
-double activate(Activation a, double x) {
-  switch (a) {
-    case Activation::relu:
-      return std::max(x, 0.0);
-    case Activation::gelu:
-      return gelu_erf(x);
-    case Activation::gelu_tanh:
-      return gelu_tanh_of(x);
-    case Activation::silu:
-      return silu_of(x);
-    default:
-      return x;
-  }
-}
-
 std::string flags(bool ta, bool tb) {
   return std::string(ta ? " ta" : "") + (tb ? " tb" : "");
 }
@@ -108,7 +93,7 @@ void add_matmul_kernel_rows(std::vector<OpCase>& rows) {
              [=](const auto& in) {
                Doubles y = matmul_reference(in[0], in[1], m);
                for (size_t i = 0; i < y.size(); ++i)
-                 y[i] = activate(c.activation, y[i] + (c.bias ? in[2][i % c.N] : 0.0));
+                 y[i] = activation_of(c.activation, y[i] + (c.bias ? in[2][i % c.N] : 0.0));
                return y;
              },
          .low_precision = {DType::bf16},
@@ -131,7 +116,7 @@ void add_linear_rows(std::vector<OpCase>& rows) {
          .reference =
              [=](const auto& in) {
                Doubles y = matmul_reference(in[0], in[1], m);
-               for (size_t i = 0; i < y.size(); ++i) y[i] = activate(a, y[i] + in[2][i % 5]);
+               for (size_t i = 0; i < y.size(); ++i) y[i] = activation_of(a, y[i] + in[2][i % 5]);
                return y;
              },
          .low_precision = {DType::bf16}});

@@ -64,18 +64,7 @@ void add_activation_rows(std::vector<OpCase>& rows) {
                Doubles y(in[0].size() * 2);
                for (size_t i = 0; i < in[0].size(); ++i) {
                  const double x = in[0][i], h = 1e-6;
-                 const auto f = [&](double v) {
-                   switch (a) {
-                     case Activation::relu:
-                       return std::max(v, 0.0);
-                     case Activation::gelu:
-                       return gelu_erf(v);
-                     case Activation::gelu_tanh:
-                       return gelu_tanh_of(v);
-                     default:
-                       return silu_of(v);
-                   }
-                 };
+                 const auto f = [&](double v) { return activation_of(a, v); };
                  y[i] = f(x);
                  y[in[0].size() + i] = in[1][i] * (f(x + h) - f(x - h)) / (2 * h);
                }

@@ -59,7 +59,8 @@ void add_optimizer_rows(std::vector<OpCase>& rows) {
                       .reference =
                           [=](const auto& in) {
                             Doubles w = in[0], buf = in[2];
-                            const double keep = first ? 0 : u.momentum, take = first ? 1 : 0.9;
+                            const double keep = first ? 0 : double{u.momentum},
+                                         take = first ? 1 : 1 - double{u.dampening};
                             for (size_t i = 0; i < w.size(); ++i) {
                               const double d = in[1][i] + double{u.decay} * w[i];
                               buf[i] = keep * buf[i] + take * d;
@@ -94,18 +95,18 @@ void add_optimizer_rows(std::vector<OpCase>& rows) {
                         Doubles w = in[0], m = in[2], v = in[3];
                         for (size_t i = 0; i < w.size(); ++i) {
                           const double d = in[1][i] + double{a.l2} * w[i];
-                          m[i] = 0.9 * m[i] + 0.1 * d;
+                          m[i] = double{a.b1} * m[i] + (1 - double{a.b1}) * d;
                           v[i] = double{a.b2} * v[i] + (1 - double{a.b2}) * d * d;
                           w[i] = w[i] * double{a.shrink} -
                                  double{a.step_size} * m[i] /
-                                     (std::sqrt(v[i]) * double{a.inv_sqrt_correction2} + 1e-6);
+                                     (std::sqrt(v[i]) * double{a.inv_sqrt_correction2} +
+                                      double{a.eps});
                         }
                         w.insert(w.end(), m.begin(), m.end());
                         w.insert(w.end(), v.begin(), v.end());
                         return w;
                       },
                   .low_precision = {},
-
                   .gradient = false});
 }
 
@@ -281,14 +282,8 @@ void add_accumulation_rows(std::vector<OpCase>& rows) {
            },
        .reference =
            [](const auto& in) {
-             Doubles y(24, 0.0);
-             for (size_t e = 0; e < 3; ++e)
-               for (size_t m = 0; m < 4; ++m)
-                 for (size_t n = 0; n < 2; ++n)
-                   for (size_t k = 0; k < 5; ++k)
-                     y[(e * 4 + m) * 2 + n] +=
-                         in[0][(e * 4 + m) * 5 + k] * in[1][(e * 5 + k) * 2 + n];
-             return y;
+             return matmul_reference(in[0], in[1],
+                                     {.batch = 3, .M = 4, .K = 5, .N = 2, .shared_b = false});
            },
        .low_precision = {DType::bf16},
        .gradient = false});
