@@ -77,6 +77,12 @@ def test_int64_labels_and_indices_are_converted_or_refused():
         tandem.ops.embedding(table, tandem.from_numpy(np.array([1, 2**33], np.int64)))
     with pytest.raises(tandem.Error, match="i64"):
         tandem.from_numpy(labels) + tandem.from_numpy(labels)   # arithmetic takes no int64
+    with pytest.raises(tandem.Error, match="i64"):
+        tandem.from_numpy(labels).sum()
+    grid = tandem.tensor(np.arange(6).reshape(2, 3), dtype="int64")   # layout copies do
+    assert grid.transpose(0, 1).tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert grid[:, 1:].tolist() == [[1, 2], [4, 5]]
+    assert tandem.ops.concat([grid, grid], 0).dtype == tandem.int64
 
 
 def test_from_numpy_refuses_non_contiguous_and_foreign_dtypes():

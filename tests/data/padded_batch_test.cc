@@ -134,6 +134,14 @@ TEST(PaddedBatch, EveryDimensionAndDtype) {
   EXPECT_EQ(mixed[0].at("half").dtype(), DType::bf16);
   EXPECT_EQ(mixed[0].at("half").to_floats(), (std::vector<float>{2, 1.5, 4, 4}));
   EXPECT_EQ(mixed[0].at("f16").to_floats(), (std::vector<float>{3, 3, 5, 0}));
+  // i64 exactly, padding past float's 24 bits included.
+  const auto wide = [](std::vector<int32_t> v) { return ints(std::move(v)).to(DType::i64); };
+  const std::vector<Element> longs =
+      all(Dataset::from_elements({Element{{"ids", wide({7})}}, Element{{"ids", wide({8, 9})}}})
+              .padded_batch(2, {.padding_values = {{"ids", 16777217.0}}}));
+  ASSERT_EQ(longs[0].at("ids").dtype(), DType::i64);
+  const int64_t* ids = longs[0].at("ids").data<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 4), (std::vector<int64_t>{7, 16777217, 8, 9}));
   const Dataset u8 = Dataset::from_elements({Element{{"bytes", bytes_tensor("a")}}});
   EXPECT_THROW(all(u8.padded_batch(1, {.padding_values = {{"bytes", 256}}})), InvalidArgument);
   EXPECT_THROW(all(u8.padded_batch(1, {.padding_values = {{"bytes", -1}}})), InvalidArgument);

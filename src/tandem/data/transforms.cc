@@ -131,6 +131,13 @@ std::vector<char> padding_bytes(const std::string& name, double value, DType dty
       std::memcpy(bytes.data(), &v, sizeof(v));
       break;
     }
+    case DType::i64: {
+      // Doubles hold every integer up to 2^53 exactly; the padding values past it are refused.
+      integral_in(-9007199254740992.0, 9007199254740992.0);
+      const auto v = static_cast<int64_t>(value);
+      std::memcpy(bytes.data(), &v, sizeof(v));
+      break;
+    }
     case DType::u8: {
       integral_in(0, 255);
       bytes[0] = static_cast<char>(static_cast<uint8_t>(value));
