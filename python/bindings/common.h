@@ -30,12 +30,13 @@ void bind_data(py::module_& m);
 void bind_train(py::module_& m);
 void bind_engine(py::module_& m);
 
-// A dtype from a name ("float32", "f32", "bf16", ...), a tandem.dtype, or a
-// numpy dtype; TypeError for anything else, ValueError for an unknown name.
 // Labels or indices: an int64 tensor is converted to int32 (the kernels'
 // type), refusing a value outside it with a ValueError naming `what`; other
 // values as as_variable(value, int32).
 Tensor indices_from(const py::handle& value, const char* what);
+
+// A dtype from a name ("float32", "f32", "bf16", ...), a tandem.dtype, or a
+// numpy dtype; TypeError for anything else, ValueError for an unknown name.
 DType dtype_from(const py::handle& value);
 
 // The numpy dtype holding a tandem dtype's elements as they are; nullopt
