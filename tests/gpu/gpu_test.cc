@@ -118,15 +118,20 @@ TEST_F(Gpu, EveryOpTableRowMatchesTheCpu) {
         ADD_FAILURE() << what << ": " << e.what();
         continue;
       }
-      // Rows outside autograd pack their results on the host.
-      expect_values_match(y_gpu.value(), y_cpu.value(), tolerance(dtype), what + " forward");
+      // Rows outside autograd pack their results on the host. A result or
+      // gradient in a coarser dtype than the row's (a bf16 product of f32
+      // operands) is held to that dtype's rounding.
+      const auto tol = [dtype](const Tensor& t) {
+        return std::max(tolerance(dtype), tolerance(t.dtype()));
+      };
+      expect_values_match(y_gpu.value(), y_cpu.value(), tol(y_cpu.value()), what + " forward");
       if (!op.gradient) continue;
       const Tensor weights = testing::projection_weights(op, y_cpu.shape(), y_cpu.dtype());
       y_cpu.backward(weights);
       y_gpu.backward(weights.to(kGpu));
       for (size_t k = 0; k < cpu.size(); ++k) {
         if (!cpu[k].requires_grad()) continue;
-        expect_match(gpu[k].grad(), cpu[k].grad(), tolerance(dtype),
+        expect_match(gpu[k].grad(), cpu[k].grad(), tol(cpu[k].grad()),
                      what + " gradient of input " + std::to_string(k));
       }
     }
@@ -199,46 +204,6 @@ TEST_F(Gpu, AllocatorAccountsDeviceMemoryByCategory) {
     EXPECT_EQ(a.stats().current(MemoryCategory::parameters), before + (4 << 20));
   }
   EXPECT_EQ(a.stats().current(MemoryCategory::parameters), before);
-}
-
-TEST_F(Gpu, MatmulMatchesTheCpu) {
-  struct Case {
-    int64_t M, K, N;
-    bool ta, tb, bias;
-    Activation act;
-  };
-  const std::vector<Case> cases = {{1, 1, 1, false, false, false, Activation::none},
-                                   {17, 33, 9, false, false, true, Activation::relu},
-                                   {64, 128, 256, true, false, true, Activation::gelu},
-                                   {31, 64, 48, false, true, false, Activation::gelu_tanh},
-                                   {128, 77, 5, true, true, true, Activation::silu}};
-  uint64_t seed = 10;
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    for (const Case& c : cases) {
-      const Tensor a = random_of(c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K}, dtype, ++seed);
-      const Tensor b = random_of(c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N}, dtype, ++seed);
-      const Tensor bias = c.bias ? random_tensor(Shape{c.N}, -1.0f, 1.0f, ++seed) : Tensor();
-      for (DType out : {DType::f32, DType::bf16}) {
-        const kernels::MatmulOptions o{c.ta, c.tb, c.act, out};
-        const std::string what = "matmul " + std::string(dtype_name(dtype)) + " -> " +
-                                 std::string(dtype_name(out)) + " M=" + std::to_string(c.M) +
-                                 " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N);
-        Tensor cpu, gpu;
-        try {
-          cpu = kernels::matmul(a, b, bias, o);
-          gpu =
-              kernels::matmul(a.to(kGpu), b.to(kGpu), bias.defined() ? bias.to(kGpu) : Tensor(), o);
-        } catch (const Error& e) {
-          ADD_FAILURE() << what << ": " << e.what();
-          continue;
-        }
-        // Sums of K products: the f32 tolerance grows with K's rounding.
-        const double tol =
-            out == DType::bf16 || dtype == DType::bf16 ? 2e-2 : 1e-5 * std::sqrt(c.K);
-        expect_match(gpu, cpu, tol, what);
-      }
-    }
-  }
 }
 
 TEST_F(Gpu, ReductionsMatchTheCpuAndRepeatExactly) {

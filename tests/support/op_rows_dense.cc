@@ -61,6 +61,7 @@ void add_matmul_kernel_rows(std::vector<OpCase>& rows) {
     int64_t M, K, N;
     bool ta, tb, bias;
     Activation activation;
+    DType out = DType::f32;
   };
   const Case cases[] = {{1, 1, 1, false, false, false, Activation::none},
                         {3, 5, 7, false, false, true, Activation::none},
@@ -71,23 +72,39 @@ void add_matmul_kernel_rows(std::vector<OpCase>& rows) {
                         {5, 37, 11, false, false, true, Activation::relu},
                         {64, 128, 48, true, true, false, Activation::silu},
                         {7, 0, 5, false, false, true, Activation::relu},
-                        {0, 3, 5, false, false, false, Activation::none}};
+                        {0, 3, 5, false, false, false, Activation::none},
+                        // The GPU comparisons' shapes, each activation, with a bf16 result too
+                        // (from f32 operands as well as bf16 ones).
+                        {17, 33, 9, false, false, true, Activation::relu, DType::bf16},
+                        {64, 128, 256, true, false, true, Activation::gelu},
+                        {64, 128, 256, true, false, true, Activation::gelu, DType::bf16},
+                        {31, 64, 48, false, true, false, Activation::gelu_tanh},
+                        {31, 64, 48, false, true, false, Activation::gelu_tanh, DType::bf16},
+                        {128, 77, 5, true, true, true, Activation::silu, DType::bf16}};
   for (const Case& c : cases) {
     const MatmulShape m{.M = c.M, .K = c.K, .N = c.N, .transpose_a = c.ta, .transpose_b = c.tb};
     std::vector<OpInput> inputs{uniform(c.ta ? Shape{c.K, c.M} : Shape{c.M, c.K}),
                                 uniform(c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N})};
     if (c.bias) inputs.push_back(in_f32(uniform(Shape{c.N})));
+    // f32 sums of K products: their rounding grows with K; a bf16 result is
+    // rounded once more (half of 2^-7 relative).
+    const double tolerance =
+        c.out == DType::bf16 ? 4e-3 : 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(c.K)));
     rows.push_back(
         {.name = "matmul kernel " + std::to_string(c.M) + "x" + std::to_string(c.K) + "x" +
                  std::to_string(c.N) + flags(c.ta, c.tb) + (c.bias ? " bias " : " ") +
-                 std::string(kernels::activation_name(c.activation)),
+                 std::string(kernels::activation_name(c.activation)) +
+                 (c.out == DType::bf16 ? " to bf16" : ""),
          .kernels = {"matmul"},
          .inputs = inputs,
          .run =
              [=](const auto& in) {
-               return Variable(kernels::matmul(
-                   in[0].value(), in[1].value(), c.bias ? in[2].value() : Tensor(),
-                   {.transpose_a = c.ta, .transpose_b = c.tb, .activation = c.activation}));
+               return Variable(kernels::matmul(in[0].value(), in[1].value(),
+                                               c.bias ? in[2].value() : Tensor(),
+                                               {.transpose_a = c.ta,
+                                                .transpose_b = c.tb,
+                                                .activation = c.activation,
+                                                .out_dtype = c.out}));
              },
          .reference =
              [=](const auto& in) {
@@ -97,8 +114,7 @@ void add_matmul_kernel_rows(std::vector<OpCase>& rows) {
                return y;
              },
          .low_precision = {DType::bf16},
-         // f32 sums of K products: their rounding grows with K.
-         .tolerance = 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(c.K))),
+         .tolerance = tolerance,
          .gradient = false});
   }
 }
