@@ -1,8 +1,8 @@
 // The CUDA backend against the CPU kernels: every op-table row whose kernels
 // have CUDA versions, forward and gradients, on the same inputs as on the CPU
 // (f32 to 1e-5 relative with TF32 off, bf16 and f16 to their rounding); what
-// a row cannot say beside it (output dtypes, u8 and i32 copies, exact
-// repeats, large reductions, refusals); tensor copies and conversions
+// a row cannot say beside it (u8 and i32 copies, exact repeats, large
+// reductions, refusals); tensor copies and conversions
 // between host and device; training steps; collectives; and the errors a
 // missing device or kernel gives. Without a
 // GPU, or in a build without CUDA, the device tests are reported as
@@ -29,8 +29,6 @@
 #include "tandem/tensor/cuda/host_staging.h"
 #endif
 #include "tandem/distribute/strategy.h"
-#include "tandem/kernels/activation.h"
-#include "tandem/kernels/conv.h"
 #include "tandem/kernels/dropout.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/embedding.h"
@@ -49,7 +47,6 @@
 namespace tandem {
 namespace {
 
-using kernels::Activation;
 using testing::random_tensor;
 
 const Device kGpu{DeviceKind::cuda, 0};
@@ -325,63 +322,6 @@ TEST_F(Gpu, DropoutDrawsTheCpusMask) {
   }
   EXPECT_THROW(kernels::dropout(Tensor::zeros(Shape{4}, DType::f32, kGpu), 1.0f, 1, 0),
                InvalidArgument);
-}
-
-// Convolution on cuDNN against oneDNN: padding, strides, dilation, 1x1,
-// bias and a fused ReLU; forward (f32 and the input type as output), data
-// and weight gradients.
-TEST_F(Gpu, ConvolutionMatchesTheCpuForwardAndBackward) {
-  struct Case {
-    Shape x, w;
-    kernels::Conv2dGeometry g;
-    bool bias;
-    Activation act;
-  };
-  const std::vector<Case> cases = {
-      {Shape{2, 9, 7, 3}, Shape{3, 3, 3, 5}, {.pad_h = 1, .pad_w = 1}, true, Activation::relu},
-      {Shape{3, 12, 10, 4},
-       Shape{3, 3, 4, 8},
-       {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
-       false,
-       Activation::none},
-      {Shape{1, 11, 11, 2},
-       Shape{5, 3, 2, 3},
-       {.pad_h = 2, .dilation_h = 2},
-       true,
-       Activation::none},
-      {Shape{4, 8, 8, 16},
-       Shape{1, 1, 16, 32},
-       {.stride_h = 2, .stride_w = 2},
-       true,
-       Activation::none}};
-  uint64_t seed = 60;
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    const double tol = tolerance(dtype);
-    for (const Case& c : cases) {
-      const std::string what =
-          std::string(dtype_name(dtype)) + " " + c.x.to_string() + " * " + c.w.to_string();
-      const Tensor x = random_of(c.x, dtype, ++seed),
-                   w = random_of(c.w, dtype, ++seed, -0.5f, 0.5f);
-      const Tensor bias = c.bias ? random_tensor(Shape{c.w[3]}, -1.0f, 1.0f, ++seed) : Tensor();
-      const Tensor xg = x.to(kGpu), wg = w.to(kGpu), bg = c.bias ? bias.to(kGpu) : Tensor();
-      for (DType out : {DType::f32, dtype}) {
-        expect_match(kernels::conv2d_forward(xg, wg, bg, c.g, c.act, out),
-                     kernels::conv2d_forward(x, w, bias, c.g, c.act, out), tol, "forward " + what);
-      }
-      const Shape ys = kernels::conv2d_output_shape(c.x, c.w, c.g);
-      const Tensor dy = random_of(ys, dtype, ++seed), dyg = dy.to(kGpu);
-      expect_match(kernels::conv2d_backward_data(dyg, wg, c.x, c.g, dtype),
-                   kernels::conv2d_backward_data(dy, w, c.x, c.g, dtype), tol,
-                   "backward data " + what);
-      Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
-      Tensor dwg = Tensor::empty(c.w, DType::f32, kGpu),
-             dbg = Tensor::empty(db.shape(), DType::f32, kGpu);
-      kernels::conv2d_backward_weights(x, dy, c.g, dw, &db);
-      kernels::conv2d_backward_weights(xg, dyg, c.g, dwg, &dbg);
-      expect_match(dwg, dw, tol, "weight gradient " + what);
-      expect_match(dbg, db, 1e-5, "bias gradient " + what);
-    }
-  }
 }
 
 // Max, average and global average pooling against the CPU, forward and

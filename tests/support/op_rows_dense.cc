@@ -206,6 +206,53 @@ void add_conv_rows(std::vector<OpCase>& rows) {
                           {.pad_h = 2, .dilation_h = 2}, bf16));
   rows.push_back(conv_row("conv2d 1x1 strided", {4, 8, 8, 16}, {1, 1, 16, 32},
                           {.stride_h = 2, .stride_w = 2}, bf16));
+  // The forward kernel's own options at those shapes: the fused ReLU, no
+  // bias, and the result in f32 or in the operands' dtype.
+  struct Forward {
+    Shape x, w;
+    kernels::Conv2dGeometry g;
+    bool bias;
+    Activation activation;
+  };
+  const Forward forwards[] = {
+      {{2, 9, 7, 3}, {3, 3, 3, 5}, same, true, Activation::relu},
+      {{3, 12, 10, 4},
+       {3, 3, 4, 8},
+       {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+       false,
+       Activation::none},
+      {{1, 11, 11, 2}, {5, 3, 2, 3}, {.pad_h = 2, .dilation_h = 2}, true, Activation::none},
+      {{4, 8, 8, 16}, {1, 1, 16, 32}, {.stride_h = 2, .stride_w = 2}, true, Activation::none}};
+  for (const Forward& f : forwards)
+    for (bool to_f32 : {true, false}) {
+      const int64_t O = f.w[3];
+      std::vector<OpInput> inputs{uniform(f.x), uniform(f.w, -0.5, 0.5)};
+      if (f.bias) inputs.push_back(in_f32(uniform(Shape{O})));
+      rows.push_back(
+          {.name = "conv2d_forward kernel " + f.x.to_string() + " * " + f.w.to_string() +
+                   (f.bias ? " bias " : " ") + std::string(kernels::activation_name(f.activation)) +
+                   (to_f32 ? " to f32" : " to its dtype"),
+           .kernels = {"conv2d_forward"},
+           .inputs = inputs,
+           .run =
+               [=](const auto& in) {
+                 const Tensor& x = in[0].value();
+                 return Variable(
+                     kernels::conv2d_forward(x, in[1].value(), f.bias ? in[2].value() : Tensor(),
+                                             f.g, f.activation, to_f32 ? DType::f32 : x.dtype()));
+               },
+           .reference =
+               [=](const auto& in) {
+                 Doubles y = conv2d_reference(in[0], f.x, in[1], f.w, f.g);
+                 for (size_t i = 0; i < y.size(); ++i)
+                   y[i] = activation_of(f.activation, y[i] + (f.bias ? in[2][i % O] : 0.0));
+                 return y;
+               },
+           .low_precision = {DType::bf16},
+           .tolerance =
+               1e-6 * std::max(1.0, std::sqrt(static_cast<double>(f.w[0] * f.w[1] * f.w[2]))),
+           .gradient = false});
+    }
   const Shape small{1, 5, 5, 2}, sw{3, 3, 2, 3};
   rows.push_back({.name = "conv2d relu fused",
                   .kernels = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
