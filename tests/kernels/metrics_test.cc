@@ -44,22 +44,6 @@ Tensor tied_logits(const Shape& shape, uint64_t seed) {
   return Tensor::from_floats(shape, v);
 }
 
-kernels::MetricSums top_k_reference(const Tensor& logits, const Tensor& labels, int k,
-                                    std::optional<int32_t> ignore_index) {
-  const int64_t K = logits.shape()[-1];
-  const std::vector<double> x = to_doubles(logits);
-  const std::vector<int32_t> l = labels.to_ints();
-  kernels::MetricSums s;
-  for (size_t r = 0; r < l.size(); ++r) {
-    if (ignore_index && l[r] == *ignore_index) continue;
-    s.count += 1;
-    int larger = 0;
-    for (int64_t c = 0; c < K; ++c) larger += x[r * K + c] > x[r * K + l[r]];
-    s.sum += larger < k;
-  }
-  return s;
-}
-
 struct TopKCase {
   Shape logits;
   int k;
@@ -82,7 +66,8 @@ TEST(Metrics, TopKCorrectMatchesReference) {
       const Tensor logits =
           (c.ties ? tied_logits(c.logits, 2) : random_tensor(c.logits, -3, 3, 2)).to(d);
       const kernels::MetricSums got = kernels::top_k_correct(logits, labels, c.k, c.ignore_index);
-      const kernels::MetricSums want = top_k_reference(logits, labels, c.k, c.ignore_index);
+      const kernels::MetricSums want = testing::top_k_reference(
+          to_doubles(logits), c.logits[-1], labels.to_ints(), c.k, c.ignore_index);
       EXPECT_EQ(got.sum, want.sum);
       EXPECT_EQ(got.count, want.count);
     }

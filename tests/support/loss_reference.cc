@@ -18,10 +18,10 @@ int64_t examples_of(const Tensor& t) {
   return t.rank() == 0 ? 1 : t.dim(0);
 }
 
-// The positions of each example that are not ignored.
-std::vector<double> counted_positions(const Tensor& labels, std::optional<int32_t> ignore_index) {
-  const int64_t N = examples_of(labels), P = N == 0 ? 0 : labels.numel() / N;
-  const std::vector<int32_t> l = labels.to_ints();
+// The positions of each of N examples that are not ignored.
+std::vector<double> counted_positions(const std::vector<int32_t>& l, int64_t N,
+                                      std::optional<int32_t> ignore_index) {
+  const int64_t P = N == 0 ? 0 : static_cast<int64_t>(l.size()) / N;
   std::vector<double> count(static_cast<size_t>(N), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t p = 0; p < P; ++p) count[n] += !(ignore_index && l[n * P + p] == *ignore_index);
@@ -31,12 +31,10 @@ std::vector<double> counted_positions(const Tensor& labels, std::optional<int32_
 
 }  // namespace
 
-std::vector<double> token_cross_entropy_reference(const Tensor& logits, const Tensor& labels,
+std::vector<double> token_cross_entropy_reference(const std::vector<double>& x, int64_t K,
+                                                  const std::vector<int32_t>& l,
                                                   std::optional<int32_t> ignore_index,
                                                   double label_smoothing) {
-  const int64_t K = classes_of(logits);
-  const std::vector<double> x = to_doubles(logits);
-  const std::vector<int32_t> l = labels.to_ints();
   std::vector<double> token(l.size());
   for (size_t r = 0; r < l.size(); ++r) {
     if (ignore_index && l[r] == *ignore_index) {
@@ -59,12 +57,20 @@ std::vector<double> token_cross_entropy_reference(const Tensor& logits, const Te
   return token;
 }
 
+std::vector<double> token_cross_entropy_reference(const Tensor& logits, const Tensor& labels,
+                                                  std::optional<int32_t> ignore_index,
+                                                  double label_smoothing) {
+  return token_cross_entropy_reference(to_doubles(logits), classes_of(logits), labels.to_ints(),
+                                       ignore_index, label_smoothing);
+}
+
 std::vector<double> cross_entropy_per_example_reference(
-    const Tensor& logits, const Tensor& labels, const kernels::CrossEntropyOptions& options) {
-  const std::vector<double> token =
-      token_cross_entropy_reference(logits, labels, options.ignore_index, options.label_smoothing);
-  const std::vector<double> count = counted_positions(labels, options.ignore_index);
-  const int64_t N = examples_of(labels), P = N == 0 ? 0 : labels.numel() / N;
+    const std::vector<double>& logits, int64_t K, const std::vector<int32_t>& labels, int64_t N,
+    const kernels::CrossEntropyOptions& options) {
+  const std::vector<double> token = token_cross_entropy_reference(
+      logits, K, labels, options.ignore_index, options.label_smoothing);
+  const std::vector<double> count = counted_positions(labels, N, options.ignore_index);
+  const int64_t P = N == 0 ? 0 : static_cast<int64_t>(labels.size()) / N;
   std::vector<double> loss(static_cast<size_t>(N), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t p = 0; p < P; ++p) {
@@ -75,6 +81,12 @@ std::vector<double> cross_entropy_per_example_reference(
   return loss;
 }
 
+std::vector<double> cross_entropy_per_example_reference(
+    const Tensor& logits, const Tensor& labels, const kernels::CrossEntropyOptions& options) {
+  return cross_entropy_per_example_reference(to_doubles(logits), classes_of(logits),
+                                             labels.to_ints(), examples_of(labels), options);
+}
+
 std::vector<double> cross_entropy_per_example_grad_reference(
     const Tensor& logits, const Tensor& labels, const kernels::CrossEntropyOptions& options,
     const std::vector<double>& grad_loss) {
@@ -82,7 +94,7 @@ std::vector<double> cross_entropy_per_example_grad_reference(
   const int64_t N = examples_of(labels), P = N == 0 ? 0 : labels.numel() / N;
   const std::vector<double> x = to_doubles(logits);
   const std::vector<int32_t> l = labels.to_ints();
-  const std::vector<double> count = counted_positions(labels, options.ignore_index);
+  const std::vector<double> count = counted_positions(l, N, options.ignore_index);
   const double eps = options.label_smoothing;
   std::vector<double> grad(x.size(), 0.0);
   for (int64_t r = 0; r < N * P; ++r) {
@@ -98,6 +110,20 @@ std::vector<double> cross_entropy_per_example_grad_reference(
     }
   }
   return grad;
+}
+
+kernels::MetricSums top_k_reference(const std::vector<double>& x, int64_t K,
+                                    const std::vector<int32_t>& l, int k,
+                                    std::optional<int32_t> ignore_index) {
+  kernels::MetricSums s;
+  for (size_t r = 0; r < l.size(); ++r) {
+    if (ignore_index && l[r] == *ignore_index) continue;
+    s.count += 1;
+    int larger = 0;
+    for (int64_t c = 0; c < K; ++c) larger += x[r * K + c] > x[r * K + l[r]];
+    s.sum += larger < k;
+  }
+  return s;
 }
 
 double elementwise_loss_reference(ElementwiseLoss kind, double x, double t, double delta) {
@@ -134,10 +160,9 @@ double elementwise_grad_reference(ElementwiseLoss kind, double x, double t, doub
 }
 
 std::vector<double> elementwise_loss_per_example_reference(
-    const Tensor& predictions, const Tensor& targets,
+    const std::vector<double>& x, const std::vector<double>& t, int64_t N,
     const kernels::ElementwiseLossOptions& options) {
-  const int64_t N = predictions.dim(0), M = predictions.shape().row_numel();
-  const std::vector<double> x = to_doubles(predictions), t = to_doubles(targets);
+  const int64_t M = N == 0 ? 0 : static_cast<int64_t>(x.size()) / N;
   std::vector<double> loss(static_cast<size_t>(N), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t i = n * M; i < (n + 1) * M; ++i) {
@@ -146,6 +171,13 @@ std::vector<double> elementwise_loss_per_example_reference(
     if (M > 0) loss[n] /= static_cast<double>(M);
   }
   return loss;
+}
+
+std::vector<double> elementwise_loss_per_example_reference(
+    const Tensor& predictions, const Tensor& targets,
+    const kernels::ElementwiseLossOptions& options) {
+  return elementwise_loss_per_example_reference(to_doubles(predictions), to_doubles(targets),
+                                                predictions.dim(0), options);
 }
 
 std::vector<double> elementwise_loss_per_example_grad_reference(

@@ -27,6 +27,13 @@ inline size_t offset(const Shape& shape, std::initializer_list<int64_t> index) {
   return static_cast<size_t>(at);
 }
 
+// Labels as the kernels take them (the table hands every input over in double).
+inline std::vector<int32_t> as_labels(const Doubles& labels) {
+  std::vector<int32_t> out;
+  for (double l : labels) out.push_back(static_cast<int32_t>(l));
+  return out;
+}
+
 // y = f(x) element by element.
 template <typename F>
 Doubles map(Doubles x, F f) {

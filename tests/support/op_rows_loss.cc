@@ -5,45 +5,12 @@
 #include <optional>
 #include <string>
 
+#include "support/loss_reference.h"
 #include "support/op_rows.h"
 #include "tandem/autograd/functions.h"
 
 namespace tandem::testing {
 namespace {
-
-// Token cross-entropy of each row of logits (rows, K) against its label;
-// nullopt where the label is ignored.
-std::vector<std::optional<double>> token_losses(const Doubles& logits, const Doubles& labels,
-                                                size_t K, int ignored, double smoothing) {
-  std::vector<std::optional<double>> out;
-  for (size_t r = 0; r < labels.size(); ++r) {
-    if (ignored < 0 && labels[r] == ignored) {
-      out.emplace_back();
-      continue;
-    }
-    const double* x = logits.data() + r * K;
-    double m = -INFINITY, t = 0, mean = 0;
-    for (size_t k = 0; k < K; ++k) m = std::max(m, x[k]);
-    for (size_t k = 0; k < K; ++k) t += std::exp(x[k] - m);
-    const double lse = m + std::log(t);
-    for (size_t k = 0; k < K; ++k) mean += (lse - x[k]) / K;
-    out.emplace_back((1 - smoothing) * (lse - x[static_cast<size_t>(labels[r])]) +
-                     smoothing * mean);
-  }
-  return out;
-}
-
-// Each example's mean over its `per_example` positions that are counted.
-Doubles per_example_means(const std::vector<std::optional<double>>& losses, size_t per_example) {
-  Doubles out;
-  for (size_t n = 0; n < losses.size(); n += per_example) {
-    double total = 0, count = 0;
-    for (size_t i = n; i < n + per_example; ++i)
-      if (losses[i]) total += *losses[i], ++count;
-    out.push_back(count > 0 ? total / count : 0.0);
-  }
-  return out;
-}
 
 void add_cross_entropy_rows(std::vector<OpCase>& rows) {
   // The mean over the batch, or the sum over a given normalizer (the global batch).
@@ -58,7 +25,9 @@ void add_cross_entropy_rows(std::vector<OpCase>& rows) {
                     .reference =
                         [=](const auto& in) {
                           double total = 0;
-                          for (const auto& l : token_losses(in[0], in[1], 11, 0, 0)) total += *l;
+                          for (double l : token_cross_entropy_reference(in[0], 11, as_labels(in[1]),
+                                                                        std::nullopt, 0.0))
+                            total += l;
                           return Doubles{total / (normalizer > 0 ? normalizer : 6)};
                         }});
   struct Variant {
@@ -69,8 +38,7 @@ void add_cross_entropy_rows(std::vector<OpCase>& rows) {
   };
   for (const Variant& v : {Variant{"classifier", {6, 11}, {6}, 0, 0.0},
                            Variant{"tokens ignored smoothed", {3, 4, 9}, {3, 4}, -100, 0.1}}) {
-    const auto K = static_cast<size_t>(v.logits.dim(v.logits.rank() - 1));
-    const auto positions = static_cast<size_t>(v.labels.numel() / v.labels.dim(0));
+    const int64_t K = v.logits.dim(v.logits.rank() - 1), N = v.labels.dim(0);
     const CrossEntropyOptions options{
         .ignore_index = v.ignored < 0 ? std::optional<int32_t>(v.ignored) : std::nullopt,
         .label_smoothing = v.smoothing};
@@ -84,25 +52,10 @@ void add_cross_entropy_rows(std::vector<OpCase>& rows) {
                         },
                     .reference =
                         [=](const auto& in) {
-                          return per_example_means(
-                              token_losses(in[0], in[1], K, v.ignored, v.smoothing), positions);
+                          return cross_entropy_per_example_reference(in[0], K, as_labels(in[1]), N,
+                                                                     options);
                         }});
   }
-}
-
-double element_loss(kernels::ElementwiseLoss kind, double x, double t, double delta) {
-  const double d = x - t;
-  switch (kind) {
-    case kernels::ElementwiseLoss::binary_cross_entropy_with_logits:
-      return std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::abs(x)));
-    case kernels::ElementwiseLoss::mean_squared_error:
-      return d * d;
-    case kernels::ElementwiseLoss::mean_absolute_error:
-      return std::abs(d);
-    case kernels::ElementwiseLoss::huber:
-      return std::abs(d) < delta ? 0.5 * d * d : delta * (std::abs(d) - 0.5 * delta);
-  }
-  return 0;
 }
 
 void add_elementwise_loss_rows(std::vector<OpCase>& rows) {
@@ -136,10 +89,8 @@ void add_elementwise_loss_rows(std::vector<OpCase>& rows) {
          .run = [run = v.run](const auto& in) { return run(in[0], in[1].value()); },
          .reference =
              [kind = v.kind](const auto& in) {
-               Doubles y(5, 0.0);
-               for (size_t i = 0; i < in[0].size(); ++i)
-                 y[i / 6] += element_loss(kind, in[0][i], in[1][i], 0.7) / 6;
-               return y;
+               return elementwise_loss_per_example_reference(in[0], in[1], 5,
+                                                             {.kind = kind, .huber_delta = 0.7});
              },
          .gpu = false});
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "support/loss_reference.h"
 #include "support/op_rows.h"
 #include "support/reference.h"
 #include "tandem/kernels/elementwise.h"
@@ -110,38 +111,24 @@ void add_optimizer_rows(std::vector<OpCase>& rows) {
                   .gradient = false});
 }
 
-// Rank of each row's label among its logits: how many logits are larger.
-Doubles label_ranks(const Doubles& logits, const Doubles& labels, size_t K) {
-  Doubles ranks;
-  for (size_t r = 0; r < labels.size(); ++r) {
-    const double* x = logits.data() + r * K;
-    const double label = labels[r] < 0 ? -1 : x[static_cast<size_t>(labels[r])];
-    double larger = 0;
-    for (size_t k = 0; k < K; ++k) larger += x[k] > label ? 1 : 0;
-    ranks.push_back(labels[r] < 0 ? -1 : larger);
-  }
-  return ranks;
-}
-
 void add_metric_rows(std::vector<OpCase>& rows) {
   const Shape logits{12, 7}, tokens{2, 6, 7}, labels_shape{12};
   // Distinct logits: no ties for the arg-max or the top k.
-  rows.push_back({.name = "count_correct",
-                  .kernels = {"count_correct"},
-                  .inputs = {distinct(logits, 0.0), labels(labels_shape, 7)},
-                  .run =
-                      [](const auto& in) {
-                        return pack_values({static_cast<float>(
-                            kernels::count_correct(in[0].value(), in[1].value()))});
-                      },
-                  .reference =
-                      [=](const auto& in) {
-                        double correct = 0;
-                        for (double r : label_ranks(in[0], in[1], 7)) correct += r == 0 ? 1 : 0;
-                        return Doubles{correct};
-                      },
-                  .low_precision = {},
-                  .gradient = false});
+  rows.push_back(
+      {.name = "count_correct",
+       .kernels = {"count_correct"},
+       .inputs = {distinct(logits, 0.0), labels(labels_shape, 7)},
+       .run =
+           [](const auto& in) {
+             return pack_values(
+                 {static_cast<float>(kernels::count_correct(in[0].value(), in[1].value()))});
+           },
+       .reference =
+           [=](const auto& in) {
+             return Doubles{top_k_reference(in[0], 7, as_labels(in[1]), 1, std::nullopt).sum};
+           },
+       .low_precision = {},
+       .gradient = false});
   for (int k : {1, 3})
     rows.push_back({.name = "top_k_correct k=" + std::to_string(k) + " ignored",
                     .kernels = {"top_k_correct"},
@@ -152,40 +139,33 @@ void add_metric_rows(std::vector<OpCase>& rows) {
                         },
                     .reference =
                         [=](const auto& in) {
-                          double correct = 0, count = 0;
-                          for (double r : label_ranks(in[0], in[1], 7)) {
-                            correct += r >= 0 && r < k ? 1 : 0;
-                            count += r >= 0 ? 1 : 0;
-                          }
-                          return Doubles{correct, count};
+                          const kernels::MetricSums s =
+                              top_k_reference(in[0], 7, as_labels(in[1]), k, -1);
+                          return Doubles{s.sum, s.count};
                         },
                     .low_precision = {},
                     .gradient = false,
                     .gpu = false});
-  rows.push_back({.name = "token_cross_entropy_sums ignored",
-                  .kernels = {"token_cross_entropy_sums"},
-                  .inputs = {uniform(tokens, -3, 3), labels(Shape{2, 6}, 7, -1)},
-                  .run =
-                      [](const auto& in) {
-                        return pack(
-                            kernels::token_cross_entropy_sums(in[0].value(), in[1].value(), -1));
-                      },
-                  .reference =
-                      [](const auto& in) {
-                        double total = 0, count = 0;
-                        for (size_t r = 0; r < in[1].size(); ++r) {
-                          if (in[1][r] < 0) continue;
-                          const double* x = in[0].data() + r * 7;
-                          double m = -INFINITY, t = 0;
-                          for (size_t j = 0; j < 7; ++j) m = std::max(m, x[j]);
-                          for (size_t j = 0; j < 7; ++j) t += std::exp(x[j] - m);
-                          total += m + std::log(t) - x[static_cast<size_t>(in[1][r])];
-                          ++count;
-                        }
-                        return Doubles{total, count};
-                      },
-                  .gradient = false,
-                  .gpu = false});
+  rows.push_back(
+      {.name = "token_cross_entropy_sums ignored",
+       .kernels = {"token_cross_entropy_sums"},
+       .inputs = {uniform(tokens, -3, 3), labels(Shape{2, 6}, 7, -1)},
+       .run =
+           [](const auto& in) {
+             return pack(kernels::token_cross_entropy_sums(in[0].value(), in[1].value(), -1));
+           },
+       .reference =
+           [](const auto& in) {
+             double total = 0, count = 0;
+             for (double l : token_cross_entropy_reference(in[0], 7, as_labels(in[1]), -1, 0.0)) {
+               if (std::isnan(l)) continue;  // ignored
+               total += l;
+               ++count;
+             }
+             return Doubles{total, count};
+           },
+       .gradient = false,
+       .gpu = false});
   for (bool squared : {false, true})
     rows.push_back({.name = squared ? "squared_error_sums" : "absolute_error_sums",
                     .kernels = {squared ? "squared_error_sums" : "absolute_error_sums"},
