@@ -34,6 +34,14 @@ __device__ float saturated(float v, float lo, float hi) {
   return r <= lo ? lo : (r >= hi ? hi : r);
 }
 
+// The same for the signed types: saturated to [-bound, bound) (2^31 or 2^63,
+// exact in float), so that no out-of-range float reaches the conversion.
+__device__ int64_t rounded_integer(float v, float bound, int64_t low, int64_t high) {
+  if (isnan(v)) return 0;
+  const float r = nearbyintf(v);
+  return r <= -bound ? low : (r >= bound ? high : static_cast<int64_t>(r));
+}
+
 __device__ void store_any(void* p, DType dtype, int64_t i, float v) {
   switch (dtype) {
     case DType::f32:
@@ -46,27 +54,15 @@ __device__ void store_any(void* p, DType dtype, int64_t i, float v) {
       store(static_cast<__half*>(p), i, v);
       break;
     case DType::i32:
-      if (isnan(v)) {
-        static_cast<int32_t*>(p)[i] = 0;
-      } else {
-        const float r = nearbyintf(v);
-        static_cast<int32_t*>(p)[i] = r <= -2147483648.0f  ? INT32_MIN
-                                      : r >= 2147483648.0f ? INT32_MAX
-                                                           : static_cast<int32_t>(r);
-      }
+      static_cast<int32_t*>(p)[i] =
+          static_cast<int32_t>(rounded_integer(v, 2147483648.0f, INT32_MIN, INT32_MAX));
       break;
     case DType::u8:
       static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(saturated(v, 0.0f, 255.0f));
       break;
     case DType::i64:
-      if (isnan(v)) {
-        static_cast<int64_t*>(p)[i] = 0;
-      } else {
-        const float r = nearbyintf(v);
-        static_cast<int64_t*>(p)[i] = r <= -9223372036854775808.0f  ? INT64_MIN
-                                      : r >= 9223372036854775808.0f ? INT64_MAX
-                                                                    : static_cast<int64_t>(r);
-      }
+      static_cast<int64_t*>(p)[i] =
+          rounded_integer(v, 9223372036854775808.0f, INT64_MIN, INT64_MAX);
       break;
   }
 }
