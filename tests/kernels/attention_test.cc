@@ -24,32 +24,6 @@ using testing::expect_close;
 using testing::random_tensor;
 using testing::to_doubles;
 
-std::vector<double> attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        bool causal) {
-  const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), S = k.dim(2), D = q.dim(3);
-  const std::vector<double> qv = to_doubles(q), kv = to_doubles(k), vv = to_doubles(v);
-  std::vector<double> out(static_cast<size_t>(B * H * T * D), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t i = 0; i < T; ++i) {
-      std::vector<double> s(static_cast<size_t>(S), -INFINITY);
-      double m = -INFINITY;
-      for (int64_t j = 0; j < S; ++j) {
-        if (causal && j > i) continue;
-        double dot = 0;
-        for (int64_t c = 0; c < D; ++c) dot += qv[(bh * T + i) * D + c] * kv[(bh * S + j) * D + c];
-        s[j] = dot * scale;
-        m = std::max(m, s[j]);
-      }
-      double total = 0;
-      for (double& x : s) total += (x = std::exp(x - m));
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t c = 0; c < D; ++c)
-          out[(bh * T + i) * D + c] += s[j] / total * vv[(bh * S + j) * D + c];
-    }
-  return out;
-}
-
 // Inputs rounded to the dtype, so that kernel and reference see the same values.
 Tensor in(const Shape& s, uint64_t seed, DType d, float lo = -2, float hi = 2) {
   return random_tensor(s, lo, hi, seed).to(d);
@@ -171,7 +145,9 @@ TEST(Attention, ScoresAreBuiltAGroupOfHeadsAtATime) {
   const Tensor q = random_tensor(s, -1, 1, 40), k = random_tensor(s, -1, 1, 41),
                v = random_tensor(s, -1, 1, 42);
   ASSERT_EQ(kernels::attention_heads_per_group(3, 1500, 1500), 1);
-  expect_close(to_doubles(kernels::attention(q, k, v).out), attention_reference(q, k, v, true),
+  expect_close(to_doubles(kernels::attention(q, k, v).out),
+               testing::attention_reference(to_doubles(q), to_doubles(k), to_doubles(v),
+                                            {.B = 3, .T = 1500, .S = 1500, .D = 4}),
                1e-5, 1e-4, "attention over 3 groups");
 }
 

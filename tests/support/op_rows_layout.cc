@@ -3,6 +3,7 @@
 #include <string>
 
 #include "support/op_rows.h"
+#include "support/reference.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
@@ -159,96 +160,16 @@ void add_softmax_rows(std::vector<OpCase>& rows) {
   }
 }
 
-struct AttentionCase {
-  int64_t B = 1, H = 1, T = 1, S = 1, D = 1;
-  bool causal = true;
-  double dropout = 0;
-  uint64_t seed = 5;
-  std::string name() const {
-    return tandem::detail::concat("B", B, " H", H, " T", T, " S", S, " D", D,
-                                  causal ? " causal" : " full", dropout > 0 ? " dropout" : "");
-  }
-};
-
-// Query i of head h (flattened over B and H): its softmax probabilities
-// over the keys (0 where masked) and the dropout's factors (0, or
-// 1 / (1 - p)) as the kernels' documented rule draws them.
-void attention_row(const Doubles& q, const Doubles& k, const AttentionCase& a, int64_t h, int64_t i,
-                   Doubles& probabilities, Doubles& factors) {
-  const int64_t T = a.T, S = a.S, D = a.D;
-  const double scale = 1 / std::sqrt(static_cast<double>(D));
-  const auto threshold = static_cast<uint64_t>(std::ldexp(a.dropout, 32));
-  probabilities.assign(static_cast<size_t>(S), 0.0);
-  factors.assign(static_cast<size_t>(S), 0.0);
-  double m = -INFINITY, total = 0;
-  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j) {
-    double dot = 0;
-    for (int64_t c = 0; c < D; ++c) dot += q[(h * T + i) * D + c] * k[(h * S + j) * D + c];
-    m = std::max(m, probabilities[j] = dot * scale);
-  }
-  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j)
-    total += (probabilities[j] = std::exp(probabilities[j] - m));
-  for (int64_t j = 0; j < S; ++j) {
-    probabilities[j] /= total;
-    const auto position = static_cast<uint64_t>((h * T + i) * S + j);
-    const bool dropped = a.dropout > 0 && random_bits_at(a.seed, position) < threshold;
-    factors[j] = dropped ? 0 : 1 / (1 - a.dropout);
-  }
-}
-
-// q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
-Doubles attention_of(const Doubles& q, const Doubles& k, const Doubles& v, const AttentionCase& a) {
-  const int64_t T = a.T, S = a.S, D = a.D;
-  Doubles out(static_cast<size_t>(a.B * a.H * T * D), 0.0), p, f;
-  for (int64_t h = 0; h < a.B * a.H; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      attention_row(q, k, a, h, i, p, f);
-      for (int64_t j = 0; j < S; ++j)
-        for (int64_t c = 0; c < D; ++c)
-          out[(h * T + i) * D + c] += p[j] * f[j] * v[(h * S + j) * D + c];
-    }
-  return out;
-}
-
-// The gradients of sum(attention(q, k, v) * dout) with respect to q, k, v:
-// through the dropped probabilities, the softmax (ds = P (dP - sum(P dP)))
-// and the scaled scores.
-std::vector<Doubles> attention_gradients(const Doubles& q, const Doubles& k, const Doubles& v,
-                                         const AttentionCase& a, const Doubles& dout) {
-  const int64_t T = a.T, S = a.S, D = a.D;
-  const double scale = 1 / std::sqrt(static_cast<double>(D));
-  Doubles dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0), p, f;
-  Doubles dp(static_cast<size_t>(S));
-  for (int64_t h = 0; h < a.B * a.H; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      attention_row(q, k, a, h, i, p, f);
-      const double* g = dout.data() + (h * T + i) * D;
-      double weighted = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        double dot = 0;
-        for (int64_t c = 0; c < D; ++c) {
-          dot += g[c] * v[(h * S + j) * D + c];
-          dv[(h * S + j) * D + c] += p[j] * f[j] * g[c];
-        }
-        dp[j] = f[j] * dot;
-        weighted += p[j] * dp[j];
-      }
-      for (int64_t j = 0; j < S; ++j) {
-        const double ds = p[j] * (dp[j] - weighted) * scale;
-        for (int64_t c = 0; c < D; ++c) {
-          dq[(h * T + i) * D + c] += ds * k[(h * S + j) * D + c];
-          dk[(h * S + j) * D + c] += ds * q[(h * T + i) * D + c];
-        }
-      }
-    }
-  return {dq, dk, dv};
+std::string attention_name(const AttentionShape& a) {
+  return tandem::detail::concat("B", a.B, " H", a.H, " T", a.T, " S", a.S, " D", a.D,
+                                a.causal ? " causal" : " full", a.dropout > 0 ? " dropout" : "");
 }
 
 void add_attention_rows(std::vector<OpCase>& rows) {
   // Small cases (their written-out gradients checked against central
   // differences) and the shapes the GPU comparisons used: a longer key
   // than query sequence, 33 positions of 32 features with dropout, one.
-  const AttentionCase cases[] = {
+  const AttentionShape cases[] = {
       {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8},
       {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8, .causal = false},
       {.B = 2, .H = 3, .T = 9, .S = 13, .D = 8, .causal = false},
@@ -258,10 +179,10 @@ void add_attention_rows(std::vector<OpCase>& rows) {
       {.B = 1, .H = 2, .T = 5, .S = 9, .D = 16, .causal = false},
       {.B = 2, .H = 2, .T = 33, .S = 33, .D = 32, .dropout = 0.2},
       {.B = 1, .H = 1, .T = 1, .S = 1, .D = 4}};
-  for (const AttentionCase& a : cases) {
+  for (const AttentionShape& a : cases) {
     const Shape qs{a.B, a.H, a.T, a.D}, ks{a.B, a.H, a.S, a.D};
     rows.push_back(
-        {.name = "attention " + a.name(),
+        {.name = "attention " + attention_name(a),
          .kernels = {"attention", "attention_backward"},
          .inputs = {uniform(qs), uniform(ks), uniform(ks)},
          .run =
@@ -272,15 +193,15 @@ void add_attention_rows(std::vector<OpCase>& rows) {
                    {.causal = a.causal, .dropout = static_cast<float>(a.dropout), .training = true},
                    &generator);
              },
-         .reference = [=](const auto& in) { return attention_of(in[0], in[1], in[2], a); },
+         .reference = [=](const auto& in) { return attention_reference(in[0], in[1], in[2], a); },
          .low_precision = {DType::bf16},
          .gradient_reference =
              [=](const auto& in, const Doubles& w) {
-               return attention_gradients(in[0], in[1], in[2], a, w);
+               return attention_gradient_reference(in[0], in[1], in[2], a, w);
              }});
   }
   // q, k, v packed as (3, B, H, T, D), one gradient tensor for the three.
-  const AttentionCase packed{.B = 2, .H = 2, .T = 5, .S = 5, .D = 4, .seed = 0};
+  const AttentionShape packed{.B = 2, .H = 2, .T = 5, .S = 5, .D = 4, .seed = 0};
   const auto thirds = [](const Doubles& all) {
     const size_t n = all.size() / 3;
     return std::vector<Doubles>{Doubles(all.begin(), all.begin() + n),
@@ -294,14 +215,14 @@ void add_attention_rows(std::vector<OpCase>& rows) {
                   .reference =
                       [=](const auto& in) {
                         const std::vector<Doubles> x = thirds(in[0]);
-                        return attention_of(x[0], x[1], x[2], packed);
+                        return attention_reference(x[0], x[1], x[2], packed);
                       },
                   .low_precision = {DType::bf16},
                   .gradient_reference =
                       [=](const auto& in, const Doubles& w) {
                         const std::vector<Doubles> x = thirds(in[0]);
                         const std::vector<Doubles> g =
-                            attention_gradients(x[0], x[1], x[2], packed, w);
+                            attention_gradient_reference(x[0], x[1], x[2], packed, w);
                         Doubles all = g[0];
                         all.insert(all.end(), g[1].begin(), g[1].end());
                         all.insert(all.end(), g[2].begin(), g[2].end());

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "tandem/base/random.h"
+
 namespace tandem::testing {
 
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
@@ -133,6 +135,88 @@ std::vector<double> max_pool2d_backward_reference(const std::vector<double>& x, 
   std::vector<double> dx(x.size(), 0.0);
   for (size_t yi = 0; yi < best.size(); ++yi) dx[best[yi]] += dy[yi];
   return dx;
+}
+
+namespace {
+
+// Query i of head h (flattened over B and H): its softmax probabilities
+// over the keys (0 where masked) and the dropout's factors (0, or
+// 1 / (1 - p)) as the kernels' documented rule draws them.
+void attention_row(const std::vector<double>& q, const std::vector<double>& k,
+                   const AttentionShape& a, int64_t h, int64_t i,
+                   std::vector<double>& probabilities, std::vector<double>& factors) {
+  const int64_t T = a.T, S = a.S, D = a.D;
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  const auto threshold = static_cast<uint64_t>(std::ldexp(a.dropout, 32));
+  probabilities.assign(static_cast<size_t>(S), 0.0);
+  factors.assign(static_cast<size_t>(S), 0.0);
+  double m = -INFINITY, total = 0;
+  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < D; ++c) dot += q[(h * T + i) * D + c] * k[(h * S + j) * D + c];
+    m = std::max(m, probabilities[j] = dot * scale);
+  }
+  for (int64_t j = 0; j < S && !(a.causal && j > i); ++j)
+    total += (probabilities[j] = std::exp(probabilities[j] - m));
+  for (int64_t j = 0; j < S; ++j) {
+    probabilities[j] /= total;
+    const auto position = static_cast<uint64_t>((h * T + i) * S + j);
+    const bool dropped = a.dropout > 0 && random_bits_at(a.seed, position) < threshold;
+    factors[j] = dropped ? 0 : 1 / (1 - a.dropout);
+  }
+}
+
+}  // namespace
+
+std::vector<double> attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v, const AttentionShape& a) {
+  const int64_t T = a.T, S = a.S, D = a.D;
+  std::vector<double> out(static_cast<size_t>(a.B * a.H * T * D), 0.0), p, f;
+  for (int64_t h = 0; h < a.B * a.H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      attention_row(q, k, a, h, i, p, f);
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t c = 0; c < D; ++c)
+          out[(h * T + i) * D + c] += p[j] * f[j] * v[(h * S + j) * D + c];
+    }
+  return out;
+}
+
+// The gradients of sum(attention(q, k, v) * dout) with respect to q, k, v:
+// through the dropped probabilities, the softmax (ds = P (dP - sum(P dP)))
+// and the scaled scores.
+std::vector<std::vector<double>> attention_gradient_reference(const std::vector<double>& q,
+                                                              const std::vector<double>& k,
+                                                              const std::vector<double>& v,
+                                                              const AttentionShape& a,
+                                                              const std::vector<double>& dout) {
+  const int64_t T = a.T, S = a.S, D = a.D;
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0), p, f;
+  std::vector<double> dp(static_cast<size_t>(S));
+  for (int64_t h = 0; h < a.B * a.H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      attention_row(q, k, a, h, i, p, f);
+      const double* g = dout.data() + (h * T + i) * D;
+      double weighted = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          dot += g[c] * v[(h * S + j) * D + c];
+          dv[(h * S + j) * D + c] += p[j] * f[j] * g[c];
+        }
+        dp[j] = f[j] * dot;
+        weighted += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        const double ds = p[j] * (dp[j] - weighted) * scale;
+        for (int64_t c = 0; c < D; ++c) {
+          dq[(h * T + i) * D + c] += ds * k[(h * S + j) * D + c];
+          dk[(h * S + j) * D + c] += ds * q[(h * T + i) * D + c];
+        }
+      }
+    }
+  return {dq, dk, dv};
 }
 
 void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,

@@ -49,6 +49,27 @@ std::vector<double> max_pool2d_backward_reference(const std::vector<double>& x, 
                                                   const std::vector<double>& dy,
                                                   const kernels::Pool2dGeometry& g);
 
+// Scaled dot-product attention: q (B, H, T, D), k and v (B, H, S, D) ->
+// (B, H, T, D), softmax(q k^T / sqrt(D)) v with the causal mask (query i sees
+// keys j <= i) when asked, and dropout on the probabilities as the kernels'
+// documented rule draws it: probability (h, i, j) is dropped when
+// random_bits_at(seed, (h T + i) S + j) < p 2^32, the others scaled by
+// 1 / (1 - p).
+struct AttentionShape {
+  int64_t B = 1, H = 1, T = 1, S = 1, D = 1;
+  bool causal = true;
+  double dropout = 0;
+  uint64_t seed = 5;
+};
+std::vector<double> attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v, const AttentionShape& a);
+// The gradients of sum(attention(q, k, v) * dout) with respect to q, k and v.
+std::vector<std::vector<double>> attention_gradient_reference(const std::vector<double>& q,
+                                                              const std::vector<double>& k,
+                                                              const std::vector<double>& v,
+                                                              const AttentionShape& a,
+                                                              const std::vector<double>& dout);
+
 // Bilinear resize with half-pixel centres, clamped to the edge samples: x
 // (N, H, W, C) -> (N, OH, OW, C).
 std::vector<double> resize_reference(const std::vector<double>& x, const Shape& shape, int64_t OH,
