@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "support/test_data.h"
 #include "tandem/base/error.h"
@@ -163,6 +164,46 @@ TEST(Trainer, SameSeedSameThreadsGivesBitIdenticalLosses) {
     return step_losses(trainer, shuffled(head(fashion().train, 600), 9));
   };
   EXPECT_EQ(run_dropout(), run_dropout());
+}
+
+// on_batch sees each step's batch as the replicas got it, before on_step:
+// over an epoch, every example once.
+TEST(Trainer, OnBatchSeesEveryStepsRowsBeforeOnStep) {
+  const int64_t examples = 300, batch = 50;
+  train::Trainer trainer({.epochs = 2, .batch_size = batch, .engine = {.seed = 5}}, small_model(5));
+  const data::LabeledImages rows = head(fashion().train, examples);
+  std::vector<std::multiset<float>> seen(2);  // per epoch: each row's pixel sum
+  std::vector<int64_t> batch_steps, step_steps;
+  train::TrainCallbacks callbacks;
+  callbacks.on_batch = [&](const train::TrainedBatch& b) {
+    batch_steps.push_back(b.global_step);
+    EXPECT_EQ(b.generation, 0);
+    const Tensor images = b.batch.at("image").to(DType::f32);
+    ASSERT_EQ(images.dim(0), batch);
+    const int64_t width = images.numel() / batch;
+    for (int64_t r = 0; r < batch; ++r) {
+      float sum = 0;
+      for (int64_t i = 0; i < width; ++i) sum += images.data<float>()[r * width + i];
+      seen.at(static_cast<size_t>(b.epoch)).insert(sum);
+    }
+  };
+  callbacks.on_step = [&](const train::StepInfo& s) {
+    ASSERT_FALSE(batch_steps.empty());
+    EXPECT_EQ(batch_steps.back(), s.global_step);
+    step_steps.push_back(s.global_step);
+  };
+  trainer.fit(shuffled(rows, 5), {}, callbacks);
+  EXPECT_EQ(batch_steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(step_steps, batch_steps);
+  const Tensor all = rows.images.to(DType::f32);
+  std::multiset<float> expected;
+  for (int64_t r = 0; r < examples; ++r) {
+    float sum = 0;
+    for (int64_t i = 0; i < 784; ++i) sum += all.data<float>()[r * 784 + i];
+    expected.insert(sum);
+  }
+  EXPECT_EQ(seen[0], expected);
+  EXPECT_EQ(seen[1], expected);
 }
 
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {

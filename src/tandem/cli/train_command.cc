@@ -23,6 +23,7 @@
 #include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
 #include "tandem/cli/stop_signals.h"
+#include "tandem/cli/trained_rows_log.h"
 #include "tandem/comm/launch.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
@@ -548,8 +549,9 @@ int run_train(TrainOptions& o) {
   if (chief && !o.no_monitor) run_monitor = source.make(config.resume);
   monitor::ProgressView view(progress_mode(o, chief), config.epochs,
                              config.engine.loss_scale.has_value(), run_monitor.get());
-  const train::TrainResult result =
-      fit_under_signals(trainer, setup, run_callbacks(source, run_monitor, view));
+  train::TrainCallbacks callbacks = run_callbacks(source, run_monitor, view);
+  callbacks.on_batch = trained_rows_log(trainer.config().input_feature);
+  const train::TrainResult result = fit_under_signals(trainer, setup, callbacks);
   // An elastic job's chief may have changed (the first one lost): the
   // chief now writes the summary.
   if (!trainer.strategy().is_chief()) return result.interrupted ? StopSignals::status() : 0;

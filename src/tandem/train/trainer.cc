@@ -358,7 +358,12 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
   if (elastic_) elastic_->last_step_end = Clock::now();
   ++progress.step;
   ++progress.global_step;
-  log_trained_rows(in.batch, progress);
+  if (callbacks.on_batch) {
+    callbacks.on_batch({.batch = in.batch,
+                        .epoch = progress.epoch,
+                        .global_step = progress.global_step,
+                        .generation = elastic_ ? elastic_->group->membership().generation : 0});
+  }
   // Fault tests lose a worker right after a given step.
   tandem::detail::maybe_raise_test_fault("TANDEM_TEST_KILL_AT_STEP", comm::launched_rank(),
                                          progress.global_step);

@@ -187,7 +187,17 @@ struct MembershipChange {
   int64_t process_batch = 0;  // each member's share of the global batch now
 };
 
+// The batch a step has just trained on, as this process fed it to its
+// replicas (after the batch transform; on the devices the step used).
+struct TrainedBatch {
+  const data::Element& batch;
+  int epoch = 0;            // 0-based, as Progress counts
+  int64_t global_step = 0;  // counting this step
+  int64_t generation = 0;   // the elastic membership's (0 when not elastic)
+};
+
 struct TrainCallbacks {
+  std::function<void(const TrainedBatch&)> on_batch;
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochResult&)> on_epoch;
   std::function<void(const MembershipChange&)> on_membership_change;
@@ -287,10 +297,6 @@ class Trainer {
   void adopt_shared_state(Progress& progress, TrainResult& result);
   void change_membership(Progress& progress, TrainResult& result, const std::string& reason,
                          const TrainCallbacks& callbacks);
-  // For the elastic tests' exactly-once check: with TANDEM_TEST_TRAINED_ROWS
-  // set, each step appends the epoch, global step, generation and a hash of
-  // each row of this process's input feature to a file of this process's.
-  void log_trained_rows(const data::Element& batch, const Progress& progress);
   // fit()'s steps: checks, restore and set-up; the next step's batch once
   // every process agreed on it; one step and its accounting.
   void begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result);

@@ -1,13 +1,8 @@
 // The Trainer's side of elastic training (multi_worker under tandem launch
 // --elastic; the contract is in trainer.h): joining the membership, the
 // in-memory copy of the state, and the move to a new membership.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -213,28 +208,6 @@ void Trainer::change_membership(Progress& progress, TrainResult& result, const s
       .seconds = std::chrono::duration<double>(Clock::now() - last_step_end).count(),
       .process_batch = config_.batch_size / static_cast<int64_t>(now.members.size())};
   if (callbacks.on_membership_change) callbacks.on_membership_change(change);
-}
-
-void Trainer::log_trained_rows(const data::Element& batch, const Progress& progress) {
-  static const char* prefix = std::getenv("TANDEM_TEST_TRAINED_ROWS");
-  if (prefix == nullptr) return;
-  const Tensor rows = batch.at(config_.input_feature).to(cpu_device());
-  const int64_t count = rows.rank() == 0 ? 0 : rows.dim(0);
-  const size_t row_bytes = count > 0 ? rows.nbytes() / static_cast<size_t>(count) : 0;
-  std::string line = fmt::format("{} {} {}", progress.epoch, progress.global_step,
-                                 elastic_ ? elastic_->group->membership().generation : 0);
-  const auto* bytes = static_cast<const unsigned char*>(rows.raw_data());
-  for (int64_t r = 0; r < count; ++r) {
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a
-    for (size_t b = 0; b < row_bytes; ++b)
-      hash = (hash ^ bytes[r * row_bytes + b]) * 1099511628211ull;
-    line += fmt::format(" {:016x}", hash);
-  }
-  const std::string path = fmt::format("{}.{}", prefix, ::getpid());
-  if (std::FILE* f = std::fopen(path.c_str(), "a")) {
-    std::fprintf(f, "%s\n", line.c_str());
-    std::fclose(f);
-  }
 }
 
 }  // namespace tandem::train
