@@ -43,9 +43,21 @@ void ConvBackwardWeights(benchmark::State& state, Shape x_shape, Shape w_shape, 
   for (auto _ : state) kernels::conv2d_backward_weights(x, dy, g, dw, &db);
 }
 
-void MaxPool(benchmark::State& state, Shape x_shape) {
-  const Tensor x = random(x_shape, DType::f32);
+void MaxPool(benchmark::State& state, Shape x_shape, DType dtype) {
+  const Tensor x = random(x_shape, dtype);
   for (auto _ : state) benchmark::DoNotOptimize(kernels::max_pool2d_forward(x, {}, true));
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void MaxPoolBackward(benchmark::State& state, Shape x_shape, DType dtype) {
+  const Tensor x = random(x_shape, dtype);
+  const kernels::MaxPoolResult r = kernels::max_pool2d_forward(x, {}, true);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kernels::max_pool2d_backward(r.y, r.workspace, x_shape, {}));
+  }
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK_CAPTURE(Matmul, mlp_784x512_f32, 128, 784, 512, DType::f32);
@@ -56,11 +68,19 @@ BENCHMARK_CAPTURE(ConvForward, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32
 BENCHMARK_CAPTURE(ConvForward, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::bf16);
 BENCHMARK_CAPTURE(ConvForward, conv1_f32, Shape{128, 28, 28, 1}, Shape{3, 3, 1, 32}, DType::f32);
+BENCHMARK_CAPTURE(ConvForward, conv1_bf16, Shape{128, 28, 28, 1}, Shape{3, 3, 1, 32}, DType::bf16);
+BENCHMARK_CAPTURE(ConvBackwardWeights, conv1_f32, Shape{128, 28, 28, 1}, Shape{3, 3, 1, 32},
+                  DType::f32);
+BENCHMARK_CAPTURE(ConvBackwardWeights, conv1_bf16, Shape{128, 28, 28, 1}, Shape{3, 3, 1, 32},
+                  DType::bf16);
 BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::f32);
 BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::bf16);
-BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32});
+BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
+BENCHMARK_CAPTURE(MaxPool, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
+BENCHMARK_CAPTURE(MaxPoolBackward, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
+BENCHMARK_CAPTURE(MaxPoolBackward, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
 
 }  // namespace
 

@@ -86,6 +86,37 @@ TEST(Pool, BadGeometryAndMissingWorkspace) {
   EXPECT_THROW(kernels::max_pool2d_forward(x, {.kernel_h = 0}, true), InvalidArgument);
   const Tensor y = kernels::max_pool2d_forward(x, {}, false).y;
   EXPECT_THROW(kernels::max_pool2d_backward(y, Tensor(), x.shape(), {}), ShapeError);
+  // A workspace of another shape, or another index width, is refused by name.
+  const kernels::MaxPoolResult big = kernels::max_pool2d_forward(
+      random_tensor(Shape{1, 17, 17, 1}, -1, 1, 1), {.kernel_h = 17, .kernel_w = 17}, true);
+  EXPECT_EQ(big.workspace.dtype(), DType::i32);
+  try {
+    kernels::max_pool2d_backward(y, big.workspace, x.shape(), {});
+    ADD_FAILURE() << "a mismatched workspace was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace of a training-mode forward"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Ties go to the first position of the window (row-major), as PyTorch's and
+// the reference's; a NaN in a window is its maximum and gets the gradient.
+TEST(Pool, TiesGoToTheFirstMaximumAndANaNWins) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    const std::vector<float> values{1.0f, 3.0f,  3.0f, 3.0f,  //
+                                    2.0f, -1.0f, 0.5f, NAN};
+    const Tensor x = Tensor::from_floats(Shape{1, 2, 4, 1}, values).to(dtype);
+    const kernels::MaxPoolResult r = kernels::max_pool2d_forward(x, {}, true);
+    const std::vector<float> y = r.y.to_floats();
+    EXPECT_EQ(y[0], 3.0f) << dtype_name(dtype);
+    EXPECT_TRUE(std::isnan(y[1])) << dtype_name(dtype);
+    const std::vector<float> grads{10.0f, 20.0f};
+    const Tensor dy = Tensor::from_floats(Shape{1, 1, 2, 1}, grads).to(dtype);
+    const Tensor dx = kernels::max_pool2d_backward(dy, r.workspace, x.shape(), {});
+    EXPECT_EQ(dx.to_floats(),
+              (std::vector<float>{0.0f, 10.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 20.0f}))
+        << dtype_name(dtype);
+  }
 }
 
 }  // namespace

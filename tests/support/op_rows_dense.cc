@@ -167,8 +167,10 @@ OpCase conv_row(const std::string& name, const Shape& xs, const Shape& ws,
                 return y;
               },
           .low_precision = std::move(low_precision),
-          // f32 sums of KH KW C products.
-          .tolerance = 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(ws[0] * ws[1] * ws[2]))),
+          // f32 sums of KH KW C products forward, KH KW O for the input's gradient.
+          .tolerance =
+              1e-6 *
+              std::max(1.0, std::sqrt(static_cast<double>(ws[0] * ws[1] * std::max(ws[2], ws[3])))),
           .gradient_reference =
               [=](const auto& in, const Doubles& dy) {
                 Doubles db(static_cast<size_t>(O), 0.0);
@@ -206,6 +208,14 @@ void add_conv_rows(std::vector<OpCase>& rows) {
                           {.pad_h = 2, .dilation_h = 2}, bf16));
   rows.push_back(conv_row("conv2d 1x1 strided", {4, 8, 8, 16}, {1, 1, 16, 32},
                           {.stride_h = 2, .stride_w = 2}, bf16));
+  // Inputs of up to 4 channels take the direct kernels (narrow_conv.h): the
+  // cnn's first layer, output channels that are no multiple of 16, more
+  // output channels than the weight gradient takes at once (256), and 5
+  // channels, the first shape past them.
+  rows.push_back(conv_row("conv2d 1 to 32 channels", {3, 28, 28, 1}, {3, 3, 1, 32}, same, bf16));
+  rows.push_back(conv_row("conv2d 3 to 20 channels", {2, 7, 6, 3}, {3, 3, 3, 20}, same, bf16));
+  rows.push_back(conv_row("conv2d 1 to 300 channels", {1, 4, 5, 1}, {2, 3, 1, 300}, {}, bf16));
+  rows.push_back(conv_row("conv2d 5 channels", {2, 6, 7, 5}, {3, 3, 5, 6}, same, bf16));
   // The forward kernel's own options at those shapes: the fused ReLU, no
   // bias, and the result in f32 or in the operands' dtype.
   struct Forward {
@@ -301,6 +311,10 @@ void add_pool_rows(std::vector<OpCase>& rows) {
   rows.push_back(max_pool_row({2, 6, 6, 4}, {.kernel_h = 3, .kernel_w = 2, .stride_h = 1}, {}));
   rows.push_back(max_pool_row({2, 28, 28, 32}, {}, {}));
   rows.push_back(max_pool_row({2, 8, 6, 16}, {}, {DType::bf16}));
+  // More than 64 channels (compared 64 at a time), and a window of more than
+  // 256 positions (its workspace is i32).
+  rows.push_back(max_pool_row({2, 4, 4, 70}, {}, {DType::bf16}));
+  rows.push_back(max_pool_row({1, 18, 17, 3}, {.kernel_h = 17, .kernel_w = 16, .stride_h = 1}, {}));
   const Shape img{2, 5, 7, 3};
   const kernels::Pool2dGeometry avg{
       .kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};

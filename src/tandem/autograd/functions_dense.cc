@@ -19,6 +19,12 @@ bool fuse(Activation activation, bool recording) {
   return activation == Activation::relu || (activation != Activation::none && !recording);
 }
 
+// The output a layer's backward keeps: a fused activation's backward needs
+// it; without one, keeping it would only hold activation memory.
+Tensor kept_output(const Tensor& y, Activation fused_activation) {
+  return fused_activation == Activation::none ? Tensor() : y;
+}
+
 // The result dtype of a layer: asked for, or the input's.
 DType output_dtype(const std::optional<DType>& asked, DType input) {
   return asked.value_or(input);
@@ -105,8 +111,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   const Activation saved_activation = fused ? options.activation : Activation::none;
   Variable out = record_op(
       "linear", y, {&x, &weight, &bias},
-      [xv, wc, y, saved_activation, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
-       compute = options.compute_dtype](BackwardContext& ctx) {
+      [xv, wc, y = kept_output(y, saved_activation), saved_activation, x_dtype = xv.dtype(),
+       w_dtype = wv.dtype(), compute = options.compute_dtype](BackwardContext& ctx) {
         const Tensor g = kernels::activation_backward(saved_activation, ctx.grad_output(), y);
         const Tensor gc = g.to(compute);
         if (ctx.needs(0)) {
@@ -152,7 +158,8 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   const Activation saved_activation = fused ? options.activation : Activation::none;
   Variable out = record_op(
       "conv2d", y, {&x, &weight, &bias},
-      [xv, wc, y, saved_activation, geometry, x_dtype = xv.dtype(), w_dtype = wv.dtype(),
+      [xv, wc, y = kept_output(y, saved_activation), saved_activation, geometry,
+       x_dtype = xv.dtype(), w_dtype = wv.dtype(),
        b_dtype = bias.defined() ? bias.value().dtype() : DType::f32,
        compute = options.compute_dtype](BackwardContext& ctx) {
         const Tensor g = kernels::activation_backward(saved_activation, ctx.grad_output(), y);

@@ -2,6 +2,7 @@
 
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
+#include "tandem/kernels/detail/narrow_conv.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
 
@@ -157,6 +158,13 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
   }
   detail::check_same_device("conv2d_forward", x, {&w, &bias});
   TANDEM_DISPATCH_CUDA(x, conv2d_forward(x, w, bias, g, activation, out_dtype));
+  if (detail::narrow_conv_applies(x.shape(), activation) &&
+      (out_dtype == DType::f32 || out_dtype == DType::bf16)) {
+    Tensor y = Tensor::empty(y_shape, out_dtype, x.device());
+    if (y.numel() != 0) detail::narrow_conv_forward(x, w, bias, g, activation, y);
+    count_flops(conv_flops(x.shape(), w.shape(), y_shape));
+    return y;
+  }
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     Tensor y;
     {
@@ -258,6 +266,11 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
   detail::check_same_device("conv2d_backward_weights", x, {&dy, &dw});
   if (db != nullptr) detail::check_same_device("conv2d_backward_weights", x, {db});
   TANDEM_DISPATCH_CUDA(x, conv2d_backward_weights(x, dy, g, dw, db));
+  if (detail::narrow_conv_applies(x.shape(), Activation::none)) {
+    detail::narrow_conv_backward_weights(x, dy, g, dw, db);
+    count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
+    return;
+  }
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     MemoryCategoryScope temporaries(MemoryCategory::workspace);
     conv2d_backward_weights(detail::widened(x), detail::widened(dy), g, dw, db);

@@ -1,9 +1,11 @@
 #pragma once
-// 2-D convolution on oneDNN, channels-last. Legend: N batch, H/W height and
+// 2-D convolution, channels-last, on oneDNN. Legend: N batch, H/W height and
 // width, C input channels, O output channels, KH/KW kernel size.
 //   x (N, H, W, C), weights (KH, KW, C, O) "HWIO" as in TensorFlow,
 //   bias (O,) f32, y (N, OH, OW, O).
 // f32, or bf16 inputs (AMX/AVX512-BF16 where present) with f32 or bf16 output.
+// Inputs of up to 4 channels (a first layer) take direct kernels instead
+// (detail/narrow_conv.h), forward and weight gradient.
 
 #include <cstdint>
 

@@ -1,57 +1,208 @@
+// Max pooling, channels-last, in f32, bf16 and f16 storage: each window's
+// channels compared as floats in vector-wide chunks. The workspace a
+// training-mode forward returns holds where each maximum came from, as its
+// position in the window (row-major over kernel_h x kernel_w, padding
+// counted): one byte where the window has at most 256 positions, four
+// otherwise. (oneDNN 2.6's pooling ran at 4-5 GB/s on an AMX Xeon, a
+// quarter of the cnn's bf16 step; docs/performance.md.)
 #include "tandem/kernels/pool.h"
 
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
-#include "tandem/kernels/detail/onednn.h"
+#include "tandem/kernels/detail/float_io.h"
 
 namespace tandem::kernels {
 namespace {
 
-using dnnl::memory;
-
-struct PoolForward {
-  dnnl::pooling_v2_forward primitive;
-  dnnl::pooling_v2_forward::primitive_desc pd;
-};
-
-struct PoolDims {
-  memory::dims src, dst, kernel, strides, dilation, pad_l, pad_r;
-};
-
-PoolDims pool_dims(const Shape& x, const Pool2dGeometry& g) {
-  const Shape y = pool2d_output_shape(x, g);
-  return {{x[0], x[3], x[1], x[2]},
-          {y[0], y[3], y[1], y[2]},
-          {g.kernel_h, g.kernel_w},
-          {g.stride_h, g.stride_w},
-          {0, 0},
-          {g.pad_h, g.pad_w},
-          {g.pad_h, g.pad_w}};
-}
+using detail::Bf16;
+using detail::F16;
+using detail::from_f32;
+using detail::to_f32;
 
 std::string geometry_key(const Pool2dGeometry& g) {
   return tandem::detail::concat("k", g.kernel_h, ",", g.kernel_w, "s", g.stride_h, ",", g.stride_w,
                                 "p", g.pad_h, ",", g.pad_w);
 }
 
-std::shared_ptr<PoolForward> forward_primitive(const Shape& x, DType dtype, const Pool2dGeometry& g,
-                                               bool training) {
-  const std::string key = tandem::detail::concat("maxpool_fwd:", dtype_name(dtype), x.to_string(),
-                                                 geometry_key(g), training);
-  return detail::cached<PoolForward>(key, [&] {
-    return detail::guarded("max-pool forward creation", [&] {
-      const PoolDims d = pool_dims(x, g);
-      const auto dt = detail::to_dnnl(dtype);
-      dnnl::pooling_v2_forward::desc desc(
-          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
-          dnnl::algorithm::pooling_max, memory::desc(d.src, dt, memory::format_tag::nhwc),
-          memory::desc(d.dst, dt, memory::format_tag::nhwc), d.strides, d.kernel, d.dilation,
-          d.pad_l, d.pad_r);
-      auto p = std::make_shared<PoolForward>();
-      p->pd = dnnl::pooling_v2_forward::primitive_desc(desc, detail::user_scratchpad_attr(),
-                                                       detail::cpu_engine());
-      p->primitive = dnnl::pooling_v2_forward(p->pd);
-      return p;
+DType workspace_dtype(const Pool2dGeometry& g) {
+  return g.kernel_h * g.kernel_w <= 256 ? DType::u8 : DType::i32;
+}
+
+struct PoolDims {
+  int64_t H, W, C, OH, OW;
+  Pool2dGeometry g;
+};
+
+PoolDims dims_of(const Shape& x, const Shape& y, const Pool2dGeometry& g) {
+  return {x[1], x[2], x[3], y[1], y[2], g};
+}
+
+// Channels compared at once: four AVX-512 vectors of floats.
+constexpr int64_t kChunk = 64;
+
+// Output row (n, oh): every window's maximum and, with `where`, its position.
+template <typename T, typename Index>
+[[gnu::always_inline]] inline void max_pool_row_body(const T* __restrict x, T* __restrict y,
+                                                     Index* __restrict where, const PoolDims& d,
+                                                     int64_t n, int64_t oh) {
+  const Pool2dGeometry& g = d.g;
+  const int64_t h0 = oh * g.stride_h - g.pad_h;
+  const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kernel_h, d.H);
+  for (int64_t ow = 0; ow < d.OW; ++ow) {
+    const int64_t w0 = ow * g.stride_w - g.pad_w;
+    const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kernel_w, d.W);
+    const int64_t out = ((n * d.OH + oh) * d.OW + ow) * d.C;
+    for (int64_t c0 = 0; c0 < d.C; c0 += kChunk) {
+      const int64_t len = std::min(kChunk, d.C - c0);
+      float best[kChunk];
+      int32_t at[kChunk];
+      for (int64_t k = 0; k < kChunk; ++k) {
+        best[k] = -std::numeric_limits<float>::infinity();
+        at[k] = 0;
+      }
+      for (int64_t h = hb; h < he; ++h) {
+        for (int64_t w = wb; w < we; ++w) {
+          const T* row = x + ((n * d.H + h) * d.W + w) * d.C + c0;
+          const auto pos = static_cast<int32_t>((h - h0) * g.kernel_w + (w - w0));
+          for (int64_t k = 0; k < len; ++k) {
+            // The first maximum wins ties; a NaN wins and stays.
+            const float v = to_f32(row[k]);
+            const bool take = best[k] == best[k] && !(v <= best[k]);
+            best[k] = take ? v : best[k];
+            at[k] = take ? pos : at[k];
+          }
+        }
+      }
+      for (int64_t k = 0; k < len; ++k) y[out + c0 + k] = from_f32<T>(best[k]);
+      if (where != nullptr) {
+        for (int64_t k = 0; k < len; ++k) where[out + c0 + k] = static_cast<Index>(at[k]);
+      }
+    }
+  }
+}
+
+// dx for output row (n, oh) where the windows tile x exactly (stride ==
+// kernel, no padding, nothing left over): each x position is in one window,
+// so dx is written once, dy where the maximum was and 0 elsewhere. Values
+// are only copied, so they move as their bits (the compiler vectorises a
+// select of integers, not of the Bf16/F16 wrappers).
+template <typename T, typename Index>
+[[gnu::always_inline]] inline void max_pool_tile_backward_body(const T* dy_values,
+                                                               const Index* __restrict where,
+                                                               T* dx_values, const PoolDims& d,
+                                                               int64_t n, int64_t oh) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+  static_assert(sizeof(Bits) == sizeof(T));
+  const auto* __restrict dy = reinterpret_cast<const Bits*>(dy_values);
+  auto* __restrict dx = reinterpret_cast<Bits*>(dx_values);
+  const Pool2dGeometry& g = d.g;
+  for (int64_t ow = 0; ow < d.OW; ++ow) {
+    const int64_t out = ((n * d.OH + oh) * d.OW + ow) * d.C;
+    for (int64_t i = 0; i < g.kernel_h; ++i) {
+      for (int64_t j = 0; j < g.kernel_w; ++j) {
+        const int64_t h = oh * g.kernel_h + i, w = ow * g.kernel_w + j;
+        Bits* row = dx + ((n * d.H + h) * d.W + w) * d.C;
+        const auto pos = static_cast<Index>(i * g.kernel_w + j);
+        for (int64_t c = 0; c < d.C; ++c) {
+          const auto keep = static_cast<Bits>(-static_cast<Bits>(where[out + c] == pos));
+          row[c] = static_cast<Bits>(dy[out + c] & keep);
+        }
+      }
+    }
+  }
+}
+
+#define TANDEM_MAX_POOL_ROWS(T, Index)                                                         \
+  TANDEM_TARGET_CLONES void max_pool_row(const T* x, T* y, Index* where, const PoolDims& d,    \
+                                         int64_t n, int64_t oh) {                              \
+    max_pool_row_body(x, y, where, d, n, oh);                                                  \
+  }                                                                                            \
+  TANDEM_TARGET_CLONES void max_pool_tile_backward(const T* dy, const Index* where, T* dx,     \
+                                                   const PoolDims& d, int64_t n, int64_t oh) { \
+    max_pool_tile_backward_body(dy, where, dx, d, n, oh);                                      \
+  }
+TANDEM_MAX_POOL_ROWS(float, uint8_t)
+TANDEM_MAX_POOL_ROWS(Bf16, uint8_t)
+TANDEM_MAX_POOL_ROWS(F16, uint8_t)
+TANDEM_MAX_POOL_ROWS(float, int32_t)
+TANDEM_MAX_POOL_ROWS(Bf16, int32_t)
+TANDEM_MAX_POOL_ROWS(F16, int32_t)
+#undef TANDEM_MAX_POOL_ROWS
+
+// dx where windows overlap or leave positions out: summed in f32 per image
+// (windows of different images never meet), then stored.
+template <typename T, typename Index>
+void max_pool_scatter_backward(const T* dy, const Index* where, T* dx, const PoolDims& d,
+                               int64_t N) {
+  const Pool2dGeometry& g = d.g;
+  const int64_t image = d.H * d.W * d.C;
+  parallel_for(N, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> sum(static_cast<size_t>(image));
+    for (int64_t n = begin; n < end; ++n) {
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int64_t oh = 0; oh < d.OH; ++oh) {
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          const int64_t out = ((n * d.OH + oh) * d.OW + ow) * d.C;
+          for (int64_t c = 0; c < d.C; ++c) {
+            const int64_t pos = static_cast<int64_t>(where[out + c]);
+            const int64_t h = oh * g.stride_h - g.pad_h + pos / g.kernel_w;
+            const int64_t w = ow * g.stride_w - g.pad_w + pos % g.kernel_w;
+            sum[static_cast<size_t>((h * d.W + w) * d.C + c)] += to_f32(dy[out + c]);
+          }
+        }
+      }
+      T* dst = dx + n * image;
+      for (int64_t i = 0; i < image; ++i) dst[i] = from_f32<T>(sum[static_cast<size_t>(i)]);
+    }
+  });
+}
+
+bool windows_tile(const PoolDims& d) {
+  const Pool2dGeometry& g = d.g;
+  return g.stride_h == g.kernel_h && g.stride_w == g.kernel_w && g.pad_h == 0 && g.pad_w == 0 &&
+         d.OH * g.kernel_h == d.H && d.OW * g.kernel_w == d.W;
+}
+
+template <typename Index>
+Index* index_data(Tensor& t) {
+  return t.defined() ? static_cast<Index*>(t.raw_data()) : nullptr;
+}
+
+template <typename Index>
+void max_pool_forward_as(const Tensor& x, MaxPoolResult& r, const Pool2dGeometry& g) {
+  const PoolDims d = dims_of(x.shape(), r.y.shape(), g);
+  detail::dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    T* ys = static_cast<T*>(r.y.raw_data());
+    Index* where = index_data<Index>(r.workspace);
+    parallel_for(x.dim(0) * d.OH, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row)
+        max_pool_row(xs, ys, where, d, row / d.OH, row % d.OH);
+    });
+  });
+}
+
+template <typename Index>
+void max_pool_backward_as(const Tensor& dy, const Tensor& workspace, Tensor& dx,
+                          const Pool2dGeometry& g) {
+  const PoolDims d = dims_of(dx.shape(), dy.shape(), g);
+  const auto* where = static_cast<const Index*>(workspace.raw_data());
+  detail::dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* dys = static_cast<const T*>(dy.raw_data());
+    T* dxs = static_cast<T*>(dx.raw_data());
+    if (!windows_tile(d)) return max_pool_scatter_backward(dys, where, dxs, d, dx.dim(0));
+    parallel_for(dx.dim(0) * d.OH, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row)
+        max_pool_tile_backward(dys, where, dxs, d, row / d.OH, row % d.OH);
     });
   });
 }
@@ -82,35 +233,19 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool 
     TANDEM_THROW(ShapeError, "max_pool2d: expected f32, bf16 or f16, got ", x.to_string());
   }
   TANDEM_DISPATCH_CUDA(x, max_pool2d_forward(x, g, training));
-  if (x.dtype() == DType::f16 || detail::needs_bf16_widening(x)) {
-    // oneDNN 2.6 pools f16 only on AVX512-FP16 CPUs, bf16 only from AVX-512
-    // (onednn_runs_bf16): pool in f32 (max is exact in either) and narrow;
-    // the f32 workspace serves the backward.
-    MaxPoolResult wide;
-    {
-      // (The pooling workspace stays an activation: it is allocated as one.)
-      MemoryCategoryScope temporaries(MemoryCategory::workspace);
-      wide = max_pool2d_forward(detail::widened(x), g, training);
-    }
-    wide.y = detail::narrowed(wide.y, x.dtype());
-    return wide;
-  }
   MaxPoolResult result;
-  result.y = Tensor::empty(pool2d_output_shape(x.shape(), g), x.dtype(), x.device());
+  const Shape ys = pool2d_output_shape(x.shape(), g);
+  result.y = Tensor::empty(ys, x.dtype(), x.device());
+  if (training) {
+    result.workspace =
+        Tensor::empty(ys, workspace_dtype(g), x.device(), MemoryCategory::activations);
+  }
   if (result.y.numel() == 0) return result;
-  auto prim = forward_primitive(x.shape(), x.dtype(), g, training);
-  detail::guarded("max-pool forward", [&] {
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, detail::memory_of(x, prim->pd.src_desc())},
-        {DNNL_ARG_DST, detail::memory_of(result.y, prim->pd.dst_desc())}};
-    if (training) {
-      const memory::desc ws = prim->pd.workspace_desc();
-      result.workspace = Tensor::empty(Shape{static_cast<int64_t>(ws.get_size())}, DType::u8,
-                                       x.device(), MemoryCategory::activations);
-      args.emplace(DNNL_ARG_WORKSPACE, detail::memory_of(result.workspace, ws));
-    }
-    detail::execute(prim->primitive, prim->pd.scratchpad_desc(), std::move(args), x.device());
-  });
+  if (workspace_dtype(g) == DType::u8) {
+    max_pool_forward_as<uint8_t>(x, result, g);
+  } else {
+    max_pool_forward_as<int32_t>(x, result, g);
+  }
   return result;
 }
 
@@ -121,57 +256,25 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
     TANDEM_THROW(ShapeError, "max_pool2d_backward: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
+  if (!is_floating(dy.dtype())) {
+    TANDEM_THROW(ShapeError, "max_pool2d_backward: expected f32, bf16 or f16, got ",
+                 dy.to_string());
+  }
   detail::check_same_device("max_pool2d_backward", dy, {&workspace});
   TANDEM_DISPATCH_CUDA(dy, max_pool2d_backward(dy, workspace, x_shape, g));
-  if (dy.dtype() == DType::f16 || detail::needs_bf16_widening(dy)) {  // see max_pool2d_forward
-    Tensor dx;
-    {
-      MemoryCategoryScope temporaries(MemoryCategory::workspace);
-      dx = max_pool2d_backward(detail::widened(dy), workspace, x_shape, g);
-    }
-    return detail::narrowed(dx, dy.dtype());
+  if (!workspace.defined() || workspace.dtype() != workspace_dtype(g) ||
+      workspace.shape() != y_shape) {
+    TANDEM_THROW(ShapeError, "max_pool2d_backward: the workspace of a training-mode forward (",
+                 dtype_name(workspace_dtype(g)), " ", y_shape.to_string(), ") expected, got ",
+                 workspace.to_string());
   }
   Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
   if (dx.numel() == 0) return dx;
-  if (dy.numel() == 0) {
-    dx.zero();
-    return dx;
+  if (workspace.dtype() == DType::u8) {
+    max_pool_backward_as<uint8_t>(dy, workspace, dx, g);
+  } else {
+    max_pool_backward_as<int32_t>(dy, workspace, dx, g);
   }
-  struct PoolBackward {
-    dnnl::pooling_v2_backward primitive;
-    dnnl::pooling_v2_backward::primitive_desc pd;
-    memory::desc workspace;
-  };
-  const std::string key = tandem::detail::concat("maxpool_bwd:", dtype_name(dy.dtype()),
-                                                 x_shape.to_string(), geometry_key(g));
-  auto prim = detail::cached<PoolBackward>(key, [&] {
-    return detail::guarded("max-pool backward creation", [&] {
-      auto hint = forward_primitive(x_shape, dy.dtype(), g, true);
-      const PoolDims d = pool_dims(x_shape, g);
-      const auto dt = detail::to_dnnl(dy.dtype());
-      dnnl::pooling_v2_backward::desc desc(dnnl::algorithm::pooling_max,
-                                           memory::desc(d.src, dt, memory::format_tag::nhwc),
-                                           memory::desc(d.dst, dt, memory::format_tag::nhwc),
-                                           d.strides, d.kernel, d.dilation, d.pad_l, d.pad_r);
-      auto p = std::make_shared<PoolBackward>();
-      p->pd = dnnl::pooling_v2_backward::primitive_desc(desc, detail::user_scratchpad_attr(),
-                                                        detail::cpu_engine(), hint->pd);
-      p->primitive = dnnl::pooling_v2_backward(p->pd);
-      p->workspace = hint->pd.workspace_desc();
-      return p;
-    });
-  });
-  if (!workspace.defined() || workspace.nbytes() != prim->workspace.get_size()) {
-    TANDEM_THROW(ShapeError, "max_pool2d_backward: workspace of ", prim->workspace.get_size(),
-                 " bytes from a training-mode forward expected, got ", workspace.to_string());
-  }
-  detail::guarded("max-pool backward", [&] {
-    detail::execute(prim->primitive, prim->pd.scratchpad_desc(),
-                    {{DNNL_ARG_DIFF_DST, detail::memory_of(dy, prim->pd.diff_dst_desc())},
-                     {DNNL_ARG_WORKSPACE, detail::memory_of(workspace, prim->workspace)},
-                     {DNNL_ARG_DIFF_SRC, detail::memory_of(dx, prim->pd.diff_src_desc())}},
-                    dy.device());
-  });
   return dx;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 // 2-D pooling, channels-last: x (N, H, W, C) -> y (N, OH, OW, C).
-// Max pooling runs on oneDNN (f32, bf16); forward in training mode also
-// returns oneDNN's workspace (where each maximum came from), which the
-// backward pass needs. Average pooling (avg_pool.cc) handles f32, bf16 and
-// f16, accumulating in f32.
+// Max pooling takes f32, bf16 and f16; forward in training mode also
+// returns a workspace (where each maximum came from: its position in the
+// window, u8 for windows of up to 256 positions, i32 beyond, and the GPU's
+// own layout on a GPU), which the backward pass needs. Average pooling
+// (avg_pool.cc) handles f32, bf16 and f16, accumulating in f32.
 
 #include <cstdint>
 

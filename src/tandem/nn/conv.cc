@@ -37,6 +37,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
 }
 
 Variable Conv2d::forward(const Variable& input) {
+  return convolve(input, options_.activation);
+}
+
+Variable Conv2d::forward_without_activation(const Variable& input) {
+  return convolve(input, kernels::Activation::none);
+}
+
+Variable Conv2d::convolve(const Variable& input, kernels::Activation activation) {
   tandem::Conv2dOptions op;
   op.geometry = {.stride_h = options_.stride,
                  .stride_w = options_.stride,
@@ -44,7 +52,7 @@ Variable Conv2d::forward(const Variable& input) {
                  .pad_w = options_.padding,
                  .dilation_h = options_.dilation,
                  .dilation_w = options_.dilation};
-  op.activation = options_.activation;
+  op.activation = activation;
   op.compute_dtype = options_.compute_dtype;
   op.output_dtype = options_.output_dtype;
   return conv2d(input, weight_, bias_, op);
@@ -92,6 +100,14 @@ std::string Pool2d::describe() const {
 
 Variable MaxPool2d::forward(const Variable& input) {
   return max_pool2d(input, geometry_);
+}
+
+std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const Variable& x) {
+  auto* conv = dynamic_cast<Conv2d*>(&first);
+  auto* pool = dynamic_cast<MaxPool2d*>(&second);
+  if (conv == nullptr || pool == nullptr || conv->activation() != kernels::Activation::relu)
+    return std::nullopt;
+  return relu((*pool)(conv->forward_without_activation(x)));
 }
 
 Variable AvgPool2d::forward(const Variable& input) {

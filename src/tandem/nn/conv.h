@@ -26,6 +26,8 @@ class Conv2d : public Module {
          const Conv2dOptions& options = {}, Generator& generator = thread_generator());
 
   Variable forward(const Variable& input) override;
+  // The convolution with its activation left out (see max_pool_then_relu).
+  Variable forward_without_activation(const Variable& input);
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
   // The weight is (KH, KW, C, O), PyTorch's (O, C, KH, KW).
@@ -33,8 +35,10 @@ class Conv2d : public Module {
 
   const Variable& weight() const { return weight_; }
   const Variable& bias() const { return bias_; }
+  kernels::Activation activation() const { return options_.activation; }
 
  private:
+  Variable convolve(const Variable& input, kernels::Activation activation);
   int64_t in_channels_, out_channels_, kernel_size_;
   Conv2dOptions options_;
   Variable weight_, bias_;
@@ -63,6 +67,15 @@ class MaxPool2d : public Pool2d {
       : Pool2d("MaxPool2d", kernel_size, stride, padding) {}
   Variable forward(const Variable& input) override;
 };
+
+// `first` then `second` on x where they are a Conv2d with a ReLU and a
+// MaxPool2d, with the ReLU moved after the pooling: max pooling and ReLU
+// commute (values and gradients alike, ties included, as max picks the
+// same position), and the ReLU and its backward then run on the pooled
+// tensor, a quarter of the convolution's output for 2x2 windows; nothing
+// keeps that output for a ReLU's backward. Empty for other pairs.
+// Sequential runs such pairs this way.
+std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const Variable& x);
 
 // Average pooling, padding counted (PyTorch's count_include_pad=True).
 class AvgPool2d : public Pool2d {

@@ -1,5 +1,6 @@
 #include "tandem/nn/sequential.h"
 
+#include "tandem/nn/conv.h"
 #include "tandem/nn/graph_builder.h"
 
 namespace tandem::nn {
@@ -12,7 +13,16 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
 
 Variable Sequential::forward(const Variable& input) {
   Variable x = input;
-  for (auto& layer : layers_) x = (*layer)(x);  // recomputed blocks go through checkpoint()
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (i + 1 < layers_.size()) {
+      if (std::optional<Variable> pooled = max_pool_then_relu(*layers_[i], *layers_[i + 1], x)) {
+        x = *pooled;
+        ++i;
+        continue;
+      }
+    }
+    x = (*layers_[i])(x);  // recomputed blocks go through checkpoint()
+  }
   return x;
 }
 

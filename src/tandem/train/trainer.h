@@ -191,7 +191,7 @@ struct MembershipChange {
 // replicas (after the batch transform; on the devices the step used).
 struct TrainedBatch {
   const data::Element& batch;
-  int epoch = 0;            // 0-based, as Progress counts
+  int64_t epoch = 0;        // 0-based, as Progress counts
   int64_t global_step = 0;  // counting this step
   int64_t generation = 0;   // the elastic membership's (0 when not elastic)
 };

@@ -186,7 +186,7 @@ kernels::MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry&
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape,
                            const Pool2dGeometry& g) {
-  // The workspace's layout is this file's forward's (the CPU's is oneDNN's).
+  // The workspace's layout is this file's forward's (the CPU's is a position in the window).
   if (workspace.dtype() != DType::i32 || workspace.shape() != dy.shape()) {
     TANDEM_THROW(ShapeError, "max_pool2d_backward: the workspace ", workspace.to_string(),
                  " is not the GPU forward's for dy ", dy.to_string(),
