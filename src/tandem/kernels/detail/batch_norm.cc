@@ -74,6 +74,7 @@ bool batch_norm_supported(const Tensor& x) {
 
 BatchNormForward batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      float eps, bool relu) {
+  if (batch_norm_rows_apply(x)) return batch_norm_rows_training(x, gamma, beta, eps, relu);
   BatchNormForward r{Tensor::empty(x.shape(), x.dtype(), x.device()), channel_tensor(x),
                      channel_tensor(x), Tensor()};
   auto p = forward_primitive(x, eps, true, relu);
@@ -116,6 +117,8 @@ Tensor batch_norm_with_stats(const Tensor& x, const Tensor& gamma, const Tensor&
 NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                        const Tensor& variance, const Tensor& gamma, float eps,
                                        const Tensor& relu_mask) {
+  if (batch_norm_rows_apply(x))
+    return batch_norm_rows_backward(dy, x, mean, variance, gamma, eps, relu_mask);
   NormGrads g{Tensor::empty(x.shape(), x.dtype(), x.device()), channel_tensor(x),
               channel_tensor(x)};
   const bool relu = relu_mask.defined();
