@@ -73,14 +73,17 @@ void add_row_norm_rows(std::vector<OpCase>& rows) {
   }
 }
 
-void add_batch_norm_rows(std::vector<OpCase>& rows) {
-  const Shape x{4, 3, 2, 5};
-  const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{5}, 0.5, 1.5)),
-                                    in_f32(uniform(Shape{5})), in_f32(fixed(Shape{5})),
-                                    in_f32(fixed(Shape{5}, 0.5, 1.5))};
+// Training-mode batch norm over x (channels last): 5 channels (oneDNN's
+// primitive) and 32 (a multiple of 16: tandem's AVX-512 row kernels).
+void add_batch_norm_training_rows(std::vector<OpCase>& rows, const Shape& x,
+                                  const std::string& suffix) {
+  const int64_t C = x.dim(-1);
+  const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{C}, 0.5, 1.5)),
+                                    in_f32(uniform(Shape{C})), in_f32(fixed(Shape{C})),
+                                    in_f32(fixed(Shape{C}, 0.5, 1.5))};
   for (bool relu : {false, true}) {
     rows.push_back(
-        {.name = relu ? "batch_norm_relu training" : "batch_norm training",
+        {.name = (relu ? "batch_norm_relu training" : "batch_norm training") + suffix,
          .kernels = {"batch_norm_train", "batch_norm_backward", "update_running_moments"},
          .inputs = inputs,
          .run =
@@ -91,10 +94,19 @@ void add_batch_norm_rows(std::vector<OpCase>& rows) {
              },
          .reference =
              [=](const auto& in) {
-               return normalize_columns(in[0], in[1], in[2], 5, nullptr, nullptr, relu);
+               return normalize_columns(in[0], in[1], in[2], C, nullptr, nullptr, relu);
              },
          .low_precision = {DType::bf16}});
   }
+}
+
+void add_batch_norm_rows(std::vector<OpCase>& rows) {
+  add_batch_norm_training_rows(rows, Shape{4, 3, 2, 5}, "");
+  add_batch_norm_training_rows(rows, Shape{3, 5, 7, 32}, " 32 channels");
+  const Shape x{4, 3, 2, 5};
+  const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{5}, 0.5, 1.5)),
+                                    in_f32(uniform(Shape{5})), in_f32(fixed(Shape{5})),
+                                    in_f32(fixed(Shape{5}, 0.5, 1.5))};
   // Inference normalises by the running moments; batch_norm_relu then
   // composes batch norm and relu.
   for (bool relu : {false, true})

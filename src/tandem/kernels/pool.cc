@@ -7,8 +7,6 @@
 // quarter of the cnn's bf16 step; docs/performance.md.)
 #include "tandem/kernels/pool.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -16,6 +14,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
@@ -26,6 +25,8 @@ namespace {
 using detail::Bf16;
 using detail::F16;
 using detail::from_f32;
+using detail::load16;
+using detail::store16;
 using detail::to_f32;
 
 std::string geometry_key(const Pool2dGeometry& g) {
@@ -54,25 +55,10 @@ constexpr int64_t kChunk = 64;
 // general loop below keeps its running maxima in memory (5 GB/s in bf16 on
 // an AMX Xeon; GCC left vector-extension versions of it scalar). Returns
 // the channels done (a multiple of 16; the caller does the rest).
-__attribute__((target("avx512f"))) inline __m512 load16(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-__attribute__((target("avx512f"))) inline __m512 load16(const Bf16* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-__attribute__((target("avx512f"))) inline void store16(float* p, __m512 v) {
-  _mm512_storeu_ps(p, v);
-}
-// Exact: the values came from bf16.
-__attribute__((target("avx512f"))) inline void store16(Bf16* p, __m512 v) {
-  const __m256i bits = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
-}
-
 template <typename T>
 __attribute__((target("avx512f"))) int64_t max_of_four_avx512(const T* top, int64_t row_stride,
                                                               int64_t C, T* y, uint8_t* where) {
+  // Maxima are input values: storing bf16 rounds nothing.
   const T* bottom = top + row_stride;
   int64_t c = 0;
   for (; c + 16 <= C; c += 16) {
@@ -96,8 +82,13 @@ __attribute__((target("avx512f"))) int64_t max_of_four_avx512(const T* top, int6
 template <typename T, typename Index>
 int64_t max_of_four(const T* top, int64_t row_stride, int64_t C, T* y, Index* where) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if constexpr (std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>) {
+  if constexpr (std::is_same_v<Index, uint8_t> && std::is_same_v<T, float>) {
     if (avx512) return max_of_four_avx512(top, row_stride, C, y, where);
+  } else if constexpr (std::is_same_v<Index, uint8_t> && std::is_same_v<T, Bf16>) {
+    if (avx512) {
+      return max_of_four_avx512(reinterpret_cast<const uint16_t*>(top), row_stride, C,
+                                reinterpret_cast<uint16_t*>(y), where);
+    }
   }
   return 0;
 }

@@ -1,46 +1,24 @@
 // Batch normalisation's training mode on AVX-512, rows of C channels with C
 // a multiple of 16, f32 or bf16 storage read and written directly,
 // computed in f32 (see batch_norm.h).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/batch_norm.h"
 
 namespace tandem::kernels::detail {
 namespace {
 
-// Rows per block: about 4,096 values, summed in f32 (each block's sums go
+// Rows per block: about 512 values, summed in f32 (each block's sums go
 // on in double, in block order, whatever the thread count).
 int64_t block_rows(int64_t C) {
-  return std::max<int64_t>(1, 4096 / C);
+  return std::max<int64_t>(1, 512 / C);
 }
 
-__attribute__((target("avx512f"))) inline __m512 load16(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-__attribute__((target("avx512f"))) inline void store16(float* p, __m512 v) {
-  _mm512_storeu_ps(p, v);
-}
-// Rounds to nearest even, as float_to_bf16 (NaN stays NaN: quietened).
-__attribute__((target("avx512f"))) inline void store16(uint16_t* p, __m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  rounded = _mm512_mask_mov_epi32(
-      rounded, nan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
-}
 // The ReLU mask's 16 bytes as a lane mask.
 __attribute__((target("avx512f"))) inline __mmask16 load_mask(const uint8_t* p) {
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
