@@ -20,6 +20,7 @@
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/reduce.h"
 #include "tandem/kernels/softmax.h"
+#include "tandem/tensor/convert.h"
 
 namespace tandem {
 namespace {
@@ -69,6 +70,37 @@ TEST(FastExp, WithinTwoUlpOfExpfAndKeepsSpecialValues) {
   EXPECT_EQ(kernels::detail::fast_exp(std::numeric_limits<float>::infinity()),
             std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(kernels::detail::fast_exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// bf16 add and multiply (16 at a time on AVX-512, the rest one by one)
+// round each result as float_to_bf16 does, bit for bit, specials included,
+// over a length that leaves a tail.
+TEST(Elementwise, Bf16AddAndMulRoundEachResultAsTheScalarConversion) {
+  const int64_t n = 16 * 40 + 7;
+  std::vector<uint16_t> a_bits(static_cast<size_t>(n)), b_bits(static_cast<size_t>(n));
+  uint64_t state = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    a_bits[i] = static_cast<uint16_t>(state >> 48);
+    b_bits[i] = static_cast<uint16_t>(state >> 32);
+  }
+  // Halfway cases, overflow to infinity, NaN, infinities and subnormals.
+  const uint16_t special[] = {0x3F80, 0x3F81, 0x7F7F, 0x7FC1, 0xFF80, 0x0001, 0x8001, 0x7F80};
+  for (size_t i = 0; i < std::size(special); ++i) {
+    a_bits[i] = special[i];
+    b_bits[i] = special[(i + 3) % std::size(special)];
+  }
+  const Tensor a = Tensor::wrap(a_bits.data(), Shape{n}, DType::bf16, cpu_device());
+  const Tensor b = Tensor::wrap(b_bits.data(), Shape{n}, DType::bf16, cpu_device());
+  for (const bool multiply : {false, true}) {
+    const Tensor z = multiply ? kernels::mul(a, b) : kernels::add(a, b);
+    const auto* bits = static_cast<const uint16_t*>(z.raw_data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = bf16_to_float(a_bits[i]), y = bf16_to_float(b_bits[i]);
+      const uint16_t expected = float_to_bf16(multiply ? x * y : x + y);
+      ASSERT_EQ(bits[i], expected) << (multiply ? "mul" : "add") << " at " << i;
+    }
+  }
 }
 
 TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
