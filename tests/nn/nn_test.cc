@@ -14,6 +14,7 @@
 #include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
 #include "tandem/nn/normalization.h"
+#include "tandem/nn/sequential.h"
 
 namespace tandem {
 namespace {
@@ -137,6 +138,44 @@ TEST(Models, Bf16ForwardIsCloseToF32) {
       norm += a[i] * a[i];
     }
     EXPECT_LT(std::sqrt(err / norm), 1e-2) << name;
+  }
+}
+
+// A Sequential runs Conv2d(relu) then MaxPool2d with the ReLU after the
+// pooling: outputs and every gradient equal the layers run one by one,
+// bit for bit, in f32 and bf16 (the input has ties and negative windows).
+TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Generator g(7);
+    auto conv =
+        std::make_shared<nn::Conv2d>(2, 16, 3,
+                                     nn::Conv2dOptions{.padding = 1,
+                                                       .activation = kernels::Activation::relu,
+                                                       .compute_dtype = dtype,
+                                                       .output_dtype = dtype},
+                                     g);
+    auto pool = std::make_shared<nn::MaxPool2d>(2);
+    nn::Sequential sequential;
+    sequential.add(conv).add(pool);
+    // Values on a coarse grid: many ties within windows.
+    Tensor x = testing::random_tensor(Shape{3, 6, 6, 2}, -2, 2, 9);
+    float* xs = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2.0f) / 2.0f;
+    x = x.to(dtype);
+    const Tensor dy = testing::random_tensor(Shape{3, 3, 3, 16}, -1, 1, 10).to(dtype);
+    auto run = [&](bool fused) {
+      conv->zero_grad();
+      Variable input(x, true);
+      const Variable y = fused ? sequential.forward(input) : (*pool)(conv->forward(input));
+      y.backward(dy);
+      std::vector<std::vector<float>> out{y.value().to_floats(), input.grad().to_floats()};
+      for (auto& p : conv->parameters()) out.push_back(p.grad().to_floats());
+      return out;
+    };
+    const auto fused = run(true), layered = run(false);
+    ASSERT_EQ(fused.size(), layered.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], layered[i]) << "part " << i;
   }
 }
 
