@@ -39,8 +39,7 @@ constexpr NameTable<Activation, 6> kActivations{"activation",
 template <typename T>
 [[gnu::always_inline]] inline void where_positive_body(const T* test, const T* value_storage,
                                                        T* out_storage, int64_t n) {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
-  static_assert(sizeof(Bits) == sizeof(T));
+  using Bits = detail::StorageBits<T>;
   const auto* __restrict value = reinterpret_cast<const Bits*>(value_storage);
   auto* __restrict out = reinterpret_cast<Bits*>(out_storage);
   for (int64_t i = 0; i < n; ++i) {

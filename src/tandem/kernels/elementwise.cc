@@ -48,9 +48,9 @@ TANDEM_BINARY_LOOP(detail::F16)
 // bf16 16 at a time on AVX-512 (GCC leaves binary_loop's Bf16 version
 // scalar: a residual add was 8% of resnet's bf16 step); returns the
 // elements done, a multiple of 16.
-__attribute__((target("avx512f"))) int64_t binary_bf16_avx512(Binary op, const uint16_t* x,
-                                                              const uint16_t* y, uint16_t* z,
-                                                              int64_t n) {
+__attribute__((target("avx512f"))) int64_t binary_bf16_avx512(Binary op, const detail::Bf16* x,
+                                                              const detail::Bf16* y,
+                                                              detail::Bf16* z, int64_t n) {
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
     const __m512 a = detail::load16(x + k), b = detail::load16(y + k);
@@ -62,11 +62,8 @@ __attribute__((target("avx512f"))) int64_t binary_bf16_avx512(Binary op, const u
 template <typename T>
 void binary_run(Binary op, const T* x, const T* y, T* z, int64_t n) {
   if constexpr (std::is_same_v<T, detail::Bf16>) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    if (avx512) {
-      const int64_t done = binary_bf16_avx512(op, reinterpret_cast<const uint16_t*>(x),
-                                              reinterpret_cast<const uint16_t*>(y),
-                                              reinterpret_cast<uint16_t*>(z), n);
+    if (detail::has_avx512f()) {
+      const int64_t done = binary_bf16_avx512(op, x, y, z, n);
       x += done;
       y += done;
       z += done;

@@ -81,14 +81,8 @@ __attribute__((target("avx512f"))) int64_t max_of_four_avx512(const T* top, int6
 
 template <typename T, typename Index>
 int64_t max_of_four(const T* top, int64_t row_stride, int64_t C, T* y, Index* where) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if constexpr (std::is_same_v<Index, uint8_t> && std::is_same_v<T, float>) {
-    if (avx512) return max_of_four_avx512(top, row_stride, C, y, where);
-  } else if constexpr (std::is_same_v<Index, uint8_t> && std::is_same_v<T, Bf16>) {
-    if (avx512) {
-      return max_of_four_avx512(reinterpret_cast<const uint16_t*>(top), row_stride, C,
-                                reinterpret_cast<uint16_t*>(y), where);
-    }
+  if constexpr (std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>) {
+    if (detail::has_avx512f()) return max_of_four_avx512(top, row_stride, C, y, where);
   }
   return 0;
 }
@@ -150,8 +144,7 @@ template <typename T, typename Index>
                                                                const Index* __restrict where,
                                                                T* dx_values, const PoolDims& d,
                                                                int64_t n, int64_t oh) {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
-  static_assert(sizeof(Bits) == sizeof(T));
+  using Bits = detail::StorageBits<T>;
   const auto* __restrict dy = reinterpret_cast<const Bits*>(dy_values);
   auto* __restrict dx = reinterpret_cast<Bits*>(dx_values);
   const Pool2dGeometry& g = d.g;

@@ -2,14 +2,22 @@
 // Private: 16 floats at a time from and to f32 or bf16 storage, for the
 // hand-vectorised AVX-512 kernels (max pooling, batch norm's rows, bf16
 // element-wise arithmetic) where GCC leaves 16-bit storage scalar. Only
-// for functions compiled with target("avx512f") and called after
-// __builtin_cpu_supports("avx512f").
+// for functions compiled with target("avx512f") and called where
+// has_avx512f().
 
 #include <immintrin.h>
 
 #include <cstdint>
 
+#include "tandem/kernels/detail/float_io.h"
+
 namespace tandem::kernels::detail {
+
+// Whether this CPU runs the functions below (asked once).
+inline bool has_avx512f() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
 
 __attribute__((target("avx512f"))) inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
@@ -36,6 +44,14 @@ __attribute__((target("avx512f"))) inline void store16(uint16_t* p, __m512 v) {
   rounded = _mm512_mask_mov_epi32(
       rounded, nan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+}
+
+__attribute__((target("avx512f"))) inline __m512 load16(const Bf16* p) {
+  return load16(reinterpret_cast<const uint16_t*>(p));
+}
+
+__attribute__((target("avx512f"))) inline void store16(Bf16* p, __m512 v) {
+  store16(reinterpret_cast<uint16_t*>(p), v);
 }
 
 }  // namespace tandem::kernels::detail

@@ -143,28 +143,11 @@ Tensor channel_tensor(const std::vector<float>& values, const Tensor& like) {
   return t;
 }
 
-template <typename Fn>
-void with_storage(DType dtype, Fn&& fn) {
-  if (dtype == DType::bf16) {
-    fn(uint16_t{});
-  } else {
-    fn(float{});
-  }
-}
-
-std::vector<float> inverse_stds(const Tensor& variance, float eps) {
-  std::vector<float> rstd(static_cast<size_t>(variance.numel()));
-  for (size_t c = 0; c < rstd.size(); ++c)
-    rstd[c] =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance.data<float>()[c]) + eps));
-  return rstd;
-}
-
 }  // namespace
 
 bool batch_norm_rows_apply(const Tensor& x) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && x.dim(-1) % 16 == 0;
+  return has_avx512f() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+         x.dim(-1) % 16 == 0;
 }
 
 BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -172,7 +155,7 @@ BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, 
   const int64_t C = x.dim(-1), R = x.numel() / C;
   BatchNormForward result{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor(),
                           relu ? Tensor::empty(x.shape(), DType::u8, x.device()) : Tensor()};
-  with_storage(x.dtype(), [&](auto tag) {
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     const std::vector<double> sums = sum_blocks(R, C, C, [&](int64_t r0, int64_t rows, float* s) {
@@ -211,18 +194,19 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
     TANDEM_THROW(ShapeError, "batch_norm_backward: the ReLU mask must be u8 of x's shape ",
                  x.shape().to_string(), " (from batch_norm_train), got ", relu_mask.to_string());
   }
-  const std::vector<float> rstd = inverse_stds(variance, eps);
+  const Tensor rstd_values = inverse_std(variance, eps);
+  const float* rstd = rstd_values.data<float>();
   const float* mu = mean.data<float>();
   const uint8_t* mask = relu_mask.defined() ? relu_mask.data<uint8_t>() : nullptr;
   NormGrads grads{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor()};
-  with_storage(x.dtype(), [&](auto tag) {
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     const T* gs = static_cast<const T*>(dy.raw_data());
     const std::vector<double> sums =
         sum_blocks(R, C, 2 * C, [&](int64_t r0, int64_t rows, float* s) {
           gradient_sums(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C, rows,
-                        C, mu, rstd.data(), s, s + C);
+                        C, mu, rstd, s, s + C);
         });
     std::vector<float> dgamma(static_cast<size_t>(C)), dbeta(static_cast<size_t>(C));
     std::vector<float> scale(static_cast<size_t>(C)), mean_g(static_cast<size_t>(C)),
@@ -237,7 +221,7 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
     T* dxs = static_cast<T*>(grads.dx.raw_data());
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
       input_gradient(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C, rows, C,
-                     mu, rstd.data(), scale.data(), mean_g.data(), mean_gx.data(), dxs + r0 * C);
+                     mu, rstd, scale.data(), mean_g.data(), mean_gx.data(), dxs + r0 * C);
     });
     grads.dgamma = channel_tensor(dgamma, x);
     grads.dbeta = channel_tensor(dbeta, x);

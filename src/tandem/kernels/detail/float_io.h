@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "tandem/base/error.h"
 #include "tandem/tensor/convert.h"
@@ -63,6 +64,24 @@ void dispatch_floating(DType dtype, std::string_view op, Fn&& fn) {
                    dtype_name(dtype));
   }
 }
+
+// Calls fn(float{}) for f32 and fn(Bf16{}) otherwise: for kernels whose
+// callers admit only f32 and bf16 (the direct convolutions, batch norm's
+// rows).
+template <typename Fn>
+void dispatch_f32_or_bf16(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) {
+    fn(Bf16{});
+  } else {
+    fn(float{});
+  }
+}
+
+// An unsigned integer of a storage type's width: kernels that only move or
+// mask values (ReLU, max pooling's backward) work on the bits, which GCC
+// vectorises where it leaves the Bf16/F16 wrappers scalar.
+template <typename T>
+using StorageBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
 
 // Elements per parallel range for simple pointwise loops.
 inline constexpr int64_t kPointwiseGrain = 1 << 15;

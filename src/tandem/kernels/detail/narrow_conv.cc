@@ -231,15 +231,6 @@ void store_pixels(const float* from, int64_t count, const ConvDims& d, char* to,
     convert_on_this_thread(from + p * d.padded_o, DType::f32, to + p * bytes, dtype, d.O);
 }
 
-template <typename Fn>
-void with_storage(DType dtype, Fn&& fn) {
-  if (dtype == DType::bf16) {
-    fn(Bf16{});
-  } else {
-    fn(float{});
-  }
-}
-
 }  // namespace
 
 bool narrow_conv_applies(const Shape& x, Activation activation) {
@@ -257,7 +248,7 @@ void narrow_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
   const bool relu = activation == Activation::relu;
   char* ys = static_cast<char*>(y.raw_data());
   const size_t row_bytes = static_cast<size_t>(d.OW * d.O) * dtype_size(y.dtype());
-  with_storage(x.dtype(), [&](auto tag) {
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     parallel_for(x.dim(0) * d.OH, 1, [&](int64_t begin, int64_t end) {
@@ -283,7 +274,7 @@ void narrow_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2
   std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
   const char* dys = static_cast<const char*>(dy.raw_data());
   const size_t row_bytes = static_cast<size_t>(d.OW * d.O) * dtype_size(dy.dtype());
-  with_storage(x.dtype(), [&](auto tag) {
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {

@@ -3,7 +3,7 @@
 // first layer: 1 to 4 channels, images in grey or colour), forward and
 // weight gradient, f32 or bf16 storage computed in f32. oneDNN 2.6 runs
 // such shapes at 30 GFLOP/s on an AMX Xeon, in bf16 or f32 alike (the
-// cnn's 1->32 3x3 convolution: 3.8 ms of a 12.7 ms bf16 step,
+// cnn's 1->32 3x3 convolution: 3.8 ms of a 19.3 ms bf16 step before,
 // docs/performance.md); each output pixel here is a few dozen vector FMAs.
 
 #include <cstdint>
