@@ -136,9 +136,11 @@ TEST(Attention, BadShapesAndOptionsAreErrors) {
 }
 
 TEST(Attention, ScoresAreBuiltAGroupOfHeadsAtATime) {
-  // Bounded scratch: 8 MiB of f32 scores, at least one head.
-  EXPECT_EQ(kernels::attention_heads_per_group(256, 128, 128), 128);
-  EXPECT_EQ(kernels::attention_heads_per_group(4, 128, 128), 4);
+  // Bounded scratch: 256 KiB of f32 scores (a core's L2 holds them and
+  // their probabilities), at least one head.
+  EXPECT_EQ(kernels::attention_heads_per_group(256, 128, 128), 4);
+  EXPECT_EQ(kernels::attention_heads_per_group(256, 64, 64), 16);
+  EXPECT_EQ(kernels::attention_heads_per_group(2, 128, 128), 2);
   EXPECT_EQ(kernels::attention_heads_per_group(8, 4096, 4096), 1);
   // Many groups give the same result as one.
   const Shape s{3, 1, 1500, 4};

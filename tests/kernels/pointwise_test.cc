@@ -103,6 +103,51 @@ TEST(Elementwise, Bf16AddAndMulRoundEachResultAsTheScalarConversion) {
   }
 }
 
+// GELU (16 lanes at a time on AVX-512, oneDNN or scalar loops elsewhere)
+// far from zero and at the specials, both forms, f32 and bf16: values and
+// slopes exact where they saturate, NaN where the formula multiplies an
+// infinity by zero (as the scalar formula and PyTorch do), a NaN kept.
+TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    float x, value, slope;  // NaN: expect NaN
+  };
+  const Case cases[] = {{30.0f, 30.0f, 1.0f}, {-30.0f, 0.0f, 0.0f}, {1e5f, 1e5f, 1.0f},
+                        {-1e5f, 0.0f, 0.0f},  {0.0f, 0.0f, 0.5f},   {inf, inf, nan},
+                        {-inf, nan, nan},     {nan, nan, nan}};
+  // A tail past the 16-lane blocks: the cases repeated over 37 elements.
+  const int64_t n = 37;
+  std::vector<float> xs(n), ones(n, 1.0f);
+  for (int64_t i = 0; i < n; ++i) xs[i] = cases[i % std::size(cases)].x;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor x = Tensor::from_floats(Shape{n}, xs).to(dtype);
+    const Tensor dy = Tensor::from_floats(Shape{n}, ones).to(dtype);
+    const std::vector<double> stored = to_doubles(x);
+    for (const kernels::Activation form :
+         {kernels::Activation::gelu, kernels::Activation::gelu_tanh}) {
+      const std::vector<double> value = to_doubles(kernels::activate(form, x));
+      const std::vector<double> slope = to_doubles(kernels::activation_backward(form, dy, x));
+      for (int64_t i = 0; i < n; ++i) {
+        const Case& c = cases[i % std::size(cases)];
+        const std::string at = std::string(kernels::activation_name(form)) + " " +
+                               std::string(dtype_name(dtype)) + " at " + std::to_string(c.x);
+        if (std::isnan(c.value)) {
+          EXPECT_TRUE(std::isnan(value[i])) << at << ": " << value[i];
+        } else {
+          // x itself as the dtype holds it (1e5 rounds in bf16), or 0.
+          EXPECT_EQ(value[i], c.value == c.x ? stored[i] : c.value) << at;
+        }
+        if (std::isnan(c.slope)) {
+          EXPECT_TRUE(std::isnan(slope[i])) << at << ": slope " << slope[i];
+        } else {
+          EXPECT_EQ(slope[i], c.slope) << at << ": slope";
+        }
+      }
+    }
+  }
+}
+
 TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
   Tensor dst = Tensor::full(Shape{10}, 1.0f);
   kernels::add_into(dst, Tensor::full(Shape{10}, 2.0f, DType::bf16), 0.5f);

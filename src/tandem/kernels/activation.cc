@@ -12,6 +12,7 @@
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/eltwise.h"
 #include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/detail/pointwise_map.h"
 
 namespace tandem::kernels {
@@ -94,7 +95,8 @@ Tensor relu_backward(const Tensor& dy, const Tensor& y) {
 
 namespace {
 
-// f32 and bf16 take oneDNN's vectorised primitives; f16 the loops above.
+// f32 and bf16 take oneDNN's vectorised primitives (GELU first tandem's own
+// AVX-512 loops where the CPU has them); f16 the loops above.
 bool vectorised(const Tensor& x) {
   return detail::eltwise_supported(x);
 }
@@ -103,6 +105,7 @@ bool vectorised(const Tensor& x) {
 
 Tensor gelu(const Tensor& x) {
   TANDEM_DISPATCH_CUDA(x, activate(Activation::gelu, x));
+  if (detail::gelu_avx512_supported(x)) return detail::gelu_avx512(Activation::gelu, x);
   if (vectorised(x)) return detail::eltwise_forward(Activation::gelu, x);
   return map_unary(x, "gelu", [](float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
 }
@@ -110,6 +113,8 @@ Tensor gelu(const Tensor& x) {
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
   detail::check_matching("gelu_backward", dy, x);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu, dy, x));
+  if (detail::gelu_avx512_supported(x))
+    return detail::gelu_backward_avx512(Activation::gelu, dy, x);
   if (vectorised(x)) return detail::eltwise_backward(Activation::gelu, dy, x);
   return map_binary(dy, x, "gelu_backward", [](float g, float v) {
     const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
@@ -124,6 +129,7 @@ constexpr float kTanhCubic = 0.044715f;
 
 Tensor gelu_tanh(const Tensor& x) {
   TANDEM_DISPATCH_CUDA(x, activate(Activation::gelu_tanh, x));
+  if (detail::gelu_avx512_supported(x)) return detail::gelu_avx512(Activation::gelu_tanh, x);
   if (vectorised(x)) return detail::eltwise_forward(Activation::gelu_tanh, x);
   return map_unary(x, "gelu_tanh", [](float v) {
     return 0.5f * v * (1.0f + std::tanh(kTanhScale * (v + kTanhCubic * v * v * v)));
@@ -133,6 +139,9 @@ Tensor gelu_tanh(const Tensor& x) {
 Tensor gelu_tanh_backward(const Tensor& dy, const Tensor& x) {
   detail::check_matching("gelu_tanh_backward", dy, x);
   TANDEM_DISPATCH_CUDA(dy, activation_backward(Activation::gelu_tanh, dy, x));
+  if (detail::gelu_avx512_supported(x)) {
+    return detail::gelu_backward_avx512(Activation::gelu_tanh, dy, x);
+  }
   if (vectorised(x)) return detail::eltwise_backward(Activation::gelu_tanh, dy, x);
   return map_binary(dy, x, "gelu_tanh_backward", [](float g, float v) {
     const float t = std::tanh(kTanhScale * (v + kTanhCubic * v * v * v));

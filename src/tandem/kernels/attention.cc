@@ -20,9 +20,11 @@ namespace {
 
 using detail::fast_exp;
 
-// Scores of at most this many bytes exist at once (per call): a cache's
-// worth on the CPU; on a GPU, enough heads at once to fill the device.
-constexpr int64_t kScratchBytes = int64_t{8} << 20;
+// Scores of at most this many bytes exist at once (per call): on the CPU,
+// what a core's L2 holds beside the probabilities (gpt's bf16 step on an
+// AMX Xeon: 66.9 sequences/s with 8 MiB, 73.5 with 256 KiB, 69 with one
+// 64 KiB head per call); on a GPU, enough heads at once to fill the device.
+constexpr int64_t kScratchBytes = int64_t{256} << 10;
 constexpr int64_t kGpuScratchBytes = int64_t{256} << 20;
 
 struct Dims {

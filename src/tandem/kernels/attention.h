@@ -46,7 +46,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const AttentionOptions& options = {});
 
 // The number of T x S f32 score matrices attention works on at once on
-// `device` (8 MiB of them on the CPU, 256 MiB on a GPU).
+// `device` (256 KiB of them on the CPU, 256 MiB on a GPU).
 int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S,
                                   Device device = cpu_device());
 

@@ -1,0 +1,152 @@
+#include "tandem/kernels/detail/gelu_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
+#include "tandem/kernels/detail/float_io.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+#define TANDEM_AVX512 __attribute__((target("avx512f")))
+
+TANDEM_AVX512 inline __m512 splat(float v) {
+  return _mm512_set1_ps(v);
+}
+
+// e^x: fast_exp.h's reduction and polynomial, 2^n applied by scalef, which
+// gives 0 and infinity past float's range. x is clamped to [-104, 104]
+// first so that the reduction stays finite for infinite x (a NaN becomes
+// -104: the callers multiply by x, which carries the NaN).
+TANDEM_AVX512 inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, splat(-104.0f)), splat(104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, splat(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, splat(-2.12194440e-4f), r);
+  __m512 p = splat(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, splat(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, splat(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, splat(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, splat(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, splat(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 0.5 x (1 + tanh u), u = sqrt(2 / pi) (x + 0.044715 x^3), written as x s
+// with s = 0.5 (1 + tanh u) = 1 / (1 + e^(-2u)): one exponential, and
+// e^(-2u) = infinity gives s = 0 exactly, as tanh's -1 does.
+struct TanhForm {
+  static constexpr float kScale = 0.7978845608028654f;  // sqrt(2 / pi)
+  static constexpr float kCubic = 0.044715f;
+
+  TANDEM_AVX512 static __m512 half_one_plus_tanh(__m512 x, __m512 x2) {
+    const __m512 minus_two_u = _mm512_mul_ps(
+        x, _mm512_fmadd_ps(x2, splat(-2.0f * kScale * kCubic), splat(-2.0f * kScale)));
+    return _mm512_div_ps(splat(1.0f), _mm512_add_ps(splat(1.0f), exp16(minus_two_u)));
+  }
+  TANDEM_AVX512 static __m512 value(__m512 x) {
+    return _mm512_mul_ps(x, half_one_plus_tanh(x, _mm512_mul_ps(x, x)));
+  }
+  // s + x s (1 - s) 2u', 2u' = 2 sqrt(2 / pi) (1 + 3 0.044715 x^2).
+  TANDEM_AVX512 static __m512 slope(__m512 x) {
+    const __m512 x2 = _mm512_mul_ps(x, x);
+    const __m512 s = half_one_plus_tanh(x, x2);
+    const __m512 two_du = _mm512_fmadd_ps(x2, splat(6.0f * kScale * kCubic), splat(2.0f * kScale));
+    const __m512 xs1s = _mm512_mul_ps(_mm512_mul_ps(x, s), _mm512_sub_ps(splat(1.0f), s));
+    return _mm512_fmadd_ps(xs1s, two_du, s);
+  }
+};
+
+// x Phi(x), Phi the normal CDF 0.5 (1 + erf(x / sqrt 2)). Phi(-|x|) =
+// 0.5 erfc(z), z = |x| / sqrt 2, by Abramowitz and Stegun 7.1.26: t (a1 +
+// t (a2 + ...)) e^(-z^2), t = 1 / (1 + p z), absolute error under 1.5e-7.
+struct ErfForm {
+  static constexpr float kInvSqrt2 = 0.70710678118654752f;
+  static constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+  struct Cdf {
+    __m512 phi;       // Phi(x)
+    __m512 gaussian;  // e^(-x^2 / 2)
+  };
+  TANDEM_AVX512 static Cdf cdf(__m512 x) {
+    const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), splat(kInvSqrt2));
+    const __m512 t = _mm512_div_ps(splat(1.0f), _mm512_fmadd_ps(z, splat(0.3275911f), splat(1.0f)));
+    __m512 p = splat(1.061405429f);
+    p = _mm512_fmadd_ps(p, t, splat(-1.453152027f));
+    p = _mm512_fmadd_ps(p, t, splat(1.421413741f));
+    p = _mm512_fmadd_ps(p, t, splat(-0.284496736f));
+    p = _mm512_fmadd_ps(p, t, splat(0.254829592f));
+    const __m512 gaussian = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
+    const __m512 lower = _mm512_mul_ps(_mm512_mul_ps(splat(0.5f), _mm512_mul_ps(p, t)), gaussian);
+    const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    return {_mm512_mask_sub_ps(lower, positive, splat(1.0f), lower), gaussian};
+  }
+  TANDEM_AVX512 static __m512 value(__m512 x) { return _mm512_mul_ps(x, cdf(x).phi); }
+  // Phi(x) + x phi(x), phi the normal density.
+  TANDEM_AVX512 static __m512 slope(__m512 x) {
+    const Cdf c = cdf(x);
+    return _mm512_fmadd_ps(_mm512_mul_ps(x, c.gaussian), splat(kInvSqrt2Pi), c.phi);
+  }
+};
+
+// One block of 16: y = Form::value(x) (dy null) or y = dy Form::slope(x).
+template <typename Form, typename T>
+TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
+  const __m512 v = load16(x);
+  store16(y, dy == nullptr ? Form::value(v) : _mm512_mul_ps(load16(dy), Form::slope(v)));
+}
+
+// gelu_block over n elements; the last partial block through a zero-padded
+// copy.
+template <typename Form, typename T>
+TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) gelu_block<Form>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  if (i == n) return;
+  T xs[16] = {}, dys[16] = {}, ys[16];
+  std::copy(x + i, x + n, xs);
+  if (dy != nullptr) std::copy(dy + i, dy + n, dys);
+  gelu_block<Form>(xs, dy == nullptr ? nullptr : dys, ys);
+  std::copy(ys, ys + (n - i), y + i);
+}
+
+Tensor run(Activation form, const Tensor& x, const Tensor* dy) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(x.raw_data());
+    const T* grad = dy == nullptr ? nullptr : static_cast<const T*>(dy->raw_data());
+    T* out = static_cast<T*>(y.raw_data());
+    parallel_for(x.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
+      const T* g = grad == nullptr ? nullptr : grad + begin;
+      if (form == Activation::gelu_tanh) {
+        gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
+      } else {
+        gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
+      }
+    });
+  });
+  return y;
+}
+
+}  // namespace
+
+bool gelu_avx512_supported(const Tensor& x) {
+  return x.device().kind == DeviceKind::cpu &&
+         (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512f();
+}
+
+Tensor gelu_avx512(Activation form, const Tensor& x) {
+  return run(form, x, nullptr);
+}
+
+Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x) {
+  return run(form, x, &dy);
+}
+
+}  // namespace tandem::kernels::detail
