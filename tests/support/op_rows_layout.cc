@@ -168,7 +168,8 @@ std::string attention_name(const AttentionShape& a) {
 void add_attention_rows(std::vector<OpCase>& rows) {
   // Small cases (their written-out gradients checked against central
   // differences) and the shapes the GPU comparisons used: a longer key
-  // than query sequence, 33 positions of 32 features with dropout, one.
+  // than query sequence, 33 positions of 32 features with dropout, one;
+  // gpt's heads (128 positions of 32 features) over two groups of heads.
   const AttentionShape cases[] = {
       {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8},
       {.B = 2, .H = 3, .T = 9, .S = 9, .D = 8, .causal = false},
@@ -178,7 +179,8 @@ void add_attention_rows(std::vector<OpCase>& rows) {
       {.B = 2, .H = 3, .T = 17, .S = 17, .D = 8},
       {.B = 1, .H = 2, .T = 5, .S = 9, .D = 16, .causal = false},
       {.B = 2, .H = 2, .T = 33, .S = 33, .D = 32, .dropout = 0.2},
-      {.B = 1, .H = 1, .T = 1, .S = 1, .D = 4}};
+      {.B = 1, .H = 1, .T = 1, .S = 1, .D = 4},
+      {.B = 2, .H = 4, .T = 128, .S = 128, .D = 32}};
   for (const AttentionShape& a : cases) {
     const Shape qs{a.B, a.H, a.T, a.D}, ks{a.B, a.H, a.S, a.D};
     rows.push_back(

@@ -10,6 +10,7 @@
 #include "tandem/base/random.h"
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/attention_rows.h"
+#include "tandem/kernels/detail/attention_rows_avx512.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/fast_exp.h"
@@ -66,12 +67,6 @@ float scale_of(const AttentionOptions& options, int64_t D) {
 // Heads [first, first + count) of a (B, H, X, D) tensor as (count, X, D).
 Tensor heads(const Tensor& t, int64_t first, int64_t count) {
   return t.reshape(Shape{t.dim(0) * t.dim(1), t.dim(2), t.dim(3)}).slice(first, first + count);
-}
-
-// The factor probability (h, i, j) is multiplied by: 0 or 1 / (1 - p).
-float dropout_factor(const detail::AttentionRows& r, int64_t h, int64_t i, int64_t j) {
-  const uint64_t index = r.offset + static_cast<uint64_t>((h * r.T + i) * r.S + j);
-  return random_bits_at(r.seed, index) >= r.threshold ? r.keep_scale : 0.0f;
 }
 
 // Keys row i sees: [0, limit).
@@ -143,10 +138,19 @@ AttentionRows::AttentionRows(const AttentionOptions& o, int64_t T_, int64_t S_, 
       threshold(static_cast<uint64_t>(std::ldexp(static_cast<double>(o.dropout), 32))),
       keep_scale(1.0f / (1.0f - o.dropout)) {}
 
+float AttentionRows::dropout_factor(int64_t h, int64_t i, int64_t j) const {
+  const uint64_t index = offset + static_cast<uint64_t>((h * T + i) * S + j);
+  return random_bits_at(seed, index) >= threshold ? keep_scale : 0.0f;
+}
+
 void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& scores, Tensor& lse,
                              Tensor& probs) {
   check_same_device("attention", scores, {&lse, &probs});
   TANDEM_DISPATCH_CUDA(scores, attention_probabilities(rows, first, scores, lse, probs));
+  if (attention_rows_avx512_apply()) {
+    attention_probabilities_avx512(rows, first, scores, lse, probs);
+    return;
+  }
   const int64_t count = scores.dim(0), T = rows.T, S = rows.S;
   const float scale = rows.scale;
   float* s = scores.data<float>();
@@ -161,7 +165,7 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
       scale_in_place(x, limit, 1.0f / sum);
       std::fill(x + limit, x + S, 0.0f);
       if (rows.dropout)
-        for (int64_t j = 0; j < limit; ++j) x[j] *= dropout_factor(rows, h, i, j);
+        for (int64_t j = 0; j < limit; ++j) x[j] *= rows.dropout_factor(h, i, j);
       l[h * T + i] = m + std::log(sum);
     }
   });
@@ -171,6 +175,7 @@ void attention_probabilities(const AttentionRows& rows, int64_t first, Tensor& s
 Tensor attention_row_dot(const Tensor& dout, const Tensor& out) {
   check_same_device("attention_backward", dout, {&out});
   TANDEM_DISPATCH_CUDA(dout, attention_row_dot(dout, out));
+  if (attention_rows_avx512_apply()) return attention_row_dot_avx512(dout, out);
   const int64_t D = dout.dim(-1), rows = dout.numel() / std::max<int64_t>(D, 1);
   Tensor row_dot = Tensor::empty(Shape{rows}, DType::f32, dout.device());
   const Tensor dof = dout.to(DType::f32), of = out.to(DType::f32);
@@ -193,6 +198,10 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
   check_same_device("attention_backward", probs, {&dprobs, &lse, &row_dot, &kept, &dscores});
   TANDEM_DISPATCH_CUDA(
       probs, attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores));
+  if (attention_rows_avx512_apply()) {
+    attention_score_grads_avx512(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
+    return;
+  }
   // The f32 work in place (dropout's kept probabilities beside, in kept
   // when it is f32), copied into kept and dscores at the end when they are
   // other tensors.
@@ -218,7 +227,7 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
       if (rows.dropout) {
         for (int64_t j = 0; j < limit; ++j) {
           const float prob = fast_exp(pr[j] * scale - l);
-          const float f = dropout_factor(rows, h, i, j);
+          const float f = rows.dropout_factor(h, i, j);
           // dS = P (dP - D) scale, dP the gradient before dropout.
           dpr[j] = prob * (dpr[j] * f - di) * scale;
           pdr[j] = prob * f;

@@ -48,9 +48,8 @@ TANDEM_BINARY_LOOP(detail::F16)
 // bf16 16 at a time on AVX-512 (GCC leaves binary_loop's Bf16 version
 // scalar: a residual add was 8% of resnet's bf16 step); returns the
 // elements done, a multiple of 16.
-__attribute__((target("avx512f"))) int64_t binary_bf16_avx512(Binary op, const detail::Bf16* x,
-                                                              const detail::Bf16* y,
-                                                              detail::Bf16* z, int64_t n) {
+TANDEM_AVX512 int64_t binary_bf16_avx512(Binary op, const detail::Bf16* x, const detail::Bf16* y,
+                                         detail::Bf16* z, int64_t n) {
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
     const __m512 a = detail::load16(x + k), b = detail::load16(y + k);

@@ -56,8 +56,8 @@ constexpr int64_t kChunk = 64;
 // an AMX Xeon; GCC left vector-extension versions of it scalar). Returns
 // the channels done (a multiple of 16; the caller does the rest).
 template <typename T>
-__attribute__((target("avx512f"))) int64_t max_of_four_avx512(const T* top, int64_t row_stride,
-                                                              int64_t C, T* y, uint8_t* where) {
+TANDEM_AVX512 int64_t max_of_four_avx512(const T* top, int64_t row_stride, int64_t C, T* y,
+                                         uint8_t* where) {
   // Maxima are input values: storing bf16 rounds nothing.
   const T* bottom = top + row_stride;
   int64_t c = 0;

@@ -23,6 +23,8 @@ struct AttentionRows {
   float keep_scale = 1.0f;
 
   AttentionRows(const AttentionOptions& options, int64_t T, int64_t S, int64_t D);
+  // What probability (h, i, j) is multiplied by: 0 or 1 / (1 - p).
+  float dropout_factor(int64_t h, int64_t i, int64_t j) const;
 };
 
 // scores (count, T, S) f32 holds q . k of global heads [first, first +

@@ -1,15 +1,17 @@
 #pragma once
-// Private: 16 floats at a time from and to f32 or bf16 storage, for the
-// hand-vectorised AVX-512 kernels (max pooling, batch norm's rows, bf16
-// element-wise arithmetic) where GCC leaves 16-bit storage scalar. Only
-// for functions compiled with target("avx512f") and called where
-// has_avx512f().
+// Private: 16 floats at a time from and to f32 or bf16 storage, and e^x on
+// 16 lanes, for the hand-vectorised AVX-512 kernels (max pooling, batch
+// norm's rows, bf16 element-wise arithmetic, GELU, attention's rows) where
+// GCC leaves 16-bit storage scalar. Only for functions compiled with
+// TANDEM_AVX512 (target("avx512f")) and called where has_avx512f().
 
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "tandem/kernels/detail/float_io.h"
+
+#define TANDEM_AVX512 __attribute__((target("avx512f")))
 
 namespace tandem::kernels::detail {
 
@@ -19,39 +21,81 @@ inline bool has_avx512f() {
   return yes;
 }
 
-__attribute__((target("avx512f"))) inline __m512 load16(const float* p) {
+TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
 }
 
 // bf16 bits, widened exactly.
-__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
+TANDEM_AVX512 inline __m512 load16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-__attribute__((target("avx512f"))) inline void store16(float* p, __m512 v) {
+TANDEM_AVX512 inline void store16(float* p, __m512 v) {
   _mm512_storeu_ps(p, v);
 }
 
-// To bf16 bits, rounded to nearest even as float_to_bf16 (a NaN stays a
-// NaN, quietened).
-__attribute__((target("avx512f"))) inline void store16(uint16_t* p, __m512 v) {
+// v's bf16 bits in the low half of each 32-bit lane, rounded to nearest
+// even as float_to_bf16 (a NaN stays a NaN, quietened).
+TANDEM_AVX512 inline __m512i bf16_lanes(__m512 v) {
   const __m512i x = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i rounded =
+  const __m512i rounded =
       _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  rounded = _mm512_mask_mov_epi32(
-      rounded, nan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+  return _mm512_mask_mov_epi32(rounded, nan,
+                               _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
 }
 
-__attribute__((target("avx512f"))) inline __m512 load16(const Bf16* p) {
+TANDEM_AVX512 inline void store16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_lanes(v)));
+}
+
+TANDEM_AVX512 inline __m512 load16(const Bf16* p) {
   return load16(reinterpret_cast<const uint16_t*>(p));
 }
 
-__attribute__((target("avx512f"))) inline void store16(Bf16* p, __m512 v) {
+TANDEM_AVX512 inline void store16(Bf16* p, __m512 v) {
   store16(reinterpret_cast<uint16_t*>(p), v);
+}
+
+// The first n (< 16) lanes: for a row's last partial block.
+TANDEM_AVX512 inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
+TANDEM_AVX512 inline void store16_masked(float* p, __m512 v, __mmask16 m) {
+  _mm512_mask_storeu_ps(p, m, v);
+}
+
+// To bf16 bits as store16, writing only the lanes in m.
+TANDEM_AVX512 inline void store16_masked(Bf16* p, __m512 v, __mmask16 m) {
+  _mm512_mask_cvtepi32_storeu_epi16(p, m, bf16_lanes(v));
+}
+
+TANDEM_AVX512 inline __m512 splat(float v) {
+  return _mm512_set1_ps(v);
+}
+
+// e^x: fast_exp.h's reduction and polynomial, 2^n applied by scalef, which
+// gives 0 and infinity past float's range (and subnormals below -87.3,
+// where fast_exp gives 0). x is clamped to [-104, 104] first so that the
+// reduction stays finite for infinite x; a NaN stays a NaN.
+TANDEM_AVX512 inline __m512 exp16(__m512 x) {
+  // max and min return their second operand when either is NaN.
+  x = _mm512_min_ps(splat(104.0f), _mm512_max_ps(splat(-104.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, splat(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, splat(-2.12194440e-4f), r);
+  __m512 p = splat(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, splat(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, splat(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, splat(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, splat(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, splat(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0f));
+  return _mm512_scalef_ps(p, n);
 }
 
 }  // namespace tandem::kernels::detail

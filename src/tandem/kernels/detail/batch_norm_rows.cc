@@ -20,15 +20,15 @@ int64_t block_rows(int64_t C) {
 }
 
 // The ReLU mask's 16 bytes as a lane mask.
-__attribute__((target("avx512f"))) inline __mmask16 load_mask(const uint8_t* p) {
+TANDEM_AVX512 inline __mmask16 load_mask(const uint8_t* p) {
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm512_test_epi32_mask(bytes, bytes);
 }
 
 // sums[c] += x[r][c] (squares: += (x[r][c] - mean[c])^2) over `rows` rows.
 template <typename T>
-__attribute__((target("avx512f"))) void channel_sums(const T* x, int64_t rows, int64_t C,
-                                                     const float* mean, float* sums) {
+TANDEM_AVX512 void channel_sums(const T* x, int64_t rows, int64_t C, const float* mean,
+                                float* sums) {
   for (int64_t c = 0; c < C; c += 16) {
     __m512 acc = _mm512_loadu_ps(sums + c);
     if (mean == nullptr) {
@@ -46,9 +46,8 @@ __attribute__((target("avx512f"))) void channel_sums(const T* x, int64_t rows, i
 
 // y = x a + b; with mask: y = max(y, 0) and mask = 1 where y > 0.
 template <typename T>
-__attribute__((target("avx512f"))) void normalize(const T* x, int64_t rows, int64_t C,
-                                                  const float* a, const float* b, T* y,
-                                                  uint8_t* mask) {
+TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a, const float* b,
+                             T* y, uint8_t* mask) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; c += 16) {
       __m512 v =
@@ -66,10 +65,9 @@ __attribute__((target("avx512f"))) void normalize(const T* x, int64_t rows, int6
 
 // The backward's per-channel sums of g and g xhat, g = dy (masked).
 template <typename T>
-__attribute__((target("avx512f"))) void gradient_sums(const T* x, const T* dy, const uint8_t* mask,
-                                                      int64_t rows, int64_t C, const float* mean,
-                                                      const float* rstd, float* sum_g,
-                                                      float* sum_gx) {
+TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint8_t* mask, int64_t rows,
+                                 int64_t C, const float* mean, const float* rstd, float* sum_g,
+                                 float* sum_gx) {
   for (int64_t c = 0; c < C; c += 16) {
     __m512 g_acc = _mm512_loadu_ps(sum_g + c), gx_acc = _mm512_loadu_ps(sum_gx + c);
     const __m512 m = _mm512_loadu_ps(mean + c), s = _mm512_loadu_ps(rstd + c);
@@ -87,11 +85,10 @@ __attribute__((target("avx512f"))) void gradient_sums(const T* x, const T* dy, c
 
 // dx = scale (g - mean_g - xhat mean_gx).
 template <typename T>
-__attribute__((target("avx512f"))) void input_gradient(const T* x, const T* dy, const uint8_t* mask,
-                                                       int64_t rows, int64_t C, const float* mean,
-                                                       const float* rstd, const float* scale,
-                                                       const float* mean_g, const float* mean_gx,
-                                                       T* dx) {
+TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint8_t* mask, int64_t rows,
+                                  int64_t C, const float* mean, const float* rstd,
+                                  const float* scale, const float* mean_g, const float* mean_gx,
+                                  T* dx) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; c += 16) {
       __m512 g = load16(dy + r * C + c);

@@ -11,32 +11,6 @@
 namespace tandem::kernels::detail {
 namespace {
 
-#define TANDEM_AVX512 __attribute__((target("avx512f")))
-
-TANDEM_AVX512 inline __m512 splat(float v) {
-  return _mm512_set1_ps(v);
-}
-
-// e^x: fast_exp.h's reduction and polynomial, 2^n applied by scalef, which
-// gives 0 and infinity past float's range. x is clamped to [-104, 104]
-// first so that the reduction stays finite for infinite x (a NaN becomes
-// -104: the callers multiply by x, which carries the NaN).
-TANDEM_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, splat(-104.0f)), splat(104.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, splat(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, splat(-2.12194440e-4f), r);
-  __m512 p = splat(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, splat(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, splat(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, splat(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, splat(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, splat(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // 0.5 x (1 + tanh u), u = sqrt(2 / pi) (x + 0.044715 x^3), written as x s
 // with s = 0.5 (1 + tanh u) = 1 / (1 + e^(-2u)): one exponential, and
 // e^(-2u) = infinity gives s = 0 exactly, as tanh's -1 does.
