@@ -9,6 +9,7 @@
 #include "support/reference.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/kernels/activation.h"
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/matmul.h"
@@ -45,6 +46,32 @@ TEST(Matmul, Bf16OutputAndErrors) {
   EXPECT_THROW(kernels::matmul(a, random_tensor(Shape{6, 3}, 0, 1, 1)), ShapeError);
   EXPECT_THROW(kernels::matmul(random_tensor(Shape{4}, 0, 1, 1), b), ShapeError);
   EXPECT_THROW(kernels::matmul(a, b, random_tensor(Shape{4}, 0, 1, 1)), ShapeError);
+}
+
+// A product with a GELU epilogue gives the bits of the product followed by
+// the separate GELU, f32 and bf16, matmul and convolution: checkpointing
+// recomputes a forward fused (no gradient recorded) that was recorded
+// unfused, and promises the same gradients.
+TEST(Matmul, GeluEpilogueGivesTheSeparateOpsBits) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor a = random_tensor(Shape{37, 48}, -2, 2, 1).to(dtype);
+    const Tensor b = random_tensor(Shape{48, 40}, -2, 2, 2).to(dtype);
+    const Tensor bias = random_tensor(Shape{40}, -1, 1, 3);
+    const Tensor x = random_tensor(Shape{2, 6, 6, 8}, -2, 2, 4).to(dtype);
+    const Tensor w = random_tensor(Shape{3, 3, 8, 16}, -0.5, 0.5, 5).to(dtype);
+    const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
+    for (const kernels::Activation form :
+         {kernels::Activation::gelu, kernels::Activation::gelu_tanh}) {
+      const Tensor fused = kernels::matmul(a, b, bias, {.activation = form, .out_dtype = dtype});
+      const Tensor separate =
+          kernels::activate(form, kernels::matmul(a, b, bias, {.out_dtype = dtype}));
+      EXPECT_EQ(to_doubles(fused), to_doubles(separate)) << dtype_name(dtype);
+      const Tensor conv_fused = kernels::conv2d_forward(x, w, {}, g, form, dtype);
+      const Tensor conv_separate =
+          kernels::activate(form, kernels::conv2d_forward(x, w, {}, g, {}, dtype));
+      EXPECT_EQ(to_doubles(conv_fused), to_doubles(conv_separate)) << dtype_name(dtype);
+    }
+  }
 }
 
 TEST(Matmul, PrimitivesAreCachedByShape) {

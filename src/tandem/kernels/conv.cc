@@ -2,6 +2,7 @@
 
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
+#include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/detail/narrow_conv.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
@@ -172,6 +173,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
       y = conv2d_forward(detail::widened(x), detail::widened(w), bias, g, activation);
     }
     return detail::narrowed(y, out_dtype);
+  }
+  // GELU as the separate op computes it (see gelu_follows_product).
+  if (detail::gelu_follows_product(activation, out_dtype, x.device())) {
+    Tensor y = conv2d_forward(x, w, bias, g, Activation::none, out_dtype);
+    detail::gelu_avx512_in_place(activation, y);
+    return y;
   }
   Tensor y = Tensor::empty(y_shape, out_dtype, x.device());
   if (y.numel() == 0) return y;

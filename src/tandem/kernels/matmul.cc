@@ -5,6 +5,7 @@
 
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
+#include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
 
@@ -104,6 +105,14 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     run_matmul(op, p, widen ? detail::widened(a) : a, widen ? detail::widened(b) : b, bias, wide,
                options);
     if (out.dtype() != DType::f32) out.copy_from(wide);
+    return;
+  }
+  // GELU as the separate op computes it (see gelu_follows_product).
+  if (detail::gelu_follows_product(options.activation, out.dtype(), out.device())) {
+    MatmulOptions product = options;
+    product.activation = Activation::none;
+    run_matmul(op, p, a, b, bias, out, product);
+    detail::gelu_avx512_in_place(options.activation, out);
     return;
   }
   const std::string key = tandem::detail::concat(

@@ -89,8 +89,8 @@ TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
   std::copy(ys, ys + (n - i), y + i);
 }
 
-Tensor run(Activation form, const Tensor& x, const Tensor* dy) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+// y = gelu(x) or dy gelu'(x); y may be x.
+void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y) {
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.raw_data());
@@ -105,7 +105,6 @@ Tensor run(Activation form, const Tensor& x, const Tensor* dy) {
       }
     });
   });
-  return y;
 }
 
 }  // namespace
@@ -116,11 +115,25 @@ bool gelu_avx512_supported(const Tensor& x) {
 }
 
 Tensor gelu_avx512(Activation form, const Tensor& x) {
-  return run(form, x, nullptr);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  run(form, x, nullptr, y);
+  return y;
 }
 
 Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x) {
-  return run(form, x, &dy);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  run(form, x, &dy, dx);
+  return dx;
+}
+
+bool gelu_follows_product(Activation activation, DType dtype, Device device) {
+  return (activation == Activation::gelu || activation == Activation::gelu_tanh) &&
+         device.kind == DeviceKind::cpu && (dtype == DType::f32 || dtype == DType::bf16) &&
+         has_avx512f();
+}
+
+void gelu_avx512_in_place(Activation form, Tensor& y) {
+  run(form, y, nullptr, y);
 }
 
 }  // namespace tandem::kernels::detail

@@ -25,4 +25,13 @@ Tensor gelu_avx512(Activation form, const Tensor& x);
 // dy * gelu'(x); dy matches x (checked by the caller).
 Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x);
 
+// Whether a oneDNN product asked for `activation` as its epilogue (a
+// matmul or convolution writing `dtype` on `device`) applies it after the
+// product on these
+// loops instead, in place: then a layer gives the same bits fused as
+// unfused (a recomputed forward runs fused where the recorded one does
+// not, and checkpointing promises the same gradients).
+bool gelu_follows_product(Activation activation, DType dtype, Device device);
+void gelu_avx512_in_place(Activation form, Tensor& y);
+
 }  // namespace tandem::kernels::detail
