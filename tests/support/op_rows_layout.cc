@@ -211,7 +211,7 @@ void add_attention_rows(std::vector<OpCase>& rows) {
                                 Doubles(all.begin() + 2 * n, all.end())};
   };
   rows.push_back({.name = "attention_packed causal",
-                  .kernels = {"attention", "attention_backward", "concat"},
+                  .kernels = {"attention", "attention_backward_into"},
                   .inputs = {uniform(Shape{3, 2, 2, 5, 4})},
                   .run = [](const auto& in) { return attention_packed(in[0]); },
                   .reference =

@@ -52,7 +52,8 @@ struct OneReplica final : CrossReplicaSum {
 
 // Rows of 8 to 1,000 features (the kernels' short- and long-row paths).
 void add_row_norm_rows(std::vector<OpCase>& rows) {
-  for (const Shape& s : {Shape{2, 3, 33}, Shape{3, 5, 256}, Shape{2, 1000}, Shape{300, 8}}) {
+  for (const Shape& s :
+       {Shape{2, 3, 33}, Shape{3, 5, 256}, Shape{2, 1000}, Shape{300, 8}, Shape{520, 32}}) {
     const int64_t C = s.dim(s.rank() - 1);
     const auto n = static_cast<size_t>(C);
     rows.push_back(

@@ -5,7 +5,6 @@
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
 #include "tandem/kernels/attention.h"
-#include "tandem/kernels/layout.h"
 
 namespace tandem {
 
@@ -74,11 +73,14 @@ Variable attention_packed(const Variable& qkv, const AttentionOptions& options,
   kernels::AttentionResult r = kernels::attention(q, k, v, ko);
   Variable out = record_op(
       "attention", r.out, {&packed}, [q, k, v, o = r.out, lse = r.lse, ko](BackwardContext& ctx) {
-        kernels::AttentionGrads g =
-            kernels::attention_backward(ctx.grad_output(), q, k, v, o, lse, ko);
-        const Shape one{1, q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
-        const std::vector<Tensor> parts{g.dq.reshape(one), g.dk.reshape(one), g.dv.reshape(one)};
-        ctx.set(0, kernels::concat(parts, 0));
+        // The three gradients written into thirds of one packed tensor.
+        const Shape packed_shape{3, q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
+        Tensor grad = Tensor::empty(packed_shape, q.dtype(), q.device());
+        kernels::AttentionGrads g{grad.slice(0, 1).reshape(q.shape()),
+                                  grad.slice(1, 2).reshape(q.shape()),
+                                  grad.slice(2, 3).reshape(q.shape())};
+        kernels::attention_backward_into(ctx.grad_output(), q, k, v, o, lse, ko, g);
+        ctx.set(0, grad);
       });
   return cast(out, out_dtype);
 }

@@ -283,6 +283,17 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const AttentionOptions& options) {
+  AttentionGrads g;
+  g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  attention_backward_into(dout, q, k, v, out, lse, options, g);
+  return g;
+}
+
+void attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                             AttentionGrads& g) {
   const Dims d = check_inputs(q, k, v, options);
   if (dout.shape() != q.shape() || dout.dtype() != q.dtype() || out.shape() != q.shape() ||
       out.dtype() != q.dtype() || lse.shape() != Shape{d.B, d.H, d.T} ||
@@ -290,15 +301,18 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     TANDEM_THROW(ShapeError, "attention_backward: dout ", dout.to_string(), ", out ",
                  out.to_string(), " and lse ", lse.to_string(), " do not fit q ", q.to_string());
   }
-  AttentionGrads g;
-  g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
-  g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
-  g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  for (const auto& [grad, like] : {std::pair{&g.dq, &q}, {&g.dk, &k}, {&g.dv, &v}}) {
+    if (grad->shape() != like->shape() || grad->dtype() != like->dtype() ||
+        grad->device() != like->device()) {
+      TANDEM_THROW(ShapeError, "attention_backward: gradient ", grad->to_string(),
+                   " does not fit its input ", like->to_string());
+    }
+  }
   if (q.numel() == 0 || k.numel() == 0) {
     g.dq.zero();
     g.dk.zero();
     g.dv.zero();
-    return g;
+    return;
   }
   const detail::AttentionRows rows(options, d.T, d.S, d.D);
   const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
@@ -321,7 +335,6 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     batched_matmul_into(dscores, kg, dq);
     batched_matmul_into(dscores, qg, dk, {.transpose_a = true});
   }
-  return g;
 }
 
 }  // namespace tandem::kernels

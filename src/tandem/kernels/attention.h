@@ -44,6 +44,12 @@ struct AttentionGrads {
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const AttentionOptions& options = {});
+// As above, writing into grads' tensors, which must have the shapes and
+// dtype of q, k, v on their device (views of one packed gradient, say: no
+// copy to join them after). Throws ShapeError otherwise.
+void attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                             AttentionGrads& grads);
 
 // The number of T x S f32 score matrices attention works on at once on
 // `device` (256 KiB of them on the CPU, 256 MiB on a GPU).

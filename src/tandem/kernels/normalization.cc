@@ -10,6 +10,7 @@
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/layer_norm_rows.h"
 
 namespace tandem::kernels {
 namespace {
@@ -176,6 +177,33 @@ Tensor f32_vector(const std::vector<double>& values, Device device) {
   return t;
 }
 
+// layer_norm_backward's dx (written) and parameter sums (returned: dgamma
+// in [0, C), dbeta in [C, 2C)) on the portable rows.
+std::vector<double> layer_norm_portable_backward(const Tensor& dy, const Tensor& x,
+                                                 const Tensor& mean, const Tensor& rstd,
+                                                 const Tensor& gamma, Tensor& dx_out) {
+  const int64_t C = x.dim(-1), R = C == 0 ? 0 : x.numel() / C;
+  const float* g = gamma.data<float>();
+  const float* mu = mean.data<float>();
+  const float* rs = rstd.data<float>();
+  std::vector<double> param_sums;
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const T* gy = static_cast<const T*>(dy.raw_data());
+    T* dx = static_cast<T*>(dx_out.raw_data());
+    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        layer_norm_backward_row(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
+      }
+    });
+    param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
+      layer_norm_param_row(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
+    });
+  });
+  return param_sums;
+}
+
 }  // namespace
 
 NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
@@ -190,6 +218,10 @@ NormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   result.rstd = Tensor::empty(Shape{R}, DType::f32, x.device());
   const float* g = gamma.data<float>();
   const float* b = beta.data<float>();
+  if (detail::layer_norm_rows_apply(x)) {
+    detail::layer_norm_rows(x, gamma, beta, eps, result);
+    return result;
+  }
   float* mean = result.mean.data<float>();
   float* rstd = result.rstd.data<float>();
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
@@ -216,25 +248,12 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
   TANDEM_DISPATCH_CUDA(x, layer_norm_backward(dy, x, mean, rstd, gamma));
   NormGrads grads;
   grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const float* g = gamma.data<float>();
-  const float* mu = mean.data<float>();
-  const float* rs = rstd.data<float>();
   std::vector<double> param_sums;
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* xs = static_cast<const T*>(x.raw_data());
-    const T* gy = static_cast<const T*>(dy.raw_data());
-    T* dx = static_cast<T*>(grads.dx.raw_data());
-    parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        layer_norm_backward_row(xs + r * C, gy + r * C, dx + r * C, C, g, mu[r], rs[r]);
-      }
-    });
-    // dgamma in [0, C), dbeta in [C, 2C).
-    param_sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
-      layer_norm_param_row(xs + r * C, gy + r * C, C, mu[r], rs[r], acc);
-    });
-  });
+  if (detail::layer_norm_rows_apply(x)) {
+    param_sums = detail::layer_norm_backward_rows(dy, x, mean, rstd, gamma, kRowBlock, grads.dx);
+  } else {
+    param_sums = layer_norm_portable_backward(dy, x, mean, rstd, gamma, grads.dx);
+  }
   grads.dgamma = f32_vector({param_sums.begin(), param_sums.begin() + C}, x.device());
   grads.dbeta = f32_vector({param_sums.begin() + C, param_sums.end()}, x.device());
   return grads;

@@ -6,6 +6,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/elementwise.h"
@@ -108,8 +109,27 @@ template <typename T>
 TANDEM_TARGET_CLONES void add_row(const float* row, int64_t n, double* acc) {
   add_row_body(row, n, acc);
 }
+// bf16 16 at a time on AVX-512 (GCC leaves add_row_body's Bf16 version
+// scalar: the bias gradients of gpt's layers took 3% of its bf16 step);
+// the same sums in double, in the same order.
+TANDEM_AVX512 void add_row_avx512(const detail::Bf16* row, int64_t n, double* acc) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 v = detail::load16(row + c);
+    const __m512d low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    const __m512d high =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    _mm512_storeu_pd(acc + c, _mm512_add_pd(_mm512_loadu_pd(acc + c), low));
+    _mm512_storeu_pd(acc + c + 8, _mm512_add_pd(_mm512_loadu_pd(acc + c + 8), high));
+  }
+  add_row_body(row + c, n - c, acc + c);
+}
 TANDEM_TARGET_CLONES void add_row(const detail::Bf16* row, int64_t n, double* acc) {
-  add_row_body(row, n, acc);
+  if (detail::has_avx512f()) {
+    add_row_avx512(row, n, acc);
+  } else {
+    add_row_body(row, n, acc);
+  }
 }
 TANDEM_TARGET_CLONES void add_row(const detail::F16* row, int64_t n, double* acc) {
   add_row_body(row, n, acc);
