@@ -85,14 +85,14 @@ BENCHMARK_CAPTURE(MaxPoolBackward, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf
 // GELU over gpt's MLP hidden layer (16,384 tokens x 1,024): oneDNN's
 // eltwise took 14-26 ms per call here, 12% of gpt's bf16 step.
 void Gelu(benchmark::State& state, kernels::Activation form, DType dtype) {
-  const Tensor x = random(Shape{1024, 1024}, dtype, 4.0f);
+  const Tensor x = random(Shape{16384, 1024}, dtype, 4.0f);
   for (auto _ : state) benchmark::DoNotOptimize(kernels::activate(form, x));
   state.counters["elements/s"] = benchmark::Counter(static_cast<double>(x.numel()),
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void GeluBackward(benchmark::State& state, kernels::Activation form, DType dtype) {
-  const Tensor x = random(Shape{1024, 1024}, dtype, 4.0f);
+  const Tensor x = random(Shape{16384, 1024}, dtype, 4.0f);
   const Tensor dy = random(x.shape(), dtype);
   for (auto _ : state) benchmark::DoNotOptimize(kernels::activation_backward(form, dy, x));
   state.counters["elements/s"] = benchmark::Counter(static_cast<double>(x.numel()),

@@ -68,6 +68,9 @@ struct ErfForm {
   }
 };
 
+// Elements ahead of the one computed whose lines are fetched.
+constexpr int64_t kPrefetchAhead = 512;
+
 // One block of 16: y = Form::value(x) (dy null) or y = dy Form::slope(x).
 template <typename Form, typename T>
 TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
@@ -80,7 +83,17 @@ TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
 template <typename Form, typename T>
 TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) gelu_block<Form>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  for (; i + 16 <= n; i += 16) {
+    // The math's long dependency chains keep the out-of-order window from
+    // reaching the next loads: without prefetches, a tensor past the caches
+    // (gpt's 16,384 x 1,024 hidden layer) ran at a third of the in-cache
+    // rate.
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetchAhead), _MM_HINT_T0);
+    if (dy != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(dy + i + kPrefetchAhead), _MM_HINT_T0);
+    }
+    gelu_block<Form>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  }
   if (i == n) return;
   T xs[16] = {}, dys[16] = {}, ys[16];
   std::copy(x + i, x + n, xs);
