@@ -232,12 +232,76 @@ void add_attention_rows(std::vector<OpCase>& rows) {
                       }});
 }
 
+// An interleaved (B, T, 3, H, D) tensor's part `part` as (B, H, T, D), and
+// back: the reference works on attention()'s layout.
+Doubles heads_of(const Doubles& x, const AttentionShape& a, int64_t parts, int64_t part) {
+  Doubles y(static_cast<size_t>(a.B * a.H * a.T * a.D));
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t t = 0; t < a.T; ++t)
+      for (int64_t h = 0; h < a.H; ++h)
+        for (int64_t d = 0; d < a.D; ++d)
+          y[static_cast<size_t>(((b * a.H + h) * a.T + t) * a.D + d)] =
+              x[static_cast<size_t>((((b * a.T + t) * parts + part) * a.H + h) * a.D + d)];
+  return y;
+}
+
+void put_heads(const Doubles& y, const AttentionShape& a, int64_t parts, int64_t part, Doubles& x) {
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t t = 0; t < a.T; ++t)
+      for (int64_t h = 0; h < a.H; ++h)
+        for (int64_t d = 0; d < a.D; ++d)
+          x[static_cast<size_t>((((b * a.T + t) * parts + part) * a.H + h) * a.D + d)] =
+              y[static_cast<size_t>(((b * a.H + h) * a.T + t) * a.D + d)];
+}
+
+// q, k, v interleaved per position, the output (B, T, H, D): causal, with
+// dropout, and gpt's head shape over two groups of heads.
+void add_interleaved_attention_rows(std::vector<OpCase>& rows) {
+  const AttentionShape cases[] = {{.B = 2, .H = 3, .T = 9, .S = 9, .D = 8},
+                                  {.B = 2, .H = 2, .T = 33, .S = 33, .D = 32, .dropout = 0.2},
+                                  {.B = 2, .H = 4, .T = 128, .S = 128, .D = 32}};
+  for (const AttentionShape& a : cases) {
+    const auto out_of = [a](const Doubles& heads) {
+      Doubles y(heads.size());
+      put_heads(heads, a, 1, 0, y);
+      return y;
+    };
+    rows.push_back(
+        {.name = "attention_interleaved " + attention_name(a),
+         .kernels = {"attention_interleaved", "attention_interleaved_backward"},
+         .inputs = {uniform(Shape{a.B, a.T, 3, a.H, a.D})},
+         .run =
+             [=](const auto& in) {
+               Generator generator(a.seed);
+               return attention_interleaved(
+                   in[0], {.dropout = static_cast<float>(a.dropout), .training = true}, &generator);
+             },
+         .reference =
+             [=](const auto& in) {
+               return out_of(attention_reference(heads_of(in[0], a, 3, 0), heads_of(in[0], a, 3, 1),
+                                                 heads_of(in[0], a, 3, 2), a));
+             },
+         .low_precision = {DType::bf16},
+         .gradient_reference =
+             [=](const auto& in, const Doubles& w) {
+               const std::vector<Doubles> g =
+                   attention_gradient_reference(heads_of(in[0], a, 3, 0), heads_of(in[0], a, 3, 1),
+                                                heads_of(in[0], a, 3, 2), a, heads_of(w, a, 1, 0));
+               Doubles all(in[0].size());
+               for (int64_t part = 0; part < 3; ++part)
+                 put_heads(g[static_cast<size_t>(part)], a, 3, part, all);
+               return std::vector<Doubles>{all};
+             }});
+  }
+}
+
 }  // namespace
 
 void add_layout_rows(std::vector<OpCase>& rows) {
   add_copy_rows(rows);
   add_softmax_rows(rows);
   add_attention_rows(rows);
+  add_interleaved_attention_rows(rows);
 }
 
 }  // namespace tandem::testing

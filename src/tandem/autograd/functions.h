@@ -178,6 +178,13 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v,
 // gradients in backward).
 Variable attention_packed(const Variable& qkv, const AttentionOptions& options = {},
                           Generator* generator = nullptr);
+// Self-attention on q, k and v interleaved per position as a fused QKV
+// projection writes them: qkv (B, T, 3, H, D) -> (B, T, H, D), the layout
+// an output projection reads as (B, T, H * D). Same values and dropout
+// positions as attention_packed() on qkv permuted to (3, B, H, T, D), and
+// its output permuted back, without those copies.
+Variable attention_interleaved(const Variable& qkv, const AttentionOptions& options = {},
+                               Generator* generator = nullptr);
 
 // Rows of weight (V, D) gathered by i32 indices -> (indices..., D).
 Variable embedding(const Variable& weight, const Tensor& indices);

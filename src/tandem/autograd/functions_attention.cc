@@ -85,4 +85,24 @@ Variable attention_packed(const Variable& qkv, const AttentionOptions& options,
   return cast(out, out_dtype);
 }
 
+Variable attention_interleaved(const Variable& qkv, const AttentionOptions& options,
+                               Generator* generator) {
+  const Shape& s = qkv.shape();
+  if (s.rank() != 5 || s[2] != 3) {
+    TANDEM_THROW(ShapeError, "attention_interleaved needs qkv of shape (B, T, 3, H, D), got ",
+                 s.to_string());
+  }
+  const Shape heads{s[0], s[3], s[1], s[4]};  // (B, H, T, D), for the dropout positions
+  const kernels::AttentionOptions ko = kernel_options(options, heads, heads, generator);
+  const DType out_dtype = qkv.dtype();
+  const Variable interleaved = cast(qkv, options.compute_dtype);
+  const Tensor all = interleaved.value();
+  kernels::AttentionResult r = kernels::attention_interleaved(all, ko);
+  Variable out = record_op(
+      "attention", r.out, {&interleaved}, [all, o = r.out, lse = r.lse, ko](BackwardContext& ctx) {
+        ctx.set(0, kernels::attention_interleaved_backward(ctx.grad_output(), all, o, lse, ko));
+      });
+  return cast(out, out_dtype);
+}
+
 }  // namespace tandem

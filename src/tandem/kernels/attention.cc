@@ -50,12 +50,7 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
     TANDEM_THROW(ShapeError, "attention: q, k, v must all be f32 or all bf16, got ",
                  dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
   }
-  if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
-    TANDEM_THROW(InvalidArgument, "attention dropout must be in [0, 1), got ", options.dropout);
-  }
-  if (!(options.scale >= 0.0f) || !std::isfinite(options.scale)) {
-    TANDEM_THROW(InvalidArgument, "attention scale must be finite and >= 0, got ", options.scale);
-  }
+  detail::check_attention_options(options);
   return d;
 }
 
@@ -126,6 +121,15 @@ TANDEM_TARGET_CLONES void score_grads_in_place(float* __restrict s, float* __res
 }  // namespace
 
 namespace detail {
+
+void check_attention_options(const AttentionOptions& options) {
+  if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
+    TANDEM_THROW(InvalidArgument, "attention dropout must be in [0, 1), got ", options.dropout);
+  }
+  if (!(options.scale >= 0.0f) || !std::isfinite(options.scale)) {
+    TANDEM_THROW(InvalidArgument, "attention scale must be finite and >= 0, got ", options.scale);
+  }
+}
 
 AttentionRows::AttentionRows(const AttentionOptions& o, int64_t T_, int64_t S_, int64_t D)
     : T(T_),
@@ -243,6 +247,30 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
   if (dscores.raw_data() != dprobs.raw_data()) dscores.copy_from(dprobs);
 }
 
+void attention_group(const AttentionRows& rows, int64_t first, const Tensor& q, const Tensor& k,
+                     const Tensor& v, Tensor& lse, Tensor& out) {
+  Tensor scores = batched_matmul(q, k, {.transpose_b = true, .out_dtype = DType::f32});
+  Tensor probs =
+      q.dtype() == DType::f32 ? scores : Tensor::empty(scores.shape(), q.dtype(), q.device());
+  attention_probabilities(rows, first, scores, lse, probs);
+  batched_matmul_into(probs, v, out);
+}
+
+void attention_backward_group(const AttentionRows& rows, int64_t first, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& row_dot, AttentionGrads& grads) {
+  // The probabilities again, from the scores and the kept log-sum-exp.
+  Tensor probs = batched_matmul(q, k, {.transpose_b = true, .out_dtype = DType::f32});
+  Tensor dprobs = batched_matmul(dout, v, {.transpose_b = true, .out_dtype = DType::f32});
+  const bool f32 = q.dtype() == DType::f32;
+  Tensor kept = f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
+  Tensor dscores = f32 ? dprobs : Tensor::empty(probs.shape(), q.dtype(), q.device());
+  attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
+  batched_matmul_into(kept, dout, grads.dv, {.transpose_a = true});
+  batched_matmul_into(dscores, k, grads.dq);
+  batched_matmul_into(dscores, q, grads.dk, {.transpose_a = true});
+}
+
 }  // namespace detail
 
 int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S, Device device) {
@@ -269,13 +297,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
-    Tensor scores = batched_matmul(heads(q, first, count), heads(k, first, count),
-                                   {.transpose_b = true, .out_dtype = DType::f32});
-    Tensor probs =
-        q.dtype() == DType::f32 ? scores : Tensor::empty(scores.shape(), q.dtype(), q.device());
-    detail::attention_probabilities(rows, first, scores, r.lse, probs);
     Tensor out = heads(r.out, first, count);
-    batched_matmul_into(probs, heads(v, first, count), out);
+    detail::attention_group(rows, first, heads(q, first, count), heads(k, first, count),
+                            heads(v, first, count), r.lse, out);
   }
   return r;
 }
@@ -319,21 +343,11 @@ void attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& 
   const Tensor row_dot = detail::attention_row_dot(dout, out);
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
-    const Tensor qg = heads(q, first, count), kg = heads(k, first, count),
-                 vg = heads(v, first, count), dog = heads(dout, first, count);
-    // The probabilities again, from the scores and the kept log-sum-exp.
-    Tensor probs = batched_matmul(qg, kg, {.transpose_b = true, .out_dtype = DType::f32});
-    Tensor dprobs = batched_matmul(dog, vg, {.transpose_b = true, .out_dtype = DType::f32});
-    const bool f32 = q.dtype() == DType::f32;
-    Tensor kept =
-        f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
-    Tensor dscores = f32 ? dprobs : Tensor::empty(probs.shape(), q.dtype(), q.device());
-    detail::attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
-    Tensor dv = heads(g.dv, first, count), dq = heads(g.dq, first, count),
-           dk = heads(g.dk, first, count);
-    batched_matmul_into(kept, dog, dv, {.transpose_a = true});
-    batched_matmul_into(dscores, kg, dq);
-    batched_matmul_into(dscores, qg, dk, {.transpose_a = true});
+    AttentionGrads grads{heads(g.dq, first, count), heads(g.dk, first, count),
+                         heads(g.dv, first, count)};
+    detail::attention_backward_group(rows, first, heads(q, first, count), heads(k, first, count),
+                                     heads(v, first, count), heads(dout, first, count), lse,
+                                     row_dot, grads);
   }
 }
 

@@ -51,6 +51,19 @@ void attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& 
                              const Tensor& out, const Tensor& lse, const AttentionOptions& options,
                              AttentionGrads& grads);
 
+// Self-attention on q, k, v interleaved per position, as a fused QKV
+// projection writes them: qkv (B, T, 3, H, D), q then k then v at each
+// position. Returns out (B, T, H, D), which a projection reads as (B, T,
+// H * D), and lse (B, H, T): the values of attention() on the permuted
+// thirds, without the permutes' copies (on the CPU each group of heads is
+// gathered into a cache-sized scratch and its output scattered back; other
+// devices permute).
+AttentionResult attention_interleaved(const Tensor& qkv, const AttentionOptions& options = {});
+// dout (B, T, H, D); out and lse from attention_interleaved with the same
+// options. Returns the gradient of qkv, (B, T, 3, H, D).
+Tensor attention_interleaved_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                      const Tensor& lse, const AttentionOptions& options = {});
+
 // The number of T x S f32 score matrices attention works on at once on
 // `device` (256 KiB of them on the CPU, 256 MiB on a GPU).
 int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S,

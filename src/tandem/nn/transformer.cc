@@ -68,16 +68,15 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& config, Generator& gen
 
 Variable CausalSelfAttention::forward(const Variable& x) {
   const int64_t B = x.shape()[0], T = x.shape()[1], C = config_.width, H = config_.heads;
-  // (B, T, 3C) -> (3, B, H, T, D): one copy, then q, k, v are its thirds.
-  const Variable qkv =
-      permute(reshape(qkv_->forward(x), Shape{B, T, 3, H, C / H}), {2, 0, 3, 1, 4});
-  const Variable y = attention_packed(qkv,
-                                      {.causal = true,
-                                       .dropout = config_.dropout,
-                                       .training = is_training(),
-                                       .compute_dtype = config_.compute_dtype},
-                                      &thread_generator());
-  return proj_->forward(reshape(permute(y, {0, 2, 1, 3}), Shape{B, T, C}));
+  // (B, T, 3C) is (B, T, 3, H, D): q, k, v interleaved per position, read
+  // in place; the output (B, T, H, D) is (B, T, C).
+  const Variable y = attention_interleaved(reshape(qkv_->forward(x), Shape{B, T, 3, H, C / H}),
+                                           {.causal = true,
+                                            .dropout = config_.dropout,
+                                            .training = is_training(),
+                                            .compute_dtype = config_.compute_dtype},
+                                           &thread_generator());
+  return proj_->forward(reshape(y, Shape{B, T, C}));
 }
 
 GraphValue CausalSelfAttention::to_graph(GraphBuilder& g, const GraphValue& x) const {

@@ -11,6 +11,10 @@
 
 namespace tandem::kernels::detail {
 
+// Throws InvalidArgument for a dropout outside [0, 1) or a negative or
+// non-finite scale.
+void check_attention_options(const AttentionOptions& options);
+
 // What the row-wise parts need of the shapes and options.
 struct AttentionRows {
   int64_t T = 0, S = 0;  // query rows and keys per head
@@ -44,5 +48,15 @@ Tensor attention_row_dot(const Tensor& dout, const Tensor& out);
 // dscores dprobs: the work is then in place.
 void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& probs, Tensor& dprobs,
                            const Tensor& lse, const Tensor& row_dot, Tensor& kept, Tensor& dscores);
+
+// One group of heads, [first, first + count) of the call's B * H, each
+// operand (count, X, D): the products and row parts of attention() (out
+// written, lse's rows of the group filled) and of attention_backward()
+// (grads' three tensors written; row_dot covers every head of the call).
+void attention_group(const AttentionRows& rows, int64_t first, const Tensor& q, const Tensor& k,
+                     const Tensor& v, Tensor& lse, Tensor& out);
+void attention_backward_group(const AttentionRows& rows, int64_t first, const Tensor& q,
+                              const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& row_dot, AttentionGrads& grads);
 
 }  // namespace tandem::kernels::detail
