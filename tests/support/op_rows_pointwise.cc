@@ -84,6 +84,25 @@ Doubles broadcast(const Doubles& a, const Doubles& b, F f) {
   return y;
 }
 
+// A residual block's end: relu(a + b) fused, over shapes with and without
+// a tail past 16 lanes; inputs kept off the kink (a at least 0.05 from 0
+// and from each other, b within 0.02).
+void add_add_relu_rows(std::vector<OpCase>& rows) {
+  for (const Shape& s : {Shape{3, 5, 5, 2}, Shape{2, 7, 7, 16}, Shape{100003}}) {
+    rows.push_back({.name = "add_relu " + s.to_string(),
+                    .kernels = {"add_relu", "relu_backward"},
+                    .inputs = {distinct(s, 0.05), uniform(s, -0.02, 0.02)},
+                    .run = [](const auto& in) { return add_relu(in[0], in[1]); },
+                    .reference =
+                        [](const auto& in) {
+                          Doubles y(in[0].size());
+                          for (size_t i = 0; i < y.size(); ++i)
+                            y[i] = std::max(in[0][i] + in[1][i], 0.0);
+                          return y;
+                        }});
+  }
+}
+
 void add_arithmetic_rows(std::vector<OpCase>& rows) {
   // The second operand: the same shape, trailing dimensions, a row, one element.
   const Shape s{4, 3, 5};
@@ -272,6 +291,7 @@ void add_dropout_rows(std::vector<OpCase>& rows) {
 void add_pointwise_rows(std::vector<OpCase>& rows) {
   add_activation_rows(rows);
   add_arithmetic_rows(rows);
+  add_add_relu_rows(rows);
   add_unary_rows(rows);
   add_reduction_rows(rows);
   add_dropout_rows(rows);

@@ -70,6 +70,10 @@ Variable dropout(const Variable& x, float p, bool training, Generator& generator
 
 // Broadcasting as kernels::add: b has a's shape, its trailing dims, or one element.
 Variable add(const Variable& a, const Variable& b);
+// relu(add(a, b)) in one pass each way (a residual block's end), the
+// same values and gradients; operands of different shapes or dtypes take
+// the two ops.
+Variable add_relu(const Variable& a, const Variable& b);
 Variable sub(const Variable& a, const Variable& b);  // a - b
 Variable mul(const Variable& a, const Variable& b);
 Variable div(const Variable& a, const Variable& b);  // a / b

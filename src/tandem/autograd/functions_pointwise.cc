@@ -100,6 +100,16 @@ Variable add(const Variable& a, const Variable& b) {
                    });
 }
 
+Variable add_relu(const Variable& a, const Variable& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return relu(add(a, b));
+  Tensor y = kernels::add_relu(a.value(), b.value());
+  return record_op("add_relu", y, {&a, &b}, [y](BackwardContext& ctx) {
+    const Tensor g = kernels::relu_backward(ctx.grad_output(), y);
+    if (ctx.needs(0)) ctx.set(0, g);
+    if (ctx.needs(1)) ctx.set(1, g);
+  });
+}
+
 Variable mul(const Variable& a, const Variable& b) {
   const Tensor av = a.value(), bv = b.value();
   return record_op("mul", kernels::mul(av, bv), {&a, &b}, [av, bv](BackwardContext& ctx) {

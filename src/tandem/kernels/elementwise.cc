@@ -7,6 +7,7 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/activation.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
@@ -56,6 +57,22 @@ TANDEM_AVX512 int64_t binary_bf16_avx512(Binary op, const detail::Bf16* x, const
     detail::store16(z + k, op == Binary::add ? _mm512_add_ps(a, b) : _mm512_mul_ps(a, b));
   }
   return k;
+}
+
+// max(x + y, 0), 16 at a time on AVX-512; the tail as relu(add()) rounds
+// it: the sum rounded to T, +0 unless it is above zero.
+template <typename T>
+TANDEM_AVX512 void add_relu_avx512(const T* x, const T* y, T* z, int64_t n) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512 v = _mm512_add_ps(detail::load16(x + k), detail::load16(y + k));
+    const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
+    detail::store16(z + k, _mm512_maskz_mov_ps(positive, v));
+  }
+  for (; k < n; ++k) {
+    const float v = detail::to_f32(x[k]) + detail::to_f32(y[k]);
+    z[k] = detail::from_f32<T>(v > 0.0f ? v : 0.0f);
+  }
 }
 
 template <typename T>
@@ -119,6 +136,25 @@ Tensor add(const Tensor& a, const Tensor& b) {
   check_binary(a, b, "add");
   TANDEM_DISPATCH_CUDA(a, add(a, b));
   return broadcast_binary(a, b, "add", Binary::add);
+}
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  detail::check_matching("add_relu", a, b);
+  if (a.device().kind != DeviceKind::cpu || !detail::has_avx512f() ||
+      (a.dtype() != DType::f32 && a.dtype() != DType::bf16)) {
+    return relu(add(a, b));
+  }
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  detail::dispatch_f32_or_bf16(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(a.raw_data());
+    const T* y = static_cast<const T*>(b.raw_data());
+    T* z = static_cast<T*>(out.raw_data());
+    parallel_for(a.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
+      add_relu_avx512(x + begin, y + begin, z + begin, end - begin);
+    });
+  });
+  return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {

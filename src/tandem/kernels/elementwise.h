@@ -11,6 +11,10 @@ namespace tandem::kernels {
 
 // out = a + b (out has a's shape and dtype; b must have a's dtype).
 Tensor add(const Tensor& a, const Tensor& b);
+// out = max(a + b, 0) for a and b of one shape and dtype: a residual add
+// and the ReLU after it in one pass, with relu(add(a, b))'s bits (a NaN
+// gives +0, as relu). Throws ShapeError for operands that differ.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 // out = a * b, same broadcasting as add.
 Tensor mul(const Tensor& a, const Tensor& b);
 // out = a * factor.

@@ -55,7 +55,7 @@ Variable BasicBlock::forward(const Variable& x) {
   const Variable h = bn2_->forward(conv2_->forward(bn1_->forward(conv1_->forward(x))));
   Variable skip = shortcut_ ? shortcut_->forward(x) : x;
   if (skip.dtype() != h.dtype()) skip = cast(skip, h.dtype());
-  return relu(add(h, skip));
+  return add_relu(h, skip);
 }
 
 std::string BasicBlock::describe() const {
