@@ -5,7 +5,8 @@ so that machine noise hits them alike. Prints a markdown table of medians
 with min-max and the ratio of tandem to each PyTorch.
 
     python3 compare.py --tandem ../../build/tandem --models gpt,resnet \
-        --precisions float32,bf16 --threads 1,2 --repeats 3 [--steps 6]
+        --precisions float32,bf16 --threads 1,2 --repeats 3 [--steps 6] \
+        [--torch2 /work/venv-peers/bin/python] [--no-torch113]
 """
 import argparse
 import json
@@ -45,7 +46,13 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--torch2", default=PYTORCHES["torch 2"], help="a python with PyTorch 2")
+    p.add_argument("--no-torch113", action="store_true",
+                   help="leave out Debian's PyTorch 1.13 (python3-torch not installed)")
     a = p.parse_args()
+    PYTORCHES["torch 2"] = a.torch2
+    if a.no_torch113:
+        del PYTORCHES["torch 1.13"]
     variants = [(m, pr, int(t)) for m in a.models.split(",") for pr in a.precisions.split(",")
                 for t in a.threads.split(",")]
     samples = {}
@@ -59,9 +66,9 @@ def main():
                 samples.setdefault((v, name), []).append(value)
                 print(f"repeat {r + 1}: {v} {name}: {value:.1f} ex/s", file=sys.stderr)
     names = ["tandem"] + list(PYTORCHES)
-    print("| model | precision | threads | " + " | ".join(f"{n} ex/s" for n in names) +
-          " | tandem / torch 1.13 | tandem / torch 2 |")
-    print("|---|---|---|" + "---|" * (len(names) + 2))
+    print("| model | precision | threads | " + " | ".join(f"{n} ex/s" for n in names) + " | " +
+          " | ".join(f"tandem / {n}" for n in PYTORCHES) + " |")
+    print("|---|---|---|" + "---|" * (len(names) + len(PYTORCHES)))
     for v in variants:
         cells, medians = [], {}
         for n in names:

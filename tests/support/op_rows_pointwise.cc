@@ -88,7 +88,7 @@ Doubles broadcast(const Doubles& a, const Doubles& b, F f) {
 // a tail past 16 lanes; inputs kept off the kink (a at least 0.05 from 0
 // and from each other, b within 0.02).
 void add_add_relu_rows(std::vector<OpCase>& rows) {
-  for (const Shape& s : {Shape{3, 5, 5, 2}, Shape{2, 7, 7, 16}, Shape{100003}}) {
+  for (const Shape& s : {Shape{3, 5, 5, 2}, Shape{2, 7, 7, 16}, Shape{4099}}) {
     rows.push_back({.name = "add_relu " + s.to_string(),
                     .kernels = {"add_relu", "relu_backward"},
                     .inputs = {distinct(s, 0.05), uniform(s, -0.02, 0.02)},
@@ -99,6 +99,14 @@ void add_add_relu_rows(std::vector<OpCase>& rows) {
                           for (size_t i = 0; i < y.size(); ++i)
                             y[i] = std::max(in[0][i] + in[1][i], 0.0);
                           return y;
+                        },
+                    // Both operands get the output's gradient where the sum is positive.
+                    .gradient_reference =
+                        [](const auto& in, const Doubles& w) {
+                          Doubles g(w.size());
+                          for (size_t i = 0; i < g.size(); ++i)
+                            g[i] = in[0][i] + in[1][i] > 0 ? w[i] : 0.0;
+                          return std::vector<Doubles>{g, g};
                         }});
   }
 }

@@ -166,6 +166,12 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
     count_flops(conv_flops(x.shape(), w.shape(), y_shape));
     return y;
   }
+  // GELU as the separate op computes it (see gelu_follows_product).
+  if (x.dtype() == out_dtype && detail::gelu_follows_product(activation, out_dtype, x.device())) {
+    Tensor y = conv2d_forward(x, w, bias, g, Activation::none, out_dtype);
+    detail::gelu_in_place(activation, y);
+    return y;
+  }
   if (detail::needs_bf16_widening(x)) {  // see onednn_runs_bf16
     Tensor y;
     {
@@ -173,12 +179,6 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
       y = conv2d_forward(detail::widened(x), detail::widened(w), bias, g, activation);
     }
     return detail::narrowed(y, out_dtype);
-  }
-  // GELU as the separate op computes it (see gelu_follows_product).
-  if (detail::gelu_follows_product(activation, out_dtype, x.device())) {
-    Tensor y = conv2d_forward(x, w, bias, g, Activation::none, out_dtype);
-    detail::gelu_avx512_in_place(activation, y);
-    return y;
   }
   Tensor y = Tensor::empty(y_shape, out_dtype, x.device());
   if (y.numel() == 0) return y;

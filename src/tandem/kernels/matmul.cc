@@ -93,6 +93,17 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
     return;
   }
+  // GELU as the separate op computes it (see gelu_follows_product): after
+  // the product is rounded to the operands' dtype (f32 operands into a
+  // bf16 output take the widened path below, rounded once).
+  if (a.dtype() == out.dtype() &&
+      detail::gelu_follows_product(options.activation, out.dtype(), out.device())) {
+    MatmulOptions product = options;
+    product.activation = Activation::none;
+    run_matmul(op, p, a, b, bias, out, product);
+    detail::gelu_in_place(options.activation, out);
+    return;
+  }
   // In f32, rounded once into a bf16 output: bf16 operands where oneDNN
   // cannot take them (see onednn_runs_bf16: the product of the widened
   // operands), and f32 operands into a bf16 output (oneDNN 2.6 has no such
@@ -105,14 +116,6 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     run_matmul(op, p, widen ? detail::widened(a) : a, widen ? detail::widened(b) : b, bias, wide,
                options);
     if (out.dtype() != DType::f32) out.copy_from(wide);
-    return;
-  }
-  // GELU as the separate op computes it (see gelu_follows_product).
-  if (detail::gelu_follows_product(options.activation, out.dtype(), out.device())) {
-    MatmulOptions product = options;
-    product.activation = Activation::none;
-    run_matmul(op, p, a, b, bias, out, product);
-    detail::gelu_avx512_in_place(options.activation, out);
     return;
   }
   const std::string key = tandem::detail::concat(

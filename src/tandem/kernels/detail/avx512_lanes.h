@@ -15,11 +15,9 @@
 
 namespace tandem::kernels::detail {
 
-// Whether this CPU runs the functions below (asked once).
-inline bool has_avx512f() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
+// Whether tandem's AVX-512 kernels run: the CPU has AVX-512 and
+// TANDEM_MAX_CPU_ISA does not cap them (cpu_isa.cc; asked once).
+bool has_avx512f();
 
 TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);

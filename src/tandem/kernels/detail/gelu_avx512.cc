@@ -141,12 +141,15 @@ Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x) 
 
 bool gelu_follows_product(Activation activation, DType dtype, Device device) {
   return (activation == Activation::gelu || activation == Activation::gelu_tanh) &&
-         device.kind == DeviceKind::cpu && (dtype == DType::f32 || dtype == DType::bf16) &&
-         has_avx512f();
+         device.kind == DeviceKind::cpu && (dtype == DType::f32 || dtype == DType::bf16);
 }
 
-void gelu_avx512_in_place(Activation form, Tensor& y) {
-  run(form, y, nullptr, y);
+void gelu_in_place(Activation form, Tensor& y) {
+  if (gelu_avx512_supported(y)) {
+    run(form, y, nullptr, y);
+  } else {
+    y.copy_from(activate(form, y));
+  }
 }
 
 }  // namespace tandem::kernels::detail

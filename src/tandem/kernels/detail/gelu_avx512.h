@@ -27,11 +27,15 @@ Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x);
 
 // Whether a oneDNN product asked for `activation` as its epilogue (a
 // matmul or convolution writing `dtype` on `device`) applies it after the
-// product on these
-// loops instead, in place: then a layer gives the same bits fused as
-// unfused (a recomputed forward runs fused where the recorded one does
-// not, and checkpointing promises the same gradients).
+// product instead, with the separate op's kernel (these loops, or oneDNN's
+// eltwise without AVX-512): then a layer gives the same bits fused as
+// unfused (a recomputed forward runs fused where the recorded one did
+// not, and checkpointing promises the same gradients; oneDNN's GELU
+// epilogue rounds a bf16 output once where the separate op rounds the
+// product and then the GELU).
 bool gelu_follows_product(Activation activation, DType dtype, Device device);
-void gelu_avx512_in_place(Activation form, Tensor& y);
+// y = activate(form, y) with the separate op's kernel, in place on these
+// loops.
+void gelu_in_place(Activation form, Tensor& y);
 
 }  // namespace tandem::kernels::detail
