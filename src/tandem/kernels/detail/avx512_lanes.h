@@ -15,9 +15,16 @@
 
 namespace tandem::kernels::detail {
 
+// Whether TANDEM_MAX_CPU_ISA lets tandem's AVX-512 kernels run (cpu_isa.cc).
+bool avx512_allowed();
+
 // Whether tandem's AVX-512 kernels run: the CPU has AVX-512 and
-// TANDEM_MAX_CPU_ISA does not cap them (cpu_isa.cc; asked once).
-bool has_avx512f();
+// TANDEM_MAX_CPU_ISA does not cap them. Asked once; inline, as kernels ask
+// per row.
+inline bool has_avx512f() {
+  static const bool yes = avx512_allowed() && __builtin_cpu_supports("avx512f");
+  return yes;
+}
 
 TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);

@@ -10,20 +10,12 @@
 #include "tandem/kernels/detail/avx512_lanes.h"
 
 namespace tandem::kernels::detail {
-namespace {
 
 bool avx512_allowed() {
   const char* cap = std::getenv("TANDEM_MAX_CPU_ISA");
   if (cap == nullptr || std::string_view(cap) == "avx512") return true;
   if (std::string_view(cap) == "avx2") return false;
   TANDEM_THROW(InvalidArgument, "TANDEM_MAX_CPU_ISA must be avx2 or avx512, got \"", cap, "\"");
-}
-
-}  // namespace
-
-bool has_avx512f() {
-  static const bool yes = avx512_allowed() && __builtin_cpu_supports("avx512f");
-  return yes;
 }
 
 }  // namespace tandem::kernels::detail
