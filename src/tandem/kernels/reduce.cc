@@ -113,14 +113,7 @@ template <typename T>
 template <typename T>
 TANDEM_AVX512 void add_row_avx512(const T* row, int64_t n, double* acc) {
   int64_t c = 0;
-  for (; c + 16 <= n; c += 16) {
-    const __m512 v = detail::load16(row + c);
-    const __m512d low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-    const __m512d high =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    _mm512_storeu_pd(acc + c, _mm512_add_pd(_mm512_loadu_pd(acc + c), low));
-    _mm512_storeu_pd(acc + c + 8, _mm512_add_pd(_mm512_loadu_pd(acc + c + 8), high));
-  }
+  for (; c + 16 <= n; c += 16) detail::accumulate16(acc + c, detail::load16(row + c));
   add_row_body(row + c, n - c, acc + c);
 }
 TANDEM_TARGET_CLONES void add_row(const float* row, int64_t n, double* acc) {

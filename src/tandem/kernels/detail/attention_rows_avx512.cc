@@ -120,12 +120,6 @@ TANDEM_AVX512 void score_grad_rows(const AttentionRows& r, int64_t first, const 
   }
 }
 
-// Lanes [8 half, 8 half + 8) of v, widened to double.
-template <int half>
-TANDEM_AVX512 inline __m512d widen(__m512 v) {
-  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), half)));
-}
-
 // Rows [begin, end) of (rows, D): out[row] = a_row . b_row, products and
 // sum in double.
 template <typename T>
@@ -138,8 +132,8 @@ TANDEM_AVX512 void row_dots(const T* a, const T* b, float* out, int64_t D, int64
     int64_t c = 0;
     for (; c + 16 <= D; c += 16) {
       const __m512 u = load16(x + c), v = load16(y + c);
-      acc = _mm512_fmadd_pd(widen<0>(u), widen<0>(v), acc);
-      acc = _mm512_fmadd_pd(widen<1>(u), widen<1>(v), acc);
+      acc = _mm512_fmadd_pd(widen8<0>(u), widen8<0>(v), acc);
+      acc = _mm512_fmadd_pd(widen8<1>(u), widen8<1>(v), acc);
     }
     double sum = _mm512_reduce_add_pd(acc);
     for (; c < D; ++c) sum += static_cast<double>(to_f32(x[c])) * to_f32(y[c]);

@@ -78,6 +78,18 @@ TANDEM_AVX512 inline void store16_masked(Bf16* p, __m512 v, __mmask16 m) {
   _mm512_mask_cvtepi32_storeu_epi16(p, m, bf16_lanes(v));
 }
 
+// Lanes [8 half, 8 half + 8) of v, widened to double.
+template <int half>
+TANDEM_AVX512 inline __m512d widen8(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), half)));
+}
+
+// acc[0, 16) += v's lanes, in double.
+TANDEM_AVX512 inline void accumulate16(double* acc, __m512 v) {
+  _mm512_storeu_pd(acc, _mm512_add_pd(_mm512_loadu_pd(acc), widen8<0>(v)));
+  _mm512_storeu_pd(acc + 8, _mm512_add_pd(_mm512_loadu_pd(acc + 8), widen8<1>(v)));
+}
+
 TANDEM_AVX512 inline __m512 splat(float v) {
   return _mm512_set1_ps(v);
 }

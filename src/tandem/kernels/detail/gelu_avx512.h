@@ -2,7 +2,9 @@
 // Private: GELU and its gradient, both forms (erf and tanh), 16 lanes at a
 // time on AVX-512 over f32 or bf16 storage. oneDNN's eltwise took 13-26 ms
 // per call on gpt's MLP hidden layer (16,384 x 1,024) at 1 thread, 12% of
-// its bf16 step on an AMX Xeon; these read and write each element once.
+// its bf16 step on an AMX Xeon; these, prefetching ahead of their loads,
+// take 8 (forward) and 9.7 ms (backward) in bf16. They also serve the
+// products' GELU epilogues (gelu_follows_product).
 //
 // Accuracy against the exact functions: the tanh form within a few float
 // ulp (tanh through one exponential); the erf form within about 1e-7

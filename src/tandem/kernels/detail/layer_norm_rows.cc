@@ -39,15 +39,6 @@ TANDEM_AVX512 void forward_rows(const T* x, T* y, int64_t C, const float* g, con
   }
 }
 
-// acc[0, 16) += v, in double.
-TANDEM_AVX512 inline void accumulate16(double* acc, __m512 v) {
-  const __m512d low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-  const __m512d high =
-      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  _mm512_storeu_pd(acc, _mm512_add_pd(_mm512_loadu_pd(acc), low));
-  _mm512_storeu_pd(acc + 8, _mm512_add_pd(_mm512_loadu_pd(acc + 8), high));
-}
-
 // Rows [begin, end): dx, and each row's dy xhat and dy added to dgamma and
 // dbeta (C doubles each), as the portable rows add them.
 template <typename T>
