@@ -14,17 +14,20 @@ trap '"$netns" delay none >/dev/null 2>&1; rm -rf "$work"' EXIT
 fail() {
   echo "link_delay: $*" >&2
   [ -f "$work/log" ] && tail -c 4000 "$work/log" >&2
+  [ -f "$work/stderr" ] && tail -c 4000 "$work/stderr" >&2
   exit 1
 }
+# The JSON alone in the log: Open MPI's warnings (a TCP connect retried
+# while the links are delayed, say) go to stderr, and once broke the parse.
 tiny_allreduce_us() {
   "$netns" mpirun -np 2 "$tandem" bench allreduce --backend mpi --min-bytes 4 --max-bytes 4 \
-    --repeats 3 --json >"$work/log" 2>&1 || fail "bench allreduce failed"
+    --repeats 3 --json >"$work/log" 2>"$work/stderr" || fail "bench allreduce failed"
   python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['results'][0]['time_us']))" \
     "$work/log" || fail "no result"
 }
 "$netns" delay 10ms || fail "could not delay the links"
 "$netns" status | grep -q "delay 10000us" || fail "status does not show the delay"
-us=$(tiny_allreduce_us)
+us=$(tiny_allreduce_us) || exit 1
 echo "4-byte all-reduce with 10 ms per link: $us us"
 [ "$us" -ge 20000 ] || fail "took $us us, less than the 20 ms from host to host"
 [ "$us" -le 100000 ] || fail "took $us us, far more than a 40 ms round trip"
@@ -33,7 +36,7 @@ echo "4-byte all-reduce with 10 ms per link: $us us"
   >"$work/log" 2>&1 || fail "training across the delayed links failed"
 [ -s "$work/run/summary.json" ] || fail "training wrote no summary"
 "$netns" delay none || fail "could not remove the delay"
-us=$(tiny_allreduce_us)
+us=$(tiny_allreduce_us) || exit 1
 echo "4-byte all-reduce after delay none: $us us"
 [ "$us" -lt 5000 ] || fail "took $us us after the delay was removed"
 echo "link_delay: ok"
