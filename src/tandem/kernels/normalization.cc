@@ -11,17 +11,15 @@
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
 #include "tandem/kernels/detail/layer_norm_rows.h"
+#include "tandem/kernels/detail/row_blocks.h"
 
 namespace tandem::kernels {
 namespace {
 
 using detail::dispatch_floating;
 using detail::from_f32;
+using detail::reduce_rows;
 using detail::to_f32;
-
-// Rows per block of a column reduction; blocks are combined in order, so the
-// result does not depend on the thread count.
-constexpr int64_t kRowBlock = 256;
 
 // Callers copy the fields into variables rather than bind them: clang 14
 // cannot capture structured bindings in lambdas.
@@ -151,25 +149,6 @@ TANDEM_LAYER_NORM_ROWS(detail::Bf16)
 TANDEM_LAYER_NORM_ROWS(detail::F16)
 #undef TANDEM_LAYER_NORM_ROWS
 
-// Sums per-row contributions into `width` doubles: add_row(r, acc) adds row r.
-template <typename AddRow>
-std::vector<double> reduce_rows(int64_t rows, int64_t width, AddRow add_row) {
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      double* acc = partial.data() + b * width;
-      const int64_t end = std::min(rows, (b + 1) * kRowBlock);
-      for (int64_t r = b * kRowBlock; r < end; ++r) add_row(r, acc);
-    }
-  });
-  std::vector<double> total(static_cast<size_t>(width), 0.0);
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t c = 0; c < width; ++c) total[c] += partial[b * width + c];
-  }
-  return total;
-}
-
 Tensor f32_vector(const std::vector<double>& values, Device device) {
   Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::f32, device);
   float* p = t.data<float>();
@@ -250,7 +229,7 @@ NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
   grads.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   std::vector<double> param_sums;
   if (detail::layer_norm_rows_apply(x)) {
-    param_sums = detail::layer_norm_backward_rows(dy, x, mean, rstd, gamma, kRowBlock, grads.dx);
+    param_sums = detail::layer_norm_backward_rows(dy, x, mean, rstd, gamma, grads.dx);
   } else {
     param_sums = layer_norm_portable_backward(dy, x, mean, rstd, gamma, grads.dx);
   }

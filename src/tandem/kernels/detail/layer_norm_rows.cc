@@ -2,12 +2,12 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/row_blocks.h"
 
 namespace tandem::kernels::detail {
 namespace {
@@ -98,31 +98,22 @@ void layer_norm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
 }
 
 std::vector<double> layer_norm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                             const Tensor& rstd, const Tensor& gamma,
-                                             int64_t row_block, Tensor& dx) {
+                                             const Tensor& rstd, const Tensor& gamma, Tensor& dx) {
   const int64_t C = x.dim(-1), R = C == 0 ? 0 : x.numel() / C;
-  const int64_t blocks = (R + row_block - 1) / row_block;
-  std::vector<double> partial(static_cast<size_t>(blocks * 2 * C), 0.0);
   const float* g = gamma.data<float>();
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
+  std::vector<double> sums;
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     const T* gy = static_cast<const T*>(dy.raw_data());
     T* out = static_cast<T*>(dx.raw_data());
-    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        double* sums = partial.data() + blk * 2 * C;
-        backward_rows(xs, gy, out, C, g, mu, rs, sums, sums + C, blk * row_block,
-                      std::min(R, (blk + 1) * row_block));
-      }
+    sums = reduce_rows(R, 2 * C, [&](int64_t r, double* acc) {
+      backward_rows(xs, gy, out, C, g, mu, rs, acc, acc + C, r, r + 1);
     });
   });
-  std::vector<double> total(static_cast<size_t>(2 * C), 0.0);
-  for (int64_t blk = 0; blk < blocks; ++blk)
-    for (int64_t c = 0; c < 2 * C; ++c) total[c] += partial[blk * 2 * C + c];
-  return total;
+  return sums;
 }
 
 }  // namespace tandem::kernels::detail

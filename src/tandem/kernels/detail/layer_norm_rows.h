@@ -5,8 +5,7 @@
 // layer norms (width 256) took 8% of its bf16 step on an AMX Xeon. Same
 // arithmetic as the portable rows (two-pass statistics in float); the
 // backward computes dx and the rows' shares of dgamma and dbeta in one
-// pass, the shares summed in double per block of rows and the blocks in
-// order (independent of the thread count).
+// pass, summed as the portable rows' (row_blocks.h's reduce_rows).
 
 #include <cstdint>
 #include <vector>
@@ -24,7 +23,6 @@ void layer_norm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
 // Writes dx (allocated by the caller); returns dgamma's sums in [0, C) and
 // dbeta's in [C, 2C).
 std::vector<double> layer_norm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& mean,
-                                             const Tensor& rstd, const Tensor& gamma,
-                                             int64_t row_block, Tensor& dx);
+                                             const Tensor& rstd, const Tensor& gamma, Tensor& dx);
 
 }  // namespace tandem::kernels::detail
