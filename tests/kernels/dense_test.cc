@@ -66,10 +66,17 @@ TEST(Matmul, GeluEpilogueGivesTheSeparateOpsBits) {
       const Tensor separate =
           kernels::activate(form, kernels::matmul(a, b, bias, {.out_dtype = dtype}));
       EXPECT_EQ(to_doubles(fused), to_doubles(separate)) << dtype_name(dtype);
+      // Operands into an f32 output (bf16 operands: the product widened).
+      const Tensor fused_f32 = kernels::matmul(a, b, bias, {.activation = form});
+      const Tensor separate_f32 = kernels::activate(form, kernels::matmul(a, b, bias));
+      EXPECT_EQ(to_doubles(fused_f32), to_doubles(separate_f32)) << dtype_name(dtype) << " to f32";
       const Tensor conv_fused = kernels::conv2d_forward(x, w, {}, g, form, dtype);
       const Tensor conv_separate =
           kernels::activate(form, kernels::conv2d_forward(x, w, {}, g, {}, dtype));
       EXPECT_EQ(to_doubles(conv_fused), to_doubles(conv_separate)) << dtype_name(dtype);
+      EXPECT_EQ(to_doubles(kernels::conv2d_forward(x, w, {}, g, form, DType::f32)),
+                to_doubles(kernels::activate(form, kernels::conv2d_forward(x, w, {}, g))))
+          << dtype_name(dtype) << " convolution to f32";
     }
   }
 }

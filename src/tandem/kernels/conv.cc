@@ -167,7 +167,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
     return y;
   }
   // GELU as the separate op computes it (see gelu_follows_product).
-  if (x.dtype() == out_dtype && detail::gelu_follows_product(activation, out_dtype, x.device())) {
+  if (detail::gelu_follows_product(activation, x.dtype(), out_dtype, x.device())) {
     Tensor y = conv2d_forward(x, w, bias, g, Activation::none, out_dtype);
     detail::gelu_in_place(activation, y);
     return y;

@@ -93,11 +93,8 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     if (options.activation != Activation::none) out.copy_from(activate(options.activation, out));
     return;
   }
-  // GELU as the separate op computes it (see gelu_follows_product): after
-  // the product is rounded to the operands' dtype (f32 operands into a
-  // bf16 output take the widened path below, rounded once).
-  if (a.dtype() == out.dtype() &&
-      detail::gelu_follows_product(options.activation, out.dtype(), out.device())) {
+  // GELU as the separate op computes it (see gelu_follows_product).
+  if (detail::gelu_follows_product(options.activation, a.dtype(), out.dtype(), out.device())) {
     MatmulOptions product = options;
     product.activation = Activation::none;
     run_matmul(op, p, a, b, bias, out, product);

@@ -139,9 +139,12 @@ Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x) 
   return dx;
 }
 
-bool gelu_follows_product(Activation activation, DType dtype, Device device) {
+bool gelu_follows_product(Activation activation, DType operands, DType out, Device device) {
+  const bool floating = (operands == DType::f32 || operands == DType::bf16) &&
+                        (out == DType::f32 || out == DType::bf16);
+  const bool narrowed = operands == DType::f32 && out == DType::bf16;
   return (activation == Activation::gelu || activation == Activation::gelu_tanh) &&
-         device.kind == DeviceKind::cpu && (dtype == DType::f32 || dtype == DType::bf16);
+         device.kind == DeviceKind::cpu && floating && !narrowed;
 }
 
 void gelu_in_place(Activation form, Tensor& y) {

@@ -28,14 +28,15 @@ Tensor gelu_avx512(Activation form, const Tensor& x);
 Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x);
 
 // Whether a oneDNN product asked for `activation` as its epilogue (a
-// matmul or convolution writing `dtype` on `device`) applies it after the
-// product instead, with the separate op's kernel (these loops, or oneDNN's
-// eltwise without AVX-512): then a layer gives the same bits fused as
-// unfused (a recomputed forward runs fused where the recorded one did
-// not, and checkpointing promises the same gradients; oneDNN's GELU
-// epilogue rounds a bf16 output once where the separate op rounds the
-// product and then the GELU).
-bool gelu_follows_product(Activation activation, DType dtype, Device device);
+// matmul or convolution of `operands` writing `out` on `device`) applies
+// it after the product instead, with the separate op's kernel (these
+// loops, or oneDNN's eltwise without AVX-512): then a layer gives the same
+// bits fused as unfused (a recomputed forward runs fused where the
+// recorded one did not, and checkpointing promises the same gradients;
+// oneDNN's GELU epilogue rounds a bf16 output once where the separate op
+// rounds the product and then the GELU). Not for f32 operands into a bf16
+// output: that product is defined as rounded once, GELU included.
+bool gelu_follows_product(Activation activation, DType operands, DType out, Device device);
 // y = activate(form, y) with the separate op's kernel, in place on these
 // loops.
 void gelu_in_place(Activation form, Tensor& y);
