@@ -6,6 +6,7 @@
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/matmul.h"
+#include "tandem/kernels/normalization.h"
 #include "tandem/kernels/pool.h"
 #include "tandem/tensor/tensor.h"
 
@@ -42,6 +43,10 @@ void ConvBackwardWeights(benchmark::State& state, Shape x_shape, Shape w_shape, 
   const Tensor dy = random(kernels::conv2d_output_shape(x_shape, w_shape, g), dtype);
   Tensor dw = Tensor::empty(w_shape), db = Tensor::empty(Shape{w_shape[3]});
   for (auto _ : state) kernels::conv2d_backward_weights(x, dy, g, dw, &db);
+  const double flops = 2.0 * x_shape[0] * x_shape[1] * x_shape[2] * w_shape[0] * w_shape[1] *
+                       w_shape[2] * w_shape[3];
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void MaxPool(benchmark::State& state, Shape x_shape, DType dtype) {
@@ -78,10 +83,46 @@ BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_f32, Shape{128, 14, 14, 32}, Shape{
                   DType::f32);
 BENCHMARK_CAPTURE(ConvBackwardWeights, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::bf16);
+BENCHMARK_CAPTURE(ConvBackwardWeights, resnet16_f32, Shape{128, 28, 28, 16}, Shape{3, 3, 16, 16},
+                  DType::f32);
+BENCHMARK_CAPTURE(ConvBackwardWeights, resnet16_bf16, Shape{128, 28, 28, 16}, Shape{3, 3, 16, 16},
+                  DType::bf16);
+BENCHMARK_CAPTURE(ConvBackwardWeights, resnet64_bf16, Shape{128, 7, 7, 64}, Shape{3, 3, 64, 64},
+                  DType::bf16);
+BENCHMARK_CAPTURE(ConvForward, resnet16_bf16, Shape{128, 28, 28, 16}, Shape{3, 3, 16, 16},
+                  DType::bf16);
 BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
 BENCHMARK_CAPTURE(MaxPool, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
 BENCHMARK_CAPTURE(MaxPoolBackward, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
 BENCHMARK_CAPTURE(MaxPoolBackward, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
+// Batch norm with its fused ReLU on resnet's first stage (128 x 28 x 28 x
+// 16): memory-bound, so the counter is the bytes of x (and dy) per call.
+void BatchNormTrain(benchmark::State& state, DType dtype) {
+  const Tensor x = random(Shape{128, 28, 28, 16}, dtype);
+  const Tensor gamma = random(Shape{16}, DType::f32), beta = random(Shape{16}, DType::f32);
+  Tensor running_mean = Tensor::zeros(Shape{16}), running_var = Tensor::full(Shape{16}, 1.0f);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        kernels::batch_norm_train(x, gamma, beta, running_mean, running_var, 0.1f, 1e-5f, true));
+  }
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BatchNormBackward(benchmark::State& state, DType dtype) {
+  const Tensor x = random(Shape{128, 28, 28, 16}, dtype), dy = random(x.shape(), dtype);
+  const Tensor gamma = random(Shape{16}, DType::f32), beta = random(Shape{16}, DType::f32);
+  Tensor running_mean = Tensor::zeros(Shape{16}), running_var = Tensor::full(Shape{16}, 1.0f);
+  const kernels::BatchNormResult r =
+      kernels::batch_norm_train(x, gamma, beta, running_mean, running_var, 0.1f, 1e-5f, true);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        kernels::batch_norm_backward(dy, x, r.mean, r.variance, gamma, 1e-5f, r.relu_mask));
+  }
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // GELU over gpt's MLP hidden layer (16,384 tokens x 1,024): oneDNN's
 // eltwise took 14-26 ms per call here, 12% of gpt's bf16 step.
 void Gelu(benchmark::State& state, kernels::Activation form, DType dtype) {
@@ -101,6 +142,10 @@ void GeluBackward(benchmark::State& state, kernels::Activation form, DType dtype
 
 }  // namespace
 
+BENCHMARK_CAPTURE(BatchNormTrain, resnet16_f32, DType::f32);
+BENCHMARK_CAPTURE(BatchNormTrain, resnet16_bf16, DType::bf16);
+BENCHMARK_CAPTURE(BatchNormBackward, resnet16_f32, DType::f32);
+BENCHMARK_CAPTURE(BatchNormBackward, resnet16_bf16, DType::bf16);
 BENCHMARK_CAPTURE(Gelu, tanh_f32, kernels::Activation::gelu_tanh, DType::f32);
 BENCHMARK_CAPTURE(Gelu, tanh_bf16, kernels::Activation::gelu_tanh, DType::bf16);
 BENCHMARK_CAPTURE(Gelu, erf_f32, kernels::Activation::gelu, DType::f32);

@@ -285,6 +285,33 @@ TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
   }
 }
 
+// A mean far from zero against a small spread (1000 +- 0.01): statistics
+// from sums of x in f32 would lose the variance to cancellation. Rows not a
+// multiple of the kernels' blocks, 16 and 64 channels.
+TEST(Normalization, BatchNormStatisticsKeepTheirPrecisionFarFromZero) {
+  for (const Shape& shape : {Shape{3, 7, 11, 16}, Shape{2, 5, 5, 64}}) {
+    SCOPED_TRACE(shape.to_string());
+    const int64_t C = shape.dim(-1), R = shape.numel() / C;
+    const Tensor x = random_tensor(shape, 999.99, 1000.01, 49);
+    Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
+    const Tensor gamma = Tensor::full(Shape{C}, 1.0f), beta = Tensor::zeros(Shape{C});
+    const kernels::BatchNormResult r =
+        kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, true);
+    const std::vector<double> xs = to_doubles(x);
+    std::vector<double> mean(C, 0.0), var(C, 0.0);
+    for (size_t i = 0; i < xs.size(); ++i) mean[i % C] += xs[i] / static_cast<double>(R);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double d = xs[i] - mean[i % C];
+      var[i % C] += d * d / static_cast<double>(R);
+    }
+    const std::vector<double> got_mean = to_doubles(r.mean), got_var = to_doubles(r.variance);
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_NEAR(got_mean[c], mean[c], 1e-4) << c;
+      EXPECT_NEAR(got_var[c], var[c], 1e-3 * var[c]) << c;
+    }
+  }
+}
+
 TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
   // Channel counts that fill SIMD registers, and 4 and 3 that do not (the
   // fused ReLU's workspace is laid out by them).

@@ -37,10 +37,10 @@ NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const 
 // The same on tandem's AVX-512 row kernels (batch_norm_rows.cc), which
 // batch_norm_training and its backward use where they apply: f32 or bf16,
 // C a multiple of 16, an AVX-512 CPU. oneDNN 2.6's primitive ran resnet's
-// 16-channel batch norms at about 3 GB/s on an AMX Xeon. Statistics in two
-// passes (the mean, then the variance around it), summed in f32 over
-// blocks of rows and in double across blocks, whatever the thread count;
-// the ReLU mask is u8 per element.
+// 16-channel batch norms at about 3 GB/s on an AMX Xeon. Statistics in one
+// read of x: each block of rows' sum, mean and squares around that mean in
+// f32, combined across blocks in double, whatever the thread count; the
+// ReLU mask is a bit per element (u8, x.numel() / 8 bytes).
 bool batch_norm_rows_apply(const Tensor& x);
 BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                           float eps, bool relu);

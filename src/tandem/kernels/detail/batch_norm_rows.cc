@@ -19,35 +19,51 @@ int64_t block_rows(int64_t C) {
   return std::max<int64_t>(1, 512 / C);
 }
 
-// The ReLU mask's 16 bytes as a lane mask.
-TANDEM_AVX512 inline __mmask16 load_mask(const uint8_t* p) {
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_test_epi32_mask(bytes, bytes);
-}
-
-// sums[c] += x[r][c] (squares: += (x[r][c] - mean[c])^2) over `rows` rows.
+// Per block of rows, each channel's mean m (in f32, from the block's sum)
+// and the sums of d = x - m and of d^2, in one read of the block from
+// memory (the second loop finds it in L1). Out: m, sum d, sum d^2 (C each).
+// The deviations are small where the mean is large, so their sums keep
+// the precision that a sum of x (or x^2) in f32 would lose.
 template <typename T>
-TANDEM_AVX512 void channel_sums(const T* x, int64_t rows, int64_t C, const float* mean,
-                                float* sums) {
+TANDEM_AVX512 void block_moments(const T* x, int64_t rows, int64_t C, float* out) {
+  const __m512 count = _mm512_set1_ps(static_cast<float>(rows));
   for (int64_t c = 0; c < C; c += 16) {
-    __m512 acc = _mm512_loadu_ps(sums + c);
-    if (mean == nullptr) {
-      for (int64_t r = 0; r < rows; ++r) acc = _mm512_add_ps(acc, load16(x + r * C + c));
-    } else {
-      const __m512 m = _mm512_loadu_ps(mean + c);
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 d = _mm512_sub_ps(load16(x + r * C + c), m);
-        acc = _mm512_fmadd_ps(d, d, acc);
-      }
+    const T* column = x + c;
+    // Two chains of rows each, so the adds' latency does not bound the loops.
+    __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+    int64_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+      even = _mm512_add_ps(even, load16(column + r * C));
+      odd = _mm512_add_ps(odd, load16(column + (r + 1) * C));
     }
-    _mm512_storeu_ps(sums + c, acc);
+    if (r < rows) even = _mm512_add_ps(even, load16(column + r * C));
+    const __m512 m = _mm512_div_ps(_mm512_add_ps(even, odd), count);
+    __m512 d_even = _mm512_setzero_ps(), d_odd = _mm512_setzero_ps();
+    __m512 sq_even = _mm512_setzero_ps(), sq_odd = _mm512_setzero_ps();
+    for (r = 0; r + 1 < rows; r += 2) {
+      const __m512 d0 = _mm512_sub_ps(load16(column + r * C), m);
+      const __m512 d1 = _mm512_sub_ps(load16(column + (r + 1) * C), m);
+      d_even = _mm512_add_ps(d_even, d0);
+      d_odd = _mm512_add_ps(d_odd, d1);
+      sq_even = _mm512_fmadd_ps(d0, d0, sq_even);
+      sq_odd = _mm512_fmadd_ps(d1, d1, sq_odd);
+    }
+    if (r < rows) {
+      const __m512 d0 = _mm512_sub_ps(load16(column + r * C), m);
+      d_even = _mm512_add_ps(d_even, d0);
+      sq_even = _mm512_fmadd_ps(d0, d0, sq_even);
+    }
+    _mm512_storeu_ps(out + c, m);
+    _mm512_storeu_ps(out + C + c, _mm512_add_ps(d_even, d_odd));
+    _mm512_storeu_ps(out + 2 * C + c, _mm512_add_ps(sq_even, sq_odd));
   }
 }
 
-// y = x a + b; with mask: y = max(y, 0) and mask = 1 where y > 0.
+// y = x a + b; with mask: y = max(y, 0) and mask's bit set where y > 0
+// (one 16-bit word per 16 values, x's order).
 template <typename T>
 TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a, const float* b,
-                             T* y, uint8_t* mask) {
+                             T* y, uint16_t* mask) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; c += 16) {
       __m512 v =
@@ -55,8 +71,7 @@ TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a
       if (mask != nullptr) {
         const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
         v = _mm512_maskz_mov_ps(positive, v);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(mask + r * C + c),
-                         _mm512_cvtepi32_epi8(_mm512_maskz_set1_epi32(positive, 1)));
+        mask[(r * C + c) / 16] = positive;
       }
       store16(y + r * C + c, v);
     }
@@ -65,7 +80,7 @@ TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a
 
 // The backward's per-channel sums of g and g xhat, g = dy (masked).
 template <typename T>
-TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint8_t* mask, int64_t rows,
+TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint16_t* mask, int64_t rows,
                                  int64_t C, const float* mean, const float* rstd, float* sum_g,
                                  float* sum_gx) {
   for (int64_t c = 0; c < C; c += 16) {
@@ -73,7 +88,7 @@ TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint8_t* mask, i
     const __m512 m = _mm512_loadu_ps(mean + c), s = _mm512_loadu_ps(rstd + c);
     for (int64_t r = 0; r < rows; ++r) {
       __m512 g = load16(dy + r * C + c);
-      if (mask != nullptr) g = _mm512_maskz_mov_ps(load_mask(mask + r * C + c), g);
+      if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[(r * C + c) / 16], g);
       const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + r * C + c), m), s);
       g_acc = _mm512_add_ps(g_acc, g);
       gx_acc = _mm512_fmadd_ps(g, xhat, gx_acc);
@@ -85,14 +100,14 @@ TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint8_t* mask, i
 
 // dx = scale (g - mean_g - xhat mean_gx).
 template <typename T>
-TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint8_t* mask, int64_t rows,
+TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint16_t* mask, int64_t rows,
                                   int64_t C, const float* mean, const float* rstd,
                                   const float* scale, const float* mean_g, const float* mean_gx,
                                   T* dx) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; c += 16) {
       __m512 g = load16(dy + r * C + c);
-      if (mask != nullptr) g = _mm512_maskz_mov_ps(load_mask(mask + r * C + c), g);
+      if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[(r * C + c) / 16], g);
       const __m512 xhat =
           _mm512_mul_ps(_mm512_sub_ps(load16(x + r * C + c), _mm512_loadu_ps(mean + c)),
                         _mm512_loadu_ps(rstd + c));
@@ -134,6 +149,53 @@ void for_blocks(int64_t R, int64_t C, Body body) {
   });
 }
 
+struct Moments {
+  std::vector<float> mean, variance;  // biased
+};
+
+// Per-channel mean and variance from each block's m_b, sum of d and sum of
+// d^2 (add(r0, rows, out) writes them, 3 C floats), across blocks in
+// double, in block order: mean = sum over blocks of (rows_b m_b + sum d) / R,
+// and sum (x - mean)^2 = sum over blocks of sum d^2 + 2 (m_b - mean) sum d
+// + rows_b (m_b - mean)^2.
+template <typename Add>
+Moments moments(int64_t R, int64_t C, Add add) {
+  const int64_t per_block = block_rows(C);
+  const int64_t blocks = (R + per_block - 1) / per_block, width = 3 * C;
+  std::vector<float> partial(static_cast<size_t>(blocks * width));
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      add(b * per_block, std::min(per_block, R - b * per_block), partial.data() + b * width);
+  });
+  const auto rows_of = [&](int64_t b) {
+    return static_cast<double>(std::min(per_block, R - b * per_block));
+  };
+  std::vector<double> mean(static_cast<size_t>(C), 0.0), squares(static_cast<size_t>(C), 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* p = partial.data() + b * width;
+    for (int64_t c = 0; c < C; ++c) mean[c] += rows_of(b) * p[c] + p[C + c];
+  }
+  for (int64_t c = 0; c < C; ++c) mean[c] /= static_cast<double>(R);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* p = partial.data() + b * width;
+    for (int64_t c = 0; c < C; ++c) {
+      const double offset = p[c] - mean[c];
+      squares[c] += p[2 * C + c] + 2.0 * offset * p[C + c] + rows_of(b) * offset * offset;
+    }
+  }
+  Moments m{std::vector<float>(static_cast<size_t>(C)), std::vector<float>(static_cast<size_t>(C))};
+  for (int64_t c = 0; c < C; ++c) {
+    m.mean[c] = static_cast<float>(mean[c]);
+    m.variance[c] = static_cast<float>(std::max(0.0, squares[c] / static_cast<double>(R)));
+  }
+  return m;
+}
+
+// The bit mask's shape: one bit per value of x.
+Shape mask_shape(const Tensor& x) {
+  return Shape{x.numel() / 8};
+}
+
 Tensor channel_tensor(const std::vector<float>& values, const Tensor& like) {
   Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::f32, like.device());
   std::copy(values.begin(), values.end(), t.data<float>());
@@ -151,34 +213,27 @@ BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, 
                                           float eps, bool relu) {
   const int64_t C = x.dim(-1), R = x.numel() / C;
   BatchNormForward result{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor(),
-                          relu ? Tensor::empty(x.shape(), DType::u8, x.device()) : Tensor()};
+                          relu ? Tensor::empty(mask_shape(x), DType::u8, x.device()) : Tensor()};
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
-    const std::vector<double> sums = sum_blocks(R, C, C, [&](int64_t r0, int64_t rows, float* s) {
-      channel_sums(xs + r0 * C, rows, C, nullptr, s);
+    const Moments m = moments(R, C, [&](int64_t r0, int64_t rows, float* out) {
+      block_moments(xs + r0 * C, rows, C, out);
     });
-    std::vector<float> mean(static_cast<size_t>(C)), variance(static_cast<size_t>(C));
-    for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<float>(sums[c] / static_cast<double>(R));
-    const std::vector<double> squares =
-        sum_blocks(R, C, C, [&](int64_t r0, int64_t rows, float* s) {
-          channel_sums(xs + r0 * C, rows, C, mean.data(), s);
-        });
     std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) {
-      variance[c] = static_cast<float>(squares[c] / static_cast<double>(R));
       a[c] = static_cast<float>(gamma.data<float>()[c] /
-                                std::sqrt(static_cast<double>(variance[c]) + eps));
-      b[c] = beta.data<float>()[c] - mean[c] * a[c];
+                                std::sqrt(static_cast<double>(m.variance[c]) + eps));
+      b[c] = beta.data<float>()[c] - m.mean[c] * a[c];
     }
     T* ys = static_cast<T*>(result.y.raw_data());
-    uint8_t* mask = relu ? result.relu_mask.data<uint8_t>() : nullptr;
+    auto* mask = relu ? reinterpret_cast<uint16_t*>(result.relu_mask.raw_data()) : nullptr;
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
       normalize(xs + r0 * C, rows, C, a.data(), b.data(), ys + r0 * C,
-                mask == nullptr ? nullptr : mask + r0 * C);
+                mask == nullptr ? nullptr : mask + r0 * C / 16);
     });
-    result.mean = channel_tensor(mean, x);
-    result.variance = channel_tensor(variance, x);
+    result.mean = channel_tensor(m.mean, x);
+    result.variance = channel_tensor(m.variance, x);
   });
   return result;
 }
@@ -187,14 +242,17 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
                                    const Tensor& variance, const Tensor& gamma, float eps,
                                    const Tensor& relu_mask) {
   const int64_t C = x.dim(-1), R = x.numel() / C;
-  if (relu_mask.defined() && (relu_mask.dtype() != DType::u8 || relu_mask.shape() != x.shape())) {
-    TANDEM_THROW(ShapeError, "batch_norm_backward: the ReLU mask must be u8 of x's shape ",
-                 x.shape().to_string(), " (from batch_norm_train), got ", relu_mask.to_string());
+  if (relu_mask.defined() &&
+      (relu_mask.dtype() != DType::u8 || relu_mask.shape() != mask_shape(x))) {
+    TANDEM_THROW(ShapeError, "batch_norm_backward: the ReLU mask must be u8 ",
+                 mask_shape(x).to_string(), ", a bit per value of x ", x.shape().to_string(),
+                 " (from batch_norm_train), got ", relu_mask.to_string());
   }
   const Tensor rstd_values = inverse_std(variance, eps);
   const float* rstd = rstd_values.data<float>();
   const float* mu = mean.data<float>();
-  const uint8_t* mask = relu_mask.defined() ? relu_mask.data<uint8_t>() : nullptr;
+  const auto* mask =
+      relu_mask.defined() ? reinterpret_cast<const uint16_t*>(relu_mask.raw_data()) : nullptr;
   NormGrads grads{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor()};
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -202,8 +260,8 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
     const T* gs = static_cast<const T*>(dy.raw_data());
     const std::vector<double> sums =
         sum_blocks(R, C, 2 * C, [&](int64_t r0, int64_t rows, float* s) {
-          gradient_sums(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C, rows,
-                        C, mu, rstd, s, s + C);
+          gradient_sums(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16,
+                        rows, C, mu, rstd, s, s + C);
         });
     std::vector<float> dgamma(static_cast<size_t>(C)), dbeta(static_cast<size_t>(C));
     std::vector<float> scale(static_cast<size_t>(C)), mean_g(static_cast<size_t>(C)),
@@ -217,8 +275,8 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
     }
     T* dxs = static_cast<T*>(grads.dx.raw_data());
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
-      input_gradient(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C, rows, C,
-                     mu, rstd, scale.data(), mean_g.data(), mean_gx.data(), dxs + r0 * C);
+      input_gradient(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16, rows,
+                     C, mu, rstd, scale.data(), mean_g.data(), mean_gx.data(), dxs + r0 * C);
     });
     grads.dgamma = channel_tensor(dgamma, x);
     grads.dbeta = channel_tensor(dbeta, x);
