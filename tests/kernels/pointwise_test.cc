@@ -15,6 +15,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/fast_exp.h"
 #include "tandem/kernels/dropout.h"
@@ -152,21 +153,28 @@ TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
   }
 }
 
-// TANDEM_MAX_CPU_ISA: avx2 turns tandem's AVX-512 kernels off, avx512 or
-// nothing leaves them to the CPU, anything else is refused by name.
+// TANDEM_MAX_CPU_ISA: avx2 turns tandem's AVX-512 kernels off, avx512 its
+// AMX kernels, amx or nothing leaves them to the CPU, anything else is
+// refused by name.
 TEST(CpuIsa, TheCapIsReadAndABadValueIsRefused) {
   const char* before = std::getenv("TANDEM_MAX_CPU_ISA");
   const std::string saved = before == nullptr ? "" : before;
   ::setenv("TANDEM_MAX_CPU_ISA", "avx2", 1);
   EXPECT_FALSE(kernels::detail::avx512_allowed());
+  EXPECT_FALSE(kernels::detail::amx_allowed());
   ::setenv("TANDEM_MAX_CPU_ISA", "avx512", 1);
   EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_FALSE(kernels::detail::amx_allowed());
+  ::setenv("TANDEM_MAX_CPU_ISA", "amx", 1);
+  EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_TRUE(kernels::detail::amx_allowed());
   ::setenv("TANDEM_MAX_CPU_ISA", "sse", 1);
   testing::expect_contains(
       testing::error_message<InvalidArgument>([] { kernels::detail::avx512_allowed(); }),
-      "TANDEM_MAX_CPU_ISA must be avx2 or avx512, got \"sse\"");
+      "TANDEM_MAX_CPU_ISA must be avx2, avx512 or amx, got \"sse\"");
   ::unsetenv("TANDEM_MAX_CPU_ISA");
   EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_TRUE(kernels::detail::amx_allowed());
   if (before != nullptr) ::setenv("TANDEM_MAX_CPU_ISA", saved.c_str(), 1);
 }
 

@@ -1,21 +1,55 @@
 // TANDEM_MAX_CPU_ISA caps the instruction set of tandem's own kernels as
 // ONEDNN_MAX_CPU_ISA caps oneDNN's: "avx2" runs their portable loops on an
 // AVX-512 CPU (to compare the two, or to test the loops a CPU without
-// AVX-512 would run: CTest's kernels.portable_loops); "avx512", or the
-// variable unset, uses what the CPU has.
+// AVX-512 would run: CTest's kernels.portable_loops), "avx512" their
+// AVX-512 kernels without the AMX tiles; "amx", or the variable unset, uses
+// what the CPU has.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string_view>
 
+#include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
 
 namespace tandem::kernels::detail {
+namespace {
+
+enum class IsaCap { avx2, avx512, amx };
+
+IsaCap isa_cap() {
+  const char* cap = std::getenv("TANDEM_MAX_CPU_ISA");
+  if (cap == nullptr || std::string_view(cap) == "amx") return IsaCap::amx;
+  if (std::string_view(cap) == "avx512") return IsaCap::avx512;
+  if (std::string_view(cap) == "avx2") return IsaCap::avx2;
+  TANDEM_THROW(InvalidArgument, "TANDEM_MAX_CPU_ISA must be avx2, avx512 or amx, got \"", cap,
+               "\"");
+}
+
+// Linux hands a process the AMX tile registers' state only when asked
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, kernel 5.16+);
+// oneDNN asks too, the grant is the process's.
+bool os_grants_amx_tiles() {
+  constexpr int kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
 
 bool avx512_allowed() {
-  const char* cap = std::getenv("TANDEM_MAX_CPU_ISA");
-  if (cap == nullptr || std::string_view(cap) == "avx512") return true;
-  if (std::string_view(cap) == "avx2") return false;
-  TANDEM_THROW(InvalidArgument, "TANDEM_MAX_CPU_ISA must be avx2 or avx512, got \"", cap, "\"");
+  return isa_cap() != IsaCap::avx2;
+}
+
+bool amx_allowed() {
+  return isa_cap() == IsaCap::amx;
+}
+
+bool amx_bf16_usable() {
+  return amx_allowed() && has_avx512f() && cpu_info().has("amx_tile") &&
+         cpu_info().has("amx_bf16") && cpu_info().has("avx512bw") && os_grants_amx_tiles();
 }
 
 }  // namespace tandem::kernels::detail

@@ -1,0 +1,331 @@
+#include "tandem/kernels/detail/amx_conv_weights.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/amx.h"
+#include "tandem/tensor/tensor.h"
+
+#define TANDEM_AMX __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
+
+namespace tandem::kernels::detail {
+namespace {
+
+// Accumulator tiles per pass over the data: tiles 0-3 accumulate, 4 holds
+// dy's tile, 5-7 take turns holding x's (a load need not wait for the
+// product still reading the previous one).
+constexpr int kAccumulators = 4;
+// Pairs of images reformatted at a time: about 1 MiB, so the passes over
+// them (one per group of accumulators) read L2.
+constexpr int64_t kChunkBytes = 1 << 20;
+
+// The sizes in the padded plane (see the header).
+struct Plan {
+  int64_t N, H, W, C, O, KH, KW, pad_h, pad_w;
+  int64_t w_pad, OH, OW;
+  int64_t positions;  // OH * w_pad output positions, ow >= OW ones zero
+  int64_t tiles;      // of 16 positions
+  int64_t plane;      // x's positions per pair, zero past the image
+  int64_t pairs;      // of images, the last one alone when N is odd
+
+  int64_t taps() const { return KH * KW; }
+  int64_t shift(int64_t tap) const { return (tap / KW) * w_pad + tap % KW; }
+  // uint16 per pair: x as (position, c, image), dy as tiles of (o, position, image).
+  int64_t x_elements() const { return plane * C * 2; }
+  int64_t dy_elements() const { return tiles * 16 * O * 2; }
+};
+
+Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
+  Plan p{};
+  p.N = x[0], p.H = x[1], p.W = x[2], p.C = x[3];
+  p.KH = w[0], p.KW = w[1], p.O = w[3];
+  p.pad_h = g.pad_h, p.pad_w = g.pad_w;
+  p.w_pad = p.W + 2 * p.pad_w;
+  p.OH = p.H + 2 * p.pad_h - p.KH + 1;
+  p.OW = p.w_pad - p.KW + 1;
+  p.positions = p.OH * p.w_pad;
+  p.tiles = (p.positions + 15) / 16;
+  p.plane = std::max((p.H + 2 * p.pad_h) * p.w_pad, p.tiles * 16 + p.shift(p.taps() - 1));
+  p.pairs = (p.N + 1) / 2;
+  return p;
+}
+
+// 16 bf16 of a and 16 of b as 16 (a, b) pairs: a0 b0 a1 b1 ...
+TANDEM_AMX inline __m512i interleave(__m256i a, __m256i b) {
+  alignas(64) static constexpr std::array<uint16_t, 32> kOrder = [] {
+    std::array<uint16_t, 32> order{};
+    for (uint16_t i = 0; i < 32; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
+    return order;
+  }();
+  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), _mm512_load_si512(kOrder.data()),
+                                   _mm512_castsi256_si512(b));
+}
+
+TANDEM_AMX inline __m256i load_or_zero(const uint16_t* p) {
+  return p == nullptr ? _mm256_setzero_si256()
+                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+TANDEM_AMX void zero_positions(uint16_t* out, int64_t from, int64_t to) {
+  for (int64_t i = from; i < to; i += 32) _mm512_storeu_si512(out + i, _mm512_setzero_si512());
+}
+
+// x of images x0 and x1 (null: a zero image) into the pair's plane: each
+// position's C channels as (x0, x1) pairs, zero at padding positions.
+TANDEM_AMX void interleave_inputs(const Plan& P, const uint16_t* x0, const uint16_t* x1,
+                                  uint16_t* out) {
+  const int64_t row = P.C * 2;  // uint16 per position
+  const auto zero = [&](int64_t from, int64_t to) { zero_positions(out, from * row, to * row); };
+  // The rows above, each row's padding on both sides, the rows below and the tail.
+  zero(0, P.pad_h * P.w_pad + P.pad_w);
+  for (int64_t h = 0; h < P.H; ++h) {
+    uint16_t* to = out + ((h + P.pad_h) * P.w_pad + P.pad_w) * row;
+    const int64_t from = h * P.W * P.C;
+    for (int64_t i = 0; i < P.W * P.C; i += 16) {
+      const __m512i v =
+          interleave(load_or_zero(x0 + from + i), load_or_zero(x1 ? x1 + from + i : nullptr));
+      _mm512_storeu_si512(to + 2 * i, v);
+    }
+    const int64_t end = (h + P.pad_h) * P.w_pad + P.pad_w + P.W;
+    zero(end, h + 1 < P.H ? end + 2 * P.pad_w : P.plane);
+  }
+}
+
+// Transposes 16 rows of 16 32-bit values in place: r[m][j] <- r[j][m].
+TANDEM_AMX inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + k], lane l: column 4l + k of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // Row 4l + k gathers lane l of r[k], r[4 + k], r[8 + k], r[12 + k].
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xEE);
+    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+TANDEM_AMX inline __m512 widen(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+}
+
+// dy of images d0 and d1 (null: a zero image) as tiles: for each 16
+// positions and 16 channels o, 16 rows o of 16 (d0, d1) pairs, zero at
+// positions past a row (ow >= OW) or the plane. bias (O floats, or null)
+// gains the pair's dy summed over positions.
+TANDEM_AMX void transpose_gradients(const Plan& P, const uint16_t* d0, const uint16_t* d1,
+                                    uint16_t* out, float* bias) {
+  const int64_t blocks = P.O / 16;
+  for (int64_t t = 0; t < P.tiles; ++t) {
+    for (int64_t ob = 0; ob < blocks; ++ob) {
+      __m512i rows[16];
+      __m512 sum = _mm512_setzero_ps();
+      int64_t oh = 16 * t / P.w_pad, ow = 16 * t % P.w_pad;
+      for (int64_t j = 0; j < 16; ++j, ++ow) {
+        if (ow == P.w_pad) ow = 0, ++oh;
+        if (oh >= P.OH || ow >= P.OW) {
+          rows[j] = _mm512_setzero_si512();
+          continue;
+        }
+        const int64_t at = (oh * P.OW + ow) * P.O + 16 * ob;
+        const __m256i a = load_or_zero(d0 + at), b = load_or_zero(d1 ? d1 + at : nullptr);
+        rows[j] = interleave(a, b);
+        if (bias != nullptr) sum = _mm512_add_ps(sum, _mm512_add_ps(widen(a), widen(b)));
+      }
+      transpose16(rows);
+      uint16_t* tile = out + (t * blocks + ob) * 512;
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tile + 32 * i, rows[i]);
+      if (bias != nullptr)
+        _mm512_storeu_ps(bias + 16 * ob, _mm512_add_ps(_mm512_loadu_ps(bias + 16 * ob), sum));
+    }
+  }
+}
+
+// The tiles' configuration: 8 tiles of 16 rows of 64 bytes. A constant in
+// memory: GCC 12 takes ldtilecfg for a read of its first byte only and
+// dropped the stores of a configuration built on the stack.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+constexpr TileConfig kTileConfig{};
+
+// Loads the configuration on this thread for its lifetime, then releases
+// the tiles (their state is per thread).
+class TileScope {
+ public:
+  TANDEM_AMX TileScope() { _tile_loadconfig(&kTileConfig); }
+  TANDEM_AMX ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// One pass over a chunk of pairs: up to kAccumulators (tap, c block) tiles
+// for one block of o, each reading dy's tile and x's tile at its shift.
+struct Group {
+  int64_t ob = 0;
+  int count = 0;
+  std::array<int64_t, kAccumulators> x_offset{};  // uint16, from a tile's first position
+  std::array<float*, kAccumulators> accumulator{};
+};
+
+#define TANDEM_AMX_PRODUCT(i, b)                      \
+  if constexpr (N > i) {                              \
+    _tile_loadd(b, x_tile + g.x_offset[i], x_stride); \
+    _tile_dpbf16ps(i, 4, b);                          \
+  }
+#define TANDEM_AMX_ACCUMULATOR(op, i) \
+  if constexpr (N > i) op(i, g.accumulator[i], 64)
+
+template <int N>
+TANDEM_AMX void run_group(const Plan& P, const Group& g, const uint16_t* xs, const uint16_t* dys,
+                          int64_t pairs) {
+  TANDEM_AMX_ACCUMULATOR(_tile_loadd, 0);
+  TANDEM_AMX_ACCUMULATOR(_tile_loadd, 1);
+  TANDEM_AMX_ACCUMULATOR(_tile_loadd, 2);
+  TANDEM_AMX_ACCUMULATOR(_tile_loadd, 3);
+  const int64_t x_stride = P.C * 4, blocks = P.O / 16;
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const uint16_t* x_pair = xs + pair * P.x_elements();
+    const uint16_t* dy_tiles = dys + pair * P.dy_elements() + g.ob * 512;
+    for (int64_t t = 0; t < P.tiles; ++t) {
+      _tile_loadd(4, dy_tiles + t * blocks * 512, 64);
+      const uint16_t* x_tile = x_pair + 16 * t * P.C * 2;
+      TANDEM_AMX_PRODUCT(0, 5);
+      TANDEM_AMX_PRODUCT(1, 6);
+      TANDEM_AMX_PRODUCT(2, 7);
+      TANDEM_AMX_PRODUCT(3, 5);
+    }
+  }
+  TANDEM_AMX_ACCUMULATOR(_tile_stored, 0);
+  TANDEM_AMX_ACCUMULATOR(_tile_stored, 1);
+  TANDEM_AMX_ACCUMULATOR(_tile_stored, 2);
+  TANDEM_AMX_ACCUMULATOR(_tile_stored, 3);
+}
+
+#undef TANDEM_AMX_PRODUCT
+#undef TANDEM_AMX_ACCUMULATOR
+
+void run(const Plan& P, const Group& g, const uint16_t* xs, const uint16_t* dys, int64_t pairs) {
+  switch (g.count) {
+    case 1:
+      return run_group<1>(P, g, xs, dys, pairs);
+    case 2:
+      return run_group<2>(P, g, xs, dys, pairs);
+    case 3:
+      return run_group<3>(P, g, xs, dys, pairs);
+    default:
+      return run_group<4>(P, g, xs, dys, pairs);
+  }
+}
+
+// Accumulator tiles in (ob, tap, cb) order, each 16 o rows of 16 c; for
+// each block of o, its taps x c blocks split into groups of about equal size.
+std::vector<Group> groups_of(const Plan& P, float* accumulators) {
+  const int64_t cblocks = P.C / 16, per_o = P.taps() * cblocks;
+  const int64_t count = (per_o + kAccumulators - 1) / kAccumulators;
+  std::vector<Group> groups;
+  for (int64_t ob = 0; ob < P.O / 16; ++ob) {
+    for (int64_t k = 0; k < count; ++k) {
+      Group g;
+      g.ob = ob;
+      for (int64_t i = k * per_o / count; i < (k + 1) * per_o / count; ++i) {
+        const int64_t tap = i / cblocks, cb = i % cblocks;
+        g.x_offset[g.count] = (P.shift(tap) * P.C + 16 * cb) * 2;
+        g.accumulator[g.count] = accumulators + (ob * per_o + i) * 256;
+        ++g.count;
+      }
+      groups.push_back(g);
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+bool amx_conv_weights_applies(const Tensor& x, const Tensor& dy, const Shape& w,
+                              const Conv2dGeometry& g) {
+  return x.dtype() == DType::bf16 && dy.dtype() == DType::bf16 && g.stride_h == 1 &&
+         g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && w[2] % 16 == 0 &&
+         w[3] % 16 == 0 && x.numel() > 0 && dy.numel() > 0 && has_amx_bf16();
+}
+
+void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
+                               Tensor& dw, Tensor* db) {
+  const Plan P = plan_of(x.shape(), dw.shape(), geometry);
+  const int64_t pair_bytes = (P.x_elements() + P.dy_elements()) * 2;
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs);
+  MemoryCategoryScope workspace(MemoryCategory::workspace);
+  Tensor x_pairs = Tensor::empty(Shape{chunk * P.x_elements()}, DType::bf16, x.device());
+  Tensor dy_pairs = Tensor::empty(Shape{chunk * P.dy_elements()}, DType::bf16, x.device());
+  Tensor accumulator_tiles = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, x.device());
+  std::vector<float> bias_sums(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f);
+  auto* xs = static_cast<uint16_t*>(x_pairs.raw_data());
+  auto* dys = static_cast<uint16_t*>(dy_pairs.raw_data());
+  float* accumulators = accumulator_tiles.data<float>();
+  const std::vector<Group> groups = groups_of(P, accumulators);
+  const auto* x_images = static_cast<const uint16_t*>(x.raw_data());
+  const auto* dy_images = static_cast<const uint16_t*>(dy.raw_data());
+  const int64_t x_image = P.H * P.W * P.C, dy_image = P.OH * P.OW * P.O;
+  for (int64_t first = 0; first < P.pairs; first += chunk) {
+    const int64_t pairs = std::min(chunk, P.pairs - first);
+    parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t n = 2 * (first + p);
+        const bool alone = n + 1 >= P.N;
+        interleave_inputs(P, x_images + n * x_image, alone ? nullptr : x_images + (n + 1) * x_image,
+                          xs + p * P.x_elements());
+        transpose_gradients(P, dy_images + n * dy_image,
+                            alone ? nullptr : dy_images + (n + 1) * dy_image,
+                            dys + p * P.dy_elements(),
+                            db != nullptr ? bias_sums.data() + (first + p) * P.O : nullptr);
+      }
+    });
+    parallel_for(static_cast<int64_t>(groups.size()), 1, [&](int64_t g0, int64_t g1) {
+      const TileScope tiles;
+      for (int64_t g = g0; g < g1; ++g) run(P, groups[g], xs, dys, pairs);
+    });
+  }
+  float* w = dw.data<float>();
+  const int64_t cblocks = P.C / 16;
+  for (int64_t ob = 0; ob < P.O / 16; ++ob)
+    for (int64_t tap = 0; tap < P.taps(); ++tap)
+      for (int64_t cb = 0; cb < cblocks; ++cb) {
+        const float* tile = accumulators + ((ob * P.taps() + tap) * cblocks + cb) * 256;
+        for (int64_t o = 0; o < 16; ++o)
+          for (int64_t c = 0; c < 16; ++c)
+            w[(tap * P.C + 16 * cb + c) * P.O + 16 * ob + o] = tile[o * 16 + c];
+      }
+  if (db != nullptr) {
+    float* b = db->data<float>();
+    for (int64_t o = 0; o < P.O; ++o) {
+      double total = 0.0;
+      for (int64_t p = 0; p < P.pairs; ++p) total += bias_sums[p * P.O + o];
+      b[o] = static_cast<float>(total);
+    }
+  }
+}
+
+}  // namespace tandem::kernels::detail

@@ -1,0 +1,114 @@
+// The AMX weight gradient (kernels/detail/amx_conv_weights) against a
+// double-precision sum over the same bf16 values, on shapes that reach each
+// of its edges: a lone last image, padding, positions past a row, several
+// chunks of image pairs, groups of accumulators of every size, a bias.
+// Skipped on CPUs without AMX (the op table's convolutions run oneDNN
+// there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "support/gradcheck.h"
+#include "support/reference.h"
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/conv.h"
+#include "tandem/kernels/detail/amx.h"
+#include "tandem/kernels/detail/amx_conv_weights.h"
+
+namespace tandem {
+namespace {
+
+using testing::random_tensor;
+using testing::to_doubles;
+
+struct Case {
+  Shape x, w;
+  int64_t pad;
+};
+
+// dw and db in double, and each dw's sum of |products| (the bound's scale).
+struct Reference {
+  std::vector<double> dw, magnitude, db;
+};
+
+Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t pad) {
+  const std::vector<double> xs = to_doubles(x), ds = to_doubles(dy);
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  const int64_t OH = dy.dim(1), OW = dy.dim(2), KH = w[0], KW = w[1], O = w[3];
+  Reference r{std::vector<double>(w.numel()), std::vector<double>(w.numel()),
+              std::vector<double>(O)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow)
+        for (int64_t o = 0; o < O; ++o) {
+          const double g = ds[((n * OH + oh) * OW + ow) * O + o];
+          r.db[o] += g;
+          for (int64_t kh = 0; kh < KH; ++kh)
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t h = oh + kh - pad, col = ow + kw - pad;
+              if (h < 0 || h >= H || col < 0 || col >= W) continue;
+              for (int64_t c = 0; c < C; ++c) {
+                const double p = xs[((n * H + h) * W + col) * C + c] * g;
+                const int64_t at = ((kh * KW + kw) * C + c) * O + o;
+                r.dw[at] += p;
+                r.magnitude[at] += std::abs(p);
+              }
+            }
+        }
+  return r;
+}
+
+TEST(AmxConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
+  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  const std::vector<Case> cases = {
+      {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},     // a lone third image, W = 5
+      {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},     // C > O: 18 accumulators per o block
+      {Shape{2, 4, 4, 16}, Shape{3, 3, 16, 48}, 0},     // no padding, three o blocks
+      {Shape{4, 3, 11, 16}, Shape{1, 1, 16, 32}, 0},    // 1x1
+      {Shape{2, 8, 8, 16}, Shape{5, 5, 16, 16}, 2},     // 25 taps
+      {Shape{40, 28, 28, 16}, Shape{3, 3, 16, 16}, 1},  // resnet's first stage, several chunks
+      {Shape{5, 7, 7, 64}, Shape{3, 3, 64, 64}, 1},     // its last
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.x.to_string() + " " + c.w.to_string());
+    const kernels::Conv2dGeometry g{.pad_h = c.pad, .pad_w = c.pad};
+    const Tensor x = random_tensor(c.x, -2, 2, 71).to(DType::bf16);
+    const Tensor dy =
+        random_tensor(kernels::conv2d_output_shape(c.x, c.w, g), -1, 1, 72).to(DType::bf16);
+    ASSERT_TRUE(kernels::detail::amx_conv_weights_applies(x, dy, c.w, g));
+    Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
+    kernels::conv2d_backward_weights(x, dy, g, dw, &db);
+    const Reference r = reference(x, dy, c.w, c.pad);
+    const std::vector<double> got = to_doubles(dw), got_db = to_doubles(db);
+    // f32 sums of exact bf16 products: a few units of f32 rounding per
+    // sqrt(term) of the sum of magnitudes; an index error is of order 1.
+    const double terms = static_cast<double>(dy.numel() / c.w[3]);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], r.dw[i], 4.0 * std::sqrt(terms) * 6e-8 * r.magnitude[i] + 1e-30) << i;
+    }
+    for (size_t o = 0; o < got_db.size(); ++o) ASSERT_NEAR(got_db[o], r.db[o], 1e-4) << o;
+  }
+}
+
+TEST(AmxConvWeights, TheThreadCountDoesNotChangeTheBits) {
+  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  const Shape xs{9, 14, 14, 32}, ws{3, 3, 32, 32};
+  const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
+  const Tensor x = random_tensor(xs, -2, 2, 73).to(DType::bf16);
+  const Tensor dy =
+      random_tensor(kernels::conv2d_output_shape(xs, ws, g), -1, 1, 74).to(DType::bf16);
+  std::vector<float> by_threads[2];
+  for (int threads = 1; threads <= 2; ++threads) {
+    NumThreadsScope scope(threads);
+    Tensor dw = Tensor::empty(ws), db = Tensor::empty(Shape{ws[3]});
+    kernels::conv2d_backward_weights(x, dy, g, dw, &db);
+    by_threads[threads - 1] = dw.to_floats();
+    const std::vector<float> bias = db.to_floats();
+    by_threads[threads - 1].insert(by_threads[threads - 1].end(), bias.begin(), bias.end());
+  }
+  EXPECT_EQ(by_threads[0], by_threads[1]);
+}
+
+}  // namespace
+}  // namespace tandem
