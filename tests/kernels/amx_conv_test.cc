@@ -1,7 +1,8 @@
 // The AMX weight gradient (kernels/detail/amx_conv_weights) against a
 // double-precision sum over the same bf16 values, on shapes that reach each
 // of its edges: a lone last image, padding, positions past a row, several
-// chunks of image pairs, groups of accumulators of every size, a bias.
+// chunks of image pairs, groups of accumulators of every size, a bias,
+// stride 2's phases.
 // Skipped on CPUs without AMX (the op table's convolutions run oneDNN
 // there).
 #include <gtest/gtest.h>
@@ -24,7 +25,7 @@ using testing::to_doubles;
 
 struct Case {
   Shape x, w;
-  int64_t pad;
+  int64_t pad, stride = 1;
 };
 
 // dw and db in double, and each dw's sum of |products| (the bound's scale).
@@ -32,7 +33,8 @@ struct Reference {
   std::vector<double> dw, magnitude, db;
 };
 
-Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t pad) {
+Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t pad,
+                    int64_t stride) {
   const std::vector<double> xs = to_doubles(x), ds = to_doubles(dy);
   const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
   const int64_t OH = dy.dim(1), OW = dy.dim(2), KH = w[0], KW = w[1], O = w[3];
@@ -46,7 +48,7 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
           r.db[o] += g;
           for (int64_t kh = 0; kh < KH; ++kh)
             for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t h = oh + kh - pad, col = ow + kw - pad;
+              const int64_t h = oh * stride + kh - pad, col = ow * stride + kw - pad;
               if (h < 0 || h >= H || col < 0 || col >= W) continue;
               for (int64_t c = 0; c < C; ++c) {
                 const double p = xs[((n * H + h) * W + col) * C + c] * g;
@@ -62,24 +64,30 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
 TEST(AmxConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
   if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
   const std::vector<Case> cases = {
-      {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},     // a lone third image, W = 5
-      {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},     // C > O: 18 accumulators per o block
-      {Shape{2, 4, 4, 16}, Shape{3, 3, 16, 48}, 0},     // no padding, three o blocks
-      {Shape{4, 3, 11, 16}, Shape{1, 1, 16, 32}, 0},    // 1x1
-      {Shape{2, 8, 8, 16}, Shape{5, 5, 16, 16}, 2},     // 25 taps
-      {Shape{40, 28, 28, 16}, Shape{3, 3, 16, 16}, 1},  // resnet's first stage, several chunks
-      {Shape{5, 7, 7, 64}, Shape{3, 3, 64, 64}, 1},     // its last
+      {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},       // a lone third image, W = 5
+      {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},       // C > O: 18 accumulators per o block
+      {Shape{2, 4, 4, 16}, Shape{3, 3, 16, 48}, 0},       // no padding, three o blocks
+      {Shape{4, 3, 11, 16}, Shape{1, 1, 16, 32}, 0},      // 1x1
+      {Shape{2, 8, 8, 16}, Shape{5, 5, 16, 16}, 2},       // 25 taps
+      {Shape{40, 28, 28, 16}, Shape{3, 3, 16, 16}, 1},    // resnet's first stage, several chunks
+      {Shape{5, 7, 7, 64}, Shape{3, 3, 64, 64}, 1},       // its last
+      {Shape{3, 28, 28, 16}, Shape{3, 3, 16, 32}, 1, 2},  // stride 2: its downsampling
+      {Shape{3, 28, 28, 16}, Shape{1, 1, 16, 32}, 0, 2},  // and its shortcut (one phase)
+      {Shape{2, 7, 9, 32}, Shape{3, 3, 32, 16}, 1, 2},    // odd sizes
+      {Shape{2, 8, 10, 16}, Shape{3, 3, 16, 16}, 0, 2},   // unpadded
+      {Shape{2, 9, 9, 16}, Shape{2, 2, 16, 16}, 0, 2},    // an even kernel: two phases
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.x.to_string() + " " + c.w.to_string());
-    const kernels::Conv2dGeometry g{.pad_h = c.pad, .pad_w = c.pad};
+    const kernels::Conv2dGeometry g{
+        .stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
     const Tensor x = random_tensor(c.x, -2, 2, 71).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(c.x, c.w, g), -1, 1, 72).to(DType::bf16);
     ASSERT_TRUE(kernels::detail::amx_conv_weights_applies(x, dy, c.w, g));
     Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
     kernels::conv2d_backward_weights(x, dy, g, dw, &db);
-    const Reference r = reference(x, dy, c.w, c.pad);
+    const Reference r = reference(x, dy, c.w, c.pad, c.stride);
     const std::vector<double> got = to_doubles(dw), got_db = to_doubles(db);
     // f32 sums of exact bf16 products: a few units of f32 rounding per
     // sqrt(term) of the sum of magnitudes; an index error is of order 1.

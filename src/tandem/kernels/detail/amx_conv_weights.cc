@@ -24,19 +24,34 @@ constexpr int kAccumulators = 4;
 // them (one per group of accumulators) read L2.
 constexpr int64_t kChunkBytes = 1 << 20;
 
-// The sizes in the padded plane (see the header).
+// The sizes in the padded planes (see the header). At stride 2 the padded
+// input splits into phases, its rows and columns of each parity: tap
+// (kh, kw) reads phase (kh % 2, kw % 2) at (oh + kh / 2, ow + kw / 2), so
+// each tap is again one plane shifted by a constant. Only the phases some
+// tap reads are built (a 1x1 kernel reads one).
 struct Plan {
-  int64_t N, H, W, C, O, KH, KW, pad_h, pad_w;
-  int64_t w_pad, OH, OW;
-  int64_t positions;  // OH * w_pad output positions, ow >= OW ones zero
+  int64_t N, H, W, C, O, KH, KW, pad_h, pad_w, stride_h, stride_w;
+  int64_t row;   // positions per row of a phase's plane
+  int64_t rows;  // rows of a phase's plane
+  int64_t OH, OW;
+  int64_t positions;  // OH * row output positions, ow >= OW ones zero
   int64_t tiles;      // of 16 positions
-  int64_t plane;      // x's positions per pair, zero past the image
+  int64_t plane;      // positions per phase, zero past the image
   int64_t pairs;      // of images, the last one alone when N is odd
+  std::array<int64_t, 4> phase_slot{-1, -1, -1, -1};  // phase (a, b) at 2a + b: its plane
+  int64_t phases = 0;
 
   int64_t taps() const { return KH * KW; }
-  int64_t shift(int64_t tap) const { return (tap / KW) * w_pad + tap % KW; }
+  int64_t phase_of(int64_t tap) const {
+    return 2 * ((tap / KW) % stride_h) + (tap % KW) % stride_w;
+  }
+  // A tap's first position: its phase's plane, shifted.
+  int64_t shift(int64_t tap) const {
+    const int64_t kh = tap / KW, kw = tap % KW;
+    return phase_slot[phase_of(tap)] * plane + (kh / stride_h) * row + kw / stride_w;
+  }
   // uint16 per pair: x as (position, c, image), dy as tiles of (o, position, image).
-  int64_t x_elements() const { return plane * C * 2; }
+  int64_t x_elements() const { return phases * plane * C * 2; }
   int64_t dy_elements() const { return tiles * 16 * O * 2; }
 };
 
@@ -44,14 +59,20 @@ Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
   Plan p{};
   p.N = x[0], p.H = x[1], p.W = x[2], p.C = x[3];
   p.KH = w[0], p.KW = w[1], p.O = w[3];
-  p.pad_h = g.pad_h, p.pad_w = g.pad_w;
-  p.w_pad = p.W + 2 * p.pad_w;
-  p.OH = p.H + 2 * p.pad_h - p.KH + 1;
-  p.OW = p.w_pad - p.KW + 1;
-  p.positions = p.OH * p.w_pad;
+  p.pad_h = g.pad_h, p.pad_w = g.pad_w, p.stride_h = g.stride_h, p.stride_w = g.stride_w;
+  p.OH = (p.H + 2 * p.pad_h - p.KH) / p.stride_h + 1;
+  p.OW = (p.W + 2 * p.pad_w - p.KW) / p.stride_w + 1;
+  p.row =
+      std::max((p.W + 2 * p.pad_w + p.stride_w - 1) / p.stride_w, p.OW + (p.KW - 1) / p.stride_w);
+  p.rows = (p.H + 2 * p.pad_h + p.stride_h - 1) / p.stride_h;
+  p.positions = p.OH * p.row;
   p.tiles = (p.positions + 15) / 16;
-  p.plane = std::max((p.H + 2 * p.pad_h) * p.w_pad, p.tiles * 16 + p.shift(p.taps() - 1));
+  const int64_t reach = ((p.KH - 1) / p.stride_h) * p.row + (p.KW - 1) / p.stride_w;
+  p.plane = std::max(p.rows * p.row, p.tiles * 16 + reach);
   p.pairs = (p.N + 1) / 2;
+  for (int64_t tap = 0; tap < p.taps(); ++tap) {
+    if (p.phase_slot[p.phase_of(tap)] < 0) p.phase_slot[p.phase_of(tap)] = p.phases++;
+  }
   return p;
 }
 
@@ -75,24 +96,36 @@ TANDEM_AMX void zero_positions(uint16_t* out, int64_t from, int64_t to) {
   for (int64_t i = from; i < to; i += 32) _mm512_storeu_si512(out + i, _mm512_setzero_si512());
 }
 
-// x of images x0 and x1 (null: a zero image) into the pair's plane: each
-// position's C channels as (x0, x1) pairs, zero at padding positions.
+// x of images x0 and x1 (null: a zero image) into the pair's phase planes:
+// each position's C channels as (x0, x1) pairs, zero at padding positions.
 TANDEM_AMX void interleave_inputs(const Plan& P, const uint16_t* x0, const uint16_t* x1,
                                   uint16_t* out) {
-  const int64_t row = P.C * 2;  // uint16 per position
-  const auto zero = [&](int64_t from, int64_t to) { zero_positions(out, from * row, to * row); };
-  // The rows above, each row's padding on both sides, the rows below and the tail.
-  zero(0, P.pad_h * P.w_pad + P.pad_w);
-  for (int64_t h = 0; h < P.H; ++h) {
-    uint16_t* to = out + ((h + P.pad_h) * P.w_pad + P.pad_w) * row;
-    const int64_t from = h * P.W * P.C;
-    for (int64_t i = 0; i < P.W * P.C; i += 16) {
-      const __m512i v =
-          interleave(load_or_zero(x0 + from + i), load_or_zero(x1 ? x1 + from + i : nullptr));
-      _mm512_storeu_si512(to + 2 * i, v);
+  const int64_t width = P.C * 2;  // uint16 per position
+  for (int64_t phase = 0; phase < 4; ++phase) {
+    if (P.phase_slot[phase] < 0) continue;
+    uint16_t* plane = out + P.phase_slot[phase] * P.plane * width;
+    for (int64_t i = 0; i < P.rows; ++i) {
+      const int64_t h = P.stride_h * i + phase / 2 - P.pad_h;
+      uint16_t* to = plane + i * P.row * width;
+      if (h < 0 || h >= P.H) {
+        zero_positions(to, 0, P.row * width);
+        continue;
+      }
+      for (int64_t j = 0; j < P.row; ++j, to += width) {
+        const int64_t w = P.stride_w * j + phase % 2 - P.pad_w;
+        if (w < 0 || w >= P.W) {
+          zero_positions(to, 0, width);
+          continue;
+        }
+        const int64_t from = (h * P.W + w) * P.C;
+        for (int64_t c = 0; c < P.C; c += 16) {
+          const __m512i v =
+              interleave(load_or_zero(x0 + from + c), load_or_zero(x1 ? x1 + from + c : nullptr));
+          _mm512_storeu_si512(to + 2 * c, v);
+        }
+      }
     }
-    const int64_t end = (h + P.pad_h) * P.w_pad + P.pad_w + P.W;
-    zero(end, h + 1 < P.H ? end + 2 * P.pad_w : P.plane);
+    zero_positions(plane, P.rows * P.row * width, P.plane * width);
   }
 }
 
@@ -139,9 +172,9 @@ TANDEM_AMX void transpose_gradients(const Plan& P, const uint16_t* d0, const uin
     for (int64_t ob = 0; ob < blocks; ++ob) {
       __m512i rows[16];
       __m512 sum = _mm512_setzero_ps();
-      int64_t oh = 16 * t / P.w_pad, ow = 16 * t % P.w_pad;
+      int64_t oh = 16 * t / P.row, ow = 16 * t % P.row;
       for (int64_t j = 0; j < 16; ++j, ++ow) {
-        if (ow == P.w_pad) ow = 0, ++oh;
+        if (ow == P.row) ow = 0, ++oh;
         if (oh >= P.OH || ow >= P.OW) {
           rows[j] = _mm512_setzero_si512();
           continue;
@@ -267,8 +300,9 @@ std::vector<Group> groups_of(const Plan& P, float* accumulators) {
 
 bool amx_conv_weights_applies(const Tensor& x, const Tensor& dy, const Shape& w,
                               const Conv2dGeometry& g) {
-  return x.dtype() == DType::bf16 && dy.dtype() == DType::bf16 && g.stride_h == 1 &&
-         g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && w[2] % 16 == 0 &&
+  const auto stride = [](int64_t s) { return s == 1 || s == 2; };
+  return x.dtype() == DType::bf16 && dy.dtype() == DType::bf16 && stride(g.stride_h) &&
+         stride(g.stride_w) && g.dilation_h == 1 && g.dilation_w == 1 && w[2] % 16 == 0 &&
          w[3] % 16 == 0 && x.numel() > 0 && dy.numel() > 0 && has_amx_bf16();
 }
 
