@@ -3,6 +3,7 @@
 #include <atomic>
 #include <vector>
 
+#include "tandem/kernels/detail/amx_matmul.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
@@ -99,6 +100,12 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     product.activation = Activation::none;
     run_matmul(op, p, a, b, bias, out, product);
     detail::gelu_in_place(options.activation, out);
+    return;
+  }
+  if (p.batched &&
+      detail::amx_batched_matmul_applies(a, out, options, p.M, p.K, p.N, p.b_batch != p.batch)) {
+    detail::amx_batched_matmul(a, b, out, options, p.batch, p.M, p.K, p.N);
+    count_flops(2 * p.batch * p.M * p.N * p.K);
     return;
   }
   // In f32, rounded once into a bf16 output: bf16 operands where oneDNN

@@ -9,9 +9,8 @@
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/amx.h"
+#include "tandem/kernels/detail/amx_tiles.h"
 #include "tandem/tensor/tensor.h"
-
-#define TANDEM_AMX __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
 
 namespace tandem::kernels::detail {
 namespace {
@@ -76,22 +75,6 @@ Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
   return p;
 }
 
-// 16 bf16 of a and 16 of b as 16 (a, b) pairs: a0 b0 a1 b1 ...
-TANDEM_AMX inline __m512i interleave(__m256i a, __m256i b) {
-  alignas(64) static constexpr std::array<uint16_t, 32> kOrder = [] {
-    std::array<uint16_t, 32> order{};
-    for (uint16_t i = 0; i < 32; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
-    return order;
-  }();
-  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), _mm512_load_si512(kOrder.data()),
-                                   _mm512_castsi256_si512(b));
-}
-
-TANDEM_AMX inline __m256i load_or_zero(const uint16_t* p) {
-  return p == nullptr ? _mm256_setzero_si256()
-                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 TANDEM_AMX void zero_positions(uint16_t* out, int64_t from, int64_t to) {
   for (int64_t i = from; i < to; i += 32) _mm512_storeu_si512(out + i, _mm512_setzero_si512());
 }
@@ -129,34 +112,6 @@ TANDEM_AMX void interleave_inputs(const Plan& P, const uint16_t* x0, const uint1
   }
 }
 
-// Transposes 16 rows of 16 32-bit values in place: r[m][j] <- r[j][m].
-TANDEM_AMX inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // r[4g + k], lane l: column 4l + k of rows 4g .. 4g + 3.
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // Row 4l + k gathers lane l of r[k], r[4 + k], r[8 + k], r[12 + k].
-  for (int k = 0; k < 4; ++k) {
-    const __m512i v0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44);
-    const __m512i v1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xEE);
-    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x44);
-    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xEE);
-    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
 TANDEM_AMX inline __m512 widen(__m256i bf16) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
 }
@@ -192,28 +147,6 @@ TANDEM_AMX void transpose_gradients(const Plan& P, const uint16_t* d0, const uin
     }
   }
 }
-
-// The tiles' configuration: 8 tiles of 16 rows of 64 bytes. A constant in
-// memory: GCC 12 takes ldtilecfg for a read of its first byte only and
-// dropped the stores of a configuration built on the stack.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-constexpr TileConfig kTileConfig{};
-
-// Loads the configuration on this thread for its lifetime, then releases
-// the tiles (their state is per thread).
-class TileScope {
- public:
-  TANDEM_AMX TileScope() { _tile_loadconfig(&kTileConfig); }
-  TANDEM_AMX ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
 
 // One pass over a chunk of pairs: up to kAccumulators (tap, c block) tiles
 // for one block of o, each reading dy's tile and x's tile at its shift.

@@ -1,0 +1,157 @@
+#include "tandem/kernels/detail/amx_matmul.h"
+
+#include <vector>
+
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/amx.h"
+#include "tandem/kernels/detail/amx_tiles.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+constexpr int64_t kMaxSide = 256;
+
+TANDEM_AMX inline __m256i load_half(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// at (M rows of K) from a (K rows of M): pairs of a's rows as 32-bit units
+// (a[2p][m], a[2p + 1][m]), transposed 16 x 16 at a time.
+TANDEM_AMX void transpose_rows(const uint16_t* a, int64_t K, int64_t M, uint16_t* at) {
+  for (int64_t p0 = 0; p0 < K / 2; p0 += 16) {
+    for (int64_t m0 = 0; m0 < M; m0 += 16) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) {
+        const uint16_t* row = a + 2 * (p0 + j) * M + m0;
+        r[j] = interleave(load_half(row), load_half(row + M));
+      }
+      transpose16(r);
+      for (int m = 0; m < 16; ++m) _mm512_storeu_si512(at + (m0 + m) * K + 2 * p0, r[m]);
+    }
+  }
+}
+
+// The pair layout of b (K/2 rows of N units (b(2p, n), b(2p + 1, n))) from
+// b stored (K, N), or (N, K) when transposed: then each unit is already
+// adjacent in b's row n, and the units are transposed 16 x 16 at a time.
+TANDEM_AMX void pair_rows(const uint16_t* b, int64_t K, int64_t N, bool transposed,
+                          uint16_t* pairs) {
+  if (!transposed) {
+    for (int64_t p = 0; p < K / 2; ++p)
+      for (int64_t n = 0; n < N; n += 16) {
+        const uint16_t* row = b + 2 * p * N + n;
+        _mm512_storeu_si512(pairs + (p * N + n) * 2,
+                            interleave(load_half(row), load_half(row + N)));
+      }
+    return;
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += 16) {
+    for (int64_t p0 = 0; p0 < K / 2; p0 += 16) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(b + (n0 + j) * K + 2 * p0);
+      transpose16(r);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(pairs + ((p0 + p) * N + n0) * 2, r[p]);
+    }
+  }
+}
+
+#define TANDEM_AMX_PRODUCT(i, b)                                   \
+  if constexpr (G > i) {                                           \
+    _tile_loadd(b, pairs + (16 * s * N + n0 + 16 * i) * 2, N * 4); \
+    _tile_dpbf16ps(i, 4, b);                                       \
+  }
+#define TANDEM_AMX_STORE(i) \
+  if constexpr (G > i) _tile_stored(i, c + n0 + 16 * i, ldc * 4)
+
+// 16 rows of c (f32, row stride ldc), columns n0 .. n0 + 16 G: the rows of
+// a (row stride lda) times the pair-layout b.
+template <int G>
+TANDEM_AMX void product_rows(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_t K,
+                             int64_t N, int64_t n0, float* c, int64_t ldc) {
+  if constexpr (G > 0) _tile_zero(0);
+  if constexpr (G > 1) _tile_zero(1);
+  if constexpr (G > 2) _tile_zero(2);
+  if constexpr (G > 3) _tile_zero(3);
+  for (int64_t s = 0; s < K / 32; ++s) {
+    _tile_loadd(4, a + 32 * s, lda * 2);
+    TANDEM_AMX_PRODUCT(0, 5);
+    TANDEM_AMX_PRODUCT(1, 6);
+    TANDEM_AMX_PRODUCT(2, 7);
+    TANDEM_AMX_PRODUCT(3, 5);
+  }
+  TANDEM_AMX_STORE(0);
+  TANDEM_AMX_STORE(1);
+  TANDEM_AMX_STORE(2);
+  TANDEM_AMX_STORE(3);
+}
+
+#undef TANDEM_AMX_PRODUCT
+#undef TANDEM_AMX_STORE
+
+void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_t K, int64_t N,
+                   float* c, int64_t ldc) {
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    switch ((std::min<int64_t>(N - n0, 64)) / 16) {
+      case 1:
+        product_rows<1>(a, lda, pairs, K, N, n0, c, ldc);
+        break;
+      case 2:
+        product_rows<2>(a, lda, pairs, K, N, n0, c, ldc);
+        break;
+      case 3:
+        product_rows<3>(a, lda, pairs, K, N, n0, c, ldc);
+        break;
+      default:
+        product_rows<4>(a, lda, pairs, K, N, n0, c, ldc);
+        break;
+    }
+  }
+}
+
+TANDEM_AMX void round_rows(const float* c, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 16) store16(out + i, _mm512_loadu_ps(c + i));
+}
+
+}  // namespace
+
+bool amx_batched_matmul_applies(const Tensor& a, const Tensor& out, const MatmulOptions& options,
+                                int64_t M, int64_t K, int64_t N, bool shared_b) {
+  return a.dtype() == DType::bf16 && (out.dtype() == DType::f32 || out.dtype() == DType::bf16) &&
+         options.activation == Activation::none && !shared_b && M % 16 == 0 && N % 16 == 0 &&
+         K % 32 == 0 && M > 0 && N > 0 && K > 0 && M <= kMaxSide && N <= kMaxSide &&
+         K <= kMaxSide && has_amx_bf16();
+}
+
+void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulOptions& options,
+                        int64_t batch, int64_t M, int64_t K, int64_t N) {
+  const auto* as = static_cast<const uint16_t*>(a.raw_data());
+  const auto* bs = static_cast<const uint16_t*>(b.raw_data());
+  const bool f32 = out.dtype() == DType::f32;
+  parallel_for(batch, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<uint16_t> at(options.transpose_a ? static_cast<size_t>(M * K) : 0);
+    std::vector<uint16_t> pairs(static_cast<size_t>(K * N));
+    std::vector<float> rows(f32 ? 0 : static_cast<size_t>(16 * N));
+    const TileScope tiles;
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint16_t* ai = as + i * M * K;
+      if (options.transpose_a) {
+        transpose_rows(ai, K, M, at.data());
+        ai = at.data();
+      }
+      pair_rows(bs + i * K * N, K, N, options.transpose_b, pairs.data());
+      for (int64_t m = 0; m < M; m += 16) {
+        if (f32) {
+          float* c = out.data<float>() + (i * M + m) * N;
+          product_tiles(ai + m * K, K, pairs.data(), K, N, c, N);
+        } else {
+          product_tiles(ai + m * K, K, pairs.data(), K, N, rows.data(), N);
+          auto* c = static_cast<uint16_t*>(out.raw_data()) + (i * M + m) * N;
+          round_rows(rows.data(), 16 * N, c);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tandem::kernels::detail

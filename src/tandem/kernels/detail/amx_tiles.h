@@ -1,0 +1,85 @@
+#pragma once
+// Private: what tandem's AMX kernels share: the tiles' configuration (all 8
+// tiles 16 rows of 64 bytes: an f32 16 x 16, or a bf16 16 x 32, or 16
+// pairs of rows of 16 bf16 pairs) and the moves that put bf16 operands in
+// the layouts the tile products take: C[m][n] += sum over k of
+// A[m][2k + i] B[k][2n + i], i = 0, 1. Only for functions compiled with
+// TANDEM_AMX and called where has_amx_bf16() (amx.h).
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstdint>
+
+#define TANDEM_AMX __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
+
+namespace tandem::kernels::detail {
+
+// 16 bf16 of a and 16 of b as 16 (a, b) pairs: a0 b0 a1 b1 ...
+TANDEM_AMX inline __m512i interleave(__m256i a, __m256i b) {
+  alignas(64) static constexpr std::array<uint16_t, 32> kOrder = [] {
+    std::array<uint16_t, 32> order{};
+    for (uint16_t i = 0; i < 32; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
+    return order;
+  }();
+  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), _mm512_load_si512(kOrder.data()),
+                                   _mm512_castsi256_si512(b));
+}
+
+// 16 bf16 from p, or zeros where p is null.
+TANDEM_AMX inline __m256i load_or_zero(const uint16_t* p) {
+  return p == nullptr ? _mm256_setzero_si256()
+                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Transposes 16 rows of 16 32-bit values in place: r[m][j] <- r[j][m].
+TANDEM_AMX inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + k], lane l: column 4l + k of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // Row 4l + k gathers lane l of r[k], r[4 + k], r[8 + k], r[12 + k].
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xEE);
+    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// The tiles' configuration: 8 tiles of 16 rows of 64 bytes. A constant in
+// memory: GCC 12 takes ldtilecfg for a read of its first byte only and
+// dropped the stores of a configuration built on the stack.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+inline constexpr TileConfig kTileConfig{};
+
+// Loads the configuration on this thread for its lifetime, then releases
+// the tiles (their state is per thread).
+class TileScope {
+ public:
+  TANDEM_AMX TileScope() { _tile_loadconfig(&kTileConfig); }
+  TANDEM_AMX ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+}  // namespace tandem::kernels::detail
