@@ -8,6 +8,7 @@
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/pool.h"
+#include "tandem/kernels/reduce.h"
 #include "tandem/tensor/tensor.h"
 
 namespace {
@@ -154,6 +155,17 @@ BENCHMARK_CAPTURE(GeluBackward, tanh_f32, kernels::Activation::gelu_tanh, DType:
 BENCHMARK_CAPTURE(GeluBackward, tanh_bf16, kernels::Activation::gelu_tanh, DType::bf16);
 BENCHMARK_CAPTURE(GeluBackward, erf_f32, kernels::Activation::gelu, DType::f32);
 BENCHMARK_CAPTURE(GeluBackward, erf_bf16, kernels::Activation::gelu, DType::bf16);
+
+// A bias gradient: gpt's MLP hidden layer (16,384 tokens x 1,024) summed
+// over its rows.
+void BiasGradient(benchmark::State& state, DType dtype) {
+  const Tensor x = random(Shape{16384, 1024}, dtype);
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::sum_to_shape(x, Shape{1024}));
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BiasGradient, gpt_f32, DType::f32);
+BENCHMARK_CAPTURE(BiasGradient, gpt_bf16, DType::bf16);
 
 // Dtype conversion of a cnn conv1 activation (3.2M elements): the cost that
 // mixed precision adds around kernels.
