@@ -9,6 +9,8 @@
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/normalization.h"
 
 namespace tandem {
 namespace {
@@ -72,6 +74,54 @@ TEST(Functions, Bf16ComputeMatchesF32WithinBf16Tolerance) {
   sum(bf16).backward();
   EXPECT_EQ(w.grad().dtype(), DType::f32);
   EXPECT_EQ(x.grad().dtype(), DType::f32);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The fused residual end of a block gives add_relu(batch_norm(...))'s bits,
+// value and every gradient, in f32 and bf16, where sums land on the ReLU's
+// kink (a residual that cancels the normalised value exactly) and away.
+TEST(Functions, BatchNormAddReluGivesTheComposedOpsBits) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Shape shape{4, 6, 5, 32};
+    const Tensor x = random_tensor(shape, -2, 2, 61).to(dtype);
+    ASSERT_TRUE(kernels::batch_norm_fuses_add_relu(x) || !kernels::batch_norm_fuses_relu(x));
+    const Tensor gamma = random_tensor(Shape{32}, 0.5, 1.5, 62),
+                 beta = random_tensor(Shape{32}, -0.5, 0.5, 63);
+    Tensor residual = random_tensor(shape, -1, 1, 64).to(dtype);
+    {
+      // Ties: the residual the negative of the unfused batch norm's output.
+      Tensor m = Tensor::zeros(Shape{32}), v = Tensor::full(Shape{32}, 1.0f);
+      const Tensor y = kernels::batch_norm_train(x, gamma, beta, m, v, 0.1f, 1e-5f).y;
+      const Tensor negated = kernels::scale(y, -1.0f);
+      std::vector<float> r = residual.to_floats();
+      const std::vector<float> n = negated.to_floats();
+      for (size_t i = 0; i < r.size(); i += 3) r[i] = n[i];
+      residual = Tensor::from_floats(shape, r).to(dtype);
+    }
+    const Tensor dy = random_tensor(shape, -1, 1, 65).to(dtype);
+    std::vector<std::vector<float>> results[2];
+    for (const bool fused : {false, true}) {
+      Variable xv = leaf(x.clone()), gv = leaf(gamma.clone()), bv = leaf(beta.clone()),
+               rv = leaf(residual.clone());
+      Tensor mean = Tensor::zeros(Shape{32}), var = Tensor::full(Shape{32}, 1.0f);
+      const Variable y = fused ? batch_norm_add_relu(xv, gv, bv, rv, mean, var, true, 0.1f, 1e-5f)
+                               : add_relu(batch_norm(xv, gv, bv, mean, var, true, 0.1f, 1e-5f), rv);
+      sum(mul(y, Variable(dy, false))).backward();
+      results[fused] = {y.value().to_floats(), xv.grad().to_floats(), gv.grad().to_floats(),
+                        bv.grad().to_floats(), rv.grad().to_floats(), mean.to_floats(),
+                        var.to_floats()};
+    }
+    const char* names[] = {"y",         "dx",           "dgamma",     "dbeta",
+                           "dresidual", "running mean", "running var"};
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_EQ(results[0][i], results[1][i]) << names[i];
+  }
 }
 
 }  // namespace

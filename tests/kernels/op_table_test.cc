@@ -129,13 +129,23 @@ TEST(OpTable, RowNamesAreUnique) {
 
 // Functions the kernel headers declare that compute nothing on tensors: names,
 // shape arithmetic, settings and counters. Each is tested where it is used.
-const std::set<std::string> kNotKernels = {
-    "activation_name",       "parse_activation",    "unary_op_name",
-    "broadcastable",         "normalize_axis",      "inverse_permutation",
-    "conv2d_output_shape",   "pool2d_output_shape", "attention_heads_per_group",
-    "batch_norm_fuses_relu", "backend_info",        "flops_executed",
-    "count_flops",           "measure_matmul_peak", "set_matmul_allow_tf32",
-    "matmul_allow_tf32"};
+const std::set<std::string> kNotKernels = {"activation_name",
+                                           "parse_activation",
+                                           "unary_op_name",
+                                           "broadcastable",
+                                           "normalize_axis",
+                                           "inverse_permutation",
+                                           "conv2d_output_shape",
+                                           "pool2d_output_shape",
+                                           "attention_heads_per_group",
+                                           "batch_norm_fuses_relu",
+                                           "batch_norm_fuses_add_relu",
+                                           "backend_info",
+                                           "flops_executed",
+                                           "count_flops",
+                                           "measure_matmul_peak",
+                                           "set_matmul_allow_tf32",
+                                           "matmul_allow_tf32"};
 
 // The functions declared at namespace scope in a header's text.
 std::set<std::string> declared_functions(const std::string& header) {

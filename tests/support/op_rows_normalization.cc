@@ -114,9 +114,42 @@ void add_batch_norm_training_rows(std::vector<OpCase>& rows, const Shape& x,
   }
 }
 
+// A residual block's end: relu(batch_norm(x) + residual), fused where the
+// row kernels take x (32 channels) and composed elsewhere (5 channels).
+void add_batch_norm_add_relu_rows(std::vector<OpCase>& rows) {
+  for (const Shape& x : {Shape{3, 5, 7, 32}, Shape{4, 3, 2, 5}}) {
+    const int64_t C = x.dim(-1);
+    rows.push_back(
+        {.name = "batch_norm_add_relu training " + x.to_string(),
+         .kernels = {"batch_norm_add_relu_train", "batch_norm_add_relu_backward"},
+         .inputs = {uniform(x, -2, 2), in_f32(uniform(Shape{C}, 0.5, 1.5)),
+                    in_f32(uniform(Shape{C})), uniform(x, -1, 1), in_f32(fixed(Shape{C})),
+                    in_f32(fixed(Shape{C}, 0.5, 1.5))},
+         .run =
+             [](const auto& in) {
+               Tensor mean = in[4].value().clone(), var = in[5].value().clone();
+               return batch_norm_add_relu(in[0], in[1], in[2], in[3], mean, var, true, 0.1f, kEps);
+             },
+         .reference =
+             [=](const auto& in) {
+               Doubles y = normalize_columns(in[0], in[1], in[2], C, nullptr, nullptr, false);
+               for (size_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i] + in[3][i], 0.0);
+               return y;
+             },
+         // bf16: Functions.BatchNormAddReluGivesTheComposedOpsBits checks the
+         // fused op against batch_norm and add_relu bit for bit, each of
+         // which its own row checks in bf16 (the composition's two roundings
+         // before the ReLU's kink put it past a single op's bf16 bound).
+         .low_precision = {},
+         .tolerance = summed_rows_tolerance(x.numel() / C),
+         .gpu = false});
+  }
+}
+
 void add_batch_norm_rows(std::vector<OpCase>& rows) {
   add_batch_norm_training_rows(rows, Shape{4, 3, 2, 5}, "");
   add_batch_norm_training_rows(rows, Shape{3, 5, 7, 32}, " 32 channels");
+  add_batch_norm_add_relu_rows(rows);
   const Shape x{4, 3, 2, 5};
   const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{5}, 0.5, 1.5)),
                                     in_f32(uniform(Shape{5})), in_f32(fixed(Shape{5})),

@@ -156,6 +156,13 @@ Variable batch_norm(const Variable& x, const Variable& gamma, const Variable& be
 Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variable& beta,
                          Tensor& running_mean, Tensor& running_var, bool training, float momentum,
                          float eps);
+// add_relu(batch_norm(...), residual), in one pass forward and backward
+// where the kernels fuse them (kernels::batch_norm_fuses_add_relu: training
+// in f32 and bf16 with channels a multiple of 16 on AVX-512), with the
+// unfused ops' bits.
+Variable batch_norm_add_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                             const Variable& residual, Tensor& running_mean, Tensor& running_var,
+                             bool training, float momentum, float eps);
 // Synchronised batch norm (training): the statistics are over all replicas'
 // rows, combined through `replicas`; running statistics are updated with the
 // global ones, so they stay identical on every replica.

@@ -103,6 +103,31 @@ Variable batch_norm_relu(const Variable& x, const Variable& gamma, const Variabl
   return batch_norm_training(x, gamma, beta, running_mean, running_var, momentum, eps, true);
 }
 
+Variable batch_norm_add_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                             const Variable& residual, Tensor& running_mean, Tensor& running_var,
+                             bool training, float momentum, float eps) {
+  const Tensor xv = x.value(), gv = gamma.value();
+  if (!training || !kernels::batch_norm_fuses_add_relu(xv) || residual.shape() != x.shape() ||
+      residual.dtype() != x.dtype()) {
+    return add_relu(batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps),
+                    residual);
+  }
+  // A recomputed block (checkpoint()) already updated its running statistics.
+  kernels::BatchNormResult r =
+      kernels::batch_norm_add_relu_train(xv, gv, beta.value(), residual.value(), running_mean,
+                                         running_var, recomputing() ? 0.0f : momentum, eps);
+  return record_op("batch_norm_add_relu", r.y, {&x, &gamma, &beta, &residual},
+                   [xv, gv, mean = r.mean, variance = r.variance, mask = r.relu_mask,
+                    eps](BackwardContext& ctx) {
+                     kernels::BatchNormAddReluGrads g = kernels::batch_norm_add_relu_backward(
+                         ctx.grad_output(), xv, mean, variance, gv, eps, mask);
+                     if (ctx.needs(0)) ctx.set(0, g.norm.dx);
+                     if (ctx.needs(1)) ctx.set(1, g.norm.dgamma);
+                     if (ctx.needs(2)) ctx.set(2, g.norm.dbeta);
+                     if (ctx.needs(3)) ctx.set(3, g.residual);
+                   });
+}
+
 Variable sync_batch_norm(const Variable& x, const Variable& gamma, const Variable& beta,
                          Tensor& running_mean, Tensor& running_var, float momentum, float eps,
                          CrossReplicaSum& replicas) {

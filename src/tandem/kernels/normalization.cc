@@ -436,6 +436,52 @@ BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Ten
   return result;
 }
 
+bool batch_norm_fuses_add_relu(const Tensor& x) {
+  return x.device().kind == DeviceKind::cpu && x.rank() > 0 && x.numel() > 0 &&
+         detail::batch_norm_rows_apply(x);
+}
+
+BatchNormResult batch_norm_add_relu_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& residual, Tensor& running_mean,
+                                          Tensor& running_var, float momentum, float eps) {
+  if (!batch_norm_fuses_add_relu(x)) {
+    TANDEM_THROW(InvalidArgument, "batch_norm_add_relu: no fused kernel for ", x.to_string(),
+                 " (batch_norm_fuses_add_relu)");
+  }
+  detail::check_matching("batch_norm_add_relu", x, residual);
+  check_param(x, gamma, x.dim(-1), "batch_norm_add_relu", "gamma");
+  check_param(x, beta, x.dim(-1), "batch_norm_add_relu", "beta");
+  detail::BatchNormForward f =
+      detail::batch_norm_rows_training(x, gamma, beta, eps, true, residual);
+  update_running_moments(running_mean, running_var, {f.mean, f.variance, x.numel() / x.dim(-1)},
+                         momentum);
+  return {f.y, f.mean, f.variance, inverse_std(f.variance, eps), f.relu_mask};
+}
+
+BatchNormAddReluGrads batch_norm_add_relu_backward(const Tensor& dy, const Tensor& x,
+                                                   const Tensor& mean, const Tensor& variance,
+                                                   const Tensor& gamma, float eps,
+                                                   const Tensor& relu_mask) {
+  if (!batch_norm_fuses_add_relu(x)) {
+    TANDEM_THROW(InvalidArgument, "batch_norm_add_relu_backward: no fused kernel for ",
+                 x.to_string(), " (batch_norm_fuses_add_relu)");
+  }
+  detail::check_matching("batch_norm_add_relu_backward", dy, x);
+  const int64_t C = x.dim(-1);
+  check_param(x, mean, C, "batch_norm_add_relu_backward", "mean");
+  check_param(x, variance, C, "batch_norm_add_relu_backward", "variance");
+  check_param(x, gamma, C, "batch_norm_add_relu_backward", "gamma");
+  if (!relu_mask.defined()) {
+    TANDEM_THROW(InvalidArgument,
+                 "batch_norm_add_relu_backward: the ReLU mask from batch_norm_add_relu_train is "
+                 "missing");
+  }
+  BatchNormAddReluGrads grads;
+  grads.norm = detail::batch_norm_rows_backward(dy, x, mean, variance, gamma, eps, relu_mask,
+                                                &grads.residual);
+  return grads;
+}
+
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps) {
   if (detail::batch_norm_supported(x)) {

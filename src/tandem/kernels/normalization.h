@@ -69,6 +69,29 @@ bool batch_norm_fuses_relu(const Tensor& x);
 BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  Tensor& running_mean, Tensor& running_var, float momentum,
                                  float eps, bool relu = false);
+// Whether batch_norm_add_relu_train takes x (f32 or bf16, channels a
+// multiple of 16, an AVX-512 CPU: batch norm's row kernels).
+bool batch_norm_fuses_add_relu(const Tensor& x);
+
+// Training-mode batch norm, then a residual add and a ReLU in the same pass:
+// y = max(0, BN(x) + residual) with BN(x) rounded to x's dtype first, so y
+// has the bits of add_relu(batch_norm_train(...).y, residual). residual:
+// x's shape and dtype. Running statistics as batch_norm_train; relu_mask
+// for batch_norm_add_relu_backward. InvalidArgument where
+// !batch_norm_fuses_add_relu(x).
+BatchNormResult batch_norm_add_relu_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& residual, Tensor& running_mean,
+                                          Tensor& running_var, float momentum, float eps);
+struct BatchNormAddReluGrads {
+  NormGrads norm;   // x, gamma, beta
+  Tensor residual;  // dy where y > 0, else 0 (x's dtype)
+};
+// Its gradients from dy (y's gradient) and the forward's statistics and mask.
+BatchNormAddReluGrads batch_norm_add_relu_backward(const Tensor& dy, const Tensor& x,
+                                                   const Tensor& mean, const Tensor& variance,
+                                                   const Tensor& gamma, float eps,
+                                                   const Tensor& relu_mask);
+
 // Inference-mode batch norm with the running statistics.
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps);

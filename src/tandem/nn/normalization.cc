@@ -89,6 +89,18 @@ Variable BatchNorm2d::forward(const Variable& input) {
                     eps_);
 }
 
+Variable BatchNorm2d::forward_add_relu(const Variable& input, const Variable& residual) {
+  if (relu_) {
+    TANDEM_THROW(InvalidArgument,
+                 "BatchNorm2d::forward_add_relu: this layer applies its own ReLU before the add");
+  }
+  check_last_dim(input, channels_, "BatchNorm2d");
+  if (synchronized_ && is_training() && current_cross_replica_sum() != nullptr)
+    return add_relu(forward(input), residual);
+  return batch_norm_add_relu(input, gamma_, beta_, residual, *running_mean_, *running_var_,
+                             is_training(), momentum_, eps_);
+}
+
 std::string BatchNorm2d::describe() const {
   return "BatchNorm2d(" + std::to_string(channels_) + (relu_ ? ", relu)" : ")");
 }

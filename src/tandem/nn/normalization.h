@@ -29,6 +29,10 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
                        bool synchronized = false, bool relu = false);
   Variable forward(const Variable& input) override;
+  // max(0, BN(input) + residual): a residual block's end, in one pass where
+  // the kernels fuse it (batch_norm_add_relu). InvalidArgument for a layer
+  // built with relu (its own ReLU would come before the add).
+  Variable forward_add_relu(const Variable& input, const Variable& residual);
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
 

@@ -52,10 +52,10 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const ResNetConf
 }
 
 Variable BasicBlock::forward(const Variable& x) {
-  const Variable h = bn2_->forward(conv2_->forward(bn1_->forward(conv1_->forward(x))));
+  const Variable h = conv2_->forward(bn1_->forward(conv1_->forward(x)));
   Variable skip = shortcut_ ? shortcut_->forward(x) : x;
   if (skip.dtype() != h.dtype()) skip = cast(skip, h.dtype());
-  return add_relu(h, skip);
+  return bn2_->forward_add_relu(h, skip);
 }
 
 std::string BasicBlock::describe() const {

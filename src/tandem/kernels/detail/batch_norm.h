@@ -41,11 +41,15 @@ NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const 
 // read of x: each block of rows' sum, mean and squares around that mean in
 // f32, combined across blocks in double, whatever the thread count; the
 // ReLU mask is a bit per element (u8, x.numel() / 8 bytes).
+// With a residual (x's shape and dtype; relu set): y = max(0, BN(x) +
+// residual), BN(x) rounded to x's dtype first (add_relu's bits after the
+// plain batch norm); the backward then writes the residual's gradient (the
+// ReLU's output gradient masked) into residual_grad when non-null.
 bool batch_norm_rows_apply(const Tensor& x);
 BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                          float eps, bool relu);
+                                          float eps, bool relu, const Tensor& residual = Tensor());
 NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                    const Tensor& variance, const Tensor& gamma, float eps,
-                                   const Tensor& relu_mask);
+                                   const Tensor& relu_mask, Tensor* residual_grad = nullptr);
 
 }  // namespace tandem::kernels::detail

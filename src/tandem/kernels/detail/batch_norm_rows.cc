@@ -3,6 +3,7 @@
 // computed in f32 (see batch_norm.h).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tandem/base/error.h"
@@ -59,16 +60,33 @@ TANDEM_AVX512 void block_moments(const T* x, int64_t rows, int64_t C, float* out
   }
 }
 
+// v as T holds it (bf16: rounded to nearest even), back in f32.
+template <typename T>
+TANDEM_AVX512 inline __m512 rounded(__m512 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(v), 16));
+  }
+}
+
 // y = x a + b; with mask: y = max(y, 0) and mask's bit set where y > 0
-// (one 16-bit word per 16 values, x's order).
+// (one 16-bit word per 16 values, x's order). With a residual r (and mask):
+// y = max(round(x a + b) + r, 0), the bits add_relu gives after the plain
+// batch norm, and the bit set where y as stored is above zero (relu's
+// backward reads the stored y).
 template <typename T>
 TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a, const float* b,
-                             T* y, uint16_t* mask) {
+                             const T* residual, T* y, uint16_t* mask) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < C; c += 16) {
       __m512 v =
           _mm512_fmadd_ps(load16(x + r * C + c), _mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c));
-      if (mask != nullptr) {
+      if (residual != nullptr) {
+        v = _mm512_add_ps(rounded<T>(v), load16(residual + r * C + c));
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+        mask[(r * C + c) / 16] = _mm512_cmp_ps_mask(rounded<T>(v), _mm512_setzero_ps(), _CMP_GT_OQ);
+      } else if (mask != nullptr) {
         const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
         v = _mm512_maskz_mov_ps(positive, v);
         mask[(r * C + c) / 16] = positive;
@@ -78,17 +96,19 @@ TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a
   }
 }
 
-// The backward's per-channel sums of g and g xhat, g = dy (masked).
+// The backward's per-channel sums of g and g xhat, g = dy (masked); g
+// itself into masked when non-null (a residual's gradient).
 template <typename T>
 TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint16_t* mask, int64_t rows,
                                  int64_t C, const float* mean, const float* rstd, float* sum_g,
-                                 float* sum_gx) {
+                                 float* sum_gx, T* masked) {
   for (int64_t c = 0; c < C; c += 16) {
     __m512 g_acc = _mm512_loadu_ps(sum_g + c), gx_acc = _mm512_loadu_ps(sum_gx + c);
     const __m512 m = _mm512_loadu_ps(mean + c), s = _mm512_loadu_ps(rstd + c);
     for (int64_t r = 0; r < rows; ++r) {
       __m512 g = load16(dy + r * C + c);
       if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[(r * C + c) / 16], g);
+      if (masked != nullptr) store16(masked + r * C + c, g);
       const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + r * C + c), m), s);
       g_acc = _mm512_add_ps(g_acc, g);
       gx_acc = _mm512_fmadd_ps(g, xhat, gx_acc);
@@ -210,7 +230,7 @@ bool batch_norm_rows_apply(const Tensor& x) {
 }
 
 BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                          float eps, bool relu) {
+                                          float eps, bool relu, const Tensor& residual) {
   const int64_t C = x.dim(-1), R = x.numel() / C;
   BatchNormForward result{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor(),
                           relu ? Tensor::empty(mask_shape(x), DType::u8, x.device()) : Tensor()};
@@ -228,9 +248,10 @@ BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, 
     }
     T* ys = static_cast<T*>(result.y.raw_data());
     auto* mask = relu ? reinterpret_cast<uint16_t*>(result.relu_mask.raw_data()) : nullptr;
+    const T* rs = residual.defined() ? static_cast<const T*>(residual.raw_data()) : nullptr;
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
-      normalize(xs + r0 * C, rows, C, a.data(), b.data(), ys + r0 * C,
-                mask == nullptr ? nullptr : mask + r0 * C / 16);
+      normalize(xs + r0 * C, rows, C, a.data(), b.data(), rs == nullptr ? nullptr : rs + r0 * C,
+                ys + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16);
     });
     result.mean = channel_tensor(m.mean, x);
     result.variance = channel_tensor(m.variance, x);
@@ -240,7 +261,7 @@ BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, 
 
 NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                    const Tensor& variance, const Tensor& gamma, float eps,
-                                   const Tensor& relu_mask) {
+                                   const Tensor& relu_mask, Tensor* residual_grad) {
   const int64_t C = x.dim(-1), R = x.numel() / C;
   if (relu_mask.defined() &&
       (relu_mask.dtype() != DType::u8 || relu_mask.shape() != mask_shape(x))) {
@@ -254,14 +275,16 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
   const auto* mask =
       relu_mask.defined() ? reinterpret_cast<const uint16_t*>(relu_mask.raw_data()) : nullptr;
   NormGrads grads{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor(), Tensor()};
+  if (residual_grad != nullptr) *residual_grad = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
     const T* gs = static_cast<const T*>(dy.raw_data());
+    T* masked = residual_grad != nullptr ? static_cast<T*>(residual_grad->raw_data()) : nullptr;
     const std::vector<double> sums =
         sum_blocks(R, C, 2 * C, [&](int64_t r0, int64_t rows, float* s) {
           gradient_sums(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16,
-                        rows, C, mu, rstd, s, s + C);
+                        rows, C, mu, rstd, s, s + C, masked == nullptr ? nullptr : masked + r0 * C);
         });
     std::vector<float> dgamma(static_cast<size_t>(C)), dbeta(static_cast<size_t>(C));
     std::vector<float> scale(static_cast<size_t>(C)), mean_g(static_cast<size_t>(C)),
