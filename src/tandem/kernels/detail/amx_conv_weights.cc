@@ -94,18 +94,20 @@ TANDEM_AMX void interleave_inputs(const Plan& P, const uint16_t* x0, const uint1
         zero_positions(to, 0, P.row * width);
         continue;
       }
-      for (int64_t j = 0; j < P.row; ++j, to += width) {
-        const int64_t w = P.stride_w * j + phase % 2 - P.pad_w;
-        if (w < 0 || w >= P.W) {
-          zero_positions(to, 0, width);
-          continue;
-        }
-        const int64_t from = (h * P.W + w) * P.C;
-        for (int64_t c = 0; c < P.C; c += 16) {
-          const __m512i v =
-              interleave(load_or_zero(x0 + from + c), load_or_zero(x1 ? x1 + from + c : nullptr));
-          _mm512_storeu_si512(to + 2 * c, v);
-        }
+      // Columns j inside the image: w = stride j + b - pad in [0, W).
+      const int64_t b = phase % 2,
+                    j0 = std::max<int64_t>(0, (P.pad_w - b + P.stride_w - 1) / P.stride_w);
+      const int64_t j1 = std::min(P.row, (P.W + P.pad_w - b + P.stride_w - 1) / P.stride_w);
+      zero_positions(to, 0, j0 * width);
+      zero_positions(to, j1 * width, P.row * width);
+      const int64_t first = (h * P.W + P.stride_w * j0 + b - P.pad_w) * P.C;
+      if (P.stride_w == 1) {  // the row's columns are one run of x
+        interleave_run(x0 + first, x1 ? x1 + first : nullptr, (j1 - j0) * P.C, to + j0 * width);
+        continue;
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t from = first + (j - j0) * P.stride_w * P.C;
+        interleave_run(x0 + from, x1 ? x1 + from : nullptr, P.C, to + j * width);
       }
     }
     zero_positions(plane, P.rows * P.row * width, P.plane * width);

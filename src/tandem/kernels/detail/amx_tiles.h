@@ -32,6 +32,30 @@ TANDEM_AMX inline __m256i load_or_zero(const uint16_t* p) {
                       : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// n (a multiple of 16) bf16 of a and of b (null: zeros) as n (a, b) pairs
+// into out (2 n), 32 pairs per pair of stores.
+TANDEM_AMX inline void interleave_run(const uint16_t* a, const uint16_t* b, int64_t n,
+                                      uint16_t* out) {
+  alignas(64) static constexpr std::array<uint16_t, 64> kOrder = [] {
+    std::array<uint16_t, 64> order{};
+    for (uint16_t i = 0; i < 64; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
+    return order;
+  }();
+  const __m512i low = _mm512_load_si512(kOrder.data()),
+                high = _mm512_load_si512(kOrder.data() + 32);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i va = _mm512_loadu_si512(a + i);
+    const __m512i vb = b == nullptr ? _mm512_setzero_si512() : _mm512_loadu_si512(b + i);
+    _mm512_storeu_si512(out + 2 * i, _mm512_permutex2var_epi16(va, low, vb));
+    _mm512_storeu_si512(out + 2 * i + 32, _mm512_permutex2var_epi16(va, high, vb));
+  }
+  if (i < n) {
+    _mm512_storeu_si512(out + 2 * i,
+                        interleave(load_or_zero(a + i), load_or_zero(b ? b + i : nullptr)));
+  }
+}
+
 // Transposes 16 rows of 16 32-bit values in place: r[m][j] <- r[j][m].
 TANDEM_AMX inline void transpose16(__m512i r[16]) {
   __m512i t[16];
