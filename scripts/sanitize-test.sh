@@ -8,7 +8,7 @@
 # and peak-RSS limits are not checked here (TANDEM_SANITIZED): shadow memory
 # and quarantine make them meaningless. kernels.portable_loops (the op
 # table again with the AVX-512 paths off) is left to the main build: under
-# the sanitizers it took three minutes.
+# the sanitizers it took three minutes; kernels.without_amx likewise.
 #   sh scripts/sanitize-test.sh [BUILD]
 set -eu
 cd "$(dirname "$0")/.."
@@ -17,5 +17,5 @@ build=${1:-build-sanitize}
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ctest --test-dir "$build" --output-on-failure -j2 -LE "cli|install|multi_host" \
-  -E "^comm\.mpi|^distribute\.multi_worker|^distribute\.parameter_server\.mpi|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\.|^kernels\.portable_loops$"
+  -E "^comm\.mpi|^distribute\.multi_worker|^distribute\.parameter_server\.mpi|^Monitor\.(Slow|Prefetch|ParallelBatch)|^Timeline\.|^kernels\.(portable_loops|without_amx)$"
 sh scripts/fuzz.sh smoke "$build"
