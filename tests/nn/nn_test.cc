@@ -2,9 +2,11 @@
 
 #include <cmath>
 
+#include "support/errors.h"
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
+#include "tandem/kernels/normalization.h"
 #include "tandem/nn/activation.h"
 #include "tandem/nn/conv.h"
 #include "tandem/nn/dropout.h"
@@ -88,6 +90,38 @@ TEST(Layers, BatchNormUsesBatchStatsInTrainingAndRunningStatsInEval) {
   EXPECT_NE(e, y);
   EXPECT_EQ(bn.named_buffers().size(), 2u);
   EXPECT_THROW(bn.forward(Variable(Tensor::zeros(Shape{2, 4}))), ShapeError);
+}
+
+// forward_add_relu on a layer with its own ReLU is refused; in eval mode it
+// composes batch_norm and add_relu; the fused kernel refuses a residual of
+// another shape and a dtype it does not fuse, naming them.
+TEST(Layers, BatchNormAddReluComposesOrRefusesWhereItCannotFuse) {
+  const Variable x(testing::random_tensor(Shape{2, 3, 3, 16}, -1, 1, 6));
+  nn::BatchNorm2d with_relu(16, 1e-5f, 0.1f, false, true);
+  testing::expect_contains(
+      testing::error_message<InvalidArgument>([&] { with_relu.forward_add_relu(x, x); }),
+      "applies its own ReLU before the add");
+  nn::BatchNorm2d plain(16);
+  plain.eval();
+  EXPECT_EQ(plain.forward_add_relu(x, x).value().to_floats(),
+            add_relu(plain.forward(x), x).value().to_floats());
+  Tensor mean = Tensor::zeros(Shape{16}), var = Tensor::full(Shape{16}, 1.0f);
+  const Tensor gamma = Tensor::full(Shape{16}, 1.0f), beta = Tensor::zeros(Shape{16});
+  if (kernels::batch_norm_fuses_add_relu(x.value())) {
+    const Tensor narrow = Tensor::zeros(Shape{2, 3, 3, 8});
+    testing::expect_contains(testing::error_message<ShapeError>([&] {
+                               kernels::batch_norm_add_relu_train(x.value(), gamma, beta, narrow,
+                                                                  mean, var, 0.1f, 1e-5f);
+                             }),
+                             "batch_norm_add_relu: operands differ");
+  }
+  const Tensor half = x.value().to(DType::f16);
+  EXPECT_FALSE(kernels::batch_norm_fuses_add_relu(half));
+  testing::expect_contains(testing::error_message<InvalidArgument>([&] {
+                             kernels::batch_norm_add_relu_train(half, gamma, beta, half, mean, var,
+                                                                0.1f, 1e-5f);
+                           }),
+                           "no fused kernel");
 }
 
 TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {
