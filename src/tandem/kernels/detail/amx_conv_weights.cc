@@ -10,6 +10,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/amx_tiles.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::kernels::detail {
@@ -114,10 +115,6 @@ TANDEM_AMX void interleave_inputs(const Plan& P, const uint16_t* x0, const uint1
   }
 }
 
-TANDEM_AMX inline __m512 widen(__m256i bf16) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
-}
-
 // dy of images d0 and d1 (null: a zero image) as tiles: for each 16
 // positions and 16 channels o, 16 rows o of 16 (d0, d1) pairs, zero at
 // positions past a row (ow >= OW) or the plane. bias (O floats, or null)
@@ -139,7 +136,7 @@ TANDEM_AMX void transpose_gradients(const Plan& P, const uint16_t* d0, const uin
         const int64_t at = (oh * P.OW + ow) * P.O + 16 * ob;
         const __m256i a = load_or_zero(d0 + at), b = load_or_zero(d1 ? d1 + at : nullptr);
         rows[j] = interleave(a, b);
-        if (bias != nullptr) sum = _mm512_add_ps(sum, _mm512_add_ps(widen(a), widen(b)));
+        if (bias != nullptr) sum = _mm512_add_ps(sum, _mm512_add_ps(widen16(a), widen16(b)));
       }
       transpose16(rows);
       uint16_t* tile = out + (t * blocks + ob) * 512;

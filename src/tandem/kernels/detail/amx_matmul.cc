@@ -5,16 +5,12 @@
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/amx_tiles.h"
-#include "tandem/kernels/detail/avx512_lanes.h"
+#include "tandem/tensor/convert.h"
 
 namespace tandem::kernels::detail {
 namespace {
 
 constexpr int64_t kMaxSide = 256;
-
-TANDEM_AMX inline __m256i load_half(const uint16_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
 
 // at (M rows of K) from a (K rows of M): pairs of a's rows as 32-bit units
 // (a[2p][m], a[2p + 1][m]), transposed 16 x 16 at a time.
@@ -109,10 +105,6 @@ void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_
   }
 }
 
-TANDEM_AMX void round_rows(const float* c, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; i += 16) store16(out + i, _mm512_loadu_ps(c + i));
-}
-
 }  // namespace
 
 bool amx_batched_matmul_applies(const Tensor& a, const Tensor& out, const MatmulOptions& options,
@@ -147,7 +139,7 @@ void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const Mat
         } else {
           product_tiles(ai + m * K, K, pairs.data(), K, N, rows.data(), N);
           auto* c = static_cast<uint16_t*>(out.raw_data()) + (i * M + m) * N;
-          round_rows(rows.data(), 16 * N, c);
+          convert_on_this_thread(rows.data(), DType::f32, c, DType::bf16, 16 * N);
         }
       }
     }

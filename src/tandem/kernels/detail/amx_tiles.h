@@ -15,34 +15,36 @@
 
 namespace tandem::kernels::detail {
 
+// The word order that pairs a's and b's bf16 (_mm512_permutex2var_epi16:
+// 0-31 from a, 32-63 from b): a0 b0 a1 b1 ...; entries 32-63 continue with
+// the second halves.
+alignas(64) inline constexpr std::array<uint16_t, 64> kPairOrder = [] {
+  std::array<uint16_t, 64> order{};
+  for (uint16_t i = 0; i < 64; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
+  return order;
+}();
+
+TANDEM_AMX inline __m256i load_half(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
 // 16 bf16 of a and 16 of b as 16 (a, b) pairs: a0 b0 a1 b1 ...
 TANDEM_AMX inline __m512i interleave(__m256i a, __m256i b) {
-  alignas(64) static constexpr std::array<uint16_t, 32> kOrder = [] {
-    std::array<uint16_t, 32> order{};
-    for (uint16_t i = 0; i < 32; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
-    return order;
-  }();
-  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), _mm512_load_si512(kOrder.data()),
+  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), _mm512_load_si512(kPairOrder.data()),
                                    _mm512_castsi256_si512(b));
 }
 
 // 16 bf16 from p, or zeros where p is null.
 TANDEM_AMX inline __m256i load_or_zero(const uint16_t* p) {
-  return p == nullptr ? _mm256_setzero_si256()
-                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return p == nullptr ? _mm256_setzero_si256() : load_half(p);
 }
 
 // n (a multiple of 16) bf16 of a and of b (null: zeros) as n (a, b) pairs
 // into out (2 n), 32 pairs per pair of stores.
 TANDEM_AMX inline void interleave_run(const uint16_t* a, const uint16_t* b, int64_t n,
                                       uint16_t* out) {
-  alignas(64) static constexpr std::array<uint16_t, 64> kOrder = [] {
-    std::array<uint16_t, 64> order{};
-    for (uint16_t i = 0; i < 64; ++i) order[i] = static_cast<uint16_t>(i % 2 ? 32 + i / 2 : i / 2);
-    return order;
-  }();
-  const __m512i low = _mm512_load_si512(kOrder.data()),
-                high = _mm512_load_si512(kOrder.data() + 32);
+  const __m512i low = _mm512_load_si512(kPairOrder.data()),
+                high = _mm512_load_si512(kPairOrder.data() + 32);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512i va = _mm512_loadu_si512(a + i);

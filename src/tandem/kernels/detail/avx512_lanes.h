@@ -30,10 +30,13 @@ TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
 }
 
-// bf16 bits, widened exactly.
+// 16 bf16, widened exactly.
+TANDEM_AVX512 inline __m512 widen16(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+}
+
 TANDEM_AVX512 inline __m512 load16(const uint16_t* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 TANDEM_AVX512 inline void store16(float* p, __m512 v) {

@@ -138,25 +138,29 @@ TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint16_t* mask,
   }
 }
 
+// Per block of rows, `width` floats from add(r0, rows, out) into a zeroed
+// out: blocks [b * width, (b + 1) * width) of the result, in parallel.
+template <typename Add>
+std::vector<float> block_partials(int64_t R, int64_t C, int64_t width, Add add) {
+  const int64_t per_block = block_rows(C);
+  const int64_t blocks = (R + per_block - 1) / per_block;
+  std::vector<float> partial(static_cast<size_t>(blocks * width), 0.0f);
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      add(b * per_block, std::min(per_block, R - b * per_block), partial.data() + b * width);
+  });
+  return partial;
+}
+
 // Per-channel sums of `width` floats over blocks of rows: add(r0, rows,
 // sums) adds rows [r0, r0 + rows) into sums (zeroed f32); blocks' sums are
 // added in double, in block order.
 template <typename Add>
 std::vector<double> sum_blocks(int64_t R, int64_t C, int64_t width, Add add) {
-  const int64_t per_block = block_rows(C);
-  const int64_t blocks = (R + per_block - 1) / per_block;
-  std::vector<double> partial(static_cast<size_t>(blocks * width));
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> sums(static_cast<size_t>(width));
-    for (int64_t b = b0; b < b1; ++b) {
-      std::fill(sums.begin(), sums.end(), 0.0f);
-      add(b * per_block, std::min(per_block, R - b * per_block), sums.data());
-      std::copy(sums.begin(), sums.end(), partial.begin() + b * width);
-    }
-  });
+  const std::vector<float> partial = block_partials(R, C, width, add);
   std::vector<double> total(static_cast<size_t>(width), 0.0);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = 0; i < width; ++i) total[i] += partial[b * width + i];
+  for (size_t b = 0; b < partial.size(); b += static_cast<size_t>(width))
+    for (int64_t i = 0; i < width; ++i) total[i] += partial[b + i];
   return total;
 }
 
@@ -182,11 +186,7 @@ template <typename Add>
 Moments moments(int64_t R, int64_t C, Add add) {
   const int64_t per_block = block_rows(C);
   const int64_t blocks = (R + per_block - 1) / per_block, width = 3 * C;
-  std::vector<float> partial(static_cast<size_t>(blocks * width));
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b)
-      add(b * per_block, std::min(per_block, R - b * per_block), partial.data() + b * width);
-  });
+  const std::vector<float> partial = block_partials(R, C, width, add);
   const auto rows_of = [&](int64_t b) {
     return static_cast<double>(std::min(per_block, R - b * per_block));
   };
