@@ -11,9 +11,9 @@ gets the same cores.
         [--torch2 /work/venv-peers/bin/python] [--no-torch113] \
         [--tensorflow /work/venv-peers/bin/python]
 """
-import os
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
