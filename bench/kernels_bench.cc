@@ -4,6 +4,7 @@
 
 #include "tandem/base/random.h"
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/attention.h"
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
@@ -166,6 +167,31 @@ void BiasGradient(benchmark::State& state, DType dtype) {
 }
 BENCHMARK_CAPTURE(BiasGradient, gpt_f32, DType::f32);
 BENCHMARK_CAPTURE(BiasGradient, gpt_bf16, DType::bf16);
+
+// gpt's causal self-attention layer (128 sequences of 128 tokens, 8 heads
+// of 32) read from its fused QKV projection: forward, and backward.
+void AttentionInterleaved(benchmark::State& state, DType dtype, bool backward) {
+  const Tensor qkv = random(Shape{128, 128, 3, 8, 32}, dtype);
+  const kernels::AttentionResult r = kernels::attention_interleaved(qkv, {});
+  const Tensor dout = random(r.out.shape(), dtype);
+  for (auto _ : state) {
+    if (backward) {
+      benchmark::DoNotOptimize(
+          kernels::attention_interleaved_backward(dout, qkv, r.out, r.lse, {}));
+    } else {
+      benchmark::DoNotOptimize(kernels::attention_interleaved(qkv, {}));
+    }
+  }
+  // The products' multiply-adds on the causal half, as the step counts them.
+  const double products = backward ? 4.0 : 2.0;
+  state.counters["GFLOP/s"] = benchmark::Counter(products * 2.0 * 128 * 8 * 128 * 128 * 32 / 2,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(AttentionInterleaved, gpt_f32, DType::f32, false);
+BENCHMARK_CAPTURE(AttentionInterleaved, gpt_bf16, DType::bf16, false);
+BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_f32, DType::f32, true);
+BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_bf16, DType::bf16, true);
 
 // Dtype conversion of a cnn conv1 activation (3.2M elements): the cost that
 // mixed precision adds around kernels.
