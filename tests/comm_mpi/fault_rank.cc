@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: fault_rank start|throw|stop|freeze|slow [replicas per process]\n");
     return 2;
   }
+  tandem::comm::apply_recommended_mpi_settings();
   const bool peer_timeout_case = mode == "freeze" || mode == "slow";
   try {
     auto strategy = distribute::make_strategy(

@@ -8,6 +8,7 @@
 
 int main() {
   using namespace tandem;
+  comm::apply_recommended_mpi_settings();
   auto comm = comm::make_mpi_communicator();
   Tensor buffer = Tensor::full(Shape{1 << 16}, 1.0f);
   for (int step = 0; step < 1000000; ++step) {

@@ -64,6 +64,9 @@ int fail(const char* kind, const char* message, int status = 1) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread starts or MPI does (mpi.h): the library leaves the
+  // environment alone; the command owns the process's settings.
+  tandem::comm::apply_recommended_mpi_settings();
   CLI::App app{"tandem: data-parallel deep-learning training for multi-device machines", "tandem"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION_STRING);
   app.require_subcommand(1);

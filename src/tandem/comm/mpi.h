@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tandem/comm/communicator.h"
 
@@ -25,6 +26,25 @@ namespace tandem::comm {
 
 // Whether this build has the MPI backend (TANDEM_WITH_MPI).
 bool mpi_built();
+
+// Open MPI settings that tandem's measurements favour, as the environment
+// variables MPI_Init reads (docs/collectives.md, docs/multi_host.md): the
+// non-blocking all-reduce as a ring (libnbc's default algorithms reached a
+// third of the blocking call's bandwidth from 256 KiB up), and waiting ranks
+// that yield the core (ranks sharing a core starved each other and the
+// kernel's network processing). The library never changes the process's
+// environment itself: the front ends (the `tandem` command, the Python
+// module) call apply_recommended_mpi_settings() before MPI starts, and so
+// may a C++ program (or pass them to mpirun as --mca settings).
+struct MpiSetting {
+  std::string variable;  // OMPI_MCA_...
+  std::string value;
+};
+std::vector<MpiSetting> recommended_mpi_settings();
+// Sets each recommended variable that the environment does not set (a
+// user's --mca or export stands) and returns those it set. Call it before
+// the first MPI use and before starting threads (setenv is not thread-safe).
+std::vector<std::string> apply_recommended_mpi_settings();
 // Rank and size of MPI_COMM_WORLD (initialises MPI). Throw NotImplemented
 // without the MPI backend.
 int mpi_world_rank();

@@ -2,6 +2,7 @@
 // how the process leaves MPI at exit), apart from the communicator (mpi.cc).
 #include "tandem/comm/mpi.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -16,6 +17,23 @@
 #endif
 
 namespace tandem::comm {
+
+std::vector<MpiSetting> recommended_mpi_settings() {
+  return {{"OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1"},
+          {"OMPI_MCA_mpi_yield_when_idle", "1"}};
+}
+
+std::vector<std::string> apply_recommended_mpi_settings() {
+  std::vector<std::string> set;
+  for (const MpiSetting& s : recommended_mpi_settings()) {
+    if (std::getenv(s.variable.c_str()) != nullptr) continue;
+    if (setenv(s.variable.c_str(), s.value.c_str(), /*overwrite=*/0) != 0) {
+      TANDEM_THROW(Error, "cannot set ", s.variable, " in the environment");
+    }
+    set.push_back(s.variable);
+  }
+  return set;
+}
 
 #if !TANDEM_HAVE_MPI
 

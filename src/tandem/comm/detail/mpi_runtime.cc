@@ -117,17 +117,9 @@ MpiRuntime& runtime() {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
-      // Open MPI's non-blocking all-reduce picks, by default, algorithms
-      // that reach a third of the blocking one's bandwidth from 256 KiB up
-      // on shared memory; its ring matches it (`tandem bench allreduce
-      // --backend mpi`, docs/performance.md). A user's own choice stands.
-      setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
-      // Waiting ranks poll; without yielding, ranks that share a core (an
-      // oversubscribed host, or ranks bound to the same core) starve each
-      // other and the kernel's network processing: over TCP between hosts a
-      // 1 MiB all-reduce ran at a third of the link rate (docs/multi_host.md).
-      // Yielding costs shared memory nothing measurable.
-      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+      // Open MPI's settings come from the environment, which the front ends
+      // prepare (apply_recommended_mpi_settings, mpi.h): the library does
+      // not change it.
       int provided = 0;
       check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
