@@ -9,7 +9,6 @@
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/attention.h"
 #include "tandem/kernels/detail/attention_rows.h"
-#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/layout.h"
 #include "tandem/tensor/allocator.h"

@@ -114,9 +114,11 @@ template <typename T>
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(to_f32(p[r * stride + c]));
 }
-// `Strips` strips of 16 columns each over the rows: 2 x Strips chains
-// of double adds in flight (one strip's two chains waited on the adds' latency:
-// gpt's bf16 bias gradients ran at 13 GB/s).
+// `Strips` strips of 16 columns each over the rows: 2 x Strips chains of
+// double adds in flight (one strip's two chains waited on the adds'
+// latency: gpt's bf16 bias gradients ran at 13 GB/s), and the same columns
+// of the next block of rows prefetched (the block's rows are as many
+// strided streams).
 template <int Strips, typename T>
 TANDEM_AVX512 void add_strips(const T* p, int64_t rows, int64_t stride, double* acc) {
   __m512d low[Strips], high[Strips];

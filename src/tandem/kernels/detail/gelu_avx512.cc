@@ -91,8 +91,8 @@ TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
   store16(y, dy == nullptr ? Form::value(v) : _mm512_mul_ps(load16(dy), Form::slope(v)));
 }
 
-// Count blocks of 16, each step of the math for all of them before the
-// next step.
+// Count blocks of 16 side by side: independent chains of the math that the
+// scheduler interleaves.
 template <typename Form, int Count, typename T>
 TANDEM_AVX512 inline void gelu_blocks(const T* x, const T* dy, T* y) {
   __m512 v[Count], out[Count];
