@@ -125,6 +125,27 @@ void BatchNormBackward(benchmark::State& state, DType dtype) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Layer norm over gpt's residual stream (16,384 tokens x 256), forward and
+// backward: the counter is the bytes of x per call.
+void LayerNorm(benchmark::State& state, DType dtype, bool backward) {
+  const Tensor x = random(Shape{16384, 256}, dtype), dy = random(x.shape(), dtype);
+  const Tensor gamma = random(Shape{256}, DType::f32), beta = random(Shape{256}, DType::f32);
+  const kernels::NormResult r = kernels::layer_norm(x, gamma, beta, 1e-5f);
+  for (auto _ : state) {
+    if (backward) {
+      benchmark::DoNotOptimize(kernels::layer_norm_backward(dy, x, r.mean, r.rstd, gamma));
+    } else {
+      benchmark::DoNotOptimize(kernels::layer_norm(x, gamma, beta, 1e-5f));
+    }
+  }
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(LayerNorm, gpt_f32, DType::f32, false);
+BENCHMARK_CAPTURE(LayerNorm, gpt_bf16, DType::bf16, false);
+BENCHMARK_CAPTURE(LayerNorm, gpt_backward_f32, DType::f32, true);
+BENCHMARK_CAPTURE(LayerNorm, gpt_backward_bf16, DType::bf16, true);
+
 // GELU over gpt's MLP hidden layer (16,384 tokens x 1,024): oneDNN's
 // eltwise took 14-26 ms per call here, 12% of gpt's bf16 step.
 void Gelu(benchmark::State& state, kernels::Activation form, DType dtype) {

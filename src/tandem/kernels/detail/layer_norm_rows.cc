@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
@@ -12,32 +13,49 @@
 namespace tandem::kernels::detail {
 namespace {
 
-template <typename T>
+// Rows r0 .. r0 + Rows side by side: a row's sums, reductions and square
+// root are one chain of about 200 cycles that the out-of-order window did
+// not overlap with the next row's (as attention's rows). Each row's
+// operations are the same, in the same order, as one at a time.
+//
+// GCC 12 warns that _mm512_reduce_add_ps's own _mm256_undefined_pd() is used
+// uninitialized when several are inlined side by side (a false positive:
+// the undefined half is never read).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+template <int Rows, typename T>
 TANDEM_AVX512 void forward_rows(const T* x, T* y, int64_t C, const float* g, const float* b,
-                                float eps, float* mean, float* rstd, int64_t begin, int64_t end) {
+                                float eps, float* mean, float* rstd, int64_t r0) {
   const float inverse_c = 1.0f / static_cast<float>(C);
-  for (int64_t r = begin; r < end; ++r) {
-    const T* xr = x + r * C;
-    T* yr = y + r * C;
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; c += 16) sum = _mm512_add_ps(sum, load16(xr + c));
-    const float m = _mm512_reduce_add_ps(sum) * inverse_c;
-    const __m512 mv = splat(m);
-    __m512 squares = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; c += 16) {
-      const __m512 d = _mm512_sub_ps(load16(xr + c), mv);
-      squares = _mm512_fmadd_ps(d, d, squares);
+  __m512 sum[Rows], squares[Rows], mv[Rows], sv[Rows];
+  for (int n = 0; n < Rows; ++n) sum[n] = squares[n] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < C; c += 16)
+    for (int n = 0; n < Rows; ++n) sum[n] = _mm512_add_ps(sum[n], load16(x + (r0 + n) * C + c));
+  for (int n = 0; n < Rows; ++n) {
+    mean[r0 + n] = _mm512_reduce_add_ps(sum[n]) * inverse_c;
+    mv[n] = splat(mean[r0 + n]);
+  }
+  for (int64_t c = 0; c < C; c += 16) {
+    for (int n = 0; n < Rows; ++n) {
+      const __m512 d = _mm512_sub_ps(load16(x + (r0 + n) * C + c), mv[n]);
+      squares[n] = _mm512_fmadd_ps(d, d, squares[n]);
     }
-    const float s = 1.0f / std::sqrt(_mm512_reduce_add_ps(squares) * inverse_c + eps);
-    const __m512 sv = splat(s);
-    for (int64_t c = 0; c < C; c += 16) {
-      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(xr + c), mv), sv);
-      store16(yr + c, _mm512_fmadd_ps(xhat, _mm512_loadu_ps(g + c), _mm512_loadu_ps(b + c)));
+  }
+  for (int n = 0; n < Rows; ++n) {
+    rstd[r0 + n] = 1.0f / std::sqrt(_mm512_reduce_add_ps(squares[n]) * inverse_c + eps);
+    sv[n] = splat(rstd[r0 + n]);
+  }
+  for (int64_t c = 0; c < C; c += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + c), bv = _mm512_loadu_ps(b + c);
+    for (int n = 0; n < Rows; ++n) {
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + (r0 + n) * C + c), mv[n]), sv[n]);
+      store16(y + (r0 + n) * C + c, _mm512_fmadd_ps(xhat, gv, bv));
     }
-    mean[r] = m;
-    rstd[r] = s;
   }
 }
+
+#pragma GCC diagnostic pop
 
 // Rows [begin, end): dx, and each row's dy xhat and dy added to dgamma and
 // dbeta (C doubles each), as the portable rows add them.
@@ -72,6 +90,19 @@ TANDEM_AVX512 void backward_rows(const T* x, const T* dy, T* dx, int64_t C, cons
   }
 }
 
+// forward_rows over [r0, r1): bf16 rows four at a time (gpt's 16,384 x 256
+// layer 1.62 -> 1.23 ms), f32 rows one at a time (1.20 -> 1.41 ms four at a
+// time: kernels_bench's LayerNorm rows, interleaved).
+template <typename T>
+void forward_rows_over(const T* x, T* y, int64_t C, const float* g, const float* b, float eps,
+                       float* mean, float* rstd, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  if constexpr (std::is_same_v<T, Bf16>) {
+    for (; r + 4 <= r1; r += 4) forward_rows<4>(x, y, C, g, b, eps, mean, rstd, r);
+  }
+  for (; r < r1; ++r) forward_rows<1>(x, y, C, g, b, eps, mean, rstd, r);
+}
+
 }  // namespace
 
 bool layer_norm_rows_apply(const Tensor& x) {
@@ -92,7 +123,7 @@ void layer_norm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, f
     const T* in = static_cast<const T*>(x.raw_data());
     T* out = static_cast<T*>(result.y.raw_data());
     parallel_for(R, 16, [&](int64_t r0, int64_t r1) {
-      forward_rows(in, out, C, g, b, eps, mean, rstd, r0, r1);
+      forward_rows_over(in, out, C, g, b, eps, mean, rstd, r0, r1);
     });
   });
 }
