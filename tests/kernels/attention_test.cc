@@ -136,10 +136,10 @@ TEST(Attention, BadShapesAndOptionsAreErrors) {
 }
 
 TEST(Attention, ScoresAreBuiltAGroupOfHeadsAtATime) {
-  // Bounded scratch: 256 KiB of f32 scores (a core's L2 holds them and
+  // Bounded scratch: 512 KiB of f32 scores (a core's L2 holds them and
   // their probabilities), at least one head.
-  EXPECT_EQ(kernels::attention_heads_per_group(256, 128, 128), 4);
-  EXPECT_EQ(kernels::attention_heads_per_group(256, 64, 64), 16);
+  EXPECT_EQ(kernels::attention_heads_per_group(256, 128, 128), 8);
+  EXPECT_EQ(kernels::attention_heads_per_group(256, 64, 64), 32);
   EXPECT_EQ(kernels::attention_heads_per_group(2, 128, 128), 2);
   EXPECT_EQ(kernels::attention_heads_per_group(8, 4096, 4096), 1);
   // Many groups give the same result as one.

@@ -65,7 +65,7 @@ Tensor attention_interleaved_backward(const Tensor& dout, const Tensor& qkv, con
                                       const Tensor& lse, const AttentionOptions& options = {});
 
 // The number of T x S f32 score matrices attention works on at once on
-// `device` (256 KiB of them on the CPU, 256 MiB on a GPU).
+// `device` (512 KiB of them on the CPU, 256 MiB on a GPU).
 int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S,
                                   Device device = cpu_device());
 
