@@ -11,6 +11,7 @@
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/attention_rows.h"
 #include "tandem/kernels/detail/attention_rows_avx512.h"
+#include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/fast_exp.h"
@@ -251,28 +252,50 @@ void attention_score_grads(const AttentionRows& rows, int64_t first, Tensor& pro
   if (dscores.raw_data() != dprobs.raw_data()) dscores.copy_from(dprobs);
 }
 
+namespace {
+
+// out = op(a) op(b) for one of attention's products, skipping the causal
+// triangle's blocks (part) when the mask has one.
+void product(const AttentionRows& rows, const Tensor& a, const Tensor& b, Tensor& out,
+             const MatmulOptions& options, CausalPart part) {
+  if (rows.causal && rows.T == rows.S) {
+    causal_batched_matmul(a, b, out, options, part);
+  } else {
+    batched_matmul_into(a, b, out, options);
+  }
+}
+
+// (count, T, S) scores: op(a) op(b)^T with a (count, T, D), b (count, S, D).
+Tensor scores_of(const AttentionRows& rows, const Tensor& a, const Tensor& b) {
+  Tensor scores = Tensor::empty(Shape{a.dim(0), rows.T, rows.S}, DType::f32, a.device());
+  product(rows, a, b, scores, {.transpose_b = true}, CausalPart::out_lower);
+  return scores;
+}
+
+}  // namespace
+
 void attention_group(const AttentionRows& rows, int64_t first, const Tensor& q, const Tensor& k,
                      const Tensor& v, Tensor& lse, Tensor& out) {
-  Tensor scores = batched_matmul(q, k, {.transpose_b = true, .out_dtype = DType::f32});
+  Tensor scores = scores_of(rows, q, k);
   Tensor probs =
       q.dtype() == DType::f32 ? scores : Tensor::empty(scores.shape(), q.dtype(), q.device());
   attention_probabilities(rows, first, scores, lse, probs);
-  batched_matmul_into(probs, v, out);
+  product(rows, probs, v, out, {}, CausalPart::a_lower);
 }
 
 void attention_backward_group(const AttentionRows& rows, int64_t first, const Tensor& q,
                               const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& row_dot, AttentionGrads& grads) {
   // The probabilities again, from the scores and the kept log-sum-exp.
-  Tensor probs = batched_matmul(q, k, {.transpose_b = true, .out_dtype = DType::f32});
-  Tensor dprobs = batched_matmul(dout, v, {.transpose_b = true, .out_dtype = DType::f32});
+  Tensor probs = scores_of(rows, q, k);
+  Tensor dprobs = scores_of(rows, dout, v);
   const bool f32 = q.dtype() == DType::f32;
   Tensor kept = f32 && !rows.dropout ? probs : Tensor::empty(probs.shape(), q.dtype(), q.device());
   Tensor dscores = f32 ? dprobs : Tensor::empty(probs.shape(), q.dtype(), q.device());
   attention_score_grads(rows, first, probs, dprobs, lse, row_dot, kept, dscores);
-  batched_matmul_into(kept, dout, grads.dv, {.transpose_a = true});
-  batched_matmul_into(dscores, k, grads.dq);
-  batched_matmul_into(dscores, q, grads.dk, {.transpose_a = true});
+  product(rows, kept, dout, grads.dv, {.transpose_a = true}, CausalPart::a_upper);
+  product(rows, dscores, k, grads.dq, {}, CausalPart::a_lower);
+  product(rows, dscores, q, grads.dk, {.transpose_a = true}, CausalPart::a_upper);
 }
 
 }  // namespace detail

@@ -1,9 +1,11 @@
 #include "tandem/kernels/matmul.h"
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "tandem/kernels/detail/amx_matmul.h"
+#include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
@@ -80,7 +82,8 @@ memory::desc operand_desc(const Problem& p, int64_t batch, int64_t rows, int64_t
 // out = activation(a x b + bias) for checked operands; `op` names the
 // caller in the cache key and in errors.
 void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor& b,
-                const Tensor& bias, Tensor& out, const MatmulOptions& options) {
+                const Tensor& bias, Tensor& out, const MatmulOptions& options,
+                std::optional<detail::CausalPart> part = std::nullopt) {
   if (out.numel() == 0) return;
   if (p.K == 0) {
     // oneDNN rejects empty reductions; the product is zero (plus bias).
@@ -104,8 +107,7 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
   }
   if (p.batched &&
       detail::amx_batched_matmul_applies(a, out, options, p.M, p.K, p.N, p.b_batch != p.batch)) {
-    detail::amx_batched_matmul(a, b, out, options, p.batch, p.M, p.K, p.N);
-    count_flops(2 * p.batch * p.M * p.N * p.K);
+    detail::amx_batched_matmul(a, b, out, options, p.batch, p.M, p.K, p.N, part);
     return;
   }
   // In f32, rounded once into a bf16 output: bf16 operands where oneDNN
@@ -209,8 +211,11 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt
   return out;
 }
 
-void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
-                         const MatmulOptions& options) {
+namespace {
+
+// The problem of a checked batched product.
+Problem batched_problem(const Tensor& a, const Tensor& b, const Tensor& out,
+                        const MatmulOptions& options) {
   const Shape shape = batched_output_shape(a, b, options);
   if (out.shape() != shape) {
     TANDEM_THROW(ShapeError, "batched_matmul: output shape ", out.shape().to_string(),
@@ -220,16 +225,34 @@ void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
     TANDEM_THROW(ShapeError, "batched_matmul: output dtype must be f32 or bf16, got ",
                  dtype_name(out.dtype()));
   }
+  detail::check_same_device("batched_matmul", a, {&b, &out});
   const int ra = a.rank(), rb = b.rank();
   int64_t batch = 1;
   for (int i = 0; i < ra - 2; ++i) batch *= a.dim(i);
-  const int64_t M = shape.dim(ra - 2), N = shape.dim(ra - 1);
   const int64_t K = options.transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
-  detail::check_same_device("batched_matmul", a, {&b, &out});
+  return {batch, rb == 2 ? 1 : batch, shape.dim(ra - 2), K, shape.dim(ra - 1), true};
+}
+
+}  // namespace
+
+void batched_matmul_into(const Tensor& a, const Tensor& b, Tensor& out,
+                         const MatmulOptions& options) {
+  const Problem p = batched_problem(a, b, out, options);
   TANDEM_DISPATCH_CUDA(
-      a, run_matmul({batch, rb == 2 ? 1 : batch, M, K, N}, a, b, Tensor(), out, options));
-  run_matmul("batched_matmul", {batch, rb == 2 ? 1 : batch, M, K, N, true}, a, b, Tensor(), out,
-             options);
+      a, run_matmul({p.batch, p.b_batch, p.M, p.K, p.N}, a, b, Tensor(), out, options));
+  run_matmul("batched_matmul", p, a, b, Tensor(), out, options);
+}
+
+void detail::causal_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out,
+                                   const MatmulOptions& options, CausalPart part) {
+  const Problem p = batched_problem(a, b, out, options);
+  if (part == CausalPart::out_lower ? p.M != p.N : p.M != p.K) {
+    TANDEM_THROW(ShapeError, "causal batched_matmul: the product (", p.M, " x ", p.K, ") x (", p.K,
+                 " x ", p.N, ") is not square where its causal triangle lies");
+  }
+  TANDEM_DISPATCH_CUDA(
+      a, run_matmul({p.batch, p.b_batch, p.M, p.K, p.N}, a, b, Tensor(), out, options));
+  run_matmul("batched_matmul", p, a, b, Tensor(), out, options, part);
 }
 
 namespace {

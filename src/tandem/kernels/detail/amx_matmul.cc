@@ -1,10 +1,13 @@
 #include "tandem/kernels/detail/amx_matmul.h"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/amx_tiles.h"
+#include "tandem/kernels/flops.h"
 #include "tandem/tensor/convert.h"
 
 namespace tandem::kernels::detail {
@@ -60,16 +63,38 @@ TANDEM_AMX void pair_rows(const uint16_t* b, int64_t K, int64_t N, bool transpos
 #define TANDEM_AMX_STORE(i) \
   if constexpr (G > i) _tile_stored(i, c + n0 + 16 * i, ldc * 4)
 
+// The part of a product that 16 rows of the output need: the sum over
+// k in [k_begin, k_end) (multiples of 32) and columns [0, n_end).
+struct TileRange {
+  int64_t k_begin, k_end, n_end;
+};
+
+// What rows [m, m + 16) of an (M, K) x (K, N) product need; all of it
+// without a causal part.
+TileRange tile_range(std::optional<CausalPart> part, int64_t m, int64_t K, int64_t N) {
+  if (!part) return {0, K, N};
+  switch (*part) {
+    case CausalPart::out_lower:
+      return {0, K, std::min(N, m + 16)};
+    case CausalPart::a_lower:
+      return {0, std::min(K, (m + 16 + 31) / 32 * 32), N};
+    case CausalPart::a_upper:
+      return {m / 32 * 32, K, N};
+  }
+  return {0, K, N};
+}
+
 // 16 rows of c (f32, row stride ldc), columns n0 .. n0 + 16 G: the rows of
-// a (row stride lda) times the pair-layout b.
+// a (row stride lda) times the pair-layout b (N columns), summed over k in
+// [32 s_begin, 32 s_end).
 template <int G>
-TANDEM_AMX void product_rows(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_t K,
-                             int64_t N, int64_t n0, float* c, int64_t ldc) {
+TANDEM_AMX void product_rows(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_t s_begin,
+                             int64_t s_end, int64_t N, int64_t n0, float* c, int64_t ldc) {
   if constexpr (G > 0) _tile_zero(0);
   if constexpr (G > 1) _tile_zero(1);
   if constexpr (G > 2) _tile_zero(2);
   if constexpr (G > 3) _tile_zero(3);
-  for (int64_t s = 0; s < K / 32; ++s) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
     _tile_loadd(4, a + 32 * s, lda * 2);
     TANDEM_AMX_PRODUCT(0, 5);
     TANDEM_AMX_PRODUCT(1, 6);
@@ -85,21 +110,22 @@ TANDEM_AMX void product_rows(const uint16_t* a, int64_t lda, const uint16_t* pai
 #undef TANDEM_AMX_PRODUCT
 #undef TANDEM_AMX_STORE
 
-void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, int64_t K, int64_t N,
-                   float* c, int64_t ldc) {
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    switch ((std::min<int64_t>(N - n0, 64)) / 16) {
+void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, const TileRange& range,
+                   int64_t N, float* c, int64_t ldc) {
+  const int64_t s_begin = range.k_begin / 32, s_end = range.k_end / 32;
+  for (int64_t n0 = 0; n0 < range.n_end; n0 += 64) {
+    switch ((std::min<int64_t>(range.n_end - n0, 64)) / 16) {
       case 1:
-        product_rows<1>(a, lda, pairs, K, N, n0, c, ldc);
+        product_rows<1>(a, lda, pairs, s_begin, s_end, N, n0, c, ldc);
         break;
       case 2:
-        product_rows<2>(a, lda, pairs, K, N, n0, c, ldc);
+        product_rows<2>(a, lda, pairs, s_begin, s_end, N, n0, c, ldc);
         break;
       case 3:
-        product_rows<3>(a, lda, pairs, K, N, n0, c, ldc);
+        product_rows<3>(a, lda, pairs, s_begin, s_end, N, n0, c, ldc);
         break;
       default:
-        product_rows<4>(a, lda, pairs, K, N, n0, c, ldc);
+        product_rows<4>(a, lda, pairs, s_begin, s_end, N, n0, c, ldc);
         break;
     }
   }
@@ -116,10 +142,17 @@ bool amx_batched_matmul_applies(const Tensor& a, const Tensor& out, const Matmul
 }
 
 void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulOptions& options,
-                        int64_t batch, int64_t M, int64_t K, int64_t N) {
+                        int64_t batch, int64_t M, int64_t K, int64_t N,
+                        std::optional<CausalPart> part) {
   const auto* as = static_cast<const uint16_t*>(a.raw_data());
   const auto* bs = static_cast<const uint16_t*>(b.raw_data());
   const bool f32 = out.dtype() == DType::f32;
+  int64_t flops = 0;
+  for (int64_t m = 0; m < M; m += 16) {
+    const TileRange range = tile_range(part, m, K, N);
+    flops += 2 * 16 * (range.k_end - range.k_begin) * range.n_end;
+  }
+  count_flops(batch * flops);
   parallel_for(batch, 1, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> at(options.transpose_a ? static_cast<size_t>(M * K) : 0);
     std::vector<uint16_t> pairs(static_cast<size_t>(K * N));
@@ -133,13 +166,21 @@ void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const Mat
       }
       pair_rows(bs + i * K * N, K, N, options.transpose_b, pairs.data());
       for (int64_t m = 0; m < M; m += 16) {
+        const TileRange range = tile_range(part, m, K, N);
         if (f32) {
           float* c = out.data<float>() + (i * M + m) * N;
-          product_tiles(ai + m * K, K, pairs.data(), K, N, c, N);
-        } else {
-          product_tiles(ai + m * K, K, pairs.data(), K, N, rows.data(), N);
-          auto* c = static_cast<uint16_t*>(out.raw_data()) + (i * M + m) * N;
+          product_tiles(ai + m * K, K, pairs.data(), range, N, c, N);
+          continue;
+        }
+        product_tiles(ai + m * K, K, pairs.data(), range, N, rows.data(), N);
+        auto* c = static_cast<uint16_t*>(out.raw_data()) + (i * M + m) * N;
+        if (range.n_end == N) {
           convert_on_this_thread(rows.data(), DType::f32, c, DType::bf16, 16 * N);
+          continue;
+        }
+        for (int64_t r = 0; r < 16; ++r) {
+          convert_on_this_thread(rows.data() + r * N, DType::f32, c + r * N, DType::bf16,
+                                 range.n_end);
         }
       }
     }

@@ -6,6 +6,9 @@
 // in L1: a's rows loaded as they are (or transposed first, transpose_a), b
 // put in the tiles' pair layout (rows of K in pairs), f32 accumulators.
 
+#include <optional>
+
+#include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/matmul.h"
 
 namespace tandem::kernels::detail {
@@ -18,8 +21,11 @@ bool amx_batched_matmul_applies(const Tensor& a, const Tensor& out, const Matmul
 
 // out[i] = op(a[i]) op(b[i]) for the batch's i, as batched_matmul_into
 // (operands checked by the caller). Sums in f32 in the tiles, each entry on
-// one thread: the result does not depend on the thread count.
+// one thread: the result does not depend on the thread count. With a
+// causal part, the tiles its triangle holds are skipped (a's zeros are not
+// summed; out_lower's tiles past the diagonal are left unwritten).
 void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const MatmulOptions& options,
-                        int64_t batch, int64_t M, int64_t K, int64_t N);
+                        int64_t batch, int64_t M, int64_t K, int64_t N,
+                        std::optional<CausalPart> part = std::nullopt);
 
 }  // namespace tandem::kernels::detail

@@ -1,0 +1,101 @@
+// Attention's causal products (kernels/detail/causal_products) against
+// double sums over the same values, for each causal part, f32 and bf16: on
+// the AMX tiles where the CPU has them (bf16, sizes multiples of 16), the
+// whole product elsewhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "support/gradcheck.h"
+#include "support/reference.h"
+#include "tandem/base/error.h"
+#include "tandem/kernels/detail/causal_products.h"
+
+namespace tandem {
+namespace {
+
+using kernels::detail::CausalPart;
+using testing::random_tensor;
+using testing::to_doubles;
+
+// A (batch, T, T) tensor with zeros above the diagonal: attention's
+// probabilities (op(a) = p is a_lower, op(a) = p^T is a_upper).
+Tensor lower_triangle(int64_t batch, int64_t T, DType dtype, uint64_t seed) {
+  std::vector<float> v = random_tensor(Shape{batch, T, T}, -2, 2, seed).to_floats();
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t c = r + 1; c < T; ++c) v[static_cast<size_t>((i * T + r) * T + c)] = 0.0f;
+  return Tensor::from_floats(Shape{batch, T, T}, v).to(dtype);
+}
+
+struct Product {
+  CausalPart part;
+  kernels::MatmulOptions options;
+  const char* name;
+};
+
+TEST(CausalProducts, MatchTheDoubleSumsWhereTheMaskLetsThrough) {
+  const Product products[] = {
+      {CausalPart::out_lower, {.transpose_b = true}, "q k^T"},
+      {CausalPart::a_lower, {}, "p v"},
+      {CausalPart::a_upper, {.transpose_a = true}, "p^T dout"},
+  };
+  // gpt's heads, AMX tile multiples, and sizes only oneDNN takes.
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{128, 32}, {48, 64}, {40, 24}, {7, 5}};
+  uint64_t seed = 300;
+  for (const Product& p : products) {
+    for (const auto& [T, D] : sizes) {
+      for (const DType dtype : {DType::f32, DType::bf16}) {
+        for (const DType out_dtype : {DType::f32, DType::bf16}) {
+          if (dtype == DType::f32 && out_dtype == DType::bf16) continue;
+          SCOPED_TRACE(::testing::Message()
+                       << p.name << " T " << T << " D " << D << " " << dtype_name(dtype) << " into "
+                       << dtype_name(out_dtype));
+          const int64_t batch = 3;
+          const bool scores = p.part == CausalPart::out_lower;
+          const Tensor a = scores ? random_tensor(Shape{batch, T, D}, -2, 2, ++seed).to(dtype)
+                                  : lower_triangle(batch, T, dtype, ++seed);
+          const Tensor b = random_tensor(Shape{batch, T, D}, -2, 2, ++seed).to(dtype);
+          const int64_t K = scores ? D : T, N = scores ? T : D;
+          Tensor out = Tensor::empty(Shape{batch, T, N}, out_dtype);
+          kernels::MatmulOptions options = p.options;
+          options.out_dtype = out_dtype;
+          kernels::detail::causal_batched_matmul(a, b, out, options, p.part);
+          const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
+          // The skipped tiles only ever added zeros: the whole product's values.
+          const std::vector<double> whole = to_doubles(kernels::batched_matmul(a, b, options));
+          const bool ta = options.transpose_a, tb = options.transpose_b;
+          for (int64_t i = 0; i < batch; ++i)
+            for (int64_t m = 0; m < T; ++m)
+              for (int64_t n = 0; n < (scores ? m + 1 : N); ++n) {
+                double sum = 0.0, magnitude = 0.0;
+                for (int64_t k = 0; k < K; ++k) {
+                  const double x = av[i * T * K + (ta ? k * T + m : m * K + k)];
+                  const double y = bv[i * K * N + (tb ? n * K + k : k * N + n)];
+                  sum += x * y;
+                  magnitude += std::abs(x * y);
+                }
+                const double bound = 4.0 * std::sqrt(static_cast<double>(K)) * 6e-8 * magnitude +
+                                     (out_dtype == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
+                const int64_t at = (i * T + m) * N + n;
+                ASSERT_NEAR(got[at], sum, bound + 1e-30) << i << " " << m << " " << n;
+                ASSERT_EQ(got[at], whole[at]) << i << " " << m << " " << n;
+              }
+        }
+      }
+    }
+  }
+}
+
+TEST(CausalProducts, RefuseProductsThatAreNotSquareWhereTheTriangleLies) {
+  const Tensor a = Tensor::zeros(Shape{2, 16, 8}), b = Tensor::zeros(Shape{2, 8, 32});
+  Tensor out = Tensor::zeros(Shape{2, 16, 32});
+  EXPECT_THROW(kernels::detail::causal_batched_matmul(a, b, out, {}, CausalPart::out_lower),
+               ShapeError);
+  EXPECT_THROW(kernels::detail::causal_batched_matmul(a, b, out, {}, CausalPart::a_lower),
+               ShapeError);
+}
+
+}  // namespace
+}  // namespace tandem
