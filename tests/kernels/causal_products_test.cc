@@ -1,7 +1,8 @@
 // Attention's causal products (kernels/detail/causal_products) against
 // double sums over the same values, for each causal part, f32 and bf16: on
-// the AMX tiles where the CPU has them (bf16, sizes multiples of 16), the
-// whole product elsewhere.
+// the AMX tiles where the CPU has them (bf16, sizes multiples of 16), on
+// AVX-512 (f32, rows a multiple of 8 and columns of 16), the whole product
+// elsewhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,7 +64,10 @@ TEST(CausalProducts, MatchTheDoubleSumsWhereTheMaskLetsThrough) {
           options.out_dtype = out_dtype;
           kernels::detail::causal_batched_matmul(a, b, out, options, p.part);
           const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
-          // The skipped tiles only ever added zeros: the whole product's values.
+          // On the AMX tiles (bf16) the skipped tiles only ever added zeros:
+          // the whole product's values, bit for bit. (The f32 kernel sums in
+          // its own order: against the double sums only.)
+          const bool exact = dtype == DType::bf16;
           const std::vector<double> whole = to_doubles(kernels::batched_matmul(a, b, options));
           const bool ta = options.transpose_a, tb = options.transpose_b;
           for (int64_t i = 0; i < batch; ++i)
@@ -80,7 +84,7 @@ TEST(CausalProducts, MatchTheDoubleSumsWhereTheMaskLetsThrough) {
                                      (out_dtype == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
                 const int64_t at = (i * T + m) * N + n;
                 ASSERT_NEAR(got[at], sum, bound + 1e-30) << i << " " << m << " " << n;
-                ASSERT_EQ(got[at], whole[at]) << i << " " << m << " " << n;
+                if (exact) ASSERT_EQ(got[at], whole[at]) << i << " " << m << " " << n;
               }
         }
       }

@@ -6,6 +6,7 @@
 
 #include "tandem/kernels/detail/amx_matmul.h"
 #include "tandem/kernels/detail/causal_products.h"
+#include "tandem/kernels/detail/causal_products_avx512.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
@@ -252,6 +253,11 @@ void detail::causal_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out
   }
   TANDEM_DISPATCH_CUDA(
       a, run_matmul({p.batch, p.b_batch, p.M, p.K, p.N}, a, b, Tensor(), out, options));
+  if (out.numel() > 0 && p.K > 0 &&
+      detail::causal_products_avx512_apply(a, out, options, p.M, p.N, p.b_batch != p.batch)) {
+    detail::causal_products_avx512(a, b, out, options, p.batch, p.M, p.K, p.N, part);
+    return;
+  }
   run_matmul("batched_matmul", p, a, b, Tensor(), out, options, part);
 }
 
