@@ -85,9 +85,8 @@ TANDEM_AVX512 void entry(Lhs a, const float* b, int64_t ldb, float* c, int64_t M
 
 }  // namespace
 
-bool causal_products_avx512_apply(const Tensor& a, const Tensor& out,
-                                  const MatmulOptions& options, int64_t M, int64_t N,
-                                  bool shared_b) {
+bool causal_products_avx512_apply(const Tensor& a, const Tensor& out, const MatmulOptions& options,
+                                  int64_t M, int64_t N, bool shared_b) {
   return a.dtype() == DType::f32 && out.dtype() == DType::f32 &&
          options.activation == Activation::none && !shared_b && M % kRows == 0 && N % 16 == 0 &&
          M > 0 && N > 0 && has_avx512f();

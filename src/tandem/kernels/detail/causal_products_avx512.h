@@ -14,9 +14,8 @@ namespace tandem::kernels::detail {
 // Whether causal_products_avx512 computes this product: AVX-512, f32
 // operands and output, b batched like a, no activation, M a multiple of 8
 // and N of 16.
-bool causal_products_avx512_apply(const Tensor& a, const Tensor& out,
-                                  const MatmulOptions& options, int64_t M, int64_t N,
-                                  bool shared_b);
+bool causal_products_avx512_apply(const Tensor& a, const Tensor& out, const MatmulOptions& options,
+                                  int64_t M, int64_t N, bool shared_b);
 
 // out[i] = op(a[i]) op(b[i]) for the batch's i (operands checked by the
 // caller), skipping the part's triangle: out_lower's columns past each
