@@ -5,9 +5,11 @@
 // p^T dout, ds k, ds^T q) has a triangle of zeros or of unread values:
 // with gpt's 128 positions, 28 of the 64 tiles of 16 x 16 in q k^T.
 //
-// Only the AMX tiles skip them. On oneDNN 2.6, blocks of rows as strided
-// views (four calls per product) left its fast batched kernel (brgemm) for
-// a slower one: gpt's f32 attention took 10% longer (docs/performance.md).
+// The AMX tiles skip them in bf16 (amx_matmul.h), tandem's AVX-512 kernel
+// in f32 (causal_products_avx512.h). oneDNN 2.6 computes the whole product
+// elsewhere: blocks of rows as strided views (four calls per product) left
+// its fast batched kernel (brgemm) for a slower one, and gpt's f32
+// attention took 10% longer (docs/performance.md).
 
 #include "tandem/kernels/matmul.h"
 
@@ -22,7 +24,8 @@ enum class CausalPart {
 };
 
 // batched_matmul_into(a, b, out, options), skipping the part's triangle
-// where the AMX tiles compute the product; elsewhere the whole product.
+// where the AMX tiles (bf16) or the AVX-512 kernel (f32) compute the
+// product; elsewhere the whole product.
 // Throws ShapeError as batched_matmul_into does, and when the product is
 // not square where the part needs it. In matmul.cc.
 void causal_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out,
