@@ -84,7 +84,9 @@ TEST(CausalProducts, MatchTheDoubleSumsWhereTheMaskLetsThrough) {
                                      (out_dtype == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
                 const int64_t at = (i * T + m) * N + n;
                 ASSERT_NEAR(got[at], sum, bound + 1e-30) << i << " " << m << " " << n;
-                if (exact) ASSERT_EQ(got[at], whole[at]) << i << " " << m << " " << n;
+                if (exact) {
+                  ASSERT_EQ(got[at], whole[at]) << i << " " << m << " " << n;
+                }
               }
         }
       }
