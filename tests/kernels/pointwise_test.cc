@@ -18,6 +18,7 @@
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/fast_exp.h"
+#include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/dropout.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/embedding.h"
@@ -151,6 +152,46 @@ TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
       }
     }
   }
+}
+
+// GELU's bf16 results through AVX512-BF16's conversion instruction and
+// through integer rounding, bit for bit: inputs from -16 to 16 (outputs
+// and slopes that are subnormal near -13.5, which the instruction alone
+// would flush to zero), zeros, infinities and NaN, both forms, forward and
+// backward.
+TEST(Activation, GeluBf16StoresGiveTheSameBitsEitherWay) {
+  if (!kernels::detail::has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  std::vector<float> xs;
+  for (float v = -16.0f; v <= 16.0f; v += 1.0f / 64) xs.push_back(v);
+  for (float v = -14.0f; v <= -12.5f; v += 1.0f / 2048) xs.push_back(v);
+  for (const float v :
+       {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    xs.push_back(v);
+  const int64_t n = std::ssize(xs);
+  const Tensor x = Tensor::from_floats(Shape{n}, xs).to(DType::bf16);
+  const Tensor dy = random_tensor(Shape{n}, -2, 2, 7).to(DType::bf16);
+  using kernels::detail::Bf16Stores;
+  bool subnormal = false;
+  for (const kernels::Activation form :
+       {kernels::Activation::gelu, kernels::Activation::gelu_tanh}) {
+    const Tensor native = kernels::detail::gelu_avx512(form, x, Bf16Stores::fastest);
+    const Tensor rounded = kernels::detail::gelu_avx512(form, x, Bf16Stores::integer_rounding);
+    const Tensor native_slope =
+        kernels::detail::gelu_backward_avx512(form, dy, x, Bf16Stores::fastest);
+    const Tensor rounded_slope =
+        kernels::detail::gelu_backward_avx512(form, dy, x, Bf16Stores::integer_rounding);
+    const auto* a = static_cast<const uint16_t*>(native.raw_data());
+    const auto* b = static_cast<const uint16_t*>(rounded.raw_data());
+    const auto* c = static_cast<const uint16_t*>(native_slope.raw_data());
+    const auto* d = static_cast<const uint16_t*>(rounded_slope.raw_data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i], b[i]) << kernels::activation_name(form) << " at " << xs[i];
+      ASSERT_EQ(c[i], d[i]) << kernels::activation_name(form) << " slope at " << xs[i];
+      subnormal = subnormal || ((b[i] & 0x7F80) == 0 && (b[i] & 0x7F) != 0);
+    }
+  }
+  EXPECT_TRUE(subnormal) << "no subnormal result: the inputs miss the case they are for";
 }
 
 // TANDEM_MAX_CPU_ISA: avx2 turns tandem's AVX-512 kernels off, avx512 its

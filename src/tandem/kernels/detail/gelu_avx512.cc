@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <limits>
+#include <type_traits>
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
@@ -84,67 +86,46 @@ struct ErfForm : Blocks<ErfForm> {
 // Elements ahead of the one computed whose lines are fetched.
 constexpr int64_t kPrefetchAhead = 512;
 
-// One block of 16: y = Form::value(x) (dy null) or y = dy Form::slope(x).
-template <typename Form, typename T>
-TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
-  const __m512 v = load16(x);
-  store16(y, dy == nullptr ? Form::value(v) : _mm512_mul_ps(load16(dy), Form::slope(v)));
+// The loops, compiled twice: on every AVX-512 CPU with bf16 results rounded
+// in integer arithmetic (store16), and for CPUs with AVX512-BF16 with its
+// conversion instruction, which gave gpt's bf16 GELU rows about 12% (the
+// math is what bounds them; docs/performance.md). The instruction takes
+// subnormal inputs as zero, so those lanes keep the integer rounding: both
+// versions give the same bits.
+namespace integer_rounding {
+#define TANDEM_GELU_TARGET TANDEM_AVX512
+TANDEM_GELU_TARGET inline void store_result(float* p, __m512 v) {
+  store16(p, v);
 }
+TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
+  store16(p, v);
+}
+#include "tandem/kernels/detail/gelu_avx512_loops.inc"
+#undef TANDEM_GELU_TARGET
+}  // namespace integer_rounding
 
-// Count blocks of 16 side by side: independent chains of the math that the
-// scheduler interleaves.
-template <typename Form, int Count, typename T>
-TANDEM_AVX512 inline void gelu_blocks(const T* x, const T* dy, T* y) {
-  __m512 v[Count], out[Count];
-  for (int b = 0; b < Count; ++b) v[b] = load16(x + 16 * b);
-  if (dy == nullptr) {
-    Form::template values<Count>(v, out);
-  } else {
-    Form::template slopes<Count>(v, out);
-    for (int b = 0; b < Count; ++b) out[b] = _mm512_mul_ps(load16(dy + 16 * b), out[b]);
-  }
-  for (int b = 0; b < Count; ++b) store16(y + 16 * b, out[b]);
+namespace native_bf16 {
+#define TANDEM_GELU_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+TANDEM_GELU_TARGET inline void store_result(float* p, __m512 v) {
+  store16(p, v);
 }
-
-// gelu_block over n elements; the last partial block through a zero-padded
-// copy.
-template <typename Form, typename T>
-TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
-  int64_t i = 0;
-  // Four blocks side by side: each block's math is one chain of about 25
-  // dependent operations, and one block at a time filled the scheduler
-  // with waiting operations (about 28 cycles a block, not the 10 its
-  // operations need).
-  for (; i + 64 <= n; i += 64) {
-    for (size_t line = 0; line < 64 * sizeof(T); line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetchAhead) + line, _MM_HINT_T0);
-      if (dy != nullptr) {
-        _mm_prefetch(reinterpret_cast<const char*>(dy + i + kPrefetchAhead) + line, _MM_HINT_T0);
-      }
-    }
-    gelu_blocks<Form, 4>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
+  __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  // Zeros among them round to themselves either way.
+  const __mmask16 subnormal =
+      _mm512_cmp_ps_mask(_mm512_abs_ps(v), splat(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  if (subnormal != 0) {
+    bits = _mm256_mask_mov_epi16(bits, subnormal, _mm512_cvtepi32_epi16(bf16_lanes(v)));
   }
-  for (; i + 16 <= n; i += 16) {
-    // The math's long dependency chains keep the out-of-order window from
-    // reaching the next loads: without prefetches, a tensor past the caches
-    // (gpt's 16,384 x 1,024 hidden layer) ran at a third of the in-cache
-    // rate.
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetchAhead), _MM_HINT_T0);
-    if (dy != nullptr) {
-      _mm_prefetch(reinterpret_cast<const char*>(dy + i + kPrefetchAhead), _MM_HINT_T0);
-    }
-    gelu_block<Form>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
-  }
-  if (i == n) return;
-  T xs[16] = {}, dys[16] = {}, ys[16];
-  std::copy(x + i, x + n, xs);
-  if (dy != nullptr) std::copy(dy + i, dy + n, dys);
-  gelu_block<Form>(xs, dy == nullptr ? nullptr : dys, ys);
-  std::copy(ys, ys + (n - i), y + i);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
 }
+#include "tandem/kernels/detail/gelu_avx512_loops.inc"
+#undef TANDEM_GELU_TARGET
+}  // namespace native_bf16
 
 // y = gelu(x) or dy gelu'(x); y may be x.
-void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y) {
+void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Stores stores) {
+  const bool native = stores == Bf16Stores::fastest && has_avx512_bf16();
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.raw_data());
@@ -152,10 +133,17 @@ void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y) {
     T* out = static_cast<T*>(y.raw_data());
     parallel_for(x.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
       const T* g = grad == nullptr ? nullptr : grad + begin;
-      if (form == Activation::gelu_tanh) {
-        gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
+      const bool tanh = form == Activation::gelu_tanh;
+      if (std::is_same_v<T, Bf16> && native) {
+        if (tanh) {
+          native_bf16::gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
+        } else {
+          native_bf16::gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
+        }
+      } else if (tanh) {
+        integer_rounding::gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
       } else {
-        gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
+        integer_rounding::gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
       }
     });
   });
@@ -168,15 +156,20 @@ bool gelu_avx512_supported(const Tensor& x) {
          (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512f();
 }
 
-Tensor gelu_avx512(Activation form, const Tensor& x) {
+bool has_avx512_bf16() {
+  static const bool yes = has_avx512f() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
+Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Stores stores) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  run(form, x, nullptr, y);
+  run(form, x, nullptr, y, stores);
   return y;
 }
 
-Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x) {
+Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x, Bf16Stores stores) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  run(form, x, &dy, dx);
+  run(form, x, &dy, dx, stores);
   return dx;
 }
 
@@ -190,7 +183,7 @@ bool gelu_follows_product(Activation activation, DType operands, DType out, Devi
 
 void gelu_in_place(Activation form, Tensor& y) {
   if (gelu_avx512_supported(y)) {
-    run(form, y, nullptr, y);
+    run(form, y, nullptr, y, Bf16Stores::fastest);
   } else {
     y.copy_from(activate(form, y));
   }

@@ -22,10 +22,19 @@ namespace tandem::kernels::detail {
 // CPU with AVX-512.
 bool gelu_avx512_supported(const Tensor& x);
 
+// Whether the CPU converts f32 to bf16 itself (AVX512-BF16), and
+// TANDEM_MAX_CPU_ISA leaves tandem's AVX-512 kernels on.
+bool has_avx512_bf16();
+
+// How bf16 results are rounded: with the CPU's instruction where it has
+// one, or in integer arithmetic (the same bits; tests compare the two).
+enum class Bf16Stores { fastest, integer_rounding };
+
 // form: Activation::gelu (erf) or Activation::gelu_tanh.
-Tensor gelu_avx512(Activation form, const Tensor& x);
+Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Stores stores = Bf16Stores::fastest);
 // dy * gelu'(x); dy matches x (checked by the caller).
-Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x);
+Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x,
+                            Bf16Stores stores = Bf16Stores::fastest);
 
 // Whether a oneDNN product asked for `activation` as its epilogue (a
 // matmul or convolution of `operands` writing `out` on `device`) applies
