@@ -124,5 +124,49 @@ TEST(Functions, BatchNormAddReluGivesTheComposedOpsBits) {
   }
 }
 
+// max_pool2d_relu against relu(max_pool2d()), bit for bit, value and
+// gradient: 2x2 windows tiling the image (16 channels: the AVX-512 loop;
+// 5: the general one), windows that overlap with padding and an odd size
+// (the scattering backward), f32, bf16 and f16, with windows all negative,
+// zeros, and a NaN (relu gives +0 and no gradient).
+TEST(Functions, MaxPoolReluGivesTheComposedOpsBits) {
+  struct Case {
+    Shape shape;
+    kernels::Pool2dGeometry geometry;
+  };
+  const Case cases[] = {
+      {Shape{3, 8, 6, 16}, {}},
+      {Shape{2, 6, 6, 5}, {}},
+      {Shape{2, 7, 5, 16}, {}},
+      {Shape{2, 7, 7, 3},
+       {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}}};
+  uint64_t seed = 70;
+  for (const Case& c : cases) {
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << c.shape.to_string() << " " << dtype_name(dtype));
+      std::vector<float> v = random_tensor(c.shape, -1, 0.5, ++seed).to_floats();
+      v[0] = NAN;
+      v[1] = 0.0f;
+      v[v.size() / 2] = -0.0f;
+      const Tensor x = Tensor::from_floats(c.shape, v).to(dtype);
+      const Shape y_shape = kernels::pool2d_output_shape(c.shape, c.geometry);
+      const Tensor dy = random_tensor(y_shape, -1, 1, ++seed).to(dtype);
+      std::vector<std::vector<uint8_t>> bytes[2];
+      for (const bool fused : {false, true}) {
+        Variable xv = leaf(x.clone());
+        const Variable y =
+            fused ? max_pool2d_relu(xv, c.geometry) : relu(max_pool2d(xv, c.geometry));
+        sum(mul(y, Variable(dy, false))).backward();
+        for (const Tensor& t : {y.value(), xv.grad()}) {
+          const auto* p = static_cast<const uint8_t*>(t.raw_data());
+          bytes[fused].emplace_back(p, p + t.nbytes());
+        }
+      }
+      EXPECT_EQ(bytes[0][0], bytes[1][0]) << "y";
+      EXPECT_EQ(bytes[0][1], bytes[1][1]) << "dx";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -53,6 +53,10 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
                 const Conv2dOptions& options = {});
 Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
+// relu(max_pool2d(x)) in one op (values and gradients alike): one pass over
+// the windows, and relu's backward folded into the pooling's (on the CPU;
+// the composition on a GPU).
+Variable max_pool2d_relu(const Variable& x, const kernels::Pool2dGeometry& geometry);
 // Windows averaged with padding counted (PyTorch's count_include_pad=True).
 Variable avg_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
 // (N, H, W, C) -> (N, C).

@@ -190,14 +190,28 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   return out;
 }
 
-Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) {
+namespace {
+
+Variable recorded_max_pool(const char* op, const Variable& x,
+                           const kernels::Pool2dGeometry& geometry, bool relu) {
   const bool recording = records_grad({&x});
-  kernels::MaxPoolResult r = kernels::max_pool2d_forward(x.value(), geometry, recording);
+  kernels::MaxPoolResult r = kernels::max_pool2d_forward(x.value(), geometry, recording, relu);
   return record_op(
-      "max_pool2d", r.y, {&x},
+      op, r.y, {&x},
       [workspace = r.workspace, x_shape = x.shape(), geometry](BackwardContext& ctx) {
         ctx.set(0, kernels::max_pool2d_backward(ctx.grad_output(), workspace, x_shape, geometry));
       });
+}
+
+}  // namespace
+
+Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) {
+  return recorded_max_pool("max_pool2d", x, geometry, false);
+}
+
+Variable max_pool2d_relu(const Variable& x, const kernels::Pool2dGeometry& geometry) {
+  if (x.value().device().kind != DeviceKind::cpu) return relu(max_pool2d(x, geometry));
+  return recorded_max_pool("max_pool2d_relu", x, geometry, true);
 }
 
 Variable avg_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry) {

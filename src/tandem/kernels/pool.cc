@@ -2,9 +2,9 @@
 // channels compared as floats in vector-wide chunks. The workspace a
 // training-mode forward returns holds where each maximum came from, as its
 // position in the window (row-major over kernel_h x kernel_w, padding
-// counted): one byte where the window has at most 256 positions, four
-// otherwise. (oneDNN 2.6's pooling ran at 4-5 GB/s on an AMX Xeon, a
-// quarter of the cnn's bf16 step; docs/performance.md.)
+// counted): one byte where the window has at most 255 positions, four
+// otherwise; all ones where a fused ReLU zeroed the maximum. (oneDNN 2.6's pooling ran at 4-5 GB/s
+// on an AMX Xeon, a quarter of the cnn's bf16 step; docs/performance.md.)
 #include "tandem/kernels/pool.h"
 
 #include <algorithm>
@@ -35,16 +35,23 @@ std::string geometry_key(const Pool2dGeometry& g) {
 }
 
 DType workspace_dtype(const Pool2dGeometry& g) {
-  return g.kernel_h * g.kernel_w <= 256 ? DType::u8 : DType::i32;
+  return g.kernel_h * g.kernel_w < 256 ? DType::u8 : DType::i32;
 }
+
+// A workspace entry for a window whose maximum the fused ReLU zeroed: no
+// position, so the backward routes nothing from it (all ones: 255 in u8,
+// whose windows have at most 255 positions, -1 in i32).
+template <typename Index>
+constexpr Index kNoPosition = static_cast<Index>(-1);
 
 struct PoolDims {
   int64_t H, W, C, OH, OW;
   Pool2dGeometry g;
+  bool relu = false;  // y = max(maximum, 0) (max_pool2d_forward's relu)
 };
 
-PoolDims dims_of(const Shape& x, const Shape& y, const Pool2dGeometry& g) {
-  return {x[1], x[2], x[3], y[1], y[2], g};
+PoolDims dims_of(const Shape& x, const Shape& y, const Pool2dGeometry& g, bool relu = false) {
+  return {x[1], x[2], x[3], y[1], y[2], g, relu};
 }
 
 // Channels compared at once: four AVX-512 vectors of floats.
@@ -57,7 +64,7 @@ constexpr int64_t kChunk = 64;
 // the channels done (a multiple of 16; the caller does the rest).
 template <typename T>
 TANDEM_AVX512 int64_t max_of_four_avx512(const T* top, int64_t row_stride, int64_t C, T* y,
-                                         uint8_t* where) {
+                                         uint8_t* where, bool relu) {
   // Maxima are input values: storing bf16 rounds nothing.
   const T* bottom = top + row_stride;
   int64_t c = 0;
@@ -72,6 +79,12 @@ TANDEM_AVX512 int64_t max_of_four_avx512(const T* top, int64_t row_stride, int64
       best = _mm512_mask_mov_ps(best, take, candidates[k]);
       at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(k + 1));
     }
+    if (relu) {
+      // relu's x > 0 ? x : +0 (a NaN gives +0), and no position where zeroed.
+      const __mmask16 positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
+      best = _mm512_maskz_mov_ps(positive, best);
+      at = _mm512_mask_mov_epi32(_mm512_set1_epi32(kNoPosition<uint8_t>), positive, at);
+    }
     store16(y + c, best);
     if (where != nullptr)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(where + c), _mm512_cvtepi32_epi8(at));
@@ -80,9 +93,9 @@ TANDEM_AVX512 int64_t max_of_four_avx512(const T* top, int64_t row_stride, int64
 }
 
 template <typename T, typename Index>
-int64_t max_of_four(const T* top, int64_t row_stride, int64_t C, T* y, Index* where) {
+int64_t max_of_four(const T* top, int64_t row_stride, int64_t C, T* y, Index* where, bool relu) {
   if constexpr (std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>) {
-    if (detail::has_avx512f()) return max_of_four_avx512(top, row_stride, C, y, where);
+    if (detail::has_avx512f()) return max_of_four_avx512(top, row_stride, C, y, where, relu);
   }
   return 0;
 }
@@ -103,7 +116,7 @@ template <typename T, typename Index>
     if (g.kernel_h == 2 && g.kernel_w == 2 && hb == h0 && he == h0 + 2 && wb == w0 &&
         we == w0 + 2) {
       done = max_of_four(x + ((n * d.H + h0) * d.W + w0) * d.C, d.W * d.C, d.C, y + out,
-                         where == nullptr ? nullptr : where + out);
+                         where == nullptr ? nullptr : where + out, d.relu);
     }
     for (int64_t c0 = done; c0 < d.C; c0 += kChunk) {
       const int64_t len = std::min(kChunk, d.C - c0);
@@ -124,6 +137,13 @@ template <typename T, typename Index>
             best[k] = take ? v : best[k];
             at[k] = take ? pos : at[k];
           }
+        }
+      }
+      if (d.relu) {
+        for (int64_t k = 0; k < len; ++k) {
+          const bool positive = best[k] > 0.0f;  // relu's test: a NaN gives +0
+          best[k] = positive ? best[k] : 0.0f;
+          at[k] = positive ? at[k] : static_cast<int32_t>(kNoPosition<Index>);
         }
       }
       for (int64_t k = 0; k < len; ++k) y[out + c0 + k] = from_f32<T>(best[k]);
@@ -196,6 +216,7 @@ void max_pool_scatter_backward(const T* dy, const Index* where, T* dx, const Poo
         for (int64_t ow = 0; ow < d.OW; ++ow) {
           const int64_t out = ((n * d.OH + oh) * d.OW + ow) * d.C;
           for (int64_t c = 0; c < d.C; ++c) {
+            if (where[out + c] == kNoPosition<Index>) continue;
             const int64_t pos = static_cast<int64_t>(where[out + c]);
             const int64_t h = oh * g.stride_h - g.pad_h + pos / g.kernel_w;
             const int64_t w = ow * g.stride_w - g.pad_w + pos % g.kernel_w;
@@ -221,8 +242,8 @@ Index* index_data(Tensor& t) {
 }
 
 template <typename Index>
-void max_pool_forward_as(const Tensor& x, MaxPoolResult& r, const Pool2dGeometry& g) {
-  const PoolDims d = dims_of(x.shape(), r.y.shape(), g);
+void max_pool_forward_as(const Tensor& x, MaxPoolResult& r, const Pool2dGeometry& g, bool relu) {
+  const PoolDims d = dims_of(x.shape(), r.y.shape(), g, relu);
   detail::dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x.raw_data());
@@ -273,9 +294,14 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dGeometry& g) {
                (x[2] + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1, x[3]};
 }
 
-MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool training) {
+MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool training,
+                                 bool relu) {
   if (!is_floating(x.dtype())) {
     TANDEM_THROW(ShapeError, "max_pool2d: expected f32, bf16 or f16, got ", x.to_string());
+  }
+  if (relu && x.device().kind != DeviceKind::cpu) {
+    TANDEM_THROW(InvalidArgument, "max_pool2d: the fused ReLU runs on the CPU; on ",
+                 x.device().to_string(), " compose relu(max_pool2d(x))");
   }
   TANDEM_DISPATCH_CUDA(x, max_pool2d_forward(x, g, training));
   MaxPoolResult result;
@@ -287,9 +313,9 @@ MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& g, bool 
   }
   if (result.y.numel() == 0) return result;
   if (workspace_dtype(g) == DType::u8) {
-    max_pool_forward_as<uint8_t>(x, result, g);
+    max_pool_forward_as<uint8_t>(x, result, g, relu);
   } else {
-    max_pool_forward_as<int32_t>(x, result, g);
+    max_pool_forward_as<int32_t>(x, result, g, relu);
   }
   return result;
 }

@@ -2,7 +2,7 @@
 // 2-D pooling, channels-last: x (N, H, W, C) -> y (N, OH, OW, C).
 // Max pooling takes f32, bf16 and f16; forward in training mode also
 // returns a workspace (where each maximum came from: its position in the
-// window, u8 for windows of up to 256 positions, i32 beyond, and the GPU's
+// window, u8 for windows of up to 255 positions, i32 beyond, and the GPU's
 // own layout on a GPU), which the backward pass needs. Average pooling
 // (avg_pool.cc) handles f32, bf16 and f16, accumulating in f32.
 
@@ -26,7 +26,13 @@ struct MaxPoolResult {
   Tensor workspace;  // undefined unless training
 };
 
-MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& geometry, bool training);
+// With relu, y = max(maximum, 0) as relu(max_pool2d_forward(x)) gives it
+// (a NaN maximum gives +0), and a window whose maximum the ReLU zeroed has
+// no position in the workspace, so max_pool2d_backward routes nothing from
+// it: relu's backward folded in, with the composition's bits. The fused
+// ReLU runs on the CPU only (InvalidArgument elsewhere).
+MaxPoolResult max_pool2d_forward(const Tensor& x, const Pool2dGeometry& geometry, bool training,
+                                 bool relu = false);
 
 // dx (x_shape, dy's dtype): each dy routed to the position of its maximum.
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape,

@@ -107,7 +107,7 @@ std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const 
   auto* pool = dynamic_cast<MaxPool2d*>(&second);
   if (conv == nullptr || pool == nullptr || conv->activation() != kernels::Activation::relu)
     return std::nullopt;
-  return relu((*pool)(conv->forward_without_activation(x)));
+  return max_pool2d_relu(conv->forward_without_activation(x), pool->geometry());
 }
 
 Variable AvgPool2d::forward(const Variable& input) {

@@ -49,6 +49,7 @@ class Pool2d : public Module {
  public:
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
+  const kernels::Pool2dGeometry& geometry() const { return geometry_; }
 
  protected:
   // stride 0 means stride = kernel_size (PyTorch's default); throws
@@ -71,9 +72,9 @@ class MaxPool2d : public Pool2d {
 // `first` then `second` on x where they are a Conv2d with a ReLU and a
 // MaxPool2d, with the ReLU moved after the pooling: max pooling and ReLU
 // commute (values and gradients alike, ties included, as max picks the
-// same position), and the ReLU and its backward then run on the pooled
-// tensor, a quarter of the convolution's output for 2x2 windows; nothing
-// keeps that output for a ReLU's backward. Empty for other pairs.
+// same position), and the ReLU then runs inside the pooling's pass
+// (max_pool2d_relu), its backward folded into the pooling's; nothing keeps
+// the convolution's output for a ReLU's backward. Empty for other pairs.
 // Sequential runs such pairs this way.
 std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const Variable& x);
 
