@@ -63,25 +63,13 @@ TANDEM_AMX void pair_rows(const uint16_t* b, int64_t K, int64_t N, bool transpos
 #define TANDEM_AMX_STORE(i) \
   if constexpr (G > i) _tile_stored(i, c + n0 + 16 * i, ldc * 4)
 
-// The part of a product that 16 rows of the output need: the sum over
-// k in [k_begin, k_end) (multiples of 32) and columns [0, n_end).
-struct TileRange {
-  int64_t k_begin, k_end, n_end;
-};
+// Rows per tile, and the steps of the sums over k (a tile of bf16 pairs)
+// and of the columns.
+constexpr int64_t kTileRows = 16, kTileK = 32, kTileColumns = 16;
 
-// What rows [m, m + 16) of an (M, K) x (K, N) product need; all of it
-// without a causal part.
-TileRange tile_range(std::optional<CausalPart> part, int64_t m, int64_t K, int64_t N) {
-  if (!part) return {0, K, N};
-  switch (*part) {
-    case CausalPart::out_lower:
-      return {0, K, std::min(N, m + 16)};
-    case CausalPart::a_lower:
-      return {0, std::min(K, (m + 16 + 31) / 32 * 32), N};
-    case CausalPart::a_upper:
-      return {m / 32 * 32, K, N};
-  }
-  return {0, K, N};
+// What rows [m, m + 16) of the output need (causal_tiles).
+CausalTiles tile_range(std::optional<CausalPart> part, int64_t m, int64_t K, int64_t N) {
+  return causal_tiles(part, m, kTileRows, K, N, kTileK, kTileColumns);
 }
 
 // 16 rows of c (f32, row stride ldc), columns n0 .. n0 + 16 G: the rows of
@@ -110,7 +98,7 @@ TANDEM_AMX void product_rows(const uint16_t* a, int64_t lda, const uint16_t* pai
 #undef TANDEM_AMX_PRODUCT
 #undef TANDEM_AMX_STORE
 
-void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, const TileRange& range,
+void product_tiles(const uint16_t* a, int64_t lda, const uint16_t* pairs, const CausalTiles& range,
                    int64_t N, float* c, int64_t ldc) {
   const int64_t s_begin = range.k_begin / 32, s_end = range.k_end / 32;
   for (int64_t n0 = 0; n0 < range.n_end; n0 += 64) {
@@ -147,12 +135,7 @@ void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const Mat
   const auto* as = static_cast<const uint16_t*>(a.raw_data());
   const auto* bs = static_cast<const uint16_t*>(b.raw_data());
   const bool f32 = out.dtype() == DType::f32;
-  int64_t flops = 0;
-  for (int64_t m = 0; m < M; m += 16) {
-    const TileRange range = tile_range(part, m, K, N);
-    flops += 2 * 16 * (range.k_end - range.k_begin) * range.n_end;
-  }
-  count_flops(batch * flops);
+  count_flops(batch * causal_flops(part, M, K, N, kTileRows, kTileK, kTileColumns));
   parallel_for(batch, 1, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> at(options.transpose_a ? static_cast<size_t>(M * K) : 0);
     std::vector<uint16_t> pairs(static_cast<size_t>(K * N));
@@ -166,7 +149,7 @@ void amx_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out, const Mat
       }
       pair_rows(bs + i * K * N, K, N, options.transpose_b, pairs.data());
       for (int64_t m = 0; m < M; m += 16) {
-        const TileRange range = tile_range(part, m, K, N);
+        const CausalTiles range = tile_range(part, m, K, N);
         if (f32) {
           float* c = out.data<float>() + (i * M + m) * N;
           product_tiles(ai + m * K, K, pairs.data(), range, N, c, N);

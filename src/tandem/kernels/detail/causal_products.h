@@ -11,6 +11,10 @@
 // its fast batched kernel (brgemm) for a slower one, and gpt's f32
 // attention took 10% longer (docs/performance.md).
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
 #include "tandem/kernels/matmul.h"
 
 namespace tandem::kernels::detail {
@@ -22,6 +26,41 @@ enum class CausalPart {
   a_lower,    // op(a)(i, k) is zero for k > i (M == K)
   a_upper,    // op(a)(i, k) is zero for k < i (M == K)
 };
+
+// The tiles a kernel computes for output rows [m, m + rows) of an (M, K) x
+// (K, N) product: the sum over k in [k_begin, k_end) and columns [0,
+// n_end), the bounds on the kernel's steps (k_step, n_step) and within K
+// and N; all of it without a part. The AMX tiles and the AVX-512 kernel
+// both take their blocks from here.
+struct CausalTiles {
+  int64_t k_begin, k_end, n_end;
+};
+
+inline CausalTiles causal_tiles(std::optional<CausalPart> part, int64_t m, int64_t rows, int64_t K,
+                                int64_t N, int64_t k_step, int64_t n_step) {
+  const auto up = [](int64_t v, int64_t step) { return (v + step - 1) / step * step; };
+  if (!part) return {0, K, N};
+  switch (*part) {
+    case CausalPart::out_lower:
+      return {0, K, std::min(N, up(m + rows, n_step))};
+    case CausalPart::a_lower:
+      return {0, std::min(K, up(m + rows, k_step)), N};
+    case CausalPart::a_upper:
+      return {std::min(K, m / k_step * k_step), K, N};
+  }
+  return {0, K, N};
+}
+
+// The FLOPs such a kernel does for one batch entry, in blocks of `rows`.
+inline int64_t causal_flops(std::optional<CausalPart> part, int64_t M, int64_t K, int64_t N,
+                            int64_t rows, int64_t k_step, int64_t n_step) {
+  int64_t flops = 0;
+  for (int64_t m = 0; m < M; m += rows) {
+    const CausalTiles t = causal_tiles(part, m, rows, K, N, k_step, n_step);
+    flops += 2 * rows * (t.k_end - t.k_begin) * t.n_end;
+  }
+  return flops;
+}
 
 // batched_matmul_into(a, b, out, options), skipping the part's triangle
 // where the AMX tiles (bf16) or the AVX-512 kernel (f32) compute the

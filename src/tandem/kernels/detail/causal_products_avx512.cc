@@ -56,27 +56,15 @@ TANDEM_AVX512 void transpose_rhs(const float* b, int64_t N, int64_t K, float* bt
   }
 }
 
-// What rows [m, m + 8) need: k in [k_begin, k_end) and columns [0, n_end).
-struct Range {
-  int64_t k_begin, k_end, n_end;
-};
-
-Range range_of(CausalPart part, int64_t m, int64_t K, int64_t N) {
-  switch (part) {
-    case CausalPart::out_lower:
-      return {0, K, std::min(N, (m + kRows + 15) / 16 * 16)};
-    case CausalPart::a_lower:
-      return {0, std::min(K, m + kRows), N};
-    case CausalPart::a_upper:
-      return {std::min(m, K), K, N};
-  }
-  return {0, K, N};
+// What rows [m, m + 8) need (causal_tiles): any k, columns in steps of 16.
+CausalTiles range_of(CausalPart part, int64_t m, int64_t K, int64_t N) {
+  return causal_tiles(part, m, kRows, K, N, 1, 16);
 }
 
 TANDEM_AVX512 void entry(Lhs a, const float* b, int64_t ldb, float* c, int64_t M, int64_t K,
                          int64_t N, CausalPart part) {
   for (int64_t m = 0; m < M; m += kRows) {
-    const Range r = range_of(part, m, K, N);
+    const CausalTiles r = range_of(part, m, K, N);
     int64_t n0 = 0;
     for (; n0 + 32 <= r.n_end; n0 += 32) tile<2>(a, m, b, ldb, n0, r.k_begin, r.k_end, c, N);
     if (n0 < r.n_end) tile<1>(a, m, b, ldb, n0, r.k_begin, r.k_end, c, N);
@@ -98,12 +86,7 @@ void causal_products_avx512(const Tensor& a, const Tensor& b, Tensor& out,
   const float* as = a.data<float>();
   const float* bs = b.data<float>();
   float* cs = out.data<float>();
-  int64_t flops = 0;
-  for (int64_t m = 0; m < M; m += kRows) {
-    const Range r = range_of(part, m, K, N);
-    flops += 2 * kRows * (r.k_end - r.k_begin) * r.n_end;
-  }
-  count_flops(batch * flops);
+  count_flops(batch * causal_flops(part, M, K, N, kRows, 1, 16));
   parallel_for(batch, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> bt(options.transpose_b ? static_cast<size_t>(K * N) : 0);
     for (int64_t i = i0; i < i1; ++i) {
