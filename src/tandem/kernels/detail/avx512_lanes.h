@@ -26,6 +26,13 @@ inline bool has_avx512f() {
   return yes;
 }
 
+// Whether tandem's AVX-512 kernels run and the CPU converts f32 to bf16
+// itself (AVX512-BF16's vcvtneps2bf16).
+inline bool has_avx512_bf16() {
+  static const bool yes = has_avx512f() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
 TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
 }

@@ -157,11 +157,6 @@ bool gelu_avx512_supported(const Tensor& x) {
          (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512f();
 }
 
-bool has_avx512_bf16() {
-  static const bool yes = has_avx512f() && __builtin_cpu_supports("avx512bf16");
-  return yes;
-}
-
 Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Stores stores) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   run(form, x, nullptr, y, stores);

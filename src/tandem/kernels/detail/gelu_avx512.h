@@ -22,10 +22,6 @@ namespace tandem::kernels::detail {
 // CPU with AVX-512.
 bool gelu_avx512_supported(const Tensor& x);
 
-// Whether the CPU converts f32 to bf16 itself (AVX512-BF16), and
-// TANDEM_MAX_CPU_ISA leaves tandem's AVX-512 kernels on.
-bool has_avx512_bf16();
-
 // How bf16 results are rounded: with the CPU's instruction where it has
 // one, or in integer arithmetic (the same bits; tests compare the two).
 enum class Bf16Stores { fastest, integer_rounding };
