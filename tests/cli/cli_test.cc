@@ -60,7 +60,10 @@ TEST(Cli, InfoPrintsCpuAndOnednn) {
 TEST(Cli, BadFlagsAndValues) {
   expect_one_line_error("train --no-such-flag", "--no-such-flag");
   expect_one_line_error("train --epochs abc", "abc");
-  expect_one_line_error("frobnicate", "frobnicate");
+  expect_one_line_error(
+      "frobnicate",
+      "unknown command 'frobnicate' (expected one of train, info, bench, data, "
+      "evaluate, generate, export, report, plan, tune, launch; see tandem --help)");
   EXPECT_EQ(run("train --no-such-flag").status, 2);
 }
 

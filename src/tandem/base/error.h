@@ -1,7 +1,10 @@
 #pragma once
 // tandem's error hierarchy: one root, tandem::Error, and subclasses a caller can
-// act on. The library throws and never exits; only the CLI turns an Error into
-// a one-line message and an exit status.
+// act on. The library throws; only the CLI turns an Error into a one-line
+// message and an exit status. Two exits stay in the library on purpose: the
+// MPI backend's way out of a job that lost a rank (comm/detail/mpi_runtime.cc:
+// MPI_Abort at exit, a bounded MPI_Finalize), and the fault injection the
+// failure tests ask for (base/detail/test_fault.h).
 
 #include <sstream>
 #include <stdexcept>

@@ -81,17 +81,14 @@ int main(int argc, char** argv) {
   commands.push_back(tandem::cli::add_launch_command(app));
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
-    for (const auto& command : commands) {
-      // A command one level down (plan memory) is known by its parent's name.
-      const CLI::App* top =
-          command.app->get_parent() == &app ? command.app : command.app->get_parent();
+    std::string names;  // the top-level commands, as registered
+    for (const CLI::App* top : app.get_subcommands({})) {
       known = known || top->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + top->get_name();
     }
     if (!known) {
-      const std::string message =
-          std::string("unknown command '") + argv[1] +
-          "' (expected train, evaluate, generate, export, report, plan, tune, launch, info, "
-          "bench or data; see tandem --help)";
+      const std::string message = std::string("unknown command '") + argv[1] +
+                                  "' (expected one of " + names + "; see tandem --help)";
       return fail("error", message.c_str(), 2);
     }
   }
