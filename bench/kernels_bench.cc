@@ -29,6 +29,16 @@ void Matmul(benchmark::State& state, int64_t M, int64_t K, int64_t N, DType dtyp
       2.0 * M * K * N, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// A linear layer's weight gradient: dy^T x over the batch's rows, into f32.
+void WeightGradient(benchmark::State& state, int64_t rows, int64_t out, int64_t in, DType dtype) {
+  const Tensor dy = random(Shape{rows, out}, dtype), x = random(Shape{rows, in}, dtype);
+  Tensor dw = Tensor::empty(Shape{out, in});
+  for (auto _ : state) kernels::matmul_into(dy, x, {}, dw, {.transpose_a = true});
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * rows * out * in, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+
 void ConvForward(benchmark::State& state, Shape x_shape, Shape w_shape, DType dtype) {
   const Tensor x = random(x_shape, dtype), w = random(w_shape, dtype);
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
@@ -72,6 +82,11 @@ BENCHMARK_CAPTURE(Matmul, mlp_784x512_f32, 128, 784, 512, DType::f32);
 BENCHMARK_CAPTURE(Matmul, mlp_784x512_bf16, 128, 784, 512, DType::bf16);
 BENCHMARK_CAPTURE(Matmul, cnn_3136x128_f32, 128, 3136, 128, DType::f32);
 BENCHMARK_CAPTURE(Matmul, cnn_3136x128_bf16, 128, 3136, 128, DType::bf16);
+// gpt's (128 sequences of 128 positions): fc1, fc2, the attention's qkv.
+BENCHMARK_CAPTURE(WeightGradient, gpt_fc1_f32, 16384, 1024, 256, DType::f32);
+BENCHMARK_CAPTURE(WeightGradient, gpt_fc1_bf16, 16384, 1024, 256, DType::bf16);
+BENCHMARK_CAPTURE(WeightGradient, gpt_fc2_bf16, 16384, 256, 1024, DType::bf16);
+BENCHMARK_CAPTURE(WeightGradient, gpt_qkv_bf16, 16384, 768, 256, DType::bf16);
 BENCHMARK_CAPTURE(ConvForward, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::f32);
 BENCHMARK_CAPTURE(ConvForward, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::bf16);

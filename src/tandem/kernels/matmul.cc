@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/kernels/detail/amx_matmul.h"
+#include "tandem/kernels/detail/amx_weight_gradient.h"
 #include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/causal_products_avx512.h"
 #include "tandem/kernels/detail/checks.h"
@@ -104,6 +105,10 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     product.activation = Activation::none;
     run_matmul(op, p, a, b, bias, out, product);
     detail::gelu_in_place(options.activation, out);
+    return;
+  }
+  if (!p.batched && detail::amx_weight_gradient_applies(a, bias, out, options, p.M, p.K, p.N)) {
+    detail::amx_weight_gradient(a, b, out, p.M, p.K, p.N);
     return;
   }
   if (p.batched &&

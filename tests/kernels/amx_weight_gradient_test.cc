@@ -1,0 +1,71 @@
+// The AMX weight gradient (kernels/detail/amx_weight_gradient: a^T b over a
+// long K) against double sums over the same bf16 values: K within one
+// chunk and over several with a partial last one, odd counts of 16-column
+// blocks, rows that leave a step half full. Skipped on CPUs without AMX.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "support/gradcheck.h"
+#include "support/reference.h"
+#include "tandem/base/parallel.h"
+#include "tandem/kernels/detail/amx.h"
+#include "tandem/kernels/detail/amx_weight_gradient.h"
+#include "tandem/kernels/matmul.h"
+
+namespace tandem {
+namespace {
+
+using testing::random_tensor;
+using testing::to_doubles;
+
+struct Case {
+  int64_t M, K, N;
+};
+
+TEST(AmxWeightGradient, MatchesTheDoubleSums) {
+  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  // Chunks are about 1 MiB of both operands: 384 rows at 1024 + 256
+  // columns (1,000 rows: three chunks, the last partial), 1,920 at 256 + 16.
+  const std::vector<Case> cases = {
+      {16, 256, 16}, {48, 301, 80}, {32, 257, 48}, {1024, 1000, 256}, {256, 4100, 16}};
+  uint64_t seed = 300;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.M << "x" << c.K << "x" << c.N);
+    const Tensor a = random_tensor(Shape{c.K, c.M}, -2, 2, ++seed).to(DType::bf16);
+    const Tensor b = random_tensor(Shape{c.K, c.N}, -2, 2, ++seed).to(DType::bf16);
+    const kernels::MatmulOptions o{.transpose_a = true};
+    Tensor out = Tensor::full(Shape{c.M, c.N}, 7.0f);  // every value written
+    ASSERT_TRUE(kernels::detail::amx_weight_gradient_applies(a, {}, out, o, c.M, c.K, c.N));
+    kernels::matmul_into(a, b, {}, out, o);
+    const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double x = av[k * c.M + m] * bv[k * c.N + n];
+          sum += x;
+          magnitude += std::abs(x);
+        }
+        // f32 sums of exact products.
+        const double bound = 8.0 * std::sqrt(static_cast<double>(c.K)) * 6e-8 * magnitude;
+        ASSERT_NEAR(got[m * c.N + n], sum, bound + 1e-30) << m << " " << n;
+      }
+  }
+}
+
+TEST(AmxWeightGradient, TheThreadCountDoesNotChangeTheBits) {
+  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  const Tensor a = random_tensor(Shape{1000, 96}, -1, 1, 310).to(DType::bf16);
+  const Tensor b = random_tensor(Shape{1000, 80}, -1, 1, 311).to(DType::bf16);
+  std::vector<float> by_threads[2];
+  for (int threads = 1; threads <= 2; ++threads) {
+    NumThreadsScope scope(threads);
+    by_threads[threads - 1] = kernels::matmul(a, b, {}, {.transpose_a = true}).to_floats();
+  }
+  EXPECT_EQ(by_threads[0], by_threads[1]);
+}
+
+}  // namespace
+}  // namespace tandem
