@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
@@ -86,18 +87,83 @@ struct ErfForm : Blocks<ErfForm> {
 // Elements ahead of the one computed whose lines are fetched.
 constexpr int64_t kPrefetchAhead = 512;
 
-// The loops, compiled twice: on every AVX-512 CPU with bf16 results rounded
-// in integer arithmetic (store16), and for CPUs with AVX512-BF16 with its
-// conversion instruction, which took a tenth off the bf16 forward and a
-// few percent off the backward (kernels_bench on an AMX Xeon; the math is
-// what bounds them). The instruction takes
-// subnormal inputs as zero, so those lanes keep the integer rounding: both
-// versions give the same bits.
+// The computed loops (f32, and bf16 on Bf16Path::computed and for the
+// tables), bf16 results rounded in integer arithmetic (store16).
+
+// One block of 16: y = Form::value(x) (dy null) or y = dy Form::slope(x).
+template <typename Form, typename T>
+TANDEM_AVX512 inline void gelu_block(const T* x, const T* dy, T* y) {
+  const __m512 v = load16(x);
+  store16(y, dy == nullptr ? Form::value(v) : _mm512_mul_ps(load16(dy), Form::slope(v)));
+}
+
+// Count blocks of 16 side by side: independent chains of the math that the
+// scheduler interleaves.
+template <typename Form, int Count, typename T>
+TANDEM_AVX512 inline void gelu_blocks(const T* x, const T* dy, T* y) {
+  __m512 v[Count], out[Count];
+  for (int b = 0; b < Count; ++b) v[b] = load16(x + 16 * b);
+  if (dy == nullptr) {
+    Form::template values<Count>(v, out);
+  } else {
+    Form::template slopes<Count>(v, out);
+    for (int b = 0; b < Count; ++b) out[b] = _mm512_mul_ps(load16(dy + 16 * b), out[b]);
+  }
+  for (int b = 0; b < Count; ++b) store16(y + 16 * b, out[b]);
+}
+
+// gelu_block over n elements; the last partial block through a zero-padded
+// copy.
+template <typename Form, typename T>
+TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
+  int64_t i = 0;
+  // Four blocks side by side: each block's math is one chain of about 25
+  // dependent operations, and one block at a time filled the scheduler
+  // with waiting operations (about 28 cycles a block, not the 10 its
+  // operations need).
+  for (; i + 64 <= n; i += 64) {
+    for (size_t line = 0; line < 64 * sizeof(T); line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetchAhead) + line, _MM_HINT_T0);
+      if (dy != nullptr) {
+        _mm_prefetch(reinterpret_cast<const char*>(dy + i + kPrefetchAhead) + line, _MM_HINT_T0);
+      }
+    }
+    gelu_blocks<Form, 4>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  }
+  for (; i + 16 <= n; i += 16) {
+    // The math's long dependency chains keep the out-of-order window from
+    // reaching the next loads: without prefetches, a tensor past the caches
+    // (gpt's 16,384 x 1,024 hidden layer) ran at a third of the in-cache
+    // rate.
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetchAhead), _MM_HINT_T0);
+    if (dy != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(dy + i + kPrefetchAhead), _MM_HINT_T0);
+    }
+    gelu_block<Form>(x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  }
+  if (i == n) return;
+  T xs[16] = {}, dys[16] = {}, ys[16];
+  std::copy(x + i, x + n, xs);
+  if (dy != nullptr) std::copy(dy + i, dy + n, dys);
+  gelu_block<Form>(xs, dy == nullptr ? nullptr : dys, ys);
+  std::copy(ys, ys + (n - i), y + i);
+}
+
+// A bf16 input is one of 65,536 values: each form's results for all of
+// them, computed once by the loops above, so that a lookup gives the bits
+// the computation gives. The gathers mostly hit L1 (activations span few
+// exponents).
+struct Bf16Tables {
+  std::vector<uint16_t> values;  // gelu(x)'s bits; the gathers read 4 bytes, so 2 spare
+  std::vector<float> slopes;     // gelu'(x) in f32, which the backward multiplies dy by
+};
+
+// The lookup loops twice: rounding the backward's bf16 products in integer
+// arithmetic (any AVX-512 CPU) and with AVX512-BF16's instruction (faster
+// where the CPU has it; subnormal results, which it flushes, in integer
+// arithmetic), so both give the same bits.
 namespace integer_rounding {
 #define TANDEM_GELU_TARGET TANDEM_AVX512
-TANDEM_GELU_TARGET inline void store_result(float* p, __m512 v) {
-  store16(p, v);
-}
 TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
   store16(p, v);
 }
@@ -107,9 +173,6 @@ TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
 
 namespace native_bf16 {
 #define TANDEM_GELU_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-TANDEM_GELU_TARGET inline void store_result(float* p, __m512 v) {
-  store16(p, v);
-}
 TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
   __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
   // Zeros among them round to themselves either way.
@@ -124,9 +187,41 @@ TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
 #undef TANDEM_GELU_TARGET
 }  // namespace native_bf16
 
+template <typename Form>
+TANDEM_AVX512 Bf16Tables tabulate() {
+  Bf16Tables t;
+  std::vector<Bf16> inputs(65536);
+  for (uint32_t bits = 0; bits < 65536; ++bits) inputs[bits].bits = static_cast<uint16_t>(bits);
+  t.values.resize(65536 + 2);
+  gelu_run<Form>(inputs.data(), static_cast<const Bf16*>(nullptr),
+                 reinterpret_cast<Bf16*>(t.values.data()), 65536);
+  t.slopes.resize(65536);
+  for (int64_t i = 0; i < 65536; i += 16)
+    _mm512_storeu_ps(t.slopes.data() + i, Form::slope(load16(inputs.data() + i)));
+  return t;
+}
+
+template <typename Form>
+const Bf16Tables& bf16_tables() {
+  static const Bf16Tables tables = tabulate<Form>();
+  return tables;
+}
+
+// A bf16 run of gelu_lookup_run, with the tables of the form.
+void lookup(Activation form, const Bf16* x, const Bf16* dy, Bf16* y, int64_t n, bool native) {
+  const Bf16Tables& t =
+      form == Activation::gelu_tanh ? bf16_tables<TanhForm>() : bf16_tables<ErfForm>();
+  if (native) {
+    native_bf16::gelu_lookup_run(t, x, dy, y, n);
+  } else {
+    integer_rounding::gelu_lookup_run(t, x, dy, y, n);
+  }
+}
+
 // y = gelu(x) or dy gelu'(x); y may be x.
-void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Stores stores) {
-  const bool native = stores == Bf16Stores::fastest && has_avx512_bf16();
+void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Path path) {
+  const bool tabulated = x.dtype() == DType::bf16 && path == Bf16Path::fastest;
+  const bool native = has_avx512_bf16();
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.raw_data());
@@ -134,17 +229,13 @@ void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Stor
     T* out = static_cast<T*>(y.raw_data());
     parallel_for(x.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
       const T* g = grad == nullptr ? nullptr : grad + begin;
-      const bool tanh = form == Activation::gelu_tanh;
-      if (std::is_same_v<T, Bf16> && native) {
-        if (tanh) {
-          native_bf16::gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
-        } else {
-          native_bf16::gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
-        }
-      } else if (tanh) {
-        integer_rounding::gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
+      if constexpr (std::is_same_v<T, Bf16>) {
+        if (tabulated) return lookup(form, in + begin, g, out + begin, end - begin, native);
+      }
+      if (form == Activation::gelu_tanh) {
+        gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
       } else {
-        integer_rounding::gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
+        gelu_run<ErfForm>(in + begin, g, out + begin, end - begin);
       }
     });
   });
@@ -157,15 +248,15 @@ bool gelu_avx512_supported(const Tensor& x) {
          (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512f();
 }
 
-Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Stores stores) {
+Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Path path) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  run(form, x, nullptr, y, stores);
+  run(form, x, nullptr, y, path);
   return y;
 }
 
-Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x, Bf16Stores stores) {
+Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x, Bf16Path path) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  run(form, x, &dy, dx, stores);
+  run(form, x, &dy, dx, path);
   return dx;
 }
 
@@ -179,7 +270,7 @@ bool gelu_follows_product(Activation activation, DType operands, DType out, Devi
 
 void gelu_in_place(Activation form, Tensor& y) {
   if (gelu_avx512_supported(y)) {
-    run(form, y, nullptr, y, Bf16Stores::fastest);
+    run(form, y, nullptr, y, Bf16Path::fastest);
   } else {
     y.copy_from(activate(form, y));
   }

@@ -3,8 +3,9 @@
 // time on AVX-512 over f32 or bf16 storage. oneDNN's eltwise took 13-26 ms
 // per call on gpt's MLP hidden layer (16,384 x 1,024) at 1 thread, 12% of
 // its bf16 step on an AMX Xeon; these, prefetching ahead of their loads,
-// take 8 (forward) and 9.7 ms (backward) in bf16. They also serve the
-// products' GELU epilogues (gelu_follows_product).
+// take 8 (forward) and 9.7 ms (backward) computed in bf16, and about half
+// that looked up (Bf16Path). They also serve the products' GELU epilogues
+// (gelu_follows_product).
 //
 // Accuracy against the exact functions: the tanh form within a few float
 // ulp (tanh through one exponential); the erf form within about 1e-7
@@ -22,15 +23,17 @@ namespace tandem::kernels::detail {
 // CPU with AVX-512.
 bool gelu_avx512_supported(const Tensor& x);
 
-// How bf16 results are rounded: with the CPU's instruction where it has
-// one, or in integer arithmetic (the same bits; tests compare the two).
-enum class Bf16Stores { fastest, integer_rounding };
+// How bf16 results are made: fastest, looked up in tables of the results
+// for every bf16 input (computed once, on first use) and rounded with the
+// CPU's instruction where it has one; or computed element by element and
+// rounded in integer arithmetic. The same bits (tests compare the two).
+enum class Bf16Path { fastest, computed };
 
 // form: Activation::gelu (erf) or Activation::gelu_tanh.
-Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Stores stores = Bf16Stores::fastest);
+Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Path path = Bf16Path::fastest);
 // dy * gelu'(x); dy matches x (checked by the caller).
 Tensor gelu_backward_avx512(Activation form, const Tensor& dy, const Tensor& x,
-                            Bf16Stores stores = Bf16Stores::fastest);
+                            Bf16Path path = Bf16Path::fastest);
 
 // Whether a oneDNN product asked for `activation` as its epilogue (a
 // matmul or convolution of `operands` writing `out` on `device`) applies
