@@ -9,6 +9,7 @@
 
 #include "support/gradcheck.h"
 #include "support/reference.h"
+#include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/amx_weight_gradient.h"
@@ -53,6 +54,34 @@ TEST(AmxWeightGradient, MatchesTheDoubleSums) {
         ASSERT_NEAR(got[m * c.N + n], sum, bound + 1e-30) << m << " " << n;
       }
   }
+}
+
+// The linear layer's kernel: dw as above and db, dy's column sums, from the
+// same reads, against double sums; and its checks.
+TEST(AmxWeightGradient, LinearBackwardWeightsSumsTheBiasGradient) {
+  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+  for (const Case& c : std::vector<Case>{{1024, 1000, 256}, {48, 301, 32}}) {
+    SCOPED_TRACE(::testing::Message() << c.M << "x" << c.K << "x" << c.N);
+    const Tensor dy = random_tensor(Shape{c.K, c.M}, -2, 2, 320).to(DType::bf16);
+    const Tensor x = random_tensor(Shape{c.K, c.N}, -2, 2, 321).to(DType::bf16);
+    Tensor dw = Tensor::empty(Shape{c.M, c.N}), db = Tensor::full(Shape{c.M}, 7.0f);
+    kernels::linear_backward_weights(dy, x, dw, &db);
+    EXPECT_EQ(dw.to_floats(), kernels::matmul(dy, x, {}, {.transpose_a = true}).to_floats());
+    const std::vector<double> dys = to_doubles(dy), got = to_doubles(db);
+    for (int64_t m = 0; m < c.M; ++m) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        sum += dys[k * c.M + m];
+        magnitude += std::abs(dys[k * c.M + m]);
+      }
+      // f32 sums of 32 values, then double: one f32 rounding of each.
+      ASSERT_NEAR(got[m], sum, 8 * 6e-8 * magnitude + 1e-30) << m;
+    }
+  }
+  Tensor dw = Tensor::empty(Shape{16, 16}), wrong = Tensor::empty(Shape{15});
+  const Tensor dy = Tensor::zeros(Shape{300, 16}, DType::bf16);
+  EXPECT_THROW(kernels::linear_backward_weights(dy, dy, dw, &wrong), ShapeError);
+  EXPECT_THROW(kernels::linear_backward_weights(dy, dy.slice(0, 299), dw, nullptr), ShapeError);
 }
 
 TEST(AmxWeightGradient, TheThreadCountDoesNotChangeTheBits) {

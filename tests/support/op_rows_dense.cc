@@ -125,7 +125,8 @@ void add_linear_rows(std::vector<OpCase>& rows) {
                        Activation::silu}) {
     rows.push_back(
         {.name = "linear " + std::string(kernels::activation_name(a)),
-         .kernels = {"matmul", "matmul_into", "sum_to_shape", "activation_backward"},
+         .kernels = {"matmul", "matmul_into", "linear_backward_weights", "sum_to_shape",
+                     "activation_backward"},
          // Inputs away from zero keep the pre-activations off ReLU's kink for this seed.
          .inputs = {distinct(Shape{4, 6}, 0.05), uniform(Shape{5, 6}), in_f32(uniform(Shape{5}))},
          .run = [=](const auto& in) { return linear(in[0], in[1], in[2], {.activation = a}); },
@@ -141,7 +142,7 @@ void add_linear_rows(std::vector<OpCase>& rows) {
   const MatmulShape rows3{.M = 6, .K = 6, .N = 5, .transpose_b = true};
   rows.push_back(
       {.name = "linear no bias rank 3",
-       .kernels = {"matmul", "matmul_into"},
+       .kernels = {"matmul", "matmul_into", "linear_backward_weights"},
        .inputs = {uniform(Shape{2, 3, 6}), uniform(Shape{5, 6})},
        .run = [](const auto& in) { return linear(in[0], in[1], Variable()); },
        .reference = [=](const auto& in) { return matmul_reference(in[0], in[1], rows3); },

@@ -119,6 +119,10 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
           ctx.set(0,
                   kernels::matmul(gc, wc, {}, {.out_dtype = matmul_output(x_dtype)}).to(x_dtype));
         }
+        // The bias gradient is f32 (of g's own values, before the cast).
+        Tensor db;
+        if (ctx.needs(2)) db = Tensor::empty(Shape{g.dim(1)}, DType::f32, g.device());
+        const bool together = ctx.needs(1) && ctx.needs(2) && gc.dtype() == g.dtype();
         if (ctx.needs(1)) {
           // Cast again rather than keep the cast copy alive until backward: the
           // input itself is held anyway (by the caller, or as the previous
@@ -130,10 +134,13 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
           Tensor dw = ctx.destination(1);
           if (!dw.defined())
             dw = Tensor::empty(wc.shape(), w_dtype, wc.device(), MemoryCategory::gradients);
-          kernels::matmul_into(gc, x_compute, {}, dw, {.transpose_a = true});
+          kernels::linear_backward_weights(gc, x_compute, dw, together ? &db : nullptr);
           ctx.set(1, dw);
         }
-        if (ctx.needs(2)) ctx.set(2, kernels::sum_to_shape(g, Shape{g.dim(1)}));
+        if (ctx.needs(2)) {
+          if (!together) db.copy_from(kernels::sum_to_shape(g, Shape{g.dim(1)}));
+          ctx.set(2, db);
+        }
       });
   if (!fused) return activation(out, options.activation);
   return out;

@@ -13,6 +13,7 @@
 #include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/detail/onednn.h"
 #include "tandem/kernels/flops.h"
+#include "tandem/kernels/reduce.h"
 
 namespace tandem::kernels {
 namespace {
@@ -178,6 +179,31 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
   detail::check_same_device("matmul", a, {&b, &bias, &out});
   TANDEM_DISPATCH_CUDA(a, run_matmul({1, 1, d.M, d.K, d.N}, a, b, bias, out, options));
   run_matmul("matmul", {1, 1, d.M, d.K, d.N, false}, a, b, bias, out, options);
+}
+
+void linear_backward_weights(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db) {
+  if (dy.rank() != 2 || x.rank() != 2 || dy.dim(0) != x.dim(0)) {
+    TANDEM_THROW(ShapeError, "linear_backward_weights: dy ", dy.shape().to_string(), " and x ",
+                 x.shape().to_string(), " must be (rows, out) and (rows, in)");
+  }
+  if (db != nullptr && (db->shape() != Shape{dy.dim(1)} || db->dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "linear_backward_weights: db must be f32 ",
+                 Shape{dy.dim(1)}.to_string(), ", got ", dtype_name(db->dtype()), " ",
+                 db->shape().to_string());
+  }
+  const MatmulOptions transposed{.transpose_a = true};
+  const MatmulDims d = matmul_dims(dy, x, transposed);
+  check_operands(dy, x, {}, dw, d);
+  const Tensor no_bias;
+  detail::check_same_device("linear_backward_weights", dy,
+                            {&x, &dw, db != nullptr ? db : &no_bias});
+  if (dy.device().kind == DeviceKind::cpu && d.K > 0 &&
+      detail::amx_weight_gradient_applies(dy, {}, dw, transposed, d.M, d.K, d.N)) {
+    detail::amx_weight_gradient(dy, x, dw, d.M, d.K, d.N, db);
+    return;
+  }
+  matmul_into(dy, x, {}, dw, transposed);
+  if (db != nullptr) db->copy_from(sum_to_shape(dy, db->shape()));
 }
 
 namespace {

@@ -25,6 +25,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias = {},
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out,
                  const MatmulOptions& options = {});
 
+// A linear layer's parameter gradients from its output gradient dy (rows,
+// O) and input x (rows, I), both f32 or both bf16: dw (O, I) = dy^T x, of
+// dw's dtype (f32 or bf16), and when db is non-null, db (O,) f32 = dy's
+// column sums. On AMX CPUs bf16 into f32 runs on the tiles, reading dy once
+// for both.
+void linear_backward_weights(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db);
+
 // Batched: a (..., M, K), b (..., K, N) with the same leading dimensions, or
 // b of rank 2 shared by every batch entry; returns (..., M, N). Transposes
 // swap the last two dimensions of their operand. No bias; the activation

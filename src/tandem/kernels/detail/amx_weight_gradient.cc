@@ -37,26 +37,31 @@ const uint16_t* row_or_null(const uint16_t* x, int64_t r, int64_t rows, int64_t 
   return r < rows ? x + r * width : nullptr;
 }
 
-// Steps s0..s1 of a chunk of `rows` rows from a's row `first`: a's tiles,
+// Steps s0..s1 of a chunk of `rows` rows from a's row `first`, and when
+// step_sums is non-null each step's column sums of a (f32, M a step): a's tiles,
 // for each step and block of 16 columns m, 16 rows m of 16 pairs (a[2j][m],
 // a[2j + 1][m]); b's the same way for each block of 16 columns n, 16 rows j
 // of 16 pairs (b[2j][n], b[2j + 1][n]). Rows past the chunk are zeros.
 TANDEM_AMX void reformat(const Plan& P, const uint16_t* a, const uint16_t* b, int64_t first,
-                         int64_t rows, int64_t s0, int64_t s1, uint16_t* a_tiles,
-                         uint16_t* b_tiles) {
+                         int64_t rows, int64_t s0, int64_t s1, uint16_t* a_tiles, uint16_t* b_tiles,
+                         float* step_sums) {
   const int64_t blocks = P.M / 16;
   const uint16_t* a_chunk = a + first * P.M;
   const uint16_t* b_chunk = b + first * P.N;
   for (int64_t s = s0; s < s1; ++s) {
     for (int64_t mb = 0; mb < blocks; ++mb) {
       __m512i r[16];
+      __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < 16; ++j) {
         const int64_t row = s * kStep + 2 * j;
         const uint16_t* even = row_or_null(a_chunk, row, rows, P.M);
         const uint16_t* odd = row_or_null(a_chunk, row + 1, rows, P.M);
-        r[j] = interleave(load_or_zero(even ? even + 16 * mb : nullptr),
-                          load_or_zero(odd ? odd + 16 * mb : nullptr));
+        const __m256i e = load_or_zero(even ? even + 16 * mb : nullptr),
+                      o = load_or_zero(odd ? odd + 16 * mb : nullptr);
+        r[j] = interleave(e, o);
+        if (step_sums != nullptr) sum = _mm512_add_ps(sum, _mm512_add_ps(widen16(e), widen16(o)));
       }
+      if (step_sums != nullptr) _mm512_storeu_ps(step_sums + s * P.M + 16 * mb, sum);
       transpose16(r);
       uint16_t* tile = a_tiles + (s * blocks + mb) * 512;
       for (int m = 0; m < 16; ++m) _mm512_storeu_si512(tile + 32 * m, r[m]);
@@ -139,7 +144,7 @@ bool amx_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tens
 }
 
 void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t M, int64_t K,
-                         int64_t N) {
+                         int64_t N, Tensor* column_sums) {
   Plan P{M, K, N, 0};
   P.chunk = std::clamp<int64_t>(kChunkBytes / (2 * (M + N)) / kStep * kStep, kStep,
                                 (K + kStep - 1) / kStep * kStep);
@@ -151,6 +156,10 @@ void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t 
   const auto* as = static_cast<const uint16_t*>(a.raw_data());
   const auto* bs = static_cast<const uint16_t*>(b.raw_data());
   float* c = out.data<float>();
+  // Column sums: each step's in f32 (32 rows), the steps' in double, in
+  // order.
+  std::vector<float> step_sums(column_sums != nullptr ? P.steps(P.chunk) * M : 0);
+  std::vector<double> totals(column_sums != nullptr ? M : 0, 0.0);
   // Blocks of 2 x 2 output tiles, n fastest: a block's a tiles stay in L1
   // for the next.
   const int64_t m_blocks = (M / 16 + 1) / 2, n_blocks = (N / 16 + 1) / 2;
@@ -158,13 +167,20 @@ void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t 
   for (int64_t first = 0; first < K; first += P.chunk) {
     const int64_t rows = std::min(P.chunk, K - first), steps = P.steps(rows);
     parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
-      reformat(P, as, bs, first, rows, s0, s1, a_tiles, b_tiles);
+      reformat(P, as, bs, first, rows, s0, s1, a_tiles, b_tiles,
+               step_sums.empty() ? nullptr : step_sums.data());
     });
+    for (int64_t s = 0; s < steps && !totals.empty(); ++s)
+      for (int64_t m = 0; m < M; ++m) totals[m] += step_sums[s * M + m];
     parallel_for(m_blocks * n_blocks, 1, [&](int64_t i0, int64_t i1) {
       const TileScope tiles;
       for (int64_t i = i0; i < i1; ++i)
         run(P, a_tiles, b_tiles, steps, 2 * (i / n_blocks), 2 * (i % n_blocks), first == 0, c);
     });
+  }
+  if (column_sums != nullptr) {
+    float* sums = column_sums->data<float>();
+    for (int64_t m = 0; m < M; ++m) sums[m] = static_cast<float>(totals[m]);
   }
 }
 

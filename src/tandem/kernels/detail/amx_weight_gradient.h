@@ -22,10 +22,12 @@ namespace tandem::kernels::detail {
 bool amx_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
                                  const MatmulOptions& options, int64_t M, int64_t K, int64_t N);
 
-// out (M, N) = a^T b for a (K, M) and b (K, N), checked by the caller. Sums
-// in f32 in the tiles, over K in order, each output tile on one thread: the
-// result does not depend on the thread count.
+// out (M, N) = a^T b for a (K, M) and b (K, N), checked by the caller, and
+// when column_sums (M, f32) is non-null, a's column sums (a layer's bias
+// gradient, from the same reads of a). Products sum in f32 in the tiles,
+// over K in order, each output tile on one thread; column sums in f32 over
+// 32 rows and in double across them: neither depends on the thread count.
 void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t M, int64_t K,
-                         int64_t N);
+                         int64_t N, Tensor* column_sums = nullptr);
 
 }  // namespace tandem::kernels::detail
