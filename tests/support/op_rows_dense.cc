@@ -191,6 +191,9 @@ void add_conv_rows(std::vector<OpCase>& rows) {
   rows.push_back(conv_row("conv2d s1 p2 d2", {2, 6, 5, 3}, {3, 3, 3, 4},
                           {.pad_h = 2, .pad_w = 1, .dilation_h = 2}, bf16));
   rows.push_back(conv_row("conv2d 1 channel padded", {2, 5, 5, 1}, {3, 3, 1, 4}, same, {}));
+  // Rows of 8 pixels x 32 channels: the narrow kernel's f32 rows written and
+  // read in place (bf16 through its row copies).
+  rows.push_back(conv_row("conv2d 1 channel to 32", {2, 8, 8, 1}, {3, 3, 1, 32}, same, bf16));
   rows.push_back(conv_row("conv2d 3x2 kernel strides 2 3", {2, 9, 11, 4}, {3, 2, 4, 6},
                           {.stride_h = 2, .stride_w = 3, .pad_h = 1}, {}));
   rows.push_back(conv_row("conv2d dilated 2 both ways", {1, 10, 10, 2}, {3, 3, 2, 3},
