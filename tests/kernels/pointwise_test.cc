@@ -161,9 +161,9 @@ TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
 // backward.
 // bf16 GELU looked up in its tables (rounded with AVX512-BF16's instruction
 // where the CPU has it) against GELU computed and rounded in integer
-// arithmetic: the same bits for every one of the 65,536 inputs (NaNs and
-// infinities included), forward and backward, including the results that
-// round to subnormals.
+// arithmetic: the same bits for every one of the 65,536 inputs (a NaN for
+// a NaN), forward and backward, including the results that round to
+// subnormals.
 TEST(Activation, GeluBf16LookupsGiveTheComputedBits) {
   if (!kernels::detail::has_avx512f()) GTEST_SKIP() << "no AVX-512 on this CPU";
   const int64_t n = 65536;
@@ -186,9 +186,14 @@ TEST(Activation, GeluBf16LookupsGiveTheComputedBits) {
     const auto* b = static_cast<const uint16_t*>(computed.raw_data());
     const auto* c = static_cast<const uint16_t*>(looked_up_slope.raw_data());
     const auto* d = static_cast<const uint16_t*>(computed_slope.raw_data());
+    // A NaN's sign and payload are the compiler's choice of operand order
+    // (a sanitizer build gave them differently): any NaN for a NaN.
+    const auto nan = [](uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; };
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(a[i], b[i]) << kernels::activation_name(form) << " at bits " << i;
-      ASSERT_EQ(c[i], d[i]) << kernels::activation_name(form) << " slope at bits " << i;
+      if (!(nan(a[i]) && nan(b[i])))
+        ASSERT_EQ(a[i], b[i]) << kernels::activation_name(form) << " at bits " << i;
+      if (!(nan(c[i]) && nan(d[i])))
+        ASSERT_EQ(c[i], d[i]) << kernels::activation_name(form) << " slope at bits " << i;
       subnormal = subnormal || ((b[i] & 0x7F80) == 0 && (b[i] & 0x7F) != 0);
     }
   }
