@@ -2,9 +2,10 @@
 """The documentation's command lines against the `tandem` command itself:
 every `tandem ...` invocation in a shell block of README.md and docs/*.md
 names a command (and subcommand) that exists and passes only flags that
-command's --help lists, and every flag in README's table of `train`
-options is one of `tandem train --help`'s. Fails naming the file, the line
-and the flag or command.
+command's --help lists, every flag in README's table of `train` options
+is one of `tandem train --help`'s, and every strategy and collectives
+backend that those flags' help lists is run by some documented command
+line. Fails naming the file, the line and the flag or command.
     command_lines_check.py --tandem build/tandem --source .
 """
 import argparse
@@ -96,7 +97,36 @@ def invocations(line):
     return found
 
 
-def check_file(tandem, path, cache, problems, counted):
+# Flags whose every value the docs show in a command line: the strategies
+# and the collectives' backends, read from the flag's own --help line.
+SHOWN_CHOICES = [(("train",), "--strategy"), (("bench", "allreduce"), "--backend")]
+
+
+def choices_of(tandem, words, flag):
+    """The values a flag's help line lists ("a, b (note) or c"), or []."""
+    run = subprocess.run([tandem, *words, "--help"], capture_output=True, text=True, timeout=60)
+    for line in run.stdout.splitlines():
+        m = re.match(r"\s*" + re.escape(flag) + r"\s+\S+\s{2,}(.*)", line)
+        if m:
+            text = re.sub(r"\([^)]*\)", "", m.group(1))
+            values = [v.strip() for v in re.split(r",| or ", text)]
+            return [v for v in values if re.fullmatch(r"[a-z][a-z0-9-]*", v)]
+    return []
+
+
+def check_choices_shown(tandem, used, problems):
+    for words, flag in SHOWN_CHOICES:
+        choices = choices_of(tandem, list(words), flag)
+        if len(choices) < 2:
+            problems.append(f"'tandem {' '.join(words)} --help': no list of {flag} values read")
+            continue
+        for value in choices:
+            if value not in used.get((words, flag), set()):
+                problems.append(f"no documented command line runs 'tandem {' '.join(words)} "
+                                f"{flag} {value}'")
+
+
+def check_file(tandem, path, cache, problems, counted, used):
     for number, line in shell_lines(path):
         for args in invocations(line):
             if not args or args[0].startswith("-"):
@@ -115,10 +145,13 @@ def check_file(tandem, path, cache, problems, counted):
                 known = help_of(tandem, words, cache)
             flags, _ = known
             counted[0] += 1
-            for arg in args[len(words):]:
+            rest = args[len(words):]
+            for i, arg in enumerate(rest):
                 flag = arg.split("=", 1)[0]
                 if FLAG.fullmatch(flag) and flag not in flags:
                     problems.append(f"{path}:{number}: 'tandem {' '.join(words)}' has no {flag}")
+                value = arg.split("=", 1)[1] if "=" in arg else (rest[i + 1] if i + 1 < len(rest) else "")
+                used.setdefault((tuple(words), flag), set()).add(value)
 
 
 def check_train_table(tandem, readme, cache, problems):
@@ -149,11 +182,12 @@ def main():
     a = parser.parse_args()
     files = a.files or [os.path.join(a.source, "README.md")] + sorted(
         glob.glob(os.path.join(a.source, "docs", "*.md")))
-    cache, problems, counted = {}, [], [0]
+    cache, problems, counted, used = {}, [], [0], {}
     for path in files:
-        check_file(a.tandem, path, cache, problems, counted)
+        check_file(a.tandem, path, cache, problems, counted, used)
     if not a.files:
         check_train_table(a.tandem, os.path.join(a.source, "README.md"), cache, problems)
+        check_choices_shown(a.tandem, used, problems)
     if problems:
         print("command_lines_check: the docs name what the command does not have:")
         for p in problems:
