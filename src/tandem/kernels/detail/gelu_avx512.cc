@@ -151,8 +151,7 @@ TANDEM_AVX512 void gelu_run(const T* x, const T* dy, T* y, int64_t n) {
 
 // A bf16 input is one of 65,536 values: each form's results for all of
 // them, computed once by the loops above, so that a lookup gives the bits
-// the computation gives. The gathers mostly hit L1 (activations span few
-// exponents).
+// the computation gives.
 struct Bf16Tables {
   std::vector<uint16_t> values;  // gelu(x)'s bits; the gathers read 4 bytes, so 2 spare
   std::vector<float> slopes;     // gelu'(x) in f32, which the backward multiplies dy by

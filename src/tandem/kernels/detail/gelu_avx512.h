@@ -4,7 +4,8 @@
 // per call on gpt's MLP hidden layer (16,384 x 1,024) at 1 thread, 12% of
 // its bf16 step on an AMX Xeon; these, prefetching ahead of their loads,
 // take 8 (forward) and 9.7 ms (backward) computed in bf16, and about half
-// that looked up (Bf16Path). They also serve the products' GELU epilogues
+// that looked up (Bf16Path) in kernels_bench (much less on a product's
+// output in gpt's step; docs/performance.md). They also serve the products' GELU epilogues
 // (gelu_follows_product).
 //
 // Accuracy against the exact functions: the tanh form within a few float
