@@ -49,7 +49,7 @@ def translation_unit(pages):
         for start, params, code in snippets(page):
             count += 1
             body = []
-            for offset, line in enumerate(code):
+            for line in code:
                 if line.startswith("#include"):
                     includes.add(line.strip())
                     body.append("")

@@ -119,10 +119,10 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
           ctx.set(0,
                   kernels::matmul(gc, wc, {}, {.out_dtype = matmul_output(x_dtype)}).to(x_dtype));
         }
-        // The bias gradient is f32 (of g's own values, before the cast).
-        Tensor db;
-        if (ctx.needs(2)) db = Tensor::empty(Shape{g.dim(1)}, DType::f32, g.device());
+        // The bias gradient (f32, of g's own values, before the cast) comes
+        // with the weight gradient where it is the sum of gc's columns.
         const bool together = ctx.needs(1) && ctx.needs(2) && gc.dtype() == g.dtype();
+        Tensor db = together ? Tensor::empty(Shape{g.dim(1)}, DType::f32, g.device()) : Tensor();
         if (ctx.needs(1)) {
           // Cast again rather than keep the cast copy alive until backward: the
           // input itself is held anyway (by the caller, or as the previous
@@ -137,10 +137,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
           kernels::linear_backward_weights(gc, x_compute, dw, together ? &db : nullptr);
           ctx.set(1, dw);
         }
-        if (ctx.needs(2)) {
-          if (!together) db.copy_from(kernels::sum_to_shape(g, Shape{g.dim(1)}));
-          ctx.set(2, db);
-        }
+        if (ctx.needs(2)) ctx.set(2, together ? db : kernels::sum_to_shape(g, Shape{g.dim(1)}));
       });
   if (!fused) return activation(out, options.activation);
   return out;

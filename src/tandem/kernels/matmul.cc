@@ -197,7 +197,7 @@ void linear_backward_weights(const Tensor& dy, const Tensor& x, Tensor& dw, Tens
   const Tensor no_bias;
   detail::check_same_device("linear_backward_weights", dy,
                             {&x, &dw, db != nullptr ? db : &no_bias});
-  if (dy.device().kind == DeviceKind::cpu && d.K > 0 &&
+  if (dy.device().kind == DeviceKind::cpu &&
       detail::amx_weight_gradient_applies(dy, {}, dw, transposed, d.M, d.K, d.N)) {
     detail::amx_weight_gradient(dy, x, dw, d.M, d.K, d.N, db);
     return;

@@ -3,8 +3,9 @@
 // training-mode forward returns holds where each maximum came from, as its
 // position in the window (row-major over kernel_h x kernel_w, padding
 // counted): one byte where the window has at most 255 positions, four
-// otherwise; all ones where a fused ReLU zeroed the maximum. (oneDNN 2.6's pooling ran at 4-5 GB/s
-// on an AMX Xeon, a quarter of the cnn's bf16 step; docs/performance.md.)
+// otherwise; all ones where a fused ReLU zeroed the maximum. (oneDNN 2.6's
+// pooling ran at 4-5 GB/s on an AMX Xeon, a quarter of the cnn's bf16
+// step; docs/performance.md.)
 #include "tandem/kernels/pool.h"
 
 #include <algorithm>
