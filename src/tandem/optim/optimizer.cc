@@ -204,16 +204,8 @@ void check_optimizer_config(const OptimizerConfig& c) {
 
 double gradient_squares(const std::vector<Variable>& parameters) {
   double squares = 0.0;
-  for (const Variable& p : parameters) {
-    if (!p.has_grad()) continue;
-    if (p.grad().device().kind != DeviceKind::cpu) {
-      squares += kernels::squared_norm(p.grad());  // on the device; one number comes back
-      continue;
-    }
-    const Tensor g = p.grad().to(DType::f32);
-    const float* v = g.data<float>();
-    for (int64_t i = 0; i < g.numel(); ++i) squares += static_cast<double>(v[i]) * v[i];
-  }
+  for (const Variable& p : parameters)
+    if (p.has_grad()) squares += kernels::squared_norm(p.grad());
   return squares;
 }
 

@@ -4,8 +4,8 @@
 // bf16/f16 reduction ops (runtime()), the job's failure flags that decide
 // how the process leaves MPI at exit (finalize, a bounded finalize, or an
 // abort), the advice on mpirun settings, and memory broken communicators
-// leave to MPI. Shared by the communicator (mpi.cc) and the job-level
-// calls (mpi_job.cc).
+// leave to MPI. Shared by the communicator (mpi.cc, detail/mpi_control,
+// detail/mpi_ring) and the job-level calls (mpi_job.cc).
 
 #include <mpi.h>
 

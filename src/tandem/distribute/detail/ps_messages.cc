@@ -1,6 +1,7 @@
 #include "tandem/distribute/detail/ps_messages.h"
 
 #include "tandem/base/error.h"
+#include "tandem/kernels/reduce.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::distribute::detail {
@@ -111,9 +112,7 @@ double shard_gradient_squares(const std::vector<VariablePiece>& pieces, int shar
   for (const VariablePiece& piece : pieces) {
     const Variable& p = parameters[piece.variable];
     if (piece.shard != shard || !p.has_grad()) continue;
-    const Tensor g = piece_of(p.grad(), piece).to(DType::f32);
-    const float* v = g.data<float>();
-    for (int64_t i = 0; i < g.numel(); ++i) squares += static_cast<double>(v[i]) * v[i];
+    squares += kernels::squared_norm(piece_of(p.grad(), piece));
   }
   return squares;
 }
