@@ -5,7 +5,6 @@
 // mpi_job.cc.
 #include "tandem/comm/mpi.h"
 
-
 #include "tandem/base/error.h"
 #include "tandem/config.h"
 
