@@ -237,6 +237,30 @@ TEST(Elementwise, AddIntoAccumulatesAcrossDTypes) {
   EXPECT_THROW(kernels::add_into(dst, Tensor::full(Shape{9}, 1.0f)), ShapeError);
 }
 
+// add_into of a tensor of its own dtype (a gradient accumulated into its buffer) runs
+// add()'s vector loops in place: add()'s bits, at every length and split,
+// and with the destination as its own source.
+TEST(Elementwise, AddIntoOfTheSameDTypeGivesAddsBits) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (int64_t n : {1, 15, 16, 17, 33, 100003}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " x " + std::to_string(n));
+      std::vector<float> a(static_cast<size_t>(n)), b(a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+        b[i] = std::cos(0.11f * static_cast<float>(i)) / 7.0f;
+      }
+      const Tensor x = Tensor::from_floats(Shape{n}, a).to(dtype);
+      const Tensor y = Tensor::from_floats(Shape{n}, b).to(dtype);
+      Tensor dst = x.clone();
+      kernels::add_into(dst, y);
+      EXPECT_EQ(dst.to_floats(), kernels::add(x, y).to_floats());
+      Tensor twice = x.clone();
+      kernels::add_into(twice, twice);
+      EXPECT_EQ(twice.to_floats(), kernels::add(x, x).to_floats());
+    }
+  }
+}
+
 TEST(Reduce, SumMeanAndSumToShape) {
   for (DType d : {DType::f32, DType::bf16}) {
     const Tensor x = random_tensor(Shape{37, 3, 11}, -1, 1, 5).to(d);

@@ -208,6 +208,23 @@ void add_accumulation_rows(std::vector<OpCase>& rows) {
                         return y;
                       },
                   .gradient = false});
+  // A destination of the row's dtype (a gradient buffer of the gradient's dtype).
+  rows.push_back({.name = "add_into same dtype",
+                  .kernels = {"add_into"},
+                  .inputs = {uniform(Shape{3, 37}), uniform(Shape{3, 37})},
+                  .run =
+                      [](const auto& in) {
+                        Tensor dst = in[0].value().clone();
+                        kernels::add_into(dst, in[1].value());
+                        return pack({dst});
+                      },
+                  .reference =
+                      [](const auto& in) {
+                        Doubles y = in[0];
+                        for (size_t i = 0; i < y.size(); ++i) y[i] += in[1][i];
+                        return y;
+                      },
+                  .gradient = false});
   // Finite values scaled (flag 1), then one infinity among them (flag 0).
   rows.push_back({.name = "scale_and_check_finite",
                   .kernels = {"scale_and_check_finite"},

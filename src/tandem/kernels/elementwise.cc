@@ -75,6 +75,32 @@ TANDEM_AVX512 void add_relu_avx512(const T* x, const T* y, T* z, int64_t n) {
   }
 }
 
+// d += s elementwise, rounded once to T (add()'s arithmetic; d and s may
+// not overlap unless equal). binary_loop takes restrict pointers, so the
+// scalar part has its own loop.
+#define TANDEM_ADD_IN_PLACE_LOOP(T)                                                  \
+  TANDEM_TARGET_CLONES void add_in_place_loop(T* d, const T* s, int64_t n) {         \
+    for (int64_t k = 0; k < n; ++k) d[k] = from_f32<T>(to_f32(d[k]) + to_f32(s[k])); \
+  }
+TANDEM_ADD_IN_PLACE_LOOP(float)
+TANDEM_ADD_IN_PLACE_LOOP(detail::Bf16)
+TANDEM_ADD_IN_PLACE_LOOP(detail::F16)
+#undef TANDEM_ADD_IN_PLACE_LOOP
+
+template <typename T>
+void add_in_place(T* d, const T* s, int64_t n) {
+  if constexpr (std::is_same_v<T, detail::Bf16>) {
+    if (detail::has_avx512f()) {
+      // Each lane reads its own d before writing it: in place is safe.
+      const int64_t done = binary_bf16_avx512(Binary::add, d, s, d, n);
+      d += done;
+      s += done;
+      n -= done;
+    }
+  }
+  add_in_place_loop(d, s, n);
+}
+
 template <typename T>
 void binary_run(Binary op, const T* x, const T* y, T* z, int64_t n) {
   if constexpr (std::is_same_v<T, detail::Bf16>) {
@@ -184,6 +210,18 @@ void add_into(Tensor& dst, const Tensor& src, float alpha) {
                  " differ in element count");
   }
   TANDEM_DISPATCH_CUDA(dst, add_into(dst, src, alpha));
+  if (alpha == 1.0f && dst.dtype() == src.dtype()) {
+    // add()'s vector loops, in place: the same bits as the loop below.
+    dispatch_floating(dst.dtype(), "add_into", [&](auto tag) {
+      using T = decltype(tag);
+      T* d = static_cast<T*>(dst.raw_data());
+      const T* s = static_cast<const T*>(src.raw_data());
+      parallel_for(dst.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
+        add_in_place(d + begin, s + begin, end - begin);
+      });
+    });
+    return;
+  }
   dispatch_floating(dst.dtype(), "add_into", [&](auto dst_tag) {
     using D = decltype(dst_tag);
     D* d = static_cast<D*>(dst.raw_data());
