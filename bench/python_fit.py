@@ -12,7 +12,9 @@ against the peers: training throughput of
   pyclass-gpt the same architecture written in Python (examples/python/kjv_transformer.py)
 
 each in its own process pinned to one core (taskset -c 0, one thread,
-TensorFlow's inter-op pool and tf.data included), variants interleaved
+TensorFlow's inter-op pool and tf.data included; --threads N: cores
+0..N-1 and N intra-op threads in every framework, TensorFlow's inter-op
+pool and tf.data still one thread each), variants interleaved
 round by round; medians with min-max. cnn figures are the second epoch's
 (the first includes set-up and first-touch costs in every framework); gpt
 figures are over steps 6-25 (the first 5 are warm-up).
@@ -56,11 +58,11 @@ def worker_py_cnn(args):
     model = tandem.models.cnn(seed=1)
     model.compile(optimizer=tandem.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
     train = tandem.data.Dataset.from_tensor_slices((x[:CNN_EXAMPLES], y[:CNN_EXAMPLES])).shuffle(CNN_EXAMPLES, seed=1)
-    history = model.fit(train, batch_size=128, epochs=2, seed=1, threads_per_device=1)
+    history = model.fit(train, batch_size=128, epochs=2, seed=1, threads_per_device=args.threads)
     return history.history["examples_per_second"][1]
 
 
-def gpt_fit(model, data_dir):
+def gpt_fit(model, data_dir, threads):
     import tandem
     model.compile(optimizer=tandem.optimizers.AdamW(6e-4, weight_decay=0.01), metrics=[])
     train = tandem.data.Dataset.from_spec(os.path.join(data_dir, "train.toml"))
@@ -69,7 +71,7 @@ def gpt_fit(model, data_dir):
     class Clock(tandem.callbacks.Callback):
         def on_train_batch_end(self, batch, logs):
             times.append(logs["step_seconds"])
-    model.fit(train, batch_size=32, epochs=1, steps_per_epoch=GPT_STEPS, seed=1, threads_per_device=1,
+    model.fit(train, batch_size=32, epochs=1, steps_per_epoch=GPT_STEPS, seed=1, threads_per_device=threads,
               callbacks=[Clock()])
     return 32 * 128 * len(times[GPT_WARMUP:]) / sum(times[GPT_WARMUP:])
 
@@ -77,7 +79,7 @@ def gpt_fit(model, data_dir):
 def worker_py_gpt(args):
     import tandem
     tandem.set_global_policy("mixed_bfloat16")
-    return gpt_fit(tandem.models.gpt(seed=1), args.kjv)
+    return gpt_fit(tandem.models.gpt(seed=1), args.kjv, args.threads)
 
 
 def worker_pyclass_gpt(args):
@@ -85,13 +87,13 @@ def worker_pyclass_gpt(args):
     tandem.set_global_policy("mixed_bfloat16")
     sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
     from kjv_transformer import Transformer
-    return gpt_fit(Transformer(seed=1), args.kjv)
+    return gpt_fit(Transformer(seed=1), args.kjv, args.threads)
 
 
 def worker_tf_cnn(args):
     import time
     import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.mixed_precision.set_global_policy(args.precision)
     x, y = fashion_arrays(CNN_EXAMPLES)
@@ -122,7 +124,7 @@ def worker_torch_cnn(args):
     import time
     import torch
     import torch.nn as nn
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     x, y = fashion_arrays(CNN_EXAMPLES)
     x = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
@@ -156,25 +158,27 @@ WORKERS = {"py-cnn": worker_py_cnn, "py-gpt": worker_py_gpt, "pyclass-gpt": work
 # --- the driver --------------------------------------------------------------
 
 def cli_rate(args, variant, out):
-    common = ["--threads", "1", "--quiet", "--no-monitor", "--seed", "1", "--output", out]
+    common = ["--threads", str(args.threads), "--quiet", "--no-monitor", "--seed", "1", "--output", out]
     if variant == "cli-cnn":
         command = [args.tandem, "train", "--model", "cnn", "--epochs", "2", "--train-examples",
                    str(CNN_EXAMPLES), "--test-examples", "256", "--batch-size", "128",
                    "--precision", args.precision] + common
-        run(command)
+        run(args, command)
         return json.load(open(os.path.join(out, "summary.json")))["history"][1]["examples_per_second"]
     command = [args.tandem, "train", "--model", "gpt", "--data", os.path.join(args.kjv, "train.toml"),
                "--batch-size", "32", "--epochs", "1", "--steps-per-epoch", str(GPT_STEPS),
                "--optimizer", "adamw", "--lr", "6e-4", "--precision", "mixed_bfloat16",
                "--metrics-every", "1"] + [a for a in common if a != "--no-monitor"]
-    run(command)
+    run(args, command)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     seconds = [s["step_seconds"] for s in steps if s.get("type") == "step"][GPT_WARMUP:]
     return 32 * 128 * len(seconds) / sum(seconds)
 
 
-def run(command, env=None):
-    result = subprocess.run(["taskset", "-c", "0"] + command, capture_output=True, text=True, env=env)
+def run(args, command, env=None):
+    cores = f"0-{args.threads - 1}" if args.threads > 1 else "0"
+    result = subprocess.run(["taskset", "-c", cores] + command, capture_output=True, text=True,
+                            env=env)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
     return result.stdout
@@ -186,12 +190,13 @@ def measure(args, variant, work):
         return cli_rate(args, variant, out)
     peer = variant.startswith(("tf-", "torch-"))
     python = args.peers if peer else "/usr/bin/python3"
-    env = dict(os.environ, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-               TF_CPP_MIN_LOG_LEVEL="2")
+    threads = str(args.threads)
+    env = dict(os.environ, OMP_NUM_THREADS=threads, TF_NUM_INTRAOP_THREADS=threads,
+               TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
     if not peer:
         env["PYTHONPATH"] = args.pythonpath
-    stdout = run([python, os.path.abspath(__file__), "--worker", variant, "--kjv", args.kjv,
-                  "--precision", args.precision], env)
+    stdout = run(args, [python, os.path.abspath(__file__), "--worker", variant, "--kjv", args.kjv,
+                        "--precision", args.precision, "--threads", str(args.threads)], env)
     return json.loads(stdout.strip().splitlines()[-1])["rate"]
 
 
@@ -205,6 +210,8 @@ def main():
     p.add_argument("--variants", default="cli-cnn,py-cnn,tf-cnn,torch-cnn,cli-gpt,py-gpt,pyclass-gpt")
     p.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"],
                    help="the cnn variants' precision (gpt: mixed_bfloat16 always)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads in every framework, the run pinned to cores 0..N-1")
     p.add_argument("--worker", default="")
     args = p.parse_args()
     if args.worker:
