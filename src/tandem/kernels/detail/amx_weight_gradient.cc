@@ -37,19 +37,25 @@ const uint16_t* row_or_null(const uint16_t* x, int64_t r, int64_t rows, int64_t 
   return r < rows ? x + r * width : nullptr;
 }
 
-// Steps s0..s1 of a chunk of `rows` rows from a's row `first`, and when
-// step_sums is non-null each step's column sums of a (f32, M a step): a's tiles,
-// for each step and block of 16 columns m, 16 rows m of 16 pairs (a[2j][m],
-// a[2j + 1][m]); b's the same way for each block of 16 columns n, 16 rows j
-// of 16 pairs (b[2j][n], b[2j + 1][n]). Rows past the chunk are zeros.
+// Blocks of 16 columns of a (m) and of b (n), [m0, m1) and [n0, n1).
+struct Columns {
+  int64_t m0, m1, n0, n1;
+};
+
+// Steps s0..s1 of a chunk of `rows` rows from a's row `first`, for the
+// column blocks `cols`, and when step_sums is non-null each step's column
+// sums of a (f32, M a step): a's tiles, for each step and block of 16
+// columns m, 16 rows m of 16 pairs (a[2j][m], a[2j + 1][m]); b's the same
+// way for each block of 16 columns n, 16 rows j of 16 pairs (b[2j][n],
+// b[2j + 1][n]). Rows past the chunk are zeros.
 TANDEM_AMX void reformat(const Plan& P, const uint16_t* a, const uint16_t* b, int64_t first,
-                         int64_t rows, int64_t s0, int64_t s1, uint16_t* a_tiles, uint16_t* b_tiles,
-                         float* step_sums) {
+                         int64_t rows, int64_t s0, int64_t s1, const Columns& cols,
+                         uint16_t* a_tiles, uint16_t* b_tiles, float* step_sums) {
   const int64_t blocks = P.M / 16;
   const uint16_t* a_chunk = a + first * P.M;
   const uint16_t* b_chunk = b + first * P.N;
   for (int64_t s = s0; s < s1; ++s) {
-    for (int64_t mb = 0; mb < blocks; ++mb) {
+    for (int64_t mb = cols.m0; mb < cols.m1; ++mb) {
       __m512i r[16];
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < 16; ++j) {
@@ -73,7 +79,7 @@ TANDEM_AMX void reformat(const Plan& P, const uint16_t* a, const uint16_t* b, in
       const int64_t row = s * kStep + 2 * j;
       const uint16_t* even = row_or_null(b_chunk, row, rows, P.N);
       const uint16_t* odd = row_or_null(b_chunk, row + 1, rows, P.N);
-      for (int64_t nb = 0; nb < P.N / 16; ++nb) {
+      for (int64_t nb = cols.n0; nb < cols.n1; ++nb) {
         _mm512_storeu_si512(tiles + (nb * 16 + j) * 32,
                             interleave(load_or_zero(even ? even + 16 * nb : nullptr),
                                        load_or_zero(odd ? odd + 16 * nb : nullptr)));
@@ -134,6 +140,95 @@ void run(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_
   run_block<1, 1>(P, a_tiles, b_tiles, steps, mb, nb, first, out);
 }
 
+struct Operands {
+  const uint16_t* a;
+  const uint16_t* b;
+  uint16_t* chunks;  // each group's a and b tiles for one chunk
+  float* out;
+};
+
+// The column sums of a chunk's steps (f32, M a step) added to totals in
+// double, in step order, for a's column blocks [m0, m1).
+void add_step_sums(const Plan& P, const std::vector<float>& step_sums, int64_t steps, int64_t m0,
+                   int64_t m1, double* totals) {
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t m = 16 * m0; m < 16 * m1; ++m) totals[m] += step_sums[s * P.M + m];
+}
+
+// The output blocks of 2 x 2 tiles in `cols` over one chunk, n fastest: a
+// block's a tiles stay in L1 for the next.
+void run_blocks(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_t steps,
+                const Columns& cols, bool first, float* out) {
+  for (int64_t mb = cols.m0; mb < cols.m1; mb += 2)
+    for (int64_t nb = cols.n0; nb < cols.n1; nb += 2)
+      run(P, a_tiles, b_tiles, steps, mb, nb, first, out);
+}
+
+// Every thread of the team on each chunk in turn: the chunk's steps
+// reformatted in parallel, then its blocks of output tiles in parallel.
+// Each chunk costs two waits for the team, and a block reads the tiles
+// other threads reformatted (another core's cache).
+void by_chunks(const Plan& P, const Operands& o, double* totals) {
+  uint16_t* a_tiles = o.chunks;
+  uint16_t* b_tiles = o.chunks + P.a_elements();
+  const Columns all{0, P.M / 16, 0, P.N / 16};
+  std::vector<float> step_sums(totals != nullptr ? P.steps(P.chunk) * P.M : 0);
+  const int64_t m_pairs = (P.M / 16 + 1) / 2, n_pairs = (P.N / 16 + 1) / 2;
+  for (int64_t first = 0; first < P.K; first += P.chunk) {
+    const int64_t rows = std::min(P.chunk, P.K - first), steps = P.steps(rows);
+    parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
+      reformat(P, o.a, o.b, first, rows, s0, s1, all, a_tiles, b_tiles,
+               step_sums.empty() ? nullptr : step_sums.data());
+    });
+    if (totals != nullptr) add_step_sums(P, step_sums, steps, 0, P.M / 16, totals);
+    parallel_for(m_pairs * n_pairs, 1, [&](int64_t i0, int64_t i1) {
+      const TileScope tiles;
+      for (int64_t i = i0; i < i1; ++i)
+        run(P, a_tiles, b_tiles, steps, 2 * (i / n_pairs), 2 * (i % n_pairs), first == 0, o.out);
+    });
+  }
+}
+
+// How many groups split the wider operand's columns between them (1: work
+// by chunks instead). Each group reformats the narrower operand whole, so
+// groups pay off while that duplicate work stays under half the wider one's.
+int column_groups(const Plan& P) {
+  const int64_t wide = std::max(P.M, P.N), narrow = std::min(P.M, P.N);
+  int groups = num_threads();
+  while (groups > 1 && (2 * (groups - 1) * narrow > wide || 32 * groups > wide)) --groups;
+  return groups;
+}
+
+// Each group of columns of the wider operand on its own thread, over every
+// chunk: its columns' tiles and the narrower operand's reformatted into its
+// own buffers (in its core's cache), then its blocks of output tiles. The
+// groups never wait for each other. Each output tile sums the same steps in
+// the same order as by_chunks, so the bits do not depend on the split.
+void by_column_groups(const Plan& P, const Operands& o, int groups, double* totals) {
+  const bool split_m = P.M >= P.N;
+  const int64_t pairs = ((split_m ? P.M : P.N) / 16 + 1) / 2;
+  parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+    const TileScope tiles;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t lo = std::min(2 * (pairs * g / groups), (split_m ? P.M : P.N) / 16);
+      const int64_t hi = std::min(2 * (pairs * (g + 1) / groups), (split_m ? P.M : P.N) / 16);
+      const Columns cols = split_m ? Columns{lo, hi, 0, P.N / 16} : Columns{0, P.M / 16, lo, hi};
+      uint16_t* a_tiles = o.chunks + g * (P.a_elements() + P.b_elements());
+      uint16_t* b_tiles = a_tiles + P.a_elements();
+      // a's column sums: by the group that owns the columns (group 0 when a is whole).
+      const bool sums = totals != nullptr && (split_m || g == 0);
+      std::vector<float> step_sums(sums ? P.steps(P.chunk) * P.M : 0);
+      for (int64_t first = 0; first < P.K; first += P.chunk) {
+        const int64_t rows = std::min(P.chunk, P.K - first), steps = P.steps(rows);
+        reformat(P, o.a, o.b, first, rows, 0, steps, cols, a_tiles, b_tiles,
+                 sums ? step_sums.data() : nullptr);
+        if (sums) add_step_sums(P, step_sums, steps, cols.m0, cols.m1, totals);
+        run_blocks(P, a_tiles, b_tiles, steps, cols, first == 0, o.out);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 bool amx_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
@@ -148,35 +243,19 @@ void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t 
   Plan P{M, K, N, 0};
   P.chunk = std::clamp<int64_t>(kChunkBytes / (2 * (M + N)) / kStep * kStep, kStep,
                                 (K + kStep - 1) / kStep * kStep);
-  MemoryCategoryScope workspace(MemoryCategory::workspace);
-  Tensor a_chunk = Tensor::empty(Shape{P.a_elements()}, DType::bf16, a.device());
-  Tensor b_chunk = Tensor::empty(Shape{P.b_elements()}, DType::bf16, a.device());
-  auto* a_tiles = static_cast<uint16_t*>(a_chunk.raw_data());
-  auto* b_tiles = static_cast<uint16_t*>(b_chunk.raw_data());
-  const auto* as = static_cast<const uint16_t*>(a.raw_data());
-  const auto* bs = static_cast<const uint16_t*>(b.raw_data());
-  float* c = out.data<float>();
-  // Column sums: each step's in f32 (32 rows), the steps' in double, in
-  // order.
-  std::vector<float> step_sums(column_sums != nullptr ? P.steps(P.chunk) * M : 0);
-  std::vector<double> totals(column_sums != nullptr ? M : 0, 0.0);
-  // Blocks of 2 x 2 output tiles, n fastest: a block's a tiles stay in L1
-  // for the next.
-  const int64_t m_blocks = (M / 16 + 1) / 2, n_blocks = (N / 16 + 1) / 2;
   count_flops(2 * M * N * K);
-  for (int64_t first = 0; first < K; first += P.chunk) {
-    const int64_t rows = std::min(P.chunk, K - first), steps = P.steps(rows);
-    parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
-      reformat(P, as, bs, first, rows, s0, s1, a_tiles, b_tiles,
-               step_sums.empty() ? nullptr : step_sums.data());
-    });
-    for (int64_t s = 0; s < steps && !totals.empty(); ++s)
-      for (int64_t m = 0; m < M; ++m) totals[m] += step_sums[s * M + m];
-    parallel_for(m_blocks * n_blocks, 1, [&](int64_t i0, int64_t i1) {
-      const TileScope tiles;
-      for (int64_t i = i0; i < i1; ++i)
-        run(P, a_tiles, b_tiles, steps, 2 * (i / n_blocks), 2 * (i % n_blocks), first == 0, c);
-    });
+  const int groups = column_groups(P);
+  MemoryCategoryScope workspace(MemoryCategory::workspace);
+  Tensor chunks =
+      Tensor::empty(Shape{groups * (P.a_elements() + P.b_elements())}, DType::bf16, a.device());
+  const Operands operands{static_cast<const uint16_t*>(a.raw_data()),
+                          static_cast<const uint16_t*>(b.raw_data()),
+                          static_cast<uint16_t*>(chunks.raw_data()), out.data<float>()};
+  std::vector<double> totals(column_sums != nullptr ? M : 0, 0.0);
+  if (groups > 1) {
+    by_column_groups(P, operands, groups, totals.empty() ? nullptr : totals.data());
+  } else {
+    by_chunks(P, operands, totals.empty() ? nullptr : totals.data());
   }
   if (column_sums != nullptr) {
     float* sums = column_sums->data<float>();
