@@ -9,6 +9,7 @@ line. Fails naming the file, the line and the flag or command.
     command_lines_check.py --tandem build/tandem --source .
 """
 import argparse
+import functools
 import glob
 import os
 import re
@@ -19,17 +20,23 @@ import sys
 FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
 
+@functools.lru_cache(maxsize=None)
+def help_text(tandem, words):
+    """`tandem WORDS --help`'s output (words a tuple), or None if it fails."""
+    run = subprocess.run([tandem, *words, "--help"], capture_output=True, text=True, timeout=60)
+    return run.stdout if run.returncode == 0 else None
+
+
 def help_of(tandem, words, cache):
     """(flags, subcommands) of `tandem WORDS --help`, or None if it fails. A
     command whose help says that every other flag is a `tandem train` flag
     (tune search) takes train's flags too."""
     key = tuple(words)
     if key not in cache:
-        run = subprocess.run([tandem, *words, "--help"], capture_output=True, text=True, timeout=60)
-        if run.returncode != 0:
+        text = help_text(tandem, key)
+        if text is None:
             cache[key] = None
             return None
-        text = run.stdout
         subs = set()
         if "Subcommands:" in text:
             for line in text.split("Subcommands:", 1)[1].splitlines():
@@ -104,8 +111,7 @@ SHOWN_CHOICES = [(("train",), "--strategy"), (("bench", "allreduce"), "--backend
 
 def choices_of(tandem, words, flag):
     """The values a flag's help line lists ("a, b (note) or c"), or []."""
-    run = subprocess.run([tandem, *words, "--help"], capture_output=True, text=True, timeout=60)
-    for line in run.stdout.splitlines():
+    for line in (help_text(tandem, tuple(words)) or "").splitlines():
         m = re.match(r"\s*" + re.escape(flag) + r"\s+\S+\s{2,}(.*)", line)
         if m:
             text = re.sub(r"\([^)]*\)", "", m.group(1))

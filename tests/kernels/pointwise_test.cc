@@ -190,10 +190,12 @@ TEST(Activation, GeluBf16LookupsGiveTheComputedBits) {
     // (a sanitizer build gave them differently): any NaN for a NaN.
     const auto nan = [](uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; };
     for (int64_t i = 0; i < n; ++i) {
-      if (!(nan(a[i]) && nan(b[i])))
+      if (!(nan(a[i]) && nan(b[i]))) {
         ASSERT_EQ(a[i], b[i]) << kernels::activation_name(form) << " at bits " << i;
-      if (!(nan(c[i]) && nan(d[i])))
+      }
+      if (!(nan(c[i]) && nan(d[i]))) {
         ASSERT_EQ(c[i], d[i]) << kernels::activation_name(form) << " slope at bits " << i;
+      }
       subnormal = subnormal || ((b[i] & 0x7F80) == 0 && (b[i] & 0x7F) != 0);
     }
   }

@@ -206,12 +206,12 @@ int column_groups(const Plan& P) {
 // the same order as by_chunks, so the bits do not depend on the split.
 void by_column_groups(const Plan& P, const Operands& o, int groups, double* totals) {
   const bool split_m = P.M >= P.N;
-  const int64_t pairs = ((split_m ? P.M : P.N) / 16 + 1) / 2;
+  const int64_t blocks = (split_m ? P.M : P.N) / 16, pairs = (blocks + 1) / 2;
   parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     const TileScope tiles;
     for (int64_t g = g0; g < g1; ++g) {
-      const int64_t lo = std::min(2 * (pairs * g / groups), (split_m ? P.M : P.N) / 16);
-      const int64_t hi = std::min(2 * (pairs * (g + 1) / groups), (split_m ? P.M : P.N) / 16);
+      const int64_t lo = std::min(2 * (pairs * g / groups), blocks);
+      const int64_t hi = std::min(2 * (pairs * (g + 1) / groups), blocks);
       const Columns cols = split_m ? Columns{lo, hi, 0, P.N / 16} : Columns{0, P.M / 16, lo, hi};
       uint16_t* a_tiles = o.chunks + g * (P.a_elements() + P.b_elements());
       uint16_t* b_tiles = a_tiles + P.a_elements();

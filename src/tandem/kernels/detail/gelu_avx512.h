@@ -5,8 +5,8 @@
 // its bf16 step on an AMX Xeon; these, prefetching ahead of their loads,
 // take 8 (forward) and 9.7 ms (backward) computed in bf16, and about half
 // that looked up (Bf16Path) in kernels_bench (much less on a product's
-// output in gpt's step; docs/performance.md). They also serve the products' GELU epilogues
-// (gelu_follows_product).
+// output in gpt's step; docs/performance.md). They also serve the
+// products' GELU epilogues (gelu_follows_product).
 //
 // Accuracy against the exact functions: the tanh form within a few float
 // ulp (tanh through one exponential); the erf form within about 1e-7
