@@ -214,6 +214,8 @@ def main():
                    help="intra-op threads in every framework, the run pinned to cores 0..N-1")
     p.add_argument("--worker", default="")
     args = p.parse_args()
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
     if args.worker:
         print(json.dumps({"rate": WORKERS[args.worker](args)}))
         return
