@@ -1173,6 +1173,13 @@ TEST(Cli, BenchTrainJson) {
   const auto bf16_bytes = j.at("results")[1].at("peak_activation_bytes").get<int64_t>();
   EXPECT_GT(f32_bytes, 0);
   EXPECT_LT(bf16_bytes, f32_bytes * 0.7);
+  // The mlp (784 -> 512 -> 512 -> 10) trains with three forwards' products
+  // less the first layer's input gradient, in both precisions.
+  const double forward = 2.0 * (784 * 512 + 512 * 512 + 512 * 10);
+  for (const auto& row : j.at("results")) {
+    EXPECT_EQ(row.at("model_flops_per_example").get<double>(), 3.0 * forward - 2.0 * 784 * 512)
+        << row.dump();
+  }
   expect_one_line_error("bench train --precisions float64", "float64");
 }
 

@@ -85,6 +85,7 @@ void print_train_json(const BenchTrainOptions& o, Device device,
          {"samples", v.samples},
          {"tokens_per_second_median",
           median(v.samples) * static_cast<double>(v.tokens_per_example)},
+         {"model_flops_per_example", v.model_flops_per_example},
          {"model_gflops_per_second_median", median(v.samples) * v.model_flops_per_example / 1e9},
          {"peak_activation_bytes", v.peak_activation_bytes}});
   }

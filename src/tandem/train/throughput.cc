@@ -7,6 +7,7 @@
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/random.h"
+#include "tandem/kernels/flops.h"
 #include "tandem/nn/models.h"
 #include "tandem/nn/transformer.h"
 #include "tandem/optim/optimizer.h"
@@ -82,11 +83,16 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   };
   for (int64_t i = 0; i < options.warmup_steps; ++i) train_step(i);
   result.peak_activation_bytes = 0;
+  const int64_t flops_before = kernels::flops_executed();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < options.steps; ++i) train_step(i);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.examples_per_second =
-      static_cast<double>(options.batch_size * options.steps) / result.seconds;
+  const auto examples = static_cast<double>(options.batch_size * options.steps);
+  result.examples_per_second = examples / result.seconds;
+  if (gpt == nullptr) {
+    result.model_flops_per_example =
+        static_cast<double>(kernels::flops_executed() - flops_before) / examples;
+  }
   return result;
 }
 

@@ -33,9 +33,13 @@ struct ThroughputResult {
   double seconds = 0.0;  // timed steps only
   double final_loss = 0.0;
   // Tokens per example (gpt: its context; 1 for the image models) and the
-  // model's training FLOPs per example by the usual formula (gpt: 6 x
+  // model's training FLOPs per example: gpt's by the usual formula (6 x
   // parameters + 12 x layers x context x width per token, the attention
-  // counted once, not its masked half; 0 where no formula is known).
+  // counted once, not its masked half); the image models' as the matrix
+  // kernels counted them over the timed steps (every matmul and
+  // convolution pass that ran: three forwards less the first layer's input
+  // gradient, which nothing needs). The count is process-wide, so other
+  // threads' matrix kernels during the measurement would inflate it.
   int64_t tokens_per_example = 1;
   double model_flops_per_example = 0.0;
   // Largest rise of the activation memory (forward activations, their
