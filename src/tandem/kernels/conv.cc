@@ -1,6 +1,6 @@
 #include "tandem/kernels/conv.h"
 
-#include "tandem/kernels/detail/amx_conv_weights.h"
+#include "tandem/kernels/detail/bf16_conv_weights.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
@@ -279,8 +279,8 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
     count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
     return;
   }
-  if (detail::amx_conv_weights_applies(x, dy, dw.shape(), g)) {
-    detail::amx_conv_backward_weights(x, dy, g, dw, db);
+  if (detail::bf16_conv_weights_applies(x, dy, dw.shape(), g)) {
+    detail::bf16_conv_backward_weights(x, dy, g, dw, db, *detail::fastest_bf16_engine());
     count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
     return;
   }

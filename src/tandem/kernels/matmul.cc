@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "tandem/kernels/detail/amx_matmul.h"
-#include "tandem/kernels/detail/amx_weight_gradient.h"
+#include "tandem/kernels/detail/bf16_weight_gradient.h"
 #include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/causal_products_avx512.h"
 #include "tandem/kernels/detail/checks.h"
@@ -108,8 +108,8 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     detail::gelu_in_place(options.activation, out);
     return;
   }
-  if (!p.batched && detail::amx_weight_gradient_applies(a, bias, out, options, p.M, p.K, p.N)) {
-    detail::amx_weight_gradient(a, b, out, p.M, p.K, p.N);
+  if (!p.batched && detail::bf16_weight_gradient_applies(a, bias, out, options, p.M, p.K, p.N)) {
+    detail::bf16_weight_gradient(a, b, out, p.M, p.K, p.N, nullptr, *detail::fastest_bf16_engine());
     return;
   }
   if (p.batched &&
@@ -198,8 +198,8 @@ void linear_backward_weights(const Tensor& dy, const Tensor& x, Tensor& dw, Tens
   detail::check_same_device("linear_backward_weights", dy,
                             {&x, &dw, db != nullptr ? db : &no_bias});
   if (dy.device().kind == DeviceKind::cpu &&
-      detail::amx_weight_gradient_applies(dy, {}, dw, transposed, d.M, d.K, d.N)) {
-    detail::amx_weight_gradient(dy, x, dw, d.M, d.K, d.N, db);
+      detail::bf16_weight_gradient_applies(dy, {}, dw, transposed, d.M, d.K, d.N)) {
+    detail::bf16_weight_gradient(dy, x, dw, d.M, d.K, d.N, db, *detail::fastest_bf16_engine());
     return;
   }
   matmul_into(dy, x, {}, dw, transposed);

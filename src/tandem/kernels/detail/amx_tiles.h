@@ -4,7 +4,9 @@
 // pairs of rows of 16 bf16 pairs) and the moves that put bf16 operands in
 // the layouts the tile products take: C[m][n] += sum over k of
 // A[m][2k + i] B[k][2n + i], i = 0, 1. Only for functions compiled with
-// TANDEM_AMX and called where has_amx_bf16() (amx.h).
+// TANDEM_AMX. The tile instructions run only where has_amx_bf16() (amx.h);
+// the layout moves are AVX-512 (BW) code and also serve AVX512-BF16's dot
+// products, which take the same pairs (bf16_engine.h).
 
 #include <immintrin.h>
 

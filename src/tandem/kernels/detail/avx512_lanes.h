@@ -12,6 +12,8 @@
 #include "tandem/kernels/detail/float_io.h"
 
 #define TANDEM_AVX512 __attribute__((target("avx512f")))
+// For the bf16 dot products (vdpbf16ps), called where has_avx512_bf16().
+#define TANDEM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 namespace tandem::kernels::detail {
 

@@ -1,10 +1,10 @@
-// The AMX weight gradient (kernels/detail/amx_conv_weights) against a
-// double-precision sum over the same bf16 values, on shapes that reach each
-// of its edges: a lone last image, padding, positions past a row, several
-// chunks of image pairs, groups of accumulators of every size, a bias,
-// stride 2's phases.
-// Skipped on CPUs without AMX (the op table's convolutions run oneDNN
-// there).
+// The bf16 weight gradient (kernels/detail/bf16_conv_weights) on each
+// engine this CPU runs (the AMX tiles, AVX512-BF16's dot products) against
+// a double-precision sum over the same bf16 values, on shapes that reach
+// each of its edges: a lone last image, padding, positions past a row,
+// several chunks of image pairs, groups of accumulators of every size, a
+// bias, stride 2's phases. Skipped on CPUs with neither (the op table's
+// convolutions run oneDNN there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,14 +15,25 @@
 #include "support/reference.h"
 #include "tandem/base/parallel.h"
 #include "tandem/kernels/conv.h"
-#include "tandem/kernels/detail/amx.h"
-#include "tandem/kernels/detail/amx_conv_weights.h"
+#include "tandem/kernels/detail/bf16_conv_weights.h"
 
 namespace tandem {
 namespace {
 
+using kernels::detail::Bf16Engine;
 using testing::random_tensor;
 using testing::to_doubles;
+
+std::vector<Bf16Engine> engines_here() {
+  std::vector<Bf16Engine> out;
+  for (Bf16Engine e : {Bf16Engine::tiles, Bf16Engine::dot_products})
+    if (kernels::detail::bf16_engine_runs(e)) out.push_back(e);
+  return out;
+}
+
+const char* name(Bf16Engine e) {
+  return e == Bf16Engine::tiles ? "tiles" : "dot products";
+}
 
 struct Case {
   Shape x, w;
@@ -62,8 +73,8 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
   return r;
 }
 
-TEST(AmxConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
-  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
+  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const std::vector<Case> cases = {
       {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},       // a lone third image, W = 5
       {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},       // C > O: 18 accumulators per o block
@@ -85,45 +96,55 @@ TEST(AmxConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
     const Tensor x = random_tensor(c.x, -2, 2, 71).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(c.x, c.w, g), -1, 1, 72).to(DType::bf16);
-    ASSERT_TRUE(kernels::detail::amx_conv_weights_applies(x, dy, c.w, g));
-    Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
-    kernels::conv2d_backward_weights(x, dy, g, dw, &db);
+    ASSERT_TRUE(kernels::detail::bf16_conv_weights_applies(x, dy, c.w, g));
+    Tensor public_dw = Tensor::empty(c.w);
+    kernels::conv2d_backward_weights(x, dy, g, public_dw, nullptr);
     const Reference r = reference(x, dy, c.w, c.pad, c.stride);
-    const std::vector<double> got = to_doubles(dw), got_db = to_doubles(db);
-    // f32 sums of exact bf16 products: a few units of f32 rounding per
-    // sqrt(term) of the sum of magnitudes; an index error is of order 1.
-    const double terms = static_cast<double>(dy.numel() / c.w[3]);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], r.dw[i], 4.0 * std::sqrt(terms) * 6e-8 * r.magnitude[i] + 1e-30) << i;
+    for (Bf16Engine engine : engines_here()) {
+      SCOPED_TRACE(name(engine));
+      Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
+      kernels::detail::bf16_conv_backward_weights(x, dy, g, dw, &db, engine);
+      if (engine == kernels::detail::fastest_bf16_engine()) {
+        EXPECT_EQ(dw.to_floats(), public_dw.to_floats()) << "the kernel takes the fastest engine";
+      }
+      const std::vector<double> got = to_doubles(dw), got_db = to_doubles(db);
+      // f32 sums of exact bf16 products: a few units of f32 rounding per
+      // sqrt(term) of the sum of magnitudes; an index error is of order 1.
+      const double terms = static_cast<double>(dy.numel() / c.w[3]);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], r.dw[i], 4.0 * std::sqrt(terms) * 6e-8 * r.magnitude[i] + 1e-30) << i;
+      }
+      for (size_t o = 0; o < got_db.size(); ++o) ASSERT_NEAR(got_db[o], r.db[o], 1e-4) << o;
     }
-    for (size_t o = 0; o < got_db.size(); ++o) ASSERT_NEAR(got_db[o], r.db[o], 1e-4) << o;
   }
 }
 
 // 1 to 4 threads give the same dw and db bits: the threads split a chunk's
 // pairs and the groups of accumulator tiles between them, never a tile's
 // order of sums (32 channels; and 16, the first layer's 9 tiles, over
-// several chunks with a last image alone).
-TEST(AmxConvWeights, TheThreadCountDoesNotChangeTheBits) {
-  if (!kernels::detail::has_amx_bf16()) GTEST_SKIP() << "no AMX tiles on this CPU";
+// several chunks with a last image alone), on each engine.
+TEST(Bf16ConvWeights, TheThreadCountDoesNotChangeTheBits) {
+  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
   for (const auto& [xs, ws] :
        std::vector<std::pair<Shape, Shape>>{{Shape{9, 14, 14, 32}, Shape{3, 3, 32, 32}},
                                             {Shape{41, 32, 32, 16}, Shape{3, 3, 16, 16}}}) {
-    SCOPED_TRACE(xs.to_string());
     const Tensor x = random_tensor(xs, -2, 2, 73).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(xs, ws, g), -1, 1, 74).to(DType::bf16);
-    std::vector<float> by_threads[4];
-    for (int threads = 1; threads <= 4; ++threads) {
-      NumThreadsScope scope(threads);
-      Tensor dw = Tensor::empty(ws), db = Tensor::empty(Shape{ws[3]});
-      kernels::conv2d_backward_weights(x, dy, g, dw, &db);
-      by_threads[threads - 1] = dw.to_floats();
-      const std::vector<float> bias = db.to_floats();
-      by_threads[threads - 1].insert(by_threads[threads - 1].end(), bias.begin(), bias.end());
+    for (Bf16Engine engine : engines_here()) {
+      SCOPED_TRACE(xs.to_string() + " " + name(engine));
+      std::vector<float> by_threads[4];
+      for (int threads = 1; threads <= 4; ++threads) {
+        NumThreadsScope scope(threads);
+        Tensor dw = Tensor::empty(ws), db = Tensor::empty(Shape{ws[3]});
+        kernels::detail::bf16_conv_backward_weights(x, dy, g, dw, &db, engine);
+        by_threads[threads - 1] = dw.to_floats();
+        const std::vector<float> bias = db.to_floats();
+        by_threads[threads - 1].insert(by_threads[threads - 1].end(), bias.begin(), bias.end());
+      }
+      for (int t = 1; t < 4; ++t) EXPECT_EQ(by_threads[0], by_threads[t]) << t + 1 << " threads";
     }
-    for (int t = 1; t < 4; ++t) EXPECT_EQ(by_threads[0], by_threads[t]) << t + 1 << " threads";
   }
 }
 

@@ -1,9 +1,11 @@
-#include "tandem/kernels/detail/amx_weight_gradient.h"
+#include "tandem/kernels/detail/bf16_weight_gradient.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "tandem/base/parallel.h"
@@ -25,6 +27,7 @@ constexpr int64_t kChunkBytes = 1 << 20;
 struct Plan {
   int64_t M, K, N;
   int64_t chunk;  // rows of K per chunk, a multiple of kStep
+  bool amx;       // the tiles' products; else AVX512-BF16's dot products
 
   int64_t steps(int64_t rows) const { return (rows + kStep - 1) / kStep; }
   // uint16 per chunk: a as tiles (step, m block), b as tiles (step, n block).
@@ -45,8 +48,9 @@ struct Columns {
 // Steps s0..s1 of a chunk of `rows` rows from a's row `first`, for the
 // column blocks `cols`, and when step_sums is non-null each step's column
 // sums of a (f32, M a step): a's tiles, for each step and block of 16
-// columns m, 16 rows m of 16 pairs (a[2j][m], a[2j + 1][m]); b's the same
-// way for each block of 16 columns n, 16 rows j of 16 pairs (b[2j][n],
+// columns m, 16 rows m of 16 pairs (a[2j][m], a[2j + 1][m]) for the tiles,
+// or untransposed, 16 rows j of 16 such pairs, for the dot products; b's
+// for each block of 16 columns n, 16 rows j of 16 pairs (b[2j][n],
 // b[2j + 1][n]). Rows past the chunk are zeros.
 TANDEM_AMX void reformat(const Plan& P, const uint16_t* a, const uint16_t* b, int64_t first,
                          int64_t rows, int64_t s0, int64_t s1, const Columns& cols,
@@ -68,7 +72,7 @@ TANDEM_AMX void reformat(const Plan& P, const uint16_t* a, const uint16_t* b, in
         if (step_sums != nullptr) sum = _mm512_add_ps(sum, _mm512_add_ps(widen16(e), widen16(o)));
       }
       if (step_sums != nullptr) _mm512_storeu_ps(step_sums + s * P.M + 16 * mb, sum);
-      transpose16(r);
+      if (P.amx) transpose16(r);
       uint16_t* tile = a_tiles + (s * blocks + mb) * 512;
       for (int m = 0; m < 16; ++m) _mm512_storeu_si512(tile + 32 * m, r[m]);
     }
@@ -140,6 +144,65 @@ void run(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_
   run_block<1, 1>(P, a_tiles, b_tiles, steps, mb, nb, first, out);
 }
 
+// The dot-product engine's block: 8 rows m (half `half` of a's tile mb) by
+// NB blocks of 16 columns n from nb, over a chunk's steps. Each pair j of
+// a column m is broadcast against row j of b's tile (16 columns n of one
+// pair): the tile product's sums, one pair per instruction. 8 x 3
+// accumulators leave registers for b's rows.
+template <int NB>
+TANDEM_AVX512_BF16 void dot_block(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles,
+                                  int64_t steps, int64_t mb, int half, int64_t nb, bool first,
+                                  float* out) {
+  constexpr int R = 8;
+  float* c = out + (16 * mb + R * half) * P.N + 16 * nb;
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j)
+      acc[r][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * P.N + 16 * j);
+  const int64_t blocks = P.M / 16;
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* a_pairs = a_tiles + (s * blocks + mb) * 512 + R * half * 2;
+    const uint16_t* b_rows = b_tiles + s * 16 * 2 * P.N + nb * 512;
+    for (int k = 0; k < 16; ++k) {
+      __m512bh b[NB];
+      for (int j = 0; j < NB; ++j)
+        b[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_rows + j * 512 + 32 * k));
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a_pairs + 32 * k + 2 * r, sizeof pair);
+        const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+        for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) _mm512_storeu_ps(c + r * P.N + 16 * j, acc[r][j]);
+}
+
+// The output tiles in `cols` over one chunk by dot products: 8 rows m at a
+// time against every column block, n fastest.
+void dot_blocks(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_t steps,
+                const Columns& cols, bool first, float* out) {
+  for (int64_t mb = cols.m0; mb < cols.m1; ++mb)
+    for (int half = 0; half < 2; ++half) {
+      // Blocks 3 wide, the last two 2 wide where 3s would leave 1.
+      int64_t nb = cols.n0;
+      for (; cols.n1 - nb >= 5 || cols.n1 - nb == 3; nb += 3)
+        dot_block<3>(P, a_tiles, b_tiles, steps, mb, half, nb, first, out);
+      for (; nb + 2 <= cols.n1; nb += 2)
+        dot_block<2>(P, a_tiles, b_tiles, steps, mb, half, nb, first, out);
+      if (nb < cols.n1) dot_block<1>(P, a_tiles, b_tiles, steps, mb, half, nb, first, out);
+    }
+}
+
+// The AMX tiles' configuration on this thread while the engine uses them.
+struct EngineScope {
+  std::optional<TileScope> tiles;
+  explicit EngineScope(const Plan& P) {
+    if (P.amx) tiles.emplace();
+  }
+};
+
 struct Operands {
   const uint16_t* a;
   const uint16_t* b;
@@ -159,6 +222,7 @@ void add_step_sums(const Plan& P, const std::vector<float>& step_sums, int64_t s
 // block's a tiles stay in L1 for the next.
 void run_blocks(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_t steps,
                 const Columns& cols, bool first, float* out) {
+  if (!P.amx) return dot_blocks(P, a_tiles, b_tiles, steps, cols, first, out);
   for (int64_t mb = cols.m0; mb < cols.m1; mb += 2)
     for (int64_t nb = cols.n0; nb < cols.n1; nb += 2)
       run(P, a_tiles, b_tiles, steps, mb, nb, first, out);
@@ -173,7 +237,11 @@ void by_chunks(const Plan& P, const Operands& o, double* totals) {
   uint16_t* b_tiles = o.chunks + P.a_elements();
   const Columns all{0, P.M / 16, 0, P.N / 16};
   std::vector<float> step_sums(totals != nullptr ? P.steps(P.chunk) * P.M : 0);
-  const int64_t m_pairs = (P.M / 16 + 1) / 2, n_pairs = (P.N / 16 + 1) / 2;
+  // Blocks of 2 x 2 tiles for the tiles, of 2 tiles' rows by every column for
+  // the dot products (their blocks are 3 columns wide).
+  const int64_t m_step = 2, n_step = P.amx ? 2 : P.N / 16;
+  const int64_t m_items = (P.M / 16 + m_step - 1) / m_step;
+  const int64_t n_items = (P.N / 16 + n_step - 1) / n_step;
   for (int64_t first = 0; first < P.K; first += P.chunk) {
     const int64_t rows = std::min(P.chunk, P.K - first), steps = P.steps(rows);
     parallel_for(steps, 1, [&](int64_t s0, int64_t s1) {
@@ -181,10 +249,14 @@ void by_chunks(const Plan& P, const Operands& o, double* totals) {
                step_sums.empty() ? nullptr : step_sums.data());
     });
     if (totals != nullptr) add_step_sums(P, step_sums, steps, 0, P.M / 16, totals);
-    parallel_for(m_pairs * n_pairs, 1, [&](int64_t i0, int64_t i1) {
-      const TileScope tiles;
-      for (int64_t i = i0; i < i1; ++i)
-        run(P, a_tiles, b_tiles, steps, 2 * (i / n_pairs), 2 * (i % n_pairs), first == 0, o.out);
+    parallel_for(m_items * n_items, 1, [&](int64_t i0, int64_t i1) {
+      const EngineScope engine(P);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t mb = m_step * (i / n_items), nb = n_step * (i % n_items);
+        const Columns block{mb, std::min(mb + m_step, P.M / 16), nb,
+                            std::min(nb + n_step, P.N / 16)};
+        run_blocks(P, a_tiles, b_tiles, steps, block, first == 0, o.out);
+      }
     });
   }
 }
@@ -208,7 +280,7 @@ void by_column_groups(const Plan& P, const Operands& o, int groups, double* tota
   const bool split_m = P.M >= P.N;
   const int64_t blocks = (split_m ? P.M : P.N) / 16, pairs = (blocks + 1) / 2;
   parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
-    const TileScope tiles;
+    const EngineScope engine(P);
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t lo = std::min(2 * (pairs * g / groups), blocks);
       const int64_t hi = std::min(2 * (pairs * (g + 1) / groups), blocks);
@@ -231,16 +303,17 @@ void by_column_groups(const Plan& P, const Operands& o, int groups, double* tota
 
 }  // namespace
 
-bool amx_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
-                                 const MatmulOptions& options, int64_t M, int64_t K, int64_t N) {
+bool bf16_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
+                                  const MatmulOptions& options, int64_t M, int64_t K, int64_t N) {
   return options.transpose_a && !options.transpose_b && a.dtype() == DType::bf16 &&
          out.dtype() == DType::f32 && !bias.defined() && options.activation == Activation::none &&
-         M % 16 == 0 && N % 16 == 0 && M > 0 && N > 0 && K >= 256 && has_amx_bf16();
+         M % 16 == 0 && N % 16 == 0 && M > 0 && N > 0 && K >= 256 &&
+         fastest_bf16_engine().has_value();
 }
 
-void amx_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t M, int64_t K,
-                         int64_t N, Tensor* column_sums) {
-  Plan P{M, K, N, 0};
+void bf16_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t M, int64_t K,
+                          int64_t N, Tensor* column_sums, Bf16Engine engine) {
+  Plan P{M, K, N, 0, engine == Bf16Engine::tiles};
   P.chunk = std::clamp<int64_t>(kChunkBytes / (2 * (M + N)) / kStep * kStep, kStep,
                                 (K + kStep - 1) / kStep * kStep);
   count_flops(2 * M * N * K);

@@ -1,10 +1,12 @@
-#include "tandem/kernels/detail/amx_conv_weights.h"
+#include "tandem/kernels/detail/bf16_conv_weights.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "tandem/base/parallel.h"
@@ -20,6 +22,9 @@ namespace {
 // dy's tile, 5-7 take turns holding x's (a load need not wait for the
 // product still reading the previous one).
 constexpr int kAccumulators = 4;
+// The dot products' groups: 3 tiles' worth of columns, 8 rows o at a time
+// (24 accumulators of 32 registers).
+constexpr int kDotColumns = 3;
 // Pairs of images reformatted at a time: about 1 MiB, so the passes over
 // them (one per group of accumulators) read L2.
 constexpr int64_t kChunkBytes = 1 << 20;
@@ -40,6 +45,7 @@ struct Plan {
   int64_t pairs;      // of images, the last one alone when N is odd
   std::array<int64_t, 4> phase_slot{-1, -1, -1, -1};  // phase (a, b) at 2a + b: its plane
   int64_t phases = 0;
+  bool amx;  // the tiles' products; else AVX512-BF16's dot products
 
   int64_t taps() const { return KH * KW; }
   int64_t phase_of(int64_t tap) const {
@@ -50,12 +56,13 @@ struct Plan {
     const int64_t kh = tap / KW, kw = tap % KW;
     return phase_slot[phase_of(tap)] * plane + (kh / stride_h) * row + kw / stride_w;
   }
-  // uint16 per pair: x as (position, c, image), dy as tiles of (o, position, image).
+  // uint16 per pair: x as (position, c, image); dy for the tiles as tiles of
+  // (o, position, image), for the dot products as (oh, ow, o, image).
   int64_t x_elements() const { return phases * plane * C * 2; }
-  int64_t dy_elements() const { return tiles * 16 * O * 2; }
+  int64_t dy_elements() const { return (amx ? tiles * 16 : OH * OW) * O * 2; }
 };
 
-Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
+Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g, Bf16Engine engine) {
   Plan p{};
   p.N = x[0], p.H = x[1], p.W = x[2], p.C = x[3];
   p.KH = w[0], p.KW = w[1], p.O = w[3];
@@ -70,6 +77,7 @@ Plan plan_of(const Shape& x, const Shape& w, const Conv2dGeometry& g) {
   const int64_t reach = ((p.KH - 1) / p.stride_h) * p.row + (p.KW - 1) / p.stride_w;
   p.plane = std::max(p.rows * p.row, p.tiles * 16 + reach);
   p.pairs = (p.N + 1) / 2;
+  p.amx = engine == Bf16Engine::tiles;
   for (int64_t tap = 0; tap < p.taps(); ++tap) {
     if (p.phase_slot[p.phase_of(tap)] < 0) p.phase_slot[p.phase_of(tap)] = p.phases++;
   }
@@ -147,6 +155,22 @@ TANDEM_AMX void transpose_gradients(const Plan& P, const uint16_t* d0, const uin
   }
 }
 
+// dy of images d0 and d1 (null: a zero image) for the dot products: each
+// output position's O channels as (d0, d1) pairs. bias as in
+// transpose_gradients.
+TANDEM_AMX void interleave_gradients(const Plan& P, const uint16_t* d0, const uint16_t* d1,
+                                     uint16_t* out, float* bias) {
+  for (int64_t at = 0; at < P.OH * P.OW * P.O; at += 16) {
+    const __m256i a = load_half(d0 + at), b = load_or_zero(d1 ? d1 + at : nullptr);
+    _mm512_storeu_si512(out + 2 * at, interleave(a, b));
+    if (bias != nullptr) {
+      float* sum = bias + at % P.O;
+      _mm512_storeu_ps(sum,
+                       _mm512_add_ps(_mm512_loadu_ps(sum), _mm512_add_ps(widen16(a), widen16(b))));
+    }
+  }
+}
+
 // One pass over a chunk of pairs: up to kAccumulators (tap, c block) tiles
 // for one block of o, each reading dy's tile and x's tile at its shift.
 struct Group {
@@ -193,6 +217,57 @@ TANDEM_AMX void run_group(const Plan& P, const Group& g, const uint16_t* xs, con
 #undef TANDEM_AMX_PRODUCT
 #undef TANDEM_AMX_ACCUMULATOR
 
+// The dot-product engine's pass: rows o 8 * half .. + 8 of the group's
+// NB accumulator tiles, each position's pair of dy broadcast against the
+// position's row of x (16 channels c of the pair) at each tile's shift.
+template <int NB>
+TANDEM_AVX512_BF16 void dot_group(const Plan& P, const Group& g, int half, const uint16_t* xs,
+                                  const uint16_t* dys, int64_t pairs) {
+  constexpr int R = 8;
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j)
+      acc[r][j] = _mm512_loadu_ps(g.accumulator[j] + (R * half + r) * 16);
+  const int64_t x_step = P.C * 2, dy_step = P.O * 2;
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const uint16_t* x_pair = xs + pair * P.x_elements();
+    const uint16_t* dy_pair = dys + pair * P.dy_elements() + (16 * g.ob + R * half) * 2;
+    // Only the positions inside the output's rows: no padding to multiply.
+    for (int64_t oh = 0; oh < P.OH; ++oh) {
+      const uint16_t* x_row = x_pair + oh * P.row * x_step;
+      const uint16_t* dy_row = dy_pair + oh * P.OW * dy_step;
+      for (int64_t ow = 0; ow < P.OW; ++ow) {
+        __m512bh b[NB];
+        for (int j = 0; j < NB; ++j) {
+          b[j] =
+              reinterpret_cast<__m512bh>(_mm512_loadu_si512(x_row + g.x_offset[j] + ow * x_step));
+        }
+        for (int r = 0; r < R; ++r) {
+          int32_t d;
+          std::memcpy(&d, dy_row + ow * dy_step + 2 * r, sizeof d);
+          const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(d));
+          for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j)
+      _mm512_storeu_ps(g.accumulator[j] + (R * half + r) * 16, acc[r][j]);
+}
+
+void run_dots(const Plan& P, const Group& g, int half, const uint16_t* xs, const uint16_t* dys,
+              int64_t pairs) {
+  switch (g.count) {
+    case 1:
+      return dot_group<1>(P, g, half, xs, dys, pairs);
+    case 2:
+      return dot_group<2>(P, g, half, xs, dys, pairs);
+    default:
+      return dot_group<3>(P, g, half, xs, dys, pairs);
+  }
+}
+
 void run(const Plan& P, const Group& g, const uint16_t* xs, const uint16_t* dys, int64_t pairs) {
   switch (g.count) {
     case 1:
@@ -208,9 +283,9 @@ void run(const Plan& P, const Group& g, const uint16_t* xs, const uint16_t* dys,
 
 // Accumulator tiles in (ob, tap, cb) order, each 16 o rows of 16 c; for
 // each block of o, its taps x c blocks split into groups of about equal size.
-std::vector<Group> groups_of(const Plan& P, float* accumulators) {
+std::vector<Group> groups_of(const Plan& P, int size, float* accumulators) {
   const int64_t cblocks = P.C / 16, per_o = P.taps() * cblocks;
-  const int64_t count = (per_o + kAccumulators - 1) / kAccumulators;
+  const int64_t count = (per_o + size - 1) / size;
   std::vector<Group> groups;
   for (int64_t ob = 0; ob < P.O / 16; ++ob) {
     for (int64_t k = 0; k < count; ++k) {
@@ -228,19 +303,56 @@ std::vector<Group> groups_of(const Plan& P, float* accumulators) {
   return groups;
 }
 
+// The images a convolution's weight gradient reads, NHWC.
+struct Images {
+  const uint16_t* x;
+  const uint16_t* dy;
+};
+
+// Images n and n + 1 (a zero image past the batch) as one pair: x into
+// its phase planes, dy in the engine's layout, the pair's dy sums into
+// bias when non-null.
+void reformat_pair(const Plan& P, const Images& images, int64_t n, uint16_t* x_out,
+                   uint16_t* dy_out, float* bias) {
+  const int64_t x_image = P.H * P.W * P.C, dy_image = P.OH * P.OW * P.O;
+  const bool alone = n + 1 >= P.N;
+  interleave_inputs(P, images.x + n * x_image, alone ? nullptr : images.x + (n + 1) * x_image,
+                    x_out);
+  const uint16_t* d0 = images.dy + n * dy_image;
+  const uint16_t* d1 = alone ? nullptr : images.dy + (n + 1) * dy_image;
+  if (P.amx) {
+    transpose_gradients(P, d0, d1, dy_out, bias);
+  } else {
+    interleave_gradients(P, d0, d1, dy_out, bias);
+  }
+}
+
+// The accumulator tiles (ob, tap, cb), 16 o rows of 16 c each, into dw (HWIO).
+void write_weights(const Plan& P, const float* accumulators, float* w) {
+  const int64_t cblocks = P.C / 16;
+  for (int64_t ob = 0; ob < P.O / 16; ++ob)
+    for (int64_t tap = 0; tap < P.taps(); ++tap)
+      for (int64_t cb = 0; cb < cblocks; ++cb) {
+        const float* tile = accumulators + ((ob * P.taps() + tap) * cblocks + cb) * 256;
+        for (int64_t o = 0; o < 16; ++o)
+          for (int64_t c = 0; c < 16; ++c)
+            w[(tap * P.C + 16 * cb + c) * P.O + 16 * ob + o] = tile[o * 16 + c];
+      }
+}
+
 }  // namespace
 
-bool amx_conv_weights_applies(const Tensor& x, const Tensor& dy, const Shape& w,
-                              const Conv2dGeometry& g) {
+bool bf16_conv_weights_applies(const Tensor& x, const Tensor& dy, const Shape& w,
+                               const Conv2dGeometry& g) {
   const auto stride = [](int64_t s) { return s == 1 || s == 2; };
   return x.dtype() == DType::bf16 && dy.dtype() == DType::bf16 && stride(g.stride_h) &&
          stride(g.stride_w) && g.dilation_h == 1 && g.dilation_w == 1 && w[2] % 16 == 0 &&
-         w[3] % 16 == 0 && x.numel() > 0 && dy.numel() > 0 && has_amx_bf16();
+         w[3] % 16 == 0 && x.numel() > 0 && dy.numel() > 0 && fastest_bf16_engine().has_value();
 }
 
-void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
-                               Tensor& dw, Tensor* db) {
-  const Plan P = plan_of(x.shape(), dw.shape(), geometry);
+void bf16_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
+                                Tensor& dw, Tensor* db, Bf16Engine engine) {
+  const Plan P = plan_of(x.shape(), dw.shape(), geometry, engine);
   const int64_t pair_bytes = (P.x_elements() + P.dy_elements()) * 2;
   const int64_t chunk = std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs);
   MemoryCategoryScope workspace(MemoryCategory::workspace);
@@ -251,39 +363,33 @@ void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGe
   auto* xs = static_cast<uint16_t*>(x_pairs.raw_data());
   auto* dys = static_cast<uint16_t*>(dy_pairs.raw_data());
   float* accumulators = accumulator_tiles.data<float>();
-  const std::vector<Group> groups = groups_of(P, accumulators);
-  const auto* x_images = static_cast<const uint16_t*>(x.raw_data());
-  const auto* dy_images = static_cast<const uint16_t*>(dy.raw_data());
-  const int64_t x_image = P.H * P.W * P.C, dy_image = P.OH * P.OW * P.O;
+  const std::vector<Group> groups = groups_of(P, P.amx ? kAccumulators : kDotColumns, accumulators);
+  // The dot products take each group in two halves of its rows o.
+  const int64_t items = static_cast<int64_t>(groups.size()) * (P.amx ? 1 : 2);
+  const Images images{static_cast<const uint16_t*>(x.raw_data()),
+                      static_cast<const uint16_t*>(dy.raw_data())};
   for (int64_t first = 0; first < P.pairs; first += chunk) {
     const int64_t pairs = std::min(chunk, P.pairs - first);
     parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
-        const int64_t n = 2 * (first + p);
-        const bool alone = n + 1 >= P.N;
-        interleave_inputs(P, x_images + n * x_image, alone ? nullptr : x_images + (n + 1) * x_image,
-                          xs + p * P.x_elements());
-        transpose_gradients(P, dy_images + n * dy_image,
-                            alone ? nullptr : dy_images + (n + 1) * dy_image,
-                            dys + p * P.dy_elements(),
-                            db != nullptr ? bias_sums.data() + (first + p) * P.O : nullptr);
+        reformat_pair(P, images, 2 * (first + p), xs + p * P.x_elements(),
+                      dys + p * P.dy_elements(),
+                      db != nullptr ? bias_sums.data() + (first + p) * P.O : nullptr);
       }
     });
-    parallel_for(static_cast<int64_t>(groups.size()), 1, [&](int64_t g0, int64_t g1) {
-      const TileScope tiles;
-      for (int64_t g = g0; g < g1; ++g) run(P, groups[g], xs, dys, pairs);
+    parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
+      std::optional<TileScope> tiles;
+      if (P.amx) tiles.emplace();
+      for (int64_t i = i0; i < i1; ++i) {
+        if (P.amx) {
+          run(P, groups[i], xs, dys, pairs);
+        } else {
+          run_dots(P, groups[i / 2], static_cast<int>(i % 2), xs, dys, pairs);
+        }
+      }
     });
   }
-  float* w = dw.data<float>();
-  const int64_t cblocks = P.C / 16;
-  for (int64_t ob = 0; ob < P.O / 16; ++ob)
-    for (int64_t tap = 0; tap < P.taps(); ++tap)
-      for (int64_t cb = 0; cb < cblocks; ++cb) {
-        const float* tile = accumulators + ((ob * P.taps() + tap) * cblocks + cb) * 256;
-        for (int64_t o = 0; o < 16; ++o)
-          for (int64_t c = 0; c < 16; ++c)
-            w[(tap * P.C + 16 * cb + c) * P.O + 16 * ob + o] = tile[o * 16 + c];
-      }
+  write_weights(P, accumulators, dw.data<float>());
   if (db != nullptr) {
     float* b = db->data<float>();
     for (int64_t o = 0; o < P.O; ++o) {

@@ -1,0 +1,30 @@
+#pragma once
+// Private: how tandem's own bf16 product kernels (the weight gradients of
+// linear layers and convolutions) multiply: on the AMX tiles, or, on CPUs
+// with AVX512-BF16 but no AMX (AMD Zen 4), by its dot products
+// (vdpbf16ps: 16 f32 lanes each gaining a pair of bf16 products). Both
+// take the operands in pairs of rows, so the kernels share their layouts.
+
+#include <optional>
+
+#include "tandem/kernels/detail/amx.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
+
+namespace tandem::kernels::detail {
+
+enum class Bf16Engine { tiles, dot_products };
+
+// Whether this CPU (within TANDEM_MAX_CPU_ISA) runs the engine.
+inline bool bf16_engine_runs(Bf16Engine engine) {
+  return engine == Bf16Engine::tiles ? has_amx_bf16() : has_avx512_bf16();
+}
+
+// The tiles where the CPU has them, else the dot products; none without
+// AVX512-BF16.
+inline std::optional<Bf16Engine> fastest_bf16_engine() {
+  if (has_amx_bf16()) return Bf16Engine::tiles;
+  if (has_avx512_bf16()) return Bf16Engine::dot_products;
+  return std::nullopt;
+}
+
+}  // namespace tandem::kernels::detail
