@@ -119,10 +119,12 @@ TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
   }
 }
 
-// 1 to 4 threads give the same dw and db bits: the threads split a chunk's
-// pairs and the groups of accumulator tiles between them, never a tile's
-// order of sums (32 channels; and 16, the first layer's 9 tiles, over
-// several chunks with a last image alone), on each engine.
+// 1 to 4 threads give the same dw and db bits, on each engine: on the
+// tiles the threads split a chunk's pairs and the groups of accumulator
+// tiles between them, never a tile's order of sums; the dot products' slices
+// of the batch (5 and 8 here) go to the threads whole and are added in
+// order (32 channels; and 16, the first layer's 9 tiles, over several
+// chunks with a last image alone).
 TEST(Bf16ConvWeights, TheThreadCountDoesNotChangeTheBits) {
   if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};

@@ -6,7 +6,6 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "tandem/base/parallel.h"
@@ -327,6 +326,84 @@ void reformat_pair(const Plan& P, const Images& images, int64_t n, uint16_t* x_o
   }
 }
 
+// A weight gradient's inputs and the pairs' bias sums (P.O a pair, or
+// none), which the reformatting fills.
+struct Work {
+  Images images;
+  int64_t chunk;  // pairs reformatted at a time
+  mutable std::vector<float> bias_sums;
+
+  float* bias(const Plan& P, int64_t pair) const {
+    return bias_sums.empty() ? nullptr : bias_sums.data() + pair * P.O;
+  }
+};
+
+// The tiles' way through the batch: every thread on each chunk in turn,
+// its pairs reformatted in parallel, then its groups of accumulator tiles
+// in parallel. Returns the accumulator tiles.
+Tensor by_shared_chunks(const Plan& P, const Work& work) {
+  Tensor xs = Tensor::empty(Shape{work.chunk * P.x_elements()}, DType::bf16, cpu_device());
+  Tensor dys = Tensor::empty(Shape{work.chunk * P.dy_elements()}, DType::bf16, cpu_device());
+  Tensor accumulators = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, cpu_device());
+  auto* x_pairs = static_cast<uint16_t*>(xs.raw_data());
+  auto* dy_pairs = static_cast<uint16_t*>(dys.raw_data());
+  const std::vector<Group> groups = groups_of(P, kAccumulators, accumulators.data<float>());
+  for (int64_t first = 0; first < P.pairs; first += work.chunk) {
+    const int64_t pairs = std::min(work.chunk, P.pairs - first);
+    parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        reformat_pair(P, work.images, 2 * (first + p), x_pairs + p * P.x_elements(),
+                      dy_pairs + p * P.dy_elements(), work.bias(P, first + p));
+      }
+    });
+    parallel_for(static_cast<int64_t>(groups.size()), 1, [&](int64_t g0, int64_t g1) {
+      const TileScope tiles;
+      for (int64_t g = g0; g < g1; ++g) run(P, groups[g], x_pairs, dy_pairs, pairs);
+    });
+  }
+  return accumulators;
+}
+
+// The dot products' way through the batch: the pairs split into a number
+// of slices that depends on the shapes only, each slice summed into its
+// own accumulators by one thread from start to end (its chunks reformatted
+// into that thread's buffers, read from its own core's cache, no waits),
+// then the slices' sums added in order: the bits do not depend on the
+// thread count. Sharing each chunk as the tiles do ran resnet's 16-channel
+// layer 2.4x slower at 2 threads than at 1 (kernels_bench, Zen 4).
+Tensor by_slices(const Plan& P, const Work& work) {
+  const int64_t set = P.taps() * P.C * P.O;  // floats per slice's accumulators
+  const int64_t slices =
+      std::clamp<int64_t>((int64_t{32} << 20) / (4 * set), 1, std::min<int64_t>(8, P.pairs));
+  const int64_t workers = std::min<int64_t>(num_threads(), slices);
+  const int64_t buffer = work.chunk * (P.x_elements() + P.dy_elements());
+  Tensor buffers = Tensor::empty(Shape{workers * buffer}, DType::bf16, cpu_device());
+  Tensor accumulators = Tensor::zeros(Shape{slices * set}, DType::f32, cpu_device());
+  float* sums = accumulators.data<float>();
+  parallel_for(workers, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      uint16_t* x_pairs = static_cast<uint16_t*>(buffers.raw_data()) + w * buffer;
+      uint16_t* dy_pairs = x_pairs + work.chunk * P.x_elements();
+      for (int64_t s = w * slices / workers; s < (w + 1) * slices / workers; ++s) {
+        const std::vector<Group> groups = groups_of(P, kDotColumns, sums + s * set);
+        const int64_t end = (s + 1) * P.pairs / slices;
+        for (int64_t first = s * P.pairs / slices; first < end; first += work.chunk) {
+          const int64_t pairs = std::min(work.chunk, end - first);
+          for (int64_t p = 0; p < pairs; ++p) {
+            reformat_pair(P, work.images, 2 * (first + p), x_pairs + p * P.x_elements(),
+                          dy_pairs + p * P.dy_elements(), work.bias(P, first + p));
+          }
+          for (const Group& g : groups)
+            for (int half = 0; half < 2; ++half) run_dots(P, g, half, x_pairs, dy_pairs, pairs);
+        }
+      }
+    }
+  });
+  for (int64_t s = 1; s < slices; ++s)
+    for (int64_t i = 0; i < set; ++i) sums[i] += sums[s * set + i];
+  return accumulators;
+}
+
 // The accumulator tiles (ob, tap, cb), 16 o rows of 16 c each, into dw (HWIO).
 void write_weights(const Plan& P, const float* accumulators, float* w) {
   const int64_t cblocks = P.C / 16;
@@ -354,47 +431,18 @@ void bf16_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dG
                                 Tensor& dw, Tensor* db, Bf16Engine engine) {
   const Plan P = plan_of(x.shape(), dw.shape(), geometry, engine);
   const int64_t pair_bytes = (P.x_elements() + P.dy_elements()) * 2;
-  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs);
+  const Work work{Images{static_cast<const uint16_t*>(x.raw_data()),
+                         static_cast<const uint16_t*>(dy.raw_data())},
+                  std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs),
+                  std::vector<float>(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f)};
   MemoryCategoryScope workspace(MemoryCategory::workspace);
-  Tensor x_pairs = Tensor::empty(Shape{chunk * P.x_elements()}, DType::bf16, x.device());
-  Tensor dy_pairs = Tensor::empty(Shape{chunk * P.dy_elements()}, DType::bf16, x.device());
-  Tensor accumulator_tiles = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, x.device());
-  std::vector<float> bias_sums(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f);
-  auto* xs = static_cast<uint16_t*>(x_pairs.raw_data());
-  auto* dys = static_cast<uint16_t*>(dy_pairs.raw_data());
-  float* accumulators = accumulator_tiles.data<float>();
-  const std::vector<Group> groups = groups_of(P, P.amx ? kAccumulators : kDotColumns, accumulators);
-  // The dot products take each group in two halves of its rows o.
-  const int64_t items = static_cast<int64_t>(groups.size()) * (P.amx ? 1 : 2);
-  const Images images{static_cast<const uint16_t*>(x.raw_data()),
-                      static_cast<const uint16_t*>(dy.raw_data())};
-  for (int64_t first = 0; first < P.pairs; first += chunk) {
-    const int64_t pairs = std::min(chunk, P.pairs - first);
-    parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        reformat_pair(P, images, 2 * (first + p), xs + p * P.x_elements(),
-                      dys + p * P.dy_elements(),
-                      db != nullptr ? bias_sums.data() + (first + p) * P.O : nullptr);
-      }
-    });
-    parallel_for(items, 1, [&](int64_t i0, int64_t i1) {
-      std::optional<TileScope> tiles;
-      if (P.amx) tiles.emplace();
-      for (int64_t i = i0; i < i1; ++i) {
-        if (P.amx) {
-          run(P, groups[i], xs, dys, pairs);
-        } else {
-          run_dots(P, groups[i / 2], static_cast<int>(i % 2), xs, dys, pairs);
-        }
-      }
-    });
-  }
-  write_weights(P, accumulators, dw.data<float>());
+  const Tensor accumulators = P.amx ? by_shared_chunks(P, work) : by_slices(P, work);
+  write_weights(P, accumulators.data<float>(), dw.data<float>());
   if (db != nullptr) {
     float* b = db->data<float>();
     for (int64_t o = 0; o < P.O; ++o) {
       double total = 0.0;
-      for (int64_t p = 0; p < P.pairs; ++p) total += bias_sums[p * P.O + o];
+      for (int64_t p = 0; p < P.pairs; ++p) total += work.bias_sums[p * P.O + o];
       b[o] = static_cast<float>(total);
     }
   }
