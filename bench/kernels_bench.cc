@@ -87,6 +87,7 @@ BENCHMARK_CAPTURE(WeightGradient, gpt_fc1_f32, 16384, 1024, 256, DType::f32);
 BENCHMARK_CAPTURE(WeightGradient, gpt_fc1_bf16, 16384, 1024, 256, DType::bf16);
 BENCHMARK_CAPTURE(WeightGradient, gpt_fc2_bf16, 16384, 256, 1024, DType::bf16);
 BENCHMARK_CAPTURE(WeightGradient, gpt_qkv_bf16, 16384, 768, 256, DType::bf16);
+BENCHMARK_CAPTURE(WeightGradient, gpt_proj_bf16, 16384, 256, 256, DType::bf16);
 BENCHMARK_CAPTURE(ConvForward, conv2_f32, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64}, DType::f32);
 BENCHMARK_CAPTURE(ConvForward, conv2_bf16, Shape{128, 14, 14, 32}, Shape{3, 3, 32, 64},
                   DType::bf16);

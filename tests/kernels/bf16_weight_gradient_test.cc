@@ -51,14 +51,17 @@ TEST(Bf16WeightGradient, MatchesTheDoubleSums) {
     const Tensor b = random_tensor(Shape{c.K, c.N}, -2, 2, ++seed).to(DType::bf16);
     const kernels::MatmulOptions o{.transpose_a = true};
     Tensor product = Tensor::full(Shape{c.M, c.N}, 7.0f);  // every value written
-    ASSERT_TRUE(kernels::detail::bf16_weight_gradient_applies(a, {}, product, o, c.M, c.K, c.N));
+    // The dot products are not taken where b is the wider (oneDNN is faster).
+    const bool taken =
+        kernels::detail::bf16_weight_gradient_applies(a, {}, product, o, c.M, c.K, c.N);
+    ASSERT_EQ(taken, kernels::detail::fastest_bf16_engine() == Bf16Engine::tiles || c.M >= c.N);
     kernels::matmul_into(a, b, {}, product, o);
     const std::vector<double> av = to_doubles(a), bv = to_doubles(b);
     for (Bf16Engine engine : engines_here()) {
       SCOPED_TRACE(name(engine));
       Tensor out = Tensor::full(Shape{c.M, c.N}, 7.0f);
       kernels::detail::bf16_weight_gradient(a, b, out, c.M, c.K, c.N, nullptr, engine);
-      if (engine == kernels::detail::fastest_bf16_engine()) {
+      if (taken && engine == kernels::detail::fastest_bf16_engine()) {
         EXPECT_EQ(out.to_floats(), product.to_floats()) << "matmul takes the fastest engine";
       }
       const std::vector<double> got = to_doubles(out);

@@ -261,35 +261,29 @@ void by_chunks(const Plan& P, const Operands& o, double* totals) {
   }
 }
 
-// Whether groups split a's columns (m) or b's (n): the wider operand's on
-// the tiles; always a's for the dot products, whose groups over b's
-// columns ran gpt's fc2 (M 256, N 1024) at 265 GFLOP/s at 2 threads on
-// Zen 4 against 317-358 over a's, each group reformatting all of b.
-bool splits_m(const Plan& P) {
-  return !P.amx || P.M >= P.N;
-}
-
-// How many groups split the columns between them (1: work by chunks
-// instead), at most one per 32 columns. Each group reformats the other
-// operand whole, so on the tiles groups pay off while that duplicate work
-// stays under half the split operand's; the dot products, slower per
-// column, gain from groups even where it does not (fc2 above: 262
-// GFLOP/s by chunks).
+// How many groups split the wider operand's columns between them (1: work
+// by chunks instead), at most one per 32 columns. Each group reformats the
+// narrower operand whole, so on the tiles groups pay off while that
+// duplicate work stays under half the wider one's; the dot products, slower
+// per column, gain from groups even where it does not (gpt's attention
+// projection, 256 x 256, at 2 threads on Zen 4: 345 GFLOP/s in groups,
+// oneDNN 303; by chunks the dot products trailed oneDNN by 7-10% on gpt's
+// wider layers).
 int column_groups(const Plan& P) {
-  const int64_t split = splits_m(P) ? P.M : P.N, whole = splits_m(P) ? P.N : P.M;
+  const int64_t wide = std::max(P.M, P.N), narrow = std::min(P.M, P.N);
   int groups = num_threads();
-  while (groups > 1 && ((P.amx && 2 * (groups - 1) * whole > split) || 32 * groups > split))
+  while (groups > 1 && ((P.amx && 2 * (groups - 1) * narrow > wide) || 32 * groups > wide))
     --groups;
   return groups;
 }
 
-// Each group of columns of the split operand on its own thread, over every
-// chunk: its columns' tiles and the other operand's reformatted into its
+// Each group of columns of the wider operand on its own thread, over every
+// chunk: its columns' tiles and the narrower operand's reformatted into its
 // own buffers (in its core's cache), then its blocks of output tiles. The
 // groups never wait for each other. Each output tile sums the same steps in
 // the same order as by_chunks, so the bits do not depend on the split.
 void by_column_groups(const Plan& P, const Operands& o, int groups, double* totals) {
-  const bool split_m = splits_m(P);
+  const bool split_m = P.M >= P.N;
   const int64_t blocks = (split_m ? P.M : P.N) / 16, pairs = (blocks + 1) / 2;
   parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     const EngineScope engine(P);
@@ -317,10 +311,14 @@ void by_column_groups(const Plan& P, const Operands& o, int groups, double* tota
 
 bool bf16_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
                                   const MatmulOptions& options, int64_t M, int64_t K, int64_t N) {
+  // The dot products only where a's columns are at least b's: gpt's fc2
+  // (M 256, N 1024) ran at 195 GFLOP/s there against oneDNN's 204 at 1
+  // thread on Zen 4, its other layers at 190-192 against 183-189.
+  const std::optional<Bf16Engine> engine = fastest_bf16_engine();
   return options.transpose_a && !options.transpose_b && a.dtype() == DType::bf16 &&
          out.dtype() == DType::f32 && !bias.defined() && options.activation == Activation::none &&
-         M % 16 == 0 && N % 16 == 0 && M > 0 && N > 0 && K >= 256 &&
-         fastest_bf16_engine().has_value();
+         M % 16 == 0 && N % 16 == 0 && M > 0 && N > 0 && K >= 256 && engine.has_value() &&
+         (*engine == Bf16Engine::tiles || M >= N);
 }
 
 void bf16_weight_gradient(const Tensor& a, const Tensor& b, Tensor& out, int64_t M, int64_t K,
