@@ -6,6 +6,7 @@
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/attention.h"
 #include "tandem/kernels/conv.h"
+#include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/pool.h"
@@ -179,8 +180,29 @@ void GeluBackward(benchmark::State& state, kernels::Activation form, DType dtype
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// bf16 GELU computed element by element, beside the lookups the rows
+// above take where the CPU has AVX-512 (the same bits).
+void GeluComputed(benchmark::State& state, kernels::Activation form, bool backward) {
+  const Tensor x = random(Shape{16384, 1024}, DType::bf16, 4.0f);
+  const Tensor dy = random(x.shape(), DType::bf16);
+  if (!kernels::detail::gelu_avx512_supported(x)) {
+    state.SkipWithError("no AVX-512 on this CPU");
+    return;
+  }
+  using kernels::detail::Bf16Path;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        backward ? kernels::detail::gelu_backward_avx512(form, dy, x, Bf16Path::computed)
+                 : kernels::detail::gelu_avx512(form, x, Bf16Path::computed));
+  }
+  state.counters["elements/s"] = benchmark::Counter(static_cast<double>(x.numel()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(GeluComputed, tanh_bf16, kernels::Activation::gelu_tanh, false);
+BENCHMARK_CAPTURE(GeluComputed, tanh_backward_bf16, kernels::Activation::gelu_tanh, true);
 BENCHMARK_CAPTURE(BatchNormTrain, resnet16_f32, DType::f32);
 BENCHMARK_CAPTURE(BatchNormTrain, resnet16_bf16, DType::bf16);
 BENCHMARK_CAPTURE(BatchNormBackward, resnet16_f32, DType::f32);
