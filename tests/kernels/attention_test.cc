@@ -17,6 +17,7 @@
 #include "tandem/kernels/layout.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/pool.h"
+#include "tandem/tensor/allocator.h"
 
 namespace tandem {
 namespace {
@@ -186,6 +187,20 @@ TEST(Attention, InterleavedGroupsGiveTheSameBitsOnAnyThreadCount) {
       EXPECT_EQ(dqkv.to_floats(), first_dqkv) << threads << " threads";
     }
   }
+}
+
+// The groups' scratch (scores, probabilities) is workspace on every thread
+// that runs a group: the activations grow by the output and its
+// log-sum-exp only.
+TEST(Attention, InterleavedScratchIsWorkspaceOnEveryThread) {
+  const Tensor qkv = in(Shape{9, 128, 3, 4, 8}, 92, DType::f32);
+  NumThreadsScope threads(2);
+  Allocator& memory = allocator_for(cpu_device());
+  const int64_t before = memory.stats().current(MemoryCategory::activations);
+  memory.reset_peaks();
+  const kernels::AttentionResult r = kernels::attention_interleaved(qkv);
+  const int64_t grown = memory.stats().peak(MemoryCategory::activations) - before;
+  EXPECT_LE(grown, r.out.nbytes() + r.lse.nbytes() + 1024);
 }
 
 }  // namespace

@@ -112,7 +112,8 @@ struct HeadRows {
 // sharing every group (8 heads of 128 positions in gpt, a few hundred KiB)
 // the fork and join per copy and product, and the rows one core wrote read
 // by the other, made the gathers 2.4x slower at 2 threads than at 1 on
-// Zen 4. A group's results do not depend on the thread that runs it.
+// Zen 4. A group's results do not depend on the thread that runs it; its
+// temporaries keep the caller's memory category on every thread.
 int64_t group_workers(const Interleaved& s, int64_t group) {
   return std::min<int64_t>(num_threads(), (s.heads() + group - 1) / group);
 }
@@ -120,7 +121,9 @@ int64_t group_workers(const Interleaved& s, int64_t group) {
 template <typename Body>
 void each_group(const Interleaved& s, int64_t group, int64_t workers, Body body) {
   const int64_t groups = (s.heads() + group - 1) / group;
+  const MemoryCategory category = default_memory_category();
   parallel_for(workers, 1, [&](int64_t w0, int64_t w1) {
+    const MemoryCategoryScope same_category(category);
     for (int64_t w = w0; w < w1; ++w) {
       for (int64_t g = w * groups / workers; g < (w + 1) * groups / workers; ++g) {
         body(g * group, std::min(group, s.heads() - g * group), w);

@@ -331,9 +331,9 @@ void reformat_pair(const Plan& P, const Images& images, int64_t n, uint16_t* x_o
 struct Work {
   Images images;
   int64_t chunk;  // pairs reformatted at a time
-  mutable std::vector<float> bias_sums;
+  std::vector<float> bias_sums;
 
-  float* bias(const Plan& P, int64_t pair) const {
+  float* bias(const Plan& P, int64_t pair) {
     return bias_sums.empty() ? nullptr : bias_sums.data() + pair * P.O;
   }
 };
@@ -341,7 +341,7 @@ struct Work {
 // The tiles' way through the batch: every thread on each chunk in turn,
 // its pairs reformatted in parallel, then its groups of accumulator tiles
 // in parallel. Returns the accumulator tiles.
-Tensor by_shared_chunks(const Plan& P, const Work& work) {
+Tensor by_shared_chunks(const Plan& P, Work& work) {
   Tensor xs = Tensor::empty(Shape{work.chunk * P.x_elements()}, DType::bf16, cpu_device());
   Tensor dys = Tensor::empty(Shape{work.chunk * P.dy_elements()}, DType::bf16, cpu_device());
   Tensor accumulators = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, cpu_device());
@@ -371,7 +371,7 @@ Tensor by_shared_chunks(const Plan& P, const Work& work) {
 // then the slices' sums added in order: the bits do not depend on the
 // thread count. Sharing each chunk as the tiles do ran resnet's 16-channel
 // layer 2.4x slower at 2 threads than at 1 (kernels_bench, Zen 4).
-Tensor by_slices(const Plan& P, const Work& work) {
+Tensor by_slices(const Plan& P, Work& work) {
   const int64_t set = P.taps() * P.C * P.O;  // floats per slice's accumulators
   const int64_t slices =
       std::clamp<int64_t>((int64_t{32} << 20) / (4 * set), 1, std::min<int64_t>(8, P.pairs));
@@ -431,10 +431,10 @@ void bf16_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dG
                                 Tensor& dw, Tensor* db, Bf16Engine engine) {
   const Plan P = plan_of(x.shape(), dw.shape(), geometry, engine);
   const int64_t pair_bytes = (P.x_elements() + P.dy_elements()) * 2;
-  const Work work{Images{static_cast<const uint16_t*>(x.raw_data()),
-                         static_cast<const uint16_t*>(dy.raw_data())},
-                  std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs),
-                  std::vector<float>(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f)};
+  Work work{Images{static_cast<const uint16_t*>(x.raw_data()),
+                   static_cast<const uint16_t*>(dy.raw_data())},
+            std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs),
+            std::vector<float>(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f)};
   MemoryCategoryScope workspace(MemoryCategory::workspace);
   const Tensor accumulators = P.amx ? by_shared_chunks(P, work) : by_slices(P, work);
   write_weights(P, accumulators.data<float>(), dw.data<float>());
