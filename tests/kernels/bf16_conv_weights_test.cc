@@ -20,20 +20,11 @@
 namespace tandem {
 namespace {
 
+using kernels::detail::bf16_engine_name;
+using kernels::detail::bf16_engines_here;
 using kernels::detail::Bf16Engine;
 using testing::random_tensor;
 using testing::to_doubles;
-
-std::vector<Bf16Engine> engines_here() {
-  std::vector<Bf16Engine> out;
-  for (Bf16Engine e : {Bf16Engine::tiles, Bf16Engine::dot_products})
-    if (kernels::detail::bf16_engine_runs(e)) out.push_back(e);
-  return out;
-}
-
-const char* name(Bf16Engine e) {
-  return e == Bf16Engine::tiles ? "tiles" : "dot products";
-}
 
 struct Case {
   Shape x, w;
@@ -74,7 +65,7 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
 }
 
 TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
-  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const std::vector<Case> cases = {
       {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},       // a lone third image, W = 5
       {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},       // C > O: 18 accumulators per o block
@@ -100,8 +91,8 @@ TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
     Tensor public_dw = Tensor::empty(c.w);
     kernels::conv2d_backward_weights(x, dy, g, public_dw, nullptr);
     const Reference r = reference(x, dy, c.w, c.pad, c.stride);
-    for (Bf16Engine engine : engines_here()) {
-      SCOPED_TRACE(name(engine));
+    for (Bf16Engine engine : bf16_engines_here()) {
+      SCOPED_TRACE(bf16_engine_name(engine));
       Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
       kernels::detail::bf16_conv_backward_weights(x, dy, g, dw, &db, engine);
       if (engine == kernels::detail::fastest_bf16_engine()) {
@@ -126,7 +117,7 @@ TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
 // order (32 channels; and 16, the first layer's 9 tiles, over several
 // chunks with a last image alone).
 TEST(Bf16ConvWeights, TheThreadCountDoesNotChangeTheBits) {
-  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
   for (const auto& [xs, ws] :
        std::vector<std::pair<Shape, Shape>>{{Shape{9, 14, 14, 32}, Shape{3, 3, 32, 32}},
@@ -134,8 +125,8 @@ TEST(Bf16ConvWeights, TheThreadCountDoesNotChangeTheBits) {
     const Tensor x = random_tensor(xs, -2, 2, 73).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(xs, ws, g), -1, 1, 74).to(DType::bf16);
-    for (Bf16Engine engine : engines_here()) {
-      SCOPED_TRACE(xs.to_string() + " " + name(engine));
+    for (Bf16Engine engine : bf16_engines_here()) {
+      SCOPED_TRACE(xs.to_string() + " " + bf16_engine_name(engine));
       std::vector<float> by_threads[4];
       for (int threads = 1; threads <= 4; ++threads) {
         NumThreadsScope scope(threads);

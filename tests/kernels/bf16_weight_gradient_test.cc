@@ -21,25 +21,16 @@ namespace {
 using testing::random_tensor;
 using testing::to_doubles;
 
+using kernels::detail::bf16_engine_name;
+using kernels::detail::bf16_engines_here;
 using kernels::detail::Bf16Engine;
 
 struct Case {
   int64_t M, K, N;
 };
 
-std::vector<Bf16Engine> engines_here() {
-  std::vector<Bf16Engine> out;
-  for (Bf16Engine e : {Bf16Engine::tiles, Bf16Engine::dot_products})
-    if (kernels::detail::bf16_engine_runs(e)) out.push_back(e);
-  return out;
-}
-
-const char* name(Bf16Engine e) {
-  return e == Bf16Engine::tiles ? "tiles" : "dot products";
-}
-
 TEST(Bf16WeightGradient, MatchesTheDoubleSums) {
-  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   // Chunks are about 1 MiB of both operands: 384 rows at 1024 + 256
   // columns (1,000 rows: three chunks, the last partial), 1,920 at 256 + 16.
   const std::vector<Case> cases = {
@@ -57,8 +48,8 @@ TEST(Bf16WeightGradient, MatchesTheDoubleSums) {
     ASSERT_EQ(taken, kernels::detail::fastest_bf16_engine() == Bf16Engine::tiles || c.M >= c.N);
     kernels::matmul_into(a, b, {}, product, o);
     const std::vector<double> av = to_doubles(a), bv = to_doubles(b);
-    for (Bf16Engine engine : engines_here()) {
-      SCOPED_TRACE(name(engine));
+    for (Bf16Engine engine : bf16_engines_here()) {
+      SCOPED_TRACE(bf16_engine_name(engine));
       Tensor out = Tensor::full(Shape{c.M, c.N}, 7.0f);
       kernels::detail::bf16_weight_gradient(a, b, out, c.M, c.K, c.N, nullptr, engine);
       if (taken && engine == kernels::detail::fastest_bf16_engine()) {
@@ -84,7 +75,7 @@ TEST(Bf16WeightGradient, MatchesTheDoubleSums) {
 // The linear layer's kernel: dw as above and db, dy's column sums, from the
 // same reads, against double sums; and its checks.
 TEST(Bf16WeightGradient, LinearBackwardWeightsSumsTheBiasGradient) {
-  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   for (const Case& c : std::vector<Case>{{1024, 1000, 256}, {48, 301, 32}}) {
     SCOPED_TRACE(::testing::Message() << c.M << "x" << c.K << "x" << c.N);
     const Tensor dy = random_tensor(Shape{c.K, c.M}, -2, 2, 320).to(DType::bf16);
@@ -115,10 +106,11 @@ TEST(Bf16WeightGradient, LinearBackwardWeightsSumsTheBiasGradient) {
 // blocks, several chunks), or the team shares each chunk (96 x 80: too
 // narrow to split), on each engine.
 TEST(Bf16WeightGradient, TheThreadCountDoesNotChangeTheBits) {
-  if (engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   for (const Case& c : std::vector<Case>{{96, 1000, 80}, {272, 5000, 64}, {48, 3000, 272}}) {
-    for (Bf16Engine engine : engines_here()) {
-      SCOPED_TRACE(::testing::Message() << c.M << "x" << c.K << "x" << c.N << " " << name(engine));
+    for (Bf16Engine engine : bf16_engines_here()) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.M << "x" << c.K << "x" << c.N << " " << bf16_engine_name(engine));
       const Tensor dy = random_tensor(Shape{c.K, c.M}, -1, 1, 310).to(DType::bf16);
       const Tensor x = random_tensor(Shape{c.K, c.N}, -1, 1, 311).to(DType::bf16);
       std::vector<float> dw_by_threads[4], db_by_threads[4];

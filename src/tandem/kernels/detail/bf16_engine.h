@@ -6,6 +6,7 @@
 // take the operands in pairs of rows, so the kernels share their layouts.
 
 #include <optional>
+#include <vector>
 
 #include "tandem/kernels/detail/amx.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
@@ -25,6 +26,18 @@ inline std::optional<Bf16Engine> fastest_bf16_engine() {
   if (has_amx_bf16()) return Bf16Engine::tiles;
   if (has_avx512_bf16()) return Bf16Engine::dot_products;
   return std::nullopt;
+}
+
+// The engines this CPU runs, the tiles first: the tests run each.
+inline std::vector<Bf16Engine> bf16_engines_here() {
+  std::vector<Bf16Engine> out;
+  for (Bf16Engine e : {Bf16Engine::tiles, Bf16Engine::dot_products})
+    if (bf16_engine_runs(e)) out.push_back(e);
+  return out;
+}
+
+inline const char* bf16_engine_name(Bf16Engine engine) {
+  return engine == Bf16Engine::tiles ? "tiles" : "dot products";
 }
 
 }  // namespace tandem::kernels::detail
