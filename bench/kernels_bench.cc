@@ -6,6 +6,7 @@
 #include "tandem/kernels/activation.h"
 #include "tandem/kernels/attention.h"
 #include "tandem/kernels/conv.h"
+#include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
@@ -251,6 +252,39 @@ BENCHMARK_CAPTURE(AttentionInterleaved, gpt_f32, DType::f32, false);
 BENCHMARK_CAPTURE(AttentionInterleaved, gpt_bf16, DType::bf16, false);
 BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_f32, DType::f32, true);
 BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_bf16, DType::bf16, true);
+
+// One of attention's products over a group of 8 of gpt's heads (128
+// positions of 32) in bf16, the way attention calls it: with its causal
+// part (the masked triangle skipped where the kernel can), or whole. The
+// rate counts the whole product's multiply-adds either way, so rows
+// compare as times.
+void AttentionProduct(benchmark::State& state, kernels::detail::CausalPart part, bool causal) {
+  using kernels::detail::CausalPart;
+  const bool scores = part == CausalPart::out_lower;
+  const int64_t heads = 8, T = 128, D = 32;
+  const Tensor a = random(scores ? Shape{heads, T, D} : Shape{heads, T, T}, DType::bf16);
+  const Tensor b = random(Shape{heads, T, D}, DType::bf16);
+  kernels::MatmulOptions options{.out_dtype = scores ? DType::f32 : DType::bf16};
+  if (scores) options.transpose_b = true;
+  if (part == CausalPart::a_upper) options.transpose_a = true;
+  Tensor out = Tensor::empty(Shape{heads, T, scores ? T : D}, options.out_dtype);
+  for (auto _ : state) {
+    if (causal) {
+      kernels::detail::causal_batched_matmul(a, b, out, options, part);
+    } else {
+      kernels::batched_matmul_into(a, b, out, options);
+    }
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * heads * T * T * D, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(AttentionProduct, scores_causal, kernels::detail::CausalPart::out_lower, true);
+BENCHMARK_CAPTURE(AttentionProduct, scores_whole, kernels::detail::CausalPart::out_lower, false);
+BENCHMARK_CAPTURE(AttentionProduct, pv_causal, kernels::detail::CausalPart::a_lower, true);
+BENCHMARK_CAPTURE(AttentionProduct, pv_whole, kernels::detail::CausalPart::a_lower, false);
+BENCHMARK_CAPTURE(AttentionProduct, ptdout_causal, kernels::detail::CausalPart::a_upper, true);
+BENCHMARK_CAPTURE(AttentionProduct, ptdout_whole, kernels::detail::CausalPart::a_upper, false);
 
 // Dtype conversion of a cnn conv1 activation (3.2M elements): the cost that
 // mixed precision adds around kernels.

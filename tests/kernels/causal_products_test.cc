@@ -1,8 +1,8 @@
 // Attention's causal products (kernels/detail/causal_products) against
 // double sums over the same values, for each causal part, f32 and bf16: on
-// the AMX tiles where the CPU has them (bf16, sizes multiples of 16), on
-// AVX-512 (f32, rows a multiple of 8 and columns of 16), the whole product
-// elsewhere.
+// tandem's fastest bf16 engine where the CPU has one (bf16, sizes multiples
+// of 16; bf16_batched_matmul_test runs every engine), on AVX-512 (f32, rows
+// a multiple of 8 and columns of 16), the whole product elsewhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,7 +64,7 @@ TEST(CausalProducts, MatchTheDoubleSumsWhereTheMaskLetsThrough) {
           options.out_dtype = out_dtype;
           kernels::detail::causal_batched_matmul(a, b, out, options, p.part);
           const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
-          // On the AMX tiles (bf16) the skipped tiles only ever added zeros:
+          // On the bf16 engines the skipped blocks only ever added zeros:
           // the whole product's values, bit for bit. (The f32 kernel sums in
           // its own order: against the double sums only.)
           const bool exact = dtype == DType::bf16;

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "tandem/kernels/detail/amx_matmul.h"
+#include "tandem/kernels/detail/bf16_batched_matmul.h"
 #include "tandem/kernels/detail/bf16_weight_gradient.h"
 #include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/causal_products_avx512.h"
@@ -113,8 +113,9 @@ void run_matmul(const char* op, const Problem& p, const Tensor& a, const Tensor&
     return;
   }
   if (p.batched &&
-      detail::amx_batched_matmul_applies(a, out, options, p.M, p.K, p.N, p.b_batch != p.batch)) {
-    detail::amx_batched_matmul(a, b, out, options, p.batch, p.M, p.K, p.N, part);
+      detail::bf16_batched_matmul_applies(a, out, options, p.M, p.K, p.N, p.b_batch != p.batch)) {
+    detail::bf16_batched_matmul(a, b, out, options, p.batch, p.M, p.K, p.N, part,
+                                *detail::fastest_bf16_engine());
     return;
   }
   // In f32, rounded once into a bf16 output: bf16 operands where oneDNN

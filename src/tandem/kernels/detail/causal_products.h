@@ -5,8 +5,9 @@
 // p^T dout, ds k, ds^T q) has a triangle of zeros or of unread values:
 // with gpt's 128 positions, 28 of the 64 tiles of 16 x 16 in q k^T.
 //
-// The AMX tiles skip them in bf16 (amx_matmul.h), tandem's AVX-512 kernel
-// in f32 (causal_products_avx512.h). oneDNN 2.6 computes the whole product
+// tandem's bf16 engines skip them in bf16 (bf16_batched_matmul.h: the AMX
+// tiles, or AVX512-BF16's dot products), its AVX-512 kernel in f32
+// (causal_products_avx512.h). oneDNN 2.6 computes the whole product
 // elsewhere: blocks of rows as strided views (four calls per product) left
 // its fast batched kernel (brgemm) for a slower one, and gpt's f32
 // attention took 10% longer (docs/performance.md).
