@@ -315,6 +315,13 @@ void add_pool_rows(std::vector<OpCase>& rows) {
   rows.push_back(max_pool_row({2, 6, 6, 4}, {.kernel_h = 3, .kernel_w = 2, .stride_h = 1}, {}));
   rows.push_back(max_pool_row({2, 28, 28, 32}, {}, {}));
   rows.push_back(max_pool_row({2, 8, 6, 16}, {}, {DType::bf16}));
+  // 2x2 windows over padding, at strides 1 and 2: the AVX-512 run takes
+  // the windows inside the image, the general loop those at the edges.
+  rows.push_back(max_pool_row(
+      {2, 5, 6, 16},
+      {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1},
+      {DType::bf16}));
+  rows.push_back(max_pool_row({2, 6, 7, 32}, {.pad_h = 1, .pad_w = 1}, {DType::bf16}));
   // More than 64 channels (compared 64 at a time), and a window of more than
   // 256 positions (its workspace is i32).
   rows.push_back(max_pool_row({2, 4, 4, 70}, {}, {DType::bf16}));
