@@ -255,10 +255,12 @@ void put_heads(const Doubles& y, const AttentionShape& a, int64_t parts, int64_t
 }
 
 // q, k, v interleaved per position, the output (B, T, H, D): causal, with
-// dropout, and gpt's head shape over two groups of heads.
+// dropout (also at sizes the bf16 engines' products take), and gpt's head
+// shape over two groups of heads.
 void add_interleaved_attention_rows(std::vector<OpCase>& rows) {
   const AttentionShape cases[] = {{.B = 2, .H = 3, .T = 9, .S = 9, .D = 8},
                                   {.B = 2, .H = 2, .T = 33, .S = 33, .D = 32, .dropout = 0.2},
+                                  {.B = 2, .H = 2, .T = 64, .S = 64, .D = 32, .dropout = 0.2},
                                   {.B = 2, .H = 4, .T = 128, .S = 128, .D = 32}};
   for (const AttentionShape& a : cases) {
     const auto out_of = [a](const Doubles& heads) {
