@@ -1,7 +1,6 @@
 #include "tandem/kernels/detail/bf16_batched_matmul.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -132,12 +131,7 @@ TANDEM_AVX512_BF16 void dot_rows(const uint16_t* a, int64_t lda, const uint16_t*
     __m512bh b[NB];
     for (int j = 0; j < NB; ++j)
       b[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(pairs + (p * N + n0 + 16 * j) * 2));
-    for (int r = 0; r < kDotRows; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, a + r * lda + 2 * p, sizeof pair);
-      const auto ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], ar, b[j]);
-    }
+    for (int r = 0; r < kDotRows; ++r) dot_pair(acc[r], a + r * lda + 2 * p, b);
   }
   for (int r = 0; r < kDotRows; ++r)
     for (int j = 0; j < NB; ++j) _mm512_storeu_ps(c + r * ldc + n0 + 16 * j, acc[r][j]);

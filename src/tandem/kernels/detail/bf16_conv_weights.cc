@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "tandem/base/parallel.h"
@@ -241,12 +240,7 @@ TANDEM_AVX512_BF16 void dot_group(const Plan& P, const Group& g, int half, const
           b[j] =
               reinterpret_cast<__m512bh>(_mm512_loadu_si512(x_row + g.x_offset[j] + ow * x_step));
         }
-        for (int r = 0; r < R; ++r) {
-          int32_t d;
-          std::memcpy(&d, dy_row + ow * dy_step + 2 * r, sizeof d);
-          const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(d));
-          for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
-        }
+        for (int r = 0; r < R; ++r) dot_pair(acc[r], dy_row + ow * dy_step + 2 * r, b);
       }
     }
   }

@@ -5,6 +5,10 @@
 // (vdpbf16ps: 16 f32 lanes each gaining a pair of bf16 products). Both
 // take the operands in pairs of rows, so the kernels share their layouts.
 
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -38,6 +42,18 @@ inline std::vector<Bf16Engine> bf16_engines_here() {
 
 inline const char* bf16_engine_name(Bf16Engine engine) {
   return engine == Bf16Engine::tiles ? "tiles" : "dot products";
+}
+
+// The dot products' step, shared by their kernels: acc[j] += the pair of
+// bf16 at `pair` (two adjacent values, broadcast to every lane) times the
+// 16 pairs in b[j], for j < NB.
+template <int NB>
+TANDEM_AVX512_BF16 inline void dot_pair(__m512 (&acc)[NB], const uint16_t* pair,
+                                        const __m512bh (&b)[NB]) {
+  int32_t bits;
+  std::memcpy(&bits, pair, sizeof bits);
+  const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
+  for (int j = 0; j < NB; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b[j]);
 }
 
 }  // namespace tandem::kernels::detail

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -167,12 +166,7 @@ TANDEM_AVX512_BF16 void dot_block(const Plan& P, const uint16_t* a_tiles, const 
       __m512bh b[NB];
       for (int j = 0; j < NB; ++j)
         b[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_rows + j * 512 + 32 * k));
-      for (int r = 0; r < R; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, a_pairs + 32 * k + 2 * r, sizeof pair);
-        const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-        for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
-      }
+      for (int r = 0; r < R; ++r) dot_pair(acc[r], a_pairs + 32 * k + 2 * r, b);
     }
   }
   for (int r = 0; r < R; ++r)
