@@ -1,6 +1,7 @@
 #pragma once
 // Private: how tandem's own bf16 product kernels (the weight gradients of
-// linear layers and convolutions) multiply: on the AMX tiles, or, on CPUs
+// linear layers and convolutions, attention's small batched products)
+// multiply: on the AMX tiles, or, on CPUs
 // with AVX512-BF16 but no AMX (AMD Zen 4), by its dot products
 // (vdpbf16ps: 16 f32 lanes each gaining a pair of bf16 products). Both
 // take the operands in pairs of rows, so the kernels share their layouts.
