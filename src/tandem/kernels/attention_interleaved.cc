@@ -114,13 +114,17 @@ struct HeadRows {
 // by the other, made the gathers 2.4x slower at 2 threads than at 1 on
 // Zen 4. A group's results do not depend on the thread that runs it; its
 // temporaries keep the caller's memory category on every thread.
+int64_t group_count(const Interleaved& s, int64_t group) {
+  return (s.heads() + group - 1) / group;
+}
+
 int64_t group_workers(const Interleaved& s, int64_t group) {
-  return std::min<int64_t>(num_threads(), (s.heads() + group - 1) / group);
+  return std::min<int64_t>(num_threads(), group_count(s, group));
 }
 
 template <typename Body>
 void each_group(const Interleaved& s, int64_t group, int64_t workers, Body body) {
-  const int64_t groups = (s.heads() + group - 1) / group;
+  const int64_t groups = group_count(s, group);
   const MemoryCategory category = default_memory_category();
   parallel_for(workers, 1, [&](int64_t w0, int64_t w1) {
     const MemoryCategoryScope same_category(category);
@@ -130,6 +134,14 @@ void each_group(const Interleaved& s, int64_t group, int64_t workers, Body body)
       }
     }
   });
+}
+
+// Worker w's part of a (workers, group, T, D) scratch tensor, its first
+// count heads.
+Tensor worker_heads(const Tensor& scratch, int64_t w, int64_t count) {
+  return scratch.slice(w, w + 1)
+      .reshape(Shape{scratch.dim(1), scratch.dim(2), scratch.dim(3)})
+      .slice(0, count);
 }
 
 // The thirds of qkv as attention()'s (B, H, T, D) tensors, by permuting.
@@ -162,10 +174,8 @@ AttentionResult attention_interleaved(const Tensor& qkv, const AttentionOptions&
   Tensor q = Tensor::empty(scratch, qkv.dtype()), k = Tensor::empty(scratch, qkv.dtype()),
          v = Tensor::empty(scratch, qkv.dtype()), out = Tensor::empty(scratch, qkv.dtype());
   each_group(s, group, workers, [&](int64_t first, int64_t count, int64_t w) {
-    const auto mine = [&](const Tensor& t) {
-      return t.slice(w, w + 1).reshape(Shape{group, s.T, s.D}).slice(0, count);
-    };
-    Tensor qg = mine(q), kg = mine(k), vg = mine(v), og = mine(out);
+    Tensor qg = worker_heads(q, w, count), kg = worker_heads(k, w, count),
+           vg = worker_heads(v, w, count), og = worker_heads(out, w, count);
     const HeadRows heads{s, first, count};
     heads.gather(qkv, {&qg, &kg, &vg});
     detail::attention_group(rows, first, qg, kg, vg, r.lse, og);
@@ -208,8 +218,7 @@ Tensor attention_interleaved_backward(const Tensor& dout, const Tensor& qkv, con
   for (int i = 0; i < 8; ++i) parts.push_back(Tensor::empty(scratch, qkv.dtype()));
   each_group(s, group, workers, [&](int64_t first, int64_t count, int64_t w) {
     std::vector<Tensor> g;
-    for (const Tensor& t : parts)
-      g.push_back(t.slice(w, w + 1).reshape(Shape{group, s.T, s.D}).slice(0, count));
+    for (const Tensor& t : parts) g.push_back(worker_heads(t, w, count));
     const HeadRows heads{s, first, count};
     heads.gather(qkv, {&g[0], &g[1], &g[2]});
     heads.gather(dout, {&g[3]});

@@ -58,6 +58,11 @@ PoolDims dims_of(const Shape& x, const Shape& y, const Pool2dGeometry& g, bool r
 // Channels compared at once: four AVX-512 vectors of floats.
 constexpr int64_t kChunk = 64;
 
+// Whether the AVX-512 loops below take this storage and position width:
+// f32 or bf16 values (not f16), u8 positions.
+template <typename T, typename Index>
+constexpr bool kVectorPool = std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>;
+
 // A run of `count` 2x2 windows inside the image (the common pooling),
 // window_stride elements apart, 16 channels at a time in AVX-512
 // registers, for f32 and bf16 storage and u8 positions: the general loop
@@ -106,7 +111,7 @@ TANDEM_AVX512 int64_t max_of_four_avx512(const T* top, int64_t row_stride, int64
 template <typename T, typename Index>
 int64_t max_of_four(const T* top, int64_t row_stride, int64_t window_stride, int64_t C,
                     int64_t count, T* y, Index* where, bool relu) {
-  if constexpr (std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>) {
+  if constexpr (kVectorPool<T, Index>) {
     if (detail::has_avx512f())
       return max_of_four_avx512(top, row_stride, window_stride, C, count, y, where, relu);
   }
@@ -250,8 +255,8 @@ TANDEM_AVX512 void tile_backward_four_avx512(const T* dy_values, const uint8_t* 
 // Whether tile_backward_four_avx512 takes these windows.
 template <typename T, typename Index>
 bool tile_backward_four_applies(const PoolDims& d) {
-  return std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16> && d.g.kernel_h == 2 &&
-         d.g.kernel_w == 2 && d.C % 16 == 0 && detail::has_avx512f();
+  return kVectorPool<T, Index> && d.g.kernel_h == 2 && d.g.kernel_w == 2 && d.C % 16 == 0 &&
+         detail::has_avx512f();
 }
 
 #define TANDEM_MAX_POOL_ROWS(T, Index)                                                         \
@@ -339,7 +344,7 @@ void max_pool_backward_as(const Tensor& dy, const Tensor& workspace, Tensor& dx,
     const bool four = tile_backward_four_applies<T, Index>(d);
     parallel_for(dx.dim(0) * d.OH, 1, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
-        if constexpr (std::is_same_v<Index, uint8_t> && !std::is_same_v<T, F16>) {
+        if constexpr (kVectorPool<T, Index>) {
           if (four) {
             tile_backward_four_avx512(dys, where, dxs, d, row / d.OH, row % d.OH);
             continue;
