@@ -8,6 +8,7 @@
 #include "tandem/kernels/conv.h"
 #include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/gelu_avx512.h"
+#include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/normalization.h"
 #include "tandem/kernels/pool.h"
@@ -227,6 +228,20 @@ void BiasGradient(benchmark::State& state, DType dtype) {
 }
 BENCHMARK_CAPTURE(BiasGradient, gpt_f32, DType::f32);
 BENCHMARK_CAPTURE(BiasGradient, gpt_bf16, DType::bf16);
+
+// A residual add, alone and with the ReLU after it: resnet's first stage
+// (128 x 28 x 28 x 16).
+void ResidualAdd(benchmark::State& state, DType dtype, bool relu) {
+  const Tensor x = random(Shape{128, 28, 28, 16}, dtype), y = random(x.shape(), dtype);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(relu ? kernels::add_relu(x, y) : kernels::add(x, y));
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(3 * x.nbytes()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(ResidualAdd, resnet16_f32, DType::f32, false);
+BENCHMARK_CAPTURE(ResidualAdd, resnet16_bf16, DType::bf16, false);
+BENCHMARK_CAPTURE(ResidualAdd, resnet16_relu_f32, DType::f32, true);
+BENCHMARK_CAPTURE(ResidualAdd, resnet16_relu_bf16, DType::bf16, true);
 
 // gpt's causal self-attention layer (128 sequences of 128 tokens, 8 heads
 // of 32) read from its fused QKV projection: forward, and backward.

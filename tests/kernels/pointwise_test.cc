@@ -159,13 +159,14 @@ TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
 // and slopes that are subnormal near -13.5, which the instruction alone
 // would flush to zero), zeros, infinities and NaN, both forms, forward and
 // backward.
-// bf16 GELU looked up in its tables (rounded with AVX512-BF16's instruction
-// where the CPU has it) against GELU computed and rounded in integer
-// arithmetic: the same bits for every one of the 65,536 inputs (a NaN for
-// a NaN), forward and backward, including the results that round to
-// subnormals.
+// bf16 GELU looked up in its tables against GELU computed: the same bits
+// for every one of the 65,536 inputs (a NaN for a NaN), forward and
+// backward, including the results that round to subnormals (which
+// AVX512-BF16's conversion, where the CPU has it, leaves to the integer
+// rounding; kernels.avx512_core runs this test with the integer rounding
+// only).
 TEST(Activation, GeluBf16LookupsGiveTheComputedBits) {
-  if (!kernels::detail::has_avx512f()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::detail::has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   const int64_t n = 65536;
   Tensor x = Tensor::empty(Shape{n}, DType::bf16);
   auto* bits = static_cast<uint16_t*>(x.raw_data());
@@ -207,25 +208,32 @@ TEST(Activation, GeluBf16LookupsGiveTheComputedBits) {
                 .to_floats());
 }
 
-// TANDEM_MAX_CPU_ISA: avx2 turns tandem's AVX-512 kernels off, avx512 its
-// AMX kernels, amx or nothing leaves them to the CPU, anything else is
-// refused by name.
+// TANDEM_MAX_CPU_ISA: avx2 turns tandem's AVX-512 kernels off, avx512_core
+// their AVX512-BF16 instructions, avx512 their AMX kernels, amx or nothing
+// leaves them to the CPU, anything else is refused by name.
 TEST(CpuIsa, TheCapIsReadAndABadValueIsRefused) {
   const char* before = std::getenv("TANDEM_MAX_CPU_ISA");
   const std::string saved = before == nullptr ? "" : before;
   ::setenv("TANDEM_MAX_CPU_ISA", "avx2", 1);
   EXPECT_FALSE(kernels::detail::avx512_allowed());
+  EXPECT_FALSE(kernels::detail::avx512_bf16_allowed());
+  EXPECT_FALSE(kernels::detail::amx_allowed());
+  ::setenv("TANDEM_MAX_CPU_ISA", "avx512_core", 1);
+  EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_FALSE(kernels::detail::avx512_bf16_allowed());
   EXPECT_FALSE(kernels::detail::amx_allowed());
   ::setenv("TANDEM_MAX_CPU_ISA", "avx512", 1);
   EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_TRUE(kernels::detail::avx512_bf16_allowed());
   EXPECT_FALSE(kernels::detail::amx_allowed());
   ::setenv("TANDEM_MAX_CPU_ISA", "amx", 1);
   EXPECT_TRUE(kernels::detail::avx512_allowed());
+  EXPECT_TRUE(kernels::detail::avx512_bf16_allowed());
   EXPECT_TRUE(kernels::detail::amx_allowed());
   ::setenv("TANDEM_MAX_CPU_ISA", "sse", 1);
   testing::expect_contains(
       testing::error_message<InvalidArgument>([] { kernels::detail::avx512_allowed(); }),
-      "TANDEM_MAX_CPU_ISA must be avx2, avx512 or amx, got \"sse\"");
+      "TANDEM_MAX_CPU_ISA must be avx2, avx512_core, avx512 or amx, got \"sse\"");
   ::unsetenv("TANDEM_MAX_CPU_ISA");
   EXPECT_TRUE(kernels::detail::avx512_allowed());
   EXPECT_TRUE(kernels::detail::amx_allowed());

@@ -87,7 +87,9 @@ void add_row_norm_rows(std::vector<OpCase>& rows) {
 }
 
 // Training-mode batch norm over x (channels last): 5 channels (oneDNN's
-// primitive) and 32 (a multiple of 16: tandem's AVX-512 row kernels).
+// primitive), 32 and 16 (multiples of 16: tandem's AVX-512 row kernels,
+// which run 32 values a step; 16 channels over an odd number of rows
+// leaves them a last half step).
 void add_batch_norm_training_rows(std::vector<OpCase>& rows, const Shape& x,
                                   const std::string& suffix) {
   const int64_t C = x.dim(-1);
@@ -115,9 +117,9 @@ void add_batch_norm_training_rows(std::vector<OpCase>& rows, const Shape& x,
 }
 
 // A residual block's end: relu(batch_norm(x) + residual), fused where the
-// row kernels take x (32 channels) and composed elsewhere (5 channels).
+// row kernels take x (16 or 32 channels) and composed elsewhere (5 channels).
 void add_batch_norm_add_relu_rows(std::vector<OpCase>& rows) {
-  for (const Shape& x : {Shape{3, 5, 7, 32}, Shape{4, 3, 2, 5}}) {
+  for (const Shape& x : {Shape{3, 5, 7, 32}, Shape{3, 5, 7, 16}, Shape{4, 3, 2, 5}}) {
     const int64_t C = x.dim(-1);
     rows.push_back(
         {.name = "batch_norm_add_relu training " + x.to_string(),
@@ -149,6 +151,7 @@ void add_batch_norm_add_relu_rows(std::vector<OpCase>& rows) {
 void add_batch_norm_rows(std::vector<OpCase>& rows) {
   add_batch_norm_training_rows(rows, Shape{4, 3, 2, 5}, "");
   add_batch_norm_training_rows(rows, Shape{3, 5, 7, 32}, " 32 channels");
+  add_batch_norm_training_rows(rows, Shape{3, 5, 7, 16}, " 16 channels");
   add_batch_norm_add_relu_rows(rows);
   const Shape x{4, 3, 2, 5};
   const std::vector<OpInput> inputs{uniform(x, -2, 2), in_f32(uniform(Shape{5}, 0.5, 1.5)),

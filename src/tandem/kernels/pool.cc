@@ -112,7 +112,7 @@ template <typename T, typename Index>
 int64_t max_of_four(const T* top, int64_t row_stride, int64_t window_stride, int64_t C,
                     int64_t count, T* y, Index* where, bool relu) {
   if constexpr (kVectorPool<T, Index>) {
-    if (detail::has_avx512f())
+    if (detail::has_avx512())
       return max_of_four_avx512(top, row_stride, window_stride, C, count, y, where, relu);
   }
   return 0;
@@ -256,7 +256,7 @@ TANDEM_AVX512 void tile_backward_four_avx512(const T* dy_values, const uint8_t* 
 template <typename T, typename Index>
 bool tile_backward_four_applies(const PoolDims& d) {
   return kVectorPool<T, Index> && d.g.kernel_h == 2 && d.g.kernel_w == 2 && d.C % 16 == 0 &&
-         detail::has_avx512f();
+         detail::has_avx512();
 }
 
 #define TANDEM_MAX_POOL_ROWS(T, Index)                                                         \

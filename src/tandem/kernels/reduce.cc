@@ -152,7 +152,7 @@ TANDEM_AVX512 void add_rows_avx512(const T* p, int64_t rows, int64_t stride, int
 }
 TANDEM_TARGET_CLONES void add_rows(const float* p, int64_t rows, int64_t stride, int64_t n,
                                    double* acc) {
-  if (detail::has_avx512f()) {
+  if (detail::has_avx512()) {
     add_rows_avx512(p, rows, stride, n, acc);
   } else {
     add_rows_body(p, rows, stride, n, acc);
@@ -160,7 +160,7 @@ TANDEM_TARGET_CLONES void add_rows(const float* p, int64_t rows, int64_t stride,
 }
 TANDEM_TARGET_CLONES void add_rows(const detail::Bf16* p, int64_t rows, int64_t stride, int64_t n,
                                    double* acc) {
-  if (detail::has_avx512f()) {
+  if (detail::has_avx512()) {
     add_rows_avx512(p, rows, stride, n, acc);
   } else {
     add_rows_body(p, rows, stride, n, acc);

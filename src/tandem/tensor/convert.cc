@@ -11,6 +11,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/tensor/detail/bf16_casts.h"
 
 namespace tandem {
 namespace {
@@ -19,37 +20,6 @@ namespace {
 // buffers are worth splitting.
 constexpr int64_t kGrain = 1 << 16;
 
-TANDEM_TARGET_CLONES void f32_to_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-}
-// float_to_bf16's rounding (nearest even on the bits, quiet NaN) 16 lanes at
-// a time, narrowing with vpmovdw; about 2x what the compiler makes of the
-// portable loop. Not AVX512-BF16's vcvtneps2bf16: that one flushes
-// subnormals, and the casts must equal the scalar conversion bit for bit.
-__attribute__((target("avx512f"))) void f32_to_bf16_avx512(const float* src, uint16_t* dst,
-                                                           int64_t n) {
-  const __m512i bias = _mm512_set1_epi32(0x7FFF);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-  const __m512i infinity = _mm512_set1_epi32(0x7F800000);
-  const __m512i quiet_bit = _mm512_set1_epi32(0x40);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-    const __m512i high = _mm512_srli_epi32(x, 16);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(high, one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), infinity);
-    const __m512i bits = _mm512_mask_or_epi32(rounded, nan, high, quiet_bit);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
-  }
-  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-}
-void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return f32_to_bf16_avx512(src, dst, n);
-  f32_to_bf16_portable(src, dst, n);
-}
 TANDEM_TARGET_CLONES void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
@@ -213,7 +183,7 @@ void convert_range(const void* src, DType s, void* dst, DType d, int64_t begin, 
   const auto* src_u16 = static_cast<const uint16_t*>(src) + begin;
   auto* dst_f32 = static_cast<float*>(dst) + begin;
   auto* dst_u16 = static_cast<uint16_t*>(dst) + begin;
-  if (s == DType::f32 && d == DType::bf16) return f32_to_bf16(src_f32, dst_u16, n);
+  if (s == DType::f32 && d == DType::bf16) return detail::f32_to_bf16(src_f32, dst_u16, n);
   if (s == DType::bf16 && d == DType::f32) return bf16_to_f32(src_u16, dst_f32, n);
   if (s == DType::f32 && d == DType::f16) return f32_to_f16(src_f32, dst_u16, n);
   if (s == DType::f16 && d == DType::f32) return f16_to_f32(src_u16, dst_f32, n);

@@ -15,7 +15,8 @@
 
 #include "tandem/kernels/detail/avx512_lanes.h"
 
-#define TANDEM_AMX __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
+#define TANDEM_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
 namespace tandem::kernels::detail {
 

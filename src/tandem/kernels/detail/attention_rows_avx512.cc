@@ -213,7 +213,7 @@ TANDEM_AVX512 void row_dots(const T* a, const T* b, float* out, int64_t D, int64
 }  // namespace
 
 bool attention_rows_avx512_apply() {
-  return has_avx512f();
+  return has_avx512();
 }
 
 void attention_probabilities_avx512(const AttentionRows& rows, int64_t first, Tensor& scores,

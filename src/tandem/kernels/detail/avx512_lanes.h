@@ -3,7 +3,7 @@
 // 16 lanes, for the hand-vectorised AVX-512 kernels (max pooling, batch
 // norm's rows, bf16 element-wise arithmetic, GELU, attention's rows) where
 // GCC leaves 16-bit storage scalar. Only for functions compiled with
-// TANDEM_AVX512 (target("avx512f")) and called where has_avx512f().
+// TANDEM_AVX512 and called where has_avx512().
 
 #include <immintrin.h>
 
@@ -11,29 +11,46 @@
 
 #include "tandem/kernels/detail/float_io.h"
 
-#define TANDEM_AVX512 __attribute__((target("avx512f")))
-// For the bf16 dot products (vdpbf16ps), called where has_avx512_bf16().
-#define TANDEM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+// The target of tandem's AVX-512 kernels: AVX-512 as every AVX-512 server
+// CPU since Skylake-SP has it (F, BW, VL and DQ: oneDNN's avx512_core),
+// and AVX512-BF16's instructions, which the kernels run only where
+// has_avx512_bf16() says the CPU has them (bf16_bits, the dot products).
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+// The same target, marking a function that runs AVX512-BF16's instructions
+// unconditionally: called only where has_avx512_bf16().
+#define TANDEM_AVX512_BF16 TANDEM_AVX512
 
 namespace tandem::kernels::detail {
 
-// Whether TANDEM_MAX_CPU_ISA lets tandem's AVX-512 kernels run (cpu_isa.cc).
+// Whether TANDEM_MAX_CPU_ISA lets tandem's AVX-512 kernels run, and their
+// AVX512-BF16 instructions (cpu_isa.cc).
 bool avx512_allowed();
+bool avx512_bf16_allowed();
 
-// Whether tandem's AVX-512 kernels run: the CPU has AVX-512 and
-// TANDEM_MAX_CPU_ISA does not cap them. Asked once; inline, as kernels ask
-// per row.
-inline bool has_avx512f() {
-  static const bool yes = avx512_allowed() && __builtin_cpu_supports("avx512f");
+// Whether tandem's AVX-512 kernels run: the CPU has AVX-512 F, BW, VL and
+// DQ and TANDEM_MAX_CPU_ISA does not cap them. Asked once; inline, as
+// kernels ask per row.
+inline bool has_avx512() {
+  static const bool yes = avx512_allowed() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return yes;
 }
 
-// Whether tandem's AVX-512 kernels run and the CPU converts f32 to bf16
-// itself (AVX512-BF16's vcvtneps2bf16).
+// Whether tandem's AVX-512 kernels run and may use AVX512-BF16's
+// instructions (vdpbf16ps, vcvtne2ps2bf16): the CPU has them and
+// TANDEM_MAX_CPU_ISA is not avx512_core or below.
 inline bool has_avx512_bf16() {
-  static const bool yes = has_avx512f() && __builtin_cpu_supports("avx512bf16");
+  static const bool yes =
+      has_avx512() && avx512_bf16_allowed() && __builtin_cpu_supports("avx512bf16");
   return yes;
 }
+
+// has_avx512_bf16() as a plain variable, set as the library loads (false
+// where TANDEM_MAX_CPU_ISA holds a value has_avx512() refuses), for
+// bf16_bits in hot loops: the function-local static's guard there, a
+// possible call, made GCC keep the loops' vectors on the stack.
+extern const bool converts_bf16_natively;
 
 TANDEM_AVX512 inline __m512 load16(const float* p) {
   return _mm512_loadu_ps(p);
@@ -64,8 +81,45 @@ TANDEM_AVX512 inline __m512i bf16_lanes(__m512 v) {
                                _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
 }
 
+// v's bf16 bits as bf16_lanes rounds them, in integer arithmetic (any
+// AVX-512 CPU).
+TANDEM_AVX512 inline __m256i bf16_bits_integer(__m512 v) {
+  return _mm512_cvtepi32_epi16(bf16_lanes(v));
+}
+
+// vfpclassps's class bit for subnormals.
+constexpr int kSubnormalClass = 0x20;
+
+// The same bits by AVX512-BF16's conversion (on Zen 4 the rounding above
+// cost more than the rest of batch norm's normalising loop): it rounds as
+// bf16_lanes does but flushes subnormal inputs to zero, so those lanes,
+// rare, are redone in integer arithmetic. lo's bits in the low half.
+TANDEM_AVX512_BF16 inline __m512i bf16_bits_native(__m512 lo, __m512 hi) {
+  const __m512i bits = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __mmask16 lo_subnormal = _mm512_fpclass_ps_mask(lo, kSubnormalClass);
+  const __mmask16 hi_subnormal = _mm512_fpclass_ps_mask(hi, kSubnormalClass);
+  // Tested in the mask registers: moving them to general ones to join them
+  // cost more than the conversion on Zen 4.
+  if (_kortestz_mask16_u8(lo_subnormal, hi_subnormal)) return bits;
+  const __m512i exact =
+      _mm512_inserti64x4(_mm512_castsi256_si512(bf16_bits_integer(lo)), bf16_bits_integer(hi), 1);
+  return _mm512_mask_mov_epi16(bits, _mm512_kunpackw(hi_subnormal, lo_subnormal), exact);
+}
+
+TANDEM_AVX512_BF16 inline __m256i bf16_bits_native(__m512 v) {
+  const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  const __mmask16 subnormal = _mm512_fpclass_ps_mask(v, kSubnormalClass);
+  if (subnormal == 0) return bits;
+  return _mm256_mask_mov_epi16(bits, subnormal, bf16_bits_integer(v));
+}
+
+// v's bf16 bits (float_to_bf16's), by the fastest means the CPU has.
+TANDEM_AVX512 inline __m256i bf16_bits(__m512 v) {
+  return converts_bf16_natively ? bf16_bits_native(v) : bf16_bits_integer(v);
+}
+
 TANDEM_AVX512 inline void store16(uint16_t* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_lanes(v)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits(v));
 }
 
 TANDEM_AVX512 inline __m512 load16(const Bf16* p) {
@@ -74,6 +128,22 @@ TANDEM_AVX512 inline __m512 load16(const Bf16* p) {
 
 TANDEM_AVX512 inline void store16(Bf16* p, __m512 v) {
   store16(reinterpret_cast<uint16_t*>(p), v);
+}
+
+// 32 values, lo's first: one conversion and one store for both where the
+// CPU has AVX512-BF16 (for loops that can pair their vectors).
+TANDEM_AVX512 inline void store32(float* p, __m512 lo, __m512 hi) {
+  _mm512_storeu_ps(p, lo);
+  _mm512_storeu_ps(p + 16, hi);
+}
+
+TANDEM_AVX512 inline void store32(Bf16* p, __m512 lo, __m512 hi) {
+  if (converts_bf16_natively) {
+    _mm512_storeu_si512(p, bf16_bits_native(lo, hi));
+  } else {
+    store16(p, lo);
+    store16(p + 16, hi);
+  }
 }
 
 // The first n (< 16) lanes: for a row's last partial block.
@@ -87,7 +157,7 @@ TANDEM_AVX512 inline void store16_masked(float* p, __m512 v, __mmask16 m) {
 
 // To bf16 bits as store16, writing only the lanes in m.
 TANDEM_AVX512 inline void store16_masked(Bf16* p, __m512 v, __mmask16 m) {
-  _mm512_mask_cvtepi32_storeu_epi16(p, m, bf16_lanes(v));
+  _mm256_mask_storeu_epi16(p, m, bf16_bits(v));
 }
 
 // Lanes [8 half, 8 half + 8) of v, widened to double.

@@ -68,76 +68,119 @@ TANDEM_AVX512 inline __m512 rounded(__m512 v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
   } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_lanes(v), 16));
+    return widen16(bf16_bits(v));
   }
 }
 
-// y = x a + b; with mask: y = max(y, 0) and mask's bit set where y > 0
-// (one 16-bit word per 16 values, x's order). With a residual r (and mask):
-// y = max(round(x a + b) + r, 0), the bits add_relu gives after the plain
-// batch norm, and the bit set where y as stored is above zero (relu's
-// backward reads the stored y).
+// The channel of the 16 values after those of channel c (C channels a row).
+inline int64_t next_channels(int64_t c, int64_t C) {
+  return c + 16 == C ? 0 : c + 16;
+}
+
+// normalize's 16 values at i, channels [c, c + 16).
 template <typename T>
-TANDEM_AVX512 void normalize(const T* x, int64_t rows, int64_t C, const float* a, const float* b,
-                             const T* residual, T* y, uint16_t* mask) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < C; c += 16) {
-      __m512 v =
-          _mm512_fmadd_ps(load16(x + r * C + c), _mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c));
-      if (residual != nullptr) {
-        v = _mm512_add_ps(rounded<T>(v), load16(residual + r * C + c));
-        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
-        mask[(r * C + c) / 16] = _mm512_cmp_ps_mask(rounded<T>(v), _mm512_setzero_ps(), _CMP_GT_OQ);
-      } else if (mask != nullptr) {
-        const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
-        v = _mm512_maskz_mov_ps(positive, v);
-        mask[(r * C + c) / 16] = positive;
-      }
-      store16(y + r * C + c, v);
-    }
+TANDEM_AVX512 inline __m512 normalized(const T* x, int64_t i, int64_t c, const float* a,
+                                       const float* b, const T* residual, uint16_t* mask) {
+  __m512 v = _mm512_fmadd_ps(load16(x + i), _mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c));
+  if (residual != nullptr) {
+    v = _mm512_add_ps(rounded<T>(v), load16(residual + i));
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+    mask[i / 16] = _mm512_cmp_ps_mask(rounded<T>(v), _mm512_setzero_ps(), _CMP_GT_OQ);
+  } else if (mask != nullptr) {
+    const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
+    v = _mm512_maskz_mov_ps(positive, v);
+    mask[i / 16] = positive;
   }
+  return v;
 }
 
-// The backward's per-channel sums of g and g xhat, g = dy (masked); g
-// itself into masked when non-null (a residual's gradient).
+// y = x a + b over n values (whole rows of C); with mask: y = max(y, 0)
+// and mask's bit set where y > 0 (one 16-bit word per 16 values, x's
+// order). With a residual r (and mask): y = max(round(x a + b) + r, 0),
+// the bits add_relu gives after the plain batch norm, and the bit set
+// where y as stored is above zero (relu's backward reads the stored y).
+// The rows run as one sequence, 32 values a step, so that bf16 results
+// convert and store in pairs (store32) whatever C is.
+template <typename T>
+TANDEM_AVX512 void normalize(const T* x, int64_t n, int64_t C, const float* a, const float* b,
+                             const T* residual, T* y, uint16_t* mask) {
+  int64_t i = 0, c = 0;
+  for (; i + 32 <= n; i += 32) {
+    const int64_t c1 = next_channels(c, C);
+    const __m512 lo = normalized(x, i, c, a, b, residual, mask);
+    store32(y + i, lo, normalized(x, i + 16, c1, a, b, residual, mask));
+    c = next_channels(c1, C);
+  }
+  if (i < n) store16(y + i, normalized(x, i, c, a, b, residual, mask));
+}
+
+// g = dy (masked) at i, channels [c, c + 16): the sums' terms g and g
+// xhat; g itself into masked when non-null (a residual's gradient).
+template <typename T>
+TANDEM_AVX512 inline void add_gradient_terms(const T* x, const T* dy, const uint16_t* mask,
+                                             int64_t i, __m512 m, __m512 s, __m512& g_acc,
+                                             __m512& gx_acc, T* masked) {
+  __m512 g = load16(dy + i);
+  if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[i / 16], g);
+  if (masked != nullptr) store16(masked + i, g);
+  const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + i), m), s);
+  g_acc = _mm512_add_ps(g_acc, g);
+  gx_acc = _mm512_fmadd_ps(g, xhat, gx_acc);
+}
+
+// The backward's per-channel sums of g and g xhat over a block of rows,
+// added to sum_g and sum_gx; two chains of rows each, so that the adds'
+// latency does not bound the loop where a row is one vector (C = 16).
 template <typename T>
 TANDEM_AVX512 void gradient_sums(const T* x, const T* dy, const uint16_t* mask, int64_t rows,
                                  int64_t C, const float* mean, const float* rstd, float* sum_g,
                                  float* sum_gx, T* masked) {
   for (int64_t c = 0; c < C; c += 16) {
-    __m512 g_acc = _mm512_loadu_ps(sum_g + c), gx_acc = _mm512_loadu_ps(sum_gx + c);
+    __m512 g_even = _mm512_loadu_ps(sum_g + c), gx_even = _mm512_loadu_ps(sum_gx + c);
+    __m512 g_odd = _mm512_setzero_ps(), gx_odd = _mm512_setzero_ps();
     const __m512 m = _mm512_loadu_ps(mean + c), s = _mm512_loadu_ps(rstd + c);
-    for (int64_t r = 0; r < rows; ++r) {
-      __m512 g = load16(dy + r * C + c);
-      if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[(r * C + c) / 16], g);
-      if (masked != nullptr) store16(masked + r * C + c, g);
-      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + r * C + c), m), s);
-      g_acc = _mm512_add_ps(g_acc, g);
-      gx_acc = _mm512_fmadd_ps(g, xhat, gx_acc);
+    int64_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+      add_gradient_terms(x, dy, mask, r * C + c, m, s, g_even, gx_even, masked);
+      add_gradient_terms(x, dy, mask, (r + 1) * C + c, m, s, g_odd, gx_odd, masked);
     }
-    _mm512_storeu_ps(sum_g + c, g_acc);
-    _mm512_storeu_ps(sum_gx + c, gx_acc);
+    if (r < rows) add_gradient_terms(x, dy, mask, r * C + c, m, s, g_even, gx_even, masked);
+    _mm512_storeu_ps(sum_g + c, _mm512_add_ps(g_even, g_odd));
+    _mm512_storeu_ps(sum_gx + c, _mm512_add_ps(gx_even, gx_odd));
   }
 }
 
-// dx = scale (g - mean_g - xhat mean_gx).
+// dx = scale (g - mean_g - xhat mean_gx) at i, channels [c, c + 16).
 template <typename T>
-TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint16_t* mask, int64_t rows,
+TANDEM_AVX512 inline __m512 input_gradient_at(const T* x, const T* dy, const uint16_t* mask,
+                                              int64_t i, int64_t c, const float* mean,
+                                              const float* rstd, const float* scale,
+                                              const float* mean_g, const float* mean_gx) {
+  __m512 g = load16(dy + i);
+  if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[i / 16], g);
+  const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + i), _mm512_loadu_ps(mean + c)),
+                                    _mm512_loadu_ps(rstd + c));
+  const __m512 inner = _mm512_sub_ps(_mm512_sub_ps(g, _mm512_loadu_ps(mean_g + c)),
+                                     _mm512_mul_ps(xhat, _mm512_loadu_ps(mean_gx + c)));
+  return _mm512_mul_ps(_mm512_loadu_ps(scale + c), inner);
+}
+
+// dx over n values (whole rows of C), in pairs as normalize.
+template <typename T>
+TANDEM_AVX512 void input_gradient(const T* x, const T* dy, const uint16_t* mask, int64_t n,
                                   int64_t C, const float* mean, const float* rstd,
                                   const float* scale, const float* mean_g, const float* mean_gx,
                                   T* dx) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < C; c += 16) {
-      __m512 g = load16(dy + r * C + c);
-      if (mask != nullptr) g = _mm512_maskz_mov_ps(mask[(r * C + c) / 16], g);
-      const __m512 xhat =
-          _mm512_mul_ps(_mm512_sub_ps(load16(x + r * C + c), _mm512_loadu_ps(mean + c)),
-                        _mm512_loadu_ps(rstd + c));
-      const __m512 inner = _mm512_sub_ps(_mm512_sub_ps(g, _mm512_loadu_ps(mean_g + c)),
-                                         _mm512_mul_ps(xhat, _mm512_loadu_ps(mean_gx + c)));
-      store16(dx + r * C + c, _mm512_mul_ps(_mm512_loadu_ps(scale + c), inner));
-    }
+  int64_t i = 0, c = 0;
+  for (; i + 32 <= n; i += 32) {
+    const int64_t c1 = next_channels(c, C);
+    const __m512 lo = input_gradient_at(x, dy, mask, i, c, mean, rstd, scale, mean_g, mean_gx);
+    store32(dx + i, lo,
+            input_gradient_at(x, dy, mask, i + 16, c1, mean, rstd, scale, mean_g, mean_gx));
+    c = next_channels(c1, C);
   }
+  if (i < n)
+    store16(dx + i, input_gradient_at(x, dy, mask, i, c, mean, rstd, scale, mean_g, mean_gx));
 }
 
 // Per block of rows, `width` floats from add(r0, rows, out) into a zeroed
@@ -227,7 +270,7 @@ Tensor channel_tensor(const std::vector<float>& values, const Tensor& like) {
 }  // namespace
 
 bool batch_norm_rows_apply(const Tensor& x) {
-  return has_avx512f() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+  return has_avx512() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
          x.dim(-1) % 16 == 0;
 }
 
@@ -252,7 +295,7 @@ BatchNormForward batch_norm_rows_training(const Tensor& x, const Tensor& gamma, 
     auto* mask = relu ? reinterpret_cast<uint16_t*>(result.relu_mask.raw_data()) : nullptr;
     const T* rs = residual.defined() ? static_cast<const T*>(residual.raw_data()) : nullptr;
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
-      normalize(xs + r0 * C, rows, C, a.data(), b.data(), rs == nullptr ? nullptr : rs + r0 * C,
+      normalize(xs + r0 * C, rows * C, C, a.data(), b.data(), rs == nullptr ? nullptr : rs + r0 * C,
                 ys + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16);
     });
     result.mean = channel_tensor(m.mean, x);
@@ -300,8 +343,9 @@ NormGrads batch_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tens
     }
     T* dxs = static_cast<T*>(grads.dx.raw_data());
     for_blocks(R, C, [&](int64_t r0, int64_t rows) {
-      input_gradient(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16, rows,
-                     C, mu, rstd, scale.data(), mean_g.data(), mean_gx.data(), dxs + r0 * C);
+      input_gradient(xs + r0 * C, gs + r0 * C, mask == nullptr ? nullptr : mask + r0 * C / 16,
+                     rows * C, C, mu, rstd, scale.data(), mean_g.data(), mean_gx.data(),
+                     dxs + r0 * C);
     });
     grads.dgamma = channel_tensor(dgamma, x);
     grads.dbeta = channel_tensor(dbeta, x);

@@ -77,7 +77,7 @@ bool causal_products_avx512_apply(const Tensor& a, const Tensor& out, const Matm
                                   int64_t M, int64_t N, bool shared_b) {
   return a.dtype() == DType::f32 && out.dtype() == DType::f32 &&
          options.activation == Activation::none && !shared_b && M % kRows == 0 && N % 16 == 0 &&
-         M > 0 && N > 0 && has_avx512f();
+         M > 0 && N > 0 && has_avx512();
 }
 
 void causal_products_avx512(const Tensor& a, const Tensor& b, Tensor& out,

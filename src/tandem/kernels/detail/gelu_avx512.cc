@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -157,34 +156,34 @@ struct Bf16Tables {
   std::vector<float> slopes;     // gelu'(x) in f32, which the backward multiplies dy by
 };
 
-// The lookup loops twice: rounding the backward's bf16 products in integer
-// arithmetic (any AVX-512 CPU) and with AVX512-BF16's instruction (faster
-// where the CPU has it; subnormal results, which it flushes, in integer
-// arithmetic), so both give the same bits.
-namespace integer_rounding {
-#define TANDEM_GELU_TARGET TANDEM_AVX512
-TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
-  store16(p, v);
-}
-#include "tandem/kernels/detail/gelu_avx512_loops.inc"
-#undef TANDEM_GELU_TARGET
-}  // namespace integer_rounding
-
-namespace native_bf16 {
-#define TANDEM_GELU_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-TANDEM_GELU_TARGET inline void store_result(Bf16* p, __m512 v) {
-  __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
-  // Zeros among them round to themselves either way.
-  const __mmask16 subnormal =
-      _mm512_cmp_ps_mask(_mm512_abs_ps(v), splat(std::numeric_limits<float>::min()), _CMP_LT_OQ);
-  if (subnormal != 0) {
-    bits = _mm256_mask_mov_epi16(bits, subnormal, _mm512_cvtepi32_epi16(bf16_lanes(v)));
+// bf16 x through the form's tables (Bf16Tables): y = the tabulated gelu(x)
+// (dy null) or dy times the tabulated gelu'(x), rounded as gelu_block
+// rounds (store16: with AVX512-BF16's conversion where the CPU has it, the
+// same bits); the last partial block through a zero-padded copy.
+TANDEM_AVX512 inline void gelu_lookup_block(const Bf16Tables& tables, const Bf16* x, const Bf16* dy,
+                                            Bf16* y) {
+  const __m512i index =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  if (dy == nullptr) {
+    const __m512i bits = _mm512_i32gather_epi32(index, tables.values.data(), 2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(bits));
+    return;
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+  store16(y, _mm512_mul_ps(load16(dy), _mm512_i32gather_ps(index, tables.slopes.data(), 4)));
 }
-#include "tandem/kernels/detail/gelu_avx512_loops.inc"
-#undef TANDEM_GELU_TARGET
-}  // namespace native_bf16
+
+TANDEM_AVX512 void gelu_lookup_run(const Bf16Tables& tables, const Bf16* x, const Bf16* dy, Bf16* y,
+                                   int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    gelu_lookup_block(tables, x + i, dy == nullptr ? nullptr : dy + i, y + i);
+  if (i == n) return;
+  Bf16 xs[16] = {}, dys[16] = {}, ys[16];
+  std::copy(x + i, x + n, xs);
+  if (dy != nullptr) std::copy(dy + i, dy + n, dys);
+  gelu_lookup_block(tables, xs, dy == nullptr ? nullptr : dys, ys);
+  std::copy(ys, ys + (n - i), y + i);
+}
 
 template <typename Form>
 TANDEM_AVX512 Bf16Tables tabulate() {
@@ -207,20 +206,15 @@ const Bf16Tables& bf16_tables() {
 }
 
 // A bf16 run of gelu_lookup_run, with the tables of the form.
-void lookup(Activation form, const Bf16* x, const Bf16* dy, Bf16* y, int64_t n, bool native) {
+void lookup(Activation form, const Bf16* x, const Bf16* dy, Bf16* y, int64_t n) {
   const Bf16Tables& t =
       form == Activation::gelu_tanh ? bf16_tables<TanhForm>() : bf16_tables<ErfForm>();
-  if (native) {
-    native_bf16::gelu_lookup_run(t, x, dy, y, n);
-  } else {
-    integer_rounding::gelu_lookup_run(t, x, dy, y, n);
-  }
+  gelu_lookup_run(t, x, dy, y, n);
 }
 
 // y = gelu(x) or dy gelu'(x); y may be x.
 void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Path path) {
   const bool tabulated = x.dtype() == DType::bf16 && path == Bf16Path::fastest;
-  const bool native = has_avx512_bf16();
   dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.raw_data());
@@ -229,7 +223,7 @@ void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Path
     parallel_for(x.numel(), kPointwiseGrain, [&](int64_t begin, int64_t end) {
       const T* g = grad == nullptr ? nullptr : grad + begin;
       if constexpr (std::is_same_v<T, Bf16>) {
-        if (tabulated) return lookup(form, in + begin, g, out + begin, end - begin, native);
+        if (tabulated) return lookup(form, in + begin, g, out + begin, end - begin);
       }
       if (form == Activation::gelu_tanh) {
         gelu_run<TanhForm>(in + begin, g, out + begin, end - begin);
@@ -244,7 +238,7 @@ void run(Activation form, const Tensor& x, const Tensor* dy, Tensor& y, Bf16Path
 
 bool gelu_avx512_supported(const Tensor& x) {
   return x.device().kind == DeviceKind::cpu &&
-         (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512f();
+         (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && has_avx512();
 }
 
 Tensor gelu_avx512(Activation form, const Tensor& x, Bf16Path path) {

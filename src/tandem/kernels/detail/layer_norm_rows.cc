@@ -108,7 +108,7 @@ void forward_rows_over(const T* x, T* y, int64_t C, const float* g, const float*
 bool layer_norm_rows_apply(const Tensor& x) {
   return x.device().kind == DeviceKind::cpu &&
          (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && x.rank() >= 1 &&
-         x.dim(-1) % 16 == 0 && has_avx512f();
+         x.dim(-1) % 16 == 0 && has_avx512();
 }
 
 void layer_norm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
