@@ -229,6 +229,16 @@ void BiasGradient(benchmark::State& state, DType dtype) {
 BENCHMARK_CAPTURE(BiasGradient, gpt_f32, DType::f32);
 BENCHMARK_CAPTURE(BiasGradient, gpt_bf16, DType::bf16);
 
+// An f32 tensor cast to bf16: the size of the cnn's first convolution's
+// output (128 x 28 x 28 x 32), which its bf16 forward converts row by row.
+void CastToBf16(benchmark::State& state) {
+  const Tensor x = random(Shape{128, 28, 28, 32}, DType::f32);
+  for (auto _ : state) benchmark::DoNotOptimize(x.to(DType::bf16));
+  state.counters["values/s"] = benchmark::Counter(static_cast<double>(x.numel()),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(CastToBf16);
+
 // A residual add, alone and with the ReLU after it: resnet's first stage
 // (128 x 28 x 28 x 16).
 void ResidualAdd(benchmark::State& state, DType dtype, bool relu) {

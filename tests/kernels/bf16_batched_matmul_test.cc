@@ -6,7 +6,6 @@
 // with neither engine.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -23,8 +22,9 @@ using kernels::detail::bf16_engine_name;
 using kernels::detail::bf16_engines_here;
 using kernels::detail::Bf16Engine;
 using kernels::detail::CausalPart;
+using testing::expect_batched_product_near_double_sums;
+using testing::lower_triangle;
 using testing::random_tensor;
-using testing::to_doubles;
 
 struct Case {
   int64_t batch, M, K, N;
@@ -37,30 +37,6 @@ Tensor product(const Tensor& a, const Tensor& b, const Case& c, const kernels::M
   if (part == CausalPart::out_lower) out.zero();  // the skipped blocks stay unwritten
   kernels::detail::bf16_batched_matmul(a, b, out, o, c.batch, c.M, c.K, c.N, part, engine);
   return out;
-}
-
-// Checks out against double sums of op(a) op(b) where rows(m) lets
-// through: columns n < limit(m).
-template <typename Limit>
-void expect_double_sums(const Tensor& a, const Tensor& b, const Tensor& out, const Case& c,
-                        const kernels::MatmulOptions& o, Limit limit) {
-  const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
-  const bool ta = o.transpose_a, tb = o.transpose_b;
-  for (int64_t i = 0; i < c.batch; ++i)
-    for (int64_t m = 0; m < c.M; ++m)
-      for (int64_t n = 0; n < limit(m); ++n) {
-        double sum = 0.0, magnitude = 0.0;
-        for (int64_t k = 0; k < c.K; ++k) {
-          const double x = av[i * c.M * c.K + (ta ? k * c.M + m : m * c.K + k)];
-          const double y = bv[i * c.K * c.N + (tb ? n * c.K + k : k * c.N + n)];
-          sum += x * y;
-          magnitude += std::abs(x * y);
-        }
-        // f32 sums of exact products; a bf16 output rounds once more.
-        const double bound = 4.0 * std::sqrt(static_cast<double>(c.K)) * 6e-8 * magnitude +
-                             (o.out_dtype == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
-        ASSERT_NEAR(got[(i * c.M + m) * c.N + n], sum, bound + 1e-30) << i << " " << m << " " << n;
-      }
 }
 
 TEST(Bf16BatchedMatmul, MatchesTheDoubleSumsForEachTransposeAndOutput) {
@@ -86,22 +62,13 @@ TEST(Bf16BatchedMatmul, MatchesTheDoubleSumsForEachTransposeAndOutput) {
             ASSERT_TRUE(
                 kernels::detail::bf16_batched_matmul_applies(a, out, o, c.M, c.K, c.N, false));
             out = product(a, b, c, o, std::nullopt, engine);
-            expect_double_sums(a, b, out, c, o, [&](int64_t) { return c.N; });
+            expect_batched_product_near_double_sums(a, b, out, ta, tb,
+                                                    [&](int64_t) { return c.N; });
           }
         }
       }
     }
   }
-}
-
-// A (batch, T, T) tensor with zeros above the diagonal: attention's
-// probabilities (op(a) = p is a_lower; op(a) = p^T, stored as p, a_upper).
-Tensor lower_triangle(int64_t batch, int64_t T, uint64_t seed) {
-  std::vector<float> v = random_tensor(Shape{batch, T, T}, -2, 2, seed).to_floats();
-  for (int64_t i = 0; i < batch; ++i)
-    for (int64_t r = 0; r < T; ++r)
-      for (int64_t c = r + 1; c < T; ++c) v[static_cast<size_t>((i * T + r) * T + c)] = 0.0f;
-  return Tensor::from_floats(Shape{batch, T, T}, v).to(DType::bf16);
 }
 
 TEST(Bf16BatchedMatmul, CausalPartsSkipOnlyZerosAndUnreadBlocks) {
@@ -124,7 +91,7 @@ TEST(Bf16BatchedMatmul, CausalPartsSkipOnlyZerosAndUnreadBlocks) {
           const bool scores = p.part == CausalPart::out_lower;
           const Case c{3, T, scores ? D : T, scores ? T : D};
           const Tensor a = scores ? random_tensor(Shape{3, T, D}, -2, 2, ++seed).to(DType::bf16)
-                                  : lower_triangle(3, T, ++seed);
+                                  : lower_triangle(3, T, DType::bf16, ++seed);
           const Tensor b = random_tensor(Shape{3, T, D}, -2, 2, ++seed).to(DType::bf16);
           const kernels::MatmulOptions o{
               .transpose_a = p.ta, .transpose_b = p.tb, .out_dtype = out_dtype};
@@ -133,7 +100,7 @@ TEST(Bf16BatchedMatmul, CausalPartsSkipOnlyZerosAndUnreadBlocks) {
               kernels::detail::bf16_batched_matmul_applies(a, out_like, o, c.M, c.K, c.N, false));
           const Tensor skipped = product(a, b, c, o, p.part, engine);
           const auto limit = [&](int64_t m) { return scores ? m + 1 : c.N; };
-          expect_double_sums(a, b, skipped, c, o, limit);
+          expect_batched_product_near_double_sums(a, b, skipped, p.ta, p.tb, limit);
           const std::vector<float> whole = product(a, b, c, o, std::nullopt, engine).to_floats();
           const std::vector<float> got = skipped.to_floats();
           for (int64_t i = 0; i < c.batch; ++i)

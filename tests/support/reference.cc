@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "support/gradcheck.h"
 #include "tandem/base/random.h"
 
 namespace tandem::testing {
@@ -85,6 +86,37 @@ void for_each_window(const Shape& x, const kernels::Pool2dGeometry& g, Visit vis
 }
 
 }  // namespace
+
+void expect_batched_product_near_double_sums(const Tensor& a, const Tensor& b, const Tensor& out,
+                                             bool transpose_a, bool transpose_b,
+                                             const std::function<int64_t(int64_t)>& columns) {
+  const int64_t batch = out.dim(0), M = out.dim(1), N = out.dim(2);
+  const int64_t K = transpose_a ? a.dim(1) : a.dim(2);
+  const std::vector<double> av = to_doubles(a), bv = to_doubles(b), got = to_doubles(out);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < columns(m); ++n) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double x = av[i * M * K + (transpose_a ? k * M + m : m * K + k)];
+          const double y = bv[i * K * N + (transpose_b ? n * K + k : k * N + n)];
+          sum += x * y;
+          magnitude += std::abs(x * y);
+        }
+        // f32 sums of exact products; a bf16 output rounds once more.
+        const double bound = 4.0 * std::sqrt(static_cast<double>(K)) * 6e-8 * magnitude +
+                             (out.dtype() == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
+        ASSERT_NEAR(got[(i * M + m) * N + n], sum, bound + 1e-30) << i << " " << m << " " << n;
+      }
+}
+
+Tensor lower_triangle(int64_t batch, int64_t T, DType dtype, uint64_t seed) {
+  std::vector<float> v = random_tensor(Shape{batch, T, T}, -2, 2, seed).to_floats();
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t c = r + 1; c < T; ++c) v[static_cast<size_t>((i * T + r) * T + c)] = 0.0f;
+  return Tensor::from_floats(Shape{batch, T, T}, v).to(dtype);
+}
 
 std::vector<double> conv2d_reference(const std::vector<double>& x, const Shape& xs,
                                      const std::vector<double>& w, const Shape& ws,

@@ -4,6 +4,7 @@
 // conv weights (KH, KW, C, O).
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tandem/kernels/conv.h"
@@ -26,6 +27,18 @@ struct MatmulShape {
 };
 std::vector<double> matmul_reference(const std::vector<double>& a, const std::vector<double>& b,
                                      const MatmulShape& shape);
+
+// out (batch, M, N) against op(a) op(b) per batch element (a stored (K, M)
+// when transpose_a, b (N, K) when transpose_b) summed in double over the
+// same values: within f32 summation's bound, plus one rounding for a bf16
+// out, at the columns n < columns(m) of each row m.
+void expect_batched_product_near_double_sums(const Tensor& a, const Tensor& b, const Tensor& out,
+                                             bool transpose_a, bool transpose_b,
+                                             const std::function<int64_t(int64_t)>& columns);
+
+// A (batch, T, T) tensor of values in [-2, 2] with zeros above the
+// diagonal, as dtype: attention's causal probabilities.
+Tensor lower_triangle(int64_t batch, int64_t T, DType dtype, uint64_t seed);
 
 // x (N, H, W, C), w (KH, KW, C, O) -> (N, OH, OW, O), and the gradients of
 // sum(conv(x, w) * dy) with respect to x and w.
