@@ -109,7 +109,7 @@ TANDEM_AVX512_BF16 inline __m512i bf16_bits_native(__m512 lo, __m512 hi) {
 TANDEM_AVX512_BF16 inline __m256i bf16_bits_native(__m512 v) {
   const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
   const __mmask16 subnormal = _mm512_fpclass_ps_mask(v, kSubnormalClass);
-  if (subnormal == 0) return bits;
+  if (_kortestz_mask16_u8(subnormal, subnormal)) return bits;
   return _mm256_mask_mov_epi16(bits, subnormal, bf16_bits_integer(v));
 }
 
@@ -141,8 +141,8 @@ TANDEM_AVX512 inline void store32(Bf16* p, __m512 lo, __m512 hi) {
   if (converts_bf16_natively) {
     _mm512_storeu_si512(p, bf16_bits_native(lo, hi));
   } else {
-    store16(p, lo);
-    store16(p + 16, hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits_integer(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), bf16_bits_integer(hi));
   }
 }
 

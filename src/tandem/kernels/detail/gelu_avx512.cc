@@ -87,7 +87,7 @@ struct ErfForm : Blocks<ErfForm> {
 constexpr int64_t kPrefetchAhead = 512;
 
 // The computed loops (f32, and bf16 on Bf16Path::computed and for the
-// tables), bf16 results rounded in integer arithmetic (store16).
+// tables), bf16 results rounded by store16.
 
 // One block of 16: y = Form::value(x) (dy null) or y = dy Form::slope(x).
 template <typename Form, typename T>

@@ -25,9 +25,8 @@ namespace tandem::kernels::detail {
 bool gelu_avx512_supported(const Tensor& x);
 
 // How bf16 results are made: fastest, looked up in tables of the results
-// for every bf16 input (computed once, on first use) and rounded with the
-// CPU's instruction where it has one; or computed element by element and
-// rounded in integer arithmetic. The same bits (tests compare the two).
+// for every bf16 input (computed once, on first use); or computed element
+// by element. The same bits (tests compare the two).
 enum class Bf16Path { fastest, computed };
 
 // form: Activation::gelu (erf) or Activation::gelu_tanh.
