@@ -184,9 +184,9 @@ TEST(Convert, BulkBf16MatchesScalarBitForBit) {
   expect_scalar_bf16_bits(values.data(), bulk.data(), values.size());
 }
 
-// Each means the CPU has, the others' blocks included: the native one
-// hands blocks holding a subnormal to the integer one, so the values are
-// also run shuffled, subnormals among normal values.
+// Each cast loop this CPU runs, on the cases in order and shuffled: the
+// native loop hands a block holding a subnormal to the integer one, and
+// shuffled, subnormals share blocks with normal values.
 TEST(Convert, EveryBf16CastLoopMatchesScalarBitForBit) {
   std::vector<float> values = bf16_rounding_cases();
   std::vector<float> shuffled = values;

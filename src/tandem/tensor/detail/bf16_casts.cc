@@ -35,8 +35,9 @@ __attribute__((target("avx512f"))) void f32_to_bf16_avx512(const float* src, uin
 
 // vcvtne2ps2bf16, 32 values an instruction, rounds as float_to_bf16 but
 // flushes subnormal inputs to zero: a block holding one takes the integer
-// loop. About 2x the integer loop on Zen 4, where its 512-bit integer
-// operations take two cycles each.
+// loop. On data in cache about 2x the integer loop on Zen 4, whose 512-bit
+// integer operations take two cycles each; a large tensor's cast is bound
+// by memory either way (kernels_bench's CastToBf16).
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) void f32_to_bf16_native(
     const float* src, uint16_t* dst, int64_t n) {
   constexpr int kSubnormalClass = 0x20;  // vfpclassps's class bit
