@@ -3,34 +3,16 @@
 // its subnormal lanes redone) where the CPU has it.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cstdint>
 #include <vector>
 
-#include "tandem/base/random.h"
+#include "support/reference.h"
 #include "tandem/kernels/detail/avx512_lanes.h"
-#include "tandem/tensor/convert.h"
 
 namespace tandem {
 namespace {
 
 using kernels::detail::Bf16;
-
-// Upper halves of every kind (all 65,536) with lower halves at the
-// rounding boundaries and a random one, shuffled so that subnormals, NaN
-// and infinities share vectors with normal values.
-std::vector<float> rounding_cases() {
-  Generator g(21);
-  std::vector<float> values;
-  for (uint32_t high = 0; high <= 0xFFFF; ++high) {
-    for (uint32_t low :
-         {0x0000u, 0x7FFFu, 0x8000u, 0x8001u, static_cast<uint32_t>(g.next_below(0x10000))}) {
-      values.push_back(std::bit_cast<float>((high << 16) | low));
-    }
-  }
-  for (size_t i = values.size() - 1; i > 0; --i) std::swap(values[i], values[g.next_below(i + 1)]);
-  return values;
-}
 
 // integer and native: 16 values a call (native_pairs 32); the dispatched
 // stores as the kernels call them (native where the CPU has AVX512-BF16).
@@ -68,7 +50,8 @@ TANDEM_AVX512 void round_all(const std::vector<float>& in, std::vector<uint16_t>
 
 TEST(Avx512Lanes, Bf16StoresGiveFloatToBf16sBits) {
   if (!kernels::detail::has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  const std::vector<float> values = rounding_cases();
+  // Shuffled: subnormals, NaN and infinities share vectors with normal values.
+  const std::vector<float> values = testing::shuffled(testing::bf16_rounding_cases(), 21);
   std::vector<Rounding> ways = {Rounding::integer, Rounding::dispatched_pairs,
                                 Rounding::dispatched_masked};
   if (kernels::detail::has_avx512_bf16()) {
@@ -76,13 +59,10 @@ TEST(Avx512Lanes, Bf16StoresGiveFloatToBf16sBits) {
     ways.push_back(Rounding::native_pairs);
   }
   for (Rounding how : ways) {
+    SCOPED_TRACE(::testing::Message() << "way " << static_cast<int>(how));
     std::vector<uint16_t> bits(values.size());
     round_all(values, bits, how);
-    for (size_t i = 0; i < values.size() / 32 * 32; ++i) {
-      ASSERT_EQ(bits[i], float_to_bf16(values[i]))
-          << "way " << static_cast<int>(how) << ", bits 0x" << std::hex
-          << std::bit_cast<uint32_t>(values[i]);
-    }
+    testing::expect_float_to_bf16_bits(values.data(), bits.data(), values.size() / 32 * 32);
   }
 }
 

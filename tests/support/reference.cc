@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "support/gradcheck.h"
 #include "tandem/base/random.h"
+#include "tandem/tensor/convert.h"
 
 namespace tandem::testing {
 
@@ -108,6 +110,31 @@ void expect_batched_product_near_double_sums(const Tensor& a, const Tensor& b, c
                              (out.dtype() == DType::bf16 ? std::abs(sum) / 256.0 : 0.0);
         ASSERT_NEAR(got[(i * M + m) * N + n], sum, bound + 1e-30) << i << " " << m << " " << n;
       }
+}
+
+std::vector<float> bf16_rounding_cases() {
+  Generator g(11);
+  std::vector<float> values;
+  for (uint32_t high = 0; high <= 0xFFFF; ++high) {
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu,
+                         static_cast<uint32_t>(g.next_below(0x10000))}) {
+      values.push_back(std::bit_cast<float>((high << 16) | low));
+    }
+  }
+  return values;
+}
+
+std::vector<float> shuffled(std::vector<float> values, uint64_t seed) {
+  Generator g(seed);
+  for (size_t i = values.size(); i > 1; --i) std::swap(values[i - 1], values[g.next_below(i)]);
+  return values;
+}
+
+void expect_float_to_bf16_bits(const float* values, const uint16_t* bits, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bits[i], float_to_bf16(values[i]))
+        << "bits 0x" << std::hex << std::bit_cast<uint32_t>(values[i]);
+  }
 }
 
 Tensor lower_triangle(int64_t batch, int64_t T, DType dtype, uint64_t seed) {

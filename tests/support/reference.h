@@ -36,6 +36,18 @@ void expect_batched_product_near_double_sums(const Tensor& a, const Tensor& b, c
                                              bool transpose_a, bool transpose_b,
                                              const std::function<int64_t(int64_t)>& columns);
 
+// Every bf16 upper half (all 65,536) with lower halves at the rounding
+// boundaries (ties either side of even, all ones, zero) and a random one:
+// f32 values covering rounding, carries into the exponent, subnormals,
+// infinities and NaN payloads, in bit order.
+std::vector<float> bf16_rounding_cases();
+// values in a random order (a Fisher-Yates shuffle seeded by seed): for
+// vector loops, subnormals and NaN beside normal values.
+std::vector<float> shuffled(std::vector<float> values, uint64_t seed);
+// bits[i] == float_to_bf16(values[i]) for i < n, reporting the first
+// mismatch's input bits through GoogleTest.
+void expect_float_to_bf16_bits(const float* values, const uint16_t* bits, size_t n);
+
 // A (batch, T, T) tensor of values in [-2, 2] with zeros above the
 // diagonal, as dtype: attention's causal probabilities.
 Tensor lower_triangle(int64_t batch, int64_t T, DType dtype, uint64_t seed);

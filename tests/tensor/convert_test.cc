@@ -5,12 +5,17 @@
 #include <limits>
 #include <vector>
 
+#include "support/reference.h"
 #include "tandem/base/random.h"
 #include "tandem/tensor/convert.h"
 #include "tandem/tensor/detail/bf16_casts.h"
 
 namespace tandem {
 namespace {
+
+using testing::bf16_rounding_cases;
+using testing::expect_float_to_bf16_bits;
+using testing::shuffled;
 
 // Reference bf16 rounding in double arithmetic: nearest representable value
 // with 8 significant bits, ties to even.
@@ -155,44 +160,19 @@ TEST(Convert, BulkF16MatchesScalarBitForBitOnEveryPattern) {
   }
 }
 
-// Every upper half with lower halves at the rounding boundaries (ties
-// either side of even, all ones, zero) and a random one: covers rounding,
-// carries into the exponent, subnormals, infinities and NaN payloads.
-std::vector<float> bf16_rounding_cases() {
-  Generator g(11);
-  std::vector<float> values;
-  for (uint32_t high = 0; high <= 0xFFFF; ++high) {
-    for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu,
-                         static_cast<uint32_t>(g.next_below(0x10000))}) {
-      values.push_back(std::bit_cast<float>((high << 16) | low));
-    }
-  }
-  return values;
-}
-
-void expect_scalar_bf16_bits(const float* values, const uint16_t* bits, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_EQ(bits[i], float_to_bf16(values[i]))
-        << "bits 0x" << std::hex << std::bit_cast<uint32_t>(values[i]);
-  }
-}
-
 TEST(Convert, BulkBf16MatchesScalarBitForBit) {
   const std::vector<float> values = bf16_rounding_cases();
   std::vector<uint16_t> bulk(values.size());
   convert(values.data(), DType::f32, bulk.data(), DType::bf16, static_cast<int64_t>(values.size()));
-  expect_scalar_bf16_bits(values.data(), bulk.data(), values.size());
+  expect_float_to_bf16_bits(values.data(), bulk.data(), values.size());
 }
 
 // Each cast loop this CPU runs, on the cases in order and shuffled: the
 // native loop hands a block holding a subnormal to the integer one, and
 // shuffled, subnormals share blocks with normal values.
 TEST(Convert, EveryBf16CastLoopMatchesScalarBitForBit) {
-  std::vector<float> values = bf16_rounding_cases();
-  std::vector<float> shuffled = values;
-  Generator g(12);
-  for (size_t i = shuffled.size() - 1; i > 0; --i)
-    std::swap(shuffled[i], shuffled[g.next_below(i + 1)]);
+  const std::vector<float> values = bf16_rounding_cases();
+  const std::vector<float> mixed = shuffled(values, 12);
   using Loop = void (*)(const float*, uint16_t*, int64_t);
   std::vector<std::pair<const char*, Loop>> loops = {{"portable", detail::f32_to_bf16_portable}};
   if (detail::cpu_runs_f32_to_bf16_avx512())
@@ -201,12 +181,12 @@ TEST(Convert, EveryBf16CastLoopMatchesScalarBitForBit) {
     loops.emplace_back("native", detail::f32_to_bf16_native);
   for (const auto& [name, loop] : loops) {
     SCOPED_TRACE(name);
-    for (const std::vector<float>* v : {&values, &shuffled}) {
+    for (const std::vector<float>* v : {&values, &mixed}) {
       // A count short of a multiple of 16 leaves every loop a tail.
       const size_t n = v->size() - 5;
       std::vector<uint16_t> bits(n);
       loop(v->data(), bits.data(), static_cast<int64_t>(n));
-      expect_scalar_bf16_bits(v->data(), bits.data(), n);
+      expect_float_to_bf16_bits(v->data(), bits.data(), n);
     }
   }
 }
