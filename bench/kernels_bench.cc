@@ -81,6 +81,55 @@ void MaxPoolBackward(benchmark::State& state, Shape x_shape, DType dtype) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The cnn's first convolution and pooling (x f32 or bf16, the output in
+// x's dtype): the ops composed (the convolution's output stored, then
+// pooled) or fused (conv2d_max_pool_relu_forward pools it in cache).
+void ConvMaxPool(benchmark::State& state, DType dtype, bool fused) {
+  const Shape x_shape{128, 28, 28, 1}, w_shape{3, 3, 1, 32};
+  const Tensor x = random(x_shape, dtype), w = random(w_shape, dtype);
+  const Tensor bias = random(Shape{32}, DType::f32);
+  const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
+  for (auto _ : state) {
+    if (fused) {
+      benchmark::DoNotOptimize(
+          kernels::conv2d_max_pool_relu_forward(x, w, bias, g, {}, dtype, true));
+    } else {
+      const Tensor y = kernels::conv2d_forward(x, w, bias, g, kernels::Activation::none, dtype);
+      benchmark::DoNotOptimize(kernels::max_pool2d_forward(y, {}, true, true));
+    }
+  }
+}
+
+// Its weight gradient from the pooled gradient: composed (the pooling's
+// backward stores the convolution's output gradient) or fused.
+void ConvMaxPoolBackward(benchmark::State& state, DType dtype, bool fused) {
+  const Shape x_shape{128, 28, 28, 1}, w_shape{3, 3, 1, 32};
+  const Tensor x = random(x_shape, dtype), w = random(w_shape, dtype);
+  const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
+  const kernels::MaxPoolResult r =
+      kernels::conv2d_max_pool_relu_forward(x, w, Tensor(), g, {}, dtype, true);
+  const Tensor dy = random(r.y.shape(), dtype);
+  Tensor dw = Tensor::empty(w_shape), db = Tensor::empty(Shape{32});
+  for (auto _ : state) {
+    if (fused) {
+      kernels::conv2d_max_pool_backward_weights(x, dy, r.workspace, g, {}, dw, &db);
+    } else {
+      const Tensor dy_conv = kernels::max_pool2d_backward(
+          dy, r.workspace, kernels::conv2d_output_shape(x_shape, w_shape, g), {});
+      kernels::conv2d_backward_weights(x, dy_conv, g, dw, &db);
+    }
+  }
+}
+
+BENCHMARK_CAPTURE(ConvMaxPool, cnn1_f32_composed, DType::f32, false);
+BENCHMARK_CAPTURE(ConvMaxPool, cnn1_f32_fused, DType::f32, true);
+BENCHMARK_CAPTURE(ConvMaxPool, cnn1_bf16_composed, DType::bf16, false);
+BENCHMARK_CAPTURE(ConvMaxPool, cnn1_bf16_fused, DType::bf16, true);
+BENCHMARK_CAPTURE(ConvMaxPoolBackward, cnn1_f32_composed, DType::f32, false);
+BENCHMARK_CAPTURE(ConvMaxPoolBackward, cnn1_f32_fused, DType::f32, true);
+BENCHMARK_CAPTURE(ConvMaxPoolBackward, cnn1_bf16_composed, DType::bf16, false);
+BENCHMARK_CAPTURE(ConvMaxPoolBackward, cnn1_bf16_fused, DType::bf16, true);
+
 BENCHMARK_CAPTURE(Matmul, mlp_784x512_f32, 128, 784, 512, DType::f32);
 BENCHMARK_CAPTURE(Matmul, mlp_784x512_bf16, 128, 784, 512, DType::bf16);
 BENCHMARK_CAPTURE(Matmul, cnn_3136x128_f32, 128, 3136, 128, DType::f32);

@@ -76,6 +76,65 @@ TEST(Functions, Bf16ComputeMatchesF32WithinBf16Tolerance) {
   EXPECT_EQ(x.grad().dtype(), DType::f32);
 }
 
+// conv2d_max_pool_relu against max_pool2d_relu(conv2d(...)), bit for bit,
+// value and every gradient (x's through the pooling's backward and the
+// convolution's backward data): fused (a first layer's channels, windows
+// that tile) in f32 and in bf16 compute with bf16 or f32 output, and the
+// composition it falls back to (5 channels, overlapping windows). The
+// convolution's own ReLU, which the op moves after the pooling, gives the
+// same; a GELU is refused.
+TEST(Functions, Conv2dMaxPoolReluGivesTheComposedOpsBits) {
+  struct Case {
+    Shape x, w;
+    kernels::Pool2dGeometry pool;
+    DType compute;
+    std::optional<DType> output;
+  };
+  const kernels::Pool2dGeometry overlapping{.stride_h = 1, .stride_w = 1};
+  const Case cases[] = {{Shape{2, 8, 8, 1}, Shape{3, 3, 1, 32}, {}, DType::f32, {}},
+                        {Shape{2, 8, 6, 3}, Shape{3, 3, 3, 20}, {}, DType::bf16, DType::bf16},
+                        {Shape{2, 7, 7, 2}, Shape{3, 3, 2, 32}, {}, DType::bf16, DType::f32},
+                        {Shape{2, 6, 6, 5}, Shape{3, 3, 5, 16}, {}, DType::f32, {}},
+                        {Shape{2, 6, 6, 1}, Shape{3, 3, 1, 16}, overlapping, DType::bf16, {}}};
+  uint64_t seed = 90;
+  for (const Case& c : cases) {
+    for (const kernels::Activation activation :
+         {kernels::Activation::none, kernels::Activation::relu}) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.x.to_string() << " * " << c.w.to_string() << " " << dtype_name(c.compute));
+      const Tensor x = random_tensor(c.x, -1, 1, ++seed), w = random_tensor(c.w, -1, 1, ++seed);
+      const Tensor b = random_tensor(Shape{c.w[3]}, -0.5, 0.5, ++seed);
+      const Conv2dOptions options{.geometry = {.pad_h = 1, .pad_w = 1},
+                                  .activation = activation,
+                                  .compute_dtype = c.compute,
+                                  .output_dtype = c.output};
+      Conv2dOptions plain = options;
+      plain.activation = kernels::Activation::none;
+      std::vector<std::vector<uint8_t>> bytes[2];
+      for (const bool fused : {false, true}) {
+        Variable xv = leaf(x.clone()), wv = leaf(w.clone()), bv = leaf(b.clone());
+        const Variable y = fused ? conv2d_max_pool_relu(xv, wv, bv, options, c.pool)
+                                 : max_pool2d_relu(conv2d(xv, wv, bv, plain), c.pool);
+        const Tensor dy = random_tensor(y.shape(), -1, 1, seed).to(y.dtype());
+        sum(mul(y, Variable(dy, false))).backward();
+        for (const Tensor& t : {y.value(), xv.grad(), wv.grad(), bv.grad()}) {
+          const auto* p = static_cast<const uint8_t*>(t.raw_data());
+          bytes[fused].emplace_back(p, p + t.nbytes());
+        }
+      }
+      EXPECT_EQ(bytes[0][0], bytes[1][0]) << "y";
+      EXPECT_EQ(bytes[0][1], bytes[1][1]) << "dx";
+      EXPECT_EQ(bytes[0][2], bytes[1][2]) << "dw";
+      EXPECT_EQ(bytes[0][3], bytes[1][3]) << "db";
+    }
+  }
+  const Variable x = leaf(random_tensor(Shape{1, 4, 4, 1}, -1, 1, 1));
+  const Variable w = leaf(random_tensor(Shape{3, 3, 1, 8}, -1, 1, 2));
+  EXPECT_THROW(
+      conv2d_max_pool_relu(x, w, Variable(), {.activation = kernels::Activation::gelu}, {}),
+      InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem
 

@@ -289,6 +289,55 @@ void add_conv_rows(std::vector<OpCase>& rows) {
                   .low_precision = {DType::bf16}});
 }
 
+// conv2d_max_pool_relu through autograd: a first layer's convolution
+// pooling its own output (fused), its gradients written out: the pooled
+// gradient where the maximum passed the ReLU, routed to that maximum, then
+// through the convolution.
+OpCase conv_max_pool_row(const Shape& xs, const Shape& ws, const kernels::Pool2dGeometry& pool) {
+  const int64_t O = ws[3];
+  const kernels::Conv2dGeometry same{.pad_h = 1, .pad_w = 1};
+  const Shape zs = kernels::conv2d_output_shape(xs, ws, same);
+  // The convolution's output, bias added, in double.
+  const auto convolved = [=](const std::vector<Doubles>& in) {
+    Doubles z = conv2d_reference(in[0], xs, in[1], ws, same);
+    for (size_t i = 0; i < z.size(); ++i) z[i] += in[2][i % O];
+    return z;
+  };
+  return {.name = "conv2d_max_pool_relu " + xs.to_string() + " * " + ws.to_string() + " k" +
+                  std::to_string(pool.kernel_h) + "x" + std::to_string(pool.kernel_w),
+          .kernels = {"conv2d_max_pool_relu_forward", "conv2d_max_pool_backward_weights",
+                      "max_pool2d_backward", "conv2d_backward_data"},
+          .inputs = {uniform(xs), uniform(ws), in_f32(uniform(Shape{O}))},
+          .run =
+              [=](const auto& in) {
+                return conv2d_max_pool_relu(
+                    in[0], in[1], in[2], {.geometry = same, .compute_dtype = in[0].dtype()}, pool);
+              },
+          .reference =
+              [=](const auto& in) {
+                Doubles y = pool2d_reference(convolved(in), zs, pool, true);
+                for (double& v : y) v = std::max(0.0, v);
+                return y;
+              },
+          .low_precision = {DType::bf16},
+          .tolerance = 1e-6 * std::sqrt(static_cast<double>(ws[0] * ws[1] * ws[2])),
+          .gpu = false,
+          .gradient_reference =
+              [=](const auto& in, const Doubles& dy) {
+                const Doubles z = convolved(in);
+                const Doubles y = pool2d_reference(z, zs, pool, true);
+                Doubles passed = dy;
+                for (size_t i = 0; i < passed.size(); ++i)
+                  if (y[i] <= 0.0) passed[i] = 0.0;
+                const Doubles dz = max_pool2d_backward_reference(z, zs, passed, pool);
+                Doubles db(static_cast<size_t>(O), 0.0);
+                for (size_t i = 0; i < dz.size(); ++i) db[i % O] += dz[i];
+                return std::vector<Doubles>{
+                    conv2d_backward_data_reference(dz, in[1], ws, xs, same),
+                    conv2d_backward_weights_reference(in[0], xs, dz, ws, same), db};
+              }};
+}
+
 // max_pool2d through autograd on distinct values (one maximum per window).
 OpCase max_pool_row(const Shape& xs, const kernels::Pool2dGeometry& g,
                     std::vector<DType> low_precision = {DType::bf16, DType::f16}) {
@@ -309,6 +358,11 @@ OpCase max_pool_row(const Shape& xs, const kernels::Pool2dGeometry& g,
 void add_pool_rows(std::vector<OpCase>& rows) {
   const kernels::Pool2dGeometry three{
       .kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  // The cnn's first layer (its output channels in whole AVX-512 blocks),
+  // and 3 channels to 20 under 3x3 windows with a row and column left over.
+  rows.push_back(conv_max_pool_row({2, 8, 8, 1}, {3, 3, 1, 32}, {}));
+  rows.push_back(conv_max_pool_row({2, 7, 8, 3}, {3, 3, 3, 20},
+                                   {.kernel_h = 3, .kernel_w = 3, .stride_h = 3, .stride_w = 3}));
   rows.push_back(max_pool_row({2, 6, 5, 3}, {}));
   rows.push_back(max_pool_row({2, 6, 5, 3}, three));
   rows.push_back(max_pool_row({3, 9, 9, 5}, three, {}));

@@ -57,6 +57,14 @@ Variable max_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
 // the windows, and relu's backward folded into the pooling's (on the CPU;
 // the composition on a GPU).
 Variable max_pool2d_relu(const Variable& x, const kernels::Pool2dGeometry& geometry);
+// relu(max_pool2d(conv2d(x, weight, bias))) (options.activation none or
+// relu: a ReLU commutes with the pooling), in one pass where
+// kernels::conv2d_max_pool_fuses (a first layer's few channels, windows
+// that tile): the convolution's output is never stored, nor its gradient.
+// The composed ops' bits, values and gradients alike; elsewhere it runs
+// them.
+Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const Variable& bias,
+                              const Conv2dOptions& options, const kernels::Pool2dGeometry& pool);
 // Windows averaged with padding counted (PyTorch's count_include_pad=True).
 Variable avg_pool2d(const Variable& x, const kernels::Pool2dGeometry& geometry);
 // (N, H, W, C) -> (N, C).

@@ -4,6 +4,7 @@
 #include "tandem/autograd/functions.h"
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
+#include "tandem/kernels/conv.h"
 #include "tandem/kernels/matmul.h"
 #include "tandem/kernels/reduce.h"
 
@@ -40,6 +41,26 @@ void check_compute_dtype(DType dtype, const char* op) {
     TANDEM_THROW(InvalidArgument, op, ": compute dtype must be f32 or bf16, got ",
                  dtype_name(dtype));
   }
+}
+
+// A convolution's weight and bias gradients (inputs 1 and 2) from
+// compute(dw, db), which writes them in f32 (db null when the bias needs
+// none): straight into the gradient buffers when they are f32 and this is
+// their first contribution.
+template <typename Compute>
+void set_conv_weight_gradients(BackwardContext& ctx, const Tensor& weight, DType w_dtype,
+                               DType b_dtype, Compute&& compute) {
+  if (!ctx.needs(1) && !ctx.needs(2)) return;
+  Tensor dw = w_dtype == DType::f32 ? ctx.destination(1) : Tensor();
+  if (!dw.defined())
+    dw = Tensor::empty(weight.shape(), DType::f32, weight.device(), MemoryCategory::gradients);
+  Tensor db = ctx.destination(2);
+  if (!db.defined() || db.dtype() != DType::f32)
+    db =
+        Tensor::empty(Shape{weight.dim(3)}, DType::f32, weight.device(), MemoryCategory::gradients);
+  compute(dw, ctx.needs(2) ? &db : nullptr);
+  if (ctx.needs(1)) ctx.set(1, dw.to(w_dtype));
+  if (ctx.needs(2)) ctx.set(2, db.to(b_dtype));
 }
 
 }  // namespace
@@ -173,25 +194,56 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
               0, kernels::conv2d_backward_data(gc, wc, xv.shape(), geometry, matmul_output(x_dtype))
                      .to(x_dtype));
         }
-        if (ctx.needs(1) || ctx.needs(2)) {
-          // xv cast again: see linear().
-          // Straight into the gradient buffers when they are f32 (the kernel's
-          // output type) and this is their first contribution.
-          Tensor dw = w_dtype == DType::f32 ? ctx.destination(1) : Tensor();
-          if (!dw.defined())
-            dw = Tensor::empty(wc.shape(), DType::f32, wc.device(), MemoryCategory::gradients);
-          Tensor db = ctx.destination(2);
-          if (!db.defined() || db.dtype() != DType::f32)
-            db =
-                Tensor::empty(Shape{wc.dim(3)}, DType::f32, wc.device(), MemoryCategory::gradients);
-          kernels::conv2d_backward_weights(xv.to(compute), gc, geometry, dw,
-                                           ctx.needs(2) ? &db : nullptr);
-          if (ctx.needs(1)) ctx.set(1, dw.to(w_dtype));
-          if (ctx.needs(2)) ctx.set(2, db.to(b_dtype));
-        }
+        // xv cast again: see linear().
+        set_conv_weight_gradients(ctx, wc, w_dtype, b_dtype, [&](Tensor& dw, Tensor* db) {
+          kernels::conv2d_backward_weights(xv.to(compute), gc, geometry, dw, db);
+        });
       });
   if (!fused) return activation(out, options.activation);
   return out;
+}
+
+Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const Variable& bias,
+                              const Conv2dOptions& options, const kernels::Pool2dGeometry& pool) {
+  check_compute_dtype(options.compute_dtype, "conv2d_max_pool_relu");
+  if (options.activation != Activation::none && options.activation != Activation::relu) {
+    TANDEM_THROW(InvalidArgument, "conv2d_max_pool_relu: the convolution's activation must be ",
+                 "none or relu (applied after the pooling), got ",
+                 kernels::activation_name(options.activation));
+  }
+  const Tensor& xv = x.value();
+  const Tensor xc = xv.to(options.compute_dtype);
+  const DType out_dtype = output_dtype(options.output_dtype, xv.dtype());
+  if (!kernels::conv2d_max_pool_fuses(xc, pool, out_dtype)) {
+    Conv2dOptions convolution = options;
+    convolution.activation = Activation::none;
+    return max_pool2d_relu(conv2d(x, weight, bias, convolution), pool);
+  }
+  const Tensor wc = weight.value_as(options.compute_dtype);
+  kernels::MaxPoolResult r = kernels::conv2d_max_pool_relu_forward(
+      xc, wc, bias.defined() ? bias.value() : Tensor(), options.geometry, pool, out_dtype,
+      records_grad({&x, &weight, &bias}));
+  return record_op(
+      "conv2d_max_pool_relu", r.y, {&x, &weight, &bias},
+      [xv, wc, workspace = r.workspace, geometry = options.geometry, pool, x_dtype = xv.dtype(),
+       w_dtype = weight.value().dtype(),
+       b_dtype = bias.defined() ? bias.value().dtype() : DType::f32,
+       compute = options.compute_dtype](BackwardContext& ctx) {
+        // Cast before the pooling's backward spreads it: the same bits as
+        // after, on a quarter of the values.
+        const Tensor gc = ctx.grad_output().to(compute);
+        if (ctx.needs(0)) {
+          const Shape y = kernels::conv2d_output_shape(xv.shape(), wc.shape(), geometry);
+          const Tensor g = kernels::max_pool2d_backward(gc, workspace, y, pool);
+          ctx.set(0,
+                  kernels::conv2d_backward_data(g, wc, xv.shape(), geometry, matmul_output(x_dtype))
+                      .to(x_dtype));
+        }
+        set_conv_weight_gradients(ctx, wc, w_dtype, b_dtype, [&](Tensor& dw, Tensor* db) {
+          kernels::conv2d_max_pool_backward_weights(xv.to(compute), gc, workspace, geometry, pool,
+                                                    dw, db);
+        });
+      });
 }
 
 namespace {

@@ -118,6 +118,21 @@ std::shared_ptr<ConvForward> forward_primitive(const Shape& x, const Shape& w, D
   });
 }
 
+void check_bias(const Tensor& bias, const Tensor& w) {
+  if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
+    TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
+                 bias.to_string());
+  }
+}
+
+void check_weight_gradients(const Tensor& dw, const Tensor* db, const char* op) {
+  if (dw.dtype() != DType::f32 || dw.rank() != 4 ||
+      (db != nullptr && (db->dtype() != DType::f32 || db->numel() != dw.dim(3)))) {
+    TANDEM_THROW(ShapeError, op, ": dw (KH, KW, C, O) and db (O,) must be f32, got ",
+                 dw.to_string(), db ? " and " + db->to_string() : std::string());
+  }
+}
+
 // Multiply-adds x 2 of one pass: every output element (N, OH, OW, O) sums
 // KH x KW x C products; the backward passes do the same work.
 int64_t conv_flops(const Shape& x, const Shape& w, const Shape& y) {
@@ -154,10 +169,7 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
                       Activation activation, DType out_dtype) {
   check_float_pair(x, w, "conv2d_forward");
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), g);
-  if (bias.defined() && (bias.numel() != w.dim(3) || bias.dtype() != DType::f32)) {
-    TANDEM_THROW(ShapeError, "conv2d: bias must be f32 with ", w.dim(3), " elements, got ",
-                 bias.to_string());
-  }
+  check_bias(bias, w);
   detail::check_same_device("conv2d_forward", x, {&w, &bias});
   TANDEM_DISPATCH_CUDA(x, conv2d_forward(x, w, bias, g, activation, out_dtype));
   if (detail::narrow_conv_applies(x.shape(), activation) &&
@@ -266,11 +278,7 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
     TANDEM_THROW(ShapeError, "conv2d_backward_weights: dy ", dy.shape().to_string(), " should be ",
                  y_shape.to_string());
   }
-  if (dw.dtype() != DType::f32 ||
-      (db != nullptr && (db->dtype() != DType::f32 || db->numel() != dw.dim(3)))) {
-    TANDEM_THROW(ShapeError, "conv2d_backward_weights: dw and db must be f32 with matching O, got ",
-                 dw.to_string(), db ? " and " + db->to_string() : std::string());
-  }
+  check_weight_gradients(dw, db, "conv2d_backward_weights");
   detail::check_same_device("conv2d_backward_weights", x, {&dy, &dw});
   if (db != nullptr) detail::check_same_device("conv2d_backward_weights", x, {db});
   TANDEM_DISPATCH_CUDA(x, conv2d_backward_weights(x, dy, g, dw, db));
@@ -342,6 +350,83 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
     }
   });
   count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
+}
+
+bool conv2d_max_pool_fuses(const Tensor& x, const Pool2dGeometry& pool, DType out_dtype) {
+  const auto float_storage = [](DType d) { return d == DType::f32 || d == DType::bf16; };
+  return x.device().kind == DeviceKind::cpu && float_storage(x.dtype()) &&
+         float_storage(out_dtype) && detail::narrow_conv_applies(x.shape(), Activation::none) &&
+         pool.stride_h == pool.kernel_h && pool.stride_w == pool.kernel_w && pool.pad_h == 0 &&
+         pool.pad_w == 0 && pool.kernel_h * pool.kernel_w < 256;
+}
+
+namespace {
+
+// The pooled output's shape, after the checks both passes share.
+Shape conv_pool_shape(const char* op, const Tensor& x, const Shape& w, const Conv2dGeometry& g,
+                      const Pool2dGeometry& pool, DType out_dtype) {
+  if (!conv2d_max_pool_fuses(x, pool, out_dtype)) {
+    TANDEM_THROW(InvalidArgument, op, ": takes f32 or bf16 inputs of up to ",
+                 detail::kNarrowChannels,
+                 " channels on the CPU and pooling windows that tile (stride == kernel, no "
+                 "padding), got ",
+                 x.to_string(), " to ", dtype_name(out_dtype), " with windows ", pool.kernel_h, "x",
+                 pool.kernel_w, " stride ", pool.stride_h, "x", pool.stride_w, " padding ",
+                 pool.pad_h, "x", pool.pad_w, " (compose conv2d_forward and max_pool2d_forward)");
+  }
+  return pool2d_output_shape(conv2d_output_shape(x.shape(), w, g), pool);
+}
+
+// The flops of the convolution rows a pooled pass computes (every column,
+// the rows under whole windows).
+int64_t conv_pool_flops(const Shape& x, const Shape& w, const Shape& pooled,
+                        const Pool2dGeometry& pool, const Conv2dGeometry& g) {
+  const Shape conv = conv2d_output_shape(x, w, g);
+  return conv_flops(x, w, Shape{conv[0], pooled[1] * pool.kernel_h, conv[2], conv[3]});
+}
+
+}  // namespace
+
+MaxPoolResult conv2d_max_pool_relu_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                           const Conv2dGeometry& g, const Pool2dGeometry& pool,
+                                           DType out_dtype, bool training) {
+  check_float_pair(x, w, "conv2d_max_pool_relu_forward");
+  check_bias(bias, w);
+  detail::check_same_device("conv2d_max_pool_relu_forward", x, {&w, &bias});
+  const Shape y_shape =
+      conv_pool_shape("conv2d_max_pool_relu_forward", x, w.shape(), g, pool, out_dtype);
+  MaxPoolResult r;
+  r.y = Tensor::empty(y_shape, out_dtype, x.device());
+  if (training)
+    r.workspace = Tensor::empty(y_shape, DType::u8, x.device(), MemoryCategory::activations);
+  if (r.y.numel() == 0) return r;
+  detail::narrow_conv_pool_forward(x, w, bias, g, pool, r.y, training ? &r.workspace : nullptr);
+  count_flops(conv_pool_flops(x.shape(), w.shape(), y_shape, pool, g));
+  return r;
+}
+
+void conv2d_max_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                                      const Conv2dGeometry& g, const Pool2dGeometry& pool,
+                                      Tensor& dw, Tensor* db) {
+  check_float_pair(x, dy, "conv2d_max_pool_backward_weights");
+  check_weight_gradients(dw, db, "conv2d_max_pool_backward_weights");
+  detail::check_same_device("conv2d_max_pool_backward_weights", x, {&dy, &workspace, &dw});
+  if (db != nullptr) detail::check_same_device("conv2d_max_pool_backward_weights", x, {db});
+  const Shape y_shape =
+      conv_pool_shape("conv2d_max_pool_backward_weights", x, dw.shape(), g, pool, dy.dtype());
+  if (dy.shape() != y_shape || !workspace.defined() || workspace.dtype() != DType::u8 ||
+      workspace.shape() != y_shape) {
+    TANDEM_THROW(ShapeError, "conv2d_max_pool_backward_weights: dy and the forward's u8 workspace ",
+                 "should both be ", y_shape.to_string(), ", got ", dy.to_string(), " and ",
+                 workspace.to_string());
+  }
+  if (x.numel() == 0) {
+    dw.zero();
+    if (db != nullptr) db->zero();
+    return;
+  }
+  detail::narrow_conv_pool_backward_weights(x, dy, workspace, g, pool, dw, db);
+  count_flops(conv_pool_flops(x.shape(), dw.shape(), y_shape, pool, g));
 }
 
 }  // namespace tandem::kernels

@@ -5,11 +5,14 @@
 //   bias (O,) f32, y (N, OH, OW, O).
 // f32, or bf16 inputs (AMX/AVX512-BF16 where present) with f32 or bf16 output.
 // Inputs of up to 4 channels (a first layer) take direct kernels instead
-// (detail/narrow_conv.h), forward and weight gradient.
+// (detail/narrow_conv.h), forward and weight gradient, and max pooling
+// with ReLU after such a convolution can run inside it
+// (conv2d_max_pool_relu_forward).
 
 #include <cstdint>
 
 #include "tandem/kernels/activation.h"
+#include "tandem/kernels/pool.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::kernels {
@@ -36,5 +39,30 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 // dw (KH, KW, C, O) f32 and, when db is non-null, db (O,) f32, from x and dy.
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
                              Tensor& dw, Tensor* db);
+
+// Whether conv2d_max_pool_relu_forward takes x with these windows and
+// output dtype: x of up to 4 channels (a first layer: the direct kernels),
+// x and the output f32 or bf16, windows that tile the convolution's output
+// (stride == kernel, no padding, under 256 positions), on the CPU.
+bool conv2d_max_pool_fuses(const Tensor& x, const Pool2dGeometry& pool, DType out_dtype);
+
+// relu(max_pool2d(conv(x, w) + bias)) in one pass: the convolution's output
+// is computed a window row at a time and pooled in cache, never stored. y
+// and (training) the workspace are max_pool2d_forward(conv2d_forward(x, w,
+// bias, geometry, none, out_dtype), pool, training, true)'s, bit for bit.
+// InvalidArgument where !conv2d_max_pool_fuses.
+MaxPoolResult conv2d_max_pool_relu_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                           const Conv2dGeometry& geometry,
+                                           const Pool2dGeometry& pool, DType out_dtype,
+                                           bool training);
+
+// dw (KH, KW, C, O) and, when db is non-null, db (O,), f32, from x, the
+// pooled gradient dy (y's shape, x's dtype) and the forward's workspace:
+// the bits of conv2d_backward_weights(x, max_pool2d_backward(dy, workspace,
+// the convolution's output shape, pool), geometry, dw, db), without that
+// gradient stored.
+void conv2d_max_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                                      const Conv2dGeometry& geometry, const Pool2dGeometry& pool,
+                                      Tensor& dw, Tensor* db);
 
 }  // namespace tandem::kernels

@@ -19,6 +19,7 @@
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
 #include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/max_pool_rows.h"
 
 namespace tandem::kernels {
 namespace {
@@ -357,6 +358,28 @@ void max_pool_backward_as(const Tensor& dy, const Tensor& workspace, Tensor& dx,
 }
 
 }  // namespace
+
+namespace detail {
+
+template <typename T>
+void max_pool_rows_as(const T* rows, int64_t W, int64_t C, const Pool2dGeometry& g, bool relu, T* y,
+                      uint8_t* where) {
+  const PoolDims d{
+      .H = g.kernel_h, .W = W, .C = C, .OH = 1, .OW = W / g.kernel_w, .g = g, .relu = relu};
+  max_pool_row(rows, y, where, d, 0, 0);
+}
+
+void max_pool_rows(const float* rows, int64_t W, int64_t C, const Pool2dGeometry& g, bool relu,
+                   float* y, uint8_t* where) {
+  max_pool_rows_as(rows, W, C, g, relu, y, where);
+}
+
+void max_pool_rows(const Bf16* rows, int64_t W, int64_t C, const Pool2dGeometry& g, bool relu,
+                   Bf16* y, uint8_t* where) {
+  max_pool_rows_as(rows, W, C, g, relu, y, where);
+}
+
+}  // namespace detail
 
 Shape pool2d_output_shape(const Shape& x, const Pool2dGeometry& g) {
   if (x.rank() != 4) {

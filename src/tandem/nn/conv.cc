@@ -37,14 +37,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
 }
 
 Variable Conv2d::forward(const Variable& input) {
-  return convolve(input, options_.activation);
+  return conv2d(input, weight_, bias_, op_options(options_.activation));
 }
 
-Variable Conv2d::forward_without_activation(const Variable& input) {
-  return convolve(input, kernels::Activation::none);
+Variable Conv2d::forward_max_pool_relu(const Variable& input, const kernels::Pool2dGeometry& pool) {
+  return conv2d_max_pool_relu(input, weight_, bias_, op_options(kernels::Activation::none), pool);
 }
 
-Variable Conv2d::convolve(const Variable& input, kernels::Activation activation) {
+tandem::Conv2dOptions Conv2d::op_options(kernels::Activation activation) const {
   tandem::Conv2dOptions op;
   op.geometry = {.stride_h = options_.stride,
                  .stride_w = options_.stride,
@@ -55,7 +55,7 @@ Variable Conv2d::convolve(const Variable& input, kernels::Activation activation)
   op.activation = activation;
   op.compute_dtype = options_.compute_dtype;
   op.output_dtype = options_.output_dtype;
-  return conv2d(input, weight_, bias_, op);
+  return op;
 }
 
 std::vector<int> Conv2d::torch_axes(const std::string& local_name) const {
@@ -107,7 +107,7 @@ std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const 
   auto* pool = dynamic_cast<MaxPool2d*>(&second);
   if (conv == nullptr || pool == nullptr || conv->activation() != kernels::Activation::relu)
     return std::nullopt;
-  return max_pool2d_relu(conv->forward_without_activation(x), pool->geometry());
+  return conv->forward_max_pool_relu(x, pool->geometry());
 }
 
 Variable AvgPool2d::forward(const Variable& input) {

@@ -26,8 +26,9 @@ class Conv2d : public Module {
          const Conv2dOptions& options = {}, Generator& generator = thread_generator());
 
   Variable forward(const Variable& input) override;
-  // The convolution with its activation left out (see max_pool_then_relu).
-  Variable forward_without_activation(const Variable& input);
+  // relu(max_pool2d(this convolution)), its ReLU (or none) after the
+  // pooling, in one op (see max_pool_then_relu and conv2d_max_pool_relu).
+  Variable forward_max_pool_relu(const Variable& input, const kernels::Pool2dGeometry& pool);
   std::string describe() const override;
   GraphValue to_graph(GraphBuilder& graph, const GraphValue& x) const override;
   // The weight is (KH, KW, C, O), PyTorch's (O, C, KH, KW).
@@ -38,7 +39,7 @@ class Conv2d : public Module {
   kernels::Activation activation() const { return options_.activation; }
 
  private:
-  Variable convolve(const Variable& input, kernels::Activation activation);
+  tandem::Conv2dOptions op_options(kernels::Activation activation) const;
   int64_t in_channels_, out_channels_, kernel_size_;
   Conv2dOptions options_;
   Variable weight_, bias_;
@@ -72,10 +73,12 @@ class MaxPool2d : public Pool2d {
 // `first` then `second` on x where they are a Conv2d with a ReLU and a
 // MaxPool2d, with the ReLU moved after the pooling: max pooling and ReLU
 // commute (values and gradients alike, ties included, as max picks the
-// same position), and the ReLU then runs inside the pooling's pass
-// (max_pool2d_relu), its backward folded into the pooling's; nothing keeps
-// the convolution's output for a ReLU's backward. Empty for other pairs.
-// Sequential runs such pairs this way.
+// same position), and the ReLU then runs inside the pooling's pass, its
+// backward folded into the pooling's; nothing keeps the convolution's
+// output for a ReLU's backward. A first layer's convolution (a few input
+// channels) pools its own output as it computes it, which is then never
+// stored (conv2d_max_pool_relu). Empty for other pairs. Sequential runs
+// such pairs this way.
 std::optional<Variable> max_pool_then_relu(Module& first, Module& second, const Variable& x);
 
 // Average pooling, padding counted (PyTorch's count_include_pad=True).

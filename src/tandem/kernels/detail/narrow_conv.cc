@@ -1,12 +1,15 @@
 #include "tandem/kernels/detail/narrow_conv.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
 #include "tandem/base/parallel.h"
 #include "tandem/base/target_clones.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/float_io.h"
+#include "tandem/kernels/detail/max_pool_rows.h"
 #include "tandem/tensor/convert.h"
 
 namespace tandem::kernels::detail {
@@ -58,6 +61,21 @@ ConvDims dims_of(const Shape& x, const Shape& w, const Shape& y, const Conv2dGeo
       std::max(d.W + 2 * g.pad_w, (d.padded_ow - 1) * g.stride_w + (d.KW - 1) * g.dilation_w + 1);
   d.line_floats = columns * d.C;
   return d;
+}
+
+// A convolution whose output max pooling takes in windows that tile it
+// (stride == kernel, no padding): PH x PW windows, the convolution's rows
+// and columns past the last whole window left out.
+struct PooledDims {
+  ConvDims conv;
+  Pool2dGeometry pool;
+  int64_t PH, PW;
+};
+
+PooledDims pooled_dims_of(const Shape& x, const Shape& w, const Conv2dGeometry& g,
+                          const Pool2dGeometry& pool) {
+  const Shape y = conv2d_output_shape(x, w, g);
+  return {dims_of(x, w, y, g), pool, y[1] / pool.kernel_h, y[2] / pool.kernel_w};
 }
 
 // kLanes floats as one value: GCC's vector extension, one AVX-512 register
@@ -194,6 +212,141 @@ TANDEM_TARGET_CLONES void weights_block(const float* lines, const int64_t* offse
   weights_block_body(lines, offsets, gy, acc_w, acc_b, d);
 }
 
+// Convolution row (n, h)'s gradient as f32 (OW x padded_o, zeros in the
+// padding) from the pooled gradient: dy's value where `where` puts the
+// window's maximum, 0 elsewhere and in rows and columns that no window
+// covers; what max_pool2d_backward writes for that row, widened. dy is the
+// bits of f32 or bf16 values (GCC vectorises the select on integers).
+template <typename Bits>
+[[gnu::always_inline]] inline void pooled_gradient_row_body(const Bits* __restrict dy,
+                                                            const uint8_t* __restrict where,
+                                                            const PooledDims& p, int64_t n,
+                                                            int64_t h, float* __restrict gy) {
+  const ConvDims& d = p.conv;
+  std::fill(gy, gy + d.OW * d.padded_o, 0.0f);
+  const int64_t ph = h / p.pool.kernel_h;
+  if (ph >= p.PH) return;
+  const int64_t first = (n * p.PH + ph) * p.PW * d.O;
+  for (int64_t pw = 0; pw < p.PW; ++pw) {
+    const Bits* from = dy + first + pw * d.O;
+    const uint8_t* at = where + first + pw * d.O;
+    for (int64_t j = 0; j < p.pool.kernel_w; ++j) {
+      const auto pos = static_cast<uint8_t>(h % p.pool.kernel_h * p.pool.kernel_w + j);
+      float* to = gy + (pw * p.pool.kernel_w + j) * d.padded_o;
+      for (int64_t c = 0; c < d.O; ++c) {
+        const auto bits = static_cast<uint32_t>(from[c]) << (32 - 8 * sizeof(Bits));
+        to[c] = at[c] == pos ? std::bit_cast<float>(bits) : 0.0f;
+      }
+    }
+  }
+}
+
+TANDEM_TARGET_CLONES void pooled_gradient_row(const uint32_t* dy, const uint8_t* where,
+                                              const PooledDims& p, int64_t n, int64_t h,
+                                              float* gy) {
+  pooled_gradient_row_body(dy, where, p, n, h, gy);
+}
+
+TANDEM_TARGET_CLONES void pooled_gradient_row(const uint16_t* dy, const uint8_t* where,
+                                              const PooledDims& p, int64_t n, int64_t h,
+                                              float* gy) {
+  pooled_gradient_row_body(dy, where, p, n, h, gy);
+}
+
+// Whether pooled_weights_row_avx512 takes these windows: two columns wide,
+// output channels in whole blocks of kGroup, an AVX-512 CPU.
+bool pooled_weights_row_applies(const PooledDims& p) {
+  return p.pool.kernel_w == 2 && p.conv.O % kGroup == 0 && has_avx512();
+}
+
+// 16 lanes of a window of the pooled gradient (at dy + at, where + at):
+// their gradient, the lanes whose maximum lies in the convolution row
+// whose columns have positions left and right, and those at the right.
+struct WindowLanes {
+  __m512 g;
+  __mmask16 here, at_right;
+};
+
+template <typename Bits>
+TANDEM_AVX512 inline WindowLanes window_lanes(const Bits* dy, const uint8_t* where, int64_t at,
+                                              __m512i left, __m512i right) {
+  const __m512i position =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(where + at)));
+  const __mmask16 at_right = _mm512_cmpeq_epi32_mask(position, right);
+  __m512 gradient;
+  if constexpr (sizeof(Bits) == 4) {
+    gradient = _mm512_castsi512_ps(_mm512_loadu_si512(dy + at));
+  } else {
+    gradient = load16(dy + at);
+  }
+  return {gradient, static_cast<__mmask16>(_mm512_cmpeq_epi32_mask(position, left) | at_right),
+          at_right};
+}
+
+// weights_block for convolution row i of the window row whose pooled
+// gradient is dy (PW x O, f32 or bf16 bits) and positions `where`, without
+// building that row's gradient: of each window's two columns, a lane takes
+// the one its maximum came from (a blend, where weights_block spends a
+// product on each column), and only lanes whose maximum lies in this row
+// gain the product. The bits of weights_block over the expanded row for
+// finite x: the products left out are zero and would add nothing, those
+// kept come in the same order (column by column), fused multiply-adds as
+// GCC compiles weights_block's. NB taps at a time, their accumulators in
+// registers: 9 where the taps come in nines (3x3 kernels), so that no tap
+// is padding and each window's lanes are worked out once per row; else 4,
+// over the padded taps. The first block also sums the bias gradient.
+template <int NB, typename Bits>
+TANDEM_AVX512 void pooled_weights_row_avx512(const float* lines, const int64_t* offsets,
+                                             const Bits* dy, const uint8_t* where, int64_t i,
+                                             float* acc_w, float* acc_b, const PooledDims& p) {
+  const ConvDims& d = p.conv;
+  const int64_t step = d.g.stride_w * d.C;
+  const __m512i left = _mm512_set1_epi32(static_cast<int>(2 * i));
+  const __m512i right = _mm512_set1_epi32(static_cast<int>(2 * i + 1));
+  const int64_t taps = NB == kBlock ? d.padded_taps : d.taps;
+  for (int64_t o0 = 0; o0 < d.O; o0 += kGroup) {
+    __m512 sum[2] = {_mm512_loadu_ps(acc_b + o0), _mm512_loadu_ps(acc_b + o0 + kLanes)};
+    for (int64_t t0 = 0; t0 < taps; t0 += NB) {
+      __m512 acc[NB][2];
+      for (int64_t q = 0; q < NB; ++q)
+        for (int64_t v = 0; v < 2; ++v)
+          acc[q][v] = _mm512_loadu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes);
+      for (int64_t pw = 0; pw < p.PW; ++pw) {
+        const WindowLanes l[2] = {window_lanes(dy, where, pw * d.O + o0, left, right),
+                                  window_lanes(dy, where, pw * d.O + o0 + kLanes, left, right)};
+        if (t0 == 0) {
+          for (int64_t v = 0; v < 2; ++v)
+            sum[v] = _mm512_mask_add_ps(sum[v], l[v].here, sum[v], l[v].g);
+        }
+        for (int64_t q = 0; q < NB; ++q) {
+          const float* tap = lines + offsets[t0 + q] + 2 * pw * step;
+          const __m512 x_left = _mm512_set1_ps(tap[0]), x_right = _mm512_set1_ps(tap[step]);
+          for (int64_t v = 0; v < 2; ++v) {
+            const __m512 x = _mm512_mask_blend_ps(l[v].at_right, x_left, x_right);
+            acc[q][v] = _mm512_mask3_fmadd_ps(x, l[v].g, acc[q][v], l[v].here);
+          }
+        }
+      }
+      for (int64_t q = 0; q < NB; ++q)
+        for (int64_t v = 0; v < 2; ++v)
+          _mm512_storeu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes, acc[q][v]);
+    }
+    _mm512_storeu_ps(acc_b + o0, sum[0]);
+    _mm512_storeu_ps(acc_b + o0 + kLanes, sum[1]);
+  }
+}
+
+template <typename Bits>
+void pooled_weights_row(const float* lines, const int64_t* offsets, const Bits* dy,
+                        const uint8_t* where, int64_t i, float* acc_w, float* acc_b,
+                        const PooledDims& p) {
+  if (p.conv.taps % 9 == 0) {
+    pooled_weights_row_avx512<9>(lines, offsets, dy, where, i, acc_w, acc_b, p);
+  } else {
+    pooled_weights_row_avx512<kBlock>(lines, offsets, dy, where, i, acc_w, acc_b, p);
+  }
+}
+
 // Where tap t = (kh KW + kw) C + c of pixel 0 sits in the lines; padding
 // taps (up to padded_taps) at the zero line.
 std::vector<int64_t> tap_offsets(const ConvDims& d) {
@@ -231,6 +384,58 @@ void store_pixels(const float* from, int64_t count, const ConvDims& d, char* to,
     convert_on_this_thread(from + p * d.padded_o, DType::f32, to + p * bytes, dtype, d.O);
 }
 
+// The bias over padded_o lanes, zeros without one.
+std::vector<float> bias_lanes(const Tensor& bias, const ConvDims& d) {
+  std::vector<float> shift(static_cast<size_t>(d.padded_o), 0.0f);
+  if (bias.defined()) std::copy(bias.data<float>(), bias.data<float>() + d.O, shift.begin());
+  return shift;
+}
+
+// dw and db from x and the convolution's output gradient, which
+// accumulate_row(r, lines, acc_w, acc_b, scratch) adds for row r into
+// acc_w (padded_taps x padded_o) and acc_b (padded_o) from the row's input
+// lines (scratch: OW x padded_o floats of its own): summed in f32 over
+// blocks of kRowBlock rows, in double across blocks.
+template <typename AccumulateRow>
+void sum_weight_gradients(const Tensor& x, const ConvDims& d, AccumulateRow&& accumulate_row,
+                          Tensor& dw, Tensor* db) {
+  const int64_t rows = x.dim(0) * d.OH;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t width = (d.padded_taps + 1) * d.padded_o;  // dw's taps, then db
+  std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
+  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<float> acc(static_cast<size_t>(width));
+      std::vector<float> lines(static_cast<size_t>((d.KH + 1) * d.line_floats));
+      std::vector<float> scratch(static_cast<size_t>(d.OW * d.padded_o), 0.0f);
+      for (int64_t b = b0; b < b1; ++b) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float* bias_sum = acc.data() + d.padded_taps * d.padded_o;
+        for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r) {
+          lines_of_row(xs, lines.data(), d, r / d.OH, r % d.OH);
+          accumulate_row(r, lines.data(), acc.data(), bias_sum, scratch.data());
+        }
+        double* sums = partial.data() + b * width;
+        for (int64_t i = 0; i < width; ++i) sums[i] = static_cast<double>(acc[i]);
+      }
+    });
+  });
+  std::vector<double> total(static_cast<size_t>(width), 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < width; ++i) total[i] += partial[b * width + i];
+  float* dws = dw.data<float>();
+  for (int64_t t = 0; t < d.taps; ++t)
+    for (int64_t o = 0; o < d.O; ++o)
+      dws[t * d.O + o] = static_cast<float>(total[t * d.padded_o + o]);
+  if (db != nullptr) {
+    float* dbs = db->data<float>();
+    for (int64_t o = 0; o < d.O; ++o)
+      dbs[o] = static_cast<float>(total[d.padded_taps * d.padded_o + o]);
+  }
+}
+
 }  // namespace
 
 bool narrow_conv_applies(const Shape& x, Activation activation) {
@@ -243,8 +448,7 @@ void narrow_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
   const ConvDims d = dims_of(x.shape(), w.shape(), y.shape(), g);
   const std::vector<float> weights = padded_weights(w, d);
   const std::vector<int64_t> offsets = tap_offsets(d);
-  std::vector<float> shift(static_cast<size_t>(d.padded_o), 0.0f);
-  if (bias.defined()) std::copy(bias.data<float>(), bias.data<float>() + d.O, shift.begin());
+  const std::vector<float> shift = bias_lanes(bias, d);
   const bool relu = activation == Activation::relu;
   char* ys = static_cast<char*>(y.raw_data());
   const size_t row_bytes = static_cast<size_t>(d.OW * d.O) * dtype_size(y.dtype());
@@ -272,48 +476,91 @@ void narrow_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2
                                   Tensor& dw, Tensor* db) {
   const ConvDims d = dims_of(x.shape(), dw.shape(), dy.shape(), g);
   const std::vector<int64_t> offsets = tap_offsets(d);
-  const int64_t rows = x.dim(0) * d.OH;
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  const int64_t width = (d.padded_taps + 1) * d.padded_o;  // dw's taps, then db
-  std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
   const char* dys = static_cast<const char*>(dy.raw_data());
   const size_t row_bytes = static_cast<size_t>(d.OW * d.O) * dtype_size(dy.dtype());
-  dispatch_f32_or_bf16(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* xs = static_cast<const T*>(x.raw_data());
-    // An f32 dy row already in the blocks' layout is read in place.
-    const bool in_place = dy.dtype() == DType::f32 && d.padded_o == d.O;
-    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<float> acc(static_cast<size_t>(width));
-      std::vector<float> lines(static_cast<size_t>((d.KH + 1) * d.line_floats));
-      std::vector<float> gy(in_place ? 0 : static_cast<size_t>(d.OW * d.padded_o), 0.0f);
-      for (int64_t b = b0; b < b1; ++b) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        float* bias_sum = acc.data() + d.padded_taps * d.padded_o;
-        for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r) {
-          const char* dy_row = dys + static_cast<size_t>(r) * row_bytes;
-          if (!in_place) load_pixels(dy_row, dy.dtype(), d.OW, d, gy.data());
-          lines_of_row(xs, lines.data(), d, r / d.OH, r % d.OH);
-          weights_block(lines.data(), offsets.data(),
-                        in_place ? reinterpret_cast<const float*>(dy_row) : gy.data(), acc.data(),
-                        bias_sum, d);
+  // An f32 dy row already in the blocks' layout is read in place.
+  const bool in_place = dy.dtype() == DType::f32 && d.padded_o == d.O;
+  sum_weight_gradients(
+      x, d,
+      [&](int64_t r, const float* lines, float* acc_w, float* acc_b, float* scratch) {
+        const char* dy_row = dys + static_cast<size_t>(r) * row_bytes;
+        const float* gy = reinterpret_cast<const float*>(dy_row);
+        if (!in_place) {
+          load_pixels(dy_row, dy.dtype(), d.OW, d, scratch);
+          gy = scratch;
         }
-        double* sums = partial.data() + b * width;
-        for (int64_t i = 0; i < width; ++i) sums[i] = static_cast<double>(acc[i]);
-      }
+        weights_block(lines, offsets.data(), gy, acc_w, acc_b, d);
+      },
+      dw, db);
+}
+
+void narrow_conv_pool_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                              const Conv2dGeometry& g, const Pool2dGeometry& pool, Tensor& y,
+                              Tensor* where) {
+  const PooledDims p = pooled_dims_of(x.shape(), w.shape(), g, pool);
+  const ConvDims& d = p.conv;
+  const std::vector<float> weights = padded_weights(w, d);
+  const std::vector<int64_t> offsets = tap_offsets(d);
+  const std::vector<float> shift = bias_lanes(bias, d);
+  uint8_t* wheres = where != nullptr ? where->data<uint8_t>() : nullptr;
+  const int64_t pooled_row = p.PW * d.O;
+  dispatch_f32_or_bf16(x.dtype(), [&](auto x_tag) {
+    using T = decltype(x_tag);
+    const T* xs = static_cast<const T*>(x.raw_data());
+    dispatch_f32_or_bf16(y.dtype(), [&](auto y_tag) {
+      using Y = decltype(y_tag);
+      Y* ys = static_cast<Y*>(y.raw_data());
+      parallel_for(x.dim(0) * p.PH, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> lines(static_cast<size_t>((d.KH + 1) * d.line_floats));
+        std::vector<float> row(static_cast<size_t>(d.padded_ow * d.padded_o));
+        // A window row's convolution rows in y's dtype, pooled from cache.
+        std::vector<Y> window_rows(static_cast<size_t>(pool.kernel_h * d.OW * d.O));
+        for (int64_t r = begin; r < end; ++r) {
+          for (int64_t i = 0; i < pool.kernel_h; ++i) {
+            lines_of_row(xs, lines.data(), d, r / p.PH, r % p.PH * pool.kernel_h + i);
+            forward_block(lines.data(), offsets.data(), weights.data(), shift.data(), false,
+                          row.data(), d);
+            store_pixels(row.data(), d.OW, d,
+                         reinterpret_cast<char*>(window_rows.data() + i * d.OW * d.O), y.dtype());
+          }
+          max_pool_rows(window_rows.data(), d.OW, d.O, pool, true, ys + r * pooled_row,
+                        wheres != nullptr ? wheres + r * pooled_row : nullptr);
+        }
+      });
     });
   });
-  std::vector<double> total(static_cast<size_t>(width), 0.0);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = 0; i < width; ++i) total[i] += partial[b * width + i];
-  float* dws = dw.data<float>();
-  for (int64_t t = 0; t < d.taps; ++t)
-    for (int64_t o = 0; o < d.O; ++o)
-      dws[t * d.O + o] = static_cast<float>(total[t * d.padded_o + o]);
-  if (db != nullptr) {
-    float* dbs = db->data<float>();
-    for (int64_t o = 0; o < d.O; ++o)
-      dbs[o] = static_cast<float>(total[d.padded_taps * d.padded_o + o]);
+}
+
+void narrow_conv_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& where,
+                                       const Conv2dGeometry& g, const Pool2dGeometry& pool,
+                                       Tensor& dw, Tensor* db) {
+  const PooledDims p = pooled_dims_of(x.shape(), dw.shape(), g, pool);
+  const ConvDims& d = p.conv;
+  const std::vector<int64_t> offsets = tap_offsets(d);
+  const bool sparse = pooled_weights_row_applies(p);
+  const auto accumulate = [&](const auto* dys) {
+    const uint8_t* at = where.data<uint8_t>();
+    sum_weight_gradients(
+        x, d,
+        [&](int64_t r, const float* lines, float* acc_w, float* acc_b, float* scratch) {
+          const int64_t n = r / d.OH, h = r % d.OH, ph = h / pool.kernel_h;
+          if (sparse) {
+            // Rows below the last whole window have no gradient.
+            if (ph >= p.PH) return;
+            const int64_t first = (n * p.PH + ph) * p.PW * d.O;
+            pooled_weights_row(lines, offsets.data(), dys + first, at + first, h % pool.kernel_h,
+                               acc_w, acc_b, p);
+            return;
+          }
+          pooled_gradient_row(dys, at, p, n, h, scratch);
+          weights_block(lines, offsets.data(), scratch, acc_w, acc_b, d);
+        },
+        dw, db);
+  };
+  if (dy.dtype() == DType::bf16) {
+    accumulate(static_cast<const uint16_t*>(dy.raw_data()));
+  } else {
+    accumulate(static_cast<const uint32_t*>(dy.raw_data()));
   }
 }
 

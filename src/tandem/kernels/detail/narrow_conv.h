@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "tandem/kernels/conv.h"
+#include "tandem/kernels/pool.h"
 
 namespace tandem::kernels::detail {
 
@@ -26,5 +27,25 @@ void narrow_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
 // blocks, in an order that does not depend on the thread count.
 void narrow_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
                                   Tensor& dw, Tensor* db);
+
+// relu(max_pool(conv(x, w) + bias)) into y (N, OH / kernel_h, OW /
+// kernel_w, O) and, when non-null, where (u8, y's shape: each maximum's
+// position), for pooling windows that tile the convolution's output
+// (stride == kernel, no padding; its rows and columns past the last whole
+// window left out). Each window row's convolution rows are computed,
+// rounded to y's dtype (f32 or bf16) and pooled while in cache, never
+// stored: the bits of narrow_conv_forward without activation, then
+// max_pool2d_forward with relu. Checked and allocated by the caller.
+void narrow_conv_pool_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                              const Conv2dGeometry& geometry, const Pool2dGeometry& pool, Tensor& y,
+                              Tensor* where);
+
+// dw and, when db is non-null, db (f32) from x, the pooled gradient dy (f32
+// or bf16) and narrow_conv_pool_forward's positions: each convolution
+// row's gradient built in cache from the window row over it, so the bits
+// are narrow_conv_backward_weights(x, max_pool2d_backward(dy, where, ...)).
+void narrow_conv_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& where,
+                                       const Conv2dGeometry& geometry, const Pool2dGeometry& pool,
+                                       Tensor& dw, Tensor* db);
 
 }  // namespace tandem::kernels::detail
