@@ -177,40 +177,44 @@ TEST(Models, Bf16ForwardIsCloseToF32) {
 
 // A Sequential runs Conv2d(relu) then MaxPool2d with the ReLU after the
 // pooling: outputs and every gradient equal the layers run one by one,
-// bit for bit, in f32 and bf16 (the input has ties and negative windows).
+// bit for bit, in f32 and bf16 (the input has ties and negative windows),
+// for first layers whose convolution pools its own output (1 and 2 input
+// channels) and a wider one that does not (5).
 TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
-  for (const DType dtype : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    Generator g(7);
-    auto conv =
-        std::make_shared<nn::Conv2d>(2, 16, 3,
-                                     nn::Conv2dOptions{.padding = 1,
-                                                       .activation = kernels::Activation::relu,
-                                                       .compute_dtype = dtype,
-                                                       .output_dtype = dtype},
-                                     g);
-    auto pool = std::make_shared<nn::MaxPool2d>(2);
-    nn::Sequential sequential;
-    sequential.add(conv).add(pool);
-    // Values on a coarse grid: many ties within windows.
-    Tensor x = testing::random_tensor(Shape{3, 6, 6, 2}, -2, 2, 9);
-    float* xs = x.data<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2.0f) / 2.0f;
-    x = x.to(dtype);
-    const Tensor dy = testing::random_tensor(Shape{3, 3, 3, 16}, -1, 1, 10).to(dtype);
-    auto run = [&](bool fused) {
-      conv->zero_grad();
-      Variable input(x, true);
-      const Variable y = fused ? sequential.forward(input) : (*pool)(conv->forward(input));
-      y.backward(dy);
-      std::vector<std::vector<float>> out{y.value().to_floats(), input.grad().to_floats()};
-      for (auto& p : conv->parameters()) out.push_back(p.grad().to_floats());
-      return out;
-    };
-    const auto fused = run(true), layered = run(false);
-    ASSERT_EQ(fused.size(), layered.size());
-    for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], layered[i]) << "part " << i;
-  }
+  const std::pair<int64_t, int64_t> channels[] = {{2, 16}, {1, 32}, {5, 16}};
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const auto& [in, out] : channels) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << in << " -> " << out);
+      Generator g(7);
+      auto conv =
+          std::make_shared<nn::Conv2d>(in, out, 3,
+                                       nn::Conv2dOptions{.padding = 1,
+                                                         .activation = kernels::Activation::relu,
+                                                         .compute_dtype = dtype,
+                                                         .output_dtype = dtype},
+                                       g);
+      auto pool = std::make_shared<nn::MaxPool2d>(2);
+      nn::Sequential sequential;
+      sequential.add(conv).add(pool);
+      // Values on a coarse grid: many ties within windows.
+      Tensor x = testing::random_tensor(Shape{3, 6, 6, in}, -2, 2, 9);
+      float* xs = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2.0f) / 2.0f;
+      x = x.to(dtype);
+      const Tensor dy = testing::random_tensor(Shape{3, 3, 3, out}, -1, 1, 10).to(dtype);
+      auto run = [&](bool fused) {
+        conv->zero_grad();
+        Variable input(x, true);
+        const Variable y = fused ? sequential.forward(input) : (*pool)(conv->forward(input));
+        y.backward(dy);
+        std::vector<std::vector<float>> out{y.value().to_floats(), input.grad().to_floats()};
+        for (auto& p : conv->parameters()) out.push_back(p.grad().to_floats());
+        return out;
+      };
+      const auto fused = run(true), layered = run(false);
+      ASSERT_EQ(fused.size(), layered.size());
+      for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], layered[i]) << "part " << i;
+    }
 }
 
 }  // namespace
