@@ -207,9 +207,52 @@ TANDEM_TARGET_CLONES void forward_block(const float* lines, const int64_t* offse
   forward_block_body(lines, offsets, w, bias, relu, out, d);
 }
 
-TANDEM_TARGET_CLONES void weights_block(const float* lines, const int64_t* offsets, const float* gy,
-                                        float* acc_w, float* acc_b, const ConvDims& d) {
+TANDEM_TARGET_CLONES void weights_block_portable(const float* lines, const int64_t* offsets,
+                                                 const float* gy, float* acc_w, float* acc_b,
+                                                 const ConvDims& d) {
   weights_block_body(lines, offsets, gy, acc_w, acc_b, d);
+}
+
+// weights_block_body on AVX-512 with its multiply-adds fused by the
+// instruction: the compilers contract the portable loop's `acc += v * g`
+// or not by their own rules (GCC at -O2 did, clang at -O1 did not), and
+// the pooled weight gradient below must add its products as this does.
+TANDEM_AVX512 void weights_block_avx512(const float* lines, const int64_t* offsets, const float* gy,
+                                        float* acc_w, float* acc_b, const ConvDims& d) {
+  const int64_t step = d.g.stride_w * d.C;
+  for (int64_t o0 = 0; o0 < d.padded_o; o0 += kLanes) {
+    __m512 sum = _mm512_loadu_ps(acc_b + o0);
+    for (int64_t ow = 0; ow < d.OW; ++ow)
+      sum = _mm512_add_ps(sum, _mm512_loadu_ps(gy + ow * d.padded_o + o0));
+    _mm512_storeu_ps(acc_b + o0, sum);
+  }
+  for (int64_t t0 = 0; t0 < d.padded_taps; t0 += kBlock) {
+    for (int64_t o0 = 0; o0 < d.padded_o; o0 += kGroup) {
+      __m512 acc[kBlock][2];
+      for (int64_t q = 0; q < kBlock; ++q)
+        for (int64_t v = 0; v < 2; ++v)
+          acc[q][v] = _mm512_loadu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes);
+      for (int64_t ow = 0; ow < d.OW; ++ow) {
+        const __m512 g[2] = {_mm512_loadu_ps(gy + ow * d.padded_o + o0),
+                             _mm512_loadu_ps(gy + ow * d.padded_o + o0 + kLanes)};
+        for (int64_t q = 0; q < kBlock; ++q) {
+          const __m512 x = _mm512_set1_ps(lines[offsets[t0 + q] + ow * step]);
+          for (int64_t v = 0; v < 2; ++v) acc[q][v] = _mm512_fmadd_ps(x, g[v], acc[q][v]);
+        }
+      }
+      for (int64_t q = 0; q < kBlock; ++q)
+        for (int64_t v = 0; v < 2; ++v)
+          _mm512_storeu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes, acc[q][v]);
+    }
+  }
+}
+
+// acc_w (padded_taps x padded_o) += patch^T x gy and acc_b += gy's column
+// sums for one row, as weights_block_body says.
+void weights_block(const float* lines, const int64_t* offsets, const float* gy, float* acc_w,
+                   float* acc_b, const ConvDims& d) {
+  if (has_avx512()) return weights_block_avx512(lines, offsets, gy, acc_w, acc_b, d);
+  weights_block_portable(lines, offsets, gy, acc_w, acc_b, d);
 }
 
 // Convolution row (n, h)'s gradient as f32 (OW x padded_o, zeros in the
@@ -291,7 +334,7 @@ TANDEM_AVX512 inline WindowLanes window_lanes(const Bits* dy, const uint8_t* whe
 // gain the product. The bits of weights_block over the expanded row for
 // finite x: the products left out are zero and would add nothing, those
 // kept come in the same order (column by column), fused multiply-adds as
-// GCC compiles weights_block's. NB taps at a time, their accumulators in
+// weights_block_avx512's. NB taps at a time, their accumulators in
 // registers: 9 where the taps come in nines (3x3 kernels), so that no tap
 // is padding and each window's lanes are worked out once per row; else 4,
 // over the padded taps. The first block also sums the bias gradient.
