@@ -136,7 +136,9 @@ TEST(ConvMaxPool, WeightGradientGivesTheComposedOpsBits) {
       kernels::conv2d_max_pool_backward_weights(x, dy, forward.workspace, c.conv, c.pool, dw[1],
                                                 r.bias ? &db[1] : nullptr);
       EXPECT_EQ(bytes(dw[1]), bytes(dw[0])) << "dw";
-      if (r.bias) EXPECT_EQ(bytes(db[1]), bytes(db[0])) << "db";
+      if (r.bias) {
+        EXPECT_EQ(bytes(db[1]), bytes(db[0])) << "db";
+      }
     }
   }
 }

@@ -183,11 +183,12 @@ TEST(Models, Bf16ForwardIsCloseToF32) {
 TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
   const std::pair<int64_t, int64_t> channels[] = {{2, 16}, {1, 32}, {5, 16}};
   for (const DType dtype : {DType::f32, DType::bf16})
-    for (const auto& [in, out] : channels) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << in << " -> " << out);
+    for (const auto& [in_channels, out_channels] : channels) {
+      SCOPED_TRACE(::testing::Message()
+                   << dtype_name(dtype) << " " << in_channels << " -> " << out_channels);
       Generator g(7);
       auto conv =
-          std::make_shared<nn::Conv2d>(in, out, 3,
+          std::make_shared<nn::Conv2d>(in_channels, out_channels, 3,
                                        nn::Conv2dOptions{.padding = 1,
                                                          .activation = kernels::Activation::relu,
                                                          .compute_dtype = dtype,
@@ -197,11 +198,11 @@ TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
       nn::Sequential sequential;
       sequential.add(conv).add(pool);
       // Values on a coarse grid: many ties within windows.
-      Tensor x = testing::random_tensor(Shape{3, 6, 6, in}, -2, 2, 9);
+      Tensor x = testing::random_tensor(Shape{3, 6, 6, in_channels}, -2, 2, 9);
       float* xs = x.data<float>();
       for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2.0f) / 2.0f;
       x = x.to(dtype);
-      const Tensor dy = testing::random_tensor(Shape{3, 3, 3, out}, -1, 1, 10).to(dtype);
+      const Tensor dy = testing::random_tensor(Shape{3, 3, 3, out_channels}, -1, 1, 10).to(dtype);
       auto run = [&](bool fused) {
         conv->zero_grad();
         Variable input(x, true);

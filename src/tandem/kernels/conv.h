@@ -59,8 +59,8 @@ MaxPoolResult conv2d_max_pool_relu_forward(const Tensor& x, const Tensor& w, con
 // dw (KH, KW, C, O) and, when db is non-null, db (O,), f32, from x, the
 // pooled gradient dy (y's shape, x's dtype) and the forward's workspace:
 // the bits of conv2d_backward_weights(x, max_pool2d_backward(dy, workspace,
-// the convolution's output shape, pool), geometry, dw, db), without that
-// gradient stored.
+// the convolution's output shape, pool), geometry, dw, db) for finite x,
+// without that gradient stored.
 void conv2d_max_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& workspace,
                                       const Conv2dGeometry& geometry, const Pool2dGeometry& pool,
                                       Tensor& dw, Tensor* db);
