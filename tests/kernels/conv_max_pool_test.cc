@@ -1,12 +1,12 @@
 // A first layer's convolution with max pooling and ReLU in one pass
 // (kernels::conv2d_max_pool_relu_forward and its weight gradient) against
 // the ops composed, bit for bit: values, positions and gradients, on shapes
-// that reach each path (32 and 64 output channels: the AVX-512 weight
-// gradient that skips the zero products, taps in nines or not; 20 and 16
-// channels, 3-wide or 1-wide windows: the gradient rows built out), with
-// rows and columns past the last whole window, strides, dilation and no
-// bias, on 1 and 3 threads, f32 and bf16 in and out, with ties, windows
-// all negative and NaNs.
+// that reach each path (16, 32, 48 and 64 output channels: the AVX-512
+// weight gradient that skips the zero products, two vectors of channels at
+// a time or one, taps in nines or not; 20 channels, 3-wide or 1-wide
+// windows: the gradient rows built out), with rows and columns past the
+// last whole window, strides, dilation and no bias, on 1 and 3 threads,
+// f32 and bf16 in and out, with ties, windows all negative and NaNs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,7 +49,9 @@ std::vector<Case> cases() {
        {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2},
        {.kernel_h = 2, .kernel_w = 1, .stride_h = 2, .stride_w = 1}},
       {{2, 6, 6, 1}, {3, 3, 1, 32}, {}, {}},
-      {{2, 9, 8, 2}, {2, 2, 2, 32}, {}, {}},  // 8 taps: no nines
+      {{2, 9, 8, 2}, {2, 2, 2, 32}, {}, {}},      // 8 taps: no nines
+      {{2, 8, 10, 1}, {3, 3, 1, 16}, kSame, {}},  // output channels a vector at a time
+      {{1, 7, 9, 3}, {2, 2, 3, 48}, {}, {}},
   };
 }
 

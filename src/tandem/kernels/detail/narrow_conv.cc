@@ -297,9 +297,9 @@ TANDEM_TARGET_CLONES void pooled_gradient_row(const uint16_t* dy, const uint8_t*
 }
 
 // Whether pooled_weights_row_avx512 takes these windows: two columns wide,
-// output channels in whole blocks of kGroup, an AVX-512 CPU.
+// output channels in whole vectors, an AVX-512 CPU.
 bool pooled_weights_row_applies(const PooledDims& p) {
-  return p.pool.kernel_w == 2 && p.conv.O % kGroup == 0 && has_avx512();
+  return p.pool.kernel_w == 2 && p.conv.O % kLanes == 0 && has_avx512();
 }
 
 // 16 lanes of a window of the pooled gradient (at dy + at, where + at):
@@ -337,8 +337,9 @@ TANDEM_AVX512 inline WindowLanes window_lanes(const Bits* dy, const uint8_t* whe
 // weights_block_avx512's. NB taps at a time, their accumulators in
 // registers: 9 where the taps come in nines (3x3 kernels), so that no tap
 // is padding and each window's lanes are worked out once per row; else 4,
-// over the padded taps. The first block also sums the bias gradient.
-template <int NB, typename Bits>
+// over the padded taps. Output channels V vectors at a time (2 where they
+// come in 32s). The first block also sums the bias gradient.
+template <int NB, int V, typename Bits>
 TANDEM_AVX512 void pooled_weights_row_avx512(const float* lines, const int64_t* offsets,
                                              const Bits* dy, const uint8_t* where, int64_t i,
                                              float* acc_w, float* acc_b, const PooledDims& p) {
@@ -347,35 +348,36 @@ TANDEM_AVX512 void pooled_weights_row_avx512(const float* lines, const int64_t* 
   const __m512i left = _mm512_set1_epi32(static_cast<int>(2 * i));
   const __m512i right = _mm512_set1_epi32(static_cast<int>(2 * i + 1));
   const int64_t taps = NB == kBlock ? d.padded_taps : d.taps;
-  for (int64_t o0 = 0; o0 < d.O; o0 += kGroup) {
-    __m512 sum[2] = {_mm512_loadu_ps(acc_b + o0), _mm512_loadu_ps(acc_b + o0 + kLanes)};
+  for (int64_t o0 = 0; o0 < d.O; o0 += V * kLanes) {
+    __m512 sum[V];
+    for (int64_t v = 0; v < V; ++v) sum[v] = _mm512_loadu_ps(acc_b + o0 + v * kLanes);
     for (int64_t t0 = 0; t0 < taps; t0 += NB) {
-      __m512 acc[NB][2];
+      __m512 acc[NB][V];
       for (int64_t q = 0; q < NB; ++q)
-        for (int64_t v = 0; v < 2; ++v)
+        for (int64_t v = 0; v < V; ++v)
           acc[q][v] = _mm512_loadu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes);
       for (int64_t pw = 0; pw < p.PW; ++pw) {
-        const WindowLanes l[2] = {window_lanes(dy, where, pw * d.O + o0, left, right),
-                                  window_lanes(dy, where, pw * d.O + o0 + kLanes, left, right)};
+        WindowLanes l[V];
+        for (int64_t v = 0; v < V; ++v)
+          l[v] = window_lanes(dy, where, pw * d.O + o0 + v * kLanes, left, right);
         if (t0 == 0) {
-          for (int64_t v = 0; v < 2; ++v)
+          for (int64_t v = 0; v < V; ++v)
             sum[v] = _mm512_mask_add_ps(sum[v], l[v].here, sum[v], l[v].g);
         }
         for (int64_t q = 0; q < NB; ++q) {
           const float* tap = lines + offsets[t0 + q] + 2 * pw * step;
           const __m512 x_left = _mm512_set1_ps(tap[0]), x_right = _mm512_set1_ps(tap[step]);
-          for (int64_t v = 0; v < 2; ++v) {
+          for (int64_t v = 0; v < V; ++v) {
             const __m512 x = _mm512_mask_blend_ps(l[v].at_right, x_left, x_right);
             acc[q][v] = _mm512_mask3_fmadd_ps(x, l[v].g, acc[q][v], l[v].here);
           }
         }
       }
       for (int64_t q = 0; q < NB; ++q)
-        for (int64_t v = 0; v < 2; ++v)
+        for (int64_t v = 0; v < V; ++v)
           _mm512_storeu_ps(acc_w + (t0 + q) * d.padded_o + o0 + v * kLanes, acc[q][v]);
     }
-    _mm512_storeu_ps(acc_b + o0, sum[0]);
-    _mm512_storeu_ps(acc_b + o0 + kLanes, sum[1]);
+    for (int64_t v = 0; v < V; ++v) _mm512_storeu_ps(acc_b + o0 + v * kLanes, sum[v]);
   }
 }
 
@@ -383,11 +385,13 @@ template <typename Bits>
 void pooled_weights_row(const float* lines, const int64_t* offsets, const Bits* dy,
                         const uint8_t* where, int64_t i, float* acc_w, float* acc_b,
                         const PooledDims& p) {
-  if (p.conv.taps % 9 == 0) {
-    pooled_weights_row_avx512<9>(lines, offsets, dy, where, i, acc_w, acc_b, p);
-  } else {
-    pooled_weights_row_avx512<kBlock>(lines, offsets, dy, where, i, acc_w, acc_b, p);
-  }
+  const bool nines = p.conv.taps % 9 == 0, pairs = p.conv.O % kGroup == 0;
+  if (nines && pairs)
+    return pooled_weights_row_avx512<9, 2>(lines, offsets, dy, where, i, acc_w, acc_b, p);
+  if (nines) return pooled_weights_row_avx512<9, 1>(lines, offsets, dy, where, i, acc_w, acc_b, p);
+  if (pairs)
+    return pooled_weights_row_avx512<kBlock, 2>(lines, offsets, dy, where, i, acc_w, acc_b, p);
+  pooled_weights_row_avx512<kBlock, 1>(lines, offsets, dy, where, i, acc_w, acc_b, p);
 }
 
 // Where tap t = (kh KW + kw) C + c of pixel 0 sits in the lines; padding

@@ -43,7 +43,7 @@ void narrow_conv_pool_forward(const Tensor& x, const Tensor& w, const Tensor& bi
 // dw and, when db is non-null, db (f32) from x, the pooled gradient dy (f32
 // or bf16) and narrow_conv_pool_forward's positions, the convolution's
 // output gradient never stored: on AVX-512 with windows two columns wide
-// and output channels in multiples of 32, only the products of the
+// and output channels in multiples of 16, only the products of the
 // windows' maxima are taken; elsewhere each row's gradient is built in
 // cache from the window row over it. The bits of
 // narrow_conv_backward_weights(x, max_pool2d_backward(dy, where, ...)) for
