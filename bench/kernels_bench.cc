@@ -165,6 +165,9 @@ BENCHMARK_CAPTURE(MaxPool, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
 BENCHMARK_CAPTURE(MaxPool, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
 BENCHMARK_CAPTURE(MaxPoolBackward, pool1_f32, Shape{128, 28, 28, 32}, DType::f32);
 BENCHMARK_CAPTURE(MaxPoolBackward, pool1_bf16, Shape{128, 28, 28, 32}, DType::bf16);
+// The cnn's second pooling (after its 32 -> 64 convolution).
+BENCHMARK_CAPTURE(MaxPool, pool2_bf16, Shape{128, 14, 14, 64}, DType::bf16);
+BENCHMARK_CAPTURE(MaxPoolBackward, pool2_bf16, Shape{128, 14, 14, 64}, DType::bf16);
 // Batch norm with its fused ReLU on resnet's first stage (128 x 28 x 28 x
 // 16): memory-bound, so the counter is the bytes of x (and dy) per call.
 void BatchNormTrain(benchmark::State& state, DType dtype) {

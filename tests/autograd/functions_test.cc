@@ -8,6 +8,7 @@
 
 #include "support/gradcheck.h"
 #include "tandem/autograd/functions.h"
+#include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
 #include "tandem/kernels/elementwise.h"
 #include "tandem/kernels/normalization.h"
@@ -89,13 +90,15 @@ TEST(Functions, Conv2dMaxPoolReluGivesTheComposedOpsBits) {
     kernels::Pool2dGeometry pool;
     DType compute;
     std::optional<DType> output;
+    bool fuses;  // one op, or the composition (5 channels, overlapping windows)
   };
   const kernels::Pool2dGeometry overlapping{.stride_h = 1, .stride_w = 1};
-  const Case cases[] = {{Shape{2, 8, 8, 1}, Shape{3, 3, 1, 32}, {}, DType::f32, {}},
-                        {Shape{2, 8, 6, 3}, Shape{3, 3, 3, 20}, {}, DType::bf16, DType::bf16},
-                        {Shape{2, 7, 7, 2}, Shape{3, 3, 2, 32}, {}, DType::bf16, DType::f32},
-                        {Shape{2, 6, 6, 5}, Shape{3, 3, 5, 16}, {}, DType::f32, {}},
-                        {Shape{2, 6, 6, 1}, Shape{3, 3, 1, 16}, overlapping, DType::bf16, {}}};
+  const Case cases[] = {
+      {Shape{2, 8, 8, 1}, Shape{3, 3, 1, 32}, {}, DType::f32, {}, true},
+      {Shape{2, 8, 6, 3}, Shape{3, 3, 3, 20}, {}, DType::bf16, DType::bf16, true},
+      {Shape{2, 7, 7, 2}, Shape{3, 3, 2, 32}, {}, DType::bf16, DType::f32, true},
+      {Shape{2, 6, 6, 5}, Shape{3, 3, 5, 16}, {}, DType::f32, {}, false},
+      {Shape{2, 6, 6, 1}, Shape{3, 3, 1, 16}, overlapping, DType::bf16, {}, false}};
   uint64_t seed = 90;
   for (const Case& c : cases) {
     for (const kernels::Activation activation :
@@ -115,6 +118,9 @@ TEST(Functions, Conv2dMaxPoolReluGivesTheComposedOpsBits) {
         Variable xv = leaf(x.clone()), wv = leaf(w.clone()), bv = leaf(b.clone());
         const Variable y = fused ? conv2d_max_pool_relu(xv, wv, bv, options, c.pool)
                                  : max_pool2d_relu(conv2d(xv, wv, bv, plain), c.pool);
+        if (fused) {
+          EXPECT_STREQ(y.grad_fn()->op, c.fuses ? "conv2d_max_pool_relu" : "max_pool2d_relu");
+        }
         const Tensor dy = random_tensor(y.shape(), -1, 1, seed).to(y.dtype());
         sum(mul(y, Variable(dy, false))).backward();
         for (const Tensor& t : {y.value(), xv.grad(), wv.grad(), bv.grad()}) {

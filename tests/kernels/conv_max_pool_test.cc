@@ -5,8 +5,9 @@
 // weight gradient that skips the zero products, two vectors of channels at
 // a time or one, taps in nines or not; 20 channels, 3-wide or 1-wide
 // windows: the gradient rows built out), with rows and columns past the
-// last whole window, strides, dilation and no bias, on 1 and 3 threads,
-// f32 and bf16 in and out, with ties, windows all negative and NaNs.
+// last whole window, windows 2 to 4 rows tall, strides, dilation, no bias
+// and no input channels, on 1 and 3 threads, f32 and bf16 in and out, with
+// ties, windows all negative, NaNs and infinities.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,16 +53,29 @@ std::vector<Case> cases() {
       {{2, 9, 8, 2}, {2, 2, 2, 32}, {}, {}},      // 8 taps: no nines
       {{2, 8, 10, 1}, {3, 3, 1, 16}, kSame, {}},  // output channels a vector at a time
       {{1, 7, 9, 3}, {2, 2, 3, 48}, {}, {}},
+      // Windows two columns wide (the AVX-512 weight gradient) three and
+      // four rows tall, over a convolution strided or dilated along its
+      // rows; the second with rows and a column past the last window.
+      {{2, 9, 12, 4},
+       {3, 3, 4, 32},
+       {.stride_w = 2, .pad_h = 1, .pad_w = 1},
+       {.kernel_h = 3, .kernel_w = 2, .stride_h = 3, .stride_w = 2}},
+      {{1, 10, 11, 2},
+       {3, 3, 2, 16},
+       {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2},
+       {.kernel_h = 4, .kernel_w = 2, .stride_h = 4, .stride_w = 2}},
   };
 }
 
 // Values on a grid of eighths (sums tie often), some negative enough that
-// whole windows fall below zero; NaNs where asked.
-Tensor grid_tensor(const Shape& shape, uint64_t seed, bool nans, DType dtype) {
+// whole windows fall below zero; NaNs and infinities of both signs where
+// asked.
+Tensor grid_tensor(const Shape& shape, uint64_t seed, bool non_finite, DType dtype) {
   std::vector<float> v = random_tensor(shape, -1.5f, 1.0f, seed).to_floats();
   for (float& e : v) e = std::round(e * 8.0f) / 8.0f;
-  if (nans) {
-    for (size_t i = 7; i < v.size(); i += 97) v[i] = NAN;
+  if (non_finite) {
+    const float kinds[] = {NAN, INFINITY, -INFINITY};
+    for (size_t i = 7, k = 0; i < v.size(); i += 97, ++k) v[i] = kinds[k % 3];
   }
   return Tensor::from_floats(shape, v).to(dtype);
 }
@@ -89,12 +103,13 @@ TEST(ConvMaxPool, ForwardGivesTheComposedOpsBits) {
   uint64_t seed = 10;
   for (const Case& c : cases()) {
     for (const Precision& r : precisions()) {
-      for (const bool nans : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << c.x.to_string() << " * " << c.w.to_string() << " "
-                                          << dtype_name(r.in) << " to " << dtype_name(r.out) << ", "
-                                          << r.threads << " threads" << (nans ? ", NaNs" : ""));
+      for (const bool non_finite : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << c.x.to_string() << " * " << c.w.to_string() << " " << dtype_name(r.in)
+                     << " to " << dtype_name(r.out) << ", " << r.threads << " threads"
+                     << (non_finite ? ", NaNs and infinities" : ""));
         NumThreadsScope threads(r.threads);
-        const Tensor x = grid_tensor(c.x, ++seed, nans, r.in);
+        const Tensor x = grid_tensor(c.x, ++seed, non_finite, r.in);
         const Tensor w = grid_tensor(c.w, ++seed, false, r.in);
         const Tensor bias =
             r.bias ? grid_tensor(Shape{c.w[3]}, ++seed, false, DType::f32) : Tensor();
@@ -116,16 +131,18 @@ TEST(ConvMaxPool, ForwardGivesTheComposedOpsBits) {
   }
 }
 
-// Finite inputs: a NaN or infinity in x would make the composition's zero
-// gradients add NaN products (0 x inf) that the fused pass leaves out.
+// NaNs and infinities in x included: the composition's zero gradients
+// meet them in products that make NaNs, which the fused pass must make too.
 TEST(ConvMaxPool, WeightGradientGivesTheComposedOpsBits) {
   uint64_t seed = 200;
   for (const Case& c : cases()) {
     for (const Precision& r : precisions()) {
-      SCOPED_TRACE(::testing::Message() << c.x.to_string() << " * " << c.w.to_string() << " "
-                                        << dtype_name(r.in) << ", " << r.threads << " threads");
+      const bool non_finite = r.threads == 3;
+      SCOPED_TRACE(::testing::Message()
+                   << c.x.to_string() << " * " << c.w.to_string() << " " << dtype_name(r.in) << ", "
+                   << r.threads << " threads" << (non_finite ? ", NaNs and infinities" : ""));
       NumThreadsScope threads(r.threads);
-      const Tensor x = grid_tensor(c.x, ++seed, false, r.in);
+      const Tensor x = grid_tensor(c.x, ++seed, non_finite, r.in);
       const Tensor w = grid_tensor(c.w, ++seed, false, r.in);
       const kernels::MaxPoolResult forward =
           kernels::conv2d_max_pool_relu_forward(x, w, Tensor(), c.conv, c.pool, r.in, true);
@@ -145,6 +162,28 @@ TEST(ConvMaxPool, WeightGradientGivesTheComposedOpsBits) {
   }
 }
 
+// x without channels: the convolution is its bias, whose gradient the
+// pooled gradient still gives.
+TEST(ConvMaxPool, NoInputChannelsGiveTheComposedOpsBits) {
+  const Shape xs{2, 6, 6, 0}, ws{3, 3, 0, 16};
+  const Tensor x = Tensor::empty(xs), w = Tensor::empty(ws);
+  const Tensor bias = grid_tensor(Shape{16}, 1, false, DType::f32);
+  const kernels::MaxPoolResult fused =
+      kernels::conv2d_max_pool_relu_forward(x, w, bias, kSame, {}, DType::f32, true);
+  const kernels::MaxPoolResult composed = kernels::max_pool2d_forward(
+      kernels::conv2d_forward(x, w, bias, kSame, kernels::Activation::none), {}, true, true);
+  EXPECT_EQ(bytes(fused.y), bytes(composed.y));
+  const Tensor dy = random_tensor(fused.y.shape(), -1.0f, 1.0f, 2);
+  const Tensor dz = kernels::max_pool2d_backward(dy, composed.workspace,
+                                                 kernels::conv2d_output_shape(xs, ws, kSame), {});
+  Tensor dw[2] = {Tensor::empty(ws), Tensor::empty(ws)};
+  Tensor db[2] = {Tensor::empty(Shape{16}), Tensor::empty(Shape{16})};
+  kernels::conv2d_backward_weights(x, dz, kSame, dw[0], &db[0]);
+  kernels::conv2d_max_pool_backward_weights(x, dy, fused.workspace, kSame, {}, dw[1], &db[1]);
+  EXPECT_EQ(bytes(db[1]), bytes(db[0]));
+  EXPECT_NE(db[1].to_floats(), std::vector<float>(16, 0.0f)) << "the bias has a gradient";
+}
+
 TEST(ConvMaxPool, RefusesWhatItCannotFuse) {
   using testing::error_message;
   using testing::expect_contains;
@@ -162,6 +201,7 @@ TEST(ConvMaxPool, RefusesWhatItCannotFuse) {
   });
   expect_contains(wide, "conv2d_max_pool_relu_forward");
   expect_contains(wide, "up to 4 channels");
+  expect_contains(forward(random_tensor(Shape{8, 8, 1}, -1, 1, 5), {}, DType::f32), "(N, H, W, C)");
   expect_contains(forward(x, {.stride_h = 1, .stride_w = 1}, DType::f32), "stride 1x1");
   expect_contains(forward(x, {.pad_h = 1, .pad_w = 1}, DType::f32), "padding 1x1");
   expect_contains(forward(x, {}, DType::f16), "to f16");

@@ -292,7 +292,11 @@ void add_conv_rows(std::vector<OpCase>& rows) {
 // conv2d_max_pool_relu through autograd: a first layer's convolution
 // pooling its own output (fused), its gradients written out: the pooled
 // gradient where the maximum passed the ReLU, routed to that maximum, then
-// through the convolution.
+// through the convolution. In f32 only: in bf16 the convolution's output is
+// rounded before the pooling compares it, so near ties route gradients to
+// other positions than the double reference does (bf16 is checked against
+// the composed ops bit for bit, ConvMaxPool.* and Functions.*, and those ops
+// have their own bf16 rows).
 OpCase conv_max_pool_row(const Shape& xs, const Shape& ws, const kernels::Pool2dGeometry& pool) {
   const int64_t O = ws[3];
   const kernels::Conv2dGeometry same{.pad_h = 1, .pad_w = 1};
@@ -319,7 +323,7 @@ OpCase conv_max_pool_row(const Shape& xs, const Shape& ws, const kernels::Pool2d
                 for (double& v : y) v = std::max(0.0, v);
                 return y;
               },
-          .low_precision = {DType::bf16},
+          .low_precision = {},
           .tolerance = 1e-6 * std::sqrt(static_cast<double>(ws[0] * ws[1] * ws[2])),
           .gpu = false,
           .gradient_reference =

@@ -60,7 +60,8 @@ Variable max_pool2d_relu(const Variable& x, const kernels::Pool2dGeometry& geome
 // relu(max_pool2d(conv2d(x, weight, bias))) (options.activation none or
 // relu: a ReLU commutes with the pooling), in one pass where
 // kernels::conv2d_max_pool_fuses (a first layer's few channels, windows
-// that tile): the convolution's output is never stored, nor its gradient.
+// that do not overlap): the convolution's output is never stored, nor its
+// gradient.
 // The composed ops' bits, values and gradients alike; elsewhere it runs
 // them.
 Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const Variable& bias,

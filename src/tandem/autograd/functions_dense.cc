@@ -212,13 +212,14 @@ Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const V
                  kernels::activation_name(options.activation));
   }
   const Tensor& xv = x.value();
-  const Tensor xc = xv.to(options.compute_dtype);
   const DType out_dtype = output_dtype(options.output_dtype, xv.dtype());
-  if (!kernels::conv2d_max_pool_fuses(xc, pool, out_dtype)) {
+  if (!kernels::conv2d_max_pool_fuses(xv.shape(), options.compute_dtype, xv.device().kind, pool,
+                                      out_dtype)) {
     Conv2dOptions convolution = options;
     convolution.activation = Activation::none;
     return max_pool2d_relu(conv2d(x, weight, bias, convolution), pool);
   }
+  const Tensor xc = xv.to(options.compute_dtype);
   const Tensor wc = weight.value_as(options.compute_dtype);
   kernels::MaxPoolResult r = kernels::conv2d_max_pool_relu_forward(
       xc, wc, bias.defined() ? bias.value() : Tensor(), options.geometry, pool, out_dtype,

@@ -352,12 +352,13 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeom
   count_flops(conv_flops(x.shape(), dw.shape(), y_shape));
 }
 
-bool conv2d_max_pool_fuses(const Tensor& x, const Pool2dGeometry& pool, DType out_dtype) {
+bool conv2d_max_pool_fuses(const Shape& x, DType x_dtype, DeviceKind device,
+                           const Pool2dGeometry& pool, DType out_dtype) {
   const auto float_storage = [](DType d) { return d == DType::f32 || d == DType::bf16; };
-  return x.device().kind == DeviceKind::cpu && float_storage(x.dtype()) &&
-         float_storage(out_dtype) && detail::narrow_conv_applies(x.shape(), Activation::none) &&
-         pool.stride_h == pool.kernel_h && pool.stride_w == pool.kernel_w && pool.pad_h == 0 &&
-         pool.pad_w == 0 && pool.kernel_h * pool.kernel_w < 256;
+  return device == DeviceKind::cpu && float_storage(x_dtype) && float_storage(out_dtype) &&
+         detail::narrow_conv_applies(x, Activation::none) && pool.stride_h == pool.kernel_h &&
+         pool.stride_w == pool.kernel_w && pool.pad_h == 0 && pool.pad_w == 0 &&
+         pool.kernel_h * pool.kernel_w < 256;
 }
 
 namespace {
@@ -366,10 +367,10 @@ namespace {
 Shape conv_pool_shape(const char* op, const Tensor& x, const Shape& w, const Conv2dGeometry& g,
                       const Pool2dGeometry& pool, DType out_dtype) {
   if (!conv2d_max_pool_fuses(x, pool, out_dtype)) {
-    TANDEM_THROW(InvalidArgument, op, ": takes f32 or bf16 inputs of up to ",
+    TANDEM_THROW(InvalidArgument, op, ": takes (N, H, W, C) f32 or bf16 inputs of up to ",
                  detail::kNarrowChannels,
-                 " channels on the CPU and pooling windows that tile (stride == kernel, no "
-                 "padding), got ",
+                 " channels on the CPU and pooling windows that do not overlap (stride == kernel, "
+                 "no padding), got ",
                  x.to_string(), " to ", dtype_name(out_dtype), " with windows ", pool.kernel_h, "x",
                  pool.kernel_w, " stride ", pool.stride_h, "x", pool.stride_w, " padding ",
                  pool.pad_h, "x", pool.pad_w, " (compose conv2d_forward and max_pool2d_forward)");
@@ -420,7 +421,7 @@ void conv2d_max_pool_backward_weights(const Tensor& x, const Tensor& dy, const T
                  "should both be ", y_shape.to_string(), ", got ", dy.to_string(), " and ",
                  workspace.to_string());
   }
-  if (x.numel() == 0) {
+  if (dy.numel() == 0) {  // no gradient; x without channels still has db's
     dw.zero();
     if (db != nullptr) db->zero();
     return;

@@ -40,11 +40,17 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
                              Tensor& dw, Tensor* db);
 
-// Whether conv2d_max_pool_relu_forward takes x with these windows and
-// output dtype: x of up to 4 channels (a first layer: the direct kernels),
-// x and the output f32 or bf16, windows that tile the convolution's output
-// (stride == kernel, no padding, under 256 positions), on the CPU.
-bool conv2d_max_pool_fuses(const Tensor& x, const Pool2dGeometry& pool, DType out_dtype);
+// Whether conv2d_max_pool_relu_forward takes x (its shape, dtype and
+// device) with these windows and output dtype: x (N, H, W, C) of up to 4
+// channels (a first layer: the direct kernels), x and the output f32 or
+// bf16, windows that do not overlap (stride == kernel, no padding, under
+// 256 positions; rows and columns past the last whole window are left out,
+// as max_pool2d_forward leaves them), on the CPU.
+bool conv2d_max_pool_fuses(const Shape& x, DType x_dtype, DeviceKind device,
+                           const Pool2dGeometry& pool, DType out_dtype);
+inline bool conv2d_max_pool_fuses(const Tensor& x, const Pool2dGeometry& pool, DType out_dtype) {
+  return conv2d_max_pool_fuses(x.shape(), x.dtype(), x.device().kind, pool, out_dtype);
+}
 
 // relu(max_pool2d(conv(x, w) + bias)) in one pass: the convolution's output
 // is computed a window row at a time and pooled in cache, never stored. y
@@ -59,8 +65,8 @@ MaxPoolResult conv2d_max_pool_relu_forward(const Tensor& x, const Tensor& w, con
 // dw (KH, KW, C, O) and, when db is non-null, db (O,), f32, from x, the
 // pooled gradient dy (y's shape, x's dtype) and the forward's workspace:
 // the bits of conv2d_backward_weights(x, max_pool2d_backward(dy, workspace,
-// the convolution's output shape, pool), geometry, dw, db) for finite x,
-// without that gradient stored.
+// the convolution's output shape, pool), geometry, dw, db), without that
+// gradient stored.
 void conv2d_max_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& workspace,
                                       const Conv2dGeometry& geometry, const Pool2dGeometry& pool,
                                       Tensor& dw, Tensor* db);

@@ -297,9 +297,26 @@ TANDEM_TARGET_CLONES void pooled_gradient_row(const uint16_t* dy, const uint8_t*
 }
 
 // Whether pooled_weights_row_avx512 takes these windows: two columns wide,
-// output channels in whole vectors, an AVX-512 CPU.
+// output channels in whole vectors, some taps (it sums the bias gradient
+// with the first block of them), an AVX-512 CPU.
 bool pooled_weights_row_applies(const PooledDims& p) {
-  return p.pool.kernel_w == 2 && p.conv.O % kLanes == 0 && has_avx512();
+  return p.pool.kernel_w == 2 && p.conv.O % kLanes == 0 && p.conv.taps > 0 && has_avx512();
+}
+
+// Whether no value of the f32 or bf16 storage `values` has the exponent
+// of an infinity or NaN. The products pooled_weights_row_avx512 leaves out
+// have zero gradients, which turn such an x into a NaN in the composition.
+template <typename Bits>
+bool finite_values(const Bits* values, int64_t count, Bits exponent) {
+  int64_t non_finite = 0;
+  for (int64_t i = 0; i < count; ++i) non_finite += (values[i] & exponent) == exponent;
+  return non_finite == 0;
+}
+
+bool finite_values(const Tensor& x) {
+  if (x.dtype() == DType::bf16)
+    return finite_values(static_cast<const uint16_t*>(x.raw_data()), x.numel(), uint16_t{0x7f80});
+  return finite_values(static_cast<const uint32_t*>(x.raw_data()), x.numel(), 0x7f800000u);
 }
 
 // 16 lanes of a window of the pooled gradient (at dy + at, where + at):
@@ -584,7 +601,8 @@ void narrow_conv_pool_backward_weights(const Tensor& x, const Tensor& dy, const 
   const PooledDims p = pooled_dims_of(x.shape(), dw.shape(), g, pool);
   const ConvDims& d = p.conv;
   const std::vector<int64_t> offsets = tap_offsets(d);
-  const bool sparse = pooled_weights_row_applies(p);
+  // Non-finite x: every product taken, so the composition's NaNs come out.
+  const bool sparse = pooled_weights_row_applies(p) && finite_values(x);
   const auto accumulate = [&](const auto* dys) {
     const uint8_t* at = where.data<uint8_t>();
     sum_weight_gradients(

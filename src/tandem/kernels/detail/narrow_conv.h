@@ -42,13 +42,12 @@ void narrow_conv_pool_forward(const Tensor& x, const Tensor& w, const Tensor& bi
 
 // dw and, when db is non-null, db (f32) from x, the pooled gradient dy (f32
 // or bf16) and narrow_conv_pool_forward's positions, the convolution's
-// output gradient never stored: on AVX-512 with windows two columns wide
-// and output channels in multiples of 16, only the products of the
-// windows' maxima are taken; elsewhere each row's gradient is built in
-// cache from the window row over it. The bits of
-// narrow_conv_backward_weights(x, max_pool2d_backward(dy, where, ...)) for
-// finite x (an infinity or NaN there would meet zero gradients in the
-// composition's products and make NaNs that the first way leaves out).
+// output gradient never stored: on AVX-512 with windows two columns wide,
+// output channels in multiples of 16 and finite x, only the products of
+// the windows' maxima are taken; elsewhere each row's gradient is built in
+// cache from the window row over it (so an infinity or NaN in x meets the
+// zero gradients as in the composition). The bits of
+// narrow_conv_backward_weights(x, max_pool2d_backward(dy, where, ...)).
 void narrow_conv_pool_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& where,
                                        const Conv2dGeometry& geometry, const Pool2dGeometry& pool,
                                        Tensor& dw, Tensor* db);
