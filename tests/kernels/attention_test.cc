@@ -3,6 +3,7 @@
 // dropout's determinism, scratch bounded by head groups, and bad arguments.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -33,16 +34,21 @@ Tensor in(const Shape& s, uint64_t seed, DType d, float lo = -2, float hi = 2) {
 
 // Attention against softmax(q k^T / sqrt(D) + mask) v built from the primitive
 // ops, forward and every gradient, also with more keys than queries and
-// more queries than keys.
+// more queries than keys, and with heads and lengths (multiples of 16, 48
+// not of 32) that take the kernels skipping the causal triangle.
 TEST(Attention, MatchesTheCompositionOfPrimitiveOps) {
   for (DType d : {DType::f32, DType::bf16}) {
-    for (const auto& [T, S] :
-         std::vector<std::pair<int64_t, int64_t>>{{11, 11}, {150, 150}, {100, 150}, {150, 100}}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(d) << " T=" << T << " S=" << S);
+    for (const auto& [T, S, D] : std::vector<std::array<int64_t, 3>>{{11, 11, 8},
+                                                                     {150, 150, 8},
+                                                                     {100, 150, 8},
+                                                                     {150, 100, 8},
+                                                                     {48, 48, 32},
+                                                                     {64, 64, 24}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(d) << " T=" << T << " S=" << S << " D=" << D);
       auto make = [&](const Shape& s, uint64_t seed) { return Variable(in(s, seed, d), true); };
-      Variable q = make(Shape{2, 2, T, 8}, 20), k = make(Shape{2, 2, S, 8}, 21),
-               v = make(Shape{2, 2, S, 8}, 22);
-      const Tensor dy = random_tensor(Shape{2, 2, T, 8}, -1, 1, 23).to(d);
+      Variable q = make(Shape{2, 2, T, D}, 20), k = make(Shape{2, 2, S, D}, 21),
+               v = make(Shape{2, 2, S, D}, 22);
+      const Tensor dy = random_tensor(Shape{2, 2, T, D}, -1, 1, 23).to(d);
       // The causal mask as an additive (T, S) tensor, broadcast over (B, H).
       std::vector<float> mask(static_cast<size_t>(T * S));
       for (int64_t i = 0; i < T; ++i)
@@ -51,7 +57,7 @@ TEST(Attention, MatchesTheCompositionOfPrimitiveOps) {
       const Variable additive(Tensor::from_floats(Shape{T, S}, mask));
       const Variable scores =
           add(scale(batched_matmul(cast(q, DType::f32), cast(k, DType::f32), false, true),
-                    1.0f / std::sqrt(8.0f)),
+                    1.0f / std::sqrt(static_cast<float>(D))),
               additive);
       const Variable composed = batched_matmul(softmax(scores), cast(v, DType::f32));
       composed.backward(dy.to(DType::f32));
@@ -71,7 +77,7 @@ TEST(Attention, MatchesTheCompositionOfPrimitiveOps) {
       // Keys beyond the last query are seen by none: no gradient.
       if (S > T) {
         const std::vector<float> dk = k.grad().to_floats();
-        for (int64_t j = T; j < S; ++j) EXPECT_EQ(dk[static_cast<size_t>(j * 8)], 0.0f);
+        for (int64_t j = T; j < S; ++j) EXPECT_EQ(dk[static_cast<size_t>(j * D)], 0.0f);
       }
     }
   }
@@ -108,7 +114,7 @@ TEST(Attention, PackedQkvMatchesSeparateInputs) {
   EXPECT_THROW(attention_packed(Variable(Tensor::zeros(Shape{3, 4, 8}))), ShapeError);
 }
 
-TEST(Attention, DropoutKeepsTheExpectationAndDependsOnlyOnTheSeed) {
+TEST(Attention, DropoutIsReproducibleAndActsAfterTheSoftmax) {
   const Shape s{1, 2, 64, 8};
   const Tensor q = random_tensor(s, -1, 1, 30), k = random_tensor(s, -1, 1, 31),
                v = random_tensor(s, -1, 1, 32);
@@ -242,6 +248,31 @@ TEST(Attention, InterleavedScratchIsWorkspaceOnEveryThread) {
   const kernels::AttentionResult r = kernels::attention_interleaved(qkv);
   const int64_t grown = memory.stats().peak(MemoryCategory::activations) - before;
   EXPECT_LE(grown, r.out.nbytes() + r.lse.nbytes() + 1024);
+}
+
+// Under another replica's device scope, the scratch comes from qkv's
+// device's allocator, as the results do.
+TEST(Attention, InterleavedScratchIsOnTheInputsDevice) {
+  const Tensor qkv = in(Shape{9, 128, 3, 4, 8}, 93, DType::f32);
+  Allocator& other = allocator_for(cpu_device(1));
+  other.reset_peaks();
+  const int64_t before = other.stats().peak(MemoryCategory::workspace);
+  DeviceScope scope(cpu_device(1));
+  const kernels::AttentionResult r = kernels::attention_interleaved(qkv);
+  const Tensor dout = in(r.out.shape(), 94, DType::f32);
+  const Tensor dqkv = kernels::attention_interleaved_backward(dout, qkv, r.out, r.lse);
+  EXPECT_EQ(other.stats().peak(MemoryCategory::workspace), before);
+  EXPECT_EQ(dqkv.device(), qkv.device());
+}
+
+// A head of no width is refused, not given an uninitialised log-sum-exp.
+TEST(Attention, HeadsOfNoWidthAreErrors) {
+  const Tensor q = Tensor::zeros(Shape{1, 2, 4, 0});
+  EXPECT_THROW(kernels::attention(q, q, q), ShapeError);
+  EXPECT_THROW(kernels::attention_interleaved(Tensor::zeros(Shape{1, 4, 3, 2, 0})), ShapeError);
+  // Empty batches stay fine.
+  const Tensor none = Tensor::zeros(Shape{0, 2, 4, 8});
+  EXPECT_EQ(kernels::attention(none, none, none).out.numel(), 0);
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // engine this CPU runs (the AMX tiles, AVX512-BF16's dot products) against
 // a double-precision sum over the same bf16 values, on shapes that reach
 // each of its edges: a lone last image, padding, positions past a row,
-// several chunks of image pairs, groups of accumulators of every size, a
-// bias, stride 2's phases. Skipped on CPUs with neither (the op table's
-// convolutions run oneDNN there).
+// several chunks of image pairs (per slice of the batch on the dot
+// products), groups of 1 to 4 accumulator tiles, a bias, stride 2's phases,
+// strides, paddings and kernels that differ between rows and columns.
+// Skipped on CPUs with neither (the op table's convolutions run oneDNN
+// there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,16 +30,20 @@ using testing::to_doubles;
 
 struct Case {
   Shape x, w;
-  int64_t pad, stride = 1;
+  kernels::Conv2dGeometry g;
 };
+
+kernels::Conv2dGeometry square(int64_t pad, int64_t stride = 1) {
+  return {.stride_h = stride, .stride_w = stride, .pad_h = pad, .pad_w = pad};
+}
 
 // dw and db in double, and each dw's sum of |products| (the bound's scale).
 struct Reference {
   std::vector<double> dw, magnitude, db;
 };
 
-Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t pad,
-                    int64_t stride) {
+Reference reference(const Tensor& x, const Tensor& dy, const Shape& w,
+                    const kernels::Conv2dGeometry& geometry) {
   const std::vector<double> xs = to_doubles(x), ds = to_doubles(dy);
   const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
   const int64_t OH = dy.dim(1), OW = dy.dim(2), KH = w[0], KW = w[1], O = w[3];
@@ -51,7 +57,8 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
           r.db[o] += g;
           for (int64_t kh = 0; kh < KH; ++kh)
             for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t h = oh * stride + kh - pad, col = ow * stride + kw - pad;
+              const int64_t h = oh * geometry.stride_h + kh - geometry.pad_h;
+              const int64_t col = ow * geometry.stride_w + kw - geometry.pad_w;
               if (h < 0 || h >= H || col < 0 || col >= W) continue;
               for (int64_t c = 0; c < C; ++c) {
                 const double p = xs[((n * H + h) * W + col) * C + c] * g;
@@ -67,30 +74,38 @@ Reference reference(const Tensor& x, const Tensor& dy, const Shape& w, int64_t p
 TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
   if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const std::vector<Case> cases = {
-      {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, 1},       // a lone third image, W = 5
-      {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, 1},       // C > O: 18 accumulators per o block
-      {Shape{2, 4, 4, 16}, Shape{3, 3, 16, 48}, 0},       // no padding, three o blocks
-      {Shape{4, 3, 11, 16}, Shape{1, 1, 16, 32}, 0},      // 1x1
-      {Shape{2, 8, 8, 16}, Shape{5, 5, 16, 16}, 2},       // 25 taps
-      {Shape{40, 28, 28, 16}, Shape{3, 3, 16, 16}, 1},    // resnet's first stage, several chunks
-      {Shape{5, 7, 7, 64}, Shape{3, 3, 64, 64}, 1},       // its last
-      {Shape{3, 28, 28, 16}, Shape{3, 3, 16, 32}, 1, 2},  // stride 2: its downsampling
-      {Shape{3, 28, 28, 16}, Shape{1, 1, 16, 32}, 0, 2},  // and its shortcut (one phase)
-      {Shape{2, 7, 9, 32}, Shape{3, 3, 32, 16}, 1, 2},    // odd sizes
-      {Shape{2, 8, 10, 16}, Shape{3, 3, 16, 16}, 0, 2},   // unpadded
-      {Shape{2, 9, 9, 16}, Shape{2, 2, 16, 16}, 0, 2},    // an even kernel: two phases
+      {Shape{3, 6, 5, 16}, Shape{3, 3, 16, 16}, square(1)},   // a lone third image, W = 5
+      {Shape{2, 9, 7, 32}, Shape{3, 3, 32, 16}, square(1)},   // C > O: 18 accumulators per o block
+      {Shape{2, 4, 4, 16}, Shape{3, 3, 16, 48}, square(0)},   // no padding, three o blocks
+      {Shape{4, 3, 11, 16}, Shape{1, 1, 16, 32}, square(0)},  // 1x1
+      {Shape{2, 5, 6, 32}, Shape{1, 1, 32, 16}, square(0)},   // a group of 2 tiles
+      {Shape{2, 8, 8, 16}, Shape{5, 5, 16, 16}, square(2)},   // 25 taps
+      {Shape{40, 28, 28, 16}, Shape{3, 3, 16, 16},
+       square(1)},                                           // resnet's first stage, several chunks
+      {Shape{5, 7, 7, 64}, Shape{3, 3, 64, 64}, square(1)},  // its last
+      {Shape{3, 28, 28, 16}, Shape{3, 3, 16, 32}, square(1, 2)},  // stride 2: its downsampling
+      {Shape{3, 28, 28, 16}, Shape{1, 1, 16, 32}, square(0, 2)},  // and its shortcut (one phase)
+      {Shape{2, 7, 9, 32}, Shape{3, 3, 32, 16}, square(1, 2)},    // odd sizes
+      {Shape{2, 8, 10, 16}, Shape{3, 3, 16, 16}, square(0, 2)},   // unpadded
+      {Shape{2, 9, 9, 16}, Shape{2, 2, 16, 16}, square(0, 2)},    // an even kernel: two phases
+      // Rows and columns apart: a tall kernel strided along rows and padded
+      // only there, and a wide one strided along columns.
+      {Shape{3, 9, 7, 16}, Shape{3, 1, 16, 16}, {.stride_h = 2, .pad_h = 1}},
+      {Shape{3, 7, 9, 16}, Shape{1, 3, 16, 16}, {.stride_w = 2, .pad_w = 1}},
+      // Images of 1 MiB a pair: chunks of 2 pairs, each of the dot products'
+      // 8 slices of the batch over two of them (the last partial).
+      {Shape{48, 64, 64, 16}, Shape{2, 1, 16, 16}, {.stride_h = 2, .pad_h = 1}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.x.to_string() + " " + c.w.to_string());
-    const kernels::Conv2dGeometry g{
-        .stride_h = c.stride, .stride_w = c.stride, .pad_h = c.pad, .pad_w = c.pad};
+    const kernels::Conv2dGeometry& g = c.g;
     const Tensor x = random_tensor(c.x, -2, 2, 71).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(c.x, c.w, g), -1, 1, 72).to(DType::bf16);
     ASSERT_TRUE(kernels::detail::bf16_conv_weights_applies(x, dy, c.w, g));
     Tensor public_dw = Tensor::empty(c.w);
     kernels::conv2d_backward_weights(x, dy, g, public_dw, nullptr);
-    const Reference r = reference(x, dy, c.w, c.pad, c.stride);
+    const Reference r = reference(x, dy, c.w, g);
     for (Bf16Engine engine : bf16_engines_here()) {
       SCOPED_TRACE(bf16_engine_name(engine));
       Tensor dw = Tensor::empty(c.w), db = Tensor::empty(Shape{c.w[3]});
@@ -110,18 +125,39 @@ TEST(Bf16ConvWeights, MatchTheDoubleSumsOverTheSameBf16Values) {
   }
 }
 
+// What the kernels do not take goes to oneDNN: channels not in 16s,
+// strides past 2, dilation, f32.
+TEST(Bf16ConvWeights, AppliesOnlyWhereTheKernelsDo) {
+  if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
+  const auto applies = [](const Shape& xs, const Shape& ws, const kernels::Conv2dGeometry& g,
+                          DType dtype = DType::bf16) {
+    const Tensor x = Tensor::zeros(xs, dtype);
+    const Tensor dy = Tensor::zeros(kernels::conv2d_output_shape(xs, ws, g), dtype);
+    return kernels::detail::bf16_conv_weights_applies(x, dy, ws, g);
+  };
+  EXPECT_TRUE(applies(Shape{2, 8, 8, 16}, Shape{3, 3, 16, 32}, square(1)));
+  EXPECT_FALSE(applies(Shape{2, 8, 8, 24}, Shape{3, 3, 24, 32}, square(1)));
+  EXPECT_FALSE(applies(Shape{2, 8, 8, 16}, Shape{3, 3, 16, 24}, square(1)));
+  EXPECT_FALSE(applies(Shape{2, 9, 9, 16}, Shape{3, 3, 16, 16}, square(1, 3)));
+  EXPECT_FALSE(applies(Shape{2, 9, 9, 16}, Shape{3, 3, 16, 16}, {.stride_w = 3}));
+  EXPECT_FALSE(applies(Shape{2, 9, 9, 16}, Shape{3, 3, 16, 16}, {.dilation_h = 2}));
+  EXPECT_FALSE(applies(Shape{2, 8, 8, 16}, Shape{3, 3, 16, 32}, square(1), DType::f32));
+  EXPECT_FALSE(applies(Shape{0, 8, 8, 16}, Shape{3, 3, 16, 32}, square(1)));
+}
+
 // 1 to 4 threads give the same dw and db bits, on each engine: on the
 // tiles the threads split a chunk's pairs and the groups of accumulator
-// tiles between them, never a tile's order of sums; the dot products' slices
-// of the batch (5 and 8 here) go to the threads whole and are added in
-// order (32 channels; and 16, the first layer's 9 tiles, over several
-// chunks with a last image alone).
+// tiles between them, never a tile's order of sums (the first layer's 9
+// tiles over several chunks, with a last image alone); the dot products'
+// slices of the batch (5 and 8 here) go to the threads whole and are added
+// in order (over two chunks each in the last case).
 TEST(Bf16ConvWeights, TheThreadCountDoesNotChangeTheBits) {
   if (bf16_engines_here().empty()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
   const kernels::Conv2dGeometry g{.pad_h = 1, .pad_w = 1};
   for (const auto& [xs, ws] :
        std::vector<std::pair<Shape, Shape>>{{Shape{9, 14, 14, 32}, Shape{3, 3, 32, 32}},
-                                            {Shape{41, 32, 32, 16}, Shape{3, 3, 16, 16}}}) {
+                                            {Shape{41, 32, 32, 16}, Shape{3, 3, 16, 16}},
+                                            {Shape{48, 64, 64, 16}, Shape{2, 1, 16, 16}}}) {
     const Tensor x = random_tensor(xs, -2, 2, 73).to(DType::bf16);
     const Tensor dy =
         random_tensor(kernels::conv2d_output_shape(xs, ws, g), -1, 1, 74).to(DType::bf16);

@@ -55,6 +55,12 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
     TANDEM_THROW(ShapeError, "attention: q, k, v must all be f32 or all bf16, got ",
                  dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
   }
+  if (d.D == 0) {
+    // Every score would be 0: nothing a head of no width could attend by.
+    TANDEM_THROW(ShapeError, "attention: heads need at least one dimension, got q ",
+                 q.shape().to_string());
+  }
+  detail::check_same_device("attention", q, {&k, &v});
   detail::check_attention_options(options);
   return d;
 }

@@ -4,8 +4,10 @@
 // the output and each row's log-sum-exp are kept for backward, which
 // recomputes the probabilities (FlashAttention's trade: O(T) memory per row
 // instead of the T x S probabilities of every head). The scores of a group
-// of heads are built in a scratch buffer of bounded size at a time, on
-// oneDNN batched matmuls. Legend: B batch, H heads, T query positions, S key
+// of heads are built in a scratch buffer of bounded size at a time, by
+// batched products that skip the blocks a causal mask hides
+// (detail/causal_products.h: tandem's AMX, AVX512-BF16 and AVX-512
+// kernels where they apply, oneDNN's otherwise). Legend: B batch, H heads, T query positions, S key
 // positions, D head width.
 
 #include <cstdint>
@@ -30,8 +32,9 @@ struct AttentionResult {
 
 // q (B, H, T, D), k and v (B, H, S, D), all f32 or all bf16 (then the
 // matmuls run in bf16 with f32 accumulation and the softmax in f32).
-// Throws ShapeError for shapes or dtypes that do not fit, InvalidArgument
-// for a dropout outside [0, 1).
+// Throws ShapeError for shapes, dtypes or devices that do not fit (heads
+// of no width included), InvalidArgument for a dropout outside [0, 1) or a
+// scale that is negative or not finite.
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options = {});
 

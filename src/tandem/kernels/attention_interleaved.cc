@@ -30,6 +30,10 @@ Interleaved check_qkv(const Tensor& qkv, const char* op) {
   if (qkv.dtype() != DType::f32 && qkv.dtype() != DType::bf16) {
     TANDEM_THROW(ShapeError, op, ": qkv must be f32 or bf16, got ", dtype_name(qkv.dtype()));
   }
+  if (qkv.dim(4) == 0) {
+    TANDEM_THROW(ShapeError, op, ": heads need at least one dimension, got qkv ",
+                 qkv.shape().to_string());
+  }
   return {qkv.dim(0), qkv.dim(1), qkv.dim(3), qkv.dim(4)};
 }
 
@@ -171,8 +175,8 @@ AttentionResult attention_interleaved(const Tensor& qkv, const AttentionOptions&
   const int64_t workers = group_workers(s, group);
   MemoryCategoryScope scratch_memory(MemoryCategory::workspace);
   const Shape scratch{workers, group, s.T, s.D};
-  Tensor q = Tensor::empty(scratch, qkv.dtype()), k = Tensor::empty(scratch, qkv.dtype()),
-         v = Tensor::empty(scratch, qkv.dtype()), out = Tensor::empty(scratch, qkv.dtype());
+  const auto scratch_tensor = [&] { return Tensor::empty(scratch, qkv.dtype(), qkv.device()); };
+  Tensor q = scratch_tensor(), k = scratch_tensor(), v = scratch_tensor(), out = scratch_tensor();
   each_group(s, group, workers, [&](int64_t first, int64_t count, int64_t w) {
     Tensor qg = worker_heads(q, w, count), kg = worker_heads(k, w, count),
            vg = worker_heads(v, w, count), og = worker_heads(out, w, count);
@@ -210,12 +214,12 @@ Tensor attention_interleaved_backward(const Tensor& dout, const Tensor& qkv, con
   if (qkv.numel() == 0) return dqkv;
   const detail::AttentionRows rows(options, s.T, s.T, s.D);
   const int64_t group = attention_heads_per_group(s.heads(), s.T, s.T, qkv.device());
-  Tensor row_dot = Tensor::empty(Shape{s.heads() * s.T}, DType::f32);
+  Tensor row_dot = Tensor::empty(Shape{s.heads() * s.T}, DType::f32, qkv.device());
   const int64_t workers = group_workers(s, group);
   MemoryCategoryScope scratch_memory(MemoryCategory::workspace);
   const Shape scratch{workers, group, s.T, s.D};
   std::vector<Tensor> parts;  // q, k, v, dout, out, dq, dk, dv
-  for (int i = 0; i < 8; ++i) parts.push_back(Tensor::empty(scratch, qkv.dtype()));
+  for (int i = 0; i < 8; ++i) parts.push_back(Tensor::empty(scratch, qkv.dtype(), qkv.device()));
   each_group(s, group, workers, [&](int64_t first, int64_t count, int64_t w) {
     std::vector<Tensor> g;
     for (const Tensor& t : parts) g.push_back(worker_heads(t, w, count));

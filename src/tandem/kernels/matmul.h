@@ -28,8 +28,10 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
 // A linear layer's parameter gradients from its output gradient dy (rows,
 // O) and input x (rows, I), both f32 or both bf16: dw (O, I) = dy^T x, of
 // dw's dtype (f32 or bf16), and when db is non-null, db (O,) f32 = dy's
-// column sums. On AMX CPUs bf16 into f32 runs on the tiles, reading dy once
-// for both.
+// column sums. bf16 into f32 runs on tandem's bf16 engines where
+// detail::bf16_weight_gradient_applies (the AMX tiles; AVX512-BF16's dot
+// products where dy's columns are at least x's; both for both widths in
+// multiples of 16 and at least 256 rows), reading dy once for both.
 void linear_backward_weights(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db);
 
 // Batched: a (..., M, K), b (..., K, N) with the same leading dimensions, or

@@ -2,7 +2,8 @@
 // The row-wise parts of attention (kernels/attention.cc), between its
 // batched products: the masked softmax of the scores, and in backward the
 // gradient of the scores. Each has a CPU and a CUDA implementation; the
-// products run on kernels::batched_matmul on either device.
+// products run on detail::causal_batched_matmul (causal_products.h) on
+// either device.
 
 #include <cstdint>
 

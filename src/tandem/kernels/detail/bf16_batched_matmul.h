@@ -27,7 +27,8 @@ bool bf16_batched_matmul_applies(const Tensor& a, const Tensor& out, const Matmu
 // (operands checked by the caller), on `engine` (one this CPU runs). Each
 // entry on one thread: the result does not depend on the thread count.
 // With a causal part, the blocks its triangle holds are skipped (a's zeros
-// are not summed, so the skipped result has the whole product's bits;
+// are not summed, so the skipped result has the whole product's bits for
+// finite b, where 0 x inf would have made a NaN;
 // out_lower's blocks past the diagonal are left unwritten).
 void bf16_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out,
                          const MatmulOptions& options, int64_t batch, int64_t M, int64_t K,

@@ -324,6 +324,7 @@ void reformat_pair(const Plan& P, const Images& images, int64_t n, uint16_t* x_o
 // none), which the reformatting fills.
 struct Work {
   Images images;
+  Device device;  // x's: its allocator holds the buffers
   int64_t chunk;  // pairs reformatted at a time
   std::vector<float> bias_sums;
 
@@ -336,9 +337,9 @@ struct Work {
 // its pairs reformatted in parallel, then its groups of accumulator tiles
 // in parallel. Returns the accumulator tiles.
 Tensor by_shared_chunks(const Plan& P, Work& work) {
-  Tensor xs = Tensor::empty(Shape{work.chunk * P.x_elements()}, DType::bf16, cpu_device());
-  Tensor dys = Tensor::empty(Shape{work.chunk * P.dy_elements()}, DType::bf16, cpu_device());
-  Tensor accumulators = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, cpu_device());
+  Tensor xs = Tensor::empty(Shape{work.chunk * P.x_elements()}, DType::bf16, work.device);
+  Tensor dys = Tensor::empty(Shape{work.chunk * P.dy_elements()}, DType::bf16, work.device);
+  Tensor accumulators = Tensor::zeros(Shape{P.taps() * P.C * P.O}, DType::f32, work.device);
   auto* x_pairs = static_cast<uint16_t*>(xs.raw_data());
   auto* dy_pairs = static_cast<uint16_t*>(dys.raw_data());
   const std::vector<Group> groups = groups_of(P, kAccumulators, accumulators.data<float>());
@@ -371,8 +372,8 @@ Tensor by_slices(const Plan& P, Work& work) {
       std::clamp<int64_t>((int64_t{32} << 20) / (4 * set), 1, std::min<int64_t>(8, P.pairs));
   const int64_t workers = std::min<int64_t>(num_threads(), slices);
   const int64_t buffer = work.chunk * (P.x_elements() + P.dy_elements());
-  Tensor buffers = Tensor::empty(Shape{workers * buffer}, DType::bf16, cpu_device());
-  Tensor accumulators = Tensor::zeros(Shape{slices * set}, DType::f32, cpu_device());
+  Tensor buffers = Tensor::empty(Shape{workers * buffer}, DType::bf16, work.device);
+  Tensor accumulators = Tensor::zeros(Shape{slices * set}, DType::f32, work.device);
   float* sums = accumulators.data<float>();
   parallel_for(workers, 1, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
@@ -427,7 +428,7 @@ void bf16_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dG
   const int64_t pair_bytes = (P.x_elements() + P.dy_elements()) * 2;
   Work work{Images{static_cast<const uint16_t*>(x.raw_data()),
                    static_cast<const uint16_t*>(dy.raw_data())},
-            std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs),
+            x.device(), std::clamp<int64_t>(kChunkBytes / pair_bytes, 1, P.pairs),
             std::vector<float>(db != nullptr ? static_cast<size_t>(P.pairs * P.O) : 0, 0.0f)};
   MemoryCategoryScope workspace(MemoryCategory::workspace);
   const Tensor accumulators = P.amx ? by_shared_chunks(P, work) : by_slices(P, work);

@@ -32,7 +32,9 @@ bool bf16_conv_weights_applies(const Tensor& x, const Tensor& dy, const Shape& w
 // checked by the caller, on `engine` (one the CPU runs). Sums in f32 (the
 // accumulators) in an order that depends on the engine but not on the
 // thread count; db over each pair of images in f32 and across pairs in
-// double.
+// double. For finite x: the tiles also multiply zero gradients by inputs
+// no tap reads (positions past a row, a stride's last row or column),
+// where an infinity or NaN makes a NaN the true gradient does not have.
 void bf16_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& geometry,
                                 Tensor& dw, Tensor* db, Bf16Engine engine);
 

@@ -134,9 +134,10 @@ TANDEM_AMX void run_block(const Plan& P, const uint16_t* a_tiles, const uint16_t
   if constexpr (MB > 1 && NB > 1) _tile_stored(3, c + c_down + 16, c_stride);
 }
 
-void run(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_t steps, int64_t mb,
-         int64_t nb, bool first, float* out) {
-  const bool two_m = mb + 1 < P.M / 16, two_n = nb + 1 < P.N / 16;
+// The block of up to 2 x 2 tiles at (mb, nb), as many as `cols` holds.
+void run(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles, int64_t steps,
+         const Columns& cols, int64_t mb, int64_t nb, bool first, float* out) {
+  const bool two_m = mb + 1 < cols.m1, two_n = nb + 1 < cols.n1;
   if (two_m && two_n) return run_block<2, 2>(P, a_tiles, b_tiles, steps, mb, nb, first, out);
   if (two_m) return run_block<2, 1>(P, a_tiles, b_tiles, steps, mb, nb, first, out);
   if (two_n) return run_block<1, 2>(P, a_tiles, b_tiles, steps, mb, nb, first, out);
@@ -219,7 +220,7 @@ void run_blocks(const Plan& P, const uint16_t* a_tiles, const uint16_t* b_tiles,
   if (!P.amx) return dot_blocks(P, a_tiles, b_tiles, steps, cols, first, out);
   for (int64_t mb = cols.m0; mb < cols.m1; mb += 2)
     for (int64_t nb = cols.n0; nb < cols.n1; nb += 2)
-      run(P, a_tiles, b_tiles, steps, mb, nb, first, out);
+      run(P, a_tiles, b_tiles, steps, cols, mb, nb, first, out);
 }
 
 // Every thread of the team on each chunk in turn: the chunk's steps

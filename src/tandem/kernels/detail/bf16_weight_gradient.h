@@ -13,9 +13,10 @@
 // over the chunk from L2 (2 x 2 tiles, or 8 rows m by 48 columns n of dot
 // products: each pair of a broadcast against a row of b's pairs), its
 // accumulators loaded from and stored to out between chunks. With several
-// threads, the wider operand's columns are split into one group per
-// thread, each working through every chunk on its own (the narrower
-// operand reformatted by each): sharing each chunk instead cost the team
+// threads, the wider operand's columns are split into groups (up to one
+// per thread, of at least 32 columns; on the tiles fewer where each
+// group's copy of the narrower operand would cost too much), each working
+// through every chunk on its own: sharing each chunk instead cost the team
 // two waits per chunk and reads of tiles from the other core's cache (2
 // threads on gpt's layers: 1.33-1.52x faster split, kernels_bench).
 
@@ -26,7 +27,8 @@ namespace tandem::kernels::detail {
 
 // Whether the product runs here: a CPU with a bf16 engine, a^T b
 // (transpose_a only) of bf16 operands into a contiguous f32 out without
-// bias or activation, M and N multiples of 16, K at least 256.
+// bias or activation, M and N multiples of 16, K at least 256; on the dot
+// products (no AMX) only where M >= N (oneDNN was faster otherwise).
 bool bf16_weight_gradient_applies(const Tensor& a, const Tensor& bias, const Tensor& out,
                                   const MatmulOptions& options, int64_t M, int64_t K, int64_t N);
 

@@ -31,8 +31,8 @@ enum class CausalPart {
 // The tiles a kernel computes for output rows [m, m + rows) of an (M, K) x
 // (K, N) product: the sum over k in [k_begin, k_end) and columns [0,
 // n_end), the bounds on the kernel's steps (k_step, n_step) and within K
-// and N; all of it without a part. The AMX tiles and the AVX-512 kernel
-// both take their blocks from here.
+// and N; all of it without a part. The AMX tiles, AVX512-BF16's dot
+// products and the AVX-512 kernel take their blocks from here.
 struct CausalTiles {
   int64_t k_begin, k_end, n_end;
 };
@@ -64,8 +64,9 @@ inline int64_t causal_flops(std::optional<CausalPart> part, int64_t M, int64_t K
 }
 
 // batched_matmul_into(a, b, out, options), skipping the part's triangle
-// where the AMX tiles (bf16) or the AVX-512 kernel (f32) compute the
-// product; elsewhere the whole product.
+// where tandem's bf16 engines (the AMX tiles, AVX512-BF16's dot products)
+// or the AVX-512 kernel (f32) compute the product; elsewhere the whole
+// product.
 // Throws ShapeError as batched_matmul_into does, and when the product is
 // not square where the part needs it. In matmul.cc.
 void causal_batched_matmul(const Tensor& a, const Tensor& b, Tensor& out,
