@@ -330,6 +330,25 @@ BENCHMARK_CAPTURE(AttentionInterleaved, gpt_bf16, DType::bf16, false);
 BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_f32, DType::f32, true);
 BENCHMARK_CAPTURE(AttentionInterleaved, gpt_backward_bf16, DType::bf16, true);
 
+// Causal attention over separate q, k, v at a long context (1 sequence of
+// 1,024 tokens, 8 heads of 64): each head's scores are 4 MiB, more than a
+// group's scratch holds. Forward and backward together.
+void AttentionLong(benchmark::State& state, DType dtype) {
+  const Shape heads{1, 8, 1024, 64};
+  const Tensor q = random(heads, dtype), k = random(heads, dtype), v = random(heads, dtype);
+  const Tensor dout = random(heads, dtype);
+  for (auto _ : state) {
+    const kernels::AttentionResult r = kernels::attention(q, k, v, {});
+    benchmark::DoNotOptimize(kernels::attention_backward(dout, q, k, v, r.out, r.lse, {}));
+  }
+  // The causal half of the five products.
+  state.counters["GFLOP/s"] = benchmark::Counter(5 * 2.0 * 8 * 1024 * 1024 * 64 / 2,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(AttentionLong, t1024_f32, DType::f32);
+BENCHMARK_CAPTURE(AttentionLong, t1024_bf16, DType::bf16);
+
 // One of attention's products over a group of 8 of gpt's heads (128
 // positions of 32) in bf16, the way attention calls it: with its causal
 // part (the masked triangle skipped where the kernel can), or whole. The

@@ -265,6 +265,29 @@ TEST(Attention, InterleavedScratchIsOnTheInputsDevice) {
   EXPECT_EQ(dqkv.device(), qkv.device());
 }
 
+// At long sequences a group of the scratch's size holds one head; with
+// more threads attention() takes a head per thread at once, with the same
+// bits forward and backward.
+TEST(Attention, LongSequencesGiveTheSameBitsOnAnyThreadCount) {
+  const Shape s{1, 3, 512, 16};
+  ASSERT_EQ(kernels::attention_heads_per_group(3, 512, 512), 1);
+  for (const DType d : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Tensor q = in(s, 95, d), k = in(s, 96, d), v = in(s, 97, d), dout = in(s, 98, d);
+    std::vector<float> by_threads[4];
+    for (int threads = 1; threads <= 4; ++threads) {
+      NumThreadsScope scope(threads);
+      const kernels::AttentionResult r = kernels::attention(q, k, v);
+      const kernels::AttentionGrads g = kernels::attention_backward(dout, q, k, v, r.out, r.lse);
+      for (const Tensor& t : {r.out, r.lse, g.dq, g.dk, g.dv}) {
+        const std::vector<float> values = t.to_floats();
+        by_threads[threads - 1].insert(by_threads[threads - 1].end(), values.begin(), values.end());
+      }
+    }
+    for (int t = 1; t < 4; ++t) EXPECT_EQ(by_threads[0], by_threads[t]) << t + 1 << " threads";
+  }
+}
+
 // A head of no width is refused, not given an uninitialised log-sum-exp.
 TEST(Attention, HeadsOfNoWidthAreErrors) {
   const Tensor q = Tensor::zeros(Shape{1, 2, 4, 0});

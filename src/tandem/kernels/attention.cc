@@ -312,6 +312,20 @@ int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S, Device de
   return std::clamp<int64_t>(scratch / per_head, 1, std::max<int64_t>(heads, 1));
 }
 
+namespace {
+
+// The heads attention() and its backward take at a time: the scratch's
+// bound, but on the CPU at least one head per thread, as tandem's causal
+// products run each head on one thread (heads of 1,024 positions, one to a
+// group, left the other cores idle: kernels_bench AttentionLong).
+int64_t heads_at_a_time(int64_t heads, int64_t T, int64_t S, Device device) {
+  const int64_t group = attention_heads_per_group(heads, T, S, device);
+  if (device.kind != DeviceKind::cpu) return group;
+  return std::max(group, std::min<int64_t>(heads, num_threads()));
+}
+
+}  // namespace
+
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& options) {
   const Dims d = check_inputs(q, k, v, options);
@@ -327,7 +341,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
     return r;
   }
   const detail::AttentionRows rows(options, d.T, d.S, d.D);
-  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
+  const int64_t group = heads_at_a_time(d.heads(), d.T, d.S, q.device());
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
     Tensor out = heads(r.out, first, count);
@@ -372,7 +386,7 @@ void attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& 
     return;
   }
   const detail::AttentionRows rows(options, d.T, d.S, d.D);
-  const int64_t group = attention_heads_per_group(d.heads(), d.T, d.S, q.device());
+  const int64_t group = heads_at_a_time(d.heads(), d.T, d.S, q.device());
   const Tensor row_dot = detail::attention_row_dot(dout, out);
   for (int64_t first = 0; first < d.heads(); first += group) {
     const int64_t count = std::min(group, d.heads() - first);
