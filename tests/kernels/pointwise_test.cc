@@ -345,8 +345,10 @@ TEST(Normalization, BatchNormPrimitiveMatchesTheSplitKernels) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     // Channel counts below, at and above a SIMD width (8 on AVX2, 16 on
     // AVX-512), with many rows: resnet's width=4 stem.
+    // And rows over several of the row kernels' blocks (4,096 values each).
     for (const Shape& shape : {Shape{7, 5}, Shape{2, 9, 9, 16}, Shape{3, 5, 5, 33},
-                               Shape{4, 28, 28, 4}, Shape{2, 14, 14, 3}, Shape{1, 1, 1, 1}}) {
+                               Shape{4, 28, 28, 4}, Shape{2, 14, 14, 3}, Shape{1, 1, 1, 1},
+                               Shape{8, 9, 9, 16}, Shape{4, 10, 10, 32}, Shape{2, 12, 12, 64}}) {
       const std::string where = std::string(dtype_name(dtype)) + shape.to_string();
       const int64_t C = shape.dim(-1);
       const Tensor x = random_tensor(shape, -2, 4, 41).to(dtype);
@@ -446,6 +448,55 @@ TEST(Normalization, BatchNormFusedReluIsReluOfBatchNorm) {
                  InvalidArgument);
     EXPECT_NO_THROW(kernels::batch_norm_train(half, gamma, beta, rm, rv, 0.1f, 1e-5f));
   }
+}
+
+// Several blocks of rows split between 1 to 3 threads: the same bits of
+// y, the statistics, the ReLU mask and every gradient.
+TEST(Normalization, BatchNormGivesTheSameBitsOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{8, 9, 9, 16}, Shape{4, 10, 10, 32}, Shape{3, 7, 9, 48}}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const bool relu : {false, true}) {
+        SCOPED_TRACE(shape.to_string() + " " + std::string(dtype_name(dtype)) +
+                     (relu ? " relu" : ""));
+        const int64_t C = shape.dim(-1);
+        const Tensor x = random_tensor(shape, -2, 3, 51).to(dtype);
+        const Tensor dy = random_tensor(shape, -1, 1, 52).to(dtype);
+        const Tensor gamma = random_tensor(Shape{C}, 0.5, 1.5, 53),
+                     beta = random_tensor(Shape{C}, -1, 1, 54);
+        std::vector<std::vector<uint8_t>> by_threads[3];
+        for (int threads = 1; threads <= 3; ++threads) {
+          NumThreadsScope scope(threads);
+          Tensor rm = Tensor::zeros(Shape{C}), rv = Tensor::full(Shape{C}, 1.0f);
+          const kernels::BatchNormResult r =
+              kernels::batch_norm_train(x, gamma, beta, rm, rv, 0.1f, 1e-5f, relu);
+          const kernels::NormGrads g = kernels::batch_norm_backward(
+              dy, x, r.mean, r.variance, gamma, 1e-5f, relu ? r.relu_mask : Tensor());
+          for (const Tensor& t :
+               {r.y, r.mean, r.variance, r.relu_mask, rm, rv, g.dx, g.dgamma, g.dbeta}) {
+            const auto* bytes = static_cast<const uint8_t*>(t.defined() ? t.raw_data() : nullptr);
+            by_threads[threads - 1].emplace_back(bytes, bytes + (t.defined() ? t.nbytes() : 0));
+          }
+        }
+        for (int t = 1; t < 3; ++t) EXPECT_EQ(by_threads[0], by_threads[t]) << t + 1 << " threads";
+      }
+    }
+  }
+}
+
+// Bad parameters are refused before the running statistics change (f16
+// runs the split kernels, which check gamma last); x without channels
+// gets an error, not a division by zero.
+TEST(Normalization, BatchNormRefusesBadInputWithTheRunningStatisticsUnchanged) {
+  const Tensor x = random_tensor(Shape{4, 3, 3, 8}, -2, 2, 55).to(DType::f16);
+  Tensor rm = Tensor::zeros(Shape{8}), rv = Tensor::full(Shape{8}, 1.0f);
+  EXPECT_THROW(kernels::batch_norm_train(x, Tensor::full(Shape{7}, 1.0f), Tensor::zeros(Shape{8}),
+                                         rm, rv, 0.1f, 1e-5f),
+               ShapeError);
+  EXPECT_EQ(rm.to_floats(), std::vector<float>(8, 0.0f));
+  EXPECT_EQ(rv.to_floats(), std::vector<float>(8, 1.0f));
+  const Tensor none = Tensor::zeros(Shape{4, 0}), empty = Tensor::zeros(Shape{0});
+  EXPECT_THROW(kernels::batch_norm_backward(none, none, empty, empty, empty, 1e-5f),
+               InvalidArgument);
 }
 
 TEST(Normalization, BatchNormTrainInferenceAndRunningStats) {

@@ -428,17 +428,18 @@ BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Ten
     }
     m = batch_norm_moments(x);
   }
-  update_running_moments(running_mean, running_var, m, momentum);
   result.mean = m.mean;
   result.variance = m.variance;
   result.rstd = inverse_std(m.variance, eps);
+  // y before the running moments: bad parameters throw with them unchanged.
   if (!result.y.defined()) result.y = batch_norm_apply(x, result.mean, result.rstd, gamma, beta);
+  update_running_moments(running_mean, running_var, m, momentum);
   return result;
 }
 
 bool batch_norm_fuses_add_relu(const Tensor& x) {
-  return x.device().kind == DeviceKind::cpu && x.rank() > 0 && x.numel() > 0 &&
-         detail::batch_norm_rows_apply(x);
+  // Only where batch_norm_train runs the same row kernels: the composition's bits.
+  return detail::batch_norm_supported(x) && detail::batch_norm_rows_apply(x);
 }
 
 BatchNormResult batch_norm_add_relu_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -533,7 +534,10 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
   check_param(x, gamma, C, "batch_norm_backward", "gamma");
   check_param(x, sums.sum_dy, C, "batch_norm_backward", "sum_dy");
   check_param(x, sums.sum_dy_xhat, C, "batch_norm_backward", "sum_dy_xhat");
-  if (count <= 0) TANDEM_THROW(InvalidArgument, "batch_norm_backward: count ", count, " <= 0");
+  if (count <= 0) {
+    TANDEM_THROW(InvalidArgument, "batch_norm_backward: ", count, " values per channel in x ",
+                 x.to_string(), ", need at least one");
+  }
   TANDEM_DISPATCH_CUDA(x, batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, count));
   const float* mu = mean.data<float>();
   const float* rs = rstd.data<float>();
@@ -565,6 +569,8 @@ Tensor batch_norm_backward_dx(const Tensor& dy, const Tensor& x, const Tensor& m
 NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                               const Tensor& variance, const Tensor& gamma, float eps,
                               const Tensor& relu_mask) {
+  detail::check_same_device("batch_norm_backward", x, {&dy});
+  if (relu_mask.defined()) detail::check_same_device("batch_norm_backward", x, {&relu_mask});
   if (detail::batch_norm_supported(x) && dy.shape() == x.shape() && dy.dtype() == x.dtype()) {
     const int64_t C = x.dim(-1);
     check_param(x, mean, C, "batch_norm_backward", "mean");
@@ -579,7 +585,8 @@ NormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& m
   const Tensor rstd = inverse_std(variance, eps);
   BatchNormSums sums = batch_norm_backward_sums(dy, x, mean, rstd);
   NormGrads grads;
-  grads.dx = batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, x.numel() / x.dim(-1));
+  const int64_t C = x.rank() > 0 ? x.dim(-1) : 0;
+  grads.dx = batch_norm_backward_dx(dy, x, mean, rstd, gamma, sums, C > 0 ? x.numel() / C : 0);
   grads.dgamma = sums.sum_dy_xhat;
   grads.dbeta = sums.sum_dy;
   return grads;

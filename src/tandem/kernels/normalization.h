@@ -1,9 +1,10 @@
 #pragma once
 // Layer and batch normalisation over the last dimension (features/channels;
-// tandem images are channels-last). Statistics are accumulated in double and
-// stored in f32 (except single-device batch norm in f32 and bf16, which runs
-// on oneDNN's primitive: see batch_norm_train); x may be f32, bf16 or f16 and
-// y has x's dtype.
+// tandem images are channels-last). Statistics are stored in f32: layer
+// norm's and rms norm's summed in float and double (the op table in
+// docs/models.md), batch norm's split kernels' in double, single-device batch
+// norm in f32 and bf16 as batch_norm_train says; x may be f32, bf16 or f16
+// and y has x's dtype.
 // Legend: R rows (every dimension but the last), C the last dimension.
 // Batch norm is split the way synchronised batch norm needs it: per-channel
 // moments, then the normalisation; in backward, per-channel sums, then dx.
@@ -62,8 +63,12 @@ bool batch_norm_fuses_relu(const Tensor& x);
 
 // Training-mode batch norm on one device: moments, running-stat update
 // (running = (1 - momentum) * running + momentum * batch, unbiased variance,
-// as PyTorch), then apply. f32 and bf16 run on oneDNN's primitive
-// (statistics summed in f32), f16 on the split kernels below. relu (only
+// as PyTorch, though a single row gives variance 0 where PyTorch refuses),
+// then apply; the running statistics change only once y is computed. f32
+// and bf16 with channels in 16s run on tandem's AVX-512 row kernels
+// (statistics summed in f32 per block of rows and in double across them),
+// other f32 and bf16 shapes on oneDNN's primitive (statistics summed in
+// f32), f16 on the split kernels below. relu (only
 // where batch_norm_fuses_relu; InvalidArgument otherwise): y = max(0, BN(x))
 // in the same pass.
 BatchNormResult batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,

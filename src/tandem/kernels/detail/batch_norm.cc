@@ -149,7 +149,16 @@ NormGrads batch_norm_training_backward(const Tensor& dy, const Tensor& x, const 
                                        {DNNL_ARG_DIFF_SRC, memory_of(g.dx, data)},
                                        {DNNL_ARG_DIFF_SCALE, memory_of(g.dgamma, channel)},
                                        {DNNL_ARG_DIFF_SHIFT, memory_of(g.dbeta, channel)}};
-  if (relu) args.emplace(DNNL_ARG_WORKSPACE, memory_of(relu_mask, hint->pd.workspace_desc()));
+  if (relu) {
+    const memory::desc workspace = hint->pd.workspace_desc();
+    if (relu_mask.dtype() != DType::u8 ||
+        relu_mask.shape() != Shape{static_cast<int64_t>(workspace.get_size())}) {
+      TANDEM_THROW(ShapeError, "batch_norm_backward: the ReLU mask must be u8 (",
+                   workspace.get_size(), ",), oneDNN's workspace for x ", x.shape().to_string(),
+                   " (from batch_norm_train), got ", relu_mask.to_string());
+    }
+    args.emplace(DNNL_ARG_WORKSPACE, memory_of(relu_mask, workspace));
+  }
   guarded("batch norm backward",
           [&] { execute(p->primitive, p->scratchpad, std::move(args), x.device()); });
   return g;

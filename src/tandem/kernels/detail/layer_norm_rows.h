@@ -2,10 +2,12 @@
 // Private: layer norm's rows on AVX-512 for f32 or bf16 storage with C a
 // multiple of 16, which normalization.cc's layer_norm and its backward use
 // where they apply. GCC leaves the portable loops over bf16 scalar: gpt's
-// layer norms (width 256) took 8% of its bf16 step on an AMX Xeon. Same
-// arithmetic as the portable rows (two-pass statistics in float); the
-// backward computes dx and the rows' shares of dgamma and dbeta in one
-// pass, summed as the portable rows' (row_blocks.h's reduce_rows).
+// layer norms (width 256) took 8% of its bf16 step on an AMX Xeon. The
+// portable rows' method (two-pass statistics in float), not their bits:
+// lanes reduced as a tree, 1/C multiplied, fused multiply-adds (results
+// differ in the last bits under TANDEM_MAX_CPU_ISA=avx2); the backward
+// computes dx and the rows' shares of dgamma and dbeta in one pass, summed
+// as the portable rows' (row_blocks.h's reduce_rows).
 
 #include <cstdint>
 #include <vector>
