@@ -116,7 +116,7 @@ TEST(OperandChecks, NormalizationStatisticsHaveTheirLengths) {
   expect_contains(error_message<InvalidArgument>([&] {
                     kernels::batch_norm_backward_dx(dy, x, per_column, per_column, gamma, sums, 0);
                   }),
-                  "batch_norm_backward: count 0 <= 0");
+                  "batch_norm_backward: 0 values per channel");
   expect_contains(error_message<ShapeError>([&] {
                     kernels::batch_norm_backward_dx(dy, x, per_column, per_column, gamma,
                                                     {short_stat, per_column}, 4);
