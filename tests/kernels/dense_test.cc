@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "support/gradcheck.h"
 #include "support/reference.h"
@@ -134,22 +136,54 @@ TEST(Pool, BadGeometryAndMissingWorkspace) {
 }
 
 // Ties go to the first position of the window (row-major), as PyTorch's and
-// the reference's; a NaN in a window is its maximum and gets the gradient.
-TEST(Pool, TiesGoToTheFirstMaximumAndANaNWins) {
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    const std::vector<float> values{1.0f, 3.0f,  3.0f, 3.0f,  //
-                                    2.0f, -1.0f, 0.5f, NAN};
-    const Tensor x = Tensor::from_floats(Shape{1, 2, 4, 1}, values).to(dtype);
-    const kernels::MaxPoolResult r = kernels::max_pool2d_forward(x, {}, true);
-    const std::vector<float> y = r.y.to_floats();
-    EXPECT_EQ(y[0], 3.0f) << dtype_name(dtype);
-    EXPECT_TRUE(std::isnan(y[1])) << dtype_name(dtype);
-    const std::vector<float> grads{10.0f, 20.0f};
-    const Tensor dy = Tensor::from_floats(Shape{1, 1, 2, 1}, grads).to(dtype);
-    const Tensor dx = kernels::max_pool2d_backward(dy, r.workspace, x.shape(), {});
-    EXPECT_EQ(dx.to_floats(),
-              (std::vector<float>{0.0f, 10.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 20.0f}))
-        << dtype_name(dtype);
+// the reference's; the first NaN in a window is its maximum and gets the
+// gradient. One channel and 5 (the general loop), 16 (AVX-512's 2x2 run).
+TEST(Pool, TiesGoToTheFirstMaximumAndTheFirstNaNWins) {
+  // Window 0: 1 3 / 2 3, its maximum at (0, 1); window 1: 2 NaN / 5 NaN,
+  // its first NaN at (0, 3).
+  const std::vector<float> pattern{1.0f, 3.0f, 2.0f, NAN, 2.0f, 3.0f, 5.0f, NAN};
+  for (const int64_t C : {1, 5, 16}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(::testing::Message() << C << " channels " << dtype_name(dtype));
+      std::vector<float> values;
+      for (const float v : pattern) values.insert(values.end(), static_cast<size_t>(C), v);
+      const Tensor x = Tensor::from_floats(Shape{1, 2, 4, C}, values).to(dtype);
+      const kernels::MaxPoolResult r = kernels::max_pool2d_forward(x, {}, true);
+      const std::vector<float> y = r.y.to_floats();
+      for (int64_t c = 0; c < C; ++c) {
+        EXPECT_EQ(y[c], 3.0f);
+        EXPECT_TRUE(std::isnan(y[C + c]));
+      }
+      const Tensor dy = Tensor::full(Shape{1, 1, 2, C}, 10.0f).to(dtype);
+      const std::vector<float> dx =
+          kernels::max_pool2d_backward(dy, r.workspace, x.shape(), {}).to_floats();
+      for (int64_t i = 0; i < 8; ++i)
+        for (int64_t c = 0; c < C; ++c)
+          EXPECT_EQ(dx[i * C + c], i == 1 || i == 3 ? 10.0f : 0.0f) << i << " " << c;
+    }
+  }
+}
+
+// Windows over padding whose values in the image are all -inf: the
+// gradient goes to the first position in the image, as the reference's
+// (a position in the padding wrote outside dx).
+TEST(Pool, WindowsOfMinusInfinityOverPaddingRouteToTheImage) {
+  const kernels::Pool2dGeometry padded{
+      .kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  const kernels::Pool2dGeometry three{
+      .kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  for (const auto& [shape, geometry] : std::vector<std::pair<Shape, kernels::Pool2dGeometry>>{
+           {Shape{1, 1, 1, 1}, padded}, {Shape{1, 3, 3, 2}, three}}) {
+    SCOPED_TRACE(shape.to_string());
+    const Tensor x = Tensor::full(shape, -INFINITY);
+    const kernels::MaxPoolResult r = kernels::max_pool2d_forward(x, geometry, true);
+    const Tensor dy = random_tensor(r.y.shape(), 1, 2, 60);
+    const Tensor dx = kernels::max_pool2d_backward(dy, r.workspace, shape, geometry);
+    // Several windows' gradients summed: in f32 against double.
+    expect_close(
+        to_doubles(dx),
+        testing::max_pool2d_backward_reference(to_doubles(x), shape, to_doubles(dy), geometry),
+        1e-6, 1e-6, "dx");
   }
 }
 

@@ -154,11 +154,6 @@ TEST(Activation, GeluSaturatesExactlyAndKeepsSpecialValues) {
   }
 }
 
-// GELU's bf16 results through AVX512-BF16's conversion instruction and
-// through integer rounding, bit for bit: inputs from -16 to 16 (outputs
-// and slopes that are subnormal near -13.5, which the instruction alone
-// would flush to zero), zeros, infinities and NaN, both forms, forward and
-// backward.
 // bf16 GELU looked up in its tables against GELU computed: the same bits
 // for every one of the 65,536 inputs (a NaN for a NaN), forward and
 // backward, including the results that round to subnormals (which

@@ -384,6 +384,11 @@ void add_pool_rows(std::vector<OpCase>& rows) {
   // 256 positions (its workspace is i32).
   rows.push_back(max_pool_row({2, 4, 4, 70}, {}, {DType::bf16}));
   rows.push_back(max_pool_row({1, 18, 17, 3}, {.kernel_h = 17, .kernel_w = 16, .stride_h = 1}, {}));
+  // Windows of 255 positions (the last a u8 workspace holds beside its
+  // no-position marker) and 256 (i32), and a stride past the window.
+  rows.push_back(max_pool_row({1, 16, 17, 3}, {.kernel_h = 15, .kernel_w = 17, .stride_h = 1}, {}));
+  rows.push_back(max_pool_row({1, 16, 16, 3}, {.kernel_h = 16, .kernel_w = 16, .stride_h = 1}, {}));
+  rows.push_back(max_pool_row({2, 9, 9, 3}, {.stride_h = 3, .stride_w = 3}, {DType::bf16}));
   const Shape img{2, 5, 7, 3};
   const kernels::Pool2dGeometry avg{
       .kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};

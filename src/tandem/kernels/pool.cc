@@ -150,9 +150,12 @@ template <typename T, typename Index>
       const int64_t len = std::min(kChunk, d.C - c0);
       float best[kChunk];
       int32_t at[kChunk];
+      // A window whose values are all -inf keeps its first position in the
+      // image (PyTorch's): position 0 may lie in the padding.
+      const auto first = static_cast<int32_t>((hb - h0) * g.kernel_w + (wb - w0));
       for (int64_t k = 0; k < kChunk; ++k) {
         best[k] = -std::numeric_limits<float>::infinity();
-        at[k] = 0;
+        at[k] = first;
       }
       for (int64_t h = hb; h < he; ++h) {
         for (int64_t w = wb; w < we; ++w) {
@@ -383,17 +386,17 @@ void max_pool_rows(const Bf16* rows, int64_t W, int64_t C, const Pool2dGeometry&
 
 Shape pool2d_output_shape(const Shape& x, const Pool2dGeometry& g) {
   if (x.rank() != 4) {
-    TANDEM_THROW(ShapeError, "max_pool2d: expected x (N, H, W, C), got ", x.to_string());
+    TANDEM_THROW(ShapeError, "pooling: expected x (N, H, W, C), got ", x.to_string());
   }
   if (g.kernel_h < 1 || g.kernel_w < 1 || g.stride_h < 1 || g.stride_w < 1 || g.pad_h < 0 ||
       g.pad_w < 0 || g.pad_h >= g.kernel_h || g.pad_w >= g.kernel_w) {
     TANDEM_THROW(InvalidArgument,
-                 "max_pool2d: kernel and stride must be >= 1 and padding in "
+                 "pooling: kernel and stride must be >= 1 and padding in "
                  "[0, kernel), got ",
                  geometry_key(g));
   }
   if (x[1] + 2 * g.pad_h < g.kernel_h || x[2] + 2 * g.pad_w < g.kernel_w) {
-    TANDEM_THROW(ShapeError, "max_pool2d: window ", g.kernel_h, "x", g.kernel_w,
+    TANDEM_THROW(ShapeError, "pooling: window ", g.kernel_h, "x", g.kernel_w,
                  " does not fit input ", x.to_string());
   }
   return Shape{x[0], (x[1] + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1,

@@ -39,7 +39,8 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
                            const Pool2dGeometry& geometry);
 
 // Average over each window, padding counted as zeros (PyTorch's
-// count_include_pad=True): every window divides by kernel_h * kernel_w.
+// count_include_pad=True): every window's sum times 1 / (kernel_h * kernel_w)
+// (within an ulp of PyTorch's division).
 Tensor avg_pool2d(const Tensor& x, const Pool2dGeometry& geometry);
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2dGeometry& geometry);
 

@@ -73,7 +73,10 @@ class MaxPool2d : public Pool2d {
 // `first` then `second` on x where they are a Conv2d with a ReLU and a
 // MaxPool2d, with the ReLU moved after the pooling: max pooling and ReLU
 // commute (values and gradients alike, ties included, as max picks the
-// same position), and the ReLU then runs inside the pooling's pass, its
+// same position; not where the convolution's output holds a NaN, which
+// wins the pooling and which the ReLU turns into 0 after it, where before
+// it the window's largest other value would win), and the ReLU then runs
+// inside the pooling's pass, its
 // backward folded into the pooling's; nothing keeps the convolution's
 // output for a ReLU's backward. A first layer's convolution (a few input
 // channels) pools its own output as it computes it, which is then never
