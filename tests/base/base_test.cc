@@ -45,6 +45,10 @@ TEST(Utf8, InvalidBytesAreEscapedAndValidTextKept) {
   EXPECT_EQ(escape_invalid_utf8("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
   EXPECT_EQ(utf8_sequence("\xf0\x9f\x98\x80", 0), 4u);
   EXPECT_EQ(utf8_sequence("\xc0\xaf", 0), 0u);  // overlong
+  EXPECT_TRUE(is_utf8("caf\xc3\xa9 \xe2\x82\xac"));
+  EXPECT_TRUE(is_utf8(""));
+  EXPECT_FALSE(is_utf8("caf\xe9"));
+  EXPECT_FALSE(is_utf8("ab\xc3"));  // cut short
 }
 
 TEST(Error, TypedErrorsDeriveFromError) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/errors.h"
 #include "tandem/base/error.h"
 #include "tandem/data/detail/node.h"
 #include "tandem/data/distribute.h"
@@ -130,6 +131,19 @@ TEST(ImageFolder, ClassesLabelsAndFilesInOrder) {
   EXPECT_EQ(decoded.next()->at("image").to_floats(), test_image(4, 5, 1).to_floats());
   // Two passes give the same elements.
   EXPECT_EQ(read_all(d).size(), 4u);
+}
+
+// A class folder named in Latin-1 (not UTF-8) is refused when the folder
+// is read, naming it: the run's checkpoints record class names as JSON,
+// whose writer threw at the first save.
+TEST(ImageFolder, ClassFolderNamesThatAreNotUtf8AreRefused) {
+  const fs::path root = fresh_folder("folder_latin1");
+  write_bytes(root / "caf\xe9" / "x.png", tensor_bytes(encode_png(test_image(3, 3, 1))));
+  write_bytes(root / "tea" / "y.png", tensor_bytes(encode_png(test_image(3, 3, 2))));
+  const std::string message =
+      testing::error_message<InvalidArgument>([&] { image_folder_class_names(root.string()); });
+  testing::expect_contains(message, "class folder 'caf\\xe9'");
+  testing::expect_contains(message, "not UTF-8");
 }
 
 TEST(ImageFolder, ClassNamesAndExtensionsOptions) {

@@ -94,6 +94,16 @@ TEST(Metrics, TopKTiesCountOnlyWhenFewerThanKAreLarger) {
   EXPECT_EQ(kernels::top_k_correct(logits, labels, 2).sum, 3.0);
 }
 
+// A row whose label's logit is NaN predicted nothing: not correct, as
+// count_correct has it (no logit compares larger than a NaN).
+TEST(Metrics, TopKCountsNoRowWithANaNLogitForItsLabel) {
+  const Tensor logits = Tensor::from_floats(Shape{2, 3}, std::vector<float>{NAN, NAN, NAN,  //
+                                                                            0, NAN, 1});
+  const Tensor labels = Tensor::from_ints(Shape{2}, std::vector<int32_t>{0, 1});
+  EXPECT_EQ(kernels::top_k_correct(logits, labels, 1).sum, 0.0);
+  EXPECT_EQ(kernels::top_k_correct(logits, labels, 3).sum, 0.0);
+}
+
 TEST(Metrics, ErrorSumsMatchReference) {
   struct Case {
     Shape predictions, targets;

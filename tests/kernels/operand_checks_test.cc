@@ -52,6 +52,15 @@ TEST(OperandChecks, IndexAndLabelValuesAreNamed) {
                     kernels::embedding_backward(ones(Shape{3, 2}), bad, 5);
                   }),
                   "embedding_backward: index 9 at position 1");
+  // dy of as many values as the indices hold rows of, but not their shape
+  // (it was read past its end).
+  const Tensor eight = Tensor::from_ints(Shape{8}, std::vector<int32_t>(8, 1));
+  expect_contains(error_message<ShapeError>([&] {
+                    kernels::embedding_backward(ones(Shape{4, 6}), eight, 5);
+                  }),
+                  "must be indices' shape and a width");
+  EXPECT_THROW(kernels::embedding_backward(ones(Shape{2, 3, 4}), eight.reshape(Shape{2, 4}), 5),
+               ShapeError);
   expect_contains(error_message<ShapeError>([&] { kernels::embedding(table, ones(Shape{3})); }),
                   "index values must be i32");
   const Tensor labels = Tensor::from_ints(Shape{2}, std::vector<int32_t>{1, -1});
@@ -148,6 +157,8 @@ TEST(OperandChecks, SumToShapeTakesAnyBroadcastTargetAndRefusesOthers) {
   const Tensor x = ones(Shape{4, 5});
   EXPECT_EQ(kernels::sum_to_shape(x, Shape{1, 1}).to_floats(), std::vector<float>{20.0f});
   EXPECT_EQ(kernels::sum_to_shape(x, Shape{5}).to_floats(), std::vector<float>(5, 4.0f));
+  // A target of no elements (a bias of width 0): empty, not a division by zero.
+  EXPECT_EQ(kernels::sum_to_shape(ones(Shape{3, 0}), Shape{0}).shape(), Shape{0});
   expect_contains(error_message<ShapeError>([&] { kernels::sum_to_shape(x, Shape{4}); }),
                   "sum_to_shape: (4,) is not a broadcast target of (4, 5)");
   expect_contains(error_message<ShapeError>([&] { kernels::add(x, ones(Shape{4})); }),

@@ -310,6 +310,13 @@ TEST(Loss, StableForHugeLogitsAndChecksLabels) {
                ShapeError);
   const std::vector<float> p = kernels::softmax(logits).to_floats();
   EXPECT_NEAR(p[0], 1.0f, 1e-6);
+  // Equal logits far from zero: a third each (a shift of max + log 3 rounded
+  // to f32 near 1e6 gave 0.3247).
+  const Tensor far = Tensor::full(Shape{2, 3}, 1e6f);
+  for (const float v : kernels::softmax(far).to_floats()) EXPECT_NEAR(v, 1.0f / 3.0f, 1e-6f);
+  for (const float v : kernels::log_softmax(far).to_floats()) {
+    EXPECT_NEAR(v, -std::log(3.0f), 1e-6f);
+  }
 }
 
 TEST(Dropout, KeepsAboutOneMinusPScaledAndIsDeterministic) {

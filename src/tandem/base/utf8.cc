@@ -23,6 +23,15 @@ size_t utf8_sequence(std::string_view s, size_t i) {
   return 0;
 }
 
+bool is_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string escape_invalid_utf8(std::string_view bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "tandem/base/error.h"
+#include "tandem/base/utf8.h"
 
 namespace tandem::cli {
 namespace {
@@ -84,6 +85,14 @@ std::vector<std::string> given_arguments(const CLI::App& command) {
     const std::string name = option->get_name();
     if (option->count() == 0 || name == "--resume" || name == "--output") continue;
     append(args, *option);
+  }
+  // Recorded as JSON in every checkpoint: refused now rather than at the
+  // first save.
+  for (const std::string& arg : args) {
+    if (!is_utf8(arg)) {
+      TANDEM_THROW(InvalidArgument, "argument '", escape_invalid_utf8(arg),
+                   "' is not UTF-8, which a run's records (JSON) need: rename the file or folder");
+    }
   }
   return args;
 }

@@ -76,7 +76,9 @@ Tensor decode_jpeg(const unsigned char* p, size_t n, const DecodeOptions& o) {
   Tensor image = Tensor::empty(Shape{out_height, out_width, c}, DType::u8);
   if (tjDecompress2(handle.h, p, static_cast<unsigned long>(n),
                     static_cast<unsigned char*>(image.raw_data()), out_width, 0, out_height,
-                    c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0 &&
+                    // LIMITSCANS: a crafted progressive JPEG of many scans
+                    // would decode for hours.
+                    c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT | TJFLAG_LIMITSCANS) != 0 &&
       tjGetErrorCode(handle.h) == TJERR_FATAL) {
     const std::string message = tjGetErrorStr2(handle.h);
     handle.reset();

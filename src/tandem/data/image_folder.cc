@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "tandem/base/error.h"
+#include "tandem/base/utf8.h"
 #include "tandem/data/batching.h"
 #include "tandem/data/detail/node.h"
 
@@ -63,8 +64,17 @@ std::vector<std::string> class_folders(const fs::path& root) {
   std::vector<std::string> names;
   for (const fs::directory_entry& entry : list_folder(root)) {
     std::error_code ec;
-    if (!hidden(entry.path()) && entry.is_directory(ec))
-      names.push_back(entry.path().filename().string());
+    if (!hidden(entry.path()) && entry.is_directory(ec)) {
+      const std::string name = entry.path().filename().string();
+      // Class names are recorded as JSON in checkpoints and summaries.
+      if (!is_utf8(name)) {
+        TANDEM_THROW(InvalidArgument, "image folder '", root.string(), "': class folder '",
+                     escape_invalid_utf8(name),
+                     "' has a name that is not UTF-8, which a run's records (JSON) need: "
+                     "rename it");
+      }
+      names.push_back(name);
+    }
   }
   std::sort(names.begin(), names.end());
   return names;

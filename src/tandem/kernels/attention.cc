@@ -11,6 +11,7 @@
 #include "tandem/base/target_clones.h"
 #include "tandem/kernels/detail/attention_rows.h"
 #include "tandem/kernels/detail/attention_rows_avx512.h"
+#include "tandem/kernels/detail/avx512_lanes.h"
 #include "tandem/kernels/detail/causal_products.h"
 #include "tandem/kernels/detail/checks.h"
 #include "tandem/kernels/detail/dispatch.h"
@@ -315,12 +316,15 @@ int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S, Device de
 namespace {
 
 // The heads attention() and its backward take at a time: the scratch's
-// bound, but on the CPU at least one head per thread, as tandem's causal
-// products run each head on one thread (heads of 1,024 positions, one to a
-// group, left the other cores idle: kernels_bench AttentionLong).
+// bound, but on AVX-512 CPUs at least one head per thread, as tandem's
+// causal products there run each head on one thread (heads of 1,024
+// positions, one to a group, left the other cores idle: kernels_bench
+// AttentionLong). Elsewhere oneDNN's products thread within a head, and
+// give other bits for other numbers of heads: the group stays the
+// shapes' alone.
 int64_t heads_at_a_time(int64_t heads, int64_t T, int64_t S, Device device) {
   const int64_t group = attention_heads_per_group(heads, T, S, device);
-  if (device.kind != DeviceKind::cpu) return group;
+  if (device.kind != DeviceKind::cpu || !detail::has_avx512()) return group;
   return std::max(group, std::min<int64_t>(heads, num_threads()));
 }
 

@@ -4,8 +4,8 @@
 // the output and each row's log-sum-exp are kept for backward, which
 // recomputes the probabilities (FlashAttention's trade: O(T) memory per row
 // instead of the T x S probabilities of every head). The scores of a group
-// of heads are built in a scratch buffer of bounded size at a time (on the
-// CPU at least a head per thread), by batched products that skip the
+// of heads are built in a scratch buffer of bounded size at a time (on
+// AVX-512 CPUs at least a head per thread), by batched products that skip the
 // blocks a causal mask hides (detail/causal_products.h: tandem's AMX,
 // AVX512-BF16 and AVX-512 kernels where they apply, oneDNN's otherwise).
 // Legend: B batch, H heads, T query positions, S key positions, D head
@@ -70,7 +70,7 @@ Tensor attention_interleaved_backward(const Tensor& dout, const Tensor& qkv, con
 
 // The number of T x S f32 score matrices that fit attention's scratch on
 // `device` (512 KiB of them on the CPU, 256 MiB on a GPU), at least one;
-// attention() takes at least a head per thread on the CPU, and
+// attention() takes at least a head per thread on AVX-512 CPUs, and
 // attention_interleaved hands such groups to the threads whole.
 int64_t attention_heads_per_group(int64_t heads, int64_t T, int64_t S,
                                   Device device = cpu_device());

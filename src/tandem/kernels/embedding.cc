@@ -47,9 +47,12 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& indices, int64_t vocab
   detail::check_same_device("embedding_backward", dy, {&indices});
   check_indices("embedding_backward", indices, vocabulary);
   const int64_t count = indices.numel();
-  if (dy.rank() != indices.rank() + 1 || dy.numel() % std::max<int64_t>(count, 1) != 0) {
-    TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(), " does not match indices ",
-                 indices.to_string());
+  // dy is indices' shape plus the embedding's width.
+  bool matches = dy.rank() == indices.rank() + 1;
+  for (int d = 0; matches && d < indices.rank(); ++d) matches = dy.dim(d) == indices.dim(d);
+  if (!matches) {
+    TANDEM_THROW(ShapeError, "embedding_backward: dy ", dy.to_string(),
+                 " must be indices' shape and a width, indices are ", indices.to_string());
   }
   TANDEM_DISPATCH_CUDA(dy, embedding_backward(dy, indices, vocabulary));
   const int64_t D = dy.dim(-1);

@@ -86,7 +86,8 @@ MetricSums top_k_correct(const Tensor& logits, const Tensor& labels, int k,
                      const float mine = to_f32(row[l[r]]);
                      int64_t larger = 0;
                      for (int64_t c = 0; c < K; ++c) larger += to_f32(row[c]) > mine;
-                     correct[r] = larger < k;
+                     // A NaN logit is no prediction (it compares larger than none).
+                     correct[r] = larger < k && mine == mine;
                    }
                  });
   });

@@ -180,6 +180,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& target) {
                  x.shape().to_string());
   }
   const int64_t cols = target.numel();
+  if (cols == 0) return Tensor::zeros(target, DType::f32, x.device());
   if (cols == 1) return sum(x).reshape(target);
   // Otherwise target is x's trailing dimensions.
   TANDEM_DISPATCH_CUDA(x, sum_to_shape(x, target));

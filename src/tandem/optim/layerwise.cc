@@ -92,7 +92,7 @@ void Lamb::step() {
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Variable& p = parameters()[i];
     if (!p.has_grad()) continue;
-    const int32_t t = ++updates(i);
+    const int32_t t = updates(i) + 1;  // counted once the update is made
     const auto c1 = static_cast<float>(1.0 / (1.0 - std::pow(options_.beta1, t)));
     const auto c2 = static_cast<float>(1.0 / (1.0 - std::pow(options_.beta2, t)));
     const Tensor g = p.grad();
@@ -119,6 +119,7 @@ void Lamb::step() {
     const auto step_size = static_cast<float>(lr * ratio);
     for (int64_t j = 0; j < n; ++j) w[j] -= step_size * uv[j];
     p.mark_modified();
+    updates(i) = t;
   }
 }
 

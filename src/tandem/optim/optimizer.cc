@@ -123,7 +123,7 @@ void Adam::step() {
   for (size_t i = 0; i < parameters().size(); ++i) {
     const Variable& param = parameters()[i];
     if (!param.has_grad()) continue;
-    const int32_t t = ++updates(i);
+    const int32_t t = updates(i) + 1;  // counted once the update is made
     const double correction1 = 1.0 - std::pow(options_.beta1, t);
     const auto step_size = static_cast<float>(lr / correction1);
     const auto inv_sqrt_correction2 =
@@ -137,6 +137,7 @@ void Adam::step() {
                                    .inv_sqrt_correction2 = inv_sqrt_correction2};
     kernels::adam_update(param.value(), param.grad(), *first_moment_[i], *second_moment_[i], step);
     param.mark_modified();
+    updates(i) = t;
   }
 }
 
