@@ -215,7 +215,9 @@ TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
         conv->zero_grad();
         Variable input(x, true);
         const Variable y = fused ? sequential.forward(input) : (*pool)(conv->forward(input));
-        if (fused) EXPECT_STREQ(y.grad_fn()->op, fused_op);
+        if (fused) {
+          EXPECT_STREQ(y.grad_fn()->op, fused_op);
+        }
         y.backward(dy);
         std::vector<std::vector<uint8_t>> out{bytes(y.value()), bytes(input.grad())};
         for (auto& p : conv->parameters()) out.push_back(bytes(p.grad()));
