@@ -2,12 +2,16 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
@@ -49,6 +53,32 @@ TEST(Utf8, InvalidBytesAreEscapedAndValidTextKept) {
   EXPECT_TRUE(is_utf8(""));
   EXPECT_FALSE(is_utf8("caf\xe9"));
   EXPECT_FALSE(is_utf8("ab\xc3"));  // cut short
+}
+
+// Two writers of one path at once (two runs sharing an output folder):
+// each writes its own temporary, so both commit and the file is one of
+// them whole (a shared PATH.tmp was truncated by the second and the first
+// rename took it, failing the second's); one dropped leaves nothing behind.
+TEST(AtomicFile, WritersOfOnePathDoNotShareATemporary) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "tandem_atomic_file_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "x.bin").string();
+  {
+    AtomicFile first(path, "test file"), second(path, "test file");
+    AtomicFile dropped(path, "test file");
+    first.write("first, whole");
+    second.write("second");
+    dropped.write("never committed");
+    first.commit();
+    second.commit();
+  }
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "second");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::others_read, fs::perms::others_read);
+  fs::remove_all(dir);
 }
 
 TEST(Error, TypedErrorsDeriveFromError) {

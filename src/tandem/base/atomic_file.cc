@@ -1,6 +1,7 @@
 #include "tandem/base/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,11 +14,15 @@
 namespace tandem {
 
 AtomicFile::AtomicFile(std::string path, std::string_view what)
-    : path_(std::move(path)), temporary_(path_ + ".tmp"), what_(what) {
-  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    : path_(std::move(path)), temporary_(path_ + ".tmp.XXXXXX"), what_(what) {
+  // A name of its own (mkostemp): two writers of one path (two runs sharing
+  // an output folder) each finish a whole file instead of truncating and
+  // interleaving one shared temporary.
+  fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
   if (fd_ < 0) {
     TANDEM_THROW(IoError, "cannot create ", what_, " '", temporary_, "': ", std::strerror(errno));
   }
+  ::fchmod(fd_, 0644);  // mkostemp's 0600 would hide checkpoints from other readers
 }
 
 AtomicFile::~AtomicFile() {

@@ -1,6 +1,6 @@
 #pragma once
 // Files written so that a crash, a kill or a full disk never leaves a torn
-// one behind: the bytes go to PATH.tmp, are synced, and the temporary is
+// one behind: the bytes go to PATH.tmp.XXXXXX (a name of its own), are synced, and the temporary is
 // renamed over PATH (then the directory is synced, making the rename
 // durable). Readers see the old file or the whole new one.
 
