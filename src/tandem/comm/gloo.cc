@@ -212,18 +212,22 @@ class GlooCommunicator : public Communicator {
   std::string_view all_reduce_algorithm(int64_t) const override { return "gloo ring"; }
 
   void abort(const std::string& reason) override {
+    // From another thread the owner may destroy this communicator as soon
+    // as the notify wakes its call: hold the state, and touch nothing of
+    // `this` after it.
+    const std::shared_ptr<GlooState> state = state_;
     {
-      std::lock_guard lock(state_->mutex);
-      if (!state_->broken.empty()) return;
-      state_->broken = "rank " + std::to_string(state_->rank) + ": " + reason;
-      state_->cv.notify_all();
+      std::lock_guard lock(state->mutex);
+      if (!state->broken.empty()) return;
+      state->broken = "rank " + std::to_string(state->rank) + ": " + reason;
+      state->cv.notify_all();
     }
     try {
-      state_->store->set(state_->abort_key(), state_->broken);
+      state->store->set(state->abort_key(), state->broken);
     } catch (const Error&) {
       // Without the store the peers still see the closed connections.
     }
-    state_->context->closeConnections();
+    state->context->closeConnections();
   }
 
  protected:
