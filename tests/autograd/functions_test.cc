@@ -124,8 +124,7 @@ TEST(Functions, Conv2dMaxPoolReluGivesTheComposedOpsBits) {
         const Tensor dy = random_tensor(y.shape(), -1, 1, seed).to(y.dtype());
         sum(mul(y, Variable(dy, false))).backward();
         for (const Tensor& t : {y.value(), xv.grad(), wv.grad(), bv.grad()}) {
-          const auto* p = static_cast<const uint8_t*>(t.raw_data());
-          bytes[fused].emplace_back(p, p + t.nbytes());
+          bytes[fused].push_back(testing::storage_bytes(t));
         }
       }
       EXPECT_EQ(bytes[0][0], bytes[1][0]) << "y";
@@ -223,8 +222,7 @@ TEST(Functions, MaxPoolReluGivesTheComposedOpsBits) {
             fused ? max_pool2d_relu(xv, c.geometry) : relu(max_pool2d(xv, c.geometry));
         sum(mul(y, Variable(dy, false))).backward();
         for (const Tensor& t : {y.value(), xv.grad()}) {
-          const auto* p = static_cast<const uint8_t*>(t.raw_data());
-          bytes[fused].emplace_back(p, p + t.nbytes());
+          bytes[fused].push_back(testing::storage_bytes(t));
         }
       }
       EXPECT_EQ(bytes[0][0], bytes[1][0]) << "y";

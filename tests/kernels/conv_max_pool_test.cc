@@ -27,6 +27,7 @@ namespace {
 using kernels::Conv2dGeometry;
 using kernels::Pool2dGeometry;
 using testing::random_tensor;
+using testing::storage_bytes;
 
 struct Case {
   Shape x, w;
@@ -80,11 +81,6 @@ Tensor grid_tensor(const Shape& shape, uint64_t seed, bool non_finite, DType dty
   return Tensor::from_floats(shape, v).to(dtype);
 }
 
-std::vector<uint8_t> bytes(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.raw_data());
-  return {p, p + t.nbytes()};
-}
-
 struct Precision {
   DType in, out;
   int threads;
@@ -120,12 +116,12 @@ TEST(ConvMaxPool, ForwardGivesTheComposedOpsBits) {
         const kernels::MaxPoolResult fused =
             kernels::conv2d_max_pool_relu_forward(x, w, bias, c.conv, c.pool, r.out, true);
         EXPECT_EQ(fused.y.shape(), composed.y.shape());
-        EXPECT_EQ(bytes(fused.y), bytes(composed.y)) << "y";
-        EXPECT_EQ(bytes(fused.workspace), bytes(composed.workspace)) << "positions";
+        EXPECT_EQ(storage_bytes(fused.y), storage_bytes(composed.y)) << "y";
+        EXPECT_EQ(storage_bytes(fused.workspace), storage_bytes(composed.workspace)) << "positions";
         const kernels::MaxPoolResult inference =
             kernels::conv2d_max_pool_relu_forward(x, w, bias, c.conv, c.pool, r.out, false);
         EXPECT_FALSE(inference.workspace.defined());
-        EXPECT_EQ(bytes(inference.y), bytes(composed.y)) << "y without positions";
+        EXPECT_EQ(storage_bytes(inference.y), storage_bytes(composed.y)) << "y without positions";
       }
     }
   }
@@ -154,9 +150,9 @@ TEST(ConvMaxPool, WeightGradientGivesTheComposedOpsBits) {
       kernels::conv2d_backward_weights(x, dz, c.conv, dw[0], r.bias ? &db[0] : nullptr);
       kernels::conv2d_max_pool_backward_weights(x, dy, forward.workspace, c.conv, c.pool, dw[1],
                                                 r.bias ? &db[1] : nullptr);
-      EXPECT_EQ(bytes(dw[1]), bytes(dw[0])) << "dw";
+      EXPECT_EQ(storage_bytes(dw[1]), storage_bytes(dw[0])) << "dw";
       if (r.bias) {
-        EXPECT_EQ(bytes(db[1]), bytes(db[0])) << "db";
+        EXPECT_EQ(storage_bytes(db[1]), storage_bytes(db[0])) << "db";
       }
     }
   }
@@ -172,7 +168,7 @@ TEST(ConvMaxPool, NoInputChannelsGiveTheComposedOpsBits) {
       kernels::conv2d_max_pool_relu_forward(x, w, bias, kSame, {}, DType::f32, true);
   const kernels::MaxPoolResult composed = kernels::max_pool2d_forward(
       kernels::conv2d_forward(x, w, bias, kSame, kernels::Activation::none), {}, true, true);
-  EXPECT_EQ(bytes(fused.y), bytes(composed.y));
+  EXPECT_EQ(storage_bytes(fused.y), storage_bytes(composed.y));
   const Tensor dy = random_tensor(fused.y.shape(), -1.0f, 1.0f, 2);
   const Tensor dz = kernels::max_pool2d_backward(dy, composed.workspace,
                                                  kernels::conv2d_output_shape(xs, ws, kSame), {});
@@ -180,7 +176,7 @@ TEST(ConvMaxPool, NoInputChannelsGiveTheComposedOpsBits) {
   Tensor db[2] = {Tensor::empty(Shape{16}), Tensor::empty(Shape{16})};
   kernels::conv2d_backward_weights(x, dz, kSame, dw[0], &db[0]);
   kernels::conv2d_max_pool_backward_weights(x, dy, fused.workspace, kSame, {}, dw[1], &db[1]);
-  EXPECT_EQ(bytes(db[1]), bytes(db[0]));
+  EXPECT_EQ(storage_bytes(db[1]), storage_bytes(db[0]));
   EXPECT_NE(db[1].to_floats(), std::vector<float>(16, 0.0f)) << "the bias has a gradient";
 }
 

@@ -475,8 +475,7 @@ TEST(Normalization, BatchNormGivesTheSameBitsOnAnyThreadCount) {
               dy, x, r.mean, r.variance, gamma, 1e-5f, relu ? r.relu_mask : Tensor());
           for (const Tensor& t :
                {r.y, r.mean, r.variance, r.relu_mask, rm, rv, g.dx, g.dgamma, g.dbeta}) {
-            const auto* bytes = static_cast<const uint8_t*>(t.defined() ? t.raw_data() : nullptr);
-            by_threads[threads - 1].emplace_back(bytes, bytes + (t.defined() ? t.nbytes() : 0));
+            by_threads[threads - 1].push_back(testing::storage_bytes(t));
           }
         }
         for (int t = 1; t < 3; ++t) EXPECT_EQ(by_threads[0], by_threads[t]) << t + 1 << " threads";

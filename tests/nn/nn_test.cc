@@ -204,10 +204,6 @@ TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
       for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2.0f) / 2.0f;
       x = x.to(dtype);
       const Tensor dy = testing::random_tensor(Shape{3, 3, 3, out_channels}, -1, 1, 10).to(dtype);
-      const auto bytes = [](const Tensor& t) {
-        const auto* p = static_cast<const uint8_t*>(t.raw_data());
-        return std::vector<uint8_t>(p, p + t.nbytes());
-      };
       // A first layer's few channels: one op; more: the ReLU in the pooling.
       // (Named before the lambda: clang 14 captures no structured binding.)
       const char* fused_op = in_channels <= 4 ? "conv2d_max_pool_relu" : "max_pool2d_relu";
@@ -219,8 +215,9 @@ TEST(Layers, SequentialPoolsBeforeTheConvolutionsReluWithTheSameResults) {
           EXPECT_STREQ(y.grad_fn()->op, fused_op);
         }
         y.backward(dy);
-        std::vector<std::vector<uint8_t>> out{bytes(y.value()), bytes(input.grad())};
-        for (auto& p : conv->parameters()) out.push_back(bytes(p.grad()));
+        std::vector<std::vector<uint8_t>> out{testing::storage_bytes(y.value()),
+                                              testing::storage_bytes(input.grad())};
+        for (auto& p : conv->parameters()) out.push_back(testing::storage_bytes(p.grad()));
         return out;
       };
       const auto fused = run(true), layered = run(false);

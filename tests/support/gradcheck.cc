@@ -20,6 +20,12 @@ double project(const Tensor& out, const std::vector<float>& weights) {
 
 }  // namespace
 
+std::vector<uint8_t> storage_bytes(const Tensor& t) {
+  if (!t.defined()) return {};
+  const auto* p = static_cast<const uint8_t*>(t.raw_data());
+  return {p, p + t.nbytes()};
+}
+
 Tensor random_tensor(const Shape& shape, float low, float high, uint64_t seed) {
   Tensor t = Tensor::empty(shape);
   Generator(seed).uniform(t.data<float>(), t.numel(), low, high);

@@ -1,8 +1,9 @@
 #pragma once
 // Files written so that a crash, a kill or a full disk never leaves a torn
-// one behind: the bytes go to PATH.tmp.XXXXXX (a name of its own), are synced, and the temporary is
-// renamed over PATH (then the directory is synced, making the rename
-// durable). Readers see the old file or the whole new one.
+// one behind: the bytes go to PATH.tmp.XXXXXX (a name of its own), are
+// synced, and the temporary is renamed over PATH (then the directory is
+// synced, making the rename durable). Readers see the old file or the
+// whole new one.
 
 #include <span>
 #include <string>
