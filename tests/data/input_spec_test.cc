@@ -145,6 +145,8 @@ TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
       "the input feature 'image' is not among");
   expect_error("format = \"idx\"\nimages = \"train-images-idx3-ubyte.gz\"\n", "'labels'");
   expect_error("format = \"csv\" = 3\n", "bad.toml:1:");  // not TOML
+  expect_error("format = \"csv\"\n" + testing::repeated("\"a\" . ", 100000) + "b = 1\n",
+               "bad.toml:2: a dotted key of more than 256 parts");
   // An undecodable image fails where it is read, naming the problem.
   const std::string junk = dir + "/junk.tfrecord";
   Feature bytes{.kind = Feature::Kind::bytes_list};

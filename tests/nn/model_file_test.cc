@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "support/gradcheck.h"
+#include "support/test_files.h"
 #include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/nn/activation.h"
@@ -528,6 +529,9 @@ std::vector<ErrorCase> error_cases() {
                              "type = \"dense\"\nunit = 2\n"),
        "model.toml:10: layer 2 (dense): ", "unknown key 'unit'"},
       {"invalid TOML", "input_shape = [28,\n[[layers]]\n", "model.toml:2: ", "invalid TOML"},
+      // 100,000 parts overflowed toml++'s stack (a crash, not an error).
+      {"dotted key too long", "input_shape = [4]\n" + testing::repeated("a.", 100000) + "b = 1\n",
+       "model.toml:2: ", "invalid TOML: a dotted key of more than 256 parts"},
       {"unknown top-level key", "inputshape = [4]\n", "model.toml:1: ", "unknown key 'inputshape'"},
       {"missing input_shape", "[[layers]]\n" + dense, "model.toml: ", "missing input_shape"},
       {"input_shape not an array", "input_shape = 4\n[[layers]]\n" + dense,

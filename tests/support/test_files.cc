@@ -22,6 +22,13 @@ void write_bytes(const std::string& path, const std::string& bytes) {
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::string repeated(std::string_view piece, int times) {
+  std::string text;
+  text.reserve(piece.size() * static_cast<size_t>(times));
+  for (int i = 0; i < times; ++i) text.append(piece);
+  return text;
+}
+
 void write_gz(const std::string& path, const std::string& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);

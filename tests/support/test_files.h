@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/data/dataset.h"
@@ -15,6 +16,8 @@ namespace tandem::testing {
 
 // Writes `bytes` to `path`, replacing it.
 void write_bytes(const std::string& path, const std::string& bytes);
+// `piece` `times` times over (crafted text for the bad-file tests).
+std::string repeated(std::string_view piece, int times);
 // Writes `bytes` gzip-compressed to `path` (a test failure when zlib fails).
 void write_gz(const std::string& path, const std::string& bytes);
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "support/test_files.h"
 #include "tandem/base/error.h"
 #include "tandem/tune/asha.h"
 #include "tandem/tune/search.h"
@@ -110,6 +111,8 @@ TEST(SearchSpace, BadFilesNameTheLineAndTheProblem) {
                      "space.toml:3: unknown setting 'budget'");
   expect_space_error("[search]\ntrials = 3\n", "no [space]");
   expect_space_error("[space\n", "space.toml:1: invalid TOML");
+  expect_space_error("[search]\ntrials = 3\n[" + testing::repeated("a.", 100000) + "b]\n",
+                     "space.toml:3: invalid TOML: a dotted key of more than 256 parts");
   expect_space_error("[search]\nmode = \"maximum\"\n", "unknown mode 'maximum'");
   expect_space_error("[search]\nmetric = \"accuracy\"\n", "not an epoch figure");
   // Budgets in steps.

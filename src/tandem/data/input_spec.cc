@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "tandem/base/detail/toml_document.h"
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
 #include "tandem/data/csv.h"
@@ -246,7 +247,7 @@ PaddedBatchOptions InputSpec::padding() const {
 InputSpec parse_input_spec(std::string_view text, const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse(text, path);
+    root = tandem::detail::parse_toml(text, path);
   } catch (const toml::parse_error& e) {
     TANDEM_THROW(InvalidArgument, path, ":", e.source().begin.line, ": ", e.description());
   }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "tandem/base/detail/toml_document.h"
 #include "tandem/base/error.h"
 
 namespace tandem::nn {
@@ -419,7 +420,7 @@ void parse_embedding(const LayerReader& r, LayerDefinition& d, const Flow& flow)
 ModelDefinition Parser::parse(std::string_view text) const {
   toml::table root;
   try {
-    root = toml::parse(text, source_);
+    root = tandem::detail::parse_toml(text, source_);
   } catch (const toml::parse_error& e) {
     fail(static_cast<int64_t>(e.source().begin.line), "", "invalid TOML: ", e.description());
   }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 
+#include "tandem/base/detail/toml_document.h"
 #include "tandem/base/error.h"
 
 namespace tandem::tune {
@@ -295,7 +296,7 @@ std::string searchable_flags() {
 SearchSpace parse_search_space(std::string_view text_in, const std::string& source) {
   toml::table root;
   try {
-    root = toml::parse(text_in, source);
+    root = tandem::detail::parse_toml(text_in, source);
   } catch (const toml::parse_error& e) {
     fail(source, static_cast<int64_t>(e.source().begin.line), "invalid TOML: ", e.description());
   }
