@@ -100,6 +100,30 @@ TEST(Lamb, MatchesTheFormulaWithTrustRatioDecayAndExclusions) {
   }
 }
 
+// A config without eps takes LAMB's 1e-6 (not Adam's 1e-8): with gradients
+// of order 1e-6, where eps sets the step, the two optimizers agree bit for
+// bit.
+TEST(Lamb, AConfigWithoutEpsTakesLambsDefault) {
+  using optim::OptimizerKind;
+  EXPECT_EQ(optim::eps_of({.kind = OptimizerKind::lamb}), 1e-6);
+  EXPECT_EQ(optim::eps_of({.kind = OptimizerKind::adam}), 1e-8);
+  EXPECT_EQ(optim::eps_of({.kind = OptimizerKind::adamw}), 1e-8);
+  EXPECT_EQ(optim::eps_of({.kind = OptimizerKind::lamb, .eps = 1e-3}), 1e-3);
+  Variable a = tensor_param(Shape{2, 3}, kWeight), b = tensor_param(Shape{2, 3}, kWeight);
+  auto from_config =
+      optim::make_optimizer({.kind = OptimizerKind::lamb, .learning_rate = 0.01}, {a});
+  optim::Lamb direct({b}, 0.01);
+  for (int step = 0; step < 3; ++step) {
+    Values g = kWeightGrads[step];
+    for (double& x : g) x *= 1e-6;
+    set_grad(a, g);
+    set_grad(b, g);
+    from_config->step();
+    direct.step();
+    EXPECT_EQ(a.value().to_floats(), b.value().to_floats()) << "step " << step;
+  }
+}
+
 TEST(Layerwise, ZeroNormsTakeATrustRatioOfOneAndBadSettingsAreErrors) {
   // A zero weight matrix: LARS steps like momentum SGD (ratio 1), not 0.
   Variable w = tensor_param(Shape{2, 2}, {0, 0, 0, 0});

@@ -199,8 +199,14 @@ void check_optimizer_config(const OptimizerConfig& c) {
     TANDEM_THROW(InvalidArgument, name, " beta1 and beta2 must be in [0, 1), got ", c.beta1,
                  " and ", c.beta2);
   }
-  if (!(c.eps > 0.0) || !std::isfinite(c.eps))
-    TANDEM_THROW(InvalidArgument, name, " eps must be positive and finite, got ", c.eps);
+  const double eps = eps_of(c);
+  if (!(eps > 0.0) || !std::isfinite(eps))
+    TANDEM_THROW(InvalidArgument, name, " eps must be positive and finite, got ", eps);
+}
+
+double eps_of(const OptimizerConfig& config) {
+  return config.eps.value_or(config.kind == OptimizerKind::lamb ? LambOptions{}.eps
+                                                                : AdamOptions{}.eps);
 }
 
 double gradient_squares(const std::vector<Variable>& parameters) {
@@ -256,7 +262,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
     return std::make_unique<Lamb>(std::move(parameters), config.learning_rate,
                                   LambOptions{.beta1 = config.beta1,
                                               .beta2 = config.beta2,
-                                              .eps = config.eps,
+                                              .eps = eps_of(config),
                                               .weight_decay = config.weight_decay.value_or(0.01)});
   }
   // adam and adamw
@@ -265,7 +271,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
   return std::make_unique<Adam>(std::move(parameters), config.learning_rate,
                                 AdamOptions{.beta1 = config.beta1,
                                             .beta2 = config.beta2,
-                                            .eps = config.eps,
+                                            .eps = eps_of(config),
                                             .weight_decay = decay,
                                             .decoupled_weight_decay = decoupled});
 }

@@ -111,7 +111,10 @@ struct OptimizerConfig {
   // lamb); >= 0.
   std::optional<double> weight_decay;
   double beta1 = 0.9, beta2 = 0.999;  // adam, adamw, lamb; in [0, 1)
-  double eps = 1e-8;                  // adam, adamw, lamb; > 0, finite
+  // adam, adamw, lamb; > 0, finite. Unset: 1e-8 for adam and adamw
+  // (PyTorch's), 1e-6 for lamb (the paper's, as TensorFlow Addons' and
+  // apex's, and LambOptions').
+  std::optional<double> eps;
   // > 0: before each update, scale the gradients so that their global L2
   // norm (over every parameter) is at most this (Keras's global_clipnorm,
   // PyTorch's clip_grad_norm_). The step engine applies it to the reduced,
@@ -136,6 +139,8 @@ double clip_to_norm(const std::vector<Variable>& parameters, double norm, double
 // Keras's default), 1 for lars (its trust ratio, eta ||w|| / ||g||, is
 // small: the paper's rates are of order 1 to 10).
 double default_learning_rate(OptimizerKind kind);
+// config.eps, or the kind's default when it is unset.
+double eps_of(const OptimizerConfig& config);
 
 // Throws InvalidArgument naming the first field of `config` outside its
 // range (see OptimizerConfig).
