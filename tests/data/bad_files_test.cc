@@ -173,6 +173,57 @@ TEST(BadFiles, TfrecordLengthsBeyondTheFileAreRefusedBeforeAllocating) {
   }
 }
 
+// `bytes` deflated as a gzip (window_bits 31) or zlib (15) stream whose
+// first `flushed` bytes end in a sync flush; returns the stream and the
+// length of the part up to that flush.
+std::pair<std::string, size_t> deflated_with_flush(const std::string& bytes, size_t flushed,
+                                                   int window_bits) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY),
+            Z_OK);
+  std::string out(compressBound(bytes.size()) + 64, '\0');
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(flushed);
+  EXPECT_EQ(deflate(&z, Z_SYNC_FLUSH), Z_OK);
+  const size_t cut = out.size() - z.avail_out;
+  z.avail_in = static_cast<uInt>(bytes.size() - flushed);
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  return {out, cut};
+}
+
+TEST(BadFiles, CompressedTfrecordsCutAfterAFlushAreTruncated) {
+  // TensorFlow's writer flushes with Z_SYNC_FLUSH: a file cut there holds
+  // whole records and read as a valid, shorter file.
+  const std::string raw = temp_path("three.tfrecord");
+  write_tfrecord(raw, {"first", "second", "third"}, Compression::none);
+  std::ifstream in(raw, std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  const size_t first = 12 + 5 + 4;
+  for (const auto& [compression, bits] :
+       {std::pair{Compression::gzip, 31}, std::pair{Compression::zlib, 15}}) {
+    const auto [stream, cut] = deflated_with_flush(bytes, first, bits);
+    const std::string path = temp_path("cut.tfrecord");
+    write_bytes(path, stream);
+    TFRecordReader whole(path, compression);
+    int records = 0;
+    while (whole.next()) ++records;
+    EXPECT_EQ(records, 3);
+    write_bytes(path, stream.substr(0, cut));
+    TFRecordReader reader(path, compression);
+    EXPECT_EQ(reader.next(), "first");
+    try {
+      reader.next();
+      ADD_FAILURE() << "a cut stream read to its end";
+    } catch (const IoError& e) {
+      expect_contains(e.what(), "cut.tfrecord' is truncated: its ");
+    }
+  }
+}
+
 // --- Cache files ----------------------------------------------------------
 
 template <typename T>

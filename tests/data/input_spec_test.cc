@@ -2,6 +2,8 @@
 // a pipeline over files written here; mistakes name the file, line and key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -175,19 +177,32 @@ TEST(InputSpec, AFolderIsAnImageFolderShuffledEachEpoch) {
   write_example_files(dir);
   const InputSpec spec = read_input_spec(dir + "/images");
   EXPECT_EQ(spec.format, "image_folder");
-  const Dataset d = make_input(spec, 3);
-  EXPECT_EQ(d.cardinality(), 6);
-  const auto labels = [&](int64_t pass) {
-    std::vector<int32_t> out;
-    Iterator it = d.iterator(pass);
-    while (auto e = it.next()) out.push_back(e->at("label").to_ints()[0]);
-    return out;
+  const auto expect_shuffled = [](const Dataset& d) {
+    EXPECT_EQ(d.cardinality(), 6);
+    const auto labels = [&](int64_t pass) {
+      std::vector<int32_t> out;
+      Iterator it = d.iterator(pass);
+      while (auto e = it.next()) out.push_back(e->at("label").to_ints()[0]);
+      return out;
+    };
+    EXPECT_EQ(labels(0).size(), 6u);
+    EXPECT_EQ(labels(0), labels(0));  // a pass is a function of its number
+    bool differs = false, unsorted = false;
+    for (int64_t pass = 0; pass < 6; ++pass) {
+      const std::vector<int32_t> l = labels(pass);
+      differs = differs || l != labels(0);
+      unsorted = unsorted || !std::is_sorted(l.begin(), l.end());
+    }
+    EXPECT_TRUE(differs);
+    EXPECT_TRUE(unsorted);
   };
-  EXPECT_EQ(labels(0).size(), 6u);
-  EXPECT_EQ(labels(0), labels(0));  // a pass is a function of its number
-  bool differs = false;
-  for (int64_t pass = 1; pass < 6 && !differs; ++pass) differs = labels(pass) != labels(0);
-  EXPECT_TRUE(differs);
+  expect_shuffled(make_input(spec, 3));
+  // Cached, the shuffle follows the cache and takes the whole folder (it
+  // took a buffer of `shuffle` = 1 and trained class by class).
+  expect_shuffled(
+      make_input(parse_input_spec("format = \"image_folder\"\nroot = \"images\"\ncache = true\n",
+                                  dir + "/spec.toml"),
+                 3));
   // A specification of the folder shuffles it too unless it says
   // shuffle = 0 (its files are listed class by class).
   const InputSpec described =

@@ -347,6 +347,32 @@ TEST(Pipeline, DestroyingAParallelMapWaitsForTheCallsInFlight) {
   EXPECT_LT(calls.load(), 100);
 }
 
+TEST(Pipeline, AssigningToARunningIteratorStopsItBeforeFreeingItsNodes) {
+  // The map's function, and so the nodes that hold it, must outlive every
+  // call the prefetch's producer makes (they were freed first, and the
+  // producer then ran in freed memory).
+  std::atomic<bool> freed{false}, used_after_free{false};
+  struct Guard {
+    explicit Guard(std::atomic<bool>* f) : freed(f) {}
+    ~Guard() { *freed = true; }
+    std::atomic<bool>* freed;
+  };
+  auto guard = std::make_shared<Guard>(&freed);
+  Iterator it = Dataset::range(100)
+                    .map([guard, &freed, &used_after_free](Element e) {
+                      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                      if (freed.load()) used_after_free = true;
+                      return e;
+                    })
+                    .prefetch(8)
+                    .iterator();
+  guard.reset();  // the map's copy is the last
+  ASSERT_TRUE(it.next().has_value());
+  it = Iterator();
+  EXPECT_TRUE(freed.load());
+  EXPECT_FALSE(used_after_free.load());
+}
+
 TEST(Pipeline, FromIdxReadsFashionMnist) {
   const std::string dir = TANDEM_FASHION_MNIST_DIR;
   const Dataset d =

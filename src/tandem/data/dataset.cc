@@ -34,7 +34,18 @@ Iterator::Iterator(std::unique_ptr<IteratorBase> impl, std::shared_ptr<detail::N
     : pipeline_(std::move(pipeline)), impl_(std::move(impl)) {}
 Iterator::~Iterator() = default;
 Iterator::Iterator(Iterator&&) noexcept = default;
-Iterator& Iterator::operator=(Iterator&&) noexcept = default;
+// By hand: the default assigns pipeline_ first, which may free the nodes a
+// running pass (a prefetch's producer thread, a parallel map's calls) still
+// reads before impl_'s destructor stops it.
+Iterator& Iterator::operator=(Iterator&& other) noexcept {
+  if (this != &other) {
+    impl_.reset();
+    pipeline_ = std::move(other.pipeline_);
+    impl_ = std::move(other.impl_);
+    ended_by_error_ = other.ended_by_error_;
+  }
+  return *this;
+}
 
 std::optional<Element> Iterator::next() {
   MemoryCategoryScope input_memory(MemoryCategory::input);

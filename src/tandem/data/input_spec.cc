@@ -521,8 +521,14 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
     d = d.shuffle(spec.shuffle, seed);
   d = d.map(example_maker(spec), {.num_parallel_calls = spec.parallel});
   if (spec.cache) {
+    // A cached image folder was read in class order: its whole pass is the
+    // buffer (the cache holds every example already), as its file list's
+    // shuffle would have been.
+    const int64_t buffer = spec.format == "image_folder"
+                               ? std::max<int64_t>(spec.shuffle, d.cardinality())
+                               : spec.shuffle;
     d = d.cache();
-    if (spec.shuffle > 0) d = d.shuffle(spec.shuffle, seed);
+    if (spec.shuffle > 0) d = d.shuffle(buffer, seed);
   }
   return d;
 }

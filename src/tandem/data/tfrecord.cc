@@ -93,7 +93,18 @@ class TFRecordReader::Stream {
             int code = 0;
             TANDEM_THROW(IoError, "TFRecord file '", path_, "': gzip error: ", gzerror(gz_, &code));
           }
-          if (got == 0) break;
+          if (got == 0) {
+            // A stream cut where a flush (Z_SYNC_FLUSH, as TensorFlow's
+            // writer's flush()) left whole records would otherwise read
+            // as a shorter, valid file.
+            int code = 0;
+            gzerror(gz_, &code);
+            if (code == Z_BUF_ERROR) {
+              TANDEM_THROW(IoError, "TFRecord file '", path_,
+                           "' is truncated: its gzip stream ends without its trailer");
+            }
+            break;
+          }
           done += static_cast<size_t>(got);
         }
         return done;
@@ -106,7 +117,10 @@ class TFRecordReader::Stream {
             file_.read(in_buffer_.data(), static_cast<std::streamsize>(in_buffer_.size()));
             z_.next_in = reinterpret_cast<Bytef*>(in_buffer_.data());
             z_.avail_in = static_cast<uInt>(file_.gcount());
-            if (z_.avail_in == 0) break;  // truncated stream: caller reports short read
+            if (z_.avail_in == 0) {
+              TANDEM_THROW(IoError, "TFRecord file '", path_,
+                           "' is truncated: its zlib stream ends before its end marker");
+            }
           }
           const int status = inflate(&z_, Z_NO_FLUSH);
           if (status == Z_STREAM_END)
