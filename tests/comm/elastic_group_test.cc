@@ -140,6 +140,39 @@ TEST(ElasticGroup, AJoinerIsTakenInAtAStepBoundary) {
   });
 }
 
+TEST(ElasticGroup, AJoinerWaitsForTheJobToStart) {
+  // A joiner that came first took id 0 (member 0 had not set the first
+  // free id yet), hid member 0's heartbeat and was never taken in.
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::unique_ptr<ElasticGroup> joiner;
+  std::thread early(
+      [&] { joiner = ElasticGroup::join("127.0.0.1", server.port(), prefix, kOptions); });
+  std::this_thread::sleep_for(300ms);
+  auto store = connect_store("127.0.0.1", server.port(), 5s, 5s);
+  EXPECT_FALSE(store->try_get(prefix + "/elastic/joining/0").has_value());
+  auto member = ElasticGroup::start("127.0.0.1", server.port(), prefix, 0, 1, kOptions);
+  for (int step = 0; member->membership().members.size() < 2; ++step) {
+    ASSERT_LT(step, 2'000) << "the joiner was never taken in";
+    if (member->joiners_waiting()) member->regroup();
+    std::this_thread::sleep_for(5ms);
+  }
+  early.join();
+  ASSERT_NE(joiner, nullptr);
+  EXPECT_EQ(joiner->id(), 1);
+  EXPECT_EQ(member->membership().members, (std::vector<int>{0, 1}));
+  // A job that never starts is a clear Timeout.
+  ElasticOptions brief = kOptions;
+  brief.join_timeout = 300ms;
+  try {
+    ElasticGroup::join("127.0.0.1", server.port(), next_prefix(), brief);
+    ADD_FAILURE() << "joined a job that does not exist";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("its member 0 never started"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ElasticGroup, FewerMembersThanTheMinimumEndTheJob) {
   StoreServer server;
   const std::string prefix = next_prefix();
@@ -167,6 +200,14 @@ TEST(ElasticGroup, BadMembersAreRefused) {
   none.min_members = 0;
   EXPECT_THROW(ElasticGroup::start("127.0.0.1", server.port(), next_prefix(), 0, 1, none),
                InvalidArgument);
+  // Heartbeats that could not keep a live member within the peer timeout.
+  for (const std::chrono::milliseconds beat : {0ms, -5ms, 600ms, 2000ms}) {
+    ElasticOptions slow = kOptions;
+    slow.heartbeat_every = beat;
+    EXPECT_THROW(ElasticGroup::start("127.0.0.1", server.port(), next_prefix(), 0, 1, slow),
+                 InvalidArgument)
+        << beat.count() << " ms";
+  }
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "tandem/base/error.h"
@@ -130,13 +132,45 @@ TEST(Store, MalformedClientIsDroppedAndOthersAreServed) {
   StoreServer server;
   const int fd = detail::connect_to({"127.0.0.1"}, server.port(), 5, "the test's store");
   const char garbage[32] = {9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  detail::send_all(fd, garbage, sizeof garbage, "the store");
+  detail::send_all(fd, garbage, sizeof garbage, detail::TcpClock::now() + 5s, "the store");
   char byte = 0;
   EXPECT_EQ(::recv(fd, &byte, 1, 0), 0);  // the server hung up
   ::close(fd);
   auto c = client(server);
   c->set("still", "serving");
   EXPECT_EQ(c->get("still", 1s), "serving");
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++n;
+  return n;
+}
+
+TEST(Store, ClosedConnectionsGiveBackTheirDescriptors) {
+  // Each kept its descriptor and thread until the server ended: a long
+  // elastic job ran out of descriptors and the store stopped answering.
+  StoreServer server;
+  client(server)->set("warm", "up");
+  std::this_thread::sleep_for(500ms);
+  const size_t before = open_descriptors();
+  for (int i = 0; i < 200; ++i) client(server)->set("k", "v");
+  size_t after = open_descriptors();
+  for (int wait = 0; wait < 50 && after > before + 10; ++wait) {
+    std::this_thread::sleep_for(100ms);
+    after = open_descriptors();
+  }
+  EXPECT_LE(after, before + 10) << "descriptors still open after 200 closed connections";
+  EXPECT_EQ(client(server)->try_get("k"), "v");
+}
+
+TEST(Store, CountersThatWouldOverflowAreRefused) {
+  StoreServer server;
+  auto c = client(server);
+  EXPECT_EQ(c->add("n", std::numeric_limits<int64_t>::max()), std::numeric_limits<int64_t>::max());
+  EXPECT_THROW(c->add("n", 1), InvalidArgument);
+  EXPECT_EQ(c->add("n", -1), std::numeric_limits<int64_t>::max() - 1);
 }
 
 TEST(Store, OversizedKeysAreRefusedBeforeSending) {

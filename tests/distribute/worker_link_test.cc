@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 
 #include "tandem/base/error.h"
@@ -77,6 +79,29 @@ TEST(WorkerLink, AnEndedPeerAndASilentOneAreToldApart) {
         << e.what();
   }
   EXPECT_TRUE(p.b->peer_silent());
+}
+
+TEST(WorkerLink, APeerThatTakesNothingIsLostToo) {
+  // A stopped peer reads nothing: a frame larger than the sockets' buffers
+  // blocked in send() for ever. Now it waits as long as receive() does.
+  Pair p = connected_pair();
+  p.b->send(FrameKind::stop, {});
+  EXPECT_EQ(p.a->receive(0.3).first, FrameKind::stop);  // this link's silence: 0.3 s
+  const std::string frame(size_t{64} << 20, 'x');
+  auto sending = std::async(std::launch::async, [&] {
+    try {
+      p.a->send(FrameKind::work, {frame});
+      return std::string("sent");
+    } catch (const PeerFailed& e) {
+      return std::string(e.what());
+    }
+  });
+  if (sending.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "send() still waits after 20 s";
+    p.b.reset();  // ends the send, so that the test can end
+  }
+  EXPECT_NE(sending.get().find("peer b took nothing sent to it for 0.3 s"), std::string::npos);
+  EXPECT_TRUE(p.a->peer_silent());
 }
 
 TEST(WorkerLink, MalformedFramesAreRefused) {

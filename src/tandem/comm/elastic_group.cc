@@ -256,6 +256,17 @@ std::shared_ptr<ElasticGroup::State> connect(const std::string& host, int port,
     TANDEM_THROW(InvalidArgument, "elastic membership bounds ", options.min_members, "..",
                  options.max_members, " are not 1 <= min <= max");
   }
+  // A peer is lost after peer_timeout without a new heartbeat: beats at
+  // least twice in that time, or live members would be taken for lost.
+  if (options.heartbeat_every.count() <= 0 || options.heartbeat_every * 2 > options.peer_timeout) {
+    TANDEM_THROW(InvalidArgument, "elastic heartbeat every ", options.heartbeat_every.count(),
+                 " ms with a peer timeout of ", options.peer_timeout.count(),
+                 " ms: the heartbeat must be positive and at most half the timeout");
+  }
+  if (options.join_timeout.count() <= 0) {
+    TANDEM_THROW(InvalidArgument, "elastic join timeout of ", options.join_timeout.count(),
+                 " ms: it must be positive");
+  }
   auto s = std::make_shared<ElasticGroup::State>();
   s->host = host;
   s->port = port;
@@ -292,6 +303,14 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(const std::string& host, int po
                                                  const std::string& prefix,
                                                  ElasticOptions options) {
   auto s = connect(host, port, prefix, options);
+  // Member 0 sets the first free id when it starts: a joiner that took one
+  // before would be given id 0, which member 0's set then gives out again.
+  try {
+    s->store->get(s->key("next_id"), options.join_timeout);
+  } catch (const Timeout&) {
+    TANDEM_THROW(Timeout, "elastic joiner found no job under '", prefix, "' within ",
+                 options.join_timeout.count(), " ms (its member 0 never started)");
+  }
   s->id = static_cast<int>(s->store->add(s->key("next_id"), 1) - 1);
   std::unique_ptr<ElasticGroup> group(new ElasticGroup(s));  // heartbeats from now on
   s->store->set(s->key("joining", s->id), "1");

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -73,20 +75,32 @@ int64_t parse_count(const std::string& text, const std::string& key) {
 
 Store::~Store() = default;
 
+namespace {
+
+struct Connection {
+  int fd;
+  std::thread thread;  // serve(fd)
+  std::shared_ptr<std::atomic<bool>> finished;
+};
+
+}  // namespace
+
 struct StoreServer::State {
   explicit State(int port) : listener("the rendezvous store", port) {}
 
   // Answers one connection's requests until it closes or the server stops.
   void serve(int fd);
   std::string answer(StoreOp op, const std::string& key, std::string value, int64_t number);
+  // Joins the threads of the connections that ended and closes their
+  // descriptors (a long elastic job connects thousands of times). Under mutex.
+  void reap_finished();
 
   detail::TcpListener listener;
   std::mutex mutex;
   std::condition_variable changed;
   std::map<std::string, std::string, std::less<>> values;
   bool stopping = false;
-  std::vector<int> connections;
-  std::vector<std::thread> threads;
+  std::vector<Connection> connections;  // open, or finished and not yet reaped
   std::thread acceptor;
 };
 
@@ -136,7 +150,10 @@ std::string StoreServer::State::answer(StoreOp op, const std::string& key, std::
         reply(StoreStatus::missing, e.what());
         break;
       }
-      count += number;
+      if (__builtin_add_overflow(count, number, &count)) {
+        reply(StoreStatus::missing, "store counter '" + key + "' would overflow");
+        break;
+      }
       text = std::to_string(count);
       changed.notify_all();
       reply(StoreStatus::ok, text);
@@ -166,30 +183,54 @@ void StoreServer::State::serve(int fd) {
       std::string key = receive_bytes(fd, key_bytes, deadline, kClient);
       std::string value = receive_bytes(fd, value_bytes, deadline, kClient);
       const std::string out = answer(static_cast<StoreOp>(op), key, std::move(value), number);
-      detail::send_all(fd, out.data(), out.size(), kClient);
+      detail::send_all(fd, out.data(), out.size(), TcpClock::now() + std::chrono::seconds(60),
+                       kClient);
     }
   } catch (const Error&) {
     // The client went away, or the server stops.
   }
-  // The descriptor is closed with the server, so that its number is not
-  // reused while the destructor may still shut it down.
+  // The acceptor closes the descriptor (under the mutex, so that its number
+  // is not reused while the destructor may still shut it down).
   ::shutdown(fd, SHUT_RDWR);
+}
+
+void StoreServer::State::reap_finished() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (!it->finished->load()) {
+      ++it;
+      continue;
+    }
+    it->thread.join();
+    ::close(it->fd);
+    it = connections.erase(it);
+  }
 }
 
 StoreServer::StoreServer(int port) : state_(std::make_shared<State>(port)) {
   State* s = state_.get();
   s->acceptor = std::thread([s] {
+    bool refused = false;
     for (;;) {
+      // Out of descriptors (EMFILE), the listener stays readable: wait
+      // before trying again rather than spin.
+      if (refused) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       pollfd p{s->listener.fd(), POLLIN, 0};
       const int ready = ::poll(&p, 1, 200);
       std::lock_guard lock(s->mutex);
       if (s->stopping) return;
+      s->reap_finished();
       if (ready <= 0) continue;
       const int fd = ::accept4(s->listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+      refused = fd < 0;
       if (fd < 0) continue;
       detail::set_no_delay(fd);
-      s->connections.push_back(fd);
-      s->threads.emplace_back([s, fd] { s->serve(fd); });
+      auto finished = std::make_shared<std::atomic<bool>>(false);
+      s->connections.push_back({.fd = fd,
+                                .thread = std::thread([s, fd, finished] {
+                                  s->serve(fd);
+                                  finished->store(true);
+                                }),
+                                .finished = finished});
     }
   });
 }
@@ -199,12 +240,14 @@ StoreServer::~StoreServer() {
     std::lock_guard lock(state_->mutex);
     state_->stopping = true;
     state_->changed.notify_all();
-    for (int fd : state_->connections) ::shutdown(fd, SHUT_RDWR);
+    for (const Connection& c : state_->connections) ::shutdown(c.fd, SHUT_RDWR);
   }
   state_->listener.shut_down();  // wakes the acceptor's poll
   state_->acceptor.join();
-  for (std::thread& t : state_->threads) t.join();
-  for (int fd : state_->connections) ::close(fd);
+  for (Connection& c : state_->connections) {
+    c.thread.join();
+    ::close(c.fd);
+  }
 }
 
 int StoreServer::port() const {
@@ -264,10 +307,10 @@ class TcpStore : public Store {
     append_field(out, number);
     out += key;
     try {
-      detail::send_all(fd_, out.data(), out.size(), name_);
-      detail::send_all(fd_, value.data(), value.size(), name_);
       // The server answers a get when the key is set or its wait is over.
       const auto deadline = TcpClock::now() + wait + std::chrono::seconds(10);
+      detail::send_all(fd_, out.data(), out.size(), deadline, name_);
+      detail::send_all(fd_, value.data(), value.size(), deadline, name_);
       char header[kAnswerHeader];
       detail::receive_exactly(fd_, header, sizeof header, deadline, name_);
       const char* p = header;

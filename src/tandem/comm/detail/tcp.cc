@@ -172,11 +172,19 @@ void set_no_delay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-void send_all(int fd, const void* bytes, size_t n, std::string_view peer) {
+void send_all(int fd, const void* bytes, size_t n, TcpClock::time_point deadline,
+              std::string_view peer) {
   const char* p = static_cast<const char*>(bytes);
   while (n > 0) {
-    const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL);
+    const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (TcpClock::now() >= deadline) TANDEM_THROW(Timeout, peer, " took nothing in time");
+      pollfd poll_fd{fd, POLLOUT, 0};
+      if (::poll(&poll_fd, 1, milliseconds_until(deadline, 1000)) < 0 && errno != EINTR)
+        throw_socket_error("waiting to send to " + std::string(peer));
+      continue;
+    }
     if (sent < 0) throw_socket_error("connection to " + std::string(peer) + " lost");
     p += sent;
     n -= static_cast<size_t>(sent);

@@ -55,8 +55,10 @@ int connect_to(const std::vector<std::string>& addresses, int port, double secon
 std::string local_address(int fd);
 
 void set_no_delay(int fd);
-// Writes all `n` bytes; throws PeerFailed naming `peer` when it is gone.
-void send_all(int fd, const void* bytes, size_t n, std::string_view peer);
+// Writes all `n` bytes; throws PeerFailed naming `peer` when it is gone,
+// Timeout when `deadline` passes first (a stopped peer that reads nothing).
+void send_all(int fd, const void* bytes, size_t n, TcpClock::time_point deadline,
+              std::string_view peer);
 // Reads exactly `n` bytes. Throws PeerFailed when the peer closes the
 // connection, Timeout when `deadline` passes first.
 void receive_exactly(int fd, void* out, size_t n, TcpClock::time_point deadline,

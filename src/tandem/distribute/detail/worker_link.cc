@@ -68,13 +68,36 @@ void WorkerLink::send(FrameKind kind, const std::vector<std::string_view>& parts
   std::memcpy(header, &k, 4);
   std::memcpy(header + 4, &length, 8);
   std::lock_guard<std::mutex> lock(send_mutex_);
+  const double silence = silence_seconds_.load();
+  const auto after_silence = [&] {
+    return Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(silence));
+  };
+  // Without waiting in send(): a stopped peer leaves its buffers full and
+  // a blocking send of a frame larger than them would never return.
   const auto write_all = [&](std::string_view bytes) {
+    auto deadline = after_silence();
     while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<size_t>(n));
+        deadline = after_silence();  // any progress is a sign of life
+        continue;
+      }
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        comm::detail::throw_socket_error("connection to " + peer_ + " lost while sending");
-      bytes.remove_prefix(static_cast<size_t>(n));
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (closing_.load()) TANDEM_THROW(PeerFailed, "connection to ", peer_, " closed here");
+        if (Clock::now() >= deadline) {
+          silent_.store(true);
+          TANDEM_THROW(PeerFailed, peer_, " took nothing sent to it for ", silence,
+                       " s (stopped, hung or cut off)");
+        }
+        pollfd p{fd_, POLLOUT, 0};
+        if (::poll(&p, 1, milliseconds_left(deadline)) < 0 && errno != EINTR)
+          comm::detail::throw_socket_error("waiting to send to " + peer_);
+        continue;
+      }
+      comm::detail::throw_socket_error("connection to " + peer_ + " lost while sending");
     }
   };
   write_all({header, sizeof header});
@@ -82,6 +105,7 @@ void WorkerLink::send(FrameKind kind, const std::vector<std::string_view>& parts
 }
 
 void WorkerLink::read_exactly(char* out, size_t n, double silence_seconds) {
+  silence_seconds_.store(silence_seconds);
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(silence_seconds));
   while (n > 0) {

@@ -54,6 +54,10 @@ inline constexpr uint64_t kMaxFrameBytes = uint64_t{4} << 30;
 
 class WorkerLink {
  public:
+  // How long send() waits for a peer to take its bytes before any receive()
+  // has said how long this link's peer may be silent (the engine's default).
+  static constexpr double kDefaultSilenceSeconds = 15.0;
+
   // Takes the connected socket; `peer` names the other side in errors.
   WorkerLink(int fd, std::string peer);
   ~WorkerLink();
@@ -61,7 +65,8 @@ class WorkerLink {
   WorkerLink& operator=(const WorkerLink&) = delete;
 
   // Sends one frame made of `parts` (thread-safe). Throws PeerFailed when
-  // the peer is gone.
+  // the peer is gone, or takes none of the bytes for as long as the last
+  // receive() would wait for its silence (kDefaultSilenceSeconds before any).
   void send(FrameKind kind, const std::vector<std::string_view>& parts);
   // The next frame other than heartbeats. Throws PeerFailed when the peer
   // closed the connection or sent nothing for `silence_seconds`, IoError
@@ -76,7 +81,7 @@ class WorkerLink {
   // Ends the connection (the peer's receive() sees the end); idempotent.
   void close();
   const std::string& peer() const { return peer_; }
-  // Whether receive() gave the peer up for its silence (its process may
+  // Whether send() or receive() gave the peer up for its silence (its process may
   // still exist: stopped, hung or cut off), rather than for an end of stream.
   bool peer_silent() const { return silent_.load(); }
   // Renames the peer once it has said who it is (before any other thread
@@ -91,6 +96,7 @@ class WorkerLink {
   std::mutex send_mutex_;
   std::atomic<bool> closing_{false};
   std::atomic<bool> silent_{false};
+  std::atomic<double> silence_seconds_{kDefaultSilenceSeconds};
   std::thread heartbeats_;
 };
 
