@@ -149,6 +149,22 @@ TEST(Gloo, MismatchedCallsFailOnEveryRank) {
     EXPECT_NE(e.find("element count differs"), std::string::npos) << e;
 }
 
+TEST(Gloo, AnInvalidCallWithoutTheCheckBreaksTheGroup) {
+  // Without verify_calls the invalid rank's check all-reduce (12 int64s,
+  // 96 bytes) was paired with the peers' real one: 24 floats, the same
+  // bytes, "succeeded" there with the check's numbers as data.
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  const auto errors = rank_errors(3, [&](int r) {
+    auto comm = member(server, prefix, r, 3, {.verify_calls = false});
+    Tensor in = Tensor::full(Shape{24}, 1.0f, DType::f32);
+    Tensor out = Tensor::zeros(Shape{r == 0 ? 23 : 24}, DType::f32);
+    comm->all_reduce(in, out, ReduceOp::sum);
+  });
+  EXPECT_NE(errors[0].find("23"), std::string::npos) << errors[0];
+  for (int r : {1, 2}) EXPECT_NE(errors[r].find("rank 0: "), std::string::npos) << errors[r];
+}
+
 TEST(Gloo, AbortReachesEveryWaitingRankWithItsReason) {
   StoreServer server;
   const std::string prefix = next_prefix();

@@ -93,6 +93,20 @@ TEST(VariablePartition, SplitsLargeVariablesOverDistinctShardsAndBalancesTheRest
 }
 
 // Synchronous rounds take mirrored training's steps, whatever the shards.
+TEST(ParameterServer, ResultsOfNoRowsLeaveTheLossAlone) {
+  // The engine's result of a call that applied nothing has a NaN loss and
+  // no rows; NaN * 0 made the accumulated loss NaN. A real NaN loss stays.
+  distribute::StepResult total{.loss = 2.0, .global_rows = 4};
+  distribute::accumulate_step_counts(total, {.loss = std::nan(""), .global_rows = 0});
+  EXPECT_EQ(total.loss, 2.0);
+  distribute::StepResult empty{.loss = std::nan(""), .global_rows = 0};
+  distribute::accumulate_step_counts(empty, {.loss = 3.0, .global_rows = 2});
+  EXPECT_EQ(empty.loss, 3.0);
+  EXPECT_EQ(empty.global_rows, 2);
+  distribute::accumulate_step_counts(empty, {.loss = std::nan(""), .global_rows = 2});
+  EXPECT_TRUE(std::isnan(empty.loss));
+}
+
 TEST(ParameterServer, SynchronousRoundsEqualMirroredTraining) {
   for (const std::string optimizer : {"sgd", "adam"}) {
     for (int workers : {2, 3}) {

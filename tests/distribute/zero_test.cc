@@ -255,6 +255,37 @@ TEST(Zero, StateSavedWithZeroLoadsWithoutItAndBack) {
   expect_same_parameters(*zero, *zero_again, 1e-5, "back into ZeRO-2");
 }
 
+TEST(Zero, ABadCheckpointIsRefusedBeforeAnyReplicaChanges) {
+  // Each replica checked only the parameters in its shard: one refused the
+  // checkpoint after the others had loaded theirs.
+  auto source_strategy = strategy_of(2), target_strategy = strategy_of(2);
+  auto source = source_strategy->make_engine(
+      model, {.optimizer = optimizer_of("adamw"), .reducer = reducer_of(2)});
+  auto target = target_strategy->make_engine(
+      model, {.optimizer = optimizer_of("adamw"), .reducer = reducer_of(2)});
+  for (int64_t step = 0; step < 2; ++step) {
+    source->step(batch_of(10, step), forward, {.step = step});
+    target->step(batch_of(10, 50 + static_cast<uint64_t>(step)), forward, {.step = step});
+  }
+  const auto floats_of = [](const distribute::EngineState& state) {
+    std::vector<std::vector<float>> values;
+    for (const auto& [name, t] : state.tensors)
+      if (t.dtype() == DType::f32) values.push_back(t.to_floats());
+    return values;
+  };
+  const auto before = floats_of(target->save_state());
+  for (const std::string spoilt : {"optimizer.0.exp_avg", "optimizer.5.exp_avg_sq"}) {
+    distribute::EngineState missing = source->save_state();
+    std::erase_if(missing.tensors, [&](const auto& entry) { return entry.first == spoilt; });
+    EXPECT_THROW(target->load_state(missing), IoError) << spoilt;
+    distribute::EngineState misshapen = source->save_state();
+    for (auto& [name, t] : misshapen.tensors)
+      if (name == spoilt) t = Tensor::zeros(Shape{t.numel() + 1}, DType::f32);
+    EXPECT_THROW(target->load_state(misshapen), IoError) << spoilt;
+    EXPECT_EQ(floats_of(target->save_state()), before) << spoilt;
+  }
+}
+
 struct AccumulationCase {
   int devices;
   int stage;

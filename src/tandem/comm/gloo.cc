@@ -232,6 +232,13 @@ class GlooCommunicator : public Communicator {
 
  protected:
   void run(const Call& call) override {
+    if (!call.error.empty() && !options().verify_calls) {
+      // The peers run their real collective, not the check, so this rank's
+      // check would be paired with it: break the group instead (they end
+      // with PeerFailed) and fail here.
+      abort(call.error);
+      TANDEM_THROW(CommError, call.error);
+    }
     if (options().verify_calls || !call.error.empty()) {
       verify(call);
       mark_all_ranks_arrived();

@@ -638,6 +638,18 @@ void AllReduceEngine::save_state(StateWriter& writer) {
 }
 
 void AllReduceEngine::load_state(const EngineState& state) {
+  // Everything is checked before anything changes (the replicas are alike:
+  // the first one's checks are every one's), so a bad checkpoint leaves the
+  // engine as it was.
+  const Replica& first = replicas_.front();
+  check_model_state(state, *first.model);
+  if (first.sharded) {
+    first.sharded->check_state(state, "optimizer.");
+  } else {
+    for (const auto& [name, t] : first.optimizer->state())
+      state.check_loads_into("optimizer." + name, *t);
+  }
+  for (Replica& r : replicas_) detail::load_scaler_state(state, r.scaler.get());
   // Every replica takes the same state: it loads into any replica count.
   for (Replica& r : replicas_) {
     load_model_state(state, *r.model);
@@ -646,7 +658,6 @@ void AllReduceEngine::load_state(const EngineState& state) {
     } else {
       for (auto& [name, t] : r.optimizer->state()) state.load_into("optimizer." + name, *t);
     }
-    detail::load_scaler_state(state, r.scaler.get());
   }
 }
 

@@ -18,8 +18,12 @@ void accumulate_step_counts(StepResult& a, const StepResult& b) {
     if (into.size() < from.size()) into.resize(from.size());
     for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
   };
-  const double loss_sum =
-      a.loss * static_cast<double>(a.global_rows) + b.loss * static_cast<double>(b.global_rows);
+  // A result of no rows has a NaN loss (the parameter-server engine's):
+  // leave it out rather than let NaN * 0 poison the sum.
+  const auto term = [](const StepResult& r) {
+    return r.global_rows > 0 ? r.loss * static_cast<double>(r.global_rows) : 0.0;
+  };
+  const double loss_sum = term(a) + term(b);
   a.global_rows += b.global_rows;
   a.loss = a.global_rows > 0 ? loss_sum / static_cast<double>(a.global_rows) : b.loss;
   add(a.replica_loss_sums, b.replica_loss_sums);

@@ -18,13 +18,17 @@ bool EngineState::has_tensor(const std::string& name) const {
   return false;
 }
 
-void EngineState::load_into(const std::string& name, Tensor& target) const {
+void EngineState::check_loads_into(const std::string& name, const Tensor& target) const {
   const Tensor& saved = tensor(name);
   if (saved.shape() != target.shape() || saved.dtype() != target.dtype()) {
     TANDEM_THROW(IoError, "checkpoint tensor '", name, "' is ", saved.to_string(), ", expected ",
                  target.to_string());
   }
-  target.copy_from(saved);
+}
+
+void EngineState::load_into(const std::string& name, Tensor& target) const {
+  check_loads_into(name, target);
+  target.copy_from(tensor(name));
   // On a GPU the copy is queued on this thread's stream; the replica
   // threads that use the tensor next queue on their own.
   synchronize(target.device());
@@ -52,6 +56,12 @@ void save_model_state(nn::Module& model, EngineState& state) {
     state.tensors.emplace_back("model." + name, p.value());
   for (const auto& [name, t] : model.named_buffers())
     state.tensors.emplace_back("buffer." + name, *t);
+}
+
+void check_model_state(const EngineState& state, nn::Module& model) {
+  for (auto& [name, p] : model.named_parameters())
+    state.check_loads_into("model." + name, p.value());
+  for (auto& [name, t] : model.named_buffers()) state.check_loads_into("buffer." + name, *t);
 }
 
 void load_model_state(const EngineState& state, nn::Module& model) {

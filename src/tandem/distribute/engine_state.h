@@ -26,6 +26,8 @@ struct EngineState {
   // Copies the tensor with this name into `target`; throws IoError when it is
   // absent or differs from target in shape or dtype.
   void load_into(const std::string& name, Tensor& target) const;
+  // load_into's checks alone: throws IoError where it would, copies nothing.
+  void check_loads_into(const std::string& name, const Tensor& target) const;
   // Metadata value; throws IoError when absent.
   const std::string& meta(const std::string& key) const;
 };
@@ -71,5 +73,7 @@ void save_model_state(nn::Module& model, EngineState& state);
 // the same architecture (IoError naming the first tensor that is missing or
 // differs in shape or dtype).
 void load_model_state(const EngineState& state, nn::Module& model);
+// load_model_state's checks alone (IoError), changing nothing.
+void check_model_state(const EngineState& state, nn::Module& model);
 
 }  // namespace tandem::distribute

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "tandem/base/error.h"
@@ -87,9 +88,14 @@ std::vector<Hello> accept_hellos(comm::detail::TcpListener& listener, int count,
       auto [kind, payload] = h.link->receive(kHelloSeconds);
       detail::FrameReader in(payload, "a hello");
       rank = in.u64();
-      h.pid = static_cast<int>(in.u64());
+      const uint64_t pid = in.u64();
       h.host = in.text();
       if (kind != detail::FrameKind::hello) TANDEM_THROW(IoError, "not a hello frame");
+      // The chief may kill this pid (a silent worker on its host): never
+      // -1 (every process of the user), 0 (its own group) or init.
+      if (pid <= 1 || pid > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        TANDEM_THROW(IoError, "a hello with process id ", pid);
+      h.pid = static_cast<int>(pid);
     } catch (const Error& e) {
       // Something else found the port: not one of ours, and not fatal.
       warn(fmt::format("{} ignored a connection that is not a tandem process of this job ({})", who,

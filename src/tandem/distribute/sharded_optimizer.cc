@@ -168,10 +168,48 @@ void ShardedOptimizer::gather_state(const StateSink& keep, int64_t piece) {
                       .clone(MemoryCategory::optimizer_state));
 }
 
+Tensor ShardedOptimizer::update_counts(const EngineState& state, const std::string& prefix) const {
+  Tensor counts = Tensor::empty(Shape{static_cast<int64_t>(parameters_.size())}, DType::i32);
+  state.load_into(prefix + "updates", counts);
+  return counts;
+}
+
+void ShardedOptimizer::check_state(const EngineState& state, const std::string& prefix) const {
+  const size_t n = parameters_.size();
+  const Tensor counts = update_counts(state, prefix);
+  const int32_t* count = counts.data<int32_t>();
+  for (const auto& [name, tensor] : optimizer_->state()) {
+    size_t bucket = 0;
+    std::string slot;
+    const bool updates = !split_state_name(name, bucket, slot);
+    for (size_t b = updates ? 0 : bucket; b < (updates ? flat_->bucket_count() : bucket + 1); ++b) {
+      const std::vector<size_t>& members = flat_->tensors_in(b);
+      for (size_t layout_index : members) {
+        const size_t i = n - 1 - layout_index;
+        if (updates) {
+          const size_t first = n - 1 - members.front();
+          if (count[i] != count[first]) {
+            TANDEM_THROW(InvalidArgument, "ZeRO keeps one update count per bucket, but parameters ",
+                         first, " and ", i, " of bucket ", b, " were updated ", count[first],
+                         " and ", count[i], " times in the state loaded");
+          }
+          continue;
+        }
+        const std::string key = prefix + std::to_string(i) + "." + slot;
+        const Tensor& saved = state.tensor(key);  // IoError when absent
+        if (saved.shape() != parameters_[i].shape() || saved.dtype() != DType::f32) {
+          TANDEM_THROW(IoError, "checkpoint tensor '", key, "' is ", saved.to_string(),
+                       ", expected f32 ", parameters_[i].shape().to_string());
+        }
+      }
+    }
+  }
+}
+
 void ShardedOptimizer::load_state(const EngineState& state, const std::string& prefix) {
   const size_t n = parameters_.size();
-  Tensor counts = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::i32);
-  state.load_into(prefix + "updates", counts);
+  check_state(state, prefix);
+  const Tensor counts = update_counts(state, prefix);
   const int32_t* count = counts.data<int32_t>();
   for (const auto& [name, tensor] : optimizer_->state()) {
     size_t bucket = 0;
@@ -179,17 +217,7 @@ void ShardedOptimizer::load_state(const EngineState& state, const std::string& p
     if (!split_state_name(name, bucket, slot)) {  // "updates"
       for (size_t b = 0; b < flat_->bucket_count(); ++b) {
         const std::vector<size_t>& members = flat_->tensors_in(b);
-        if (members.empty()) continue;
-        const size_t first = n - 1 - members.front();
-        for (size_t layout_index : members) {
-          const size_t i = n - 1 - layout_index;
-          if (count[i] != count[first]) {
-            TANDEM_THROW(InvalidArgument, "ZeRO keeps one update count per bucket, but parameters ",
-                         first, " and ", i, " of bucket ", b, " were updated ", count[first],
-                         " and ", count[i], " times in the state loaded");
-          }
-        }
-        tensor->data<int32_t>()[b] = count[first];
+        if (!members.empty()) tensor->data<int32_t>()[b] = count[n - 1 - members.front()];
       }
       continue;
     }

@@ -75,9 +75,14 @@ class ShardedOptimizer {
   // InvalidArgument when parameters of one bucket were updated different
   // numbers of times (a shard keeps one count).
   void load_state(const EngineState& state, const std::string& prefix);
+  // load_state's checks of every parameter's state (not only this shard's),
+  // changing nothing: every replica and process refuses a bad state alike.
+  void check_state(const EngineState& state, const std::string& prefix) const;
 
  private:
   int64_t shard_elements(size_t bucket) const;
+  // The loaded "updates" (one count per parameter), checked.
+  Tensor update_counts(const EngineState& state, const std::string& prefix) const;
 
   std::vector<Variable> parameters_;
   comm::Communicator& comm_;
