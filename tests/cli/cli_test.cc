@@ -184,6 +184,9 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
                         "--huber-delta must be positive and finite, got 0");
   expect_one_line_error(base + "--huber-delta 2",
                         "--huber-delta applies to --loss huber, not softmax_cross_entropy");
+  expect_one_line_error(base + "--loss mean_squared_error --ignore-index 0",
+                        "--ignore-index applies to --loss softmax_cross_entropy, not "
+                        "mean_squared_error");
   expect_one_line_error(base + "--bucket-mb nan",
                         "--bucket-mb must be a positive number of MiB (one byte to 1048576 MiB), "
                         "got nan");
@@ -201,6 +204,15 @@ TEST(Cli, ValuesThatMakeNoSenseAreErrors) {
   expect_one_line_error(base + "--batch-size 128 --micro-batch-size 32 --accumulate 2",
                         "global batch 128, micro-batch 32 and 2 accumulation steps disagree: 32 x "
                         "2 x 1 = 64");
+  // Products past int64 (they divided by zero, or wrapped to a batch that fit).
+  expect_one_line_error(base +
+                            "--batch-size 128 --accumulate 4 --micro-batch-size "
+                            "4611686018427387904",
+                        "micro-batch 4611686018427387904 x 4 accumulation steps x 1 replicas is "
+                        "past any batch size");
+  expect_one_line_error(
+      base + "--batch-size 128 --accumulate 4 --micro-batch-size 4611686018427387936",
+      "is past any batch size");
   expect_one_line_error(base + "--zero 3",
                         "--zero 3 (parameters sharded too, gathered layer by "
                         "layer) is not offered");
@@ -384,18 +396,24 @@ TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {
   std::ifstream in2(out + "/summary.json");
   EXPECT_EQ(nlohmann::json::parse(in2).at("epochs").get<int>(), 2);
   // The resumed run appended to metrics.jsonl: a second run line, both epochs.
-  std::ifstream metrics(out + "/metrics.jsonl");
-  int run_lines = 0, epoch_lines = 0;
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    run_lines += j.at("type") == "run";
-    epoch_lines += j.at("type") == "epoch";
-  }
-  EXPECT_EQ(run_lines, 2);
-  EXPECT_EQ(epoch_lines, 2);
-  // Training into a run directory that already has a checkpoint needs --resume.
+  const auto expect_both_runs_recorded = [&] {
+    std::ifstream metrics(out + "/metrics.jsonl");
+    int run_lines = 0, epoch_lines = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      run_lines += j.at("type") == "run";
+      epoch_lines += j.at("type") == "epoch";
+    }
+    EXPECT_EQ(run_lines, 2);
+    EXPECT_EQ(epoch_lines, 2);
+  };
+  expect_both_runs_recorded();
+  // Training into a run directory that already has a checkpoint needs
+  // --resume, and is refused before anything there is written (the
+  // monitor had started metrics.jsonl afresh: the run's records were lost).
   expect_one_line_error("train --model mlp --epochs 1 --train-examples 512 --output " + out,
                         "already exists");
+  expect_both_runs_recorded();
 }
 
 TEST(Cli, ZeroAndAccumulationTrainLikePlainTrainingAndResumeWithoutThem) {
@@ -835,6 +853,19 @@ TEST(Cli, TuneSearchBudgetsInStepsTrainRepeatedData) {
   EXPECT_NE(text.find("--steps-per-epoch 3 --repeat"), std::string::npos) << text;
   expect_one_line_error(search + dir + "/again --repeat --steps-per-epoch 3",
                         "is the search's to set with budgets in steps");
+  // Trials that start from given weights: the promoted one resumes its own
+  // checkpoint without them (train refused --init-from with --resume, and
+  // the search still reported success).
+  ASSERT_EQ(run("export " + dir + "/out/trial-000").status, 0);
+  const std::string weights = dir + "/out/trial-000/model.safetensors";
+  const CommandResult from = run(search + dir + "/from --init-from " + weights + " --non-strict");
+  ASSERT_EQ(from.status, 0) << from.output;
+  EXPECT_NE(from.output.find("reached step 9"), std::string::npos) << from.output;
+  const auto from_state = nlohmann::json::parse(std::ifstream(dir + "/from/search.json"));
+  int64_t from_epochs = 0;
+  for (const auto& trial : from_state.at("trials"))
+    from_epochs += static_cast<int64_t>(trial.at("curve").size());
+  EXPECT_EQ(from_epochs, 3 + 2);
 }
 
 // SIGINT to the search alone (not its process group): it passes the signal
@@ -984,9 +1015,16 @@ TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
 TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   const std::string out = tmp("cli-evaluate");
   fs::remove_all(out);
+  // Fashion-MNIST from a folder of its own: evaluate reads the run's (it
+  // read the default folder whatever the run had trained on).
+  const std::string copy = tmp("cli-evaluate-fashion");
+  fs::remove_all(copy);
+  fs::create_directories(copy);
+  for (const auto& file : fs::directory_iterator(TANDEM_FASHION_MNIST_DIR))
+    fs::create_symlink(file.path(), copy + "/" + file.path().filename().string());
   ASSERT_EQ(run("train --model mlp --epochs 1 --train-examples 512 --test-examples 300 --threads 1 "
-                "--precision mixed_bfloat16 --quiet --output " +
-                out)
+                "--precision mixed_bfloat16 --quiet --data-dir " +
+                copy + " --output " + out)
                 .status,
             0);
   std::ifstream in(out + "/summary.json");
@@ -998,6 +1036,7 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   EXPECT_EQ(e.at("model"), "mlp");
   EXPECT_EQ(e.at("precision"), "mixed_bfloat16");
   EXPECT_EQ(e.at("examples"), 300);
+  EXPECT_EQ(e.at("data"), "Fashion-MNIST test set in " + copy);
   EXPECT_EQ(e.at("epochs_done"), 1);
   EXPECT_EQ(e.at("test_accuracy").get<double>(), summary.at("test_accuracy").get<double>());
   EXPECT_NEAR(e.at("test_loss").get<double>(), summary.at("test_loss").get<double>(), 1e-6);
@@ -1156,7 +1195,12 @@ TEST(Cli, BenchPipelineAndAllreduceJson) {
   ASSERT_EQ(m.status, 0) << m.output;
   EXPECT_EQ(nlohmann::json::parse(m.output).at("results").size(), 4u);
   expect_one_line_error("bench allreduce --backend carrier-pigeon", "unknown backend");
-  expect_one_line_error("bench allreduce --max-bytes 12Q", "unknown unit");
+  expect_one_line_error("bench allreduce --max-bytes 12Q",
+                        "--max-bytes must be a positive byte count");
+  // Sizes past 2^62 (the loop over sizes wrapped to 0 and never ended).
+  expect_one_line_error("bench allreduce --max-bytes 8e18", "--max-bytes must be a positive");
+  expect_one_line_error("bench allreduce --max-bytes 8388608T", "at most 2^62 bytes");
+  expect_one_line_error("bench allreduce --min-bytes nan", "--min-bytes must be a positive");
 }
 
 TEST(Cli, BenchTrainJson) {

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "support/test_files.h"
@@ -104,6 +107,11 @@ TEST(SearchSpace, BadFilesNameTheLineAndTheProblem) {
                      "min_epochs 5 is above max_epochs 3");
   expect_space_error("[search]\nsampler = \"grid\"\n[space]\nlr = { uniform = [0, 1] }\n",
                      "needs points = N");
+  // Refused before the grid's values are made (10^12 strings).
+  expect_space_error(
+      "[search]\nsampler = \"grid\"\n[space]\nlr = { log_uniform = [0.01, 1.0], points = "
+      "1000000000000 }\n",
+      "space.toml:4: points must be in [1, 100000], got 1000000000000");
   expect_space_error("[space]\nlr = { uniform = [0, 1] }\n", "random sampling needs trials");
   expect_space_error("[search]\nsampler = \"grid\"\ntrials = 4\n[space]\nlr = {choice=[1,2]}\n",
                      "trials = 4 but the grid has 2 points");
@@ -313,6 +321,31 @@ TEST(Search, AnInterruptedSearchResumesWithoutRetrainingAFinishedRung) {
   tune::SearchOptions other = options(dir, changed.c_str(), 1);
   other.resume = true;
   EXPECT_THROW(tune::run_search(other, continued), InvalidArgument);
+  // So is a state edited away from its space: fewer trials (the scheduler
+  // then ran past them: a crash), another trial's settings, other rungs.
+  const fs::path state_path = fs::path(dir) / "search.json";
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(state_path));
+  const auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit,
+                                  const std::string& needle) {
+    nlohmann::json edited = saved;
+    edit(edited);
+    std::ofstream(state_path, std::ios::trunc) << edited.dump();
+    FakeRunner runner;
+    try {
+      tune::run_search(resume, runner);
+      ADD_FAILURE() << "resumed an edited state (" << needle << ")";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([](nlohmann::json& j) { j["trials"] = nlohmann::json::array(); },
+                 "holds 0 trials where the space makes 9");
+  expect_refused([](nlohmann::json& j) { j["trials"].erase(8); },
+                 "holds 8 trials where the space makes 9");
+  expect_refused([](nlohmann::json& j) { j["trials"][2]["settings"][0][1] = "0.45"; },
+                 "gives trial 2 other settings");
+  expect_refused([](nlohmann::json& j) { j["asha"]["reduction_factor"] = 2; },
+                 "schedules other rungs");
 }
 
 TEST(Search, ADivergedTrialIsTheWorstResultAndAFailedFirstTrialStopsTheSearch) {

@@ -29,6 +29,7 @@
 #include "tandem/base/statistics.h"
 #include "tandem/cli/busy_work.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/memory_plan_output.h"
 #include "tandem/comm/compression.h"
 #include "tandem/comm/hierarchical.h"
 #include "tandem/comm/inprocess.h"
@@ -96,29 +97,6 @@ struct CollectiveOptions {
   int64_t small_message_bytes = comm::InProcessOptions{}.small_message_bytes;
   bool json = false;
 };
-
-int64_t parse_bytes(const std::string& text, const char* flag) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    TANDEM_THROW(InvalidArgument, flag, ": '", text, "' is not a size (e.g. 4, 64K, 256M)");
-  }
-  const std::string suffix = text.substr(used);
-  double scale = 1;
-  if (suffix == "K" || suffix == "KiB") {
-    scale = 1 << 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    scale = 1 << 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    scale = 1 << 30;
-  } else if (!suffix.empty() && suffix != "B") {
-    TANDEM_THROW(InvalidArgument, flag, ": unknown unit in '", text, "' (use B, K, M or G)");
-  }
-  if (value < 0) TANDEM_THROW(InvalidArgument, flag, ": negative size '", text, "'");
-  return static_cast<int64_t>(value * scale);
-}
 
 struct SizeResult {
   int64_t bytes = 0, count = 0, iterations = 0;
@@ -338,8 +316,8 @@ MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective colle
                               std::vector<int64_t>& sizes) {
   const DType dtype = parse_dtype(o.dtype);
   const comm::ReduceOp op = comm::parse_reduce_op(o.op);
-  const int64_t lo = parse_bytes(o.min_bytes, "--min-bytes"),
-                hi = parse_bytes(o.max_bytes, "--max-bytes");
+  const int64_t lo = parse_bytes("--min-bytes", o.min_bytes),
+                hi = parse_bytes("--max-bytes", o.max_bytes);
   if (lo < 1 || hi < lo) TANDEM_THROW(InvalidArgument, "need 1 <= --min-bytes <= --max-bytes");
   if (o.factor < 2) TANDEM_THROW(InvalidArgument, "--factor must be at least 2, got ", o.factor);
   if (o.ranks < 1) TANDEM_THROW(InvalidArgument, "--ranks must be at least 1, got ", o.ranks);
@@ -349,7 +327,10 @@ MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective colle
   if (o.busy_threads < 0 || o.busy_threads > 1024)
     TANDEM_THROW(InvalidArgument, "--busy-threads must be 0 to 1024, got ", o.busy_threads);
   sizes.clear();
-  for (int64_t b = lo; b <= hi; b *= o.factor) sizes.push_back(b);
+  for (int64_t b = lo; b <= hi; b *= o.factor) {
+    sizes.push_back(b);
+    if (b > hi / o.factor) break;  // the next would pass hi (or wrap)
+  }
   const bool in_place = !o.out_of_place && collective == comm::Collective::all_reduce;
   const comm::WireDType wire = comm::parse_wire_dtype(o.wire);
   if (wire != comm::WireDType::f32) {

@@ -27,8 +27,8 @@ namespace {
 
 struct EvaluateOptions {
   std::string run_dir;
-  std::string data;  // a data specification; empty: the run's validation data
-  std::string data_dir = data::default_fashion_mnist_dir();
+  std::string data;                      // a data specification; empty: the run's validation data
+  std::optional<std::string> data_dir;   // unset: the run's, else the default
   std::optional<int64_t> test_examples;  // unset: the run's; 0: all
   int64_t batch_size = 1000;
   std::optional<int> threads;  // unset: one per physical core
@@ -78,7 +78,13 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
     if (spec.needs_padding()) d.padding = spec.padding();
     return d;
   }
-  const data::FashionMnist fashion = data::load_fashion_mnist(o.data_dir);
+  // The directory the run trained from (a copy of Fashion-MNIST elsewhere
+  // is as likely as the default one).
+  std::string data_dir = o.data_dir.value_or(data::default_fashion_mnist_dir());
+  if (!o.data_dir && config.is_object() && config.contains("data_dir") &&
+      config.at("data_dir").is_string())
+    data_dir = config.at("data_dir").get<std::string>();
+  const data::FashionMnist fashion = data::load_fashion_mnist(data_dir);
   data::LabeledImages test = fashion.test;
   int64_t examples = o.test_examples.value_or(0);
   if (!o.test_examples && config.is_object() && config.contains("test_examples")) {
@@ -89,7 +95,7 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
   if (examples > 0 && examples < test.size())
     test = {test.images.slice(0, examples), test.labels.slice(0, examples)};
   if (test.size() == 0) TANDEM_THROW(InvalidArgument, "no test examples to evaluate on");
-  return {data::as_dataset(test), "Fashion-MNIST test set", std::nullopt};
+  return {data::as_dataset(test), "Fashion-MNIST test set in " + data_dir, std::nullopt};
 }
 
 int run_evaluate(const EvaluateOptions& o) {
@@ -171,8 +177,10 @@ Command add_evaluate_command(CLI::App& app) {
   command->add_option("--data", o->data,
                       "Data to evaluate on: a data specification or image folder (default: the "
                       "run's --validation-data, else Fashion-MNIST's test set)");
-  command->add_option("--data-dir", o->data_dir, "Directory with the Fashion-MNIST IDX files")
-      ->capture_default_str();
+  command->add_option("--data-dir", o->data_dir,
+                      "Directory with the Fashion-MNIST IDX files (default: the run's --data-dir, "
+                      "else " +
+                          data::default_fashion_mnist_dir() + ")");
   command->add_option("--test-examples", o->test_examples,
                       "Use only the first N test examples (default: as many as the run used; 0: "
                       "all)");

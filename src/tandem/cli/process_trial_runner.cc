@@ -97,8 +97,18 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
   } catch (const Error&) {
     // Trained again below; the run's own error, if any, comes from there.
   }
+  const bool resuming = fs::exists(train::RunDirectory(job.dir).checkpoint());
   std::vector<std::string> args = {executable_, "train"};
-  args.insert(args.end(), train_args_.begin(), train_args_.end());
+  for (size_t i = 0; i < train_args_.size(); ++i) {
+    // A promoted trial resumes its own checkpoint: the weights it started
+    // from (--init-from) served its first rung, and train refuses both.
+    const std::string& a = train_args_[i];
+    if (resuming && (a == "--init-from" || a.starts_with("--init-from=") || a == "--non-strict")) {
+      if (a == "--init-from") ++i;  // and its value
+      continue;
+    }
+    args.push_back(a);
+  }
   const std::vector<std::string> trial = tune::trial_arguments(job.settings);
   args.insert(args.end(), trial.begin(), trial.end());
   for (const std::string& a :
@@ -115,7 +125,7 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
     args.push_back("--threads");
     args.push_back(std::to_string(threads_));
   }
-  if (fs::exists(train::RunDirectory(job.dir).checkpoint())) args.push_back("--resume");
+  if (resuming) args.push_back("--resume");
   const std::string log = (fs::path(job.dir) / "log.txt").string();
   {
     std::ofstream out(log, std::ios::app);

@@ -96,7 +96,7 @@ void add_data_options(CLI::App& app, RunOptions& o) {
   command->add_option("--label-smoothing", o.label_smoothing,
                       "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
   command->add_option("--ignore-index", o.ignore_index,
-                      "softmax_cross_entropy and metrics: a label value left out");
+                      "softmax_cross_entropy (and its metrics): a label value left out");
   command->add_option("--huber-delta", o.huber_delta, "huber: the delta, > 0 (default: 1)");
   command->add_option(
       "--metrics", o.metrics,
@@ -155,6 +155,12 @@ void configure_objective(const RunOptions& o, const std::string& label,
                    *o.huber_delta);
     if (o.loss != "huber")
       TANDEM_THROW(InvalidArgument, "--huber-delta applies to --loss huber, not ", o.loss);
+  }
+  // Only class labels have an index to ignore: the other losses (and their
+  // metrics, mae and rmse) would train on the rows it names.
+  if (o.ignore_index && o.loss != "softmax_cross_entropy") {
+    TANDEM_THROW(InvalidArgument, "--ignore-index applies to --loss softmax_cross_entropy, not ",
+                 o.loss);
   }
   config.loss = train::make_loss(o.loss, {.labels = label,
                                           .ignore_index = o.ignore_index,

@@ -252,11 +252,15 @@ void print_launch_notes(const TrainOptions& o, const distribute::Strategy& strat
   }
 }
 
-// Reads the checkpoint of a --resume (before the monitor appends to the
-// run directory, so a failed one leaves it as it was); the step it resumes
-// after, 0 for a new run.
+// Reads the checkpoint of a --resume, or checks that a new run's directory
+// holds none (before the monitor appends to or starts the run directory's
+// files, so a refused run leaves it as it was); the step it resumes after,
+// 0 for a new run.
 int64_t prepare_resume(train::Trainer& trainer, const train::TrainConfig& config, bool chief) {
-  if (!config.resume) return 0;
+  if (!config.resume) {
+    trainer.check_fresh_output();
+    return 0;
+  }
   const train::ResumePoint& point = trainer.prepare_resume();
   if (chief && config.schedule == optim::ScheduleKind::cosine && point.epochs > 0 &&
       point.epochs != config.epochs) {

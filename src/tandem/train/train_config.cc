@@ -114,24 +114,35 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
   }
   const std::string contract = " (the global batch is micro-batch x accumulation steps x " +
                                std::to_string(replicas) + " replicas)";
+  // micro x steps x replicas, refused where it does not fit (it wrapped, or
+  // divided by zero).
+  const auto batch_of = [&](int64_t accumulation) {
+    int64_t per_step = 0, whole = 0;
+    if (__builtin_mul_overflow(micro, replicas, &per_step) ||
+        __builtin_mul_overflow(per_step, accumulation, &whole)) {
+      TANDEM_THROW(InvalidArgument, "micro-batch ", micro, " x ", accumulation,
+                   " accumulation steps x ", replicas, " replicas is past any batch size");
+    }
+    return whole;
+  };
   if (micro > 0 && global == 0) {
-    global = micro * std::max<int64_t>(steps, 1) * replicas;
+    global = batch_of(std::max<int64_t>(steps, 1));
     config.engine.accumulation_steps = static_cast<int>(std::max<int64_t>(steps, 1));
   } else if (micro > 0 && steps == 0) {
-    if (global % (micro * replicas) != 0) {
+    if (global % batch_of(1) != 0) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " is not a multiple of micro-batch ",
                    micro, " x ", replicas, " replicas", contract);
     }
-    const int64_t derived = global / (micro * replicas);
+    const int64_t derived = global / batch_of(1);
     if (derived < 1 || derived > std::numeric_limits<int>::max()) {
       TANDEM_THROW(InvalidArgument, "global batch ", global, " with micro-batch ", micro,
                    " leaves ", derived, " accumulation steps", contract);
     }
     config.engine.accumulation_steps = static_cast<int>(derived);
-  } else if (micro > 0 && global != micro * steps * replicas) {
+  } else if (micro > 0 && global != batch_of(steps)) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, ", micro-batch ", micro, " and ", steps,
                  " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
-                 micro * steps * replicas, contract);
+                 batch_of(steps), contract);
   }
   if (global < replicas) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, " has fewer examples than the ",

@@ -221,6 +221,19 @@ void fold_partial_sums(distribute::Strategy& strategy, std::vector<double>& repl
 
 }  // namespace detail
 
+void Trainer::check_fresh_output() {
+  if (elastic_ && elastic_->awaiting_state) return;  // a joiner takes the members' run
+  // The chief checks; every process learns the answer, so none waits for
+  // a chief that gave up.
+  const bool exists = strategy_->is_chief() && !config_.output_dir.empty() &&
+                      std::filesystem::exists(checkpoint_path());
+  if (processes_of(*strategy_) > 1 ? distribute::any_process(*strategy_, exists) : exists) {
+    TANDEM_THROW(InvalidArgument, "'", checkpoint_path(),
+                 "' already exists: resume it or choose "
+                 "another output directory rather than overwrite it");
+  }
+}
+
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
   noise_scale_ = NoiseScaleEstimator();
@@ -238,15 +251,7 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     progress = std::move(pending->progress);
     result.history = std::move(pending->history);
   } else {
-    // The chief checks; every process learns the answer, so none waits for
-    // a chief that gave up.
-    const bool exists = strategy_->is_chief() && !config_.output_dir.empty() &&
-                        std::filesystem::exists(checkpoint_path());
-    if (processes_of(*strategy_) > 1 ? distribute::any_process(*strategy_, exists) : exists) {
-      TANDEM_THROW(InvalidArgument, "'", checkpoint_path(),
-                   "' already exists: resume it or choose "
-                   "another output directory rather than overwrite it");
-    }
+    check_fresh_output();
   }
   progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   result.resumed_from_step = progress.global_step;

@@ -225,6 +225,10 @@ class Trainer {
   // match or has trained all config.epochs, IoError when it cannot be read;
   // InvalidArgument without config.resume.
   const ResumePoint& prepare_resume();
+  // For a run that does not resume: throws InvalidArgument when its output
+  // directory already holds a checkpoint (collective over the job's
+  // processes), before anything there is written; fit() checks it too.
+  void check_fresh_output();
 
   // Trains config.epochs epochs on `train` (continuing from the checkpoint
   // when resuming), evaluating on `validation` after each. Throws what the

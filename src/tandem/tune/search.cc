@@ -179,6 +179,30 @@ TrialOutcome::Status record_outcome(const TrialJob& job, const TrialOutcome& out
   return outcome.status;
 }
 
+// A saved state resumes only the search the space describes: its trials,
+// their settings and seeds, and its rungs (a state edited or cut short
+// would send the scheduler past the trials it holds).
+void check_resumable(const SavedState& saved, const SavedState& fresh,
+                     const std::string& output_dir) {
+  const auto refuse = [&](const auto&... what) {
+    TANDEM_THROW(InvalidArgument, "the search state in '", output_dir, "' ", what...,
+                 "; resume with the state it wrote, or start anew");
+  };
+  if (saved.trials.size() != fresh.trials.size())
+    refuse("holds ", saved.trials.size(), " trials where the space makes ", fresh.trials.size());
+  for (size_t t = 0; t < saved.trials.size(); ++t) {
+    if (saved.trials[t].settings != fresh.trials[t].settings ||
+        saved.trials[t].seed != fresh.trials[t].seed)
+      refuse("gives trial ", t, " other settings or another seed than the space");
+  }
+  const AshaOptions& a = saved.asha;
+  const AshaOptions& b = fresh.asha;
+  if (a.min_epochs != b.min_epochs || a.max_epochs != b.max_epochs ||
+      a.reduction_factor != b.reduction_factor || a.maximize != b.maximize ||
+      a.successive_halving != b.successive_halving)
+    refuse("schedules other rungs than the space");
+}
+
 // The search's directory checked and created, and its state: the saved one
 // on a resume, every trial not started otherwise.
 SavedState open_search(const SearchOptions& options) {
@@ -213,6 +237,7 @@ SavedState open_search(const SearchOptions& options) {
       TANDEM_THROW(InvalidArgument, "the space file differs from the one the search at '",
                    options.output_dir, "' started with; resume with that file, or start anew");
     }
+    check_resumable(saved, state, options.output_dir);
     state.trials = std::move(saved.trials);
     state.wall_seconds = saved.wall_seconds;
   }

@@ -79,7 +79,9 @@ Parameter parse_parameter(const std::string& name, const toml::node& node,
     const int64_t line = static_cast<int64_t>(key.source().begin.line);
     if (k == "points") {
       p.points = integer(value, source, "points");
-      if (p.points < 1) fail(source, line, "points must be at least 1, got ", p.points);
+      // Capped here: the grid's values are made before its size is checked.
+      if (p.points < 1 || p.points > kMaxTrials)
+        fail(source, line, "points must be in [1, ", kMaxTrials, "], got ", p.points);
       continue;
     }
     if (k != "uniform" && k != "log_uniform" && k != "int" && k != "choice") {
