@@ -74,6 +74,17 @@ TEST(Csv, BadRowsNameFileLineAndColumn) {
   EXPECT_NE(message.find("unterminated quoted field"), std::string::npos) << message;
   EXPECT_THROW(from_csv("/nonexistent.csv"), IoError);
   EXPECT_THROW(from_csv(write_file("hdr.csv", "a,b\n"), {.columns = {{"a"}}}), IoError);
+  // A second column of one name replaced the first in every example.
+  try {
+    from_csv(write_file("twice.csv", "x,x,label\n1,2,0\n"));
+    ADD_FAILURE() << "two columns named x were read";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("twice.csv': two columns are named 'x'"),
+              std::string::npos)
+        << e.what();
+  }
+  // One unnamed column (pandas' index) is a name like any other.
+  EXPECT_EQ(from_csv(write_file("index.csv", ",a\n0,1\n")).cardinality(), 1);
 }
 
 Tensor gradient_image(int64_t h, int64_t w, int64_t c) {

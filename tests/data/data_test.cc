@@ -11,6 +11,7 @@
 #include "tandem/data/batching.h"
 #include "tandem/data/fashion_mnist.h"
 #include "tandem/data/idx.h"
+#include "tandem/data/text_corpus.h"
 
 namespace tandem {
 namespace {
@@ -149,6 +150,29 @@ TEST(FashionMnist, InconsistentCountsAndBadLabelsAreErrors) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("label 12"), std::string::npos) << e.what();
   }
+}
+
+TEST(TextCorpus, AnEarlierCorpussShardsAreReplaced) {
+  // Written again with fewer shards, the old ones stayed and the
+  // specification's glob read both (the data twice over).
+  const fs::path dir = fs::path(TANDEM_TEST_TMPDIR) / "text_corpus_again";
+  fs::remove_all(dir);
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "In the beginning God created the heaven and the earth.\n";
+  const auto shards = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".tfrecord") names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  data::write_text_corpus(text, dir.string(), {.context = 16, .records_per_shard = 50});
+  EXPECT_GT(shards().size(), 10u);
+  const data::TextCorpusSummary again =
+      data::write_text_corpus(text, dir.string(), {.context = 16});
+  EXPECT_EQ(shards(), (std::vector<std::string>{"train-00000-of-00001.tfrecord",
+                                                "validation-00000-of-00001.tfrecord"}));
+  EXPECT_EQ(again.files.front(), "train-00000-of-00001.tfrecord");
 }
 
 TEST(Batching, PermutationIsDeterministicPerEpochAndComplete) {

@@ -73,6 +73,25 @@ TEST(AutoShard, FileAndDataShardsAreDisjointAndCoverTheDataset) {
       }
     }
   }
+  // DATA sharding over a list of files splits their records, and with one
+  // file (AUTO's DATA case) every worker gets its share: it split the list
+  // of files, and a second worker got no file at all.
+  const Dataset one_file =
+      Dataset::from_files({files[6]})
+          .interleave(
+              [](const Element& e) {
+                return Dataset::from_tfrecord({tensor_bytes(e.at("filename"))});
+              },
+              {.cycle_length = 2})
+          .map(record_to_int);
+  for (AutoShardPolicy policy : {AutoShardPolicy::automatic, AutoShardPolicy::data}) {
+    EXPECT_EQ(drain(auto_shard(one_file, 2, 0, policy), "value"),
+              (std::vector<int32_t>{600, 602, 604, 606, 608}));
+    EXPECT_EQ(drain(auto_shard(one_file, 2, 1, policy), "value"),
+              (std::vector<int32_t>{601, 603, 605, 607}));
+  }
+  const std::string data_shard = auto_shard(by_files, 2, 1, AutoShardPolicy::data).describe();
+  EXPECT_LT(data_shard.find("interleave"), data_shard.find("shard(1/2)")) << data_shard;
   // FILE sharding reads whole files: worker 0 of 2 holds files 0, 2, 4, 6.
   const auto worker0 = drain(auto_shard(by_files, 2, 0, AutoShardPolicy::file), "value");
   for (int32_t v : worker0) EXPECT_EQ((v / 100) % 2, 0) << v;

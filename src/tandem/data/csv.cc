@@ -1,6 +1,8 @@
 #include "tandem/data/csv.h"
 
 #include <mutex>
+#include <set>
+#include <string_view>
 
 #include <cerrno>
 #include <charconv>
@@ -221,6 +223,13 @@ Dataset from_csv(const std::string& path, CsvOptions options) {
     const size_t n = first ? first->size() : 0;
     for (size_t i = 0; i < n; ++i)
       columns.push_back({"column" + std::to_string(i), DType::f32, std::nullopt});
+  }
+  // Each column is a feature of that name: a second one would replace the
+  // first in every example without a word.
+  std::set<std::string_view> names;
+  for (const CsvColumn& c : columns) {
+    if (!names.insert(c.name).second)
+      TANDEM_THROW(InvalidArgument, "CSV file '", path, "': two columns are named '", c.name, "'");
   }
   return Dataset(std::make_shared<CsvNode>(path, std::move(options), std::move(columns)));
 }

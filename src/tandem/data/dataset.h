@@ -211,7 +211,9 @@ class Dataset {
   // draw their order and maps their element seeds from it, so pass k is the
   // same whatever passes came before (an epoch resumed in a new process
   // replays the uninterrupted run's epoch k). Stages below a repeat number
-  // their passes k, k + 1, ... as usual.
+  // their passes k, k + 1, ... as usual. Not below a cache: it replays the
+  // first pass that filled it, whichever that was (as tf.data's), so put
+  // shuffles and random maps above it.
   Iterator iterator(int64_t pass) const;
   // Elements one pass yields, when known without reading the data;
   // kInfiniteCardinality or kUnknownCardinality otherwise.

@@ -1,5 +1,7 @@
 #include "tandem/data/distribute.h"
 
+#include <algorithm>
+
 #include "tandem/base/error.h"
 #include "tandem/base/name_table.h"
 #include "tandem/data/detail/node.h"
@@ -61,6 +63,16 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
       if (chain[i]->reorders_only()) {
         kept = i;
         break;
+      }
+    }
+    // Over a list of files, above the stage that reads them (a shard of
+    // the list gave some workers no files at all).
+    if (source->yields_file_names()) {
+      for (size_t i = 0; i + 1 < chain.size(); ++i) {
+        if (chain[i]->expands_elements()) {
+          kept = std::min(kept, i);
+          break;
+        }
       }
     }
     // Fresh copies of the stages under the shard: a shuffle numbers its

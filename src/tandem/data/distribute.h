@@ -12,7 +12,8 @@ namespace tandem::data {
 
 // FILE: each worker reads a disjoint subset of the files (needs at least as
 // many files as workers). DATA: each worker reads everything and keeps every
-// n-th element right after the source, or, where the pipeline shuffles,
+// n-th element right after the source (over a list of files, after the
+// interleave that reads them), or, where the pipeline shuffles,
 // right after its last shuffle: each worker then keeps its share of the
 // order one process would draw (the stages up to that shuffle run on every
 // element in every worker), and the workers' batches together are one

@@ -18,6 +18,7 @@ class InterleaveNode : public detail::UnaryNode {
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
     return std::make_shared<InterleaveNode>(std::move(input), fn_, options_);
   }
+  bool expands_elements() const override { return true; }
   std::string label() const override {
     const std::string p = options_.num_parallel_calls == kAutotune
                               ? "autotune"

@@ -206,6 +206,7 @@ class FilesNode : public IndexedNode {
   std::shared_ptr<detail::Node> with_files(std::vector<std::string> files) const override {
     return std::make_shared<FilesNode>(std::move(files));
   }
+  bool yields_file_names() const override { return true; }
 
  private:
   std::vector<std::string> paths_;

@@ -135,6 +135,14 @@ TextCorpusSummary write_text_corpus(const std::string& text, const std::string& 
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) TANDEM_THROW(IoError, "cannot create '", output_dir, "': ", error.message());
+  // Shards an earlier run wrote there (with other shard counts) would match
+  // the specifications' globs beside the new ones.
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if ((name.starts_with("train-") || name.starts_with("validation-")) &&
+        name.find("-of-") != std::string::npos && name.ends_with(".tfrecord"))
+      std::filesystem::remove(entry.path());
+  }
   TextCorpusSummary summary;
   summary.bytes = static_cast<int64_t>(text.size());
   summary.train_bytes = static_cast<int64_t>(train.size());

@@ -33,8 +33,10 @@ struct TextCorpusSummary {
   std::vector<std::string> files;  // written, relative to the output folder
 };
 
-// Writes train-NNNNN-of-NNNNN.tfrecord, validation-00000-of-00001.tfrecord,
-// train.toml, validation.toml and corpus.json into output_dir (created).
+// Writes train-NNNNN-of-NNNNN.tfrecord, validation-NNNNN-of-NNNNN.tfrecord
+// (records_per_shard each), train.toml, validation.toml and corpus.json into
+// output_dir (created), removing the shards of those names already there
+// (an earlier corpus's, which the specifications' globs would take too).
 // Sequences start every `context` bytes (consecutive sequences share one
 // byte: the last target of one is the first token of the next). Throws
 // InvalidArgument for a context < 1, a validation fraction outside (0, 1)

@@ -110,7 +110,7 @@ struct TrainConfig {
   // Applied to each batch this process assembles, before it is split
   // between its replicas (augmentation, decoding): part of the step's input
   // time. Must keep the number of rows. thread_generator() is seeded from
-  // (seed, epoch, step) before each call, so random augmentation is
+  // (seed, process, epoch, step) before each call, so random augmentation is
   // reproducible whichever thread runs it. Runs on the main thread, or
   // (prefetch or parallel input) on the data layer's threads while replicas
   // compute: it must not touch the model.

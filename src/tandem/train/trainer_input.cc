@@ -85,8 +85,14 @@ data::Dataset Trainer::process_batches(const data::Dataset& train) const {
   const int processes = processes_of(*strategy_);
   data::Dataset d = batched(train, config_.batch_size / processes, config_.drop_remainder);
   if (config_.batch_transform) {
+    // Each process draws its own numbers: seeded alike, the processes'
+    // batches (rows r of batch k on every process) took the same flips and
+    // crops. One process keeps the seed as it was.
+    const int process = process_index_of(*strategy_);
+    const uint64_t seed =
+        process == 0 ? config_.engine.seed : mix_seed(config_.engine.seed, 0x9E37ull + process);
     d = d.map(
-        [transform = config_.batch_transform, seed = config_.engine.seed](data::Element batch) {
+        [transform = config_.batch_transform, seed](data::Element batch) {
           const int64_t rows = rows_of(batch);
           // Seeded from the batch's position in the pass (the epoch): the same
           // numbers whichever thread runs it and whenever (prefetch, resume).

@@ -63,6 +63,12 @@ class Node {
   // True for a stage that passes on every element of its input and only
   // changes their order (shuffle): DATA auto-sharding goes above the last.
   virtual bool reorders_only() const { return false; }
+  // True for a source whose elements are file names (from_files), and for
+  // a stage that turns each element into many (interleave): DATA
+  // auto-sharding over such a source goes above the stage that reads the
+  // files, so that it splits their records, not the list of files.
+  virtual bool yields_file_names() const { return false; }
+  virtual bool expands_elements() const { return false; }
 
   // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
   virtual int64_t cardinality() const { return kUnknownCardinality; }
