@@ -43,7 +43,9 @@ struct TrainConfig {
   int64_t batch_size = 128;        // global
   int64_t micro_batch_size = 0;    // per replica
   int64_t eval_batch_size = 1000;  // global
-  bool drop_remainder = false;     // false: the last partial batch is trained too
+  // true: the last partial global batch of each epoch is not trained (with
+  // several processes, the job's, not each process's); false: it is.
+  bool drop_remainder = false;
   // 0: an epoch is one pass over the training data; N: N steps per epoch
   // from one pass that continues across epochs (needed for infinite data).
   int64_t steps_per_epoch = 0;

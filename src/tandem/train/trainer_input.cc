@@ -1,7 +1,9 @@
 // The Trainer's training input: this process's shard of the data in
 // batches, the pass over them at a position, and what every process agrees
 // on before each step (trainer.h's input contract).
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "tandem/base/error.h"
@@ -121,13 +123,15 @@ int64_t Trainer::steps_per_epoch(const data::Dataset& train) {
   const int64_t mine =
       batched(train, config_.batch_size / processes, config_.drop_remainder).cardinality();
   if (processes == 1) return mine == data::kInfiniteCardinality ? 0 : std::max<int64_t>(mine, 0);
-  // The longest shard sets the epoch's steps; unknown anywhere is unknown.
+  // The longest shard sets the epoch's steps (the others then train with
+  // empty batches), or with drop_remainder the shortest (the first global
+  // batch that is not whole ends the epoch); unknown anywhere is unknown.
   const std::vector<int64_t> all =
       distribute::gather_over_processes(*strategy_, std::span(&mine, 1));
-  int64_t steps = 0;
+  int64_t steps = config_.drop_remainder ? std::numeric_limits<int64_t>::max() : 0;
   for (int64_t s : all) {
     if (s < 0) return 0;
-    steps = std::max(steps, s);
+    steps = config_.drop_remainder ? std::min(steps, s) : std::max(steps, s);
   }
   return steps;
 }
@@ -180,7 +184,11 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
     next.status = StepInput::Status::joiners;
     return next;
   }
-  if (agreed.batches == 0) {
+  // Each process drops only its own remainder: a global batch that is not
+  // whole (a process's shard ended first) is the job's remainder.
+  const bool remainder =
+      config_.drop_remainder && processes_of(*strategy_) > 1 && agreed.rows < config_.batch_size;
+  if (agreed.batches == 0 || remainder) {
     if (progress.global_step == 0)
       TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
     next.status = StepInput::Status::end_of_data;
