@@ -77,6 +77,16 @@ data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
 class PassIterator {
  public:
   explicit PassIterator(data::Iterator it) : it_(std::move(it)) {}
+  PassIterator(PassIterator&&) = default;
+  PassIterator& operator=(PassIterator&&) = default;
+  // Ending the pass joins its threads (a prefetch's producer), which may be
+  // waiting for the GIL to call a Python map or generator: let go of it
+  // meanwhile (breaking out of a for loop over such a pipeline hung).
+  ~PassIterator() {
+    if (PyGILState_Check() == 0) return;  // as at interpreter exit: nothing to give
+    py::gil_scoped_release release;
+    it_ = data::Iterator();
+  }
   py::dict next() {
     std::optional<Element> e;
     {
@@ -113,14 +123,15 @@ std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
   return out;
 }
 
-// A column of from_tensor_slices: a C-contiguous numpy array of a tandem
-// dtype is shared, anything else copied (float64 into float32; int64, the
-// labels numpy makes by default, into int32, the kernels' label type).
+// A column of from_tensor_slices: a C-contiguous, writable numpy array of a
+// tandem dtype in this machine's byte order is shared, anything else copied (float64 into float32;
+// int64, the labels numpy makes by default, into int32, the kernels' label type).
 Tensor column_tensor(const py::object& value) {
   if (py::isinstance<py::array>(value)) {
     const auto array = py::cast<py::array>(value);
     const auto dtype = dtype_of_numpy(array.dtype());
-    if (dtype && *dtype != DType::i64 && (array.flags() & py::array::c_style) != 0) {
+    if (dtype && *dtype != DType::i64 && (array.flags() & py::array::c_style) != 0 &&
+        array.writeable()) {
       return tensor_sharing(array);
     }
   }

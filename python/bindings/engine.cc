@@ -174,7 +174,8 @@ void bind_engine(py::module_& m) {
            })
       .def("save_state", &PythonEngine::save_state, py::arg("path"))
       .def("load_state", &PythonEngine::load_state, py::arg("path"))
-      .def("model", &PythonEngine::model, py::arg("replica") = 0)
+      // The replica's model lives in the engine: the engine lives as long.
+      .def("model", &PythonEngine::model, py::arg("replica") = 0, py::keep_alive<0, 1>())
       .def("name", [](PythonEngine& e) { return e.engine().name(); })
       .def("local_replicas", [](PythonEngine& e) { return e.strategy().local_replicas(); })
       .def("global_replicas", [](PythonEngine& e) { return e.strategy().global_replicas(); })

@@ -3,6 +3,7 @@
 // added by ops.cc (add_tensor_methods).
 #include <dlpack/dlpack.h>
 #include <atomic>
+#include <bit>
 
 #include <cstring>
 #include <memory>
@@ -219,6 +220,10 @@ std::shared_ptr<py::object> keep_python(py::object object) {
 }
 
 std::optional<DType> dtype_of_numpy(const py::dtype& dt) {
+  // Elements in the other byte order are not tandem's as they are.
+  const std::string order = py::str(dt.attr("byteorder"));
+  const char native = std::endian::native == std::endian::little ? '<' : '>';
+  if (order != "=" && order != "|" && order != std::string(1, native)) return std::nullopt;
   const char kind = dt.kind();
   const auto size = dt.itemsize();
   if (kind == 'f' && size == 4) return DType::f32;
@@ -296,6 +301,14 @@ Tensor tensor_sharing(const py::array& array) {
   if ((array.flags() & py::array::c_style) == 0) {
     throw py::value_error(
         "tandem.from_numpy: the array is not C-contiguous; use numpy.ascontiguousarray(a), or "
+        "tandem.tensor(a) to copy it");
+  }
+  // tandem writes to the tensors it holds (and numpy() hands them back
+  // writable): a read-only array (a memmap opened "r", bytes) would be
+  // written through, or crash.
+  if (!array.writeable()) {
+    throw py::value_error(
+        "tandem.from_numpy: the array is read-only and a tensor shares it writable; use "
         "tandem.tensor(a) to copy it");
   }
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());

@@ -4,7 +4,9 @@
 // text or a Python builder. fit() runs without the GIL; the callbacks and a
 // Python model's forward take it. Ctrl-C during fit stops after the current
 // step with a checkpoint (as `tandem train` does).
+#include <signal.h>
 #include <atomic>
+
 #include <csignal>
 #include <filesystem>
 #include <functional>
@@ -69,19 +71,25 @@ extern "C" void stop_on_interrupt(int) {
 // would wait for the GIL, which fit does not hold).
 class InterruptStops {
  public:
+  // sigaction, not std::signal: restoring Python's handler through signal()
+  // dropped its flags (SA_ONSTACK) and set SA_RESTART, so that Ctrl-C no
+  // longer interrupted a blocking read after the first fit.
   explicit InterruptStops(train::Trainer& trainer) {
     interruptible.store(&trainer);
-    previous_ = std::signal(SIGINT, stop_on_interrupt);
+    struct sigaction stop {};
+    stop.sa_handler = stop_on_interrupt;
+    sigemptyset(&stop.sa_mask);
+    ::sigaction(SIGINT, &stop, &previous_);
   }
   ~InterruptStops() {
-    std::signal(SIGINT, previous_);
+    ::sigaction(SIGINT, &previous_, nullptr);
     interruptible.store(nullptr);
   }
   InterruptStops(const InterruptStops&) = delete;
   InterruptStops& operator=(const InterruptStops&) = delete;
 
  private:
-  void (*previous_)(int) = nullptr;
+  struct sigaction previous_ {};
 };
 
 // What fit writes besides checkpoints, as tandem train does, on the chief:
@@ -298,12 +306,16 @@ void bind_train(py::module_& m) {
           "Takes another trainer's model, optimizer and loss-scaler state (a second fit "
           "continues the first's optimizer, as Keras's does).")
       .def("request_stop", [](PythonTrainer& p) { p.trainer().request_stop(); })
+      // A holder that owns nothing (so that the model passes where a
+      // shared_ptr is taken), the trainer kept alive as long as it (the
+      // return value policy alone is ignored for holders: the model was
+      // read after the trainer was freed).
       .def(
           "model",
           [](PythonTrainer& p) {
             return std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>{}, &p.trainer().model());
           },
-          py::return_value_policy::reference_internal)
+          py::keep_alive<0, 1>())
       .def("replicas", [](PythonTrainer& p) { return p.trainer().strategy().local_replicas(); })
       .def("checkpoint_path", [](PythonTrainer& p) { return p.trainer().checkpoint_path(); });
   t.def("option_names", [] {

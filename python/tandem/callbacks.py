@@ -80,7 +80,8 @@ class EarlyStopping(Callback):
             self.wait = 0
             return
         self.wait += 1
-        if self.wait > self.patience:
+        # Keras's: the patience-th epoch without improvement stops it.
+        if self.wait >= self.patience:
             self.stopped_epoch = epoch
             self.model.stop_training = True
 

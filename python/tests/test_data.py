@@ -105,3 +105,28 @@ def test_generator_errors_reach_the_consumer():
 def test_bad_generator_arguments_are_refused(call, error):
     with pytest.raises(error):
         call()
+
+
+_BREAK_OUT_OF_A_PREFETCHED_PYTHON_MAP = """
+import time
+import tandem
+from tandem.data import Dataset
+d = Dataset.range(1000).map(lambda x: (time.sleep(0.02), x)[1]).prefetch(8)
+for _ in range(3):
+    for i, x in enumerate(d):
+        if i == 2:
+            break
+print("ended")
+"""
+
+
+def test_leaving_a_pass_over_a_python_map_early_does_not_hang():
+    # Ending the pass joined the prefetch's producer while holding the GIL
+    # the producer waited for to call the map: a hang, every time.
+    import os
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _BREAK_OUT_OF_A_PREFETCHED_PYTHON_MAP],
+                          capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ended"

@@ -69,8 +69,8 @@ def test_early_stopping_stops():
     model, x, y = small_model_and_data()
     stop = tandem.callbacks.EarlyStopping(monitor="loss", min_delta=100.0, patience=1)
     history = model.fit(x, y, batch_size=32, epochs=10, callbacks=[stop])
-    assert len(history.epoch) == 3        # the best at epoch 0, then patience + 1
-    assert stop.stopped_epoch == 2
+    assert len(history.epoch) == 2        # the best at epoch 0, then patience (Keras's)
+    assert stop.stopped_epoch == 1
 
 
 def test_evaluate_and_predict():
@@ -204,3 +204,44 @@ def test_a_second_fit_continues_the_optimizer_as_keras_does():
     recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant")
     recompiled.compile(optimizer=tandem.optimizers.Adam(1e-2))  # a new optimizer
     assert recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"] != whole[1:]
+
+
+def test_a_trainers_model_keeps_the_trainer_alive():
+    # The model handed out owned nothing: with the trainer gone, reading it
+    # read freed memory.
+    import gc
+    from tandem import _tandem
+    source = {"kind": "definition", "name": "s", "policy": "float32",
+              "text": tandem.layers.definition([tandem.layers.Dense(3)], (4,))}
+    options = {"objective": {"loss": "softmax_cross_entropy", "metrics": [], "labels": "y"},
+               "strategy": "one_device", "optimizer": {"name": "sgd", "learning_rate": 0.01},
+               "epochs": 1, "batch_size": 4, "input_feature": "x"}
+    trainer = _tandem.train.Trainer(options, source)
+    net = trainer.model()
+    expected = [p.numpy().copy() for p in net.parameters()]
+    del trainer
+    gc.collect()
+    junk = [np.ones(100) for _ in range(10000)]
+    assert len(junk) == 10000
+    for got, want in zip(net.parameters(), expected):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
+                    reason="reads struct sigaction as x86-64 Linux lays it out")
+def test_fit_gives_back_pythons_sigint_handler_with_its_flags():
+    # Restored through signal(), Python's handler lost SA_ONSTACK and gained
+    # SA_RESTART: Ctrl-C no longer interrupted a blocking read after a fit.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def handler_and_flags():
+        raw = ctypes.create_string_buffer(152)  # handler 8, mask 128, flags 4, restorer 8
+        assert libc.sigaction(signal.SIGINT, None, raw) == 0
+        return raw.raw[0:8], int.from_bytes(raw.raw[136:140], "little")
+
+    before = handler_and_flags()
+    model = tandem.Sequential([tandem.layers.Dense(3)], input_shape=(4,))
+    model.compile(optimizer="sgd")
+    model.fit(np.random.rand(32, 4).astype(np.float32), np.arange(32) % 3, epochs=1, verbose=0)
+    assert handler_and_flags() == before

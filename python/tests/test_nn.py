@@ -126,3 +126,21 @@ def test_the_global_policy_is_the_packages_default_for_the_layers_it_builds():
     assert tandem.nn.Linear(4, 2)(x).dtype == tandem.float32
     with pytest.raises(tandem.InvalidArgument, match="unknown precision policy 'float64'"):
         tandem.set_global_policy("float64")
+
+
+class Double(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def test_a_sequential_keeps_its_python_modules():
+    # Only the C++ half was kept: once the Python object was collected, the
+    # Sequential called a pure virtual forward.
+    import gc
+    s = nn.Sequential(Double(), nn.ReLU())
+    added = nn.Sequential()
+    added.add(Double())
+    gc.collect()
+    x = np.array([[1.0, -2.0]], np.float32)
+    assert s(x).numpy().tolist() == [[2.0, 0.0]]
+    assert added(x).numpy().tolist() == [[2.0, -4.0]]

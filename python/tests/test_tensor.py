@@ -138,3 +138,23 @@ def test_attributes_and_repr():
     assert "shape=(1, 2)" in repr(t)
     assert tandem.tensor(3.5).item() == 3.5
     assert len(t) == 1
+
+
+def test_read_only_and_byte_swapped_arrays_are_not_shared_as_they_are():
+    # A read-only array was shared writable (a write through numpy() into a
+    # memmap opened "r" crashed), and a big-endian one was read as
+    # little-endian numbers.
+    frozen = np.arange(4, dtype=np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        tandem.from_numpy(frozen)
+    assert tandem.tensor(frozen).tolist() == [0.0, 1.0, 2.0, 3.0]
+    swapped = np.arange(4, dtype=">f4")
+    with pytest.raises(ValueError, match="not one of tandem's"):
+        tandem.from_numpy(swapped)
+    assert tandem.tensor(swapped).tolist() == [0.0, 1.0, 2.0, 3.0]
+    column = [float(x) for x, _ in tandem.data.Dataset.from_tensor_slices(
+        (swapped, np.arange(4)))]
+    assert column == [0.0, 1.0, 2.0, 3.0]
+    frozen_column = [float(x) for x in tandem.data.Dataset.from_tensor_slices(frozen)]
+    assert frozen_column == [0.0, 1.0, 2.0, 3.0]
