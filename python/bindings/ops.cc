@@ -52,7 +52,10 @@ enum class Binary { add, sub, mul, div };
 Variable binary(Binary op, Variable a, Variable b) {
   const Variable b_fit = drop_leading_ones(b);
   const Variable a_fit = drop_leading_ones(a);
-  const bool forward_fits = fits_into(a.shape(), b_fit.shape());
+  // A one-element b of higher rank than a makes the result b's shape
+  // (1.0 - t for t of shape (1,) is (1,), as numpy's): the reverse path.
+  const bool forward_fits = fits_into(a.shape(), b_fit.shape()) &&
+                            (b.shape().numel() != 1 || b.shape().rank() <= a.shape().rank());
   const bool reverse_fits = !forward_fits && fits_into(b.shape(), a_fit.shape());
   if (forward_fits) b = b_fit;
   py::gil_scoped_release release;
@@ -489,6 +492,12 @@ void bind_loss_functions(py::module_& ops) {
       py::arg("predictions"), py::arg("targets"), "Per-example mean absolute error (N,).");
 }
 
+// a OP b on the tensors' values as numpy arrays.
+py::object compare(const py::object& a, const py::object& b, const char* op) {
+  const py::module_ np = py::module_::import("numpy");
+  return np.attr("asarray")(a).attr(op)(np.attr("asarray")(b));
+}
+
 }  // namespace
 
 void add_tensor_methods(py::class_<Variable>& cls) {
@@ -516,6 +525,28 @@ void add_tensor_methods(py::class_<Variable>& cls) {
       .def("__rtruediv__",
            [](const Variable& a, V b) { return binary(Binary::div, operand_like(b, a), a); })
       .def("__neg__", [](const Variable& a) { return released([&] { return scale(a, -1.0f); }); })
+      // Comparisons give numpy bool arrays, as numpy computes them (tandem
+      // has no bool dtype): masks, and predicates such as Dataset.filter's
+      // (y == 1 compared identities before: always False). Without
+      // gradients. A tensor's hash stays its identity's.
+      .def("__eq__", [](V a, V b) { return compare(a, b, "__eq__"); })
+      .def("__ne__", [](V a, V b) { return compare(a, b, "__ne__"); })
+      .def("__lt__", [](V a, V b) { return compare(a, b, "__lt__"); })
+      .def("__le__", [](V a, V b) { return compare(a, b, "__le__"); })
+      .def("__gt__", [](V a, V b) { return compare(a, b, "__gt__"); })
+      .def("__ge__", [](V a, V b) { return compare(a, b, "__ge__"); })
+      .def("__hash__", [](V a) { return py::hash(py::int_(reinterpret_cast<intptr_t>(a.ptr()))); })
+      // numpy's and PyTorch's rule: one element has a truth value, more
+      // are ambiguous (len() gave it before: tensor([0.0]) was True).
+      .def("__bool__",
+           [](const Variable& a) {
+             if (a.value().numel() != 1) {
+               throw py::value_error("the truth value of a tensor of " +
+                                     std::to_string(a.value().numel()) +
+                                     " elements is ambiguous; use .numpy().any() or .all()");
+             }
+             return to_numpy(a.value()).attr("item")().cast<bool>();
+           })
       .def("__pow__",
            [](const Variable& a, int exponent) {
              if (exponent != 2)

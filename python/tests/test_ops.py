@@ -50,6 +50,8 @@ CASES = {
     "add_broadcast_reversed": (lambda a, b: b + a, [arr(3, 4), arr(1, 4)]),
     "sub": (lambda a, b: a - b, [arr(3, 4), arr(4)]),
     "rsub_scalar": (lambda a: 2.0 - a, [arr(3, 4)]),
+    "rsub_scalar_one_element": (lambda a: 2.0 - a, [arr(1)]),
+    "rdiv_scalar_one_element": (lambda a: 1.0 / a, [arr(1, 1, low=0.5, high=2.0)]),
     "mul": (lambda a, b: a * b, [arr(3, 4), arr(3, 4)]),
     "mul_scalar": (lambda a: a * 3.0, [arr(5)]),
     "div": (lambda a, b: a / b, [arr(3, 4), arr(4, low=0.5, high=2.0)]),
@@ -151,3 +153,16 @@ def test_numpy_left_operands_defer_to_the_tensor():
     ops.sum(out).backward()
     np.testing.assert_allclose(w.grad.numpy(), np.repeat(x.sum(axis=0)[:, None], 2, axis=1), rtol=1e-5)
     np.testing.assert_allclose(b.grad.numpy(), [4.0, 4.0])
+
+
+def test_a_scalar_and_a_one_element_tensor_give_the_tensors_shape():
+    # The scalar's shape () won whichever side it stood on: 1.0 - t for t
+    # of shape (1,) was a 0-d tensor (numpy's is (1,)).
+    t = tandem.tensor([5.0])
+    u = tandem.tensor([[5.0]])
+    for result, shape in [(1.0 - t, (1,)), (1 + t, (1,)), (2 * t, (1,)), (1 / t, (1,)),
+                          (t - 1, (1,)), (1.0 - u, (1, 1)), (ops.add(1.0, t), (1,)),
+                          (tandem.tensor(2.0) - t, (1,))]:
+        assert result.shape == shape
+    assert (2.0 - t).numpy().tolist() == [-3.0]
+    assert (1.0 / u).numpy()[0, 0] == pytest.approx(0.2)

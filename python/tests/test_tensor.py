@@ -158,3 +158,19 @@ def test_read_only_and_byte_swapped_arrays_are_not_shared_as_they_are():
     assert column == [0.0, 1.0, 2.0, 3.0]
     frozen_column = [float(x) for x in tandem.data.Dataset.from_tensor_slices(frozen)]
     assert frozen_column == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_comparisons_are_elementwise_and_truth_needs_one_element():
+    # == compared identities (always False: Dataset.filter(lambda x, y: y == 1)
+    # kept nothing), and truth came from len(): tensor([0.0]) was True.
+    t = tandem.tensor([1.0, 2.0, 3.0])
+    assert (t == 2.0).tolist() == [False, True, False]
+    assert (t != tandem.tensor([1.0, 0.0, 3.0])).tolist() == [False, True, False]
+    assert (t < 2).tolist() == [True, False, False] and (t >= 2).tolist() == [False, True, True]
+    assert bool(tandem.tensor([0.0])) is False and bool(tandem.tensor(3)) is True
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(t)
+    assert len({t, t}) == 1 and hash(t) != hash(tandem.tensor([1.0, 2.0, 3.0]))
+    ys = np.array([0, 1, 1, 2], np.int32)
+    kept = tandem.data.Dataset.from_tensor_slices((ys, ys)).filter(lambda x, y: y == 1)
+    assert [int(y) for _, y in kept] == [1, 1]
