@@ -41,21 +41,38 @@ DType default_dtype(const py::dtype& dt) {
   }
 }
 
-// Refuses integer values outside int32 before they are cast.
-void check_fits_int32(const py::array& array) {
-  if (array.size() == 0) return;
+// Refuses values that an integer target cannot hold before numpy casts
+// them (it wraps integers, 300 to uint8 44, and gives floats past the range
+// any number): NaN and infinities, and values outside the range once
+// truncated toward zero (the cast's rounding).
+void check_fits(const py::array& array, DType target) {
+  if (array.size() == 0 || (target != DType::i32 && target != DType::u8 && target != DType::i64))
+    return;
   const char kind = array.dtype().kind();
-  if (kind != 'i' && kind != 'u') return;
-  if (array.dtype().itemsize() < 4 || (kind == 'i' && array.dtype().itemsize() == 4)) return;
+  if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b') return;
   py::module_ np = py::module_::import("numpy");
-  const py::int_ low = np.attr("min")(array).attr("item")();
-  const py::int_ high = np.attr("max")(array).attr("item")();
-  if (low < py::int_(INT32_MIN) || high > py::int_(INT32_MAX)) {
-    throw py::value_error("tandem.tensor: integer values from " +
-                          py::repr(low).cast<std::string>() + " to " +
-                          py::repr(high).cast<std::string>() +
-                          " do not fit int32, the dtype of tandem's labels and indices (keep "
-                          "them int64 with dtype=\"int64\" or tandem.from_numpy)");
+  py::object values = array;
+  if (kind == 'f') {
+    if (!np.attr("isfinite")(array).attr("all")().cast<bool>()) {
+      throw py::value_error(std::string("tandem.tensor: NaN or infinite values cannot be ") +
+                            std::string(dtype_name(target)));
+    }
+    values = np.attr("trunc")(array);
+  }
+  // As Python ints (exact for every integer dtype; floats past 2^63 too).
+  const py::int_ low(np.attr("min")(values).attr("item")());
+  const py::int_ high(np.attr("max")(values).attr("item")());
+  const auto [lowest, highest] = target == DType::u8 ? std::pair<py::int_, py::int_>(0, 255)
+                                 : target == DType::i32
+                                     ? std::pair<py::int_, py::int_>(INT32_MIN, INT32_MAX)
+                                     : std::pair<py::int_, py::int_>(INT64_MIN, INT64_MAX);
+  if (low < lowest || high > highest) {
+    throw py::value_error(
+        "tandem.tensor: values from " + py::repr(low).cast<std::string>() + " to " +
+        py::repr(high).cast<std::string>() + " do not fit " + std::string(dtype_name(target)) +
+        (target == DType::i32 ? " (tandem's labels and indices are int32; keep wider ones int64 "
+                                "with dtype=\"int64\" or tandem.from_numpy)"
+                              : ""));
   }
 }
 
@@ -321,7 +338,7 @@ Tensor tensor_copying(const py::handle& data, std::optional<DType> dtype) {
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(data);
   const DType target = dtype ? *dtype : default_dtype(array.dtype());
-  if (target == DType::i32 && array.dtype().kind() != 'f') check_fits_int32(array);
+  check_fits(array, target);
   if (array.dtype().kind() == 'O' || array.dtype().kind() == 'U' || array.dtype().kind() == 'S') {
     throw py::type_error("tandem.tensor: cannot make a tensor from numpy dtype " +
                          numpy_dtype_name(array.dtype()) + " (numbers only)");
@@ -361,7 +378,10 @@ Variable as_variable(const py::handle& value, std::optional<DType> dtype) {
   }
   if (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
     const DType d = dtype.value_or(PyFloat_Check(value.ptr()) ? DType::f32 : DType::i32);
-    return Variable(Tensor::full(Shape{}, value.cast<float>(), d));
+    // Through float only into a floating dtype: an int past 2^24 lost its
+    // last bits on the way (embedding row 16777217 read 16777216).
+    if (is_floating(d)) return Variable(Tensor::full(Shape{}, value.cast<float>(), d));
+    return Variable(tensor_copying(value, d));
   }
   if (py::isinstance<py::str>(value) || value.is_none()) {
     throw py::type_error("expected a tandem.Tensor, a numpy array or a number, got " +
@@ -371,6 +391,18 @@ Variable as_variable(const py::handle& value, std::optional<DType> dtype) {
 }
 
 Tensor indices_from(const py::handle& value, const char* what) {
+  // Floats are not indices (labels 0.9 and 1.9 were read as 0 and 1).
+  const bool floating = py::isinstance<Variable>(value)
+                            ? is_floating(value.cast<const Variable&>().dtype())
+                            : py::module_::import("numpy")
+                                      .attr("asarray")(value)
+                                      .attr("dtype")
+                                      .attr("kind")
+                                      .cast<std::string>() == "f";
+  if (floating) {
+    throw py::type_error(std::string(what) +
+                         ": labels and indices must be integers (int32 or int64), got floats");
+  }
   const Tensor t = as_variable(value, DType::i32).value();
   if (t.dtype() != DType::i64) return t;
   const Tensor host = t.on_host();

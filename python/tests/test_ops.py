@@ -166,3 +166,15 @@ def test_a_scalar_and_a_one_element_tensor_give_the_tensors_shape():
         assert result.shape == shape
     assert (2.0 - t).numpy().tolist() == [-3.0]
     assert (1.0 / u).numpy()[0, 0] == pytest.approx(0.2)
+
+
+def test_indices_are_exact_integers_and_floats_are_refused():
+    # An int index went through float (row 16777217 read row 16777216), and
+    # float labels and indices were truncated (0.9 read as 0).
+    table = tandem.tensor(np.zeros((3, 2), np.float32))
+    with pytest.raises(TypeError, match="must be integers"):
+        ops.embedding(table, np.array([1.7, 0.2]))
+    with pytest.raises(TypeError, match="must be integers"):
+        ops.softmax_cross_entropy(np.zeros((2, 3), np.float32), np.array([0.9, 1.9]))
+    with pytest.raises(tandem.InvalidArgument, match="index 16777217 at position 0"):
+        ops.embedding(table, 16777217)

@@ -174,3 +174,15 @@ def test_comparisons_are_elementwise_and_truth_needs_one_element():
     ys = np.array([0, 1, 1, 2], np.int32)
     kept = tandem.data.Dataset.from_tensor_slices((ys, ys)).filter(lambda x, y: y == 1)
     assert [int(y) for _, y in kept] == [1, 1]
+
+
+def test_values_an_integer_dtype_cannot_hold_are_refused():
+    # numpy's cast wrapped them (300 as uint8 was 44) or made up a value
+    # (3e9 as int32 was -2**31).
+    for values, dtype in [([300, -1], "uint8"), ([3e9], "int32"), ([2.0**64], "int64"),
+                          ([float("nan")], "int32"), ([-0.5, 256.0], "uint8")]:
+        with pytest.raises(ValueError, match="not fit|cannot be"):
+            tandem.tensor(values, dtype=dtype)
+    assert tandem.tensor([255.9, -0.9], dtype="uint8").tolist() == [255, 0]  # truncated
+    assert tandem.tensor([1.7, -2.2], dtype="int32").tolist() == [1, -2]
+    assert tandem.tensor([2**40], dtype="int64").tolist() == [2**40]
