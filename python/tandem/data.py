@@ -28,6 +28,9 @@ class Dataset:
         self._structure = structure       # "tuple", "dict" or "single"
         self._unbatched = unbatched       # the dataset before batch() (for fit)
         self._batch_size = batch_size
+        # Batched, then transformed by a stage other than prefetch: its
+        # elements are batches that fit() cannot take apart.
+        self._batched_before = False
 
     # --- sources -------------------------------------------------------------
     @staticmethod
@@ -119,8 +122,13 @@ class Dataset:
     # --- transformations -----------------------------------------------------
     def _derive(self, native, keep_batch=False):
         if self._batch_size is not None and not keep_batch:
-            return Dataset(native, self._names, self._structure)
-        return Dataset(native, self._names, self._structure, self._unbatched, self._batch_size)
+            derived = Dataset(native, self._names, self._structure)
+        else:
+            derived = Dataset(native, self._names, self._structure, self._unbatched,
+                              self._batch_size)
+        derived._batched_before = self._batched_before or (
+            self._batch_size is not None and not keep_batch)
+        return derived
 
     def map(self, fn, num_parallel_calls=1, deterministic=True):
         """fn takes an element (a tuple or dict of tandem tensors) and returns

@@ -97,9 +97,11 @@ class Trainable:
         return _tandem.train.Trainer(config, source)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
-            callbacks=(), verbose=0, **options):
+            callbacks=(), verbose=0, shuffle=True, **options):
         """Trains on a tandem.data.Dataset of (input, label) examples (or
-        numpy arrays x, y). A batched dataset gives the global batch size;
+        numpy arrays x, y, reshuffled every epoch from the seed unless
+        shuffle=False, as Keras's; a dataset is taken in its own order). A
+        batched dataset gives the global batch size;
         otherwise batch_size (default 32, Keras's). `options` are any of
         tandem train's settings (seed, steps_per_epoch, accumulation_steps,
         zero, schedule, warmup_epochs, output_dir, resume, checkpoint_every,
@@ -113,7 +115,11 @@ class Trainable:
         Ctrl-C stops after the current step, saves a checkpoint (with
         output_dir) and raises KeyboardInterrupt."""
         from . import callbacks as cb
+        from .data import Dataset
         train, batch_size = _as_examples(x, y, batch_size)
+        if shuffle and not isinstance(x, Dataset):
+            # Pass k (epoch k) draws its own order from the seed.
+            train = train.shuffle(len(train), seed=options.get("seed", 0))
         validation = None
         if validation_data is not None:
             if isinstance(validation_data, tuple):
@@ -202,7 +208,12 @@ class Trainable:
         if hasattr(x, "_native"):
             rows = [features[0] if isinstance(features, tuple) else features
                     for features in x.iterate(as_numpy=True)]
-            x = _np.stack(rows)
+            batched = x._batch_size is not None or x._batched_before
+            if not rows:
+                x = _np.zeros((0,), _np.float32)
+            else:
+                # A batched dataset's elements are batches: their rows, in order.
+                x = _np.concatenate(rows) if batched else _np.stack(rows)
         x = _np.asarray(x)
         was_training = self._network_for_predict().training
         net = self._network_for_predict()
@@ -245,6 +256,12 @@ def _as_examples(x, y, batch_size):
         x = _dataset_of(x, y)
     elif y is not None:
         raise ValueError("y is given by the dataset; pass y only with numpy x")
+    if x._batched_before:
+        # Each element would be taken for one example (a batch of 16 rows
+        # trained as 16 "examples" of 16 rows each).
+        raise ValueError("the dataset was batched and then transformed (map, cache, shuffle, "
+                         "...): fit and evaluate take examples, or a dataset whose last stage "
+                         "is batch() (prefetch() may follow); move those stages before batch()")
     if x._batch_size is not None:
         if batch_size is not None and batch_size != x._batch_size:
             raise ValueError(f"the dataset is batched by {x._batch_size}; batch_size={batch_size} "

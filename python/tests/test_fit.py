@@ -81,6 +81,29 @@ def test_evaluate_and_predict():
     assert model.predict(x[:10]).shape == (10, 2)
 
 
+def test_numpy_data_is_shuffled_every_epoch_unless_told_not_to():
+    # Keras's default (fit(x, y) took the rows in order, every epoch).
+    def losses(shuffle):
+        model, x, y = small_model_and_data()
+        return model.fit(x, y, batch_size=32, epochs=2, shuffle=shuffle,
+                         schedule="constant").history["loss"]
+    assert losses(True) == losses(True)              # drawn from the seed
+    assert losses(True) != losses(False)
+
+
+def test_a_dataset_transformed_after_batch_is_refused_and_predict_takes_batches():
+    # fit took each batch of such a dataset for one example.
+    model, x, y = small_model_and_data()
+    batched = tandem.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    with pytest.raises(ValueError, match="batched and then transformed"):
+        model.fit(batched.cache(), epochs=1)
+    assert len(model.fit(batched.prefetch(2), epochs=1).epoch) == 1
+    # predict stacked the batches: (8, 16, 2) for 128 rows, and ragged
+    # ones failed.
+    assert model.predict(tandem.data.Dataset.from_tensor_slices(x[:20]).batch(8)).shape == (20, 2)
+    assert model.predict(batched.map(lambda a, b: (a, b))).shape == (128, 2)
+
+
 INTERRUPTED = textwrap.dedent("""
     import os, signal, sys
     import numpy as np, tandem
@@ -195,15 +218,16 @@ def test_a_second_fit_continues_the_optimizer_as_keras_does():
 
     # Unshuffled data and a constant rate: two fits of one epoch take the
     # steps of one fit of two epochs exactly when the Adam state carries over.
-    whole = model().fit(x, y, batch_size=32, epochs=2, schedule="constant").history["loss"]
+    fixed = {"batch_size": 32, "schedule": "constant", "shuffle": False}
+    whole = model().fit(x, y, epochs=2, **fixed).history["loss"]
     split = model()
-    first = split.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"]
-    second = split.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"]
+    first = split.fit(x, y, epochs=1, **fixed).history["loss"]
+    second = split.fit(x, y, epochs=1, **fixed).history["loss"]
     assert first + second == whole
     recompiled = model()
-    recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant")
+    recompiled.fit(x, y, epochs=1, **fixed)
     recompiled.compile(optimizer=tandem.optimizers.Adam(1e-2))  # a new optimizer
-    assert recompiled.fit(x, y, batch_size=32, epochs=1, schedule="constant").history["loss"] != whole[1:]
+    assert recompiled.fit(x, y, epochs=1, **fixed).history["loss"] != whole[1:]
 
 
 def test_a_trainers_model_keeps_the_trainer_alive():
