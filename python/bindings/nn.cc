@@ -39,7 +39,7 @@ class PythonModule : public Module {
     return py::type::of(py::cast(this)).attr("__name__").cast<std::string>();
   }
   Variable add_parameter(const std::string& name, const Tensor& value) {
-    return register_parameter(name, value);
+    return replace_parameter(name, value);
   }
   void add_buffer(const std::string& name, const Tensor& value) { register_buffer(name, value); }
   void add_module(const std::string& name, std::shared_ptr<Module> module) {

@@ -139,6 +139,7 @@ class Trainable:
         trainer = self._trainer(train, options)
         self._continue_optimizer(trainer, options)
         object.__setattr__(self, "_last_trainer", trainer)
+        object.__setattr__(self, "_last_trainer_names", train._names)
         history = History()
         if verbose:
             callbacks.append(cb.ProgressLogger())
@@ -194,11 +195,15 @@ class Trainable:
     def evaluate(self, x=None, y=None, batch_size=None, **options):
         """Loss and metrics over examples, as a dict ({"loss": ..., "accuracy": ...})."""
         data, batch_size = _as_examples(x, y, batch_size)
+        # The last fit's trainer when it evaluates what was asked: the same
+        # compile() (loss, metrics), features and settings. Otherwise a trainer
+        # of its own over the model's current weights, which the next fit
+        # does not continue from.
         trainer = self.__dict__.get("_last_trainer")
-        if trainer is None:
+        if trainer is None or options or batch_size is not None \
+                or self.__dict__.get("_last_trainer_compiled") is not self._compiled_or_raise() \
+                or self.__dict__.get("_last_trainer_names") != data._names:
             trainer = self._trainer(data, dict(options, eval_batch_size=batch_size or 1000))
-            object.__setattr__(self, "_last_trainer", trainer)
-            object.__setattr__(self, "_last_trainer_compiled", self._compiled_or_raise())
         return trainer.evaluate(data._native)
 
     def predict(self, x, batch_size=256):
@@ -256,6 +261,11 @@ def _as_examples(x, y, batch_size):
         x = _dataset_of(x, y)
     elif y is not None:
         raise ValueError("y is given by the dataset; pass y only with numpy x")
+    if x._structure == "tuple" and len(x._names) > 2:
+        # Keras's third element: weights the Trainer would silently ignore.
+        raise NotImplementedError(
+            f"the dataset's elements have {len(x._names)} parts; fit and evaluate take (input, "
+            "label): sample weights are not supported")
     if x._batched_before:
         # Each element would be taken for one example (a batch of 16 rows
         # trained as 16 "examples" of 16 rows each).

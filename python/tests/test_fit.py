@@ -269,3 +269,21 @@ def test_fit_gives_back_pythons_sigint_handler_with_its_flags():
     model.compile(optimizer="sgd")
     model.fit(np.random.rand(32, 4).astype(np.float32), np.arange(32) % 3, epochs=1, verbose=0)
     assert handler_and_flags() == before
+
+
+def test_evaluate_after_fit_takes_what_it_is_asked_for():
+    # It reused the last fit's trainer whatever had changed: the old
+    # metrics after a new compile(), the old feature names for a dict
+    # dataset (an error).
+    model, x, y = small_model_and_data()
+    model.fit(x, y, batch_size=32, epochs=1)
+    first = model.evaluate(x, y)
+    model.compile(optimizer="sgd", metrics=["top2_accuracy"])
+    again = model.evaluate(x, y)
+    assert "top2_accuracy" in again and "accuracy" not in again
+    assert again["loss"] == pytest.approx(first["loss"], rel=1e-6)   # the trained weights
+    named = tandem.data.Dataset.from_tensor_slices({"image": x, "label": y})
+    assert model.evaluate(named)["loss"] == pytest.approx(first["loss"], rel=1e-6)
+    weighted = tandem.data.Dataset.from_tensor_slices((x, y, np.ones(len(y), np.float32)))
+    with pytest.raises(NotImplementedError, match="sample weights"):   # they were ignored
+        model.evaluate(weighted)

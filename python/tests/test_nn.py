@@ -144,3 +144,24 @@ def test_a_sequential_keeps_its_python_modules():
     x = np.array([[1.0, -2.0]], np.float32)
     assert s(x).numpy().tolist() == [[2.0, 0.0]]
     assert added(x).numpy().tolist() == [[2.0, -4.0]]
+
+
+def test_assigning_a_module_or_parameter_again_replaces_it():
+    # PyTorch's rule. The module was kept twice (two fc.weight, save_weights
+    # failed) and the parameter refused as registered twice.
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+            self.fc = nn.Linear(2, 3)
+            self.scale = nn.Parameter(np.ones((3,), np.float32))
+            self.scale = nn.Parameter(np.full((3,), 2.0, np.float32))
+
+        def forward(self, x):
+            return self.fc(x) * self.scale
+
+    net = Net()
+    assert sorted(name for name, _ in net.named_parameters()) == ["fc.bias", "fc.weight", "scale"]
+    assert net.parameter_count() == 2 * 3 + 3 + 3
+    assert net(np.ones((1, 2), np.float32)).shape == (1, 3)
+    assert dict(net.named_parameters())["scale"].numpy().tolist() == [2.0, 2.0, 2.0]

@@ -30,8 +30,24 @@ Tensor& Module::register_buffer(const std::string& name, Tensor value) {
   return buffers_.back().second;
 }
 
+Variable Module::replace_parameter(const std::string& name, Tensor value) {
+  for (auto& [existing, v] : parameters_) {
+    if (existing != name) continue;
+    v = Variable(std::move(value), true);
+    v.set_name(name);
+    return v;
+  }
+  return register_parameter(name, std::move(value));
+}
+
 void Module::register_module(const std::string& name, std::shared_ptr<Module> module) {
   if (!module) TANDEM_THROW(InvalidArgument, "register_module('", name, "') with a null module");
+  for (auto& [existing, child] : children_) {
+    if (existing == name) {
+      child = std::move(module);
+      return;
+    }
+  }
   children_.emplace_back(name, std::move(module));
 }
 

@@ -90,9 +90,15 @@ class Module {
   std::vector<StateTensor> named_state();
 
  protected:
+  // A name registered twice is an error for parameters (InvalidArgument);
+  // a module registered again under a name replaces the first, in its place
+  // (PyTorch's rule for `self.fc = ...` assigned twice).
   Variable register_parameter(const std::string& name, Tensor value);
   Tensor& register_buffer(const std::string& name, Tensor value);
   void register_module(const std::string& name, std::shared_ptr<Module> module);
+  // register_parameter, replacing a parameter of that name in its place
+  // (a Python module's attribute assigned again).
+  Variable replace_parameter(const std::string& name, Tensor value);
 
  private:
   void collect_parameters(const std::string& prefix,
