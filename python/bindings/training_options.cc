@@ -179,6 +179,10 @@ const std::map<std::string, Setter>& config_setters() {
        }},
       {"devices", [](TrainConfig& c, const py::handle& v,
                      const std::string& k) { c.strategy.devices = as<int>(v, k); }},
+      {"allow_oversubscription",
+       [](TrainConfig& c, const py::handle& v, const std::string& k) {
+         c.strategy.allow_oversubscription = as<bool>(v, k);
+       }},
       {"threads_per_device",
        [](TrainConfig& c, const py::handle& v, const std::string& k) {
          c.strategy.threads_per_device = as<int>(v, k);

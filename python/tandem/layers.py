@@ -92,19 +92,21 @@ class Dropout(Layer):
 
 
 class BatchNormalization(Layer):
-    """Keras's momentum is the old statistics' weight; tandem's (PyTorch's)
-    the new batch's: momentum=0.99 here is tandem's 0.01."""
+    """Keras's defaults (momentum 0.99, epsilon 1e-3). Keras's momentum is
+    the old statistics' weight; tandem's (PyTorch's) the new batch's:
+    momentum=0.99 here is tandem's 0.01."""
     type = "batch_norm"
 
-    def __init__(self, momentum=0.9, epsilon=1e-5, synchronized=False, activation=None):
+    def __init__(self, momentum=0.99, epsilon=1e-3, synchronized=False, activation=None):
         super().__init__(momentum=1.0 - float(momentum), eps=float(epsilon),
                          synchronized=synchronized, activation=_activation(activation))
 
 
 class LayerNormalization(Layer):
+    """Keras's default epsilon, 1e-3."""
     type = "layer_norm"
 
-    def __init__(self, epsilon=1e-5):
+    def __init__(self, epsilon=1e-3):
         super().__init__(eps=float(epsilon))
 
 

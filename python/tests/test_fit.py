@@ -287,3 +287,14 @@ def test_evaluate_after_fit_takes_what_it_is_asked_for():
     weighted = tandem.data.Dataset.from_tensor_slices((x, y, np.ones(len(y), np.float32)))
     with pytest.raises(NotImplementedError, match="sample weights"):   # they were ignored
         model.evaluate(weighted)
+
+
+def test_oversubscription_can_be_allowed_from_python():
+    # The error's advice named a setting Python did not take.
+    model, x, y = small_model_and_data()
+    cores = os.cpu_count() or 1
+    with pytest.raises(tandem.InvalidArgument, match=r"fit\(allow_oversubscription=True\)"):
+        model.fit(x, y, batch_size=32, epochs=1, threads_per_device=cores + 1)
+    history = model.fit(x, y, batch_size=32, epochs=1, threads_per_device=cores + 1,
+                        allow_oversubscription=True)
+    assert len(history.epoch) == 1

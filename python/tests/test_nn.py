@@ -165,3 +165,12 @@ def test_assigning_a_module_or_parameter_again_replaces_it():
     assert net.parameter_count() == 2 * 3 + 3 + 3
     assert net(np.ones((1, 2), np.float32)).shape == (1, 3)
     assert dict(net.named_parameters())["scale"].numpy().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_keras_named_layers_take_keras_defaults():
+    # They took PyTorch's (momentum 0.9 in Keras's terms, epsilon 1e-5).
+    text = tandem.layers.definition([tandem.layers.BatchNormalization(),
+                                     tandem.layers.LayerNormalization()], (4,))
+    batch_norm, layer_norm = text.split("[[layers]]")[1:]
+    assert "momentum = 0.01" in batch_norm and "eps = 0.001" in batch_norm
+    assert "eps = 0.001" in layer_norm

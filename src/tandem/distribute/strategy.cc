@@ -402,8 +402,9 @@ void check_subscription(const StrategyConfig& c, int processes_here, int devices
                processes_here > 1 ? std::to_string(processes_here) + " processes x " : "", devices,
                " device(s) x ", threads, " thread(s) need ", needed, " cores but this machine has ",
                cores,
-               " physical cores (threads would slow each other down; set allow_oversubscription, "
-               "--allow-oversubscription on the command line, to do it anyway)");
+               " physical cores (threads would slow each other down; to do it anyway, set "
+               "allow_oversubscription: --allow-oversubscription on the command line, "
+               "fit(allow_oversubscription=True) in Python)");
 }
 
 // Replicas on GPUs: one per GPU (more become virtual GPU devices) in a
