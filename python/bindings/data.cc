@@ -135,7 +135,11 @@ Tensor column_tensor(const py::object& value) {
       return tensor_sharing(array);
     }
   }
-  return as_variable(value).value();
+  const Tensor t = as_variable(value).value();
+  // Datasets carry int64 as int32 (labels' and indices' dtype), a tandem
+  // int64 tensor as numpy's int64 (it stayed int64: fit then failed).
+  if (t.dtype() == DType::i64) return indices_from(value, "a dataset column");
+  return t;
 }
 
 // One pass of a Python generator: `make_pass(pass)` returns an iterator of

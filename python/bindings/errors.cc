@@ -7,7 +7,8 @@
 //   CommError, PeerFailed, Diverged       (RuntimeError through Error)
 //   Timeout        TimeoutError
 //   NotImplemented NotImplementedError
-// The message is tandem's one line, unchanged.
+// and a value of the wrong type met inside a binding (pybind11's
+// cast_error) is a TypeError. The message is tandem's one line, unchanged.
 #include <cstring>
 
 #include "common.h"
@@ -85,6 +86,10 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(not_implemented.ptr(), e.what());
     } catch (const Error& e) {
       PyErr_SetString(root.ptr(), e.what());
+    } catch (const py::cast_error& e) {
+      // An argument of the wrong type met inside a binding (a tuple where
+      // an int goes): Python's TypeError, not pybind11's RuntimeError.
+      PyErr_SetString(PyExc_TypeError, e.what());
     }
   });
 }

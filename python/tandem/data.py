@@ -305,6 +305,11 @@ def _unpack(result, names, structure):
             raise TypeError(f"a map function over dict elements must return a dict, got {type(result).__name__}")
         return dict(result)
     if structure == "single":
+        # A tuple here would be stacked into one array: the structure
+        # cannot change in a map.
+        if isinstance(result, (tuple, dict)):
+            raise TypeError("a map function over single elements must return one tensor, got a "
+                            f"{type(result).__name__}")
         return {names[0]: result}
     if not isinstance(result, tuple) or len(result) != len(names):
         raise TypeError(f"a map function over {len(names)}-tuples must return a {len(names)}-tuple, "

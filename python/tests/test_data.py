@@ -130,3 +130,16 @@ def test_leaving_a_pass_over_a_python_map_early_does_not_hang():
                           capture_output=True, text=True, timeout=60, env=os.environ.copy())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ended"
+
+
+def test_a_map_cannot_change_a_single_elements_structure():
+    # (a, a) was stacked into one (2, ...) array.
+    d = Dataset.from_tensor_slices(np.arange(4, dtype=np.float32)).map(lambda a: (a, a))
+    with pytest.raises(TypeError, match="must return one tensor, got a tuple"):
+        list(d)
+
+
+def test_int64_tensor_columns_are_carried_as_int32():
+    labels = tandem.tensor(np.array([0, 1, 2], np.int64), dtype="int64")
+    got = [y for _, y in Dataset.from_tensor_slices((np.zeros((3, 2), np.float32), labels))]
+    assert [int(y) for y in got] == [0, 1, 2] and all(y.dtype == np.int32 for y in got)

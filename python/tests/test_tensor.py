@@ -186,3 +186,10 @@ def test_values_an_integer_dtype_cannot_hold_are_refused():
     assert tandem.tensor([255.9, -0.9], dtype="uint8").tolist() == [255, 0]  # truncated
     assert tandem.tensor([1.7, -2.2], dtype="int32").tolist() == [1, -2]
     assert tandem.tensor([2**40], dtype="int64").tolist() == [2**40]
+
+
+def test_arguments_of_the_wrong_type_are_type_errors():
+    # pybind11 raised RuntimeError("Unable to cast ...").
+    t = tandem.tensor(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError):
+        t.sum(axis=(0, 1))
