@@ -352,6 +352,23 @@ TEST(Cli, ResumeTakesTheRunsSettings) {
   s = summary();
   EXPECT_EQ(s.at("epochs"), 3);
   EXPECT_EQ(s.at("config").at("strategy"), "mirrored");
+  // The monitoring outputs may change on a resume: a flag of the group
+  // given now replaces the recorded ones (the recorded --tensorboard DIR and
+  // a new --no-tensorboard were refused together).
+  const std::string watched = tmp("cli-resume-tensorboard");
+  ASSERT_EQ(run("train --model mlp --train-examples 512 --test-examples 128 --epochs 4 "
+                "--stop-after-epochs 1 --threads 1 --quiet --tensorboard " +
+                watched + "/tb --output " + watched)
+                .status,
+            0);
+  for (const char* change : {" --no-tensorboard --stop-after-epochs 2",
+                             " --no-monitor --stop-after-epochs 3", " --tensorboard "}) {
+    std::string args = "train --output " + watched + " --resume --quiet" + std::string(change);
+    if (std::string(change) == " --tensorboard ") args += watched + "/tb2";
+    const CommandResult changed = run(args);
+    EXPECT_EQ(changed.status, 0) << args << "\n" << changed.output;
+  }
+  EXPECT_TRUE(fs::exists(watched + "/tb2"));
 }
 
 TEST(Cli, TinyTrainingRunWritesSummaryAndResumes) {

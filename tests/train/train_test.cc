@@ -18,6 +18,7 @@
 #include "tandem/nn/models.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -294,9 +295,14 @@ TEST(Trainer, ARunStoppedAfterAnEpochAndResumedIsTheUninterruptedRun) {
     EXPECT_EQ(r.history.size(), 1u);
   }
   rung.stop_after_epochs = 0;
+  // The earlier part's summary is gone while the run goes on: killed, the
+  // run left it standing for the whole (tandem report read its figures).
+  const std::string summary = train::RunDirectory(rung.output_dir).summary();
+  std::ofstream(summary) << "{}";
   train::Trainer rest(rung, small_model(7));
   train::TrainResult r;
   const std::vector<double> more = step_losses(rest, train_data, test_data, &r);
+  EXPECT_FALSE(std::filesystem::exists(summary));
   losses.insert(losses.end(), more.begin(), more.end());
   EXPECT_FALSE(r.paused);
   ASSERT_EQ(r.history.size(), 3u);

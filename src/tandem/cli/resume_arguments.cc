@@ -51,6 +51,26 @@ bool changeable(const std::string& name) {
   return names.count(name) > 0 || strategy_bound().count(name) > 0;
 }
 
+// Flags that choose one of a few exclusive outputs: given now, they
+// replace every recorded one of the group (the recorded --tensorboard DIR
+// and a new --no-tensorboard together were refused as a contradiction).
+const std::vector<std::set<std::string>>& exclusive_groups() {
+  static const std::vector<std::set<std::string>> groups = {
+      {"--tensorboard", "--no-tensorboard", "--no-monitor"}};
+  return groups;
+}
+
+bool replaced_by_its_group(const CLI::App& now, const std::string& name) {
+  for (const std::set<std::string>& group : exclusive_groups()) {
+    if (!group.count(name)) continue;
+    for (const std::string& other : group) {
+      const CLI::Option* given = now.get_option_no_throw(other);
+      if (given != nullptr && given->count() > 0) return true;
+    }
+  }
+  return false;
+}
+
 // The value of `name` given to `app`, or empty.
 std::vector<std::string> value_of(const CLI::App& app, const std::string& name) {
   const CLI::Option* option = app.get_option_no_throw(name);
@@ -107,6 +127,7 @@ std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& r
     const CLI::Option* given = now.get_option_no_throw(name);
     // A changeable option given now replaces the recorded one (below).
     if (changeable(name) && given != nullptr && given->count() > 0) continue;
+    if (replaced_by_its_group(now, name)) continue;
     if (per_invocation().count(name)) continue;
     if (new_strategy && strategy_bound().count(name)) continue;
     append(args, *option);

@@ -243,6 +243,13 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     adopt_shared_state(progress, result);  // the members' position and schedule too
   } else if (config_.resume) {
     prepare_resume();
+    // The summary of the run's earlier part would stand for the whole run
+    // should this part be killed (tandem report read its figures): the run
+    // writes it anew when it ends.
+    if (strategy_->is_chief() && !config_.output_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(RunDirectory(config_.output_dir).summary(), ignored);
+    }
     const std::unique_ptr<PendingResume> pending = std::move(pending_resume_);
     {
       MemoryCategoryScope loading(MemoryCategory::workspace);  // as prepare_resume()'s
