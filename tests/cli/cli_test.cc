@@ -561,7 +561,8 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
   const std::string flags =
       "--model cnn --batch-size 64 --strategy mirrored --devices 2 --threads 1 "
       "--allow-oversubscription --zero 1 --train-examples 512 --test-examples 256 ";
-  const CommandResult table = run("plan memory " + flags);
+  // A training command line plans unchanged, --epochs included.
+  const CommandResult table = run("plan memory " + flags + "--epochs 90");
   ASSERT_EQ(table.status, 0) << table.output;
   for (const char* text :
        {"cnn (421642 parameters), global batch 64, float32, ZeRO-1, 2 replica(s)",
@@ -777,9 +778,14 @@ TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
   const CommandResult r =
       run("tune batch-size --model mlp --train-examples 2048 --test-examples 64 --strategy "
           "mirrored --devices 2 --threads 1 --allow-oversubscription --batch-size 64 "
-          "--max-batch 64 --steps 2 --noise-steps 10 --json");
+          "--max-batch 64 --steps 2 --noise-steps 10 --epochs 90 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
+  // A larger batch warms up over a fifth of the run, at most 5 epochs (the
+  // run's --epochs was refused, and 5 assumed: 1 epoch).
+  if (j.at("batch").get<int>() > 64) {
+    EXPECT_EQ(j.at("warmup_epochs").get<double>(), 5.0);
+  }
   ASSERT_EQ(j.at("trials").size(), 3u);  // 16, 32, 64
   EXPECT_EQ(j.at("trials")[0].at("batch").get<int>(), 16);
   EXPECT_GT(j.at("largest_fitting_batch").get<int64_t>(), 64);

@@ -88,6 +88,9 @@ Command add_plan_command(CLI::App& app) {
       "train), without training; exits 1 when it does not fit --memory-limit");
   auto o = std::make_shared<PlanOptions>();
   add_run_options(*memory, *o);
+  // tandem train's, so that a training command line plans unchanged (the
+  // peak does not depend on it).
+  memory->add_option("--epochs", o->config.epochs, "Epochs the run will train (not planned)");
   memory->add_option("--processes", o->processes,
                      "--strategy multi-worker: the number of processes (mpirun -np) to plan for");
   memory->add_flag("--json", o->json, "Print the plan as JSON");

@@ -158,6 +158,10 @@ Command add_tune_command(CLI::App& app) {
       "flags of tandem train; docs/tuning.md)");
   auto o = std::make_shared<TuneOptions>();
   add_run_options(*batch, *o);
+  // tandem train's too: the run's length sets the warm-up recommended with
+  // a larger batch (a fifth of it, at most 5 epochs).
+  batch->add_option("--epochs", o->config.epochs, "Epochs the run will train")
+      ->capture_default_str();
   batch->add_option("--max-batch", o->max_batch, "The largest global batch to try")
       ->capture_default_str();
   batch->add_option("--min-batch", o->min_batch,
