@@ -394,6 +394,9 @@ TEST(LanguageModel, TextCorpusTrainsAndEvaluatesAGpt) {
   testing::expect_one_line_error("generate " + run_dir + " --prompt x --temperature -1",
                                  "temperature");
   testing::expect_one_line_error("generate " + dir + " --prompt x", "holds no checkpoint");
+  // A negative seed wrapped to 2^64 - 1 (train's is refused).
+  testing::expect_one_line_error("generate " + run_dir + " --prompt x --seed -1",
+                                 "--seed must be a whole number from 0 to");
   // The same shards train a Transformer written as a model file.
   const std::string model_file = dir + "/tiny_gpt.toml";
   std::ofstream(model_file)

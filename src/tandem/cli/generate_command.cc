@@ -11,6 +11,7 @@
 #include "tandem/base/parallel.h"
 #include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/run_setup.h"
 #include "tandem/train/evaluation.h"
 #include "tandem/train/generation.h"
 #include "tandem/train/model_factory.h"
@@ -23,6 +24,7 @@ struct GenerateOptions {
   std::string run_dir;
   std::string prompt;
   train::GenerationOptions generation;
+  std::string seed = "0";  // parsed as uint64, so that -1 is refused
   std::optional<int> threads;
 };
 
@@ -52,7 +54,9 @@ int run_generate(const GenerateOptions& o) {
                  "from (T) token ids to (T, vocabulary) logits); '",
                  o.run_dir, "' trained '", spec.name, "'");
   }
-  const std::string text = train::generate({*model, context, vocabulary}, o.prompt, o.generation);
+  train::GenerationOptions generation = o.generation;
+  generation.seed = parse_seed(o.seed);
+  const std::string text = train::generate({*model, context, vocabulary}, o.prompt, generation);
   // A byte-level model can sample bytes that are not UTF-8: escaped, so
   // that the terminal gets valid text.
   fmt::print("{}{}\n", o.prompt, escape_invalid_utf8(text));
@@ -83,7 +87,7 @@ Command add_generate_command(CLI::App& app) {
       ->add_option("--top-k", o->generation.top_k,
                    "Sample among the K most likely bytes only (0: all)")
       ->capture_default_str();
-  command->add_option("--seed", o->generation.seed, "Sampling seed (the same seed, the same text)")
+  command->add_option("--seed", o->seed, "Sampling seed (the same seed, the same text)")
       ->capture_default_str();
   command->add_option("--threads", o->threads, "Threads (default: one per physical core)");
   return {command, [o]() { return run_generate(*o); }};

@@ -179,18 +179,6 @@ void configure_objective(const RunOptions& o, const std::string& label,
         train::make_metric(name, {.labels = label, .ignore_index = o.ignore_index}));
 }
 
-// --seed as an unsigned 64-bit number: a negative one is refused instead of
-// wrapping around.
-uint64_t parse_seed(const std::string& text) {
-  uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    TANDEM_THROW(InvalidArgument, "--seed must be a whole number from 0 to ",
-                 std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
-  }
-  return value;
-}
-
 // Counts where 0 or a negative number would be silently taken for something else.
 void check_counts(const RunOptions& o) {
   if (o.devices && *o.devices < 1) {
@@ -647,6 +635,16 @@ RunSetup prepare_run(RunOptions& o) {
 int64_t memory_limit_of(const RunOptions& o, int local_replicas) {
   return o.memory_limit.empty() ? train::default_memory_limit(local_replicas)
                                 : parse_bytes("--memory-limit", o.memory_limit);
+}
+
+uint64_t parse_seed(const std::string& text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    TANDEM_THROW(InvalidArgument, "--seed must be a whole number from 0 to ",
+                 std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
+  }
+  return value;
 }
 
 }  // namespace tandem::cli

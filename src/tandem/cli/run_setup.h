@@ -115,4 +115,8 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config);
 // --memory-limit in bytes, or the device's share of physical memory.
 int64_t memory_limit_of(const RunOptions& o, int local_replicas);
 
+// --seed (train's, generate's) as an unsigned 64-bit number: a negative one
+// is refused instead of wrapping around. Throws InvalidArgument.
+uint64_t parse_seed(const std::string& text);
+
 }  // namespace tandem::cli
