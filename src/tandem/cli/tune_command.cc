@@ -6,10 +6,10 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/detail/json_number.h"
 #include "tandem/base/error.h"
 #include "tandem/cli/commands.h"
@@ -140,9 +140,9 @@ int run_tune_batch_size(TuneOptions& o) {
         r.learning_rate, r.lr_scaling, r.reference_batch, r.warmup_epochs, command);
   }
   if (!o.report.empty()) {
-    std::ofstream out(o.report, std::ios::trunc);
-    out << html_page(r, setup.model.spec.name);
-    if (!out) TANDEM_THROW(IoError, "cannot write the report '", o.report, "'");
+    const std::string html = html_page(r, setup.model.spec.name);
+    const std::string_view parts[] = {html};
+    write_file_atomically(o.report, parts, "report");
   }
   return 0;
 }

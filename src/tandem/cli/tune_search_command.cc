@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <fstream>
 #include <memory>
 #include <optional>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/host_name.h"
@@ -282,9 +282,9 @@ int run_tune_search(SearchCommandOptions& o) {
                          runner);
   }
   if (!o.report.empty()) {
-    std::ofstream out(o.report, std::ios::trunc);
-    out << html_report(r, s, o.train_args);
-    if (!out) TANDEM_THROW(IoError, "cannot write the report '", o.report, "'");
+    const std::string html = html_report(r, s, o.train_args);
+    const std::string_view parts[] = {html};
+    write_file_atomically(o.report, parts, "report");
   }
   if (r.interrupted) {
     fmt::print("stopped; continue with the same command and --resume\n");

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tandem/base/atomic_file.h"
 #include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 #include "tandem/monitor/detail/metrics_json.h"
@@ -585,15 +585,11 @@ addEventListener('load', () => {{
 )",
       html_escape(title), warnings, table, findings, charts, sections,
       files.summary.is_null() ? "" : " and summary.json", html_escape(run_dir), chart_count);
-  const std::string partial = result.path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    out << html;
-    if (!out) TANDEM_THROW(IoError, "cannot write '", partial, "'");
-  }
-  std::error_code error;
-  fs::rename(partial, result.path, error);
-  if (error) TANDEM_THROW(IoError, "cannot move the report into place at '", result.path, "'");
+  // Through a temporary of its own, synced and renamed: two reports of one
+  // path shared a fixed PATH.partial, and a full disk's short write was
+  // renamed into place unchecked.
+  const std::string_view parts[] = {html};
+  write_file_atomically(result.path, parts, "report");
   return result;
 }
 
