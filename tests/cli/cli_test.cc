@@ -1213,6 +1213,7 @@ TEST(Cli, BenchPipelineAndAllreduceJson) {
   ASSERT_EQ(m.status, 0) << m.output;
   EXPECT_EQ(nlohmann::json::parse(m.output).at("results").size(), 4u);
   expect_one_line_error("bench allreduce --backend carrier-pigeon", "unknown backend");
+  expect_one_line_error("bench scaling --max-devices -3", "--max-devices must be 1 to 1024");
   expect_one_line_error("bench allreduce --max-bytes 12Q",
                         "--max-bytes must be a positive byte count");
   // Sizes past 2^62 (the loop over sizes wrapped to 0 and never ended).

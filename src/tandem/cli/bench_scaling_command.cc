@@ -139,6 +139,9 @@ Run capacity_run(const ScalingOptions& o, int n) {
 }
 
 int run_bench_scaling(const ScalingOptions& o) {
+  if (o.max_devices < 0 || o.max_devices > 1024)
+    TANDEM_THROW(InvalidArgument, "--max-devices must be 1 to 1024 (0: the physical cores), got ",
+                 o.max_devices);
   const int n = o.max_devices > 0 ? o.max_devices : std::max(1, cpu_info().physical_cores);
   if (o.repeats < 1 || o.steps < 1 || o.warmup < 0 || o.batch_size < 1) {
     TANDEM_THROW(InvalidArgument,

@@ -215,11 +215,13 @@ void add_optimizer_options(CLI::App& app, RunOptions& o) {
   command->add_option("--trust-coefficient", o.trust_coefficient,
                       "LARS's trust coefficient eta (> 0; default 0.001)");
   command->add_option("--lr", o.learning_rate,
-                      "Learning rate (default: 0.05 for sgd, 0.001 for adam and adamw)");
-  command->add_option("--momentum", o.momentum, "SGD momentum in [0, 1) (default: 0.9)");
+                      "Learning rate (default: 0.05 for sgd, 0.001 for adam, adamw and lamb, 1 "
+                      "for lars)");
+  command->add_option("--momentum", o.momentum,
+                      "Momentum of sgd and lars, in [0, 1) (default: 0.9)");
   command->add_flag("--nesterov", c.engine.optimizer.nesterov, "Nesterov momentum (SGD)");
   command->add_option("--weight-decay", o.weight_decay,
-                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw)");
+                      "Weight decay, >= 0 (default: 0, or 0.01 for adamw and lamb)");
   command
       ->add_option("--clip-norm", c.engine.optimizer.global_clip_norm,
                    "Clip the gradients to this global L2 norm before each update (Keras's "
