@@ -1063,9 +1063,16 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
   EXPECT_NE(text.output.find("mlp (mixed_bfloat16) from "), std::string::npos) << text.output;
   EXPECT_NE(text.output.find(" on 10000 examples"), std::string::npos) << text.output;
 
-  // A checkpoint without its model's settings, and one of the earlier format,
-  // are refused with the reason.
+  // A checkpoint whose position is negative (one reader for resume and
+  // evaluate; evaluate printed it as it was), one without its model's
+  // settings, and one of the earlier format are refused with the reason.
   tandem::train::Checkpoint old = tandem::train::load_checkpoint(out + "/checkpoint.tckpt");
+  const std::string moved = tmp("cli-evaluate-moved");
+  fs::create_directories(moved);
+  tandem::train::Checkpoint backwards = old;
+  backwards.metadata["epoch"] = "-3";
+  tandem::train::save_checkpoint(moved + "/checkpoint.tckpt", backwards);
+  expect_one_line_error("evaluate " + moved, "has a negative position (epoch -3");
   old.metadata.erase("precision");
   const std::string older = tmp("cli-evaluate-old");
   fs::create_directories(older);

@@ -133,13 +133,8 @@ int run_evaluate(const EvaluateOptions& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.examples == 0) TANDEM_THROW(InvalidArgument, "no examples to evaluate on");
   // Where training stood when the checkpoint was written.
-  int64_t epochs_done = 0, step = 0;
-  try {
-    epochs_done = std::stoll(checkpoint.meta("epoch"));
-    step = std::stoll(checkpoint.meta("step"));
-  } catch (const std::logic_error& e) {  // stoll: not a number, or out of range
-    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
-  }
+  const train::CheckpointPosition position = train::checkpoint_position(checkpoint, path);
+  const int64_t epochs_done = position.epoch, step = position.step;
   if (o.json) {
     nlohmann::json j = {
         {"model", spec.name},          {"precision", precision::policy_name(spec.policy)},

@@ -18,6 +18,23 @@ Checkpoint load_trainer_checkpoint(const std::string& path) {
   return c;
 }
 
+CheckpointPosition checkpoint_position(const distribute::EngineState& state,
+                                       const std::string& source) {
+  CheckpointPosition p;
+  try {
+    p.epoch = std::stoll(state.meta("epoch"));
+    p.step = std::stoll(state.meta("step"));
+    p.global_step = std::stoll(state.meta("global_step"));
+  } catch (const std::logic_error& e) {  // stoll: not a number, or out of range
+    TANDEM_THROW(IoError, "checkpoint '", source, "' has a malformed position: ", e.what());
+  }
+  if (p.epoch < 0 || p.step < 0 || p.global_step < 0) {
+    TANDEM_THROW(IoError, "checkpoint '", source, "' has a negative position (epoch ", p.epoch,
+                 ", step ", p.step, ", global step ", p.global_step, ")");
+  }
+  return p;
+}
+
 std::vector<std::string> checkpoint_class_names(const Checkpoint& checkpoint) {
   const auto it = checkpoint.metadata.find("class_names");
   if (it == checkpoint.metadata.end()) return {};

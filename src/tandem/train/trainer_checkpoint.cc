@@ -58,9 +58,10 @@ void Trainer::read_position(const distribute::EngineState& state, const std::str
   progress = Progress{};
   progress.metrics.assign(config_.metrics.size(), {});
   try {
-    progress.epoch = std::stoll(state.meta("epoch"));
-    progress.step = std::stoll(state.meta("step"));
-    progress.global_step = std::stoll(state.meta("global_step"));
+    const CheckpointPosition position = checkpoint_position(state, source);
+    progress.epoch = position.epoch;
+    progress.step = position.step;
+    progress.global_step = position.global_step;
     progress.loss_sum = std::stod(state.meta("loss_sum"));
     progress.examples = std::stoll(state.meta("examples"));
     progress.nonfinite_steps = std::stoll(state.meta("nonfinite_steps"));
