@@ -195,9 +195,10 @@ void InProcessCommunicator::reduce_slice(const Call& call, int parity) {
     inputs_[r] = slots[r].input;
     outputs_[r] = slots[r].output;
   }
-  // Slices start on 64-byte boundaries so that no two ranks write one cache line.
-  constexpr int64_t kAlign = 16;
-  const int64_t per_rank = ((call.count + n - 1) / n + kAlign - 1) / kAlign * kAlign;
+  // Slices are whole multiples of 64 bytes (16 f32 or 32 bf16 elements), so
+  // that in a buffer that starts on a cache line no two ranks write one.
+  const auto align = static_cast<int64_t>(64 / dtype_size(call.dtype));
+  const int64_t per_rank = ((call.count + n - 1) / n + align - 1) / align * align;
   const int64_t begin = std::min(call.count, per_rank * rank_);
   const int64_t end = std::min(call.count, per_rank * (rank_ + 1));
   const float scale = call.op == ReduceOp::mean ? 1.0f / static_cast<float>(n) : 1.0f;
