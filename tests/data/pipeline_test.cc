@@ -51,6 +51,10 @@ TEST(Pipeline, SourcesAndDescribe) {
   EXPECT_THROW(Dataset::from_tensors({{"x", x}, {"y", Tensor::zeros(Shape{2})}}), ShapeError);
   EXPECT_EQ(Dataset::range(3).map([](Element e) { return e; }).batch(2).prefetch(4).describe(),
             "range(3) -> map -> batch(2) -> prefetch(4)");
+  // int32 elements: a longer range wrapped past 2^31 - 1.
+  EXPECT_EQ(Dataset::range(int64_t{1} << 31).cardinality(), int64_t{1} << 31);
+  EXPECT_THROW(Dataset::range((int64_t{1} << 31) + 1), InvalidArgument);
+  EXPECT_THROW(Dataset::range(-1), InvalidArgument);
 }
 
 // Each pass calls the program's function once; a pass yields what its

@@ -1,5 +1,7 @@
 // In-memory, file-list and program sources: from_tensors, from_elements,
 // range, from_idx, from_files, from_generator.
+#include <limits>
+
 #include "tandem/base/error.h"
 #include "tandem/data/batching.h"
 #include "tandem/data/dataset.h"
@@ -162,7 +164,11 @@ Dataset Dataset::from_generator(PassFn make_pass, std::string label, int64_t car
 }
 
 Dataset Dataset::range(int64_t count) {
-  if (count < 0) TANDEM_THROW(InvalidArgument, "range: negative count ", count);
+  // Its elements are int32 (the dtype of indices): past it they would wrap.
+  if (count < 0 || count > int64_t{std::numeric_limits<int32_t>::max()} + 1) {
+    TANDEM_THROW(InvalidArgument, "range: count ", count, " is outside [0, 2^31] (its elements ",
+                 "are int32)");
+  }
   return Dataset(
       std::make_shared<IndexedNode>("range(" + std::to_string(count) + ")", count, [](int64_t i) {
         Tensor t = Tensor::empty(Shape{}, DType::i32);
