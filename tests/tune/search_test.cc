@@ -346,6 +346,18 @@ TEST(Search, AnInterruptedSearchResumesWithoutRetrainingAFinishedRung) {
                  "gives trial 2 other settings");
   expect_refused([](nlohmann::json& j) { j["asha"]["reduction_factor"] = 2; },
                  "schedules other rungs");
+  // And trials run with other flags than those it started with.
+  std::ofstream(state_path, std::ios::trunc) << saved.dump();
+  tune::SearchOptions flagged = resume;
+  flagged.trial_arguments = {"--batch-size", "64"};
+  FakeRunner runner;
+  try {
+    tune::run_search(flagged, runner);
+    ADD_FAILURE() << "resumed with other trial flags";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("this command gives --batch-size 64"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Search, ADivergedTrialIsTheWorstResultAndAFailedFirstTrialStopsTheSearch) {

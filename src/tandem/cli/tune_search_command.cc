@@ -270,6 +270,7 @@ int run_tune_search(SearchCommandOptions& o) {
     const InterruptScope interrupts;
     r = tune::run_search({.space = space,
                           .space_text = text,
+                          .trial_arguments = o.train_args,
                           .output_dir = o.output,
                           .parallel = parallel,
                           .resume = o.resume,

@@ -50,6 +50,8 @@ nlohmann::json numbers_json(const std::vector<double>& v) {
 
 struct SavedState {
   std::string space_text;
+  std::vector<std::string> trial_arguments;
+  bool arguments_recorded = true;  // false: a state of an earlier version
   AshaOptions asha;
   std::vector<TrialRecord> trials;
   double wall_seconds = 0.0;
@@ -72,6 +74,7 @@ void write_state(const std::string& output_dir, const SavedState& state) {
   const AshaOptions& a = state.asha;
   const nlohmann::json json = {{"format", kFormat},
                                {"space", state.space_text},
+                               {"trial_arguments", state.trial_arguments},
                                {"asha",
                                 {{"min_epochs", a.min_epochs},
                                  {"max_epochs", a.max_epochs},
@@ -94,6 +97,10 @@ SavedState read_state(const std::string& output_dir) {
     const nlohmann::json json = nlohmann::json::parse(text);
     if (json.at("format") != kFormat) throw std::runtime_error("unknown format");
     state.space_text = json.at("space").get<std::string>();
+    // Absent from the states of earlier versions: not checked then.
+    state.arguments_recorded = json.contains("trial_arguments");
+    if (state.arguments_recorded)
+      state.trial_arguments = json.at("trial_arguments").get<std::vector<std::string>>();
     const nlohmann::json& a = json.at("asha");
     state.asha = {.min_epochs = a.at("min_epochs").get<int64_t>(),
                   .max_epochs = a.at("max_epochs").get<int64_t>(),
@@ -227,7 +234,9 @@ SavedState open_search(const SearchOptions& options) {
                  "': ", error.message());
   }
 
-  SavedState state{.space_text = options.space_text, .asha = asha_options(settings)};
+  SavedState state{.space_text = options.space_text,
+                   .trial_arguments = options.trial_arguments,
+                   .asha = asha_options(settings)};
   const std::vector<TrialSettings> sampled = sample_trials(options.space);
   for (size_t t = 0; t < sampled.size(); ++t)
     state.trials.push_back({.settings = sampled[t], .seed = settings.seed + t});
@@ -238,6 +247,14 @@ SavedState open_search(const SearchOptions& options) {
                    options.output_dir, "' started with; resume with that file, or start anew");
     }
     check_resumable(saved, state, options.output_dir);
+    if (saved.arguments_recorded && saved.trial_arguments != state.trial_arguments) {
+      std::string was, now;
+      for (const std::string& a : saved.trial_arguments) was += " " + a;
+      for (const std::string& a : state.trial_arguments) now += " " + a;
+      TANDEM_THROW(InvalidArgument, "the search at '", options.output_dir,
+                   "' started its trials with the flags", was, "; this command gives", now,
+                   "; resume with the same flags, or start anew");
+    }
     state.trials = std::move(saved.trials);
     state.wall_seconds = saved.wall_seconds;
   }

@@ -65,6 +65,10 @@ struct TrialRecord {
 struct SearchOptions {
   SearchSpace space;
   std::string space_text;  // saved with the state: a resume checks it is unchanged
+  // What else each trial runs with (tandem train's flags): saved too, and a
+  // resume refuses others (promoted trials would resume under settings
+  // their checkpoints refuse, and new trials mix them with the old).
+  std::vector<std::string> trial_arguments;
   std::string output_dir;
   int64_t parallel = 1;  // jobs at once
   bool resume = false;
