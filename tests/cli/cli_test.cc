@@ -654,6 +654,19 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
   EXPECT_NE(numbers.output.find("r50: 25557032 parameters, 256 examples per device"),
             std::string::npos)
       << numbers.output;
+  // Durations below zero, and counts past int64 (their casts were
+  // undefined), are refused naming the entry.
+  const std::string bad_profile = tmp("cli-plan-profile-bad.json");
+  for (const auto& [entries, error] :
+       {std::pair<std::string, std::string>{R"("forward_ms": -30, "parameters": 100, "tensors": 2)",
+                                            "'forward_ms' must be 0 to 1e12 ms, got -30"},
+        {R"("forward_ms": 30, "parameters": 1e30, "tensors": 2)",
+         "parameters at least tensors and at most 1e15"}}) {
+    std::ofstream(bad_profile, std::ios::trunc)
+        << R"({"examples": 256, "backward_ms": 60, "optimizer_ms": 2, )" << entries << "}";
+    expect_one_line_error("plan scaling --profile " + bad_profile + " --hosts 2 --link-gbps 1",
+                          error);
+  }
 
   // From a mirrored run of one host's devices: each device's batch, and
   // the compute of devices that run at once.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 
@@ -118,6 +119,27 @@ double number_at(const json& j, const char* key, const std::string& where) {
   return j[key].get<double>();
 }
 
+int64_t count_at(const json& j, const char* key, const std::string& where, double low,
+                 double high) {
+  const double v = number_at(j, key, where);
+  if (!(v >= low && v <= high) || v != std::floor(v))
+    TANDEM_THROW(InvalidArgument, where, ": '", key, "' must be a whole number from ", low, " to ",
+                 high, ", got ", v);
+  return static_cast<int64_t>(v);
+}
+
+namespace {
+
+// A duration in milliseconds, as seconds: finite and not negative.
+double seconds_at(const json& j, const char* key, const std::string& where) {
+  const double ms = number_at(j, key, where);
+  if (!(ms >= 0.0 && ms <= 1e12))
+    TANDEM_THROW(InvalidArgument, where, ": '", key, "' must be 0 to 1e12 ms, got ", ms);
+  return 1e-3 * ms;
+}
+
+}  // namespace
+
 ScalingProfile profile_from_run(const std::string& run_dir) {
   if (!std::filesystem::is_directory(run_dir))
     TANDEM_THROW(InvalidArgument, "run directory '", run_dir, "' does not exist");
@@ -159,7 +181,7 @@ ScalingProfile profile_from_run(const std::string& run_dir) {
   const double step = number_at(monitor, "mean_step_seconds", summary_path);
   p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer -
                                    communication / n - idle / n);
-  const auto batch = static_cast<int64_t>(number_at(config, "batch_size", summary_path));
+  const int64_t batch = count_at(config, "batch_size", summary_path, 1, 1e12);
   p.step.examples = batch / static_cast<int64_t>(replicas.size());
   p.devices = static_cast<int>(replicas.size());
 
@@ -202,10 +224,10 @@ ScalingProfile profile_from_json(const std::string& path) {
   if (!(examples >= 1.0 && examples <= 1e12))
     TANDEM_THROW(InvalidArgument, "'", path, "': examples must be 1 to 1e12, got ", examples);
   p.step.examples = static_cast<int64_t>(examples);
-  p.step.forward = 1e-3 * number_at(j, "forward_ms", path);
-  p.step.backward = 1e-3 * number_at(j, "backward_ms", path);
-  p.step.optimizer = 1e-3 * number_at(j, "optimizer_ms", path);
-  p.step.other = j.contains("other_ms") ? 1e-3 * number_at(j, "other_ms", path) : 0.0;
+  p.step.forward = seconds_at(j, "forward_ms", path);
+  p.step.backward = seconds_at(j, "backward_ms", path);
+  p.step.optimizer = seconds_at(j, "optimizer_ms", path);
+  p.step.other = j.contains("other_ms") ? seconds_at(j, "other_ms", path) : 0.0;
   const auto elements = [&](double n) {
     if (!(n >= 1.0 && n <= 1e13))
       TANDEM_THROW(InvalidArgument, "'", path, "': a gradient needs 1 to 1e13 elements, got ", n);
@@ -221,9 +243,9 @@ ScalingProfile profile_from_json(const std::string& path) {
   } else {
     const double parameters = number_at(j, "parameters", path);
     const double tensors = number_at(j, "tensors", path);
-    if (!(tensors >= 1.0 && tensors <= 1e6 && parameters >= tensors))
+    if (!(tensors >= 1.0 && tensors <= 1e6 && parameters >= tensors && parameters <= 1e15))
       TANDEM_THROW(InvalidArgument, "'", path,
-                   "': tensors must be 1 to 1e6 and at most parameters");
+                   "': tensors must be 1 to 1e6, and parameters at least tensors and at most 1e15");
     const auto n = static_cast<int64_t>(tensors);
     const auto total = static_cast<int64_t>(parameters);
     for (int64_t i = 0; i < n; ++i)  // the first takes the remainder

@@ -32,5 +32,9 @@ ScalingProfile profile_from_json(const std::string& path);
 // one; InvalidArgument naming the file or place otherwise.
 nlohmann::json read_json(const std::string& path, std::string_view what);
 double number_at(const nlohmann::json& j, const char* key, const std::string& where);
+// A count read as a JSON number: whole and within [low, high] (a cast of a
+// fraction truncates, and of a number past int64 is undefined).
+int64_t count_at(const nlohmann::json& j, const char* key, const std::string& where, double low,
+                 double high);
 
 }  // namespace tandem::cli
