@@ -648,6 +648,19 @@ TEST(Monitor, MetricsLinesParseWithStableFields) {
   EXPECT_LE(m.at("step_seconds_p90").get<double>(), m.at("step_seconds_max").get<double>());
 }
 
+TEST(Monitor, AFullDiskStopsTheRecordWithAWarningNotTheRun) {
+  // Failed writes were ignored: a full disk lost every record after it
+  // without a word.
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string dir = fresh_dir("full-disk");
+  fs::create_symlink("/dev/full", fs::path(dir) / "metrics.jsonl");
+  const json summary = monitored_run(dir, config(1), factory(), 96);
+  std::string warnings;
+  for (const auto& w : summary.at("monitor").at("warnings")) warnings += w.get<std::string>();
+  EXPECT_NE(warnings.find("metrics.jsonl stopped: a write failed"), std::string::npos)
+      << summary.at("monitor").dump();
+}
+
 TEST(Monitor, TraceWindowHasReplicaInputAndCommunicationTracks) {
   const std::string dir = fresh_dir("trace");
   monitored_run(dir, config(2), factory(), 320, {.trace_first = 3, .trace_last = 5});

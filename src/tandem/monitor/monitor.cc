@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 
@@ -233,8 +235,16 @@ void Monitor::write_line(const std::string& line) {
   // One write per line, flushed: a killed run leaves whole lines.
   std::string buffer = line;
   buffer += '\n';
-  std::fwrite(buffer.data(), 1, buffer.size(), metrics_);
-  std::fflush(metrics_);
+  const bool written = std::fwrite(buffer.data(), 1, buffer.size(), metrics_) == buffer.size() &&
+                       std::fflush(metrics_) == 0;
+  if (!written) {
+    // A full disk stops the record, not the run (its checkpoints may still
+    // fit), and says so once where the run's warnings are read.
+    warnings_.push_back(std::string("metrics.jsonl stopped: a write failed (") +
+                        std::strerror(errno) + "); the records after it are lost");
+    std::fclose(metrics_);
+    metrics_ = nullptr;
+  }
 }
 
 std::vector<DeviceMemory> Monitor::memory_snapshot() const {
