@@ -107,6 +107,8 @@ TEST(SearchSpace, BadFilesNameTheLineAndTheProblem) {
                      "min_epochs 5 is above max_epochs 3");
   expect_space_error("[search]\nsampler = \"grid\"\n[space]\nlr = { uniform = [0, 1] }\n",
                      "needs points = N");
+  expect_space_error("[space]\nbatch-size = { int = [1, 9223372036854775807] }\n",
+                     "space.toml:2: int range of 'batch-size' must lie within [-2^53, 2^53]");
   // Refused before the grid's values are made (10^12 strings).
   expect_space_error(
       "[search]\nsampler = \"grid\"\n[space]\nlr = { log_uniform = [0.01, 1.0], points = "

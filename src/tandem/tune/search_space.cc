@@ -103,8 +103,15 @@ Parameter parse_parameter(const std::string& name, const toml::node& node,
                      : k == "log_uniform" ? Distribution::log_uniform
                                           : Distribution::integer;
     if (p.distribution == Distribution::integer) {
-      p.low = static_cast<double>(integer(*values->get(0), source, "int's low"));
-      p.high = static_cast<double>(integer(*values->get(1), source, "int's high"));
+      // Held as doubles, exact up to 2^53 (past it, values rounded and
+      // their casts back overflowed).
+      constexpr int64_t kExact = int64_t{1} << 53;
+      const int64_t low = integer(*values->get(0), source, "int's low");
+      const int64_t high = integer(*values->get(1), source, "int's high");
+      if (low < -kExact || high > kExact)
+        fail(source, line, "int range of '", name, "' must lie within [-2^53, 2^53]");
+      p.low = static_cast<double>(low);
+      p.high = static_cast<double>(high);
     } else {
       p.low = number(*values->get(0), source, "low");
       p.high = number(*values->get(1), source, "high");
