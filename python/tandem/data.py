@@ -286,14 +286,23 @@ def _columns(names, values, what):
     return columns
 
 
+def _read_only(tensor):
+    """The tensor's values as a numpy array that cannot be written: it may
+    share the dataset's memory (from_tensor_slices' arrays, a cache), which
+    an in-place `x /= 255` in a loop changed for every later pass."""
+    array = tensor.numpy()
+    array.flags.writeable = False
+    return array
+
+
 def _pack(features, names, structure, as_numpy):
     def value(name):
         if name not in features:
             raise ValueError(f"the element has no feature '{name}' (it has {sorted(features)})")
         t = features[name]
-        return t.numpy() if as_numpy else t
+        return _read_only(t) if as_numpy else t
     if structure == "dict":
-        return {name: (t.numpy() if as_numpy else t) for name, t in features.items()}
+        return {name: (_read_only(t) if as_numpy else t) for name, t in features.items()}
     if structure == "single":
         return value(names[0])
     return tuple(value(n) for n in names)

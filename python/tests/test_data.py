@@ -143,3 +143,14 @@ def test_int64_tensor_columns_are_carried_as_int32():
     labels = tandem.tensor(np.array([0, 1, 2], np.int64), dtype="int64")
     got = [y for _, y in Dataset.from_tensor_slices((np.zeros((3, 2), np.float32), labels))]
     assert [int(y) for y in got] == [0, 1, 2] and all(y.dtype == np.int32 for y in got)
+
+
+def test_elements_cannot_write_into_the_datasets_memory():
+    # Iteration gave views of the source arrays: `x /= 2` in a loop halved
+    # the data of every later epoch.
+    x = np.ones((4, 2), np.float32)
+    d = Dataset.from_tensor_slices(x)
+    first = next(iter(d))
+    with pytest.raises(ValueError, match="read-only"):
+        first /= 2
+    assert [float(v.sum()) for v in d] == [2.0] * 4 and x.sum() == 8.0
