@@ -498,10 +498,35 @@ py::object compare(const py::object& a, const py::object& b, const char* op) {
   return np.attr("asarray")(a).attr(op)(np.attr("asarray")(b));
 }
 
+// Comparisons give numpy bool arrays, as numpy computes them (tandem has no
+// bool dtype): masks, and predicates such as Dataset.filter's (y == 1
+// compared identities before: always False). Without gradients. A tensor's
+// hash stays its identity's; its truth needs one element (numpy's and
+// PyTorch's rule; len() gave it before: tensor([0.0]) was True).
+void add_comparisons(py::class_<Variable>& cls) {
+  using V = const py::object&;
+  cls.def("__eq__", [](V a, V b) { return compare(a, b, "__eq__"); })
+      .def("__ne__", [](V a, V b) { return compare(a, b, "__ne__"); })
+      .def("__lt__", [](V a, V b) { return compare(a, b, "__lt__"); })
+      .def("__le__", [](V a, V b) { return compare(a, b, "__le__"); })
+      .def("__gt__", [](V a, V b) { return compare(a, b, "__gt__"); })
+      .def("__ge__", [](V a, V b) { return compare(a, b, "__ge__"); })
+      .def("__hash__", [](V a) { return py::hash(py::int_(reinterpret_cast<intptr_t>(a.ptr()))); })
+      .def("__bool__", [](const Variable& a) {
+        if (a.value().numel() != 1) {
+          throw py::value_error("the truth value of a tensor of " +
+                                std::to_string(a.value().numel()) +
+                                " elements is ambiguous; use .numpy().any() or .all()");
+        }
+        return to_numpy(a.value()).attr("item")().cast<bool>();
+      });
+}
+
 }  // namespace
 
 void add_tensor_methods(py::class_<Variable>& cls) {
   using V = const py::object&;
+  add_comparisons(cls);
   cls.def("__add__",
           [](const Variable& a, V b) { return binary(Binary::add, a, operand_like(b, a)); })
       .def("__radd__",
@@ -525,28 +550,7 @@ void add_tensor_methods(py::class_<Variable>& cls) {
       .def("__rtruediv__",
            [](const Variable& a, V b) { return binary(Binary::div, operand_like(b, a), a); })
       .def("__neg__", [](const Variable& a) { return released([&] { return scale(a, -1.0f); }); })
-      // Comparisons give numpy bool arrays, as numpy computes them (tandem
-      // has no bool dtype): masks, and predicates such as Dataset.filter's
-      // (y == 1 compared identities before: always False). Without
-      // gradients. A tensor's hash stays its identity's.
-      .def("__eq__", [](V a, V b) { return compare(a, b, "__eq__"); })
-      .def("__ne__", [](V a, V b) { return compare(a, b, "__ne__"); })
-      .def("__lt__", [](V a, V b) { return compare(a, b, "__lt__"); })
-      .def("__le__", [](V a, V b) { return compare(a, b, "__le__"); })
-      .def("__gt__", [](V a, V b) { return compare(a, b, "__gt__"); })
-      .def("__ge__", [](V a, V b) { return compare(a, b, "__ge__"); })
-      .def("__hash__", [](V a) { return py::hash(py::int_(reinterpret_cast<intptr_t>(a.ptr()))); })
-      // numpy's and PyTorch's rule: one element has a truth value, more
-      // are ambiguous (len() gave it before: tensor([0.0]) was True).
-      .def("__bool__",
-           [](const Variable& a) {
-             if (a.value().numel() != 1) {
-               throw py::value_error("the truth value of a tensor of " +
-                                     std::to_string(a.value().numel()) +
-                                     " elements is ambiguous; use .numpy().any() or .all()");
-             }
-             return to_numpy(a.value()).attr("item")().cast<bool>();
-           })
+
       .def("__pow__",
            [](const Variable& a, int exponent) {
              if (exponent != 2)

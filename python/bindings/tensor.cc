@@ -512,9 +512,21 @@ element (a loss). The graph is freed; a second backward through it raises.)doc")
 // devices, DLPack.
 void add_tensor_conversions(py::class_<Variable>& cls) {
   cls.def(
-         "numpy", [](const Variable& v) { return to_numpy(v.value()); },
+         "numpy",
+         [](const Variable& v) {
+           // The array may be written: copies layers derived from the value
+           // (mixed precision's bf16 weights) are made anew at their next
+           // use. (A write through an array kept across forward calls needs
+           // mark_modified().)
+           if (v.requires_grad()) v.mark_modified();
+           return to_numpy(v.value());
+         },
          "A numpy array sharing this tensor's memory (a float32 copy for bfloat16, a host copy "
          "for a GPU tensor).")
+      .def("mark_modified", &Variable::mark_modified,
+           "Says that the tensor's memory was written (through a numpy() array kept across "
+           "forward calls): layers recompute what they derived from it (the bf16 copy of a "
+           "weight under mixed precision).")
       .def(
           "__array__",
           [](const Variable& v, const py::object& dtype) {

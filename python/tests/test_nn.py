@@ -174,3 +174,21 @@ def test_keras_named_layers_take_keras_defaults():
     batch_norm, layer_norm = text.split("[[layers]]")[1:]
     assert "momentum = 0.01" in batch_norm and "eps = 0.001" in batch_norm
     assert "eps = 0.001" in layer_norm
+
+
+def test_weights_written_through_numpy_reach_a_mixed_precision_model():
+    # Its cached bf16 weights kept the old values: the forward ignored the
+    # write (the biases alone changed).
+    model = tandem.models.mlp(precision="mixed_bfloat16")
+    x = np.ones((2, 28, 28, 1), np.float32)
+    model(x)
+    for p in model.parameters():
+        p.numpy()[...] = 0
+    assert float(np.abs(model(x).numpy()).max()) == 0.0
+    kept = [(p, p.numpy()) for p in model.parameters()]  # kept across a forward
+    model(x)
+    for p, array in kept:
+        array[...] = 0.01
+        p.mark_modified()
+    # The weights take part (the biases alone, f32, would give 0.01).
+    assert float(np.abs(model(x).numpy()).max()) > 1.0

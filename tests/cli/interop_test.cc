@@ -84,6 +84,12 @@ TEST(CliInterop, BadExportsAndInitialisationsAreOneClearError) {
   expect_one_line_error(
       "train --model mlp" + kTiny + "--resume --init-from " + weights + " --output " + a,
       "give one of them");
+  // The servers' copy overwrote weights loaded into the replicas.
+  expect_one_line_error("train --model mlp" + kTiny +
+                            "--strategy parameter-server --devices 2 "
+                            "--allow-oversubscription --init-from " +
+                            weights + out,
+                        "--init-from is not applied under --strategy parameter-server");
   // mlp weights into a cnn: every tensor named.
   expect_one_line_error("train --model cnn" + kTiny + "--init-from " + weights + out,
                         "missing: the model's, not in the file (6): 0.weight, 0.bias");

@@ -50,9 +50,9 @@ TEST(Strategy, OneDeviceRefusesMoreThreadsThanCoresLikeMirrored) {
   EXPECT_EQ(one, "1 device(s) x " + std::to_string(cores + 1) + " thread(s) need " +
                      std::to_string(cores + 1) + " cores but this machine has " +
                      std::to_string(cores) +
-                     " physical cores (threads would slow each other down; set "
-                     "allow_oversubscription, --allow-oversubscription on the command line, to "
-                     "do it anyway)");
+                     " physical cores (threads would slow each other down; to do it anyway, set "
+                     "allow_oversubscription: --allow-oversubscription on the command line, "
+                     "fit(allow_oversubscription=True) in Python)");
   const std::string mirrored = error_of(
       {.kind = distribute::StrategyKind::mirrored, .devices = 1, .threads_per_device = cores + 1});
   EXPECT_EQ(mirrored, one);  // the same rule and the same words

@@ -524,6 +524,8 @@ std::vector<ErrorCase> error_cases() {
        "model.toml:4: layer 0 (layer_norm): ", "eps must be positive"},
       {"nan eps", layers("[4]", "type = \"layer_norm\"\neps = nan\n"),
        "model.toml:4: layer 0 (layer_norm): ", "eps must be finite"},
+      {"eps past float", layers("[4]", "type = \"layer_norm\"\neps = 1e39\n"),
+       "model.toml:4: layer 0 (layer_norm): ", "eps must be at most"},
       {"error in a later layer",
        layers("[4]", dense + "[[layers]]\ntype = \"dense\"\nunits = 2\n[[layers]]\n"
                              "type = \"dense\"\nunit = 2\n"),

@@ -125,6 +125,26 @@ TEST(Layers, BatchNormAddReluComposesOrRefusesWhereItCannotFuse) {
                            "no fused kernel");
 }
 
+TEST(Layers, AModuleUsedTwiceHoldsItsParametersOnce) {
+  // Listed under both names, its parameters got two optimizer updates a
+  // step (and two Adam moments, two checkpoint entries).
+  Generator g(1);
+  auto layer = std::make_shared<nn::Linear>(4, 4, nn::LinearOptions{}, g);
+  auto norm = std::make_shared<nn::BatchNorm2d>(4);
+  nn::Sequential s;
+  s.add(layer).add(norm).add(layer).add(norm);
+  const auto named = s.named_parameters();
+  ASSERT_EQ(named.size(), 4u);
+  EXPECT_EQ(named[0].first, "0.weight");
+  EXPECT_EQ(named[2].first, "1.weight");
+  EXPECT_EQ(s.parameter_count(), 4 * 4 + 4 + 4 + 4);
+  EXPECT_EQ(s.named_buffers().size(), norm->named_buffers().size());
+  // Gradients from both uses meet in the one weight.
+  const Variable x(Tensor::full(Shape{2, 4}, 1.0f), false);
+  sum(s(x)).backward();
+  EXPECT_TRUE(named[0].second.has_grad());
+}
+
 TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {
   nn::Sequential s;
   s.emplace<nn::Flatten>().emplace<nn::Dropout>(0.5f).emplace<nn::ReLU>();

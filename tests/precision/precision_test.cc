@@ -139,6 +139,21 @@ TEST(LossScaler, BadOptionsAreRejected) {
                InvalidArgument);
   EXPECT_THROW(LossScaler({.backoff_factor = 1.0}), InvalidArgument);
   EXPECT_THROW(LossScaler({.growth_interval = 0}), InvalidArgument);
+  // Past float's range (every loss scaled to infinity), and below the
+  // minimum of a dynamic scale (the first overflow raised it).
+  EXPECT_THROW(LossScaler({.dynamic = false, .initial_scale = 1e39}), InvalidArgument);
+  EXPECT_THROW(LossScaler({.initial_scale = 0.5, .min_scale = 1.0}), InvalidArgument);
+  EXPECT_NO_THROW(LossScaler({.dynamic = false, .initial_scale = 0.5}));
+  // A checkpoint's state: "inf" parsed as a positive scale, and no step was
+  // finite again.
+  LossScaler restored;
+  EXPECT_THROW(restored.restore(std::numeric_limits<double>::infinity(), 0, 0), IoError);
+  EXPECT_THROW(restored.restore(1e39, 0, 0), IoError);
+  EXPECT_THROW(restored.restore(1024.0, -1, 0), IoError);
+  EXPECT_THROW(restored.restore(1024.0, 0, -5), IoError);
+  EXPECT_EQ(restored.scale(), 32768.0);
+  restored.restore(1024.0, 3, 7);
+  EXPECT_EQ(restored.scale(), 1024.0);
   LossScaler scaler;
   Variable bf16(Tensor::zeros(Shape{2}, DType::bf16), true);
   bf16.accumulate_grad(Tensor::zeros(Shape{2}, DType::bf16));

@@ -225,41 +225,48 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   const std::vector<double> expected =
       step_losses(uninterrupted, train_data, test_data, &expected_result);
 
-  train::TrainConfig with_output = base;
-  with_output.output_dir = fresh_dir("resume");
-  std::vector<double> losses;
-  {
-    train::Trainer first(with_output, small_model(11));
-    train::TrainResult r;
-    losses = step_losses(first, train_data, test_data, &r, /*stop_at=*/21);  // mid-way, epoch 2
-    EXPECT_TRUE(r.interrupted);
-    EXPECT_EQ(r.history.size(), 1u);
-  }
-  {
-    // A fresh process's view: new model with other weights, restored from disk.
-    train::TrainConfig resume = with_output;
-    resume.resume = true;
-    train::Trainer second(resume,
-                          train::custom_model("small", [] { return small_dropout_model(999); }));
-    train::TrainResult r;
-    const std::vector<double> rest = step_losses(second, train_data, test_data, &r);
-    losses.insert(losses.end(), rest.begin(), rest.end());
-    EXPECT_EQ(r.resumed_from_step, 21);
-    ASSERT_EQ(r.history.size(), 3u);
-    for (size_t e = 0; e < 3; ++e) {
-      EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss)
-          << "epoch " << e + 1;
-      EXPECT_EQ(r.history[e].train_metric("accuracy"),
-                expected_result.history[e].train_metric("accuracy"));
-      EXPECT_EQ(r.history[e].validation_metric("accuracy"),
-                expected_result.history[e].validation_metric("accuracy"));
+  // Stopped mid-way through epoch 2, and after its last step (the epoch
+  // then closes in the resumed run: it reported the next step's rate).
+  for (const int64_t stop_at : {21, 32}) {
+    SCOPED_TRACE("stopped at step " + std::to_string(stop_at));
+    train::TrainConfig with_output = base;
+    with_output.output_dir = fresh_dir("resume");
+    std::vector<double> losses;
+    {
+      train::Trainer first(with_output, small_model(11));
+      train::TrainResult r;
+      losses = step_losses(first, train_data, test_data, &r, stop_at);
+      EXPECT_TRUE(r.interrupted);
+      EXPECT_EQ(r.history.size(), 1u);
     }
-    const auto pa = uninterrupted.model().parameters(), pb = second.model().parameters();
-    for (size_t i = 0; i < pa.size(); ++i) {
-      EXPECT_EQ(pa[i].value().to_floats(), pb[i].value().to_floats()) << "parameter " << i;
+    {
+      // A fresh process's view: new model with other weights, restored from disk.
+      train::TrainConfig resume = with_output;
+      resume.resume = true;
+      train::Trainer second(resume,
+                            train::custom_model("small", [] { return small_dropout_model(999); }));
+      train::TrainResult r;
+      const std::vector<double> rest = step_losses(second, train_data, test_data, &r);
+      losses.insert(losses.end(), rest.begin(), rest.end());
+      EXPECT_EQ(r.resumed_from_step, stop_at);
+      ASSERT_EQ(r.history.size(), 3u);
+      for (size_t e = 0; e < 3; ++e) {
+        EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss)
+            << "epoch " << e + 1;
+        EXPECT_EQ(r.history[e].learning_rate, expected_result.history[e].learning_rate)
+            << "epoch " << e + 1;
+        EXPECT_EQ(r.history[e].train_metric("accuracy"),
+                  expected_result.history[e].train_metric("accuracy"));
+        EXPECT_EQ(r.history[e].validation_metric("accuracy"),
+                  expected_result.history[e].validation_metric("accuracy"));
+      }
+      const auto pa = uninterrupted.model().parameters(), pb = second.model().parameters();
+      for (size_t i = 0; i < pa.size(); ++i) {
+        EXPECT_EQ(pa[i].value().to_floats(), pb[i].value().to_floats()) << "parameter " << i;
+      }
     }
+    EXPECT_EQ(losses, expected);
   }
-  EXPECT_EQ(losses, expected);
 }
 
 TEST(Trainer, ARunStoppedAfterAnEpochAndResumedIsTheUninterruptedRun) {
@@ -343,6 +350,26 @@ TEST(Trainer, RepeatedDataRunsEveryEpochAndResumesAcrossAPassBoundary) {
   }
   rung.stop_after_epochs = 0;
   rung.resume = true;
+  // A position no run writes (a damaged or edited checkpoint with a valid
+  // CRC) is refused at once: a global step of 10^12 replayed batches for
+  // hours.
+  {
+    const std::string path = train::RunDirectory(rung.output_dir).checkpoint();
+    const train::Checkpoint good = train::load_checkpoint(path);
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, std::string>>{{"global_step", "1000000000000"},
+                                                          {"step", "9"},
+                                                          {"epoch", "1"},
+                                                          {"examples", "-4"},
+                                                          {"loss_sum", "inf"}}) {
+      train::Checkpoint bad = good;
+      bad.metadata[key] = value;
+      train::save_checkpoint(path, bad);
+      train::Trainer refused(rung, small_model(7));
+      EXPECT_THROW(refused.prepare_resume(), IoError) << key << " = " << value;
+    }
+    train::save_checkpoint(path, good);
+  }
   train::Trainer rest(rung, small_model(7));
   train::TrainResult r;
   const std::vector<double> more = step_losses(rest, train_data, test_data, &r);

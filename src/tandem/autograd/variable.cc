@@ -84,8 +84,8 @@ void run_backward(const std::shared_ptr<Node>& root, const Tensor& seed) {
       std::vector<bool> needs(node->inputs.size());
       for (size_t i = 0; i < needs.size(); ++i) needs[i] = node->inputs[i].active();
       // A leaf's first contribution may be computed straight into its
-      // gradient buffer (once per node: a leaf used twice by one op gets
-      // one destination, so the two results cannot overwrite each other).
+      // gradient buffer; a leaf used twice by one op gets none (its two
+      // results are summed as any others are, not written over each other).
       std::vector<Tensor> destinations(node->inputs.size());
       for (size_t i = 0; i < destinations.size(); ++i) {
         const Edge& edge = node->inputs[i];

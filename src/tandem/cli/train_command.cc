@@ -190,6 +190,13 @@ OutputSettings check_outputs(TrainOptions& o) {
                  "--init-from starts a run from weights and --resume continues one from its "
                  "checkpoint; give one of them");
   }
+  // The servers hold the weights there (the replicas' were overwritten).
+  if (!o.init_from.empty() &&
+      distribute::parse_strategy(o.strategy) == distribute::StrategyKind::parameter_server) {
+    TANDEM_THROW(NotImplemented,
+                 "--init-from is not applied under --strategy parameter-server (its servers "
+                 "hold the weights); start from the file with mirrored or multi-worker training");
+  }
   return out;
 }
 

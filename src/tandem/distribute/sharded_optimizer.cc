@@ -141,9 +141,13 @@ void ShardedOptimizer::gather_state(const StateSink& keep, int64_t piece) {
       if (!pieces.defined())
         pieces = Tensor::empty(Shape{ranks * std::min(piece, shard)}, DType::f32, tensor->device(),
                                MemoryCategory::optimizer_state);
-      if (pieces.numel() < ranks * len)
+      if (pieces.numel() < ranks * len) {
+        // The smaller buffer goes first: held while the larger one was
+        // made, the two raised the peak past the memory plan's.
+        pieces = Tensor();
         pieces = Tensor::empty(Shape{ranks * len}, DType::f32, tensor->device(),
                                MemoryCategory::optimizer_state);
+      }
       const Tensor gathered = pieces.slice(0, ranks * len);
       comm_.all_gather(tensor->slice(a, a + len), gathered);
       if (!keep) continue;

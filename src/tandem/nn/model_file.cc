@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "tandem/base/detail/toml_document.h"
@@ -337,6 +338,9 @@ void parse_pool2d(const LayerReader& r, LayerDefinition& d) {
 float parse_eps(const LayerReader& r) {
   const double eps = r.number("eps", 1e-5);
   if (!(static_cast<float>(eps) > 0.0f)) r.fail_at("eps", "eps must be positive, got ", eps);
+  // Stored as a float: 1e39 passed as a finite double and became infinity.
+  if (!std::isfinite(static_cast<float>(eps)))
+    r.fail_at("eps", "eps must be at most ", std::numeric_limits<float>::max(), ", got ", eps);
   return static_cast<float>(eps);
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "tandem/autograd/checkpoint.h"
 #include "tandem/base/error.h"
 #include "tandem/nn/graph_builder.h"
@@ -60,6 +62,11 @@ void Module::collect_parameters(const std::string& prefix,
 std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Variable>> out;
   collect_parameters("", out);
+  // A module registered twice (self.b = self.a, or one layer added twice to
+  // a Sequential) holds its parameters once, under its first name: listed
+  // twice, the optimizer updated them twice a step (PyTorch's rule).
+  std::unordered_set<const void*> seen;
+  std::erase_if(out, [&](const auto& entry) { return !seen.insert(entry.second.impl()).second; });
   // Full names on the variables make gradient errors name the parameter.
   for (auto& [name, p] : out) p.set_name(name);
   return out;
@@ -80,6 +87,8 @@ void Module::collect_buffers(const std::string& prefix,
 std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
   std::vector<std::pair<std::string, Tensor*>> out;
   collect_buffers("", out);
+  std::unordered_set<const Tensor*> seen;  // a shared module's, once (as parameters)
+  std::erase_if(out, [&](const auto& entry) { return !seen.insert(entry.second).second; });
   return out;
 }
 

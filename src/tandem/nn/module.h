@@ -2,7 +2,8 @@
 // Module: a layer or model owning Parameters (Variables that require grad),
 // buffers (state that is saved but not trained, e.g. running statistics) and
 // sub-modules. named_parameters() lists them depth-first in registration
-// order with dotted names ("0.weight"); that order fixes the layout of
+// order with dotted names ("0.weight"), each once (a module registered under
+// two names: under its first, as PyTorch does); that order fixes the layout of
 // gradient buckets and the names in checkpoints, so it must never depend on
 // anything but the model's definition.
 

@@ -6,8 +6,8 @@
 // global average pooling and a linear classifier. depth = 6 * blocks + 2:
 // ResNet-20 has 3 blocks per stage. Convolutions before a BatchNorm have no
 // bias; weights are PyTorch's defaults (kaiming_uniform).
-// Parameter names: stem.{conv,bn}.*, stages.S.B.{conv1,bn1,conv2,bn2}.*,
-// stages.S.0.shortcut.{conv,bn}.*, head.*.
+// Parameter names: stem.{0,1}.* (convolution, batch norm),
+// stages.S.B.{conv1,bn1,conv2,bn2}.*, stages.S.0.shortcut.{0,1}.*, head.*.
 
 #include <cstdint>
 #include <memory>

@@ -10,8 +10,10 @@ namespace tandem::precision {
 
 LossScaler::LossScaler(LossScalerOptions options)
     : options_(options), scale_(options.initial_scale) {
-  if (!(options.initial_scale > 0.0) || !std::isfinite(options.initial_scale)) {
-    TANDEM_THROW(InvalidArgument, "loss scale must be a positive finite number, got ",
+  // Applied as a float: past float's range it scaled every loss to
+  // infinity, and every step was skipped.
+  if (!(options.initial_scale > 0.0) || !std::isfinite(static_cast<float>(options.initial_scale))) {
+    TANDEM_THROW(InvalidArgument, "loss scale must be a positive number within float's range, got ",
                  options.initial_scale);
   }
   if (!(options.growth_factor >= 1.0) ||
@@ -20,6 +22,11 @@ LossScaler::LossScaler(LossScalerOptions options)
     TANDEM_THROW(InvalidArgument,
                  "loss scaler: growth factor >= 1, backoff in (0, 1), growth interval >= 1 and "
                  "a positive minimum are required");
+  }
+  // Below its minimum, the first overflow would raise the scale.
+  if (options.dynamic && options.initial_scale < options.min_scale) {
+    TANDEM_THROW(InvalidArgument, "loss scaler: initial scale ", options.initial_scale,
+                 " is below the minimum ", options.min_scale);
   }
 }
 
@@ -55,7 +62,12 @@ void LossScaler::update(bool finite) {
 }
 
 void LossScaler::restore(double scale, int64_t skipped, int64_t good_steps) {
-  if (!(scale > 0.0)) TANDEM_THROW(IoError, "checkpoint holds an invalid loss scale ", scale);
+  // "inf" parsed as a positive scale, and no step was ever finite again.
+  if (!(scale > 0.0) || !std::isfinite(static_cast<float>(scale)) || skipped < 0 ||
+      good_steps < 0) {
+    TANDEM_THROW(IoError, "checkpoint holds an invalid loss-scaler state (scale ", scale,
+                 ", skipped ", skipped, ", good steps ", good_steps, ")");
+  }
   scale_ = scale;
   skipped_ = skipped;
   good_steps_ = good_steps;

@@ -82,15 +82,6 @@ void* Allocator::allocate(size_t bytes, MemoryCategory category) {
       it->second.pop_back();
       stats_.cached_bytes -= static_cast<int64_t>(size);
     }
-    const int c = static_cast<int>(category);
-    stats_.current_bytes[c] += static_cast<int64_t>(bytes);
-    stats_.peak_bytes[c] = std::max(stats_.peak_bytes[c], stats_.current_bytes[c]);
-    stats_.current_total_bytes += static_cast<int64_t>(bytes);
-    stats_.peak_total_bytes = std::max(stats_.peak_total_bytes, stats_.current_total_bytes);
-    stats_.high_water_bytes[c] = std::max(stats_.high_water_bytes[c], stats_.current_bytes[c]);
-    stats_.high_water_total_bytes =
-        std::max(stats_.high_water_total_bytes, stats_.current_total_bytes);
-    ++stats_.allocation_count;
   }
   if (block != nullptr) {
     detail::device_reuse(device_, block);
@@ -101,13 +92,22 @@ void* Allocator::allocate(size_t bytes, MemoryCategory category) {
       block = detail::device_allocate(device_, size);
     }
     if (block == nullptr) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.current_bytes[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
-      stats_.current_total_bytes -= static_cast<int64_t>(bytes);
       TANDEM_THROW(Error, "out of memory: cannot allocate ", bytes, " bytes of ",
                    memory_category_name(category), " on ", device_.to_string());
     }
   }
+  // Counted once the block exists: a request that failed raised the peak
+  // and high-water figures (the memory plan's and the monitor's) for good.
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int c = static_cast<int>(category);
+  stats_.current_bytes[c] += static_cast<int64_t>(bytes);
+  stats_.peak_bytes[c] = std::max(stats_.peak_bytes[c], stats_.current_bytes[c]);
+  stats_.current_total_bytes += static_cast<int64_t>(bytes);
+  stats_.peak_total_bytes = std::max(stats_.peak_total_bytes, stats_.current_total_bytes);
+  stats_.high_water_bytes[c] = std::max(stats_.high_water_bytes[c], stats_.current_bytes[c]);
+  stats_.high_water_total_bytes =
+      std::max(stats_.high_water_total_bytes, stats_.current_total_bytes);
+  ++stats_.allocation_count;
   return block;
 }
 

@@ -1,6 +1,7 @@
 #include "tandem/tensor/device_memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,7 +60,8 @@ void device_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 void device_fill(void* dst, DType dtype, float value, int64_t n, Device device) {
   if (n <= 0) return;
   if (!on_host(device)) return require_device_backend(device).fill(dst, dtype, value, n, device);
-  if (value == 0.0f) {
+  // +0 only (its bits are all zero in every dtype; -0 is not).
+  if (value == 0.0f && !std::signbit(value)) {
     std::memset(dst, 0, static_cast<size_t>(n) * dtype_size(dtype));
     return;
   }
@@ -69,7 +71,7 @@ void device_fill(void* dst, DType dtype, float value, int64_t n, Device device) 
   }
   // Convert once, then replicate the element's bytes.
   const size_t size = dtype_size(dtype);
-  unsigned char element[4];
+  alignas(8) unsigned char element[8];  // the widest dtype, i64 (4 bytes overflowed)
   convert(&value, DType::f32, element, dtype, 1);
   auto* out = static_cast<unsigned char*>(dst);
   for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * size, element, size);

@@ -437,7 +437,10 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
                                                                : strategy_->threads_per_replica());
   Input input;
   open_input(input, train, progress);
-  progress.learning_rate = schedule_->lr(progress.global_step);
+  // The rate of the last step trained, as the uninterrupted run holds it
+  // here (a run resumed after an epoch's last step reported the next
+  // step's rate for that epoch).
+  progress.learning_rate = schedule_->lr(std::max<int64_t>(progress.global_step - 1, 0));
   const distribute::ForwardFn forward = training_forward();
   const int64_t last_epoch =
       config_.stop_after_epochs > 0 ? config_.stop_after_epochs : config_.epochs;

@@ -333,6 +333,8 @@ class Trainer {
                       std::map<std::string, std::string>& metadata) const;
   void read_position(const distribute::EngineState& state, const std::string& source,
                      Progress& progress, std::vector<EpochResult>& history) const;
+  void check_position(const Progress& progress, const std::vector<EpochResult>& history,
+                      const std::string& source) const;
 
   TrainConfig config_;
   ModelFactory model_;

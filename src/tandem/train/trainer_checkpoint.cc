@@ -1,6 +1,7 @@
 // The Trainer's checkpoints: what it saves (the engine's state streamed in,
 // the position and the epoch's sums, the settings a resume must keep) and
 // how a run resumes from one.
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -83,6 +84,27 @@ void Trainer::read_position(const distribute::EngineState& state, const std::str
     throw;
   } catch (const std::exception& e) {
     TANDEM_THROW(IoError, "checkpoint '", source, "' has a malformed position: ", e.what());
+  }
+  check_position(progress, history, source);
+}
+
+// What a trainer writes always holds; a checkpoint that breaks it was
+// damaged or edited (the CRC covers the bytes, not their sense). A huge
+// global step had the input replay its batches for hours.
+void Trainer::check_position(const Progress& p, const std::vector<EpochResult>& history,
+                             const std::string& source) const {
+  const int64_t per_epoch = config_.steps_per_epoch;
+  const bool consistent =
+      p.examples >= 0 && p.nonfinite_steps >= 0 && std::isfinite(p.loss_sum) &&
+      std::isfinite(p.train_seconds) && p.train_seconds >= 0.0 && p.step <= p.global_step &&
+      static_cast<int64_t>(history.size()) == p.epoch &&
+      (per_epoch == 0 || (p.step <= per_epoch && p.global_step <= (p.epoch + 1) * per_epoch));
+  if (!consistent) {
+    TANDEM_THROW(IoError, "checkpoint '", source, "' holds an impossible position (epoch ", p.epoch,
+                 ", step ", p.step, ", global step ", p.global_step, ", ", history.size(),
+                 " epoch(s) of history, ", p.examples, " examples",
+                 per_epoch > 0 ? fmt::format(", {} steps per epoch", per_epoch) : "",
+                 "): damaged or edited");
   }
 }
 

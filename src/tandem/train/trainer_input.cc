@@ -145,7 +145,7 @@ void Trainer::open_input(Input& input, const data::Dataset& train, const Progres
   input.iterator = input.batches.iterator(continuing ? 0 : progress.epoch);
   input.pass = continuing ? 0 : progress.epoch;
   for (int64_t skip = continuing ? progress.global_step : progress.step; skip > 0; --skip) {
-    if (!input.next(config_.repeat)) break;
+    if (stop_requested_.load() || !input.next(config_.repeat)) break;  // a long replay stops too
   }
 }
 
