@@ -9,6 +9,10 @@ weights and randomised batch-norm statistics: the export passes
 onnx.checker (full check), and OpenCV's DNN module runs it on random inputs
 and gives tandem's logits, max|a - b| <= 1e-4 max|b|.
 
+For dense and layer_norm on images (each pixel's channels) and batch norm
+on sequences (their features), the graph runs in the NumPy interpreter below
+(OpenCV 4.6's MatMul takes matrices only).
+
 For the token models (gpt and the example gpt_small.toml): OpenCV 4.6 cannot
 run a Gather whose indices are the graph's input, and Debian 12 has no other
 ONNX runtime (onnx 1.12 predates onnx.reference), so the graph runs in the
@@ -80,6 +84,39 @@ type = "dense"
 units = 5
 """
 
+# Layers on the last axis of images (dense and layer_norm on each pixel's
+# channels; W != C so that the wrong axis cannot fit), and batch norm on
+# sequences' features: their exports acted on W and on T. Run in the NumPy
+# interpreter (OpenCV 4.6's MatMul takes matrices only).
+PIXEL_LAYERS = """
+name = "pixel_layers"
+input_shape = [4, 5, 3]
+[[layers]]
+type = "dense"
+units = 7
+activation = "relu"
+[[layers]]
+type = "layer_norm"
+[[layers]]
+type = "flatten"
+[[layers]]
+type = "dense"
+units = 4
+"""
+
+SEQUENCE_BATCH_NORM = """
+name = "sequence_batch_norm"
+input_shape = [6, 5]
+[[layers]]
+type = "batch_norm"
+activation = "relu"
+[[layers]]
+type = "flatten"
+[[layers]]
+type = "dense"
+units = 3
+"""
+
 
 def write_safetensors(path, name, array):
     dtype, code = ("I32", "<i4") if array.dtype.kind == "i" else ("F32", "<f4")
@@ -134,7 +171,16 @@ OPERATORS = {
     "Relu": lambda x, a: np.maximum(x[0], 0),
     "ReduceMean": lambda x, a: x[0].mean(axis=tuple(a["axes"]), keepdims=bool(a.get("keepdims", 1))),
     "Softmax": lambda x, a: _softmax(x[0], a.get("axis", -1)),
+    "Flatten": lambda x, a: x[0].reshape(int(np.prod(x[0].shape[:a.get("axis", 1)])), -1),
+    "BatchNormalization": lambda x, a: _batch_norm(x, a.get("epsilon", 1e-5)),
 }
+
+
+def _batch_norm(x, epsilon):
+    """Inference batch norm over axis 1 (ONNX's): x, scale, bias, mean, var."""
+    shape = (1, -1) + (1,) * (x[0].ndim - 2)
+    scale, bias, mean, var = (v.reshape(shape) for v in x[1:5])
+    return (x[0] - mean) / np.sqrt(var + epsilon) * scale + bias
 
 
 def interpret(proto, feeds):
@@ -191,6 +237,12 @@ def main():
              (other, "", (12, 12, 3))]
     token_cases = [("gpt", "layers=2,width=32,heads=4,context=16", 16),
                    (os.path.join(ROOT, "examples", "models", "gpt_small.toml"), "", 128)]
+    interpreted_cases = []
+    for text, shape in ((PIXEL_LAYERS, (4, 5, 3)), (SEQUENCE_BATCH_NORM, (6, 5))):
+        path = os.path.join(args.work, text.split('"')[1] + ".toml")
+        with open(path, "w") as f:
+            f.write(text)
+        interpreted_cases.append((path, shape))
     print(f"onnx {onnx.__version__}, OpenCV {cv2.__version__}")
     rng = np.random.default_rng(3)
     ok = True
@@ -212,6 +264,24 @@ def main():
         ops = sorted({n.op_type for n in proto.graph.node})
         print(f"{label:16s} opset {proto.opset_import[0].version}, {len(proto.graph.node)} nodes "
               f"({', '.join(ops)}): checker ok, OpenCV relative error {error:.1e} "
+              f"{'ok' if passed else 'FAILED'}")
+    for model, shape in interpreted_cases:
+        label = os.path.basename(model)
+        stem = os.path.join(args.work, label)
+        proto = export_checked(args.logits, model, "", stem)
+        x = rng.standard_normal((3,) + shape).astype(np.float32)
+        write_safetensors(stem + "-input.safetensors", "input", x)
+        run([args.logits, model, "", "logits", stem + ".safetensors",
+             stem + "-input.safetensors", stem + "-logits.safetensors"])
+        expected = read_logits(stem + "-logits.safetensors")
+        (got,) = interpret(proto, {"input": x.astype(np.float64)})
+        error = (float(np.abs(got - expected).max() / np.abs(expected).max())
+                 if got.shape == expected.shape else math.inf)
+        passed = error <= TOLERANCE
+        ok &= passed
+        ops = sorted({n.op_type for n in proto.graph.node})
+        print(f"{label:16s} opset {proto.opset_import[0].version}, {len(proto.graph.node)} nodes "
+              f"({', '.join(ops)}): checker ok, NumPy interpreter relative error {error:.1e} "
               f"{'ok' if passed else 'FAILED'}")
     for model, settings, context in token_cases:
         label = os.path.basename(model)

@@ -39,6 +39,14 @@ GraphValue activation_to_graph(GraphBuilder& g, const GraphValue& x, kernels::Ac
   return x;
 }
 
+GraphValue to_channels_last(GraphBuilder& g, const GraphValue& images) {
+  return g.op("Transpose", {images.name}, 4, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+}
+
+GraphValue to_channels_first(GraphBuilder& g, const GraphValue& images) {
+  return g.op("Transpose", {images.name}, 4, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
+}
+
 GraphValue size_along(GraphBuilder& g, const GraphValue& x, int axis) {
   const GraphValue shape = g.op("Shape", {x.name}, 1);
   return g.op("Slice", {shape.name, g.integers({axis}), g.integers({axis + 1}), g.integers({0})},

@@ -56,6 +56,13 @@ GraphValue activation_to_graph(GraphBuilder& g, const GraphValue& x, kernels::Ac
 // x's shape when the graph runs (sequences may be shorter than the table).
 GraphValue add_position_rows(GraphBuilder& g, const GraphValue& x, const Tensor& table);
 
+// Images are (N, C, H, W) inside an exported graph (ONNX's Conv layout):
+// a layer that acts on the last axis (channels in tandem's (N, H, W, C):
+// dense, layer_norm) runs on them between these two transposes (on images
+// it mixed or normalised along W).
+GraphValue to_channels_last(GraphBuilder& g, const GraphValue& images);
+GraphValue to_channels_first(GraphBuilder& g, const GraphValue& images);
+
 // x's size along `axis` when the graph runs, as a rank-1 int64 value of one
 // element (a Slice bound).
 GraphValue size_along(GraphBuilder& g, const GraphValue& x, int axis);

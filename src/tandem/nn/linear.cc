@@ -51,18 +51,23 @@ GraphValue Linear::to_graph(GraphBuilder& graph, const GraphValue& x) const {
     TANDEM_THROW(InvalidArgument, describe(),
                  ": ONNX export takes a Linear on (..., features), got rank ", x.rank);
   }
-  GraphValue y;
-  if (x.rank == 2) {
-    std::vector<std::string> inputs = {x.name, graph.weight(weight_.value())};
-    if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
-    y = graph.op("Gemm", inputs, 2, {{"transB", int64_t{1}}});
-  } else {  // sequences: Gemm takes matrices only
-    const GraphValue w_t = graph.op("Transpose", {graph.weight(weight_.value())}, 2,
-                                    {{"perm", std::vector<int64_t>{1, 0}}});
-    y = graph.op("MatMul", {x.name, w_t.name}, x.rank);
-    if (options_.bias) y = graph.op("Add", {y.name, graph.weight(bias_.value())}, x.rank);
-  }
-  return activation_to_graph(graph, y, options_.activation);
+  const auto on_last_axis = [&](const GraphValue& v) {
+    GraphValue y;
+    if (v.rank == 2) {
+      std::vector<std::string> inputs = {v.name, graph.weight(weight_.value())};
+      if (options_.bias) inputs.push_back(graph.weight(bias_.value()));
+      y = graph.op("Gemm", inputs, 2, {{"transB", int64_t{1}}});
+    } else {  // sequences and pixels: Gemm takes matrices only
+      const GraphValue w_t = graph.op("Transpose", {graph.weight(weight_.value())}, 2,
+                                      {{"perm", std::vector<int64_t>{1, 0}}});
+      y = graph.op("MatMul", {v.name, w_t.name}, v.rank);
+      if (options_.bias) y = graph.op("Add", {y.name, graph.weight(bias_.value())}, v.rank);
+    }
+    return activation_to_graph(graph, y, options_.activation);
+  };
+  // Images: on each pixel's channels, which the graph holds on axis 1.
+  if (x.rank == 4) return to_channels_first(graph, on_last_axis(to_channels_last(graph, x)));
+  return on_last_axis(x);
 }
 
 }  // namespace tandem::nn

@@ -42,16 +42,21 @@ std::string LayerNorm::describe() const {
 }
 
 GraphValue LayerNorm::to_graph(GraphBuilder& g, const GraphValue& x) const {
-  const std::vector<GraphAttribute> last_axis = {{"axes", std::vector<int64_t>{-1}}};
-  const GraphValue mean = g.op("ReduceMean", {x.name}, x.rank, last_axis);
-  const GraphValue centred = g.op("Sub", {x.name, mean.name}, x.rank);
-  const GraphValue squares = g.op("Mul", {centred.name, centred.name}, x.rank);
-  const GraphValue variance = g.op("ReduceMean", {squares.name}, x.rank, last_axis);
-  const GraphValue deviation =
-      g.op("Sqrt", {g.op("Add", {variance.name, g.scalar(eps_)}, x.rank).name}, x.rank);
-  const GraphValue normalised = g.op("Div", {centred.name, deviation.name}, x.rank);
-  const GraphValue scaled = g.op("Mul", {normalised.name, g.weight(gamma_.value())}, x.rank);
-  return g.op("Add", {scaled.name, g.weight(beta_.value())}, x.rank);
+  const auto on_last_axis = [&](const GraphValue& v) {
+    const std::vector<GraphAttribute> last_axis = {{"axes", std::vector<int64_t>{-1}}};
+    const GraphValue mean = g.op("ReduceMean", {v.name}, v.rank, last_axis);
+    const GraphValue centred = g.op("Sub", {v.name, mean.name}, v.rank);
+    const GraphValue squares = g.op("Mul", {centred.name, centred.name}, v.rank);
+    const GraphValue variance = g.op("ReduceMean", {squares.name}, v.rank, last_axis);
+    const GraphValue deviation =
+        g.op("Sqrt", {g.op("Add", {variance.name, g.scalar(eps_)}, v.rank).name}, v.rank);
+    const GraphValue normalised = g.op("Div", {centred.name, deviation.name}, v.rank);
+    const GraphValue scaled = g.op("Mul", {normalised.name, g.weight(gamma_.value())}, v.rank);
+    return g.op("Add", {scaled.name, g.weight(beta_.value())}, v.rank);
+  };
+  // Images: over each pixel's channels, which the graph holds on axis 1.
+  if (x.rank == 4) return to_channels_first(g, on_last_axis(to_channels_last(g, x)));
+  return on_last_axis(x);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool synchronized, bool relu)
@@ -106,11 +111,22 @@ std::string BatchNorm2d::describe() const {
 }
 
 GraphValue BatchNorm2d::to_graph(GraphBuilder& graph, const GraphValue& x) const {
-  const GraphValue y = graph.op("BatchNormalization",
-                                {x.name, graph.weight(gamma_.value()), graph.weight(beta_.value()),
-                                 graph.weight(*running_mean_), graph.weight(*running_var_)},
-                                x.rank, {{"epsilon", eps_}});
-  return relu_ ? graph.op("Relu", {y.name}, x.rank) : y;
+  const auto on_axis_1 = [&](const GraphValue& v) {
+    const GraphValue y =
+        graph.op("BatchNormalization",
+                 {v.name, graph.weight(gamma_.value()), graph.weight(beta_.value()),
+                  graph.weight(*running_mean_), graph.weight(*running_var_)},
+                 v.rank, {{"epsilon", eps_}});
+    return relu_ ? graph.op("Relu", {y.name}, v.rank) : y;
+  };
+  // ONNX's normalises axis 1: a sequence (N, T, F) goes through (N, F, T)
+  // (it normalised over T).
+  if (x.rank == 3) {
+    const std::vector<GraphAttribute> swap = {{"perm", std::vector<int64_t>{0, 2, 1}}};
+    const GraphValue features_first = graph.op("Transpose", {x.name}, 3, swap);
+    return graph.op("Transpose", {on_axis_1(features_first).name}, 3, swap);
+  }
+  return on_axis_1(x);
 }
 
 }  // namespace tandem::nn
