@@ -330,14 +330,25 @@ TEST(Trainer, RepeatedDataRunsEveryEpochAndResumesAcrossAPassBoundary) {
   EXPECT_EQ(all.size(), 24u);
   EXPECT_FALSE(expected.input_exhausted);
   ASSERT_EQ(expected.history.size(), 6u);
-  // Without repeat the run ends with its one pass.
+  // Without repeat the run ends with its one pass; resumed, it has nothing
+  // more to train (each resume added an empty epoch and moved on).
   {
     train::TrainConfig once = base;
     once.repeat = false;
+    once.output_dir = fresh_dir("exhausted");
     train::Trainer t(once, small_model(5));
     train::TrainResult r;
     EXPECT_EQ(step_losses(t, train_data, test_data, &r).size(), 10u);
     EXPECT_TRUE(r.input_exhausted);
+    const size_t epochs = r.history.size();
+    once.resume = true;
+    for (int again = 0; again < 2; ++again) {
+      train::Trainer resumed(once, small_model(5));
+      train::TrainResult more;
+      EXPECT_TRUE(step_losses(resumed, train_data, test_data, &more).empty());
+      EXPECT_TRUE(more.input_exhausted);
+      EXPECT_EQ(more.history.size(), epochs) << "resume " << again + 1;
+    }
   }
   // Stopped after 12 steps (past the first pass's end) and resumed.
   train::TrainConfig rung = base;

@@ -243,13 +243,6 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     adopt_shared_state(progress, result);  // the members' position and schedule too
   } else if (config_.resume) {
     prepare_resume();
-    // The summary of the run's earlier part would stand for the whole run
-    // should this part be killed (tandem report read its figures): the run
-    // writes it anew when it ends.
-    if (strategy_->is_chief() && !config_.output_dir.empty()) {
-      std::error_code ignored;
-      std::filesystem::remove(RunDirectory(config_.output_dir).summary(), ignored);
-    }
     const std::unique_ptr<PendingResume> pending = std::move(pending_resume_);
     {
       MemoryCategoryScope loading(MemoryCategory::workspace);  // as prepare_resume()'s
@@ -277,6 +270,13 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     check_elastic_settings();
     copy_state(progress, result.history);  // the first rollback point
     elastic_->last_step_end = Clock::now();
+  }
+  // Once nothing can refuse the resume: the summary of the run's earlier
+  // part would stand for the whole run should this part be killed (tandem
+  // report read its figures); the run writes it anew when it ends.
+  if (config_.resume && !joining && strategy_->is_chief() && !config_.output_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(RunDirectory(config_.output_dir).summary(), ignored);
   }
   steps_without_update_ = 0;
   stop_requested_.store(false);
@@ -507,6 +507,10 @@ Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResu
     if (elastic_ && progress.global_step % config_.elastic_copy_every == 0)
       copy_state(progress, result.history);
   }
+  // A continuing pass that ended before this epoch's first step (a run
+  // resumed after its data ran out): no epoch to close (each resume added
+  // an empty one and moved the checkpoint on).
+  if (exhausted && progress.step == 0) return EpochEnd::input_exhausted;
   synchronize_engine(progress);
   EpochResult epoch = finish_epoch(progress, validation);
   epoch.input_stages = input.batches.stats();
