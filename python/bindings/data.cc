@@ -131,7 +131,7 @@ Tensor column_tensor(const py::object& value) {
     const auto array = py::cast<py::array>(value);
     const auto dtype = dtype_of_numpy(array.dtype());
     if (dtype && *dtype != DType::i64 && (array.flags() & py::array::c_style) != 0 &&
-        array.writeable()) {
+        array.writeable() && array.attr("flags").attr("aligned").cast<bool>()) {
       return tensor_sharing(array);
     }
   }

@@ -323,6 +323,13 @@ Tensor tensor_sharing(const py::array& array) {
   // tandem writes to the tensors it holds (and numpy() hands them back
   // writable): a read-only array (a memmap opened "r", bytes) would be
   // written through, or crash.
+  // Kernels read whole elements: an array whose elements straddle their
+  // alignment (a view at an odd byte offset) is undefined behaviour there.
+  if (!array.attr("flags").attr("aligned").cast<bool>()) {
+    throw py::value_error(
+        "tandem.from_numpy: the array's elements are not aligned; use tandem.tensor(a) to copy "
+        "it");
+  }
   if (!array.writeable()) {
     throw py::value_error(
         "tandem.from_numpy: the array is read-only and a tensor shares it writable; use "

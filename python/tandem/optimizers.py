@@ -36,6 +36,15 @@ class Adam(Optimizer):
                          global_clip_norm=float(global_clipnorm))
 
 
+    def config(self):
+        c = super().config()
+        # Keras 3's weight decay is decoupled (AdamW's), not an L2 term added
+        # to the gradient (PyTorch's Adam): Adam(weight_decay=) is AdamW.
+        if c.get("weight_decay"):
+            c["name"] = "adamw"
+        return c
+
+
 class AdamW(Adam):
     name = "adamw"
 

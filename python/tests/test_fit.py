@@ -298,3 +298,15 @@ def test_oversubscription_can_be_allowed_from_python():
     history = model.fit(x, y, batch_size=32, epochs=1, threads_per_device=cores + 1,
                         allow_oversubscription=True)
     assert len(history.epoch) == 1
+
+
+def test_adams_weight_decay_is_decoupled_as_in_keras():
+    # It was PyTorch's Adam's L2 term in the gradient; Keras 3 decays the
+    # weights apart from the moments (AdamW's rule).
+    def losses(optimizer):
+        model, x, y = small_model_and_data()
+        model.compile(optimizer=optimizer)
+        return model.fit(x, y, batch_size=32, epochs=2, shuffle=False).history["loss"]
+    decoupled = losses(tandem.optimizers.AdamW(0.01, weight_decay=0.1))
+    assert losses(tandem.optimizers.Adam(0.01, weight_decay=0.1)) == decoupled
+    assert losses(tandem.optimizers.Adam(0.01)) != decoupled

@@ -158,6 +158,12 @@ def test_read_only_and_byte_swapped_arrays_are_not_shared_as_they_are():
     assert column == [0.0, 1.0, 2.0, 3.0]
     frozen_column = [float(x) for x in tandem.data.Dataset.from_tensor_slices(frozen)]
     assert frozen_column == [0.0, 1.0, 2.0, 3.0]
+    # Elements off their alignment (a view at an odd byte offset).
+    misaligned = np.frombuffer(bytearray(17), dtype=np.float32, offset=1)
+    assert not misaligned.flags.aligned
+    with pytest.raises(ValueError, match="not aligned"):
+        tandem.from_numpy(misaligned)
+    assert tandem.tensor(misaligned).tolist() == [0.0] * 4
 
 
 def test_comparisons_are_elementwise_and_truth_needs_one_element():
