@@ -318,6 +318,37 @@ TEST(MultiWorkerUneven, DropRemainderDropsTheJobsRemainder) {
   EXPECT_EQ(r.history[1].train_examples, 8);
 }
 
+// Repeated data: the next pass starts when every process's has ended. 9
+// examples over 2 processes (5 and 4, 2 per process a step) are steps of 4,
+// 4 and 1 in every pass, as on one device; the process with the shorter
+// shard started its next pass at step 3 (a batch of 3 from two passes, 11
+// examples in the first epoch).
+TEST(MultiWorkerUneven, RepeatedDataStartsEachPassTogether) {
+  ASSERT_EQ(comm::mpi_world_size(), 2) << "this test runs under mpirun -np 2";
+  const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
+  const data::Dataset examples =
+      data::as_dataset({fashion.train.images.slice(0, 9), fashion.train.labels.slice(0, 9)});
+  train::TrainConfig c{.epochs = 3,
+                       .batch_size = 4,
+                       .steps_per_epoch = 3,
+                       .repeat = true,
+                       .engine = {.seed = 5},
+                       .schedule = optim::ScheduleKind::constant};
+  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
+                .devices = 1,
+                .threads_per_device = 1,
+                .allow_oversubscription = true};
+  c.auto_shard = data::AutoShardPolicy::data;
+  train::Trainer workers(c, train::builtin_model("mlp", precision::Policy::float32, 2));
+  std::vector<int64_t> batch_examples;
+  const train::TrainResult r = workers.fit(examples, {}, {.on_step = [&](const train::StepInfo& s) {
+                                             batch_examples.push_back(s.batch_examples);
+                                           }});
+  EXPECT_EQ(batch_examples, (std::vector<int64_t>{4, 4, 1, 4, 4, 1, 4, 4, 1}));
+  ASSERT_EQ(r.history.size(), 3u);
+  for (const train::EpochResult& e : r.history) EXPECT_EQ(e.train_examples, 9);
+}
+
 // A worker that fails before the first collective, or while reading its
 // input, stops every worker with an error naming it, instead of leaving the
 // others waiting.

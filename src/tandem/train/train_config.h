@@ -49,10 +49,11 @@ struct TrainConfig {
   // 0: an epoch is one pass over the training data; N: N steps per epoch
   // from one pass that continues across epochs (needed for infinite data).
   int64_t steps_per_epoch = 0;
-  // With steps_per_epoch: when this process's pass over its data ends, the
-  // next pass (Dataset::iterator(k + 1): its own shuffle) follows, so the
-  // run has steps_per_epoch x epochs steps whatever the data's size.
-  // Without it the run ends when the data does.
+  // With steps_per_epoch: when the pass over the data ends (every
+  // process's: one whose shard ended first trains on empty batches until
+  // then), the next pass (Dataset::iterator(k + 1): its own shuffle)
+  // follows, so the run has steps_per_epoch x epochs steps whatever the
+  // data's size. Without it the run ends when the data does.
   bool repeat = false;
   // The step engine's settings, handed to it as they are: the optimizer,
   // gradient synchronisation (reducer, ZeRO: reducer.zero_stage),

@@ -289,6 +289,10 @@ class Trainer {
   // A pass over `train`'s batches for this membership, at progress's
   // position (the batches before it read and dropped).
   void open_input(Input& input, const data::Dataset& train, const Progress& progress);
+  // One step's batch read and dropped (replaying to a position), the pass
+  // ending when the job's does, as in next_step_input; false at the end of
+  // the data. Collective over the processes.
+  bool replay_step(Input& input);
   // Elastic training (trainer_elastic.cc): joins the job's membership
   // (before the strategy is built); the in-memory copy of the state; the
   // move to a new membership, rolled back to the last copy and reported.

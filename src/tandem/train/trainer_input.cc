@@ -144,65 +144,88 @@ void Trainer::open_input(Input& input, const data::Dataset& train, const Progres
   const bool continuing = config_.steps_per_epoch > 0;
   input.iterator = input.batches.iterator(continuing ? 0 : progress.epoch);
   input.pass = continuing ? 0 : progress.epoch;
+  const bool alone = processes_of(*strategy_) == 1;
   for (int64_t skip = continuing ? progress.global_step : progress.step; skip > 0; --skip) {
-    if (stop_requested_.load() || !input.next(config_.repeat)) break;  // a long replay stops too
+    // A long replay stops on request (alone: the processes replay in step).
+    if ((alone && stop_requested_.load()) || !replay_step(input)) break;
+  }
+}
+
+bool Trainer::replay_step(Input& input) {
+  for (int tries = 0;; ++tries) {
+    const std::optional<data::Element> batch = input.iterator.next();
+    int64_t counts[2] = {batch ? 1 : 0, batch ? rows_of(*batch) : 0};  // batches, rows
+    if (processes_of(*strategy_) > 1) {
+      const std::vector<int64_t> all = distribute::gather_over_processes(*strategy_, counts);
+      counts[0] = counts[1] = 0;
+      for (size_t i = 0; i < all.size(); ++i) counts[i % 2] += all[i];
+    }
+    const bool remainder =
+        config_.drop_remainder && processes_of(*strategy_) > 1 && counts[1] < config_.batch_size;
+    if (counts[0] > 0 && !remainder) return true;
+    if (!config_.repeat || tries > 0) return false;
+    input.start_next_pass();
   }
 }
 
 Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progress) {
   StepInput next;
   next.start = Clock::now();
-  std::optional<data::Element> batch;
-  std::exception_ptr input_error;
-  try {
-    trace::Span span("input", "step");
-    batch = input.next(config_.repeat);
-    if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
-  } catch (...) {
-    if (processes_of(*strategy_) == 1) throw;
-    input_error = std::current_exception();
-  }
-  next.input_done = Clock::now();
-  // Only one member need see a joiner (they all watch the same store).
-  const bool joiners =
-      elastic_ && elastic_->group->membership().rank == 0 && elastic_->group->joiners_waiting();
-  const StepAgreement agreed = agree_on_step(
-      *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
-      input_error != nullptr, !batch && !input.empty_batch && !input_error, joiners);
-  if (agreed.failed_process >= 0) {
-    if (input_error) std::rethrow_exception(input_error);
-    TANDEM_THROW(Error, "worker ", agreed.failed_process,
-                 " failed reading its training input (its error is in its output)");
-  }
-  if (agreed.stop) {
-    next.status = StepInput::Status::stop;
+  // With repeat, a pass ends for every process at once: the next starts
+  // when the job's has ended (or left only a partial global batch to drop).
+  for (int tries = 0;; ++tries) {
+    std::optional<data::Element> batch;
+    std::exception_ptr input_error;
+    try {
+      trace::Span span("input", "step");
+      batch = input.iterator.next();
+      if (batch && batch->size() == 0) TANDEM_THROW(InvalidArgument, "a batch has no features");
+    } catch (...) {
+      if (processes_of(*strategy_) == 1) throw;
+      input_error = std::current_exception();
+    }
+    next.input_done = Clock::now();
+    // Only one member need see a joiner (they all watch the same store).
+    const bool joiners =
+        elastic_ && elastic_->group->membership().rank == 0 && elastic_->group->joiners_waiting();
+    const StepAgreement agreed = agree_on_step(
+        *strategy_, batch.has_value(), batch ? rows_of(*batch) : 0, stop_requested_.load(),
+        input_error != nullptr, !batch && !input.empty_batch && !input_error, joiners);
+    if (agreed.failed_process >= 0) {
+      if (input_error) std::rethrow_exception(input_error);
+      TANDEM_THROW(Error, "worker ", agreed.failed_process,
+                   " failed reading its training input (its error is in its output)");
+    }
+    if (agreed.stop || agreed.joiners) {
+      // On joiners the batch read is dropped: the input is opened again
+      // over the new membership at this step.
+      next.status = agreed.stop ? StepInput::Status::stop : StepInput::Status::joiners;
+      return next;
+    }
+    // Each process drops only its own remainder: a global batch that is not
+    // whole (a process's shard ended first) is the job's remainder.
+    const bool remainder =
+        config_.drop_remainder && processes_of(*strategy_) > 1 && agreed.rows < config_.batch_size;
+    if (agreed.batches == 0 || remainder) {
+      if (config_.repeat && tries == 0) {
+        input.start_next_pass();
+        continue;
+      }
+      if (progress.global_step == 0)
+        TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
+      next.status = StepInput::Status::end_of_data;
+      return next;
+    }
+    if (agreed.process_without_template >= 0) {
+      TANDEM_THROW(InvalidArgument, "worker ", agreed.process_without_template,
+                   "'s shard of the training data is empty while others still have batches "
+                   "(give every worker at least one example, or shard the data OFF)");
+    }
+    if (batch && !input.empty_batch) input.empty_batch = empty_like(*batch);
+    next.batch = batch ? std::move(*batch) : *input.empty_batch;
+    next.global_rows = agreed.rows;
     return next;
   }
-  if (agreed.joiners) {
-    // The batch read is dropped: the input is opened again over the new
-    // membership at this step.
-    next.status = StepInput::Status::joiners;
-    return next;
-  }
-  // Each process drops only its own remainder: a global batch that is not
-  // whole (a process's shard ended first) is the job's remainder.
-  const bool remainder =
-      config_.drop_remainder && processes_of(*strategy_) > 1 && agreed.rows < config_.batch_size;
-  if (agreed.batches == 0 || remainder) {
-    if (progress.global_step == 0)
-      TANDEM_THROW(InvalidArgument, "the training data yielded no batches");
-    next.status = StepInput::Status::end_of_data;
-    return next;
-  }
-  if (agreed.process_without_template >= 0) {
-    TANDEM_THROW(InvalidArgument, "worker ", agreed.process_without_template,
-                 "'s shard of the training data is empty while others still have batches "
-                 "(give every worker at least one example, or shard the data OFF)");
-  }
-  if (batch && !input.empty_batch) input.empty_batch = empty_like(*batch);
-  next.batch = batch ? std::move(*batch) : *input.empty_batch;
-  next.global_rows = agreed.rows;
-  return next;
 }
 
 }  // namespace tandem::train

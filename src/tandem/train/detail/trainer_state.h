@@ -56,14 +56,10 @@ struct Trainer::Input {
   data::Iterator iterator;
   int64_t pass = 0;  // the pass `iterator` reads
   std::optional<data::Element> empty_batch;
-  // The next batch; with TrainConfig::repeat, from the next pass when this
-  // one has ended (none only when a whole pass has none).
-  std::optional<data::Element> next(bool repeat) {
-    std::optional<data::Element> batch = iterator.next();
-    if (batch || !repeat) return batch;
-    iterator = batches.iterator(++pass);
-    return iterator.next();
-  }
+  // With TrainConfig::repeat, once every process's pass has ended (the
+  // Trainer agrees on it: a process that started its own ahead of the
+  // others mixed two passes in one global batch).
+  void start_next_pass() { iterator = batches.iterator(++pass); }
 };
 
 // What a step gets from the input, once every process agreed on it.
