@@ -7,6 +7,7 @@
 #include <set>
 
 #include "support/test_data.h"
+#include "tandem/autograd/functions.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/base/random.h"
@@ -16,6 +17,7 @@
 #include "tandem/nn/flatten.h"
 #include "tandem/nn/linear.h"
 #include "tandem/nn/models.h"
+#include "tandem/precision/loss_scaler.h"
 #include "tandem/precision/policy.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/run_directory.h"
@@ -388,6 +390,46 @@ TEST(Trainer, RepeatedDataRunsEveryEpochAndResumesAcrossAPassBoundary) {
   EXPECT_EQ(losses, all);
   ASSERT_EQ(r.history.size(), 6u);
   EXPECT_EQ(r.history[5].validation_loss, expected.history[5].validation_loss);
+}
+
+// Logits that name the label (x is its one-hot), scaled by a parameter;
+// NaN on the forward pass numbered `poisoned`.
+class PoisonedOnce : public nn::Module {
+ public:
+  explicit PoisonedOnce(int poisoned) : poisoned_(poisoned) {
+    w_ = register_parameter("w", Tensor::full(Shape{1}, 1.0f));
+  }
+  Variable forward(const Variable& x) override {
+    const float factor = is_training() && calls_++ == poisoned_ ? NAN : 10.0f;
+    return scale(mul(x, w_), factor);
+  }
+  std::string describe() const override { return "PoisonedOnce"; }
+
+ private:
+  Variable w_;
+  int poisoned_, calls_ = 0;
+};
+
+TEST(Trainer, TrainingMetricsLeaveOutTheRowsOfNonFiniteSteps) {
+  // As the loss and the example count do: accuracy counted them (here
+  // 1 of 8 steps' rows as wrong: 7/8 where every finite step is right).
+  Tensor x = Tensor::zeros(Shape{64, 3});
+  std::vector<int32_t> labels(64);
+  for (int i = 0; i < 64; ++i) {
+    labels[static_cast<size_t>(i)] = i % 3;
+    x.data<float>()[i * 3 + i % 3] = 1.0f;
+  }
+  const data::Dataset d = data::as_dataset({x, Tensor::from_ints(Shape{64}, labels)});
+  train::TrainConfig c{.epochs = 1, .batch_size = 8, .engine = {.seed = 1}};
+  c.engine.loss_scale = precision::LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
+  c.engine.optimizer.learning_rate = 1e-6;
+  train::Trainer t(
+      c, train::custom_model("poisoned", [] { return std::make_shared<PoisonedOnce>(2); }));
+  const train::TrainResult r = t.fit(d);
+  ASSERT_EQ(r.history.size(), 1u);
+  EXPECT_EQ(r.history[0].nonfinite_steps, 1);
+  EXPECT_EQ(r.history[0].train_examples, 56);
+  EXPECT_EQ(r.history[0].train_metric("accuracy"), 1.0);
 }
 
 TEST(Trainer, BadConfigurationsAreClearErrors) {

@@ -99,11 +99,16 @@ Trainer::Trainer(TrainConfig config, ModelFactory model)
                                   config_.batch_size, config_.reference_batch);
   check_schedule_settings(config_);  // against the scaled rate
   engine_ = strategy_->make_engine(model_.build, engine_options());
-  metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
-                      std::vector<MetricSums>(config_.metrics.size()));
+  reset_metric_sums();
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::reset_metric_sums() {
+  const auto replicas = static_cast<size_t>(strategy_->local_replicas());
+  metric_sums_.assign(replicas, std::vector<MetricSums>(config_.metrics.size()));
+  step_metric_sums_.assign(replicas, std::vector<MetricSums>(config_.metrics.size()));
+}
 
 distribute::EngineOptions Trainer::engine_options() const {
   return engine_options_of(config_, model_.spec.policy);
@@ -138,7 +143,9 @@ distribute::ForwardFn Trainer::training_forward() {
     const Variable outputs =
         model.forward(Variable(b.rows.at(config_.input_feature).to(current_device())));
     Variable per_example = config_.loss.per_example(outputs, b.rows);
-    std::vector<MetricSums>& sums = metric_sums_[b.context.local_replica];
+    const bool asynchronous = config_.strategy.kind == distribute::StrategyKind::parameter_server;
+    std::vector<MetricSums>& sums =
+        (asynchronous ? metric_sums_ : step_metric_sums_)[b.context.local_replica];
     for (size_t i = 0; i < config_.metrics.size(); ++i) {
       const MetricSums s = config_.metrics[i].measure(outputs.value(), b.rows);
       sums[i].sum += s.sum;
@@ -237,7 +244,7 @@ void Trainer::check_fresh_output() {
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
   noise_scale_ = NoiseScaleEstimator();
-  for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
+  reset_metric_sums();
   const bool joining = elastic_ && elastic_->awaiting_state;
   if (joining) {
     adopt_shared_state(progress, result);  // the members' position and schedule too
@@ -317,6 +324,14 @@ void Trainer::absorb(const distribute::StepResult& r, Progress& progress) {
     progress.examples += r.global_rows;
   } else {
     ++progress.nonfinite_steps;
+  }
+  // The step's metrics, kept only with its loss (accuracy counted the rows
+  // of skipped steps that the loss and examples leave out).
+  for (size_t replica = 0; replica < step_metric_sums_.size(); ++replica) {
+    for (size_t i = 0; i < step_metric_sums_[replica].size(); ++i) {
+      if (finite) metric_sums_[replica][i] += step_metric_sums_[replica][i];
+      step_metric_sums_[replica][i] = MetricSums{};
+    }
   }
   const auto add = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
     if (into.size() < from.size()) into.resize(from.size(), 0);

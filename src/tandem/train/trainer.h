@@ -354,6 +354,11 @@ class Trainer {
   NoiseScaleEstimator noise_scale_;
   // Per local replica: this epoch's metric sums (sum, count per metric).
   std::vector<std::vector<MetricSums>> metric_sums_;
+  // Per local replica, the step's, which join metric_sums_ only when its
+  // loss is finite (as its loss and examples do); an asynchronous engine
+  // (parameter servers) measures straight into metric_sums_ instead.
+  std::vector<std::vector<MetricSums>> step_metric_sums_;
+  void reset_metric_sums();
   std::atomic<bool> stop_requested_{false};
   // Read and checked by prepare_resume(), taken by the next fit().
   std::unique_ptr<PendingResume> pending_resume_;

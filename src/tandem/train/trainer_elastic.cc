@@ -158,7 +158,7 @@ void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
     TANDEM_THROW(IoError, "the elastic job's state copy has a malformed position: ", e.what());
   }
   progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
-  for (auto& sums : metric_sums_) std::fill(sums.begin(), sums.end(), MetricSums{});
+  reset_metric_sums();
   elastic_->copy = std::move(state);
   elastic_->awaiting_state = false;
   elastic_->last_step_end = Clock::now();
@@ -186,8 +186,7 @@ void Trainer::change_membership(Progress& progress, TrainResult& result, const s
                      "that every membership from --min-workers up divides)");
       }
       engine_ = strategy_->make_engine(model_.build, engine_options());
-      metric_sums_.assign(static_cast<size_t>(strategy_->local_replicas()),
-                          std::vector<MetricSums>(config_.metrics.size()));
+      reset_metric_sums();
       adopt_shared_state(progress, result);
       break;
     } catch (const PeerFailed&) {
