@@ -287,35 +287,46 @@ TEST(MultiWorkerUneven, FileShardsOfDifferentSizesTrainEveryExampleOnce) {
   EXPECT_EQ(chief, sums);
 }
 
-// drop_remainder drops the job's remainder, not each process's: 11
-// examples in global batches of 4 over 2 processes (6 and 5 each) are 2
-// steps of 4; each process dropping its own odd example gave a third step
-// of 2 (and 3 steps an epoch for the schedules).
-TEST(MultiWorkerUneven, DropRemainderDropsTheJobsRemainder) {
-  ASSERT_EQ(comm::mpi_world_size(), 2) << "this test runs under mpirun -np 2";
+// The first `count` Fashion-MNIST training examples, trained by one device
+// per process with DATA sharding under `c`; the examples of each step and
+// the result.
+struct ShardedRun {
+  std::vector<int64_t> batch_examples;
+  train::TrainResult result;
+  int64_t steps_per_epoch = 0;
+};
+ShardedRun train_data_sharded(int64_t count, train::TrainConfig c) {
   const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  const data::Dataset examples =
-      data::as_dataset({fashion.train.images.slice(0, 11), fashion.train.labels.slice(0, 11)});
-  train::TrainConfig c{.epochs = 2,
-                       .batch_size = 4,
-                       .drop_remainder = true,
-                       .engine = {.seed = 5},
-                       .schedule = optim::ScheduleKind::constant};
+  const data::Dataset examples = data::as_dataset(
+      {fashion.train.images.slice(0, count), fashion.train.labels.slice(0, count)});
+  c.engine.seed = 5;
+  c.schedule = optim::ScheduleKind::constant;
   c.strategy = {.kind = distribute::StrategyKind::multi_worker,
                 .devices = 1,
                 .threads_per_device = 1,
                 .allow_oversubscription = true};
   c.auto_shard = data::AutoShardPolicy::data;
   train::Trainer workers(c, train::builtin_model("mlp", precision::Policy::float32, 2));
-  EXPECT_EQ(workers.steps_per_epoch(examples), 2);
-  std::vector<int64_t> batch_examples;
-  const train::TrainResult r = workers.fit(examples, {}, {.on_step = [&](const train::StepInfo& s) {
-                                             batch_examples.push_back(s.batch_examples);
-                                           }});
-  EXPECT_EQ(batch_examples, (std::vector<int64_t>{4, 4, 4, 4}));
-  ASSERT_EQ(r.history.size(), 2u);
-  EXPECT_EQ(r.history[0].train_examples, 8);
-  EXPECT_EQ(r.history[1].train_examples, 8);
+  ShardedRun run;
+  run.steps_per_epoch = workers.steps_per_epoch(examples);
+  run.result = workers.fit(examples, {}, {.on_step = [&](const train::StepInfo& s) {
+                             run.batch_examples.push_back(s.batch_examples);
+                           }});
+  return run;
+}
+
+// drop_remainder drops the job's remainder, not each process's: 11
+// examples in global batches of 4 over 2 processes (6 and 5 each) are 2
+// steps of 4; each process dropping its own odd example gave a third step
+// of 2 (and 3 steps an epoch for the schedules).
+TEST(MultiWorkerUneven, DropRemainderDropsTheJobsRemainder) {
+  ASSERT_EQ(comm::mpi_world_size(), 2) << "this test runs under mpirun -np 2";
+  const ShardedRun run =
+      train_data_sharded(11, {.epochs = 2, .batch_size = 4, .drop_remainder = true});
+  EXPECT_EQ(run.steps_per_epoch, 2);
+  EXPECT_EQ(run.batch_examples, (std::vector<int64_t>{4, 4, 4, 4}));
+  ASSERT_EQ(run.result.history.size(), 2u);
+  for (const train::EpochResult& e : run.result.history) EXPECT_EQ(e.train_examples, 8);
 }
 
 // Repeated data: the next pass starts when every process's has ended. 9
@@ -325,28 +336,11 @@ TEST(MultiWorkerUneven, DropRemainderDropsTheJobsRemainder) {
 // examples in the first epoch).
 TEST(MultiWorkerUneven, RepeatedDataStartsEachPassTogether) {
   ASSERT_EQ(comm::mpi_world_size(), 2) << "this test runs under mpirun -np 2";
-  const data::FashionMnist fashion = data::load_fashion_mnist(TANDEM_FASHION_MNIST_DIR);
-  const data::Dataset examples =
-      data::as_dataset({fashion.train.images.slice(0, 9), fashion.train.labels.slice(0, 9)});
-  train::TrainConfig c{.epochs = 3,
-                       .batch_size = 4,
-                       .steps_per_epoch = 3,
-                       .repeat = true,
-                       .engine = {.seed = 5},
-                       .schedule = optim::ScheduleKind::constant};
-  c.strategy = {.kind = distribute::StrategyKind::multi_worker,
-                .devices = 1,
-                .threads_per_device = 1,
-                .allow_oversubscription = true};
-  c.auto_shard = data::AutoShardPolicy::data;
-  train::Trainer workers(c, train::builtin_model("mlp", precision::Policy::float32, 2));
-  std::vector<int64_t> batch_examples;
-  const train::TrainResult r = workers.fit(examples, {}, {.on_step = [&](const train::StepInfo& s) {
-                                             batch_examples.push_back(s.batch_examples);
-                                           }});
-  EXPECT_EQ(batch_examples, (std::vector<int64_t>{4, 4, 1, 4, 4, 1, 4, 4, 1}));
-  ASSERT_EQ(r.history.size(), 3u);
-  for (const train::EpochResult& e : r.history) EXPECT_EQ(e.train_examples, 9);
+  const ShardedRun run =
+      train_data_sharded(9, {.epochs = 3, .batch_size = 4, .steps_per_epoch = 3, .repeat = true});
+  EXPECT_EQ(run.batch_examples, (std::vector<int64_t>{4, 4, 1, 4, 4, 1, 4, 4, 1}));
+  ASSERT_EQ(run.result.history.size(), 3u);
+  for (const train::EpochResult& e : run.result.history) EXPECT_EQ(e.train_examples, 9);
 }
 
 // A worker that fails before the first collective, or while reading its
