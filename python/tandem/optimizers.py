@@ -35,7 +35,6 @@ class Adam(Optimizer):
                          eps=float(epsilon), weight_decay=weight_decay,
                          global_clip_norm=float(global_clipnorm))
 
-
     def config(self):
         c = super().config()
         # Keras 3's weight decay is decoupled (AdamW's), not an L2 term added

@@ -194,16 +194,20 @@ class Trainable:
 
     def evaluate(self, x=None, y=None, batch_size=None, **options):
         """Loss and metrics over examples, as a dict ({"loss": ..., "accuracy": ...})."""
+        given_batch_size = batch_size
         data, batch_size = _as_examples(x, y, batch_size)
         # The last fit's trainer when it evaluates what was asked: the same
         # compile() (loss, metrics), features and settings. Otherwise a trainer
         # of its own over the model's current weights, which the next fit
         # does not continue from.
         trainer = self.__dict__.get("_last_trainer")
-        if trainer is None or options or batch_size is not None \
+        if trainer is None or options or given_batch_size is not None \
                 or self.__dict__.get("_last_trainer_compiled") is not self._compiled_or_raise() \
                 or self.__dict__.get("_last_trainer_names") != data._names:
-            trainer = self._trainer(data, dict(options, eval_batch_size=batch_size or 1000))
+            # The batch asked for (or a batched dataset's), else tandem's 1000.
+            batched = getattr(x, "_batch_size", None) is not None
+            eval_batch = batch_size if given_batch_size is not None or batched else 1000
+            trainer = self._trainer(data, dict(options, eval_batch_size=eval_batch))
         return trainer.evaluate(data._native)
 
     def predict(self, x, batch_size=256):
