@@ -473,8 +473,17 @@ TrainResult Trainer::run_fit(const data::Dataset& train,
       change = e.what();
     }
     if (!change.empty()) {
-      change_membership(progress, result, change, callbacks);
-      open_input(input, train, progress);
+      // Replaying to the position may be collective (repeated data): a
+      // member lost meanwhile is one more change of membership.
+      for (bool opened = false; !opened;) {
+        change_membership(progress, result, change, callbacks);
+        try {
+          open_input(input, train, progress);
+          opened = true;
+        } catch (const PeerFailed& e) {
+          change = e.what();
+        }
+      }
       continue;
     }
     if (end == EpochEnd::stop) {

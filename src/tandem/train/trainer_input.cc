@@ -155,7 +155,8 @@ bool Trainer::replay_step(Input& input) {
   for (int tries = 0;; ++tries) {
     const std::optional<data::Element> batch = input.iterator.next();
     int64_t counts[2] = {batch ? 1 : 0, batch ? rows_of(*batch) : 0};  // batches, rows
-    if (processes_of(*strategy_) > 1) {
+    // Only where the job's pass boundary differs from this process's.
+    if (processes_of(*strategy_) > 1 && (config_.repeat || config_.drop_remainder)) {
       const std::vector<int64_t> all = distribute::gather_over_processes(*strategy_, counts);
       counts[0] = counts[1] = 0;
       for (size_t i = 0; i < all.size(); ++i) counts[i % 2] += all[i];
