@@ -14,6 +14,7 @@
 
 #include "tandem/autograd/variable.h"
 #include "tandem/kernels/activation.h"
+#include "tandem/nn/module.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/tensor.h"
 
@@ -43,9 +44,12 @@ DType dtype_from(const py::handle& value);
 // for bf16, which numpy lacks.
 std::optional<py::dtype> numpy_dtype(DType dtype);
 
-// A tensor sharing a C-contiguous numpy array's memory (the array is kept
-// alive by the tensor); ValueError naming the problem for an array that is
-// not contiguous or whose dtype tandem lacks.
+// Why a numpy array's memory cannot be shared as a tensor's (a dtype
+// tandem lacks or in the other byte order, not C-contiguous, misaligned,
+// read-only), or nullopt when it can.
+std::optional<std::string> unshareable(const py::array& array);
+// A tensor sharing the array's memory (the array is kept alive by the
+// tensor); ValueError naming what unshareable() says otherwise.
 Tensor tensor_sharing(const py::array& array);
 
 // A tensor copying any array-like (nested lists, scalars, arrays of any
@@ -66,6 +70,10 @@ Variable as_variable(const py::handle& value, std::optional<DType> dtype = std::
 // reference may go on a thread without the GIL (a replica's, the pipeline's),
 // so the release takes it (and is skipped once the interpreter is gone).
 std::shared_ptr<py::object> keep_python(py::object object);
+// A module held from C++ with its Python object alive as long: a Python
+// subclass's forward lives in that object (once it was collected, C++
+// called a pure virtual function).
+std::shared_ptr<nn::Module> held_with_python(py::object module);
 
 // tandem's dtype for a numpy dtype whose elements it shares as they are
 // (float32, float16, int32, uint8); nullopt for the others.

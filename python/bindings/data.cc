@@ -129,11 +129,8 @@ std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
 Tensor column_tensor(const py::object& value) {
   if (py::isinstance<py::array>(value)) {
     const auto array = py::cast<py::array>(value);
-    const auto dtype = dtype_of_numpy(array.dtype());
-    if (dtype && *dtype != DType::i64 && (array.flags() & py::array::c_style) != 0 &&
-        array.writeable() && array.attr("flags").attr("aligned").cast<bool>()) {
+    if (!unshareable(array) && dtype_of_numpy(array.dtype()) != DType::i64)
       return tensor_sharing(array);
-    }
   }
   const Tensor t = as_variable(value).value();
   // Datasets carry int64 as int32 (labels' and indices' dtype), a tandem

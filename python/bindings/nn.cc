@@ -47,14 +47,6 @@ class PythonModule : public Module {
   }
 };
 
-// A module held from C++ with its Python object alive as long: a Python
-// subclass's forward lives in that object (once it was collected, a
-// Sequential of it called a pure virtual function).
-std::shared_ptr<Module> held_with_python(const py::handle& object) {
-  auto module = object.cast<std::shared_ptr<Module>>();
-  return {keep_python(py::reinterpret_borrow<py::object>(object)), module.get()};
-}
-
 // The layers' dtypes under the global policy (Keras's): matrix units in the
 // policy's compute dtype, activations stored in its activation dtype.
 DType default_compute_dtype(const py::object& given) {
@@ -242,7 +234,8 @@ void bind_layers(py::module_& nn) {
       "Modules applied in order; their parameters are named by position (\"0.weight\").")
       .def(py::init([](const py::args& modules) {
         auto s = std::make_shared<nn::Sequential>();
-        for (const auto& m : modules) s->add(held_with_python(m));
+        for (const auto& m : modules)
+          s->add(held_with_python(py::reinterpret_borrow<py::object>(m)));
         return s;
       }))
       .def("add", [](nn::Sequential& s, const py::object& m) { s.add(held_with_python(m)); })
@@ -296,6 +289,11 @@ void bind_nn(py::module_& m) {
   bind_module(nn);
   bind_layers(nn);
   bind_models(m);
+}
+
+std::shared_ptr<Module> held_with_python(py::object module) {
+  auto held = module.cast<std::shared_ptr<Module>>();
+  return {keep_python(std::move(module)), held.get()};
 }
 
 }  // namespace tandem::python

@@ -308,36 +308,32 @@ std::optional<py::dtype> numpy_dtype(DType dtype) {
   return std::nullopt;
 }
 
-Tensor tensor_sharing(const py::array& array) {
-  const auto dtype = dtype_of_numpy(array.dtype());
-  if (!dtype) {
-    throw py::value_error("tandem.from_numpy: numpy dtype " + numpy_dtype_name(array.dtype()) +
-                          " is not one of tandem's (float32, float16, int32, uint8, int64); use "
-                          "tandem.tensor(array) to copy it into one");
+std::optional<std::string> unshareable(const py::array& array) {
+  if (!dtype_of_numpy(array.dtype())) {
+    return "numpy dtype " + numpy_dtype_name(array.dtype()) +
+           " is not one of tandem's (float32, float16, int32, uint8, int64, in this machine's "
+           "byte order)";
   }
-  if ((array.flags() & py::array::c_style) == 0) {
-    throw py::value_error(
-        "tandem.from_numpy: the array is not C-contiguous; use numpy.ascontiguousarray(a), or "
-        "tandem.tensor(a) to copy it");
-  }
+  if ((array.flags() & py::array::c_style) == 0)
+    return std::string("the array is not C-contiguous (numpy.ascontiguousarray(a) makes it so)");
+  // Kernels read whole elements: an array whose elements straddle their
+  // alignment (a view at an odd byte offset) is undefined behaviour there.
+  if (!array.attr("flags").attr("aligned").cast<bool>())
+    return std::string("the array's elements are not aligned");
   // tandem writes to the tensors it holds (and numpy() hands them back
   // writable): a read-only array (a memmap opened "r", bytes) would be
   // written through, or crash.
-  // Kernels read whole elements: an array whose elements straddle their
-  // alignment (a view at an odd byte offset) is undefined behaviour there.
-  if (!array.attr("flags").attr("aligned").cast<bool>()) {
-    throw py::value_error(
-        "tandem.from_numpy: the array's elements are not aligned; use tandem.tensor(a) to copy "
-        "it");
-  }
-  if (!array.writeable()) {
-    throw py::value_error(
-        "tandem.from_numpy: the array is read-only and a tensor shares it writable; use "
-        "tandem.tensor(a) to copy it");
-  }
+  if (!array.writeable())
+    return std::string("the array is read-only and a tensor shares it writable");
+  return std::nullopt;
+}
+
+Tensor tensor_sharing(const py::array& array) {
+  if (const std::optional<std::string> why = unshareable(array))
+    throw py::value_error("tandem.from_numpy: " + *why + "; use tandem.tensor(a) to copy it");
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   void* data = const_cast<void*>(array.data());
-  return Tensor::wrap(data, Shape(dims), *dtype, cpu_device(0),
+  return Tensor::wrap(data, Shape(dims), *dtype_of_numpy(array.dtype()), cpu_device(0),
                       keep_python(py::reinterpret_borrow<py::object>(array)));
 }
 

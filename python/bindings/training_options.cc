@@ -64,9 +64,7 @@ distribute::ModelBuilder python_builder(py::function build) {
   auto held = keep_python(std::move(build));
   return [held]() -> std::shared_ptr<nn::Module> {
     py::gil_scoped_acquire gil;
-    py::object object = (*held)();
-    auto module = object.cast<std::shared_ptr<nn::Module>>();
-    return {keep_python(std::move(object)), module.get()};
+    return held_with_python((*held)());
   };
 }
 

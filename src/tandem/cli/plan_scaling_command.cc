@@ -64,8 +64,9 @@ LinkTable read_link_table(const std::string& file) {
   const std::string wire = table.value("wire", "f32");
   if (wire != "f32" && wire != "bf16" && wire != "f16")
     TANDEM_THROW(InvalidArgument, "'", file, "' has an unknown wire '", wire, "'");
-  return {.model = train::fit_link(rows, static_cast<int>(count_at(table, "ranks", file, 1, 1e6))),
-          .wire = wire};
+  return {
+      .model = train::fit_link(rows, static_cast<int>(count_at(table, "ranks", file, 1, 1000000))),
+      .wire = wire};
 }
 
 // A link from numbers.

@@ -4,11 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "tandem/autograd/functions.h"
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
@@ -119,13 +120,20 @@ double number_at(const json& j, const char* key, const std::string& where) {
   return j[key].get<double>();
 }
 
-int64_t count_at(const json& j, const char* key, const std::string& where, double low,
-                 double high) {
-  const double v = number_at(j, key, where);
-  if (!(v >= low && v <= high) || v != std::floor(v))
+int64_t count_at(const json& j, const char* key, const std::string& where, int64_t low,
+                 int64_t high) {
+  number_at(j, key, where);  // there, and a number
+  std::optional<int64_t> count;
+  try {
+    count = tandem::detail::json_integer<int64_t>(j[key], key);
+  } catch (const json::exception&) {
+    // A fraction, or past int64: refused below with the range.
+  }
+  if (!count || *count < low || *count > high) {
     TANDEM_THROW(InvalidArgument, where, ": '", key, "' must be a whole number from ", low, " to ",
-                 high, ", got ", v);
-  return static_cast<int64_t>(v);
+                 high, ", got ", j[key].dump());
+  }
+  return *count;
 }
 
 namespace {
@@ -181,7 +189,7 @@ ScalingProfile profile_from_run(const std::string& run_dir) {
   const double step = number_at(monitor, "mean_step_seconds", summary_path);
   p.step.other = std::max(0.0, step - p.step.forward - p.step.backward - p.step.optimizer -
                                    communication / n - idle / n);
-  const int64_t batch = count_at(config, "batch_size", summary_path, 1, 1e12);
+  const int64_t batch = count_at(config, "batch_size", summary_path, 1, 1000000000000);
   p.step.examples = batch / static_cast<int64_t>(replicas.size());
   p.devices = static_cast<int>(replicas.size());
 

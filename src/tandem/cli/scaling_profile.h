@@ -34,7 +34,7 @@ nlohmann::json read_json(const std::string& path, std::string_view what);
 double number_at(const nlohmann::json& j, const char* key, const std::string& where);
 // A count read as a JSON number: whole and within [low, high] (a cast of a
 // fraction truncates, and of a number past int64 is undefined).
-int64_t count_at(const nlohmann::json& j, const char* key, const std::string& where, double low,
-                 double high);
+int64_t count_at(const nlohmann::json& j, const char* key, const std::string& where, int64_t low,
+                 int64_t high);
 
 }  // namespace tandem::cli

@@ -70,6 +70,13 @@ StepAgreement agree_on_step(distribute::Strategy& strategy, bool has_batch, int6
   return a;
 }
 
+// Whether a global batch of `rows` rows is the job's remainder to drop:
+// with drop_remainder each process drops only its own, so a global batch
+// that is not whole (a process's shard ended first) is the job's.
+bool is_job_remainder(const TrainConfig& config, distribute::Strategy& strategy, int64_t rows) {
+  return config.drop_remainder && processes_of(strategy) > 1 && rows < config.batch_size;
+}
+
 }  // namespace
 
 data::Dataset Trainer::batched(const data::Dataset& examples, int64_t batch_size,
@@ -161,9 +168,7 @@ bool Trainer::replay_step(Input& input) {
       counts[0] = counts[1] = 0;
       for (size_t i = 0; i < all.size(); ++i) counts[i % 2] += all[i];
     }
-    const bool remainder =
-        config_.drop_remainder && processes_of(*strategy_) > 1 && counts[1] < config_.batch_size;
-    if (counts[0] > 0 && !remainder) return true;
+    if (counts[0] > 0 && !is_job_remainder(config_, *strategy_, counts[1])) return true;
     if (!config_.repeat || tries > 0) return false;
     input.start_next_pass();
   }
@@ -203,11 +208,7 @@ Trainer::StepInput Trainer::next_step_input(Input& input, const Progress& progre
       next.status = agreed.stop ? StepInput::Status::stop : StepInput::Status::joiners;
       return next;
     }
-    // Each process drops only its own remainder: a global batch that is not
-    // whole (a process's shard ended first) is the job's remainder.
-    const bool remainder =
-        config_.drop_remainder && processes_of(*strategy_) > 1 && agreed.rows < config_.batch_size;
-    if (agreed.batches == 0 || remainder) {
+    if (agreed.batches == 0 || is_job_remainder(config_, *strategy_, agreed.rows)) {
       if (config_.repeat && tries == 0) {
         input.start_next_pass();
         continue;

@@ -188,7 +188,8 @@ TrialOutcome::Status record_outcome(const TrialJob& job, const TrialOutcome& out
 
 // A saved state resumes only the search the space describes: its trials,
 // their settings and seeds, and its rungs (a state edited or cut short
-// would send the scheduler past the trials it holds).
+// would send the scheduler past the trials it holds), with the trials'
+// flags it started with.
 void check_resumable(const SavedState& saved, const SavedState& fresh,
                      const std::string& output_dir) {
   const auto refuse = [&](const auto&... what) {
@@ -208,6 +209,14 @@ void check_resumable(const SavedState& saved, const SavedState& fresh,
       a.reduction_factor != b.reduction_factor || a.maximize != b.maximize ||
       a.successive_halving != b.successive_halving)
     refuse("schedules other rungs than the space");
+  if (saved.arguments_recorded && saved.trial_arguments != fresh.trial_arguments) {
+    std::string was, now;
+    for (const std::string& flag : saved.trial_arguments) was += " " + flag;
+    for (const std::string& flag : fresh.trial_arguments) now += " " + flag;
+    TANDEM_THROW(InvalidArgument, "the search at '", output_dir,
+                 "' started its trials with the flags", was, "; this command gives", now,
+                 "; resume with the same flags, or start anew");
+  }
 }
 
 // The search's directory checked and created, and its state: the saved one
@@ -247,14 +256,6 @@ SavedState open_search(const SearchOptions& options) {
                    options.output_dir, "' started with; resume with that file, or start anew");
     }
     check_resumable(saved, state, options.output_dir);
-    if (saved.arguments_recorded && saved.trial_arguments != state.trial_arguments) {
-      std::string was, now;
-      for (const std::string& a : saved.trial_arguments) was += " " + a;
-      for (const std::string& a : state.trial_arguments) now += " " + a;
-      TANDEM_THROW(InvalidArgument, "the search at '", options.output_dir,
-                   "' started its trials with the flags", was, "; this command gives", now,
-                   "; resume with the same flags, or start anew");
-    }
     state.trials = std::move(saved.trials);
     state.wall_seconds = saved.wall_seconds;
   }
