@@ -19,7 +19,7 @@ void read_checkpoint(const std::string& path) {
   using namespace tandem;
   try {
     const train::Checkpoint checkpoint = train::load_checkpoint(path);
-    const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+    const train::ModelSpec spec = train::read_spec(checkpoint);
     if (!spec.definition.empty()) nn::parse_model_definition(spec.definition, spec.name);
   } catch (const Error&) {
   }

@@ -4,6 +4,7 @@
 
 #include "tandem/train/model_factory.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -73,9 +74,9 @@ TEST(ModelFromFile, SpecRoundTripsThroughMetadataAndRebuildsTheSameModel) {
     EXPECT_EQ(factory.spec.seed, 5u);
     EXPECT_TRUE(factory.spec.rebuildable);
 
-    std::map<std::string, std::string> metadata;
-    train::write_spec(factory.spec, metadata);
-    const train::ModelSpec read = train::read_spec(metadata);
+    distribute::EngineState checkpoint;
+    train::write_spec(factory.spec, checkpoint.metadata);
+    const train::ModelSpec read = train::read_spec(checkpoint);
     EXPECT_EQ(read, factory.spec);
 
     // From the recorded text, not the file: it may be gone since.
@@ -86,6 +87,40 @@ TEST(ModelFromFile, SpecRoundTripsThroughMetadataAndRebuildsTheSameModel) {
     expect_same_model(*a, *b, testing::random_tensor(Shape{3, 6, 6, 2}, -1, 1, 2));
     write_file("small_model.toml", kSmall);
   }
+}
+
+// The CRC covers a checkpoint's bytes, not their sense: an edited or
+// damaged entry is refused by name. std::stoull read "-1" as 2^64 - 1 and
+// "5x" as 5.
+TEST(ModelSpecMetadata, MalformedEntriesAreRefusedByName) {
+  distribute::EngineState good;
+  train::write_spec(train::builtin_model("mlp", precision::Policy::float32, 7).spec, good.metadata);
+  EXPECT_EQ(train::read_spec(good).seed, 7u);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"model_seed", "-1"},
+      {"model_seed", "5x"},
+      {"model_seed", ""},
+      {"model_seed", "1e3"},
+      {"model_seed", "18446744073709551616"},
+      {"model_rebuildable", "yes"},
+      {"precision", "float64"},
+      {"compute_dtype", "f128"}};
+  for (const auto& [key, value] : bad) {
+    distribute::EngineState c = good;
+    c.metadata[key] = value;
+    try {
+      train::read_spec(c);
+      ADD_FAILURE() << key << " = '" << value << "' was accepted";
+    } catch (const IoError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(key == "precision" || key == "compute_dtype"
+                                                     ? "model settings are malformed"
+                                                     : "'" + key + "'"))
+          << key << " = " << value;
+    }
+  }
+  distribute::EngineState missing = good;
+  missing.metadata.erase("model_seed");
+  EXPECT_THROW(train::read_spec(missing), IoError);
 }
 
 TEST(ModelFromFile, TheExampleCnnHasTheReferenceParameterCount) {

@@ -115,7 +115,7 @@ int run_evaluate(const EvaluateOptions& o) {
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const nlohmann::json config = run_config(o.run_dir);
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
-  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const train::ModelSpec spec = train::read_spec(checkpoint);
   const EvaluationData data = evaluation_data(o, config, train::checkpoint_class_names(checkpoint));
   const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   train::Trainer trainer({.eval_batch_size = o.batch_size,

@@ -41,7 +41,7 @@ int run_export(const ExportOptions& o) {
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
-  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const train::ModelSpec spec = train::read_spec(checkpoint);
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);
   const std::string output =

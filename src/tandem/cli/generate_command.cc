@@ -41,7 +41,7 @@ int run_generate(const GenerateOptions& o) {
                  o.run_dir, ")");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
-  const train::ModelSpec spec = train::read_spec(checkpoint.metadata);
+  const train::ModelSpec spec = train::read_spec(checkpoint);
   set_num_threads(o.threads.value_or(std::max(1, cpu_info().physical_cores)));
   const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
   train::load_model_state(checkpoint, *model);

@@ -112,17 +112,8 @@ void save_scaler_state(const precision::LossScaler* scaler, EngineState& state) 
 
 void load_scaler_state(const EngineState& state, precision::LossScaler* scaler) {
   if (scaler == nullptr || !state.metadata.count("loss_scale")) return;
-  double scale = 0.0;
-  int64_t skipped = 0, good_steps = 0;
-  try {
-    scale = std::stod(state.meta("loss_scale"));
-    skipped = std::stoll(state.meta("loss_scale_skipped"));
-    good_steps = std::stoll(state.meta("loss_scale_good_steps"));
-  } catch (const std::logic_error& e) {  // stod/stoll: not a number, or out of range
-    TANDEM_THROW(IoError, "the checkpoint's loss-scaler state is malformed (loss_scale '",
-                 state.meta("loss_scale"), "'): ", e.what());
-  }
-  scaler->restore(scale, skipped, good_steps);
+  scaler->restore(state.meta_number("loss_scale"), state.meta_integer("loss_scale_skipped"),
+                  state.meta_integer("loss_scale_good_steps"));
 }
 
 std::chrono::steady_clock::duration slow_down(const SlowReplica& slow, int global_replica,

@@ -1,8 +1,25 @@
 #include "tandem/distribute/engine_state.h"
 
+#include <charconv>
+
 #include "tandem/base/error.h"
 
 namespace tandem::distribute {
+namespace {
+
+template <typename T>
+T parse_whole(const std::string& text, const std::string& key, const char* kind) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end) {
+    TANDEM_THROW(IoError, "checkpoint metadata '", key, "' holds '", text.substr(0, 40), "', not ",
+                 kind);
+  }
+  return value;
+}
+
+}  // namespace
 
 const Tensor& EngineState::tensor(const std::string& name) const {
   for (const auto& [n, t] : tensors) {
@@ -38,6 +55,18 @@ const std::string& EngineState::meta(const std::string& key) const {
   auto it = metadata.find(key);
   if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");
   return it->second;
+}
+
+int64_t EngineState::meta_integer(const std::string& key) const {
+  return parse_whole<int64_t>(meta(key), key, "an integer");
+}
+
+uint64_t EngineState::meta_unsigned(const std::string& key) const {
+  return parse_whole<uint64_t>(meta(key), key, "an unsigned integer");
+}
+
+double EngineState::meta_number(const std::string& key) const {
+  return parse_whole<double>(meta(key), key, "a number");
 }
 
 std::vector<TensorLayout> layout_of(const EngineState& state) {

@@ -6,6 +6,7 @@
 // "loss_scale", "loss_scale_skipped", "loss_scale_good_steps" under loss
 // scaling; the Trainer adds its position and configuration.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -30,6 +31,12 @@ struct EngineState {
   void check_loads_into(const std::string& name, const Tensor& target) const;
   // Metadata value; throws IoError when absent.
   const std::string& meta(const std::string& key) const;
+  // The metadata value read whole as a number; IoError naming the key when
+  // it is absent or is not wholly one number in the type's range (std::stoll
+  // and std::stoull took "12abc" for 12, and stoull "-1" for 2^64 - 1).
+  int64_t meta_integer(const std::string& key) const;
+  uint64_t meta_unsigned(const std::string& key) const;
+  double meta_number(const std::string& key) const;
 };
 
 // One tensor of a state as a writer is told of it before its bytes exist.

@@ -22,10 +22,10 @@ CheckpointPosition checkpoint_position(const distribute::EngineState& state,
                                        const std::string& source) {
   CheckpointPosition p;
   try {
-    p.epoch = std::stoll(state.meta("epoch"));
-    p.step = std::stoll(state.meta("step"));
-    p.global_step = std::stoll(state.meta("global_step"));
-  } catch (const std::logic_error& e) {  // stoll: not a number, or out of range
+    p.epoch = state.meta_integer("epoch");
+    p.step = state.meta_integer("step");
+    p.global_step = state.meta_integer("global_step");
+  } catch (const IoError& e) {
     TANDEM_THROW(IoError, "checkpoint '", source, "' has a malformed position: ", e.what());
   }
   if (p.epoch < 0 || p.step < 0 || p.global_step < 0) {

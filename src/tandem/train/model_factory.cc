@@ -93,26 +93,25 @@ void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metad
   metadata["model_rebuildable"] = spec.rebuildable ? "true" : "false";
 }
 
-ModelSpec read_spec(const std::map<std::string, std::string>& metadata) {
-  const auto get = [&](const char* key) -> const std::string& {
-    auto it = metadata.find(key);
-    if (it == metadata.end()) TANDEM_THROW(IoError, "checkpoint has no metadata '", key, "'");
-    return it->second;
-  };
+ModelSpec read_spec(const distribute::EngineState& checkpoint) {
   ModelSpec spec;
-  spec.name = get("model");
-  spec.definition = get("model_definition");
-  if (auto it = metadata.find("model_settings"); it != metadata.end()) spec.settings = it->second;
+  spec.name = checkpoint.meta("model");
+  spec.definition = checkpoint.meta("model_definition");
+  if (auto it = checkpoint.metadata.find("model_settings"); it != checkpoint.metadata.end())
+    spec.settings = it->second;
   try {
-    spec.policy = precision::parse_policy(get("precision"));
-    spec.compute_dtype = parse_dtype(get("compute_dtype"));
-    spec.seed = std::stoull(get("model_seed"));
-  } catch (const IoError&) {
-    throw;
-  } catch (const std::exception& e) {
+    spec.policy = precision::parse_policy(checkpoint.meta("precision"));
+    spec.compute_dtype = parse_dtype(checkpoint.meta("compute_dtype"));
+  } catch (const InvalidArgument& e) {
     TANDEM_THROW(IoError, "checkpoint's model settings are malformed: ", e.what());
   }
-  spec.rebuildable = get("model_rebuildable") == "true";
+  spec.seed = checkpoint.meta_unsigned("model_seed");
+  const std::string& rebuildable = checkpoint.meta("model_rebuildable");
+  if (rebuildable != "true" && rebuildable != "false") {
+    TANDEM_THROW(IoError, "checkpoint metadata 'model_rebuildable' holds '",
+                 rebuildable.substr(0, 40), "', not true or false");
+  }
+  spec.rebuildable = rebuildable == "true";
   return spec;
 }
 

@@ -77,7 +77,7 @@ ModelFactory rebuild_model(const ModelSpec& spec);
 // "compute_dtype", "model_seed", "model_rebuildable") and back; read_spec
 // throws IoError for missing or malformed entries.
 void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metadata);
-ModelSpec read_spec(const std::map<std::string, std::string>& metadata);
+ModelSpec read_spec(const distribute::EngineState& checkpoint);
 
 // What a model takes: one example's shape and dtype (a model file's declared
 // input; gpt's context of i32 tokens; the other built-ins' 28 x 28 images,

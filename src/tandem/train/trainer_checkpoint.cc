@@ -63,10 +63,10 @@ void Trainer::read_position(const distribute::EngineState& state, const std::str
     progress.epoch = position.epoch;
     progress.step = position.step;
     progress.global_step = position.global_step;
-    progress.loss_sum = std::stod(state.meta("loss_sum"));
-    progress.examples = std::stoll(state.meta("examples"));
-    progress.nonfinite_steps = std::stoll(state.meta("nonfinite_steps"));
-    progress.train_seconds = std::stod(state.meta("train_seconds"));
+    progress.loss_sum = state.meta_number("loss_sum");
+    progress.examples = state.meta_integer("examples");
+    progress.nonfinite_steps = state.meta_integer("nonfinite_steps");
+    progress.train_seconds = state.meta_number("train_seconds");
     const nlohmann::json sums = nlohmann::json::parse(state.meta("metric_sums"));
     if (sums.size() != config_.metrics.size()) {
       TANDEM_THROW(InvalidArgument, "cannot resume '", source, "': it was written with ",
@@ -159,7 +159,7 @@ const ResumePoint& Trainer::prepare_resume() {
     pending->checkpoint = load_trainer_checkpoint(path);
   }
   const Checkpoint& c = pending->checkpoint;
-  const ModelSpec saved = read_spec(c.metadata);
+  const ModelSpec saved = read_spec(c);
   if (!(saved == model_.spec)) {
     TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': it holds model '", saved.name, "' (",
                  precision::policy_name(saved.policy), ", ", dtype_name(saved.compute_dtype),
@@ -184,14 +184,10 @@ const ResumePoint& Trainer::prepare_resume() {
   }
   Progress& progress = pending->progress;
   read_position(c, path, progress, pending->history);
-  try {
-    pending->point = {.epoch = progress.epoch,
-                      .step = progress.step,
-                      .global_step = progress.global_step,
-                      .epochs = c.metadata.count("epochs") ? std::stoll(c.meta("epochs")) : 0};
-  } catch (const std::exception& e) {
-    TANDEM_THROW(IoError, "checkpoint '", path, "' has a malformed position: ", e.what());
-  }
+  pending->point = {.epoch = progress.epoch,
+                    .step = progress.step,
+                    .global_step = progress.global_step,
+                    .epochs = c.metadata.count("epochs") ? c.meta_integer("epochs") : 0};
   if (progress.epoch >= config_.epochs) {
     TANDEM_THROW(InvalidArgument, "cannot resume '", path, "': the run has trained ",
                  progress.epoch, " epoch(s) and epochs (--epochs) is ", config_.epochs,

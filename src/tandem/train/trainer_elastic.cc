@@ -151,12 +151,8 @@ void Trainer::adopt_shared_state(Progress& progress, TrainResult& result) {
   }
   engine_->load_state(state);
   read_position(state, "the elastic job's state copy", progress, result.history);
-  try {
-    steps_per_epoch_ = std::stoll(state.meta(kStepsPerEpochKey));
-    progress.learning_rate = std::stod(state.meta(kLearningRateKey));
-  } catch (const std::logic_error& e) {
-    TANDEM_THROW(IoError, "the elastic job's state copy has a malformed position: ", e.what());
-  }
+  steps_per_epoch_ = state.meta_integer(kStepsPerEpochKey);
+  progress.learning_rate = state.meta_number(kLearningRateKey);
   progress.replica_losses.assign(static_cast<size_t>(strategy_->local_replicas()), 0.0);
   reset_metric_sums();
   elastic_->copy = std::move(state);
