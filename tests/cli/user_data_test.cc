@@ -169,6 +169,29 @@ TEST(UserData, FoldersAreMatchedToTheModelsClassesByName) {
       << resumed.output;
 }
 
+// A run on other data without validation data has nothing held out:
+// evaluate asks for --data rather than report the training data's figures
+// (it did) or Fashion-MNIST's (what it did when summary.json was missing).
+TEST(UserData, EvaluateAsksForDataWhenTheRunHeldNoneOut) {
+  const std::string dir = tmp("user-evaluate-no-validation");
+  write_image_folder(dir + "/train", {0, 1, 2}, 20);
+  write(dir + "/mlp3.toml", kMlp3);
+  const testing::CommandResult trained =
+      run("train --model " + dir + "/mlp3.toml --data " + dir +
+          "/train --batch-size 30 --epochs 1 --quiet --output " + dir + "/run");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  expect_one_line_error("evaluate " + dir + "/run",
+                        "trained on '" + fs::absolute(dir + "/train").string() +
+                            "' without --validation-data: say what to evaluate on with --data");
+  const testing::CommandResult chosen =
+      run("evaluate " + dir + "/run --json --data " + dir + "/train");
+  ASSERT_EQ(chosen.status, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("\"examples\":60"), std::string::npos) << chosen.output;
+  fs::remove(dir + "/run/summary.json");  // as a run killed before its end leaves it
+  expect_one_line_error("evaluate " + dir + "/run",
+                        "has no summary.json (stopped before its end) and trained on --data");
+}
+
 TEST(UserData, ImageFolderAndCsvRegressionTrain) {
   // A folder of PNGs, one sub-folder per class (3 classes of Fashion-MNIST).
   const std::string dir = tmp("user-folder");

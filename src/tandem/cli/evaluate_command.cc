@@ -48,32 +48,62 @@ nlohmann::json run_config(const std::filesystem::path& run_dir) {
   }
 }
 
+// Whether the checkpoint's recorded command line gave --data: what tells a
+// run on other data from a Fashion-MNIST one when summary.json is missing.
+bool trained_on_data_spec(const train::Checkpoint& checkpoint) {
+  const auto it = checkpoint.metadata.find("arguments");
+  if (it == checkpoint.metadata.end()) return false;
+  try {
+    for (const auto& arg : nlohmann::json::parse(it->second))
+      if (arg.is_string() && arg.get<std::string>().starts_with("--data=")) return true;
+  } catch (const nlohmann::json::exception&) {
+    TANDEM_THROW(IoError, "checkpoint metadata 'arguments' is not a JSON list of strings");
+  }
+  return false;
+}
+
 // The data to evaluate on: --data, else the run's validation data
 // (summary.json), else Fashion-MNIST's test set (the first N examples, as
-// many as the run used unless --test-examples says).
+// many as the run used unless --test-examples says) for a run that trained
+// on Fashion-MNIST. A run on other data without validation data is refused:
+// its training data would report training figures as evaluation ones.
 struct EvaluationData {
   data::Dataset examples = data::Dataset::range(0);
   std::string description;
   std::optional<data::PaddedBatchOptions> padding;
 };
 
-EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& config,
-                               const std::vector<std::string>& class_names) {
-  std::string spec_path = o.data;
-  if (spec_path.empty() && config.is_object()) {
-    for (const char* key : {"validation_data", "data"}) {
-      if (config.contains(key) && config.at(key).is_string()) {
-        spec_path = config.at(key).get<std::string>();
-        break;
-      }
-    }
+std::string recorded_validation_data(const EvaluateOptions& o, const nlohmann::json& config,
+                                     const train::Checkpoint& checkpoint) {
+  const auto text = [&](const char* key) -> std::string {
+    if (!config.is_object() || !config.contains(key) || !config.at(key).is_string()) return "";
+    return config.at(key).get<std::string>();
+  };
+  if (const std::string validation = text("validation_data"); !validation.empty())
+    return validation;
+  if (const std::string training = text("data"); !training.empty()) {
+    TANDEM_THROW(InvalidArgument, "run '", o.run_dir, "' trained on '", training,
+                 "' without --validation-data: say what to evaluate on with --data SPEC (its "
+                 "training data gives training figures, not evaluation ones)");
   }
+  if (!config.is_object() && trained_on_data_spec(checkpoint)) {
+    TANDEM_THROW(InvalidArgument, "run '", o.run_dir,
+                 "' has no summary.json (stopped before its end) and trained on --data: say what "
+                 "to evaluate on with --data SPEC");
+  }
+  return "";
+}
+
+EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& config,
+                               const train::Checkpoint& checkpoint) {
+  const std::string spec_path =
+      o.data.empty() ? recorded_validation_data(o, config, checkpoint) : o.data;
   if (!spec_path.empty()) {
     if (o.test_examples)
       TANDEM_THROW(InvalidArgument, "--test-examples selects Fashion-MNIST test examples");
     data::InputSpec spec = data::read_input_spec(spec_path);
     spec.shuffle = 0;
-    use_model_classes(spec, class_names, "'" + spec_path + "'");
+    use_model_classes(spec, train::checkpoint_class_names(checkpoint), "'" + spec_path + "'");
     EvaluationData d{data::make_input(spec, 0), spec_path, std::nullopt};
     if (spec.needs_padding()) d.padding = spec.padding();
     return d;
@@ -116,7 +146,7 @@ int run_evaluate(const EvaluateOptions& o) {
   const nlohmann::json config = run_config(o.run_dir);
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
   const train::ModelSpec spec = train::read_spec(checkpoint);
-  const EvaluationData data = evaluation_data(o, config, train::checkpoint_class_names(checkpoint));
+  const EvaluationData data = evaluation_data(o, config, checkpoint);
   const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   train::Trainer trainer({.eval_batch_size = o.batch_size,
                           .strategy = {.threads_per_device = threads,
@@ -171,7 +201,8 @@ Command add_evaluate_command(CLI::App& app) {
   command->add_option("run_dir", o->run_dir, "Run directory (tandem train --output)")->required();
   command->add_option("--data", o->data,
                       "Data to evaluate on: a data specification or image folder (default: the "
-                      "run's --validation-data, else Fashion-MNIST's test set)");
+                      "run's --validation-data, else Fashion-MNIST's test set for a run on "
+                      "Fashion-MNIST; needed for a run on --data without validation data)");
   command->add_option("--data-dir", o->data_dir,
                       "Directory with the Fashion-MNIST IDX files (default: the run's --data-dir, "
                       "else " +
