@@ -46,7 +46,7 @@ def test_every_callback_is_documented():
 def test_every_fit_option_is_documented():
     training = section("## Training")
     # Set by fit's and compile's own arguments rather than as options.
-    implied = {"optimizer", "objective", "epochs", "batch_size", "strategy"}
+    implied = {"optimizer", "objective", "epochs", "batch_size"}
     options = set(tandem._tandem.train.option_names()) - implied
     run_outputs = {"monitor", "metrics_every", "tensorboard", "trace_steps"}
     assert not (options | run_outputs) - names_in(training)

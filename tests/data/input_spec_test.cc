@@ -146,6 +146,10 @@ TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
       "type = \"int64\"\n",
       "the input feature 'image' is not among");
   expect_error("format = \"idx\"\nimages = \"train-images-idx3-ubyte.gz\"\n", "'labels'");
+  expect_error(
+      "format = \"tfrecord\"\nfiles = [\"train-*.tfrecord\"]\n[features.label]\n"
+      "type = \"int64\"\ndtype = \"u8\"\n",
+      "bad.toml:5: features.label: an int64 feature's 'dtype' must be i32 or f32");
   expect_error("format = \"csv\" = 3\n", "bad.toml:1:");  // not TOML
   expect_error("format = \"csv\"\n" + testing::repeated("\"a\" . ", 100000) + "b = 1\n",
                "bad.toml:2: a dotted key of more than 256 parts");

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -721,6 +722,27 @@ TEST(StepSchema, WriterReaderAndDocsFollowTheOneTable) {
   EXPECT_NE(text.find(monitor::step_schema_markdown()), std::string::npos)
       << "docs/monitoring.md must hold `tandem report --schema`'s table:\n"
       << monitor::step_schema_markdown();
+}
+
+// docs/monitoring.md's table of findings names every kind the monitor
+// emits (read from the source: a finding is {"kind", fmt::format(...)}).
+TEST(Findings, EveryKindIsInTheDocsTable) {
+  const auto read = [](const fs::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string source =
+      read(fs::path(TANDEM_SOURCE_DIR) / "src" / "tandem" / "monitor" / "run_stats.cc");
+  const std::string docs = read(fs::path(TANDEM_SOURCE_DIR) / "docs" / "monitoring.md");
+  const std::regex finding(R"re(\{"([a-z_]+)",\s*fmt::format)re");
+  std::set<std::string> kinds;
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), finding);
+       it != std::sregex_iterator(); ++it)
+    kinds.insert((*it)[1]);
+  EXPECT_GE(kinds.size(), 9u);  // the pattern still finds them
+  for (const std::string& kind : kinds)
+    EXPECT_NE(docs.find("| `" + kind + "` |"), std::string::npos)
+        << "docs/monitoring.md's findings table lacks " << kind;
 }
 
 TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {

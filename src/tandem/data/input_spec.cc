@@ -218,6 +218,10 @@ InputFeature parse_feature(const std::string& name, const toml::table& table,
       r.fail(r.get("dtype"), "'dtype' must be f32, i32 or u8");
     if (f.type != "int64" && f.decode != "raw")
       r.fail(r.get("dtype"), "'dtype' applies to int64 features and raw bytes");
+    // The Example's integers are not bytes: a u8 int64 feature was read as
+    // a bytes list and every record failed.
+    if (f.type == "int64" && f.dtype == DType::u8)
+      r.fail(r.get("dtype"), "an int64 feature's 'dtype' must be i32 or f32");
   } else {
     f.dtype = f.type == "int64" || f.type == "int" ? DType::i32
               : f.decode == "raw"                  ? DType::u8
