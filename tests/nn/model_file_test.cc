@@ -385,6 +385,29 @@ rate = 0.5
   }
 }
 
+// The logits layer is the last in build order: a shortcut's comes after
+// its block's layers. It took the first dense (the shortcut was never
+// searched), so the real logits projection produced bf16.
+TEST(ModelFile, AShortcutsDenseCanBeTheLogitsLayer) {
+  constexpr std::string_view kText = R"(input_shape = [16]
+[[layers]]
+type = "dense"
+units = 10
+[[layers]]
+type = "residual"
+layers = [ { type = "activation", function = "relu" } ]
+shortcut = [ { type = "dense", units = 10 } ]
+)";
+  auto model = nn::build_model(
+      nn::parse_model_definition(kText, "shortcut.toml"),
+      {.compute_dtype = DType::bf16, .activation_dtype = DType::bf16, .float32_outputs = true});
+  const Variable hidden =
+      (*model)[0].forward(Variable(testing::random_tensor(Shape{2, 16}, -1, 1, 3)));
+  EXPECT_EQ(hidden.dtype(), DType::bf16);
+  EXPECT_EQ(model->forward(Variable(testing::random_tensor(Shape{2, 16}, -1, 1, 3))).dtype(),
+            DType::f32);
+}
+
 TEST(ModelFile, BuildRejectsBadOptions) {
   const nn::ModelDefinition definition = nn::parse_model_definition(kCnn, "cnn.toml");
   EXPECT_THROW(nn::build_model(definition, {.compute_dtype = DType::i32}), InvalidArgument);
@@ -442,6 +465,14 @@ std::vector<ErrorCase> error_cases() {
        "model.toml:6: layer 0 (conv2d): ", "padding must be non-negative, got -1"},
       {"huge size", layers("[4]", "type = \"dense\"\nunits = 9999999999\n"),
        "model.toml:4: layer 0 (dense): ", "units must be at most 2147483648"},
+      // The conv's weight (k, k, C, filters) overflowed int64 in Conv2d.
+      {"huge weights",
+       layers("[1, 1, 4]",
+              "type = \"conv2d\"\nfilters = 1\nkernel = 2147483648\npadding = 2147483648\n"
+              "stride = 2147483648\n"),
+       "model.toml:2: layer 0 (conv2d): ", "its weights have more than 1099511627776 elements"},
+      {"huge dense weights", layers("[2147483648]", "type = \"dense\"\nunits = 1024\n"),
+       "model.toml:2: layer 0 (dense): ", "its weights have more than 1099511627776 elements"},
       {"bad activation", layers("[4]", dense + "activation = \"tanh\"\n"),
        "model.toml:5: layer 0 (dense): ",
        "activation must be \"none\", \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\""},

@@ -110,6 +110,14 @@ TEST(Gpt, SettingsAreCheckedAndNamed) {
   EXPECT_NE(message("layers").find("KEY=VALUE"), std::string::npos);
   EXPECT_NE(message("dropout=1").find("dropout"), std::string::npos);
   EXPECT_NE(message("layers=2,layers=3").find("twice"), std::string::npos);
+  // Sizes stop at 2^31: a product past int64 wrapped the MLP's width (to 4
+  // here) without a word.
+  EXPECT_NE(message("width=4,heads=1,mlp_ratio=4611686018427387905")
+                .find("mlp_ratio must be at most 2147483648"),
+            std::string::npos);
+  EXPECT_NE(message("width=65536,heads=1,mlp_ratio=65536")
+                .find("mlp_ratio x width (the MLP's hidden width) must be at most 2147483648"),
+            std::string::npos);
   EXPECT_THROW(nn::make_model("cnn", {.settings = "width=3"}), InvalidArgument);
   EXPECT_EQ(nn::canonical_settings("gpt", "width=64,layers=2"), "layers=2,width=64");
 }
@@ -127,6 +135,8 @@ TEST(ResNet, Resnet20ShapesNamesAndSettings) {
                            "stages.1.0.shortcut.0.weight", "stages.2.2.bn2.bias", "head.weight"})
     EXPECT_TRUE(has_parameter(*resnet, name)) << name;
   EXPECT_THROW(nn::make_model("resnet", {.settings = "depth=21"}), InvalidArgument);
+  EXPECT_THROW(nn::make_model("resnet", {.settings = "width=4611686018427387905"}),
+               InvalidArgument);
   auto deeper = nn::make_model("resnet", {.settings = "depth=32,width=8,channels=3,classes=5"});
   EXPECT_EQ(deeper->forward(Variable(Tensor::zeros(Shape{1, 8, 8, 3}))).shape(), (Shape{1, 5}));
 }

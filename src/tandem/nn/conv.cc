@@ -22,9 +22,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                  in_channels, " -> ", out_channels, " kernel ", kernel_size, " stride ",
                  options.stride, " padding ", options.padding);
   }
-  const int64_t fan_in = in_channels * kernel_size * kernel_size;
-  Tensor w = Tensor::empty(Shape{kernel_size, kernel_size, in_channels, out_channels}, DType::f32,
-                           current_device(), MemoryCategory::parameters);
+  // The shape first: it refuses sizes whose product passes INT64_MAX
+  // (ShapeError), which bounds fan_in's product too.
+  const Shape shape{kernel_size, kernel_size, in_channels, out_channels};
+  const int64_t fan_in = kernel_size * kernel_size * in_channels;
+  Tensor w = Tensor::empty(shape, DType::f32, current_device(), MemoryCategory::parameters);
   init::kaiming_uniform(w, fan_in, std::sqrt(5.0f), generator);
   weight_ = register_parameter("weight", w);
   if (options.bias) {

@@ -15,13 +15,14 @@
 namespace tandem::nn {
 namespace {
 
-// The last dense/conv2d layer in depth-first file order: the one producing
-// the logits.
+// The last dense/conv2d layer in depth-first build order (a residual
+// block's layers, then its shortcut): the one producing the logits.
 const LayerDefinition* last_matrix_layer(const std::vector<LayerDefinition>& layers) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     if (it->kind == LayerKind::dense || it->kind == LayerKind::conv2d) return &*it;
     if (it->kind == LayerKind::residual) {
-      if (const LayerDefinition* inner = last_matrix_layer(it->layers)) return inner;
+      for (const auto* path : {&it->shortcut, &it->layers})
+        if (const LayerDefinition* inner = last_matrix_layer(*path)) return inner;
     }
   }
   return nullptr;

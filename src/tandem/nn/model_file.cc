@@ -115,6 +115,25 @@ std::optional<int64_t> element_count(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// The elements of the layer's largest weight (its parameters' count to
+// within a bias), or nullopt past kMaxElements: a definition the parser
+// returns builds without an overflow in the weights' shapes (a conv2d's
+// kernel x kernel x channels x filters overflowed int64).
+std::optional<int64_t> weight_elements(const LayerDefinition& d) {
+  switch (d.kind) {
+    case LayerKind::dense:
+      return element_count({d.input_shape.back(), d.units});
+    case LayerKind::conv2d:
+      return element_count({d.kernel, d.kernel, d.input_shape[2], d.units});
+    case LayerKind::embedding:
+      return element_count({d.vocabulary, d.units});
+    case LayerKind::attention:  // qkv's (width, 3 width)
+      return element_count({d.input_shape[1], 3 * d.input_shape[1]});
+    default:  // the rest hold at most their output's elements, or none
+      return 1;
+  }
+}
+
 // What flows between layers during shape inference.
 struct Flow {
   std::vector<int64_t> shape;  // per example
@@ -612,6 +631,8 @@ LayerDefinition Parser::parse_layer(const toml::table& table, const std::string&
     r.fail(r.line(), "its output ", shape_text(d.output_shape), " has more than ", kMaxElements,
            " elements per example");
   }
+  if (!weight_elements(d))
+    r.fail(r.line(), "its weights have more than ", kMaxElements, " elements");
   flow = {.shape = d.output_shape, .ids = false};
   return d;
 }

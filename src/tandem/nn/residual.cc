@@ -30,9 +30,12 @@ Variable Residual::forward(const Variable& input) {
                  y.shape().to_string(), " but its shortcut to ", skip.shape().to_string(),
                  "; both paths must give the same shape");
   }
-  // The layers' dtype wins: under mixed precision a block after the input
-  // (f32) sums in the activation dtype, and one that ends in the f32 logits
-  // layer sums in f32.
+  // The layers' dtype wins over an identity shortcut: under mixed precision
+  // a block after the input (f32) sums in the activation dtype. A computed
+  // shortcut that ends in the f32 logits layer (the last in build order)
+  // keeps f32, as layers that end in it do.
+  if (!shortcut_.empty() && skip.dtype() == DType::f32 && y.dtype() != DType::f32)
+    y = cast(y, DType::f32);
   if (skip.dtype() != y.dtype()) skip = cast(skip, y.dtype());
   const Variable sum = add(y, skip);
   return activation_ == kernels::Activation::none ? sum : activation(sum, activation_);

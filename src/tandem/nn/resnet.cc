@@ -24,8 +24,12 @@ void check_resnet_config(const ResNetConfig& c) {
     TANDEM_THROW(InvalidArgument,
                  "resnet: depth must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110), got ", c.depth);
   }
+  // At most 2^31, as a model file's sizes (the widest stage is 4 x width).
+  static constexpr int64_t kMaxSize = int64_t{1} << 31;
   const auto positive = [](int64_t v, const char* name) {
     if (v <= 0) TANDEM_THROW(InvalidArgument, "resnet: ", name, " must be positive, got ", v);
+    if (v > kMaxSize)
+      TANDEM_THROW(InvalidArgument, "resnet: ", name, " must be at most ", kMaxSize, ", got ", v);
   };
   positive(c.width, "width");
   positive(c.channels, "channels");

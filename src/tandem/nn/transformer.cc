@@ -39,8 +39,14 @@ Variable residual_dropout(const Variable& x, const GptConfig& c, bool training) 
 }  // namespace
 
 void check_gpt_config(const GptConfig& c) {
+  // At most 2^31, as a model file's sizes: the products the model forms
+  // (mlp_ratio x width, 3 x width, context x context) then stay far from
+  // int64's range (mlp_ratio 2^62 + 1 wrapped the MLP to width 4 before).
+  static constexpr int64_t kMaxSize = int64_t{1} << 31;
   const auto positive = [](int64_t v, const char* name) {
     if (v <= 0) TANDEM_THROW(InvalidArgument, "gpt: ", name, " must be positive, got ", v);
+    if (v > kMaxSize)
+      TANDEM_THROW(InvalidArgument, "gpt: ", name, " must be at most ", kMaxSize, ", got ", v);
   };
   positive(c.vocabulary, "vocabulary");
   positive(c.context, "context");
@@ -48,6 +54,11 @@ void check_gpt_config(const GptConfig& c) {
   positive(c.width, "width");
   positive(c.heads, "heads");
   positive(c.mlp_ratio, "mlp_ratio");
+  if (c.mlp_ratio > kMaxSize / c.width) {
+    TANDEM_THROW(InvalidArgument,
+                 "gpt: mlp_ratio x width (the MLP's hidden width) must be at most ", kMaxSize,
+                 ", got ", c.mlp_ratio, " x ", c.width);
+  }
   if (c.width % c.heads != 0) {
     TANDEM_THROW(InvalidArgument, "gpt: width ", c.width, " is not divisible by heads ", c.heads);
   }
