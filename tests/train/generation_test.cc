@@ -41,6 +41,16 @@ TEST(Generation, BadPromptsAndOptionsAreErrors) {
   auto small_vocabulary = std::dynamic_pointer_cast<nn::Gpt>(
       nn::make_model("gpt", {.settings = "vocabulary=16,layers=1,width=16,heads=2,context=8"}));
   EXPECT_THROW(train::generate(*small_vocabulary, "a", {}), InvalidArgument);  // 'a' = 97
+  // Ids past 255 are not bytes (they were truncated to a char).
+  auto large_vocabulary = std::dynamic_pointer_cast<nn::Gpt>(
+      nn::make_model("gpt", {.settings = "vocabulary=300,layers=1,width=16,heads=2,context=8"}));
+  try {
+    train::generate(*large_vocabulary, "a", {.tokens = 4});
+    ADD_FAILURE() << "a vocabulary of 300 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary of 300 is not in [1, 256]"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Any module of the same shape generates: the gpt through the generic

@@ -49,8 +49,15 @@ void AtomicFile::commit() {
   if (fd_ < 0) TANDEM_THROW(IoError, what_, " '", path_, "' was already committed");
   if (::fsync(fd_) != 0)
     TANDEM_THROW(IoError, "cannot sync ", what_, " '", temporary_, "': ", std::strerror(errno));
-  ::close(fd_);
+  // close() can report a write the sync did not (NFS): the file is then
+  // not whole.
+  const int closed = ::close(fd_);
   fd_ = -1;
+  if (closed != 0 && errno != EINTR) {
+    const int error = errno;
+    ::unlink(temporary_.c_str());
+    TANDEM_THROW(IoError, "cannot write ", what_, " '", temporary_, "': ", std::strerror(error));
+  }
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary_.c_str());
@@ -58,10 +65,18 @@ void AtomicFile::commit() {
                  "': ", std::strerror(error));
   }
   const std::string dir = std::filesystem::path(path_).parent_path().string();
+  // The rename is durable once the folder is synced. A folder this process
+  // may not read (write and search only) cannot be opened to sync, and some
+  // file systems cannot sync folders (EINVAL): the rename stands unsynced,
+  // as it would without this step. Any other failure is the disk's.
   const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
+  if (dir_fd < 0) return;
+  const int synced = ::fsync(dir_fd);
+  const int error = errno;
+  ::close(dir_fd);
+  if (synced != 0 && error != EINVAL && error != ENOTSUP) {
+    TANDEM_THROW(IoError, what_, " '", path_, "' is in place, but its folder could not be synced (",
+                 std::strerror(error), "): it may not survive a crash");
   }
 }
 

@@ -25,7 +25,8 @@ class AtomicFile {
 
   // Throws IoError (a full disk, say).
   void write(std::string_view bytes);
-  // Syncs, renames over the path and syncs the folder; throws IoError.
+  // Syncs, renames over the path and syncs the folder (where the folder can
+  // be opened and its file system syncs folders); throws IoError.
   void commit();
 
  private:

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -52,8 +51,10 @@ struct FreeDeleter {
 std::vector<MemoryBandwidthResult> measure_memory_bandwidth(const MemoryBandwidthOptions& options) {
   if (options.buffer_bytes < 4096 || options.repeats < 1 || options.threads < 0) {
     TANDEM_THROW(InvalidArgument,
-                 "memory bandwidth: buffers must be at least 4 KiB and repeats positive, got ",
-                 options.buffer_bytes, " bytes and ", options.repeats, " repeats");
+                 "memory bandwidth: buffers must be at least 4 KiB, repeats positive and threads "
+                 "0 (one per core) or more, got ",
+                 options.buffer_bytes, " bytes, ", options.repeats, " repeats and ",
+                 options.threads, " threads");
   }
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, cpu_info().physical_cores);
@@ -64,7 +65,8 @@ std::vector<MemoryBandwidthResult> measure_memory_bandwidth(const MemoryBandwidt
       static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4)));
   if (!a || !b)
     TANDEM_THROW(Error, "memory bandwidth: cannot allocate 2 x ", options.buffer_bytes, " bytes");
-  // Each thread touches its own part first, so the pages are its own.
+  // Each thread touches its own part of both buffers first, so the pages
+  // are its own (on its NUMA node).
   const std::string names[4] = {"read", "write", "copy", "read2_write2"};
   const int64_t bytes[4] = {4 * n, 4 * n, 8 * n, 16 * n};
   std::vector<double> seconds[4];
@@ -87,8 +89,12 @@ std::vector<MemoryBandwidthResult> measure_memory_bandwidth(const MemoryBandwidt
           case 2:
             copy_kernel(pb, pa, len);
             break;
-          default:
+          case 3:
             read2_write2_kernel(pa, pb, len);
+            break;
+          default:  // first touch
+            write_kernel(pa, len, 1.0f);
+            write_kernel(pb, len, 0.0f);
             break;
         }
       });
@@ -96,8 +102,7 @@ std::vector<MemoryBandwidthResult> measure_memory_bandwidth(const MemoryBandwidt
     for (auto& th : pool) th.join();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  run_kernel(1);  // first touch
-  std::memset(b.get(), 0, static_cast<size_t>(n) * 4);
+  run_kernel(4);
   for (int r = 0; r < options.repeats; ++r) {
     for (int k = 0; k < 4; ++k) seconds[k].push_back(run_kernel(k));
   }

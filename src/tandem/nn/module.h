@@ -87,7 +87,9 @@ class Module {
     std::optional<Variable> parameter;  // unset for a buffer
     std::vector<int> torch_axes;
   };
-  // Parameters (in named_parameters() order), then buffers.
+  // Parameters (in named_parameters() order, except that a module
+  // registered under two names lists its tensors under both, as PyTorch's
+  // state_dict does; named_parameters() lists them once), then buffers.
   std::vector<StateTensor> named_state();
 
  protected:

@@ -18,6 +18,11 @@ void check(const LanguageModel& c, std::string_view prompt, const GenerationOpti
     TANDEM_THROW(InvalidArgument, "the prompt's ", prompt.size(),
                  " bytes are longer than the model's context of ", c.context, " tokens");
   }
+  // Tokens are bytes: a sampled id past 255 was truncated to a char.
+  if (c.vocabulary < 1 || c.vocabulary > 256) {
+    TANDEM_THROW(InvalidArgument, "generation decodes tokens as bytes: the model's vocabulary of ",
+                 c.vocabulary, " is not in [1, 256]");
+  }
   if (o.tokens < 0) TANDEM_THROW(InvalidArgument, "tokens must be >= 0, got ", o.tokens);
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature)) {
     TANDEM_THROW(InvalidArgument, "temperature must be >= 0 and finite (0: greedy), got ",
