@@ -8,6 +8,14 @@
 # each binary's folder).
 set -eu
 old=$1; new=$2; model=$3; examples=$4; rounds=$5; shift 5
+# Without its own library a binary loads the checkout's (its RUNPATH): the
+# "old" build would run the new library.
+for bin in "$old" "$new"; do
+  if [ ! -e "$(dirname "$bin")/libtandem.so.0" ] && [ ! -e "$(dirname "$bin")/src/libtandem.so.0" ]; then
+    echo "compare_builds: no libtandem.so.0 beside $bin (copy it there)" >&2
+    exit 1
+  fi
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for r in $(seq 1 "$rounds"); do

@@ -21,7 +21,9 @@ def main():
     a = p.parse_args()
     samples = {}
     for r in range(a.rounds):
-        out = subprocess.run([a.tandem, "bench", "scaling", "--model", a.model, "--repeats", "1", "--json"],
+        # Two devices, as DDP's two processes (the default is one per core).
+        out = subprocess.run([a.tandem, "bench", "scaling", "--model", a.model, "--repeats", "1",
+                              "--max-devices", "2", "--json"],
                              check=True, capture_output=True, text=True).stdout
         for row in json.loads(out)["results"]:
             samples.setdefault(row["variant"], []).append(row)

@@ -8,7 +8,7 @@ steps); prints the median and range per variant and its ratio to the first.
     python3 bench/compare_flags.py --rounds 5 \\
         --common "--model cnn --strategy mirrored --devices 2 --threads 1 --epochs 1 \\
                   --train-examples 8192 --test-examples 100" \\
-        --variant "off=--noise-scale-every 0" --variant "every 10=" \\
+        --variant "off=--noise-scale-every 0" --variant "every 10=--noise-scale-every 10" \\
         --variant "every step=--noise-scale-every 1"
 """
 import argparse

@@ -20,25 +20,42 @@ for dir in "$old" "$new"; do
     exit 2
   fi
 done
+log=$(mktemp)
+rows=$(mktemp)
+trap 'rm -f "$log" "$rows"' EXIT
+# A run that fails (an old library without a symbol the front end needs)
+# stops the comparison with its output, rather than drop that variant's rows
+# (sh has no pipefail: the status is taken before the rows are picked).
 run() {
   lib=$1
   shift
   case "$what" in
     train)
-      LD_LIBRARY_PATH=$lib taskset -c "${CORES:-0}" "$root/build/tandem" bench train --repeats 1 "$@" \
-        2>/dev/null | grep -E '^(cnn|mlp|resnet|gpt) ' ;;
+      pattern='^(cnn|mlp|resnet|gpt) '
+      status=0
+      LD_LIBRARY_PATH=$lib taskset -c "${CORES:-0}" "$root/build/tandem" bench train --repeats 1 \
+        "$@" > "$log" 2>&1 || status=$? ;;
     kernels)
+      pattern='_median'
+      status=0
       LD_LIBRARY_PATH=$lib taskset -c "${CORES:-0}" "$root/build/bench/kernels_bench" \
-        --benchmark_report_aggregates_only=true "$@" 2>/dev/null | grep '_median' ;;
+        --benchmark_report_aggregates_only=true "$@" > "$log" 2>&1 || status=$? ;;
     *)
       echo "compare_libraries: expected train or kernels, got '$what'" >&2
       exit 2 ;;
   esac
+  if [ "$status" -ne 0 ]; then
+    echo "compare_libraries: the run with $lib failed (status $status):" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+  grep -E "$pattern" "$log" || true
 }
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
   for name in $order; do
     if [ "$name" = old ]; then dir=$old; else dir=$new; fi
-    run "$dir" "$@" | sed "s/^/$name /"
+    run "$dir" "$@" > "$rows"  # not in a pipeline: its exit ends the script
+    sed "s/^/$name /" "$rows"
   done
 done

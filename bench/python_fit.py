@@ -168,6 +168,7 @@ def cli_rate(args, variant, out):
     command = [args.tandem, "train", "--model", "gpt", "--data", os.path.join(args.kjv, "train.toml"),
                "--batch-size", "32", "--epochs", "1", "--steps-per-epoch", str(GPT_STEPS),
                "--optimizer", "adamw", "--lr", "6e-4", "--precision", "mixed_bfloat16",
+               "--metrics", "none",  # as the Python fits compile it: metrics=[]
                "--metrics-every", "1"] + [a for a in common if a != "--no-monitor"]
     run(args, command)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]

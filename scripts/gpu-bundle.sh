@@ -24,10 +24,16 @@ if ! grep -q "define TANDEM_HAVE_CUDA 1" "$build/generated/tandem/config.h" 2>/d
   echo "gpu-bundle: $build is not a CUDA build (configure it where the CUDA toolkit is installed)" >&2
   exit 1
 fi
-cmake --build "$build" --target tandem gpu_test
+# tandem_cli is the command (`tandem` is the library, which gpu_test needs).
+cmake --build "$build" --target tandem_cli gpu_test
 rm -rf "$out"
 mkdir -p "$out/stage/bin" "$out/stage/lib"
 cp "$build/tandem" "$build/tests/gpu_test" "$out/stage/bin/"
+# A library the loader cannot find here would be missing there too.
+if for f in "$out"/stage/bin/*; do ldd "$f"; done | grep "not found" >&2; then
+  echo "gpu-bundle: a library the programs load is not found (above)" >&2
+  exit 1
+fi
 for f in "$out"/stage/bin/*; do ldd "$f"; done | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in

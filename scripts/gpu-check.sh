@@ -43,7 +43,13 @@ cd "$(dirname "$0")/.."
 gpu_tests() {
   mkdir -p "$logs/gpu_test"
   failed=0
-  for t in $("$bin/gpu_test" --gtest_list_tests | awk '/^[^ ]/ {s=$1} /^  / {print s $1}'); do
+  # A gpu_test that cannot even list its tests (a crash at load) fails
+  # here, not as a run of no tests.
+  "$bin/gpu_test" --gtest_list_tests > "$logs/gpu_test/list.txt" 2>&1 ||
+    { cat "$logs/gpu_test/list.txt"; return 1; }
+  tests=$(awk '/^[^ ]/ {s=$1} /^  / {print s $1}' "$logs/gpu_test/list.txt")
+  [ -n "$tests" ] || { echo "gpu_test lists no tests"; return 1; }
+  for t in $tests; do
     left=$((deadline - $(date +%s)))
     [ "$left" -lt 10 ] && { echo "$t: not run (deadline)"; failed=1; continue; }
     limit=60
@@ -62,11 +68,15 @@ gpu_tests() {
 sanitize() {
   [ -f "$logs/gpu_test_failed" ] || { echo "no failed GPU test"; return 0; }
   command -v compute-sanitizer > /dev/null || { echo "no compute-sanitizer"; return 1; }
+  # sh has no pipefail: memcheck's status is taken before its tail is shown.
+  failed=0
   for t in $(head -n 3 "$logs/gpu_test_failed"); do
     echo "== $t"
     timeout 60 compute-sanitizer --tool memcheck --print-limit 20 "$bin/gpu_test" \
-      --gtest_filter="$t" 2>&1 | tail -n 80
+      --gtest_filter="$t" > "$logs/memcheck-$t.log" 2>&1 || failed=1
+    tail -n 80 "$logs/memcheck-$t.log"
   done
+  return $failed
 }
 
 # The recipes of docs/gpu.md's accuracy table on the GPU, when the bundle
@@ -113,7 +123,10 @@ profile() {
     --log-file "$logs/$name.csv" "$bin/tandem" bench train --device cuda:0 \
     --precisions mixed_bfloat16 --steps 1 --warmup 1 --repeats 1 "$@" || return 1
   python3 "$PWD/scripts/gpu-kernel-table.py" "$logs/$name.csv" --boundary "$boundary" \
-    --rows 45 | tee "$OUT_DIR/$name.txt"
+    --rows 45 > "$OUT_DIR/$name.txt"
+  rc=$?  # the table's status, not tee's (sh has no pipefail)
+  cat "$OUT_DIR/$name.txt"
+  return $rc
 }
 
 # `timeout` runs programs, not shell functions: the functions above run as

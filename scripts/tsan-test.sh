@@ -22,6 +22,6 @@ for layer in comm data distribute; do
   echo "tsan: ${layer}_test"
   # The reference models' long trainings add nothing thread-wise that the
   # equivalence tests on small models do not.
-  "./$build/tests/${layer}_test" --gtest_brief=1 --gtest_filter='-ReferenceModels.*' || status=1
+  "$build/tests/${layer}_test" --gtest_brief=1 --gtest_filter='-ReferenceModels.*' || status=1
 done
 exit $status

@@ -14,8 +14,9 @@ memorises them: a convergence check, not a data set.
 
 Each timed step (zero_grad, forward, loss, backward, optimizer step) is
 measured alone; examples/s (and tokens/s for gpt) is reported as the median
-over the timed steps with the min and max (each step ends with loss.item(),
-which waits for a GPU). Works with PyTorch 1.13 and 2.x. On cuda, bf16 is
+over the timed steps with the min and max, and as the timed steps' examples
+over their total time ("over_steps", tandem bench train's statistic, which
+compare.py uses; each step ends with loss.item(), which waits for a GPU). Works with PyTorch 1.13 and 2.x. On cuda, bf16 is
 autocast to bf16 on the GPU and float32 uses PyTorch's default (TF32 off for
 matmuls, on for cuDNN convolutions).
 """
@@ -202,9 +203,13 @@ def run(a):
     if a.kernel_table:
         write_kernel_table(a, step)
 
+    # "over_steps" is tandem bench train's statistic (the timed steps' work
+    # over their total time); the median of per-step rates runs higher
+    # when a few steps are slow.
     def stats(per_step):
         values = [per_step / t for t in times]
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        return {"median": statistics.median(values), "min": min(values), "max": max(values),
+                "over_steps": per_step * len(times) / sum(times)}
 
     result = {
         "framework": "pytorch",

@@ -193,9 +193,13 @@ def run(a):
         if i >= a.warmup:
             times.append(elapsed)
 
+    # "over_steps" is tandem bench train's statistic (the timed steps' work
+    # over their total time); the median of per-step rates runs higher
+    # when a few steps are slow.
     def stats(per_step):
         values = [per_step / t for t in times]
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        return {"median": statistics.median(values), "min": min(values), "max": max(values),
+                "over_steps": per_step * len(times) / sum(times)}
 
     result = {
         "framework": "tensorflow",

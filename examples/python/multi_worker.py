@@ -3,7 +3,9 @@ runs this script under mpirun, MultiWorkerMirroredStrategy all-reduces
 between them, fit shards the data, and only the chief (worker 0) writes
 the run directory and prints.
 
-    mpirun -np 2 env PYTHONPATH=build/python python3 examples/python/multi_worker.py --epochs 2"""
+    mpirun -np 2 env PYTHONPATH=build/python python3 examples/python/multi_worker.py --epochs 2
+
+(as root, OpenMPI's mpirun needs --allow-run-as-root)."""
 import argparse
 
 import tandem

@@ -1262,7 +1262,21 @@ TEST(Cli, BenchTrainJson) {
   for (const auto& row : j.at("results")) {
     EXPECT_EQ(row.at("model_flops_per_example").get<double>(), 3.0 * forward - 2.0 * 784 * 512)
         << row.dump();
+    EXPECT_EQ(row.at("optimizer"), "sgd");  // the image models' recipe
   }
+  // gpt's recipe is AdamW, as the peers' benchmarks train it; --optimizer
+  // picks another.
+  const auto optimizer_of = [](const std::string& flags) {
+    const CommandResult g =
+        run("bench train --models gpt --model-options layers=1,width=16,heads=2,context=8 "
+            "--precisions float32 --threads 1 --batch 2 --steps 1 --warmup 0 --repeats 1 --json" +
+            flags);
+    EXPECT_EQ(g.status, 0) << g.output;
+    return nlohmann::json::parse(g.output).at("results")[0].at("optimizer").get<std::string>();
+  };
+  EXPECT_EQ(optimizer_of(""), "adamw");
+  EXPECT_EQ(optimizer_of(" --optimizer sgd"), "sgd");
+  expect_one_line_error("bench train --optimizer rmsprop", "unknown optimizer 'rmsprop'");
   expect_one_line_error("bench train --precisions float64", "float64");
 }
 

@@ -29,6 +29,7 @@ struct BenchTrainOptions {
   int64_t steps = 30;
   int64_t warmup = 5;
   int repeats = 5;
+  std::string optimizer;  // empty: each model's recipe (ThroughputOptions::optimizer)
   bool json = false;
 };
 
@@ -51,6 +52,7 @@ struct Variant {
   int64_t peak_activation_bytes = 0;
   int64_t tokens_per_example = 1;
   double model_flops_per_example = 0.0;
+  std::string optimizer;
 };
 
 // --threads' distinct counts (default 1 and the physical cores); GPUs take none.
@@ -87,7 +89,8 @@ void print_train_json(const BenchTrainOptions& o, Device device,
           median(v.samples) * static_cast<double>(v.tokens_per_example)},
          {"model_flops_per_example", v.model_flops_per_example},
          {"model_gflops_per_second_median", median(v.samples) * v.model_flops_per_example / 1e9},
-         {"peak_activation_bytes", v.peak_activation_bytes}});
+         {"peak_activation_bytes", v.peak_activation_bytes},
+         {"optimizer", v.optimizer}});
   }
   nlohmann::json out = {{"bench", "train"},
                         {"device", device.to_string()},
@@ -106,12 +109,13 @@ void print_train_table(const BenchTrainOptions& o, Device device,
       "on {}\n",
       device.to_string(), o.batch_size, o.steps, o.repeats, kernels::backend_info().cpu_isa,
       cpu_info().model_name);
-  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16}\n", "model", "precision",
-             "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s", "peak act. MiB");
+  fmt::print("{:<6} {:<15} {:>7} {:>12} {:>8} {:>8} {:>12} {:>12} {:>16} {:>9}\n", "model",
+             "precision", "threads", "median ex/s", "min", "max", "tokens/s", "model GF/s",
+             "peak act. MiB", "optimizer");
   for (const Variant& v : variants) {
     const double m = median(v.samples);
-    fmt::print("{:<6} {:<15} {:>7} {:>12.1f} {:>8.1f} {:>8.1f} {:>12} {:>12} {:>16.1f}\n", v.model,
-               precision::policy_name(v.policy), v.threads, m,
+    fmt::print("{:<6} {:<15} {:>7} {:>12.1f} {:>8.1f} {:>8.1f} {:>12} {:>12} {:>16.1f} {:>9}\n",
+               v.model, precision::policy_name(v.policy), v.threads, m,
                *std::min_element(v.samples.begin(), v.samples.end()),
                *std::max_element(v.samples.begin(), v.samples.end()),
                v.tokens_per_example > 1
@@ -120,7 +124,7 @@ void print_train_table(const BenchTrainOptions& o, Device device,
                v.model_flops_per_example > 0
                    ? fmt::format("{:.1f}", m * v.model_flops_per_example / 1e9)
                    : "-",
-               static_cast<double>(v.peak_activation_bytes) / (1 << 20));
+               static_cast<double>(v.peak_activation_bytes) / (1 << 20), v.optimizer);
   }
 }
 
@@ -128,6 +132,8 @@ int run_bench_train(const BenchTrainOptions& o) {
   if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
   const Device device = parse_device(o.device);
   const std::vector<int> threads = thread_counts(o, device);
+  std::optional<optim::OptimizerKind> optimizer;
+  if (!o.optimizer.empty()) optimizer = optim::parse_optimizer(o.optimizer);
   std::vector<Variant> variants;
   for (const auto& model : split_list(o.models)) {
     for (const auto& name : split_list(o.precisions)) {
@@ -149,11 +155,13 @@ int run_bench_train(const BenchTrainOptions& o) {
            .warmup_steps = o.warmup,
            .steps = o.steps,
            .seed = static_cast<uint64_t>(r),
+           .optimizer = optimizer,
            .device = device});
       v.samples.push_back(result.examples_per_second);
       v.peak_activation_bytes = std::max(v.peak_activation_bytes, result.peak_activation_bytes);
       v.tokens_per_example = result.tokens_per_example;
       v.model_flops_per_example = result.model_flops_per_example;
+      v.optimizer = optim::optimizer_name(result.optimizer);
       if (!o.json) {
         fmt::print(stderr, "  repeat {}/{}: {} {} {} thread(s): {:.0f} ex/s\n", r + 1, o.repeats,
                    v.model, precision::policy_name(v.policy), v.threads,
@@ -193,6 +201,10 @@ Command add_bench_command(CLI::App& app) {
   train->add_option("--warmup", o->warmup, "Untimed steps before each sample")
       ->capture_default_str();
   train->add_option("--repeats", o->repeats, "Samples per variant")->capture_default_str();
+  train->add_option("--optimizer", o->optimizer,
+                    "sgd, adam, adamw, lars or lamb, with its defaults (default: each model's "
+                    "recipe, as bench/pytorch and bench/tensorflow train it: adamw at 6e-4 for "
+                    "gpt, sgd with momentum 0.9 at 0.05 for the others)");
   train->add_flag("--json", o->json, "Print the table as JSON");
   std::vector<Command> others = add_bench_comm_commands(*command);
   others.push_back(add_bench_pipeline_command(*command));

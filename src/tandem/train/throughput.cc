@@ -31,10 +31,17 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
   auto model = nn::make_model(
       options.model, precision::model_options(
                          options.policy, {.seed = options.seed, .settings = options.settings}));
-  auto optimizer = optim::make_optimizer(
-      {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.05, .momentum = 0.9},
-      model->parameters());
   const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get());
+  ThroughputResult result;
+  result.optimizer = options.optimizer.value_or(gpt != nullptr ? optim::OptimizerKind::adamw
+                                                               : optim::OptimizerKind::sgd);
+  const bool recipe = !options.optimizer;
+  auto optimizer = optim::make_optimizer(
+      {.kind = result.optimizer,
+       .learning_rate = recipe && gpt != nullptr ? 6e-4
+                        : recipe                 ? 0.05
+                                                 : optim::default_learning_rate(result.optimizer)},
+      model->parameters());
   // A few distinct batches so that no step sees exactly the previous data.
   constexpr int kBatches = 4;
   Generator generator(options.seed + 1);
@@ -59,7 +66,6 @@ ThroughputResult measure_training_throughput(const ThroughputOptions& options) {
                ? reshape(out, Shape{out.shape().numel() / out.shape()[2], out.shape()[2]})
                : out;
   };
-  ThroughputResult result;
   if (gpt != nullptr) {
     const nn::GptConfig& c = gpt->config();
     result.tokens_per_example = c.context;

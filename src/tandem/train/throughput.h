@@ -6,9 +6,11 @@
 // tokens of its full context and the cross-entropy over every position.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tandem/base/random.h"
+#include "tandem/optim/optimizer.h"
 #include "tandem/precision/policy.h"
 #include "tandem/tensor/tensor.h"
 
@@ -22,6 +24,11 @@ struct ThroughputOptions {
   int64_t warmup_steps = 5;  // untimed: primitive creation, allocator warm-up
   int64_t steps = 30;        // timed
   uint64_t seed = 0;
+  // Unset: the model's recipe, as the peers' benchmarks (bench/pytorch,
+  // bench/tensorflow) train it: gpt AdamW at 6e-4 (weight decay 0.01), the
+  // image models SGD with momentum 0.9 at 0.05. Set: that optimizer with its
+  // defaults (optim::default_learning_rate, momentum 0.9 where it applies).
+  std::optional<optim::OptimizerKind> optimizer;
   // Where the model and batches live: a CPU device (the calling thread's
   // intra-op threads) or a GPU (each step ends with its loss read back, so
   // the timing covers the queued work).
@@ -45,6 +52,7 @@ struct ThroughputResult {
   // Largest rise of the activation memory (forward activations, their
   // gradients, saved tensors) over a timed step's starting level.
   int64_t peak_activation_bytes = 0;
+  optim::OptimizerKind optimizer = optim::OptimizerKind::sgd;  // the one that ran
 };
 
 // i32 token ids of `shape`, uniform in [0, vocabulary), drawn in order from
