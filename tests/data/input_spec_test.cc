@@ -92,6 +92,29 @@ TEST(InputSpec, EveryExampleInTheTrainingDocsBuildsItsPipeline) {
   EXPECT_EQ(specs, 5);
 }
 
+// Two features may read one Example key with their own type, shape or
+// dtype (the parse was keyed by the source, and the last one's won).
+TEST(InputSpec, TwoFeaturesReadOneSourceEachAsItsSpecSays) {
+  const std::string dir = fresh("shared_source");
+  write_example_files(dir);
+  const InputSpec spec = parse_input_spec(
+      "format = \"tfrecord\"\nfiles = [\"text-0.tfrecord\"]\nshuffle = 0\ninput = \"raw\"\nlabel = "
+      "\"targets\"\n[features.raw]\ntype = \"bytes\"\nsource = \"tokens\"\ndecode = \"raw\"\n"
+      "dtype = \"i32\"\n[features.text]\ntype = \"bytes\"\nsource = \"tokens\"\ndecode = "
+      "\"raw\"\n[features.targets]\ntype = \"int64\"\nvariable_length = true\n"
+      "[features.targets_f]\ntype = \"int64\"\nsource = \"targets\"\nvariable_length = true\n"
+      "dtype = \"f32\"\n",
+      dir + "/spec.toml");
+  Iterator examples = make_input(spec, 0).iterator();
+  const Element first = *examples.next();
+  EXPECT_EQ(first.at("raw").dtype(), DType::i32);
+  EXPECT_EQ(first.at("text").dtype(), DType::u8);
+  EXPECT_EQ(first.at("targets").dtype(), DType::i32);
+  EXPECT_EQ(first.at("targets_f").dtype(), DType::f32);
+  EXPECT_EQ(first.at("targets_f").to_floats()[0], static_cast<float>('i'));
+  EXPECT_EQ(first.at("raw").to_ints()[0], 'i');
+}
+
 std::string error_of(const std::string& toml, const std::string& dir) {
   try {
     const InputSpec spec = parse_input_spec(toml, dir + "/bad.toml");

@@ -21,6 +21,7 @@
 #include "tandem/precision/policy.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/run_directory.h"
+#include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -475,6 +476,32 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   mismatch({.epochs = 1, .batch_size = 50}, train::builtin_model("mlp"),
            "the run has trained 1 epoch(s) and epochs (--epochs) is 1, which leaves nothing to "
            "train");
+}
+
+// An elastic job's new membership splits the same global batch anew: the
+// replicas' share and, under accumulation, the micro-batch (which kept the
+// first membership's size, or split into unequal micro-batches, before).
+TEST(Trainer, ANewReplicaCountSplitsTheBatchAnew) {
+  train::TrainConfig c{.batch_size = 96, .engine = {.accumulation_steps = 4}};
+  train::resolve_batch_sizes(c, 3);
+  EXPECT_EQ(c.micro_batch_size, 8);
+  train::split_global_batch(c, 2);
+  EXPECT_EQ(c.micro_batch_size, 12);
+  train::split_global_batch(c, 8);
+  EXPECT_EQ(c.micro_batch_size, 3);
+  const auto error_of = [&](int replicas) {
+    try {
+      train::split_global_batch(c, replicas);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(5).find("does not divide among 5 replicas"), std::string::npos);
+  EXPECT_NE(error_of(16).find("6 examples, which 4 accumulation steps do not split"),
+            std::string::npos)
+      << error_of(16);
+  EXPECT_NE(error_of(97).find("fewer examples than the 97 replicas"), std::string::npos);
 }
 
 // Schedule and optimizer settings that cannot train are refused when the

@@ -256,30 +256,30 @@ Element parse_example(std::string_view serialized, const std::vector<FeatureSpec
   const Example example = decode_example(serialized);
   Element out;
   for (const FeatureSpec& s : spec) {
-    const Feature* f = find(example, s.name);
+    const std::string& key = s.source.empty() ? s.name : s.source;
+    const Feature* f = find(example, key);
     const bool absent = f == nullptr || f->kind == Feature::Kind::none;
     if (s.dtype != DType::u8 && s.dtype != DType::f32 && s.dtype != DType::i32) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name,
-                   "': spec dtype must be f32, i32 or u8, got ", dtype_name(s.dtype));
+      TANDEM_THROW(InvalidArgument, "feature '", key, "': spec dtype must be f32, i32 or u8, got ",
+                   dtype_name(s.dtype));
     }
     if (absent) {
       if (!s.default_value) {
-        TANDEM_THROW(InvalidArgument, "Example lacks required feature '", s.name,
+        TANDEM_THROW(InvalidArgument, "Example lacks required feature '", key,
                      f ? "' (present with no value list)" : "'");
       }
       const Shape shape =
           s.variable_length ? Shape{static_cast<int64_t>(s.default_value->size())} : s.shape;
       if (static_cast<int64_t>(s.default_value->size()) != shape.numel()) {
-        TANDEM_THROW(InvalidArgument, "feature '", s.name, "': default has ",
-                     s.default_value->size(), " values, shape ", shape.to_string(), " needs ",
-                     shape.numel());
+        TANDEM_THROW(InvalidArgument, "feature '", key, "': default has ", s.default_value->size(),
+                     " values, shape ", shape.to_string(), " needs ", shape.numel());
       }
       out.set(s.name, Tensor::from_floats(shape, *s.default_value, s.dtype));
       continue;
     }
     if (s.dtype == DType::u8) {
       if (f->kind != Feature::Kind::bytes_list || f->bytes.size() != 1) {
-        TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind),
+        TANDEM_THROW(InvalidArgument, "feature '", key, "' is ", feature_kind_name(f->kind),
                      " with ", f->count(), " value(s); the spec expects one bytes_list value");
       }
       out.set(s.name, bytes_tensor(f->bytes[0]));
@@ -289,15 +289,15 @@ Element parse_example(std::string_view serialized, const std::vector<FeatureSpec
                                 ? s.dtype == DType::f32
                                 : f->kind == Feature::Kind::int64_list;
     if (!numeric_ok) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' is ", feature_kind_name(f->kind),
+      TANDEM_THROW(InvalidArgument, "feature '", key, "' is ", feature_kind_name(f->kind),
                    " but the spec expects ",
                    s.dtype == DType::i32 ? "int64_list" : "float_list or int64_list");
     }
     const auto count = static_cast<int64_t>(f->count());
     const Shape shape = s.variable_length ? Shape{count} : s.shape;
     if (count != shape.numel()) {
-      TANDEM_THROW(InvalidArgument, "feature '", s.name, "' has ", count,
-                   " values; the spec's shape ", shape.to_string(), " needs ", shape.numel());
+      TANDEM_THROW(InvalidArgument, "feature '", key, "' has ", count, " values; the spec's shape ",
+                   shape.to_string(), " needs ", shape.numel());
     }
     Tensor t = Tensor::empty(shape, s.dtype);
     if (f->kind == Feature::Kind::float_list) {
@@ -306,7 +306,7 @@ Element parse_example(std::string_view serialized, const std::vector<FeatureSpec
       for (int64_t i = 0; i < count; ++i) {
         const int64_t v = f->int64s[i];
         if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-          TANDEM_THROW(InvalidArgument, "feature '", s.name, "' value ", v,
+          TANDEM_THROW(InvalidArgument, "feature '", key, "' value ", v,
                        " does not fit i32 (use f32)");
         }
         t.data<int32_t>()[i] = static_cast<int32_t>(v);

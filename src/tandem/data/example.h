@@ -46,7 +46,8 @@ std::string encode_example(const Example& example);
 //   float_list -> f32
 //   bytes_list -> u8: the single bytes value as a 1-D tensor of its length
 struct FeatureSpec {
-  std::string name;
+  std::string name;    // the tensor's name in the parsed element
+  std::string source;  // the Example's feature key; empty: `name`
   DType dtype = DType::f32;
   Shape shape;                                      // fixed length: shape.numel() values
   bool variable_length = false;                     // any count, as a 1-D tensor

@@ -433,7 +433,10 @@ MapFn example_maker(const InputSpec& spec) {
   if (spec.format == "tfrecord") {
     std::vector<FeatureSpec> parse;
     for (const InputFeature& f : spec.features) {
-      FeatureSpec p{.name = f.source};
+      // Named by the spec's feature, not its source: two features may read
+      // one source (with other shapes or dtypes; keyed by source, the last
+      // one's parse was both's).
+      FeatureSpec p{.name = f.name, .source = f.source};
       if (f.type == "bytes") {
         p.dtype = DType::u8;
       } else {

@@ -144,6 +144,13 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
                  " accumulation steps disagree: ", micro, " x ", steps, " x ", replicas, " = ",
                  batch_of(steps), contract);
   }
+  split_global_batch(config, replicas);
+}
+
+void split_global_batch(TrainConfig& config, int replicas) {
+  const int64_t global = config.batch_size;
+  const std::string contract = " (the global batch is micro-batch x accumulation steps x " +
+                               std::to_string(replicas) + " replicas)";
   if (global < replicas) {
     TANDEM_THROW(InvalidArgument, "global batch ", global, " has fewer examples than the ",
                  replicas, " replicas");
@@ -159,7 +166,7 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
                  " replicas ", per_replica, " examples, which ", config.engine.accumulation_steps,
                  " accumulation steps do not split into equal micro-batches", contract);
   }
-  micro = per_replica / config.engine.accumulation_steps;
+  config.micro_batch_size = per_replica / config.engine.accumulation_steps;
 }
 
 void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {

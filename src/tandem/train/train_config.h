@@ -157,6 +157,11 @@ distribute::EngineOptions engine_options_of(const TrainConfig& config, precision
 // they agree: InvalidArgument naming the numbers otherwise. The Trainer
 // calls it once it knows its strategy's replica count.
 void resolve_batch_sizes(TrainConfig& config, int replicas);
+// resolve_batch_sizes' last part, for a replica count that changed (an
+// elastic job's new membership): the global batch divides among `replicas`
+// and each share into accumulation_steps equal micro-batches, whose size
+// becomes micro_batch_size; InvalidArgument naming the numbers otherwise.
+void split_global_batch(TrainConfig& config, int replicas);
 
 // InvalidArgument when the training data has fewer examples than one global
 // batch (config's, resolved); fit() checks it too.

@@ -175,11 +175,15 @@ void Trainer::change_membership(Progress& progress, TrainResult& result, const s
     try {
       config_.strategy.processes = elastic_->group->shared_communicator();
       strategy_ = distribute::make_strategy(config_.strategy);
-      if (config_.batch_size % strategy_->global_replicas() != 0) {
-        TANDEM_THROW(InvalidArgument, "the global batch ", config_.batch_size,
-                     " does not divide among the ", strategy_->global_replicas(),
-                     " replicas of the elastic job's new membership (choose a global batch "
-                     "that every membership from --min-workers up divides)");
+      // The share of each replica changes with their number; so does the
+      // micro-batch under accumulation.
+      try {
+        split_global_batch(config_, strategy_->global_replicas());
+      } catch (const InvalidArgument& e) {
+        TANDEM_THROW(InvalidArgument, "the elastic job's new membership of ",
+                     strategy_->global_replicas(), " replicas cannot split the batch: ", e.what(),
+                     "; choose a global batch that every membership from --min-workers up "
+                     "divides");
       }
       engine_ = strategy_->make_engine(model_.build, engine_options());
       reset_metric_sums();
