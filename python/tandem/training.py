@@ -117,9 +117,6 @@ class Trainable:
         from . import callbacks as cb
         from .data import Dataset
         train, batch_size = _as_examples(x, y, batch_size)
-        if shuffle and not isinstance(x, Dataset):
-            # Pass k (epoch k) draws its own order from the seed.
-            train = train.shuffle(len(train), seed=options.get("seed", 0))
         validation = None
         if validation_data is not None:
             if isinstance(validation_data, tuple):
@@ -136,7 +133,10 @@ class Trainable:
                 elif options.setdefault(key, value) != value:
                     raise ValueError(f"{type(c).__name__} sets {key}={value!r}, and fit was given "
                                      f"{key}={options[key]!r}")
-        trainer = self._trainer(train, options)
+        trainer = self._trainer(train, options)  # checks the options (the seed's type too)
+        if shuffle and not isinstance(x, Dataset):
+            # Pass k (epoch k) draws its own order from the seed.
+            train = train.shuffle(len(train), seed=options.get("seed", 0))
         self._continue_optimizer(trainer, options)
         object.__setattr__(self, "_last_trainer", trainer)
         object.__setattr__(self, "_last_trainer_names", train._names)

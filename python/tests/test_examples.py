@@ -1,6 +1,7 @@
 """The Python examples run (small settings where they take options) and
 reach what they claim."""
 import os
+import re
 import subprocess
 import sys
 
@@ -17,9 +18,25 @@ def run(args, **kwargs):
     return result.stdout
 
 
-@pytest.mark.parametrize("script", ["numpy_regression.py", "custom_model.py", "custom_loop.py"])
-def test_example_runs(script):
-    run([sys.executable, os.path.join(EXAMPLES, script)])
+def test_numpy_regression_finds_the_weights():
+    out = run([sys.executable, os.path.join(EXAMPLES, "numpy_regression.py")])
+    found = re.search(r"learned \[([^\]]*)\] \[([^\]]*)\] loss (\S+)", out)
+    assert found, out
+    w = [float(v) for v in found.group(1).split()]
+    assert w == pytest.approx([2.0, -1.0, 0.5], abs=1e-3), out
+    assert float(found.group(2)) == pytest.approx(0.3, abs=1e-3), out
+    assert float(found.group(3)) < 1e-6, out
+
+
+def test_custom_model_learns_its_task():
+    out = run([sys.executable, os.path.join(EXAMPLES, "custom_model.py")])
+    found = re.search(r"final validation accuracy: (\S+)", out)
+    assert found, out
+    assert float(found.group(1)) > 0.9, out
+
+
+def test_custom_loop_runs():  # it checks its own result (exit status 1 otherwise)
+    run([sys.executable, os.path.join(EXAMPLES, "custom_loop.py")])
 
 
 @pytest.mark.skipif(not CLI or not os.path.exists("/usr/bin/bible"), reason="needs tandem and bible-kjv")

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <filesystem>
 #include <fstream>
 
@@ -175,6 +177,29 @@ TEST(Image, CropAndFlipMoveThePixels) {
                       .map(random_crop_with_padding(0, 1))
                       .iterator();
   EXPECT_EQ(crop.next()->at("image").to_floats(), image.to_floats());  // no padding: identity
+  // Padding 1: a window of the zero-padded image, shifted by at most one
+  // pixel each way; over seeds, the pixel at (1, 1) lands in several places
+  // and nothing else changes.
+  Tensor centred = Tensor::zeros(Shape{4, 4, 1}, DType::u8);
+  centred.data<uint8_t>()[1 * 4 + 1] = 200;
+  std::set<int> places;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Iterator it = Dataset::from_elements({Element{{"image", centred}}})
+                      .map(random_crop_with_padding(1, seed))
+                      .iterator();
+    const std::vector<float> out = it.next()->at("image").to_floats();
+    ASSERT_EQ(out.size(), 16u);
+    int lit = -1, count = 0;
+    for (int i = 0; i < 16; ++i) {
+      if (out[i] == 200.0f) lit = i;
+      count += out[i] != 0.0f;
+    }
+    ASSERT_EQ(count, 1) << "seed " << seed;
+    EXPECT_LE(lit / 4, 2) << "seed " << seed;
+    EXPECT_LE(lit % 4, 2) << "seed " << seed;
+    places.insert(lit);
+  }
+  EXPECT_GE(places.size(), 4u);
 }
 
 }  // namespace

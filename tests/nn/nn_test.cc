@@ -139,10 +139,29 @@ TEST(Layers, AModuleUsedTwiceHoldsItsParametersOnce) {
   EXPECT_EQ(named[2].first, "1.weight");
   EXPECT_EQ(s.parameter_count(), 4 * 4 + 4 + 4 + 4);
   EXPECT_EQ(s.named_buffers().size(), norm->named_buffers().size());
-  // Gradients from both uses meet in the one weight.
-  const Variable x(Tensor::full(Shape{2, 4}, 1.0f), false);
-  sum(s(x)).backward();
-  EXPECT_TRUE(named[0].second.has_grad());
+  // Gradients from both uses meet in the one weight: the sum of what two
+  // separate copies of it get.
+  auto shared = std::make_shared<nn::Linear>(4, 4, nn::LinearOptions{}, g);
+  nn::Sequential twice;
+  twice.add(shared).add(shared);
+  const Variable x(testing::random_tensor(Shape{3, 4}, -1, 1, 2), false);
+  sum(twice(x)).backward();
+  const auto both = shared->named_parameters();  // weight, bias
+  ASSERT_EQ(both.size(), 2u);
+  std::vector<Variable> first, second;
+  for (const auto& [name, p] : both) {
+    first.emplace_back(p.value().clone(), true);
+    second.emplace_back(p.value().clone(), true);
+  }
+  sum(linear(linear(x, first[0], first[1]), second[0], second[1])).backward();
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<float> got = both[i].second.grad().to_floats();
+    const std::vector<float> a = first[i].grad().to_floats(), b = second[i].grad().to_floats();
+    ASSERT_EQ(got.size(), a.size());
+    for (size_t k = 0; k < got.size(); ++k)
+      EXPECT_NEAR(got[k], a[k] + b[k], 1e-5f * (1.0f + std::abs(a[k] + b[k])))
+          << both[i].first << "[" << k << "]";
+  }
 }
 
 TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {

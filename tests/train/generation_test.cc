@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "tandem/autograd/variable.h"
 #include "tandem/base/error.h"
 #include "tandem/nn/models.h"
 
@@ -27,8 +32,25 @@ TEST(Generation, GreedyAndSeededSamplingAreReproducible) {
   // An untrained model is near uniform over 256 bytes: another seed differs.
   EXPECT_NE(a, train::generate(*gpt, "abc", {.tokens = 30, .seed = 2}));
   EXPECT_EQ(train::generate(*gpt, "abc", {.tokens = 0}), "");
-  // top_k 3 draws only among the 3 most likely bytes of each step.
-  EXPECT_EQ(train::generate(*gpt, "abc", {.tokens = 5, .top_k = 3, .seed = 4}).size(), 5u);
+  // top_k 3 draws only among the 3 most likely bytes of each step, and
+  // among all three: the first byte over many seeds.
+  gpt->eval();
+  const std::vector<float> logits =
+      gpt->forward(Variable(Tensor::from_ints(Shape{1, 3}, std::vector<int32_t>{'a', 'b', 'c'})))
+          .value()
+          .to_floats();
+  std::vector<int> order(256);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int x, int y) { return logits[2 * 256 + x] > logits[2 * 256 + y]; });
+  const std::set<int> top3(order.begin(), order.begin() + 3);
+  std::set<int> drawn;
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    const std::string next = train::generate(*gpt, "abc", {.tokens = 1, .top_k = 3, .seed = seed});
+    ASSERT_EQ(next.size(), 1u);
+    drawn.insert(static_cast<unsigned char>(next[0]));
+  }
+  EXPECT_EQ(drawn, top3);
 }
 
 TEST(Generation, BadPromptsAndOptionsAreErrors) {
