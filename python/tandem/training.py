@@ -20,6 +20,14 @@ _LOSSES = {
     "huber": "huber",
 }
 
+# The metrics compile() takes when given none: tandem train's defaults.
+_DEFAULT_METRICS = {
+    "softmax_cross_entropy": ("accuracy",),
+    "mean_squared_error": ("mae", "rmse"),
+    "mean_absolute_error": ("mae", "rmse"),
+    "huber": ("mae", "rmse"),
+}
+
 # fit() options about what a run writes (as tandem train's flags): the
 # monitor's metrics.jsonl, trace and TensorBoard files and summary.json go
 # into output_dir on the chief.
@@ -47,9 +55,11 @@ class Trainable:
     """compile/fit/evaluate/predict, mixed into tandem.nn.Module and tandem.Model."""
 
     def compile(self, optimizer="sgd", loss="sparse_categorical_crossentropy",
-                metrics=("accuracy",), precision=None, strategy=None, **options):
+                metrics=None, precision=None, strategy=None, **options):
         """Chooses the optimizer (a tandem.optimizers object or a name), the
-        loss (Keras's or tandem's name; models output logits), the metrics and
+        loss (Keras's or tandem's name; models output logits), the metrics
+        (default, as tandem train's: accuracy beside cross-entropy, mae and
+        rmse beside a regression loss, none beside binary cross-entropy) and
         the strategy (default: the one whose scope() was active when the
         model was built or is active now, else one device). `options` are fit()'s training options, fixed here."""
         from . import distribute, optimizers
@@ -60,6 +70,8 @@ class Trainable:
                             f"{type(optimizer).__name__}")
         if not isinstance(loss, str) or loss not in _LOSSES:
             raise ValueError(f"unknown loss {loss!r} (known: {', '.join(sorted(_LOSSES))})")
+        if metrics is None:
+            metrics = _DEFAULT_METRICS.get(_LOSSES[loss], ())
         if isinstance(metrics, str):
             metrics = [metrics]
         policy = self._policy()

@@ -325,3 +325,24 @@ def test_adams_weight_decay_is_decoupled_as_in_keras():
     decoupled = losses(tandem.optimizers.AdamW(0.01, weight_decay=0.1))
     assert losses(tandem.optimizers.Adam(0.01, weight_decay=0.1)) == decoupled
     assert losses(tandem.optimizers.Adam(0.01)) != decoupled
+
+
+def test_compile_takes_the_losss_metrics_and_refuses_class_metrics_for_regression():
+    # As tandem train: mae and rmse beside a regression loss (accuracy was
+    # the default whatever the loss, and failed at the first batch).
+    x = np.random.default_rng(0).random((64, 3), dtype=np.float32)
+    y = x.sum(axis=1)
+    model = tandem.Sequential([tandem.layers.Dense(1)], input_shape=(3,))
+    model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(x, y, epochs=1, batch_size=16)
+    assert {"mae", "rmse"} <= set(history.history) and "accuracy" not in history.history
+    model.compile(optimizer="sgd", loss="mse", metrics=["accuracy"])
+    with pytest.raises(ValueError, match="metric 'accuracy' scores classes"):
+        model.fit(x, y, epochs=1, batch_size=16)
+
+
+def test_uint8_inputs_are_read_as_their_values():
+    # As Keras casts them: a Dense layer on u8 gave u8, clamped and truncated.
+    model = tandem.Sequential([tandem.layers.Dense(3)], input_shape=(4,))
+    pixels = np.random.default_rng(1).integers(0, 256, (5, 4), dtype=np.uint8)
+    assert np.array_equal(model.predict(pixels), model.predict(pixels.astype(np.float32)))

@@ -192,6 +192,28 @@ TEST(UserData, EvaluateAsksForDataWhenTheRunHeldNoneOut) {
                         "has no summary.json (stopped before its end) and trained on --data");
 }
 
+// A run records its paths absolute: it resumes from any directory, and a
+// resume may name the data by another path to the same place.
+TEST(UserData, ARunStartedWithRelativePathsResumesFromAnywhere) {
+  const std::string dir = tmp("user-relative-paths");
+  write_image_folder(dir + "/train", {0, 1, 2}, 20);
+  write(dir + "/mlp3.toml", kMlp3);
+  const std::string cli = TANDEM_CLI_PATH;
+  const testing::CommandResult trained =
+      testing::shell("cd " + dir + " && " + cli +
+                     " train --model mlp3.toml --data train --batch-size 30 --epochs 3 "
+                     "--stop-after-epochs 1 --quiet --output run 2>&1");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const testing::CommandResult resumed = testing::shell(
+      "cd / && " + cli + " train --output " + dir + "/run --resume --epochs 2 --quiet 2>&1");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const testing::CommandResult again = testing::shell(
+      "cd " + dir + "/train && " + cli + " train --output ../run --resume --epochs 3 --data " +
+      "../train --quiet 2>&1");
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(summary_of(dir + "/run").at("history").size(), 3u);
+}
+
 TEST(UserData, ImageFolderAndCsvRegressionTrain) {
   // A folder of PNGs, one sub-folder per class (3 classes of Fashion-MNIST).
   const std::string dir = tmp("user-folder");

@@ -164,6 +164,24 @@ TEST(Layers, AModuleUsedTwiceHoldsItsParametersOnce) {
   }
 }
 
+// Integer inputs (u8 pixels) are read as their values, as Keras casts them:
+// the result was u8, clamped at 0 and truncated.
+TEST(Layers, DenseAndConvReadIntegerInputsAsTheirValues) {
+  Generator g(4);
+  nn::Linear dense(4, 3, nn::LinearOptions{}, g);
+  nn::Conv2d conv(1, 2, 3, nn::Conv2dOptions{.padding = 1}, g);
+  const Tensor pixels = testing::random_tensor(Shape{2, 4, 4, 1}, 0, 255, 5).to(DType::u8);
+  const Tensor values = pixels.to(DType::f32);
+  const Variable convolved = conv.forward(Variable(pixels));
+  EXPECT_EQ(convolved.dtype(), DType::f32);
+  EXPECT_EQ(convolved.value().to_floats(), conv.forward(Variable(values)).value().to_floats());
+  const Tensor rows = pixels.reshape(Shape{8, 4});
+  const Variable projected = dense.forward(Variable(rows));
+  EXPECT_EQ(projected.dtype(), DType::f32);
+  EXPECT_EQ(projected.value().to_floats(),
+            dense.forward(Variable(rows.to(DType::f32))).value().to_floats());
+}
+
 TEST(Layers, DropoutIsIdentityInEvalAndSequentialPropagatesMode) {
   nn::Sequential s;
   s.emplace<nn::Flatten>().emplace<nn::Dropout>(0.5f).emplace<nn::ReLU>();

@@ -445,6 +445,19 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   EXPECT_THROW(make({.resume = true}), InvalidArgument);
   EXPECT_THROW(make({.input_feature = ""}), InvalidArgument);
   EXPECT_THROW(train::builtin_model("resnet152"), InvalidArgument);
+  // A class metric beside a regression loss failed at the first batch.
+  train::TrainConfig regression;
+  regression.loss = train::make_loss("mean_squared_error");
+  regression.metrics = {train::make_metric("accuracy")};
+  try {
+    make(regression);
+    ADD_FAILURE() << "accuracy beside mean_squared_error was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("metric 'accuracy' scores classes"), std::string::npos)
+        << e.what();
+  }
+  regression.metrics = {train::make_metric("rmse")};
+  EXPECT_NO_THROW(make(regression));
 
   const std::string dir = fresh_dir("conflict");
   train::Trainer first({.epochs = 1, .batch_size = 50, .output_dir = dir},

@@ -22,7 +22,8 @@ namespace tandem {
 // the weights to bf16 for the matmul/conv (AMX or AVX512-BF16 through oneDNN);
 // the weights' cast is cached until they change (Variable::value_as), so it
 // happens once per step. output_dtype: the dtype of the result (activations
-// between layers; default: the input's dtype). Weight gradients keep the
+// between layers; default: the input's dtype, f32 for an integer input,
+// which is read as its values, as Keras casts it). Weight gradients keep the
 // weights' dtype (f32 master weights).
 struct LinearOptions {
   kernels::Activation activation = kernels::Activation::none;

@@ -26,9 +26,11 @@ Tensor kept_output(const Tensor& y, Activation fused_activation) {
   return fused_activation == Activation::none ? Tensor() : y;
 }
 
-// The result dtype of a layer: asked for, or the input's.
+// The result dtype of a layer: asked for, or the input's, but f32 for an
+// integer input (u8 pixels, as Keras casts them: results in the input's u8
+// were clamped at 0 and truncated).
 DType output_dtype(const std::optional<DType>& asked, DType input) {
-  return asked.value_or(input);
+  return asked.value_or(is_floating(input) ? input : DType::f32);
 }
 
 // oneDNN writes f32 or bf16 results here; others (f16) are converted after.

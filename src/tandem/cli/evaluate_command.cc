@@ -86,6 +86,13 @@ std::string recorded_validation_data(const EvaluateOptions& o, const nlohmann::j
                  "' without --validation-data: say what to evaluate on with --data SPEC (its "
                  "training data gives training figures, not evaluation ones)");
   }
+  // A run from a program (Python's fit) records neither its data nor
+  // Fashion-MNIST's folder.
+  if (config.is_object() && !config.contains("data_dir")) {
+    TANDEM_THROW(InvalidArgument, "run '", o.run_dir,
+                 "' does not record its data (a program's run, such as Python's fit): say what "
+                 "to evaluate on with --data SPEC");
+  }
   if (!config.is_object() && trained_on_data_spec(checkpoint)) {
     TANDEM_THROW(InvalidArgument, "run '", o.run_dir,
                  "' has no summary.json (stopped before its end) and trained on --data: say what "

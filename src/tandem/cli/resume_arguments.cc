@@ -1,6 +1,7 @@
 #include "tandem/cli/resume_arguments.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "tandem/base/error.h"
@@ -93,8 +94,31 @@ std::string joined(const std::vector<std::string>& values) {
   return out;
 }
 
+// Whether the option's value names a file or folder (--model: a model
+// file, not a built-in's name, as run_setup tells them apart).
+bool names_a_path(const std::string& name, const std::string& value) {
+  if (name == "--data" || name == "--validation-data" || name == "--data-dir" ||
+      name == "--tensorboard" || name == "--init-from")
+    return true;
+  return name == "--model" && (value.ends_with(".toml") || std::filesystem::is_regular_file(value));
+}
+
+// The option's values with paths made absolute: a run records them so, and
+// a resume compares them so, which lets it resume from any directory (with
+// the paths as typed, a run started with --data data/x.toml resumed only
+// from the directory it started in).
+std::vector<std::string> values_of(const CLI::Option& option) {
+  std::vector<std::string> values = option.results();
+  for (std::string& v : values) {
+    if (!v.empty() && names_a_path(option.get_name(), v))
+      v = std::filesystem::absolute(v).lexically_normal().string();
+  }
+  return values;
+}
+
 void append(std::vector<std::string>& args, const CLI::Option& option) {
-  for (const std::string& value : option.results()) args.push_back(option.get_name() + "=" + value);
+  for (const std::string& value : values_of(option))
+    args.push_back(option.get_name() + "=" + value);
 }
 
 }  // namespace
@@ -141,11 +165,11 @@ std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& r
     }
     const CLI::Option* before = recorded.get_option_no_throw(name);
     const std::vector<std::string> was =
-        before != nullptr ? before->results() : std::vector<std::string>();
-    if (option->results() != was) {
+        before != nullptr ? values_of(*before) : std::vector<std::string>();
+    if (values_of(*option) != was) {
       TANDEM_THROW(InvalidArgument, "--resume takes every setting from the run, which was started ",
                    was.empty() ? "without " + name : "with " + name + " " + joined(was),
-                   "; this command gives ", name, " ", joined(option->results()),
+                   "; this command gives ", name, " ", joined(values_of(*option)),
                    " (a resume may change only --epochs, the output and monitoring flags, the "
                    "strategy, devices, threads, timeouts and input parallelism; to change ",
                    name, ", start a new run in another --output)");

@@ -100,8 +100,9 @@ Loss loss_from_json(const std::string& text) {
     const nlohmann::json j = nlohmann::json::parse(text);
     const std::string kind = j.at("kind").get<std::string>();
     if (kind == "custom") {
-      TANDEM_THROW(InvalidArgument,
-                   "the loss is a program's own; rebuild it with the program (C++ API)");
+      TANDEM_THROW(
+          InvalidArgument,
+          "the loss is a program's own; rebuild it with the program that built it (C++ or Python)");
     }
     LossOptions o{.labels = j.at("labels").get<std::string>(),
                   .label_smoothing = j.at("label_smoothing").get<double>(),

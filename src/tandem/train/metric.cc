@@ -56,8 +56,9 @@ std::vector<Metric> metrics_from_json(const std::string& text) {
     std::vector<Metric> out;
     for (const nlohmann::json& e : nlohmann::json::parse(text)) {
       if (!e.at("builtin").get<bool>()) {
-        TANDEM_THROW(InvalidArgument, "metric '", e.at("name").get<std::string>(),
-                     "' is a program's own; rebuild it with the program (C++ API)");
+        TANDEM_THROW(
+            InvalidArgument, "metric '", e.at("name").get<std::string>(),
+            "' is a program's own; rebuild it with the program that built it (C++ or Python)");
       }
       MetricOptions o{.labels = e.at("labels").get<std::string>()};
       if (e.contains("ignore_index"))

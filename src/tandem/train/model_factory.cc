@@ -69,7 +69,8 @@ ModelFactory rebuild_model(const ModelSpec& spec) {
   if (!spec.rebuildable) {
     TANDEM_THROW(InvalidArgument, "model '", spec.name,
                  "' was built by a program, not from a built-in name or a model file; rebuild "
-                 "it with the program (C++ API) and load the checkpoint into it");
+                 "it with the program that built it (C++ or Python) and load the checkpoint "
+                 "there (Python: fit with output_dir and resume=True)");
   }
   if (!spec.definition.empty()) {
     // The recorded text, not the file (which may have changed since); its

@@ -93,9 +93,22 @@ void check_train_config(const TrainConfig& config) {
   if (!config.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
   if (config.input_feature.empty())
     TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");
+  // Class metrics read integer class labels and scores per class: beside a
+  // regression or binary loss they failed at the first batch with an
+  // operator's message about label dtypes.
+  const bool class_loss =
+      config.loss.kind == "softmax_cross_entropy" || config.loss.kind == "custom";
   for (const Metric& m : config.metrics) {
     if (!m.measure || !m.value)
       TANDEM_THROW(InvalidArgument, "metric '", m.name, "' has no measure or value function");
+    const bool class_metric = m.name == "accuracy" || m.name == "perplexity" ||
+                              m.name == "bits_per_byte" || m.name.ends_with("_accuracy");
+    if (class_metric && !class_loss) {
+      TANDEM_THROW(InvalidArgument, "metric '", m.name,
+                   "' scores classes against integer class labels, which the loss ",
+                   config.loss.kind,
+                   " does not train on (metrics (--metrics): mae, rmse for regression)");
+    }
   }
 }
 
