@@ -1,6 +1,7 @@
 """Keras-style callbacks for fit(): called with each epoch's logs
 ({"loss", "accuracy", "val_loss", ...}) and, when overridden, each step's."""
 import math
+import os
 
 
 class Callback:
@@ -155,4 +156,9 @@ class ModelCheckpoint(Callback):
     def on_epoch_end(self, epoch, logs):
         if self.save_best_only and not self.watched.improved(logs):
             return
-        self.model.save_weights(self.filepath.format(epoch=epoch + 1, **logs))
+        path = self.filepath.format(epoch=epoch + 1, **logs)
+        # As Keras's: the folder is made (a missing one ended the fit).
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        self.model.save_weights(path)

@@ -268,6 +268,29 @@ def _dataset_of(x, y):
     return Dataset.from_tensor_slices((x, y) if y is not None else x)
 
 
+def _with_current_names(x):
+    """A dict dataset named as its elements are now (a map may have renamed
+    its features; the dataset keeps its source's names): one element is
+    read to tell. fit takes the first feature as the input and the second
+    as the label, so more than two are refused (the first two of a CSV's
+    columns trained one column on another)."""
+    from .data import Dataset
+    source = x._unbatched if x._unbatched is not None else x
+    first = next(iter(source._native.iterate(0)), None)
+    names = tuple(first) if first else x._names
+    if len(names) > 2:
+        raise ValueError(
+            f"the dataset's elements hold {len(names)} features ({', '.join(names)}); fit and "
+            "evaluate take the input and the label: map each element to a dict of those two, "
+            "the input first, e.g. ds.map(lambda e: {'x': e['x0'], 'y': e['y']})")
+    unbatched = None
+    if x._unbatched is not None:
+        unbatched = Dataset(x._unbatched._native, names, "dict")
+    renamed = Dataset(x._native, names, "dict", unbatched, x._batch_size)
+    renamed._batched_before = x._batched_before
+    return renamed
+
+
 def _as_examples(x, y, batch_size):
     """The unbatched dataset fit and evaluate give the Trainer, and the batch size."""
     from .data import Dataset
@@ -282,6 +305,8 @@ def _as_examples(x, y, batch_size):
         raise NotImplementedError(
             f"the dataset's elements have {len(x._names)} parts; fit and evaluate take (input, "
             "label): sample weights are not supported")
+    if x._structure == "dict":
+        x = _with_current_names(x)
     if x._batched_before:
         # Each element would be taken for one example (a batch of 16 rows
         # trained as 16 "examples" of 16 rows each).
@@ -293,4 +318,4 @@ def _as_examples(x, y, batch_size):
             raise ValueError(f"the dataset is batched by {x._batch_size}; batch_size={batch_size} "
                              "disagrees (give one or the other)")
         return x._unbatched, x._batch_size
-    return x, batch_size or 32
+    return x, 32 if batch_size is None else batch_size

@@ -76,7 +76,8 @@ TEST(Cli, BadInputsNameTheProblem) {
   expect_one_line_error("train --model resnet50" + out,
                         "unknown model 'resnet50' (expected cnn, mlp, gpt or resnet)");
   expect_one_line_error("train --batch-size -5" + out, "--batch-size must be at least 1, got -5");
-  expect_one_line_error("train --batch-size 100000" + out, "larger than the training set");
+  expect_one_line_error("train --batch-size 100000 --drop-remainder" + out,
+                        "larger than the training set (256 examples)");
   expect_one_line_error("train --optimizer adagrad" + out, "unknown optimizer 'adagrad'");
   expect_one_line_error("train --compute-dtype f64" + out, "f64");
   expect_one_line_error("train --precision mixed_float8" + out, "unknown precision policy");

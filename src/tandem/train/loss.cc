@@ -40,7 +40,18 @@ Loss make_loss_function(std::string_view name, const LossOptions& options) {
                                  .label_smoothing = options.label_smoothing};
     return {describe(name, options, true, false),
             [labels, ce](const Variable& logits, const data::Element& batch) {
-              return softmax_cross_entropy_per_example(logits, batch.at(labels), ce);
+              const Tensor& targets = batch.at(labels);
+              // The data's mistake, said as such (the operator's message
+              // spoke of dtypes and leading dimensions).
+              if (targets.dtype() != DType::i32) {
+                TANDEM_THROW(InvalidArgument,
+                             "the loss softmax_cross_entropy takes integer class "
+                             "labels, but '",
+                             labels, "' is ", dtype_name(targets.dtype()),
+                             " (regression targets? use mean_squared_error; class ids stored as "
+                             "floats? make the feature i32)");
+              }
+              return softmax_cross_entropy_per_example(logits, targets, ce);
             }};
   }
   if (name == "binary_cross_entropy") {

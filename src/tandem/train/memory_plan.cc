@@ -142,9 +142,14 @@ Trace trace(const MemoryPlanInput& in, int64_t micro_batch, int64_t eval_rows) {
       try {
         return step(rows, training);
       } catch (const Error& e) {
+        // The tensors there name the trace's own device: the user's is cpu.
+        std::string what = e.what();
+        const std::string scratch = scratch_device().to_string();
+        for (size_t at = what.find(scratch); at != std::string::npos; at = what.find(scratch, at))
+          what.replace(at, scratch.size(), "cpu");
         TANDEM_THROW(InvalidArgument, "the model does not take the training data (",
                      training ? "a training step" : "an evaluation", " on ", rows,
-                     " of its examples, traced for the memory plan): ", e.what());
+                     " of its examples, traced for the memory plan): ", what);
       }
     };
     const auto fit = [&](const std::array<int64_t, 2>& rows, bool training) {

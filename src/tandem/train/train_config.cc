@@ -184,9 +184,11 @@ void split_global_batch(TrainConfig& config, int replicas) {
 
 void check_batch_fits(const TrainConfig& config, const data::Dataset& train) {
   const int64_t examples = train.cardinality();
-  if (examples >= 0 && examples < config.batch_size) {
+  if (examples == 0) TANDEM_THROW(InvalidArgument, "the training set has no examples");
+  if (examples > 0 && examples < config.batch_size && config.drop_remainder) {
     TANDEM_THROW(InvalidArgument, "batch size ", config.batch_size,
-                 " is larger than the training set (", examples, " examples)");
+                 " is larger than the training set (", examples,
+                 " examples): with drop_remainder (--drop-remainder) no step would run");
   }
 }
 

@@ -163,8 +163,10 @@ void resolve_batch_sizes(TrainConfig& config, int replicas);
 // becomes micro_batch_size; InvalidArgument naming the numbers otherwise.
 void split_global_batch(TrainConfig& config, int replicas);
 
-// InvalidArgument when the training data has fewer examples than one global
-// batch (config's, resolved); fit() checks it too.
+// InvalidArgument when the training data has no examples, or, with
+// drop_remainder, fewer than one global batch (config's, resolved): no step
+// would run. Without drop_remainder a smaller set is one partial batch per
+// epoch, as Keras takes it. fit() checks it too.
 void check_batch_fits(const TrainConfig& config, const data::Dataset& train);
 
 }  // namespace tandem::train

@@ -125,8 +125,9 @@ void Trainer::make_schedule(int64_t per_epoch) {
     TANDEM_THROW(InvalidArgument, "the ", optim::schedule_name(config_.schedule), " schedule",
                  config_.warmup_epochs > 0.0 ? " with warm-up" : "",
                  " is measured in epochs, but the training data's size is not known without "
-                 "reading it (a filter, an interleave, compressed TFRecord files, repeat()); "
-                 "set steps_per_epoch (--steps-per-epoch) or use the constant schedule");
+                 "reading it (a filter, an interleave, compressed TFRecord files, repeat(), a "
+                 "Python generator without cardinality=); set steps_per_epoch "
+                 "(--steps-per-epoch) or use the constant schedule");
   }
   schedule_ = optim::make_schedule(
       {.kind = config_.schedule,
