@@ -347,3 +347,19 @@ def test_uint8_inputs_are_read_as_their_values():
     model = tandem.Sequential([tandem.layers.Dense(3)], input_shape=(4,))
     pixels = np.random.default_rng(1).integers(0, 256, (5, 4), dtype=np.uint8)
     assert np.array_equal(model.predict(pixels), model.predict(pixels.astype(np.float32)))
+
+
+def test_a_dict_dataset_takes_its_current_two_features(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("x0,x1,y\n" + "".join(f"{i % 3},{i % 5},{i % 2}\n" for i in range(40)))
+    rows = tandem.data.Dataset.from_csv(str(path))
+    model = tandem.Sequential([tandem.layers.Dense(2)], input_shape=(1,))
+    model.compile(optimizer="sgd")
+    # Three features: which is the input? (The first two trained x0 on x1.)
+    with pytest.raises(ValueError, match="hold 3 features"):
+        model.fit(rows, epochs=1, batch_size=8)
+    # Mapped to two, renamed: fit reads the names the elements have now.
+    pairs = rows.map(lambda e: {"inputs": tandem.ops.reshape(e["x0"], (1,)),
+                                "classes": tandem.ops.cast(e["y"], "int32")})
+    history = model.fit(pairs, epochs=1, batch_size=8)
+    assert history.history["examples"] == [40]
