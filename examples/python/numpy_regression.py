@@ -1,5 +1,5 @@
 """Linear regression on numpy arrays with tandem tensors and autograd, as
-one would write it in PyTorch, then the same model through fit().
+one would write it in PyTorch (fit() takes such arrays too: docs/python.md).
     PYTHONPATH=build/python python3 examples/python/numpy_regression.py"""
 import numpy as np
 

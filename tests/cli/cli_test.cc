@@ -1180,6 +1180,19 @@ TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   const std::string ragged = tmp("ragged.csv");
   std::ofstream(ragged) << "a,b\n1\n";
   expect_one_line_error("data inspect " + ragged, "line 2: expected 2 fields, got 1");
+  // Only a file named as CSV is read as one: a data specification, an image
+  // or an unknown file "inspected" as a one-column CSV before.
+  const std::string spec = tmp("inspect.toml");
+  std::ofstream(spec) << "format = \"csv\"\nfiles = [\"inspect.csv\"]\n";
+  expect_one_line_error("data inspect " + spec, "is a TOML file (a data specification");
+  const std::string image = tmp("inspect.png");
+  std::ofstream(image) << "not really a png";
+  expect_one_line_error("data inspect " + image, "is an image: inspect its folder");
+  const std::string unknown = tmp("inspect.rows");
+  std::ofstream(unknown) << "a,b\n1,2\n";
+  expect_one_line_error("data inspect " + unknown, "give --format csv to read it as CSV");
+  EXPECT_EQ(nlohmann::json::parse(run("data inspect --format csv " + unknown).output).at("records"),
+            1);
 }
 
 TEST(Cli, DataInspectShowsUtf8BytesAsText) {

@@ -84,7 +84,22 @@ std::string detect_format(const std::string& path) {
   if (data::detect_compression(path) == data::Compression::zlib) return "tfrecord";
   if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && head[3] >= 1 && head[3] <= 8)
     return "idx";
-  return "csv";
+  // Anything else read as CSV "worked" on a data specification, an image
+  // or a model file: only a file named as CSV is taken for one.
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.ends_with(".gz")) name.resize(name.size() - 3);
+  if (name.ends_with(".csv") || name.ends_with(".tsv") || name.ends_with(".txt")) return "csv";
+  if (name.ends_with(".toml")) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is a TOML file (a data specification or model file): inspect the data files "
+                 "it names, or its folder of images");
+  }
+  if (name.ends_with(".png") || name.ends_with(".jpg") || name.ends_with(".jpeg")) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "' is an image: inspect its folder of class sub-folders instead");
+  }
+  TANDEM_THROW(InvalidArgument, "cannot tell the format of '", path,
+               "': not TFRecord or IDX, and not named .csv (give --format csv to read it as CSV)");
 }
 
 nlohmann::json feature_json(const data::Feature& f, int max_values) {
