@@ -256,8 +256,21 @@ void bind_math_functions(py::module_& ops) {
   unary("tanh", &tanh, "tanh(x).");
   unary("exp", &exp, "e^x.");
   unary("log", &log, "The natural logarithm.");
-  unary("softmax", &softmax, "Softmax over the last dimension.");
-  unary("log_softmax", &log_softmax, "log(softmax(x)) over the last dimension, computed stably.");
+  // axis as Keras's and the Tensor method's: the last one only.
+  auto last_axis = [&](const char* name, Variable (*fn)(const Variable&), const char* doc) {
+    ops.def(
+        name,
+        [fn, name](V x, int axis) {
+          const Variable v = as_variable(x);
+          if (normalized_axis(axis, v.value().rank(), name) != v.value().rank() - 1)
+            throw py::value_error(std::string(name) + " is over the last axis only; permute first");
+          return released([&] { return fn(v); });
+        },
+        py::arg("x"), py::arg("axis") = -1, doc);
+  };
+  last_axis("softmax", &softmax, "Softmax over the last axis (axis=-1).");
+  last_axis("log_softmax", &log_softmax,
+            "log(softmax(x)) over the last axis (axis=-1), computed stably.");
   unary("flatten", &flatten, "(N, ...) -> (N, product of the rest).");
   unary("global_avg_pool", &global_avg_pool, "(N, H, W, C) -> (N, C): the mean over H and W.");
   ops.def(
@@ -601,9 +614,8 @@ void add_tensor_methods(py::class_<Variable>& cls) {
       .def(
           "softmax",
           [](const Variable& x, int axis) {
-            if (normalized_axis(axis, x.value().rank(), "softmax") != x.value().rank() - 1) {
+            if (normalized_axis(axis, x.value().rank(), "softmax") != x.value().rank() - 1)
               throw py::value_error("softmax is over the last axis only; permute first");
-            }
             return released([&] { return softmax(x); });
           },
           py::arg("axis") = -1)

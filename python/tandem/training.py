@@ -132,6 +132,10 @@ class Trainable:
         validation = None
         if validation_data is not None:
             if isinstance(validation_data, tuple):
+                if len(validation_data) != 2:
+                    raise ValueError(f"validation_data is a tuple of {len(validation_data)}; it "
+                                     "takes (x, y) (sample weights are not supported) or a "
+                                     "Dataset")
                 validation_data = _dataset_of(*validation_data)
             validation, _ = _as_examples(validation_data, None, None)
             validation = validation._native

@@ -179,6 +179,9 @@ BAD_INPUTS = {
                               batch_size=32),
         "batch_size=32 disagrees"),
     "no data": (lambda m, x, y: m.fit(), "fit/evaluate need data"),
+    "validation with weights": (
+        lambda m, x, y: m.fit(x, y, batch_size=32, validation_data=(x, y, np.ones(len(y)))),
+        "validation_data is a tuple of 3"),
     "string data": (lambda m, x, y: m.fit(np.array(["a", "b"]), np.array([0, 1])),
                     "cannot make a tensor from numpy dtype <U1"),
 }

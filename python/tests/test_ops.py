@@ -113,6 +113,12 @@ def test_forward_values_against_numpy():
     x = arr(2, 5)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(ops.softmax(x).numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    # axis as Keras's (the last one only, named either way).
+    np.testing.assert_array_equal(ops.softmax(x, axis=1).numpy(), ops.softmax(x).numpy())
+    np.testing.assert_allclose(ops.log_softmax(x, axis=-1).numpy(),
+                               np.log(e / e.sum(axis=1, keepdims=True)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="over the last axis only"):
+        ops.softmax(x, axis=0)
     np.testing.assert_allclose(ops.mean(x, axis=1).numpy(), x.mean(axis=1), rtol=1e-5)
     np.testing.assert_allclose(tandem.tensor(x)[1, 2:4].numpy(), x[1, 2:4])
 
