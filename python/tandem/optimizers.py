@@ -1,10 +1,17 @@
 """Optimizers (Keras's names; the updates are tandem's C++ ones)."""
+import numbers
 
 
 class Optimizer:
     name = None
 
     def __init__(self, learning_rate, **settings):
+        # A Keras schedule or a string compared with '>' raised Python's own
+        # TypeError; the schedule is fit's option (schedule=, warmup_epochs=).
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real):
+            raise TypeError(f"learning_rate must be a number, got {type(learning_rate).__name__} "
+                            "(the schedule is fit's option: schedule='cosine', 'step' or "
+                            "'constant', warmup_epochs=)")
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {learning_rate}")
         self.learning_rate = float(learning_rate)

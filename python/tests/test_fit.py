@@ -366,3 +366,10 @@ def test_a_dict_dataset_takes_its_current_two_features(tmp_path):
                                 "classes": tandem.ops.cast(e["y"], "int32")})
     history = model.fit(pairs, epochs=1, batch_size=8)
     assert history.history["examples"] == [40]
+
+
+def test_an_optimizer_takes_a_number_for_its_learning_rate():
+    assert tandem.optimizers.SGD(np.float32(0.5)).learning_rate == 0.5
+    for bad in ("0.1", lambda step: 0.1, True):
+        with pytest.raises(TypeError, match="learning_rate must be a number"):
+            tandem.optimizers.Adam(learning_rate=bad)
