@@ -123,4 +123,14 @@ def Sequential(layers, input_shape, input_dtype="f32", name="sequential", seed=0
     """Keras's Sequential over tandem.layers (shapes inferred from input_shape,
     per example: (28, 28, 1) for images, (T,) with input_dtype "i32" for tokens)."""
     text = _layers.definition(layers, input_shape, input_dtype, name)
-    return from_definition(text, f"{name}.toml", seed, precision)
+    source = f"{name}.toml"
+    try:
+        return from_definition(text, source, seed, precision)
+    except ValueError as e:
+        # The definition is ours, not a file of the user's: the layer's
+        # index names the place ("sequential.toml:5: layer 0 ..." named a
+        # file and line nobody wrote).
+        message = str(e)
+        if not message.startswith(source + ":"):
+            raise
+        raise type(e)("Sequential: " + message.split(": ", 1)[1]) from None

@@ -100,7 +100,7 @@ def test_keras_sequential_matches_its_model_file():
                                tandem.layers.Dense(3)], input_shape=(2, 3))
     assert [n for n, _ in model.named_parameters()] == ["1.weight", "1.bias", "2.weight", "2.bias"]
     assert model(np.zeros((5, 2, 3), np.float32)).shape == (5, 3)
-    with pytest.raises(ValueError, match="layer 1"):
+    with pytest.raises(ValueError, match=r"^Sequential: layer 1 \(conv2d\): needs a \(height, width, channels\)"):
         tandem.Sequential([tandem.layers.Dense(8), tandem.layers.Conv2D(4, 3)], input_shape=(6,))
 
 
