@@ -47,13 +47,16 @@ py::tuple call_arguments(nn::Module& model, const data::Element& rows, const Bat
   return args;
 }
 
-py::dict step_result(const distribute::StepResult& r) {
+// The gradient norm is measured only under clipping: None otherwise, as
+// metrics.jsonl's null (0.0 read as a measured norm).
+py::dict step_result(const distribute::StepResult& r, bool clipping) {
   py::dict out;
   out["loss"] = r.loss;
   out["global_rows"] = r.global_rows;
   out["skipped"] = r.skipped;
   out["loss_scale"] = r.loss_scale;
-  out["gradient_norm"] = r.gradient_norm;
+  out["gradient_norm"] =
+      clipping ? py::object(py::float_(r.gradient_norm)) : py::object(py::none());
   out["seconds"] = r.seconds;
   out["exposed_communication_seconds"] = r.exposed_communication_seconds;
   return out;
@@ -71,6 +74,7 @@ class PythonEngine {
     py::gil_scoped_release release;  // a Python model's constructor takes it back
     strategy_ = distribute::make_strategy(config.strategy);
     engine_ = strategy_->make_engine(factory.build, engine_options);
+    clipping_ = engine_options.optimizer.global_clip_norm > 0.0;
   }
 
   py::dict step(const py::dict& batch, const BatchLayout& layout, py::function loss_fn,
@@ -87,7 +91,7 @@ class PythonEngine {
       py::gil_scoped_release release;
       r = engine_->step(rows, forward, {.step = step_index, .learning_rate = learning_rate});
     }
-    return step_result(r);
+    return step_result(r, clipping_);
   }
 
   // fn's results on every local replica's rows, in replica order (None
@@ -144,6 +148,7 @@ class PythonEngine {
   train::ModelSpec spec_;
   std::unique_ptr<distribute::Strategy> strategy_;
   std::unique_ptr<distribute::Engine> engine_;
+  bool clipping_ = false;  // the optimizer clips by global norm (the step measures it)
 };
 
 BatchLayout layout_from(const py::object& names, bool as_dict) {

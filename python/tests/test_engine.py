@@ -63,9 +63,16 @@ def test_a_step_is_the_mean_loss_gradient_update():
     tandem.ops.mean(squared_error(copy, tandem.tensor(x), tandem.tensor(y))).backward()
     expected = [r - 0.1 * p.grad.numpy() for r, p in zip(reference, copy.parameters())]
     engine = tandem.distribute.MirroredStrategy(devices=2).engine(model, tandem.optimizers.SGD(0.1))
-    engine.step((x, y), squared_error)
+    result = engine.step((x, y), squared_error)
     for got, want in zip(parameters(engine), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # The gradient norm is measured under clipping only (as metrics.jsonl's null).
+    assert result["gradient_norm"] is None
+    norm = np.sqrt(sum(float((p.grad.numpy() ** 2).sum()) for p in copy.parameters()))
+    tandem.manual_seed(3)  # the model's initial weights again
+    clipped = tandem.distribute.MirroredStrategy(devices=2).engine(
+        Net(), tandem.optimizers.SGD(0.1, global_clipnorm=1e6))
+    assert clipped.step((x, y), squared_error)["gradient_norm"] == pytest.approx(norm, rel=1e-4)
 
 
 def test_learning_rate_per_step_and_evaluate_in_row_order():
