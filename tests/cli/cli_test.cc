@@ -1040,6 +1040,21 @@ TEST(Cli, MixedPrecisionRunsLogTheLossScale) {
                           "overflowed, loss scale 1e+30) at epoch 1 step 32"),
             std::string::npos)
       << o.output;
+  // The count goes on across a resume: 20 skipped steps, a checkpoint, and
+  // the 12th step after it is the 32nd (each resume granted 32 more).
+  const std::string resumed = tmp("cli-f16-overflow-resumed");
+  fs::remove_all(resumed);
+  const std::string settings =
+      " --model mlp --train-examples 5120 --test-examples 64 --threads 1 --precision "
+      "mixed_float16 --loss-scale 1e30 --steps-per-epoch 20 --repeat --quiet --output " +
+      resumed;
+  const CommandResult first = run("train --epochs 2 --stop-after-epochs 1" + settings);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const CommandResult second = run("train --resume --epochs 2 --output " + resumed + " --quiet");
+  EXPECT_EQ(second.status, 3) << second.output;
+  EXPECT_NE(second.output.find("the last 32 steps applied no update"), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("at epoch 2 step 12"), std::string::npos) << second.output;
 }
 
 // `tandem evaluate` rebuilds the model in the precision it was trained in,

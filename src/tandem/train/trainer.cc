@@ -286,7 +286,6 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     std::error_code ignored;
     std::filesystem::remove(RunDirectory(config_.output_dir).summary(), ignored);
   }
-  steps_without_update_ = 0;
   stop_requested_.store(false);
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
   // Track names for traces: the input is assembled on this thread.
@@ -311,10 +310,14 @@ void Trainer::absorb(const distribute::StepResult& r, Progress& progress) {
   // until steps pass again (15 halvings from 2^15 to 1 at most). Past that,
   // nothing will: the run ends with an error rather than train on without
   // ever updating the weights.
-  steps_without_update_ = finite && !r.skipped ? 0 : steps_without_update_ + 1;
-  if (steps_without_update_ >= kMaxStepsWithoutUpdate) {
-    TANDEM_THROW(Diverged, "training diverged: the last ", steps_without_update_,
-                 " steps applied no update (", finite ? "gradients overflowed" : "the loss is ",
+  // A result without rows (the epoch's synchronize, an asynchronous
+  // engine's empty report) says nothing either way: it reset the count at
+  // every epoch's end.
+  int64_t& stalled = progress.steps_without_update;
+  if (r.global_rows > 0) stalled = finite && !r.skipped ? 0 : stalled + 1;
+  if (stalled >= kMaxStepsWithoutUpdate) {
+    TANDEM_THROW(Diverged, "training diverged: the last ", stalled, " steps applied no update (",
+                 finite ? "gradients overflowed" : "the loss is ",
                  finite ? "" : std::to_string(r.loss), ", loss scale ", r.loss_scale, ") at epoch ",
                  progress.epoch + 1, " step ", progress.step + 1,
                  " (lower the learning rate or the loss scale)");
@@ -545,6 +548,7 @@ Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResu
   next.epoch = progress.epoch + 1;
   next.global_step = progress.global_step;
   next.learning_rate = progress.learning_rate;
+  next.steps_without_update = progress.steps_without_update;  // counts across epochs
   next.metrics.assign(config_.metrics.size(), {});
   next.replica_losses.assign(progress.replica_losses.size(), 0.0);
   if (!config_.output_dir.empty()) save(next, result.history);

@@ -346,10 +346,9 @@ class Trainer {
   std::unique_ptr<distribute::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;  // of the current fit (0: unknown)
-  // Consecutive steps skipped by the loss scaler or with a non-finite loss;
-  // fit() gives up at kMaxStepsWithoutUpdate.
+  // Consecutive steps skipped by the loss scaler or with a non-finite loss
+  // (Progress::steps_without_update, checkpointed): fit() gives up at this.
   static constexpr int64_t kMaxStepsWithoutUpdate = 32;
-  int64_t steps_without_update_ = 0;
   // The gradient noise scale over this fit (restarts with each fit()).
   NoiseScaleEstimator noise_scale_;
   // Per local replica: this epoch's metric sums (sum, count per metric).

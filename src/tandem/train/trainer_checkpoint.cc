@@ -48,6 +48,7 @@ void Trainer::write_position(const Progress& progress, const std::vector<EpochRe
       {"loss_sum", number(progress.loss_sum)},
       {"examples", std::to_string(progress.examples)},
       {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
+      {"steps_without_update", std::to_string(progress.steps_without_update)},
       {"metric_sums", metric_sums.dump()},
       {"train_seconds", number(progress.train_seconds)},
       {"history", nlohmann::json(history).dump()}};
@@ -66,6 +67,9 @@ void Trainer::read_position(const distribute::EngineState& state, const std::str
     progress.loss_sum = state.meta_number("loss_sum");
     progress.examples = state.meta_integer("examples");
     progress.nonfinite_steps = state.meta_integer("nonfinite_steps");
+    // Absent from earlier checkpoints: counted from 0, as they were.
+    if (state.metadata.count("steps_without_update"))
+      progress.steps_without_update = state.meta_integer("steps_without_update");
     progress.train_seconds = state.meta_number("train_seconds");
     const nlohmann::json sums = nlohmann::json::parse(state.meta("metric_sums"));
     if (sums.size() != config_.metrics.size()) {
@@ -95,7 +99,8 @@ void Trainer::check_position(const Progress& p, const std::vector<EpochResult>& 
                              const std::string& source) const {
   const int64_t per_epoch = config_.steps_per_epoch;
   const bool consistent =
-      p.examples >= 0 && p.nonfinite_steps >= 0 && std::isfinite(p.loss_sum) &&
+      p.examples >= 0 && p.nonfinite_steps >= 0 && p.steps_without_update >= 0 &&
+      p.steps_without_update < kMaxStepsWithoutUpdate && std::isfinite(p.loss_sum) &&
       std::isfinite(p.train_seconds) && p.train_seconds >= 0.0 && p.step <= p.global_step &&
       static_cast<int64_t>(history.size()) == p.epoch &&
       (per_epoch == 0 || (p.step <= per_epoch && p.global_step <= (p.epoch + 1) * per_epoch));

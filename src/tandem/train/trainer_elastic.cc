@@ -194,7 +194,6 @@ void Trainer::change_membership(Progress& progress, TrainResult& result, const s
     }
   }
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
-  steps_without_update_ = 0;
   const comm::Membership& now = elastic_->group->membership();
   const MembershipChange change{
       .generation = now.generation,

@@ -26,6 +26,9 @@ struct Trainer::Progress {
   double loss_sum = 0.0;    // sum of per-example losses over finite steps
   int64_t examples = 0;     // examples of finite steps
   int64_t nonfinite_steps = 0;
+  // Consecutive steps that applied no update (a resumed run goes on
+  // counting: restarting at 0 granted 32 more skipped steps each resume).
+  int64_t steps_without_update = 0;
   std::vector<MetricSums> metrics;
   double train_seconds = 0.0;
   double learning_rate = 0.0;          // of the last step
