@@ -211,6 +211,29 @@ TEST(Trainer, OnBatchSeesEveryStepsRowsBeforeOnStep) {
   EXPECT_EQ(seen[1], expected);
 }
 
+// A stop asked for while fit() sets up (a signal then) stops it at its
+// first step with a checkpoint; the request ends with that fit. (fit()
+// cleared it as it began: the run said it was saving and trained on.)
+TEST(Trainer, AStopBeforeTheFirstStepStopsThatFitOnly) {
+  const data::Dataset d = data::as_dataset(head(fashion().train, 256));
+  const std::string dir = fresh_dir("early-stop");
+  train::Trainer trainer({.epochs = 2, .batch_size = 64, .output_dir = dir}, small_model(3));
+  trainer.request_stop();
+  std::vector<int64_t> steps;
+  const train::TrainResult stopped = trainer.fit(
+      d, {}, {.on_step = [&](const train::StepInfo& s) { steps.push_back(s.global_step); }});
+  EXPECT_TRUE(stopped.interrupted);
+  EXPECT_LE(steps.size(), 1u);
+  EXPECT_TRUE(fs::exists(train::RunDirectory(dir).checkpoint()));
+  // Spent with that fit: the next one trains to the end.
+  train::Trainer in_memory({.epochs = 2, .batch_size = 64}, small_model(3));
+  in_memory.request_stop();
+  EXPECT_TRUE(in_memory.fit(d).interrupted);
+  const train::TrainResult finished = in_memory.fit(d);
+  EXPECT_FALSE(finished.interrupted);
+  EXPECT_EQ(finished.history.size(), 2u);
+}
+
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   set_num_threads(2);
   const train::TrainConfig base{

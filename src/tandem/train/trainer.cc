@@ -286,7 +286,6 @@ void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainRes
     std::error_code ignored;
     std::filesystem::remove(RunDirectory(config_.output_dir).summary(), ignored);
   }
-  stop_requested_.store(false);
   for (int r = 0; r < strategy_->local_replicas(); ++r) engine_->model(r).train();
   // Track names for traces: the input is assembled on this thread.
   const std::thread::id main_thread = std::this_thread::get_id();
@@ -423,6 +422,14 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
 
 TrainResult Trainer::fit(const data::Dataset& train, const std::optional<data::Dataset>& validation,
                          const TrainCallbacks& callbacks) {
+  // A stop asked for before this fit reached its loop (a signal while it
+  // set up) stands; once the fit ends, it is spent. (Cleared when the fit
+  // began, it was lost: the run printed "saving a checkpoint" and trained
+  // on.)
+  struct SpendStop {
+    std::atomic<bool>& flag;
+    ~SpendStop() { flag.store(false); }
+  } spend{stop_requested_};
   try {
     return run_fit(train, validation, callbacks);
   } catch (const PeerFailed&) {

@@ -243,8 +243,9 @@ class Trainer {
   // without gradients; each process evaluates its shard.
   EvalResult evaluate(const data::Dataset& data);
 
-  // Asks fit() to stop after the current step, saving a checkpoint. Safe to
-  // call from a signal handler or another thread.
+  // Asks fit() to stop after the current step, saving a checkpoint (a fit
+  // still setting up stops at its first step boundary). Safe to call from a
+  // signal handler or another thread; the request ends with the fit.
   void request_stop() { stop_requested_.store(true); }
 
   // A worker or shard rank of the parameter-server strategy across
