@@ -823,6 +823,21 @@ TEST(Cli, TuneSearchTrainsTrialsInRungsResumesAndReports) {
   const CommandResult r = run(search + " --parallel 2 --report " + dir + "/report.html" + data);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("best: trial"), std::string::npos) << r.output;
+  // The printed command reproduces the best trial: its budget and seed too
+  // (without them it trained 5 epochs from seed 0). Each trial ran on one
+  // thread (2 at once on 2 cores): the rerun does too, for the same bits.
+  const size_t line = r.output.find("  tandem train ", r.output.find("best: trial"));
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string command =
+      r.output.substr(line + 9, r.output.find('\n', line) - line - 9);  // "train ..."
+  EXPECT_NE(command.find(" --epochs 3 --seed "), std::string::npos) << command;
+  const CommandResult rerun_best =
+      run(command + " --threads 1 --quiet --no-monitor --output " + dir + "/best-again");
+  ASSERT_EQ(rerun_best.status, 0) << rerun_best.output;
+  const double best_value = std::stod(
+      r.output.substr(r.output.find("validation_accuracy ", r.output.find("best: trial")) + 20));
+  const auto rerun = nlohmann::json::parse(std::ifstream(dir + "/best-again/summary.json"));
+  EXPECT_NEAR(rerun.at("history").back().at("validation_accuracy").get<double>(), best_value, 1e-4);
   // Three trials for an epoch, the best third of them (one) to the third.
   const auto summary = nlohmann::json::parse(std::ifstream(dir + "/out/search.json"));
   int64_t epochs = 0, finished = 0;

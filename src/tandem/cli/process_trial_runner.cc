@@ -111,16 +111,12 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
   }
   const std::vector<std::string> trial = tune::trial_arguments(job.settings);
   args.insert(args.end(), trial.begin(), trial.end());
+  const std::vector<std::string> budget =
+      tune::budget_arguments(job.epochs, job.max_epochs, job.seed, job.steps_per_epoch);
+  args.insert(args.end(), budget.begin(), budget.end());
   for (const std::string& a :
-       {std::string("--output"), job.dir, std::string("--epochs"), std::to_string(job.max_epochs),
-        std::string("--stop-after-epochs"), std::to_string(job.epochs), std::string("--seed"),
-        std::to_string(job.seed), std::string("--quiet"), std::string("--no-tensorboard")})
+       {std::string("--output"), job.dir, std::string("--quiet"), std::string("--no-tensorboard")})
     args.push_back(a);
-  if (job.steps_per_epoch > 0) {
-    for (const std::string& a : {std::string("--steps-per-epoch"),
-                                 std::to_string(job.steps_per_epoch), std::string("--repeat")})
-      args.push_back(a);
-  }
   if (threads_ > 0) {
     args.push_back("--threads");
     args.push_back(std::to_string(threads_));

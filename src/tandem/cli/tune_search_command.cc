@@ -110,12 +110,20 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
   }
 }
 
-// The `tandem train` command that trains one trial's settings in full.
-std::string train_command_line(const std::vector<std::string>& train_args,
-                               const tune::TrialSettings& s) {
+// The `tandem train` command that reproduces the search's best trial: its
+// settings, seed and budget (the epochs it reached of a schedule over the
+// maximum, in steps when the budgets are). Without the budget and seed the
+// printed command trained 5 epochs of another schedule from seed 0.
+std::string best_command_line(const std::vector<std::string>& train_args,
+                              const tune::SearchSettings& s, const tune::SearchResult& r) {
+  const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
+  const int64_t reached = r.rungs[best.results.size() - 1];
   std::string command = "tandem train";
   for (const std::string& a : train_args) command += " " + a;
-  for (const std::string& a : tune::trial_arguments(s)) command += " " + a;
+  for (const std::string& a : tune::trial_arguments(best.settings)) command += " " + a;
+  for (const std::string& a :
+       tune::budget_arguments(reached, s.max_epochs, best.seed, s.steps_per_epoch))
+    command += " " + a;
   return command;
 }
 
@@ -202,10 +210,8 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
         monitor::html_escape(tune::describe(trial.settings)), results, trial.curve.size(),
         trial.seconds, monitor::html_escape(trial.error));
   }
-  const std::string best = r.best >= 0
-                               ? monitor::html_escape(train_command_line(
-                                     train_args, r.trials[static_cast<size_t>(r.best)].settings))
-                               : std::string("none");
+  const std::string best =
+      r.best >= 0 ? monitor::html_escape(best_command_line(train_args, s, r)) : std::string("none");
   return fmt::format(
       R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tandem tune search</title>
@@ -307,7 +313,7 @@ int run_tune_search(SearchCommandOptions& o) {
   fmt::print("best: trial {} ({}), {} {:.4f} at {}\n  {}\n", r.best, tune::describe(best.settings),
              s.metric, best.results.back(),
              tune::budget_point(s.steps_per_epoch, r.rungs[best.results.size() - 1]),
-             train_command_line(o.train_args, best.settings));
+             best_command_line(o.train_args, s, r));
   if (s.target && !r.target_reached) {
     fmt::print(stderr,
                "tandem: the target {} {} was not reached by {} (best {:.4f}); widen the space or "

@@ -387,6 +387,23 @@ std::vector<TrialSettings> sample_trials(const SearchSpace& space) {
   return trials;
 }
 
+std::vector<std::string> budget_arguments(int64_t epochs, int64_t max_epochs, uint64_t seed,
+                                          int64_t steps_per_epoch) {
+  std::vector<std::string> args = {"--epochs", std::to_string(max_epochs)};
+  if (epochs < max_epochs) {
+    args.push_back("--stop-after-epochs");
+    args.push_back(std::to_string(epochs));
+  }
+  args.push_back("--seed");
+  args.push_back(std::to_string(seed));
+  if (steps_per_epoch > 0) {
+    for (const std::string& a : {std::string("--steps-per-epoch"), std::to_string(steps_per_epoch),
+                                 std::string("--repeat")})
+      args.push_back(a);
+  }
+  return args;
+}
+
 std::vector<std::string> trial_arguments(const TrialSettings& settings) {
   std::vector<std::string> args;
   std::string model_options;

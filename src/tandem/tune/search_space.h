@@ -84,6 +84,13 @@ std::vector<TrialSettings> sample_trials(const SearchSpace& space);
 // model.KEY ones joined into one --model-options).
 std::vector<std::string> trial_arguments(const TrialSettings& settings);
 
+// A trial's budget and seed as `tandem train` arguments: a run of
+// max_epochs (the schedule spans them) stopped after `epochs` when fewer,
+// epochs of steps_per_epoch steps over repeated data when that is > 0.
+// What a trial runs with, and what reproduces it.
+std::vector<std::string> budget_arguments(int64_t epochs, int64_t max_epochs, uint64_t seed,
+                                          int64_t steps_per_epoch);
+
 // "epoch 3", or with budgets in steps (steps_per_epoch > 0) "step 900":
 // where `epochs` of the search's end, for people to read.
 std::string budget_point(int64_t steps_per_epoch, int64_t epochs);
