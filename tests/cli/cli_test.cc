@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -65,6 +66,35 @@ TEST(Cli, BadFlagsAndValues) {
       "unknown command 'frobnicate' (expected one of train, info, bench, data, "
       "evaluate, generate, export, report, plan, tune, launch; see tandem --help)");
   EXPECT_EQ(run("train --no-such-flag").status, 2);
+}
+
+// Runs without --output claim runs/MODEL-DATE-TIME by creating it: one
+// started in a second whose directory exists takes -2 (two runs started in
+// one second shared a directory). The next seconds' names are taken here
+// in advance, so that the run's start second is among them.
+TEST(Cli, ADefaultRunDirectoryIsNeverShared) {
+  const std::string dir = tmp("cli-default-output");
+  fs::create_directories(dir + "/runs");
+  const std::time_t now = std::time(nullptr);
+  std::vector<std::string> taken;
+  for (int s = 0; s < 30; ++s) {
+    const std::time_t t = now + s;
+    char stamp[32];
+    std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&t));
+    taken.push_back(dir + "/runs/mlp-" + stamp);
+    fs::create_directories(taken.back());
+  }
+  const CommandResult r =
+      tandem::testing::shell("cd " + dir + " && " + std::string(TANDEM_CLI_PATH) +
+                     " train --model mlp --epochs 1 --train-examples 256 --test-examples 64 "
+                     "--quiet 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  int claimed = 0;
+  for (const std::string& name : taken) {
+    EXPECT_TRUE(fs::is_empty(name)) << name << " was used by the run";
+    claimed += fs::exists(name + "-2/summary.json");
+  }
+  EXPECT_EQ(claimed, 1) << r.output;
 }
 
 TEST(Cli, BadInputsNameTheProblem) {

@@ -1,5 +1,6 @@
 // `tandem train`: trains a reference model on Fashion-MNIST, checkpointing
 // every epoch and on Ctrl-C, and writes summary.json into the run directory.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -8,9 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -69,11 +72,26 @@ void print_load_report(const interop::SafetensorsFile& file, const interop::Load
   }
 }
 
+// runs/MODEL-DATE-TIME. A run started alone claims it by creating it (two
+// runs started in one second shared one directory: one checkpoint, two
+// runs' metrics interleaved), taking MODEL-DATE-TIME-2, -3, ... when taken.
+// Under a launcher every process names it alike and only the chief writes.
 std::string default_output_dir(const std::string& model) {
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return (std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp)).string();
+  const std::filesystem::path base =
+      std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp);
+  if (comm::launched_process_count() > 1) return base.string();
+  std::error_code error;
+  std::filesystem::create_directories("runs", error);
+  for (int n = 1; n <= 1000; ++n) {
+    const std::string name = n == 1 ? base.string() : fmt::format("{}-{}", base.string(), n);
+    if (::mkdir(name.c_str(), 0777) == 0) return name;
+    if (errno != EEXIST)
+      TANDEM_THROW(IoError, "cannot create the run directory '", name, "': ", std::strerror(errno));
+  }
+  TANDEM_THROW(IoError, "runs/ holds 1000 runs named ", base.string(), "*: give --output");
 }
 
 // --trace-steps: "FIRST:LAST" (1-based global steps, inclusive) or one step.
@@ -167,8 +185,6 @@ OutputSettings check_outputs(TrainOptions& o) {
   }
   if (config.resume && config.output_dir.empty())
     TANDEM_THROW(InvalidArgument, "--resume needs --output, the run directory to continue");
-  if (config.output_dir.empty())
-    config.output_dir = default_output_dir(std::filesystem::path(o.model).stem().string());
   OutputSettings out;
   std::tie(out.trace_first, out.trace_last) = parse_trace_steps(o.trace_steps);
   if (o.metrics_every < 1)
@@ -179,10 +195,7 @@ OutputSettings check_outputs(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--tensorboard writes the monitor's figures; drop ",
                  o.no_monitor ? "--no-monitor" : "--no-tensorboard");
   }
-  // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
-  out.tensorboard = o.no_tensorboard        ? std::string()
-                    : o.tensorboard.empty() ? train::RunDirectory(config.output_dir).tensorboard()
-                                            : o.tensorboard;
+
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -197,6 +210,13 @@ OutputSettings check_outputs(TrainOptions& o) {
                  "--init-from is not applied under --strategy parameter-server (its servers "
                  "hold the weights); start from the file with mirrored or multi-worker training");
   }
+  // Once the flags are known to work: the default directory is created.
+  if (config.output_dir.empty())
+    config.output_dir = default_output_dir(std::filesystem::path(o.model).stem().string());
+  // Event files by default in the run directory, as Keras's TensorBoard callback's log_dir.
+  out.tensorboard = o.no_tensorboard        ? std::string()
+                    : o.tensorboard.empty() ? train::RunDirectory(config.output_dir).tensorboard()
+                                            : o.tensorboard;
   return out;
 }
 
