@@ -10,7 +10,9 @@
   worker behind; a stopped worker (SIGSTOP) ends the job after the
   collective timeout; a worker that fails on another node stops this node's;
   SIGTERM to the launcher stops every worker once (exit 143, the chief's
-  checkpoint) and the job resumes under the launcher;
+  checkpoint) and the job resumes under the launcher; a launcher killed
+  outright (SIGKILL) takes its workers with it (their parent-death signal)
+  instead of leaving them to train on unsupervised;
 - bad input, each refused with one clear line and no hang: no command, a
   worker count or node rank out of range, --nnodes without --rdzv, node
   ranks that disagree on --nproc-per-node, another run's --run-id, a node
@@ -133,6 +135,20 @@ class Check(JobChecks):
                     out.count("saving a checkpoint") == 2, out[-300:])
         code, out, _ = self.run(train + ["--resume"], timeout=240)
         self.expect("the stopped job resumes under the launcher", code == 0, out[-300:])
+
+    def killed_launcher(self):
+        run_dir = self.directory("killed-launcher")
+        p = self.start(self.launch(2, ["--epochs", "200", "--output", run_dir]))
+        time.sleep(4)
+        p.kill()  # SIGKILL to the launcher alone: it cannot forward anything
+        self.finish(p, 10)
+        deadline = time.time() + 15
+        while left_behind(run_dir) and time.time() < deadline:
+            time.sleep(0.2)
+        left = left_behind(run_dir)
+        self.expect("a killed launcher leaves no worker behind", left == "", left)
+        if left:
+            subprocess.run(["pkill", "-9", "-f", run_dir], check=False)
 
     def failure_on_another_node(self):
         rdzv = f"127.0.0.1:{free_port()}"
@@ -268,6 +284,7 @@ def main():
     check.killed_worker()
     check.stopped_worker()
     check.forwarded_sigterm()
+    check.killed_launcher()
     check.failure_on_another_node()
     check.bad_input()
     check.conclude()

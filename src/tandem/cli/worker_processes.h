@@ -1,7 +1,8 @@
 #pragma once
 // The worker processes `tandem launch` starts on this host: each in a
 // process group of its own (so a terminal's Ctrl-C reaches the launcher
-// once, and the launcher forwards it), watched for its exit.
+// once, and the launcher forwards it), watched for its exit, and sent
+// SIGTERM by the kernel should the launcher die (PR_SET_PDEATHSIG).
 
 #include <chrono>
 #include <optional>
