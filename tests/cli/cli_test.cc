@@ -832,6 +832,16 @@ TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
   EXPECT_EQ(j.at("reference_batch").get<int>(), 64);
   const double batch = j.at("batch").get<double>();
   EXPECT_DOUBLE_EQ(j.at("learning_rate").get<double>(), 0.05 * batch / 64.0);
+  // A batch off the doubling series is timed too, so the comparison with it
+  // is a number ("nanx" before).
+  const CommandResult own =
+      run("tune batch-size --model mlp --train-examples 2048 --test-examples 64 --strategy "
+          "mirrored --devices 2 --threads 1 --allow-oversubscription --batch-size 40 "
+          "--max-batch 64 --steps 2 --noise-steps 10");
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_NE(own.output.find("x of your batch's"), std::string::npos) << own.output;
+  EXPECT_EQ(own.output.find("nan"), std::string::npos) << own.output;
+  EXPECT_NE(own.output.find("\n          40 "), std::string::npos) << own.output;
   expect_one_line_error("tune batch-size --model mlp --steps 0", "--steps must be at least 1");
   expect_one_line_error(
       "tune batch-size --model mlp --strategy mirrored --devices 2 "

@@ -125,19 +125,23 @@ int run_tune_batch_size(TuneOptions& o) {
                               {"warmup_epochs", r.warmup_epochs}}
                    .dump());
   } else {
+    // Against the run's own batch when it was timed (outside the trials'
+    // range it was not: "nanx" was printed).
+    std::string against =
+        fmt::format("your batch {} was not timed (outside the trials' range)", config.batch_size);
+    for (const tune::BatchSizeTrial& t : r.trials) {
+      if (t.batch == config.batch_size)
+        against = fmt::format("predicted time to a target {:.2f}x of your batch's",
+                              1.0 / t.relative_time);
+    }
     fmt::print(
         "largest batch that fits: {}; gradient noise scale: about {:.0f} examples (after the "
         "first {} steps; it grows as training goes on)\n"
-        "recommended: global batch {} (predicted time to a target {:.2f}x of your batch's), "
+        "recommended: global batch {} ({}), "
         "learning rate {:.4g} ({} scaling from batch {}), warm-up {:.2g} epoch(s)\n"
         "  tandem train ... {}\n",
-        r.largest_fitting_batch, r.noise_scale, o.noise_steps, r.batch,
-        [&] {
-          for (const tune::BatchSizeTrial& t : r.trials)
-            if (t.batch == config.batch_size) return 1.0 / t.relative_time;
-          return std::numeric_limits<double>::quiet_NaN();
-        }(),
-        r.learning_rate, r.lr_scaling, r.reference_batch, r.warmup_epochs, command);
+        r.largest_fitting_batch, r.noise_scale, o.noise_steps, r.batch, against, r.learning_rate,
+        r.lr_scaling, r.reference_batch, r.warmup_epochs, command);
   }
   if (!o.report.empty()) {
     const std::string html = html_page(r, setup.model.spec.name);

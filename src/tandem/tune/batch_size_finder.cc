@@ -95,7 +95,9 @@ int64_t largest_fitting_micro_batch(const Search& search) {
   return good;
 }
 
-// Throughput along the series of batches, doubling from the smallest.
+// Throughput along the series of batches, doubling from the smallest, and
+// at the run's own batch when it is in range (so that its predicted time
+// to a target is measured, not missing).
 std::vector<BatchSizeTrial> time_batches(
     const Search& search, int64_t largest, const data::Dataset& repeated,
     const std::function<void(const BatchSizeTrial&)>& on_trial) {
@@ -107,9 +109,17 @@ std::vector<BatchSizeTrial> time_batches(
     TANDEM_THROW(InvalidArgument, "the smallest batch to try (", first, ") must divide among the ",
                  replicas, " replicas");
   }
+  const int64_t last = std::min(largest, o.max_batch);
+  std::vector<int64_t> batches;
+  for (int64_t batch = first; batch <= last; batch *= 2) batches.push_back(batch);
+  const int64_t own = o.config.batch_size;
+  if (own > first && own < last && own % replicas == 0 &&
+      std::find(batches.begin(), batches.end(), own) == batches.end()) {
+    batches.insert(std::upper_bound(batches.begin(), batches.end(), own), own);
+  }
   std::vector<BatchSizeTrial> trials;
   std::vector<double> times;
-  for (int64_t batch = first; batch <= std::min(largest, o.max_batch); batch *= 2) {
+  for (const int64_t batch : batches) {
     times.clear();
     train::Trainer trainer(trial_config(o.config, batch, o.warmup_steps + o.timed_steps), o.model);
     trainer.fit(repeated, std::nullopt, {.on_step = [&](const train::StepInfo& s) {
