@@ -198,6 +198,20 @@ TEST(MemoryPlan, TheLimitNamesTheLargestPartAndTheLargestBatchThatFits) {
               std::string::npos)
         << e.what();
   }
+  // Where the data held in memory fills the limit, the advice is about the
+  // data, not the model (which it blamed).
+  train::MemoryPlan resident = plan;
+  for (train::DeviceMemoryPlan& d : resident.devices) {
+    d.fixed[static_cast<int>(MemoryCategory::input)] += 2.0 * (1 << 30);
+    d.steady_fixed += 2.0 * (1 << 30);
+  }
+  try {
+    train::check_memory_limit(resident, int64_t{1} << 30);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the input held in memory"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(train::check_memory_limit(plan, 0), InvalidArgument);
 }
 

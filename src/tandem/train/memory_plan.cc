@@ -456,15 +456,27 @@ void check_memory_limit(const MemoryPlan& plan, int64_t limit_bytes) {
     return std::string(text);
   };
   const int64_t per_micro = int64_t{plan.accumulation_steps} * plan.global_replicas;
+  // Without room for one example, the advice follows what fills the memory
+  // then: the data held in memory is not the model's state (it blamed the
+  // model, and its advice could not help).
+  const MemoryCategory fixed = d.largest(1);
+  const std::string none_fits =
+      fixed == MemoryCategory::input
+          ? "Not even one example per replica fits: the input held in memory (" +
+                mib(d.bytes(fixed, 1)) +
+                " MiB; a data set loaded whole, as Fashion-MNIST is whatever --train-examples "
+                "takes) is over the limit (raise --memory-limit, or read the data from files "
+                "through a data specification)"
+          : std::string(
+                "Not even one example per replica fits: the model's state alone is over "
+                "the limit (try --zero 2 across more replicas, or a smaller model)");
   TANDEM_THROW(
       InvalidArgument, "predicted peak of ", mib(peak), " MiB on ", d.device.to_string(),
       " exceeds the memory limit of ", mib(limit_bytes), " MiB; the largest part is ",
       memory_category_name(largest), " (", mib(d.bytes(largest, plan.micro_batch)), " MiB). ",
       fits > 0 ? "The largest global batch that fits is " + std::to_string(fits * per_micro) +
                      " (micro-batch " + std::to_string(fits) + ")"
-               : std::string("Not even one example per replica fits: the model's state "
-                             "alone is over the limit (try --zero 2 across more "
-                             "replicas, or a smaller model)"));
+               : none_fits);
 }
 
 int64_t default_memory_limit(int local_replicas) {
