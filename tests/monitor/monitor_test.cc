@@ -837,6 +837,43 @@ TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {
   EXPECT_NE(read_file(report.path).find("svg"), std::string::npos);
 }
 
+// A fresh run in a directory an earlier (failed) run left: the earlier
+// event files in the run's own tensorboard folder go with its
+// metrics.jsonl (TensorBoard showed both runs as one); a resumed run keeps
+// them, and a folder given elsewhere (a shared log directory) is left alone.
+TEST(Monitor, AFreshRunReplacesTheEventFilesOfItsOwnFolder) {
+  const std::string dir = fresh_dir("monitor-stale-events");
+  const fs::path own = fs::path(dir) / "tensorboard", shared = fs::path(dir) / "logs";
+  fs::create_directories(own);
+  fs::create_directories(shared);
+  const auto plant = [](const fs::path& folder) {
+    std::ofstream(folder / "events.out.tfevents.1.old") << "earlier run";
+    std::ofstream(folder / "notes.txt") << "not an event file";
+  };
+  plant(own);
+  plant(shared);
+  train::Trainer t(config(1), factory());
+  const auto stale = [](const fs::path& folder) {
+    return fs::exists(folder / "events.out.tfevents.1.old");
+  };
+  {
+    monitor::Monitor resumed({.run_dir = dir, .append = true, .tensorboard_dir = own.string()},
+                             run_info(t, head(160)));
+  }
+  EXPECT_TRUE(stale(own));
+  {
+    monitor::Monitor elsewhere({.run_dir = dir, .tensorboard_dir = shared.string()},
+                               run_info(t, head(160)));
+  }
+  EXPECT_TRUE(stale(shared));
+  {
+    monitor::Monitor fresh({.run_dir = dir, .tensorboard_dir = own.string()},
+                           run_info(t, head(160)));
+  }
+  EXPECT_FALSE(stale(own));
+  EXPECT_TRUE(fs::exists(own / "notes.txt"));
+}
+
 TEST(Report, AKilledRunStillGetsAReportUpToItsLastWholeStep) {
   const std::string dir = fresh_dir("report_killed");
   monitored_run(dir, config(2), factory(), 320);

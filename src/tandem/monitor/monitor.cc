@@ -219,10 +219,30 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
         {"layers",
          layers}}.dump());
   }
-  if (!options_.tensorboard_dir.empty())
+  if (!options_.tensorboard_dir.empty()) {
+    remove_earlier_events();
     events_ = std::make_unique<interop::EventWriter>(options_.tensorboard_dir);
+  }
   // A fresh run traces from its first step; a resumed one starts in on_step.
   if (options_.trace_first == 1 && !options_.append) start_trace();
+}
+
+// A fresh run in a directory an earlier run left (one that failed before
+// its first checkpoint, which a new run may overwrite) replaces its
+// metrics.jsonl; the event files in the run's own tensorboard folder go
+// too, or TensorBoard showed both runs as one. A folder given elsewhere may
+// be shared by runs (a log directory), and is left alone.
+void Monitor::remove_earlier_events() const {
+  if (options_.append || options_.run_dir.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path own = fs::path(options_.run_dir) / "tensorboard";
+  std::error_code error;
+  if (fs::weakly_canonical(options_.tensorboard_dir, error) != fs::weakly_canonical(own, error))
+    return;
+  for (const auto& entry : fs::directory_iterator(own, error)) {
+    if (entry.path().filename().string().starts_with("events.out.tfevents."))
+      fs::remove(entry.path(), error);
+  }
 }
 
 Monitor::~Monitor() {

@@ -110,6 +110,7 @@ class Monitor {
   std::string summary_json() const;
 
  private:
+  void remove_earlier_events() const;
   struct WindowStep {
     std::chrono::steady_clock::time_point end;
     double seconds = 0.0;
