@@ -391,6 +391,13 @@ Measured measure_backend(const CollectiveOptions& o, const MeasureSetup& setup,
                          const std::vector<int64_t>& sizes) {
   const comm::CommOptions comm_options{.verify_calls = false};
   Measured m;
+  // Under a launcher each process would run the in-process benchmark of its
+  // own, the tables interleaved.
+  if (o.backend == "inprocess" && comm::launched_process_count() > 1) {
+    TANDEM_THROW(InvalidArgument, "--backend inprocess runs in one process, but ",
+                 comm::launcher_name(comm::launcher()), " started several: give --backend ",
+                 comm::launcher() == comm::Launcher::mpi ? "mpi" : "gloo", " (or hierarchical)");
+  }
   if (o.backend == "inprocess") {
     comm::InProcessGroup group(
         o.ranks, {.comm = comm_options, .small_message_bytes = o.small_message_bytes});
@@ -401,7 +408,9 @@ Measured measure_backend(const CollectiveOptions& o, const MeasureSetup& setup,
     if ((o.backend == "gloo") != (comm::launcher() == comm::Launcher::tandem)) {
       TANDEM_THROW(InvalidArgument, "--backend ", o.backend, " runs under ",
                    o.backend == "gloo" ? "tandem launch" : "mpirun", ", not ",
-                   comm::launcher_name(comm::launcher()));
+                   comm::launcher() == comm::Launcher::none
+                       ? std::string("without a launcher")
+                       : "under " + std::string(comm::launcher_name(comm::launcher())));
     }
     // Not OpenMP's default team: ranks that share a host's cores (or test
     // hosts that share a machine's) would spin against each other.
