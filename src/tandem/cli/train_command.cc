@@ -504,10 +504,15 @@ void on_membership_change(const MonitorSource& source,
   }
   if (run_monitor) run_monitor->on_membership_change(c);
   if (chief && !o.quiet) {
+    // Only the lists that hold someone ("joined " with nobody before).
+    std::vector<std::string> changes;
+    if (!c.lost.empty()) changes.push_back(fmt::format("lost {}", fmt::join(c.lost, ",")));
+    if (!c.joined.empty()) changes.push_back(fmt::format("joined {}", fmt::join(c.joined, ",")));
     fmt::print(stderr,
-               "elastic: generation {}: {} worker(s) (lost {}, joined {}): {}; going on from "
-               "step {} ({} step(s) taken again, {:.2f} s), {} examples per worker\n",
-               c.generation, c.members.size(), fmt::join(c.lost, ","), fmt::join(c.joined, ","),
+               "elastic: generation {}: {} worker(s){}: {}; going on from step {} ({} step(s) "
+               "taken again, {:.2f} s), {} examples per worker\n",
+               c.generation, c.members.size(),
+               changes.empty() ? std::string() : fmt::format(" ({})", fmt::join(changes, ", ")),
                c.reason, c.global_step, c.rolled_back_steps, c.seconds, c.process_batch);
   }
 }
