@@ -299,7 +299,8 @@ class TcpStore : public Store {
                    "' (at most ", kMaxStoreValueBytes, ")");
     }
     std::lock_guard lock(mutex_);
-    if (!broken_.empty()) TANDEM_THROW(PeerFailed, "connection to ", name_, " broken: ", broken_);
+    // The first failure's words name the store already.
+    if (!broken_.empty()) TANDEM_THROW(PeerFailed, broken_, " (the connection stays broken)");
     std::string out;
     append_field(out, static_cast<uint8_t>(op));
     append_field(out, static_cast<uint32_t>(key.size()));

@@ -152,8 +152,8 @@ int connect_to(const std::vector<std::string>& addresses, int port, double secon
     }
     if (TcpClock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   } while (TcpClock::now() < deadline);
-  TANDEM_THROW(PeerFailed, "cannot reach ", whom, " on port ", port, " at ", tried, " within ",
-               seconds, " s");
+  TANDEM_THROW(PeerFailed, "cannot reach ", whom, " on port ", port, " within ", seconds,
+               " s (tried ", tried, ")");
 }
 
 std::string local_address(int fd) {
