@@ -1,6 +1,5 @@
 // `tandem train`: trains a reference model on Fashion-MNIST, checkpointing
 // every epoch and on Ctrl-C, and writes summary.json into the run directory.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,12 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,6 +20,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/cli/resume_arguments.h"
+#include "tandem/cli/run_outputs.h"
 #include "tandem/cli/run_setup.h"
 #include "tandem/cli/stop_signals.h"
 #include "tandem/cli/trained_rows_log.h"
@@ -70,50 +67,6 @@ void print_load_report(const interop::SafetensorsFile& file, const interop::Load
     fmt::print("    in the file, not in the model, skipped ({}): {}\n", r.unexpected.size(),
                fmt::join(r.unexpected, ", "));
   }
-}
-
-// runs/MODEL-DATE-TIME. A run started alone claims it by creating it (two
-// runs started in one second shared one directory: one checkpoint, two
-// runs' metrics interleaved), taking MODEL-DATE-TIME-2, -3, ... when taken.
-// Under a launcher every process names it alike and only the chief writes.
-std::string default_output_dir(const std::string& model) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  const std::filesystem::path base =
-      std::filesystem::path("runs") / fmt::format("{}-{}", model, stamp);
-  if (comm::launched_process_count() > 1) return base.string();
-  std::error_code error;
-  std::filesystem::create_directories("runs", error);
-  for (int n = 1; n <= 1000; ++n) {
-    const std::string name = n == 1 ? base.string() : fmt::format("{}-{}", base.string(), n);
-    if (::mkdir(name.c_str(), 0777) == 0) return name;
-    if (errno != EEXIST)
-      TANDEM_THROW(IoError, "cannot create the run directory '", name, "': ", std::strerror(errno));
-  }
-  TANDEM_THROW(IoError, "runs/ holds 1000 runs named ", base.string(), "*: give --output");
-}
-
-// --trace-steps: "FIRST:LAST" (1-based global steps, inclusive) or one step.
-std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
-  if (text.empty()) return {0, 0};
-  const auto number = [&](const std::string& part) -> int64_t {
-    const std::optional<int64_t> value = parse_integer(part);
-    if (!value || *value < 1) {
-      TANDEM_THROW(InvalidArgument,
-                   "--trace-steps must be FIRST:LAST with 1 <= FIRST <= LAST (global steps), got '",
-                   text, "'");
-    }
-    return *value;
-  };
-  const size_t colon = text.find(':');
-  const int64_t first = number(text.substr(0, colon));
-  const int64_t last = colon == std::string::npos ? first : number(text.substr(colon + 1));
-  if (last < first) {
-    TANDEM_THROW(InvalidArgument, "--trace-steps must be FIRST:LAST with FIRST <= LAST, got '",
-                 text, "'");
-  }
-  return {first, last};
 }
 
 // Under mpirun or tandem launch every process runs this command: without multi-worker each
