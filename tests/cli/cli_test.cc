@@ -84,10 +84,10 @@ TEST(Cli, ADefaultRunDirectoryIsNeverShared) {
     taken.push_back(dir + "/runs/mlp-" + stamp);
     fs::create_directories(taken.back());
   }
-  const CommandResult r =
-      tandem::testing::shell("cd " + dir + " && " + std::string(TANDEM_CLI_PATH) +
-                     " train --model mlp --epochs 1 --train-examples 256 --test-examples 64 "
-                     "--quiet 2>&1");
+  const CommandResult r = tandem::testing::shell(
+      "cd " + dir + " && " + std::string(TANDEM_CLI_PATH) +
+      " train --model mlp --epochs 1 --train-examples 256 --test-examples 64 "
+      "--quiet 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
   int claimed = 0;
   for (const std::string& name : taken) {
