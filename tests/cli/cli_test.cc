@@ -1247,20 +1247,22 @@ TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
   EXPECT_EQ(c.at("records"), 2);
   EXPECT_EQ(c.at("columns")[0].at("dtype"), "i32");
   expect_one_line_error("data inspect /nonexistent/file", "cannot open");
-  const std::string ragged = tmp("ragged.csv");
-  std::ofstream(ragged) << "a,b\n1\n";
-  expect_one_line_error("data inspect " + ragged, "line 2: expected 2 fields, got 1");
+  // `contents` in a file named `name`: inspect refuses it, saying `message`.
+  const auto refused = [](const std::string& name, const std::string& contents,
+                          const std::string& message) {
+    const std::string path = tmp(name);
+    std::ofstream(path) << contents;
+    expect_one_line_error("data inspect " + path, message);
+    return path;
+  };
+  refused("ragged.csv", "a,b\n1\n", "line 2: expected 2 fields, got 1");
   // Only a file named as CSV is read as one: a data specification, an image
   // or an unknown file "inspected" as a one-column CSV before.
-  const std::string spec = tmp("inspect.toml");
-  std::ofstream(spec) << "format = \"csv\"\nfiles = [\"inspect.csv\"]\n";
-  expect_one_line_error("data inspect " + spec, "is a TOML file (a data specification");
-  const std::string image = tmp("inspect.png");
-  std::ofstream(image) << "not really a png";
-  expect_one_line_error("data inspect " + image, "is an image: inspect its folder");
-  const std::string unknown = tmp("inspect.rows");
-  std::ofstream(unknown) << "a,b\n1,2\n";
-  expect_one_line_error("data inspect " + unknown, "give --format csv to read it as CSV");
+  refused("inspect.toml", "format = \"csv\"\nfiles = [\"inspect.csv\"]\n",
+          "is a TOML file (a data specification");
+  refused("inspect.png", "not really a png", "is an image: inspect its folder");
+  const std::string unknown =
+      refused("inspect.rows", "a,b\n1,2\n", "give --format csv to read it as CSV");
   EXPECT_EQ(nlohmann::json::parse(run("data inspect --format csv " + unknown).output).at("records"),
             1);
 }

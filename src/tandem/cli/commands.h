@@ -57,4 +57,8 @@ std::vector<std::string> split_list(const std::string& text);
 // "2x", "x", out of range), so that flags can say which value they reject.
 std::optional<int64_t> parse_integer(const std::string& text);
 
+// Whether --model names a model file (FILE.toml, or any file that exists)
+// rather than a built-in model.
+bool is_model_file(const std::string& model);
+
 }  // namespace tandem::cli

@@ -15,6 +15,7 @@
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
 #include "tandem/cli/commands.h"
+#include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
 #include "tandem/data/input_spec.h"
 #include "tandem/precision/policy.h"
@@ -50,16 +51,11 @@ nlohmann::json run_config(const std::filesystem::path& run_dir) {
 
 // Whether the checkpoint's recorded command line gave --data: what tells a
 // run on other data from a Fashion-MNIST one when summary.json is missing.
-bool trained_on_data_spec(const train::Checkpoint& checkpoint) {
-  const auto it = checkpoint.metadata.find("arguments");
-  if (it == checkpoint.metadata.end()) return false;
-  try {
-    for (const auto& arg : nlohmann::json::parse(it->second))
-      if (arg.is_string() && arg.get<std::string>().starts_with("--data=")) return true;
-  } catch (const nlohmann::json::exception&) {
-    TANDEM_THROW(IoError, "checkpoint metadata 'arguments' is not a JSON list of strings");
-  }
-  return false;
+bool trained_on_data_spec(const train::Checkpoint& checkpoint, const std::string& path) {
+  const std::optional<std::vector<std::string>> args =
+      recorded_arguments(checkpoint.metadata, path);
+  return args && std::any_of(args->begin(), args->end(),
+                             [](const std::string& a) { return a.starts_with("--data="); });
 }
 
 // The data to evaluate on: --data, else the run's validation data
@@ -93,7 +89,8 @@ std::string recorded_validation_data(const EvaluateOptions& o, const nlohmann::j
                  "' does not record its data (a program's run, such as Python's fit): say what "
                  "to evaluate on with --data SPEC");
   }
-  if (!config.is_object() && trained_on_data_spec(checkpoint)) {
+  if (!config.is_object() &&
+      trained_on_data_spec(checkpoint, train::RunDirectory(o.run_dir).checkpoint())) {
     TANDEM_THROW(InvalidArgument, "run '", o.run_dir,
                  "' has no summary.json (stopped before its end) and trained on --data: say what "
                  "to evaluate on with --data SPEC");

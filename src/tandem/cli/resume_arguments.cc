@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tandem/base/error.h"
 #include "tandem/base/utf8.h"
+#include "tandem/cli/commands.h"
 
 namespace tandem::cli {
 namespace {
@@ -95,12 +97,12 @@ std::string joined(const std::vector<std::string>& values) {
 }
 
 // Whether the option's value names a file or folder (--model: a model
-// file, not a built-in's name, as run_setup tells them apart).
+// file, not a built-in's name).
 bool names_a_path(const std::string& name, const std::string& value) {
   if (name == "--data" || name == "--validation-data" || name == "--data-dir" ||
       name == "--tensorboard" || name == "--init-from")
     return true;
-  return name == "--model" && (value.ends_with(".toml") || std::filesystem::is_regular_file(value));
+  return name == "--model" && is_model_file(value);
 }
 
 // The option's values with paths made absolute: a run records them so, and
@@ -139,6 +141,17 @@ std::vector<std::string> given_arguments(const CLI::App& command) {
     }
   }
   return args;
+}
+
+std::optional<std::vector<std::string>> recorded_arguments(
+    const std::map<std::string, std::string>& metadata, const std::string& checkpoint) {
+  const auto it = metadata.find("arguments");
+  if (it == metadata.end()) return std::nullopt;
+  try {
+    return nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(IoError, "checkpoint '", checkpoint, "' has malformed arguments: ", e.what());
+  }
 }
 
 std::vector<std::string> resume_arguments(const CLI::App& now, const CLI::App& recorded) {

@@ -14,6 +14,8 @@
 // (--devices, --threads, --ps, --max-staleness, ...) either.
 
 #include <CLI/CLI.hpp>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,12 @@ namespace tandem::cli {
 // in the order the options were registered, leaving out --resume and
 // --output: what a run records.
 std::vector<std::string> given_arguments(const CLI::App& command);
+
+// The arguments a run recorded in its checkpoint's metadata ("arguments"),
+// or nothing for a run that recorded none (older, or a program's). IoError
+// naming `checkpoint` when they are not a JSON list of strings.
+std::optional<std::vector<std::string>> recorded_arguments(
+    const std::map<std::string, std::string>& metadata, const std::string& checkpoint);
 
 // The arguments a resumed run continues with: those given to `recorded`
 // (the run's recorded arguments, parsed into a train command), with the

@@ -510,6 +510,10 @@ void configure_update_rule(const RunOptions& o, train::TrainConfig& config) {
   if (!o.slow_replica.empty()) config.engine.slow_replica = parse_slow_replica(o.slow_replica);
 }
 
+bool is_model_file(const std::string& model) {
+  return model.ends_with(".toml") || std::filesystem::is_regular_file(model);
+}
+
 namespace {
 
 // --device, --devices, --threads, --allow-oversubscription and the timeouts
@@ -558,7 +562,7 @@ data::AugmentOptions configure_input(const RunOptions& o, train::TrainConfig& co
 // --model-options and --recompute.
 train::ModelFactory model_factory(const RunOptions& o, precision::Policy policy, uint64_t seed,
                                   std::optional<DType> compute_dtype) {
-  const bool model_file = o.model.ends_with(".toml") || std::filesystem::is_regular_file(o.model);
+  const bool model_file = is_model_file(o.model);
   if (model_file && !o.model_options.empty()) {
     TANDEM_THROW(InvalidArgument,
                  "--model-options sets a built-in model's sizes; a model file sets its own");

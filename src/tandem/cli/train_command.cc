@@ -12,7 +12,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "tandem/base/error.h"
@@ -148,7 +147,6 @@ OutputSettings check_outputs(TrainOptions& o) {
     TANDEM_THROW(InvalidArgument, "--tensorboard writes the monitor's figures; drop ",
                  o.no_monitor ? "--no-monitor" : "--no-tensorboard");
   }
-
   if (o.non_strict && o.init_from.empty())
     TANDEM_THROW(InvalidArgument, "--non-strict applies to --init-from; give the weights file");
   if (!o.init_from.empty() && config.resume) {
@@ -619,28 +617,25 @@ std::optional<std::vector<std::string>> resumed_arguments(const CLI::App& comman
   const std::filesystem::path path = train::RunDirectory(o.config.output_dir).checkpoint();
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return std::nullopt;
-  std::vector<std::string> recorded;
+  std::map<std::string, std::string> metadata;
   try {
     // The header alone: the run loads the whole checkpoint once, later.
-    const std::map<std::string, std::string> metadata =
-        train::read_checkpoint_metadata(path.string());
-    const auto it = metadata.find("arguments");
-    if (it == metadata.end()) {
-      if (!o.quiet) {
-        fmt::print(stderr,
-                   "tandem: warning: the run in {} recorded no arguments (it predates that): "
-                   "its settings come from this command line\n",
-                   o.config.output_dir);
-      }
-      return std::nullopt;
-    }
-    recorded = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(IoError, "checkpoint '", path.string(), "' has malformed arguments: ", e.what());
+    metadata = train::read_checkpoint_metadata(path.string());
   } catch (const IoError&) {
     return std::nullopt;  // run_train reports the unreadable checkpoint
   }
-  return resume_arguments(command, parse_train_arguments(recorded)->app);
+  const std::optional<std::vector<std::string>> recorded =
+      recorded_arguments(metadata, path.string());
+  if (!recorded) {
+    if (!o.quiet) {
+      fmt::print(stderr,
+                 "tandem: warning: the run in {} recorded no arguments (it predates that): "
+                 "its settings come from this command line\n",
+                 o.config.output_dir);
+    }
+    return std::nullopt;
+  }
+  return resume_arguments(command, parse_train_arguments(*recorded)->app);
 }
 
 int run_train_command(const CLI::App& command, TrainOptions& o) {
