@@ -1,7 +1,8 @@
 // What a preempted run keeps: SIGTERM (SLURM's, Kubernetes', a spot
 // reclaim's) stops `tandem train` like Ctrl-C, with a checkpoint and exit
 // status 143, and --resume finishes it; with --checkpoint-every N a run
-// killed outright (SIGKILL) loses at most N steps.
+// killed outright (SIGKILL) loses at most N steps; a `tandem tune search`
+// killed outright takes its trials with it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -142,6 +143,33 @@ TEST(Preemption, CheckpointEveryBoundsWhatAKillLoses) {
   EXPECT_EQ(checkpoint_step(dir + "/run"), 2 * kStepsPerEpoch);
   testing::expect_one_line_error(kRun + " --checkpoint-every -1 --output " + dir + "/bad",
                                  "--checkpoint-every");
+}
+
+// The trials' parent-death signal: a search killed outright (an OOM kill)
+// used to leave its trials training on, unsupervised, for hours.
+TEST(Preemption, AKilledSearchLeavesNoTrialRunning) {
+  const std::string dir = tmp("preempt-search");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/space.toml") << "[search]\ntrials = 1\nmin_epochs = 50\nmax_epochs = 50\n"
+                                        "[space]\nlr = { choice = [0.05] }\n";
+  const pid_t pid = spawn_tandem("tune search --space " + dir + "/space.toml --output " + dir +
+                                     "/out --parallel 1 --model mlp --test-examples 500 "
+                                     "--batch-size 32 --threads 1",
+                                 dir + "/log");
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(wait_for_steps(dir + "/out/trial-000", 5)) << read_file(dir + "/log");
+  // (the bracket keeps pgrep's own shell, whose command line holds the
+  // pattern, from matching it)
+  const std::string trial = "pgrep -f '" + dir + "/out/trial-00[0]'";
+  ASSERT_FALSE(testing::shell(trial).output.empty()) << "the trial should be running";
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!testing::shell(trial).output.empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string left = testing::shell(trial).output;
+  EXPECT_TRUE(left.empty()) << "trial processes left behind: " << left;
+  if (!left.empty()) testing::shell("pkill -9 -f '" + dir + "/out/trial-000'");
 }
 
 }  // namespace

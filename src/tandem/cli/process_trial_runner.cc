@@ -1,7 +1,5 @@
 #include "tandem/cli/process_trial_runner.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
+#include "tandem/cli/child_process.h"
 #include "tandem/train/run_directory.h"
 #include "tandem/train/trainer.h"
 
@@ -130,27 +129,15 @@ void ProcessTrialRunner::start(const tune::TrialJob& job) {
     for (const std::string& a : args) out << ' ' << a;
     out << '\n';
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
   // A trial is a process of its own, not a rank of the search's MPI job:
   // without the launcher's variables it does not take itself for one.
-  std::vector<char*> env;
+  std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view v(*e);
     if (!v.starts_with("OMPI_") && !v.starts_with("PMIX_") && !v.starts_with("PMI_"))
-      env.push_back(*e);
+      env.emplace_back(v);
   }
-  env.push_back(nullptr);
-  const int rc = posix_spawn(&pid, executable_.c_str(), &actions, nullptr, argv.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) TANDEM_THROW(Error, "cannot start a trial: ", std::strerror(rc));
+  const pid_t pid = start_child("a trial", args, env, {.output_file = log});
   running_[pid] = {job, Clock::now(), log};
 }
 

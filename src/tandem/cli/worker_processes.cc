@@ -1,15 +1,13 @@
 #include "tandem/cli/worker_processes.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <thread>
 
-#include "tandem/base/error.h"
+#include "tandem/cli/child_process.h"
 
 extern char** environ;
 
@@ -48,54 +46,13 @@ WorkerProcesses::~WorkerProcesses() {
 
 void WorkerProcesses::start(int rank, const std::vector<std::string>& command,
                             const std::vector<std::string>& environment) {
-  std::vector<char*> argv;
-  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
+  std::vector<std::string> full;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (!overridden(*e, environment)) envp.push_back(*e);
+    if (!overridden(*e, environment)) full.emplace_back(*e);
   }
-  for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  // fork and exec rather than posix_spawn, for the parent-death signal: a
-  // launcher killed outright (an OOM kill, kill -9) could not end its
-  // workers, which trained on unsupervised. The child makes only
-  // async-signal-safe calls before exec; exec's failure comes back through
-  // a pipe that a successful exec closes.
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0)
-    TANDEM_THROW(IoError, "cannot start worker ", rank, ": ", std::strerror(errno));
-  const pid_t launcher = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int error = errno;
-    ::close(report[0]);
-    ::close(report[1]);
-    TANDEM_THROW(IoError, "cannot start worker ", rank, ": ", std::strerror(error));
-  }
-  if (pid == 0) {
-    ::close(report[0]);
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != launcher) ::_exit(127);  // the launcher ended already
-    ::execvpe(argv[0], argv.data(), envp.data());
-    const int error = errno;
-    [[maybe_unused]] const ssize_t written = ::write(report[1], &error, sizeof error);
-    ::_exit(127);
-  }
-  ::close(report[1]);
-  ::setpgid(pid, pid);  // as the child does: whichever runs first
-  int error = 0;
-  ssize_t got = 0;
-  do {
-    got = ::read(report[0], &error, sizeof error);
-  } while (got < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (got == static_cast<ssize_t>(sizeof error)) {
-    ::waitpid(pid, nullptr, 0);
-    TANDEM_THROW(IoError, "cannot start worker ", rank, " as '", command.front(),
-                 "': ", std::strerror(error));
-  }
+  full.insert(full.end(), environment.begin(), environment.end());
+  const pid_t pid =
+      start_child("worker " + std::to_string(rank), command, full, {.own_process_group = true});
   workers_.emplace_back(pid, rank);
 }
 
