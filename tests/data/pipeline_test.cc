@@ -320,6 +320,27 @@ TEST(Pipeline, InterleaveRoundRobinsOpenDatasets) {
   EXPECT_THROW(Dataset::range(2).interleave(make, {.cycle_length = 0}), InvalidArgument);
 }
 
+// A shuffle inside the opened datasets draws a new order each pass, and
+// pass k's order is the same whatever passes came before (a resumed epoch).
+TEST(Pipeline, InterleaveStartsItsDatasetsAtItsOwnPass) {
+  auto shuffled = [](const Element&) { return Dataset::range(20).shuffle(20, /*seed=*/7); };
+  auto drain_pass = [](const Dataset& d, int64_t pass) {
+    std::vector<int32_t> out;
+    Iterator it = d.iterator(pass);
+    while (auto e = it.next()) out.push_back(e->at("index").to_ints()[0]);
+    return out;
+  };
+  for (int parallel : {1, 2}) {
+    const Dataset d =
+        Dataset::range(2).interleave(shuffled, {.cycle_length = 2, .num_parallel_calls = parallel});
+    const std::vector<int32_t> first = drain(d);
+    const std::vector<int32_t> second = drain(d);
+    EXPECT_NE(first, second) << "parallel " << parallel;
+    EXPECT_EQ(drain_pass(d, 1), second) << "parallel " << parallel;
+    EXPECT_EQ(drain_pass(d, 0), first) << "parallel " << parallel;
+  }
+}
+
 TEST(Pipeline, TemporaryDatasetsStayAliveWhileIterated) {
   Iterator it =
       Dataset::range(50).map(slow_plus_1000, {.num_parallel_calls = 2}).prefetch(4).iterator();

@@ -2,7 +2,9 @@
 // block_length elements from each in turn; a finished dataset's place goes to
 // the next input element. The order is deterministic. With parallel calls each
 // open dataset is read ahead by its own prefetching thread, so reading
-// several files overlaps.
+// several files overlaps. The datasets opened in pass k start their own pass
+// k, so that a shuffle or a random map inside them draws a new order each
+// epoch (and pass k's, whatever passes came before).
 #include "tandem/base/error.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
@@ -32,9 +34,10 @@ class InterleaveNode : public detail::UnaryNode {
 
 class InterleaveIterator : public IteratorBase {
  public:
-  InterleaveIterator(InterleaveNode* node, std::unique_ptr<IteratorBase> input)
+  InterleaveIterator(InterleaveNode* node, std::unique_ptr<IteratorBase> input, int64_t pass)
       : node_(node),
         input_(std::move(input)),
+        pass_(pass),
         slots_(static_cast<size_t>(node->options_.cycle_length)) {}
 
   std::optional<Element> next() override {
@@ -93,7 +96,7 @@ class InterleaveIterator : public IteratorBase {
     } else if (node_->options_.num_parallel_calls != 1) {
       d = d.prefetch(std::max(2, node_->options_.block_length));
     }
-    slot.iterator = d.iterator();
+    slot.iterator = d.iterator(pass_);
     slot.open = true;
     slot.taken = 0;
     node_->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
@@ -101,13 +104,14 @@ class InterleaveIterator : public IteratorBase {
 
   InterleaveNode* node_;
   std::unique_ptr<IteratorBase> input_;
+  int64_t pass_;
   std::vector<Slot> slots_;
   size_t current_ = 0;
   bool input_done_ = false;
 };
 
 std::unique_ptr<IteratorBase> InterleaveNode::make_iterator() {
-  return std::make_unique<InterleaveIterator>(this, input_->make_iterator());
+  return std::make_unique<InterleaveIterator>(this, input_->make_iterator(), next_pass());
 }
 
 }  // namespace
