@@ -147,7 +147,26 @@ TEST(NoiseScale, EstimatorUsesTheUnbiasedTwoBatchFormulas) {
   EXPECT_EQ(e.samples(), 2);
   EXPECT_FALSE(e.add(sample(32, 32)));  // one batch size: nothing to compare
   EXPECT_FALSE(e.add({.small_batch = 8, .big_batch = 32, .small_squares = NAN}));
+  // Finite figures whose estimate overflows leave the averages as they were.
+  EXPECT_FALSE(e.add({.small_batch = 1, .big_batch = 1 + 1e-15, .small_squares = 1e300}));
+  EXPECT_EQ(e.samples(), 2);
   EXPECT_THROW(train::NoiseScaleEstimator(1.0), InvalidArgument);
+}
+
+// A checkpoint saves the averages and a resumed run restores them.
+TEST(NoiseScale, AveragesRestoreIntoAFreshEstimator) {
+  train::NoiseScaleEstimator e(0.5), resumed(0.5);
+  e.add({.small_batch = 8, .big_batch = 32, .small_squares = 9.0, .big_squares = 5.25});
+  resumed.restore(e.averages());
+  EXPECT_EQ(resumed.noise_scale(), e.noise_scale());
+  EXPECT_EQ(resumed.samples(), 1);
+  const train::GradientNormSample next{
+      .small_batch = 8, .big_batch = 32, .small_squares = 7.0, .big_squares = 4.5};
+  e.add(next);
+  resumed.add(next);
+  EXPECT_EQ(resumed.noise_scale(), e.noise_scale());
+  EXPECT_THROW(resumed.restore({.trace = INFINITY}), InvalidArgument);
+  EXPECT_THROW(resumed.restore({.samples = -1}), InvalidArgument);
 }
 
 }  // namespace

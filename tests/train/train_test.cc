@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 
 #include <filesystem>
 #include <fstream>
@@ -236,10 +237,13 @@ TEST(Trainer, AStopBeforeTheFirstStepStopsThatFitOnly) {
 
 TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
   set_num_threads(2);
+  // Two micro-batches a step, so that the gradient noise scale is measured
+  // (its averages go on from the checkpoint).
   const train::TrainConfig base{
       .epochs = 3,
       .batch_size = 64,
       .engine = {.optimizer = {.kind = optim::OptimizerKind::adam, .learning_rate = 0.002},
+                 .accumulation_steps = 2,
                  .seed = 11}};
   // 16 steps per epoch, the last one partial.
   const data::Dataset train_data = shuffled(head(fashion().train, 1000), 11);
@@ -280,6 +284,9 @@ TEST(Trainer, ResumeGivesTheSameLossesAsAnUninterruptedRun) {
         EXPECT_EQ(r.history[e].train_loss, expected_result.history[e].train_loss)
             << "epoch " << e + 1;
         EXPECT_EQ(r.history[e].learning_rate, expected_result.history[e].learning_rate)
+            << "epoch " << e + 1;
+        ASSERT_TRUE(std::isfinite(expected_result.history[e].noise_scale));
+        EXPECT_EQ(r.history[e].noise_scale, expected_result.history[e].noise_scale)
             << "epoch " << e + 1;
         EXPECT_EQ(r.history[e].train_metric("accuracy"),
                   expected_result.history[e].train_metric("accuracy"));

@@ -26,8 +26,9 @@ class NoiseScaleEstimator {
   // decay: the moving averages' weight on the past, in [0, 1).
   explicit NoiseScaleEstimator(double decay = 0.99);
 
-  // Adds a measurement; ignored (returns false) when a figure is not finite
-  // or the two batches are not 0 < small < big.
+  // Adds a measurement; ignored (returns false) when a figure or the
+  // averages it makes are not finite, or the two batches are not
+  // 0 < small < big.
   bool add(const GradientNormSample& sample);
 
   // The smoothed B_simple in examples; NaN before any measurement or while
@@ -36,6 +37,16 @@ class NoiseScaleEstimator {
   double trace() const { return trace_; }               // smoothed tr(S)
   double gradient_squares() const { return squares_; }  // smoothed |G|^2
   int64_t samples() const { return samples_; }
+
+  // The averages a checkpoint saves, so that a resumed run goes on from
+  // them: restore() refuses figures no estimator holds (not finite, a
+  // negative count), naming them.
+  struct Averages {
+    double trace = 0.0, squares = 0.0;
+    int64_t samples = 0;
+  };
+  Averages averages() const { return {trace_, squares_, samples_}; }
+  void restore(const Averages& averages);
 
  private:
   double decay_;

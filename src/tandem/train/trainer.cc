@@ -244,7 +244,6 @@ void Trainer::check_fresh_output() {
 
 void Trainer::begin_fit(const data::Dataset& train, Progress& progress, TrainResult& result) {
   progress.metrics.assign(config_.metrics.size(), {});
-  noise_scale_ = NoiseScaleEstimator();
   reset_metric_sums();
   const bool joining = elastic_ && elastic_->awaiting_state;
   if (joining) {
@@ -380,7 +379,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
                                                   .measure_gradient_norms = measure,
                                                   .learning_rate = lr,
                                                   .global_rows = in.global_rows});
-  if (r.gradient_norms) noise_scale_.add(*r.gradient_norms);
+  if (r.gradient_norms) progress.noise_scale.add(*r.gradient_norms);
   absorb(r, progress);
   const double step_seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
   progress.train_seconds += step_seconds;
@@ -416,7 +415,7 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
        .gradient_norm = config_.engine.optimizer.global_clip_norm > 0.0
                             ? r.gradient_norm
                             : std::numeric_limits<double>::quiet_NaN(),
-       .noise_scale = noise_scale_.noise_scale(),
+       .noise_scale = progress.noise_scale.noise_scale(),
        .skipped = r.skipped});
 }
 
@@ -556,6 +555,7 @@ Trainer::EpochEnd Trainer::run_epoch(Input& input, Progress& progress, TrainResu
   next.global_step = progress.global_step;
   next.learning_rate = progress.learning_rate;
   next.steps_without_update = progress.steps_without_update;  // counts across epochs
+  next.noise_scale = progress.noise_scale;
   next.metrics.assign(config_.metrics.size(), {});
   next.replica_losses.assign(progress.replica_losses.size(), 0.0);
   if (!config_.output_dir.empty()) save(next, result.history);
@@ -582,7 +582,7 @@ EpochResult Trainer::finish_epoch(Progress& progress,
   epoch.train_seconds = progress.train_seconds;
   epoch.learning_rate = progress.learning_rate;
   epoch.examples_per_second = progress.examples / std::max(progress.train_seconds, 1e-9);
-  epoch.noise_scale = noise_scale_.noise_scale();
+  epoch.noise_scale = progress.noise_scale.noise_scale();
   epoch.staleness = progress.staleness;
   epoch.dropped_examples = progress.dropped_examples;
   if (const precision::LossScaler* scaler = engine_->loss_scaler()) {

@@ -350,8 +350,6 @@ class Trainer {
   // Consecutive steps skipped by the loss scaler or with a non-finite loss
   // (Progress::steps_without_update, checkpointed): fit() gives up at this.
   static constexpr int64_t kMaxStepsWithoutUpdate = 32;
-  // The gradient noise scale over this fit (restarts with each fit()).
-  NoiseScaleEstimator noise_scale_;
   // Per local replica: this epoch's metric sums (sum, count per metric).
   std::vector<std::vector<MetricSums>> metric_sums_;
   // Per local replica, the step's, which join metric_sums_ only when its

@@ -23,6 +23,26 @@ std::string number(double value) {
   return fmt::format("{}", value);
 }
 
+// [trace, squares, samples] (train/noise_scale.h).
+std::string noise_scale_averages(const NoiseScaleEstimator& estimator) {
+  const NoiseScaleEstimator::Averages a = estimator.averages();
+  return nlohmann::json::array({a.trace, a.squares, a.samples}).dump();
+}
+
+void read_noise_scale_averages(const std::string& text, const std::string& source,
+                               NoiseScaleEstimator& estimator) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.size() != 3 || !j[0].is_number() || !j[1].is_number() ||
+      !std::isfinite(j[0].get<double>()) || !std::isfinite(j[1].get<double>()) ||
+      !j[2].is_number_integer() || j[2].get<int64_t>() < 0)
+    TANDEM_THROW(
+        IoError, "checkpoint '", source,
+        "' has malformed noise scale averages (not [finite trace, finite squares, samples >= 0]): ",
+        text.substr(0, 80));
+  estimator.restore(
+      {.trace = j[0].get<double>(), .squares = j[1].get<double>(), .samples = j[2].get<int64_t>()});
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> Trainer::resume_settings() {
@@ -49,6 +69,7 @@ void Trainer::write_position(const Progress& progress, const std::vector<EpochRe
       {"examples", std::to_string(progress.examples)},
       {"nonfinite_steps", std::to_string(progress.nonfinite_steps)},
       {"steps_without_update", std::to_string(progress.steps_without_update)},
+      {"noise_scale_averages", noise_scale_averages(progress.noise_scale)},
       {"metric_sums", metric_sums.dump()},
       {"train_seconds", number(progress.train_seconds)},
       {"history", nlohmann::json(history).dump()}};
@@ -70,6 +91,8 @@ void Trainer::read_position(const distribute::EngineState& state, const std::str
     // Absent from earlier checkpoints: counted from 0, as they were.
     if (state.metadata.count("steps_without_update"))
       progress.steps_without_update = state.meta_integer("steps_without_update");
+    if (state.metadata.count("noise_scale_averages"))
+      read_noise_scale_averages(state.meta("noise_scale_averages"), source, progress.noise_scale);
     progress.train_seconds = state.meta_number("train_seconds");
     const nlohmann::json sums = nlohmann::json::parse(state.meta("metric_sums"));
     if (sums.size() != config_.metrics.size()) {

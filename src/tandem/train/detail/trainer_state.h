@@ -29,6 +29,9 @@ struct Trainer::Progress {
   // Consecutive steps that applied no update (a resumed run goes on
   // counting: restarting at 0 granted 32 more skipped steps each resume).
   int64_t steps_without_update = 0;
+  // The gradient noise scale over this fit (restarts with each fit(),
+  // carried across epochs and through checkpoints).
+  NoiseScaleEstimator noise_scale;
   std::vector<MetricSums> metrics;
   double train_seconds = 0.0;
   double learning_rate = 0.0;          // of the last step
