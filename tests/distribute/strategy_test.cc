@@ -2,6 +2,8 @@
 // as mirrored refuses more devices x threads, with the same escape hatch.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <string>
 
@@ -41,6 +43,46 @@ TEST(Strategy, NamesRoundTripAndTheFlagsSpellingsParse) {
   // A value outside the enum (a corrupt cast) is refused, not run as some strategy.
   EXPECT_THROW(distribute::strategy_layout({.kind = static_cast<StrategyKind>(9)}),
                InvalidArgument);
+}
+
+// The default memory limit shares the host among every process's replicas
+// here: two processes of one replica each got the whole memory each.
+TEST(Strategy, HostReplicasCountEveryProcessOnTheHost) {
+  EXPECT_EQ(distribute::strategy_layout({.kind = distribute::StrategyKind::mirrored,
+                                         .devices = 2,
+                                         .allow_oversubscription = true})
+                .host_replicas,
+            2);
+  struct LaunchedByMpi {
+    explicit LaunchedByMpi(int rank) {
+      ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+      ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3", 1);
+      ::setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+    }
+    ~LaunchedByMpi() {
+      for (const char* v :
+           {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_RANK"})
+        ::unsetenv(v);
+    }
+  };
+  for (int rank : {0, 1}) {
+    LaunchedByMpi launched(rank);
+    const distribute::StrategyLayout workers =
+        distribute::strategy_layout({.kind = distribute::StrategyKind::multi_worker,
+                                     .devices = 1,
+                                     .allow_oversubscription = true});
+    EXPECT_EQ(workers.local_replicas, 1);
+    EXPECT_EQ(workers.host_replicas, 3);
+    // Rank 0 serves and holds stand-ins for the 2 workers: 3 processes share
+    // the host, whichever rank asks.
+    const distribute::StrategyLayout ps =
+        distribute::strategy_layout({.kind = distribute::StrategyKind::parameter_server,
+                                     .allow_oversubscription = true,
+                                     .ps_shards = 1});
+    EXPECT_EQ(ps.global_replicas, 2);
+    EXPECT_EQ(ps.local_replicas, rank == 0 ? 2 : 1);
+    EXPECT_EQ(ps.host_replicas, 3) << "rank " << rank;
+  }
 }
 
 TEST(Strategy, OneDeviceRefusesMoreThreadsThanCoresLikeMirrored) {

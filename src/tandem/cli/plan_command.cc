@@ -60,7 +60,7 @@ int run_plan_memory(PlanOptions& o) {
        .resident_input_bytes = setup.data.resident_bytes,
        .writes_checkpoints = true,
        .chief = true});
-  const int64_t limit = memory_limit_of(o, layout.local_replicas);
+  const int64_t limit = memory_limit_of(o, layout.host_replicas);
   if (o.json) {
     fmt::print("{}\n", plan_json(plan, limit, /*measured=*/false));
   } else {

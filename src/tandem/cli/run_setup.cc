@@ -638,8 +638,8 @@ RunSetup prepare_run(RunOptions& o) {
   return setup;
 }
 
-int64_t memory_limit_of(const RunOptions& o, int local_replicas) {
-  return o.memory_limit.empty() ? train::default_memory_limit(local_replicas)
+int64_t memory_limit_of(const RunOptions& o, int host_replicas) {
+  return o.memory_limit.empty() ? train::default_memory_limit(host_replicas)
                                 : parse_bytes("--memory-limit", o.memory_limit);
 }
 

@@ -112,8 +112,9 @@ RunSetup prepare_run(RunOptions& o);
 // distribute::check_engine_options's.
 void configure_update_rule(const RunOptions& o, train::TrainConfig& config);
 
-// --memory-limit in bytes, or the device's share of physical memory.
-int64_t memory_limit_of(const RunOptions& o, int local_replicas);
+// --memory-limit in bytes, or the device's share of physical memory
+// (distribute::StrategyLayout::host_replicas share it).
+int64_t memory_limit_of(const RunOptions& o, int host_replicas);
 
 // --seed (train's, generate's) as an unsigned 64-bit number: a negative one
 // is refused instead of wrapping around. Throws InvalidArgument.

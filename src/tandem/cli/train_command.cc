@@ -27,6 +27,7 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/data/augment.h"
 #include "tandem/data/dataset.h"
+#include "tandem/distribute/parameter_server_processes.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/interop/torch_state.h"
 #include "tandem/monitor/monitor.h"
@@ -190,7 +191,7 @@ Preflight preflight(const TrainOptions& o, const RunSetup& setup) {
   // For the checks of --augment, the memory plan and the monitor's FLOP figures.
   out.example = setup.data.train.take(1).iterator().next();
   check_augment_fits(setup.augment, out.example);
-  out.memory_limit = memory_limit_of(o, layout.local_replicas);
+  out.memory_limit = memory_limit_of(o, layout.host_replicas);
   if (!out.example || o.no_memory_plan) return out;
   const RunData& run_data = setup.data;
   out.plan = train::plan_memory(
@@ -252,6 +253,15 @@ int64_t prepare_resume(train::Trainer& trainer, const train::TrainConfig& config
   return point.global_step;
 }
 
+// "2 in this process"; the parameter server's rank 0 across processes holds
+// stand-ins for the workers, which only evaluate.
+std::string replicas_here(const distribute::Strategy& strategy) {
+  if (strategy.kind() == distribute::StrategyKind::parameter_server &&
+      distribute::parameter_server_across_processes() && comm::launched_rank() == 0)
+    return "one per worker process; this one serves";
+  return fmt::format("{} in this process", strategy.local_replicas());
+}
+
 // The lines that open a run: model, data, strategy, batch, optimizer,
 // input, memory plan, output, and the --init-from report.
 void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Trainer& trainer,
@@ -268,9 +278,9 @@ void print_run_header(const TrainOptions& o, const RunSetup& setup, train::Train
   fmt::print("tandem train: {} ({} parameters) on {} (loaded in {:.1f} s)\n", factory.spec.name,
              trainer.model().parameter_count(), run_data.description, load_seconds);
   fmt::print(
-      "  strategy {}: {} replica(s) ({} in this process) x {} thread(s), precision {} ({} "
+      "  strategy {}: {} replica(s) ({}) x {} thread(s), precision {} ({} "
       "matmul{}), global batch {}{}{}, {} lr {} ({}), {} epoch(s)\n",
-      strategy.name(), strategy.global_replicas(), strategy.local_replicas(),
+      strategy.name(), strategy.global_replicas(), replicas_here(strategy),
       strategy.threads_per_replica(), precision::policy_name(policy),
       dtype_name(factory.spec.compute_dtype),
       config.engine.loss_scale

@@ -94,7 +94,7 @@ int run_tune_batch_size(TuneOptions& o) {
        .config = config,
        .train = setup.data.train,
        .resident_input_bytes = setup.data.resident_bytes,
-       .memory_limit = memory_limit_of(o, layout.local_replicas),
+       .memory_limit = memory_limit_of(o, layout.host_replicas),
        .min_batch = o.min_batch,
        .max_batch = o.max_batch,
        .timed_steps = o.steps,

@@ -437,11 +437,14 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
                    c.devices, " (start one process per GPU instead)");
     }
     const int processes = std::max(1, comm::launched_process_count());
-    return {.local_replicas = 1, .global_replicas = processes, .threads_per_replica = threads};
+    return {.local_replicas = 1,
+            .global_replicas = processes,
+            .threads_per_replica = threads,
+            .host_replicas = 1};  // each on a GPU of its own
   }
   if (c.kind == StrategyKind::one_device && c.devices > 1) {
     TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
-                 " devices (use --strategy mirrored)");
+                 " devices (use the mirrored strategy: --strategy mirrored)");
   }
   const int devices = c.kind == StrategyKind::one_device ? 1 : (c.devices > 0 ? c.devices : gpus);
   if (devices > gpus && devices % gpus != 0) {
@@ -449,7 +452,10 @@ StrategyLayout gpu_layout(const StrategyConfig& c) {
                  " GPU(s): more replicas "
                  "than GPUs become virtual GPU devices, an equal number on each GPU");
   }
-  return {.local_replicas = devices, .global_replicas = devices, .threads_per_replica = threads};
+  return {.local_replicas = devices,
+          .global_replicas = devices,
+          .threads_per_replica = threads,
+          .host_replicas = devices};
 }
 
 }  // namespace
@@ -465,11 +471,14 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
   if (c.kind == StrategyKind::one_device) {
     if (c.devices > 1) {
       TANDEM_THROW(InvalidArgument, "strategy one_device runs one replica; got ", c.devices,
-                   " devices (use --strategy mirrored)");
+                   " devices (use the mirrored strategy: --strategy mirrored)");
     }
     const int threads = c.threads_per_device > 0 ? c.threads_per_device : cores;
     check_subscription(c, 1, 1, threads, cores);
-    return {.local_replicas = 1, .global_replicas = 1, .threads_per_replica = threads};
+    return {.local_replicas = 1,
+            .global_replicas = 1,
+            .threads_per_replica = threads,
+            .host_replicas = 1};
   }
   // Processes of this job on this host share its cores (multi_worker and
   // the parameter server under mpirun).
@@ -507,9 +516,15 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
     if (comm::launched_rank() == 0) {
       // Stand-ins for the workers: they hold values, and compute only when
       // the chief evaluates.
-      return {.local_replicas = workers, .global_replicas = workers, .threads_per_replica = 1};
+      return {.local_replicas = workers,
+              .global_replicas = workers,
+              .threads_per_replica = 1,
+              .host_replicas = processes_here};
     }
-    return {.local_replicas = 1, .global_replicas = workers, .threads_per_replica = threads};
+    return {.local_replicas = 1,
+            .global_replicas = workers,
+            .threads_per_replica = threads,
+            .host_replicas = processes_here};
   }
   if (c.kind == StrategyKind::multi_worker) {
     if (comm::launcher() == comm::Launcher::none) {
@@ -527,7 +542,8 @@ StrategyLayout strategy_layout(const StrategyConfig& c) {
   check_subscription(c, processes_here, devices, threads, cores);
   return {.local_replicas = devices,
           .global_replicas = devices * processes,
-          .threads_per_replica = threads};
+          .threads_per_replica = threads,
+          .host_replicas = devices * processes_here};
 }
 
 std::unique_ptr<Strategy> make_strategy(const StrategyConfig& c) {

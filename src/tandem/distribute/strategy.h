@@ -116,6 +116,12 @@ struct StrategyLayout {
   int local_replicas = 1;
   int global_replicas = 1;
   int threads_per_replica = 1;
+  // The replicas that train on this host's memory, over every process of
+  // the job here (each worker process once under the parameter server
+  // across processes: rank 0's stand-ins only evaluate); the default
+  // memory limit shares the host's memory among them. GPU layouts: the
+  // process's own.
+  int host_replicas = 1;
 };
 StrategyLayout strategy_layout(const StrategyConfig& config);
 

@@ -479,8 +479,8 @@ void check_memory_limit(const MemoryPlan& plan, int64_t limit_bytes) {
                : none_fits);
 }
 
-int64_t default_memory_limit(int local_replicas) {
-  return cpu_info().memory_bytes / std::max(1, local_replicas);
+int64_t default_memory_limit(int host_replicas) {
+  return cpu_info().memory_bytes / std::max(1, host_replicas);
 }
 
 }  // namespace tandem::train

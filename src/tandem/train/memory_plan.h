@@ -101,7 +101,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 void check_memory_limit(const MemoryPlan& plan, int64_t limit_bytes);
 
 // The default per-device limit: this machine's physical memory divided
-// between the process's replicas (devices).
-int64_t default_memory_limit(int local_replicas);
+// between the replicas that train on it (every process's here).
+int64_t default_memory_limit(int host_replicas);
 
 }  // namespace tandem::train
