@@ -560,7 +560,7 @@ TEST(Cli, ParameterServerAndLocalSgdRunsReportStalenessAndResumeIntoMirrored) {
 
   const std::string bad = common + "--epochs 1 --output " + tmp("cli-ps-bad") + " ";
   expect_one_line_error(bad + "--strategy parameter-server --max-staleness -1",
-                        "--max-staleness must be at least 0");
+                        "max_staleness (--max-staleness) must be at least 0");
   expect_one_line_error(bad + "--strategy parameter-server --max-staleness soon",
                         "--max-staleness takes a count of updates");
   expect_one_line_error(bad + "--strategy parameter-server --backup-workers 2",

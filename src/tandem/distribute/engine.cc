@@ -60,7 +60,7 @@ void check_engine_options(const EngineOptions& options, int workers) {
   }
   if (ps.max_staleness && *ps.max_staleness < 0) {
     TANDEM_THROW(InvalidArgument,
-                 "--max-staleness must be at least 0 (0: synchronous rounds; "
+                 "max_staleness (--max-staleness) must be at least 0 (0: synchronous rounds; "
                  "leave it out or say 'unbounded' for fully asynchronous training), got ",
                  *ps.max_staleness);
   }

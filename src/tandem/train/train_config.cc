@@ -121,7 +121,7 @@ void resolve_batch_sizes(TrainConfig& config, int replicas) {
   }
   if (micro < 0 || steps < 0 || (steps == 0 && micro == 0)) {
     TANDEM_THROW(InvalidArgument,
-                 "accumulation steps (--accumulate) must be at least 1 and the micro-batch "
+                 "accumulation_steps (--accumulate) must be at least 1 and micro_batch_size "
                  "(--micro-batch-size) at least 1 when given, got ",
                  steps, " and ", micro);
   }
