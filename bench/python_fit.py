@@ -58,7 +58,8 @@ def worker_py_cnn(args):
     model = tandem.models.cnn(seed=1)
     model.compile(optimizer=tandem.optimizers.SGD(0.05, momentum=0.9), metrics=["accuracy"])
     train = tandem.data.Dataset.from_tensor_slices((x[:CNN_EXAMPLES], y[:CNN_EXAMPLES])).shuffle(CNN_EXAMPLES, seed=1)
-    history = model.fit(train, batch_size=128, epochs=2, seed=1, threads_per_device=args.threads)
+    history = model.fit(train, batch_size=128, epochs=2, seed=1, threads_per_device=args.threads,
+                        verbose=0)
     return history.history["examples_per_second"][1]
 
 
@@ -71,7 +72,7 @@ def gpt_fit(model, data_dir, threads):
     class Clock(tandem.callbacks.Callback):
         def on_train_batch_end(self, batch, logs):
             times.append(logs["step_seconds"])
-    model.fit(train, batch_size=32, epochs=1, steps_per_epoch=GPT_STEPS, seed=1, threads_per_device=threads,
+    model.fit(train, batch_size=32, epochs=1, steps_per_epoch=GPT_STEPS, seed=1, threads_per_device=threads, verbose=0,
               callbacks=[Clock()])
     return 32 * 128 * len(times[GPT_WARMUP:]) / sum(times[GPT_WARMUP:])
 

@@ -88,12 +88,17 @@ class EarlyStopping(Callback):
 
 
 class ProgressLogger(Callback):
-    """One line per epoch (fit(verbose=1))."""
+    """One line per epoch, as fit prints by default (verbose "auto", 1 or 2)."""
+
+    def __init__(self, epochs):
+        self.epochs = epochs
 
     def on_epoch_end(self, epoch, logs):
         shown = ", ".join(f"{k} {v:.4f}" for k, v in logs.items()
                           if k not in ("examples", "seconds", "loss_scale"))
-        print(f"epoch {epoch + 1}: {shown}", flush=True)
+        seconds = logs.get("seconds")
+        took = f" {seconds:.1f} s," if isinstance(seconds, (int, float)) else ""
+        print(f"epoch {epoch + 1}/{self.epochs}:{took} {shown}", flush=True)
 
 
 class TensorBoard(Callback):

@@ -109,7 +109,7 @@ class Trainable:
         return _tandem.train.Trainer(config, source)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
-            callbacks=(), verbose=0, shuffle=True, **options):
+            callbacks=(), verbose="auto", shuffle=True, **options):
         """Trains on a tandem.data.Dataset of (input, label) examples (or
         numpy arrays x, y, reshuffled every epoch from the seed unless
         shuffle=False, as Keras's; a dataset is taken in its own order). A
@@ -123,11 +123,14 @@ class Trainable:
         metrics_every=1), TensorBoard event files (tensorboard: a directory;
         default output_dir/tensorboard; False: none) and a Chrome trace
         (trace_steps=(first, last)). `tandem report OUTPUT_DIR` reads them.
-        Returns a History.
+        Returns a History. verbose: "auto" (Keras's default), 1 or 2 print
+        one line per epoch (its time, loss and metrics); 0 prints nothing.
         Ctrl-C stops after the current step, saves a checkpoint (with
         output_dir) and raises KeyboardInterrupt."""
         from . import callbacks as cb
         from .data import Dataset
+        if isinstance(verbose, bool) or verbose not in ("auto", 0, 1, 2):
+            raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
         train, batch_size = _as_examples(x, y, batch_size)
         validation = None
         if validation_data is not None:
@@ -157,8 +160,8 @@ class Trainable:
         object.__setattr__(self, "_last_trainer", trainer)
         object.__setattr__(self, "_last_trainer_names", train._names)
         history = History()
-        if verbose:
-            callbacks.append(cb.ProgressLogger())
+        if verbose != 0:
+            callbacks.append(cb.ProgressLogger(epochs))
         for c in callbacks:
             c.set_model(self)
         object.__setattr__(self, "stop_training", False)

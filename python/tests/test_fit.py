@@ -373,3 +373,16 @@ def test_an_optimizer_takes_a_number_for_its_learning_rate():
     for bad in ("0.1", lambda step: 0.1, True):
         with pytest.raises(TypeError, match="learning_rate must be a number"):
             tandem.optimizers.Adam(learning_rate=bad)
+
+
+def test_fit_prints_a_line_per_epoch_by_default_as_keras(capsys):
+    model, x, y = small_model_and_data()
+    model.fit(x, y, batch_size=32, epochs=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/2", "epoch 2/2"], lines
+    assert " s, loss " in lines[0] and "accuracy" in lines[0], lines
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    assert capsys.readouterr().out == ""
+    for bad in (3, -1, True, "yes", None):
+        with pytest.raises(ValueError, match="verbose must be 'auto', 0, 1 or 2"):
+            model.fit(x, y, epochs=1, verbose=bad)
