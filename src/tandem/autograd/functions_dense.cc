@@ -215,8 +215,13 @@ Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const V
   }
   const Tensor& xv = x.value();
   const DType out_dtype = output_dtype(options.output_dtype, xv.dtype());
+  // An f16 result is pooled in f32 and narrowed after: the same values
+  // (rounding keeps the order), and unfused the full-size convolution
+  // output stayed alive for the pooling's backward (f16 held more
+  // activation memory than f32).
+  const DType pooled_dtype = matmul_output(out_dtype);
   if (!kernels::conv2d_max_pool_fuses(xv.shape(), options.compute_dtype, xv.device().kind, pool,
-                                      out_dtype)) {
+                                      pooled_dtype)) {
     Conv2dOptions convolution = options;
     convolution.activation = Activation::none;
     return max_pool2d_relu(conv2d(x, weight, bias, convolution), pool);
@@ -224,8 +229,9 @@ Variable conv2d_max_pool_relu(const Variable& x, const Variable& weight, const V
   const Tensor xc = xv.to(options.compute_dtype);
   const Tensor wc = weight.value_as(options.compute_dtype);
   kernels::MaxPoolResult r = kernels::conv2d_max_pool_relu_forward(
-      xc, wc, bias.defined() ? bias.value() : Tensor(), options.geometry, pool, out_dtype,
+      xc, wc, bias.defined() ? bias.value() : Tensor(), options.geometry, pool, pooled_dtype,
       records_grad({&x, &weight, &bias}));
+  if (r.y.dtype() != out_dtype) r.y = r.y.to(out_dtype);
   return record_op(
       "conv2d_max_pool_relu", r.y, {&x, &weight, &bias},
       [xv, wc, workspace = r.workspace, geometry = options.geometry, pool, x_dtype = xv.dtype(),
