@@ -235,10 +235,10 @@ TEST(UserData, ImageFolderAndCsvRegressionTrain) {
   write(dir + "/regressor.toml",
         "input_shape = [3]\n[[layers]]\ntype = \"dense\"\nunits = 32\nactivation = "
         "\"relu\"\n[[layers]]\ntype = \"dense\"\nunits = 1\n");
+  // Keras's name for the loss (mse) is mean_squared_error, with its metrics.
   const testing::CommandResult csv = run(
       "train --model " + dir + "/regressor.toml --data " + dir + "/reg.toml --validation-data " +
-      dir + "/reg.toml --loss mean_squared_error --batch-size 32 --epochs 4 --quiet --output " +
-      dir + "/run-csv");
+      dir + "/reg.toml --loss mse --batch-size 32 --epochs 4 --quiet --output " + dir + "/run-csv");
   ASSERT_EQ(csv.status, 0) << csv.output;
   const nlohmann::json s = summary_of(dir + "/run-csv");
   const auto& history = s.at("history");

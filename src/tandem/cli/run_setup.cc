@@ -91,7 +91,8 @@ void add_data_options(CLI::App& app, RunOptions& o) {
   command
       ->add_option("--loss", o.loss,
                    "softmax_cross_entropy, binary_cross_entropy, mean_squared_error, "
-                   "mean_absolute_error or huber")
+                   "mean_absolute_error or huber (or Keras's sparse_categorical_crossentropy, "
+                   "binary_crossentropy, mse, mae)")
       ->capture_default_str();
   command->add_option("--label-smoothing", o.label_smoothing,
                       "softmax_cross_entropy: label smoothing in [0, 1) (default: 0)");
@@ -139,37 +140,38 @@ void add_data_options(CLI::App& app, RunOptions& o) {
 // mae and rmse for a regression) against the data's label feature.
 void configure_objective(const RunOptions& o, const std::string& label,
                          train::TrainConfig& config) {
+  const std::string loss = train::canonical_loss_name(o.loss);
   if (o.label_smoothing) {
     if (!(*o.label_smoothing >= 0.0 && *o.label_smoothing < 1.0)) {
       TANDEM_THROW(InvalidArgument, "--label-smoothing must be in [0, 1), got ",
                    *o.label_smoothing);
     }
-    if (o.loss != "softmax_cross_entropy") {
+    if (loss != "softmax_cross_entropy") {
       TANDEM_THROW(InvalidArgument,
-                   "--label-smoothing applies to --loss softmax_cross_entropy, not ", o.loss);
+                   "--label-smoothing applies to --loss softmax_cross_entropy, not ", loss);
     }
   }
   if (o.huber_delta) {
     if (!(*o.huber_delta > 0.0) || !std::isfinite(*o.huber_delta))
       TANDEM_THROW(InvalidArgument, "--huber-delta must be positive and finite, got ",
                    *o.huber_delta);
-    if (o.loss != "huber")
-      TANDEM_THROW(InvalidArgument, "--huber-delta applies to --loss huber, not ", o.loss);
+    if (loss != "huber")
+      TANDEM_THROW(InvalidArgument, "--huber-delta applies to --loss huber, not ", loss);
   }
   // Only class labels have an index to ignore: the other losses (and their
   // metrics, mae and rmse) would train on the rows it names.
-  if (o.ignore_index && o.loss != "softmax_cross_entropy") {
+  if (o.ignore_index && loss != "softmax_cross_entropy") {
     TANDEM_THROW(InvalidArgument, "--ignore-index applies to --loss softmax_cross_entropy, not ",
-                 o.loss);
+                 loss);
   }
-  config.loss = train::make_loss(o.loss, {.labels = label,
-                                          .ignore_index = o.ignore_index,
-                                          .label_smoothing = o.label_smoothing.value_or(0.0),
-                                          .delta = o.huber_delta.value_or(1.0)});
+  config.loss = train::make_loss(loss, {.labels = label,
+                                        .ignore_index = o.ignore_index,
+                                        .label_smoothing = o.label_smoothing.value_or(0.0),
+                                        .delta = o.huber_delta.value_or(1.0)});
   std::vector<std::string> names = split_list(o.metrics);
   if (o.metrics.empty()) {
-    if (o.loss == "softmax_cross_entropy") names = {"accuracy"};
-    if (o.loss == "mean_squared_error" || o.loss == "mean_absolute_error" || o.loss == "huber")
+    if (loss == "softmax_cross_entropy") names = {"accuracy"};
+    if (loss == "mean_squared_error" || loss == "mean_absolute_error" || loss == "huber")
       names = {"mae", "rmse"};
   }
   config.metrics.clear();

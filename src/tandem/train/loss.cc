@@ -80,7 +80,8 @@ Loss make_loss_function(std::string_view name, const LossOptions& options) {
             }};
   }
   TANDEM_THROW(InvalidArgument, "unknown loss '", name, "' (expected ",
-               fmt::format("{}", fmt::join(loss_names(), ", ")), ")");
+               fmt::format("{}", fmt::join(loss_names(), ", ")),
+               ", or Keras's sparse_categorical_crossentropy, binary_crossentropy, mse, mae)");
 }
 
 }  // namespace
@@ -90,9 +91,22 @@ std::vector<std::string> loss_names() {
           "mean_absolute_error", "huber"};
 }
 
-Loss make_loss(std::string_view name, const LossOptions& options) {
+std::string canonical_loss_name(std::string_view name) {
+  // Not categorical_crossentropy: Keras's takes one-hot labels.
+  static const std::pair<std::string_view, std::string_view> keras[] = {
+      {"sparse_categorical_crossentropy", "softmax_cross_entropy"},
+      {"binary_crossentropy", "binary_cross_entropy"},
+      {"mse", "mean_squared_error"},
+      {"mae", "mean_absolute_error"}};
+  for (const auto& [alias, canonical] : keras)
+    if (name == alias) return std::string(canonical);
+  return std::string(name);
+}
+
+Loss make_loss(std::string_view given, const LossOptions& options) {
+  const std::string name = canonical_loss_name(given);
   Loss loss = make_loss_function(name, options);
-  loss.kind = std::string(name);
+  loss.kind = name;
   loss.options = options;
   return loss;
 }

@@ -43,10 +43,13 @@ struct Loss {
 // binary_cross_entropy: logits against targets in [0, 1] of the same shape.
 // mean_squared_error, mean_absolute_error, huber: predictions against
 // targets with the same elements per example (N, ...).
-// Throws InvalidArgument naming the known losses for another name, and for
-// options out of range.
+// Keras's names are taken too (canonical_loss_name). Throws InvalidArgument
+// naming the known losses for another name, and for options out of range.
 Loss make_loss(std::string_view name, const LossOptions& options = {});
 std::vector<std::string> loss_names();
+// tandem's name for one of Keras's (sparse_categorical_crossentropy,
+// binary_crossentropy, mse, mae); any other name as it is.
+std::string canonical_loss_name(std::string_view name);
 
 // A built-in loss as JSON ({"kind": ..., "labels": ..., ...}) and back, for
 // checkpoints; loss_from_json throws InvalidArgument for a custom loss or
