@@ -8,6 +8,7 @@
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/cli/commands.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/kernels/matmul.h"
@@ -40,7 +41,7 @@ int run_bench_peak(const PeakOptions& o) {
     if (cpu_info().physical_cores > 1) thread_counts.push_back(cpu_info().physical_cores);
   } else {
     for (const std::string& t : split_list(o.threads)) {
-      const std::optional<int64_t> n = parse_integer(t);
+      const std::optional<int64_t> n = parse_number<int64_t>(t);
       if (!n || *n < 1 || *n > 4096)
         TANDEM_THROW(InvalidArgument, "--threads entries must be integers from 1 to 4096, got '", t,
                      "'");

@@ -53,10 +53,6 @@ data::LabeledImages synthetic_images(int64_t n);
 // Parses a comma-separated list ("1,2,4").
 std::vector<std::string> split_list(const std::string& text);
 
-// The whole of `text` as a base-10 integer; nullopt for anything else ("",
-// "2x", "x", out of range), so that flags can say which value they reject.
-std::optional<int64_t> parse_integer(const std::string& text);
-
 // Whether --model names a model file (FILE.toml, or any file that exists)
 // rather than a built-in model.
 bool is_model_file(const std::string& model);

@@ -14,6 +14,7 @@
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
 #include "tandem/base/parallel.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/resume_arguments.h"
 #include "tandem/cli/run_setup.h"
@@ -124,7 +125,8 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
   if (!o.test_examples && config.is_object() && config.contains("test_examples")) {
     const nlohmann::json& recorded = config.at("test_examples");
     if (recorded.is_number_integer()) examples = recorded.get<int64_t>();
-    if (recorded.is_string()) examples = parse_integer(recorded.get<std::string>()).value_or(0);
+    if (recorded.is_string())
+      examples = parse_number<int64_t>(recorded.get<std::string>()).value_or(0);
   }
   if (examples > 0 && examples < test.size())
     test = {test.images.slice(0, examples), test.labels.slice(0, examples)};

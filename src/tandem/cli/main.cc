@@ -3,7 +3,6 @@
 // Errors become one line on stderr and a non-zero exit status (1: the run
 // failed, 2: bad command line).
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -31,13 +30,6 @@ std::vector<std::string> split_list(const std::string& text) {
     start = comma + 1;
   }
   return items;
-}
-
-std::optional<int64_t> parse_integer(const std::string& text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
 }
 
 }  // namespace tandem::cli

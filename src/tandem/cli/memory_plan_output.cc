@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/cli/commands.h"
 
 namespace tandem::cli {
@@ -25,7 +26,7 @@ constexpr MemoryCategory kCategories[] = {
 int64_t parse_bytes(const std::string& flag, const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::optional<int64_t> number = parse_integer(text.substr(0, digits));
+  const std::optional<int64_t> number = parse_number<int64_t>(text.substr(0, digits));
   std::string unit = text.substr(digits);
   for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   int shift = -1;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/scaling_profile.h"
 #include "tandem/train/scaling_plan.h"
@@ -131,7 +132,7 @@ PlannedMode parse_mode(const std::string& item) {
     if (counted) m.name += m.mode == train::UpdateMode::local_sgd ? ":8" : ":1";
     return m;
   }
-  const std::optional<int64_t> n = parse_integer(item.substr(colon + 1));
+  const std::optional<int64_t> n = parse_number<int64_t>(item.substr(colon + 1));
   if (!counted || !n || *n < 1 || *n > 1000000) {
     TANDEM_THROW(InvalidArgument, "--modes: '", item, "': ",
                  counted ? "the count after ':' must be 1 to 1000000"
@@ -155,7 +156,7 @@ bool bucketed(train::UpdateMode mode) {
 std::vector<int> counts(const std::string& text, const char* flag) {
   std::vector<int> out;
   for (const std::string& item : split_list(text)) {
-    const std::optional<int64_t> n = parse_integer(item);
+    const std::optional<int64_t> n = parse_number<int64_t>(item);
     if (!n || *n < 1 || *n > 1000000)
       TANDEM_THROW(InvalidArgument, flag, " takes counts from 1 to 1000000, got '", item, "'");
     out.push_back(static_cast<int>(*n));

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/cli/commands.h"
 #include "tandem/comm/launch.h"
 
@@ -36,7 +37,7 @@ std::string default_output_dir(const std::string& model) {
 std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text) {
   if (text.empty()) return {0, 0};
   const auto number = [&](const std::string& part) -> int64_t {
-    const std::optional<int64_t> value = parse_integer(part);
+    const std::optional<int64_t> value = parse_number<int64_t>(part);
     if (!value || *value < 1) {
       TANDEM_THROW(InvalidArgument,
                    "--trace-steps must be FIRST:LAST with 1 <= FIRST <= LAST (global steps), got '",

@@ -4,13 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/base/random.h"
 #include "tandem/cli/commands.h"
 #include "tandem/cli/memory_plan_output.h"
@@ -59,7 +59,7 @@ std::optional<precision::LossScalerOptions> parse_loss_scale(const std::string& 
 // A count flag that also takes "auto" (data::kAutotune).
 int parse_count_or_auto(const std::string& flag, const std::string& text, int minimum) {
   if (text == "auto") return data::kAutotune;
-  const std::optional<int64_t> value = parse_integer(text);
+  const std::optional<int64_t> value = parse_number<int64_t>(text);
   if (!value || *value < minimum || *value > 1024) {
     TANDEM_THROW(InvalidArgument, flag, " must be a whole number >= ", minimum,
                  " (at most 1024) or 'auto', got '", text, "'");
@@ -646,13 +646,12 @@ int64_t memory_limit_of(const RunOptions& o, int host_replicas) {
 }
 
 uint64_t parse_seed(const std::string& text) {
-  uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+  const std::optional<uint64_t> value = parse_number<uint64_t>(text);
+  if (!value) {
     TANDEM_THROW(InvalidArgument, "--seed must be a whole number from 0 to ",
                  std::numeric_limits<uint64_t>::max(), ", got '", text, "'");
   }
-  return value;
+  return *value;
 }
 
 }  // namespace tandem::cli

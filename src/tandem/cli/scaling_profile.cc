@@ -11,6 +11,7 @@
 #include "tandem/autograd/functions.h"
 #include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/base/text_file.h"
 #include "tandem/cli/commands.h"
 #include "tandem/kernels/flops.h"
@@ -45,7 +46,7 @@ std::vector<double> ready_by_layers(nn::Module& model, const train::ModelSpec& s
   }
   std::vector<double> ready;
   for (const auto& [name, p] : params) {
-    const std::optional<int64_t> layer = parse_integer(name.substr(0, name.find('.')));
+    const std::optional<int64_t> layer = parse_number<int64_t>(name.substr(0, name.find('.')));
     if (!layer || *layer < 0 || *layer >= static_cast<int64_t>(layer_cost.size()) || !(total > 0.0))
       return {};
     // Layer l's gradients are complete once layers n-1 .. l have run backward.

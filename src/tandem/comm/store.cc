@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/comm/detail/tcp.h"
 
 namespace tandem::comm {
@@ -62,13 +62,12 @@ std::string receive_bytes(int fd, uint64_t n, TcpClock::time_point deadline,
 }
 
 int64_t parse_count(const std::string& text, const std::string& key) {
-  int64_t v = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (error != std::errc() || end != text.data() + text.size()) {
+  const std::optional<int64_t> v = parse_number<int64_t>(text);
+  if (!v) {
     TANDEM_THROW(InvalidArgument, "store key '", key, "' holds '", text.substr(0, 40),
                  "', not a counter");
   }
-  return v;
+  return *v;
 }
 
 }  // namespace
@@ -351,14 +350,9 @@ std::unique_ptr<Store> connect_store(const std::string& host, int port,
 
 std::pair<std::string, int> parse_host_port(std::string_view text, std::string_view flag) {
   const size_t colon = text.rfind(':');
-  int port = 0;
   if (colon != std::string_view::npos && colon > 0) {
-    const auto digits = text.substr(colon + 1);
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (error == std::errc() && end == digits.data() + digits.size() && port >= 1 &&
-        port <= 65535) {
-      return {std::string(text.substr(0, colon)), port};
-    }
+    const std::optional<int> port = parse_number<int>(text.substr(colon + 1));
+    if (port && *port >= 1 && *port <= 65535) return {std::string(text.substr(0, colon)), *port};
   }
   TANDEM_THROW(InvalidArgument, flag, " '", text,
                "' is not HOST:PORT with a port in 1..65535 (e.g. node0:29400)");

@@ -1,10 +1,10 @@
 #include "tandem/data/augment.h"
 
 #include <algorithm>
-#include <charconv>
 #include <vector>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/data/detail/image_ops.h"
 
 namespace tandem::data {
@@ -19,12 +19,8 @@ AugmentOptions parse_augment(std::string_view spec) {
     if (part == "flip") {
       options.flip = true;
     } else if (part.starts_with("crop:")) {
-      const std::string_view number = part.substr(5);
-      int64_t padding = -1;
-      const auto [end, error] =
-          std::from_chars(number.data(), number.data() + number.size(), padding);
-      if (error != std::errc() || end != number.data() + number.size() || padding < 1 ||
-          padding > kMaxCropPadding) {
+      const int64_t padding = parse_number<int64_t>(part.substr(5)).value_or(-1);
+      if (padding < 1 || padding > kMaxCropPadding) {
         TANDEM_THROW(InvalidArgument, "augmentation '", part,
                      "': the crop padding must be a whole number of pixels from 1 to ",
                      kMaxCropPadding);

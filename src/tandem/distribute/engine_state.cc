@@ -1,22 +1,19 @@
 #include "tandem/distribute/engine_state.h"
 
-#include <charconv>
-
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 
 namespace tandem::distribute {
 namespace {
 
 template <typename T>
 T parse_whole(const std::string& text, const std::string& key, const char* kind) {
-  T value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || stop != end) {
+  const std::optional<T> value = parse_number<T>(text);
+  if (!value) {
     TANDEM_THROW(IoError, "checkpoint metadata '", key, "' holds '", text.substr(0, 40), "', not ",
                  kind);
   }
-  return value;
+  return *value;
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 #include "tandem/tensor/device.h"
 
 #include <atomic>
-#include <charconv>
 #include <ostream>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/tensor/detail/device_backend.h"
 
 namespace tandem {
@@ -45,12 +45,9 @@ Device parse_device(std::string_view text) {
     TANDEM_THROW(InvalidArgument, "unknown device '", text, "' (expected cpu, cpu:N or cuda:N)");
   }
   if (colon != std::string_view::npos) {
-    const std::string_view digits = text.substr(colon + 1);
-    const auto [end, ec] =
-        std::from_chars(digits.data(), digits.data() + digits.size(), device.index);
-    if (ec != std::errc() || end != digits.data() + digits.size() || device.index < 0) {
-      TANDEM_THROW(InvalidArgument, "bad device index in '", text, "'");
-    }
+    const std::optional<int> index = parse_number<int>(text.substr(colon + 1));
+    if (!index || *index < 0) TANDEM_THROW(InvalidArgument, "bad device index in '", text, "'");
+    device.index = *index;
   }
   return device;
 }
