@@ -366,6 +366,21 @@ TEST(ProgressView, PlainLinesShowBusyAndInputShares) {
       << text;
 }
 
+// Nearest rank: the smallest time with at least q of the steps at or below
+// it (two steps' median was their maximum).
+TEST(RunStats, StepTimeQuantilesAreNearestRank) {
+  monitor::RunStats two(/*warmup_steps=*/0);
+  for (double t : {0.2, 0.1}) two.add({.step_seconds = t});
+  EXPECT_EQ(two.step_seconds_quantile(0.5), 0.1);
+  EXPECT_EQ(two.step_seconds_quantile(1.0), 0.2);
+  monitor::RunStats ten(/*warmup_steps=*/0);
+  for (int i = 10; i >= 1; --i) ten.add({.step_seconds = i});
+  EXPECT_EQ(ten.step_seconds_quantile(0.0), 1.0);
+  EXPECT_EQ(ten.step_seconds_quantile(0.5), 5.0);
+  EXPECT_EQ(ten.step_seconds_quantile(0.9), 9.0);
+  EXPECT_EQ(ten.step_seconds_quantile(0.91), 10.0);
+}
+
 TEST(RunStats, ComparesTheRunsBatchNotAPartialLastOneWithTheNoiseScale) {
   const auto findings = [](double noise_scale, int64_t last_batch) {
     monitor::RunStats stats(/*warmup_steps=*/0);
@@ -774,7 +789,9 @@ TEST(Report, MissingOrIncompleteRunDirectoriesSayWhatIsMissing) {
          "\"backward\":0.02,\"communication\":0,\"optimizer\":0.001,\"idle\":0}],"
          "\"memory\":[{\"device\":\"cpu:0\"}]}\n"
       << "{\"type\":\"epoch\",\"epoch\":1}\n";
-  EXPECT_NE(error_of(dir).find("missing or mistyped field"), std::string::npos) << error_of(dir);
+  // (Read with the step line, the memory's error names the line and key.)
+  EXPECT_NE(error_of(dir).find("line 2 of"), std::string::npos) << error_of(dir);
+  EXPECT_NE(error_of(dir).find("'bytes_in_use'"), std::string::npos) << error_of(dir);
 }
 
 // A number where an integer belongs that no integer type holds (1e38: found
@@ -813,6 +830,25 @@ TEST(Report, IntegerFieldsRefuseNumbersTheyCannotHold) {
   EXPECT_NE(run.find("'replicas'"), std::string::npos) << run;
   EXPECT_NE(error_of(",\"threads_per_replica\":-1e300", "", "").find("'threads_per_replica'"),
             std::string::npos);
+}
+
+// A resumed run's summary covers its earlier processes' steps too (it held
+// only the last process's, and tandem report preferred it to the lines).
+TEST(Monitor, AResumedRunsSummaryCoversTheWholeRun) {
+  const std::string dir = fresh_dir("monitor_resumed");
+  train::TrainConfig c = config(1);
+  c.epochs = 2;
+  c.output_dir = dir;
+  c.stop_after_epochs = 1;
+  monitored_run(dir, c, factory(), 160);  // 5 steps
+  c.stop_after_epochs = 0;
+  c.resume = true;
+  const json summary = monitored_run(dir, c, factory(), 160, {.append = true});
+  // 10 steps, the first 2 the warm-up.
+  EXPECT_EQ(summary.at("monitor").at("measured_steps"), 8);
+  EXPECT_EQ(summary.at("epochs"), 2);
+  const std::string page = read_file(monitor::write_report(dir).path);
+  EXPECT_NE(page.find("8 measured steps"), std::string::npos);
 }
 
 TEST(Report, ResumedAfterACutLineAndNonFiniteValuesStillReport) {

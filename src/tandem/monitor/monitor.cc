@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 
 #include "tandem/base/cpu_info.h"
 #include "tandem/base/error.h"
@@ -22,6 +23,7 @@
 #include "tandem/kernels/backend_info.h"
 #include "tandem/kernels/flops.h"
 #include "tandem/monitor/detail/metrics_json.h"
+#include "tandem/monitor/detail/run_files.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/train/detail/epoch_json.h"
 #include "tandem/train/run_directory.h"
@@ -186,7 +188,10 @@ Monitor::Monitor(MonitorOptions options, RunInfo info)
     }
     const std::string path = train::RunDirectory(options_.run_dir).metrics();
     ExistingMetrics existing;
-    if (options_.append) existing = read_existing(path);
+    if (options_.append) {
+      existing = read_existing(path);
+      read_earlier_steps();
+    }
     time_offset_ = existing.last_time;
     metrics_ = std::fopen(path.c_str(), options_.append ? "a" : "w");
     if (metrics_ == nullptr) TANDEM_THROW(IoError, "cannot write '", path, "'");
@@ -380,10 +385,11 @@ void Monitor::on_step(const train::StepInfo& s) {
     ~OwnTime() { total += seconds_between(start, Clock::now()); }
   } own{own_seconds_, now};
   StepRecord record = step_record(s, now);
+  add_earlier_steps(record.global_step);
   stats_.add(record);
   slide_window(record, s, now);
   const std::vector<DeviceMemory> memory = memory_snapshot();
-  merge_training_memory(memory);
+  merge_memory_peaks(training_memory_, memory);
   record.busy_fractions = busy_fractions();
   last_global_step_ = record.global_step;
   if (record.global_step % options_.metrics_every == 0 || s.step == s.steps_per_epoch) {
@@ -550,23 +556,31 @@ void Monitor::finish_trace() {
 
 void Monitor::finish() {
   if (tracing_) finish_trace();
+  add_earlier_steps(std::numeric_limits<int64_t>::max());  // when no step ran here
   // No step ran here (stopped at once, or resumed at the end): no training
   // peaks, so no memory findings rather than start-up's figures.
   stats_.set_memory(training_memory_);
 }
 
-void Monitor::merge_training_memory(const std::vector<DeviceMemory>& snapshot) {
-  if (training_memory_.size() != snapshot.size()) {
-    training_memory_ = snapshot;
-    return;
+void Monitor::read_earlier_steps() {
+  try {
+    detail::RunFiles files = detail::read_run(options_.run_dir);
+    for (auto& [global_step, line] : files.steps) earlier_steps_.push_back(std::move(line.record));
+    earlier_memory_ = std::move(files.training_memory);
+  } catch (const Error&) {
+    // No earlier step to add (none logged, or no file): this run's alone.
   }
-  for (size_t d = 0; d < snapshot.size(); ++d) {
-    DeviceMemory& t = training_memory_[d];
-    t.in_use = snapshot[d].in_use;
-    for (int c = 0; c < kMemoryCategoryCount; ++c)
-      t.peak[c] = std::max(t.peak[c], snapshot[d].peak[c]);
-    t.peak_total = std::max(t.peak_total, snapshot[d].peak_total);
-  }
+}
+
+void Monitor::add_earlier_steps(int64_t first_global_step) {
+  if (earlier_steps_.empty()) return;
+  // Steps the earlier process ran past its last checkpoint run again here:
+  // this run's figures replace theirs.
+  for (const StepRecord& r : earlier_steps_)
+    if (r.global_step < first_global_step) stats_.add(r);
+  merge_memory_peaks(training_memory_, earlier_memory_);
+  earlier_steps_ = {};
+  earlier_memory_ = {};
 }
 
 std::vector<double> Monitor::busy_fractions() const {

@@ -130,7 +130,11 @@ class Monitor {
   void write_line(const std::string& line);
   void write_step_line(const StepRecord& record, const train::StepInfo& step,
                        const std::vector<DeviceMemory>& memory);
-  void merge_training_memory(const std::vector<DeviceMemory>& snapshot);
+  // A resumed run's summary covers the whole run: the earlier processes'
+  // steps (metrics.jsonl's step lines) join the figures before this
+  // process's first step (or at finish() when it ran none).
+  void read_earlier_steps();
+  void add_earlier_steps(int64_t first_global_step);
   void start_trace();
   void finish_trace();
   void write_events(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
@@ -150,7 +154,9 @@ class Monitor {
   double own_seconds_ = 0.0;
   double time_offset_ = 0.0;  // a resumed run's time axis continues the earlier one
   std::vector<std::string> warnings_;
-  std::vector<DeviceMemory> training_memory_;   // peaks over training steps only
+  std::vector<DeviceMemory> training_memory_;  // peaks over training steps only
+  std::vector<StepRecord> earlier_steps_;      // a resumed run's, until added
+  std::vector<DeviceMemory> earlier_memory_;
   std::vector<data::StageStats> input_stages_;  // the last epoch's input pipeline counters
   int64_t rss_bytes_ = 0;
   std::chrono::steady_clock::time_point rss_read_at_;

@@ -125,11 +125,15 @@ struct ReportContext {
   int replicas = 1;
 };
 
-// summary.json's monitor section when the run finished (it saw every step);
-// otherwise recomputed from the logged step lines.
+// summary.json's monitor section when the run finished and it covers every
+// logged step (the monitor saw each step, where metrics.jsonl may hold
+// every Nth); otherwise recomputed from the step lines (a killed run, or a
+// summary written by a resumed process that counted only its own steps).
 Figures run_figures(const RunFiles& files) {
   if (!files.summary.is_null() && files.summary.contains("monitor")) {
-    return figures_from_summary(files.summary.at("monitor"));
+    Figures f = figures_from_summary(files.summary.at("monitor"));
+    const int64_t warmup = RunStats().warmup_steps();
+    if (f.measured_steps + warmup >= static_cast<int64_t>(files.steps.size())) return f;
   }
   RunStats stats;
   for (const auto& [step, line] : files.steps) stats.add(line.record);
@@ -138,11 +142,7 @@ Figures run_figures(const RunFiles& files) {
                                 static_cast<int>(c.value("joined", json::array()).size()),
                                 c.value("rolled_back_steps", int64_t{0}), c.value("seconds", 0.0));
   }
-  std::vector<DeviceMemory> memory;
-  if (files.last_memory.is_array()) {
-    for (const auto& m : files.last_memory) memory.push_back(detail::device_memory_from_json(m));
-  }
-  stats.set_memory(std::move(memory));
+  stats.set_memory(files.training_memory);
   return figures_from_stats(stats, tandem::detail::json_integer_or(files.run, "replicas", 1));
 }
 
@@ -438,10 +438,12 @@ std::string memory_plan_section(const json& summary) {
         tandem::detail::json_integer_or(p, "micro_batch", int64_t{0}));
     for (const auto& d : p.value("devices", json::array())) {
       const auto row = [&](const std::string& what, double predicted, double measured) {
-        plan += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3f}</td></tr>",
+        // Nothing measured (a category the run never used): no ratio.
+        const std::string ratio =
+            measured > 0 ? fmt::format("{:.3f}", predicted / measured) : std::string("-");
+        plan += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                             html_escape(d.value("device", "")), html_escape(what),
-                            figure(predicted, "B"), figure(measured, "B"),
-                            measured > 0 ? predicted / measured : NAN);
+                            figure(predicted, "B"), figure(measured, "B"), ratio);
       };
       row("peak", number_or_nan(d, "predicted_peak_bytes"),
           number_or_nan(d, "measured_peak_bytes"));

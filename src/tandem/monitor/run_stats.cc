@@ -93,11 +93,30 @@ double RunStats::mean_step_seconds() const {
   return measured_ ? step_seconds_ / static_cast<double>(measured_) : 0.0;
 }
 
+void merge_memory_peaks(std::vector<DeviceMemory>& peaks,
+                        const std::vector<DeviceMemory>& snapshot) {
+  if (peaks.size() != snapshot.size()) {
+    peaks = snapshot;
+    return;
+  }
+  for (size_t d = 0; d < snapshot.size(); ++d) {
+    DeviceMemory& t = peaks[d];
+    t.in_use = snapshot[d].in_use;
+    t.capacity = snapshot[d].capacity;
+    for (int c = 0; c < kMemoryCategoryCount; ++c)
+      t.peak[c] = std::max(t.peak[c], snapshot[d].peak[c]);
+    t.peak_total = std::max(t.peak_total, snapshot[d].peak_total);
+  }
+}
+
 double RunStats::step_seconds_quantile(double q) const {
   if (step_times_.empty()) return 0.0;
   std::vector<double> sorted = step_times_;
+  // Nearest rank: the smallest time with at least q of the steps at or
+  // below it (the lower middle of an even count for the median).
+  const double n = static_cast<double>(sorted.size());
   const auto rank =
-      static_cast<size_t>(std::clamp(q, 0.0, 1.0) * static_cast<double>(sorted.size() - 1) + 0.5);
+      static_cast<size_t>(std::clamp(std::ceil(std::clamp(q, 0.0, 1.0) * n) - 1.0, 0.0, n - 1.0));
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank),
                    sorted.end());
   return sorted[rank];

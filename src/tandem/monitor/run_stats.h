@@ -71,6 +71,12 @@ struct Finding {
   double value = 0.0;   // the figure the finding rests on (a fraction or a factor)
 };
 
+// Folds a memory snapshot into `peaks`: each category's and the total's
+// largest so far, the latest in-use figures (a snapshot of other devices
+// replaces them).
+void merge_memory_peaks(std::vector<DeviceMemory>& peaks,
+                        const std::vector<DeviceMemory>& snapshot);
+
 class RunStats {
  public:
   // The first `warmup_steps` steps (primitive creation, allocator warm-up)
@@ -82,6 +88,7 @@ class RunStats {
   // An elastic job's change of membership (a metrics.jsonl membership line).
   void add_membership_change(int lost, int joined, int64_t rolled_back_steps, double seconds);
 
+  int64_t warmup_steps() const { return warmup_steps_; }
   int64_t steps() const { return steps_; }
   int64_t measured_steps() const { return measured_; }
   double mean_step_seconds() const;

@@ -39,16 +39,21 @@ RunFiles read_run(const std::string& run_dir) {
       j = json::parse(lines[i]);
       const std::string type = j.at("type").get<std::string>();
       if (type == "run") {
-        if (files.run.is_null()) files.run = j;
+        files.run = j;
+        ++files.processes;
       } else if (type == "step") {
         StepLine s{step_from_json(j), j};
+        if (j.contains("memory")) {
+          std::vector<DeviceMemory> snapshot;
+          for (const json& m : j.at("memory")) snapshot.push_back(device_memory_from_json(m));
+          merge_memory_peaks(files.training_memory, snapshot);
+        }
         files.steps[s.record.global_step] = std::move(s);
       } else if (type == "epoch") {
         files.epochs[tandem::detail::json_integer<int64_t>(j.at("epoch"), "'epoch'")] = j;
       } else if (type == "membership") {
         files.membership_changes.push_back(j);
       }
-      if (j.contains("memory")) files.last_memory = j.at("memory");
     } catch (const json::exception& e) {
       // A run killed while writing leaves at most its last line cut short,
       // and a resumed run continues after it with a new run header.

@@ -20,11 +20,14 @@ struct StepLine {
 };
 
 struct RunFiles {
-  nlohmann::json run;                 // the first line
+  nlohmann::json run;                 // the latest run header (a resumed run's own)
+  int processes = 0;                  // run headers: 1 + the times the run was resumed
   std::map<int64_t, StepLine> steps;  // by global step; a resumed run's repeats replace
   std::map<int64_t, nlohmann::json> epochs;
-  nlohmann::json summary;                          // null when summary.json is missing
-  nlohmann::json last_memory;                      // the latest line's memory snapshot
+  nlohmann::json summary;  // null when summary.json is missing
+  // Each device's peaks over the step lines (training's; the epoch lines'
+  // include evaluation) and its latest in-use figures.
+  std::vector<DeviceMemory> training_memory;
   std::vector<nlohmann::json> membership_changes;  // an elastic job's
   std::vector<std::string> warnings;
 };
