@@ -11,6 +11,7 @@
 #include "tandem/autograd/node.h"
 #include "tandem/base/error.h"
 #include "tandem/kernels/elementwise.h"
+#include "tandem/kernels/layout.h"
 #include "tandem/kernels/normalization.h"
 
 namespace tandem {
@@ -54,6 +55,20 @@ TEST(Functions, SigmoidAtTheExtremesAxisShapesAndACustomLoss) {
   const std::vector<float> mine = sum(by_hand, 1).value().to_floats();
   ASSERT_EQ(mine.size(), built_in.size());
   for (size_t i = 0; i < mine.size(); ++i) EXPECT_NEAR(mine[i], built_in[i], 1e-5) << i;
+}
+
+// An order that is not a permutation is refused before anything is
+// written: the backward's inverse was built first, out of bounds (heap
+// corruption seen from Python's Tensor.permute).
+TEST(Functions, PermuteRefusesAnOrderThatIsNotAPermutation) {
+  const Variable x = leaf(random_tensor(Shape{2, 3}, -1, 1, 5));
+  for (const std::vector<int>& order :
+       std::vector<std::vector<int>>{{1, 7}, {1, -40}, {0, 0}, {0, 0, 5}, {1}}) {
+    EXPECT_THROW(permute(x, order), ShapeError);
+    EXPECT_THROW(kernels::inverse_permutation(order), ShapeError);
+  }
+  EXPECT_EQ(kernels::inverse_permutation(std::vector<int>{2, 0, 1}), (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(permute(x, {1, 0}).value().shape(), (Shape{3, 2}));
 }
 
 TEST(Functions, DropoutIsTheIdentityInInference) {

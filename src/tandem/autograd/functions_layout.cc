@@ -79,7 +79,10 @@ Variable log_softmax(const Variable& x) {
 }
 
 Variable permute(const Variable& x, const std::vector<int>& order) {
-  return record_op("permute", kernels::permute(x.value(), order), {&x},
+  // The forward first: it refuses an order that is not a permutation of x's
+  // dimensions, with x's shape in the message.
+  Tensor y = kernels::permute(x.value(), order);
+  return record_op("permute", y, {&x},
                    [inverse = kernels::inverse_permutation(order)](BackwardContext& ctx) {
                      ctx.set(0, kernels::permute(ctx.grad_output(), inverse));
                    });

@@ -60,9 +60,17 @@ int normalize_axis(int axis, int rank) {
 }
 
 std::vector<int> inverse_permutation(std::span<const int> order) {
-  std::vector<int> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    inverse[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  const int n = static_cast<int>(order.size());
+  std::vector<int> inverse(order.size(), -1);
+  for (int i = 0; i < n; ++i) {
+    const int o = order[static_cast<size_t>(i)];
+    if (o < 0 || o >= n || inverse[static_cast<size_t>(o)] >= 0) {
+      std::string text;
+      for (int v : order) text += (text.empty() ? "" : ", ") + std::to_string(v);
+      TANDEM_THROW(ShapeError, "(", text, ") is not a permutation of 0..", n - 1);
+    }
+    inverse[static_cast<size_t>(o)] = i;
+  }
   return inverse;
 }
 

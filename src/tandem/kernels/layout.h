@@ -15,6 +15,7 @@ namespace tandem::kernels {
 // (ShapeError otherwise).
 Tensor permute(const Tensor& x, std::span<const int> order);
 // The inverse permutation of order: permute(permute(x, order), inverse) == x.
+// Throws ShapeError unless order is a permutation of 0..size-1.
 std::vector<int> inverse_permutation(std::span<const int> order);
 
 // Elements [begin, end) of dimension axis. Throws ShapeError unless
