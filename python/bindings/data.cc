@@ -3,8 +3,10 @@
 // numpy output. Every stage runs in C++; a Python map function or generator
 // takes the GIL for each call.
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common.h"
 #include "tandem/data/csv.h"
@@ -73,33 +75,65 @@ data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
                         "random_crop, cast)");
 }
 
+// The passes Python holds, so that the package's atexit hook can end them
+// while their threads may still take the GIL: once the interpreter
+// finalizes, a thread that takes it is ended by pthread_exit inside a
+// Python map or generator call, which the pipeline's threads did not
+// survive (an abort at exit with an iterator still open).
+std::mutex live_passes_mutex;
+std::vector<std::weak_ptr<data::Iterator>> live_passes;
+
 // One pass over a dataset for Python's iteration protocol.
 class PassIterator {
  public:
-  explicit PassIterator(data::Iterator it) : it_(std::move(it)) {}
+  explicit PassIterator(data::Iterator it) : it_(std::make_shared<data::Iterator>(std::move(it))) {
+    std::lock_guard<std::mutex> lock(live_passes_mutex);
+    std::erase_if(live_passes, [](const auto& p) { return p.expired(); });
+    live_passes.push_back(it_);
+  }
   PassIterator(PassIterator&&) = default;
   PassIterator& operator=(PassIterator&&) = default;
   // Ending the pass joins its threads (a prefetch's producer), which may be
   // waiting for the GIL to call a Python map or generator: let go of it
   // meanwhile (breaking out of a for loop over such a pipeline hung).
   ~PassIterator() {
-    if (PyGILState_Check() == 0) return;  // as at interpreter exit: nothing to give
+    if (!it_ || PyGILState_Check() == 0) return;  // moved from, or no GIL to give
+    if (_Py_IsFinalizing()) {
+      // A pass opened after the atexit hook ended the others: a thread that
+      // took the GIL now would be ended mid-call, so it is left running.
+      new std::shared_ptr<data::Iterator>(std::move(it_));  // NOLINT: left to the exit
+      return;
+    }
     py::gil_scoped_release release;
-    it_ = data::Iterator();
+    *it_ = data::Iterator();
   }
   py::dict next() {
     std::optional<Element> e;
     {
       py::gil_scoped_release release;
-      e = it_.next();
+      e = it_->next();
     }
     if (!e) throw py::stop_iteration();
     return element_to_dict(*e);
   }
 
  private:
-  data::Iterator it_;
+  std::shared_ptr<data::Iterator> it_;
 };
+
+// Ends every pass still open (the package's atexit hook): a later next()
+// on one says the pass is over.
+void end_open_passes() {
+  std::vector<std::shared_ptr<data::Iterator>> open;
+  {
+    std::lock_guard<std::mutex> lock(live_passes_mutex);
+    for (const auto& p : live_passes)
+      if (auto it = p.lock()) open.push_back(std::move(it));
+    live_passes.clear();
+  }
+  py::gil_scoped_release release;
+  for (const auto& it : open) *it = data::Iterator();
+}
 
 std::vector<data::FeatureSpec> feature_specs(const py::dict& features) {
   std::vector<data::FeatureSpec> out;
@@ -263,6 +297,8 @@ void bind_dataset(py::module_& d) {
   py::class_<PassIterator>(d, "_Pass")
       .def("__iter__", [](PassIterator& it) -> PassIterator& { return it; })
       .def("__next__", &PassIterator::next);
+  d.def("_end_open_passes", &end_open_passes,
+        "Ends every pass still open (tandem's atexit hook, before the interpreter finalizes).");
   d.attr("AUTOTUNE") = data::kAutotune;
 }
 

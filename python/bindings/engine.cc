@@ -5,7 +5,9 @@
 // holding the GIL; the engine's forward kernels, backward, all-reduce and
 // update run without it.
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +64,13 @@ py::dict step_result(const distribute::StepResult& r, bool clipping) {
   return out;
 }
 
+class PythonEngine;
+// The engines Python holds, closed by the package's atexit hook (see
+// end_open_passes in data.cc: once the interpreter finalizes, a worker that
+// takes the GIL to finish a queued step is ended mid-call).
+std::mutex live_engines_mutex;
+std::set<PythonEngine*> live_engines;
+
 class PythonEngine {
  public:
   // options: the strategy's (its name, devices, ...), the optimizer's
@@ -75,21 +84,56 @@ class PythonEngine {
     strategy_ = distribute::make_strategy(config.strategy);
     engine_ = strategy_->make_engine(factory.build, engine_options);
     clipping_ = engine_options.optimizer.global_clip_norm > 0.0;
+    std::lock_guard<std::mutex> lock(live_engines_mutex);
+    live_engines.insert(this);
+  }
+  // The parameter server's workers may be finishing queued steps, which
+  // take the GIL to call the loss function: ending them without giving the
+  // GIL up deadlocked `del engine`.
+  ~PythonEngine() {
+    {
+      std::lock_guard<std::mutex> lock(live_engines_mutex);
+      live_engines.erase(this);
+    }
+    if (PyGILState_Check() == 0) return;
+    if (_Py_IsFinalizing()) {
+      // Not closed at exit (made after the hook ran): left running.
+      engine_.release();    // NOLINT: left to the exit
+      strategy_.release();  // NOLINT
+      return;
+    }
+    close();
+  }
+  PythonEngine(const PythonEngine&) = delete;
+  PythonEngine& operator=(const PythonEngine&) = delete;
+
+  void check_open() const {
+    if (!engine_) throw py::value_error("the engine was closed (at interpreter exit)");
+  }
+
+  // Ends the engine (its workers finish first, with the GIL given up);
+  // later calls say so.
+  void close() {
+    py::gil_scoped_release release;
+    engine_.reset();
+    strategy_.reset();
   }
 
   py::dict step(const py::dict& batch, const BatchLayout& layout, py::function loss_fn,
                 int64_t step_index, std::optional<double> learning_rate) {
     const data::Element rows = element_from(batch);
     auto held = keep_python(std::move(loss_fn));
-    const distribute::ForwardFn forward = [held, &layout](nn::Module& model,
-                                                          const distribute::ReplicaBatch& b) {
+    // The layout by value: the parameter server's workers run this after
+    // step() returned (a reference read freed memory).
+    const distribute::ForwardFn forward = [held, layout](nn::Module& model,
+                                                         const distribute::ReplicaBatch& b) {
       py::gil_scoped_acquire gil;
       return as_variable((*held)(*call_arguments(model, b.rows, layout)));
     };
     distribute::StepResult r;
     {
       py::gil_scoped_release release;
-      r = engine_->step(rows, forward, {.step = step_index, .learning_rate = learning_rate});
+      r = engine().step(rows, forward, {.step = step_index, .learning_rate = learning_rate});
     }
     return step_result(r, clipping_);
   }
@@ -100,10 +144,10 @@ class PythonEngine {
     const data::Element rows = element_from(batch);
     auto held = keep_python(std::move(fn));
     std::vector<std::shared_ptr<py::object>> outputs(
-        static_cast<size_t>(strategy_->local_replicas()));
+        static_cast<size_t>(strategy().local_replicas()));
     {
       py::gil_scoped_release release;
-      engine_->evaluate(rows, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
+      engine().evaluate(rows, [&](nn::Module& model, const distribute::ReplicaBatch& b) {
         py::gil_scoped_acquire gil;
         outputs[b.context.local_replica] =
             keep_python((*held)(*call_arguments(model, b.rows, layout)));
@@ -116,33 +160,39 @@ class PythonEngine {
 
   void save_state(const std::string& path) {
     py::gil_scoped_release release;
-    if (!strategy_->is_chief()) {
+    if (!strategy().is_chief()) {
       distribute::DiscardingStateWriter nothing;  // the gathers are collective
-      engine_->save_state(nothing);
+      engine().save_state(nothing);
       return;
     }
     std::map<std::string, std::string> metadata;
     train::write_spec(spec_, metadata);
     train::CheckpointWriter writer(path, metadata);
-    engine_->save_state(writer);
+    engine().save_state(writer);
     writer.commit();
   }
 
   void load_state(const std::string& path) {
     py::gil_scoped_release release;
-    engine_->load_state(train::load_checkpoint(path));
+    engine().load_state(train::load_checkpoint(path));
   }
 
   py::object model(int replica) {
-    if (replica < 0 || replica >= strategy_->local_replicas())
+    if (replica < 0 || replica >= strategy().local_replicas())
       throw py::index_error("replica " + std::to_string(replica) +
                             " out of range (the engine has " +
-                            std::to_string(strategy_->local_replicas()) + " local replicas)");
-    return py::cast(&engine_->model(replica), py::return_value_policy::reference);
+                            std::to_string(strategy().local_replicas()) + " local replicas)");
+    return py::cast(&engine().model(replica), py::return_value_policy::reference);
   }
 
-  distribute::Strategy& strategy() { return *strategy_; }
-  distribute::Engine& engine() { return *engine_; }
+  distribute::Strategy& strategy() {
+    check_open();
+    return *strategy_;
+  }
+  distribute::Engine& engine() {
+    check_open();
+    return *engine_;
+  }
 
  private:
   train::ModelSpec spec_;
@@ -150,6 +200,17 @@ class PythonEngine {
   std::unique_ptr<distribute::Engine> engine_;
   bool clipping_ = false;  // the optimizer clips by global norm (the step measures it)
 };
+
+// The package's atexit hook: ends every engine still open while its
+// workers can take the GIL.
+void close_open_engines() {
+  std::set<PythonEngine*> open;
+  {
+    std::lock_guard<std::mutex> lock(live_engines_mutex);
+    open.swap(live_engines);
+  }
+  for (PythonEngine* e : open) e->close();
+}
 
 BatchLayout layout_from(const py::object& names, bool as_dict) {
   return {names.cast<std::vector<std::string>>(), as_dict};
@@ -160,6 +221,8 @@ BatchLayout layout_from(const py::object& names, bool as_dict) {
 void bind_engine(py::module_& m) {
   py::module_ d =
       m.def_submodule("engine", "The step engine for custom loops (use Strategy.engine).");
+  d.def("_close_open_engines", &close_open_engines,
+        "Ends every engine still open (tandem's atexit hook, before the interpreter finalizes).");
   py::class_<PythonEngine>(d, "Engine")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("options"), py::arg("model"))
       .def("step",

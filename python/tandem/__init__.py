@@ -4,6 +4,7 @@ The step runs in tandem's C++ engine; Python describes the work. See
 docs/python.md for the API and how it maps to tf.distribute, Keras and
 PyTorch.
 """
+import atexit as _atexit
 import contextlib as _contextlib
 
 from ._tandem import (Tensor, dtype, from_numpy, from_dlpack, cuda_built, cuda_device_count,
@@ -13,6 +14,19 @@ from ._tandem import (Tensor, dtype, from_numpy, from_dlpack, cuda_built, cuda_d
 from . import ops, nn, layers, data, models, distribute, optimizers, callbacks
 from .models import Model, Sequential
 from ._tandem import is_grad_enabled, set_grad_enabled
+
+
+def _end_threads_at_exit():
+    """Ends open dataset passes and engines while their threads can still
+    take the GIL: once the interpreter finalizes, a pipeline or
+    parameter-server thread finishing a Python call would be ended in the
+    middle of it (the process aborted at exit)."""
+    from . import _tandem
+    _tandem.data._end_open_passes()
+    _tandem.engine._close_open_engines()
+
+
+_atexit.register(_end_threads_at_exit)
 
 float32 = dtype.float32
 bfloat16 = dtype.bfloat16

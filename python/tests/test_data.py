@@ -132,6 +132,34 @@ def test_leaving_a_pass_over_a_python_map_early_does_not_hang():
     assert done.stdout.strip() == "ended"
 
 
+_EXIT_WITH_A_PASS_OPEN = """
+import numpy as np
+import tandem
+from tandem.data import Dataset
+x = np.arange(2000, dtype=np.float32).reshape(1000, 2)
+slow = Dataset.from_tensor_slices(x).map(lambda a: a, num_parallel_calls=2).prefetch(8)
+generated = Dataset.from_generator(lambda: iter(x), tandem.data.TensorSpec((2,))).prefetch(8)
+kept = [iter(slow), iter(generated)]
+for it in kept:
+    next(it)
+print("exiting")
+"""
+
+
+def test_exiting_with_a_pass_open_over_python_calls_ends_cleanly():
+    # At interpreter exit the pipeline's threads, waiting for the GIL to call
+    # the map or generator, were ended by pthread_exit in the middle of the
+    # call: "FATAL: exception not rethrown" or a segfault, most exits.
+    import os
+    import subprocess
+    import sys
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", _EXIT_WITH_A_PASS_OPEN],
+                              capture_output=True, text=True, timeout=60, env=os.environ.copy())
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "exiting"
+
+
 def test_a_map_cannot_change_a_single_elements_structure():
     # (a, a) was stacked into one (2, ...) array.
     d = Dataset.from_tensor_slices(np.arange(4, dtype=np.float32)).map(lambda a: (a, a))

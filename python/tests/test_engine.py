@@ -165,3 +165,54 @@ def test_a_replicas_model_keeps_its_engine_alive(expect_parameters_outlive_their
     replica = engine.replica_model(1)
     del engine
     expect_parameters_outlive_their_owner(replica, expected)
+
+
+_PARAMETER_SERVER_LOOP = """
+import gc
+import time
+import numpy as np
+import tandem
+strategy = tandem.distribute.ParameterServerStrategy(devices=2)
+engine = strategy.engine(tandem.models.mlp(), tandem.optimizers.SGD(0.01))
+x = np.random.rand(16, 28, 28, 1).astype(np.float32)
+y = (np.arange(16) % 10).astype(np.int32)
+calls = []
+
+
+def loss_fn(m, x, y):
+    calls.append(1)
+    return tandem.ops.softmax_cross_entropy(m(x), y)
+
+
+for _ in range(20):
+    engine.step((x, y), loss_fn)
+engine.synchronize()
+print("calls", len(calls))
+
+
+def slow_loss_fn(m, x, y):
+    time.sleep(0.2)
+    return tandem.ops.softmax_cross_entropy(m(x), y)
+
+
+for _ in range(2):
+    engine.step((x, y), slow_loss_fn)
+del engine  # with steps still queued on the workers
+gc.collect()
+engine = strategy.engine(tandem.models.mlp(), tandem.optimizers.SGD(0.01))
+engine.step((x, y), slow_loss_fn)
+print("done")  # and exits with a step still queued
+"""
+
+
+def test_parameter_server_loops_survive_queued_steps_deletion_and_exit():
+    # The workers run a step's loss function after step() returned: it read
+    # the batch layout step() had freed (an abort in synchronize), deleting
+    # the engine joined workers waiting for the GIL it held (a deadlock),
+    # and so did the interpreter's exit.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _PARAMETER_SERVER_LOOP], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, MALLOC_PERTURB_="165"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["calls", "40", "done"], done.stdout  # 2 workers x 20
