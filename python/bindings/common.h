@@ -93,6 +93,10 @@ precision::Policy policy_from(const py::object& value);
 
 // A shape from a Python int or sequence of ints.
 Shape shape_from(const py::handle& value);
+// A Python integer's value (int, numpy's integers: anything with
+// __index__); nothing for bools, floats and anything else, so that 2.9 is
+// refused rather than truncated. ValueError past int64's range.
+std::optional<int64_t> integer_from(const py::handle& value);
 py::tuple shape_tuple(const Shape& shape);
 
 }  // namespace tandem::python

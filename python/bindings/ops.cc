@@ -99,10 +99,21 @@ int normalized_axis(int axis, int rank, const char* what) {
 Shape resolved_shape(const Variable& x, const py::args& args) {
   py::object spec = args.size() == 1 ? py::object(args[0]) : py::object(args);
   std::vector<int64_t> dims;
-  if (PyLong_Check(spec.ptr())) {
-    dims.push_back(spec.cast<int64_t>());
+  if (const std::optional<int64_t> n = integer_from(spec)) {
+    dims.push_back(*n);
   } else {
-    for (const auto& d : spec) dims.push_back(d.cast<int64_t>());
+    if (!py::isinstance<py::sequence>(spec) || py::isinstance<py::str>(spec)) {
+      throw py::type_error("reshape takes ints or a sequence of ints, got " +
+                           py::str(py::type::of(spec)).cast<std::string>());
+    }
+    for (const auto& d : spec) {
+      const std::optional<int64_t> v = integer_from(d);
+      if (!v) {
+        throw py::type_error("reshape: a dimension must be an int, got " +
+                             py::str(py::type::of(d)).cast<std::string>());
+      }
+      dims.push_back(*v);
+    }
   }
   int unknown = -1;
   int64_t known = 1;
@@ -155,8 +166,8 @@ Variable index(const Variable& x, const py::object& key) {
       continue;
     }
     const py::object& k = per_dim[axis];
-    if (PyLong_Check(k.ptr())) {
-      int64_t i = k.cast<int64_t>();
+    if (const std::optional<int64_t> integer = integer_from(k)) {
+      int64_t i = *integer;
       if (i < -size || i >= size) {
         throw py::index_error("index " + std::to_string(i) + " is out of range for axis " +
                               std::to_string(axis) + " of size " + std::to_string(size));

@@ -420,19 +420,34 @@ Tensor indices_from(const py::handle& value, const char* what) {
   return t.to(DType::i32);
 }
 
+std::optional<int64_t> integer_from(const py::handle& value) {
+  if (PyBool_Check(value.ptr()) || PyFloat_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    return std::nullopt;
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    throw py::value_error("integer " + py::str(index).cast<std::string>() +
+                          " is out of int64's range");
+  }
+  return static_cast<int64_t>(v);
+}
+
 Shape shape_from(const py::handle& value) {
-  if (PyLong_Check(value.ptr())) return Shape{value.cast<int64_t>()};
+  if (const std::optional<int64_t> n = integer_from(value)) return Shape{*n};
   if (!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value)) {
     throw py::type_error("a shape must be an int or a sequence of ints, got " +
                          py::str(py::type::of(value)).cast<std::string>());
   }
   std::vector<int64_t> dims;
   for (const auto& d : value) {
-    if (!PyLong_Check(d.ptr())) {
+    const std::optional<int64_t> n = integer_from(d);
+    if (!n) {
       throw py::type_error("a shape's dimensions must be ints, got " +
                            py::str(py::type::of(d)).cast<std::string>());
     }
-    dims.push_back(d.cast<int64_t>());
+    dims.push_back(*n);
   }
   return Shape(dims);
 }

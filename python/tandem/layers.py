@@ -1,6 +1,7 @@
 """Keras-style layers for tandem.Sequential: each is one layer of a model
 file (docs/model_files.md), with Keras's names and arguments. Shapes are
 inferred from the model's input_shape, as Keras does."""
+import operator as _operator
 
 
 class Layer:
@@ -137,7 +138,10 @@ def definition(layers, input_shape, input_dtype="f32", name="sequential"):
     if not layers:
         raise ValueError("a Sequential model needs at least one layer")
     shape = list(input_shape) if isinstance(input_shape, (tuple, list)) else [input_shape]
-    lines = [f'name = "{name}"', f"input_shape = [{', '.join(str(int(d)) for d in shape)}]",
+    for d in shape:
+        if isinstance(d, bool) or not hasattr(type(d), "__index__"):
+            raise TypeError(f"input_shape takes integers, got {d!r}")
+    lines = [f'name = "{name}"', f"input_shape = [{', '.join(str(_operator.index(d)) for d in shape)}]",
              f'input_dtype = "{input_dtype}"']
     for layer in layers:
         if not isinstance(layer, Layer):

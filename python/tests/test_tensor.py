@@ -199,3 +199,20 @@ def test_arguments_of_the_wrong_type_are_type_errors():
     t = tandem.tensor(np.ones((2, 3), np.float32))
     with pytest.raises(TypeError):
         t.sum(axis=(0, 1))
+
+
+def test_numpy_integers_index_and_shape_and_fractions_do_not():
+    # numpy's integers were refused as indices and reshape sizes (a loop over
+    # np.arange failed); floats and bools are not taken for integers.
+    t = tandem.tensor(np.arange(6, dtype=np.float32))
+    assert t[np.int64(4)].item() == 4.0
+    assert [t[i].item() for i in np.arange(2)] == [0.0, 1.0]
+    assert t.reshape(np.int64(2), np.int32(3)).shape == (2, 3)
+    assert t.reshape((np.int64(3), -1)).shape == (3, 2)
+    for bad in (True, 1.0, np.float32(1)):
+        with pytest.raises(TypeError):
+            t[bad]
+    with pytest.raises(TypeError, match="reshape"):
+        t.reshape(2.0, 3)
+    with pytest.raises(TypeError, match="input_shape takes integers"):
+        tandem.Sequential([tandem.layers.Dense(3)], input_shape=(4.9,))
