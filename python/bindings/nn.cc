@@ -38,13 +38,15 @@ class PythonModule : public Module {
     if (py::function f = py::get_override(this, "describe")) return f().cast<std::string>();
     return py::type::of(py::cast(this)).attr("__name__").cast<std::string>();
   }
-  Variable add_parameter(const std::string& name, const Tensor& value) {
-    return replace_parameter(name, value);
+  Variable add_parameter(const std::string& name, const Variable& parameter) {
+    return replace_parameter(name, parameter);
   }
   void add_buffer(const std::string& name, const Tensor& value) { register_buffer(name, value); }
   void add_module(const std::string& name, std::shared_ptr<Module> module) {
     register_module(name, std::move(module));
   }
+  std::string kind_of(const std::string& name) const { return registered_as(name); }
+  bool remove(const std::string& name) { return unregister(name); }
 };
 
 // The layers' dtypes under the global policy (Keras's): matrix units in the
@@ -135,10 +137,11 @@ the module runs forward with tandem's autograd recording the graph.)doc")
       .def("set_recompute", &Module::set_recompute, py::arg("on"))
       .def("recompute_blocks", &Module::recompute_blocks,
            "Recomputes every recomputable block's activations in backward; returns how many.")
-      .def("_register_parameter",
-           [](PythonModule& m, const std::string& name, const Variable& v) {
-             return m.add_parameter(name, v.value());
-           })
+      .def("_register_parameter", [](PythonModule& m, const std::string& name,
+                                     const Variable& v) { return m.add_parameter(name, v); })
+      .def("_registered_as",
+           [](const PythonModule& m, const std::string& name) { return m.kind_of(name); })
+      .def("_unregister", [](PythonModule& m, const std::string& name) { return m.remove(name); })
       .def("_register_buffer", [](PythonModule& m, const std::string& name,
                                   const Variable& v) { m.add_buffer(name, v.value()); })
       .def("_register_module",

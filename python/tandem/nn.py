@@ -59,11 +59,26 @@ class Module(_C.Module, Trainable):
     def __setattr__(self, name, value):
         if isinstance(value, Parameter):
             self._check_ready()
-            value = self._register_parameter(name, value)
+            self._register_parameter(name, value)  # this very tensor: it sees the gradients
         elif isinstance(value, _C.Module):
             self._check_ready()
             self._register_module(name, value)
+        elif self.__dict__.get("_tandem_ready") and self._registered_as(name):
+            # PyTorch's rules for a registered name given something else.
+            kind = self._registered_as(name)
+            if value is None:
+                self._unregister(name)
+            elif kind == "buffer" and isinstance(value, Tensor):
+                self._register_buffer(name, value)
+            else:
+                raise TypeError(f"cannot assign {type(value).__name__} as {kind} '{name}' "
+                                "(a tandem.nn.Parameter, a Module or None)")
         super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if self.__dict__.get("_tandem_ready"):
+            self._unregister(name)
+        super().__delattr__(name)
 
     def register_buffer(self, name, tensor):
         """State saved with the model but not trained (e.g. running statistics)."""

@@ -1,4 +1,5 @@
 """Models written in Python: registration, replicas on threads, errors."""
+import os
 import traceback
 
 import numpy as np
@@ -165,6 +166,41 @@ def test_assigning_a_module_or_parameter_again_replaces_it():
     assert net.parameter_count() == 2 * 3 + 3 + 3
     assert net(np.ones((1, 2), np.float32)).shape == (1, 3)
     assert dict(net.named_parameters())["scale"].numpy().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_buffers_deleted_and_cleared_attributes_and_parameter_identity_as_pytorch(workdir):
+    # A buffer registered again was kept twice (save_weights refused it); a
+    # sub-module deleted or set to None stayed among the parameters; the
+    # Parameter assigned was not the one registered (its .grad stayed None).
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("stat", tandem.tensor([1.0]))
+            self.register_buffer("stat", tandem.tensor([2.0]))
+            self.a = nn.Linear(2, 2)
+            self.b = nn.Linear(2, 2)
+            self.w = nn.Parameter(np.ones((2,), np.float32))
+            self.head = nn.Linear(2, 1)
+
+        def forward(self, x):
+            return self.head(x * self.w)
+
+    net = Net()
+    assert [(n, b.numpy().tolist()) for n, b in net.named_buffers()] == [("stat", [2.0])]
+    del net.b
+    net.a = None
+    assert [n for n, _ in net.named_parameters()] == ["w", "head.weight", "head.bias"]
+    net.save_weights(os.path.join(workdir, "net.safetensors"))
+    w = net.w
+    assert isinstance(w, nn.Parameter)
+    net(np.ones((3, 2), np.float32)).sum().backward()
+    assert w.grad is not None and w.grad.shape == (2,)
+    net.stat = tandem.tensor([3.0])
+    assert dict(net.named_buffers())["stat"].numpy().tolist() == [3.0]
+    with pytest.raises(TypeError, match="cannot assign Tensor as parameter 'w'"):
+        net.w = tandem.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match="cannot assign int as module 'head'"):
+        net.head = 5
 
 
 def test_keras_named_layers_take_keras_defaults():

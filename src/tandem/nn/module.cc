@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "tandem/autograd/checkpoint.h"
@@ -28,8 +29,46 @@ Variable Module::register_parameter(const std::string& name, Tensor value) {
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor value) {
+  for (auto& [existing, t] : buffers_) {
+    if (existing != name) continue;
+    t = std::move(value);
+    return t;
+  }
   buffers_.emplace_back(name, std::move(value));
   return buffers_.back().second;
+}
+
+Variable Module::replace_parameter(const std::string& name, Variable parameter) {
+  if (!parameter.requires_grad() || parameter.grad_fn() != nullptr) {
+    TANDEM_THROW(InvalidArgument, "parameter '", name,
+                 "' must be a leaf tensor that requires gradients");
+  }
+  parameter.set_name(name);
+  for (auto& [existing, v] : parameters_) {
+    if (existing != name) continue;
+    v = parameter;
+    return v;
+  }
+  parameters_.emplace_back(name, parameter);
+  return parameter;
+}
+
+std::string Module::registered_as(const std::string& name) const {
+  const auto named = [&](const auto& entries) {
+    return std::any_of(entries.begin(), entries.end(),
+                       [&](const auto& entry) { return entry.first == name; });
+  };
+  if (named(parameters_)) return "parameter";
+  if (named(buffers_)) return "buffer";
+  if (named(children_)) return "module";
+  return "";
+}
+
+bool Module::unregister(const std::string& name) {
+  const auto named = [&](const auto& entry) { return entry.first == name; };
+  return std::erase_if(parameters_, named) + std::erase_if(buffers_, named) +
+             std::erase_if(children_, named) >
+         0;
 }
 
 Variable Module::replace_parameter(const std::string& name, Tensor value) {

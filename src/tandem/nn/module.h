@@ -94,14 +94,22 @@ class Module {
 
  protected:
   // A name registered twice is an error for parameters (InvalidArgument);
-  // a module registered again under a name replaces the first, in its place
-  // (PyTorch's rule for `self.fc = ...` assigned twice).
+  // a module or buffer registered again under a name replaces the first, in
+  // its place (PyTorch's rule for `self.fc = ...` assigned twice).
   Variable register_parameter(const std::string& name, Tensor value);
   Tensor& register_buffer(const std::string& name, Tensor value);
   void register_module(const std::string& name, std::shared_ptr<Module> module);
   // register_parameter, replacing a parameter of that name in its place
   // (a Python module's attribute assigned again).
   Variable replace_parameter(const std::string& name, Tensor value);
+  // The same with this very variable (a leaf that requires gradients), so
+  // that its holder sees the gradients and the updates.
+  Variable replace_parameter(const std::string& name, Variable parameter);
+  // "parameter", "buffer" or "module" for a name registered here; "" for none.
+  std::string registered_as(const std::string& name) const;
+  // Forgets the parameter, buffer or module of that name (PyTorch's `del
+  // self.fc`); false when there is none.
+  bool unregister(const std::string& name);
 
  private:
   void collect_parameters(const std::string& prefix,
