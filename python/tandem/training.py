@@ -124,7 +124,8 @@ class Trainable:
         default output_dir/tensorboard; False: none) and a Chrome trace
         (trace_steps=(first, last)). `tandem report OUTPUT_DIR` reads them.
         Returns a History. verbose: "auto" (Keras's default), 1 or 2 print
-        one line per epoch (its time, loss and metrics); 0 prints nothing.
+        one line per epoch (its time, loss and metrics; under several
+        processes, the first's); 0 prints nothing.
         Ctrl-C stops after the current step, saves a checkpoint (with
         output_dir) and raises KeyboardInterrupt."""
         from . import callbacks as cb
@@ -160,7 +161,9 @@ class Trainable:
         object.__setattr__(self, "_last_trainer", trainer)
         object.__setattr__(self, "_last_trainer_names", train._names)
         history = History()
-        if verbose != 0:
+        if verbose != 0 and _tandem.engine.launched_rank() <= 0:
+            # The chief's lines only: every process of a multi-worker job
+            # sees the same epochs (as tandem train prints).
             callbacks.append(cb.ProgressLogger(epochs))
         for c in callbacks:
             c.set_model(self)
