@@ -2,6 +2,8 @@
 // wraps it to give tf.data's structure (tuples or dicts of features) and
 // numpy output. Every stage runs in C++; a Python map function or generator
 // takes the GIL for each call.
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,9 +52,61 @@ data::MapFn python_map(py::function fn) {
   };
 }
 
+// The keywords each built-in transform takes, the required ones first
+// (`required` of them); "key" (the feature, default "image") is every one's.
+struct TransformKeywords {
+  std::vector<std::string> names;
+  size_t required = 0;
+};
+
+const TransformKeywords& transform_keywords(const std::string& name) {
+  static const std::map<std::string, TransformKeywords> table = {
+      {"decode_image", {{"channels"}, 0}},
+      {"resize", {{"height", "width"}, 2}},
+      {"center_crop", {{"height", "width"}, 2}},
+      {"normalize", {{"mean", "stddev"}, 2}},
+      {"random_flip", {{"seed"}, 0}},
+      {"random_crop", {{"padding", "seed"}, 1}},
+      {"cast", {{"dtype"}, 1}}};
+  const auto it = table.find(name);
+  if (it == table.end()) {
+    throw py::value_error("unknown transform '" + name +
+                          "' (decode_image, resize, center_crop, normalize, random_flip, "
+                          "random_crop, cast)");
+  }
+  return it->second;
+}
+
+// Refuses a keyword the transform does not take (a misspelt one was
+// ignored: random_crop(pading=2) cropped nothing) or a required one missing.
+void check_transform_keywords(const std::string& name, const py::dict& args) {
+  const TransformKeywords& known = transform_keywords(name);
+  std::string accepted;
+  for (const std::string& k : known.names) accepted += k + ", ";
+  accepted += "key";
+  for (const auto& [k, v] : args) {
+    const std::string given = py::str(k);
+    if (given != "key" &&
+        std::find(known.names.begin(), known.names.end(), given) == known.names.end())
+      throw py::value_error("transform '" + name + "' takes no '" + given + "' (it takes " +
+                            accepted + ")");
+  }
+  for (size_t r = 0; r < known.required; ++r) {
+    if (!args.contains(known.names[r]))
+      throw py::value_error("transform '" + name + "' needs '" + known.names[r] + "'");
+  }
+}
+
 data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
+  check_transform_keywords(name, args);
   auto get = [&](const char* key, auto fallback) {
-    return args.contains(key) ? args[key].cast<decltype(fallback)>() : fallback;
+    if (!args.contains(key)) return fallback;
+    try {
+      return args[key].cast<decltype(fallback)>();
+    } catch (const py::cast_error&) {
+      throw py::type_error("transform '" + name + "': '" + key + "' has the wrong type (" +
+                           py::str(py::type::of(args[key])).cast<std::string>() + ")");
+    }
   };
   const std::string key = get("key", std::string("image"));
   if (name == "decode_image") return data::decode_image_fn(key, get("channels", 0));
@@ -69,10 +123,7 @@ data::MapFn builtin_transform(const std::string& name, const py::dict& args) {
     return data::random_crop_with_padding(get("padding", int64_t{0}), get("seed", uint64_t{0}),
                                           key);
   }
-  if (name == "cast") return data::cast_to(dtype_from(args["dtype"]), key);
-  throw py::value_error("unknown transform '" + name +
-                        "' (decode_image, resize, center_crop, normalize, random_flip, "
-                        "random_crop, cast)");
+  return data::cast_to(dtype_from(args["dtype"]), key);  // "cast", the last one known
 }
 
 // The passes Python holds, so that the package's atexit hook can end them

@@ -180,6 +180,13 @@ Variable from_dlpack(const py::object& source) {
       expected *= dims[i];
     }
   }
+  // As from_numpy: the kernels read whole elements (and vectors of them).
+  const auto address = reinterpret_cast<uintptr_t>(static_cast<char*>(dl.data) + dl.byte_offset);
+  if (address % dtype_size(dtype) != 0) {
+    throw py::value_error(
+        "tandem.from_dlpack: the tensor's elements are not aligned in memory; "
+        "copy it with tandem.tensor");
+  }
   Device device;
   switch (dl.device.device_type) {
     case kDLCPU:

@@ -190,9 +190,16 @@ train::ModelFactory keeping_first(train::ModelFactory factory, std::shared_ptr<n
 
 class PythonTrainer {
  public:
-  PythonTrainer(const py::dict& options, const py::dict& model)
-      : trainer_(std::make_unique<train::Trainer>(config_from(options),
-                                                  keeping_first(factory_from(model), first_))) {}
+  // Building the replicas, comparing them and broadcasting the weights (and,
+  // across processes, setting up the communicators) run without the GIL, as
+  // the engine's do: other Python threads went on hold for all of it. A
+  // Python model's builder takes the GIL back.
+  PythonTrainer(const py::dict& options, const py::dict& model) {
+    train::TrainConfig config = config_from(options);
+    train::ModelFactory factory = keeping_first(factory_from(model), first_);
+    py::gil_scoped_release release;
+    trainer_ = std::make_unique<train::Trainer>(std::move(config), std::move(factory));
+  }
 
   // Takes `from`'s model, optimizer and loss-scaler state (collective:
   // every process calls it). save_state gives the whole state to the chief

@@ -74,7 +74,7 @@ class Strategy:
                  accumulation_steps=accumulation_steps, zero=zero, seed=seed,
                  sync_every=sync_every),
             source)
-        return Engine(native, self)
+        return Engine(native, self, model)
 
     def __repr__(self):
         return f"{type(self).__name__}({self._options})"
@@ -150,9 +150,10 @@ class Engine:
     and ends the engine: its replicas' collectives were broken off, so later
     steps raise RuntimeError saying so."""
 
-    def __init__(self, native, strategy):
+    def __init__(self, native, strategy, model):
         self._native = native
         self.strategy = strategy
+        self._model = model
         self._steps = 0
         self._failed = None
 
@@ -206,8 +207,10 @@ class Engine:
 
     @property
     def model(self):
-        """Replica 0's model (every replica holds the same values)."""
-        return self._native.model(0)
+        """The model the engine was made from: replica 0 is it (a
+        tandem.Model's network), and every replica holds the same values.
+        strategy.engine(engine.model, ...) makes a new engine from it."""
+        return self._model
 
     def replica_model(self, index):
         return self._native.model(index)

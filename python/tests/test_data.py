@@ -182,3 +182,17 @@ def test_elements_cannot_write_into_the_datasets_memory():
     with pytest.raises(ValueError, match="read-only"):
         first /= 2
     assert [float(v.sum()) for v in d] == [2.0] * 4 and x.sum() == 8.0
+
+
+@pytest.mark.parametrize("name, keywords, error, message", [
+    ("random_crop", dict(pading=2, seed=1), ValueError, "takes no 'pading' (it takes padding"),
+    ("resize", dict(heigth=4, width=4), ValueError, "takes no 'heigth'"),
+    ("random_flip", dict(sed=5), ValueError, "takes no 'sed'"),
+    ("cast", {}, ValueError, "transform 'cast' needs 'dtype'"),
+    ("resize", dict(height=2.5, width=2), TypeError, "'height' has the wrong type"),
+])
+def test_built_in_transforms_refuse_keywords_they_do_not_take(name, keywords, error, message):
+    # A misspelt keyword was ignored: random_crop(pading=2) cropped nothing.
+    d = Dataset.from_tensor_slices({"image": np.zeros((4, 8, 8, 1), np.float32)})
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        d.map_transform(name, **keywords)

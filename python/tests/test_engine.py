@@ -128,6 +128,23 @@ def test_dict_batches_and_an_exception_in_the_loss_function():
     assert np.isfinite(again.step((x, y), squared_error)["loss"])
 
 
+def test_a_new_engine_goes_on_from_a_built_in_models_engine():
+    # engine.model was the bare C++ network, which strategy.engine refused.
+    model = tandem.models.mlp()
+    engine = tandem.distribute.MirroredStrategy(devices=2).engine(model, "sgd")
+    assert engine.model is model
+    x = np.random.rand(8, 28, 28, 1).astype(np.float32)
+    y = (np.arange(8) % 10).astype(np.int32)
+
+    def loss(m, x, y):
+        return tandem.ops.softmax_cross_entropy(m(x), y)
+    engine.step((x, y), loss)
+    with pytest.raises(ZeroDivisionError):
+        engine.step((x, y), lambda m, x, y: 1 / 0)
+    again = engine.strategy.engine(engine.model, "sgd")
+    assert np.isfinite(again.step((x, y), loss)["loss"])
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda e, x, y: e.step((x, y[:5]), squared_error), ValueError, "first dimensions differ"),
     (lambda e, x, y: e.step((x, y), lambda m, x, y: m(x)), tandem.ShapeError, ""),

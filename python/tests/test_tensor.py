@@ -216,3 +216,12 @@ def test_numpy_integers_index_and_shape_and_fractions_do_not():
         t.reshape(2.0, 3)
     with pytest.raises(TypeError, match="input_shape takes integers"):
         tandem.Sequential([tandem.layers.Dense(3)], input_shape=(4.9,))
+
+
+def test_dlpack_refuses_misaligned_elements_as_from_numpy_does():
+    misaligned = np.zeros(17, np.uint8)[1:].view(np.float32)
+    with pytest.raises(ValueError, match="not aligned"):
+        tandem.from_numpy(misaligned)
+    with pytest.raises(ValueError, match="not aligned"):
+        tandem.from_dlpack(misaligned)
+    assert tandem.tensor(misaligned).shape == (4,)
