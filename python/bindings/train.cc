@@ -74,14 +74,19 @@ class InterruptStops {
   // sigaction, not std::signal: restoring Python's handler through signal()
   // dropped its flags (SA_ONSTACK) and set SA_RESTART, so that Ctrl-C no
   // longer interrupted a blocking read after the first fit.
+  // A fit while another runs (in another Python thread) leaves the first's
+  // handler in place: swapping them out of order left Ctrl-C ignored.
   explicit InterruptStops(train::Trainer& trainer) {
-    interruptible.store(&trainer);
+    train::Trainer* none = nullptr;
+    installed_ = interruptible.compare_exchange_strong(none, &trainer);
+    if (!installed_) return;
     struct sigaction stop {};
     stop.sa_handler = stop_on_interrupt;
     sigemptyset(&stop.sa_mask);
     ::sigaction(SIGINT, &stop, &previous_);
   }
   ~InterruptStops() {
+    if (!installed_) return;
     ::sigaction(SIGINT, &previous_, nullptr);
     interruptible.store(nullptr);
   }
@@ -90,6 +95,7 @@ class InterruptStops {
 
  private:
   struct sigaction previous_ {};
+  bool installed_ = false;
 };
 
 // What fit writes besides checkpoints, as tandem train does, on the chief:
