@@ -842,6 +842,20 @@ TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
   EXPECT_NE(own.output.find("x of your batch's"), std::string::npos) << own.output;
   EXPECT_EQ(own.output.find("nan"), std::string::npos) << own.output;
   EXPECT_NE(own.output.find("\n          40 "), std::string::npos) << own.output;
+  // The batch at the series' end is timed too ("not timed" before), and
+  // under the run's own --lr-scaling the command keeps its --lr (the
+  // trainer scales it: printing the scaled rate had it scaled twice).
+  const CommandResult scaled =
+      run("tune batch-size --model mlp --train-examples 2048 --test-examples 64 --strategy "
+          "mirrored --devices 2 --threads 1 --allow-oversubscription --batch-size 48 "
+          "--max-batch 48 --steps 2 --noise-steps 10 --lr 0.1 --lr-scaling linear "
+          "--reference-batch 8");
+  ASSERT_EQ(scaled.status, 0) << scaled.output;
+  EXPECT_NE(scaled.output.find("\n          48 "), std::string::npos) << scaled.output;
+  EXPECT_NE(scaled.output.find("x of your batch's"), std::string::npos) << scaled.output;
+  const std::string command = scaled.output.substr(scaled.output.find("tandem train ..."));
+  EXPECT_EQ(command.find("--lr "), std::string::npos) << command;
+  EXPECT_NE(command.find("--batch-size "), std::string::npos) << command;
   expect_one_line_error("tune batch-size --model mlp --steps 0", "--steps must be at least 1");
   expect_one_line_error(
       "tune batch-size --model mlp --strategy mirrored --devices 2 "

@@ -160,6 +160,22 @@ TEST(Asha, RungsGrowByTheReductionFactorUpToTheMaximum) {
             (std::vector<int64_t>{9}));
 }
 
+// A trial that diverged at the highest rung (NaN) is not the best: the best
+// finite result at the highest rung that has one is (the search printed the
+// diverged trial and its NaN as the best).
+TEST(Asha, TheBestIsTheBestFiniteResultAtTheHighestRungThatHasOne) {
+  tune::AshaScheduler asha({.trials = 3, .min_epochs = 1, .max_epochs = 3});
+  asha.restore(0, {.results = {0.5, NAN}, .started_rung = 1});
+  asha.restore(1, {.results = {0.7}, .started_rung = 0});
+  asha.restore(2, {.results = {0.6}, .started_rung = 0});
+  EXPECT_EQ(asha.best().trial, 1);
+  EXPECT_EQ(asha.best().rung, 0);
+  asha.restore(1, {.results = {NAN}, .started_rung = 0});
+  asha.restore(2, {.results = {NAN}, .started_rung = 0});
+  asha.restore(0, {.results = {NAN, NAN}, .started_rung = 1});
+  EXPECT_EQ(asha.best().trial, -1);
+}
+
 TEST(Asha, PromotesTheTopThirdOfEachRungOneWorkerAtATime) {
   // Nine trials, quality = trial index (higher is better), run one at a time.
   tune::AshaScheduler asha({.trials = 9, .min_epochs = 1, .max_epochs = 9});
@@ -175,7 +191,8 @@ TEST(Asha, PromotesTheTopThirdOfEachRungOneWorkerAtATime) {
   std::map<int64_t, int64_t> reached;  // trial -> highest rung
   for (const auto& [t, rung] : order) reached[t] = std::max(reached[t], rung);
   EXPECT_EQ(reached[8], 2);  // the best trial trains to the end
-  EXPECT_EQ(asha.best_trial(), 8);
+  EXPECT_EQ(asha.best().trial, 8);
+  EXPECT_EQ(asha.best().rung, 2);
   int64_t epochs = 0;
   for (const auto& [t, rung] : order) epochs += asha.rungs()[static_cast<size_t>(rung)];
   for (const auto& [t, rung] : order)

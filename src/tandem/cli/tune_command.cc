@@ -104,8 +104,13 @@ int run_tune_batch_size(TuneOptions& o) {
           fmt::print("{:>12} {:>12.1f} {:>12.1f} MiB\n", t.batch, t.examples_per_second,
                      static_cast<double>(t.predicted_peak_bytes) / (1 << 20));
       });
-  const std::string command = fmt::format("--batch-size {} --lr {:.4g} --warmup-epochs {:.2g}",
-                                          r.batch, r.learning_rate, r.warmup_epochs);
+  // Under the run's own --lr-scaling the trainer scales its --lr to the new
+  // batch itself: the command keeps that --lr (printing the scaled rate had
+  // it scaled twice).
+  const std::string lr =
+      config.lr_scaling == "none" ? fmt::format(" --lr {:.4g}", r.learning_rate) : std::string();
+  const std::string command =
+      fmt::format("--batch-size {}{} --warmup-epochs {:.2g}", r.batch, lr, r.warmup_epochs);
   if (o.json) {
     nlohmann::json trials = nlohmann::json::array();
     for (const tune::BatchSizeTrial& t : r.trials) {

@@ -117,7 +117,7 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
 std::string best_command_line(const std::vector<std::string>& train_args,
                               const tune::SearchSettings& s, const tune::SearchResult& r) {
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
-  const int64_t reached = r.rungs[best.results.size() - 1];
+  const int64_t reached = r.rungs[static_cast<size_t>(r.best_rung)];
   std::string command = "tandem train";
   for (const std::string& a : train_args) command += " " + a;
   for (const std::string& a : tune::trial_arguments(best.settings)) command += " " + a;
@@ -305,21 +305,24 @@ int run_tune_search(SearchCommandOptions& o) {
       100.0 * static_cast<double>(r.epochs_trained) / full,
       tune::budget_point(s.steps_per_epoch, s.max_epochs), r.wall_seconds);
   if (r.best < 0) {
-    fmt::print(stderr, "tandem: error: every trial failed (their logs are in {}/trial-*)\n",
+    fmt::print(stderr,
+               "tandem: error: no trial has a usable result (each failed or diverged; their logs "
+               "are in {}/trial-*)\n",
                o.output);
     return 1;
   }
   const tune::TrialRecord& best = r.trials[static_cast<size_t>(r.best)];
+  const double best_value = best.results[static_cast<size_t>(r.best_rung)];
   fmt::print("best: trial {} ({}), {} {:.4f} at {}\n  {}\n", r.best, tune::describe(best.settings),
-             s.metric, best.results.back(),
-             tune::budget_point(s.steps_per_epoch, r.rungs[best.results.size() - 1]),
+             s.metric, best_value,
+             tune::budget_point(s.steps_per_epoch, r.rungs[static_cast<size_t>(r.best_rung)]),
              best_command_line(o.train_args, s, r));
   if (s.target && !r.target_reached) {
     fmt::print(stderr,
                "tandem: the target {} {} was not reached by {} (best {:.4f}); widen the space or "
                "raise the maximum budget\n",
                s.metric, *s.target, tune::budget_point(s.steps_per_epoch, s.max_epochs),
-               best.results.back());
+               best_value);
     return 1;
   }
   return 0;

@@ -112,19 +112,21 @@ void AshaScheduler::restore(int64_t trial, TrialState state) {
   trials_[static_cast<size_t>(trial)] = std::move(state);
 }
 
-int64_t AshaScheduler::best_trial() const {
+AshaScheduler::Best AshaScheduler::best() const {
   for (auto k = static_cast<int64_t>(rungs_.size()) - 1; k >= 0; --k) {
     int64_t best = -1;
     for (int64_t t = 0; t < static_cast<int64_t>(trials_.size()); ++t) {
       const TrialState& s = trials_[static_cast<size_t>(t)];
-      if (static_cast<int64_t>(s.results.size()) <= k) continue;
+      if (static_cast<int64_t>(s.results.size()) <= k ||
+          std::isnan(s.results[static_cast<size_t>(k)]))
+        continue;
       if (best < 0 || better(s.results[static_cast<size_t>(k)],
                              trials_[static_cast<size_t>(best)].results[static_cast<size_t>(k)]))
         best = t;
     }
-    if (best >= 0) return best;
+    if (best >= 0) return {best, k};
   }
-  return -1;
+  return {};
 }
 
 }  // namespace tandem::tune

@@ -64,8 +64,14 @@ class AshaScheduler {
   const std::vector<TrialState>& trials() const { return trials_; }
   // Restores a trial's state (a resumed search), before the first next().
   void restore(int64_t trial, TrialState state);
-  // The best trial at the highest rung any trial reached, or -1.
-  int64_t best_trial() const;
+  // The best trial and the rung of its result: the best finite result at
+  // the highest rung that has one (a trial that diverged there, NaN, is not
+  // the best); {-1, -1} when no result is finite.
+  struct Best {
+    int64_t trial = -1;
+    int64_t rung = -1;
+  };
+  Best best() const;
 
  private:
   bool better(double a, double b) const;

@@ -113,7 +113,7 @@ std::vector<BatchSizeTrial> time_batches(
   std::vector<int64_t> batches;
   for (int64_t batch = first; batch <= last; batch *= 2) batches.push_back(batch);
   const int64_t own = o.config.batch_size;
-  if (own > first && own < last && own % replicas == 0 &&
+  if (own > first && own <= last && own % replicas == 0 &&
       std::find(batches.begin(), batches.end(), own) == batches.end()) {
     batches.insert(std::upper_bound(batches.begin(), batches.end(), own), own);
   }

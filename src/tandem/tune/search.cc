@@ -133,7 +133,9 @@ SearchResult result_of(const SavedState& state, AshaScheduler& scheduler) {
   SearchResult result;
   result.trials = state.trials;
   result.rungs = scheduler.rungs();
-  result.best = scheduler.best_trial();
+  const AshaScheduler::Best best = scheduler.best();
+  result.best = best.trial;
+  result.best_rung = best.rung;
   for (const TrialRecord& r : state.trials) {
     result.epochs_trained += static_cast<int64_t>(r.curve.size());
     result.trial_seconds += r.seconds;
@@ -351,8 +353,8 @@ SearchResult run_search(const SearchOptions& options, TrialRunner& runner) {
   SearchResult result = result_of(state, scheduler);
   result.interrupted = interrupted || (stop_requested() && !scheduler.done());
   if (settings.target && result.best >= 0) {
-    const std::vector<double>& best = state.trials[static_cast<size_t>(result.best)].results;
-    const double value = best.back();
+    const double value = state.trials[static_cast<size_t>(result.best)]
+                             .results[static_cast<size_t>(result.best_rung)];
     result.target_reached =
         settings.maximize ? value >= *settings.target : value <= *settings.target;
   }

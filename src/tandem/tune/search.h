@@ -80,7 +80,8 @@ struct SearchOptions {
 struct SearchResult {
   std::vector<TrialRecord> trials;
   std::vector<int64_t> rungs;  // epochs
-  int64_t best = -1;           // trial index (the best at the highest rung reached)
+  int64_t best = -1;           // trial index (AshaScheduler::best: the best finite result
+  int64_t best_rung = -1;      // at the highest rung that has one), and that rung
   int64_t epochs_trained = 0;  // over every trial: the search's compute
   double trial_seconds = 0.0;
   double wall_seconds = 0.0;
