@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "support/cli.h"
+#include "tandem/base/cpu_info.h"
 #include "tandem/data/example.h"
 #include "tandem/data/idx.h"
 #include "tandem/data/image.h"
@@ -1050,6 +1051,29 @@ TEST(Cli, TuneSearchInterruptedResumesWithoutRetrainingFinishedRungs) {
   }
 }
 
+// The default workers share the cores between every device of the trials
+// running at once: two trials of one mirrored device ran 2 threads each on
+// 2 cores, and one_device (train's own spelling) ran one trial at a time.
+TEST(Cli, TuneSearchSharesTheCoresBetweenTheTrialsDevices) {
+  const int cores = std::max(1, tandem::cpu_info().physical_cores);
+  const std::string dir = tmp("cli-search-workers");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/space.toml") << "[search]\nsampler = \"grid\"\nmin_epochs = 1\n"
+                                        "max_epochs = 1\n[space]\n"
+                                        "lr = { choice = [0.05, 0.1] }\n";
+  for (const std::string strategy : {"one_device", "mirrored --devices 1"}) {
+    const std::string out = dir + "/" + strategy.substr(0, 8);
+    const CommandResult r =
+        run("tune search --space " + dir + "/space.toml --output " + out +
+            " --model mlp --train-examples 256 --test-examples 64 --strategy " + strategy);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(std::to_string(cores) + " at a time"), std::string::npos) << r.output;
+    std::ifstream log(out + "/trial-000/log.txt");
+    const std::string text(std::istreambuf_iterator<char>(log), {});
+    EXPECT_NE(text.find("--threads 1"), std::string::npos) << text;
+  }
+}
+
 TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {
   const std::string dir = tmp("cli-search-bad");
   fs::create_directories(dir);
@@ -1065,6 +1089,9 @@ TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {
   expect_one_line_error(search + "/space.toml --epochs 3", "--epochs is the search's to set");
   expect_one_line_error(search + "/space.toml --lr 0.1", "--lr is given and searched");
   expect_one_line_error(search + "/space.toml --batch-size many", "a trial's tandem train flags");
+  // Each trial runs without TensorBoard: the flag failed every trial.
+  expect_one_line_error(search + "/space.toml --tensorboard " + dir + "/tb",
+                        "--tensorboard: the trials write no TensorBoard events");
   expect_one_line_error(search + "/missing.toml",
                         "space file '" + dir + "/missing.toml' does not exist");
   EXPECT_FALSE(fs::exists(dir + "/out"));

@@ -126,7 +126,8 @@ int64_t MpiTrialRunner::slots() const {
 }
 
 void MpiTrialRunner::start(const tune::TrialJob& job) {
-  // This rank first, then the rank with the most free slots.
+  // The rank with the most free slots, this one on a tie (so the jobs
+  // spread over the hosts as they start).
   size_t best = 0;
   for (size_t r = 0; r < slots_.size(); ++r) {
     const int64_t free = slots_[r] - running_[r];

@@ -81,6 +81,13 @@ void check_train_args(const std::vector<std::string>& args, const tune::SearchSp
                    "max_epochs, the seed is seed in [search]); drop it");
     }
   }
+  // Each trial runs with --no-tensorboard (the runner's): a --tensorboard
+  // passed this check and failed every trial.
+  if (has_flag(args, "--tensorboard")) {
+    TANDEM_THROW(InvalidArgument,
+                 "--tensorboard: the trials write no TensorBoard events (each trial's "
+                 "metrics.jsonl is there for tandem report OUTPUT/trial-NNN); drop it");
+  }
   if (space.settings.steps_per_epoch > 0) {
     for (const char* owned : {"--steps-per-epoch", "--repeat"}) {
       if (has_flag(args, owned)) {
@@ -133,21 +140,27 @@ struct Workers {
 };
 
 // One trial per device unless --parallel says otherwise: a one-device trial
-// takes a core (and cores / parallel threads), a trial of a multi-device
-// strategy its --devices (all the cores when unset).
+// takes a core, a trial of a multi-device strategy its --devices (all the
+// cores when unset); each device of the trials running at once gets an
+// equal share of the cores (--threads) unless the flags set it.
 Workers size_workers(const std::vector<std::string>& train_args, int64_t requested) {
   if (requested < 0)
     TANDEM_THROW(InvalidArgument, "--parallel must be at least 1 (0: one per device), got ",
                  requested);
   const int cores = std::max(1, cpu_info().physical_cores);
   const std::string strategy = flag_value(train_args, "--strategy");
-  const bool one_device = strategy.empty() || strategy == "one-device";
+  const bool one_device = strategy.empty() || strategy == "one-device" || strategy == "one_device";
   const std::string devices = flag_value(train_args, "--devices");  // checked by the dry parse
   const int per_trial = one_device ? 1 : devices.empty() ? cores : std::max(1, std::stoi(devices));
   Workers w;
   w.parallel = requested > 0 ? requested : std::max(1, cores / per_trial);
-  if (one_device && !has_flag(train_args, "--threads"))
-    w.threads = std::max<int>(1, cores / static_cast<int>(std::min<int64_t>(w.parallel, cores)));
+  // Each trial's devices share its part of the cores (a multi-device
+  // trial's own default took every core for each of them: two trials of
+  // one mirrored device ran 4 threads on 2 cores).
+  if (!has_flag(train_args, "--threads")) {
+    const int64_t devices_at_once = std::min<int64_t>(w.parallel * per_trial, cores);
+    w.threads = std::max(1, cores / static_cast<int>(devices_at_once));
+  }
   return w;
 }
 
