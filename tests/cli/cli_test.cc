@@ -1074,6 +1074,23 @@ TEST(Cli, TuneSearchSharesTheCoresBetweenTheTrialsDevices) {
   }
 }
 
+// Two trials at a rung of reduction factor 3 promote none: the search says
+// so, and the target's message names the budget reached, not the maximum.
+TEST(Cli, TuneSearchSaysWhenNoTrialWasPromoted) {
+  const std::string dir = tmp("cli-search-unpromoted");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/space.toml") << "[search]\ntrials = 2\nmin_epochs = 1\nmax_epochs = 3\n"
+                                        "target = 0.999\n[space]\n"
+                                        "lr = { log_uniform = [0.01, 0.1] }\n";
+  const CommandResult r = run("tune search --space " + dir + "/space.toml --output " + dir +
+                              "/out --model mlp --train-examples 256 --test-examples 64");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("no trial trained past epoch 1: a rung promotes its best 1/3"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("was not reached by epoch 1 "), std::string::npos) << r.output;
+}
+
 TEST(Cli, TuneSearchRefusesBadSpacesAndFlagsItOwns) {
   const std::string dir = tmp("cli-search-bad");
   fs::create_directories(dir);

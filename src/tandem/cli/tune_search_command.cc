@@ -330,12 +330,24 @@ int run_tune_search(SearchCommandOptions& o) {
              s.metric, best_value,
              tune::budget_point(s.steps_per_epoch, r.rungs[static_cast<size_t>(r.best_rung)]),
              best_command_line(o.train_args, s, r));
+  // ASHA promotes the top 1/reduction_factor of a rung's trials: with
+  // fewer trials than that at a rung, none goes on, and the maximum budget
+  // was never trained.
+  int64_t highest = 0;
+  for (const tune::TrialRecord& t : r.trials)
+    highest = std::max(highest, static_cast<int64_t>(t.results.size()) - 1);
+  const int64_t reached = r.rungs[static_cast<size_t>(std::max<int64_t>(highest, 0))];
+  if (highest + 1 < static_cast<int64_t>(r.rungs.size())) {
+    fmt::print(stderr,
+               "tandem: no trial trained past {}: a rung promotes its best 1/{} of trials, too "
+               "few for one here (raise trials, or lower reduction_factor)\n",
+               tune::budget_point(s.steps_per_epoch, reached), s.reduction_factor);
+  }
   if (s.target && !r.target_reached) {
     fmt::print(stderr,
                "tandem: the target {} {} was not reached by {} (best {:.4f}); widen the space or "
                "raise the maximum budget\n",
-               s.metric, *s.target, tune::budget_point(s.steps_per_epoch, s.max_epochs),
-               best_value);
+               s.metric, *s.target, tune::budget_point(s.steps_per_epoch, reached), best_value);
     return 1;
   }
   return 0;
