@@ -256,11 +256,17 @@ Monitor::~Monitor() {
 }
 
 void Monitor::write_line(const std::string& line) {
-  if (metrics_ == nullptr) return;
-  // One write per line, flushed: a killed run leaves whole lines.
   std::string buffer = line;
   buffer += '\n';
-  const bool written = std::fwrite(buffer.data(), 1, buffer.size(), metrics_) == buffer.size() &&
+  write_record(buffer);
+}
+
+void Monitor::write_record(std::string_view line) {
+  if (metrics_ == nullptr) return;
+  // One write per line, flushed: a killed run leaves whole lines. A failed
+  // one stops the file (a later line after a partial one would make it
+  // corrupt in the middle, which tandem report refuses).
+  const bool written = std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() &&
                        std::fflush(metrics_) == 0;
   if (!written) {
     // A full disk stops the record, not the run (its checkpoints may still
@@ -463,8 +469,7 @@ void Monitor::write_step_line(const StepRecord& r, const train::StepInfo& s,
                    m.capacity);
   }
   fmt::format_to(it, "]}}\n");
-  std::fwrite(out.data(), 1, out.size(), metrics_);
-  std::fflush(metrics_);
+  write_record({out.data(), out.size()});
 }
 
 void Monitor::on_membership_change(const train::MembershipChange& c) {
