@@ -381,6 +381,21 @@ TEST(RunStats, StepTimeQuantilesAreNearestRank) {
   EXPECT_EQ(ten.step_seconds_quantile(0.91), 10.0);
 }
 
+// An elastic job's replica that joined late is averaged over its own steps
+// (over every step, its times were understated).
+TEST(RunStats, AReplicaThatJoinedLateIsAveragedOverItsOwnSteps) {
+  monitor::RunStats stats(/*warmup_steps=*/0);
+  for (int step = 0; step < 4; ++step) {
+    monitor::StepRecord r{.step_seconds = 0.1};
+    r.replicas.push_back({.replica = 0, .forward = 0.02});
+    if (step >= 2) r.replicas.push_back({.replica = 1, .forward = 0.04});
+    stats.add(r);
+  }
+  ASSERT_EQ(stats.replica_means().size(), 2u);
+  EXPECT_DOUBLE_EQ(stats.replica_means()[0].forward, 0.02);
+  EXPECT_DOUBLE_EQ(stats.replica_means()[1].forward, 0.04);
+}
+
 TEST(RunStats, ComparesTheRunsBatchNotAPartialLastOneWithTheNoiseScale) {
   const auto findings = [](double noise_scale, int64_t last_batch) {
     monitor::RunStats stats(/*warmup_steps=*/0);

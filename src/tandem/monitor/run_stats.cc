@@ -56,8 +56,10 @@ void RunStats::add(const StepRecord& s) {
     if (it == replica_sums_.end()) {
       replica_sums_.push_back({.replica = r.replica});
       slow_steps_.push_back(0);
+      replica_steps_.push_back(0);
       it = replica_sums_.end() - 1;
     }
+    ++replica_steps_[static_cast<size_t>(it - replica_sums_.begin())];
     // Slow in this step: above the median of the others' compute (per
     // example, where replicas compute different numbers of examples). (The
     // 15% margin applies to the means; a replica 18% slower with a few
@@ -81,9 +83,12 @@ void RunStats::add(const StepRecord& s) {
     it->optimizer += r.optimizer;
     it->idle += r.idle;
   }
+  // Over the steps each replica took part in: an elastic job's replica
+  // that joined late or was lost early has fewer.
   replica_means_ = replica_sums_;
-  const double n = static_cast<double>(measured_);
-  for (ReplicaTimes& r : replica_means_) {
+  for (size_t i = 0; i < replica_means_.size(); ++i) {
+    ReplicaTimes& r = replica_means_[i];
+    const double n = static_cast<double>(replica_steps_[i]);
     r.forward /= n, r.backward /= n, r.communication /= n, r.optimizer /= n, r.idle /= n;
     r.examples /= n;
   }
@@ -224,7 +229,7 @@ void RunStats::find_straggler(std::vector<Finding>& out) const {
   // A replica that is slow now and then (descheduled by the OS, sharing a
   // core) raises its mean without being the one the others wait for.
   const double consistency =
-      static_cast<double>(slow_steps_[slowest]) / static_cast<double>(measured_);
+      static_cast<double>(slow_steps_[slowest]) / static_cast<double>(replica_steps_[slowest]);
   if (excess >= kStraggler && cost >= kStragglerCost * mean_step_seconds() &&
       consistency >= kStragglerConsistency) {
     const std::string measure = per_example

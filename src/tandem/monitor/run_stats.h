@@ -135,6 +135,7 @@ class RunStats {
   // Per replica (replica_sums_' order): steps in which its compute was above
   // the median of the others'.
   std::vector<int64_t> slow_steps_;
+  std::vector<int64_t> replica_steps_;  // the measured steps each replica took part in
   std::vector<DeviceMemory> memory_;
   double noise_scale_ = NAN, noise_scale_batch_ = 0.0;
 };
