@@ -365,6 +365,9 @@ TEST(Search, AnInterruptedSearchResumesWithoutRetrainingAFinishedRung) {
                  "gives trial 2 other settings");
   expect_refused([](nlohmann::json& j) { j["asha"]["reduction_factor"] = 2; },
                  "schedules other rungs");
+  // An integer no int64 holds is named, not cast (undefined behaviour).
+  expect_refused([](nlohmann::json& j) { j["trials"][1]["started_rung"] = 1e30; }, "started_rung");
+  expect_refused([](nlohmann::json& j) { j["trials"][1]["seed"] = -3; }, "seed");
   // And trials run with other flags than those it started with.
   std::ofstream(state_path, std::ios::trunc) << saved.dump();
   tune::SearchOptions flagged = resume;

@@ -140,7 +140,8 @@ Figures run_figures(const RunFiles& files) {
   for (const json& c : files.membership_changes) {
     stats.add_membership_change(static_cast<int>(c.value("lost", json::array()).size()),
                                 static_cast<int>(c.value("joined", json::array()).size()),
-                                c.value("rolled_back_steps", int64_t{0}), c.value("seconds", 0.0));
+                                tandem::detail::json_integer_or(c, "rolled_back_steps", int64_t{0}),
+                                c.value("seconds", 0.0));
   }
   stats.set_memory(files.training_memory);
   return figures_from_stats(stats, tandem::detail::json_integer_or(files.run, "replicas", 1));

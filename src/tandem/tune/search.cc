@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "tandem/base/atomic_file.h"
+#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
 #include "tandem/base/text_file.h"
 #include "tandem/tune/asha.h"
@@ -102,19 +103,23 @@ SavedState read_state(const std::string& output_dir) {
     if (state.arguments_recorded)
       state.trial_arguments = json.at("trial_arguments").get<std::vector<std::string>>();
     const nlohmann::json& a = json.at("asha");
-    state.asha = {.min_epochs = a.at("min_epochs").get<int64_t>(),
-                  .max_epochs = a.at("max_epochs").get<int64_t>(),
-                  .reduction_factor = a.at("reduction_factor").get<int64_t>(),
-                  .maximize = a.at("maximize").get<bool>(),
-                  .successive_halving = a.at("successive_halving").get<bool>()};
+    // Integers through json_integer: a float no int64 holds was a cast of
+    // undefined behaviour.
+    using tandem::detail::json_integer;
+    state.asha = {
+        .min_epochs = json_integer<int64_t>(a.at("min_epochs"), "min_epochs"),
+        .max_epochs = json_integer<int64_t>(a.at("max_epochs"), "max_epochs"),
+        .reduction_factor = json_integer<int64_t>(a.at("reduction_factor"), "reduction_factor"),
+        .maximize = a.at("maximize").get<bool>(),
+        .successive_halving = a.at("successive_halving").get<bool>()};
     state.wall_seconds = json.at("wall_seconds").get<double>();
     for (const nlohmann::json& t : json.at("trials")) {
       TrialRecord r;
       for (const nlohmann::json& s : t.at("settings"))
         r.settings.emplace_back(s.at(0).get<std::string>(), s.at(1).get<std::string>());
-      r.seed = t.at("seed").get<uint64_t>();
+      r.seed = json_integer<uint64_t>(t.at("seed"), "seed");
       r.results = numbers(t.at("results"));
-      r.started_rung = t.at("started_rung").get<int64_t>();
+      r.started_rung = json_integer<int64_t>(t.at("started_rung"), "started_rung");
       r.failed = t.at("failed").get<bool>();
       r.error = t.at("error").get<std::string>();
       r.curve = numbers(t.at("curve"));
