@@ -185,6 +185,12 @@ class InterruptScope {
 
 std::string html_report(const tune::SearchResult& r, const tune::SearchSettings& s,
                         const std::vector<std::string>& train_args) {
+  // Budgets in steps are counted in steps (an epoch is then min_steps).
+  const bool in_steps = s.steps_per_epoch > 0;
+  const std::string unit = in_steps ? "steps" : "epochs";
+  const auto budget = [&](int64_t epochs) {
+    return in_steps ? epochs * s.steps_per_epoch : epochs;
+  };
   std::vector<monitor::Series> curves;
   for (size_t t = 0; t < r.trials.size(); ++t) {
     const tune::TrialRecord& trial = r.trials[t];
@@ -194,7 +200,7 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
                            .color = best ? "#e15759" : "#9db4d3",
                            .markers = true};
     for (size_t e = 0; e < trial.curve.size(); ++e) {
-      series.x.push_back(static_cast<double>(e + 1));
+      series.x.push_back(static_cast<double>(budget(static_cast<int64_t>(e) + 1)));
       series.y.push_back(trial.curve[e]);
     }
     curves.push_back(std::move(series));
@@ -209,8 +215,8 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
       const double v = t.results[k];
       if (std::isnan(best) || (s.maximize ? v > best : v < best)) best = v;
     }
-    rungs += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>", k, r.rungs[k],
-                         reached, best);
+    rungs += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>", k,
+                         budget(r.rungs[k]), reached, best);
   }
   std::string trials;
   for (size_t t = 0; t < r.trials.size(); ++t) {
@@ -220,8 +226,9 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
     trials += fmt::format(
         "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0f} s</td><td>{}</td></tr>",
         static_cast<int64_t>(t) == r.best ? " style=\"font-weight:bold\"" : "", t,
-        monitor::html_escape(tune::describe(trial.settings)), results, trial.curve.size(),
-        trial.seconds, monitor::html_escape(trial.error));
+        monitor::html_escape(tune::describe(trial.settings)), results,
+        budget(static_cast<int64_t>(trial.curve.size())), trial.seconds,
+        monitor::html_escape(trial.error));
   }
   const std::string best =
       r.best >= 0 ? monitor::html_escape(best_command_line(train_args, s, r)) : std::string("none");
@@ -231,25 +238,26 @@ std::string html_report(const tune::SearchResult& r, const tune::SearchSettings&
 <style>body {{ font-family: sans-serif; margin: 24px; }} td, th {{ padding: 3px 12px 3px 0; text-align: left; }}
 svg.chart {{ border: 1px solid #ddd; }}</style></head><body>
 <h1>Hyperparameter search: {} trials, {} {}</h1>
-<p>Best: trial {} &mdash; <code>{}</code>. Compute: {} epochs over all trials ({:.0f}% of {} trials x {}
-epochs), {:.0f} s of trial time, {:.0f} s wall.</p>
+<p>Best: trial {} &mdash; <code>{}</code>. Compute: {} {} over all trials ({:.0f}% of {} trials x {}
+{}), {:.0f} s of trial time, {:.0f} s wall.</p>
 <div>{}</div>
-<h2>Rungs</h2><table><tr><th>rung</th><th>epochs</th><th>trials</th><th>best {}</th></tr>{}</table>
-<h2>Trials</h2><table><tr><th>trial</th><th>settings</th><th>{} by rung</th><th>epochs</th>
+<h2>Rungs</h2><table><tr><th>rung</th><th>{}</th><th>trials</th><th>best {}</th></tr>{}</table>
+<h2>Trials</h2><table><tr><th>trial</th><th>settings</th><th>{} by rung</th><th>{}</th>
 <th>time</th><th>error</th></tr>{}</table></body></html>
 )",
       r.trials.size(), s.scheduler == "asha" ? "ASHA" : "every trial in full", s.sampler, r.best,
-      best, r.epochs_trained,
+      best, budget(r.epochs_trained), unit,
       100.0 * static_cast<double>(r.epochs_trained) /
           static_cast<double>(static_cast<int64_t>(r.trials.size()) * s.max_epochs),
-      r.trials.size(), s.max_epochs, r.trial_seconds, r.wall_seconds,
-      monitor::line_chart({.id = "trials",
-                           .title = fmt::format("{} by epoch, every trial", s.metric),
-                           .x_label = "epoch",
-                           .y_label = s.metric,
-                           .series = curves,
-                           .y_from_zero = false}),
-      s.metric, rungs, s.metric, trials);
+      r.trials.size(), budget(s.max_epochs), unit, r.trial_seconds, r.wall_seconds,
+      monitor::line_chart(
+          {.id = "trials",
+           .title = fmt::format("{} by {}, every trial", s.metric, in_steps ? "step" : "epoch"),
+           .x_label = in_steps ? "step" : "epoch",
+           .y_label = s.metric,
+           .series = curves,
+           .y_from_zero = false}),
+      unit, s.metric, rungs, s.metric, unit, trials);
 }
 
 int run_tune_search(SearchCommandOptions& o) {
