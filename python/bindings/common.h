@@ -97,6 +97,9 @@ Shape shape_from(const py::handle& value);
 // __index__); nothing for bools, floats and anything else, so that 2.9 is
 // refused rather than truncated. ValueError past int64's range.
 std::optional<int64_t> integer_from(const py::handle& value);
+// An int or a sequence of ints (as integer_from takes them); TypeError
+// "<what> takes ..." otherwise.
+std::vector<int64_t> integers_from(const py::handle& value, const std::string& what);
 py::tuple shape_tuple(const Shape& shape);
 
 }  // namespace tandem::python

@@ -98,23 +98,7 @@ int normalized_axis(int axis, int rank, const char* what) {
 // reshape's dimensions with one -1 inferred, as numpy does.
 Shape resolved_shape(const Variable& x, const py::args& args) {
   py::object spec = args.size() == 1 ? py::object(args[0]) : py::object(args);
-  std::vector<int64_t> dims;
-  if (const std::optional<int64_t> n = integer_from(spec)) {
-    dims.push_back(*n);
-  } else {
-    if (!py::isinstance<py::sequence>(spec) || py::isinstance<py::str>(spec)) {
-      throw py::type_error("reshape takes ints or a sequence of ints, got " +
-                           py::str(py::type::of(spec)).cast<std::string>());
-    }
-    for (const auto& d : spec) {
-      const std::optional<int64_t> v = integer_from(d);
-      if (!v) {
-        throw py::type_error("reshape: a dimension must be an int, got " +
-                             py::str(py::type::of(d)).cast<std::string>());
-      }
-      dims.push_back(*v);
-    }
-  }
+  std::vector<int64_t> dims = integers_from(spec, "reshape");
   int unknown = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {

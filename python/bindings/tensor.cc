@@ -441,22 +441,26 @@ std::optional<int64_t> integer_from(const py::handle& value) {
   return static_cast<int64_t>(v);
 }
 
-Shape shape_from(const py::handle& value) {
-  if (const std::optional<int64_t> n = integer_from(value)) return Shape{*n};
+std::vector<int64_t> integers_from(const py::handle& value, const std::string& what) {
+  if (const std::optional<int64_t> n = integer_from(value)) return {*n};
   if (!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value)) {
-    throw py::type_error("a shape must be an int or a sequence of ints, got " +
+    throw py::type_error(what + " takes an int or a sequence of ints, got " +
                          py::str(py::type::of(value)).cast<std::string>());
   }
-  std::vector<int64_t> dims;
+  std::vector<int64_t> out;
   for (const auto& d : value) {
     const std::optional<int64_t> n = integer_from(d);
     if (!n) {
-      throw py::type_error("a shape's dimensions must be ints, got " +
+      throw py::type_error(what + " takes ints, got " +
                            py::str(py::type::of(d)).cast<std::string>());
     }
-    dims.push_back(*n);
+    out.push_back(*n);
   }
-  return Shape(dims);
+  return out;
+}
+
+Shape shape_from(const py::handle& value) {
+  return Shape(integers_from(value, "a shape"));
 }
 
 py::tuple shape_tuple(const Shape& shape) {
