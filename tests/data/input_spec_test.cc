@@ -115,6 +115,39 @@ TEST(InputSpec, TwoFeaturesReadOneSourceEachAsItsSpecSays) {
   EXPECT_EQ(first.at("raw").to_ints()[0], 'i');
 }
 
+// A spreadsheet export: a byte-order mark and spaces in the header, a name
+// column and an empty comment no feature reads, old Mac line ends. The
+// unread columns stopped training ("'alice' is not a number"), the header's
+// names did not match, and a lone \r joined every line into one.
+TEST(InputSpec, CsvExportsFromSpreadsheetsReadAsTheirColumnsSay) {
+  const std::string dir = fresh("csv_exports");
+  std::ofstream(dir + "/t.csv", std::ios::binary)
+      << "\xEF\xBB\xBFid, name , x0, x1 ,y,notes\r1,alice,0.5,1.5,2,\r2,bob,1,2,3,fine\r";
+  const InputSpec spec = parse_input_spec(
+      "format = \"csv\"\nfiles = [\"t.csv\"]\nshuffle = 0\ninput = \"x\"\nlabel = \"y\"\n"
+      "[features.x]\ncolumns = [\"x0\", \"x1\"]\n[features.y]\ntype = \"int\"\n",
+      dir + "/spec.toml");
+  Iterator examples = make_input(spec, 0).iterator();
+  const Element first = *examples.next();
+  EXPECT_EQ(first.at("x").to_floats(), (std::vector<float>{0.5f, 1.5f}));
+  EXPECT_EQ(first.at("y").to_ints(), std::vector<int32_t>{2});
+  const Element second = *examples.next();
+  EXPECT_EQ(second.at("y").to_ints(), std::vector<int32_t>{3});
+  EXPECT_FALSE(examples.next().has_value());
+  // A column the file lacks is named with those it has.
+  try {
+    make_input(parse_input_spec("format = \"csv\"\nfiles = [\"t.csv\"]\ninput = \"x\"\n"
+                                "label = \"y\"\n[features.x]\ncolumns = [\"x2\"]\n[features.y]\n",
+                                dir + "/spec.toml"),
+               0);
+    ADD_FAILURE() << "read a column the file lacks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("does not have (it has 'id', 'name', 'x0'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 std::string error_of(const std::string& toml, const std::string& dir) {
   try {
     const InputSpec spec = parse_input_spec(toml, dir + "/bad.toml");

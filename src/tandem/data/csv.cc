@@ -95,14 +95,26 @@ std::optional<std::vector<std::string>> CsvReader::next() {
                      ": the record has more than ", kMaxCsvFields, " fields (kMaxCsvFields)");
       }
       fields.emplace_back();
-    } else if (c == '\n') {
+    } else if (c == '\n' || c == '\r') {
+      // \r\n, \n, or a lone \r (old Mac files: it was dropped, and the
+      // whole file read as one record).
+      if (c == '\r' && in.sgetc() == '\n') take();
       ++impl_->line;
       break;
-    } else if (c != '\r') {
+    } else {
       fields.back() += static_cast<char>(c);
     }
   }
   return fields;
+}
+
+std::vector<std::string> csv_column_names(std::vector<std::string> header) {
+  if (!header.empty() && header[0].starts_with("\xEF\xBB\xBF")) header[0].erase(0, 3);
+  for (std::string& name : header) {
+    const size_t first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t");
+    name = first == std::string::npos ? "" : name.substr(first, last - first + 1);
+  }
+  return header;
 }
 
 namespace {
@@ -214,7 +226,8 @@ Dataset from_csv(const std::string& path, CsvOptions options) {
   if (options.header) {
     if (!first) TANDEM_THROW(IoError, "CSV file '", path, "' is empty but a header was expected");
     if (columns.empty()) {
-      for (const std::string& name : *first) columns.push_back({name, DType::f32, std::nullopt});
+      for (const std::string& name : csv_column_names(*first))
+        columns.push_back({name, DType::f32, std::nullopt});
     } else if (first->size() != columns.size()) {
       TANDEM_THROW(IoError, "CSV file '", path, "': the header has ", first->size(),
                    " columns, the spec ", columns.size());

@@ -40,6 +40,11 @@ struct CsvOptions {
 // default, or a record above kMaxCsvRecordBytes or kMaxCsvFields.
 Dataset from_csv(const std::string& path, CsvOptions options = {});
 
+// A header row's fields as column names: a leading UTF-8 byte-order mark
+// (Excel's "CSV UTF-8") and the spaces around each name taken off, as the
+// values' are.
+std::vector<std::string> csv_column_names(std::vector<std::string> header);
+
 // Splits one CSV record into fields; exposed for tandem data inspect.
 class CsvReader {
  public:

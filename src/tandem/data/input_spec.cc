@@ -493,23 +493,31 @@ Dataset make_input(const InputSpec& spec, uint64_t seed) {
         spec.detect_compression ? detect_compression(spec.files.front()) : spec.compression;
     d = Dataset::from_tfrecord(spec.files, c, /*with_origin=*/true);
   } else if (spec.format == "csv") {
-    // Integer features read their column as i32, the others f32.
+    // Integer features read their column as i32, the others f32; a column
+    // no feature reads stays text (u8, empty allowed): a name or date column
+    // stopped the training at its first row.
     CsvOptions options;
     CsvReader header(spec.files.front(), options.delimiter);
-    const std::optional<std::vector<std::string>> names = header.next();
-    if (!names) TANDEM_THROW(IoError, "CSV file '", spec.files.front(), "' is empty");
-    for (const std::string& column : *names) {
-      DType dtype = DType::f32;
+    const std::optional<std::vector<std::string>> first = header.next();
+    if (!first) TANDEM_THROW(IoError, "CSV file '", spec.files.front(), "' is empty");
+    const std::vector<std::string> names = csv_column_names(*first);
+    for (const std::string& column : names) {
+      CsvColumn c{.name = column, .dtype = DType::u8, .default_value = ""};
       for (const InputFeature& f : spec.features) {
-        if (f.type == "int" && f.columns.size() == 1 && f.columns[0] == column) dtype = DType::i32;
+        if (std::find(f.columns.begin(), f.columns.end(), column) == f.columns.end()) continue;
+        c.dtype = f.type == "int" && f.columns.size() == 1 ? DType::i32 : DType::f32;
+        c.default_value.reset();
       }
-      options.columns.push_back({.name = column, .dtype = dtype});
+      options.columns.push_back(std::move(c));
     }
     for (const InputFeature& f : spec.features) {
       for (const std::string& column : f.columns) {
-        if (std::find(names->begin(), names->end(), column) == names->end()) {
+        if (std::find(names.begin(), names.end(), column) == names.end()) {
+          std::string has;
+          for (const std::string& n : names) has += (has.empty() ? "'" : ", '") + n + "'";
           TANDEM_THROW(InvalidArgument, spec.path, ": feature '", f.name, "' reads column '",
-                       column, "', which '", spec.files.front(), "' does not have");
+                       column, "', which '", spec.files.front(), "' does not have (it has ",
+                       has.substr(0, 400), ")");
         }
       }
     }
