@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <png.h>
 
+#include <cstring>
 #include <set>
 
 #include <filesystem>
@@ -109,6 +111,43 @@ TEST(Image, PngRoundTripsExactlyAndJpegApproximately) {
   EXPECT_THROW(decode_image(bytes_tensor("not an image")), IoError);
   Tensor truncated = encode_png(gradient_image(20, 20, 3));
   EXPECT_THROW(decode_image(truncated.slice(0, truncated.numel() / 2)), IoError);
+}
+
+// A PNG written with libpng's simplified writer in `format`, from `pixels`
+// (bytes, or 16-bit samples for the linear formats).
+Tensor png_of(png_uint_32 format, int width, const void* pixels) {
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = 1;
+  image.format = format;
+  png_alloc_size_t size = 0;
+  EXPECT_TRUE(png_image_write_to_memory(&image, nullptr, &size, 0, pixels, 0, nullptr));
+  std::string bytes(size, '\0');
+  EXPECT_TRUE(png_image_write_to_memory(&image, bytes.data(), &size, 0, pixels, 0, nullptr));
+  bytes.resize(size);
+  return bytes_tensor(bytes);
+}
+
+// As stored, as TensorFlow decodes them: 16-bit samples to their high byte
+// (libpng's simplified reader took them for linear light: 0x8000 -> 186),
+// alpha dropped (it was composited onto black), and RGB to gray by BT.601
+// (as JPEG's and PIL's; pure blue was 76).
+TEST(Image, PngsDecodeAsStoredWhateverTheirDepthAndAlpha) {
+  const uint16_t wide[] = {0x8000, 0x4000};
+  EXPECT_EQ(decode_image(png_of(PNG_FORMAT_LINEAR_Y, 2, wide)).to_floats(),
+            (std::vector<float>{128, 64}));
+  const uint8_t rgba[] = {200, 100, 50, 0, 200, 100, 50, 128};
+  const Tensor no_alpha = decode_image(png_of(PNG_FORMAT_RGBA, 2, rgba));
+  EXPECT_EQ(no_alpha.shape(), (Shape{1, 2, 3}));
+  EXPECT_EQ(no_alpha.to_floats(), (std::vector<float>{200, 100, 50, 200, 100, 50}));
+  const uint8_t rgb[] = {0, 0, 255, 255, 0, 0, 128, 128, 128};
+  EXPECT_EQ(decode_image(png_of(PNG_FORMAT_RGB, 3, rgb), 1).to_floats(),
+            (std::vector<float>{29, 76, 128}));
+  const uint8_t gray[] = {7, 250};
+  EXPECT_EQ(decode_image(png_of(PNG_FORMAT_GRAY, 2, gray), 3).to_floats(),
+            (std::vector<float>{7, 7, 7, 250, 250, 250}));
 }
 
 TEST(Image, CifarPngsFromTheTFRecordFileDecode) {

@@ -3,6 +3,9 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -87,27 +90,108 @@ Tensor decode_jpeg(const unsigned char* p, size_t n, const DecodeOptions& o) {
   return image;
 }
 
+// libpng's reader over the PNG bytes in memory, and where a failure goes.
+struct PngSource {
+  const unsigned char* data;
+  size_t size;
+  size_t at = 0;
+  char message[160] = "";
+  // Held here, not in read_png's locals: a local changed after setjmp is
+  // indeterminate after the longjmp.
+  unsigned char** rows = nullptr;
+};
+
+void png_read_memory(png_structp png, png_bytep out, size_t n) {
+  auto* source = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > source->size - source->at) png_error(png, "the data ends inside the image");
+  std::memcpy(out, source->data + source->at, n);
+  source->at += n;
+}
+
+void png_failed(png_structp png, png_const_charp message) {
+  auto* source = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(source->message, sizeof source->message, "%s", message);
+  png_longjmp(png, 1);
+}
+
+void png_warned(png_structp, png_const_charp) {}
+
+// Decodes into `pixels` (malloc'ed, 8-bit, `stored` channels: 1 gray or 3
+// RGB) as the file stores them: 16-bit samples to their high byte and alpha
+// dropped, as TensorFlow's decode_png does (libpng's simplified reader took
+// 16-bit samples for linear light, 0x8000 -> 186, and composited alpha onto
+// black). Only plain C data lives across the setjmp. Returns false with
+// source.message set on a failure.
+bool read_png(PngSource& source, int64_t& height, int64_t& width, int& stored,
+              unsigned char*& pixels) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, png_failed, png_warned);
+  if (png == nullptr) return false;
+  png_infop info = png_create_info_struct(png);
+  pixels = nullptr;
+  if (info == nullptr || setjmp(png_jmpbuf(png)) != 0) {
+    std::free(source.rows);
+    source.rows = nullptr;
+    std::free(pixels);
+    pixels = nullptr;
+    png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, &source, png_read_memory);
+  png_read_info(png, info);
+  height = png_get_image_height(png, info);
+  width = png_get_image_width(png, info);
+  if (height < 1 || width < 1 || height > kMaxImagePixels / width)
+    png_error(png, "too many pixels (kMaxImagePixels)");
+  const int type = png_get_color_type(png, info);
+  png_set_strip_16(png);
+  png_set_strip_alpha(png);
+  png_set_packing(png);
+  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)
+    png_set_expand_gray_1_2_4_to_8(png);
+  png_read_update_info(png, info);
+  stored = png_get_channels(png, info);
+  if (stored != 1 && stored != 3) png_error(png, "unexpected channel count after conversion");
+  const size_t row_bytes = png_get_rowbytes(png, info);
+  pixels = static_cast<unsigned char*>(std::malloc(row_bytes * static_cast<size_t>(height)));
+  source.rows = static_cast<unsigned char**>(
+      std::malloc(sizeof(unsigned char*) * static_cast<size_t>(height)));
+  if (pixels == nullptr || source.rows == nullptr) png_error(png, "out of memory");
+  for (int64_t r = 0; r < height; ++r) source.rows[r] = pixels + static_cast<size_t>(r) * row_bytes;
+  png_read_image(png, source.rows);
+  png_read_end(png, nullptr);
+  std::free(source.rows);
+  source.rows = nullptr;
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
 Tensor decode_png(const unsigned char* p, size_t n, int channels) {
-  png_image img;
-  std::memset(&img, 0, sizeof(img));
-  img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&img, p, n)) {
-    TANDEM_THROW(IoError, "bad PNG data: ", img.message);
+  PngSource source{.data = p, .size = n};
+  int64_t height = 0, width = 0;
+  int stored = 0;
+  unsigned char* raw = nullptr;
+  if (!read_png(source, height, width, stored, raw)) {
+    // The size check's own message, as the JPEG path words it.
+    if (std::strstr(source.message, "kMaxImagePixels") != nullptr)
+      check_pixels(height, width, "PNG");
+    TANDEM_THROW(IoError, "corrupt PNG data: ", source.message);
   }
-  const int64_t height = img.height, width = img.width;
-  try {
-    check_pixels(height, width, "PNG");
-  } catch (const IoError&) {
-    png_image_free(&img);
-    throw;
-  }
-  const bool gray = (img.format & PNG_FORMAT_FLAG_COLOR) == 0;
-  const int c = channels != 0 ? channels : (gray ? 1 : 3);
-  img.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  const std::unique_ptr<unsigned char, void (*)(void*)> pixels(raw, std::free);
+  const int c = channels != 0 ? channels : stored;
   Tensor image = Tensor::empty(Shape{height, width, c}, DType::u8);
-  if (!png_image_finish_read(&img, nullptr, image.raw_data(), 0, nullptr)) {
-    png_image_free(&img);
-    TANDEM_THROW(IoError, "corrupt PNG data: ", img.message);
+  auto* out = static_cast<unsigned char*>(image.raw_data());
+  const int64_t count = height * width;
+  if (c == stored) {
+    std::memcpy(out, pixels.get(), static_cast<size_t>(count * c));
+  } else if (c == 3) {  // gray to RGB
+    for (int64_t i = 0; i < count; ++i)
+      out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = pixels.get()[i];
+  } else {  // RGB to gray: BT.601 luma on the stored values, as JPEG's and PIL's
+    const unsigned char* rgb = pixels.get();
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = static_cast<unsigned char>(
+          (299 * rgb[3 * i] + 587 * rgb[3 * i + 1] + 114 * rgb[3 * i + 2] + 500) / 1000);
   }
   return image;
 }

@@ -32,7 +32,9 @@ struct DecodeOptions {
 };
 
 // Decodes JPEG or PNG bytes (a 1-D u8 tensor) into u8 (H, W, C). channels 0
-// keeps the file's (1 or 3; PNG alpha is dropped), 1 or 3 converts. Throws
+// keeps the file's (1 or 3; PNG alpha is dropped, 16-bit samples keep their
+// high byte, as TensorFlow's decode_png), 1 or 3 converts (to gray by
+// BT.601 luma). Throws
 // IoError for data that is neither, is damaged, or would decode to more than
 // kMaxImagePixels pixels (a JPEG: or from more), checked from the header
 // before any pixel memory is allocated.
