@@ -148,6 +148,42 @@ TEST(InputSpec, CsvExportsFromSpreadsheetsReadAsTheirColumnsSay) {
   }
 }
 
+// A spec's files: each a regular file, named once, its folder not a glob.
+TEST(InputSpec, FilesAreRegularFilesNamedOnceFromTheSpecsOwnFolder) {
+  const std::string root = fresh("files");
+  const auto record = [](const std::string& path, int64_t value) {
+    Feature x{.kind = Feature::Kind::int64_list};
+    x.int64s = {value};
+    write_tfrecord(path, {encode_example({{"x", x}, {"y", x}})});
+  };
+  fs::create_directories(root + "/g[1]/sub");
+  fs::create_directories(root + "/g1");
+  record(root + "/g[1]/own.tfrecord", 1);
+  record(root + "/g1/other.tfrecord", 9);
+  const std::string features =
+      "label = \"y\"\n[features.x]\ntype = \"int64\"\n[features.y]\ntype = \"int64\"\n";
+  const auto spec = [&](const std::string& files) {
+    return parse_input_spec(
+        "format = \"tfrecord\"\nfiles = " + files + "\ninput = \"x\"\n" + features,
+        root + "/g[1]/spec.toml");
+  };
+  // The folder "g[1]" is not a pattern: its own file, not g1's.
+  const InputSpec own = spec("[\"*.tfrecord\"]");
+  ASSERT_EQ(own.files.size(), 1u);
+  EXPECT_EQ(*make_input(own, 0).iterator().next()->at("x").to_ints().begin(), 1);
+  const auto refused = [&](const std::string& files, const std::string& needle) {
+    try {
+      spec(files);
+      ADD_FAILURE() << files << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused("[\"sub\"]", "is a folder, not a file");
+  refused("[\"*\"]", "is a folder, not a file");  // the glob matches sub/
+  refused("[\"own.tfrecord\", \"*.tfrecord\"]", "is named twice");
+}
+
 std::string error_of(const std::string& toml, const std::string& dir) {
   try {
     const InputSpec spec = parse_input_spec(toml, dir + "/bad.toml");

@@ -125,12 +125,36 @@ class Reader {
   std::set<std::string> used_;
 };
 
-// Paths and globs relative to the spec's folder, expanded and sorted.
+// `path` with glob's special characters escaped: the spec's own folder is
+// not a pattern (a folder named "g[1]" read its sibling "g1").
+std::string glob_escaped(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Paths and globs relative to the spec's folder, expanded and sorted. Each
+// must name a regular file, once: a folder read as an empty file, and a
+// file named twice (a path and a glob) gave its examples twice.
 std::vector<std::string> expand(const std::vector<std::string>& patterns, const fs::path& base,
                                 Reader& reader, const toml::node* node) {
   std::vector<std::string> out;
+  const auto add = [&](const std::string& path) {
+    std::error_code error;
+    if (!fs::is_regular_file(path, error)) {
+      reader.fail(node, fs::is_directory(path, error) ? "'" + path + "' is a folder, not a file"
+                                                      : "'" + path + "' is not a regular file");
+    }
+    if (std::find(out.begin(), out.end(), path) != out.end())
+      reader.fail(node, "'" + path + "' is named twice (each file is read once)");
+    out.push_back(path);
+  };
   for (const std::string& pattern : patterns) {
-    const fs::path p = fs::path(pattern).is_absolute() ? fs::path(pattern) : base / pattern;
+    const bool absolute = fs::path(pattern).is_absolute();
+    const fs::path p = absolute ? fs::path(pattern) : base / pattern;
     if (pattern.find_first_of("*?[") == std::string::npos) {
       // The error_code overload: a name the OS refuses (too long, a bad
       // component) is a missing file here, not an exception.
@@ -139,17 +163,20 @@ std::vector<std::string> expand(const std::vector<std::string>& patterns, const 
         reader.fail(node, "no file '" + p.string() + "'" +
                               (error ? " (" + error.message() + ")" : std::string()));
       }
-      out.push_back(p.string());
+      add(p.string());
       continue;
     }
+    const std::string escaped =
+        absolute ? pattern : (fs::path(glob_escaped(base.string())) / pattern).string();
     glob_t matches{};
-    const int status = ::glob(p.string().c_str(), 0, nullptr, &matches);
+    const int status = ::glob(escaped.c_str(), 0, nullptr, &matches);
     if (status != 0) {
       globfree(&matches);
       reader.fail(node, "no file matches '" + p.string() + "'");
     }
-    for (size_t i = 0; i < matches.gl_pathc; ++i) out.emplace_back(matches.gl_pathv[i]);
+    std::vector<std::string> found(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
     globfree(&matches);
+    for (const std::string& path : found) add(path);
   }
   return out;
 }
