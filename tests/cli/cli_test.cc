@@ -1325,6 +1325,29 @@ TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
             1);
 }
 
+// A CSV is taken by its name before its bytes (a header "H,W,..." passed
+// for a zlib stream), its text need not be UTF-8 (a Latin-1 export crashed
+// the JSON), its types are the reader's ("+2" is not an integer there), and
+// gzip or tab-separated files are refused by name.
+TEST(Cli, DataInspectReadsCsvAsTheReaderDoes) {
+  const std::string dir = tmp("cli-inspect-csv");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/hw.csv", std::ios::binary) << "H,W,label\n28,28,1\n";
+  std::ofstream(dir + "/latin.csv", std::ios::binary) << "name,x\ncaf\xe9,+2\n";
+  const CommandResult hw = run("data inspect " + dir + "/hw.csv");
+  ASSERT_EQ(hw.status, 0) << hw.output;
+  const auto j = nlohmann::json::parse(hw.output);
+  EXPECT_EQ(j.at("format"), "csv");
+  EXPECT_EQ(j.at("columns")[0].at("dtype"), "i32");
+  const CommandResult latin = run("data inspect " + dir + "/latin.csv");
+  ASSERT_EQ(latin.status, 0) << latin.output;
+  const auto l = nlohmann::json::parse(latin.output);
+  EXPECT_EQ(l.at("columns")[1].at("dtype"), "bytes");
+  EXPECT_EQ(l.at("first")[0].at("fields").at("x"), "+2");
+  std::ofstream(dir + "/t.tsv") << "a\tb\n1\t2\n";
+  expect_one_line_error("data inspect " + dir + "/t.tsv", "comma-separated");
+}
+
 TEST(Cli, DataInspectShowsUtf8BytesAsText) {
   namespace data = tandem::data;
   data::Example example;

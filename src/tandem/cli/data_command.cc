@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
 #include "tandem/data/crc32c.h"
@@ -75,6 +76,15 @@ std::string head_bytes(const std::string& path, size_t n) {
 }
 
 std::string detect_format(const std::string& path) {
+  // The name first: a CSV whose first bytes pass for a zlib header ("H,W,...")
+  // was read as a compressed TFRecord.
+  const std::string file = std::filesystem::path(path).filename().string();
+  if (file.ends_with(".csv.gz") || file.ends_with(".tsv") || file.ends_with(".tsv.gz")) {
+    TANDEM_THROW(InvalidArgument, "'", path,
+                 "': tandem reads CSV as uncompressed, comma-separated text (decompress it, or "
+                 "convert tabs to commas)");
+  }
+  if (file.ends_with(".csv") || file.ends_with(".txt")) return "csv";
   const std::string head = head_bytes(path, 12);
   if (head.size() >= 12) {
     uint32_t crc;
@@ -85,10 +95,8 @@ std::string detect_format(const std::string& path) {
   if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && head[3] >= 1 && head[3] <= 8)
     return "idx";
   // Anything else read as CSV "worked" on a data specification, an image
-  // or a model file: only a file named as CSV is taken for one.
-  std::string name = std::filesystem::path(path).filename().string();
-  if (name.ends_with(".gz")) name.resize(name.size() - 3);
-  if (name.ends_with(".csv") || name.ends_with(".tsv") || name.ends_with(".txt")) return "csv";
+  // or a model file: only a file named as CSV is taken for one (above).
+  const std::string& name = file;
   if (name.ends_with(".toml")) {
     TANDEM_THROW(InvalidArgument, "'", path,
                  "' is a TOML file (a data specification or model file): inspect the data files "
@@ -191,8 +199,9 @@ nlohmann::json inspect_idx(const InspectOptions& o) {
 
 nlohmann::json inspect_csv(const InspectOptions& o) {
   data::CsvReader reader(o.path, ',');
-  auto header = reader.next();
-  if (!header) TANDEM_THROW(IoError, "CSV file '", o.path, "' is empty");
+  auto first_row = reader.next();
+  if (!first_row) TANDEM_THROW(IoError, "CSV file '", o.path, "' is empty");
+  const std::optional<std::vector<std::string>> header = data::csv_column_names(*first_row);
   // Infer each column's dtype from every row: i32, f32 or bytes.
   std::vector<std::string> kinds(header->size(), "i32");
   nlohmann::json first = nlohmann::json::array();
@@ -202,19 +211,21 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
       TANDEM_THROW(IoError, "CSV file '", o.path, "' line ", reader.line(), ": expected ",
                    header->size(), " fields, got ", fields->size());
     }
+    // The reader's own rule: the value without surrounding spaces, whole.
     for (size_t c = 0; c < fields->size(); ++c) {
       const std::string& v = (*fields)[c];
-      if (v.empty()) continue;
-      char* end = nullptr;
-      std::strtol(v.c_str(), &end, 10);
-      if (kinds[c] == "i32" && *end != '\0') kinds[c] = "f32";
-      std::strtod(v.c_str(), &end);
-      if (kinds[c] == "f32" && *end != '\0') kinds[c] = "bytes";
+      const size_t begin = v.find_first_not_of(" \t"), end = v.find_last_not_of(" \t");
+      if (begin == std::string::npos) continue;
+      const std::string_view trimmed = std::string_view(v).substr(begin, end - begin + 1);
+      if (kinds[c] == "i32" && !parse_number<int32_t>(trimmed)) kinds[c] = "f32";
+      if (kinds[c] == "f32" && !parse_number<float>(trimmed)) kinds[c] = "bytes";
     }
     if (count < o.records) {
       nlohmann::json r = {{"index", count}, {"line", reader.line()}};
       nlohmann::json values = nlohmann::json::object();
-      for (size_t c = 0; c < fields->size(); ++c) values[(*header)[c]] = (*fields)[c];
+      // Text that is not UTF-8 (a Latin-1 export) escaped: JSON holds UTF-8 only.
+      for (size_t c = 0; c < fields->size(); ++c)
+        values[escape_invalid_utf8((*header)[c])] = escape_invalid_utf8((*fields)[c]);
       r["fields"] = values;
       first.push_back(r);
     }
@@ -222,7 +233,7 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
   }
   nlohmann::json columns = nlohmann::json::array();
   for (size_t c = 0; c < header->size(); ++c)
-    columns.push_back({{"name", (*header)[c]}, {"dtype", kinds[c]}});
+    columns.push_back({{"name", escape_invalid_utf8((*header)[c])}, {"dtype", kinds[c]}});
   return {{"file", o.path},
           {"format", "csv"},
           {"columns", columns},
@@ -238,11 +249,13 @@ nlohmann::json inspect_image_folder(const InspectOptions& o) {
   for (size_t label = 0; label < index.class_names.size(); ++label) {
     const auto count =
         std::count(index.labels.begin(), index.labels.end(), static_cast<int32_t>(label));
-    classes.push_back({{"label", label}, {"name", index.class_names[label]}, {"images", count}});
+    classes.push_back({{"label", label},
+                       {"name", escape_invalid_utf8(index.class_names[label])},
+                       {"images", count}});
   }
   nlohmann::json first = nlohmann::json::array();
   for (size_t i = 0; i < index.files.size() && static_cast<int>(i) < o.records; ++i)
-    first.push_back({{"file", index.files[i]}, {"label", index.labels[i]}});
+    first.push_back({{"file", escape_invalid_utf8(index.files[i])}, {"label", index.labels[i]}});
   return {{"format", "image_folder"},
           {"path", o.path},
           {"images", index.files.size()},
