@@ -136,6 +136,12 @@ TEST(TorchState, StrictLoadingListsEveryMissingUnexpectedAndMismatchedTensor) {
   EXPECT_NE(load_error(path, *target, false).find("2.weight"), std::string::npos);
   expect_same_state(*target, *untouched);
 
+  // A file with no tensor in common loads nothing: refused, not silent.
+  const std::string other = scratch("other.safetensors");
+  interop::write_safetensors(other, {{"encoder.weight", Tensor::zeros(Shape{2})}});
+  EXPECT_NE(load_error(other, *target, false).find("shares no tensor with the model"),
+            std::string::npos);
+
   // Without the misshapen tensor, non-strict loading takes the rest.
   edited.erase(std::find_if(edited.begin(), edited.end(),
                             [](const auto& e) { return e.first == "2.weight"; }));

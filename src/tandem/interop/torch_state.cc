@@ -113,6 +113,14 @@ LoadReport load_safetensors(const SafetensorsFile& file, nn::Module& model,
         listed("mismatched shape or dtype", mismatched),
         mismatched.empty() ? " (non-strict loading skips missing and unexpected tensors)" : "");
   }
+  // Nothing in common: another model's file, which non-strict loading took
+  // silently (and --quiet hid the report), training from random weights.
+  if (plan.empty() && !report.missing.empty()) {
+    TANDEM_THROW(InvalidArgument, "'", file.path(),
+                 "' shares no tensor with the model (non-strict loading would load nothing)",
+                 listed("missing: the model's, not in the file", report.missing),
+                 listed("unexpected: in the file, not the model", report.unexpected));
+  }
   for (const Planned& p : plan) {
     Tensor t = file.read(*p.entry);
     if (t.dtype() != p.target->value.dtype()) t = t.to(p.target->value.dtype());
