@@ -27,9 +27,11 @@ py::object make_exception(py::module_& m, const char* name, py::tuple bases, con
 }
 
 // Whether an IoError says that a path does not exist (the readers' and
-// loaders' wording), for FileNotFoundError.
+// loaders' wording, and strerror's ENOENT), for FileNotFoundError. Not "not
+// found": a corrupt header's "key 'dtype' not found" is no missing file.
 bool says_missing(const char* message) {
-  for (const char* phrase : {"does not exist", "No such file", "no such file", "not found"}) {
+  for (const char* phrase :
+       {"does not exist", "No such file", "no such file", "no file '", "no data specification '"}) {
     if (std::strstr(message, phrase) != nullptr) return true;
   }
   return false;

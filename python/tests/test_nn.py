@@ -228,3 +228,21 @@ def test_weights_written_through_numpy_reach_a_mixed_precision_model():
         p.mark_modified()
     # The weights take part (the biases alone, f32, would give 0.01).
     assert float(np.abs(model(x).numpy()).max()) > 1.0
+
+
+def test_a_corrupt_weights_file_is_not_a_missing_one(workdir):
+    # "key 'dtype' not found" in a corrupt header raised FileNotFoundError.
+    import json
+    import struct
+    header = json.dumps({"a": {"shape": [1], "data_offsets": [0, 4]}}).encode()
+    path = os.path.join(workdir, "corrupt.safetensors")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    model = tandem.models.mlp()
+    with pytest.raises(tandem.IoError) as info:
+        model.load_weights(path)
+    assert not isinstance(info.value, FileNotFoundError)
+    with pytest.raises(FileNotFoundError):
+        model.load_weights(os.path.join(workdir, "absent.safetensors"))
+    with pytest.raises(FileNotFoundError):
+        tandem.data.Dataset.from_spec(os.path.join(workdir, "absent.toml"))
