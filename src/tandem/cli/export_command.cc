@@ -49,8 +49,13 @@ int run_export(const ExportOptions& o) {
                        : o.output;
   if (o.format == "onnx") {
     const train::ModelInput input = train::model_input(spec, *model);
-    interop::export_onnx(*model, input.example, input.dtype, output);
-    if (input.dtype == DType::i32) {
+    interop::export_onnx(*model, input.example, input.dtype, output, input.any_image_size);
+    if (input.any_image_size) {
+      fmt::print(
+          "wrote {} (ONNX opset {}, input (N, H, W, {}) float32 channels-last, any height and "
+          "width, output logits) from {}\n",
+          output, interop::kOnnxOpset, input.example[2], checkpoint_path);
+    } else if (input.dtype == DType::i32) {
       fmt::print(
           "wrote {} (ONNX opset {}, input (N, T) int64 tokens with T up to {}, output "
           "logits (N, T, vocabulary)) from {}\n",

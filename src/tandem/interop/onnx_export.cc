@@ -105,7 +105,8 @@ void set_type(onnx::ValueInfoProto& info, onnx::TensorProto::DataType type,
 
 }  // namespace
 
-std::string onnx_model(nn::Module& model, const Shape& example_shape, DType input_dtype) {
+std::string onnx_model(nn::Module& model, const Shape& example_shape, DType input_dtype,
+                       bool any_image_size) {
   if (input_dtype != DType::f32 && input_dtype != DType::i32) {
     TANDEM_THROW(InvalidArgument, "ONNX export: inputs are f32 features or i32 tokens, got ",
                  dtype_name(input_dtype));
@@ -128,6 +129,12 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape, DType inpu
   // the context: (N, T) with both symbolic.
   if (tokens) {
     set_type(*graph.add_input(), onnx::TensorProto::INT64, {"N", "T"}, {});
+  } else if (any_image_size) {
+    if (example_shape.rank() != 3) {
+      TANDEM_THROW(InvalidArgument, "ONNX export: images of any size are (H, W, C), got ",
+                   example_shape.to_string());
+    }
+    set_type(*graph.add_input(), onnx::TensorProto::FLOAT, {"N", "H", "W"}, {example_shape[2]});
   } else {
     set_type(*graph.add_input(), onnx::TensorProto::FLOAT, {"N"}, example_shape.to_vector());
   }
@@ -166,8 +173,8 @@ std::string onnx_model(nn::Module& model, const Shape& example_shape, DType inpu
 }
 
 void export_onnx(nn::Module& model, const Shape& example_shape, DType input_dtype,
-                 const std::string& path) {
-  const std::string bytes = onnx_model(model, example_shape, input_dtype);
+                 const std::string& path, bool any_image_size) {
+  const std::string bytes = onnx_model(model, example_shape, input_dtype, any_image_size);
   const std::string_view parts[] = {bytes};
   write_file_atomically(path, parts, "ONNX model");
 }

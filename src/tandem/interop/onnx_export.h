@@ -23,13 +23,15 @@ namespace tandem::interop {
 inline constexpr int kOnnxOpset = 13;
 
 // The model's ONNX bytes for inputs of `example_shape` (one example, no
-// batch dimension). Throws InvalidArgument naming the first layer without an
-// ONNX form, or what the checker found.
+// batch dimension); with `any_image_size`, images (H, W, C) of any height
+// and width (a model that pools globally: only C is fixed). Throws
+// InvalidArgument naming the first layer without an ONNX form, or what the
+// checker found.
 std::string onnx_model(nn::Module& model, const Shape& example_shape,
-                       DType input_dtype = DType::f32);
+                       DType input_dtype = DType::f32, bool any_image_size = false);
 
 // onnx_model written atomically to `path`; IoError when it cannot be.
 void export_onnx(nn::Module& model, const Shape& example_shape, DType input_dtype,
-                 const std::string& path);
+                 const std::string& path, bool any_image_size = false);
 
 }  // namespace tandem::interop

@@ -129,7 +129,9 @@ ModelInput model_input(const ModelSpec& spec, const nn::Module& model) {
   if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model))
     return {Shape{gpt->config().context}, DType::i32, gpt->config().vocabulary};
   const auto* resnet = dynamic_cast<const nn::ResNet*>(&model);
-  return {Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1}, DType::f32};
+  return {.example = Shape{28, 28, resnet != nullptr ? resnet->config().channels : 1},
+          .dtype = DType::f32,
+          .any_image_size = resnet != nullptr};
 }
 
 }  // namespace tandem::train

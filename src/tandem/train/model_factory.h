@@ -87,6 +87,9 @@ struct ModelInput {
   Shape example;
   DType dtype = DType::f32;
   int64_t vocabulary = 0;
+  // Images of any height and width (resnet pools globally): `example` is
+  // then 28 x 28 with the model's channels, one size among many.
+  bool any_image_size = false;
 };
 ModelInput model_input(const ModelSpec& spec, const nn::Module& model);
 

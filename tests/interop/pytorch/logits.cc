@@ -22,6 +22,7 @@
 #include "tandem/nn/init.h"
 #include "tandem/nn/model_file.h"
 #include "tandem/nn/models.h"
+#include "tandem/nn/resnet.h"
 #include "tandem/nn/transformer.h"
 
 namespace {
@@ -32,6 +33,7 @@ struct Built {
   std::shared_ptr<nn::Module> model;
   Shape example;
   DType input_dtype = DType::f32;
+  bool any_image_size = false;  // as train::model_input says
 };
 
 Built build(const std::string& name, const std::string& settings, uint64_t seed) {
@@ -44,6 +46,8 @@ Built build(const std::string& name, const std::string& settings, uint64_t seed)
   auto model = nn::make_model(name, {.seed = seed, .settings = settings});
   if (const auto* gpt = dynamic_cast<const nn::Gpt*>(model.get()))
     return {model, Shape{gpt->config().context}, DType::i32};
+  if (const auto* resnet = dynamic_cast<const nn::ResNet*>(model.get()))
+    return {model, Shape{28, 28, resnet->config().channels}, DType::f32, true};
   return {model, Shape{28, 28, 1}};
 }
 
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
     if (command == "onnx" && argc == 6) {
       Built b = build(name, settings, 0);
       interop::load_safetensors(interop::SafetensorsFile(argv[4]), *b.model);
-      interop::export_onnx(*b.model, b.example, b.input_dtype, argv[5]);
+      interop::export_onnx(*b.model, b.example, b.input_dtype, argv[5], b.any_image_size);
       return 0;
     }
     if (command == "logits" && argc == 7) {
