@@ -220,6 +220,18 @@ TEST(InputSpec, MistakesNameTheFileTheLineAndTheKey) {
   expect_error("format = \"idx\"\nimages = \"" + long_name + "-idx3-ubyte.gz\"\nlabels = \"x\"\n",
                "File name too long");
   expect_error("format = \"csv\"\nfiles = 3\n", "bad.toml:2: 'files' must be a string");
+  // Settings that would do nothing (a CSV feature's source read another
+  // column than it named) are refused.
+  expect_error(csv + "source = \"x1\"\n", "bad.toml:9: features.y: 'source' applies to tfrecord");
+  expect_error("compression = \"gzip\"\n" + csv, "'compression' applies to tfrecord data");
+  expect_error(
+      "format = \"idx\"\nimages = \"train-images-idx3-ubyte.gz\"\nlabels = "
+      "\"train-labels-idx1-ubyte.gz\"\n[features.image]\nchannels = 3\n",
+      "idx images are gray");
+  expect_error(
+      "format = \"idx\"\nimages = \"train-images-idx3-ubyte.gz\"\nlabels = "
+      "\"train-labels-idx1-ubyte.gz\"\n[features.image]\nscale = 0.0\n",
+      "'scale' must be positive");
   expect_error(
       "format = \"csv\"\nfiles = [\"train.csv\"]\ninput = \"x\"\nlabel = \"y\"\n"
       "[features.x]\ncolumns = [\"x9\"]\n[features.y]\ncolumns = [\"y\"]\n",

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -186,14 +187,16 @@ InputFeature parse_feature(const std::string& name, const toml::table& table,
   Reader r(table, path, "features." + name);
   InputFeature f;
   f.name = name;
-  f.source = r.string("source").value_or(name);
+  const std::optional<std::string> source = r.string("source");
+  f.source = source.value_or(name);
   f.columns = r.strings("columns");
   f.type = r.string("type").value_or("");
   f.decode = r.string("decode").value_or("");
   f.channels = static_cast<int>(r.integer("channels", 0).value_or(0));
   f.shape = r.integers("shape", 0, 1);
   f.variable_length = r.boolean("variable_length").value_or(false);
-  f.padding = r.number("padding").value_or(0.0);
+  const std::optional<double> padding = r.number("padding");
+  f.padding = padding.value_or(0.0);
   const std::optional<std::string> dtype = r.string("dtype");
   f.resize = r.integers("resize", 2, 1);
   f.crop = r.integers("crop", 2, 1);
@@ -206,6 +209,14 @@ InputFeature parse_feature(const std::string& name, const toml::table& table,
   for (float s : f.stddev) {
     if (!(s > 0.0f)) r.fail(r.get("std"), "'std' values must be positive");
   }
+  // Settings that would do nothing are refused, not ignored (a CSV feature's
+  // 'source' read the column named after the feature instead).
+  if (f.scale && !(*f.scale > 0.0f && std::isfinite(*f.scale)))
+    r.fail(r.get("scale"), "'scale' must be positive (every pixel times it)");
+  if (padding && !f.variable_length)
+    r.fail(r.get("padding"), "'padding' applies to variable_length features");
+  if (source && format != "tfrecord")
+    r.fail(r.get("source"), "'source' applies to tfrecord features (CSV features name 'columns')");
   const bool image_ops = !f.resize.empty() || !f.crop.empty() || f.scale || !f.mean.empty() ||
                          !f.stddev.empty() || f.channels != 0;
   if (format == "tfrecord") {
@@ -227,8 +238,11 @@ InputFeature parse_feature(const std::string& name, const toml::table& table,
   } else {
     if (name != "image")
       r.fail(self, format + " data has the features image and label; only image takes settings");
-    if (!f.type.empty() || !f.columns.empty() || f.variable_length || !f.shape.empty())
+    if (!f.type.empty() || !f.columns.empty() || f.variable_length || !f.shape.empty() ||
+        !f.decode.empty() || dtype)
       r.fail(self, "the image of " + format + " data takes decode settings only");
+    if (format == "idx" && f.channels != 0)
+      r.fail(r.get("channels"), "idx images are gray: 'channels' applies to decoded images");
     f.decode = format == "image_folder" ? "image" : "";
   }
   if (image_ops && f.decode != "image" && format != "idx")
@@ -301,6 +315,8 @@ InputSpec parse_input_spec(std::string_view text, const std::string& path) {
   } else if (!files.empty()) {
     r.fail(r.get("files"), "'files' applies to tfrecord and csv data");
   }
+  if (spec.format != "tfrecord" && r.get("compression") != nullptr)
+    r.fail(r.get("compression"), "'compression' applies to tfrecord data");
   const std::string compression = r.string("compression").value_or("auto");
   if (compression == "auto") {
     spec.detect_compression = true;
