@@ -100,6 +100,21 @@ TEST(TorchState, ABfloat16ExportLoadsAsTheRoundedWeights) {
   EXPECT_THROW(interop::torch_state(*model, DType::i32), InvalidArgument);
 }
 
+// f16 holds magnitudes up to 65504: a larger weight became inf silently.
+TEST(TorchState, AnF16ExportRefusesWeightsF16CannotHold) {
+  auto model = nn::make_model("mlp", {.seed = 1});
+  EXPECT_NO_THROW(interop::torch_state(*model, DType::f16));
+  Tensor bias = model->named_parameters()[1].second.value();
+  bias.data<float>()[0] = 1e5f;
+  try {
+    interop::torch_state(*model, DType::f16);
+    ADD_FAILURE() << "exported 1e5 as f16";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("(1): 1.bias"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(interop::torch_state(*model, DType::bf16));
+}
+
 std::string load_error(const std::string& path, nn::Module& model, bool strict) {
   try {
     interop::load_safetensors(interop::SafetensorsFile(path), model, {.strict = strict});

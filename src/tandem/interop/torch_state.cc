@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <set>
 
 #include "tandem/base/error.h"
@@ -49,11 +50,26 @@ std::vector<std::pair<std::string, Tensor>> torch_state(nn::Module& model, DType
     TANDEM_THROW(InvalidArgument, "weights export as f32, bf16 or f16, not ", dtype_name(dtype));
   }
   std::vector<std::pair<std::string, Tensor>> out;
+  std::vector<std::string> overflowing;
   for (nn::Module::StateTensor& s : model.named_state()) {
     Tensor t = s.value;
     if (!s.torch_axes.empty()) t = kernels::permute(t, s.torch_axes);
+    // f16 holds magnitudes up to 65504: a larger finite weight (a batch
+    // norm's running variance) became inf without a word.
+    if (dtype == DType::f16 && t.dtype() == DType::f32) {
+      for (float v : t.to_floats()) {
+        if (std::isfinite(v) && std::fabs(v) > 65504.0f) {
+          overflowing.push_back(s.name);
+          break;
+        }
+      }
+    }
     if (is_float(t.dtype()) && t.dtype() != dtype) t = t.to(dtype);
     out.emplace_back(s.name, std::move(t));
+  }
+  if (!overflowing.empty()) {
+    TANDEM_THROW(InvalidArgument, "f16 cannot hold every weight (values past 65504)",
+                 listed("in", overflowing), "; export as f32 or bf16");
   }
   return out;
 }
