@@ -129,7 +129,7 @@ class Monitor {
   void write_scalars(const StepRecord& record, const std::vector<DeviceMemory>& memory);
   void follow_trace_window(int64_t global_step);
   void write_line(const std::string& line);  // adds the newline
-  void write_record(std::string_view line);   // a whole line, newline included
+  void write_record(std::string_view line);  // a whole line, newline included
   void write_step_line(const StepRecord& record, const train::StepInfo& step,
                        const std::vector<DeviceMemory>& memory);
   // A resumed run's summary covers the whole run: the earlier processes'
