@@ -148,6 +148,21 @@ TEST(Image, PngsDecodeAsStoredWhateverTheirDepthAndAlpha) {
   const uint8_t gray[] = {7, 250};
   EXPECT_EQ(decode_image(png_of(PNG_FORMAT_GRAY, 2, gray), 3).to_floats(),
             (std::vector<float>{7, 7, 7, 250, 250, 250}));
+  // Adam7-interlaced (5 x 4 RGB, written by hand): pixel (x, y) is
+  // (40 x, 60 y, 20 (x + y)) mod 256.
+  const std::string interlaced(
+      "\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x05"
+      "\x00\x00\x00\x04\x08\x02\x00\x00\x01\xbe\x56\x52\x81\x00\x00\x00\x3b\x49\x44\x41"
+      "\x54\x78\x9c\x0d\x87\x41\x01\x00\x20\x10\xc2\x08\x61\x08\x42\x10\x82\x10\x86\x20"
+      "\x84\x21\x2e\x04\x01\xbd\xed\xb3\x01\xcb\xc0\x2b\x81\xd0\xf1\x24\xdb\x27\x10\x18"
+      "\x25\x17\xd0\xa1\x68\x29\xf2\x68\xbf\x62\xed\xde\x34\xd3\xf7\x01\xf6\xfb\x12\xc1"
+      "\x3c\xce\xb2\xa3\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82",
+      116);
+  std::vector<float> expected;
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 5; ++x)
+      for (int v : {40 * x, 60 * y, 20 * (x + y)}) expected.push_back(static_cast<float>(v % 256));
+  EXPECT_EQ(decode_image(bytes_tensor(interlaced)).to_floats(), expected);
 }
 
 TEST(Image, CifarPngsFromTheTFRecordFileDecode) {

@@ -149,6 +149,7 @@ bool read_png(PngSource& source, int64_t& height, int64_t& width, int& stored,
   if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)
     png_set_expand_gray_1_2_4_to_8(png);
+  (void)png_set_interlace_handling(png);  // Adam7 files: the passes into whole rows
   png_read_update_info(png, info);
   stored = png_get_channels(png, info);
   if (stored != 1 && stored != 3) png_error(png, "unexpected channel count after conversion");
