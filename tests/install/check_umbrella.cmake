@@ -4,6 +4,7 @@
 set(internal
     tandem/tandem.h
     tandem/base/atomic_file.h tandem/base/environment.h tandem/base/host_name.h tandem/base/memory_bandwidth.h
+    tandem/base/parse_number.h
     tandem/base/shared_library.h
     tandem/base/statistics.h tandem/base/target_clones.h tandem/base/text_file.h
     tandem/base/utf8.h tandem/data/crc32c.h tandem/tensor/device_memory.h
