@@ -5,6 +5,7 @@ rank ends every rank with its error; under `tandem launch --elastic` fit
 goes on without a killed worker."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,10 +31,17 @@ def launch(mode, strategy, out, processes, launcher="mpirun"):
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
+def _results(stdout):
+    """Each process's {"rank", "losses"} line. mpirun forwards the ranks'
+    output in chunks of its own, so one rank's line may run on into
+    another's: the objects are found wherever they are."""
+    return [json.loads(m) for m in re.findall(r'\{"rank": \d+, "losses": \[[^\]]*\]\}', stdout)]
+
+
 def losses_and_weights(mode, strategy, out, processes, launcher="mpirun"):
     result = launch(mode, strategy, out, processes, launcher)
     assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    lines = _results(result.stdout)
     assert sorted(line["rank"] for line in lines) == list(range(processes))
     return [line["losses"] for line in lines], os.path.join(out, f"{strategy}.safetensors")
 
@@ -89,7 +97,7 @@ def test_elastic_fit_survives_a_killed_worker(workdir):
                             env=dict(os.environ, TANDEM_TEST_KILL_AT_STEP="1:8"))
     assert result.returncode == 0, result.stderr
     assert "worker rank 1" in result.stderr and "goes on without it" in result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    lines = _results(result.stdout)
     assert [line["rank"] for line in lines] == [0]
     np.testing.assert_allclose(lines[0]["losses"], mirrored[0], rtol=1e-5)
     loaded = [_tensors(mirrored_weights), _tensors(os.path.join(workdir, "multi_worker.safetensors"))]
