@@ -23,8 +23,11 @@ using distribute::GradientNormSample;
 
 class NoiseScaleEstimator {
  public:
-  // decay: the moving averages' weight on the past, in [0, 1).
-  explicit NoiseScaleEstimator(double decay = 0.99);
+  // decay: the moving averages' weight on the past, in [0, 1). The default
+  // (0.99) is not explicit, so that the Trainer's Progress, which holds
+  // one, stays an aggregate ({} for a fresh position).
+  NoiseScaleEstimator() : NoiseScaleEstimator(0.99) {}
+  explicit NoiseScaleEstimator(double decay);
 
   // Adds a measurement; ignored (returns false) when a figure or the
   // averages it makes are not finite, or the two batches are not
