@@ -374,7 +374,7 @@ TEST(RunStats, StepTimeQuantilesAreNearestRank) {
   EXPECT_EQ(two.step_seconds_quantile(0.5), 0.1);
   EXPECT_EQ(two.step_seconds_quantile(1.0), 0.2);
   monitor::RunStats ten(/*warmup_steps=*/0);
-  for (int i = 10; i >= 1; --i) ten.add({.step_seconds = i});
+  for (int i = 10; i >= 1; --i) ten.add({.step_seconds = static_cast<double>(i)});
   EXPECT_EQ(ten.step_seconds_quantile(0.0), 1.0);
   EXPECT_EQ(ten.step_seconds_quantile(0.5), 5.0);
   EXPECT_EQ(ten.step_seconds_quantile(0.9), 9.0);
