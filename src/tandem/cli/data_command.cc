@@ -96,13 +96,12 @@ std::string detect_format(const std::string& path) {
     return "idx";
   // Anything else read as CSV "worked" on a data specification, an image
   // or a model file: only a file named as CSV is taken for one (above).
-  const std::string& name = file;
-  if (name.ends_with(".toml")) {
+  if (file.ends_with(".toml")) {
     TANDEM_THROW(InvalidArgument, "'", path,
                  "' is a TOML file (a data specification or model file): inspect the data files "
                  "it names, or its folder of images");
   }
-  if (name.ends_with(".png") || name.ends_with(".jpg") || name.ends_with(".jpeg")) {
+  if (file.ends_with(".png") || file.ends_with(".jpg") || file.ends_with(".jpeg")) {
     TANDEM_THROW(InvalidArgument, "'", path,
                  "' is an image: inspect its folder of class sub-folders instead");
   }
@@ -201,22 +200,20 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
   data::CsvReader reader(o.path, ',');
   auto first_row = reader.next();
   if (!first_row) TANDEM_THROW(IoError, "CSV file '", o.path, "' is empty");
-  const std::optional<std::vector<std::string>> header = data::csv_column_names(*first_row);
+  const std::vector<std::string> header = data::csv_column_names(*first_row);
   // Infer each column's dtype from every row: i32, f32 or bytes.
-  std::vector<std::string> kinds(header->size(), "i32");
+  std::vector<std::string> kinds(header.size(), "i32");
   nlohmann::json first = nlohmann::json::array();
   int64_t count = 0;
   while (auto fields = reader.next()) {
-    if (fields->size() != header->size()) {
+    if (fields->size() != header.size()) {
       TANDEM_THROW(IoError, "CSV file '", o.path, "' line ", reader.line(), ": expected ",
-                   header->size(), " fields, got ", fields->size());
+                   header.size(), " fields, got ", fields->size());
     }
     // The reader's own rule: the value without surrounding spaces, whole.
     for (size_t c = 0; c < fields->size(); ++c) {
-      const std::string& v = (*fields)[c];
-      const size_t begin = v.find_first_not_of(" \t"), end = v.find_last_not_of(" \t");
-      if (begin == std::string::npos) continue;
-      const std::string_view trimmed = std::string_view(v).substr(begin, end - begin + 1);
+      const std::string_view trimmed = data::csv_trimmed((*fields)[c]);
+      if (trimmed.empty()) continue;
       if (kinds[c] == "i32" && !parse_number<int32_t>(trimmed)) kinds[c] = "f32";
       if (kinds[c] == "f32" && !parse_number<float>(trimmed)) kinds[c] = "bytes";
     }
@@ -225,15 +222,15 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
       nlohmann::json values = nlohmann::json::object();
       // Text that is not UTF-8 (a Latin-1 export) escaped: JSON holds UTF-8 only.
       for (size_t c = 0; c < fields->size(); ++c)
-        values[escape_invalid_utf8((*header)[c])] = escape_invalid_utf8((*fields)[c]);
+        values[escape_invalid_utf8(header[c])] = escape_invalid_utf8((*fields)[c]);
       r["fields"] = values;
       first.push_back(r);
     }
     ++count;
   }
   nlohmann::json columns = nlohmann::json::array();
-  for (size_t c = 0; c < header->size(); ++c)
-    columns.push_back({{"name", escape_invalid_utf8((*header)[c])}, {"dtype", kinds[c]}});
+  for (size_t c = 0; c < header.size(); ++c)
+    columns.push_back({{"name", escape_invalid_utf8(header[c])}, {"dtype", kinds[c]}});
   return {{"file", o.path},
           {"format", "csv"},
           {"columns", columns},

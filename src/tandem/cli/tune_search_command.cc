@@ -344,7 +344,7 @@ int run_tune_search(SearchCommandOptions& o) {
   int64_t highest = 0;
   for (const tune::TrialRecord& t : r.trials)
     highest = std::max(highest, static_cast<int64_t>(t.results.size()) - 1);
-  const int64_t reached = r.rungs[static_cast<size_t>(std::max<int64_t>(highest, 0))];
+  const int64_t reached = r.rungs[static_cast<size_t>(highest)];
   if (highest + 1 < static_cast<int64_t>(r.rungs.size())) {
     fmt::print(stderr,
                "tandem: no trial trained past {}: a rung promotes its best 1/{} of trials, too "

@@ -5,12 +5,12 @@
 #include <string_view>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <streambuf>
 
 #include "tandem/base/error.h"
+#include "tandem/base/parse_number.h"
 #include "tandem/data/detail/node.h"
 
 namespace tandem::data {
@@ -108,12 +108,15 @@ std::optional<std::vector<std::string>> CsvReader::next() {
   return fields;
 }
 
+std::string_view csv_trimmed(std::string_view field) {
+  const size_t first = field.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  return field.substr(first, field.find_last_not_of(" \t") - first + 1);
+}
+
 std::vector<std::string> csv_column_names(std::vector<std::string> header) {
   if (!header.empty() && header[0].starts_with("\xEF\xBB\xBF")) header[0].erase(0, 3);
-  for (std::string& name : header) {
-    const size_t first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t");
-    name = first == std::string::npos ? "" : name.substr(first, last - first + 1);
-  }
+  for (std::string& name : header) name = std::string(csv_trimmed(name));
   return header;
 }
 
@@ -180,20 +183,17 @@ class CsvNode : public detail::Node {
         e.set(col.name, bytes_tensor(text));
         continue;
       }
-      // Tolerate surrounding spaces, as spreadsheet exports often have them.
-      const size_t first = text.find_first_not_of(" \t"), last = text.find_last_not_of(" \t");
-      const std::string trimmed =
-          first == std::string::npos ? "" : text.substr(first, last - first + 1);
+      const std::string_view trimmed = csv_trimmed(text);
       Tensor t = Tensor::empty(Shape{}, col.dtype);
-      const char* begin = trimmed.data();
-      const char* end = trimmed.data() + trimmed.size();
-      std::from_chars_result r{};
+      bool parsed = false;
       if (col.dtype == DType::i32) {
-        r = std::from_chars(begin, end, t.data<int32_t>()[0]);
+        const std::optional<int32_t> v = parse_number<int32_t>(trimmed);
+        if ((parsed = v.has_value())) t.data<int32_t>()[0] = *v;
       } else {
-        r = std::from_chars(begin, end, t.data<float>()[0]);
+        const std::optional<float> v = parse_number<float>(trimmed);
+        if ((parsed = v.has_value())) t.data<float>()[0] = *v;
       }
-      if (trimmed.empty() || r.ec != std::errc() || r.ptr != end) {
+      if (!parsed) {
         TANDEM_THROW(IoError, "CSV file '", path_, "' line ", line, ": column '", col.name, "': '",
                      text, "' is not ", col.dtype == DType::i32 ? "an integer" : "a number");
       }

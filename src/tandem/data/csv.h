@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/data/dataset.h"
@@ -40,9 +41,12 @@ struct CsvOptions {
 // default, or a record above kMaxCsvRecordBytes or kMaxCsvFields.
 Dataset from_csv(const std::string& path, CsvOptions options = {});
 
+// A field without the spaces and tabs around it, as spreadsheet exports
+// often have them: how the reader takes both names and values.
+std::string_view csv_trimmed(std::string_view field);
+
 // A header row's fields as column names: a leading UTF-8 byte-order mark
-// (Excel's "CSV UTF-8") and the spaces around each name taken off, as the
-// values' are.
+// (Excel's "CSV UTF-8") taken off, and each name csv_trimmed.
 std::vector<std::string> csv_column_names(std::vector<std::string> header);
 
 // Splits one CSV record into fields; exposed for tandem data inspect.

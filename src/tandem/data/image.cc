@@ -40,9 +40,13 @@ struct TjHandle {
   }
 };
 
+bool allowed_size(int64_t height, int64_t width) {
+  return height >= 1 && width >= 1 && height <= kMaxImagePixels / width;
+}
+
 // Refuses an image size above kMaxImagePixels before any memory is allocated.
 void check_pixels(int64_t height, int64_t width, const char* format) {
-  if (height < 1 || width < 1 || height > kMaxImagePixels / width) {
+  if (!allowed_size(height, width)) {
     TANDEM_THROW(IoError, format, " image of ", width, "x", height,
                  " pixels: the size must be at least 1x1 and at most ", kMaxImagePixels,
                  " pixels (kMaxImagePixels)");
@@ -96,6 +100,7 @@ struct PngSource {
   size_t size;
   size_t at = 0;
   char message[160] = "";
+  bool refused_size = false;  // the header's size is not allowed_size()
   // Held here, not in read_png's locals: a local changed after setjmp is
   // indeterminate after the longjmp.
   unsigned char** rows = nullptr;
@@ -140,8 +145,10 @@ bool read_png(PngSource& source, int64_t& height, int64_t& width, int& stored,
   png_read_info(png, info);
   height = png_get_image_height(png, info);
   width = png_get_image_width(png, info);
-  if (height < 1 || width < 1 || height > kMaxImagePixels / width)
-    png_error(png, "too many pixels (kMaxImagePixels)");
+  if (!allowed_size(height, width)) {
+    source.refused_size = true;
+    png_error(png, "too many pixels");
+  }
   const int type = png_get_color_type(png, info);
   png_set_strip_16(png);
   png_set_strip_alpha(png);
@@ -173,9 +180,7 @@ Tensor decode_png(const unsigned char* p, size_t n, int channels) {
   int stored = 0;
   unsigned char* raw = nullptr;
   if (!read_png(source, height, width, stored, raw)) {
-    // The size check's own message, as the JPEG path words it.
-    if (std::strstr(source.message, "kMaxImagePixels") != nullptr)
-      check_pixels(height, width, "PNG");
+    if (source.refused_size) check_pixels(height, width, "PNG");  // the JPEG path's message
     TANDEM_THROW(IoError, "corrupt PNG data: ", source.message);
   }
   const std::unique_ptr<unsigned char, void (*)(void*)> pixels(raw, std::free);

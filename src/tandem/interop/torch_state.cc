@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "tandem/base/error.h"
 #include "tandem/kernels/layout.h"
@@ -57,12 +59,10 @@ std::vector<std::pair<std::string, Tensor>> torch_state(nn::Module& model, DType
     // f16 holds magnitudes up to 65504: a larger finite weight (a batch
     // norm's running variance) became inf without a word.
     if (dtype == DType::f16 && t.dtype() == DType::f32) {
-      for (float v : t.to_floats()) {
-        if (std::isfinite(v) && std::fabs(v) > 65504.0f) {
-          overflowing.push_back(s.name);
-          break;
-        }
-      }
+      const std::span<const float> values(t.data<float>(), static_cast<size_t>(t.numel()));
+      if (std::any_of(values.begin(), values.end(),
+                      [](float v) { return std::isfinite(v) && std::fabs(v) > 65504.0f; }))
+        overflowing.push_back(s.name);
     }
     if (is_float(t.dtype()) && t.dtype() != dtype) t = t.to(dtype);
     out.emplace_back(s.name, std::move(t));

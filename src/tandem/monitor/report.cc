@@ -132,8 +132,9 @@ struct ReportContext {
 Figures run_figures(const RunFiles& files) {
   if (!files.summary.is_null() && files.summary.contains("monitor")) {
     Figures f = figures_from_summary(files.summary.at("monitor"));
-    const int64_t warmup = RunStats().warmup_steps();
-    if (f.measured_steps + warmup >= static_cast<int64_t>(files.steps.size())) return f;
+    if (f.measured_steps + RunStats::kDefaultWarmupSteps >=
+        static_cast<int64_t>(files.steps.size()))
+      return f;
   }
   RunStats stats;
   for (const auto& [step, line] : files.steps) stats.add(line.record);

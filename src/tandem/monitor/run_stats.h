@@ -81,14 +81,14 @@ class RunStats {
  public:
   // The first `warmup_steps` steps (primitive creation, allocator warm-up)
   // are counted but left out of the means.
-  explicit RunStats(int64_t warmup_steps = 2) : warmup_steps_(warmup_steps) {}
+  static constexpr int64_t kDefaultWarmupSteps = 2;
+  explicit RunStats(int64_t warmup_steps = kDefaultWarmupSteps) : warmup_steps_(warmup_steps) {}
 
   void add(const StepRecord& step);
   void set_memory(std::vector<DeviceMemory> memory) { memory_ = std::move(memory); }
   // An elastic job's change of membership (a metrics.jsonl membership line).
   void add_membership_change(int lost, int joined, int64_t rolled_back_steps, double seconds);
 
-  int64_t warmup_steps() const { return warmup_steps_; }
   int64_t steps() const { return steps_; }
   int64_t measured_steps() const { return measured_; }
   double mean_step_seconds() const;
