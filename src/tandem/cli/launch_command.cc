@@ -235,6 +235,20 @@ bool only_given_up_left(const WorkerProcesses& workers, comm::Store& store,
   return true;
 }
 
+std::string lost_store_message(const Error& e) {
+  return fmt::format("the rendezvous store is lost ({})", e.what());
+}
+
+// When the rendezvous store cannot be reached: why, as lost_store_message.
+std::optional<std::string> store_lost(comm::Store& store) {
+  try {
+    store.try_get("failed");
+    return std::nullopt;
+  } catch (const Error& e) {
+    return lost_store_message(e);
+  }
+}
+
 // Watches the workers until all have ended, one has failed, or another
 // node reports a failure; returns the launcher's exit status.
 int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions& o,
@@ -271,12 +285,16 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
         status = exit->status;
         continue;
       }
-      const std::string failure = fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank,
-                                              exit->pid, o.node_rank, exit->description);
+      std::string failure = fmt::format("worker rank {} (pid {}) on node {} {}", exit->rank,
+                                        exit->pid, o.node_rank, exit->description);
       if (goes_on_without(*exit, failure, store, o, endpoint)) {
         status = exit->status;
         continue;
       }
+      // A lost store is often why the worker ended (its peers on the lost
+      // node were stopped with their launcher): say so rather than leave
+      // only the worker's status.
+      if (const auto lost = store_lost(store)) failure += fmt::format(" after {}", *lost);
       fmt::print(stderr, "tandem launch: {}; stopping the job\n", failure);
       try {
         store.set("failed", failure);
@@ -293,7 +311,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
         // (An elastic job's workers set it only before the job formed.)
         failed = store.try_get("failed");
       } catch (const Error& e) {
-        failed = fmt::format("the rendezvous store is lost ({})", e.what());
+        failed = lost_store_message(e);
       }
       if (failed) {
         fmt::print(stderr, "tandem launch: stopping node {}'s workers: {}\n", o.node_rank, *failed);
