@@ -1247,6 +1247,18 @@ TEST(Cli, EvaluateReproducesTheRunsTestFigures) {
                         "--test-examples must be 0 (all) or more, got -1");
   expect_one_line_error("evaluate " + out + " --threads 4097", "thread(s) need 4097 cores");
   expect_one_line_error("evaluate", "run_dir is required");
+
+  // Settings altered to describe a model far larger than the file holds (a
+  // 1 GiB embedding beside an mlp of a few MB) are refused before that
+  // model's memory is taken, by each command that rebuilds it.
+  tandem::train::Checkpoint altered = tandem::train::load_checkpoint(out + "/checkpoint.tckpt");
+  altered.metadata["model"] = "gpt";
+  altered.metadata["model_settings"] = "vocabulary=262144,width=1024";
+  const std::string huge = tmp("cli-evaluate-huge");
+  fs::create_directories(huge);
+  tandem::train::save_checkpoint(huge + "/checkpoint.tckpt", altered);
+  for (const std::string command : {"evaluate ", "export ", "generate --prompt a "})
+    expect_one_line_error(command + huge, "settings describe a model larger than the");
 }
 
 // The mistakes a TensorFlow or PyTorch user makes first get a line that
@@ -1327,13 +1339,13 @@ TEST(Cli, DataInspectPrintsRecordsOfEachFormat) {
 
 // A CSV is taken by its name before its bytes (a header "H,W,..." passed
 // for a zlib stream), its text need not be UTF-8 (a Latin-1 export crashed
-// the JSON), its types are the reader's ("+2" is not an integer there), and
+// the JSON), its types are the reader's ("+2" an integer, "+-2" text), and
 // gzip or tab-separated files are refused by name.
 TEST(Cli, DataInspectReadsCsvAsTheReaderDoes) {
   const std::string dir = tmp("cli-inspect-csv");
   fs::create_directories(dir);
   std::ofstream(dir + "/hw.csv", std::ios::binary) << "H,W,label\n28,28,1\n";
-  std::ofstream(dir + "/latin.csv", std::ios::binary) << "name,x\ncaf\xe9,+2\n";
+  std::ofstream(dir + "/latin.csv", std::ios::binary) << "name,x,y\ncaf\xe9,+2,+-2\n";
   const CommandResult hw = run("data inspect " + dir + "/hw.csv");
   ASSERT_EQ(hw.status, 0) << hw.output;
   const auto j = nlohmann::json::parse(hw.output);
@@ -1342,7 +1354,8 @@ TEST(Cli, DataInspectReadsCsvAsTheReaderDoes) {
   const CommandResult latin = run("data inspect " + dir + "/latin.csv");
   ASSERT_EQ(latin.status, 0) << latin.output;
   const auto l = nlohmann::json::parse(latin.output);
-  EXPECT_EQ(l.at("columns")[1].at("dtype"), "bytes");
+  EXPECT_EQ(l.at("columns")[1].at("dtype"), "i32");
+  EXPECT_EQ(l.at("columns")[2].at("dtype"), "bytes");
   EXPECT_EQ(l.at("first")[0].at("fields").at("x"), "+2");
   std::ofstream(dir + "/t.tsv") << "a\tb\n1\t2\n";
   expect_one_line_error("data inspect " + dir + "/t.tsv", "comma-separated");

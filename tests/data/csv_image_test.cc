@@ -57,6 +57,14 @@ TEST(Csv, TypedColumnsQuotesAndDefaults) {
   EXPECT_EQ(scores, (std::vector<float>{0.5f, -3.25f, 7.5f}));
   EXPECT_EQ(names,
             (std::vector<std::string>{"plain", "with, comma", "quote \"inside\"\nand newline"}));
+  // A leading '+', as other tools write positive numbers, in both types.
+  Iterator signed_values = from_csv(write_file("plus.csv", "a,b\n+2, +1.5e1\n"),
+                                    {.columns = {{"a", DType::i32}, {"b", DType::f32}}})
+                               .iterator();
+  const auto row = signed_values.next();
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->at("a").to_ints()[0], 2);
+  EXPECT_EQ(row->at("b").item(), 15.0f);
   // Without a column spec: f32 columns named by the header.
   Iterator plain = from_csv(write_file("plain.csv", "a,b\n1,2\n3,4\n")).batch(2).iterator();
   auto batch = plain.next();
@@ -70,6 +78,8 @@ TEST(Csv, BadRowsNameFileLineAndColumn) {
       << message;
   message = csv_error(write_file("number.csv", "a,b\n1,2\n3,x4\n"));
   EXPECT_NE(message.find("line 3: column 'b': 'x4' is not a number"), std::string::npos) << message;
+  message = csv_error(write_file("double_sign.csv", "a\n+-1\n"));
+  EXPECT_NE(message.find("'+-1' is not a number"), std::string::npos) << message;
   message = csv_error(write_file("int.csv", "a\n1.5\n"), {.columns = {{"a", DType::i32}}});
   EXPECT_NE(message.find("'1.5' is not an integer"), std::string::npos) << message;
   message = csv_error(write_file("empty_field.csv", "a,b\n1,\n"));

@@ -156,8 +156,16 @@ TEST(PaddedBatch, EveryDimensionAndDtype) {
       Dataset::from_elements({Element{{"a", ints({1})}}, Element{{"b", ints({1})}}})
           .padded_batch(2));
   EXPECT_NE(message.find("element 1 has features (b: i32 (1,))"), std::string::npos) << message;
-  // batch() still refuses elements of different shapes.
+  // batch() still refuses elements of different shapes; gray beside colour
+  // images get the channels hint, other shapes the resize one.
   EXPECT_THROW(all(token_lists({1, 2}).batch(2)), ShapeError);
+  const auto image = [](int64_t height, int64_t channels) {
+    return Element{{"image", Tensor::zeros(Shape{height, 2, channels})}};
+  };
+  message = error_of<ShapeError>(Dataset::from_elements({image(2, 1), image(2, 3)}).batch(2));
+  EXPECT_NE(message.find("gray and colour images in one batch"), std::string::npos) << message;
+  message = error_of<ShapeError>(Dataset::from_elements({image(2, 3), image(4, 3)}).batch(2));
+  EXPECT_NE(message.find("resize = [HEIGHT, WIDTH]"), std::string::npos) << message;
 }
 
 TEST(PaddedBatch, VariableLengthListsFromExamples) {

@@ -191,6 +191,54 @@ TEST(Safetensors, RefusesHeadersTheFileDoesNotHold) {
       "corrupt header");
   expect(error_reading(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "")),
          "truncated");
+  // The header's structure, checked as it is read.
+  const auto header_error = [&](const std::string& header) {
+    return error_reading(file_bytes(header, two));
+  };
+  expect(header_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+         "tensor 'w' is given twice");
+  expect(header_error(R"({"w":{"shape":[2],"data_offsets":[0,8]}})"), "tensor 'w' has no 'dtype'");
+  expect(header_error(R"({"w":{"dtype":"F32","data_offsets":[0,8]}})"), "has no 'shape'");
+  expect(header_error(R"({"w":{"dtype":"F32","shape":[2]}})"), "has no 'data_offsets'");
+  expect(header_error(R"({"w":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+         "gives 'dtype' twice");
+  expect(header_error(R"({"w":{"dtype":5,"shape":[2],"data_offsets":[0,8]}})"),
+         "'dtype' is not a string");
+  expect(header_error(R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})"),
+         "'shape' is not a list");
+  expect(header_error(R"({"w":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})"),
+         "'shape' holds a list, not an integer");
+  expect(header_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-1,8]}})"),
+         "negative data offset");
+  expect(header_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})"),
+         "'data_offsets' is not a list of two offsets");
+  expect(header_error(R"({"w":[1]})"), "tensor 'w' is not an object");
+  expect(header_error(R"({"__metadata__":{},"__metadata__":{},)"
+                      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+         "'__metadata__' is given twice");
+  std::string deep = R"({"w":{"dtype":"F32","shape":[)";
+  for (int i = 0; i < 65; ++i) deep += i == 0 ? "1" : ",1";
+  expect(header_error(deep + R"(],"data_offsets":[0,4]}})"), "more than 64 dimensions");
+}
+
+// Fields the format does not define are skipped whatever they hold, and the
+// file reads as without them.
+TEST(Safetensors, SkipsFieldsItDoesNotKnow) {
+  std::string nested(100'000, '[');
+  nested += std::string(100'000, ']');
+  const std::string path = scratch("extra_fields.safetensors");
+  testing::write_bytes(path, file_bytes(R"({"w":{"extra":)" + nested +
+                                            R"(,"dtype":"F32","more":{"a":[1,{"b":"c"}]},)"
+                                            R"("shape":[2],"data_offsets":[0,8],"last":null},)"
+                                            R"("__metadata__":{"k":"v"}})",
+                                        floats({1, 2})));
+  const interop::SafetensorsFile file(path);
+  ASSERT_EQ(file.entries().size(), 1u);
+  EXPECT_EQ(file.entries()[0].name, "w");
+  EXPECT_EQ(file.entries()[0].shape, std::vector<int64_t>{2});
+  EXPECT_EQ(file.metadata().at("k"), "v");
+  EXPECT_EQ(file.read(file.entries()[0]).to_floats(), (std::vector<float>{1, 2}));
 }
 
 TEST(Safetensors, WriterRefusesNamesThatCannotBeRead) {

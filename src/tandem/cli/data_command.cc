@@ -16,7 +16,6 @@
 #include <string_view>
 
 #include "tandem/base/error.h"
-#include "tandem/base/parse_number.h"
 #include "tandem/base/utf8.h"
 #include "tandem/cli/commands.h"
 #include "tandem/data/crc32c.h"
@@ -212,10 +211,10 @@ nlohmann::json inspect_csv(const InspectOptions& o) {
     }
     // The reader's own rule: the value without surrounding spaces, whole.
     for (size_t c = 0; c < fields->size(); ++c) {
-      const std::string_view trimmed = data::csv_trimmed((*fields)[c]);
-      if (trimmed.empty()) continue;
-      if (kinds[c] == "i32" && !parse_number<int32_t>(trimmed)) kinds[c] = "f32";
-      if (kinds[c] == "f32" && !parse_number<float>(trimmed)) kinds[c] = "bytes";
+      const std::string& field = (*fields)[c];
+      if (data::csv_trimmed(field).empty()) continue;
+      if (kinds[c] == "i32" && !data::csv_number<int32_t>(field)) kinds[c] = "f32";
+      if (kinds[c] == "f32" && !data::csv_number<float>(field)) kinds[c] = "bytes";
     }
     if (count < o.records) {
       nlohmann::json r = {{"index", count}, {"line", reader.line()}};

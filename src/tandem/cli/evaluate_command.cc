@@ -151,7 +151,8 @@ int run_evaluate(const EvaluateOptions& o) {
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
   const nlohmann::json config = run_config(o.run_dir);
   // The model, loss and metrics the run trained with, rebuilt from the checkpoint.
-  const train::ModelSpec spec = train::read_spec(checkpoint);
+  train::ModelFactory saved = train::saved_model(checkpoint);
+  const train::ModelSpec spec = saved.spec;
   const EvaluationData data = evaluation_data(o, config, checkpoint);
   const int threads = o.threads.value_or(std::max(1, cpu_info().physical_cores));
   train::Trainer trainer({.eval_batch_size = o.batch_size,
@@ -161,7 +162,7 @@ int run_evaluate(const EvaluateOptions& o) {
                           .loss = train::loss_from_json(checkpoint.meta("loss_record")),
                           .metrics = train::metrics_from_json(checkpoint.meta("metrics_record")),
                           .padding = data.padding},
-                         train::rebuild_model(spec));
+                         std::move(saved));
   train::load_model_state(checkpoint, trainer.model());
   const auto start = std::chrono::steady_clock::now();
   const train::EvalResult result = trainer.evaluate(data.examples);

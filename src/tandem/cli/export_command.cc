@@ -41,8 +41,9 @@ int run_export(const ExportOptions& o) {
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
-  const train::ModelSpec spec = train::read_spec(checkpoint);
-  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  const train::ModelFactory saved = train::saved_model(checkpoint);
+  const train::ModelSpec& spec = saved.spec;
+  const std::shared_ptr<nn::Module> model = saved.build();
   train::load_model_state(checkpoint, *model);
   const std::string output =
       o.output.empty() ? (std::filesystem::path(o.run_dir) / ("model." + o.format)).string()

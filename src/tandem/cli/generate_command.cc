@@ -41,9 +41,10 @@ int run_generate(const GenerateOptions& o) {
                  o.run_dir, ")");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(path);
-  const train::ModelSpec spec = train::read_spec(checkpoint);
+  const train::ModelFactory saved = train::saved_model(checkpoint);
+  const train::ModelSpec& spec = saved.spec;
   set_num_threads(o.threads.value_or(std::max(1, cpu_info().physical_cores)));
-  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  const std::shared_ptr<nn::Module> model = saved.build();
   train::load_model_state(checkpoint, *model);
   const train::ModelInput input = train::model_input(spec, *model);
   const int64_t vocabulary = input.vocabulary;

@@ -200,8 +200,9 @@ ScalingProfile profile_from_run(const std::string& run_dir) {
                  "' holds no checkpoint.tckpt: not a run directory of tandem train");
   }
   const train::Checkpoint checkpoint = train::load_trainer_checkpoint(checkpoint_path);
-  const train::ModelSpec spec = train::read_spec(checkpoint);
-  const std::shared_ptr<nn::Module> model = train::rebuild_model(spec).build();
+  const train::ModelFactory saved = train::saved_model(checkpoint);
+  const train::ModelSpec& spec = saved.spec;
+  const std::shared_ptr<nn::Module> model = saved.build();
   const auto params = model->named_parameters();
   std::vector<double> ready = ready_by_layers(*model, spec, params);
   p.readiness = "layer FLOPs";

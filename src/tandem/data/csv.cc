@@ -10,7 +10,6 @@
 #include <streambuf>
 
 #include "tandem/base/error.h"
-#include "tandem/base/parse_number.h"
 #include "tandem/data/detail/node.h"
 
 namespace tandem::data {
@@ -183,14 +182,13 @@ class CsvNode : public detail::Node {
         e.set(col.name, bytes_tensor(text));
         continue;
       }
-      const std::string_view trimmed = csv_trimmed(text);
       Tensor t = Tensor::empty(Shape{}, col.dtype);
       bool parsed = false;
       if (col.dtype == DType::i32) {
-        const std::optional<int32_t> v = parse_number<int32_t>(trimmed);
+        const std::optional<int32_t> v = csv_number<int32_t>(text);
         if ((parsed = v.has_value())) t.data<int32_t>()[0] = *v;
       } else {
-        const std::optional<float> v = parse_number<float>(trimmed);
+        const std::optional<float> v = csv_number<float>(text);
         if ((parsed = v.has_value())) t.data<float>()[0] = *v;
       }
       if (!parsed) {

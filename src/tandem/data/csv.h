@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/base/parse_number.h"
 #include "tandem/data/dataset.h"
 
 namespace tandem::data {
@@ -44,6 +45,16 @@ Dataset from_csv(const std::string& path, CsvOptions options = {});
 // A field without the spaces and tabs around it, as spreadsheet exports
 // often have them: how the reader takes both names and values.
 std::string_view csv_trimmed(std::string_view field);
+
+// A field's number as the reader takes it: csv_trimmed, then one number of
+// T (parse_number's rule, and a leading '+' as other tools write it:
+// "+1.5", not "+-1"); nothing otherwise.
+template <typename T>
+std::optional<T> csv_number(std::string_view field) {
+  std::string_view text = csv_trimmed(field);
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-' && text[1] != '+') text.remove_prefix(1);
+  return parse_number<T>(text);
+}
 
 // A header row's fields as column names: a leading UTF-8 byte-order mark
 // (Excel's "CSV UTF-8") taken off, and each name csv_trimmed.

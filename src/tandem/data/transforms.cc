@@ -72,6 +72,12 @@ class SimpleNode : public UnaryNode {
   Cardinality cardinality_;
 };
 
+// Two (H, W, C) images that differ in their channels alone (gray, RGB).
+bool only_channels_differ(const Shape& a, const Shape& b) {
+  return a.rank() == 3 && b.rank() == 3 && a[0] == b[0] && a[1] == b[1] && a[2] != b[2] &&
+         a[2] <= 4 && b[2] <= 4;
+}
+
 Tensor stack(const std::vector<Element>& elements, size_t feature) {
   const auto& [name, first] = elements[0].features()[feature];
   std::vector<int64_t> dims = first.shape().to_vector();
@@ -89,10 +95,14 @@ Tensor stack(const std::vector<Element>& elements, size_t feature) {
       TANDEM_THROW(ShapeError, "batch: feature '", name, "' of element ", i, " is ",
                    dtype_name(t.dtype()), " ", t.shape().to_string(), " but element 0's is ",
                    dtype_name(first.dtype()), " ", first.shape().to_string(),
-                   " (examples of one batch share a shape: in a data specification, images of "
-                   "different sizes take `resize = [HEIGHT, WIDTH]` and lists of different "
-                   "lengths `variable_length = true`, docs/training.md; in code, map a resize or "
-                   "use padded_batch)");
+                   only_channels_differ(t.shape(), first.shape())
+                       ? " (gray and colour images in one batch: decode them to one channel "
+                         "count with `channels = 3` (or 1) in a data specification, "
+                         "docs/training.md; in code, decode_image's channels)"
+                       : " (examples of one batch share a shape: in a data specification, "
+                         "images of different sizes take `resize = [HEIGHT, WIDTH]` and lists "
+                         "of different lengths `variable_length = true`, docs/training.md; in "
+                         "code, map a resize or use padded_batch)");
     }
     if (bytes > 0) std::memcpy(static_cast<char*>(out.raw_data()) + i * bytes, t.raw_data(), bytes);
   }

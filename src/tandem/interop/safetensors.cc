@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "tandem/base/atomic_file.h"
-#include "tandem/base/detail/json_integer.h"
 #include "tandem/base/error.h"
+#include "tandem/interop/detail/safetensors_header.h"
 
 namespace tandem::interop {
 namespace {
@@ -23,7 +23,6 @@ static_assert(std::endian::native == std::endian::little,
 // The reference implementation refuses larger headers; so does this one, so
 // that a corrupt length cannot make it allocate the file's size for JSON.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr const char* kMetadataKey = "__metadata__";
 
 struct DTypeName {
   const char* name;
@@ -53,23 +52,6 @@ std::optional<uint64_t> byte_count(const std::vector<int64_t>& shape, size_t ele
     if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) return std::nullopt;
   }
   return bytes;
-}
-
-SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& j) {
-  using tandem::detail::json_integer;
-  if (!j.is_object()) throw nlohmann::json::type_error::create(302, "not an object", &j);
-  SafetensorsEntry e{.name = name, .dtype = j.at("dtype").get<std::string>()};
-  const nlohmann::json& shape = j.at("shape");
-  if (!shape.is_array()) throw nlohmann::json::type_error::create(302, "'shape' is not a list", &j);
-  for (const nlohmann::json& d : shape) e.shape.push_back(json_integer<int64_t>(d, "a dimension"));
-  const nlohmann::json& offsets = j.at("data_offsets");
-  if (!offsets.is_array() || offsets.size() != 2) {
-    throw nlohmann::json::type_error::create(302, "'data_offsets' is not a list of two offsets",
-                                             &j);
-  }
-  e.begin = json_integer<uint64_t>(offsets[0], "the first data offset");
-  e.end = json_integer<uint64_t>(offsets[1], "the second data offset");
-  return e;
 }
 
 void check_entry(const SafetensorsEntry& e, const std::string& path) {
@@ -142,22 +124,9 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   data_start_ = sizeof(header_bytes) + header_bytes;
   const uint64_t data_bytes = size - data_start_;
 
-  try {
-    const nlohmann::json header = nlohmann::json::parse(text);
-    if (!header.is_object())
-      TANDEM_THROW(IoError, "'", path_, "': the header is not a JSON object");
-    for (const auto& [key, value] : header.items()) {
-      if (key == kMetadataKey) {
-        if (!value.is_object())
-          throw nlohmann::json::type_error::create(302, "'__metadata__' is not an object", &value);
-        for (const auto& [k, v] : value.items()) metadata_[k] = v.get<std::string>();
-        continue;
-      }
-      entries_.push_back(parse_entry(key, value));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(IoError, "'", path_, "' has a corrupt header: ", e.what());
-  }
+  detail::SafetensorsHeader header = detail::parse_safetensors_header(text, path_);
+  entries_ = std::move(header.entries);
+  metadata_ = std::move(header.metadata);
   for (const SafetensorsEntry& e : entries_) check_entry(e, path_);
   std::sort(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -212,11 +181,11 @@ void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  if (!metadata.empty()) header[detail::kSafetensorsMetadataKey] = metadata;
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == kMetadataKey)
+    if (name.empty() || name == detail::kSafetensorsMetadataKey)
       TANDEM_THROW(InvalidArgument, "safetensors: a tensor cannot be named '", name, "'");
     if (!names.insert(name).second)
       TANDEM_THROW(InvalidArgument, "safetensors: tensor '", name, "' given twice");

@@ -10,7 +10,9 @@
 // implementation's), every dtype known, every shape's byte count equal to
 // its range, the ranges in the data region, covering it exactly with no
 // overlap or hole. A file that passes cannot make the reader allocate more
-// than it holds.
+// than it holds; the header is read without a JSON tree
+// (detail/safetensors_header.h), so one that fails cannot either (beyond a
+// small multiple for its tensor list).
 
 #include <cstdint>
 #include <map>

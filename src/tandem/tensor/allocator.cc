@@ -31,6 +31,7 @@ size_t rounded_size(size_t bytes) {
 }
 
 thread_local MemoryCategory thread_default_category = MemoryCategory::activations;
+thread_local AllocationBudget* thread_budget = nullptr;
 
 }  // namespace
 
@@ -67,11 +68,31 @@ std::string_view memory_category_name(MemoryCategory category) {
   return "invalid";
 }
 
+AllocationBudget::AllocationBudget(int64_t bytes) : left_(bytes), enclosing_(thread_budget) {
+  if (bytes < 0) TANDEM_THROW(InvalidArgument, "an allocation budget of ", bytes, " bytes");
+  thread_budget = this;
+}
+
+AllocationBudget::~AllocationBudget() {
+  thread_budget = enclosing_;
+}
+
+void AllocationBudget::charge(size_t bytes) {
+  AllocationBudget* budget = thread_budget;
+  if (budget == nullptr) return;
+  if (bytes > static_cast<uint64_t>(budget->left_)) {
+    TANDEM_THROW(Exceeded, "an allocation of ", bytes, " bytes exceeds the budget (", budget->left_,
+                 " bytes left)");
+  }
+  budget->left_ -= static_cast<int64_t>(bytes);
+}
+
 Allocator::~Allocator() {
   release_cache();
 }
 
 void* Allocator::allocate(size_t bytes, MemoryCategory category) {
+  AllocationBudget::charge(bytes);
   const size_t size = rounded_size(bytes);
   void* block = nullptr;
   {

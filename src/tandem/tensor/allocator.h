@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tandem/base/error.h"
 #include "tandem/tensor/device.h"
 
 namespace tandem {
@@ -96,6 +97,32 @@ class MemoryCategoryScope {
 
  private:
   MemoryCategory previous_;
+};
+
+// Bounds what this thread allocates while the budget lives, over every
+// device: an allocation that would take the bytes allocated since its start
+// past `bytes` throws AllocationBudget::Exceeded (nothing is allocated).
+// For building something whose size comes from an untrusted file (a
+// checkpoint's model settings), whose legitimate size the file itself
+// bounds. Budgets nest; the innermost one counts.
+class AllocationBudget {
+ public:
+  class Exceeded : public Error {
+   public:
+    using Error::Error;
+  };
+
+  explicit AllocationBudget(int64_t bytes);
+  ~AllocationBudget();
+  AllocationBudget(const AllocationBudget&) = delete;
+  AllocationBudget& operator=(const AllocationBudget&) = delete;
+
+  // Called by Allocator::allocate on the allocating thread.
+  static void charge(size_t bytes);
+
+ private:
+  int64_t left_;
+  AllocationBudget* enclosing_;
 };
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include "tandem/nn/models.h"
 #include "tandem/nn/resnet.h"
 #include "tandem/nn/transformer.h"
+#include "tandem/tensor/allocator.h"
 
 namespace tandem::train {
 namespace {
@@ -82,6 +83,27 @@ ModelFactory rebuild_model(const ModelSpec& spec) {
     return definition_model(spec, std::move(definition));
   }
   return builtin_model(spec.name, spec.policy, spec.seed, spec.compute_dtype, spec.settings);
+}
+
+ModelFactory saved_model(const distribute::EngineState& checkpoint) {
+  ModelFactory factory = rebuild_model(read_spec(checkpoint));
+  int64_t held = 0;
+  for (const auto& [name, tensor] : checkpoint.tensors)
+    held += static_cast<int64_t>(tensor.nbytes());
+  // Room for what a build allocates besides its parameters: compute-dtype
+  // copies, masks and tables.
+  const int64_t budget = 2 * held + (int64_t{64} << 20);
+  factory.build = [build = std::move(factory.build), held, budget] {
+    const AllocationBudget scope(budget);
+    try {
+      return build();
+    } catch (const AllocationBudget::Exceeded& e) {
+      TANDEM_THROW(IoError, "the checkpoint's model settings describe a model larger than the ",
+                   held, " bytes of tensors it holds (", e.what(),
+                   "): the checkpoint was altered or is corrupt");
+    }
+  };
+  return factory;
 }
 
 void write_spec(const ModelSpec& spec, std::map<std::string, std::string>& metadata) {

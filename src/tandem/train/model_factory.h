@@ -72,6 +72,14 @@ ModelFactory custom_model(std::string name, distribute::ModelBuilder build,
 // name is invalid.
 ModelFactory rebuild_model(const ModelSpec& spec);
 
+// The factory of the model a checkpoint records (read_spec, then
+// rebuild_model), bounded by the checkpoint itself: a build that would
+// allocate more than twice its tensors' bytes and 64 MiB is stopped with
+// IoError before it allocates, so that altered or corrupt settings (a
+// vocabulary of millions in a file holding a small model) cannot take the
+// machine's memory. Throws as read_spec and rebuild_model.
+ModelFactory saved_model(const distribute::EngineState& checkpoint);
+
 // The spec as checkpoint metadata ("model", "model_definition",
 // "model_settings" (absent from older checkpoints: none), "precision",
 // "compute_dtype", "model_seed", "model_rebuildable") and back; read_spec
