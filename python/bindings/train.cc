@@ -34,7 +34,9 @@ py::dict epoch_logs(const train::EpochResult& e) {
   py::dict logs;
   logs["loss"] = e.train_loss;
   for (const auto& [name, value] : e.train_metrics) logs[py::str(name)] = value;
-  if (!std::isnan(e.validation_loss)) {
+  // A NaN validation loss is a figure (Keras passes it on: callbacks count
+  // it as no improvement), not the absence of validation data.
+  if (e.validated) {
     logs["val_loss"] = e.validation_loss;
     for (const auto& [name, value] : e.validation_metrics) logs[py::str("val_" + name)] = value;
   }

@@ -81,8 +81,9 @@ class EarlyStopping(Callback):
             self.wait = 0
             return
         self.wait += 1
-        # Keras's: the patience-th epoch without improvement stops it.
-        if self.wait >= self.patience:
+        # Keras's: the patience-th epoch without improvement stops it, never
+        # the first epoch (a NaN there is no improvement on nothing).
+        if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
             self.model.stop_training = True
 

@@ -192,7 +192,9 @@ class Engine:
 
     def synchronize(self):
         """Waits for the work an asynchronous engine (the parameter server)
-        or local SGD still has; every replica then holds the same values."""
+        or local SGD still has; every replica then holds the same values
+        (buffers such as batch norm's running statistics: replica 0's).
+        Call it before evaluate; every process calls it."""
         self._native.synchronize()
 
     def save_state(self, path):

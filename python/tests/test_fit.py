@@ -65,6 +65,24 @@ def test_callbacks_see_every_epoch_and_step():
     assert history.history["loss"] == [logs["loss"] for _, logs in epochs]
 
 
+def test_a_nan_validation_loss_is_logged_and_is_no_improvement():
+    # Keras passes a NaN validation loss on: it was dropped with every val_
+    # key, and callbacks watching val_loss stopped the fit with an error.
+    _, x, y = small_model_and_data()
+    model = tandem.Sequential([tandem.layers.Dense(2)], input_shape=(4,))  # NaN in, NaN out
+    model.compile(optimizer=tandem.optimizers.SGD(0.1), metrics=["accuracy"])
+    broken = x.copy()
+    broken[0, 0] = np.nan
+    seen = []
+    stop = tandem.callbacks.EarlyStopping(monitor="val_loss", patience=0)
+    log = tandem.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(dict(logs)))
+    history = model.fit(x, y, batch_size=32, epochs=3, validation_data=(broken, y),
+                        callbacks=[log, stop], verbose=0)
+    assert all(np.isnan(logs["val_loss"]) and "val_accuracy" in logs for logs in seen)
+    assert len(history.epoch) == 2 and stop.stopped_epoch == 1  # never the first epoch
+    assert np.isnan(history.history["val_loss"]).all()
+
+
 def test_early_stopping_stops():
     model, x, y = small_model_and_data()
     stop = tandem.callbacks.EarlyStopping(monitor="loss", min_delta=100.0, patience=1)

@@ -42,11 +42,11 @@ data::Dataset head(int64_t n) {
 // A small conv net with synchronised batch norm (the convolution has no bias:
 // before batch norm its gradient is zero up to rounding, which Adam would
 // amplify into noise).
-std::shared_ptr<nn::Module> bn_model() {
+std::shared_ptr<nn::Module> bn_model(bool synchronized = true) {
   Generator g(21);
   auto m = std::make_shared<nn::Sequential>();
   m->emplace<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1, .bias = false}, g)
-      .emplace<nn::BatchNorm2d>(4, 1e-5f, 0.1f, /*synchronized=*/true)
+      .emplace<nn::BatchNorm2d>(4, 1e-5f, 0.1f, synchronized)
       .emplace<nn::ReLU>()
       .emplace<nn::MaxPool2d>(4)
       .emplace<nn::Flatten>()
@@ -129,6 +129,28 @@ INSTANTIATE_TEST_SUITE_P(Models, EquivalenceTest, ::testing::ValuesIn(cases()),
                            return c.model + "_" + std::to_string(c.devices) + "devices_" +
                                   c.optimizer + "_" + std::to_string(c.examples);
                          });
+
+// Unsynchronised batch norm: each replica's running statistics follow its
+// own rows during the epoch; before the validation and the checkpoint every
+// replica takes replica 0's (the validation blended statistics no saved
+// model had, and a resume gave every replica replica 0's).
+TEST(Strategy, ReplicasTakeReplicaZerosBuffersBeforeEvaluating) {
+  train::Trainer mirrored(config("mirrored", 2, "adam"), train::custom_model("bn-per-replica", [] {
+                            return bn_model(/*synchronized=*/false);
+                          }));
+  const auto buffers = [&](int r) {
+    std::vector<std::vector<float>> values;
+    for (const auto& [name, t] : mirrored.replica_model(r).named_buffers())
+      values.push_back(t->to_floats());
+    return values;
+  };
+  bool drifted = false;
+  mirrored.fit(head(48), head(24), {.on_step = [&](const train::StepInfo&) {
+                 drifted = drifted || buffers(0) != buffers(1);
+               }});
+  EXPECT_TRUE(drifted) << "the replicas' rows gave the same statistics";
+  EXPECT_EQ(buffers(0), buffers(1));
+}
 
 TEST(Reducer, GradientAccumulationCommunicatesOnlyOnTheLastMicroBatch) {
   // Two replicas, two micro-batches each: the result equals one all-reduce of

@@ -298,6 +298,29 @@ TEST(LocalSgd, AveragingEveryStepEqualsSynchronousTraining) {
   EXPECT_GT(max_relative_error(periodic->model(0), synchronous->model(0)), 1e-4);
 }
 
+// Each replica keeps its own momentum between averages; a checkpoint holds
+// one state. A resumed engine (every replica given the checkpoint's) trains
+// as the engine that saved it goes on: the checkpoint held replica 0's
+// momentum, which the resumed replica 1 took in place of its own.
+TEST(LocalSgd, AResumedEngineTrainsAsTheOneThatSavedIt) {
+  distribute::EngineOptions local{
+      .optimizer = {.kind = optim::OptimizerKind::sgd, .learning_rate = 0.1, .momentum = 0.9},
+      .sync_every = 4};
+  auto a = make("mirrored", 2);
+  auto b = make("mirrored", 2);
+  auto saver = a->make_engine(small_mlp, local);
+  auto resumed = b->make_engine(small_mlp, local);
+  const auto batch = [](int64_t step) { return batch_of(8, 90 + static_cast<uint64_t>(step)); };
+  for (int64_t step = 0; step < 3; ++step) saver->step(batch(step), squared_error, {.step = step});
+  resumed->load_state(saver->save_state());
+  for (int64_t step = 3; step < 9; ++step) {
+    saver->step(batch(step), squared_error, {.step = step});
+    resumed->step(batch(step), squared_error, {.step = step});
+  }
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(max_relative_error(saver->model(r), resumed->model(r)), 0.0) << "replica " << r;
+}
+
 TEST(EngineOptions, SettingsThatCannotWorkAreRefused) {
   auto two = make("parameter_server", 2);
   const auto refuses = [&](distribute::Strategy& strategy, const distribute::EngineOptions& o,

@@ -23,7 +23,10 @@ std::shared_ptr<nn::Gpt> small_gpt() {
 TEST(Generation, GreedyAndSeededSamplingAreReproducible) {
   auto gpt = small_gpt();
   ASSERT_TRUE(gpt);
+  gpt->train();
   const std::string greedy = train::generate(*gpt, "abc", {.tokens = 20, .temperature = 0});
+  // Sampling mid-training (an epoch callback) leaves the model training.
+  EXPECT_TRUE(gpt->is_training());
   EXPECT_EQ(greedy.size(), 20u);  // past the context of 8: a sliding window
   EXPECT_EQ(greedy, train::generate(*gpt, "abc", {.tokens = 20, .temperature = 0, .seed = 9}));
   EXPECT_EQ(greedy, train::generate(*gpt, "abc", {.tokens = 20, .top_k = 1}));

@@ -454,13 +454,24 @@ TEST(Trainer, TrainingMetricsLeaveOutTheRowsOfNonFiniteSteps) {
   train::TrainConfig c{.epochs = 1, .batch_size = 8, .engine = {.seed = 1}};
   c.engine.loss_scale = precision::LossScalerOptions{.dynamic = false, .initial_scale = 1.0};
   c.engine.optimizer.learning_rate = 1e-6;
+  c.engine.optimizer.global_clip_norm = 1000.0;
   train::Trainer t(
       c, train::custom_model("poisoned", [] { return std::make_shared<PoisonedOnce>(2); }));
-  const train::TrainResult r = t.fit(d);
+  std::vector<train::StepInfo> steps;
+  const train::TrainResult r =
+      t.fit(d, std::nullopt, {.on_step = [&](const train::StepInfo& s) { steps.push_back(s); }});
   ASSERT_EQ(r.history.size(), 1u);
   EXPECT_EQ(r.history[0].nonfinite_steps, 1);
   EXPECT_EQ(r.history[0].train_examples, 56);
   EXPECT_EQ(r.history[0].train_metric("accuracy"), 1.0);
+  // The skipped step's gradient norm is inf (it showed the step before's).
+  ASSERT_EQ(steps.size(), 8u);
+  for (const train::StepInfo& s : steps) {
+    EXPECT_EQ(s.skipped, std::isinf(s.gradient_norm)) << "step " << s.step;
+    if (!s.skipped) {
+      EXPECT_TRUE(std::isfinite(s.gradient_norm)) << "step " << s.step;
+    }
+  }
 }
 
 TEST(Trainer, BadConfigurationsAreClearErrors) {
@@ -470,6 +481,8 @@ TEST(Trainer, BadConfigurationsAreClearErrors) {
   EXPECT_THROW(make({.epochs = 0}), InvalidArgument);
   EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = 4}), InvalidArgument);
   EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = -1}), InvalidArgument);
+  // A pause without an output directory saved nothing to resume from.
+  EXPECT_THROW(make({.epochs = 3, .stop_after_epochs = 1}), InvalidArgument);
   EXPECT_THROW(make({.steps_per_epoch = -1}), InvalidArgument);
   EXPECT_THROW(make({.repeat = true}), InvalidArgument);  // an epoch that never ends
   EXPECT_THROW(make({.resume = true}), InvalidArgument);

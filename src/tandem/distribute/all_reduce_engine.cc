@@ -103,6 +103,9 @@ class AllReduceEngine : public Engine {
   // Local SGD: replica r's parameters (and optimizer state, when asked)
   // become the mean over the replicas (collective).
   void average_replicas(int r);
+  void average_optimizer_state(int r);
+  // synchronize(), and under local SGD the optimizer states' mean too.
+  void synchronize_for_saving();
   void check_same_architecture();
   void broadcast_weights();
   // loss_divisor: what the summed losses are divided by (the global rows;
@@ -499,14 +502,37 @@ void AllReduceEngine::average_replicas(int r) {
     comm.all_reduce(p.value(), comm::ReduceOp::mean);
     p.mark_modified();
   }
-  if (!options_.average_optimizer_state) return;
+  if (options_.average_optimizer_state) average_optimizer_state(r);
+}
+
+void AllReduceEngine::average_optimizer_state(int r) {
+  comm::Communicator& comm = *strategy().communicator(r);
   for (const auto& [name, t] : replicas_[r].optimizer->state()) {
     if (t->dtype() == DType::f32) comm.all_reduce(*t, comm::ReduceOp::mean);
   }
 }
 
+void AllReduceEngine::synchronize_for_saving() {
+  synchronize();
+  // Local SGD without averaged optimizer state: each replica has its own,
+  // and a checkpoint holds one. Their mean, which every replica continues
+  // from here as a resumed run's replicas do (each took replica 0's).
+  if (local_sgd() && !options_.average_optimizer_state && strategy().global_replicas() > 1)
+    strategy().run([&](int r) { average_optimizer_state(r); });
+}
+
 StepResult AllReduceEngine::synchronize() {
-  if (local_sgd()) strategy().run([&](int r) { average_replicas(r); });
+  if (strategy().global_replicas() == 1) return {};
+  strategy().run([&](int r) {
+    if (local_sgd()) average_replicas(r);
+    // Buffers (batch norm's running statistics, unless synchronised) follow
+    // each replica's own rows: replica 0's, the ones a checkpoint keeps, go
+    // to every replica, so that an evaluation describes the saved model
+    // and a resumed run's replicas agree as the uninterrupted run's did
+    // (PyTorch DDP broadcasts rank 0's buffers likewise).
+    comm::Communicator& comm = *strategy().communicator(r);
+    for (auto& [name, t] : replicas_[r].model->named_buffers()) comm.broadcast(*t, 0);
+  });
   return {};
 }
 
@@ -588,7 +614,7 @@ void AllReduceEngine::evaluate(const data::Element& batch, const EvaluateFn& fn)
 }
 
 EngineState AllReduceEngine::save_state() {
-  synchronize();  // local SGD: the replicas' mean is the state
+  synchronize_for_saving();  // local SGD: the replicas' mean is the state
   EngineState state;
   Replica& first = replicas_.front();
   save_model_state(*first.model, state);
@@ -614,7 +640,7 @@ void AllReduceEngine::save_state(StateWriter& writer) {
     write_state(save_state(), writer);
     return;
   }
-  synchronize();  // local SGD: the replicas' mean is the state
+  synchronize_for_saving();  // local SGD: the replicas' mean is the state
   // The model and the scaler (resident anyway), then the optimizer state
   // as its buckets are gathered: the chief's first replica hands each
   // bucket's slot to the writer and drops it before the next.

@@ -89,13 +89,7 @@ void evaluate_on_replicas(Strategy& strategy, const std::function<nn::Module&(in
   strategy.run([&](int r) {
     nn::Module& m = model(r);
     NoGradGuard no_grad;
-    const bool was_training = m.is_training();
-    m.eval();
-    struct RestoreMode {
-      nn::Module& model;
-      bool training;
-      ~RestoreMode() { model.train(training); }
-    } restore{m, was_training};
+    const nn::EvalModeScope eval_mode(m);
     const ReplicaContext& context = strategy.replica_context(r);
     fn(m, {data::on_device(parts[r], context.device), rows, context});
   });

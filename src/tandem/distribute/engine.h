@@ -232,8 +232,9 @@ class Engine {
   // what finished meanwhile, as step() does. The Trainer calls it before it
   // evaluates or saves; save_state() and load_state() call it themselves,
   // and so does the parameter server's evaluate() (under local SGD each
-  // replica evaluates its own copy). Nothing to do, and an empty result,
-  // for the all-reduce engine without local SGD.
+  // replica evaluates its own copy). The all-reduce engine also gives
+  // every replica replica 0's buffers (batch norm's running statistics
+  // drift apart on each replica's rows); with one replica it does nothing.
   virtual StepResult synchronize() { return {}; }
   // Runs fn on every local replica's share of `batch` in evaluation mode,
   // without gradients; the models' modes are restored afterwards. Involves

@@ -139,7 +139,7 @@ void ProgressView::on_epoch(const train::EpochResult& e) {
   bar_drawn_ = false;
   std::string figures = fmt::format("train loss {:.4f}", e.train_loss);
   for (const auto& [name, value] : e.train_metrics) figures += "  " + metric_text(name, value);
-  if (!std::isnan(e.validation_loss) || !e.validation_metrics.empty()) {
+  if (e.validated) {
     figures += fmt::format("  validation loss {:.4f}", e.validation_loss);
     for (const auto& [name, value] : e.validation_metrics)
       figures += "  " + metric_text(name, value);

@@ -126,4 +126,21 @@ class Module {
   bool recompute_ = false;
 };
 
+// Puts a module in evaluation mode while it lives and restores the mode it
+// had (evaluating or sampling from a model mid-training must leave it
+// training).
+class EvalModeScope {
+ public:
+  explicit EvalModeScope(Module& module) : module_(module), was_training_(module.is_training()) {
+    module_.eval();
+  }
+  ~EvalModeScope() { module_.train(was_training_); }
+  EvalModeScope(const EvalModeScope&) = delete;
+  EvalModeScope& operator=(const EvalModeScope&) = delete;
+
+ private:
+  Module& module_;
+  bool was_training_;
+};
+
 }  // namespace tandem::nn

@@ -79,7 +79,8 @@ std::string generate(const LanguageModel& c, std::string_view prompt,
                      const GenerationOptions& options) {
   check(c, prompt, options);
   nn::Module& model = c.model;
-  model.eval();
+  // Sampling mid-training (an epoch callback) leaves the model training.
+  const nn::EvalModeScope eval_mode(model);
   NoGradGuard no_grad;
   Generator generator(options.seed);
   std::vector<int32_t> context;

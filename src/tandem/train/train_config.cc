@@ -90,6 +90,12 @@ void check_train_config(const TrainConfig& config) {
   if (config.resume && config.output_dir.empty()) {
     TANDEM_THROW(InvalidArgument, "resume needs the output directory that holds the checkpoint");
   }
+  // A pause is for a resume, which reads the pause's checkpoint.
+  if (config.stop_after_epochs > 0 && config.output_dir.empty()) {
+    TANDEM_THROW(InvalidArgument,
+                 "stop_after_epochs (--stop-after-epochs) pauses for a later resume, which needs "
+                 "the checkpoint in an output directory: give output_dir");
+  }
   if (!config.loss.per_example) TANDEM_THROW(InvalidArgument, "Trainer needs a loss");
   if (config.input_feature.empty())
     TANDEM_THROW(InvalidArgument, "Trainer needs the name of the model's input feature");

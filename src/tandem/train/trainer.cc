@@ -412,9 +412,12 @@ void Trainer::train_step(const StepInput& in, const distribute::ForwardFn& forwa
        .replicas = r.replicas,
        .buckets = r.buckets,
        .loss_scale = r.loss_scale,
-       .gradient_norm = config_.engine.optimizer.global_clip_norm > 0.0
-                            ? r.gradient_norm
-                            : std::numeric_limits<double>::quiet_NaN(),
+       // A step skipped for an overflow measured no norm: inf, not the
+       // norm of the step before (the engine keeps that one).
+       .gradient_norm = config_.engine.optimizer.global_clip_norm <= 0.0
+                            ? std::numeric_limits<double>::quiet_NaN()
+                        : r.skipped ? std::numeric_limits<double>::infinity()
+                                    : r.gradient_norm,
        .noise_scale = progress.noise_scale.noise_scale(),
        .skipped = r.skipped});
 }
@@ -594,6 +597,7 @@ EpochResult Trainer::finish_epoch(Progress& progress,
     const EvalResult v = evaluate(*validation);
     epoch.validation_loss = v.loss;
     epoch.validation_metrics = v.metrics;
+    epoch.validated = true;
   } else {
     epoch.validation_loss = std::numeric_limits<double>::quiet_NaN();
   }

@@ -92,6 +92,9 @@ struct EpochResult {
   std::vector<std::pair<std::string, double>> train_metrics;
   double validation_loss = 0.0;
   std::vector<std::pair<std::string, double>> validation_metrics;
+  // Whether validation data was evaluated (its loss may be NaN too: a
+  // diverged model's).
+  bool validated = false;
   int64_t train_examples = 0;  // over every process
   // Steps whose loss was not finite (skipped under loss scaling): their
   // examples are counted here, not in train_loss.
@@ -153,7 +156,8 @@ struct StepInfo {
   std::vector<distribute::ReducerStats::Bucket> buckets;
   double loss_scale = 1.0;
   // The global norm of the reduced, unscaled gradients before clipping; NaN
-  // without OptimizerConfig::global_clip_norm (it is not computed then).
+  // without OptimizerConfig::global_clip_norm (it is not computed then),
+  // inf on a step skipped for non-finite gradients.
   double gradient_norm = NAN;
   // The smoothed gradient noise scale B_simple so far, in examples (NaN
   // until measured; TrainConfig::noise_scale_every).
