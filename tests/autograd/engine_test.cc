@@ -28,6 +28,18 @@ TEST(Engine, GradientOfAVariableUsedTwiceIsSummed) {
   EXPECT_EQ(x.grad().to_floats(), (std::vector<float>{3, 5, 7}));
 }
 
+// A whole-tensor reduction's gradient lands on its input's device, wherever
+// backward is called from (it took the calling thread's current device).
+TEST(Engine, ReductionGradientsLandOnTheInputsDevice) {
+  const Device second = cpu_device(1);
+  Variable x(Tensor::full(Shape{3}, 1.0f, DType::f32, second), true);
+  sum(x).backward();
+  EXPECT_EQ(x.grad().device(), second);
+  x.zero_grad();
+  mean(x).backward();
+  EXPECT_EQ(x.grad().device(), second);
+}
+
 // With a trace on, each op's backward, each sum of two gradients and each
 // accumulation into a leaf is a span of category "backward op" (the per-op
 // table of bench/op_table.py); with it off, nothing is recorded.

@@ -140,6 +140,56 @@ TEST(ElasticGroup, AJoinerIsTakenInAtAStepBoundary) {
   });
 }
 
+TEST(ElasticGroup, AJoinerArrivingDuringARegroupIsTakenInByTheNext) {
+  // The second joiner takes its id while the decider waits on the first
+  // one's heartbeat: the members used to count it as known once the
+  // generation formed, and never asked about it again.
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  std::atomic<bool> started{false}, regrouping{false};
+  ElasticOptions joining = kOptions;
+  joining.join_timeout = 20s;
+  // Steps until all three are members: each asks whether a joiner waits,
+  // and they act on the answer together.
+  const auto steps = [&](ElasticGroup& g) {
+    for (int step = 0; g.membership().members.size() < 3; ++step) {
+      if (step == 2'000) {
+        ADD_FAILURE() << "member " << g.id() << ": a joiner was never taken in";
+        return;
+      }
+      Tensor waiting = Tensor::full(Shape{1}, g.joiners_waiting() ? 1.0f : 0.0f, DType::f32);
+      g.communicator().all_reduce(waiting, ReduceOp::max);
+      if (waiting.to_floats()[0] > 0) {
+        regrouping = true;
+        g.regroup();
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(g.membership().members, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(count_members(g), 3.0f);
+  };
+  run_ranks(3, [&](int thread) {
+    try {
+      if (thread == 0) {
+        auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, 0, 1, kOptions);
+        started = true;
+        steps(*g);
+        return;
+      }
+      if (thread == 1) {
+        while (!started.load()) std::this_thread::sleep_for(10ms);
+      } else {
+        while (!regrouping.load()) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(100ms);  // inside the decider's 300 ms wait
+      }
+      auto g = ElasticGroup::join("127.0.0.1", server.port(), prefix, joining);
+      steps(*g);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "thread " << thread << ": " << e.what();
+    }
+  });
+}
+
 TEST(ElasticGroup, AJoinerWaitsForTheJobToStart) {
   // A joiner that came first took id 0 (member 0 had not set the first
   // free id yet), hid member 0's heartbeat and was never taken in.

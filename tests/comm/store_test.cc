@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tandem/base/error.h"
+#include "tandem/base/host_name.h"
 #include "tandem/comm/detail/tcp.h"
 
 namespace tandem::comm {
@@ -179,6 +180,21 @@ TEST(Store, OversizedKeysAreRefusedBeforeSending) {
   EXPECT_THROW(c->set(std::string(kMaxStoreKeyBytes + 1, 'k'), "v"), InvalidArgument);
   c->set("ok", "v");  // the connection is intact
   EXPECT_EQ(c->get("ok", 1s), "v");
+}
+
+// The address a client gives its peers (gloo listens on it): a loopback
+// one only when the store was named by a loopback name. The machine's own
+// name resolving to loopback (Debian's /etc/hosts entry, 127.0.1.1) sent
+// the other hosts' ranks to themselves.
+TEST(Store, AdvertisesAnAddressOtherHostsCanReach) {
+  StoreServer server(0);
+  EXPECT_EQ(connect_store("127.0.0.1", server.port(), 5s)->local_address(), "127.0.0.1");
+  EXPECT_EQ(connect_store("localhost", server.port(), 5s)->local_address(), "127.0.0.1");
+  const std::vector<std::string> own = detail::host_addresses();
+  const std::vector<std::string> named = detail::resolve_host(host_name());
+  if (own.front().starts_with("127.") || !named.front().starts_with("127."))
+    GTEST_SKIP() << "this host's name does not resolve to loopback, or it has no other address";
+  EXPECT_EQ(connect_store(host_name(), server.port(), 5s)->local_address(), own.front());
 }
 
 TEST(Store, BadAddressesAreRefused) {

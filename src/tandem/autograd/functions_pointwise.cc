@@ -152,18 +152,20 @@ Variable scale(const Variable& a, float factor) {
 }
 
 Variable sum(const Variable& x) {
-  return record_op("sum", kernels::sum(x.value()), {&x},
-                   [shape = x.shape(), dtype = x.dtype()](BackwardContext& ctx) {
-                     ctx.set(0, Tensor::full(shape, ctx.grad_output().item(), dtype));
-                   });
+  return record_op(
+      "sum", kernels::sum(x.value()), {&x},
+      [shape = x.shape(), dtype = x.dtype(), device = x.value().device()](BackwardContext& ctx) {
+        ctx.set(0, Tensor::full(shape, ctx.grad_output().item(), dtype, device));
+      });
 }
 
 Variable mean(const Variable& x) {
-  return record_op("mean", kernels::mean(x.value()), {&x},
-                   [shape = x.shape(), dtype = x.dtype()](BackwardContext& ctx) {
-                     const float g = ctx.grad_output().item() / static_cast<float>(shape.numel());
-                     ctx.set(0, Tensor::full(shape, g, dtype));
-                   });
+  return record_op(
+      "mean", kernels::mean(x.value()), {&x},
+      [shape = x.shape(), dtype = x.dtype(), device = x.value().device()](BackwardContext& ctx) {
+        const float g = ctx.grad_output().item() / static_cast<float>(shape.numel());
+        ctx.set(0, Tensor::full(shape, g, dtype, device));
+      });
 }
 
 Variable sum(const Variable& x, int axis, bool keepdim) {

@@ -10,7 +10,10 @@
 //     hanging or returning a wrong answer.
 //  2. Buffers are contiguous tensors of f32, bf16, f16 or i32. input and
 //     output may be the same tensor (in place). bf16/f16 sums accumulate in
-//     float32 where the implementation reduces itself.
+//     float32 within each reduction the implementation computes itself; a
+//     ring that passes partial sums between processes (the MPI backend's
+//     reduce-scatter, as NCCL's and gloo's rings) rounds them to the dtype
+//     at each hop, so that error grows with the number of processes.
 //  3. Synchronous calls return when this rank's output is complete and its
 //     input may be reused. Asynchronous calls return a Work to wait on; the
 //     collectives of one communicator run in the order they were issued,
@@ -20,7 +23,9 @@
 //     breaks the group, as abort() does. Between processes, a rank whose
 //     process answers nothing for CommOptions::peer_timeout while another
 //     waits for it (its host unreachable, or the process frozen) ends the
-//     wait sooner, with PeerFailed naming the rank and its host.
+//     wait sooner, with PeerFailed naming the rank and its host (MPI; gloo's
+//     transport has no such probe: its waits end at the timeout, or at once
+//     when a peer's connection closes).
 //  5. A rank that fails calls abort(reason): every rank waiting in, or later
 //     calling, a collective of the group throws PeerFailed carrying the
 //     reason (within a poll interval, about 0.1 s), instead of waiting for a

@@ -71,8 +71,9 @@ struct ElasticGroup::State {
   std::mutex mutex;  // membership and comm, against the watcher
   Membership membership;
   std::shared_ptr<Communicator> comm;
-  // next_id when this member last regrouped, and as the heartbeat thread
-  // last read it: more ids than known are joiners waiting.
+  // The ids the last generation's decider settled (Decision::settled), and
+  // next_id as the heartbeat thread last read it: more ids than settled are
+  // joiners waiting.
   std::atomic<int64_t> known_ids{0}, seen_ids{0};
 
   std::atomic<bool> stopping{false}, beating{true};
@@ -89,7 +90,14 @@ struct ElasticGroup::State {
   void watch();
   void check_members(Liveness& liveness);
   bool lost(Store& s, int member) { return s.try_get(key("lost", member)).has_value(); }
-  std::vector<int> decide(int64_t generation, const Membership& old);
+  struct Decision {
+    std::vector<int> members;
+    // Ids below this are members, lost, or joiners that died waiting; the
+    // first joiner left for a later generation (full, or not yet asking
+    // when the decider looked) is at or above it.
+    int64_t settled = 0;
+  };
+  Decision decide(int64_t generation, const Membership& old);
   std::optional<Membership> try_generation(int64_t generation, const Membership& old);
   int64_t next_id() {
     const auto text = store->try_get(key("next_id"));
@@ -154,7 +162,8 @@ void ElasticGroup::State::check_members(Liveness& liveness) {
 // The next generation's members as the first member to arrive sees them:
 // each old member once it arrives, is marked lost or falls silent, and the
 // joiners waiting.
-std::vector<int> ElasticGroup::State::decide(int64_t generation, const Membership& old) {
+ElasticGroup::State::Decision ElasticGroup::State::decide(int64_t generation,
+                                                          const Membership& old) {
   Liveness liveness;
   const auto deadline = Clock::now() + options.comm.timeout;
   std::vector<int> members;
@@ -174,21 +183,41 @@ std::vector<int> ElasticGroup::State::decide(int64_t generation, const Membershi
   }
   // Joiners waiting whose heartbeat still moves (one that died while it
   // waited would make every later generation fail to form).
+  Decision decision{.settled = next_id()};
   std::map<int, std::optional<std::string>> joiners;
-  const int64_t ids = next_id();
-  for (int64_t j = 0; j < ids; ++j) {
+  std::vector<int> arriving;  // an id taken, not yet asking to join
+  for (int64_t j = 0; j < decision.settled; ++j) {
     const int joiner = static_cast<int>(j);
-    if (std::find(old.members.begin(), old.members.end(), joiner) != old.members.end()) continue;
-    if (!store->try_get(key("joining", joiner)) || lost(*store, joiner)) continue;
-    joiners[joiner] = store->try_get(key("hb", joiner));
+    if (std::find(old.members.begin(), old.members.end(), joiner) != old.members.end() ||
+        lost(*store, joiner)) {
+      continue;
+    }
+    if (store->try_get(key("joining", joiner))) {
+      joiners[joiner] = store->try_get(key("hb", joiner));
+    } else {
+      arriving.push_back(joiner);
+    }
   }
-  if (!joiners.empty()) std::this_thread::sleep_for(3 * options.heartbeat_every);
+  if (!joiners.empty() || !arriving.empty())
+    std::this_thread::sleep_for(3 * options.heartbeat_every);
+  const auto later = [&](int joiner) {
+    decision.settled = std::min<int64_t>(decision.settled, joiner);
+  };
   for (const auto& [joiner, beat] : joiners) {
-    if (static_cast<int>(members.size()) >= options.max_members) break;  // the rest wait
-    if (store->try_get(key("hb", joiner)) != beat) members.push_back(joiner);
+    if (static_cast<int>(members.size()) >= options.max_members) {
+      later(joiner);  // it waits for room
+    } else if (store->try_get(key("hb", joiner)) != beat) {
+      members.push_back(joiner);
+    }
+  }
+  // One asking by now is alive and is taken in by the next generation; one
+  // that never asks (it died between taking its id and asking) is settled.
+  for (int joiner : arriving) {
+    if (store->try_get(key("joining", joiner))) later(joiner);
   }
   std::sort(members.begin(), members.end());
-  return members;
+  decision.members = std::move(members);
+  return decision;
 }
 
 // One attempt at `generation`; nothing when it failed and the next one
@@ -197,7 +226,8 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
                                                               const Membership& old) {
   store->set(generation_key(generation, "arrived/" + std::to_string(id)), "1");
   if (store->add(generation_key(generation, "decider"), 1) == 1) {
-    const std::vector<int> members = decide(generation, old);
+    const Decision decision = decide(generation, old);
+    const std::vector<int>& members = decision.members;
     const int left = static_cast<int>(members.size());
     if (left < options.min_members) {
       store->set(generation_key(generation, "members"),
@@ -208,6 +238,8 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
         if (std::find(old.members.begin(), old.members.end(), m) == old.members.end())
           store->set(key("joined", m), std::to_string(generation));
       }
+      // Before the members, which the others wait for.
+      store->set(generation_key(generation, "settled"), std::to_string(decision.settled));
       store->set(generation_key(generation, "members"), join_ids(members));
     }
   }
@@ -240,6 +272,9 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
   } catch (const PeerFailed&) {
     return std::nullopt;
   }
+  // Set before the members were: joiners past it are asked about next.
+  const auto settled = store->try_get(generation_key(generation, "settled"));
+  known_ids = settled ? std::stoll(*settled) : next_id();
   return next;
 }
 
@@ -325,10 +360,7 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(const std::string& host, int po
     tried = std::stoll(*taken);
     // A joiner has no old members to wait for.
     Membership none{.generation = tried - 1};
-    if (auto made = s->try_generation(tried, none)) {
-      s->known_ids = s->next_id();
-      return group;
-    }
+    if (auto made = s->try_generation(tried, none)) return group;
   }
   TANDEM_THROW(Timeout, "elastic joiner ", s->id, " was not taken in within ",
                options.join_timeout.count(), " ms (are the members checking joiners_waiting()?)");
@@ -393,10 +425,7 @@ const Membership& ElasticGroup::regroup() {
   previous.reset();
   for (int64_t generation = old.generation + 1; generation <= old.generation + kMaxAttempts;
        ++generation) {
-    if (s.try_generation(generation, old)) {
-      s.known_ids = s.next_id();
-      return s.membership;
-    }
+    if (s.try_generation(generation, old)) return s.membership;
   }
   TANDEM_THROW(CommError, "elastic member ", s.id, " could not form a new generation in ",
                kMaxAttempts, " attempts after generation ", old.generation,

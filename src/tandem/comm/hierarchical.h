@@ -12,8 +12,9 @@
 //  3. broadcast back inside the process.
 // All-gather: gather inside, leaders all-gather the process blocks, broadcast
 // inside. Broadcast: inside the root's process to its leader, across leaders,
-// inside every process. Reduce-scatter is an all-reduce keeping each rank's
-// segment (simple, not traffic-optimal).
+// inside every process. Reduce-scatter: reduce inside the process,
+// reduce-scatter between the leaders (a process's ranks own one contiguous
+// block), and each rank takes its segment of the block.
 
 #include <memory>
 

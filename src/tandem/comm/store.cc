@@ -257,8 +257,8 @@ namespace {
 
 class TcpStore : public Store {
  public:
-  TcpStore(int fd, std::string name, milliseconds timeout)
-      : fd_(fd), name_(std::move(name)), timeout_(timeout), local_(detail::local_address(fd)) {}
+  TcpStore(int fd, std::string name, milliseconds timeout, std::string local)
+      : fd_(fd), name_(std::move(name)), timeout_(timeout), local_(std::move(local)) {}
   ~TcpStore() override { ::close(fd_); }
 
   void set(const std::string& key, std::string_view value) override {
@@ -335,6 +335,21 @@ class TcpStore : public Store {
   std::string broken_;
 };
 
+std::string advertised_address(const std::string& host, int fd) {
+  const auto loopback = [](const std::string& a) { return a.starts_with("127."); };
+  std::string local = detail::local_address(fd);
+  // A store host named by a name that resolved to a loopback address (the
+  // entry Debian's /etc/hosts gives the machine's own name, 127.0.1.1): the
+  // job may span hosts, and peers elsewhere sent to a loopback address
+  // would reach themselves. This host's first interface address instead.
+  if (loopback(local) && host != "localhost" && !loopback(host)) {
+    for (const std::string& a : detail::host_addresses()) {
+      if (!loopback(a)) return a;
+    }
+  }
+  return local;
+}
+
 }  // namespace
 
 std::unique_ptr<Store> connect_store(const std::string& host, int port,
@@ -345,7 +360,7 @@ std::unique_ptr<Store> connect_store(const std::string& host, int port,
   const int fd = detail::connect_to(detail::resolve_host(host), port,
                                     std::chrono::duration<double>(connect_timeout).count(),
                                     "the rendezvous store at " + host);
-  return std::make_unique<TcpStore>(fd, name, timeout);
+  return std::make_unique<TcpStore>(fd, name, timeout, advertised_address(host, fd));
 }
 
 std::pair<std::string, int> parse_host_port(std::string_view text, std::string_view flag) {

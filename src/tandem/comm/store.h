@@ -38,7 +38,10 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // The address of this host that the store's server sees: an address
   // through which this host's peers (which reach the same server) can reach
-  // it.
+  // it. When the store's host was named by a name that resolved to a
+  // loopback address (Debian's /etc/hosts gives the machine's own name
+  // 127.0.1.1), this host's first non-loopback interface address instead:
+  // only "localhost" or a 127.x address names a one-host job.
   virtual std::string local_address() const = 0;
   // "the rendezvous store at HOST:PORT", for errors.
   virtual std::string describe() const = 0;
