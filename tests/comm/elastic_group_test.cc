@@ -190,6 +190,32 @@ TEST(ElasticGroup, AJoinerArrivingDuringARegroupIsTakenInByTheNext) {
   });
 }
 
+TEST(ElasticGroup, ADeciderLostWhileDecidingCostsThePeerTimeout) {
+  // Generation 1's decider (id 7 here) claims the decision, then falls
+  // silent: the members waited for its decision the whole decision timeout
+  // (20 s + 1 s + 10 s here) before trying generation 2.
+  StoreServer server;
+  const std::string prefix = next_prefix();
+  auto store = connect_store("127.0.0.1", server.port(), 5s, 5s);
+  store->add(prefix + "/elastic/gen/1/decider", 1);
+  store->set(prefix + "/elastic/gen/1/decider_id", "7");
+  std::vector<Membership> after(2);
+  std::vector<double> seconds(2);
+  run_ranks(2, [&](int id) {
+    auto g = ElasticGroup::start("127.0.0.1", server.port(), prefix, id, 2, kOptions);
+    EXPECT_EQ(count_members(*g), 2.0f);
+    const auto start = std::chrono::steady_clock::now();
+    after[id] = g->regroup();
+    seconds[id] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(count_members(*g), 2.0f);
+  });
+  for (int id : {0, 1}) {
+    EXPECT_EQ(after[id].generation, 2);
+    EXPECT_EQ(after[id].members, (std::vector<int>{0, 1}));
+    EXPECT_LT(seconds[id], 10.0) << "member " << id;
+  }
+}
+
 TEST(ElasticGroup, AJoinerWaitsForTheJobToStart) {
   // A joiner that came first took id 0 (member 0 had not set the first
   // free id yet), hid member 0's heartbeat and was never taken in.

@@ -98,6 +98,7 @@ struct ElasticGroup::State {
     int64_t settled = 0;
   };
   Decision decide(int64_t generation, const Membership& old);
+  std::optional<std::string> await_decision(int64_t generation);
   std::optional<Membership> try_generation(int64_t generation, const Membership& old);
   int64_t next_id() {
     const auto text = store->try_get(key("next_id"));
@@ -220,12 +221,33 @@ ElasticGroup::State::Decision ElasticGroup::State::decide(int64_t generation,
   return decision;
 }
 
+// The members `generation`'s decider publishes; nothing when the decider is
+// lost first (marked lost, or its heartbeat still for peer_timeout: the
+// next generation is tried then, not after the whole decision's timeout).
+std::optional<std::string> ElasticGroup::State::await_decision(int64_t generation) {
+  const auto deadline =
+      Clock::now() + options.comm.timeout + options.peer_timeout + std::chrono::seconds(10);
+  Liveness liveness;
+  for (;;) {
+    if (auto decided = store->try_get(generation_key(generation, "members"))) return decided;
+    if (Clock::now() > deadline) return std::nullopt;
+    if (const auto decider = store->try_get(generation_key(generation, "decider_id"))) {
+      const int d = std::stoi(*decider);
+      if (d != id && (lost(*store, d) ||
+                      liveness.stale(d, store->try_get(key("hb", d)), options.peer_timeout)))
+        return std::nullopt;
+    }
+    std::this_thread::sleep_for(kPollEvery);
+  }
+}
+
 // One attempt at `generation`; nothing when it failed and the next one
 // should be tried (a member or the decider lost meanwhile).
 std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation,
                                                               const Membership& old) {
   store->set(generation_key(generation, "arrived/" + std::to_string(id)), "1");
   if (store->add(generation_key(generation, "decider"), 1) == 1) {
+    store->set(generation_key(generation, "decider_id"), std::to_string(id));
     const Decision decision = decide(generation, old);
     const std::vector<int>& members = decision.members;
     const int left = static_cast<int>(members.size());
@@ -243,13 +265,9 @@ std::optional<Membership> ElasticGroup::State::try_generation(int64_t generation
       store->set(generation_key(generation, "members"), join_ids(members));
     }
   }
-  std::string decided;
-  try {
-    decided = store->get(generation_key(generation, "members"),
-                         options.comm.timeout + options.peer_timeout + std::chrono::seconds(10));
-  } catch (const Timeout&) {
-    return std::nullopt;  // the decider was lost
-  }
+  const std::optional<std::string> published = await_decision(generation);
+  if (!published) return std::nullopt;
+  const std::string& decided = *published;
   if (!decided.empty() && decided.front() == '!') {
     TANDEM_THROW(CommError, "elastic job '", base.substr(0, base.size() - 9),
                  "': ", decided.substr(1));

@@ -20,7 +20,9 @@
 // writes it; every member then builds the generation's communicator (rank
 // = its index among the sorted ids). A member the decider gave up learns
 // it and throws. A decider or member lost during the regroup makes the
-// others retry with the generation after.
+// others retry with the generation after: a decider once its heartbeat has
+// been still for peer_timeout, a member lost after the decision once the
+// new communicator's assembly times out (CommOptions::timeout).
 
 #include <chrono>
 #include <cstdint>

@@ -19,6 +19,10 @@ struct HierarchicalGroup::State {
 
 namespace {
 
+// How much longer the local ranks wait than their leader (see the group's
+// constructor).
+constexpr std::chrono::seconds kLeaderReportGrace{5};
+
 class HierarchicalCommunicator : public Communicator {
  public:
   HierarchicalCommunicator(std::shared_ptr<HierarchicalGroup::State> state, int local_rank)
@@ -162,8 +166,14 @@ HierarchicalGroup::HierarchicalGroup(int local_size, std::shared_ptr<Communicato
     TANDEM_THROW(InvalidArgument, "local size must be at least 1, got ", local_size);
   state_->local_size = local_size;
   state_->options = options;
+  // The local ranks wait on their leader's call between processes: they give
+  // its stall report (up to 3 s asking the other processes which call each
+  // waits in) time to name the process that hangs before their own wait
+  // times out with a reason that names only local ranks.
+  CommOptions local = options;
+  local.timeout += kLeaderReportGrace;
   state_->local = std::make_unique<InProcessGroup>(
-      local_size, InProcessOptions{.comm = options, .whole_group = false});
+      local_size, InProcessOptions{.comm = local, .whole_group = false});
   state_->leaders = processes ? std::move(processes) : make_process_communicator(options);
   state_->process_rank = state_->leaders->rank();
   state_->process_count = state_->leaders->size();

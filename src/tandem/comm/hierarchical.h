@@ -12,7 +12,10 @@
 //  3. broadcast back inside the process.
 // All-gather: gather inside, leaders all-gather the process blocks, broadcast
 // inside. Broadcast: inside the root's process to its leader, across leaders,
-// inside every process. Reduce-scatter: reduce inside the process,
+// inside every process. Local ranks wait 5 s longer than CommOptions::
+// timeout, so that a stall between processes is reported by the leader's
+// call (naming the process) before a local wait times out with a reason that
+// names local ranks only. Reduce-scatter: reduce inside the process,
 // reduce-scatter between the leaders (a process's ranks own one contiguous
 // block), and each rank takes its segment of the block.
 

@@ -267,8 +267,10 @@ bool scale_and_check_finite(const std::vector<Tensor>& tensors, float factor) {
     float* data = t.data<float>();
     std::atomic<bool> ok{true};
     parallel_for(t.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
-      // Scale and test in one pass: finite values stay finite when scaled
-      // down, so testing the product is testing the gradient.
+      // Scale and test in one pass: testing the product is testing the
+      // gradient when scaled down (factor <= 1); a scale below 1 (factor > 1)
+      // also counts a gradient the unscaling takes past f32's range as
+      // non-finite, which the update could not use either.
       bool chunk_ok = true;
       for (int64_t i = begin; i < end; ++i) {
         data[i] *= factor;
