@@ -138,6 +138,69 @@ TEST(AutoShard, DataShardsOfAShuffleInterleaveOneProcesssOrder) {
   EXPECT_LT(described.find("map"), described.find("shuffle(16)")) << described;
 }
 
+// A take or skip sees the whole stream, as in one process's pipeline (each
+// worker took its own N: 4 workers trained 4x the rows, and a skip of half
+// the rows left every worker's quarter empty); FILE refuses to split the
+// files under one, AUTO splits the data instead.
+TEST(AutoShard, TakeAndSkipCountTheWholeStream) {
+  const Dataset d = Dataset::range(100).shuffle(100, 3).skip(10).take(50);
+  const std::vector<int32_t> expected = [&] {
+    auto v = drain(d);
+    std::sort(v.begin(), v.end());
+    return v;
+  }();
+  ASSERT_EQ(expected.size(), 50u);
+  for (int workers : {2, 4}) {
+    for (AutoShardPolicy policy : {AutoShardPolicy::automatic, AutoShardPolicy::data}) {
+      std::vector<int32_t> union_of_shards;
+      for (int w = 0; w < workers; ++w) {
+        const auto part = drain(auto_shard(d, workers, w, policy));
+        union_of_shards.insert(union_of_shards.end(), part.begin(), part.end());
+      }
+      std::sort(union_of_shards.begin(), union_of_shards.end());
+      EXPECT_EQ(union_of_shards, expected) << workers << " workers";
+    }
+  }
+  const std::vector<std::string> files = make_files();
+  const Dataset first_ten = Dataset::from_tfrecord(files).map(record_to_int).take(10);
+  EXPECT_THROW(auto_shard(first_ten, 2, 0, AutoShardPolicy::file), InvalidArgument);
+  std::vector<int32_t> halves = drain(auto_shard(first_ten, 2, 0), "value");
+  const auto other = drain(auto_shard(first_ten, 2, 1), "value");
+  halves.insert(halves.end(), other.begin(), other.end());
+  std::sort(halves.begin(), halves.end());
+  auto whole = drain(first_ten, "value");
+  std::sort(whole.begin(), whole.end());
+  EXPECT_EQ(halves, whole);
+}
+
+// Random maps above the split seed each element as one process's pipeline
+// does (every worker drew the same numbers for its j-th element, so the
+// flips and crops of a global batch came in identical groups).
+TEST(AutoShard, RandomMapsAboveTheSplitSeedAsOneProcess) {
+  const auto seeded = [](Element e) {
+    Tensor t = Tensor::empty(Shape{}, DType::i32);
+    t.data<int32_t>()[0] = static_cast<int32_t>(element_random_seed() & 0x7FFFFFFF);
+    e.set("seed", t);
+    return e;
+  };
+  const Dataset d = Dataset::range(24).shuffle(24, 9).map(seeded);
+  const auto one = drain(d, "seed");
+  for (int workers : {2, 3}) {
+    std::vector<std::vector<int32_t>> parts;
+    for (int w = 0; w < workers; ++w)
+      parts.push_back(drain(auto_shard(d, workers, w, AutoShardPolicy::data), "seed"));
+    for (size_t k = 0; k < one.size(); ++k) {
+      EXPECT_EQ(parts[k % workers][k / workers], one[k]) << workers << " workers, element " << k;
+    }
+  }
+  // Below the split, a map yielding in completion order would give each
+  // worker another order to split: refused.
+  const Dataset racy = Dataset::range(24)
+                           .map(seeded, {.num_parallel_calls = 2, .deterministic = false})
+                           .shuffle(24, 9);
+  EXPECT_THROW(auto_shard(racy, 2, 0, AutoShardPolicy::data), InvalidArgument);
+}
+
 TEST(SplitBatch, EvenAsPossibleAndNothingDropped) {
   Iterator it = Dataset::range(10).batch(10).iterator();
   const Element batch = *it.next();

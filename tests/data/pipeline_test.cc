@@ -59,6 +59,79 @@ TEST(Pipeline, SourcesAndDescribe) {
 
 // Each pass calls the program's function once; a pass yields what its
 // iterator gives, numbered by the pass, until it ends.
+// A program's iterator counting the calls it gets after saying it is done.
+struct Finite : IteratorBase {
+  int32_t next_value = 0, end;
+  int* calls_after_end;
+  Finite(int32_t n, int* after_end) : end(n), calls_after_end(after_end) {}
+  std::optional<Element> next() override {
+    if (next_value >= end) {
+      ++*calls_after_end;
+      return std::nullopt;
+    }
+    Tensor t = Tensor::empty(Shape{}, DType::i32);
+    t.data<int32_t>()[0] = next_value++;
+    return Element{{"index", t}};
+  }
+};
+
+// A program's iterator is not asked again once it said it was done (a
+// batch after a short last batch asked again, as did a take longer than
+// the pass and a skip past it); a huge batch is "everything" without
+// reserving for its size; a counted repeat goes past an empty pass.
+TEST(Pipeline, EndsAreFinal) {
+  int after_end = 0;
+  const Dataset five = Dataset::from_generator(
+      [&](int64_t) { return std::make_unique<Finite>(5, &after_end); }, "five");
+  for (const Dataset& d : {five.batch(3), five.take(9), five.skip(9)}) {
+    after_end = 0;
+    Iterator it = d.iterator();
+    while (it.next()) {
+    }
+    EXPECT_FALSE(it.next().has_value());
+    EXPECT_EQ(after_end, 1) << d.describe();
+  }
+  const std::vector<Element> all = [&] {
+    std::vector<Element> out;
+    Iterator it = Dataset::range(100).batch(int64_t{1} << 40).iterator();
+    while (auto e = it.next()) out.push_back(std::move(*e));
+    return out;
+  }();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].at("index").dim(0), 100);
+  // Passes 0 and 2 yield 0, 1; pass 1 nothing.
+  const Dataset gappy = Dataset::from_generator(
+      [&](int64_t pass) { return std::make_unique<Finite>(pass % 3 == 1 ? 0 : 2, &after_end); },
+      "gappy");
+  EXPECT_EQ(drain(gappy.repeat(3)), (std::vector<int32_t>{0, 1, 0, 1}));
+  Iterator endless = gappy.repeat().iterator();
+  EXPECT_TRUE(endless.next() && endless.next());
+  EXPECT_FALSE(endless.next().has_value());  // pass 1 is empty: the end
+  EXPECT_FALSE(endless.next().has_value());  // for good (it started pass 2)
+}
+
+// Dataset::iterator(k) over a repeat(n): the passes below the repeat are
+// k*n .. k*n + n-1, so that consecutive epochs never replay an order (the
+// second half of epoch k was the first half of epoch k + 1).
+TEST(Pipeline, NumberedPassesDoNotOverlapBelowARepeat) {
+  const Dataset twice = Dataset::range(16).shuffle(16, 5).repeat(2);
+  std::set<std::vector<int32_t>> orders;
+  for (int64_t pass = 0; pass < 3; ++pass) {
+    Iterator it = twice.iterator(pass);
+    for (int half = 0; half < 2; ++half) {
+      std::vector<int32_t> order;
+      for (int i = 0; i < 16; ++i) order.push_back(it.next()->at("index").to_ints()[0]);
+      orders.insert(order);
+    }
+  }
+  EXPECT_EQ(orders.size(), 6u);
+  // Pass k is the same whatever came before.
+  Iterator again = twice.iterator(1);
+  Iterator fresh = Dataset::range(16).shuffle(16, 5).repeat(2).iterator(1);
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(again.next()->at("index").to_ints(), fresh.next()->at("index").to_ints()) << i;
+}
+
 TEST(Pipeline, GeneratorMakesOneIteratorPerPass) {
   struct Count : IteratorBase {
     int32_t next_value, end;

@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include <unistd.h>
+
 #include "tandem/base/error.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/detail/node.h"
@@ -153,6 +155,7 @@ class CacheNode : public detail::UnaryNode {
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
     return std::make_shared<CacheNode>(std::move(input), path_);
   }
+  bool counts_positions() const override { return !path_.empty(); }
 
   const std::string path_;
   std::mutex mutex_;
@@ -203,7 +206,10 @@ class Recorder : public IteratorBase {
   Recorder(CacheNode* node, std::unique_ptr<IteratorBase> input)
       : node_(node), input_(std::move(input)) {
     if (!node_->path_.empty()) {
-      temporary_ = node_->path_ + ".tmp." + std::to_string(reinterpret_cast<uintptr_t>(this));
+      // Unique to this process and recorder (processes sharing a folder
+      // may record at once).
+      temporary_ = node_->path_ + ".tmp." + std::to_string(::getpid()) + "." +
+                   std::to_string(reinterpret_cast<uintptr_t>(this));
       out_.open(temporary_, std::ios::binary | std::ios::trunc);
       if (!out_) TANDEM_THROW(IoError, "cannot write cache file '", temporary_, "'");
       out_.write(kMagic, 8);

@@ -73,7 +73,16 @@ Iterator Dataset::iterator() const {
 
 Iterator Dataset::iterator(int64_t pass) const {
   if (pass < 0) TANDEM_THROW(InvalidArgument, "a pass number must be >= 0, got ", pass);
-  for (auto n = node_; n; n = n->input()) n->set_next_pass(pass);
+  // Below a repeat(n), pass k's input passes are k*n .. k*n + n-1.
+  int64_t number = pass;
+  for (auto n = node_; n; n = n->input()) {
+    n->set_next_pass(number);
+    if (__builtin_mul_overflow(number, n->input_passes_per_pass(), &number)) {
+      TANDEM_THROW(InvalidArgument, "pass ", pass,
+                   " is past what the pipeline's repeats can "
+                   "number");
+    }
+  }
   return iterator();
 }
 

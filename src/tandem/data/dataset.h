@@ -191,7 +191,8 @@ class Dataset {
   Dataset padded_batch(int64_t batch_size, PaddedBatchOptions options = {}) const;
   // Fills a buffer of buffer_size elements and yields a random one each time.
   Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
-  // count < 0: forever.
+  // count < 0: forever (ending, for good, at a pass of its input that
+  // yields nothing); count passes otherwise, empty ones included.
   Dataset repeat(int64_t count = -1) const;
   Dataset take(int64_t count) const;
   Dataset skip(int64_t count) const;
@@ -210,8 +211,10 @@ class Dataset {
   // Starts a pass numbered `pass` at every stage of the pipeline: shuffles
   // draw their order and maps their element seeds from it, so pass k is the
   // same whatever passes came before (an epoch resumed in a new process
-  // replays the uninterrupted run's epoch k). Stages below a repeat number
-  // their passes k, k + 1, ... as usual. Not below a cache: it replays the
+  // replays the uninterrupted run's epoch k). Stages below a repeat(n)
+  // number their passes k*n, k*n + 1, ..., so that passes k and k + 1 never
+  // share an input pass (below an endless repeat: k * 2^32, ...). Not below
+  // a cache: it replays the
   // first pass that filled it, whichever that was (as tf.data's), so put
   // shuffles and random maps above it.
   Iterator iterator(int64_t pass) const;

@@ -45,9 +45,22 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
                  " workers needs at least ", num_shards, " files, the pipeline reads ",
                  files.size(), " (", source->label(), "); use DATA or AUTO");
   }
+  // The topmost take, skip or file cache: the split goes above it (each
+  // worker taking its own N, or every worker replaying one cache file, was
+  // not the dataset one process reads). A split of the files would go
+  // below it: AUTO splits the data then, FILE is refused.
+  const auto counting = std::find_if(chain.begin(), chain.end() - 1,
+                                     [](const auto& n) { return n->counts_positions(); });
+  const bool counts = counting != chain.end() - 1;
+  if (policy == AutoShardPolicy::file && counts) {
+    TANDEM_THROW(InvalidArgument, "FILE auto-sharding cannot split the files under ",
+                 (*counting)->label(),
+                 " (each worker would apply it to its own files); use "
+                 "DATA or AUTO");
+  }
   // The shard (or the file subset) goes right above chain[kept].
   size_t kept = chain.size() - 1;
-  if (policy != AutoShardPolicy::data && enough_files) {
+  if (policy != AutoShardPolicy::data && enough_files && !counts) {
     std::vector<std::string> mine;
     for (size_t i = static_cast<size_t>(index); i < files.size();
          i += static_cast<size_t>(num_shards)) {
@@ -63,6 +76,19 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
       if (chain[i]->reorders_only()) {
         kept = i;
         break;
+      }
+    }
+    if (counts) kept = std::min(kept, static_cast<size_t>(counting - chain.begin()));
+    // Each worker keeps its every n-th of the order it draws itself: the
+    // stages under the split must draw the same order in every worker.
+    for (size_t i = kept + 1; i + 1 < chain.size(); ++i) {
+      if (!chain[i]->deterministic_order()) {
+        TANDEM_THROW(InvalidArgument, "DATA auto-sharding splits the stream above ",
+                     chain[i]->label(),
+                     ", whose order differs from worker to worker (workers "
+                     "would train some elements twice and others never): make it deterministic "
+                     "or move it above ",
+                     chain[kept]->label());
       }
     }
     // Over a list of files, above the stage that reads them (a shard of
@@ -81,6 +107,12 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
     replacement = source;
     for (size_t i = chain.size() - 1; i-- > kept;) replacement = chain[i]->with_input(replacement);
     replacement = Dataset(replacement).shard(num_shards, index).node();
+    // Above the split each stage sees every n-th element: a random map
+    // numbers it as one process's pipeline would (the workers drew the same
+    // flips and crops for their j-th elements).
+    for (size_t i = kept; i-- > 0;)
+      replacement = chain[i]->with_sharded_input(replacement, num_shards, index);
+    return Dataset(replacement);
   }
   for (size_t i = kept; i-- > 0;) replacement = chain[i]->with_input(replacement);
   return Dataset(replacement);

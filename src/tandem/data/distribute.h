@@ -18,8 +18,12 @@ namespace tandem::data {
 // order one process would draw (the stages up to that shuffle run on every
 // element in every worker), and the workers' batches together are one
 // process's (the strategies' equivalence holds; under FILE it does not).
-// AUTO: FILE when the pipeline reads at least num_shards files, DATA
-// otherwise. OFF: unchanged.
+// Above a take, skip or file cache as well, which then see the whole stream
+// as one process's pipeline does. Random maps above the split seed each
+// element by its position in the unsplit stream (the workers drew the same
+// numbers for their j-th elements). AUTO: FILE when the pipeline reads at
+// least num_shards files and has no take, skip or file cache, DATA
+// otherwise; FILE with one is refused. OFF: unchanged.
 enum class AutoShardPolicy : uint8_t { automatic, file, data, off };
 
 std::string_view auto_shard_policy_name(AutoShardPolicy policy);

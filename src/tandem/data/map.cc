@@ -45,9 +45,25 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
 
   std::unique_ptr<IteratorBase> make_iterator() override;
   std::shared_ptr<detail::Node> with_input(std::shared_ptr<detail::Node> input) const override {
-    return std::make_shared<MapNode>(std::move(input), fn_, options_);
+    auto copy = std::make_shared<MapNode>(std::move(input), fn_, options_);
+    copy->stride_ = stride_;
+    copy->offset_ = offset_;
+    return copy;
+  }
+  std::shared_ptr<detail::Node> with_sharded_input(std::shared_ptr<detail::Node> input,
+                                                   int64_t shards, int64_t index) const override {
+    auto copy = std::make_shared<MapNode>(std::move(input), fn_, options_);
+    copy->stride_ = stride_ * shards;
+    copy->offset_ = offset_ + stride_ * index;
+    return copy;
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool deterministic_order() const override {
+    return options_.deterministic || options_.num_parallel_calls == 1;
+  }
+  // The position an input element's random seed takes (its position in the
+  // unsharded stream: see with_sharded_input).
+  int64_t seed_position(int64_t position) const { return offset_ + stride_ * position; }
   std::string label() const override {
     if (options_.num_parallel_calls == 1) return "map";
     const std::string p = options_.num_parallel_calls == kAutotune
@@ -58,6 +74,7 @@ class MapNode : public detail::UnaryNode, public std::enable_shared_from_this<Ma
 
   const MapFn fn_;
   const MapOptions options_;
+  int64_t stride_ = 1, offset_ = 0;
 };
 
 class SequentialMap : public IteratorBase {
@@ -68,7 +85,8 @@ class SequentialMap : public IteratorBase {
     auto e = detail::timed_next(*input_, node_->counters);
     if (!e) return std::nullopt;
     const auto start = Clock::now();
-    Element out = call_with_seed(node_->fn_, std::move(*e), pass_, position_++);
+    Element out =
+        call_with_seed(node_->fn_, std::move(*e), pass_, node_->seed_position(position_++));
     node_->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
     node_->counters.elements.fetch_add(1, std::memory_order_relaxed);
     return out;
@@ -266,7 +284,8 @@ class ParallelMap : public IteratorBase {
           for (auto& [slot, element] : work) {
             const auto start = Clock::now();
             try {
-              slot->value = call_with_seed(node->fn_, std::move(element), pass, position);
+              slot->value = call_with_seed(node->fn_, std::move(element), pass,
+                                           node->seed_position(position));
             } catch (...) {
               slot->error = std::current_exception();
             }

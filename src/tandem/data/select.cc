@@ -155,6 +155,9 @@ class SelectNode : public detail::UnaryNode {
     return std::make_shared<SelectNode>(std::move(input), spec_);
   }
   bool reorders_only() const override { return spec_.kind == SelectKind::shuffle; }
+  bool counts_positions() const override {
+    return spec_.kind == SelectKind::take || spec_.kind == SelectKind::skip;
+  }
   int64_t cardinality() const override {
     const int64_t n = input_->cardinality();
     if (n == kInfiniteCardinality && spec_.kind == SelectKind::take) return spec_.count;

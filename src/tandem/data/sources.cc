@@ -127,11 +127,16 @@ class GeneratorNode : public detail::Node {
     struct It : IteratorBase {
       GeneratorNode* node;
       std::unique_ptr<IteratorBase> pass;
+      bool ended = false;
       std::optional<Element> next() override {
+        // The user's iterator is not asked again once it said it was done
+        // (a batch after a short last batch, a take longer than the pass).
+        if (ended) return std::nullopt;
         const auto start = detail::Clock::now();
         std::optional<Element> e = pass->next();
         node->counters.busy_ns.fetch_add(detail::elapsed_ns(start), std::memory_order_relaxed);
         if (e) node->counters.elements.fetch_add(1, std::memory_order_relaxed);
+        ended = !e;
         return e;
       }
     };

@@ -256,7 +256,8 @@ Tensor padded_stack(const std::vector<Element>& elements, size_t feature,
 std::vector<Element> next_elements(IteratorBase& input, detail::Counters& c, int64_t batch_size,
                                    bool drop_remainder) {
   std::vector<Element> elements;
-  elements.reserve(static_cast<size_t>(batch_size));
+  // Not batch_size at once: batch(2^31) is "the whole dataset" to tf.data users.
+  elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size, 1024)));
   while (static_cast<int64_t>(elements.size()) < batch_size) {
     auto e = detail::timed_next(input, c);
     if (!e) break;
@@ -325,7 +326,7 @@ class BatchNode : public SimpleNode {
       std::optional<Element> next() override {
         const auto start = Clock::now();
         std::vector<int64_t> rows;
-        rows.reserve(static_cast<size_t>(node->batch_size_));
+        rows.reserve(static_cast<size_t>(std::min<int64_t>(node->batch_size_, 1 << 16)));
         while (static_cast<int64_t>(rows.size()) < node->batch_size_) {
           const std::optional<int64_t> p = positions->next();
           if (!p) break;
@@ -420,9 +421,10 @@ Dataset Dataset::repeat(int64_t count) const {
         std::unique_ptr<IteratorBase> input;
         int64_t passes_done = 0;
         bool produced_this_pass = false;
+        bool ended = false;
         std::optional<Element> next() override {
           for (;;) {
-            if (node->count_ >= 0 && passes_done >= node->count_) return std::nullopt;
+            if (ended || (node->count_ >= 0 && passes_done >= node->count_)) return std::nullopt;
             if (!input) input = node->input_->make_iterator();
             if (auto e = detail::timed_next(*input, node->counters)) {
               produced_this_pass = true;
@@ -431,8 +433,13 @@ Dataset Dataset::repeat(int64_t count) const {
             }
             input.reset();
             ++passes_done;
-            // An empty input would otherwise repeat forever without output.
-            if (!produced_this_pass) return std::nullopt;
+            // An empty pass of an endless repeat would repeat forever
+            // without output: it ends it (for good). A counted repeat goes
+            // on to its next pass.
+            if (!produced_this_pass && node->count_ < 0) {
+              ended = true;
+              return std::nullopt;
+            }
             produced_this_pass = false;
           }
         }
@@ -450,6 +457,9 @@ Dataset Dataset::repeat(int64_t count) const {
       if (n == 0 || count_ == 0) return 0;
       if (n < 0) return n;
       return count_ < 0 ? kInfiniteCardinality : n * count_;
+    }
+    int64_t input_passes_per_pass() const override {
+      return count_ > 0 ? count_ : count_ < 0 ? int64_t{1} << 32 : 1;
     }
 
    private:

@@ -69,6 +69,28 @@ class Node {
   // files, so that it splits their records, not the list of files.
   virtual bool yields_file_names() const { return false; }
   virtual bool expands_elements() const { return false; }
+  // True for a stage whose result depends on where each element falls in
+  // the whole stream (take, skip) or that keeps the stream it saw in a file
+  // (cache(path)): auto-sharding splits the stream above the last such
+  // stage, so that it applies to the dataset as one process's.
+  virtual bool counts_positions() const { return false; }
+  // False for a stage that yields its elements in completion order (a map
+  // with deterministic = false): two workers' passes differ.
+  virtual bool deterministic_order() const { return true; }
+  // The passes of its input one pass of this stage starts (repeat(n): n;
+  // endless: a stride no run reaches): Dataset::iterator(pass) numbers the
+  // input's passes from pass times this, so that consecutive passes never
+  // share an input pass (and its shuffle order).
+  virtual int64_t input_passes_per_pass() const { return 1; }
+  // A copy over `input` for a stream that is shard `index` of `shards` of
+  // the one this stage had (element j here is element j * shards + index
+  // there): a map numbers its elements' random seeds as there.
+  virtual std::shared_ptr<Node> with_sharded_input(std::shared_ptr<Node> input, int64_t shards,
+                                                   int64_t index) const {
+    (void)shards;
+    (void)index;
+    return with_input(std::move(input));
+  }
 
   // Elements one pass yields, kInfiniteCardinality or kUnknownCardinality.
   virtual int64_t cardinality() const { return kUnknownCardinality; }
