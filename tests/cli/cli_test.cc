@@ -62,6 +62,17 @@ TEST(Cli, InfoPrintsCpuAndOnednn) {
 TEST(Cli, BadFlagsAndValues) {
   expect_one_line_error("train --no-such-flag", "--no-such-flag");
   expect_one_line_error("train --epochs abc", "abc");
+  // Integers past their type's range were read as its limit (2^63 - 1
+  // epochs trained), in every command.
+  expect_one_line_error("train --epochs 99999999999999999999",
+                        "'99999999999999999999' is not a whole number in the range of --epochs");
+  expect_one_line_error("train --epochs -9223372036854775809", "in the range of --epochs");
+  expect_one_line_error("train --steps-per-epoch 18446744073709551617",
+                        "in the range of --steps-per-epoch");
+  expect_one_line_error("data inspect x --max-values -1", "--max-values must be >= 0, got -1");
+  // Ignored beside --data, as --train-examples is refused there.
+  expect_one_line_error("train --data spec.toml --data-dir /elsewhere",
+                        "--data-dir names Fashion-MNIST's folder; with --data, 'spec.toml'");
   expect_one_line_error(
       "frobnicate",
       "unknown command 'frobnicate' (expected one of train, info, bench, data, "
@@ -96,6 +107,20 @@ TEST(Cli, ADefaultRunDirectoryIsNeverShared) {
     claimed += fs::exists(name + "-2/summary.json");
   }
   EXPECT_EQ(claimed, 1) << r.output;
+}
+
+// A run refused before it trained (a bad value the setup or the engine
+// refuses) leaves no empty default directory behind.
+TEST(Cli, ARefusedRunLeavesNoDefaultDirectory) {
+  const std::string dir = tmp("cli-refused-output");
+  fs::create_directories(dir);
+  for (const std::string flags : {"--lr nan", "--strategy mirrored --devices 2 --sync-every -1"}) {
+    const CommandResult r =
+        shell("cd " + dir + " && " + std::string(TANDEM_CLI_PATH) +
+              " train --model mlp --epochs 1 --train-examples 256 " + flags + " 2>&1");
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_TRUE(!fs::exists(dir + "/runs") || fs::is_empty(dir + "/runs")) << flags;
+  }
 }
 
 TEST(Cli, BadInputsNameTheProblem) {
@@ -642,6 +667,11 @@ TEST(Cli, PlanMemoryPrintsEachDeviceAndRefusesWhatDoesNotFit) {
   expect_one_line_error("plan memory --model cnn --processes 2",
                         "--processes applies to --strategy multi-worker, not one-device");
   expect_one_line_error("plan", "A subcommand is required");
+  // Settings train refuses are not planned (a plan was printed for them).
+  const std::string small = "plan memory --model mlp --train-examples 100 --test-examples 100 ";
+  expect_one_line_error(small + "--schedule step --lr-gamma 0", "lr_gamma");
+  expect_one_line_error(small + "--warmup-epochs 1000", "warmup_epochs (--warmup-epochs)");
+  expect_one_line_error(small + "--strategy mirrored --devices 2 --sync-every -1", "--sync-every");
 }
 
 TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
@@ -814,6 +844,11 @@ TEST(Cli, PlanScalingPredictsFromARunOrAProfileAndRefusesWhatCannotBePlanned) {
                         "--wire f32 needs a --link table measured with --wire f32 or with f32");
   expect_one_line_error("plan scaling " + out + " --hosts 2 --link " + f32_table + "," + f32_table,
                         "two --link tables were measured with wire f32; give one per wire dtype");
+  // A table beside numbers (the numbers were ignored), and numbers that are no bandwidth.
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link " + f32_table + " --link-gbps 5",
+                        "--link FILE and --link-gbps both describe the hosts' link; give one");
+  expect_one_line_error("plan scaling " + out + " --hosts 2 --link-gbps inf",
+                        "--link needs a table (--link FILE) or a positive bandwidth");
   expect_one_line_error("plan scaling " + out + " --hosts 2 --link " +
                             write_table("cli-plan-bf16-buffers.json", "f32", "bf16", 0.1),
                         "measured bf16 buffers; the planner needs f32 gradients");
@@ -858,6 +893,11 @@ TEST(Cli, TuneBatchSizeRecommendsABatchAndItsLearningRate) {
   EXPECT_EQ(command.find("--lr "), std::string::npos) << command;
   EXPECT_NE(command.find("--batch-size "), std::string::npos) << command;
   expect_one_line_error("tune batch-size --model mlp --steps 0", "--steps must be at least 1");
+  // 0 meant the default; a smallest batch above the largest was clamped.
+  expect_one_line_error("tune batch-size --model mlp --min-batch 0",
+                        "--min-batch must be at least 1, got 0");
+  expect_one_line_error("tune batch-size --model mlp --min-batch 512 --max-batch 256",
+                        "--min-batch 512 is above --max-batch 256");
   expect_one_line_error(
       "tune batch-size --model mlp --strategy mirrored --devices 2 "
       "--allow-oversubscription --max-batch 1",
@@ -1413,6 +1453,8 @@ TEST(Cli, BenchPipelineAndAllreduceJson) {
   ASSERT_EQ(m.status, 0) << m.output;
   EXPECT_EQ(nlohmann::json::parse(m.output).at("results").size(), 4u);
   expect_one_line_error("bench allreduce --backend carrier-pigeon", "unknown backend");
+  expect_one_line_error("bench allreduce --bound-gbps -5",
+                        "--bound-gbps must be a bandwidth in GB/s (0: measure it), got -5");
   expect_one_line_error("bench scaling --max-devices -3", "--max-devices must be 1 to 1024");
   expect_one_line_error("bench allreduce --max-bytes 12Q",
                         "--max-bytes must be a positive byte count");
@@ -1480,6 +1522,12 @@ TEST(Cli, BenchSyncAsyncComparesTheUpdateRules) {
   for (const auto& row : rows) EXPECT_GT(row.at("examples_per_second").get<double>(), 0.0);
   expect_one_line_error("bench sync-async --modes sync,fastest", "unknown mode 'fastest'");
   expect_one_line_error("bench sync-async --devices 1", "--devices at least 2");
+  // Past the engine's bound: refused before any run trains (it failed at
+  // the first straggler run, after every run before it).
+  expect_one_line_error("bench sync-async --slow-factor 2000",
+                        "--slow-factor must be in [1, 1000]");
+  expect_one_line_error("bench memory --buffer-mib 17592186044672",
+                        "--buffer-mib must be in [1, 1048576]");
 }
 
 TEST(Cli, BenchScalingRunsTheReferenceModels) {

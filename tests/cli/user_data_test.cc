@@ -481,7 +481,7 @@ TEST(LanguageModel, BadCorporaAndModelOptionsAreOneClearError) {
       "data text --corpus " + dir + "/short.txt --output " + dir + "/out", "too short");
   testing::expect_one_line_error(
       "data text --corpus " + dir + "/short.txt --output " + dir + "/out --validation-fraction 1.5",
-      "validation fraction");
+      "validation_fraction (--validation-fraction) must be in (0, 1)");
   testing::expect_one_line_error("train --model gpt --model-options layerz=2 --epochs 1",
                                  "no setting 'layerz'");
   testing::expect_one_line_error("train --model gpt --model-options width=30,heads=4",

@@ -48,6 +48,13 @@ struct MemoryOptions {
 };
 
 int run_bench_memory(const MemoryOptions& o) {
+  // Flags named, and MiB checked before the shift (2^44 MiB wrapped to 256).
+  if (o.buffer_mib < 1 || o.buffer_mib > (int64_t{1} << 20) || o.repeats < 1 || o.threads < 0) {
+    TANDEM_THROW(InvalidArgument,
+                 "--buffer-mib must be in [1, 1048576], --repeats at least 1 and --threads 0 "
+                 "(one per core) or more, got ",
+                 o.buffer_mib, ", ", o.repeats, " and ", o.threads);
+  }
   const auto results = measure_memory_bandwidth(
       {.buffer_bytes = o.buffer_mib << 20, .threads = o.threads, .repeats = o.repeats});
   const int threads = o.threads > 0 ? o.threads : std::max(1, cpu_info().physical_cores);
@@ -320,6 +327,10 @@ MeasureSetup collective_setup(const CollectiveOptions& o, comm::Collective colle
                 hi = parse_bytes("--max-bytes", o.max_bytes);
   if (lo < 1 || hi < lo) TANDEM_THROW(InvalidArgument, "need 1 <= --min-bytes <= --max-bytes");
   if (o.factor < 2) TANDEM_THROW(InvalidArgument, "--factor must be at least 2, got ", o.factor);
+  if (!(o.bound_gbps >= 0.0) || !std::isfinite(o.bound_gbps)) {
+    TANDEM_THROW(InvalidArgument, "--bound-gbps must be a bandwidth in GB/s (0: measure it), got ",
+                 o.bound_gbps);
+  }
   if (o.ranks < 1) TANDEM_THROW(InvalidArgument, "--ranks must be at least 1, got ", o.ranks);
   if (o.repeats < 1) TANDEM_THROW(InvalidArgument, "--repeats must be at least 1, got ", o.repeats);
   if (o.threads < 1 || o.threads > 1024)

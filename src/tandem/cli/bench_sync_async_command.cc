@@ -182,9 +182,11 @@ int run_bench_sync_async(const SyncAsyncOptions& b) {
                  "least 2, got ",
                  b.seeds, ", ", b.epochs, " and ", b.devices);
   }
-  if (!(b.slow_factor >= 1.0) || !(b.target > 0.0 && b.target <= 1.0)) {
-    TANDEM_THROW(InvalidArgument, "--slow-factor must be at least 1 and --target in (0, 1], got ",
-                 b.slow_factor, " and ", b.target);
+  // Checked now, not when the first straggler run builds its engine.
+  if (!(b.slow_factor >= 1.0 && b.slow_factor <= distribute::kMaxSlowFactor) ||
+      !(b.target > 0.0 && b.target <= 1.0)) {
+    TANDEM_THROW(InvalidArgument, "--slow-factor must be in [1, ", distribute::kMaxSlowFactor,
+                 "] and --target in (0, 1], got ", b.slow_factor, " and ", b.target);
   }
   const std::vector<const Mode*> modes = parse_modes(b.modes);
   const std::vector<bool> conditions =

@@ -261,6 +261,8 @@ nlohmann::json inspect_image_folder(const InspectOptions& o) {
 
 int run_inspect(const InspectOptions& o) {
   if (o.records < 0) TANDEM_THROW(InvalidArgument, "--records must be >= 0, got ", o.records);
+  if (o.max_values < 0)
+    TANDEM_THROW(InvalidArgument, "--max-values must be >= 0, got ", o.max_values);
   std::error_code error;
   if (std::filesystem::is_directory(o.path, error)) {
     if (o.format != "auto" && o.format != "image_folder") {

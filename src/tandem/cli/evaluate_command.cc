@@ -106,6 +106,9 @@ EvaluationData evaluation_data(const EvaluateOptions& o, const nlohmann::json& c
   if (!spec_path.empty()) {
     if (o.test_examples)
       TANDEM_THROW(InvalidArgument, "--test-examples selects Fashion-MNIST test examples");
+    if (o.data_dir)
+      TANDEM_THROW(InvalidArgument, "--data-dir names Fashion-MNIST's folder; '", spec_path,
+                   "' says which data to read");
     data::InputSpec spec = data::read_input_spec(spec_path);
     spec.shuffle = 0;
     use_model_classes(spec, train::checkpoint_class_names(checkpoint), "'" + spec_path + "'");

@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+    tandem::cli::check_integer_values(app);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

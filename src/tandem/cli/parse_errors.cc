@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include "tandem/base/parse_number.h"
+
 namespace tandem::cli {
 namespace {
 
@@ -85,6 +87,23 @@ std::string explain(const CLI::ParseError& e, const CLI::App& app) {
     return what + hints;
   }
   return what;
+}
+
+void check_integer_values(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    for (const std::string& value : option->results()) {
+      const bool fits = type == "INT" ? parse_number<int64_t>(value).has_value()
+                                      : parse_number<uint64_t>(value).has_value();
+      if (!fits) {
+        throw CLI::ValidationError(
+            option->get_name(),
+            "'" + value + "' is not a whole number in the range of " + option->get_name());
+      }
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) check_integer_values(*sub);
 }
 
 }  // namespace tandem::cli

@@ -14,7 +14,9 @@
 #include "tandem/cli/memory_plan_output.h"
 #include "tandem/cli/run_setup.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/optim/lr_schedule.h"
 #include "tandem/train/memory_plan.h"
+#include "tandem/train/train_config.h"
 
 namespace tandem::cli {
 namespace {
@@ -48,6 +50,16 @@ int run_plan_memory(PlanOptions& o) {
   if (config.strategy.kind == distribute::StrategyKind::multi_worker)
     layout.global_replicas = layout.local_replicas * processes;
   train::resolve_batch_sizes(config, layout.global_replicas);
+  // What train would refuse is not planned (a plan of settings that cannot
+  // run), checked as the Trainer checks it.
+  train::check_train_config(config);
+  train::TrainConfig scaled = config;
+  scaled.engine.optimizer.learning_rate =
+      optim::scaled_learning_rate(config.engine.optimizer.learning_rate, config.lr_scaling,
+                                  config.batch_size, config.reference_batch);
+  train::check_schedule_settings(scaled);
+  distribute::check_engine_options(train::engine_options_of(config, setup.model.spec.policy),
+                                   layout.global_replicas);
   const std::optional<data::Element> example = setup.data.train.take(1).iterator().next();
   if (!example) TANDEM_THROW(InvalidArgument, "the training data has no examples to plan with");
   const train::MemoryPlan plan = train::plan_memory(
@@ -84,8 +96,9 @@ Command add_plan_command(CLI::App& app) {
   plan->require_subcommand(1);
   CLI::App* memory = plan->add_subcommand(
       "memory",
-      "Each device's predicted peak memory by category for a training run (the flags of tandem "
-      "train), without training; exits 1 when it does not fit --memory-limit");
+      "Each device's predicted peak memory by category for a training run (tandem train's "
+      "model, data, batch, precision, optimizer and strategy flags, checked as train checks "
+      "them), without training; exits 1 when it does not fit --memory-limit");
   auto o = std::make_shared<PlanOptions>();
   add_run_options(*memory, *o);
   // tandem train's, so that a training command line plans unchanged (the

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -72,7 +73,7 @@ LinkTable read_link_table(const std::string& file) {
 
 // A link from numbers.
 train::LinkModel link_from_numbers(double gbps, double latency_us, const char* flag) {
-  if (!(gbps > 0.0) || !(latency_us >= 0.0)) {
+  if (!(gbps > 0.0) || !std::isfinite(gbps) || !(latency_us >= 0.0) || !std::isfinite(latency_us)) {
     TANDEM_THROW(InvalidArgument, flag, " needs a table (", flag,
                  " FILE) or a positive bandwidth in GB/s and a latency >= 0 us");
   }
@@ -177,6 +178,14 @@ struct Links {
 Links read_links(const ScalingOptions& o, bool need_hosts, bool need_local,
                  const std::vector<std::string>& wires) {
   Links links{.hosts = need_hosts, .within_host = need_local};
+  // A table and numbers for one link: one of them would be ignored.
+  if (!o.links.empty() && o.link_gbps != 0.0)
+    TANDEM_THROW(InvalidArgument,
+                 "--link FILE and --link-gbps both describe the hosts' link; give one");
+  if (!o.local_link.empty() && o.local_gbps != 0.0) {
+    TANDEM_THROW(InvalidArgument,
+                 "--local-link FILE and --local-gbps both describe a host's link; give one");
+  }
   if (need_hosts) {
     for (const std::string& file : o.links) {
       links.host_tables.push_back(read_link_table(file));

@@ -53,7 +53,8 @@ RunData load_run_data(const RunOptions& o, uint64_t seed) {
     r.validation = data::as_dataset(test);
     r.description =
         fmt::format("Fashion-MNIST, {} train / {} test examples", train.size(), test.size());
-    r.summary = {{"data_dir", o.data_dir},
+    // Absolute, as the run's other paths: evaluate and resume may run elsewhere.
+    r.summary = {{"data_dir", std::filesystem::absolute(o.data_dir).string()},
                  {"train_examples", std::to_string(train.size())},
                  {"test_examples", std::to_string(test.size())}};
     return r;
@@ -62,6 +63,10 @@ RunData load_run_data(const RunOptions& o, uint64_t seed) {
     TANDEM_THROW(InvalidArgument,
                  "--train-examples and --test-examples select Fashion-MNIST examples; with "
                  "--data, limit the data in its specification or with --steps-per-epoch");
+  }
+  if (o.data_dir != data::default_fashion_mnist_dir()) {
+    TANDEM_THROW(InvalidArgument, "--data-dir names Fashion-MNIST's folder; with --data, '", o.data,
+                 "' says which data to read");
   }
   const data::InputSpec spec = data::read_input_spec(o.data);
   if (spec.format == "image_folder") r.class_names = data::image_folder_class_names(spec.root);

@@ -449,8 +449,9 @@ void add_strategy_options(CLI::App& app, RunOptions& o) {
   command
       ->add_option("--peer-timeout", o.peer_timeout,
                    "Under mpirun: seconds a waiting rank asks a peer process that answers "
-                   "nothing before the run ends naming that rank's host as unreachable (1 to "
-                   "86400)")
+                   "nothing before the run ends naming that rank's host as unreachable; under "
+                   "tandem launch --elastic: seconds a member's heartbeat may stay still before "
+                   "the others give it up (1 to 86400)")
       ->capture_default_str();
   command->add_option("--bucket-mb", o.bucket_mb,
                       "Gradient fusion bucket size in MiB (> 0; default: 25, 1 with --zero 2)");

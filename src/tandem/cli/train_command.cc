@@ -664,7 +664,18 @@ int run_train_command(const CLI::App& command, TrainOptions& o) {
     }
   }
   o.config.arguments = given_arguments(command);
-  return run_train(o);
+  const bool default_directory = o.config.output_dir.empty();
+  try {
+    return run_train(o);
+  } catch (const Error&) {
+    // A run refused before it wrote anything (a bad --lr, an engine
+    // setting the Trainer refuses) leaves no empty runs/MODEL-TIMESTAMP.
+    std::error_code ignored;
+    if (default_directory && !o.config.output_dir.empty() &&
+        std::filesystem::is_empty(o.config.output_dir, ignored) && !ignored)
+      std::filesystem::remove(o.config.output_dir, ignored);
+    throw;
+  }
 }
 
 }  // namespace

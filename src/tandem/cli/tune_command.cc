@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tandem/base/atomic_file.h"
 #include "tandem/base/detail/json_number.h"
@@ -21,7 +22,7 @@ namespace tandem::cli {
 namespace {
 
 struct TuneOptions : RunOptions {
-  int64_t min_batch = 0;
+  std::optional<int64_t> min_batch;  // default: 8 per replica
   int64_t max_batch = 8192;
   int64_t steps = 10;
   int64_t noise_steps = 50;
@@ -77,11 +78,15 @@ int run_tune_batch_size(TuneOptions& o) {
   if (o.steps < 1) TANDEM_THROW(InvalidArgument, "--steps must be at least 1, got ", o.steps);
   if (o.noise_steps < 1)
     TANDEM_THROW(InvalidArgument, "--noise-steps must be at least 1, got ", o.noise_steps);
-  if (o.min_batch < 0)
-    TANDEM_THROW(InvalidArgument, "--min-batch must be at least 1, got ", o.min_batch);
+  if (o.min_batch && *o.min_batch < 1)
+    TANDEM_THROW(InvalidArgument, "--min-batch must be at least 1, got ", *o.min_batch);
   if (o.max_batch < layout.global_replicas) {
     TANDEM_THROW(InvalidArgument, "--max-batch must be at least the ", layout.global_replicas,
                  " replicas, got ", o.max_batch);
+  }
+  if (o.min_batch && *o.min_batch > o.max_batch) {
+    TANDEM_THROW(InvalidArgument, "--min-batch ", *o.min_batch, " is above --max-batch ",
+                 o.max_batch);
   }
   if (!o.json) {
     fmt::print("tandem tune batch-size: {} on {}, {} replica(s); your batch {} at lr {}\n",
@@ -95,7 +100,7 @@ int run_tune_batch_size(TuneOptions& o) {
        .train = setup.data.train,
        .resident_input_bytes = setup.data.resident_bytes,
        .memory_limit = memory_limit_of(o, layout.host_replicas),
-       .min_batch = o.min_batch,
+       .min_batch = o.min_batch.value_or(0),
        .max_batch = o.max_batch,
        .timed_steps = o.steps,
        .noise_steps = o.noise_steps},

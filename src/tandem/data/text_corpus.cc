@@ -112,13 +112,16 @@ std::string read_kjv_bible() {
 
 TextCorpusSummary write_text_corpus(const std::string& text, const std::string& output_dir,
                                     const TextCorpusOptions& o) {
-  if (o.context < 1) TANDEM_THROW(InvalidArgument, "context must be at least 1, got ", o.context);
+  if (o.context < 1)
+    TANDEM_THROW(InvalidArgument, "context (--context) must be at least 1, got ", o.context);
   if (!(o.validation_fraction > 0.0 && o.validation_fraction < 1.0)) {
-    TANDEM_THROW(InvalidArgument, "validation fraction must be in (0, 1), got ",
+    TANDEM_THROW(InvalidArgument,
+                 "validation_fraction (--validation-fraction) must be in (0, 1), got ",
                  o.validation_fraction);
   }
   if (o.records_per_shard < 1)
-    TANDEM_THROW(InvalidArgument, "records per shard must be at least 1, got ",
+    TANDEM_THROW(InvalidArgument,
+                 "records_per_shard (--records-per-shard) must be at least 1, got ",
                  o.records_per_shard);
   size_t cut =
       static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - o.validation_fraction));

@@ -42,9 +42,9 @@ void check_engine_options(const EngineOptions& options, int workers) {
       TANDEM_THROW(InvalidArgument, "--slow-replica names replica ", slow.replica,
                    " but there are ", workers, " replicas (0 to ", workers - 1, ")");
     }
-    if (!(slow.factor >= 1.0) || slow.factor > 1000.0) {
-      TANDEM_THROW(InvalidArgument, "--slow-replica's factor must be in [1, 1000], got ",
-                   slow.factor);
+    if (!(slow.factor >= 1.0) || slow.factor > kMaxSlowFactor) {
+      TANDEM_THROW(InvalidArgument, "--slow-replica's factor must be in [1, ", kMaxSlowFactor,
+                   "], got ", slow.factor);
     }
   }
   if (options.sync_every < 0) {

@@ -42,8 +42,9 @@ class Strategy;
 // straggler does to each kind of training.
 struct SlowReplica {
   int replica = -1;     // global replica index; -1: none
-  double factor = 1.0;  // >= 1
+  double factor = 1.0;  // in [1, kMaxSlowFactor]
 };
+inline constexpr double kMaxSlowFactor = 1000.0;
 
 // The parameter-server engine's settings (distribute/parameter_server.h).
 struct ParameterServerOptions {

@@ -23,14 +23,15 @@ void check(const LanguageModel& c, std::string_view prompt, const GenerationOpti
     TANDEM_THROW(InvalidArgument, "generation decodes tokens as bytes: the model's vocabulary of ",
                  c.vocabulary, " is not in [1, 256]");
   }
-  if (o.tokens < 0) TANDEM_THROW(InvalidArgument, "tokens must be >= 0, got ", o.tokens);
+  if (o.tokens < 0) TANDEM_THROW(InvalidArgument, "tokens (--tokens) must be >= 0, got ", o.tokens);
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature)) {
-    TANDEM_THROW(InvalidArgument, "temperature must be >= 0 and finite (0: greedy), got ",
+    TANDEM_THROW(InvalidArgument,
+                 "temperature (--temperature) must be >= 0 and finite (0: greedy), got ",
                  o.temperature);
   }
   if (o.top_k < 0 || o.top_k > c.vocabulary) {
-    TANDEM_THROW(InvalidArgument, "top_k must be in [0, ", c.vocabulary, "] (0: all), got ",
-                 o.top_k);
+    TANDEM_THROW(InvalidArgument, "top_k (--top-k) must be in [0, ", c.vocabulary,
+                 "] (0: all), got ", o.top_k);
   }
   for (const char ch : prompt) {
     if (static_cast<unsigned char>(ch) >= c.vocabulary) {
