@@ -79,8 +79,7 @@ Iterator Dataset::iterator(int64_t pass) const {
     n->set_next_pass(number);
     if (__builtin_mul_overflow(number, n->input_passes_per_pass(), &number)) {
       TANDEM_THROW(InvalidArgument, "pass ", pass,
-                   " is past what the pipeline's repeats can "
-                   "number");
+                   " is past what the pipeline's repeats can number");
     }
   }
   return iterator();

@@ -55,8 +55,7 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
   if (policy == AutoShardPolicy::file && counts) {
     TANDEM_THROW(InvalidArgument, "FILE auto-sharding cannot split the files under ",
                  (*counting)->label(),
-                 " (each worker would apply it to its own files); use "
-                 "DATA or AUTO");
+                 " (each worker would apply it to its own files); use DATA or AUTO");
   }
   // The shard (or the file subset) goes right above chain[kept].
   size_t kept = chain.size() - 1;
@@ -79,18 +78,6 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
       }
     }
     if (counts) kept = std::min(kept, static_cast<size_t>(counting - chain.begin()));
-    // Each worker keeps its every n-th of the order it draws itself: the
-    // stages under the split must draw the same order in every worker.
-    for (size_t i = kept + 1; i + 1 < chain.size(); ++i) {
-      if (!chain[i]->deterministic_order()) {
-        TANDEM_THROW(InvalidArgument, "DATA auto-sharding splits the stream above ",
-                     chain[i]->label(),
-                     ", whose order differs from worker to worker (workers "
-                     "would train some elements twice and others never): make it deterministic "
-                     "or move it above ",
-                     chain[kept]->label());
-      }
-    }
     // Over a list of files, above the stage that reads them (a shard of
     // the list gave some workers no files at all).
     if (source->yields_file_names()) {
@@ -99,6 +86,17 @@ Dataset auto_shard(const Dataset& dataset, int64_t num_shards, int64_t index,
           kept = std::min(kept, i);
           break;
         }
+      }
+    }
+    // Each worker keeps its every n-th of the order it draws itself: the
+    // stages under the split must draw the same order in every worker.
+    for (size_t i = kept + 1; i + 1 < chain.size(); ++i) {
+      if (!chain[i]->deterministic_order()) {
+        TANDEM_THROW(InvalidArgument, "DATA auto-sharding splits the stream above ",
+                     chain[i]->label(),
+                     ", whose order differs from worker to worker (workers would train some "
+                     "elements twice and others never): make it deterministic or move it above ",
+                     chain[kept]->label());
       }
     }
     // Fresh copies of the stages under the shard: a shuffle numbers its
