@@ -235,17 +235,14 @@ bool only_given_up_left(const WorkerProcesses& workers, comm::Store& store,
   return true;
 }
 
-std::string lost_store_message(const Error& e) {
-  return fmt::format("the rendezvous store is lost ({})", e.what());
-}
-
-// When the rendezvous store cannot be reached: why, as lost_store_message.
-std::optional<std::string> store_lost(comm::Store& store) {
+// Why the job is failing, as the store tells it: another node's failure,
+// or the store itself lost; nothing while all is well.
+std::optional<std::string> job_failure(comm::Store& store) {
   try {
-    store.try_get("failed");
-    return std::nullopt;
+    // (An elastic job's workers set "failed" only before the job formed.)
+    return store.try_get("failed");
   } catch (const Error& e) {
-    return lost_store_message(e);
+    return fmt::format("the rendezvous store is lost ({})", e.what());
   }
 }
 
@@ -291,10 +288,10 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
         status = exit->status;
         continue;
       }
-      // A lost store is often why the worker ended (its peers on the lost
-      // node were stopped with their launcher): say so rather than leave
-      // only the worker's status.
-      if (const auto lost = store_lost(store)) failure += fmt::format(" after {}", *lost);
+      // A lost store (or another node's failure) is often why the worker
+      // ended (its peers on the lost node were stopped with their
+      // launcher): say so rather than leave only the worker's status.
+      if (const auto why = job_failure(store)) failure += fmt::format(" after {}", *why);
       fmt::print(stderr, "tandem launch: {}; stopping the job\n", failure);
       try {
         store.set("failed", failure);
@@ -306,14 +303,7 @@ int supervise(WorkerProcesses& workers, comm::Store& store, const LaunchOptions&
     }
     if (std::chrono::steady_clock::now() >= next_poll) {
       next_poll += kStorePollEvery;
-      std::optional<std::string> failed;
-      try {
-        // (An elastic job's workers set it only before the job formed.)
-        failed = store.try_get("failed");
-      } catch (const Error& e) {
-        failed = lost_store_message(e);
-      }
-      if (failed) {
+      if (const std::optional<std::string> failed = job_failure(store)) {
         fmt::print(stderr, "tandem launch: stopping node {}'s workers: {}\n", o.node_rank, *failed);
         workers.stop_all(kStopGrace);
         return 1;

@@ -72,6 +72,10 @@ class SimpleNode : public UnaryNode {
   Cardinality cardinality_;
 };
 
+// The most elements or rows a batch reserves room for before reading: not
+// batch_size at once, as batch(2^31) is "the whole dataset" to tf.data users.
+constexpr int64_t kBatchReserveLimit = int64_t{1} << 16;
+
 // Two (H, W, C) images that differ in their channels alone (gray, RGB).
 bool only_channels_differ(const Shape& a, const Shape& b) {
   return a.rank() == 3 && b.rank() == 3 && a[0] == b[0] && a[1] == b[1] && a[2] != b[2] &&
@@ -256,8 +260,7 @@ Tensor padded_stack(const std::vector<Element>& elements, size_t feature,
 std::vector<Element> next_elements(IteratorBase& input, detail::Counters& c, int64_t batch_size,
                                    bool drop_remainder) {
   std::vector<Element> elements;
-  // Not batch_size at once: batch(2^31) is "the whole dataset" to tf.data users.
-  elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size, 1024)));
+  elements.reserve(static_cast<size_t>(std::min(batch_size, kBatchReserveLimit)));
   while (static_cast<int64_t>(elements.size()) < batch_size) {
     auto e = detail::timed_next(input, c);
     if (!e) break;
@@ -326,7 +329,7 @@ class BatchNode : public SimpleNode {
       std::optional<Element> next() override {
         const auto start = Clock::now();
         std::vector<int64_t> rows;
-        rows.reserve(static_cast<size_t>(std::min<int64_t>(node->batch_size_, 1 << 16)));
+        rows.reserve(static_cast<size_t>(std::min(node->batch_size_, kBatchReserveLimit)));
         while (static_cast<int64_t>(rows.size()) < node->batch_size_) {
           const std::optional<int64_t> p = positions->next();
           if (!p) break;
